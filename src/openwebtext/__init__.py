@@ -1,0 +1,51 @@
+"""Stream OpenWebText, and corpora packed like it, into language-model training.
+
+New code::
+
+    from openwebtext import Loader
+    with Loader("data/", workers=2, seed=0).iter() as docs:
+        for doc in docs:
+            ...
+
+The reference API (``OpenWebTextLoader``, ``shuffle``, ``take``) keeps working.
+"""
+
+from .compat import OpenWebTextLoader, shuffle, take
+from .errors import (
+    CorpusError,
+    CorruptDocument,
+    CorruptMember,
+    MemberTooLarge,
+    OWTError,
+    StateError,
+    TooManyErrors,
+    UnknownFormat,
+    WorkerError,
+)
+from .index import Unit
+from .loader import Corpus, Document, DocumentIterator, Loader, Stats
+from .options import Options
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Corpus",
+    "CorpusError",
+    "CorruptDocument",
+    "CorruptMember",
+    "Document",
+    "DocumentIterator",
+    "Loader",
+    "MemberTooLarge",
+    "OWTError",
+    "OpenWebTextLoader",
+    "Options",
+    "StateError",
+    "Stats",
+    "TooManyErrors",
+    "Unit",
+    "UnknownFormat",
+    "WorkerError",
+    "shuffle",
+    "take",
+]

@@ -1,0 +1,129 @@
+"""The reference API: ``OpenWebTextLoader``, ``shuffle`` and ``take``.
+
+Same names, arguments and item shape as the seed's ``openwebtext.py``, so its
+``main.py`` runs unchanged, without its defects: the order is reproducible
+(``random_state`` may be an int seed or a ``numpy.random.RandomState``), more
+workers than files is fine, worker errors raise instead of hanging, and
+per-document work stays out of NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .loader import Corpus, DocumentIterator
+from .options import Options
+
+__all__ = ["OpenWebTextLoader", "shuffle", "take"]
+
+T = TypeVar("T")
+RandomState = int | np.random.RandomState | np.random.Generator | None
+
+Item = tuple[tuple[int, int], tuple[str, str], str]
+
+
+DEFAULT_SEED = 0
+
+
+def _seed(random_state: RandomState) -> int:
+    """An int seed from what the reference accepted; None is ``DEFAULT_SEED``."""
+    if random_state is None:
+        return DEFAULT_SEED
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(0, 2**31 - 1))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(0, 2**63 - 1))
+    if isinstance(random_state, int) and not isinstance(random_state, bool) and random_state >= 0:
+        return random_state
+    raise TypeError(
+        f"random_state must be None, an int >= 0, a numpy RandomState or Generator, "
+        f"not {random_state!r}"
+    )
+
+
+class OpenWebTextLoader:
+    """Parallel loader over OpenWebText subset tars (the reference API).
+
+    Yields ``((i, j), (part_name, entry_name), text)``: ``i`` is the member's
+    index in its subset tar, ``j`` the document's index in the member.
+
+    Args:
+        subsets: Subset tars (or any input ``openwebtext.Corpus.open`` takes).
+        num_workers: Worker processes.
+        prefetch: Kept for compatibility; must be > 1. Memory is bounded by
+            whole units in flight (see ``Options.prefetch``), not documents.
+        random_state: An int seed, a ``numpy.random.RandomState`` (one draw
+            from it makes the seed), or None for seed 0: unlike the reference,
+            every run is reproducible unless asked otherwise.
+    """
+
+    def __init__(
+        self,
+        subsets: Sequence[str | os.PathLike[str]],
+        num_workers: int = 1,
+        prefetch: int = 2048,
+        random_state: RandomState = None,
+    ) -> None:
+        if prefetch <= 1:
+            raise ValueError("prefetch buffer should be strictly larger than 1")
+        self.subsets = list(subsets)
+        self.num_workers = num_workers
+        self.prefetch = prefetch
+        self.seed = _seed(random_state)
+        # Units are shuffled; documents keep their member order (the caller shuffles).
+        self.options = Options(workers=num_workers, seed=self.seed, shuffle_buffer=0)
+        self._corpus: Corpus | None = None
+        self._iterator: DocumentIterator | None = None
+
+    def __iter__(self) -> Iterator[Item]:
+        if self._corpus is None:
+            self._corpus = Corpus.open(self.subsets)
+        if self._iterator is not None:
+            self._iterator.close()
+        self._iterator = DocumentIterator(self._corpus, self.options, as_tuples=True)
+        return iter(self._iterator)
+
+    def close(self) -> None:
+        """Stop the workers."""
+        if self._iterator is not None:
+            self._iterator.close()
+
+    def __enter__(self) -> OpenWebTextLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def shuffle(it: Iterable[T], buffer_size: int = 1024, random_state: RandomState = None) -> Iterator[T]:
+    """Shuffle a stream through a buffer of ``buffer_size`` items.
+
+    Each incoming item replaces a uniformly drawn buffered one, which is
+    yielded; the rest of the buffer comes out in random order at the end.
+    Draws use ``random.Random`` (a fraction of a microsecond each), seeded from
+    ``random_state`` as in ``OpenWebTextLoader`` (None: seed 0).
+    """
+    if buffer_size < 1:
+        raise ValueError(f"buffer_size must be >= 1, not {buffer_size!r}")
+    rng = random.Random(_seed(random_state))
+    draw = rng.random
+    it = iter(it)
+    buffer: list[Any] = list(islice(it, buffer_size))
+    size = len(buffer)
+    for item in it:
+        k = int(draw() * size)
+        yield buffer[k]
+        buffer[k] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def take(it: Iterable[T], size: int) -> Iterator[T]:
+    """The first ``size`` items of ``it``."""
+    yield from islice(it, size)

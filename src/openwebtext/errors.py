@@ -1,0 +1,111 @@
+"""The library's exception tree.
+
+Every failure the loader reports is one of these; nothing from deep inside
+``tarfile``, ``lzma`` or ``multiprocessing`` escapes unwrapped. Where a
+lower-level exception caused it, it is chained (``raise ... from exc``)::
+
+    OWTError
+    ├── CorpusError            no corpus at a path, unreadable file, bad outer tar
+    │   └── UnknownFormat      a file or member whose magic bytes are not ours
+    ├── CorruptMember          an inner member that fails to decompress or parse
+    │   ├── MemberTooLarge     decompressed past ``max_member_bytes``
+    │   └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
+    ├── WorkerError            a worker died, hung, or could not be started
+    ├── StateError             a state dict that does not fit this loader
+    └── TooManyErrors          more skips than ``max_errors`` allows
+
+``CorpusError`` and its subclasses carry ``path`` (the file) and ``member``
+(the inner member name, or ``None``); ``CorruptDocument`` adds ``document``.
+They are plain picklable values so they cross process boundaries intact.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CorpusError",
+    "CorruptDocument",
+    "CorruptMember",
+    "MemberTooLarge",
+    "OWTError",
+    "StateError",
+    "TooManyErrors",
+    "UnknownFormat",
+    "WorkerError",
+]
+
+
+class OWTError(Exception):
+    """Base class of every error raised by openwebtext."""
+
+
+class CorpusError(OWTError):
+    """A problem with the input: a path, a file or one of its members.
+
+    Attributes:
+        path: The file (or folder) concerned.
+        member: The inner member's name inside ``path``, if any.
+    """
+
+    def __init__(self, message: str, path: str | None = None, member: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.member = member
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message, self.path, self.member))
+
+    def __str__(self) -> str:
+        where = self.path or ""
+        if self.member:
+            where = f"{where}[{self.member}]" if where else self.member
+        return f"{where}: {self.message}" if where else self.message
+
+
+class UnknownFormat(CorpusError):
+    """A file or member that is neither a tar nor xz, gzip, bzip2 or zstd data."""
+
+
+class CorruptMember(CorpusError):
+    """An inner member that cannot be decompressed or parsed as a tar of documents."""
+
+
+class MemberTooLarge(CorruptMember):
+    """A member whose decompressed size passes ``max_member_bytes`` (e.g. a bomb)."""
+
+
+class CorruptDocument(CorruptMember):
+    """A single document that cannot be delivered (invalid UTF-8, too large).
+
+    Attributes:
+        document: The document's name inside the member.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: str | None = None,
+        member: str | None = None,
+        document: str | None = None,
+    ) -> None:
+        super().__init__(message, path, member)
+        self.document = document
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message, self.path, self.member, self.document))
+
+    def __str__(self) -> str:
+        base = super().__str__()
+        return f"{base} (document {self.document})" if self.document else base
+
+
+class WorkerError(OWTError):
+    """A worker process died, stopped answering, or failed outside any unit."""
+
+
+class StateError(OWTError):
+    """A saved state that cannot resume this loader (other corpus, seed, options)."""
+
+
+class TooManyErrors(OWTError):
+    """The skip policy skipped more than ``max_errors`` members or documents."""

@@ -1,0 +1,93 @@
+"""Compression formats, recognised by their magic bytes, never by file names."""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import zlib
+from typing import Any
+
+__all__ = ["FORMATS", "MAGIC_BYTES", "decompress", "detect"]
+
+XZ, GZIP, BZIP2, ZSTD, TAR = "xz", "gzip", "bzip2", "zstd", "tar"
+FORMATS = (XZ, GZIP, BZIP2, ZSTD, TAR)
+
+#: How many leading bytes ``detect`` needs to see.
+MAGIC_BYTES = 512
+
+_MAGIC = (
+    (b"\xfd7zXZ\x00", XZ),
+    (b"\x1f\x8b", GZIP),
+    (b"BZh", BZIP2),
+    (b"\x28\xb5\x2f\xfd", ZSTD),
+)
+
+
+def detect(head: bytes) -> str | None:
+    """Return the format of data starting with ``head``, or None if unknown.
+
+    ``tar`` means an uncompressed tar (ustar or GNU magic at byte 257).
+    """
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return TAR
+    return None
+
+
+class LimitExceeded(Exception):
+    """Decompressed output would pass the limit."""
+
+
+def decompress(data: bytes, kind: str, limit: int) -> bytes:
+    """Decompress ``data`` of format ``kind``, refusing output past ``limit`` bytes.
+
+    Raises:
+        LimitExceeded: the output is larger than ``limit`` (a bomb is stopped
+            here, having allocated at most ``limit + 1`` bytes).
+        lzma.LZMAError, zlib.error, OSError, EOFError, ValueError: corrupt or
+            truncated data; the caller wraps these with the member's name.
+    """
+    if kind == TAR:
+        if len(data) > limit:
+            raise LimitExceeded
+        return data
+    if kind == ZSTD:
+        return _zstd(data, limit)
+    decomp: Any
+    if kind == XZ:
+        decomp = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    elif kind == GZIP:
+        decomp = zlib.decompressobj(wbits=31)
+    elif kind == BZIP2:
+        decomp = bz2.BZ2Decompressor()
+    else:
+        raise ValueError(f"unknown format {kind!r}")
+    out: bytes = decomp.decompress(data, limit + 1)
+    if len(out) > limit:
+        raise LimitExceeded
+    if kind == GZIP:
+        if decomp.unconsumed_tail:
+            raise LimitExceeded
+        if not decomp.eof:
+            raise EOFError("compressed data ends before the end-of-stream marker")
+    elif not decomp.eof:
+        if decomp.needs_input:
+            raise EOFError("compressed data ends before the end-of-stream marker")
+        raise LimitExceeded
+    return out
+
+
+def _zstd(data: bytes, limit: int) -> bytes:
+    try:
+        import zstandard
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ModuleNotFoundError(
+            "zstd members need the zstandard package: pip install 'openwebtext[zstd]'"
+        ) from exc
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    out: bytes = reader.read(limit + 1)
+    if len(out) > limit:
+        raise LimitExceeded
+    return out

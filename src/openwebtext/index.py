@@ -1,0 +1,136 @@
+"""Index: find the units of work (inner compressed members) and where they lie.
+
+Only outer tar headers and the first bytes of each member are read; nothing is
+decompressed. A unit is one inner member: ``(path, member, offset, size, kind)``.
+
+Accepted inputs (paths, folders or glob patterns):
+
+- a plain outer tar whose regular members are compressed inner tars
+  (``urlsf_subsetNN.tar``, or ``openwebtext.tar`` after ``xz -d``);
+- a compressed inner member on its own (``urlsf_subset00-1_data.xz``);
+- a plain tar of documents (an inner tar that was never compressed);
+- a folder holding any of these (not recursive; names starting with ``.`` or
+  ``_`` are ignored).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import tarfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from .errors import CorpusError, UnknownFormat
+from .formats import MAGIC_BYTES, TAR, detect
+
+__all__ = ["Unit", "expand_paths", "index_file", "index_paths"]
+
+_KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
+
+
+class Unit(NamedTuple):
+    """One unit of work: an inner member, located by byte offset in its file."""
+
+    path: str
+    """The file that holds the member."""
+    member: str
+    """The member's name inside ``path`` (the file's own name for a bare member)."""
+    offset: int
+    size: int
+    kind: str
+    """The member's format: ``xz``, ``gzip``, ``bzip2``, ``zstd`` or ``tar``."""
+    subset: str
+    """The file's name without its suffix, e.g. ``urlsf_subset00``."""
+    member_index: int
+    """Index of the member within its file (``i`` of the reference API)."""
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Turn paths, folders and glob patterns into a sorted list of files.
+
+    Raises:
+        CorpusError: a path that does not exist, or a folder or pattern that
+            holds no file.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        text = os.fspath(raw)
+        path = Path(text)
+        if path.is_dir():
+            found = sorted(
+                p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
+            )
+            if not found:
+                raise CorpusError("folder holds no corpus file", path=text)
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif glob.has_magic(text):
+            matches = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+            if not matches:
+                raise CorpusError("pattern matches no file", path=text)
+            files.extend(matches)
+        else:
+            raise CorpusError("no such file or folder", path=text)
+    return files
+
+
+def _head(f: BinaryIO, offset: int) -> bytes:
+    return os.pread(f.fileno(), MAGIC_BYTES, offset)
+
+
+def index_file(path: Path) -> list[Unit]:
+    """List the units of one file (see the module docstring for what it may be).
+
+    Raises:
+        CorpusError: the file cannot be read, or is a broken tar.
+        UnknownFormat: the file, or one of its members, is none of the formats.
+    """
+    name = str(path)
+    subset = path.name.split(".", 1)[0]
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            kind = detect(_head(f, 0))
+            if kind is None:
+                raise UnknownFormat(f"not {_KNOWN}", path=name)
+            if kind != TAR:
+                return [Unit(name, path.name, 0, size, kind, subset, 0)]
+            return _index_outer_tar(f, name, size, subset, path.name)
+    except OSError as exc:
+        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=name) from exc
+
+
+def _index_outer_tar(f: BinaryIO, name: str, size: int, subset: str, base: str) -> list[Unit]:
+    try:
+        with tarfile.open(fileobj=f, mode="r:") as tar:
+            members = [m for m in tar.getmembers() if m.isreg()]
+    except (tarfile.TarError, EOFError) as exc:
+        raise CorpusError(f"broken tar: {exc}", path=name) from exc
+    units: list[Unit] = []
+    unknown: list[str] = []
+    for i, m in enumerate(members):
+        if m.offset_data + m.size > size:
+            raise CorpusError("tar is truncated", path=name, member=m.name)
+        kind = detect(_head(f, m.offset_data))
+        if kind is None:
+            unknown.append(m.name)
+        units.append(Unit(name, m.name, m.offset_data, m.size, kind or "", subset, i))
+    if unknown and len(unknown) == len(members):
+        # No member is compressed or a tar: the file is itself a tar of documents.
+        return [Unit(name, base, 0, size, TAR, subset, 0)]
+    if unknown:
+        raise UnknownFormat(f"member is not {_KNOWN}", path=name, member=unknown[0])
+    return units
+
+
+def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:
+    """Index every file named by ``paths`` (files, folders, globs), in order."""
+    units: list[Unit] = []
+    for path in expand_paths(paths):
+        units.extend(index_file(path))
+    if not units:
+        raise CorpusError("no documents: the corpus has no members", path=", ".join(map(str, paths)))
+    return units

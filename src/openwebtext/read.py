@@ -1,0 +1,114 @@
+"""Read: open one unit, decompress it under limits, and locate its documents.
+
+This runs inside the workers. It returns the decompressed member as one
+``bytes`` object plus the name, offset and size of every document in it;
+turning those bytes into text happens in the consumer (see ``loader``), since
+a ``str`` cannot cross a process boundary without being encoded again.
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import os
+import zlib
+from typing import NamedTuple
+
+from .errors import CorruptDocument, CorruptMember, MemberTooLarge
+from .formats import MAGIC_BYTES, TAR, LimitExceeded, decompress, detect
+from .index import Unit
+from .tarwalk import TarFormatError, walk
+
+__all__ = ["Member", "Reader"]
+
+_DECOMPRESS_ERRORS = (lzma.LZMAError, zlib.error, OSError, EOFError, ValueError)
+if hasattr(bz2, "BZ2Error"):  # pragma: no cover - older Pythons
+    _DECOMPRESS_ERRORS += (bz2.BZ2Error,)
+
+
+class Member(NamedTuple):
+    """A decompressed member: its bytes and where its documents lie in them."""
+
+    data: bytes
+    names: list[str]
+    offsets: list[int]
+    sizes: list[int]
+    dropped: list[CorruptDocument]
+    """Documents that pass ``max_document_bytes``; their offset is set to -1."""
+
+
+class Reader:
+    """Reads units, keeping a few files open between them."""
+
+    def __init__(self, max_member_bytes: int, max_document_bytes: int, max_open: int = 16):
+        self.max_member_bytes = max_member_bytes
+        self.max_document_bytes = max_document_bytes
+        self.max_open = max_open
+        self._files: dict[str, int] = {}
+
+    def _fd(self, path: str) -> int:
+        fd = self._files.get(path)
+        if fd is None:
+            if len(self._files) >= self.max_open:
+                os.close(self._files.pop(next(iter(self._files))))
+            fd = self._files[path] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+    def read(self, unit: Unit) -> Member:
+        """Read, decompress and walk one unit.
+
+        Raises:
+            CorruptMember: unreadable, truncated or corrupt compressed data, or
+                a tar that cannot be walked; names the file and member.
+            MemberTooLarge: the member decompresses past ``max_member_bytes``.
+        """
+        try:
+            raw = os.pread(self._fd(unit.path), unit.size, unit.offset)
+        except OSError as exc:
+            raise CorruptMember(f"cannot read: {exc.strerror or exc}", unit.path, unit.member) from exc
+        if len(raw) != unit.size:
+            raise CorruptMember(
+                f"file is truncated: {len(raw)} of {unit.size} bytes", unit.path, unit.member
+            )
+        try:
+            data = decompress(raw, unit.kind, self.max_member_bytes)
+        except LimitExceeded:
+            raise MemberTooLarge(
+                f"decompresses to more than max_member_bytes={self.max_member_bytes}",
+                unit.path,
+                unit.member,
+            ) from None
+        except _DECOMPRESS_ERRORS as exc:
+            raise CorruptMember(f"corrupt {unit.kind} data: {exc}", unit.path, unit.member) from exc
+        del raw
+        try:
+            names, offsets, sizes = walk(data)
+        except TarFormatError as exc:
+            raise CorruptMember(f"not a valid tar: {exc}", unit.path, unit.member) from exc
+        if names and detect(data[offsets[0] : offsets[0] + MAGIC_BYTES]) not in (None, TAR):
+            raise CorruptMember(
+                "holds compressed members, not documents: is this a compressed outer tar? "
+                "decompress it first (e.g. xz -d openwebtext.tar.xz)",
+                unit.path,
+                unit.member,
+            )
+        dropped: list[CorruptDocument] = []
+        limit = self.max_document_bytes
+        if sizes and max(sizes) > limit:
+            for k, size in enumerate(sizes):
+                if size > limit:
+                    dropped.append(
+                        CorruptDocument(
+                            f"document of {size} bytes passes max_document_bytes={limit}",
+                            unit.path,
+                            unit.member,
+                            names[k],
+                        )
+                    )
+                    offsets[k] = -1
+        return Member(data, names, offsets, sizes, dropped)

@@ -1,0 +1,339 @@
+"""Workers: the processes that read units, and the consumer's side of them.
+
+Nothing outside this module knows that processes exist. ``WorkerPool.run``
+takes unit numbers in plan order and yields each unit's decompressed bytes and
+document table, in that same order, whatever the number of workers.
+
+How a unit travels:
+
+- The consumer sends ``(seq, unit, slot)`` down a worker's task pipe. Tasks go
+  out in plan order, at most ``prefetch`` per worker, and only while a slot is
+  free, so memory is bounded by ``slots * slot_bytes`` whatever the consumer's
+  speed.
+- The worker reads the unit (``read.Reader``), copies the decompressed member
+  into its slot of one shared anonymous mapping (made before the workers fork,
+  so nothing is ever named or left behind), and sends back only the document
+  table. A member larger than a slot travels inline through the pipe instead.
+- The consumer decodes text straight out of the slot (no copy) and frees the
+  slot when it asks for the next unit.
+
+Failures are values: an error reading a unit comes back as the library's own
+exception for that unit; a worker that exits, or sends nothing for
+``timeout`` seconds while it holds work, becomes a ``WorkerError`` for the
+units it held (after ``retries`` fresh attempts on a new worker).
+"""
+
+from __future__ import annotations
+
+import mmap
+import multiprocessing as mp
+import os
+import signal
+import time
+import traceback
+from collections.abc import Iterable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait
+from typing import Any, NamedTuple
+
+from .errors import OWTError, WorkerError
+from .index import Unit
+from .read import Reader
+
+__all__ = ["Loaded", "PoolOptions", "WorkerPool"]
+
+
+class PoolOptions(NamedTuple):
+    workers: int
+    prefetch: int
+    slot_bytes: int
+    timeout: float
+    retries: int
+    max_member_bytes: int
+    max_document_bytes: int
+
+
+class Loaded(NamedTuple):
+    """One unit as the consumer sees it; ``data`` is valid until the next one is asked for."""
+
+    unit: int
+    data: memoryview | bytes
+    names: list[str]
+    offsets: list[int]
+    sizes: list[int]
+    errors: list[OWTError]
+    """A unit-level failure (then the table is empty) or documents left out."""
+
+
+def _worker_main(
+    units: Sequence[Unit],
+    tasks: Connection,
+    results: Connection,
+    shared: mmap.mmap | None,
+    options: PoolOptions,
+    inherited: list[Connection],
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
+    for conn in inherited:
+        conn.close()
+    reader = Reader(options.max_member_bytes, options.max_document_bytes)
+    slot_bytes = options.slot_bytes
+    try:
+        while True:
+            try:
+                task = tasks.recv()
+            except EOFError:
+                return
+            if task is None:
+                return
+            seq, unit, slot = task
+            try:
+                member = reader.read(units[unit])
+            except OWTError as exc:
+                results.send(("err", seq, exc, traceback.format_exc()))
+                continue
+            except Exception as exc:  # a bug, not bad data: report it with its traceback
+                error = WorkerError(f"unexpected {type(exc).__name__} reading {units[unit]}: {exc}")
+                results.send(("err", seq, error, traceback.format_exc()))
+                continue
+            data: bytes | None = member.data
+            size = len(member.data)
+            if shared is not None and slot is not None and size <= slot_bytes:
+                shared[slot * slot_bytes : slot * slot_bytes + size] = member.data
+                data = None
+            results.send(
+                ("ok", seq, size, data, member.names, member.offsets, member.sizes, member.dropped)
+            )
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        return
+    finally:
+        reader.close()
+
+
+class _Worker:
+    def __init__(self, number: int, process: Any, tasks: Connection, results: Connection):
+        self.number = number
+        self.process = process
+        self.tasks = tasks
+        self.results = results
+        self.pid: int = process.pid
+        self.inflight: list[int] = []
+        self.last_heard = time.monotonic()
+
+
+class WorkerPool:
+    """Runs units on worker processes and hands them back in plan order."""
+
+    def __init__(self, units: Sequence[Unit], options: PoolOptions):
+        self.units = units
+        self.options = options
+        methods = mp.get_all_start_methods()
+        self._ctx = mp.get_context("fork" if "fork" in methods else None)
+        self._slots = max(2, options.workers * (options.prefetch + 1))
+        self._shared: mmap.mmap | None = None
+        if self._ctx.get_start_method() == "fork":
+            self._shared = mmap.mmap(-1, self._slots * options.slot_bytes)
+        self._workers: list[_Worker] = []
+        self._next_number = 0
+        self.closed = False
+
+    # -- processes ---------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        task_r, task_w = self._ctx.Pipe(duplex=False)
+        result_r, result_w = self._ctx.Pipe(duplex=False)
+        inherited = [c for w in self._workers for c in (w.tasks, w.results)] + [task_w, result_r]
+        process = self._ctx.Process(  # type: ignore[attr-defined]
+            target=_worker_main,
+            args=(self.units, task_r, result_w, self._shared, self.options, inherited),
+            name=f"owt-worker-{self._next_number}",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except OSError as exc:
+            for conn in (task_r, task_w, result_r, result_w):
+                conn.close()
+            raise WorkerError(f"cannot start a worker process: {exc}") from exc
+        task_r.close()
+        result_w.close()
+        worker = _Worker(self._next_number, process, task_w, result_r)
+        self._next_number += 1
+        return worker
+
+    def close(self) -> None:
+        """Stop every worker now (they hold nothing worth finishing)."""
+        if self.closed:
+            return
+        self.closed = True
+        for w in self._workers:
+            if w.process.is_alive():
+                w.process.terminate()
+        deadline = time.monotonic() + 2.0
+        for w in self._workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.tasks.close()
+            w.results.close()
+            w.process.close()
+        self._workers.clear()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the run -----------------------------------------------------------
+
+    def run(self, order: Iterable[int]) -> Iterator[Loaded]:
+        """Yield every unit of ``order``, in order. Closes the pool when done or abandoned."""
+        if self.closed:
+            raise WorkerError("this worker pool is closed")
+        try:
+            yield from self._run(iter(order))
+        finally:
+            self.close()
+
+    def _run(self, order: Iterator[int]) -> Iterator[Loaded]:
+        opts = self.options
+        free = list(range(self._slots - 1, -1, -1))
+        tasks: dict[int, tuple[int, int | None, int]] = {}  # seq -> (unit, slot, attempts)
+        done: dict[int, tuple[Any, ...]] = {}
+        queue: list[int] = []  # seqs waiting for a worker (retries first)
+        self._workers = [self._spawn() for _ in range(opts.workers)]
+        seq_new = 0
+        seq_out = 0
+        exhausted = False
+        while True:
+            # Hand out work: retries first, then new units, while slots last.
+            while True:
+                idle = min(self._workers, key=lambda w: len(w.inflight))
+                if len(idle.inflight) >= opts.prefetch:
+                    break
+                if queue:
+                    seq = queue.pop(0)
+                elif not exhausted and free:
+                    unit = next(order, None)
+                    if unit is None:
+                        exhausted = True
+                        continue
+                    seq = seq_new
+                    seq_new += 1
+                    tasks[seq] = (unit, free.pop(), 0)
+                else:
+                    break
+                unit, slot, attempts = tasks[seq]
+                if not idle.inflight:
+                    idle.last_heard = time.monotonic()
+                idle.inflight.append(seq)
+                try:
+                    idle.tasks.send((seq, unit, slot if self._shared is not None else None))
+                except (BrokenPipeError, OSError):
+                    pass  # it died; the sentinel tells us below
+            if seq_out in done:
+                message = done.pop(seq_out)
+                unit, slot, _ = tasks.pop(seq_out)
+                seq_out += 1
+                loaded = self._loaded(unit, slot, message)
+                try:
+                    yield loaded
+                finally:
+                    if isinstance(loaded.data, memoryview):
+                        loaded.data.release()
+                    if slot is not None:
+                        free.append(slot)
+                continue
+            if exhausted and seq_out == seq_new:
+                return
+            self._wait(tasks, done, queue)
+
+    def _loaded(self, unit: int, slot: int | None, message: tuple[Any, ...]) -> Loaded:
+        if message[0] == "err":
+            error: OWTError = message[2]
+            return Loaded(unit, b"", [], [], [], [error])
+        _, _, size, inline, names, offsets, sizes, dropped = message
+        data: memoryview | bytes
+        if inline is None and self._shared is not None and slot is not None:
+            start = slot * self.options.slot_bytes
+            data = memoryview(self._shared)[start : start + size]
+        else:
+            data = inline
+        return Loaded(unit, data, names, offsets, sizes, list(dropped))
+
+    def _wait(
+        self,
+        tasks: dict[int, tuple[int, int | None, int]],
+        done: dict[int, tuple[Any, ...]],
+        queue: list[int],
+    ) -> None:
+        """Wait for one message, a death or a hang, and record what happened."""
+        busy = [w for w in self._workers if w.inflight]
+        now = time.monotonic()
+        deadline = min((w.last_heard + self.options.timeout for w in busy), default=now + 1.0)
+        by_handle: dict[Any, _Worker] = {}
+        for w in self._workers:
+            by_handle[w.results] = w
+            by_handle[w.process.sentinel] = w
+        ready = wait(list(by_handle), timeout=max(0.0, deadline - now))
+        dead: dict[int, tuple[_Worker, str]] = {}
+        for handle in ready:
+            w = by_handle[handle]
+            if handle is w.results:
+                try:
+                    message = w.results.recv()
+                except (EOFError, OSError):
+                    dead[w.number] = (w, "closed its pipe")
+                    continue
+                w.last_heard = time.monotonic()
+                w.inflight.remove(message[1])
+                done[message[1]] = message
+            elif w.number not in dead and not w.results.poll():
+                w.process.join(0.1)
+                dead[w.number] = (w, f"exited with code {w.process.exitcode}")
+        now = time.monotonic()
+        for w in busy:
+            if w.number not in dead and w.inflight and now - w.last_heard >= self.options.timeout:
+                w.process.kill()
+                dead[w.number] = (w, f"sent nothing for {self.options.timeout:g} s")
+        for w, why in dead.values():
+            self._replace(w, why, tasks, done, queue)
+
+    def _replace(
+        self,
+        w: _Worker,
+        why: str,
+        tasks: dict[int, tuple[int, int | None, int]],
+        done: dict[int, tuple[Any, ...]],
+        queue: list[int],
+    ) -> None:
+        if w.process.is_alive():
+            w.process.kill()
+        w.process.join()
+        w.tasks.close()
+        w.results.close()
+        w.process.close()
+        self._workers.remove(w)
+        for seq in w.inflight:
+            unit, slot, attempts = tasks[seq]
+            if attempts < self.options.retries:
+                tasks[seq] = (unit, slot, attempts + 1)
+                queue.append(seq)
+            else:
+                u = self.units[unit]
+                error = WorkerError(
+                    f"worker {w.number} (pid {w.pid}) {why} "
+                    f"while reading {u.path}[{u.member}]"
+                )
+                done[seq] = ("err", seq, error, "")
+        queue.sort()
+        self._workers.append(self._spawn())
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
