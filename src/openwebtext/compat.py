@@ -101,7 +101,9 @@ class OpenWebTextLoader:
         self.close()
 
 
-def shuffle(it: Iterable[T], buffer_size: int = 1024, random_state: RandomState = None) -> Iterator[T]:
+def shuffle(
+    it: Iterable[T], buffer_size: int = 1024, random_state: RandomState = None
+) -> Iterator[T]:
     """Shuffle a stream through a buffer of ``buffer_size`` items.
 
     Each incoming item replaces a uniformly drawn buffered one, which is

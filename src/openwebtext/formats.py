@@ -87,7 +87,14 @@ def _zstd(data: bytes, limit: int) -> bytes:
             "zstd members need the zstandard package: pip install 'openwebtext[zstd]'"
         ) from exc
     reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
-    out: bytes = reader.read(limit + 1)
-    if len(out) > limit:
-        raise LimitExceeded
-    return out
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        while chunk := reader.read(min(limit + 1 - total, 1 << 24)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit:
+                raise LimitExceeded
+    except zstandard.ZstdError as exc:
+        raise ValueError(str(exc)) from exc
+    return b"".join(chunks)

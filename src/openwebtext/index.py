@@ -132,5 +132,7 @@ def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:
     for path in expand_paths(paths):
         units.extend(index_file(path))
     if not units:
-        raise CorpusError("no documents: the corpus has no members", path=", ".join(map(str, paths)))
+        raise CorpusError(
+            "no documents: the corpus has no members", path=", ".join(map(str, paths))
+        )
     return units

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -42,7 +42,7 @@ class Document(NamedTuple):
     """The document's name inside the member (``0000000-….txt``)."""
     member_index: int
     """Index of the member in its file (``i`` of the reference API)."""
-    index: int
+    document_index: int
     """Index of the document in its member (``j`` of the reference API)."""
 
 
@@ -137,8 +137,10 @@ class DocumentIterator:
         self.corpus = corpus
         self.options = options
         self._as_tuples = as_tuples
-        self._documents = 0
-        self._text_bytes = 0
+        self._delivered = 0  # documents of finished blocks
+        self._delivered_bytes = 0
+        self._block_sizes: list[int] = []  # the current block's
+        self._position = 0  # documents of the current block handed out
         self._units = 0
         self._skipped_members = 0
         self._skipped_documents = 0
@@ -177,8 +179,8 @@ class DocumentIterator:
     @property
     def stats(self) -> Stats:
         return Stats(
-            self._documents,
-            self._text_bytes,
+            self._delivered + self._position,
+            self._delivered_bytes + sum(self._block_sizes[: self._position]),
             self._units,
             self._skipped_members,
             self._skipped_documents,
@@ -188,7 +190,7 @@ class DocumentIterator:
 
     # -- the pipeline -----------------------------------------------------------
 
-    def _generate(self) -> Iterator[Any]:
+    def _generate(self) -> Generator[Any, None, None]:
         opts = self.options
         order = plan(
             len(self.corpus.units),
@@ -215,46 +217,60 @@ class DocumentIterator:
         )
         blocks = self._blocks(pool.run(order))
         try:
-            for block in blocks:
-                if take is not None and self._documents + len(block) >= take:
-                    block = block[: take - self._documents]
-                    self._documents += len(block)
-                    yield from block
+            for block, sizes in blocks:
+                if take is not None and self._delivered + len(block) >= take:
+                    block = block[: take - self._delivered]
+                self._block_sizes = sizes
+                for k, doc in enumerate(block):
+                    self._position = k + 1
+                    yield doc
+                self._delivered += len(block)
+                self._delivered_bytes += sum(sizes[: len(block)])
+                self._block_sizes = []
+                self._position = 0
+                if take is not None and self._delivered >= take:
                     return
-                self._documents += len(block)
-                yield from block
         finally:
             blocks.close()
             pool.close()
 
-    def _blocks(self, loaded: Iterator[Loaded]) -> Iterator[list[Any]]:
-        """Group decoded units into blocks of >= shuffle_buffer documents, each permuted."""
+    def _blocks(
+        self, loaded: Generator[Loaded, None, None]
+    ) -> Generator[tuple[list[Any], list[int]], None, None]:
+        """Group decoded units into blocks of >= shuffle_buffer documents, each permuted.
+
+        Yields each block with the UTF-8 size of each of its documents.
+        """
         opts = self.options
         size = opts.shuffle_buffer if opts.shuffle else 0
         block: list[Any] = []
+        sizes: list[int] = []
         first = -1
         try:
             for position, unit in enumerate(loaded):
                 if first < 0:
                     first = position
-                block.extend(self._decode(unit))
+                self._decode(unit, block, sizes)
                 if len(block) >= size:
-                    yield self._permuted(block, first)
-                    block = []
+                    yield self._permuted(block, sizes, first)
+                    block, sizes = [], []
                     first = -1
             if block:
-                yield self._permuted(block, first)
+                yield self._permuted(block, sizes, first)
         finally:
-            loaded.close()  # type: ignore[attr-defined]
+            loaded.close()
 
-    def _permuted(self, block: list[Any], first: int) -> list[Any]:
+    def _permuted(
+        self, block: list[Any], sizes: list[int], first: int
+    ) -> tuple[list[Any], list[int]]:
         opts = self.options
         if not opts.shuffle or opts.shuffle_buffer == 0:
-            return block
+            return block, sizes
         order = permutation(len(block), opts.seed, DOCUMENTS, opts.epoch, opts.rank, first)
-        return [block[k] for k in order]
+        return [block[k] for k in order], [sizes[k] for k in order]
 
-    def _decode(self, loaded: Loaded) -> list[Any]:
+    def _decode(self, loaded: Loaded, out: list[Any], out_sizes: list[int]) -> None:
+        """Append the unit's documents to ``out`` and their UTF-8 sizes to ``out_sizes``."""
         unit = self.corpus.units[loaded.unit]
         self._units += 1
         for error in loaded.errors:
@@ -263,9 +279,8 @@ class DocumentIterator:
         member = os.path.basename(unit.member)
         subset, i = unit.subset, unit.member_index
         new = tuple.__new__
-        out: list[Any] = []
         append = out.append
-        text_bytes = 0
+        append_size = out_sizes.append
         for j, offset in enumerate(offsets):
             if offset < 0:
                 continue  # left out by the worker (too large), already counted
@@ -273,16 +288,15 @@ class DocumentIterator:
             try:
                 text = str(data[offset : offset + size], "utf-8")
             except UnicodeDecodeError as exc:
-                text = self._bad_text(data[offset : offset + size], unit, names[j], exc)
-                if text is None:
+                replaced = self._bad_text(data[offset : offset + size], unit, names[j], exc)
+                if replaced is None:
                     continue
-            text_bytes += size
+                text = replaced
+            append_size(size)
             if self._as_tuples:
                 append(((i, j), (member, names[j]), text))
             else:
                 append(new(Document, (text, subset, member, names[j], i, j)))
-        self._text_bytes += text_bytes
-        return out
 
     def _bad_text(
         self, raw: memoryview | bytes, unit: Unit, name: str, exc: UnicodeDecodeError
@@ -296,7 +310,9 @@ class DocumentIterator:
         self._error(error, member_level=False, cause=exc)
         return None
 
-    def _error(self, error: OWTError, *, member_level: bool, cause: BaseException | None = None) -> None:
+    def _error(
+        self, error: OWTError, *, member_level: bool, cause: BaseException | None = None
+    ) -> None:
         opts = self.options
         if opts.on_error == "raise":
             raise error from cause

@@ -62,7 +62,10 @@ class Options:
             if not ok:
                 raise ValueError(message)
 
-        need(_is_int(self.workers) and self.workers >= 1, f"workers must be >= 1, not {self.workers!r}")
+        need(
+            _is_int(self.workers) and self.workers >= 1,
+            f"workers must be >= 1, not {self.workers!r}",
+        )
         need(_is_int(self.seed) and self.seed >= 0, f"seed must be an int >= 0, not {self.seed!r}")
         need(
             _is_int(self.shuffle_buffer) and self.shuffle_buffer >= 0,

@@ -8,7 +8,6 @@ a ``str`` cannot cross a process boundary without being encoded again.
 
 from __future__ import annotations
 
-import bz2
 import lzma
 import os
 import zlib
@@ -21,9 +20,14 @@ from .tarwalk import TarFormatError, walk
 
 __all__ = ["Member", "Reader"]
 
-_DECOMPRESS_ERRORS = (lzma.LZMAError, zlib.error, OSError, EOFError, ValueError)
-if hasattr(bz2, "BZ2Error"):  # pragma: no cover - older Pythons
-    _DECOMPRESS_ERRORS += (bz2.BZ2Error,)
+# bz2 reports corrupt data as OSError; zstandard as ZstdError, a subclass of Exception only.
+_DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
+    lzma.LZMAError,
+    zlib.error,
+    OSError,
+    EOFError,
+    ValueError,
+)
 
 
 class Member(NamedTuple):
@@ -70,7 +74,9 @@ class Reader:
         try:
             raw = os.pread(self._fd(unit.path), unit.size, unit.offset)
         except OSError as exc:
-            raise CorruptMember(f"cannot read: {exc.strerror or exc}", unit.path, unit.member) from exc
+            raise CorruptMember(
+                f"cannot read: {exc.strerror or exc}", unit.path, unit.member
+            ) from exc
         if len(raw) != unit.size:
             raise CorruptMember(
                 f"file is truncated: {len(raw)} of {unit.size} bytes", unit.path, unit.member

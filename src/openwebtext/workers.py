@@ -25,13 +25,14 @@ units it held (after ``retries`` fresh attempts on a new worker).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import multiprocessing as mp
 import os
 import signal
 import time
 import traceback
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any, NamedTuple
 
@@ -142,7 +143,7 @@ class WorkerPool:
         task_r, task_w = self._ctx.Pipe(duplex=False)
         result_r, result_w = self._ctx.Pipe(duplex=False)
         inherited = [c for w in self._workers for c in (w.tasks, w.results)] + [task_w, result_r]
-        process = self._ctx.Process(  # type: ignore[attr-defined]
+        process = self._ctx.Process(
             target=_worker_main,
             args=(self.units, task_r, result_w, self._shared, self.options, inherited),
             name=f"owt-worker-{self._next_number}",
@@ -187,7 +188,7 @@ class WorkerPool:
 
     # -- the run -----------------------------------------------------------
 
-    def run(self, order: Iterable[int]) -> Iterator[Loaded]:
+    def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
         """Yield every unit of ``order``, in order. Closes the pool when done or abandoned."""
         if self.closed:
             raise WorkerError("this worker pool is closed")
@@ -224,14 +225,12 @@ class WorkerPool:
                     tasks[seq] = (unit, free.pop(), 0)
                 else:
                     break
-                unit, slot, attempts = tasks[seq]
+                unit, slot, _ = tasks[seq]
                 if not idle.inflight:
                     idle.last_heard = time.monotonic()
                 idle.inflight.append(seq)
-                try:
+                with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen below
                     idle.tasks.send((seq, unit, slot if self._shared is not None else None))
-                except (BrokenPipeError, OSError):
-                    pass  # it died; the sentinel tells us below
             if seq_out in done:
                 message = done.pop(seq_out)
                 unit, slot, _ = tasks.pop(seq_out)
@@ -284,14 +283,13 @@ class WorkerPool:
                 try:
                     message = w.results.recv()
                 except (EOFError, OSError):
-                    dead[w.number] = (w, "closed its pipe")
+                    dead[w.number] = (w, "")
                     continue
                 w.last_heard = time.monotonic()
                 w.inflight.remove(message[1])
                 done[message[1]] = message
             elif w.number not in dead and not w.results.poll():
-                w.process.join(0.1)
-                dead[w.number] = (w, f"exited with code {w.process.exitcode}")
+                dead[w.number] = (w, "")
         now = time.monotonic()
         for w in busy:
             if w.number not in dead and w.inflight and now - w.last_heard >= self.options.timeout:
@@ -308,23 +306,28 @@ class WorkerPool:
         done: dict[int, tuple[Any, ...]],
         queue: list[int],
     ) -> None:
+        w.process.join(1.0)  # it closed its pipe: it is exiting, or about to
         if w.process.is_alive():
             w.process.kill()
-        w.process.join()
+            w.process.join()
+        why = why or f"exited with code {w.process.exitcode}"
         w.tasks.close()
         w.results.close()
         w.process.close()
         self._workers.remove(w)
-        for seq in w.inflight:
+        # A worker reads its tasks in order: only the first was being read when
+        # it failed; the rest had not started and go back without blame.
+        for position, seq in enumerate(w.inflight):
             unit, slot, attempts = tasks[seq]
-            if attempts < self.options.retries:
+            if position > 0:
+                queue.append(seq)
+            elif attempts < self.options.retries:
                 tasks[seq] = (unit, slot, attempts + 1)
                 queue.append(seq)
             else:
                 u = self.units[unit]
                 error = WorkerError(
-                    f"worker {w.number} (pid {w.pid}) {why} "
-                    f"while reading {u.path}[{u.member}]"
+                    f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]"
                 )
                 done[seq] = ("err", seq, error, "")
         queue.sort()

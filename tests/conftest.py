@@ -1,0 +1,23 @@
+"""Shared fixtures: small generated corpora, an independent reference reader, process checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openwebtext.synth import write_corpus
+from support import plain_read
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 subsets x 3 members x 20 documents (120), seed 0. Read-only: copy it to damage it."""
+    out = tmp_path_factory.mktemp("corpus") / "small"
+    write_corpus(out, subsets=2, members=3, docs=20, seed=0, workers=1)
+    return out
+
+
+@pytest.fixture(scope="session")
+def small_docs(small_corpus: Path) -> dict[str, str]:
+    return plain_read(sorted(small_corpus.glob("*.tar")))

@@ -1,0 +1,185 @@
+"""Faults end in the library's errors or counted skips, never a hang or a lost document."""
+
+from __future__ import annotations
+
+import lzma
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from openwebtext import CorruptDocument, CorruptMember, Loader, TooManyErrors, WorkerError
+from openwebtext.index import Unit
+from openwebtext.read import Member, Reader
+from support import child_pids, damage, group_pids, inner_tar, member_offset, outer_tar, sample_docs
+
+MEMBER = "openwebtext/urlsf_subset00-2_data.xz"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, small_corpus: Path) -> Path:
+    """A private copy of the small corpus, to damage."""
+    return Path(shutil.copytree(small_corpus, tmp_path / "corpus"))
+
+
+def member_docs(small_docs: dict[str, str], member_number: int) -> set[str]:
+    """Names of the documents of member ``member_number`` (0-based over the corpus)."""
+    names = list(small_docs)
+    return set(names[member_number * 20 : (member_number + 1) * 20])
+
+
+def test_corrupt_member_raises_naming_file_and_member(corpus: Path) -> None:
+    tar = corpus / "urlsf_subset00.tar"
+    offset, size = member_offset(tar, MEMBER)
+    damage(tar, offset + size // 2, b"\x00\xff" * 8)
+    with pytest.raises(CorruptMember) as info:
+        list(Loader(corpus, workers=2))
+    assert info.value.path == str(tar)
+    assert info.value.member == MEMBER
+    assert f"urlsf_subset00.tar[{MEMBER}]" in str(info.value)
+    assert child_pids() == []
+
+
+def test_corrupt_member_is_skipped_and_counted(corpus: Path, small_docs: dict[str, str]) -> None:
+    tar = corpus / "urlsf_subset00.tar"
+    offset, size = member_offset(tar, MEMBER)
+    damage(tar, offset + size // 2, b"\x00\xff" * 8)
+    with Loader(corpus, workers=2, on_error="skip").iter() as it:
+        got = [d.name for d in it]
+        stats = it.stats
+    assert len(got) == len(set(got))
+    assert set(got) == set(small_docs) - member_docs(small_docs, 1)
+    assert stats.skipped_members == 1 and stats.skipped_documents == 0
+    assert MEMBER in stats.skipped[0]
+    with pytest.raises(TooManyErrors, match="max_errors=0"):
+        list(Loader(corpus, workers=2, on_error="skip", max_errors=0))
+
+
+def test_truncated_member(tmp_path: Path) -> None:
+    good = lzma.compress(inner_tar(sample_docs("good", 5)))
+    cut = lzma.compress(inner_tar(sample_docs("cut", 5)))
+    outer = outer_tar(
+        tmp_path / "t.tar", [("good_data.xz", good), ("cut_data.xz", cut[: len(cut) // 2])]
+    )
+    with pytest.raises(CorruptMember, match=r"t\.tar\[cut_data\.xz\]: corrupt xz data"):
+        list(Loader(outer, shuffle=False))
+    with Loader(outer, on_error="skip").iter() as it:
+        assert sorted(d.name for d in it) == sorted(sample_docs("good", 5))
+        assert it.stats.skipped_members == 1
+
+
+def test_invalid_utf8_document(tmp_path: Path) -> None:
+    docs = sample_docs("u", 4)
+    docs["u-bad.txt"] = b"caf\xe9 latin-1, not UTF-8"
+    outer = outer_tar(tmp_path / "u.tar", [("u_data.xz", lzma.compress(inner_tar(docs)))])
+    with pytest.raises(
+        CorruptDocument, match=r"u\.tar\[u_data\.xz\].*invalid UTF-8.*u-bad\.txt"
+    ) as info:
+        list(Loader(outer))
+    assert info.value.document == "u-bad.txt"
+    with Loader(outer, on_error="skip").iter() as it:
+        assert sorted(d.name for d in it) == sorted(sample_docs("u", 4))
+        assert it.stats.skipped_documents == 1
+    with Loader(outer, decode_errors="replace").iter() as it:
+        got = {d.name: d.text for d in it}
+        assert got["u-bad.txt"] == "caf\ufffd latin-1, not UTF-8"
+        assert it.stats.replaced_documents == 1
+
+
+def _kill_on(member: str, marker: Path | None = None) -> object:
+    real = Reader.read
+
+    def read(self: Reader, unit: Unit) -> Member:
+        if unit.member == member and (marker is None or not marker.exists()):
+            if marker is not None:
+                marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, unit)
+
+    return read
+
+
+def test_killed_worker_is_an_error(small_corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Reader, "read", _kill_on(MEMBER))
+    with pytest.raises(WorkerError, match=rf"exited with code -9 while reading .*{MEMBER}"):
+        list(Loader(small_corpus, workers=2))
+    assert child_pids() == []
+
+
+def test_killed_worker_is_retried_under_skip(
+    small_corpus: Path, small_docs: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(Reader, "read", _kill_on(MEMBER, tmp_path / "killed-once"))
+    with Loader(small_corpus, workers=2, on_error="skip").iter() as it:
+        got = [d.name for d in it]
+        assert it.stats.skipped_members == 0
+    assert sorted(got) == sorted(small_docs)
+    assert (tmp_path / "killed-once").exists()
+
+
+def test_worker_killed_twice_is_skipped(
+    small_corpus: Path, small_docs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Reader, "read", _kill_on(MEMBER))
+    with Loader(small_corpus, workers=2, on_error="skip").iter() as it:
+        got = [d.name for d in it]
+        assert it.stats.skipped_members == 1
+    assert set(got) == set(small_docs) - member_docs(small_docs, 1)
+
+
+def test_hung_worker_is_an_error(small_corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Reader.read
+
+    def read(self: Reader, unit: Unit) -> Member:
+        if unit.member == MEMBER:
+            time.sleep(3600)
+        return real(self, unit)
+
+    monkeypatch.setattr(Reader, "read", read)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=rf"sent nothing for 1 s while reading .*{MEMBER}"):
+        list(Loader(small_corpus, workers=2, timeout=1.0))
+    assert time.monotonic() - start < 30  # a bound against hanging, not a speed check
+    assert child_pids() == []
+
+
+def test_ctrl_c_stops_owt_stream(small_corpus: Path) -> None:
+    # --jsonl into a pipe nobody reads: the command blocks mid-stream, workers alive.
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "openwebtext.cli",
+            "stream",
+            str(small_corpus),
+            "-j",
+            "2",
+            "--jsonl",
+            "--shuffle-buffer",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(group_pids(proc.pid)) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(group_pids(proc.pid)) >= 3, "owt stream and its 2 workers should be running"
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
+    text = err.decode()
+    assert "interrupted" in text
+    assert "Traceback" not in text
+    assert group_pids(proc.pid) == []
