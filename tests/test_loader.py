@@ -57,8 +57,13 @@ def test_golden_order(small_corpus: Path) -> None:
     assert docs[0].member == GOLDEN_SEED0_MEMBER
 
 
-GOLDEN_SEED0: list[str] = []
-GOLDEN_SEED0_MEMBER = ""
+GOLDEN_SEED0 = [
+    "0000056-dfc5dce62c81a202bdaa0b830e285a65.txt",
+    "0000073-5bd5bec4e6484d59aca59cc6c32a0323.txt",
+    "0000071-b06f087c8e9bc10bb2d71b6fd68a1ac7.txt",
+    "0000074-df0a4b6cfb487bf4383c34ad15b984b1.txt",
+]
+GOLDEN_SEED0_MEMBER = "urlsf_subset00-3_data.xz"
 
 
 def test_shuffle_mixes_members(small_corpus: Path) -> None:

@@ -1,0 +1,465 @@
+"""Tests of the synthetic OpenWebText-like corpus generator (openwebtext.synth)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import lzma
+import os
+import re
+import statistics
+import tarfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openwebtext import synth
+
+TAR_RE = re.compile(r"^urlsf_subset(\d{2})\.tar$")
+MEMBER_RE = re.compile(r"^openwebtext/urlsf_subset(\d{2})-(\d+)_data\.xz$")
+DOC_RE = re.compile(r"^(\d{7})-([0-9a-f]{32})\.txt$")
+XZ_MAGIC = b"\xfd7zXZ\x00"
+GNU_MAGIC = b"ustar  \x00"  # bytes 257..265 of a GNU-format tar header
+
+# sha256 of the first document of the seed-0 corpus (subset 0, member 1, document 0).
+# Changing the generator changes this and every saved golden: bump
+# synth.GENERATOR_VERSION (the default corpus' cache folder name) when it does.
+GOLDEN_FIRST_DOC_SHA256 = "cc961a34cb6882487460b5a46089c30f697531dac0e88de299e391b4192d6fd3"
+# sha256 of the (decompressed) inner tar of member 1 of the 2 x 3 x 20 seed-0 corpus:
+# names, tar headers and texts, independent of the liblzma version.
+GOLDEN_INNER_TAR_SHA256 = "fdb42611f06e7741c53d9e1f120c2f8845d662efc3c971302194d36e10d21897"
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def read_corpus(path: Path) -> dict[str, list[tuple[str, list[tuple[tarfile.TarInfo, bytes]]]]]:
+    """{outer tar name: [(member name, [(inner TarInfo, document bytes), ...]), ...]}."""
+    corpus: dict[str, list[tuple[str, list[tuple[tarfile.TarInfo, bytes]]]]] = {}
+    for tar_path in sorted(path.glob("*.tar")):
+        members = []
+        with tarfile.open(tar_path) as outer:
+            for info in outer.getmembers():
+                fh = outer.extractfile(info)
+                assert fh is not None
+                data = fh.read()
+                assert data.startswith(XZ_MAGIC), info.name
+                inner_bytes = lzma.decompress(data, format=lzma.FORMAT_XZ)
+                assert inner_bytes[257:265] == GNU_MAGIC
+                docs = []
+                with tarfile.open(fileobj=io.BytesIO(inner_bytes)) as inner:
+                    for doc in inner.getmembers():
+                        dfh = inner.extractfile(doc)
+                        assert dfh is not None
+                        docs.append((doc, dfh.read()))
+                members.append((info.name, docs))
+        corpus[tar_path.name] = members
+    return corpus
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, synth.SynthReport]:
+    out = tmp_path_factory.mktemp("tiny") / "corpus"
+    report = synth.write_corpus(out, subsets=2, members=3, docs=20, seed=0, workers=1)
+    return out, report
+
+
+def test_layout_and_names(tiny: tuple[Path, synth.SynthReport]) -> None:
+    out, report = tiny
+    assert sorted(p.name for p in out.iterdir()) == [
+        synth.COMPLETE_MARKER,
+        "urlsf_subset00.tar",
+        "urlsf_subset01.tar",
+    ]
+    corpus = read_corpus(out)
+    numbers: list[int] = []
+    text_bytes = compressed_bytes = 0
+    for subset, (tar_name, members) in enumerate(sorted(corpus.items())):
+        m = TAR_RE.match(tar_name)
+        assert m is not None and int(m.group(1)) == subset
+        assert (out / tar_name).read_bytes()[257:265] == GNU_MAGIC
+        assert len(members) == 3
+        for k, (member, docs) in enumerate(members, start=1):
+            mm = MEMBER_RE.match(member)
+            assert mm is not None, member
+            assert (int(mm.group(1)), int(mm.group(2))) == (subset, k)
+            assert len(docs) == 20
+            for info, data in docs:
+                dm = DOC_RE.match(info.name)
+                assert dm is not None, info.name
+                assert info.isreg()
+                assert dm.group(2) == hashlib.md5(data).hexdigest()
+                numbers.append(int(dm.group(1)))
+                text_bytes += len(data)
+                data.decode("utf-8")  # valid UTF-8
+    with tarfile.open(out / "urlsf_subset01.tar") as outer:
+        infos = outer.getmembers()
+        compressed_bytes = sum(i.size for i in infos)
+        for i in infos:
+            assert (i.mtime, i.mode, i.uid, i.gid, i.uname, i.gname) == (
+                synth.TAR_MTIME,
+                0o644,
+                0,
+                0,
+                "",
+                "",
+            )
+    with tarfile.open(out / "urlsf_subset00.tar") as outer:
+        compressed_bytes += sum(i.size for i in outer.getmembers())
+    assert numbers == list(range(120))  # running number over the whole corpus
+    assert report == synth.SynthReport(
+        path=out,
+        subsets=2,
+        members=3,
+        documents=120,
+        text_bytes=text_bytes,
+        compressed_bytes=compressed_bytes,
+        seconds=report.seconds,
+    )
+    assert 2.0 < report.ratio < 4.0
+
+
+def test_inner_tar_metadata(tiny: tuple[Path, synth.SynthReport]) -> None:
+    out, _ = tiny
+    (_, docs) = read_corpus(out)["urlsf_subset00.tar"][0]
+    for info, _data in docs:
+        assert (info.mtime, info.mode, info.uid, info.gid, info.uname, info.gname) == (
+            1555000000,
+            0o644,
+            0,
+            0,
+            "",
+            "",
+        )
+
+
+def test_documents_are_the_member_streams(tiny: tuple[Path, synth.SynthReport]) -> None:
+    out, _ = tiny
+    _, docs = read_corpus(out)["urlsf_subset01.tar"][1]  # subset 1, member K=2
+    texts = [data.decode() for _, data in docs]
+    assert texts == synth.member_documents(0, 1, 2, 20)
+    # Each member is its own stream: fewer documents give a prefix of the same texts.
+    assert synth.member_documents(0, 1, 2, 3) == texts[:3]
+
+
+def test_golden_first_document(tiny: tuple[Path, synth.SynthReport]) -> None:
+    out, _ = tiny
+    info, data = read_corpus(out)["urlsf_subset00.tar"][0][1][0]
+    assert info.name.startswith("0000000-")
+    assert hashlib.sha256(data).hexdigest() == GOLDEN_FIRST_DOC_SHA256
+    with tarfile.open(out / "urlsf_subset00.tar") as outer:
+        fh = outer.extractfile(outer.getmembers()[0])
+        assert fh is not None
+        inner = lzma.decompress(fh.read())
+    assert hashlib.sha256(inner).hexdigest() == GOLDEN_INNER_TAR_SHA256
+
+
+def test_same_seed_same_bytes_whatever_the_workers(
+    tiny: tuple[Path, synth.SynthReport], tmp_path: Path
+) -> None:
+    out, _ = tiny
+    again = synth.write_corpus(tmp_path / "again", 2, 3, 20, seed=0, workers=2).path
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(p.name for p in again.iterdir())
+    for name in names:
+        assert sha256(out / name) == sha256(again / name), name
+    other = synth.write_corpus(tmp_path / "other", 2, 3, 20, seed=1, workers=2).path
+    for name in ("urlsf_subset00.tar", "urlsf_subset01.tar"):
+        assert sha256(out / name) != sha256(other / name)
+
+
+def live_children() -> list[int]:
+    """Live (non-zombie) child processes of this process, from /proc."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid() and fields[0] != "Z":
+                children.append(int(entry))
+    return children
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_worker_processes_are_gone_afterwards(tmp_path: Path) -> None:
+    report = synth.write_corpus(tmp_path / "c", 1, 4, 3, workers=2)
+    assert report.documents == 12
+    assert live_children() == []
+
+
+def test_only_uniform_doubles_are_drawn() -> None:
+    class OnlyRandom:
+        """A generator that offers nothing but ``random``."""
+
+        def __init__(self, seed: int) -> None:
+            self._rng = np.random.Generator(np.random.PCG64(seed))
+            self.calls = 0
+
+        def random(self, *args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return self._rng.random(*args, **kwargs)
+
+    proxy = OnlyRandom(7)
+    text = synth.generate_document(proxy)  # type: ignore[arg-type]
+    assert proxy.calls > 0
+    assert text == synth.generate_document(7)
+    assert text != synth.generate_document(8)
+
+
+def test_generate_document_target_size() -> None:
+    for target in (500, 5_000, 50_000):
+        n = len(synth.generate_document(3, target_bytes=target).encode())
+        assert 0.9 * target < n < 1.1 * target + 600
+    capped = [len(synth.generate_document(seed, target_bytes=10**6).encode()) for seed in range(5)]
+    assert all(95_000 < n <= 100_000 for n in capped), capped
+
+
+# --------------------------------------------------------------------------------------
+# Text statistics (about 2,000 documents)
+# --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sample() -> list[str]:
+    docs: list[str] = []
+    for member in range(1, 6):
+        docs += synth.member_documents(0, 0, member, 400)
+    return docs
+
+
+def test_compression_ratio_like_web_text() -> None:
+    text = xz = 0
+    for member in (1, 2):
+        data, nbytes = synth._make_member(0, 0, member, 390, 0, 6)
+        text += nbytes
+        xz += len(data)
+    ratio = text / xz
+    assert 2.5 < ratio < 4.0, ratio
+    assert 2.8 < ratio < 3.5, ratio  # tuned to about 3.1 (real OpenWebText: about 3.0)
+
+
+def test_length_distribution_right_skewed(sample: list[str]) -> None:
+    sizes = [len(d.encode()) for d in sample]
+    mean = statistics.mean(sizes)
+    median = statistics.median(sizes)
+    assert len(sizes) == 2000
+    assert 4200 < mean < 5200, mean
+    assert median < 0.8 * mean, (median, mean)
+    assert 2000 < median < 4000, median
+    assert min(sizes) >= 300
+    assert max(sizes) <= 100_000
+    assert max(sizes) > 25_000  # a long tail
+    assert sum(s < 1000 for s in sizes) > 0.03 * len(sizes)
+
+
+def test_some_non_ascii_but_mostly_ascii(sample: list[str]) -> None:
+    with_non_ascii = sum(not d.isascii() for d in sample) / len(sample)
+    assert 0.2 < with_non_ascii < 0.4, with_non_ascii
+    total = sum(len(d.encode()) for d in sample)
+    ascii_bytes = sum(sum(c.isascii() for c in d) for d in sample)
+    assert ascii_bytes / total > 0.99
+    joined = "".join(sample)
+    for ch in "“”’—é":
+        assert ch in joined, ch
+    assert re.search(r"[\u0400-\u04ff\u0370-\u03ff\u4e00-\u9fff]", joined)  # non-Latin
+
+
+def test_no_control_characters(sample: list[str]) -> None:
+    for doc in sample:
+        assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", doc)
+        assert doc.endswith("\n") and not doc.startswith((" ", "\n"))
+
+
+def test_looks_like_web_text(sample: list[str]) -> None:
+    words = Counter(w.lower().strip('.,!?"“”') for d in sample for w in d.split())
+    total = sum(words.values())
+    top = words.most_common(100)
+    assert top[0][0] == "the"
+    assert sum(c for _, c in top) / total > 0.3  # Zipf-like: a few words dominate
+    assert len(words) > 10_000  # ... over a large vocabulary
+    assert sum(len(w) * c for w, c in words.items()) / total < 8
+    n = len(sample)
+    # Structure: a title line then paragraphs separated by blank lines.
+    assert all("\n\n" in d for d in sample)
+    assert sum(d.count("\n\n") >= 3 for d in sample) > 0.7 * n
+    assert all(d.split("\n", 1)[0][0].isupper() for d in sample)
+    sentences = re.findall(r"[.!?][”\"]? ([A-Z“\"])", "".join(sample))
+    assert len(sentences) > 20 * n
+    assert sum(d.count(",") for d in sample) > 20 * n
+    assert sum(bool(re.search(r"\d", d)) for d in sample) > 0.8 * n
+    assert sum("http" in d for d in sample) > 0.1 * n
+    assert sum(bool(re.search(r"\b(19|20)\d\d\b", d)) for d in sample) > 0.5 * n
+    boilerplate = ("Share this article", "Click here to subscribe", "Advertisement")
+    assert sum(any(b in d for b in boilerplate) for d in sample) > 0.1 * n
+    assert "lorem" not in " ".join(sample).lower()
+
+
+# --------------------------------------------------------------------------------------
+# Writing safely
+# --------------------------------------------------------------------------------------
+
+
+def test_non_empty_out_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "corpus"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not empty"):
+        synth.write_corpus(out, 1, 1, 2, workers=1)
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]  # no temp folder left
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(FileExistsError):
+        synth.write_corpus(a_file, 1, 1, 2, workers=1)
+
+
+def test_empty_out_folder_is_used_and_no_temp_is_left(tmp_path: Path) -> None:
+    out = tmp_path / "corpus"
+    out.mkdir()
+    report = synth.write_corpus(out, 1, 2, 3, workers=1)
+    assert report.documents == 6
+    assert (out / "urlsf_subset00.tar").is_file()
+    assert (out / synth.COMPLETE_MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+
+
+def test_interrupted_run_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = synth._make_member
+    calls: list[int] = []
+
+    def failing(*args: Any) -> tuple[bytes, int]:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(synth, "_make_member", failing)
+    with pytest.raises(KeyboardInterrupt):
+        synth.write_corpus(tmp_path / "corpus", 2, 2, 2, workers=1)
+    assert len(calls) == 3
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_lost_rename_race_raises_and_cleans_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "corpus"
+    real_make = synth._make_member
+
+    def other_process_wins(*args: Any) -> tuple[bytes, int]:
+        if not out.exists():  # someone else completes `out` while we generate
+            out.mkdir()
+            (out / "theirs.txt").write_text("theirs")
+        return real_make(*args)
+
+    monkeypatch.setattr(synth, "_make_member", other_process_wins)
+    with pytest.raises(FileExistsError, match="someone else"):
+        synth.write_corpus(out, 1, 2, 2, workers=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]
+    assert sorted(p.name for p in out.iterdir()) == ["theirs.txt"]
+
+
+def test_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    synth.write_corpus(tmp_path / "quiet", 1, 2, 2, workers=1)
+    assert capsys.readouterr().err == ""
+    synth.write_corpus(tmp_path / "loud", 1, 2, 2, workers=1, progress=True)
+    err = capsys.readouterr().err
+    assert "2/2" in err and "member" in err
+
+
+def test_bad_parameters(tmp_path: Path) -> None:
+    for kwargs in (
+        {"subsets": 0},
+        {"subsets": 101},
+        {"members": 0},
+        {"docs": 0},
+        {"seed": -1},
+        {"preset": 10},
+        {"subsets": 100, "members": 1000, "docs": 101},  # more than 10**7 documents
+    ):
+        with pytest.raises(ValueError):
+            synth.write_corpus(tmp_path / "c", **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --------------------------------------------------------------------------------------
+# The default corpus
+# --------------------------------------------------------------------------------------
+
+
+def test_default_corpus_name() -> None:
+    assert synth.corpus_dirname(3, 60, 390, 0) == (
+        f"synth-v{synth.GENERATOR_VERSION}-s3-m60-d390-seed0"
+    )
+    assert synth._DEFAULT_SHAPE == (3, 60, 390, 0)
+
+
+def test_default_corpus_generates_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 2, 5, 0))
+    calls: list[Path] = []
+    real = synth.write_corpus
+
+    def counting(out: Path, *args: Any, **kwargs: Any) -> synth.SynthReport:
+        calls.append(out)
+        return real(out, *args, **kwargs)
+
+    monkeypatch.setattr(synth, "write_corpus", counting)
+    path = synth.default_corpus(tmp_path, progress=False)
+    assert path == tmp_path / f"synth-v{synth.GENERATOR_VERSION}-s1-m2-d5-seed0"
+    assert calls == [path]
+    assert "generating the default corpus" in capsys.readouterr().err
+    assert (path / synth.COMPLETE_MARKER).is_file()
+    assert len(read_corpus(path)["urlsf_subset00.tar"]) == 2
+    before = {p.name: sha256(p) for p in path.iterdir()}
+
+    again = synth.default_corpus(tmp_path, progress=False)
+    assert again == path
+    assert calls == [path]  # not regenerated
+    assert capsys.readouterr().err == ""
+    assert {p.name: sha256(p) for p in path.iterdir()} == before
+
+
+def test_default_corpus_cache_dir_from_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    path = synth.default_corpus(progress=False)
+    assert path.parent == tmp_path / "cache"
+    assert (path / "urlsf_subset00.tar").is_file()
+
+
+def test_default_corpus_uses_the_one_another_process_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    real = synth.write_corpus
+
+    def racing(out: Path, *args: Any, **kwargs: Any) -> synth.SynthReport:
+        real(out, *args, **kwargs)  # "the other process" finishes first ...
+        return real(out, *args, **kwargs)  # ... so our own rename fails
+
+    monkeypatch.setattr(synth, "write_corpus", racing)
+    path = synth.default_corpus(tmp_path, progress=False)
+    assert (path / synth.COMPLETE_MARKER).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [path.name]
+
+
+def test_default_corpus_refuses_a_foreign_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    path = tmp_path / synth.corpus_dirname(1, 1, 2, 0)
+    path.mkdir()
+    (path / "urlsf_subset00.tar").write_bytes(b"half")
+    with pytest.raises(FileExistsError, match="not a complete"):
+        synth.default_corpus(tmp_path, progress=False)
