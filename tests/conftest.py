@@ -21,3 +21,9 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def small_docs(small_corpus: Path) -> dict[str, str]:
     return plain_read(sorted(small_corpus.glob("*.tar")))
+
+
+@pytest.fixture(scope="session")
+def small_names(small_docs: dict[str, str]) -> tuple[str, ...]:
+    """The names of the small corpus's documents (short enough for Hypothesis to print)."""
+    return tuple(small_docs)

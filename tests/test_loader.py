@@ -146,7 +146,7 @@ def test_loader_is_immutable_and_picklable(small_corpus: Path) -> None:
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
-        ("workers", 0, "workers must be >= 1"),
+        ("workers", -1, "workers must be >= 0"),
         ("rank", 2, r"rank must be in 0\.\.1"),
         ("seed", -1, "seed must be an int >= 0"),
         ("on_error", "ignore", "on_error must be"),

@@ -11,6 +11,7 @@ The reference API (``OpenWebTextLoader``, ``shuffle``, ``take``) keeps working.
 """
 
 from .compat import OpenWebTextLoader, shuffle, take
+from .corpus import Corpus, Counts
 from .errors import (
     CorpusError,
     CorruptDocument,
@@ -23,7 +24,7 @@ from .errors import (
     WorkerError,
 )
 from .index import Unit
-from .loader import Corpus, Document, DocumentIterator, Loader, Stats
+from .loader import Document, DocumentIterator, Loader, Stats
 from .options import Options
 
 __version__ = "0.1.0"
@@ -33,6 +34,7 @@ __all__ = [
     "CorpusError",
     "CorruptDocument",
     "CorruptMember",
+    "Counts",
     "Document",
     "DocumentIterator",
     "Loader",

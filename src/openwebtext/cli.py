@@ -10,8 +10,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .corpus import Corpus
 from .errors import OWTError
-from .loader import Corpus, DocumentIterator
+from .loader import DocumentIterator
 from .options import Options
 from .workers import cpu_count
 
@@ -102,6 +103,30 @@ def _stream(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .counts import count_documents
+
+    corpus = Corpus.open(_corpus_paths(args.paths))
+    if corpus.counts is not None and not args.force:
+        print(
+            f"already indexed: {sum(corpus.counts.documents)} documents in "
+            f"{len(corpus.units)} members ({corpus.counts_paths()[0].name})",
+            file=sys.stderr,
+        )
+        return 0
+    splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction)
+    with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
+        counts = count_documents(corpus, workers=args.jobs, splits=splits, progress=bar.update)
+    path = corpus.save_counts(counts)
+    print(
+        f"{sum(counts.documents)} documents in {len(corpus.units)} members; counts in {path}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from .synth import write_corpus
 
@@ -156,6 +181,24 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     stream.set_defaults(run=_stream)
 
+    index = sub.add_parser(
+        "index",
+        help="count the documents of every member once (needed for even sharding)",
+    )
+    index.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    index.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
+    index.add_argument(
+        "--val-fraction",
+        type=float,
+        action="append",
+        default=None,
+        help="also count this held-out split (default 0.0005; repeatable)",
+    )
+    index.add_argument("--val-seed", type=int, default=2357)
+    index.add_argument("--force", action="store_true", help="count again even if cached")
+    index.add_argument("-q", "--quiet", action="store_true")
+    index.set_defaults(run=_index)
+
     synth = sub.add_parser("synth", help="write a generated corpus in the OpenWebText layout")
     synth.add_argument("out", help="output folder (must not exist or be empty)")
     synth.add_argument("--subsets", type=int, default=3)
@@ -171,6 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "val_fraction", 0) is None:
+        args.val_fraction = [0.0005]
     try:
         code: int = args.run(args)
         return code

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .loader import Corpus, DocumentIterator
+from .corpus import Corpus
+from .loader import DocumentIterator
 from .options import Options
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["DecodePolicy", "ErrorPolicy", "Options"]
+__all__ = ["DecodePolicy", "ErrorPolicy", "EvenRule", "Options", "SplitName"]
 
 ErrorPolicy = Literal["raise", "skip", "warn"]
 DecodePolicy = Literal["strict", "replace"]
+EvenRule = Literal["drop", "pad"]
+SplitName = Literal["all", "train", "val"]
 
 MiB = 1 << 20
 
@@ -18,17 +20,28 @@ class Options:
     """How a loader reads a corpus.
 
     Attributes:
-        workers: Worker processes (1 or more; more than the units is fine).
+        workers: Worker processes (more than the units is fine); 0 reads in
+            the calling process (no processes at all).
         shuffle: Shuffle units and documents; the order is a pure function of
             ``seed`` and ``epoch``. When False, documents come in corpus order.
         seed: Seed of every random choice (a non-negative int).
         shuffle_buffer: Documents are shuffled within blocks of consecutive
             units holding at least this many documents (0: units are shuffled,
             documents within a unit are not).
-        epoch: Which epoch's order to produce.
+        epoch: The first epoch to produce; each epoch has its own order.
+        epochs: How many epochs to run, from ``epoch`` (None: without end).
         rank: This process's rank among ``world_size`` readers.
         world_size: How many ranks split the corpus (disjoint, covering).
-        take: Stop after this many documents (None: the whole epoch).
+        even: Every rank yields the same number of documents per epoch (None:
+            True when ``world_size > 1``). Needs the counts of ``owt index``.
+        even_rule: With ``even``: ``drop`` yields the smallest rank's count on
+            every rank (the others stop early); ``pad`` yields the largest
+            (the others wrap around to the start of their own shard).
+        split: ``all`` documents, or the held-out ``val`` split, or the
+            ``train`` rest; decided per document name by a keyed hash.
+        val_fraction: The share of documents held out (nanoGPT: 0.0005).
+        val_seed: The key of the split's hash (nanoGPT: 2357).
+        take: Stop after this iterator has yielded this many documents.
         on_error: ``raise`` stops at the first bad member or document;
             ``skip`` leaves it out and counts it; ``warn`` also logs one line.
         max_errors: With skip or warn, raise ``TooManyErrors`` past this many
@@ -46,8 +59,14 @@ class Options:
     seed: int = 0
     shuffle_buffer: int = 4096
     epoch: int = 0
+    epochs: int | None = 1
     rank: int = 0
     world_size: int = 1
+    even: bool | None = None
+    even_rule: EvenRule = "drop"
+    split: SplitName = "all"
+    val_fraction: float = 0.0005
+    val_seed: int = 2357
     take: int | None = None
     on_error: ErrorPolicy = "raise"
     max_errors: int | None = None
@@ -63,8 +82,8 @@ class Options:
                 raise ValueError(message)
 
         need(
-            _is_int(self.workers) and self.workers >= 1,
-            f"workers must be >= 1, not {self.workers!r}",
+            _is_int(self.workers) and self.workers >= 0,
+            f"workers must be >= 0, not {self.workers!r}",
         )
         need(_is_int(self.seed) and self.seed >= 0, f"seed must be an int >= 0, not {self.seed!r}")
         need(
@@ -72,6 +91,26 @@ class Options:
             f"shuffle_buffer must be >= 0, not {self.shuffle_buffer!r}",
         )
         need(_is_int(self.epoch) and self.epoch >= 0, f"epoch must be >= 0, not {self.epoch!r}")
+        need(
+            self.epochs is None or (_is_int(self.epochs) and self.epochs >= 1),
+            f"epochs must be None or >= 1, not {self.epochs!r}",
+        )
+        need(
+            self.even_rule in ("drop", "pad"),
+            f"even_rule must be 'drop' or 'pad', not {self.even_rule!r}",
+        )
+        need(
+            self.split in ("all", "train", "val"),
+            f"split must be 'all', 'train' or 'val', not {self.split!r}",
+        )
+        need(
+            isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1,
+            f"val_fraction must be between 0 and 1, not {self.val_fraction!r}",
+        )
+        need(
+            _is_int(self.val_seed) and self.val_seed >= 0,
+            f"val_seed must be >= 0, not {self.val_seed!r}",
+        )
         need(
             _is_int(self.world_size) and self.world_size >= 1,
             f"world_size must be >= 1, not {self.world_size!r}",
@@ -104,6 +143,16 @@ class Options:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def even_sharding(self) -> bool:
+        """Whether ranks are evened out (``even``, or by default when ``world_size > 1``)."""
+        return self.world_size > 1 if self.even is None else self.even
+
+    @property
+    def even_mode(self) -> EvenRule | None:
+        """``drop`` or ``pad`` when ranks are evened out, else None."""
+        return self.even_rule if self.even_sharding else None
 
 
 def _is_int(value: object) -> bool:

@@ -12,9 +12,13 @@ every saved state: the golden tests in ``tests/test_plan.py`` and
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
 import numpy as np
 
-__all__ = ["permutation", "plan"]
+__all__ = ["Split", "epoch_target", "in_validation", "permutation", "plan"]
 
 # Streams of randomness, so that the unit order and the document shuffle never share draws.
 UNITS, DOCUMENTS = 0, 1
@@ -46,3 +50,45 @@ def plan(
     """
     order = permutation(n_units, seed, UNITS, epoch) if shuffle else list(range(n_units))
     return order[rank::world_size]
+
+
+def epoch_target(
+    counts: Sequence[int],
+    *,
+    shuffle: bool,
+    seed: int,
+    epoch: int,
+    world_size: int,
+    rule: Literal["drop", "pad"],
+) -> int:
+    """Documents every rank yields in ``epoch`` so that all ranks yield the same number.
+
+    ``counts[u]`` is the number of documents of unit ``u``. ``drop``: the
+    smallest rank's total (larger ranks stop early); ``pad``: the largest
+    (smaller ranks wrap around to the start of their own shard).
+    """
+    order = permutation(len(counts), seed, UNITS, epoch) if shuffle else range(len(counts))
+    totals = [0] * world_size
+    for position, unit in enumerate(order):
+        totals[position % world_size] += counts[unit]
+    return min(totals) if rule == "drop" else max(totals)
+
+
+class Split(NamedTuple):
+    """Which documents to keep: the held-out ``val`` split, or the ``train`` rest."""
+
+    which: Literal["train", "val"]
+    fraction: float
+    seed: int
+
+
+def in_validation(name: str, fraction: float, seed: int) -> bool:
+    """Whether document ``name`` is held out: a keyed hash of its name below ``fraction``.
+
+    Decided per document from its name alone, so the split is the same whatever
+    the order, the rank or the worker count, and train and val never overlap.
+    """
+    digest = hashlib.blake2b(
+        name.encode("utf-8", "surrogateescape"), digest_size=8, key=seed.to_bytes(8, "little")
+    ).digest()
+    return int.from_bytes(digest, "little") < fraction * 2.0**64

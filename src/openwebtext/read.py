@@ -16,9 +16,10 @@ from typing import NamedTuple
 from .errors import CorruptDocument, CorruptMember, MemberTooLarge
 from .formats import MAGIC_BYTES, TAR, LimitExceeded, decompress, detect
 from .index import Unit
+from .plan import Split, in_validation
 from .tarwalk import TarFormatError, walk
 
-__all__ = ["Member", "Reader"]
+__all__ = ["Member", "Reader", "Split"]
 
 # bz2 reports corrupt data as OSError; zstandard as ZstdError, a subclass of Exception only.
 _DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
@@ -38,15 +39,25 @@ class Member(NamedTuple):
     offsets: list[int]
     sizes: list[int]
     dropped: list[CorruptDocument]
-    """Documents that pass ``max_document_bytes``; their offset is set to -1."""
+    """Documents that pass ``max_document_bytes``.
+
+    Their offset is -1, as is that of documents outside the requested split.
+    """
 
 
 class Reader:
     """Reads units, keeping a few files open between them."""
 
-    def __init__(self, max_member_bytes: int, max_document_bytes: int, max_open: int = 16):
+    def __init__(
+        self,
+        max_member_bytes: int,
+        max_document_bytes: int,
+        max_open: int = 16,
+        split: Split | None = None,
+    ):
         self.max_member_bytes = max_member_bytes
         self.max_document_bytes = max_document_bytes
+        self.split = split
         self.max_open = max_open
         self._files: dict[str, int] = {}
 
@@ -103,11 +114,17 @@ class Reader:
                 unit.path,
                 unit.member,
             )
+        if self.split is not None:
+            which, fraction, seed = self.split
+            held_out = which == "val"
+            for k, name in enumerate(names):
+                if in_validation(name, fraction, seed) is not held_out:
+                    offsets[k] = -1
         dropped: list[CorruptDocument] = []
         limit = self.max_document_bytes
         if sizes and max(sizes) > limit:
             for k, size in enumerate(sizes):
-                if size > limit:
+                if size > limit and offsets[k] >= 0:
                     dropped.append(
                         CorruptDocument(
                             f"document of {size} bytes passes max_document_bytes={limit}",

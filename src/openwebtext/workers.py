@@ -38,9 +38,9 @@ from typing import Any, NamedTuple
 
 from .errors import OWTError, WorkerError
 from .index import Unit
-from .read import Reader
+from .read import Reader, Split
 
-__all__ = ["Loaded", "PoolOptions", "WorkerPool"]
+__all__ = ["InlinePool", "Loaded", "PoolOptions", "WorkerPool", "cpu_count"]
 
 
 class PoolOptions(NamedTuple):
@@ -51,6 +51,7 @@ class PoolOptions(NamedTuple):
     retries: int
     max_member_bytes: int
     max_document_bytes: int
+    split: Split | None = None
 
 
 class Loaded(NamedTuple):
@@ -61,7 +62,7 @@ class Loaded(NamedTuple):
     names: list[str]
     offsets: list[int]
     sizes: list[int]
-    errors: list[OWTError]
+    errors: Sequence[OWTError]
     """A unit-level failure (then the table is empty) or documents left out."""
 
 
@@ -76,7 +77,7 @@ def _worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
     for conn in inherited:
         conn.close()
-    reader = Reader(options.max_member_bytes, options.max_document_bytes)
+    reader = Reader(options.max_member_bytes, options.max_document_bytes, split=options.split)
     slot_bytes = options.slot_bytes
     try:
         while True:
@@ -136,6 +137,13 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._next_number = 0
         self.closed = False
+        # Tasks live across runs: seq -> (unit, slot, attempts).
+        self._tasks: dict[int, tuple[int, int | None, int]] = {}
+        self._done: dict[int, tuple[Any, ...]] = {}  # seq -> the worker's message
+        self._retry: list[int] = []  # seqs to send again (their worker died)
+        self._abandoned: set[int] = set()  # seqs of runs left early
+        self._free = list(range(self._slots - 1, -1, -1))
+        self._seq_new = 0
 
     # -- processes ---------------------------------------------------------
 
@@ -189,64 +197,76 @@ class WorkerPool:
     # -- the run -----------------------------------------------------------
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
-        """Yield every unit of ``order``, in order. Closes the pool when done or abandoned."""
+        """Yield every unit of ``order``, in order.
+
+        The pool outlives a run: call ``run`` again for the next epoch. A run
+        left early abandons its units in flight; their results are dropped
+        when they arrive. ``close()`` stops the workers.
+        """
         if self.closed:
             raise WorkerError("this worker pool is closed")
+        if not self._workers:
+            self._workers = [self._spawn() for _ in range(self.options.workers)]
+        first = self._seq_new
         try:
             yield from self._run(iter(order))
         finally:
-            self.close()
+            self._abandoned.update(s for s in self._tasks if s >= first)
+            for seq in [s for s in self._done if s in self._abandoned]:
+                self._finish(seq)
+
+    def _finish(self, seq: int) -> None:
+        """Forget a task and free its slot."""
+        self._done.pop(seq, None)
+        self._abandoned.discard(seq)
+        _, slot, _ = self._tasks.pop(seq)
+        if slot is not None:
+            self._free.append(slot)
+
+    def _dispatch(self, order: Iterator[int], exhausted: bool) -> bool:
+        """Send work while workers have room and slots are free; True once ``order`` ran out."""
+        while True:
+            idle = min(self._workers, key=lambda w: len(w.inflight))
+            if len(idle.inflight) >= self.options.prefetch:
+                return exhausted
+            if self._retry:
+                seq = self._retry.pop(0)
+            elif not exhausted and self._free:
+                unit = next(order, None)
+                if unit is None:
+                    return True
+                seq = self._seq_new
+                self._seq_new += 1
+                self._tasks[seq] = (unit, self._free.pop(), 0)
+            else:
+                return exhausted
+            unit, slot, _ = self._tasks[seq]
+            if not idle.inflight:
+                idle.last_heard = time.monotonic()
+            idle.inflight.append(seq)
+            with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
+                idle.tasks.send((seq, unit, slot if self._shared is not None else None))
 
     def _run(self, order: Iterator[int]) -> Iterator[Loaded]:
-        opts = self.options
-        free = list(range(self._slots - 1, -1, -1))
-        tasks: dict[int, tuple[int, int | None, int]] = {}  # seq -> (unit, slot, attempts)
-        done: dict[int, tuple[Any, ...]] = {}
-        queue: list[int] = []  # seqs waiting for a worker (retries first)
-        self._workers = [self._spawn() for _ in range(opts.workers)]
-        seq_new = 0
-        seq_out = 0
+        seq_out = self._seq_new
         exhausted = False
         while True:
-            # Hand out work: retries first, then new units, while slots last.
-            while True:
-                idle = min(self._workers, key=lambda w: len(w.inflight))
-                if len(idle.inflight) >= opts.prefetch:
-                    break
-                if queue:
-                    seq = queue.pop(0)
-                elif not exhausted and free:
-                    unit = next(order, None)
-                    if unit is None:
-                        exhausted = True
-                        continue
-                    seq = seq_new
-                    seq_new += 1
-                    tasks[seq] = (unit, free.pop(), 0)
-                else:
-                    break
-                unit, slot, _ = tasks[seq]
-                if not idle.inflight:
-                    idle.last_heard = time.monotonic()
-                idle.inflight.append(seq)
-                with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen below
-                    idle.tasks.send((seq, unit, slot if self._shared is not None else None))
-            if seq_out in done:
-                message = done.pop(seq_out)
-                unit, slot, _ = tasks.pop(seq_out)
-                seq_out += 1
+            exhausted = self._dispatch(order, exhausted)
+            if seq_out in self._done:
+                message = self._done[seq_out]
+                unit, slot, _ = self._tasks[seq_out]
                 loaded = self._loaded(unit, slot, message)
                 try:
                     yield loaded
                 finally:
                     if isinstance(loaded.data, memoryview):
                         loaded.data.release()
-                    if slot is not None:
-                        free.append(slot)
+                    self._finish(seq_out)
+                seq_out += 1
                 continue
-            if exhausted and seq_out == seq_new:
+            if exhausted and seq_out == self._seq_new:
                 return
-            self._wait(tasks, done, queue)
+            self._wait()
 
     def _loaded(self, unit: int, slot: int | None, message: tuple[Any, ...]) -> Loaded:
         if message[0] == "err":
@@ -261,12 +281,7 @@ class WorkerPool:
             data = inline
         return Loaded(unit, data, names, offsets, sizes, list(dropped))
 
-    def _wait(
-        self,
-        tasks: dict[int, tuple[int, int | None, int]],
-        done: dict[int, tuple[Any, ...]],
-        queue: list[int],
-    ) -> None:
+    def _wait(self) -> None:
         """Wait for one message, a death or a hang, and record what happened."""
         busy = [w for w in self._workers if w.inflight]
         now = time.monotonic()
@@ -286,8 +301,11 @@ class WorkerPool:
                     dead[w.number] = (w, "")
                     continue
                 w.last_heard = time.monotonic()
-                w.inflight.remove(message[1])
-                done[message[1]] = message
+                seq = message[1]
+                w.inflight.remove(seq)
+                self._done[seq] = message
+                if seq in self._abandoned:
+                    self._finish(seq)
             elif w.number not in dead and not w.results.poll():
                 dead[w.number] = (w, "")
         now = time.monotonic()
@@ -296,16 +314,9 @@ class WorkerPool:
                 w.process.kill()
                 dead[w.number] = (w, f"sent nothing for {self.options.timeout:g} s")
         for w, why in dead.values():
-            self._replace(w, why, tasks, done, queue)
+            self._replace(w, why)
 
-    def _replace(
-        self,
-        w: _Worker,
-        why: str,
-        tasks: dict[int, tuple[int, int | None, int]],
-        done: dict[int, tuple[Any, ...]],
-        queue: list[int],
-    ) -> None:
+    def _replace(self, w: _Worker, why: str) -> None:
         w.process.join(1.0)  # it closed its pipe: it is exiting, or about to
         if w.process.is_alive():
             w.process.kill()
@@ -318,20 +329,53 @@ class WorkerPool:
         # A worker reads its tasks in order: only the first was being read when
         # it failed; the rest had not started and go back without blame.
         for position, seq in enumerate(w.inflight):
-            unit, slot, attempts = tasks[seq]
-            if position > 0:
-                queue.append(seq)
+            unit, slot, attempts = self._tasks[seq]
+            if seq in self._abandoned:
+                self._finish(seq)
+            elif position > 0:
+                self._retry.append(seq)
             elif attempts < self.options.retries:
-                tasks[seq] = (unit, slot, attempts + 1)
-                queue.append(seq)
+                self._tasks[seq] = (unit, slot, attempts + 1)
+                self._retry.append(seq)
             else:
                 u = self.units[unit]
                 error = WorkerError(
                     f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]"
                 )
-                done[seq] = ("err", seq, error, "")
-        queue.sort()
+                self._done[seq] = ("err", seq, error, "")
+        self._retry.sort()
         self._workers.append(self._spawn())
+
+
+class InlinePool:
+    """``workers=0``: read units in the calling process (no processes, no shared memory).
+
+    For debugging, and for callers that may not start processes (e.g. inside a
+    daemonic ``torch.utils.data.DataLoader`` worker).
+    """
+
+    def __init__(self, units: Sequence[Unit], options: PoolOptions):
+        self.units = units
+        self.reader = Reader(
+            options.max_member_bytes, options.max_document_bytes, split=options.split
+        )
+        self.closed = False
+
+    def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        """Yield every unit of ``order``, in order."""
+        for unit in order:
+            try:
+                member = self.reader.read(self.units[unit])
+            except OWTError as exc:
+                yield Loaded(unit, b"", [], [], [], [exc])
+                continue
+            yield Loaded(
+                unit, member.data, member.names, member.offsets, member.sizes, list(member.dropped)
+            )
+
+    def close(self) -> None:
+        self.closed = True
+        self.reader.close()
 
 
 def cpu_count() -> int:

@@ -1,0 +1,157 @@
+"""Ranks are disjoint and cover the corpus; even sharding gives equal counts; the val split."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from openwebtext import Corpus, CorpusError, Loader
+from openwebtext.counts import count_documents
+from openwebtext.plan import epoch_target, in_validation, plan
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path:
+    """A copy of the small corpus with its counts file written beside it."""
+    path = Path(shutil.copytree(small_corpus, tmp_path_factory.mktemp("indexed") / "c"))
+    corpus = Corpus.open(path)
+    corpus.save_counts(count_documents(corpus, workers=2, splits=((0.0005, 2357), (0.2, 7))))
+    return path
+
+
+@given(
+    n_units=st.integers(0, 60),
+    world_size=st.integers(1, 9),
+    seed=st.integers(0, 2**32),
+    epoch=st.integers(0, 5),
+    shuffle=st.booleans(),
+)
+def test_plan_ranks_are_disjoint_and_cover(
+    n_units: int, world_size: int, seed: int, epoch: int, shuffle: bool
+) -> None:
+    shards = [
+        plan(n_units, shuffle=shuffle, seed=seed, epoch=epoch, rank=r, world_size=world_size)
+        for r in range(world_size)
+    ]
+    flat = [u for shard in shards for u in shard]
+    assert sorted(flat) == list(range(n_units))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+def test_plan_golden() -> None:
+    # Changing this changes every seeded stream and breaks every saved state.
+    assert plan(10, shuffle=True, seed=0, epoch=0) == [3, 2, 1, 8, 6, 0, 7, 4, 5, 9]
+    assert plan(10, shuffle=True, seed=0, epoch=0, rank=1, world_size=3) == [2, 6, 4]
+
+
+@given(counts=st.lists(st.integers(0, 50), min_size=1, max_size=30), world_size=st.integers(1, 6))
+def test_epoch_target_is_min_or_max_of_rank_totals(counts: list[int], world_size: int) -> None:
+    totals = []
+    for r in range(world_size):
+        shard = plan(len(counts), shuffle=True, seed=3, epoch=1, rank=r, world_size=world_size)
+        totals.append(sum(counts[u] for u in shard))
+    kw = {"shuffle": True, "seed": 3, "epoch": 1, "world_size": world_size}
+    assert epoch_target(counts, rule="drop", **kw) == min(totals)  # type: ignore[arg-type]
+    assert epoch_target(counts, rule="pad", **kw) == max(totals)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4, 7])
+def test_uneven_ranks_are_disjoint_and_cover(
+    small_corpus: Path, small_docs: dict[str, str], world_size: int
+) -> None:
+    seen: list[str] = []
+    for rank in range(world_size):
+        loader = Loader(
+            small_corpus, workers=2, seed=5, rank=rank, world_size=world_size, even=False
+        )
+        seen += [d.name for d in loader]
+    assert sorted(seen) == sorted(small_docs)
+
+
+def test_even_needs_counts_and_says_so(small_corpus: Path) -> None:
+    with pytest.raises(CorpusError, match="run `owt index`"):
+        list(Loader(small_corpus, rank=0, world_size=4))
+
+
+def test_more_ranks_than_members(indexed: Path) -> None:
+    # drop: the smallest shard is empty, so every rank yields nothing (equal counts).
+    assert [len(list(Loader(indexed, rank=r, world_size=8))) for r in range(8)] == [0] * 8
+    with pytest.raises(CorpusError, match="rank 7 has no member to read"):
+        list(Loader(indexed, rank=7, world_size=8, even_rule="pad"))
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    world_size=st.integers(2, 6),
+    rule=st.sampled_from(["drop", "pad"]),
+    epoch=st.integers(0, 3),
+    split=st.sampled_from(["all", "train"]),
+)
+def test_even_ranks_yield_equal_counts(
+    indexed: Path, small_names: tuple[str, ...], world_size: int, rule: str, epoch: int, split: str
+) -> None:
+    per_rank = []
+    for rank in range(world_size):
+        loader = Loader(
+            indexed,
+            workers=1,
+            seed=5,
+            rank=rank,
+            world_size=world_size,
+            even_rule=rule,
+            epoch=epoch,
+            split=split,
+        )
+        per_rank.append([d.name for d in loader])
+    counts = {len(names) for names in per_rank}
+    assert len(counts) == 1
+    flat = [n for names in per_rank for n in names]
+    if rule == "drop":
+        assert len(set(flat)) == len(flat)  # disjoint: nothing is repeated
+    else:
+        assert set(flat) == {
+            n for n in small_names if split == "all" or not in_validation(n, 0.0005, 2357)
+        }
+
+
+def test_pad_wraps_to_the_start_of_the_rank_s_own_shard(indexed: Path) -> None:
+    # 6 units of 20 over 4 ranks: shards of 2, 2, 1, 1 units -> pad to 40 documents.
+    rank3 = [
+        d.name
+        for d in Loader(indexed, seed=5, rank=3, world_size=4, even_rule="pad", shuffle_buffer=0)
+    ]
+    assert len(rank3) == 40
+    assert rank3[:20] == rank3[20:]
+
+
+def test_validation_split_is_disjoint_and_complete(
+    small_corpus: Path, small_docs: dict[str, str]
+) -> None:
+    train = [d.name for d in Loader(small_corpus, split="train", val_fraction=0.2, val_seed=7)]
+    val = [d.name for d in Loader(small_corpus, split="val", val_fraction=0.2, val_seed=7)]
+    assert not set(train) & set(val)
+    assert sorted(train + val) == sorted(small_docs)
+    assert 10 <= len(val) <= 40  # 20% of 120, by a hash
+    assert val == [
+        d.name for d in Loader(small_corpus, workers=3, split="val", val_fraction=0.2, val_seed=7)
+    ]
+    other = [d.name for d in Loader(small_corpus, split="val", val_fraction=0.2, val_seed=8)]
+    assert set(other) != set(val)
+
+
+def test_counts_file_is_found_again(indexed: Path) -> None:
+    corpus = Corpus.open(indexed)
+    assert corpus.counts is not None
+    assert corpus.counts.documents == (20,) * 6
+    assert (indexed / f".owt-counts-{corpus.fingerprint()}.json").exists()
+    train = corpus.counts.per_unit("train", 0.2, 7)
+    val = corpus.counts.per_unit("val", 0.2, 7)
+    assert train is not None and val is not None
+    assert [t + v for t, v in zip(train, val, strict=True)] == [20] * 6
+    assert corpus.counts.per_unit("val", 0.3, 7) is None
