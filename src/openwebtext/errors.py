@@ -100,7 +100,21 @@ class CorruptDocument(CorruptMember):
 
 
 class WorkerError(OWTError):
-    """A worker process died, stopped answering, or failed outside any unit."""
+    """A worker process died, stopped answering, or could not be started.
+
+    Attributes:
+        path: The file of the member the worker was reading, if any.
+        member: That member's name, if any.
+    """
+
+    def __init__(self, message: str, path: str | None = None, member: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.member = member
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.message, self.path, self.member))
 
 
 class StateError(OWTError):

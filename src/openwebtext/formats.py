@@ -55,28 +55,38 @@ def decompress(data: bytes, kind: str, limit: int) -> bytes:
         return data
     if kind == ZSTD:
         return _zstd(data, limit)
-    decomp: Any
-    if kind == XZ:
-        decomp = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
-    elif kind == GZIP:
-        decomp = zlib.decompressobj(wbits=31)
-    elif kind == BZIP2:
-        decomp = bz2.BZ2Decompressor()
-    else:
-        raise ValueError(f"unknown format {kind!r}")
-    out: bytes = decomp.decompress(data, limit + 1)
-    if len(out) > limit:
-        raise LimitExceeded
-    if kind == GZIP:
-        if decomp.unconsumed_tail:
+    # A member may hold several concatenated streams (pbzip2, bgzip, `cat a.xz b.xz`):
+    # read them all, under one limit for the whole output.
+    parts: list[bytes] = []
+    total = 0
+    while True:
+        decomp = _decompressor(kind)
+        out: bytes = decomp.decompress(data, limit + 1 - total)
+        total += len(out)
+        parts.append(out)
+        if total > limit or (kind == GZIP and decomp.unconsumed_tail):
             raise LimitExceeded
         if not decomp.eof:
+            if kind != GZIP and not decomp.needs_input:
+                raise LimitExceeded
             raise EOFError("compressed data ends before the end-of-stream marker")
-    elif not decomp.eof:
-        if decomp.needs_input:
-            raise EOFError("compressed data ends before the end-of-stream marker")
-        raise LimitExceeded
-    return out
+        data = decomp.unused_data
+        if kind == XZ:
+            data = data.lstrip(b"\0")  # stream padding, allowed between xz streams
+        if not data:
+            return b"".join(parts)
+        if detect(data[:MAGIC_BYTES]) != kind:
+            raise ValueError(f"{len(data)} bytes of trailing garbage after the {kind} data")
+
+
+def _decompressor(kind: str) -> Any:
+    if kind == XZ:
+        return lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+    if kind == GZIP:
+        return zlib.decompressobj(wbits=31)
+    if kind == BZIP2:
+        return bz2.BZ2Decompressor()
+    raise ValueError(f"unknown format {kind!r}")
 
 
 def _zstd(data: bytes, limit: int) -> bytes:

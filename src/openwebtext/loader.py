@@ -1,64 +1,23 @@
 """The loader: a corpus plus options (immutable), and the running iterator over documents.
 
 ``Loader`` is a description: picklable, comparable, safe to share. Iterating it
-creates a ``DocumentIterator``, which owns the worker processes, decodes text,
-shuffles within blocks, applies the error policy and keeps the counts. Close it
-(or use it as a context manager) to stop the workers early; it also closes
-itself when exhausted.
+creates a ``DocumentIterator``, which owns the worker processes (through its
+``Stream``) until it is closed, exhausted, or dropped. Use it as a context
+manager, or call ``close()``, to stop the workers early.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-from collections.abc import Generator, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from typing import Any
 
 from .corpus import Corpus
-from .errors import CorpusError, CorruptDocument, OWTError, TooManyErrors
-from .index import Unit
 from .options import Options
-from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
-from .state import STATE_FORMAT, check_state, stream_config
-from .workers import InlinePool, Loaded, PoolOptions, WorkerPool
+from .stream import Document, Stats, Stream
 
-__all__ = ["Corpus", "Document", "DocumentIterator", "Loader", "Stats"]
-
-log = logging.getLogger("openwebtext")
-
-#: Largest decompressed member that travels through shared memory (larger: through the pipe).
-SLOT_BYTES = 16 << 20
-
-
-class Document(NamedTuple):
-    """One document and where it came from."""
-
-    text: str
-    subset: str
-    """The file it came from, without suffix (``urlsf_subset00``)."""
-    member: str
-    """The inner member's file name (``urlsf_subset00-1_data.xz``)."""
-    name: str
-    """The document's name inside the member (``0000000-….txt``)."""
-    member_index: int
-    """Index of the member in its file (``i`` of the reference API)."""
-    document_index: int
-    """Index of the document in its member (``j`` of the reference API)."""
-
-
-@dataclass(frozen=True)
-class Stats:
-    """What an iterator has delivered and left out so far."""
-
-    documents: int
-    text_bytes: int
-    units: int
-    skipped_members: int
-    skipped_documents: int
-    replaced_documents: int
-    skipped: tuple[str, ...]
-    """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
+__all__ = ["Document", "DocumentIterator", "Loader", "Stats"]
 
 
 class Loader:
@@ -117,6 +76,9 @@ class DocumentIterator:
         state: A ``state_dict()`` of an earlier iterator of the same stream:
             continue right after the last document it handed out.
         as_tuples: Yield the reference API's ``((i, j), (member, name), text)``.
+
+    Raises:
+        StateError: ``state`` belongs to another corpus or other options.
     """
 
     def __init__(
@@ -129,38 +91,8 @@ class DocumentIterator:
     ) -> None:
         self.corpus = corpus
         self.options = options
-        self._as_tuples = as_tuples
-        self._config = stream_config(corpus.fingerprint(), len(corpus.units), options)
-        if state is not None:
-            check_state(state, self._config)
-            position = state["position"]
-            counters = state.get("counters", {})
-        else:
-            position = {"epoch": options.epoch, "block": 0, "in_block": 0}
-            counters = {}
-        # Where the stream is: the block being handed out and how far into it.
-        self._epoch: int = position["epoch"]
-        self._block: int = position["block"]
-        self._block_end: int = position["block"]
-        self._block_len = 0
-        self._in_block: int = position["in_block"]
-        self._first_in_block = self._in_block  # handed out before this iterator started
-        self._block_order: list[int] | None = None
-        self._block_sizes: list[int] = []
-        # Running counts; "before" ones exclude the current block.
-        self._delivered_before: int = counters.get("documents", 0)
-        self._bytes_before: int = counters.get("text_bytes", 0)
-        self._epoch_before: int = counters.get("epoch_documents", 0)
-        self._yielded_before = 0
-        self._units: int = counters.get("units", 0)
-        self._skipped_members: int = counters.get("skipped_members", 0)
-        self._skipped_documents: int = counters.get("skipped_documents", 0)
-        self._replaced: int = counters.get("replaced_documents", 0)
-        self._skipped: list[str] = []
-        self._pool: WorkerPool | InlinePool | None = None
-        self._gen = self._generate()
-
-    # -- the iterator protocol ------------------------------------------------
+        self._stream = Stream(corpus, options, state=state, as_tuples=as_tuples)
+        self._gen = self._stream.documents()
 
     def __iter__(self) -> Iterator[Any]:
         # The generator itself: ``for`` then resumes it directly, with no
@@ -173,8 +105,7 @@ class DocumentIterator:
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""
         self._gen.close()
-        if self._pool is not None:
-            self._pool.close()
+        self._stream.close()
 
     def __enter__(self) -> DocumentIterator:
         return self
@@ -182,307 +113,11 @@ class DocumentIterator:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.close()
-
-    # -- what has been handed out ---------------------------------------------
-
-    def _handed_in_block(self) -> list[int]:
-        """Sizes of the current block's documents handed out so far."""
-        order = self._block_order
-        sizes = self._block_sizes
-        if order is None:
-            return sizes[: self._in_block]
-        return [sizes[k] for k in order[: self._in_block]]
-
     @property
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
-        in_block = self._in_block - self._first_in_block
-        handed = self._handed_in_block()[self._first_in_block :]
-        return Stats(
-            self._delivered_before + in_block,
-            self._bytes_before + sum(handed),
-            self._units,
-            self._skipped_members,
-            self._skipped_documents,
-            self._replaced,
-            tuple(self._skipped),
-        )
+        return self._stream.stats
 
     def state_dict(self) -> dict[str, Any]:
         """The state after the last document handed out: resume with ``Loader.iter(state=…)``."""
-        stats = self.stats
-        if self._block_len and self._in_block >= self._block_len:
-            position = {"epoch": self._epoch, "block": self._block_end, "in_block": 0}
-        else:
-            position = {"epoch": self._epoch, "block": self._block, "in_block": self._in_block}
-        return {
-            "format": STATE_FORMAT,
-            "config": dict(self._config),
-            "position": position,
-            "counters": {
-                "documents": stats.documents,
-                "text_bytes": stats.text_bytes,
-                "epoch_documents": self._epoch_before + self._in_block - self._first_in_block,
-                "units": stats.units,
-                "skipped_members": stats.skipped_members,
-                "skipped_documents": stats.skipped_documents,
-                "replaced_documents": stats.replaced_documents,
-            },
-        }
-
-    # -- the pipeline -----------------------------------------------------------
-
-    def _new_pool(self) -> WorkerPool | InlinePool:
-        opts = self.options
-        split = None if opts.split == "all" else Split(opts.split, opts.val_fraction, opts.val_seed)
-        pool_options = PoolOptions(
-            workers=opts.workers,
-            prefetch=opts.prefetch,
-            slot_bytes=SLOT_BYTES,
-            timeout=opts.timeout,
-            retries=0 if opts.on_error == "raise" else 1,
-            max_member_bytes=opts.max_member_bytes,
-            max_document_bytes=opts.max_document_bytes,
-            split=split,
-        )
-        if opts.workers == 0:
-            return InlinePool(self.corpus.units, pool_options)
-        return WorkerPool(self.corpus.units, pool_options)
-
-    def _target(self, epoch: int) -> int | None:
-        """Documents this rank yields in ``epoch`` when ranks are evened out, else None."""
-        opts = self.options
-        rule = opts.even_mode
-        if rule is None:
-            return None
-        counts = None
-        if self.corpus.counts is not None:
-            counts = self.corpus.counts.per_unit(opts.split, opts.val_fraction, opts.val_seed)
-        if counts is None:
-            raise CorpusError(
-                f"even sharding (world_size={opts.world_size}, even_rule={rule!r}) needs the "
-                f"number of documents of every member"
-                + (f" in split {opts.split!r}" if opts.split != "all" else "")
-                + ": run `owt index` on the corpus once, or pass even=False",
-                path=os.path.dirname(self.corpus.units[0].path),
-            )
-        return epoch_target(
-            counts,
-            shuffle=opts.shuffle,
-            seed=opts.seed,
-            epoch=epoch,
-            world_size=opts.world_size,
-            rule=rule,
-        )
-
-    def _generate(self) -> Generator[Any, None, None]:
-        opts = self.options
-        take = opts.take
-        if take == 0 or not self.corpus.units:
-            return
-        last = None if opts.epochs is None else opts.epoch + opts.epochs
-        pool = self._pool = self._new_pool()
-        try:
-            while last is None or self._epoch < last:
-                yield from self._epoch_documents(pool, take)
-                if take is not None and self._yielded() >= take:
-                    return
-                self._epoch += 1
-                self._block = self._block_end = self._in_block = self._first_in_block = 0
-                self._block_len = 0
-                self._epoch_before = 0
-        finally:
-            pool.close()
-
-    def _yielded(self) -> int:
-        yielded: int = self._yielded_before + self._in_block - self._first_in_block
-        return yielded
-
-    def _epoch_documents(
-        self, pool: WorkerPool | InlinePool, take: int | None
-    ) -> Generator[Any, None, None]:
-        """Hand out the rest of the current epoch, from the current block on."""
-        opts = self.options
-        order = plan(
-            len(self.corpus.units),
-            shuffle=opts.shuffle,
-            seed=opts.seed,
-            epoch=self._epoch,
-            rank=opts.rank,
-            world_size=opts.world_size,
-        )
-        target = self._target(self._epoch)
-        if target is None:
-            yield from self._pass(pool, order, self._block, len(order), None, take)
-            return
-        if target > 0 and not order:
-            raise CorpusError(
-                f"rank {opts.rank} has no member to read: world_size {opts.world_size} is more "
-                f"than the {len(self.corpus.units)} members; use even_rule='drop' or fewer ranks"
-            )
-        counts = self._unit_counts()
-        # Evened out: cycle through this rank's shard (positions past its end wrap
-        # around) up to where the counts say the target is met; if skipped
-        # documents leave it short, go on from there.
-        while self._epoch_before < target:
-            start = self._block
-            need = target - self._epoch_before + self._in_block
-            end = start
-            while need > 0 and end < start + len(order):
-                need -= counts[order[end % len(order)]]
-                end += 1
-            before = self._epoch_before
-            yield from self._pass(pool, order, start, end, target, take)
-            if take is not None and self._yielded() >= take:
-                return
-            if self._epoch_before == before and end - start >= len(order):
-                raise CorpusError(
-                    f"rank {opts.rank} read no document in a whole pass over its shard"
-                )
-            self._block, self._in_block = end, 0
-
-    def _unit_counts(self) -> tuple[int, ...]:
-        opts = self.options
-        counts = self.corpus.counts
-        assert counts is not None  # _target checked
-        per_unit = counts.per_unit(opts.split, opts.val_fraction, opts.val_seed)
-        assert per_unit is not None
-        return per_unit
-
-    def _pass(
-        self,
-        pool: WorkerPool | InlinePool,
-        order: list[int],
-        start: int,
-        end: int,
-        target: int | None,
-        take: int | None,
-    ) -> Generator[Any, None, None]:
-        """Hand out the documents of plan positions ``start..end`` (wrapping around ``order``)."""
-        feed = (order[p % len(order)] for p in range(start, end))
-        skip = self._in_block
-        blocks = self._blocks(pool.run(feed), start)
-        try:
-            for block_start, block_end, block, sizes in blocks:
-                self._block, self._block_end = block_start, block_end
-                self._block_len = len(block)
-                self._block_sizes = sizes
-                self._block_order = order_ = self._permutation(len(block), block_start)
-                self._in_block = self._first_in_block = skip
-                stop = len(block)
-                if target is not None:
-                    stop = min(stop, skip + target - self._epoch_before)
-                if take is not None:
-                    stop = min(stop, skip + take - self._yielded_before)
-                # The loop target is the attribute itself: the position is exact
-                # whenever the consumer looks, at no cost per document.
-                picks = range(skip, stop) if order_ is None else order_[skip:stop]
-                skip = 0
-                for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
-                    yield block[k]
-                handed = self._in_block - self._first_in_block
-                self._delivered_before += handed
-                self._bytes_before += sum(self._handed_in_block()[self._first_in_block :])
-                self._epoch_before += handed
-                self._yielded_before += handed
-                self._first_in_block = self._in_block
-                if stop < len(block):
-                    return  # take or the target stopped us mid-block
-        finally:
-            blocks.close()
-
-    def _permutation(self, n: int, block_start: int) -> list[int] | None:
-        opts = self.options
-        if not opts.shuffle or opts.shuffle_buffer == 0:
-            return None
-        return permutation(n, opts.seed, DOCUMENTS, self._epoch, opts.rank, block_start)
-
-    def _blocks(
-        self, loaded: Generator[Loaded, None, None], start: int
-    ) -> Generator[tuple[int, int, list[Any], list[int]], None, None]:
-        """Group decoded units into blocks of >= shuffle_buffer documents.
-
-        Yields ``(first position, end position, documents, their UTF-8 sizes)``,
-        positions counting units in plan order from ``start``.
-        """
-        opts = self.options
-        size = max(1, opts.shuffle_buffer if opts.shuffle else 0)
-        block: list[Any] = []
-        sizes: list[int] = []
-        first = position = start
-        try:
-            for position, unit in enumerate(loaded, start + 1):
-                self._decode(unit, block, sizes)
-                if len(block) >= size:
-                    yield first, position, block, sizes
-                    block, sizes = [], []
-                    first = position
-            if block:
-                yield first, position, block, sizes
-        finally:
-            loaded.close()
-
-    def _decode(self, loaded: Loaded, out: list[Any], out_sizes: list[int]) -> None:
-        """Append the unit's documents to ``out`` and their UTF-8 sizes to ``out_sizes``."""
-        unit = self.corpus.units[loaded.unit]
-        self._units += 1
-        for error in loaded.errors:
-            self._error(error, member_level=not loaded.names)
-        data, names, offsets, sizes = loaded.data, loaded.names, loaded.offsets, loaded.sizes
-        member = os.path.basename(unit.member)
-        subset, i = unit.subset, unit.member_index
-        new = tuple.__new__
-        append = out.append
-        append_size = out_sizes.append
-        for j, offset in enumerate(offsets):
-            if offset < 0:
-                continue  # outside the split, or left out by the worker (counted)
-            size = sizes[j]
-            try:
-                text = str(data[offset : offset + size], "utf-8")
-            except UnicodeDecodeError as exc:
-                replaced = self._bad_text(data[offset : offset + size], unit, names[j], exc)
-                if replaced is None:
-                    continue
-                text = replaced
-            append_size(size)
-            if self._as_tuples:
-                append(((i, j), (member, names[j]), text))
-            else:
-                append(new(Document, (text, subset, member, names[j], i, j)))
-
-    def _bad_text(
-        self, raw: memoryview | bytes, unit: Unit, name: str, exc: UnicodeDecodeError
-    ) -> str | None:
-        if self.options.decode_errors == "replace":
-            self._replaced += 1
-            return str(raw, "utf-8", "replace")
-        error = CorruptDocument(
-            f"invalid UTF-8 at byte {exc.start}: {exc.reason}", unit.path, unit.member, name
-        )
-        self._error(error, member_level=False, cause=exc)
-        return None
-
-    def _error(
-        self, error: OWTError, *, member_level: bool, cause: BaseException | None = None
-    ) -> None:
-        opts = self.options
-        if opts.on_error == "raise":
-            raise error from cause
-        if member_level:
-            self._skipped_members += 1
-        else:
-            self._skipped_documents += 1
-        if len(self._skipped) < 10_000:
-            self._skipped.append(str(error))
-        if opts.on_error == "warn":
-            log.warning("skipped: %s", error)
-        skips = self._skipped_members + self._skipped_documents
-        if opts.max_errors is not None and skips > opts.max_errors:
-            raise TooManyErrors(
-                f"{skips} skipped, more than max_errors={opts.max_errors}; last: {error}"
-            ) from error
+        return self._stream.state_dict()

@@ -82,6 +82,12 @@ class Reader:
                 a tar that cannot be walked; names the file and member.
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
+        if unit.kind == TAR and unit.size > self.max_member_bytes:
+            raise MemberTooLarge(
+                f"{unit.size} bytes of tar pass max_member_bytes={self.max_member_bytes}",
+                unit.path,
+                unit.member,
+            )
         try:
             raw = os.pread(self._fd(unit.path), unit.size, unit.offset)
         except OSError as exc:

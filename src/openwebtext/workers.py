@@ -26,6 +26,7 @@ units it held (after ``retries`` fresh attempts on a new worker).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import mmap
 import multiprocessing as mp
 import os
@@ -66,6 +67,25 @@ class Loaded(NamedTuple):
     """A unit-level failure (then the table is empty) or documents left out."""
 
 
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this worker if its consumer dies, even mid-member (Linux).
+
+    Without it, a worker busy with (or stuck in) a member outlives a consumer
+    killed by SIGKILL or the OOM killer, holding the consumer's stdout open.
+    Elsewhere a worker still exits at its next task, on EOF.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent:  # the consumer died before prctl took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _worker_main(
     units: Sequence[Unit],
     tasks: Connection,
@@ -73,8 +93,10 @@ def _worker_main(
     shared: mmap.mmap | None,
     options: PoolOptions,
     inherited: list[Connection],
+    parent: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
+    _die_with_parent(parent)
     for conn in inherited:
         conn.close()
     reader = Reader(options.max_member_bytes, options.max_document_bytes, split=options.split)
@@ -153,7 +175,7 @@ class WorkerPool:
         inherited = [c for w in self._workers for c in (w.tasks, w.results)] + [task_w, result_r]
         process = self._ctx.Process(
             target=_worker_main,
-            args=(self.units, task_r, result_w, self._shared, self.options, inherited),
+            args=(self.units, task_r, result_w, self._shared, self.options, inherited, os.getpid()),
             name=f"owt-worker-{self._next_number}",
             daemon=True,
         )
@@ -205,8 +227,9 @@ class WorkerPool:
         """
         if self.closed:
             raise WorkerError("this worker pool is closed")
-        if not self._workers:
-            self._workers = [self._spawn() for _ in range(self.options.workers)]
+        while len(self._workers) < self.options.workers:
+            # One at a time: each new worker must see (and close) its elders' pipes.
+            self._workers.append(self._spawn())
         first = self._seq_new
         try:
             yield from self._run(iter(order))
@@ -240,12 +263,15 @@ class WorkerPool:
                 self._tasks[seq] = (unit, self._free.pop(), 0)
             else:
                 return exhausted
-            unit, slot, _ = self._tasks[seq]
-            if not idle.inflight:
-                idle.last_heard = time.monotonic()
-            idle.inflight.append(seq)
-            with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
-                idle.tasks.send((seq, unit, slot if self._shared is not None else None))
+            self._send(idle, seq)
+
+    def _send(self, worker: _Worker, seq: int) -> None:
+        unit, slot, _ = self._tasks[seq]
+        if not worker.inflight:
+            worker.last_heard = time.monotonic()
+        worker.inflight.append(seq)
+        with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
+            worker.tasks.send((seq, unit, slot if self._shared is not None else None))
 
     def _run(self, order: Iterator[int]) -> Iterator[Loaded]:
         seq_out = self._seq_new
@@ -326,8 +352,11 @@ class WorkerPool:
         w.results.close()
         w.process.close()
         self._workers.remove(w)
+        fresh = self._spawn()
+        self._workers.append(fresh)
         # A worker reads its tasks in order: only the first was being read when
-        # it failed; the rest had not started and go back without blame.
+        # it failed; the rest had not started and go back without blame. The
+        # blamed one gets its retry on the fresh worker, first in its queue.
         for position, seq in enumerate(w.inflight):
             unit, slot, attempts = self._tasks[seq]
             if seq in self._abandoned:
@@ -336,15 +365,16 @@ class WorkerPool:
                 self._retry.append(seq)
             elif attempts < self.options.retries:
                 self._tasks[seq] = (unit, slot, attempts + 1)
-                self._retry.append(seq)
+                self._send(fresh, seq)
             else:
                 u = self.units[unit]
                 error = WorkerError(
-                    f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]"
+                    f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]",
+                    path=u.path,
+                    member=u.member,
                 )
                 self._done[seq] = ("err", seq, error, "")
         self._retry.sort()
-        self._workers.append(self._spawn())
 
 
 class InlinePool:
