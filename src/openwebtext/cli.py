@@ -6,9 +6,11 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .corpus import Corpus
 from .errors import OWTError
@@ -30,23 +32,67 @@ def _corpus_paths(paths: Sequence[str]) -> list[str]:
     return [str(default_corpus())]
 
 
-def _stream(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
+#: Options a resumed stream takes from its state unless given again on the command line.
+_SHAPING_FLAGS = {
+    "shuffle": "shuffle",
+    "seed": "seed",
+    "shuffle_buffer": "shuffle_buffer",
+    "rank": "rank",
+    "world_size": "world_size",
+    "split": "split",
+    "val_fraction": "val_fraction",
+    "val_seed": "val_seed",
+}
 
-    corpus = Corpus.open(_corpus_paths(args.paths))
-    options = Options(
+
+def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> Options:
+    saved = state.get("config", {}) if state else {}
+    shaping: dict[str, Any] = {}
+    for flag, option in _SHAPING_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None and option in saved:
+            value = saved[option]
+        if value is not None:
+            shaping[option] = value
+    even = args.even if args.even is not None else saved.get("even", "unset")
+    if even != "unset":
+        shaping["even"] = even not in (None, "off")
+        if even not in (None, "off"):
+            shaping["even_rule"] = even
+    return Options(
         workers=args.jobs,
-        shuffle=not args.no_shuffle,
-        seed=args.seed,
-        shuffle_buffer=args.shuffle_buffer,
+        epoch=args.epoch,
+        epochs=args.epochs or None,
         take=args.take,
         on_error=args.on_error,
         max_errors=args.max_errors,
         decode_errors=args.decode_errors,
+        **shaping,
     )
-    iterator = DocumentIterator(corpus, options)
+
+
+def _write_state(path: str, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` atomically (a reader never sees half a file)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(state, f, indent=1)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _stream(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    state = json.loads(Path(args.resume).read_text()) if args.resume else None
+    corpus = Corpus.open(_corpus_paths(args.paths))
+    options = _stream_options(args, state)
+    iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
-    documents = text_bytes = 0
+    before = iterator.stats
     try:
         if args.jsonl:
             out = sys.stdout
@@ -76,17 +122,18 @@ def _stream(args: argparse.Namespace) -> int:
                     if pending == 2048:
                         bar.update(pending)
                         pending = 0
-                        stats = iterator.stats
+                        text = iterator.stats.text_bytes - before.text_bytes
                         seconds = time.perf_counter() - start
-                        bar.set_postfix_str(
-                            f"{stats.text_bytes / seconds / 1e6:.1f} MB/s", refresh=False
-                        )
+                        bar.set_postfix_str(f"{text / seconds / 1e6:.1f} MB/s", refresh=False)
                 bar.update(pending)
     finally:
         iterator.close()
+        if args.state_out:
+            _write_state(args.state_out, iterator.state_dict())
         seconds = time.perf_counter() - start
         stats = iterator.stats
-        documents, text_bytes = stats.documents, stats.text_bytes
+        documents = stats.documents - before.documents
+        text_bytes = stats.text_bytes - before.text_bytes
         line = (
             f"{documents} documents, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
             f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
@@ -116,7 +163,7 @@ def _index(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction)
+    splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction or [0.0005])
     with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
         counts = count_documents(corpus, workers=args.jobs, splits=splits, progress=bar.update)
     path = corpus.save_counts(counts)
@@ -163,14 +210,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream.add_argument("paths", nargs="*", help="files, folders or glob patterns")
     stream.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
-    stream.add_argument("--seed", type=int, default=0)
-    stream.add_argument("--no-shuffle", action="store_true", help="corpus order")
+    stream.add_argument("--seed", type=int, default=None, help="default 0")
+    stream.add_argument(
+        "--no-shuffle",
+        dest="shuffle",
+        action="store_const",
+        const=False,
+        default=None,
+        help="corpus order",
+    )
     stream.add_argument(
         "--shuffle-buffer",
         type=int,
-        default=Options.shuffle_buffer,
-        help="documents shuffled together (default %(default)s)",
+        default=None,
+        help=f"documents shuffled together (default {Options.shuffle_buffer})",
     )
+    stream.add_argument("--epoch", type=int, default=0, help="first epoch (default 0)")
+    stream.add_argument(
+        "--epochs", type=int, default=1, help="epochs to run (default 1; 0: without end)"
+    )
+    stream.add_argument("--rank", type=int, default=None, help="this rank (default 0)")
+    stream.add_argument("--world-size", type=int, default=None, help="ranks (default 1)")
+    stream.add_argument(
+        "--even",
+        choices=("drop", "pad", "off"),
+        default=None,
+        help="equal counts per rank (default drop when --world-size > 1; needs owt index)",
+    )
+    stream.add_argument("--split", choices=("all", "train", "val"), default=None)
+    stream.add_argument("--val-fraction", type=float, default=None, help="default 0.0005")
+    stream.add_argument("--val-seed", type=int, default=None, help="default 2357")
+    stream.add_argument(
+        "--state-out",
+        metavar="FILE",
+        help="on exit (also after Ctrl-C or --take), write the state to resume from",
+    )
+    stream.add_argument("--resume", metavar="FILE", help="continue from a --state-out file")
     stream.add_argument("--take", type=int, default=None, help="stop after N documents")
     stream.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
     stream.add_argument("--max-errors", type=int, default=None)
@@ -214,8 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "val_fraction", 0) is None:
-        args.val_fraction = [0.0005]
     try:
         code: int = args.run(args)
         return code
@@ -227,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (OWTError, ValueError, FileExistsError) as exc:
+    except (OWTError, ValueError, OSError) as exc:
         print(f"owt: error: {exc}", file=sys.stderr)
         return 1
 
