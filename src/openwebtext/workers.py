@@ -30,11 +30,12 @@ import ctypes
 import mmap
 import multiprocessing as mp
 import os
+import selectors
 import signal
 import time
 import traceback
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from .errors import OWTError, WorkerError
@@ -166,6 +167,7 @@ class WorkerPool:
         self._abandoned: set[int] = set()  # seqs of runs left early
         self._free = list(range(self._slots - 1, -1, -1))
         self._seq_new = 0
+        self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
 
     # -- processes ---------------------------------------------------------
 
@@ -209,6 +211,7 @@ class WorkerPool:
             w.results.close()
             w.process.close()
         self._workers.clear()
+        self._selector.close()
 
     def __enter__(self) -> WorkerPool:
         return self
@@ -229,7 +232,7 @@ class WorkerPool:
             raise WorkerError("this worker pool is closed")
         while len(self._workers) < self.options.workers:
             # One at a time: each new worker must see (and close) its elders' pipes.
-            self._workers.append(self._spawn())
+            self._add_worker()
         first = self._seq_new
         try:
             yield from self._run(iter(order))
@@ -312,15 +315,13 @@ class WorkerPool:
         busy = [w for w in self._workers if w.inflight]
         now = time.monotonic()
         deadline = min((w.last_heard + self.options.timeout for w in busy), default=now + 1.0)
-        by_handle: dict[Any, _Worker] = {}
-        for w in self._workers:
-            by_handle[w.results] = w
-            by_handle[w.process.sentinel] = w
-        ready = wait(list(by_handle), timeout=max(0.0, deadline - now))
+        ready = self._selector.select(timeout=max(0.0, deadline - now))
         dead: dict[int, tuple[_Worker, str]] = {}
-        for handle in ready:
-            w = by_handle[handle]
-            if handle is w.results:
+        for key, _ in ready:
+            w, is_results = key.data
+            if w.number in dead:
+                continue
+            if is_results:
                 try:
                     message = w.results.recv()
                 except (EOFError, OSError):
@@ -332,7 +333,7 @@ class WorkerPool:
                 self._done[seq] = message
                 if seq in self._abandoned:
                     self._finish(seq)
-            elif w.number not in dead and not w.results.poll():
+            elif not w.results.poll():  # exited, and nothing left to read
                 dead[w.number] = (w, "")
         now = time.monotonic()
         for w in busy:
@@ -342,7 +343,16 @@ class WorkerPool:
         for w, why in dead.values():
             self._replace(w, why)
 
+    def _add_worker(self) -> _Worker:
+        worker = self._spawn()
+        self._workers.append(worker)
+        self._selector.register(worker.results, selectors.EVENT_READ, (worker, True))
+        self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, False))
+        return worker
+
     def _replace(self, w: _Worker, why: str) -> None:
+        self._selector.unregister(w.results)
+        self._selector.unregister(w.process.sentinel)
         w.process.join(1.0)  # it closed its pipe: it is exiting, or about to
         if w.process.is_alive():
             w.process.kill()
@@ -352,8 +362,7 @@ class WorkerPool:
         w.results.close()
         w.process.close()
         self._workers.remove(w)
-        fresh = self._spawn()
-        self._workers.append(fresh)
+        fresh = self._add_worker()
         # A worker reads its tasks in order: only the first was being read when
         # it failed; the rest had not started and go back without blame. The
         # blamed one gets its retry on the fresh worker, first in its queue.
