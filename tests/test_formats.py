@@ -96,7 +96,7 @@ def test_unknown_file_format_names_the_file(tmp_path: Path) -> None:
     assert info.value.path == str(bad)
 
 
-def test_unknown_member_format_names_the_member(tmp_path: Path) -> None:
+def test_unknown_member_format_names_the_member_when_read(tmp_path: Path) -> None:
     outer = outer_tar(
         tmp_path / "urlsf_subset00.tar",
         [
@@ -104,8 +104,9 @@ def test_unknown_member_format_names_the_member(tmp_path: Path) -> None:
             ("openwebtext/b_data.rar", b"Rar!\x1a\x07\x00" + bytes(600)),
         ],
     )
+    corpus = Corpus.open(outer)  # the error policy decides, when the member is read
     with pytest.raises(UnknownFormat) as info:
-        Corpus.open(outer)
+        list(Loader(corpus))
     assert info.value.member == "openwebtext/b_data.rar"
     assert "urlsf_subset00.tar[openwebtext/b_data.rar]" in str(info.value)
 

@@ -70,9 +70,8 @@ def decompress(data: bytes, kind: str, limit: int) -> bytes:
             if kind != GZIP and not decomp.needs_input:
                 raise LimitExceeded
             raise EOFError("compressed data ends before the end-of-stream marker")
-        data = decomp.unused_data
-        if kind == XZ:
-            data = data.lstrip(b"\0")  # stream padding, allowed between xz streams
+        # Zero padding between or after streams (xz stream padding, padded gzip) is allowed.
+        data = decomp.unused_data.lstrip(b"\0")
         if not data:
             return b"".join(parts)
         if detect(data[:MAGIC_BYTES]) != kind:

@@ -85,8 +85,9 @@ def index_file(path: Path) -> list[Unit]:
     """List the units of one file (see the module docstring for what it may be).
 
     Raises:
-        CorpusError: the file cannot be read, or is a broken tar.
-        UnknownFormat: the file, or one of its members, is none of the formats.
+        CorpusError: the file cannot be read, or its tar headers are damaged.
+        UnknownFormat: the file is none of the formats (a member in none of them
+            becomes a unit that fails when it is read).
     """
     name = str(path)
     subset = path.name.split(".", 1)[0]
@@ -104,26 +105,55 @@ def index_file(path: Path) -> list[Unit]:
 
 
 def _index_outer_tar(f: BinaryIO, name: str, size: int, subset: str, base: str) -> list[Unit]:
+    """Units of an outer tar. Damaged outer headers are errors: what follows them is lost.
+
+    Problems with one member (cut short, empty, unknown format) become units
+    that fail when read, so that the error policy decides (``Reader.read``).
+    """
+    members: list[tarfile.TarInfo] = []
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
-            members = [m for m in tar.getmembers() if m.isreg()]
+            for m in tar:
+                if m.isreg():
+                    members.append(m)
+            end = tar.offset
     except (tarfile.TarError, EOFError) as exc:
-        raise CorpusError(f"broken tar: {exc}", path=name) from exc
+        # A member cut short by the end of the file stays a unit: reading it fails.
+        if not (members and members[-1].offset_data + members[-1].size > size):
+            last = members[-1].name if members else None
+            where = " after this member" if last else ""
+            raise CorpusError(f"broken tar{where}: {exc}", path=name, member=last) from exc
+    else:
+        if not any(m.offset_data + m.size > size for m in members):
+            _check_end(f, name, end, size, members[-1].name if members else None)
     units: list[Unit] = []
-    unknown: list[str] = []
     for i, m in enumerate(members):
-        if m.offset_data + m.size > size:
-            raise CorpusError("tar is truncated", path=name, member=m.name)
-        kind = detect(_head(f, m.offset_data))
-        if kind is None:
-            unknown.append(m.name)
-        units.append(Unit(name, m.name, m.offset_data, m.size, kind or "", subset, i))
-    if unknown and len(unknown) == len(members):
+        head = os.pread(f.fileno(), min(MAGIC_BYTES, m.size), m.offset_data)
+        kind = detect(head) or ""
+        units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
+    if members and not any(u.kind for u in units):
         # No member is compressed or a tar: the file is itself a tar of documents.
         return [Unit(name, base, 0, size, TAR, subset, 0)]
-    if unknown:
-        raise UnknownFormat(f"member is not {_KNOWN}", path=name, member=unknown[0])
     return units
+
+
+def _check_end(f: BinaryIO, name: str, end: int, size: int, last: str | None) -> None:
+    """``tarfile`` stops quietly at a damaged header: what follows the last member must be zeros."""
+    after = f" after member {last}" if last else ""
+    if end >= size:
+        raise CorpusError(
+            f"tar ends without its end-of-archive blocks{after}: truncated?", path=name
+        )
+    position = end
+    while position < size:
+        block = os.pread(f.fileno(), min(1 << 20, size - position), position)
+        if block.strip(b"\0"):
+            raise CorpusError(
+                f"tar header at byte {end}{after} is damaged (the rest of the file is not read)",
+                path=name,
+                member=last,
+            )
+        position += len(block)
 
 
 def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:

@@ -13,7 +13,7 @@ import os
 import zlib
 from typing import NamedTuple
 
-from .errors import CorruptDocument, CorruptMember, MemberTooLarge
+from .errors import CorruptDocument, CorruptMember, MemberTooLarge, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, LimitExceeded, decompress, detect
 from .index import Unit
 from .plan import Split, in_validation
@@ -82,6 +82,9 @@ class Reader:
                 a tar that cannot be walked; names the file and member.
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
+        if not unit.kind:
+            what = "empty" if unit.size == 0 else "not a tar, or xz, gzip, bzip2 or zstd data"
+            raise UnknownFormat(f"member is {what}", unit.path, unit.member)
         if unit.kind == TAR and unit.size > self.max_member_bytes:
             raise MemberTooLarge(
                 f"{unit.size} bytes of tar pass max_member_bytes={self.max_member_bytes}",
