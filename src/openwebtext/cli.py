@@ -59,6 +59,11 @@ def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> O
         shaping["even"] = even not in (None, "off")
         if even not in (None, "off"):
             shaping["even_rule"] = even
+    limits = {
+        name: getattr(args, name)
+        for name in ("max_document_bytes", "max_member_bytes", "timeout")
+        if getattr(args, name) is not None
+    }
     return Options(
         workers=args.jobs,
         epoch=args.epoch,
@@ -68,6 +73,7 @@ def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> O
         max_errors=args.max_errors,
         decode_errors=args.decode_errors,
         **shaping,
+        **limits,
     )
 
 
@@ -246,6 +252,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="on exit (also after Ctrl-C or --take), write the state to resume from",
     )
     stream.add_argument("--resume", metavar="FILE", help="continue from a --state-out file")
+    stream.add_argument(
+        "--max-document-bytes",
+        type=int,
+        default=None,
+        help=f"larger documents are errors (default {Options.max_document_bytes})",
+    )
+    stream.add_argument(
+        "--max-member-bytes",
+        type=int,
+        default=None,
+        help=f"members decompressing past this are errors (default {Options.max_member_bytes})",
+    )
+    stream.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds a busy worker may stay silent (default {Options.timeout:g})",
+    )
     stream.add_argument("--take", type=int, default=None, help="stop after N documents")
     stream.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
     stream.add_argument("--max-errors", type=int, default=None)

@@ -212,6 +212,10 @@ class WorkerPool:
             w.process.close()
         self._workers.clear()
         self._selector.close()
+        if self._shared is not None:
+            # A view still held by the consumer keeps the mapping until it is dropped.
+            with contextlib.suppress(BufferError):
+                self._shared.close()
 
     def __enter__(self) -> WorkerPool:
         return self
