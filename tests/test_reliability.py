@@ -556,15 +556,6 @@ def test_multi_stream_member_is_read_whole(codec: str, tmp_path: Path) -> None:
     assert outcome.docs == decoded(docs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: formats.decompress costs time quadratic in the number of concatenated "
-    "streams: each stream's decomp.unused_data copies the rest of the member (and "
-    "lstrip copies it again), so a 2.5 MB member of 80,000 empty xz streams keeps a "
-    "worker busy ~12 s (a 10 MB one, minutes) until it is killed as hung. Feed the "
-    "decompressor small slices of a memoryview (4 KiB: the 80,000 streams then take "
-    "~0.5 s) so that unused_data stays small",
-)
 def test_many_tiny_streams_take_linear_time(tmp_path: Path) -> None:
     """80,000 empty xz streams after a real one (2.5 MB): read well within a 3 s timeout."""
     member = xz(A) + lzma.compress(b"") * 80_000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import re
 import zlib
 from typing import Any
 
@@ -55,27 +56,43 @@ def decompress(data: bytes, kind: str, limit: int) -> bytes:
         return data
     if kind == ZSTD:
         return _zstd(data, limit)
-    # A member may hold several concatenated streams (pbzip2, bgzip, `cat a.xz b.xz`):
-    # read them all, under one limit for the whole output.
+    return _streams(data, kind, limit)
+
+
+#: Input fed at a time to streams after the first, so ``unused_data`` stays small and
+#: a member of many tiny streams costs linear time.
+_CHUNK = 64 << 10
+_NONZERO = re.compile(rb"[^\x00]")
+
+
+def _streams(data: bytes, kind: str, limit: int) -> bytes:
+    """Every concatenated stream of ``data`` (pbzip2, bgzip, ``cat a.xz b.xz``), one limit."""
+    view = memoryview(data)
     parts: list[bytes] = []
-    total = 0
-    while True:
+    total = pos = 0
+    first = True
+    while pos < len(view):
         decomp = _decompressor(kind)
-        out: bytes = decomp.decompress(data, limit + 1 - total)
-        total += len(out)
-        parts.append(out)
-        if total > limit or (kind == GZIP and decomp.unconsumed_tail):
-            raise LimitExceeded
-        if not decomp.eof:
-            if kind != GZIP and not decomp.needs_input:
+        while True:
+            chunk = view[pos:] if first else view[pos : pos + _CHUNK]
+            out: bytes = decomp.decompress(chunk, limit + 1 - total)
+            total += len(out)
+            parts.append(out)
+            if total > limit or (kind == GZIP and decomp.unconsumed_tail):
                 raise LimitExceeded
-            raise EOFError("compressed data ends before the end-of-stream marker")
+            if decomp.eof:
+                pos += len(chunk) - len(decomp.unused_data)
+                break
+            pos += len(chunk)
+            if pos >= len(view):
+                raise EOFError("compressed data ends before the end-of-stream marker")
+        first = False
         # Zero padding between or after streams (xz stream padding, padded gzip) is allowed.
-        data = decomp.unused_data.lstrip(b"\0")
-        if not data:
-            return b"".join(parts)
-        if detect(data[:MAGIC_BYTES]) != kind:
-            raise ValueError(f"{len(data)} bytes of trailing garbage after the {kind} data")
+        nonzero = _NONZERO.search(data, pos)
+        pos = nonzero.start() if nonzero else len(data)
+        if pos < len(data) and detect(data[pos : pos + MAGIC_BYTES]) != kind:
+            raise ValueError(f"{len(data) - pos} bytes of trailing garbage after the {kind} data")
+    return b"".join(parts)
 
 
 def _decompressor(kind: str) -> Any:
