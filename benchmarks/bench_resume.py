@@ -48,6 +48,7 @@ def main() -> None:
         rest_s = time.perf_counter() - start
         reread = it.stats.units - state["counters"]["units"]
     units = len(loader.corpus.units)
+    block = state["position"]["block"]
     print(f"epoch: {total} documents, {units} units, {epoch_s:.2f} s")
     print(f"cut at {cut} documents ({args.at:.0%}); state {state['position']}")
     print(f"resume -> first document: {first_s:.3f} s = {first_s / epoch_s:.1%} of the epoch")
@@ -56,8 +57,8 @@ def main() -> None:
         f"({rest_s / epoch_s:.1%} of the epoch for {rest / total:.1%} of its documents)"
     )
     print(
-        f"units read by the resumed run: {reread} "
-        f"(the rest of the epoch holds {units - int(units * args.at)})"
+        f"units read by the resumed run: {reread}: plan positions {block}..{units - 1}, "
+        f"the cut block's again and then the rest; the {block} before it are not read"
     )
 
 
