@@ -86,6 +86,21 @@ def test_csv_columns(done: tuple[Path, str], tiny: Path) -> None:
     assert vs[0]["command"].endswith(f" 2 {shlex.quote(str(tiny))}")
     loader = [r for r in rows if r["kind"] == "loader"]
     assert {int(r["documents"]) for r in loader} == {80}
+    # The ceiling decompresses exactly the members the loader read.
+    ours = [r for r in rows if r["kind"] in ("loader", "ceiling")]
+    assert len({r["compressed_bytes"] for r in ours}) == 1
+
+
+def test_take_stops_early_and_the_ceiling_follows(tiny: Path, tmp_path: Path) -> None:
+    argv = ["--workers", "1", "--repeat", "1", "--warmup", "0", "--take", "30", "-q"]
+    result = run_cli(str(tiny), *argv, "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rows, data = load(tmp_path)
+    loader, ceiling = rows[0], rows[1]
+    assert (loader["kind"], ceiling["kind"]) == ("loader", "ceiling")
+    assert int(loader["documents"]) == 30 == data["corpus"]["documents"]
+    assert "--units" in ceiling["command"]
+    assert loader["compressed_bytes"] == ceiling["compressed_bytes"]
 
 
 def test_json_schema(done: tuple[Path, str]) -> None:
@@ -114,27 +129,34 @@ def test_json_schema(done: tuple[Path, str]) -> None:
     assert set(data["conditions"]) == {"seconds", "other_cores", "steal"}
 
 
-def median_wall(rows: list[dict[str, str]], kind: str, workers: int) -> float:
-    walls = [
-        float(r["elapsed"])
+def walls(rows: list[dict[str, str]], kind: str, workers: int) -> dict[str, float]:
+    """Wall seconds of the measured runs of one configuration, by round."""
+    return {
+        r["round"]: float(r["elapsed"])
         for r in rows
         if r["kind"] == kind and int(r["workers"]) == workers and r["warmup"] == "False"
-    ]
-    return statistics.median(walls)
+    }
+
+
+def paired(ours: dict[str, float], theirs: dict[str, float]) -> float:
+    return statistics.median(theirs[k] / ours[k] for k in ours)
 
 
 def test_ratios_are_computed_from_the_numbers_in_the_files(done: tuple[Path, str]) -> None:
     rows, data = load(done[0])
     cores = data["machine"]["cores"]
+    documents = data["corpus"]["documents"]
     for row in data["scaling"]:
         n = row["workers"]
-        loader_rows = [r for r in rows if r["kind"] == "loader" and int(r["workers"]) == n]
-        compressed = int(loader_rows[0]["compressed_bytes"])
-        loader_rate = compressed / median_wall(rows, "loader", n)
-        ceiling_rate = compressed / median_wall(rows, "ceiling", min(n, cores))
-        assert row["efficiency"] == pytest.approx(loader_rate / ceiling_rate)
-        speedup = median_wall(rows, "vs", n) / median_wall(rows, "loader", n)
-        assert row["vs_speedup"] == [pytest.approx(speedup)]
+        loader = walls(rows, "loader", n)
+        assert row["loader_documents_per_s"] == pytest.approx(
+            documents / statistics.median(loader.values())
+        )
+        # The ceiling decompressed the same members: throughput ratio = inverse wall ratio.
+        assert row["efficiency"] == pytest.approx(
+            paired(loader, walls(rows, "ceiling", min(n, cores)))
+        )
+        assert row["vs_speedup"] == [pytest.approx(paired(loader, walls(rows, "vs", n)))]
     best = max(row["loader_documents_per_s"] for row in data["scaling"])
     good = [r["workers"] for r in data["scaling"] if r["loader_documents_per_s"] >= 0.95 * best]
     assert data["recommended_workers"] == min(good)

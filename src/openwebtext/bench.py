@@ -19,7 +19,7 @@ Reported by the loader child (``python -m openwebtext.bench run-one``): document
 bytes, the compressed bytes of the members it consumed, the time from spawn to its first
 document, and its own (consumer) CPU seconds. The ceiling child (``... ceiling-one``) runs
 N processes that only ``pread`` and decompress those same members: no tar parsing, no
-transfer, no text. Efficiency is loader throughput / ceiling throughput.
+transfer, no text. Efficiency is loader throughput / ceiling throughput, paired by round.
 """
 
 from __future__ import annotations
@@ -263,10 +263,17 @@ def _tail(data: bytes, lines: int = 10) -> str:
 
 
 def run_child(command: Sequence[str] | str, timeout: float) -> Finished:
-    """Run a command (a string runs through the shell) in its own session and measure it.
+    """Run a command in its own session and measure it.
 
     The whole process group is killed with SIGKILL when the command ends, times out, or
     this process is interrupted, so nothing it started is left running.
+
+    Args:
+        command: An argv, or a string to run through ``/bin/sh``.
+        timeout: Seconds before the command is killed and reported as ``timeout``.
+
+    Returns:
+        Its status, exit code, wall and CPU seconds, peak memory, stdout and end of stderr.
     """
     # Files, not pipes: a chatty child (a progress bar) can never block on a full pipe.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -581,8 +588,17 @@ def _summarise(
     )
 
 
-def _ratio(top: float | None, bottom: float | None) -> float | None:
-    return top / bottom if top is not None and bottom else None
+def _paired(runs: Sequence[Run], ours: Config, theirs: Config) -> float | None:
+    """Median over measured rounds of theirs' wall time / ours' in the same round.
+
+    Both did the same work, so this is our throughput over theirs. Pairing within a round
+    (run back to back) cancels the drift of a shared machine's speed between rounds, which a
+    ratio of medians would not.
+    """
+    walls = {(r.config, r.round): r.elapsed for r in runs if not r.warmup and r.status == OK}
+    rounds = {k for config, k in walls if config == ours}
+    ratios = [walls[theirs, k] / walls[ours, k] for k in sorted(rounds) if (theirs, k) in walls]
+    return statistics.median(ratios) if ratios else None
 
 
 @dataclass(frozen=True)
@@ -595,28 +611,30 @@ class Scaling:
     loader_documents_per_s: float | None
     ceiling_documents_per_s: float | None
     efficiency: float | None
-    """Loader compressed MB/s / ceiling compressed MB/s (at ``ceiling_workers``)."""
+    """Loader throughput / ceiling throughput (at ``ceiling_workers``), paired by round."""
     vs_documents_per_s: tuple[float | None, ...]
     vs_speedup: tuple[float | None, ...]
-    """Loader documents/s / the ``--vs`` command's, per command."""
+    """Loader throughput / each ``--vs`` command's, paired by round."""
 
 
-def _scaling(summaries: Sequence[Summary], settings: Settings, cores: int) -> list[Scaling]:
+def _scaling(
+    summaries: Sequence[Summary], runs: Sequence[Run], settings: Settings, cores: int
+) -> list[Scaling]:
     table = {(s.kind, s.workers, s.template): s for s in summaries}
     rows = []
     for n in settings.workers:
-        loader, ceiling = table[LOADER, n, ""], table[CEILING, min(n, cores), ""]
-        vs = [table[VS, n, t] for t in settings.vs]
+        loader, ceiling = Config(LOADER, n), Config(CEILING, min(n, cores))
+        vs = [Config(VS, n, t) for t in settings.vs]
         rows.append(
             Scaling(
                 workers=n,
                 oversubscribed=n > cores,
                 ceiling_workers=min(n, cores),
-                loader_documents_per_s=loader.documents_per_s,
-                ceiling_documents_per_s=ceiling.documents_per_s,
-                efficiency=_ratio(loader.compressed_mb_per_s, ceiling.compressed_mb_per_s),
-                vs_documents_per_s=tuple(v.documents_per_s for v in vs),
-                vs_speedup=tuple(_ratio(loader.documents_per_s, v.documents_per_s) for v in vs),
+                loader_documents_per_s=table[LOADER, n, ""].documents_per_s,
+                ceiling_documents_per_s=table[CEILING, min(n, cores), ""].documents_per_s,
+                efficiency=_paired(runs, loader, ceiling),
+                vs_documents_per_s=tuple(table[VS, n, v.template].documents_per_s for v in vs),
+                vs_speedup=tuple(_paired(runs, loader, v) for v in vs),
             )
         )
     return rows
@@ -762,7 +780,11 @@ def _corpus_name(result: BenchResult) -> str:
 
 
 def plot(result: BenchResult, path: Path) -> bool:
-    """Draw throughput against workers into ``path`` (PNG); False without matplotlib."""
+    """Draw throughput against workers into ``path`` with matplotlib's Agg backend.
+
+    Returns:
+        True, or False (and nothing drawn) when matplotlib is not installed.
+    """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -932,6 +954,12 @@ def _summaries(bench: _Bench, work: tuple[int, int, int]) -> list[Summary]:
 def run_bench(settings: Settings) -> BenchResult:
     """Run the benchmark, write timings.csv, bench.json and scaling.png into ``settings.out``.
 
+    Args:
+        settings: What to measure, and where to write it.
+
+    Returns:
+        Everything measured; ``plot`` is None when matplotlib is missing.
+
     Raises:
         CorpusError: a path holds no corpus.
         BenchError: a child (the loader, the ceiling or a ``--vs`` command) failed.
@@ -947,7 +975,7 @@ def run_bench(settings: Settings) -> BenchResult:
     conditions = _conditions(ticks, _cpu_ticks(), _now() - start, runs)
     work = _loader_work(runs)
     summaries = _summaries(bench, work)
-    scaling = _scaling(summaries, settings, bench.cores)
+    scaling = _scaling(summaries, runs, settings, bench.cores)
     result = BenchResult(
         machine=machine,
         corpus=_corpus_info(corpus, paths, work),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from . import bench
 from .corpus import Corpus
 from .errors import OWTError
 from .loader import DocumentIterator
@@ -297,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--force", action="store_true", help="count again even if cached")
     index.add_argument("-q", "--quiet", action="store_true")
     index.set_defaults(run=_index)
+
+    bench.add_parser(sub)
 
     synth = sub.add_parser("synth", help="write a generated corpus in the OpenWebText layout")
     synth.add_argument("out", help="output folder (must not exist or be empty)")
