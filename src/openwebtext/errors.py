@@ -38,13 +38,8 @@ class OWTError(Exception):
     """Base class of every error raised by openwebtext."""
 
 
-class CorpusError(OWTError):
-    """A problem with the input: a path, a file or one of its members.
-
-    Attributes:
-        path: The file (or folder) concerned.
-        member: The inner member's name inside ``path``, if any.
-    """
+class _Located(OWTError):
+    """An error about a file and, maybe, one of its members; picklable as such."""
 
     def __init__(self, message: str, path: str | None = None, member: str | None = None) -> None:
         super().__init__(message)
@@ -54,6 +49,15 @@ class CorpusError(OWTError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.message, self.path, self.member))
+
+
+class CorpusError(_Located):
+    """A problem with the input: a path, a file or one of its members.
+
+    Attributes:
+        path: The file (or folder) concerned.
+        member: The inner member's name inside ``path``, if any.
+    """
 
     def __str__(self) -> str:
         where = self.path or ""
@@ -99,22 +103,16 @@ class CorruptDocument(CorruptMember):
         return f"{base} (document {self.document})" if self.document else base
 
 
-class WorkerError(OWTError):
+class WorkerError(_Located):
     """A worker process died, stopped answering, or could not be started.
 
     Attributes:
         path: The file of the member the worker was reading, if any.
-        member: That member's name, if any.
+        member: That member's name, if any (both are in the message too).
     """
 
-    def __init__(self, message: str, path: str | None = None, member: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-        self.member = member
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message, self.path, self.member))
+    def __str__(self) -> str:
+        return self.message
 
 
 class StateError(OWTError):
