@@ -26,10 +26,9 @@ def plain_read(paths: list[Path]) -> dict[str, str]:
     return docs
 
 
-def child_pids(pid: int | None = None) -> list[int]:
-    """Live (non-zombie) child processes of ``pid`` (default: this process), from /proc."""
-    pid = os.getpid() if pid is None else pid
-    children = []
+def _processes() -> list[tuple[int, str, int, int]]:
+    """(pid, state, parent pid, process group) of every process, from /proc."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -38,30 +37,19 @@ def child_pids(pid: int | None = None) -> list[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        state, ppid = fields[0], int(fields[1])
-        if ppid == pid and state != "Z":
-            children.append(int(entry))
-    return children
+        found.append((int(entry), fields[0], int(fields[1]), int(fields[2])))
+    return found
+
+
+def child_pids(pid: int | None = None) -> list[int]:
+    """Live (non-zombie) child processes of ``pid`` (default: this process)."""
+    pid = os.getpid() if pid is None else pid
+    return [p for p, state, ppid, _ in _processes() if ppid == pid and state != "Z"]
 
 
 def group_pids(pgid: int) -> list[int]:
     """Live processes of process group ``pgid``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            pids.append(int(entry))
-    return pids
-
-
-def compress_xz(data: bytes) -> bytes:
-    return lzma.compress(data)
+    return [p for p, state, _, group in _processes() if group == pgid and state != "Z"]
 
 
 def inner_tar(docs: dict[str, bytes], fmt: int = tarfile.GNU_FORMAT) -> bytes:
