@@ -7,7 +7,7 @@ from collections.abc import Callable
 from .corpus import Corpus, Counts, split_key
 from .errors import CorpusError
 from .plan import in_validation
-from .workers import InlinePool, PoolOptions, WorkerPool
+from .workers import SLOT_BYTES, InlinePool, PoolOptions, WorkerPool
 
 __all__ = ["count_documents"]
 
@@ -33,7 +33,7 @@ def count_documents(
     options = PoolOptions(
         workers=workers,
         prefetch=2,
-        slot_bytes=16 << 20,
+        slot_bytes=SLOT_BYTES,
         timeout=600.0,
         retries=0,
         max_member_bytes=max_member_bytes,

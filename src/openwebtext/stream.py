@@ -19,14 +19,11 @@ from .index import Unit
 from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
 from .state import STATE_FORMAT, check_state, stream_config
-from .workers import InlinePool, Loaded, PoolOptions, WorkerPool
+from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
 
 __all__ = ["Document", "Stats", "Stream"]
 
 log = logging.getLogger("openwebtext")
-
-#: Largest decompressed member that travels through shared memory (larger: through the pipe).
-SLOT_BYTES = 16 << 20
 
 
 class Document(NamedTuple):

@@ -42,7 +42,10 @@ from .errors import OWTError, WorkerError
 from .index import Unit
 from .read import Reader, Split
 
-__all__ = ["InlinePool", "Loaded", "PoolOptions", "WorkerPool", "cpu_count"]
+__all__ = ["SLOT_BYTES", "InlinePool", "Loaded", "PoolOptions", "WorkerPool", "cpu_count"]
+
+#: Largest decompressed member that travels through shared memory (larger: through the pipe).
+SLOT_BYTES = 16 << 20
 
 
 class PoolOptions(NamedTuple):
