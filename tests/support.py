@@ -5,7 +5,11 @@ from __future__ import annotations
 import io
 import lzma
 import os
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 
@@ -93,3 +97,30 @@ def damage(path: Path, offset: int, data: bytes) -> None:
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(data)
+
+
+def interrupt_owt(args: list[str], processes: int) -> tuple[int, str, list[int]]:
+    """Run ``owt ARGS`` in its own session, wait until it has ``processes`` processes, then
+    send SIGINT to the whole group as Ctrl-C would.
+
+    Its stdout is a pipe nobody reads, so a ``--jsonl`` stream blocks mid-way with its workers
+    alive. Returns the exit code, stderr, and the group's processes left afterwards.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "openwebtext.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(group_pids(proc.pid)) < processes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(group_pids(proc.pid)) >= processes, f"owt {args} should have {processes}"
+        time.sleep(0.3)
+        os.killpg(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err.decode(), group_pids(proc.pid)

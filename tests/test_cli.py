@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from openwebtext.cli import main
-from support import group_pids
+from support import interrupt_owt
 
 
 def owt(*args: str) -> subprocess.CompletedProcess[str]:
@@ -67,11 +64,8 @@ def test_stream_stops_and_continues_exactly(small_corpus: Path, tmp_path: Path) 
 
 def test_ctrl_c_still_writes_the_state(small_corpus: Path, tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    proc = subprocess.Popen(
+    code, err, left = interrupt_owt(
         [
-            sys.executable,
-            "-m",
-            "openwebtext.cli",
             "stream",
             str(small_corpus),
             "--jsonl",
@@ -80,21 +74,10 @@ def test_ctrl_c_still_writes_the_state(small_corpus: Path, tmp_path: Path) -> No
             "--state-out",
             str(state),
         ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+        processes=2,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while len(group_pids(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)  # stdout is a full pipe nobody reads: the stream is blocked mid-way
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, err
+    assert code == 130, err
+    assert left == []
     saved = json.loads(state.read_text())
     assert 0 < saved["counters"]["documents"] < 120
 

@@ -6,8 +6,6 @@ import lzma
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +14,15 @@ import pytest
 from openwebtext import CorruptDocument, CorruptMember, Loader, TooManyErrors, WorkerError
 from openwebtext.index import Unit
 from openwebtext.read import Member, Reader
-from support import child_pids, damage, group_pids, inner_tar, member_offset, outer_tar, sample_docs
+from support import (
+    child_pids,
+    damage,
+    inner_tar,
+    interrupt_owt,
+    member_offset,
+    outer_tar,
+    sample_docs,
+)
 
 MEMBER = "openwebtext/urlsf_subset00-2_data.xz"
 
@@ -149,37 +155,11 @@ def test_hung_worker_is_an_error(small_corpus: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_ctrl_c_stops_owt_stream(small_corpus: Path) -> None:
-    # --jsonl into a pipe nobody reads: the command blocks mid-stream, workers alive.
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "openwebtext.cli",
-            "stream",
-            str(small_corpus),
-            "-j",
-            "2",
-            "--jsonl",
-            "--shuffle-buffer",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+    code, err, left = interrupt_owt(
+        ["stream", str(small_corpus), "-j", "2", "--jsonl", "--shuffle-buffer", "0"],
+        processes=3,  # owt stream and its 2 workers
     )
-    try:
-        deadline = time.monotonic() + 60
-        while len(group_pids(proc.pid)) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(group_pids(proc.pid)) >= 3, "owt stream and its 2 workers should be running"
-        time.sleep(0.3)
-        os.killpg(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130
-    text = err.decode()
-    assert "interrupted" in text
-    assert "Traceback" not in text
-    assert group_pids(proc.pid) == []
+    assert code == 130
+    assert "interrupted" in err
+    assert "Traceback" not in err
+    assert left == []
