@@ -52,6 +52,7 @@ from typing import Any
 from . import Corpus, Loader, Options, OWTError, Unit, __version__
 from .formats import decompress
 from .plan import plan
+from .synth import paths_or_default
 from .workers import cpu_count
 
 __all__ = [
@@ -928,14 +929,6 @@ def _write_outputs(result: BenchResult) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def _corpus_paths(paths: Sequence[str]) -> list[str]:
-    if paths:
-        return list(paths)
-    from .synth import default_corpus
-
-    return [str(default_corpus())]
-
-
 def _loader_work(runs: Sequence[Run]) -> tuple[int, int, int]:
     """(documents, text bytes, compressed bytes) of the first loader run that finished."""
     for run in runs:
@@ -965,7 +958,7 @@ def run_bench(settings: Settings) -> BenchResult:
         BenchError: a child (the loader, the ceiling or a ``--vs`` command) failed.
         KeyboardInterrupt: after killing the running child's process group.
     """
-    paths = _corpus_paths(settings.paths)
+    paths = paths_or_default(settings.paths)
     corpus = Corpus.open(paths)
     settings.out.mkdir(parents=True, exist_ok=True)
     bench = _Bench(settings, paths, cpu_count())

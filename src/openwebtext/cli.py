@@ -17,20 +17,12 @@ from .corpus import Corpus
 from .errors import OWTError
 from .loader import DocumentIterator
 from .options import Options
+from .synth import paths_or_default
 from .workers import cpu_count
 
 __all__ = ["main"]
 
 EXIT_INTERRUPTED = 130
-
-
-def _corpus_paths(paths: Sequence[str]) -> list[str]:
-    """The given paths, or the built-in generated corpus (made once) when none."""
-    if paths:
-        return list(paths)
-    from .synth import default_corpus
-
-    return [str(default_corpus())]
 
 
 #: Options a resumed stream takes from its state unless given again on the command line.
@@ -95,7 +87,7 @@ def _stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     state = json.loads(Path(args.resume).read_text()) if args.resume else None
-    corpus = Corpus.open(_corpus_paths(args.paths))
+    corpus = Corpus.open(paths_or_default(args.paths))
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
@@ -162,7 +154,7 @@ def _index(args: argparse.Namespace) -> int:
 
     from .counts import count_documents
 
-    corpus = Corpus.open(_corpus_paths(args.paths))
+    corpus = Corpus.open(paths_or_default(args.paths))
     if corpus.counts is not None and not args.force:
         print(
             f"already indexed: {sum(corpus.counts.documents)} documents in "

@@ -51,6 +51,8 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
+from .corpus import cache_dir as openwebtext_cache_dir
+
 __all__ = [
     "COMPLETE_MARKER",
     "DEFAULT_DOCS",
@@ -60,11 +62,11 @@ __all__ = [
     "GENERATOR_VERSION",
     "SynthReport",
     "corpus_dirname",
-    "default_cache_dir",
     "default_corpus",
     "generate_document",
     "member_documents",
     "member_name",
+    "paths_or_default",
     "subset_tar_name",
     "write_corpus",
 ]
@@ -942,12 +944,6 @@ def corpus_dirname(subsets: int, members: int, docs: int, seed: int) -> str:
     return f"synth-v{GENERATOR_VERSION}-s{subsets}-m{members}-d{docs}-seed{seed}"
 
 
-def default_cache_dir() -> Path:
-    """``$OWT_CACHE_DIR`` if set, else ``~/.cache/openwebtext``."""
-    env = os.environ.get("OWT_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "openwebtext"
-
-
 @contextlib.contextmanager
 def _lock(path: Path) -> Iterator[None]:
     """Exclusive advisory lock on ``path`` (a no-op where fcntl is missing)."""
@@ -978,14 +974,14 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
     never see a partial corpus.
 
     Args:
-        cache_dir: where to keep it; default :func:`default_cache_dir`.
+        cache_dir: where to keep it; default :func:`openwebtext.corpus.cache_dir`.
         progress: show a progress bar while generating.
 
     Returns:
         The corpus folder (holding ``urlsf_subset00.tar`` .. ``urlsf_subset02.tar``).
     """
     subsets, members, docs, seed = _DEFAULT_SHAPE
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    root = Path(cache_dir) if cache_dir is not None else openwebtext_cache_dir()
     path = root / corpus_dirname(subsets, members, docs, seed)
     if (path / COMPLETE_MARKER).is_file():
         return path
@@ -1006,3 +1002,8 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
                 return path  # another process (without the lock) finished first
             raise
     return path
+
+
+def paths_or_default(paths: Sequence[str]) -> list[str]:
+    """The given corpus paths, or the built-in default corpus (generated once) when none."""
+    return list(paths) if paths else [str(default_corpus())]
