@@ -237,7 +237,7 @@ def sample() -> list[str]:
 def test_compression_ratio_like_web_text() -> None:
     text = xz = 0
     for member in (1, 2):
-        data, nbytes = synth._make_member(0, 0, member, 390, 0, 6)
+        data, nbytes = synth.pack._make_member(0, 0, member, 390, 0, 6)
         text += nbytes
         xz += len(data)
     ratio = text / xz
@@ -331,7 +331,7 @@ def test_empty_out_folder_is_used_and_no_temp_is_left(tmp_path: Path) -> None:
 
 
 def test_interrupted_run_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = synth._make_member
+    real = synth.pack._make_member
     calls: list[int] = []
 
     def failing(*args: Any) -> tuple[bytes, int]:
@@ -340,7 +340,7 @@ def test_interrupted_run_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monk
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(synth, "_make_member", failing)
+    monkeypatch.setattr(synth.pack, "_make_member", failing)
     with pytest.raises(KeyboardInterrupt):
         synth.write_corpus(tmp_path / "corpus", 2, 2, 2, workers=1)
     assert len(calls) == 3
@@ -351,7 +351,7 @@ def test_lost_rename_race_raises_and_cleans_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "corpus"
-    real_make = synth._make_member
+    real_make = synth.pack._make_member
 
     def other_process_wins(*args: Any) -> tuple[bytes, int]:
         if not out.exists():  # someone else completes `out` while we generate
@@ -359,7 +359,7 @@ def test_lost_rename_race_raises_and_cleans_up(
             (out / "theirs.txt").write_text("theirs")
         return real_make(*args)
 
-    monkeypatch.setattr(synth, "_make_member", other_process_wins)
+    monkeypatch.setattr(synth.pack, "_make_member", other_process_wins)
     with pytest.raises(FileExistsError, match="someone else"):
         synth.write_corpus(out, 1, 2, 2, workers=1)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus"]

@@ -1,0 +1,164 @@
+"""The command line: ``owt bench`` (:func:`add_parser`) and ``python -m openwebtext.bench``
+(:func:`main`, with the children's subcommands)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .. import OWTError
+from ..workers import cpu_count
+from .children import _ceiling_one, _run_one
+from .common import BenchError
+from .report import summary_text
+from .runner import run_bench
+from .runs import Settings
+
+EXIT_INTERRUPTED = 130
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text}")
+    return value
+
+
+def _worker_counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = {_positive_int(part) for part in text.split(",") if part.strip()}
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of counts: {text}") from exc
+    if not counts:
+        raise argparse.ArgumentTypeError("no worker count given")
+    return tuple(sorted(counts))
+
+
+def default_workers(cores: int) -> tuple[int, ...]:
+    """Powers of two below the core count, the core count, and twice it (oversubscribed)."""
+    counts = {1 << k for k in range(cores.bit_length()) if 1 << k < cores}
+    return tuple(sorted(counts | {cores, 2 * cores}))
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register the ``bench`` subcommand (its ``run`` returns an exit code)."""
+    cores = cpu_count()
+    defaults = default_workers(cores)
+    p = subparsers.add_parser(
+        "bench",
+        help="time the loader against worker count, next to the decompression ceiling",
+        description="Time the loader for each worker count (fresh processes, warm-up, "
+        "repeats), next to the decompression ceiling and any --vs command; write "
+        "timings.csv, bench.json and scaling.png. No path: the built-in generated corpus.",
+    )
+    p.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    p.add_argument(
+        "--workers",
+        type=_worker_counts,
+        default=defaults,
+        help=f"comma-separated worker counts (default: {','.join(map(str, defaults))})",
+    )
+    p.add_argument("--repeat", type=_positive_int, default=3, help="measured runs (median)")
+    p.add_argument("--warmup", type=_non_negative_int, default=1, help="discarded rounds first")
+    p.add_argument("--take", type=_positive_int, default=None, help="stop after N documents")
+    p.add_argument("--seed", type=int, default=0, help="the loader's seed")
+    p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument(
+        "--vs",
+        action="append",
+        default=[],
+        metavar="COMMAND",
+        help="another loader's shell command, timed alike; {workers} and {paths} are "
+        "replaced (e.g. 'python main.py -j {workers} {paths}'); repeatable",
+    )
+    p.add_argument(
+        "--timeout", type=_positive_float, default=600.0, help="seconds per run (default 600)"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(run=_bench)
+
+
+@contextlib.contextmanager
+def _exit_on_sigterm() -> Iterator[None]:
+    """Turn SIGTERM into SystemExit, so the running child's group is killed on the way out."""
+
+    def exit_(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, exit_)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    settings = Settings(
+        paths=tuple(args.paths),
+        workers=args.workers,
+        repeat=args.repeat,
+        warmup=args.warmup,
+        take=args.take,
+        seed=args.seed,
+        out=args.out,
+        vs=tuple(args.vs),
+        timeout=args.timeout,
+        progress=not args.quiet,
+    )
+    try:
+        with _exit_on_sigterm():
+            result = run_bench(settings)
+    except (OWTError, BenchError) as exc:
+        print(f"owt: error: {exc}", file=sys.stderr)
+        return 1
+    print(summary_text(result))
+    return 0
+
+
+def _child_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    one = sub.add_parser("run-one", help="(internal) stream once with the loader")
+    one.add_argument("--take", type=_positive_int, default=None)
+    ceiling = sub.add_parser("ceiling-one", help="(internal) only decompress the members")
+    ceiling.add_argument("--units", type=_positive_int, default=None)
+    for p, run in ((one, _run_one), (ceiling, _ceiling_one)):
+        p.add_argument("--workers", type=_positive_int, required=True)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("paths", nargs="+")
+        p.set_defaults(run=run)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m openwebtext.bench bench ...`` (as ``owt bench``), and the children."""
+    parser = argparse.ArgumentParser(prog="python -m openwebtext.bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    _child_parsers(sub)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.run(args)
+        return code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,238 @@
+"""The whole benchmark: every configuration in interleaved rounds, then :func:`run_bench`.
+
+Every configuration (the loader, the ceiling, or a ``--vs`` command, at one worker count)
+runs as a fresh process, so start-up is counted as the reference ``measure.sh`` counted it.
+Rounds are interleaved (every configuration once, then every configuration again, ...) so
+that a shared machine's drift in speed lands on all of them alike; the first ``warmup``
+rounds are discarded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import Corpus
+from ..synth import paths_or_default
+from ..workers import cpu_count
+from .chart import plot
+from .common import CEILING, LOADER, OK, TIMEOUT, VS, BenchError, _now
+from .machine import _conditions, _cpu_ticks, machine_info
+from .process import Finished, run_child
+from .report import BenchResult, _write_outputs
+from .runs import Config, Run, Settings
+from .summary import Summary, _scaling, _summarise, recommend
+
+
+def _command(
+    config: Config, settings: Settings, paths: Sequence[str], units: int | None
+) -> list[str] | str:
+    """The argv (our children) or shell string (``--vs``) of one configuration."""
+    if config.kind == VS:
+        quoted = " ".join(shlex.quote(p) for p in paths)
+        return config.template.replace("{workers}", str(config.workers)).replace("{paths}", quoted)
+    argv = [sys.executable, "-m", "openwebtext.bench"]
+    argv += ["run-one" if config.kind == LOADER else "ceiling-one"]
+    argv += ["--workers", str(config.workers), "--seed", str(settings.seed)]
+    if config.kind == LOADER and settings.take is not None:
+        argv += ["--take", str(settings.take)]
+    if config.kind == CEILING and units is not None:
+        argv += ["--units", str(units)]
+    return [*argv, "--", *paths]
+
+
+def _report(finished: Finished, command: str) -> dict[str, Any]:
+    """The JSON line a child of ours printed last."""
+    try:
+        report: dict[str, Any] = json.loads(finished.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError) as exc:
+        raise BenchError(f"`{command}` printed no report; its output:\n{finished.stdout}") from exc
+    return report
+
+
+def _check(finished: Finished, command: str) -> None:
+    if finished.status == OK and finished.exit_code != 0:
+        raise BenchError(
+            f"`{command}` exited with code {finished.exit_code}; the end of its stderr:\n"
+            + (finished.stderr_tail or "(empty)")
+        )
+
+
+def _configs(workers: Sequence[int], cores: int, vs: Sequence[str]) -> list[Config]:
+    """Every configuration of one round, grouped by worker count."""
+    ceilings = {min(n, cores) for n in workers}
+    configs = []
+    for n in sorted(set(workers) | ceilings):
+        if n in workers:
+            configs.append(Config(LOADER, n))
+        if n in ceilings:
+            configs.append(Config(CEILING, n))
+        if n in workers:
+            configs.extend(Config(VS, n, template) for template in vs)
+    return configs
+
+
+class _Bench:
+    """The running benchmark: configurations, rounds, and what they measured."""
+
+    def __init__(self, settings: Settings, paths: list[str], cores: int) -> None:
+        self.settings = settings
+        self.paths = paths
+        self.cores = cores
+        self.configs = _configs(settings.workers, cores, settings.vs)
+        self.runs: list[Run] = []
+        self.units: int | None = None  # members the loader consumed (for the ceiling)
+        self.timed_out: set[Config] = set()
+
+    def run_all(self) -> list[Run]:
+        from tqdm import tqdm
+
+        rounds = self.settings.warmup + self.settings.repeat
+        with tqdm(
+            total=rounds * len(self.configs),
+            unit="run",
+            file=sys.stderr,
+            disable=not self.settings.progress,
+            dynamic_ncols=True,
+        ) as bar:
+            for round_ in range(rounds):
+                for config in self.configs:
+                    bar.set_description(self._describe(config, round_), refresh=True)
+                    if config not in self.timed_out:
+                        self._run(config, round_, functools.partial(bar.write, file=sys.stderr))
+                    bar.update()
+        return self.runs
+
+    def _describe(self, config: Config, round_: int) -> str:
+        warmup = self.settings.warmup
+        what = config.kind
+        if config.kind == VS:
+            what = f"vs{self.settings.vs.index(config.template) + 1}"
+        what += f" x {config.workers}"
+        if round_ < warmup:
+            return f"warm-up {round_ + 1}/{warmup}: {what}"
+        return f"repeat {round_ - warmup + 1}/{self.settings.repeat}: {what}"
+
+    def _run(self, config: Config, round_: int, say: Callable[[str], object]) -> None:
+        command = _command(config, self.settings, self.paths, self.units)
+        shown = command if isinstance(command, str) else shlex.join(command)
+        finished = run_child(command, self.settings.timeout)
+        _check(finished, shown)
+        report = _report(finished, shown) if finished.status == OK and config.kind != VS else {}
+        if finished.status == TIMEOUT:
+            self.timed_out.add(config)
+            say(f"timed out after {self.settings.timeout:g} s, not run again: {shown}")
+        if config.kind == LOADER and report and self.settings.take is not None:
+            self.units = self.units or int(report["units"])
+        self.runs.append(self._record(config, round_, shown, finished, report))
+
+    def _record(
+        self, config: Config, round_: int, command: str, finished: Finished, report: dict[str, Any]
+    ) -> Run:
+        return Run(
+            kind=config.kind,
+            workers=config.workers,
+            template=config.template,
+            command=command,
+            round=round_,
+            warmup=round_ < self.settings.warmup,
+            status=finished.status,
+            exit_code=finished.exit_code,
+            oversubscribed=config.workers > self.cores,
+            elapsed=finished.wall_s,
+            cpu_s=finished.cpu_s,
+            peak_pss_bytes=finished.peak_pss_bytes,
+            max_rss_bytes=finished.max_rss_bytes,
+            documents=report.get("documents"),
+            text_bytes=report.get("text_bytes"),
+            compressed_bytes=report.get("compressed_bytes"),
+            first_document_s=report.get("first_document_s"),
+            consumer_cpu_s=report.get("consumer_cpu_s"),
+        )
+
+
+def _loader_work(runs: Sequence[Run]) -> tuple[int, int, int]:
+    """(documents, text bytes, compressed bytes) of the first loader run that finished."""
+    for run in runs:
+        if run.kind == LOADER and run.documents is not None:
+            return run.documents, run.text_bytes or 0, run.compressed_bytes or 0
+    return 0, 0, 0
+
+
+def _summaries(bench: _Bench, work: tuple[int, int, int]) -> list[Summary]:
+    return [
+        _summarise(config, [r for r in bench.runs if r.config == config], work, bench.cores)
+        for config in bench.configs
+    ]
+
+
+def run_bench(settings: Settings) -> BenchResult:
+    """Run the benchmark, write timings.csv, bench.json and scaling.png into ``settings.out``.
+
+    Args:
+        settings: What to measure, and where to write it.
+
+    Returns:
+        Everything measured; ``plot`` is None when matplotlib is missing.
+
+    Raises:
+        CorpusError: a path holds no corpus.
+        BenchError: a child (the loader, the ceiling or a ``--vs`` command) failed.
+        KeyboardInterrupt: after killing the running child's process group.
+    """
+    paths = paths_or_default(settings.paths)
+    corpus = Corpus.open(paths)
+    settings.out.mkdir(parents=True, exist_ok=True)
+    bench = _Bench(settings, paths, cpu_count())
+    machine = machine_info()
+    ticks, start = _cpu_ticks(), _now()
+    runs = bench.run_all()
+    conditions = _conditions(ticks, _cpu_ticks(), _now() - start, runs)
+    work = _loader_work(runs)
+    summaries = _summaries(bench, work)
+    scaling = _scaling(summaries, runs, settings, bench.cores)
+    result = BenchResult(
+        machine=machine,
+        corpus=_corpus_info(corpus, paths, work),
+        settings=_settings_info(settings),
+        conditions=conditions,
+        runs=tuple(runs),
+        summaries=tuple(summaries),
+        scaling=tuple(scaling),
+        recommended_workers=recommend(scaling),
+        out=settings.out,
+        plot=settings.out / "scaling.png",
+    )
+    _write_outputs(result)
+    if not plot(result, settings.out / "scaling.png"):
+        (settings.out / "scaling.png").unlink(missing_ok=True)  # never leave an older run's
+        result = dataclasses.replace(result, plot=None)
+    return result
+
+
+def _corpus_info(
+    corpus: Corpus, paths: Sequence[str], work: tuple[int, int, int]
+) -> dict[str, Any]:
+    return {
+        "paths": list(paths),
+        "members": len(corpus.units),
+        "compressed_bytes": corpus.compressed_bytes,
+        "documents": work[0] or None,
+        "text_bytes": work[1] or None,
+        "compressed_bytes_read": work[2] or None,
+        "fingerprint": corpus.fingerprint(),
+    }
+
+
+def _settings_info(settings: Settings) -> dict[str, Any]:
+    info = dataclasses.asdict(settings)
+    info["out"] = str(settings.out)
+    info["vs"] = list(settings.vs)
+    info["workers"] = list(settings.workers)
+    info["paths"] = list(settings.paths)
+    return info

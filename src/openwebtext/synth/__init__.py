@@ -1,0 +1,134 @@
+"""A synthetic corpus packed exactly like OpenWebText, with text that behaves like web text.
+
+The parts: ``draw`` (uniform-only sampling), ``words`` (the fixed vocabulary), ``text``
+(documents) and ``pack`` (tars, :func:`write_corpus`). This module re-exports them and
+holds the built-in default corpus, generated once into the cache folder
+(:func:`default_corpus`). The same ``(subsets, members, docs, seed, preset)`` gives
+byte-identical files whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ..corpus import cache_dir as openwebtext_cache_dir
+from .draw import FloatArray as FloatArray
+from .draw import IntArray as IntArray
+from .pack import (
+    COMPLETE_MARKER,
+    GENERATOR_VERSION,
+    SynthReport,
+    member_name,
+    subset_tar_name,
+    write_corpus,
+)
+from .pack import TAR_MODE as TAR_MODE
+from .pack import TAR_MTIME as TAR_MTIME
+from .text import generate_document, member_documents
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "DEFAULT_DOCS",
+    "DEFAULT_MEMBERS",
+    "DEFAULT_SEED",
+    "DEFAULT_SUBSETS",
+    "GENERATOR_VERSION",
+    "SynthReport",
+    "corpus_dirname",
+    "default_corpus",
+    "generate_document",
+    "member_documents",
+    "member_name",
+    "paths_or_default",
+    "subset_tar_name",
+    "write_corpus",
+]
+
+DEFAULT_SUBSETS = 3
+DEFAULT_MEMBERS = 60
+DEFAULT_DOCS = 390
+DEFAULT_SEED = 0
+
+# (subsets, members, docs, seed) of the built-in default corpus; tests patch this.
+_DEFAULT_SHAPE: tuple[int, int, int, int] = (
+    DEFAULT_SUBSETS,
+    DEFAULT_MEMBERS,
+    DEFAULT_DOCS,
+    DEFAULT_SEED,
+)
+
+#: Mean document size used for the size announced before generating.
+_MEAN_DOC_BYTES = 4750
+
+
+def corpus_dirname(subsets: int, members: int, docs: int, seed: int) -> str:
+    """Cache folder name for a corpus, e.g. ``synth-v1-s3-m60-d390-seed0``."""
+    return f"synth-v{GENERATOR_VERSION}-s{subsets}-m{members}-d{docs}-seed{seed}"
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """Exclusive advisory lock on ``path`` (a no-op where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another process to finish {path.stem} ...", file=sys.stderr)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
+    """Return the built-in default corpus, generating it the first time.
+
+    The corpus is 3 subsets x 60 members x 390 documents, seed 0 (70,200 documents,
+    335 MB of text, 108 MB of xz), in ``cache_dir / corpus_dirname(...)``. Generation is
+    bound by xz compression (about 2.3 minutes on two slow cores) and happens once;
+    later calls return at once. Concurrent callers (processes) wait for each other and
+    never see a partial corpus.
+
+    Args:
+        cache_dir: where to keep it; default :func:`openwebtext.corpus.cache_dir`.
+        progress: show a progress bar while generating.
+
+    Returns:
+        The corpus folder (holding ``urlsf_subset00.tar`` .. ``urlsf_subset02.tar``).
+    """
+    subsets, members, docs, seed = _DEFAULT_SHAPE
+    root = Path(cache_dir) if cache_dir is not None else openwebtext_cache_dir()
+    path = root / corpus_dirname(subsets, members, docs, seed)
+    if (path / COMPLETE_MARKER).is_file():
+        return path
+    root.mkdir(parents=True, exist_ok=True)
+    with _lock(root / f".{path.name}.lock"):
+        if (path / COMPLETE_MARKER).is_file():
+            return path
+        if path.exists() and not (path.is_dir() and not any(path.iterdir())):
+            raise FileExistsError(
+                f"{path} exists but is not a complete synthetic corpus; remove it"
+            )
+        mb = subsets * members * docs * _MEAN_DOC_BYTES / 1e6
+        print(f"generating the default corpus ({mb:.0f} MB of text) into {path}", file=sys.stderr)
+        try:
+            write_corpus(path, subsets, members, docs, seed, progress=progress)
+        except FileExistsError:
+            if (path / COMPLETE_MARKER).is_file():
+                return path  # another process (without the lock) finished first
+            raise
+    return path
+
+
+def paths_or_default(paths: Sequence[str]) -> list[str]:
+    """The given corpus paths, or the built-in default corpus (generated once) when none."""
+    return list(paths) if paths else [str(default_corpus())]
