@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import openwebtext
-from openwebtext import Document, Loader, Options
+from openwebtext import Corpus, Document, Loader, Options, WorkerError, stream
+from openwebtext.workers import SLOT_BYTES, PoolOptions, WorkerPool
 from support import child_pids
 
 
@@ -24,6 +25,57 @@ def test_every_document_exactly_once(
     docs = list(Loader(small_corpus, workers=workers, shuffle=shuffle, shuffle_buffer=50))
     assert len(docs) == len(small_docs) == 120
     assert {d.name: d.text for d in docs} == small_docs
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_blocks_of_more_units_than_kept_slots(
+    small_corpus: Path,
+    small_docs: dict[str, str],
+    workers: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past HOLD_UNITS units, a block copies its oldest units out of their slots: same stream."""
+    # 100-document blocks are 5 members; 1 worker with prefetch 1 has 2 + 2 slots for 6 members,
+    # so slots are reused while earlier units of the same block are still being handed out.
+    loader = Loader(small_corpus, workers=workers, prefetch=1, seed=3, shuffle_buffer=100)
+    expected = [(d.name, d.text) for d in loader]
+    copied = []
+    keep = stream._Block.keep
+
+    def spy(block: stream._Block, pool: object) -> None:
+        copied.append(len(block.spans) >= stream.HOLD_UNITS)
+        keep(block, pool)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stream, "HOLD_UNITS", 2)
+    monkeypatch.setattr(stream._Block, "keep", spy)
+    got = [(d.name, d.text) for d in loader]
+    assert got == expected
+    assert dict(got) == small_docs
+    assert any(copied) == (workers > 0)  # in-process units own their bytes: nothing to keep
+
+
+def test_pool_fails_instead_of_waiting_when_every_slot_is_kept(small_corpus: Path) -> None:
+    corpus = Corpus.open(small_corpus)
+    options = PoolOptions(
+        workers=1,
+        prefetch=1,
+        slot_bytes=SLOT_BYTES,
+        timeout=30.0,
+        retries=0,
+        max_member_bytes=1 << 30,
+        max_document_bytes=1 << 26,
+        hold=1,
+    )
+    with WorkerPool(corpus.units, options) as pool:
+        counts = []
+        for loaded in pool.run(range(len(corpus.units))):
+            counts.append(len(loaded.names))
+            pool.release(loaded.ticket)
+        assert counts == [20] * 6
+        assert sorted(pool._free) == list(range(pool._slots))  # every slot came back
+        with pytest.raises(WorkerError, match="keeps all 3 slots"):
+            for _ in pool.run(range(len(corpus.units))):
+                pass  # never released
 
 
 def test_unshuffled_is_corpus_order(small_corpus: Path, small_docs: dict[str, str]) -> None:

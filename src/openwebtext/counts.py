@@ -38,6 +38,7 @@ def count_documents(
         retries=0,
         max_member_bytes=max_member_bytes,
         max_document_bytes=max_member_bytes,
+        decode_errors=None,  # counted from the tar headers; the loader's policy decides
     )
     pool = InlinePool(corpus.units, options) if workers == 0 else WorkerPool(corpus.units, options)
     documents: list[int] = []

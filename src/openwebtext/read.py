@@ -1,9 +1,10 @@
 """Read: open one unit, decompress it under limits, and locate its documents.
 
 This runs inside the workers. It returns the decompressed member as one
-``bytes`` object plus the name, offset and size of every document in it;
-turning those bytes into text happens in the consumer (see ``loader``), since
-a ``str`` cannot cross a process boundary without being encoded again.
+``bytes`` object plus the name, offset and size of every document in it, each
+document already checked to be valid UTF-8. Turning those bytes into text
+happens in the consumer (see ``stream``), at hand-out time, since a ``str``
+cannot cross a process boundary without being encoded again.
 """
 
 from __future__ import annotations
@@ -39,14 +40,21 @@ class Member(NamedTuple):
     offsets: list[int]
     sizes: list[int]
     dropped: list[CorruptDocument]
-    """Documents that pass ``max_document_bytes``.
+    """Documents left out: past ``max_document_bytes``, or invalid UTF-8 under ``strict``.
 
     Their offset is -1, as is that of documents outside the requested split.
     """
+    replace: int
+    """How many documents are invalid UTF-8 and kept, to decode with ``errors="replace"``."""
 
 
 class Reader:
-    """Reads units, keeping a few files open between them."""
+    """Reads units, keeping a few files open between them.
+
+    ``decode_errors`` says what becomes of a document that is not valid UTF-8:
+    ``strict`` leaves it out (a ``CorruptDocument`` in ``dropped``), ``replace``
+    keeps it and counts it in ``Member.replace``, None does not check.
+    """
 
     def __init__(
         self,
@@ -54,10 +62,12 @@ class Reader:
         max_document_bytes: int,
         max_open: int = 16,
         split: Split | None = None,
+        decode_errors: str | None = "strict",
     ):
         self.max_member_bytes = max_member_bytes
         self.max_document_bytes = max_document_bytes
         self.split = split
+        self.decode_errors = decode_errors
         self.max_open = max_open
         self._files: dict[str, int] = {}
 
@@ -143,4 +153,45 @@ class Reader:
                         )
                     )
                     offsets[k] = -1
-        return Member(data, names, offsets, sizes, dropped)
+        replace = self._check_text(data, unit, names, offsets, sizes, dropped)
+        return Member(data, names, offsets, sizes, dropped, replace)
+
+    def _check_text(
+        self,
+        data: bytes,
+        unit: Unit,
+        names: list[str],
+        offsets: list[int],
+        sizes: list[int],
+        dropped: list[CorruptDocument],
+    ) -> int:
+        """Check that every kept document is UTF-8; return how many need ``replace``.
+
+        Done here so that the consumer's decode cannot fail: its stream then
+        holds only documents it will hand out. ASCII is checked without decoding.
+        """
+        if self.decode_errors is None or data.isascii():
+            return 0
+        replace = 0
+        for k, offset in enumerate(offsets):
+            if offset < 0:
+                continue
+            raw = data[offset : offset + sizes[k]]
+            if raw.isascii():
+                continue
+            try:
+                raw.decode()
+            except UnicodeDecodeError as exc:
+                if self.decode_errors == "replace":
+                    replace += 1
+                    continue
+                dropped.append(
+                    CorruptDocument(
+                        f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
+                        unit.path,
+                        unit.member,
+                        names[k],
+                    )
+                )
+                offsets[k] = -1
+        return replace

@@ -1,8 +1,16 @@
 """The stream: decode, shuffle blocks, epochs, error policy, counts and resumable state.
 
 One ``Stream`` per running iterator. It pulls units in plan order from the
-worker pool, decodes their documents to text, permutes them by blocks, hands
-them out, and knows at every moment exactly where it is (``state_dict``).
+worker pool, gathers them into blocks, permutes each block, decodes each
+document to text as it hands it out, and knows at every moment exactly where
+it is (``state_dict``).
+
+Text is decoded at hand-out, straight from the worker's shared-memory slot, not
+when a block is gathered: a block then holds no object per document (nothing
+for the garbage collector to walk), and a consumer that drops each document
+before taking the next gets every new ``str`` in memory still hot in its cache.
+The slots of a block's units are kept until the block is handed out (the pool's
+``hold``); past ``HOLD_UNITS`` units, the oldest are copied out of their slots.
 """
 
 from __future__ import annotations
@@ -14,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from .corpus import Corpus
-from .errors import CorpusError, CorruptDocument, OWTError, TooManyErrors
-from .index import Unit
+from .errors import CorpusError, OWTError, TooManyErrors
 from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
 from .state import STATE_FORMAT, check_state, stream_config
@@ -24,6 +31,10 @@ from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
 __all__ = ["Document", "Stats", "Stream"]
 
 log = logging.getLogger("openwebtext")
+
+#: Units whose slots a block may keep while it is handed out (more are copied out).
+#: 16 covers the default 4,096-document block of OpenWebText members (~390 documents).
+HOLD_UNITS = 16
 
 
 class Document(NamedTuple):
@@ -176,6 +187,8 @@ class Stream:
             max_member_bytes=opts.max_member_bytes,
             max_document_bytes=opts.max_document_bytes,
             split=split,
+            decode_errors=opts.decode_errors,
+            hold=HOLD_UNITS,
         )
         if opts.workers == 0:
             return InlinePool(self.corpus.units, pool_options)
@@ -294,15 +307,17 @@ class Stream:
         """Hand out the documents of plan positions ``start..end`` (wrapping around ``order``)."""
         feed = (order[p % len(order)] for p in range(start, end))
         skip = self._in_block
-        blocks = self._blocks(pool.run(feed), start)
+        blocks = self._blocks(pool, pool.run(feed), start)
+        new = tuple.__new__
         try:
-            for block_start, block_end, block, sizes in blocks:
+            for block_start, block_end, block in blocks:
+                n = len(block.sizes)
                 self._block, self._block_end = block_start, block_end
-                self._block_len = len(block)
-                self._block_sizes = sizes
-                self._block_order = order_ = self._permutation(len(block), block_start)
+                self._block_len = n
+                self._block_sizes = sizes = block.sizes
+                self._block_order = order_ = self._permutation(n, block_start)
                 self._in_block = self._first_in_block = skip
-                stop = len(block)
+                stop = n
                 if target is not None:
                     stop = min(stop, skip + target - self._epoch_before)
                 if take is not None:
@@ -311,15 +326,22 @@ class Stream:
                 # whenever the consumer looks, at no cost per document.
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
+                sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
                 for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
-                    yield block[k]
+                    view, subset, member, i, errors = sources[k]
+                    offset = offsets[k]
+                    text = str(view[offset : offset + sizes[k]], "utf-8", errors)
+                    if self._as_tuples:
+                        yield ((i, js[k]), (member, names[k]), text)
+                    else:
+                        yield new(Document, (text, subset, member, names[k], i, js[k]))
                 handed = self._in_block - self._first_in_block
                 self._delivered_before += handed
                 self._bytes_before += sum(self._handed_in_block()[self._first_in_block :])
                 self._epoch_before += handed
                 self._yielded_before += handed
                 self._first_in_block = self._in_block
-                if stop < len(block):
+                if stop < n:
                     return  # take or the target stopped us mid-block
         finally:
             blocks.close()
@@ -331,70 +353,69 @@ class Stream:
         return permutation(n, opts.seed, DOCUMENTS, self._epoch, opts.rank, block_start)
 
     def _blocks(
-        self, loaded: Generator[Loaded, None, None], start: int
-    ) -> Generator[tuple[int, int, list[Any], list[int]], None, None]:
-        """Group decoded units into blocks of >= shuffle_buffer documents.
+        self, pool: WorkerPool | InlinePool, loaded: Generator[Loaded, None, None], start: int
+    ) -> Generator[tuple[int, int, _Block], None, None]:
+        """Group units into blocks of >= shuffle_buffer documents.
 
-        Yields ``(first position, end position, documents, their UTF-8 sizes)``,
-        positions counting units in plan order from ``start``.
+        Yields ``(first position, end position, block)``, positions counting units
+        in plan order from ``start``. A block's units are released to the pool
+        once the consumer has asked for the next block (or left).
         """
         opts = self.options
         size = max(1, opts.shuffle_buffer if opts.shuffle else 0)
-        block: list[Any] = []
-        sizes: list[int] = []
+        block = _Block()
         first = position = start
         try:
             for position, unit in enumerate(loaded, start + 1):
-                self._decode(unit, block, sizes)
-                if len(block) >= size:
-                    yield first, position, block, sizes
-                    block, sizes = [], []
+                self._add(unit, block, pool)
+                if len(block.sizes) >= size:
+                    yield first, position, block
+                    block.release(pool)
+                    block = _Block()
                     first = position
-            if block:
-                yield first, position, block, sizes
+            if block.sizes:
+                yield first, position, block
         finally:
+            block.release(pool)
             loaded.close()
 
-    def _decode(self, loaded: Loaded, out: list[Any], out_sizes: list[int]) -> None:
-        """Append the unit's documents to ``out`` and their UTF-8 sizes to ``out_sizes``."""
+    def _add(self, loaded: Loaded, block: _Block, pool: WorkerPool | InlinePool) -> None:
+        """Add the unit's documents to ``block`` (their bytes stay where they are)."""
         unit = self.corpus.units[loaded.unit]
         self._units += 1
+        first = len(block.sizes)
+        if loaded.ticket >= 0:
+            block.keep(pool)
+            block.spans.append((loaded.ticket, first, first))
         for error in loaded.errors:
             self._error(error, member_level=not loaded.names)
-        data, names, offsets, sizes = loaded.data, loaded.names, loaded.offsets, loaded.sizes
-        member = os.path.basename(unit.member)
-        subset, i = unit.subset, unit.member_index
-        new = tuple.__new__
-        append = out.append
-        append_size = out_sizes.append
-        for j, offset in enumerate(offsets):
-            if offset < 0:
-                continue  # outside the split, or left out by the worker (counted)
-            size = sizes[j]
-            try:
-                text = str(data[offset : offset + size], "utf-8")
-            except UnicodeDecodeError as exc:
-                replaced = self._bad_text(data[offset : offset + size], unit, names[j], exc)
-                if replaced is None:
-                    continue
-                text = replaced
-            append_size(size)
-            if self._as_tuples:
-                append(((i, j), (member, names[j]), text))
-            else:
-                append(new(Document, (text, subset, member, names[j], i, j)))
-
-    def _bad_text(
-        self, raw: memoryview | bytes, unit: Unit, name: str, exc: UnicodeDecodeError
-    ) -> str | None:
-        if self.options.decode_errors == "replace":
-            self._replaced += 1
-            return str(raw, "utf-8", "replace")
-        error = CorruptDocument(
-            f"invalid UTF-8 at byte {exc.start}: {exc.reason}", unit.path, unit.member, name
+        offsets = loaded.offsets
+        if not offsets:
+            return
+        self._replaced += loaded.replace
+        data = loaded.data
+        view = data if isinstance(data, memoryview) else memoryview(data)
+        source = (
+            view,
+            unit.subset,
+            os.path.basename(unit.member),
+            unit.member_index,
+            "replace" if loaded.replace else "strict",
         )
-        self._error(error, member_level=False, cause=exc)
-        return None
+        if min(offsets) >= 0:
+            block.offsets += offsets
+            block.sizes += loaded.sizes
+            block.names += loaded.names
+            block.js += range(len(offsets))
+        else:  # documents outside the split, or left out by the worker (counted)
+            kept = [j for j, offset in enumerate(offsets) if offset >= 0]
+            block.offsets += [offsets[j] for j in kept]
+            block.sizes += [loaded.sizes[j] for j in kept]
+            block.names += [loaded.names[j] for j in kept]
+            block.js += kept
+        block.sources += [source] * (len(block.sizes) - first)
+        if loaded.ticket >= 0:
+            block.spans[-1] = (loaded.ticket, first, len(block.sizes))
 
     def _error(
         self, error: OWTError, *, member_level: bool, cause: BaseException | None = None
@@ -415,3 +436,44 @@ class Stream:
             raise TooManyErrors(
                 f"{skips} skipped, more than max_errors={opts.max_errors}; last: {error}"
             ) from error
+
+
+class _Block:
+    """One shuffle block: the documents of consecutive units, not yet decoded.
+
+    Parallel lists, one entry per document (no object per document, so nothing
+    for the garbage collector to walk): its unit's ``source`` tuple ``(view,
+    subset, member, member index, errors)``, its offset and size in ``view``, its
+    name and its index in the member. ``spans`` are the kept units' slots:
+    ``(ticket, first document, end document)``.
+    """
+
+    __slots__ = ("js", "names", "offsets", "sizes", "sources", "spans")
+
+    def __init__(self) -> None:
+        self.sources: list[tuple[memoryview, str, str, int, str]] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.names: list[str] = []
+        self.js: list[int] = []
+        self.spans: list[tuple[int, int, int]] = []
+
+    def keep(self, pool: WorkerPool | InlinePool) -> None:
+        """Make room to keep one more unit's slot: past ``HOLD_UNITS``, copy the oldest out."""
+        if len(self.spans) < HOLD_UNITS:
+            return
+        ticket, first, end = self.spans.pop(0)
+        if end > first:
+            view, *rest = self.sources[first]
+            copy = memoryview(view.tobytes())
+            self.sources[first:end] = [(copy, *rest)] * (end - first)  # type: ignore[list-item]
+            view.release()
+        pool.release(ticket)
+
+    def release(self, pool: WorkerPool | InlinePool) -> None:
+        """Give the kept slots back to the pool (the block's text is then gone)."""
+        for ticket, first, end in self.spans:
+            if end > first:
+                self.sources[first][0].release()
+            pool.release(ticket)
+        self.spans.clear()

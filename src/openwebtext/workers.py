@@ -14,8 +14,10 @@ How a unit travels:
   into its slot of one shared anonymous mapping (made before the workers fork,
   so nothing is ever named or left behind), and sends back only the document
   table. A member larger than a slot travels inline through the pipe instead.
-- The consumer decodes text straight out of the slot (no copy) and frees the
-  slot when it asks for the next unit.
+- The consumer decodes text straight out of the slot (no copy). It frees the
+  slot when it asks for the next unit, or, with ``hold`` > 0, when it calls
+  ``release``: then it may keep up to ``hold`` units (a shuffle block) while it
+  hands their documents out, and the pool has that many more slots.
 
 Failures are values: an error reading a unit comes back as the library's own
 exception for that unit; a worker that exits, or sends nothing for
@@ -57,10 +59,18 @@ class PoolOptions(NamedTuple):
     max_member_bytes: int
     max_document_bytes: int
     split: Split | None = None
+    decode_errors: str | None = "strict"
+    """How workers check UTF-8 (``strict``, ``replace``); None: not at all."""
+    hold: int = 0
+    """Units the consumer may keep after asking for the next one (see ``release``)."""
 
 
 class Loaded(NamedTuple):
-    """One unit as the consumer sees it; ``data`` is valid until the next one is asked for."""
+    """One unit as the consumer sees it.
+
+    ``data`` is valid until the next unit is asked for, or with ``hold`` > 0
+    until ``release(ticket)``.
+    """
 
     unit: int
     data: memoryview | bytes
@@ -69,6 +79,10 @@ class Loaded(NamedTuple):
     sizes: list[int]
     errors: Sequence[OWTError]
     """A unit-level failure (then the table is empty) or documents left out."""
+    replace: int = 0
+    """Kept documents that are invalid UTF-8: decode them with ``errors="replace"``."""
+    ticket: int = -1
+    """What to pass to ``release`` (with ``hold`` > 0)."""
 
 
 def _die_with_parent(parent: int) -> None:
@@ -103,7 +117,7 @@ def _worker_main(
     _die_with_parent(parent)
     for conn in inherited:
         conn.close()
-    reader = Reader(options.max_member_bytes, options.max_document_bytes, split=options.split)
+    reader = _reader(options)
     slot_bytes = options.slot_bytes
     try:
         while True:
@@ -129,12 +143,31 @@ def _worker_main(
                 shared[slot * slot_bytes : slot * slot_bytes + size] = member.data
                 data = None
             results.send(
-                ("ok", seq, size, data, member.names, member.offsets, member.sizes, member.dropped)
+                (
+                    "ok",
+                    seq,
+                    size,
+                    data,
+                    member.names,
+                    member.offsets,
+                    member.sizes,
+                    member.dropped,
+                    member.replace,
+                )
             )
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         return
     finally:
         reader.close()
+
+
+def _reader(options: PoolOptions) -> Reader:
+    return Reader(
+        options.max_member_bytes,
+        options.max_document_bytes,
+        split=options.split,
+        decode_errors=options.decode_errors,
+    )
 
 
 class _Worker:
@@ -156,7 +189,7 @@ class WorkerPool:
         self.options = options
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("fork" if "fork" in methods else None)
-        self._slots = max(2, options.workers * (options.prefetch + 1))
+        self._slots = max(2, options.workers * (options.prefetch + 1)) + options.hold
         self._shared: mmap.mmap | None = None
         if self._ctx.get_start_method() == "fork":
             self._shared = mmap.mmap(-1, self._slots * options.slot_bytes)
@@ -168,6 +201,7 @@ class WorkerPool:
         self._done: dict[int, tuple[Any, ...]] = {}  # seq -> the worker's message
         self._retry: list[int] = []  # seqs to send again (their worker died)
         self._abandoned: set[int] = set()  # seqs of runs left early
+        self._held: set[int] = set()  # seqs handed out and not yet released (hold > 0)
         self._free = list(range(self._slots - 1, -1, -1))
         self._seq_new = 0
         self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
@@ -244,9 +278,15 @@ class WorkerPool:
         try:
             yield from self._run(iter(order))
         finally:
-            self._abandoned.update(s for s in self._tasks if s >= first)
+            self._abandoned.update(s for s in self._tasks if s >= first and s not in self._held)
             for seq in [s for s in self._done if s in self._abandoned]:
                 self._finish(seq)
+
+    def release(self, ticket: int) -> None:
+        """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid)."""
+        if ticket in self._held:
+            self._held.discard(ticket)
+            self._finish(ticket)
 
     def _finish(self, seq: int) -> None:
         """Forget a task and free its slot."""
@@ -291,31 +331,44 @@ class WorkerPool:
             if seq_out in self._done:
                 message = self._done[seq_out]
                 unit, slot, _ = self._tasks[seq_out]
-                loaded = self._loaded(unit, slot, message)
-                try:
+                loaded = self._loaded(seq_out, unit, slot, message)
+                if self.options.hold:
+                    self._done.pop(seq_out)
+                    self._held.add(seq_out)
                     yield loaded
-                finally:
-                    if isinstance(loaded.data, memoryview):
-                        loaded.data.release()
-                    self._finish(seq_out)
+                else:
+                    try:
+                        yield loaded
+                    finally:
+                        if isinstance(loaded.data, memoryview):
+                            loaded.data.release()
+                        self._finish(seq_out)
                 seq_out += 1
                 continue
             if exhausted and seq_out == self._seq_new:
                 return
+            if not self._free and not any(w.inflight for w in self._workers):
+                # Every slot is kept by the consumer: nothing could ever arrive.
+                raise WorkerError(
+                    f"the consumer keeps all {self._slots} slots (hold={self.options.hold}): "
+                    "release units before asking for more"
+                )
             self._wait()
 
-    def _loaded(self, unit: int, slot: int | None, message: tuple[Any, ...]) -> Loaded:
+    def _loaded(
+        self, seq: int, unit: int, slot: int | None, message: tuple[Any, ...]
+    ) -> Loaded:
         if message[0] == "err":
             error: OWTError = message[2]
-            return Loaded(unit, b"", [], [], [], [error])
-        _, _, size, inline, names, offsets, sizes, dropped = message
+            return Loaded(unit, b"", [], [], [], [error], 0, seq)
+        _, _, size, inline, names, offsets, sizes, dropped, replace = message
         data: memoryview | bytes
         if inline is None and self._shared is not None and slot is not None:
             start = slot * self.options.slot_bytes
             data = memoryview(self._shared)[start : start + size]
         else:
             data = inline
-        return Loaded(unit, data, names, offsets, sizes, list(dropped))
+        return Loaded(unit, data, names, offsets, sizes, list(dropped), replace, seq)
 
     def _wait(self) -> None:
         """Wait for one message, a death or a hang, and record what happened."""
@@ -402,9 +455,7 @@ class InlinePool:
 
     def __init__(self, units: Sequence[Unit], options: PoolOptions):
         self.units = units
-        self.reader = Reader(
-            options.max_member_bytes, options.max_document_bytes, split=options.split
-        )
+        self.reader = _reader(options)
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
@@ -416,8 +467,17 @@ class InlinePool:
                 yield Loaded(unit, b"", [], [], [], [exc])
                 continue
             yield Loaded(
-                unit, member.data, member.names, member.offsets, member.sizes, list(member.dropped)
+                unit,
+                member.data,
+                member.names,
+                member.offsets,
+                member.sizes,
+                list(member.dropped),
+                member.replace,
             )
+
+    def release(self, ticket: int) -> None:
+        """Nothing to free: each unit's data is its own ``bytes``."""
 
     def close(self) -> None:
         self.closed = True
