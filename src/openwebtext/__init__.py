@@ -24,12 +24,14 @@ from .errors import (
     WorkerError,
 )
 from .index import Unit
-from .loader import Document, DocumentIterator, Loader, Stats
+from .loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
 from .options import Options
+from .tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batches",
     "Corpus",
     "CorpusError",
     "CorruptDocument",
@@ -44,10 +46,14 @@ __all__ = [
     "Options",
     "StateError",
     "Stats",
+    "TokenDocument",
+    "Tokenizer",
+    "TokenizerError",
     "TooManyErrors",
     "Unit",
     "UnknownFormat",
     "WorkerError",
+    "load_tokenizer",
     "shuffle",
     "take",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -173,6 +174,82 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokenize(args: argparse.Namespace) -> int:
+    """Write nanoGPT-style ``train.bin`` / ``val.bin``: every document's ids, then end-of-text."""
+    from tqdm import tqdm
+
+    from .plan import in_validation
+    from .tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    corpus = Corpus.open(paths_or_default(args.paths))
+    options = Options(
+        workers=args.jobs,
+        seed=args.seed,
+        shuffle=args.shuffle,
+        take=args.take,
+        tokenizer=args.tokenizer,
+        on_error=args.on_error,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    names = ("train", "val")
+    tokens = dict.fromkeys(names, 0)
+    documents = dict.fromkeys(names, 0)
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        files = {
+            n: stack.enter_context(
+                tempfile.NamedTemporaryFile(dir=out, prefix=f".{n}.bin.", delete=False)
+            )
+            for n in names
+        }
+        # Written under temporary names, renamed only once complete.
+        for f in files.values():
+            stack.callback(Path(f.name).unlink, missing_ok=True)
+        iterator = stack.enter_context(DocumentIterator(corpus, options))
+        bar = stack.enter_context(
+            tqdm(unit="tok", unit_scale=True, disable=args.quiet, file=sys.stderr)
+        )
+        for doc in iterator:
+            held_out = in_validation(doc.name, args.val_fraction, args.val_seed)
+            split = "val" if held_out else "train"
+            files[split].write(doc.tokens.tobytes())
+            tokens[split] += len(doc.tokens)
+            documents[split] += 1
+            bar.update(len(doc.tokens))
+        stats = iterator.stats
+        for n in names:
+            files[n].close()
+            os.replace(files[n].name, out / f"{n}.bin")
+    meta = {
+        "tokenizer": tokenizer.spec,
+        "fingerprint": tokenizer.fingerprint,
+        "dtype": tokenizer.dtype.name,
+        "eot": tokenizer.eot,
+        "n_vocab": tokenizer.n_vocab,
+        "corpus": corpus.fingerprint(),
+        "seed": args.seed,
+        "shuffle": args.shuffle,
+        "val_fraction": args.val_fraction,
+        "val_seed": args.val_seed,
+        "documents": documents,
+        "tokens": tokens,
+        "skipped_members": stats.skipped_members,
+        "skipped_documents": stats.skipped_documents,
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    seconds = time.perf_counter() - start
+    total = sum(tokens.values())
+    print(
+        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s "
+        f"({total / seconds:,.0f} tokens/s): train.bin {tokens['train']:,}, "
+        f"val.bin {tokens['val']:,} ({tokenizer.dtype.name}) in {out}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _synth(args: argparse.Namespace) -> int:
     from .synth import write_corpus
 
@@ -290,6 +367,31 @@ def build_parser() -> argparse.ArgumentParser:
     index.add_argument("--force", action="store_true", help="count again even if cached")
     index.add_argument("-q", "--quiet", action="store_true")
     index.set_defaults(run=_index)
+
+    tokenize = sub.add_parser(
+        "tokenize",
+        help="write train.bin and val.bin of token ids, as nanoGPT's prepare.py does",
+        description="Tokenize every document in the workers and write its ids, then the "
+        "end-of-text id, to OUT/train.bin or OUT/val.bin (flat arrays of the tokenizer's dtype: "
+        "uint16 for gpt2; read with numpy.memmap), and OUT/meta.json. No path: the built-in "
+        "generated corpus.",
+    )
+    tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    tokenize.add_argument("--out", required=True, help="output folder")
+    tokenize.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="gpt2 (offline), bytes, tiktoken:NAME or hf:PATH (default gpt2)",
+    )
+    tokenize.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
+    tokenize.add_argument("--seed", type=int, default=0)
+    tokenize.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="corpus order")
+    tokenize.add_argument("--val-fraction", type=float, default=0.0005)
+    tokenize.add_argument("--val-seed", type=int, default=2357)
+    tokenize.add_argument("--take", type=int, default=None, help="stop after N documents")
+    tokenize.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
+    tokenize.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    tokenize.set_defaults(run=_tokenize)
 
     bench.add_parser(sub)
 

@@ -12,7 +12,9 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │   └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
     ├── WorkerError            a worker died, hung, or could not be started
     ├── StateError             a state dict that does not fit this loader
-    └── TooManyErrors          more skips than ``max_errors`` allows
+    ├── TooManyErrors          more skips than ``max_errors`` allows
+    └── TokenizerError         an unknown tokenizer spec, a missing extra or file
+                               (defined in ``tokenizer``, with what it guards)
 
 ``CorpusError`` and its subclasses carry ``path`` (the file) and ``member``
 (the inner member name, or ``None``); ``CorruptDocument`` adds ``document``.

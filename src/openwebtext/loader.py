@@ -13,11 +13,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+from numpy.typing import DTypeLike
+
+from .batches import Batches
 from .corpus import Corpus
 from .options import Options
-from .stream import Document, Stats, Stream
+from .stream import Document, Stats, Stream, TokenDocument
 
-__all__ = ["Document", "DocumentIterator", "Loader", "Stats"]
+__all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]
 
 
 class Loader:
@@ -59,6 +63,33 @@ class Loader:
             StateError: ``state`` belongs to another corpus or other options.
         """
         return DocumentIterator(self.corpus, self.options, state=state)
+
+    def batches(
+        self,
+        seq_len: int,
+        batch_size: int,
+        *,
+        dtype: DTypeLike = np.int64,
+        state: dict[str, Any] | None = None,
+    ) -> Batches:
+        """Start reading packed batches: arrays of ``batch_size`` rows of ``seq_len + 1`` ids.
+
+        Needs ``tokenizer``. Rows overlap by one id (``x, y = b[:, :-1], b[:, 1:]``).
+
+        Args:
+            seq_len: Ids each row predicts.
+            batch_size: Rows per batch.
+            dtype: dtype of the arrays.
+            state: A ``Batches.state_dict()`` to continue from.
+
+        Example::
+
+            loader = Loader("data/", workers=2, seed=0, tokenizer="gpt2", epochs=None)
+            with loader.batches(seq_len=1024, batch_size=8) as batches:
+                for batch in batches:
+                    x, y = batch[:, :-1], batch[:, 1:]
+        """
+        return Batches(self, seq_len, batch_size, dtype=dtype, state=state)
 
     def __iter__(self) -> Iterator[Document]:
         return iter(self.iter())

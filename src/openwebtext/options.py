@@ -52,6 +52,10 @@ class Options:
         max_member_bytes: Members decompressing past this are errors (bombs).
         prefetch: Units in flight per worker.
         timeout: Seconds a busy worker may stay silent before it counts as hung.
+        tokenizer: Tokenize in the workers (``"gpt2"``, ``"bytes"``,
+            ``"tiktoken:NAME"``, ``"hf:PATH"``; see ``openwebtext.tokenizer``):
+            the iterator then yields ``TokenDocument`` records of token ids,
+            each document ending with the end-of-text id. None: text.
     """
 
     workers: int = 2
@@ -75,6 +79,7 @@ class Options:
     max_member_bytes: int = 1024 * MiB
     prefetch: int = 2
     timeout: float = 60.0
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, message: str) -> None:
@@ -140,6 +145,10 @@ class Options:
             value = getattr(self, name)
             need(_is_int(value) and value >= 1, f"{name} must be >= 1, not {value!r}")
         need(self.timeout > 0, f"timeout must be > 0 seconds, not {self.timeout!r}")
+        need(
+            self.tokenizer is None or (isinstance(self.tokenizer, str) and bool(self.tokenizer)),
+            f"tokenizer must be None or a tokenizer spec such as 'gpt2', not {self.tokenizer!r}",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import lzma
 import os
 import zlib
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
 
 from .errors import CorruptDocument, CorruptMember, MemberTooLarge, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, LimitExceeded, decompress, detect
@@ -20,7 +22,10 @@ from .index import Unit
 from .plan import Split, in_validation
 from .tarwalk import TarFormatError, walk
 
-__all__ = ["Member", "Reader", "Split"]
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+__all__ = ["Encoded", "Member", "Reader", "Split", "encode_member"]
 
 # bz2 reports corrupt data as OSError; zstandard as ZstdError, a subclass of Exception only.
 _DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
@@ -195,3 +200,40 @@ class Reader:
                 )
                 offsets[k] = -1
         return replace
+
+
+class Encoded(NamedTuple):
+    """A member's documents as token ids (``tokenizer`` set): what crosses to the consumer."""
+
+    data: bytes
+    """The ids of the kept documents, each followed by the end-of-text id, as ``dtype``."""
+    offsets: list[int]
+    """Byte offset of each document's ids in ``data`` (-1: left out)."""
+    counts: list[int]
+    """Ids per document, end-of-text included (0: left out)."""
+
+
+def encode_member(member: Member, tokenizer: Tokenizer) -> Encoded:
+    """Tokenize the kept documents of ``member`` (its text is already checked).
+
+    Each document's ids end with ``tokenizer.eot``, as nanoGPT's
+    ``prepare.py`` writes them, so concatenating documents packs them.
+    """
+    errors = "replace" if member.replace else "strict"
+    data = member.data
+    kept = [k for k, offset in enumerate(member.offsets) if offset >= 0]
+    texts = [
+        data[member.offsets[k] : member.offsets[k] + member.sizes[k]].decode("utf-8", errors)
+        for k in kept
+    ]
+    flat: list[int] = []
+    offsets = [-1] * len(member.offsets)
+    counts = [0] * len(member.offsets)
+    itemsize = tokenizer.dtype.itemsize
+    eot = tokenizer.eot
+    for k, ids in zip(kept, tokenizer.encode_batch(texts), strict=True):
+        offsets[k] = len(flat) * itemsize
+        counts[k] = len(ids) + 1
+        flat += ids
+        flat.append(eot)
+    return Encoded(np.array(flat, dtype=tokenizer.dtype).tobytes(), offsets, counts)

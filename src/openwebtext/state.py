@@ -36,12 +36,20 @@ SHAPING = (
 )
 
 
-def stream_config(fingerprint: str, units: int, options: Options) -> dict[str, Any]:
-    """What a state must agree with to resume a stream."""
+def stream_config(
+    fingerprint: str, units: int, options: Options, *, tokenizer: str | None = None
+) -> dict[str, Any]:
+    """What a state must agree with to resume a stream.
+
+    ``tokenizer`` is the vocabulary's fingerprint when the
+    stream hands out token ids: a state counts tokens, and a packer's state
+    cuts inside a document's ids.
+    """
     config: dict[str, Any] = {"corpus": fingerprint, "units": units}
     for name in SHAPING:
         config[name] = getattr(options, name)
     config["even"] = options.even_mode
+    config["tokenizer"] = tokenizer
     return config
 
 

@@ -21,14 +21,17 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .corpus import Corpus
 from .errors import CorpusError, OWTError, TooManyErrors
 from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
 from .state import STATE_FORMAT, check_state, stream_config
+from .tokenizer import load_tokenizer
 from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
 
-__all__ = ["Document", "Stats", "Stream"]
+__all__ = ["Document", "Stats", "Stream", "TokenDocument"]
 
 log = logging.getLogger("openwebtext")
 
@@ -53,6 +56,18 @@ class Document(NamedTuple):
     """Index of the document in its member (``j`` of the reference API)."""
 
 
+class TokenDocument(NamedTuple):
+    """One document as token ids (a loader with ``tokenizer``), and where it came from."""
+
+    tokens: np.ndarray[Any, np.dtype[np.unsignedinteger[Any]]]
+    """Its ids, ending with the tokenizer's end-of-text id, as the tokenizer's dtype."""
+    subset: str
+    member: str
+    name: str
+    member_index: int
+    document_index: int
+
+
 @dataclass(frozen=True)
 class Stats:
     """What an iterator has delivered and left out so far."""
@@ -65,6 +80,8 @@ class Stats:
     replaced_documents: int
     skipped: tuple[str, ...]
     """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
+    tokens: int = 0
+    """Token ids handed out, end-of-text ids included (with a ``tokenizer``)."""
 
 
 class Stream:
@@ -93,7 +110,15 @@ class Stream:
         self.corpus = corpus
         self.options = options
         self._as_tuples = as_tuples
-        self._config = stream_config(corpus.fingerprint(), len(corpus.units), options)
+        self._dtype: np.dtype[Any] | None = None
+        tokenizer = None
+        if options.tokenizer is not None:
+            loaded_tokenizer = load_tokenizer(options.tokenizer)
+            self._dtype = loaded_tokenizer.dtype
+            tokenizer = loaded_tokenizer.fingerprint  # the vocabulary, wherever its file is
+        self._config = stream_config(
+            corpus.fingerprint(), len(corpus.units), options, tokenizer=tokenizer
+        )
         if state is not None:
             check_state(state, self._config)
             position = state["position"]
@@ -110,9 +135,11 @@ class Stream:
         self._first_in_block = self._in_block  # handed out before this iterator started
         self._block_order: list[int] | None = None
         self._block_sizes: list[int] = []
+        self._block_counts: list[int] = []
         # Running counts; "before" ones exclude the current block.
         self._delivered_before: int = counters.get("documents", 0)
         self._bytes_before: int = counters.get("text_bytes", 0)
+        self._tokens_before: int = counters.get("tokens", 0)
         self._epoch_before: int = counters.get("epoch_documents", 0)
         self._yielded_before = 0
         self._units: int = counters.get("units", 0)
@@ -124,13 +151,16 @@ class Stream:
 
     # -- what has been handed out ---------------------------------------------
 
-    def _handed_in_block(self) -> list[int]:
-        """Sizes of the current block's documents handed out so far."""
+    def _handed_in_block(self, values: list[int]) -> int:
+        """The sum of ``values`` (one per document of the current block) over the
+        documents this iterator handed out of it."""
         order = self._block_order
-        sizes = self._block_sizes
+        first, end = self._first_in_block, self._in_block
+        if not values:
+            return 0
         if order is None:
-            return sizes[: self._in_block]
-        return [sizes[k] for k in order[: self._in_block]]
+            return sum(values[first:end])
+        return sum([values[k] for k in order[first:end]])
 
     def close(self) -> None:
         if self._pool is not None:
@@ -140,15 +170,15 @@ class Stream:
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
         in_block = self._in_block - self._first_in_block
-        handed = self._handed_in_block()[self._first_in_block :]
         return Stats(
             self._delivered_before + in_block,
-            self._bytes_before + sum(handed),
+            self._bytes_before + self._handed_in_block(self._block_sizes),
             self._units,
             self._skipped_members,
             self._skipped_documents,
             self._replaced,
             tuple(self._skipped),
+            self._tokens_before + self._handed_in_block(self._block_counts),
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -170,6 +200,7 @@ class Stream:
                 "skipped_members": stats.skipped_members,
                 "skipped_documents": stats.skipped_documents,
                 "replaced_documents": stats.replaced_documents,
+                "tokens": stats.tokens,
             },
         }
 
@@ -189,6 +220,7 @@ class Stream:
             split=split,
             decode_errors=opts.decode_errors,
             hold=HOLD_UNITS,
+            tokenizer=opts.tokenizer,
         )
         if opts.workers == 0:
             return InlinePool(self.corpus.units, pool_options)
@@ -315,6 +347,7 @@ class Stream:
                 self._block, self._block_end = block_start, block_end
                 self._block_len = n
                 self._block_sizes = sizes = block.sizes
+                self._block_counts = counts = block.counts
                 self._block_order = order_ = self._permutation(n, block_start)
                 self._in_block = self._first_in_block = skip
                 stop = n
@@ -327,17 +360,25 @@ class Stream:
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
                 sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
-                for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
-                    view, subset, member, i, errors = sources[k]
-                    offset = offsets[k]
-                    text = str(view[offset : offset + sizes[k]], "utf-8", errors)
-                    if self._as_tuples:
-                        yield ((i, js[k]), (member, names[k]), text)
-                    else:
-                        yield new(Document, (text, subset, member, names[k], i, js[k]))
+                if counts:  # token ids (a tokenizer): a copy, since the slot will be reused
+                    frombuffer = np.frombuffer
+                    for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
+                        view, subset, member, i, dtype = sources[k]
+                        ids = frombuffer(view, dtype, counts[k], offsets[k]).copy()
+                        yield new(TokenDocument, (ids, subset, member, names[k], i, js[k]))
+                else:
+                    for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
+                        view, subset, member, i, errors = sources[k]
+                        offset = offsets[k]
+                        text = str(view[offset : offset + sizes[k]], "utf-8", errors)
+                        if self._as_tuples:
+                            yield ((i, js[k]), (member, names[k]), text)
+                        else:
+                            yield new(Document, (text, subset, member, names[k], i, js[k]))
                 handed = self._in_block - self._first_in_block
                 self._delivered_before += handed
-                self._bytes_before += sum(self._handed_in_block()[self._first_in_block :])
+                self._bytes_before += self._handed_in_block(sizes)
+                self._tokens_before += self._handed_in_block(counts)
                 self._epoch_before += handed
                 self._yielded_before += handed
                 self._first_in_block = self._in_block
@@ -395,24 +436,26 @@ class Stream:
         self._replaced += loaded.replace
         data = loaded.data
         view = data if isinstance(data, memoryview) else memoryview(data)
-        source = (
-            view,
-            unit.subset,
-            os.path.basename(unit.member),
-            unit.member_index,
-            "replace" if loaded.replace else "strict",
-        )
+        # The last field: how to decode text, or the dtype of token ids.
+        how: Any = "replace" if loaded.replace else "strict"
+        if loaded.counts is not None:
+            how = self._dtype
+        source = (view, unit.subset, os.path.basename(unit.member), unit.member_index, how)
         if min(offsets) >= 0:
             block.offsets += offsets
             block.sizes += loaded.sizes
             block.names += loaded.names
             block.js += range(len(offsets))
+            if loaded.counts is not None:
+                block.counts += loaded.counts
         else:  # documents outside the split, or left out by the worker (counted)
             kept = [j for j, offset in enumerate(offsets) if offset >= 0]
             block.offsets += [offsets[j] for j in kept]
             block.sizes += [loaded.sizes[j] for j in kept]
             block.names += [loaded.names[j] for j in kept]
             block.js += kept
+            if loaded.counts is not None:
+                block.counts += [loaded.counts[j] for j in kept]
         block.sources += [source] * (len(block.sizes) - first)
         if loaded.ticket >= 0:
             block.spans[-1] = (loaded.ticket, first, len(block.sizes))
@@ -443,17 +486,19 @@ class _Block:
 
     Parallel lists, one entry per document (no object per document, so nothing
     for the garbage collector to walk): its unit's ``source`` tuple ``(view,
-    subset, member, member index, errors)``, its offset and size in ``view``, its
-    name and its index in the member. ``spans`` are the kept units' slots:
+    subset, member, member index, errors or dtype)``, its offset in ``view``, its
+    UTF-8 size, its token count (with a tokenizer), its name and its index in
+    the member. ``spans`` are the kept units' slots:
     ``(ticket, first document, end document)``.
     """
 
-    __slots__ = ("js", "names", "offsets", "sizes", "sources", "spans")
+    __slots__ = ("counts", "js", "names", "offsets", "sizes", "sources", "spans")
 
     def __init__(self) -> None:
-        self.sources: list[tuple[memoryview, str, str, int, str]] = []
+        self.sources: list[tuple[memoryview, str, str, int, Any]] = []
         self.offsets: list[int] = []
         self.sizes: list[int] = []
+        self.counts: list[int] = []  # token ids per document (with a tokenizer), else empty
         self.names: list[str] = []
         self.js: list[int] = []
         self.spans: list[tuple[int, int, int]] = []
@@ -466,7 +511,7 @@ class _Block:
         if end > first:
             view, *rest = self.sources[first]
             copy = memoryview(view.tobytes())
-            self.sources[first:end] = [(copy, *rest)] * (end - first)  # type: ignore[list-item]
+            self.sources[first:end] = [(copy, *rest)] * (end - first)
             view.release()
         pool.release(ticket)
 

@@ -42,7 +42,8 @@ from typing import Any, NamedTuple
 
 from .errors import OWTError, WorkerError
 from .index import Unit
-from .read import Reader, Split
+from .read import Member, Reader, Split, encode_member
+from .tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["SLOT_BYTES", "InlinePool", "Loaded", "PoolOptions", "WorkerPool", "cpu_count"]
 
@@ -63,6 +64,8 @@ class PoolOptions(NamedTuple):
     """How workers check UTF-8 (``strict``, ``replace``); None: not at all."""
     hold: int = 0
     """Units the consumer may keep after asking for the next one (see ``release``)."""
+    tokenizer: str | None = None
+    """Tokenize in the workers (``tokenizer.load_tokenizer`` spec): units carry ids, not text."""
 
 
 class Loaded(NamedTuple):
@@ -83,6 +86,8 @@ class Loaded(NamedTuple):
     """Kept documents that are invalid UTF-8: decode them with ``errors="replace"``."""
     ticket: int = -1
     """What to pass to ``release`` (with ``hold`` > 0)."""
+    counts: list[int] | None = None
+    """With a tokenizer: ids per document; ``data`` holds ids and ``offsets`` point at them."""
 
 
 def _die_with_parent(parent: int) -> None:
@@ -118,6 +123,7 @@ def _worker_main(
     for conn in inherited:
         conn.close()
     reader = _reader(options)
+    tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
     slot_bytes = options.slot_bytes
     try:
         while True:
@@ -129,7 +135,7 @@ def _worker_main(
                 return
             seq, unit, slot = task
             try:
-                member = reader.read(units[unit])
+                member, payload, offsets, counts = _read(reader, tokenizer, units[unit])
             except OWTError as exc:
                 results.send(("err", seq, exc, traceback.format_exc()))
                 continue
@@ -137,10 +143,10 @@ def _worker_main(
                 error = WorkerError(f"unexpected {type(exc).__name__} reading {units[unit]}: {exc}")
                 results.send(("err", seq, error, traceback.format_exc()))
                 continue
-            data: bytes | None = member.data
-            size = len(member.data)
+            data: bytes | None = payload
+            size = len(payload)
             if shared is not None and slot is not None and size <= slot_bytes:
-                shared[slot * slot_bytes : slot * slot_bytes + size] = member.data
+                shared[slot * slot_bytes : slot * slot_bytes + size] = payload
                 data = None
             results.send(
                 (
@@ -149,16 +155,28 @@ def _worker_main(
                     size,
                     data,
                     member.names,
-                    member.offsets,
+                    offsets,
                     member.sizes,
                     member.dropped,
                     member.replace,
+                    counts,
                 )
             )
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         return
     finally:
         reader.close()
+
+
+def _read(
+    reader: Reader, tokenizer: Tokenizer | None, unit: Unit
+) -> tuple[Member, bytes, list[int], list[int] | None]:
+    """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
+    member = reader.read(unit)
+    if tokenizer is None:
+        return member, member.data, member.offsets, None
+    encoded = encode_member(member, tokenizer)
+    return member, encoded.data, encoded.offsets, encoded.counts
 
 
 def _reader(options: PoolOptions) -> Reader:
@@ -361,14 +379,14 @@ class WorkerPool:
         if message[0] == "err":
             error: OWTError = message[2]
             return Loaded(unit, b"", [], [], [], [error], 0, seq)
-        _, _, size, inline, names, offsets, sizes, dropped, replace = message
+        _, _, size, inline, names, offsets, sizes, dropped, replace, counts = message
         data: memoryview | bytes
         if inline is None and self._shared is not None and slot is not None:
             start = slot * self.options.slot_bytes
             data = memoryview(self._shared)[start : start + size]
         else:
             data = inline
-        return Loaded(unit, data, names, offsets, sizes, list(dropped), replace, seq)
+        return Loaded(unit, data, names, offsets, sizes, list(dropped), replace, seq, counts)
 
     def _wait(self) -> None:
         """Wait for one message, a death or a hang, and record what happened."""
@@ -456,24 +474,29 @@ class InlinePool:
     def __init__(self, units: Sequence[Unit], options: PoolOptions):
         self.units = units
         self.reader = _reader(options)
+        self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
         """Yield every unit of ``order``, in order."""
         for unit in order:
             try:
-                member = self.reader.read(self.units[unit])
+                member, payload, offsets, counts = _read(
+                    self.reader, self.tokenizer, self.units[unit]
+                )
             except OWTError as exc:
                 yield Loaded(unit, b"", [], [], [], [exc])
                 continue
             yield Loaded(
                 unit,
-                member.data,
+                payload,
                 member.names,
-                member.offsets,
+                offsets,
                 member.sizes,
                 list(member.dropped),
                 member.replace,
+                -1,
+                counts,
             )
 
     def release(self, ticket: int) -> None:

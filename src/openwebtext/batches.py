@@ -1,0 +1,161 @@
+"""Batches: token documents packed into fixed-length training rows, resumable exactly.
+
+The last stage before the model. Documents come from a loader with a
+``tokenizer`` (ids made in the workers, each document ending with the
+end-of-text id) and are concatenated in stream order; each batch is
+``batch_size`` rows of ``seq_len + 1`` ids. Row ``r`` of a batch starting at
+token ``p`` is ``tokens[p + r*seq_len : p + (r+1)*seq_len + 1]``, so rows (and
+batches) overlap by one id and every id after the first is a target exactly
+once: ``x, y = batch[:, :-1], batch[:, 1:]``.
+
+A state is the document stream's state before the document in which the next
+batch starts, plus the offset of that start inside the document's ids: resuming
+re-reads that one document and cuts it at the same id. Ids left over when the
+stream ends (fewer than a batch) are dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from .errors import StateError
+from .stream import Stats, TokenDocument
+
+if TYPE_CHECKING:
+    from .loader import DocumentIterator, Loader
+
+__all__ = ["BATCHES_FORMAT", "Batches"]
+
+BATCHES_FORMAT = "openwebtext-batches/1"
+
+
+class Batches:
+    """The running iterator of packed batches (``Loader.batches``); owns its workers.
+
+    Args:
+        loader: A loader with ``tokenizer`` set.
+        seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
+        batch_size: Rows per batch.
+        dtype: The dtype of the yielded arrays (int64 suits embeddings).
+        state: A ``state_dict()`` of an earlier ``Batches`` of the same stream.
+
+    Raises:
+        ValueError: the loader has no tokenizer, or a size is not positive.
+        StateError: ``state`` belongs to other sizes or another stream.
+    """
+
+    def __init__(
+        self,
+        loader: Loader,
+        seq_len: int,
+        batch_size: int,
+        *,
+        dtype: DTypeLike = np.int64,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        if loader.options.tokenizer is None:
+            raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
+        for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.dtype = np.dtype(dtype)
+        documents_state, skip = None, 0
+        if state is not None:
+            documents_state, skip = _check(state, seq_len, batch_size)
+        self._docs: DocumentIterator = loader.iter(state=documents_state)
+        # Documents not yet fully handed out in batches: (state before it, its ids).
+        self._pending: deque[tuple[dict[str, Any], np.ndarray[Any, Any]]] = deque()
+        self._head = skip  # where the next batch starts in the first pending document
+        self._available = -skip  # ids pending from the next batch's start on
+        self._batches = 0 if state is None else int(state.get("batches", 0))
+
+    def __iter__(self) -> Batches:
+        return self
+
+    def __next__(self) -> np.ndarray[Any, Any]:
+        need = self.seq_len * self.batch_size + 1
+        while self._available < need:
+            before = self._docs.state_dict()
+            try:
+                document: TokenDocument = next(self._docs)
+            except StopIteration:
+                self.close()
+                raise
+            self._pending.append((before, document.tokens))
+            self._available += len(document.tokens)
+        flat = self._take(need)
+        rows = np.lib.stride_tricks.sliding_window_view(flat, self.seq_len + 1)[:: self.seq_len]
+        self._batches += 1
+        return rows.astype(self.dtype)  # a copy: rows of the window view share memory
+
+    def _take(self, need: int) -> np.ndarray[Any, Any]:
+        """The next ``need`` ids; keep the last one for the next batch."""
+        parts = []
+        head, got = self._head, 0
+        for _, ids in self._pending:
+            part = ids[head : head + need - got]
+            parts.append(part)
+            got += len(part)
+            head = 0
+            if got == need:
+                break
+        # Advance by need - 1: drop documents whose ids all lie before the new start.
+        advance = self._head + need - 1
+        while advance >= len(self._pending[0][1]):
+            advance -= len(self._pending.popleft()[1])
+        self._head = advance
+        self._available -= need - 1
+        return np.concatenate(parts)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        if self._pending:
+            documents, offset = self._pending[0][0], self._head
+        else:
+            documents, offset = self._docs.state_dict(), self._head
+        return {
+            "format": BATCHES_FORMAT,
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+            "documents": documents,
+            "offset": offset,
+            "batches": self._batches,
+        }
+
+    @property
+    def stats(self) -> Stats:
+        """The document stream's counts (documents read ahead into the pending batch included)."""
+        return self._docs.stats
+
+    def close(self) -> None:
+        """Stop the workers now. Safe to call twice."""
+        self._docs.close()
+
+    def __enter__(self) -> Batches:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check(state: Any, seq_len: int, batch_size: int) -> tuple[dict[str, Any], int]:
+    if not isinstance(state, dict) or state.get("format") != BATCHES_FORMAT:
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise StateError(f"not a batches state of format {BATCHES_FORMAT!r} (found {found!r})")
+    saved = (state.get("seq_len"), state.get("batch_size"))
+    if saved != (seq_len, batch_size):
+        raise StateError(
+            f"the state was saved for seq_len={saved[0]}, batch_size={saved[1]}; "
+            f"now seq_len={seq_len}, batch_size={batch_size}"
+        )
+    offset = state.get("offset")
+    if not isinstance(offset, int) or offset < 0:
+        raise StateError(f"bad batches state: offset is {offset!r}")
+    documents: dict[str, Any] = state["documents"]
+    return documents, offset
