@@ -149,3 +149,15 @@ def test_changing_only_workers_gives_the_same_stream(small_corpus: Path) -> None
     head, state = run(loader, n=50)
     rest, _ = run(loader.replace(workers=4, prefetch=1), state)
     assert head + rest == run(loader)[0]
+
+
+def test_a_mark_expands_later_to_the_state_of_its_moment(small_corpus: Path) -> None:
+    """``mark()`` is cheap; ``state_dict(mark)`` must equal the state taken when it was made."""
+    with Loader(small_corpus, workers=2, seed=6, shuffle_buffer=30).iter() as it:
+        taken = []
+        for _ in range(70):  # across block boundaries (blocks of 40 documents here)
+            taken.append((it.mark(), it.state_dict()))
+            next(it)
+        for mark, state in taken:
+            assert it.state_dict(mark) == state
+        assert taken[0][1]["position"] != taken[45][1]["position"]

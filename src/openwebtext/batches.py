@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from .errors import StateError
-from .stream import Stats, TokenDocument
+from .stream import Mark, Stats, TokenDocument
 
 if TYPE_CHECKING:
     from .loader import DocumentIterator, Loader
@@ -69,8 +69,8 @@ class Batches:
         if state is not None:
             documents_state, skip = _check(state, seq_len, batch_size)
         self._docs: DocumentIterator = loader.iter(state=documents_state)
-        # Documents not yet fully handed out in batches: (state before it, its ids).
-        self._pending: deque[tuple[dict[str, Any], np.ndarray[Any, Any]]] = deque()
+        # Documents not yet fully handed out in batches: (the stream's mark before it, its ids).
+        self._pending: deque[tuple[Mark, np.ndarray[Any, Any]]] = deque()
         self._head = skip  # where the next batch starts in the first pending document
         self._available = -skip  # ids pending from the next batch's start on
         self._batches = 0 if state is None else int(state.get("batches", 0))
@@ -81,7 +81,7 @@ class Batches:
     def __next__(self) -> np.ndarray[Any, Any]:
         need = self.seq_len * self.batch_size + 1
         while self._available < need:
-            before = self._docs.state_dict()
+            before = self._docs.mark()
             try:
                 document: TokenDocument = next(self._docs)
             except StopIteration:
@@ -115,10 +115,8 @@ class Batches:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        if self._pending:
-            documents, offset = self._pending[0][0], self._head
-        else:
-            documents, offset = self._docs.state_dict(), self._head
+        mark = self._pending[0][0] if self._pending else None
+        documents, offset = self._docs.state_dict(mark), self._head
         return {
             "format": BATCHES_FORMAT,
             "seq_len": self.seq_len,

@@ -19,7 +19,7 @@ from numpy.typing import DTypeLike
 from .batches import Batches
 from .corpus import Corpus
 from .options import Options
-from .stream import Document, Stats, Stream, TokenDocument
+from .stream import Document, Mark, Stats, Stream, TokenDocument
 
 __all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]
 
@@ -149,6 +149,14 @@ class DocumentIterator:
         """Counts so far (including those carried over from a resumed state)."""
         return self._stream.stats
 
-    def state_dict(self) -> dict[str, Any]:
-        """The state after the last document handed out: resume with ``Loader.iter(state=…)``."""
-        return self._stream.state_dict()
+    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
+        """The state after the last document handed out: resume with ``Loader.iter(state=…)``.
+
+        Args:
+            mark: A ``mark()`` taken earlier: the state as it was then.
+        """
+        return self._stream.state_dict(mark)
+
+    def mark(self) -> Mark:
+        """Where the iterator is, cheaply (e.g. before every document); see ``state_dict``."""
+        return self._stream.mark()

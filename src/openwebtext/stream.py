@@ -31,7 +31,7 @@ from .state import STATE_FORMAT, check_state, stream_config
 from .tokenizer import load_tokenizer
 from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
 
-__all__ = ["Document", "Stats", "Stream", "TokenDocument"]
+__all__ = ["Document", "Mark", "Stats", "Stream", "TokenDocument"]
 
 log = logging.getLogger("openwebtext")
 
@@ -66,6 +66,38 @@ class TokenDocument(NamedTuple):
     name: str
     member_index: int
     document_index: int
+
+
+class Mark(NamedTuple):
+    """Where a stream was (``Stream.mark``): what ``state_dict`` needs, as references."""
+
+    epoch: int
+    block: int
+    block_end: int
+    block_len: int
+    in_block: int
+    first_in_block: int
+    order: list[int] | None
+    sizes: list[int]
+    counts: list[int]
+    delivered_before: int
+    bytes_before: int
+    tokens_before: int
+    epoch_before: int
+    units: int
+    skipped_members: int
+    skipped_documents: int
+    replaced: int
+    skipped: int
+
+
+def _handed(order: list[int] | None, first: int, end: int, values: list[int]) -> int:
+    """The sum of a block's per-document ``values`` over its hand-out positions first..end."""
+    if not values:
+        return 0
+    if order is None:
+        return sum(values[first:end])
+    return sum([values[k] for k in order[first:end]])
 
 
 @dataclass(frozen=True)
@@ -151,16 +183,32 @@ class Stream:
 
     # -- what has been handed out ---------------------------------------------
 
-    def _handed_in_block(self, values: list[int]) -> int:
-        """The sum of ``values`` (one per document of the current block) over the
-        documents this iterator handed out of it."""
-        order = self._block_order
-        first, end = self._first_in_block, self._in_block
-        if not values:
-            return 0
-        if order is None:
-            return sum(values[first:end])
-        return sum([values[k] for k in order[first:end]])
+    def mark(self) -> Mark:
+        """Where the stream is now, after the last document handed out.
+
+        Cheap enough to take before every document (a tuple of references);
+        ``state_dict(mark)`` turns it into a state later.
+        """
+        return Mark(
+            self._epoch,
+            self._block,
+            self._block_end,
+            self._block_len,
+            self._in_block,
+            self._first_in_block,
+            self._block_order,
+            self._block_sizes,
+            self._block_counts,
+            self._delivered_before,
+            self._bytes_before,
+            self._tokens_before,
+            self._epoch_before,
+            self._units,
+            self._skipped_members,
+            self._skipped_documents,
+            self._replaced,
+            len(self._skipped),
+        )
 
     def close(self) -> None:
         if self._pool is not None:
@@ -169,25 +217,29 @@ class Stream:
     @property
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
-        in_block = self._in_block - self._first_in_block
+        return self._stats(self.mark())
+
+    def _stats(self, m: Mark) -> Stats:
         return Stats(
-            self._delivered_before + in_block,
-            self._bytes_before + self._handed_in_block(self._block_sizes),
-            self._units,
-            self._skipped_members,
-            self._skipped_documents,
-            self._replaced,
-            tuple(self._skipped),
-            self._tokens_before + self._handed_in_block(self._block_counts),
+            m.delivered_before + m.in_block - m.first_in_block,
+            m.bytes_before + _handed(m.order, m.first_in_block, m.in_block, m.sizes),
+            m.units,
+            m.skipped_members,
+            m.skipped_documents,
+            m.replaced,
+            tuple(self._skipped[: m.skipped]),
+            m.tokens_before + _handed(m.order, m.first_in_block, m.in_block, m.counts),
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        """The state after the last document handed out: resume with ``Loader.iter(state=…)``."""
-        stats = self.stats
-        if self._block_len and self._in_block >= self._block_len:
-            position = {"epoch": self._epoch, "block": self._block_end, "in_block": 0}
+    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
+        """The state after the last document handed out (or at ``mark``): resume with
+        ``Loader.iter(state=…)``."""
+        m = self.mark() if mark is None else mark
+        stats = self._stats(m)
+        if m.block_len and m.in_block >= m.block_len:
+            position = {"epoch": m.epoch, "block": m.block_end, "in_block": 0}
         else:
-            position = {"epoch": self._epoch, "block": self._block, "in_block": self._in_block}
+            position = {"epoch": m.epoch, "block": m.block, "in_block": m.in_block}
         return {
             "format": STATE_FORMAT,
             "config": dict(self._config),
@@ -195,7 +247,7 @@ class Stream:
             "counters": {
                 "documents": stats.documents,
                 "text_bytes": stats.text_bytes,
-                "epoch_documents": self._epoch_before + self._in_block - self._first_in_block,
+                "epoch_documents": m.epoch_before + m.in_block - m.first_in_block,
                 "units": stats.units,
                 "skipped_members": stats.skipped_members,
                 "skipped_documents": stats.skipped_documents,
@@ -377,8 +429,10 @@ class Stream:
                             yield new(Document, (text, subset, member, names[k], i, js[k]))
                 handed = self._in_block - self._first_in_block
                 self._delivered_before += handed
-                self._bytes_before += self._handed_in_block(sizes)
-                self._tokens_before += self._handed_in_block(counts)
+                self._bytes_before += _handed(order_, self._first_in_block, self._in_block, sizes)
+                self._tokens_before += _handed(
+                    order_, self._first_in_block, self._in_block, counts
+                )
                 self._epoch_before += handed
                 self._yielded_before += handed
                 self._first_in_block = self._in_block
