@@ -412,7 +412,7 @@ class Stream:
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
                 sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
-                if counts:  # token ids (a tokenizer): a copy, since the slot will be reused
+                if self._dtype is not None:  # token ids: copied, since the slot will be reused
                     frombuffer = np.frombuffer
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, dtype = sources[k]
