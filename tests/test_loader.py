@@ -5,10 +5,12 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import openwebtext
 from openwebtext import Corpus, Document, Loader, Options, WorkerError, stream
+from openwebtext.plan import in_validation
 from openwebtext.workers import SLOT_BYTES, PoolOptions, WorkerPool
 from support import child_pids
 
@@ -217,3 +219,33 @@ def test_public_api_is_sorted_and_exported() -> None:
     assert openwebtext.__all__ == sorted(openwebtext.__all__)
     for name in openwebtext.__all__:
         assert hasattr(openwebtext, name), name
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_sparse_split_does_not_pin_whole_members(
+    small_corpus: Path, small_docs: dict[str, str], workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A unit with few kept documents is copied out compactly: a block holds ~their bytes."""
+    held: list[tuple[int, int]] = []
+    add = stream.Stream._add
+
+    def spy(self: stream.Stream, loaded: object, block: stream._Block, pool: object) -> None:
+        add(self, loaded, block, pool)  # type: ignore[arg-type]
+        views = {id(source[0]): source[0].nbytes for source in block.sources}
+        held.append((sum(views.values()), sum(block.sizes)))
+
+    monkeypatch.setattr(stream.Stream, "_add", spy)
+    loader = Loader(small_corpus, workers=workers, split="val", val_fraction=0.2, val_seed=7)
+    got = {d.name: d.text for d in loader}
+    assert got == {n: t for n, t in small_docs.items() if in_validation(n, 0.2, 7)}
+    assert 0 < len(got) < 40
+    assert held and all(kept_view <= 4 * kept_text for kept_view, kept_text in held)
+
+
+def test_batches_refuse_a_dtype_too_small_for_the_ids(small_corpus: Path) -> None:
+    loader = Loader(small_corpus, workers=0, tokenizer="gpt2")
+    with pytest.raises(ValueError, match="cannot hold every id"):
+        loader.batches(8, 2, dtype=np.int16)
+    with pytest.raises(ValueError, match="cannot hold every id"):
+        loader.batches(8, 2, dtype=np.float32)
+    loader.batches(8, 2, dtype=np.uint16).close()

@@ -155,3 +155,25 @@ def test_counts_file_is_found_again(indexed: Path) -> None:
     assert train is not None and val is not None
     assert [t + v for t, v in zip(train, val, strict=True)] == [20] * 6
     assert corpus.counts.per_unit("val", 0.3, 7) is None
+
+
+def test_pad_resumes_exactly_across_the_wrap(tmp_path: Path) -> None:
+    """A resumed padded rank must cut its passes where an uninterrupted one does."""
+    from openwebtext.synth import write_corpus
+
+    path = tmp_path / "c"
+    write_corpus(path, subsets=1, members=13, docs=5, seed=1, workers=1, progress=False)
+    corpus = Corpus.open(path)
+    corpus.save_counts(count_documents(corpus, workers=0))
+    corpus = Corpus.open(path)  # now with its counts
+    # 13 units over 3 ranks: rank 1 has 4 (20 documents), padded to 25 by wrapping around;
+    # blocks of 3 units, so a block that starts before the wrap would reach past it.
+    loader = Loader(corpus, workers=0, seed=2, rank=1, world_size=3, even_rule="pad",
+                    shuffle_buffer=12)  # fmt: skip
+    whole = [d.name for d in loader]
+    assert len(whole) == 25
+    for cut in range(1, 25):
+        with loader.iter() as it:
+            head = [next(it).name for _ in range(cut)]
+            state = it.state_dict()
+        assert head + [d.name for d in loader.iter(state=state)] == whole, cut

@@ -26,6 +26,7 @@ from .errors import (
 from .index import Unit
 from .loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
 from .options import Options
+from .stream import Mark
 from .tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "Document",
     "DocumentIterator",
     "Loader",
+    "Mark",
     "MemberTooLarge",
     "OWTError",
     "OpenWebTextLoader",

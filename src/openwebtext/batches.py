@@ -24,6 +24,7 @@ from numpy.typing import DTypeLike
 
 from .errors import StateError
 from .stream import Mark, Stats, TokenDocument
+from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
     from .loader import DocumentIterator, Loader
@@ -65,6 +66,9 @@ class Batches:
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.dtype = np.dtype(dtype)
+        largest = load_tokenizer(loader.options.tokenizer).n_vocab - 1
+        if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < largest:
+            raise ValueError(f"dtype {self.dtype} cannot hold every id (up to {largest})")
         documents_state, skip = None, 0
         if state is not None:
             documents_state, skip = _check(state, seq_len, batch_size)
@@ -155,5 +159,7 @@ def _check(state: Any, seq_len: int, batch_size: int) -> tuple[dict[str, Any], i
     offset = state.get("offset")
     if not isinstance(offset, int) or offset < 0:
         raise StateError(f"bad batches state: offset is {offset!r}")
-    documents: dict[str, Any] = state["documents"]
+    documents = state.get("documents")
+    if not isinstance(documents, dict):
+        raise StateError(f"bad batches state: documents is {type(documents).__name__}")
     return documents, offset

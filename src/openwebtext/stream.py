@@ -15,9 +15,10 @@ The slots of a block's units are kept until the block is handed out (the pool's
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -66,6 +67,13 @@ class TokenDocument(NamedTuple):
     name: str
     member_index: int
     document_index: int
+
+
+def _free(view: memoryview, ticket: int, pool: WorkerPool | InlinePool) -> None:
+    """Let go of a unit's bytes now: its view, and its slot if it has one."""
+    view.release()
+    if ticket >= 0:
+        pool.release(ticket)
 
 
 class Mark(NamedTuple):
@@ -358,7 +366,10 @@ class Stream:
             start = self._block
             need = target - self._epoch_before + self._in_block
             end = start
-            while need > 0 and end < start + len(order):
+            # A pass never crosses the end of the shard: its blocks must be cut where an
+            # uninterrupted run cuts them, wherever a resumed run starts.
+            shard_end = (start // len(order) + 1) * len(order)
+            while need > 0 and end < shard_end:
                 need -= counts[order[end % len(order)]]
                 end += 1
             before = self._epoch_before
@@ -475,44 +486,54 @@ class Stream:
             loaded.close()
 
     def _add(self, loaded: Loaded, block: _Block, pool: WorkerPool | InlinePool) -> None:
-        """Add the unit's documents to ``block`` (their bytes stay where they are)."""
+        """Add the unit's kept documents to ``block``; their bytes stay in its slot, unless
+        they are a small part of it (a sparse split): then they are copied out compactly."""
         unit = self.corpus.units[loaded.unit]
         self._units += 1
-        first = len(block.sizes)
-        if loaded.ticket >= 0:
-            block.keep(pool)
-            block.spans.append((loaded.ticket, first, first))
-        for error in loaded.errors:
-            self._error(error, member_level=not loaded.names)
-        offsets = loaded.offsets
-        if not offsets:
-            return
-        self._replaced += loaded.replace
         data = loaded.data
         view = data if isinstance(data, memoryview) else memoryview(data)
+        ticket = loaded.ticket
+        try:
+            for error in loaded.errors:
+                self._error(error, member_level=not loaded.names)
+        except BaseException:
+            _free(view, ticket, pool)
+            raise
+        offsets, sizes, names, counts = loaded.offsets, loaded.sizes, loaded.names, loaded.counts
+        js: Sequence[int] = range(len(offsets))
+        if offsets and min(offsets) < 0:  # outside the split, or left out by the worker (counted)
+            js = [j for j, offset in enumerate(offsets) if offset >= 0]
+            offsets = [offsets[j] for j in js]
+            sizes = [sizes[j] for j in js]
+            names = [names[j] for j in js]
+            counts = None if counts is None else [counts[j] for j in js]
+        if not offsets:
+            _free(view, ticket, pool)
+            return
+        self._replaced += loaded.replace
+        # Bytes of each document in ``view``: its text, or its ids.
+        itemsize = 1 if self._dtype is None else self._dtype.itemsize
+        spans = sizes if counts is None else [c * itemsize for c in counts]
+        if sum(spans) * 4 < len(view):
+            compact = b"".join([view[o : o + n] for o, n in zip(offsets, spans, strict=True)])
+            _free(view, ticket, pool)
+            view, ticket = memoryview(compact), -1
+            offsets = list(itertools.accumulate(spans, initial=0))[:-1]
+        first = len(block.sizes)
+        if ticket >= 0:
+            block.keep(pool)
+            block.spans.append((ticket, first, first + len(offsets)))
         # The last field: how to decode text, or the dtype of token ids.
         how: Any = "replace" if loaded.replace else "strict"
-        if loaded.counts is not None:
+        if counts is not None:
             how = self._dtype
+            block.counts += counts
         source = (view, unit.subset, os.path.basename(unit.member), unit.member_index, how)
-        if min(offsets) >= 0:
-            block.offsets += offsets
-            block.sizes += loaded.sizes
-            block.names += loaded.names
-            block.js += range(len(offsets))
-            if loaded.counts is not None:
-                block.counts += loaded.counts
-        else:  # documents outside the split, or left out by the worker (counted)
-            kept = [j for j, offset in enumerate(offsets) if offset >= 0]
-            block.offsets += [offsets[j] for j in kept]
-            block.sizes += [loaded.sizes[j] for j in kept]
-            block.names += [loaded.names[j] for j in kept]
-            block.js += kept
-            if loaded.counts is not None:
-                block.counts += [loaded.counts[j] for j in kept]
-        block.sources += [source] * (len(block.sizes) - first)
-        if loaded.ticket >= 0:
-            block.spans[-1] = (loaded.ticket, first, len(block.sizes))
+        block.offsets += offsets
+        block.sizes += sizes
+        block.names += names
+        block.js += js
+        block.sources += [source] * len(offsets)
 
     def _error(
         self, error: OWTError, *, member_level: bool, cause: BaseException | None = None

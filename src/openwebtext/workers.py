@@ -487,6 +487,12 @@ class InlinePool:
             except OWTError as exc:
                 yield Loaded(unit, b"", [], [], [], [exc])
                 continue
+            except Exception as exc:  # a bug, or a tokenizer's own error: as a worker reports it
+                u = self.units[unit]
+                what = f"unexpected {type(exc).__name__} reading {u.path}[{u.member}]: {exc}"
+                error = WorkerError(what, path=u.path, member=u.member)
+                yield Loaded(unit, b"", [], [], [], [error])
+                continue
             yield Loaded(
                 unit,
                 payload,
