@@ -34,13 +34,13 @@ import gc
 import json
 import mmap
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+
+from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus, Document, Loader, Options
 from openwebtext.plan import DOCUMENTS, UNITS, permutation
@@ -203,38 +203,12 @@ def _child(kind: str, paths: list[str], workers: int) -> None:
     print(json.dumps(report))
 
 
-def _run(kind: str, paths: list[str], workers: int) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", kind, "--workers", str(workers), *paths]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{kind} failed ({done.returncode}): {done.stderr[-2000:]}")
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
-def _busy_ticks() -> tuple[int, int]:
-    """(busy, steal) clock ticks of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:9]]
-    return sum(fields) - fields[3] - fields[4], fields[7]
 
 
-def _warm_page_cache(paths: list[str]) -> None:
-    for path in sorted({u.path for u in Corpus.open(paths).units}):
-        with open(path, "rb") as f:
-            while f.read(16 << 20):
-                pass
 
 
 def _us(values: list[float]) -> str:
@@ -255,23 +229,17 @@ def main() -> None:
         from openwebtext.synth import default_corpus
 
         args.paths = [str(default_corpus())]
-    _warm_page_cache(args.paths)
+    warm_page_cache(args.paths)
 
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
-    busy0, steal0 = _busy_ticks()
-    start = time.perf_counter()
+    load = OtherLoad()
     for r in range(args.repeat):
         for kind in KINDS[r % len(KINDS) :] + KINDS[: r % len(KINDS)]:
-            report = _run(kind, args.paths, args.workers)
+            report = run_child(__file__, kind, ["--workers", str(args.workers), *args.paths])
             runs[kind].append(report)
             us = report["cpu_s"] / report["documents"] * 1e6
             print(f"round {r + 1}/{args.repeat} {kind}: {us:.2f} µs/doc", file=sys.stderr)
-    seconds = time.perf_counter() - start
-    busy1, steal1 = _busy_ticks()
-    tick = os.sysconf("SC_CLK_TCK")
-    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
-    other = ((busy1 - busy0) / tick - ours.ru_utime - ours.ru_stime) / seconds
-    steal = (steal1 - steal0) / tick / seconds
+    seconds, other, steal = load.measure()
 
     counts = {(r["documents"], r["text_bytes"]) for rs in runs.values() for r in rs}
     if len(counts) != 1:
@@ -281,7 +249,7 @@ def main() -> None:
     per_doc = {k: [r["cpu_s"] / r["documents"] * 1e6 for r in rs] for k, rs in runs.items()}
 
     print(
-        f"CPU: {_cpu_model()}; {len(os.sched_getaffinity(0))} usable cores; "
+        f"CPU: {cpu_model()}; {len(os.sched_getaffinity(0))} usable cores; "
         f"Python {sys.version.split()[0]}"
     )
     print(

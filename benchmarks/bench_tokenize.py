@@ -40,10 +40,11 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
+
+from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus, Loader, Options, Unit
 from openwebtext.plan import plan
@@ -206,39 +207,12 @@ def _child(kind: str, paths: list[str], workers: int, units: int, take: int) -> 
     print(json.dumps(report))
 
 
-def _run(kind: str, paths: list[str], workers: int, units: int, take: int) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", kind, "--workers", str(workers)]
-    command += ["--units", str(units), "--take", str(take), *paths]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{kind} failed ({done.returncode}): {done.stderr[-2000:]}")
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
-def _busy_ticks() -> tuple[int, int]:
-    """(busy, steal) clock ticks of all CPUs since boot, from /proc/stat."""
-    with open("/proc/stat") as f:
-        fields = [int(v) for v in f.readline().split()[1:9]]
-    return sum(fields) - fields[3] - fields[4], fields[7]
 
 
-def _warm_page_cache(paths: list[str]) -> None:
-    for path in sorted({u.path for u in Corpus.open(paths).units}):
-        with open(path, "rb") as f:
-            while f.read(16 << 20):
-                pass
 
 
 def _median(values: list[float], fmt: str) -> str:
@@ -263,26 +237,21 @@ def main() -> None:
         args.paths = [str(default_corpus())]
     worker_counts = [int(w) for w in args.workers.split(",")]
     cores = len(os.sched_getaffinity(0))
-    _warm_page_cache(args.paths)
+    warm_page_cache(args.paths)
     units, take, blocks = _shape(args.paths, args.take)
 
     jobs = [("reference", 0)] + [(k, w) for w in worker_counts for k in KINDS[1:]]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {job: [] for job in jobs}
-    busy0, steal0 = _busy_ticks()
-    start = time.perf_counter()
+    load = OtherLoad()
     for r in range(args.repeat):
         for kind, w in jobs[r % len(jobs) :] + jobs[: r % len(jobs)]:
-            report = _run(kind, args.paths, w, units, take)
+            child = ["--workers", str(w), "--units", str(units), "--take", str(take)]
+            report = run_child(__file__, kind, [*child, *args.paths])
             runs[kind, w].append(report)
             rate = report["tokens"] / report["wall_s"] / 1e6
             what = f"round {r + 1}/{args.repeat} {kind} W={w}"
             print(f"{what}: {rate:.3f} M tokens/s", file=sys.stderr)
-    seconds = time.perf_counter() - start
-    busy1, steal1 = _busy_ticks()
-    tick = os.sysconf("SC_CLK_TCK")
-    ours = resource.getrusage(resource.RUSAGE_CHILDREN)
-    other = ((busy1 - busy0) / tick - ours.ru_utime - ours.ru_stime) / seconds
-    steal = (steal1 - steal0) / tick / seconds
+    seconds, other, steal = load.measure()
 
     counts = {(r["documents"], r["tokens"]) for rs in runs.values() for r in rs}
     if len(counts) != 1:
@@ -292,7 +261,7 @@ def main() -> None:
     text_bytes = ref[0]["text_bytes"]
 
     print(
-        f"CPU: {_cpu_model()}; {cores} usable cores; Python {sys.version.split()[0]}; "
+        f"CPU: {cpu_model()}; {cores} usable cores; Python {sys.version.split()[0]}; "
         f"tokenizer {TOKENIZER}"
     )
     print(

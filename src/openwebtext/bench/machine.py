@@ -14,7 +14,8 @@ from ..workers import cpu_count
 from .runs import Run
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         for line in f:
             if line.startswith("model name"):
@@ -43,7 +44,7 @@ def _memory_bytes() -> int | None:
 def machine_info() -> dict[str, Any]:
     """CPU model, usable cores, memory, and the versions that set the speed."""
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cores": cpu_count(),
         "cpus": os.cpu_count(),
         "memory_bytes": _memory_bytes(),
@@ -55,7 +56,7 @@ def machine_info() -> dict[str, Any]:
     }
 
 
-def _cpu_ticks() -> tuple[int, int, int]:
+def cpu_ticks() -> tuple[int, int, int]:
     """(all, idle, steal) CPU ticks since boot, from /proc/stat (zeros where there is none)."""
     try:
         with open("/proc/stat") as f:

@@ -22,7 +22,7 @@ from ..synth import paths_or_default
 from ..workers import cpu_count
 from .chart import plot
 from .common import CEILING, LOADER, OK, TIMEOUT, VS, BenchError, _now
-from .machine import _conditions, _cpu_ticks, machine_info
+from .machine import _conditions, cpu_ticks, machine_info
 from .process import Finished, run_child
 from .report import BenchResult, _write_outputs
 from .runs import Config, Run, Settings
@@ -190,9 +190,9 @@ def run_bench(settings: Settings) -> BenchResult:
     settings.out.mkdir(parents=True, exist_ok=True)
     bench = _Bench(settings, paths, cpu_count())
     machine = machine_info()
-    ticks, start = _cpu_ticks(), _now()
+    ticks, start = cpu_ticks(), _now()
     runs = bench.run_all()
-    conditions = _conditions(ticks, _cpu_ticks(), _now() - start, runs)
+    conditions = _conditions(ticks, cpu_ticks(), _now() - start, runs)
     work = _loader_work(runs)
     summaries = _summaries(bench, work)
     scaling = _scaling(summaries, runs, settings, bench.cores)

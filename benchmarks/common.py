@@ -1,0 +1,55 @@
+"""What the scripts of ``benchmarks/`` share: fresh child runs, a warm page cache, the CPU,
+and how busy other processes kept the machine meanwhile. Imported by the scripts as
+``common`` (their folder is first on ``sys.path`` when run as ``python benchmarks/X.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+from openwebtext import Corpus
+from openwebtext.bench.machine import cpu_model, cpu_ticks
+
+__all__ = ["OtherLoad", "cpu_model", "run_child", "warm_page_cache"]
+
+
+def run_child(script: str, kind: str, args: list[str]) -> dict[str, Any]:
+    """Run ``python SCRIPT --child KIND ARGS`` in a fresh process; its last line of JSON."""
+    command = [sys.executable, script, "--child", kind, *args]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"{kind} failed ({done.returncode}): {done.stderr[-2000:]}")
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def warm_page_cache(paths: list[str]) -> None:
+    """Read every file of the corpus once, so that no run pays for the disk."""
+    for path in sorted({u.path for u in Corpus.open(paths).units}):
+        with open(path, "rb") as f:
+            while f.read(16 << 20):
+                pass
+
+
+class OtherLoad:
+    """From its creation to ``measure()``: the cores kept busy by everything but our children,
+    and the cores the hypervisor stole (``/proc/stat`` ticks, children's rusage)."""
+
+    def __init__(self) -> None:
+        self._ticks = cpu_ticks()
+        self._start = time.perf_counter()
+
+    def measure(self) -> tuple[float, float, float]:
+        """(seconds, other processes' cores, stolen cores) since creation."""
+        seconds = time.perf_counter() - self._start
+        total, idle, steal = (a - b for a, b in zip(cpu_ticks(), self._ticks, strict=True))
+        tick = os.sysconf("SC_CLK_TCK")
+        ours = resource.getrusage(resource.RUSAGE_CHILDREN)
+        other = ((total - idle) / tick - ours.ru_utime - ours.ru_stime) / seconds
+        return seconds, other, steal / tick / seconds
