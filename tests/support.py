@@ -10,23 +10,37 @@ import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 
-def plain_read(paths: list[Path]) -> dict[str, str]:
-    """Every document of outer tars, read with tarfile and lzma only (not the library)."""
-    docs: dict[str, str] = {}
+def read_members(paths: Iterable[Path]) -> dict[tuple[str, str], dict[str, str]]:
+    """Every document of outer tars of xz members, per member, using tarfile and lzma only
+    (not the library): ``{(file name, member name): {document name: text}}``."""
+    out: dict[tuple[str, str], dict[str, str]] = {}
     for path in paths:
         with tarfile.open(path) as outer:
             for member in outer:
                 if not member.isreg():
                     continue
                 raw = outer.extractfile(member).read()  # type: ignore[union-attr]
+                docs: dict[str, str] = {}
                 with tarfile.open(fileobj=io.BytesIO(lzma.decompress(raw))) as inner:
                     for entry in inner:
-                        text = inner.extractfile(entry).read().decode()  # type: ignore[union-attr]
-                        assert entry.name not in docs
-                        docs[entry.name] = text
+                        if entry.isreg():
+                            docs[entry.name] = inner.extractfile(entry).read().decode()  # type: ignore[union-attr]
+                out[(path.name, member.name)] = docs
+    return out
+
+
+def plain_read(paths: list[Path]) -> dict[str, str]:
+    """Every document of outer tars, in file and member order (``read_members``, flattened);
+    a document name must not appear twice."""
+    docs: dict[str, str] = {}
+    for member_docs in read_members(paths).values():
+        for name, text in member_docs.items():
+            assert name not in docs
+            docs[name] = text
     return docs
 
 

@@ -64,7 +64,16 @@ from openwebtext import (
 from openwebtext import cli as owt_cli
 from openwebtext.index import Unit
 from openwebtext.read import Member, Reader
-from support import child_pids, damage, group_pids, inner_tar, member_offset, outer_tar, sample_docs
+from support import (
+    child_pids,
+    damage,
+    group_pids,
+    inner_tar,
+    member_offset,
+    outer_tar,
+    read_members,
+    sample_docs,
+)
 
 MiB = 1 << 20
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,32 +89,7 @@ Docs = dict[str, str]
 Members = dict[tuple[str, str], Docs]
 
 
-# -- an independent reader and corpus builders -------------------------------------------
-
-
-def read_members(paths: Iterable[Path]) -> Members:
-    """Every document of outer tars of xz members, per member, using tarfile and lzma only.
-
-    Args:
-        paths: Outer tar files.
-
-    Returns:
-        ``{(file name, member name): {document name: text}}``.
-    """
-    out: Members = {}
-    for path in paths:
-        with tarfile.open(path) as outer:
-            for member in outer:
-                if not member.isreg():
-                    continue
-                raw = outer.extractfile(member).read()  # type: ignore[union-attr]
-                docs: Docs = {}
-                with tarfile.open(fileobj=io.BytesIO(lzma.decompress(raw))) as inner:
-                    for entry in inner:
-                        if entry.isreg():
-                            docs[entry.name] = inner.extractfile(entry).read().decode()  # type: ignore[union-attr]
-                out[(path.name, member.name)] = docs
-    return out
+# -- corpus builders (the independent reader is support.read_members) --------------------
 
 
 def all_but(members: Members, *excluded: tuple[str, str]) -> Docs:
