@@ -18,7 +18,7 @@ from .corpus import Corpus
 from .errors import OutputError, OWTError, StateError
 from .files import atomic_write, output_path
 from .interrupts import EXIT_INTERRUPTED
-from .loader import DocumentIterator, Stats
+from .loader import Document, DocumentIterator, Stats
 from .options import Options
 from .state import load_state
 from .stream import Mark
@@ -73,35 +73,64 @@ def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> O
     )
 
 
-#: ``--jsonl`` writes its lines in chunks of about this many characters.
+#: ``--jsonl`` writes its lines in chunks of about this many bytes.
 _CHUNK = 1 << 16
+
+
+def _writer() -> Any:
+    """A function writing all of some bytes to stdout, or failing (never half silently).
+
+    Straight to the descriptor: a buffered text stream may report a chunk as written when
+    a signal cut the ``write(2)`` short. Streams without one (tests) get the text layer.
+    """
+    out = sys.stdout
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+
+        def write_text(data: bytes) -> None:
+            out.write(data.decode())
+            out.flush()
+
+        return write_text
+    out.flush()
+
+    def write_all(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+
+    return write_all
+
+
+def _json_line(doc: Document) -> bytes:
+    record = {"subset": doc.subset, "member": doc.member, "name": doc.name, "text": doc.text}
+    try:
+        return (json.dumps(record, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:  # a name that is not UTF-8 (surrogate escapes): JSON escapes
+        return (json.dumps(record) + "\n").encode()
 
 
 def _write_jsonl(iterator: DocumentIterator, written: list[Mark]) -> None:
     """Write one JSON line per document to stdout; ``written[0]`` follows what got out.
 
-    A chunk of whole lines is written, flushed and noted in ``written[0]`` (the iterator's
-    mark) with signals held back, so the state always describes exactly the lines on
-    stdout: an interrupt drops the lines not yet written, and the resumed run hands
-    them out again.
+    A chunk of whole lines is written and noted in ``written[0]`` (the iterator's mark)
+    with signals held back, so the state always describes exactly the lines on stdout:
+    an interrupt drops the lines not yet written, and the resumed run hands them out again.
     """
-    out = sys.stdout
-    encode = json.JSONEncoder(ensure_ascii=False).encode
-    lines: list[str] = []
+    write = _writer()
+    lines: list[bytes] = []
     size = 0
 
     def flush() -> None:
         with interrupts.deferred:
-            out.write("".join(lines))
-            out.flush()
+            write(b"".join(lines))
             written[0] = iterator.mark()
         lines.clear()
 
     try:
         for doc in iterator:
-            record = {"subset": doc.subset, "member": doc.member, "name": doc.name}
-            record["text"] = doc.text
-            line = encode(record) + "\n"
+            line = _json_line(doc)
             lines.append(line)
             size += len(line)
             if size >= _CHUNK:
