@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -78,27 +80,31 @@ _CHUNK = 1 << 16
 
 
 def _writer() -> Any:
-    """A function writing all of some bytes to stdout, or failing (never half silently).
+    """A function writing bytes to stdout, counting in ``sent[0]`` how many got out (also
+    when a signal interrupts it).
 
-    Straight to the descriptor: a buffered text stream may report a chunk as written when
-    a signal cut the ``write(2)`` short. Streams without one (tests) get the text layer.
+    Straight to the descriptor: a buffered text stream may report a chunk as written
+    when a signal cut the ``write(2)`` short. Streams without one (tests) get the text
+    layer.
     """
     out = sys.stdout
     try:
         fd = out.fileno()
     except (AttributeError, OSError, ValueError):
 
-        def write_text(data: bytes) -> None:
+        def write_text(data: bytes, sent: list[int]) -> None:
             out.write(data.decode())
             out.flush()
+            sent[0] = len(data)
 
         return write_text
     out.flush()
 
-    def write_all(data: bytes) -> None:
+    def write_all(data: bytes, sent: list[int]) -> None:
         view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        sent[0] = 0
+        while sent[0] < len(view):
+            sent[0] += os.write(fd, view[sent[0] :])
 
     return write_all
 
@@ -114,24 +120,36 @@ def _json_line(doc: Document) -> bytes:
 def _write_jsonl(iterator: DocumentIterator, written: list[Mark]) -> None:
     """Write one JSON line per document to stdout; ``written[0]`` follows what got out.
 
-    A chunk of whole lines is written and noted in ``written[0]`` (the iterator's mark)
-    with signals held back, so the state always describes exactly the lines on stdout:
-    an interrupt drops the lines not yet written, and the resumed run hands them out again.
+    Lines are written in chunks with signals held back (``interrupts.deferred``), and
+    ``written[0]`` becomes the iterator's mark after the last line that got out whole,
+    so the state describes exactly the lines on stdout. An interrupt between chunks drops
+    the lines not yet written (the resumed run hands them out again). Only a reader that
+    takes nothing for ``GRACE_SECONDS`` after a signal can leave a line cut short; the
+    state still ends before it.
     """
     write = _writer()
     lines: list[bytes] = []
+    marks: list[Mark] = []
     size = 0
 
     def flush() -> None:
-        with interrupts.deferred:
-            write(b"".join(lines))
-            written[0] = iterator.mark()
-        lines.clear()
+        sent = [0]
+        with interrupts.deferred:  # the note below too: a signal right after the write waits
+            try:
+                write(b"".join(lines), sent)
+            finally:
+                ends = itertools.accumulate(map(len, lines))
+                whole = bisect.bisect_right(list(ends), sent[0])
+                if whole:
+                    written[0] = marks[whole - 1]
+                lines.clear()
+                marks.clear()
 
     try:
         for doc in iterator:
             line = _json_line(doc)
             lines.append(line)
+            marks.append(iterator.mark())
             size += len(line)
             if size >= _CHUNK:
                 flush()
