@@ -33,6 +33,7 @@ CSV_COLUMNS = (
     "max_rss_bytes",
     "first_document_s",
     "consumer_cpu_s",
+    "decoder",
 )
 PLOT_HINT = "pip install 'openwebtext[bench]'"
 
@@ -148,8 +149,18 @@ def summary_text(result: BenchResult) -> str:
     if any(r.oversubscribed for r in result.scaling):
         lines.append(f"* more workers than cores: compared with the {m['cores']}-core ceiling")
     lines += [f"vs{k + 1}: {t}" for k, t in enumerate(s["vs"])]
+    lines.append(f"ceiling: the faster decoder in each run: {ceiling_decoders(result)}")
     lines += _verdict(result)
     return "\n".join(lines)
+
+
+def ceiling_decoders(result: BenchResult) -> str:
+    """Which decoder the measured ceiling runs used, e.g. ``xz -dc (3 of 3 runs)``."""
+    used = [r.decoder for r in result.runs if r.kind == CEILING and not r.warmup and r.decoder]
+    if not used:
+        return "–"
+    counts = {name: used.count(name) for name in sorted(set(used))}
+    return ", ".join(f"{name} ({n} of {len(used)} runs)" for name, n in counts.items())
 
 
 def _verdict(result: BenchResult) -> list[str]:
