@@ -14,6 +14,7 @@ import lzma
 import math
 import os
 import random
+import shutil
 import signal
 import stat
 import subprocess
@@ -494,3 +495,38 @@ def test_progress_total_of_a_resumed_run(small_corpus: Path, tmp_path: Path) -> 
     proc = owt(*args, "--resume", str(state), "--epochs", "2")
     bar = proc.stderr.decode()
     assert f"{12 - block}/{12 - block}" in bar, bar
+
+
+@pytest.mark.parametrize("command", ["index", "tokenize"])
+def test_sigterm_ends_index_and_tokenize_and_leaves_nothing(
+    command: str, tmp_path: Path, small_corpus: Path
+) -> None:
+    """The other commands that start workers: exit 143, no process, no temporary file."""
+    corpus = tmp_path / "corpus"
+    shutil.copytree(small_corpus, corpus)
+    out = tmp_path / "out"
+    argv = [*OWT, command, str(corpus), "-j", "2", "-q"]
+    if command == "tokenize":
+        argv += ["--out", str(out), "--tokenizer", "bytes"]
+    # A worker stuck in its first member keeps the command busy until the signal.
+    hang = (
+        "import time; from openwebtext.read import Reader; Reader.read = lambda *a: time.sleep(60)"
+    )
+    script = f"import sys; {hang}; from openwebtext import cli; sys.exit(cli.main(sys.argv[1:]))"
+    proc = start(
+        [sys.executable, "-c", script, *argv[3:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        assert wait_until(lambda: len(group_pids(proc.pid)) >= 3, 60), "no workers started"
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 143, err.decode()
+    assert "Traceback" not in err.decode()
+    assert group_pids(proc.pid) == []
+    assert sorted(p.name for p in corpus.iterdir()) == sorted(
+        p.name for p in small_corpus.iterdir()
+    )
+    assert not out.exists() or list(out.iterdir()) == []

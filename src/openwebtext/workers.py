@@ -119,6 +119,8 @@ def _worker_main(
     parent: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
+    # terminate() ends us at once, whatever SIGTERM handler the consumer's program has.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent(parent)
     for conn in inherited:
         conn.close()
