@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -222,7 +223,9 @@ def main() -> None:
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     batches: Iterator[torch.Tensor] = iter(loader)
     while step < args.steps:
-        batch = next(batches)
+        batch = next(batches, None)
+        if batch is None:  # only with no train batch at all: the stream is endless
+            raise SystemExit("the train split holds less than one batch")
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args)
         loss = model(batch[:, :-1], batch[:, 1:])
@@ -256,4 +259,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        # The checkpoint file is the last complete one: the same command continues from it.
+        print("interrupted: run the same command again to continue", file=sys.stderr)
+        raise SystemExit(130) from None
