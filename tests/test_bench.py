@@ -315,3 +315,15 @@ def test_legend_shows_the_command_as_typed_shortened() -> None:
     assert shorten_command("python main.py -j {workers}") == "python main.py -j {workers}"
     long = shorten_command("python main.py " + "--flag " * 20)
     assert len(long) == 48 and long.endswith("…")
+
+
+def test_an_output_that_must_not_be_replaced_is_refused_before_any_run(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.mkfifo(tmp_path / "bench.json")
+    argv = ["bench", str(tiny), "--workers", "1", "--repeat", "1", "--warmup", "0", "-q"]
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"owt: error: {tmp_path / 'bench.json'}: is not a regular file"), err
+    assert (tmp_path / "bench.json").is_fifo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]  # nothing was run

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write
 from .common import CEILING, LOADER, TIMEOUT, VS
 from .report import BenchResult, _corpus_name, ceiling_decoders
 from .summary import Summary
@@ -26,7 +28,9 @@ def plot(result: BenchResult, path: Path) -> bool:
     FigureCanvasAgg(fig)  # the Agg canvas, without touching pyplot's global backend
     ax = fig.add_subplot()
     _draw(ax, result)
-    fig.savefig(path)
+    image = io.BytesIO()
+    fig.savefig(image, format="png")
+    atomic_write(path, image.getvalue())
     return True
 
 

@@ -18,13 +18,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import Corpus
+from ..files import output_path
 from ..synth import paths_or_default
 from ..workers import cpu_count
 from .chart import plot
 from .common import CEILING, LOADER, OK, TIMEOUT, VS, BenchError, _now
 from .machine import _conditions, cpu_ticks, machine_info
 from .process import Finished, run_child
-from .report import BenchResult, _write_outputs
+from .report import OUTPUTS, BenchResult, _write_outputs
 from .runs import Config, Run, Settings
 from .summary import Summary, _scaling, _summarise, recommend
 
@@ -190,6 +191,8 @@ def run_bench(settings: Settings) -> BenchResult:
     paths = paths_or_default(settings.paths)
     corpus = Corpus.open(paths)
     settings.out.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:  # refused now (a FIFO, a folder, a device), not after every run
+        output_path(settings.out / name)
     bench = _Bench(settings, paths, cpu_count())
     machine = machine_info()
     ticks, start = cpu_ticks(), _now()
