@@ -451,18 +451,18 @@ def test_jsonl_with_stdout_closed_is_a_message(small_corpus: Path) -> None:
     assert err == "owt: error: standard output is closed: nowhere to write --jsonl\n"
 
 
-@pytest.mark.parametrize("jsonl", [True, False], ids=["jsonl", "quiet"])
+@pytest.mark.parametrize("how", [["--jsonl"], ["-q"], []], ids=["jsonl", "quiet", "bar"])
 def test_stderr_closed_still_reads_everything(
-    jsonl: bool, small_corpus: Path, tmp_path: Path
+    how: list[str], small_corpus: Path, tmp_path: Path
 ) -> None:
     state = tmp_path / "state.json"
-    args = ["stream", str(small_corpus), "--state-out", str(state)]
-    args += ["--jsonl"] if jsonl else ["-q"]
-    proc = owt(*args, preexec_fn=_close(2))
+    proc = owt("stream", str(small_corpus), "--state-out", str(state), *how, preexec_fn=_close(2))
     assert proc.returncode == 0
-    if jsonl:  # only documents on stdout (no summary line strayed there)
+    if how == ["--jsonl"]:  # only documents on stdout (no summary line strayed there)
         assert [json.loads(line)["name"] for line in proc.stdout.splitlines()]
         assert len(proc.stdout.splitlines()) == 120
+    else:
+        assert proc.stdout == b""
     assert json.loads(state.read_text())["counters"]["documents"] == 120
 
 
