@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import storage
 from .errors import CorpusError
 from .index import Unit, index_paths
 
@@ -69,8 +70,19 @@ class Corpus:
     counts: Counts | None = field(default=None, compare=False)
 
     @classmethod
-    def open(cls, paths: PathLike | Sequence[PathLike]) -> Corpus:
+    def open(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Corpus:
         """Index paths, folders or glob patterns (see ``openwebtext.index``).
+
+        Args:
+            paths: Local paths, or fsspec URLs (``s3://``, ``gs://``, ``https://``,
+                ``hf://``…; the ``remote`` extra), of files, folders or globs.
+            storage_options: Passed as they are to the filesystems of URLs (for
+                S3: ``endpoint_url``, ``anon``…), here and in the workers.
 
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
@@ -78,6 +90,8 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        if storage_options is not None:
+            storage.configure(storage_options)
         corpus = cls(tuple(index_paths(list(paths))))
         counts = corpus.load_counts()
         return cls(corpus.units, counts) if counts else corpus
@@ -98,7 +112,10 @@ class Corpus:
     def counts_paths(self) -> list[Path]:
         """Where the counts file is looked for, in order (beside the corpus, then the cache)."""
         name = f".owt-counts-{self.fingerprint()}.json"
-        return [Path(self.units[0].path).parent / name, cache_dir() / "counts" / name[1:]]
+        cached = cache_dir() / "counts" / name[1:]
+        if storage.is_url(self.units[0].path):  # never written beside a remote corpus
+            return [cached]
+        return [Path(self.units[0].path).parent / name, cached]
 
     def load_counts(self) -> Counts | None:
         for path in self.counts_paths():

@@ -24,6 +24,7 @@ from typing import BinaryIO, NamedTuple
 
 from .errors import CorpusError, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect
+from .storage import is_url
 
 __all__ = ["Unit", "expand_paths", "index_file", "index_paths"]
 
@@ -78,7 +79,16 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
 
 
 def _head(f: BinaryIO, offset: int) -> bytes:
-    return os.pread(f.fileno(), MAGIC_BYTES, offset)
+    return _pread(f, MAGIC_BYTES, offset)
+
+
+def _pread(f: BinaryIO, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset``: a local file's, or a remote one's (``storage.RangeFile``)."""
+    pread = getattr(f, "pread", None)
+    if pread is not None:
+        data: bytes = pread(size, offset)
+        return data
+    return os.pread(f.fileno(), size, offset)
 
 
 def index_file(path: Path) -> list[Unit]:
@@ -128,7 +138,7 @@ def _index_outer_tar(f: BinaryIO, name: str, size: int, subset: str, base: str) 
             _check_end(f, name, end, size, members[-1].name if members else None)
     units: list[Unit] = []
     for i, m in enumerate(members):
-        head = os.pread(f.fileno(), min(MAGIC_BYTES, m.size), m.offset_data)
+        head = _pread(f, min(MAGIC_BYTES, m.size), m.offset_data)
         kind = detect(head) or ""
         units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
     if members and not any(u.kind for u in units):
@@ -146,7 +156,7 @@ def _check_end(f: BinaryIO, name: str, end: int, size: int, last: str | None) ->
         )
     position = end
     while position < size:
-        block = os.pread(f.fileno(), min(1 << 20, size - position), position)
+        block = _pread(f, min(1 << 20, size - position), position)
         if block.strip(b"\0"):
             raise CorpusError(
                 f"tar header at byte {end}{after} is damaged (the rest of the file is not read)",
@@ -159,8 +169,14 @@ def _check_end(f: BinaryIO, name: str, end: int, size: int, last: str | None) ->
 def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:
     """Index every file named by ``paths`` (files, folders, globs), in order."""
     units: list[Unit] = []
-    for path in expand_paths(paths):
-        units.extend(index_file(path))
+    for raw in paths:
+        if is_url(raw):  # s3://, https://, hf://…: listed and indexed remotely, cached
+            from .remote import index_url
+
+            units.extend(index_url(str(raw)))
+            continue
+        for path in expand_paths([raw]):
+            units.extend(index_file(path))
     if not units:
         raise CorpusError(
             "no documents: the corpus has no members", path=", ".join(map(str, paths))
