@@ -318,9 +318,10 @@ def expand_url(url: str) -> list[str]:
         if not files:
             raise CorpusError("pattern matches no file", path=shown)
         return sorted(_full(fs, url, name) for name in files)
-    info = entries(lambda: fs.info(url), "HEAD")
-    if info.get("type") != "directory":
-        return [url]
+    if not url.endswith("/"):  # over HTTP only a trailing slash says "folder"
+        info = entries(lambda: fs.info(url), "HEAD")
+        if info.get("type") != "directory":
+            return [url]
     listing = entries(lambda: fs.ls(url, detail=True), "listing")
     files = [
         e["name"]
