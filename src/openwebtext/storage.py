@@ -160,13 +160,13 @@ class _Fatal(Exception):
 
 def _classify(exc: BaseException) -> str | None:
     """Why ``exc`` must not be retried, or None if it may pass."""
-    if isinstance(exc, FileNotFoundError):
+    status = _status(exc)
+    if isinstance(exc, FileNotFoundError) and status in (None, 404, 410):
         return "no such file, key or bucket"
     if isinstance(exc, PermissionError):
         return "access refused (check the credentials)"
     if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
         return "not a file"
-    status = getattr(exc, "status", None)
     if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
         if status in (401, 403):
             return f"access refused: HTTP {status} (check the credentials)"
@@ -175,6 +175,18 @@ def _classify(exc: BaseException) -> str | None:
         return f"HTTP {status}"
     if isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, ShortRead):
         return describe(exc)
+    return None
+
+
+def _status(exc: BaseException | None) -> int | None:
+    """The HTTP status behind ``exc`` (fsspec's HTTP ``info`` hides it as the cause)."""
+    for _ in range(4):
+        if exc is None:
+            return None
+        status = getattr(exc, "status", None)
+        if isinstance(status, int):
+            return status
+        exc = exc.__cause__ or exc.__context__
     return None
 
 
