@@ -106,11 +106,35 @@ def _add_storage_options(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="for URLs: passed to the fsspec filesystem (repeatable), e.g. endpoint_url=…",
     )
+    parser.add_argument(
+        "--cache-dir", default=None, help="for URLs: keep the members read in this folder"
+    )
+    parser.add_argument(
+        "--cache-size",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="cap of --cache-dir, e.g. 20G (least recently used out first)",
+    )
+
+
+def _size(text: str) -> int:
+    from .membercache import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _open_corpus(args: argparse.Namespace) -> Corpus:
     options = dict(getattr(args, "storage_options", None) or [])
-    return Corpus.open(paths_or_default(args.paths), storage_options=options or None)
+    return Corpus.open(
+        paths_or_default(args.paths),
+        storage_options=options or None,
+        cache_dir=getattr(args, "cache_dir", None),
+        cache_size=getattr(args, "cache_size", None),
+    )
 
 
 def _stream(args: argparse.Namespace) -> int:

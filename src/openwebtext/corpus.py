@@ -75,6 +75,8 @@ class Corpus:
         paths: PathLike | Sequence[PathLike],
         *,
         storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | None = None,
     ) -> Corpus:
         """Index paths, folders or glob patterns (see ``openwebtext.index``).
 
@@ -83,6 +85,9 @@ class Corpus:
                 ``hf://``…; the ``remote`` extra), of files, folders or globs.
             storage_options: Passed as they are to the filesystems of URLs (for
                 S3: ``endpoint_url``, ``anon``…), here and in the workers.
+            cache_dir: Keep the remote members read in this folder (off by
+                default), so that a second epoch reads them from disk.
+            cache_size: The cache's cap in bytes (least recently used first out).
 
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
@@ -90,8 +95,8 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        if storage_options is not None:
-            storage.configure(storage_options)
+        if storage_options is not None or cache_dir is not None:
+            storage.configure(storage_options, cache_dir=cache_dir, cache_size=cache_size)
         corpus = cls(tuple(index_paths(list(paths))))
         counts = corpus.load_counts()
         return cls(corpus.units, counts) if counts else corpus

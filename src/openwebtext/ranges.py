@@ -20,7 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from .errors import CorruptMember
 from .index import Unit
-from .storage import fetch, is_url
+from .membercache import MemberCache
+from .storage import fetch, identity, is_url, member_cache
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "RangeReader"]
 
@@ -41,8 +42,11 @@ def _key(unit: Unit) -> _Key:
 class RangeReader:
     """Fetches units' bytes by range; ``prefetch`` starts them early."""
 
-    def __init__(self, threads: int = THREADS):
+    def __init__(self, threads: int = THREADS, cache: MemberCache | None = None):
         self.threads = threads
+        if cache is None and (settings := member_cache()) is not None:
+            cache = MemberCache(settings.root, settings.cap)
+        self.cache = cache
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[_Key, tuple[Future[bytes], int]] = {}
         self.requests = 0
@@ -61,7 +65,11 @@ class RangeReader:
 
     def prefetch(self, units: Sequence[Unit]) -> None:
         """Start fetching ``units`` (in this order) that are remote and not started yet."""
-        todo = [u for u in units if is_url(u.path) and _key(u) not in self._pending]
+        todo = [
+            u
+            for u in units
+            if is_url(u.path) and _key(u) not in self._pending and not self._cached(u)
+        ]
         groups: list[list[Unit]] = []
         for u in todo:
             last = groups[-1][-1] if groups else None
@@ -89,17 +97,39 @@ class RangeReader:
             CorruptMember: the file is missing, access is refused, or the
                 retries ran out; names the URL and the member.
         """
+        key = self._cache_key(unit)
+        if key is not None and self.cache is not None:
+            cached = self.cache.get(key, unit.size)
+            if cached is not None:
+                self._pending.pop(_key(unit), None)
+                return cached
         pending = self._pending.pop(_key(unit), None)
         if pending is None:
-            return self._fetch(unit.path, unit.offset, unit.offset + unit.size, unit.member)
-        future, at = pending
-        try:
-            data = future.result()
-        except CorruptMember as exc:
-            raise CorruptMember(exc.message, exc.path, unit.member) from None
-        if at == 0 and len(data) == unit.size:
-            return data
-        return data[at : at + unit.size]
+            data = self._fetch(unit.path, unit.offset, unit.offset + unit.size, unit.member)
+        else:
+            future, at = pending
+            try:
+                data = future.result()
+            except CorruptMember as exc:
+                raise CorruptMember(exc.message, exc.path, unit.member) from None
+            if at != 0 or len(data) != unit.size:
+                data = data[at : at + unit.size]
+        if key is not None and self.cache is not None:
+            self.cache.put(key, data)
+        return data
+
+    def _cache_key(self, unit: Unit) -> str | None:
+        """The member's key in the cache; None without a cache or a known file identity."""
+        if self.cache is None:
+            return None
+        info = identity(unit.path)
+        if info is None or not info.identity:
+            return None
+        return self.cache.key(unit.path, info.identity, unit.offset, unit.size)
+
+    def _cached(self, unit: Unit) -> bool:
+        key = self._cache_key(unit)
+        return key is not None and self.cache is not None and self.cache.contains(key)
 
     def close(self) -> None:
         self._pending.clear()

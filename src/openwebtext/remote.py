@@ -26,7 +26,7 @@ from typing import Any
 from .errors import CorpusError, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect
 from .index import _KNOWN, Unit, _index_outer_tar
-from .storage import FileInfo, RangeFile, expand_url, file_info, redact
+from .storage import FileInfo, RangeFile, expand_url, file_info, redact, remember
 
 __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
 
@@ -63,6 +63,7 @@ def index_url(url: str) -> list[Unit]:
 def index_remote_file(url: str) -> list[Unit]:
     """The units of one remote file: from the cache if it still describes the file."""
     info = file_info(url)
+    remember(url, info)
     cached = _load(url, info)
     if cached is not None:
         return cached

@@ -87,17 +87,56 @@ def redact(text: str) -> str:
     return _SECRETS.sub(r"\1***", text)
 
 
-def configure(storage_options: dict[str, Any] | None) -> None:
-    """Set the options every filesystem of this process is made with (None: none).
+class CacheSettings(NamedTuple):
+    """The optional local cache of members (``membercache``)."""
 
-    They go to ``fsspec.filesystem`` as they are (for S3: ``endpoint_url``,
-    ``anon``, ``key``…). Workers forked afterwards inherit them. Filesystems
-    already made are dropped, so the next request uses the new options.
+    root: str
+    cap: int | None
+
+
+_member_cache: list[CacheSettings] = []
+_identities: dict[str, FileInfo] = {}
+
+
+def configure(
+    storage_options: dict[str, Any] | None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_size: int | None = None,
+) -> None:
+    """Set what every filesystem of this process is made with, and the member cache.
+
+    ``storage_options`` go to ``fsspec.filesystem`` as they are (for S3:
+    ``endpoint_url``, ``anon``, ``key``…). ``cache_dir`` turns on the local
+    cache of remote members (``cache_size`` bytes at most; None: no cap).
+    Workers forked afterwards inherit all of it. Filesystems already made are
+    dropped, so the next request uses the new options.
     """
     with _lock:
         _settings.clear()
         _settings.update(storage_options or {})
         _filesystems.clear()
+        _member_cache.clear()
+        if cache_dir is not None:
+            _member_cache.append(CacheSettings(os.fspath(cache_dir), cache_size))
+
+
+def member_cache() -> CacheSettings | None:
+    """The member cache set by ``configure``, if any."""
+    return _member_cache[0] if _member_cache else None
+
+
+def remember(url: str, info: FileInfo) -> None:
+    """Note what identifies ``url``'s content (the index does, before the workers fork)."""
+    _identities[url] = info
+
+
+def identity(url: str) -> FileInfo | None:
+    """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
+
+    What a cache of anything read from ``url`` (members, counts) should be keyed on.
+    """
+    return _identities.get(url)
 
 
 def _fsspec() -> Any:
