@@ -20,6 +20,7 @@ import pytest
 from openwebtext import Corpus, Loader, storage
 from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.index import Unit
+from openwebtext.membercache import MemberCache, parse_size
 from openwebtext.ranges import RangeReader
 from openwebtext.remote import cache_path
 from openwebtext.synth import write_corpus
@@ -59,7 +60,9 @@ def local_stream(small_corpus: Path, **options: Any) -> list[str]:
 # -- HTTP -------------------------------------------------------------------------
 
 
-def test_http_folder_gives_the_local_units_and_stream(small_corpus: Path, http: RangeServer) -> None:
+def test_http_folder_gives_the_local_units_and_stream(
+    small_corpus: Path, http: RangeServer
+) -> None:
     remote = Corpus.open(http.url + "/")
     local = Corpus.open(str(small_corpus))
     assert [u[1:] for u in remote.units] == [u[1:] for u in local.units]
@@ -70,7 +73,6 @@ def test_http_folder_gives_the_local_units_and_stream(small_corpus: Path, http: 
 
 
 def test_http_stream_survives_faults(small_corpus: Path, http: RangeServer) -> None:
-    corpus = Corpus.open(http.url + "/urlsf_subset00.tar")
     corpus = Corpus.open([http.url + "/urlsf_subset00.tar", http.url + "/urlsf_subset01.tar"])
     http.faults.next_503 = 2
     http.faults.next_drop = 2
@@ -107,11 +109,14 @@ def test_changed_file_is_indexed_again(tmp_path: Path) -> None:
     write_corpus(root, subsets=1, members=2, docs=5, seed=0, workers=1)
     with RangeServer(root) as server:
         url = server.url + "/urlsf_subset00.tar"
-        before = Corpus.open(url)
+        cache = tmp_path / "members"  # cached members of the old file must not be served
+        before = Corpus.open(url, cache_dir=cache)
+        assert texts(before, seed=1, workers=0) == texts(str(root), seed=1, workers=0)
         other = tmp_path / "other"
         write_corpus(other, subsets=1, members=3, docs=7, seed=1, workers=1)
         shutil.copy(other / "urlsf_subset00.tar", root / "urlsf_subset00.tar")
-        after = Corpus.open(url)
+        os.utime(root / "urlsf_subset00.tar", ns=(1, 1))  # even an equal size is noticed
+        after = Corpus.open(url, cache_dir=cache)
         assert len(after.units) == 3 != len(before.units)
         assert [u[1:] for u in after.units] == [u[1:] for u in Corpus.open(str(root)).units]
         assert texts(after, seed=1, workers=0) == texts(str(root), seed=1, workers=0)
@@ -308,3 +313,76 @@ def test_s3_missing_bucket_and_key_are_clear_errors(s3_endpoint: str) -> None:
         Corpus.open("s3://no-such-bucket/owt/", storage_options=options)
     with pytest.raises(CorpusError, match=r"s3://owt/data/missing.tar: no such file"):
         Corpus.open("s3://owt/data/missing.tar", storage_options=options)
+
+
+# -- the member cache -------------------------------------------------------------
+
+
+def test_second_epoch_reads_from_the_member_cache(
+    small_corpus: Path, http: RangeServer, tmp_path: Path
+) -> None:
+    corpus = Corpus.open(http.url + "/", cache_dir=tmp_path / "members")
+    first = texts(corpus, seed=4, workers=2)
+    http.reset_counts()
+    second = texts(corpus, seed=4, workers=2)
+    assert http.gets == 0
+    assert first == second == local_stream(small_corpus, seed=4)
+    assert len(list((tmp_path / "members").glob("*/*"))) == len(corpus.units)
+
+
+def test_member_cache_respects_its_cap(http: RangeServer, tmp_path: Path) -> None:
+    corpus = Corpus.open(http.url + "/")
+    sizes = sorted(u.size for u in corpus.units)
+    cap = sizes[-1] + sizes[-2]  # room for two members, never three
+    storage.configure(None, cache_dir=tmp_path / "members", cache_size=cap)
+    texts(corpus, seed=4, workers=2)
+    held = [p.stat().st_size for p in (tmp_path / "members").glob("*/*")]
+    assert 1 <= len(held) <= 2 and sum(held) <= cap
+
+
+def test_member_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    cache = MemberCache(tmp_path, cap=250)
+    for k in range(2):
+        cache.put(f"k{k}", bytes(100))
+        os.utime(cache._path(f"k{k}"), (1000 + k, 1000 + k))
+    # k0 is the older, but used last: k1 goes when k2 passes the cap.
+    assert cache.get("k0", 100) == bytes(100)
+    cache.put("k2", bytes(100))
+    assert sorted(p.name for p in tmp_path.glob("*/*")) == ["k0", "k2"]
+    assert cache.get("k0", 99) is None  # a wrong length is never data
+
+
+def test_member_cache_survives_a_process_killed_mid_write(tmp_path: Path) -> None:
+    child = f"""
+import os, sys, time
+from openwebtext.membercache import MemberCache
+def stall(*args):
+    print("writing", flush=True)
+    time.sleep(60)
+os.replace = stall
+MemberCache({str(tmp_path)!r}).put("kk1", b"x" * 100000)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen([sys.executable, "-c", child], env=env, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        finally:
+            proc.kill()
+    cache = MemberCache(tmp_path, cap=10**6)
+    assert cache.get("kk1", 100000) is None and not cache.contains("kk1")
+    left = list(tmp_path.glob("*/.tmp-*"))
+    assert len(left) == 1  # counted towards the cap until it is stale
+    assert cache.evict() == 100000
+    cache.put("kk1", b"y" * 100000)
+    assert cache.get("kk1", 100000) == b"y" * 100000
+    os.utime(left[0], (1, 1))
+    assert cache.evict() == 100000 and not left[0].exists()
+
+
+def test_sizes_parse() -> None:
+    assert parse_size("20G") == 20 << 30
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1.5K") == 1536
+    assert parse_size("1000") == 1000
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")
