@@ -102,6 +102,26 @@ def test_second_open_uses_the_cached_index(http: RangeServer) -> None:
     # One listing and one HEAD per file: no header is read again.
     assert http.requests == 1 + 2 < walked
     assert http.gets == 1
+    os.utime(http.root / "urlsf_subset01.tar")  # a new Last-Modified and ETag, same size
+    http.reset_counts()
+    assert Corpus.open(http.url + "/").units == first.units
+    assert http.gets > 1  # walked again
+
+
+def test_a_short_body_is_never_taken_as_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Short:
+        calls = 0
+
+        def cat_file(self, url: str, start: int, end: int) -> bytes:
+            Short.calls += 1
+            return bytes(end - start - (1 if Short.calls < 3 else 0))
+
+    monkeypatch.setattr(storage, "filesystem", lambda url: Short())
+    assert storage.fetch("s3://b/k.tar", 10, 110) == bytes(100)
+    assert Short.calls == 3
+    Short.calls = -100
+    with pytest.raises(CorruptMember, match=r"failed 6 times .*ShortRead: got 99 of 100"):
+        storage.fetch("s3://b/k.tar", 10, 110, "m.xz")
 
 
 def test_changed_file_is_indexed_again(tmp_path: Path) -> None:
