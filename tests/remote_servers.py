@@ -63,6 +63,8 @@ class RangeServer:
         self.gets = 0
         self.bytes_sent = 0
         self.injected = 0
+        self.in_flight = 0
+        self.max_in_flight = 0  # GETs being answered at once, at most
         self._lock = threading.Lock()
         server = self
 
@@ -98,12 +100,23 @@ class RangeServer:
     def reset_counts(self) -> None:
         with self._lock:
             self.requests = self.gets = self.bytes_sent = self.injected = 0
+            self.max_in_flight = 0
 
     def _handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         with self._lock:
             self.requests += 1
             if not head:
                 self.gets += 1
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self._answer(h, head)
+        finally:
+            if not head:
+                with self._lock:
+                    self.in_flight -= 1
+
+    def _answer(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         if self.latency:
             time.sleep(self.latency)
         fault = self.faults.draw()

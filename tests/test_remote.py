@@ -194,6 +194,17 @@ def test_reading_a_few_documents_fetches_only_their_members(http: RangeServer) -
     assert http.gets == 1 and first.size > 0
 
 
+def test_a_worker_keeps_more_than_one_request_in_flight(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    corpus = Corpus.open(http.url + "/")
+    http.latency = 0.1
+    http.reset_counts()
+    got = texts(corpus, seed=8, workers=1, prefetch=3, shuffle_buffer=0)
+    assert got == local_stream(small_corpus, seed=8, shuffle_buffer=0)
+    assert http.max_in_flight >= 2  # one worker: its queued units are fetched meanwhile
+
+
 def test_neighbouring_members_merge_into_one_request(http: RangeServer) -> None:
     corpus = Corpus.open(http.url + "/")
     units = list(corpus.units)
