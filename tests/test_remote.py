@@ -244,6 +244,26 @@ def test_resume_from_a_remote_corpus(small_corpus: Path, http: RangeServer) -> N
     assert head + rest == whole == local_stream(small_corpus, seed=11, shuffle_buffer=30)
 
 
+def test_split_tokens_and_the_reference_api_work_remotely(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    from openwebtext.compat import OpenWebTextLoader
+
+    url = http.url + "/"
+    options: dict[str, Any] = {"seed": 6, "workers": 2, "split": "val", "val_fraction": 0.2}
+    remote_val = texts(url, **options)
+    assert remote_val == local_stream(small_corpus, **options) and remote_val
+    tokens = {"seed": 6, "workers": 2, "tokenizer": "bytes"}
+    remote_ids = [d.tokens.tolist() for d in Loader(url, **tokens)]
+    assert remote_ids == [d.tokens.tolist() for d in Loader(str(small_corpus), **tokens)]
+    tars = sorted(p.name for p in small_corpus.glob("*.tar"))
+    with OpenWebTextLoader([f"{http.url}/{t}" for t in tars], random_state=2) as remote:
+        got = list(remote)
+    with OpenWebTextLoader([str(small_corpus / t) for t in tars], random_state=2) as local:
+        want = list(local)
+    assert got == want and got
+
+
 def test_without_fsspec_a_url_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fsspec", None)
     with pytest.raises(CorpusError, match=r"openwebtext\[remote\]"):
