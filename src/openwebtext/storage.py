@@ -46,9 +46,11 @@ __all__ = [
 
 REMOTE_EXTRA = "openwebtext[remote]"
 
-#: Attempts per request (the first one included), and the time they may take in all.
+#: Attempts per request (the first one included), and the time they may take in all:
+#: with HTTP's 20 s read timeout, a unit fails within ~40 s, before the pool's default
+#: ``timeout`` (60 s) would call its worker hung.
 RETRY_ATTEMPTS = 6
-RETRY_SECONDS = 60.0
+RETRY_SECONDS = 20.0
 #: Backoff: a random wait in [0, min(cap, base * 2**attempt)) ("full jitter").
 RETRY_BASE = 0.05
 RETRY_CAP = 4.0
@@ -181,7 +183,7 @@ def _http_timeout() -> Any:
     import aiohttp
 
     # A server that stops sending must become a retried timeout, not a hang.
-    return aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=30)
+    return aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=20)
 
 
 # -- faults ---------------------------------------------------------------------
