@@ -169,6 +169,23 @@ def test_messages_hold_no_signature_or_password(http: RangeServer) -> None:
     )
 
 
+def test_a_signed_url_never_shows_its_signature(small_corpus: Path, http: RangeServer) -> None:
+    url = http.url + "/urlsf_subset00.tar?X-Amz-Credential=AKIA1&X-Amz-Signature=s3cr3t"
+    corpus = Corpus.open(url)
+    assert corpus.units[0].path == http.url + "/urlsf_subset00.tar"
+    local = str(small_corpus / "urlsf_subset00.tar")
+    assert texts(corpus, seed=1, workers=2) == texts(local, seed=1, workers=0)
+    cached = "".join(p.read_text() for p in Path(os.environ["OWT_CACHE_DIR"]).rglob("*.json"))
+    assert cached and "s3cr3t" not in cached and "AKIA1" not in cached
+    http.faults.status = 503
+    it = Loader(corpus, seed=1, workers=1, on_error="skip").iter()
+    assert list(it) == [] and it.stats.skipped
+    with pytest.raises(CorruptMember) as info:
+        list(Loader(corpus, seed=1, workers=0))
+    shown = " ".join([*it.stats.skipped, str(info.value)])
+    assert "s3cr3t" not in shown and "AKIA1" not in shown
+
+
 def test_retries_run_out_under_the_error_policy(http: RangeServer) -> None:
     corpus = Corpus.open(http.url + "/")
     http.faults.status = 503  # from now on the server only fails

@@ -23,10 +23,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .errors import CorpusError, UnknownFormat
+from .errors import UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect
 from .index import _KNOWN, Unit, _index_outer_tar
-from .storage import FileInfo, RangeFile, expand_url, file_info, redact, remember
+from .storage import FileInfo, RangeFile, alias, expand_url, file_info, remember
 
 __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
 
@@ -61,32 +61,33 @@ def index_url(url: str) -> list[Unit]:
 
 
 def index_remote_file(url: str) -> list[Unit]:
-    """The units of one remote file: from the cache if it still describes the file."""
+    """The units of one remote file: from the cache if it still describes the file.
+
+    The units' path is ``storage.alias(url)``: the URL without credentials or
+    query string (a signed URL's signature must not reach errors or states).
+    """
+    name = alias(url)
     info = file_info(url)
-    remember(url, info)
-    cached = _load(url, info)
+    remember(name, info)
+    cached = _load(name, info)
     if cached is not None:
         return cached
-    units = _walk(url, info)
-    _save(url, info, units)
+    units = _walk(url, name, info)
+    _save(name, info, units)
     return units
 
 
-def _walk(url: str, info: FileInfo) -> list[Unit]:
-    base = url.rstrip("/").rsplit("/", 1)[-1]
+def _walk(url: str, name: str, info: FileInfo) -> list[Unit]:
+    base = name.rstrip("/").rsplit("/", 1)[-1]
     subset = base.split(".", 1)[0]
     f = RangeFile(url, info.size)
     try:
         kind = detect(f.pread(MAGIC_BYTES, 0))
         if kind is None:
-            raise UnknownFormat(f"not {_KNOWN}", path=redact(url))
+            raise UnknownFormat(f"not {_KNOWN}", path=name)
         if kind != TAR:
-            return [Unit(url, base, 0, info.size, kind, subset, 0)]
-        return _index_outer_tar(f, url, info.size, subset, base)  # type: ignore[arg-type]
-    except CorpusError as exc:
-        if exc.path == url:  # errors name the file without its query string or credentials
-            exc.path = redact(url)
-        raise
+            return [Unit(name, base, 0, info.size, kind, subset, 0)]
+        return _index_outer_tar(f, name, info.size, subset, base)  # type: ignore[arg-type]
     finally:
         f.close()
 

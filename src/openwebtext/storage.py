@@ -35,6 +35,7 @@ __all__ = [
     "REMOTE_EXTRA",
     "FileInfo",
     "RangeFile",
+    "alias",
     "configure",
     "expand_url",
     "fetch",
@@ -98,6 +99,27 @@ class CacheSettings(NamedTuple):
 
 _member_cache: list[CacheSettings] = []
 _identities: dict[str, FileInfo] = {}
+
+
+_aliases: dict[str, str] = {}
+
+
+def alias(url: str) -> str:
+    """The name units carry for ``url``: without credentials or query string.
+
+    Units' paths end up in errors, skip lists and states, so a signed URL's
+    signature must not be one. The real URL stays in this process (and the
+    workers it forks), and ``fetch`` goes back to it.
+    """
+    shown = redact(url)
+    if shown != url:
+        with _lock:
+            _aliases[shown] = url
+    return shown
+
+
+def _real(url: str) -> str:
+    return _aliases.get(url, url)
 
 
 def configure(
@@ -327,10 +349,11 @@ def fetch(url: str, start: int, end: int, member: str | None = None) -> bytes:
         CorruptMember: the file is missing, access is refused, or retries ran
             out; names the URL (redacted) and ``member``.
     """
-    fs = filesystem(url)
+    real = _real(url)
+    fs = filesystem(real)
 
     def call() -> bytes:
-        data: bytes = fs.cat_file(url, start=start, end=end)
+        data: bytes = fs.cat_file(real, start=start, end=end)
         if len(data) != end - start:
             raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
         return data
