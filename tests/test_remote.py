@@ -149,6 +149,25 @@ def test_missing_file_is_a_clear_error_at_once(http: RangeServer) -> None:
     assert http.requests <= 2  # fsspec's info tries HEAD, then GET; never retried
 
 
+def test_a_file_gone_after_indexing_fails_its_members_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "served"
+    write_corpus(root, subsets=2, members=2, docs=5, seed=0, workers=1)
+    with RangeServer(root) as server:
+        corpus = Corpus.open(server.url + "/")
+        (root / "urlsf_subset01.tar").unlink()
+        server.reset_counts()
+        it = Loader(corpus, seed=0, workers=0, on_error="skip").iter()
+        assert len(list(it)) == 10
+        assert sorted(it.stats.skipped) == [
+            f"{server.url}/urlsf_subset01.tar[openwebtext/urlsf_subset01-{k}_data.xz]: "
+            "cannot read: no such file, key or bucket"
+            for k in (1, 2)
+        ]
+        assert server.gets == 4  # one per member: nothing retried
+        with pytest.raises(CorruptMember, match="cannot read: no such file"):
+            list(Loader(corpus, seed=0, workers=0))
+
+
 def test_refused_credentials_are_not_retried(http: RangeServer) -> None:
     http.faults.status = 403
     with pytest.raises(CorpusError, match="access refused"):
