@@ -83,7 +83,7 @@ def test_counts_claiming_a_trillion_documents_do_not_make_an_endless_stream(
 
 @pytest.mark.parametrize(
     "body",
-    ["[]", '"x"', "{}", '{"format": "openwebtext-counts/1", "documents": "abc"}', "{bad json"],
+    ["[]", '"x"', "{}", '{"format": "openwebtext-counts/2", "documents": "abc"}', "{bad json"],
 )
 def test_a_damaged_counts_cache_is_treated_as_absent_and_rewritten(
     corpus_copy: Path, body: str, caplog: pytest.LogCaptureFixture
@@ -130,11 +130,12 @@ def test_a_member_skipped_under_even_drop_is_not_padded_silently(
         with loader.iter() as it:
             got = [d.name for d in it]
             stats = it.stats
-    assert stats.skipped_members == 1
+    assert stats.skipped_members >= 1  # read again when the rank wraps around
     assert len(got) == 60  # ranks stay even...
     assert stats.repeated_documents == len(got) - len(set(got))
     assert stats.repeated_documents > 0
-    assert "repeat" in caplog.text  # ...and the repeats are said
+    assert [r.getMessage() for r in caplog.records if "repeat" in r.getMessage()]  # said once
+    assert len([r for r in caplog.records if "repeat" in r.getMessage()]) == 1
 
 
 # -- 2. an endless run over passes that yield nothing ends with an error ------------------

@@ -15,8 +15,12 @@ Accepted inputs (paths, folders or glob patterns):
 
 from __future__ import annotations
 
+import errno
 import glob
+import logging
 import os
+import re
+import stat
 import tarfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,7 +29,9 @@ from typing import BinaryIO, NamedTuple
 from .errors import CorpusError, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect
 
-__all__ = ["Unit", "expand_paths", "index_file", "index_paths"]
+__all__ = ["Found", "Indexed", "Unit", "expand_paths", "file_version", "find_files", "index_file", "index_paths", "index_inputs"]
+
+log = logging.getLogger("openwebtext")
 
 _KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
 
@@ -47,38 +53,169 @@ class Unit(NamedTuple):
     """Index of the member within its file (``i`` of the reference API)."""
 
 
-def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Turn paths, folders and glob patterns into a sorted list of files.
+class Found(NamedTuple):
+    """What paths, folders and patterns name (``find_files``)."""
+
+    files: list[Path]
+    """The corpus files, in order."""
+    problems: list[CorpusError]
+    """Paths that name something unreadable (a dangling symlink, a FIFO, a loop)."""
+    ignored: list[str]
+    """Entries of folders and patterns that are not corpus files (README.md, checksums)."""
+
+
+#: File names of the OpenWebText release: kept in a folder even when their bytes are damaged.
+_OPENWEBTEXT_NAME = re.compile(r"^(urlsf_subset\d+.*\.tar|.*_data\.xz|openwebtext\.tar.*)$")
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _unreadable(path: str, lstat_ok: bool) -> CorpusError:
+    """Why ``path`` (which ``os.stat`` refused) cannot be read."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return CorpusError("symlink loop: the link never reaches a file", path=path)
+        if exc.errno == errno.ENOENT and lstat_ok:
+            return CorpusError(f"dangling symlink to {os.readlink(path)}", path=path)
+        if exc.errno == errno.ENOENT:
+            return CorpusError("no such file or folder", path=path)
+        return CorpusError(f"cannot read: {exc.strerror or exc}", path=path)
+    return CorpusError("cannot read", path=path)  # pragma: no cover - it went away and back
+
+
+def _classify(path: str) -> tuple[str, os.stat_result | None, str]:
+    """``("file" | "folder" | "other" | "bad", stat, why)`` for one path, following links."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "bad", None, ""
+    if stat.S_ISDIR(st.st_mode):
+        return "folder", st, ""
+    if stat.S_ISREG(st.st_mode):
+        return "file", st, ""
+    what = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+    return "other", st, what
+
+
+def _is_corpus_file(path: str) -> bool | CorpusError:
+    """Whether a file found in a folder or pattern belongs to the corpus: its magic bytes
+    (as members are recognised) or an OpenWebText name. An unreadable one is an error."""
+    if _OPENWEBTEXT_NAME.match(os.path.basename(path)):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(MAGIC_BYTES)
+    except OSError as exc:
+        return CorpusError(f"cannot read: {exc.strerror or exc}", path=path)
+    return detect(head) is not None or _is_empty_tar(head)
+
+
+def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
+    """Turn paths, folders and glob patterns into the corpus files they name.
+
+    A folder (not recursive; names starting with ``.`` or ``_`` are left out)
+    or a pattern keeps the files that are corpus files by their magic bytes or
+    their OpenWebText names; the others are ``ignored``. A path named
+    explicitly is kept whatever it holds (indexing it says what is wrong).
+    Unreadable paths are ``problems``. The same file named twice, by any
+    spelling, is refused: its documents would silently count twice.
 
     Raises:
-        CorpusError: a path that does not exist, or a folder or pattern that
-            holds no file.
+        CorpusError: a folder or pattern that names no file, or a file named twice.
     """
-    files: list[Path] = []
+    found = Found([], [], [])
+    seen: dict[tuple[int, int], str] = {}
+
+    def keep(path: str, st: os.stat_result) -> None:
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise CorpusError(
+                f"the same file is given twice (also as {seen[key]}): its documents would be "
+                "read twice; name each file once",
+                path=path,
+            )
+        seen[key] = path
+        found.files.append(Path(path))
+
+    def entries(source: str, listed: list[str]) -> None:
+        before = len(found.files) + len(found.problems)
+        for path in listed:
+            kind, st, _ = _classify(path)
+            if kind == "bad":
+                found.problems.append(_unreadable(path, os.path.lexists(path)))
+            elif kind == "file" and st is not None:
+                corpus_file = _is_corpus_file(path)
+                if isinstance(corpus_file, CorpusError):
+                    found.problems.append(corpus_file)
+                elif corpus_file:
+                    keep(path, st)
+                else:
+                    found.ignored.append(path)
+            elif kind == "other":
+                found.ignored.append(path)
+        if len(found.files) + len(found.problems) == before:
+            raise CorpusError("holds no corpus file", path=source)
+
     for raw in paths:
         text = os.fspath(raw)
-        path = Path(text)
-        if path.is_dir():
-            found = sorted(
-                p for p in path.iterdir() if p.is_file() and not p.name.startswith((".", "_"))
+        kind, st, what = _classify(text)
+        if kind == "folder":
+            listed = sorted(
+                os.path.join(text, name)
+                for name in os.listdir(text)
+                if not name.startswith((".", "_"))
             )
-            if not found:
-                raise CorpusError("folder holds no corpus file", path=text)
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
+            entries(text, [p for p in listed if not os.path.isdir(p)])
+        elif kind == "file" and st is not None:
+            keep(text, st)
+        elif kind == "other":
+            found.problems.append(CorpusError(f"is {what}, not a file", path=text))
         elif glob.has_magic(text):
-            matches = sorted(Path(p) for p in glob.glob(text) if Path(p).is_file())
+            matches = sorted(glob.glob(text))
             if not matches:
                 raise CorpusError("pattern matches no file", path=text)
-            files.extend(matches)
+            entries(text, [p for p in matches if not os.path.isdir(p)])
         else:
-            raise CorpusError("no such file or folder", path=text)
-    return files
+            found.problems.append(_unreadable(text, os.path.lexists(text)))
+    return found
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The corpus files named by paths, folders and glob patterns (see ``find_files``).
+
+    Raises:
+        CorpusError: an unreadable path, or one that holds no corpus file.
+    """
+    found = find_files(paths)
+    if found.problems:
+        raise found.problems[0]
+    return found.files
+
+
+def file_version(path: str) -> str:
+    """What changes when the file changes: its size and modification time.
+
+    The counts cache is keyed on it. A remote file would give its ETag or
+    generation here instead.
+    """
+    st = os.stat(path)
+    return f"{st.st_size}:{st.st_mtime_ns}"
 
 
 def _head(f: BinaryIO, offset: int) -> bytes:
     return os.pread(f.fileno(), MAGIC_BYTES, offset)
+
+
+def _is_empty_tar(head: bytes) -> bool:
+    """A tar with no member is only its end-of-archive zero blocks."""
+    return len(head) == MAGIC_BYTES and not head.strip(b"\0")
 
 
 def index_file(path: Path) -> list[Unit]:
@@ -94,7 +231,12 @@ def index_file(path: Path) -> list[Unit]:
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            kind = detect(_head(f, 0))
+            if size == 0:
+                raise CorpusError("empty file", path=name)
+            head = _head(f, 0)
+            kind = detect(head)
+            if kind is None and _is_empty_tar(head):
+                raise CorpusError("empty tar: it holds no member", path=name)
             if kind is None:
                 raise UnknownFormat(f"not {_KNOWN}", path=name)
             if kind != TAR:
@@ -126,6 +268,8 @@ def _index_outer_tar(f: BinaryIO, name: str, size: int, subset: str, base: str) 
     else:
         if not any(m.offset_data + m.size > size for m in members):
             _check_end(f, name, end, size, members[-1].name if members else None)
+    if not members:
+        raise CorpusError("tar holds no file (only folders, links or devices)", path=name)
     units: list[Unit] = []
     for i, m in enumerate(members):
         head = os.pread(f.fileno(), min(MAGIC_BYTES, m.size), m.offset_data)
@@ -156,13 +300,58 @@ def _check_end(f: BinaryIO, name: str, end: int, size: int, last: str | None) ->
         position += len(block)
 
 
-def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:
-    """Index every file named by ``paths`` (files, folders, globs), in order."""
+class Indexed(NamedTuple):
+    """What ``index_inputs`` found."""
+
+    units: list[Unit]
+    skipped: list[CorpusError]
+    """Files left out under ``on_error="skip"``: unreadable, not a corpus file, broken tar."""
+    ignored: list[str]
+    """Folder and pattern entries that are not corpus files."""
+
+
+def index_inputs(
+    paths: Sequence[str | os.PathLike[str]], *, on_error: str = "raise"
+) -> Indexed:
+    """Index every file named by ``paths`` (files, folders, globs), in order.
+
+    Args:
+        paths: What to index.
+        on_error: ``raise``: the first bad file is an error; ``skip`` or
+            ``warn``: bad files are left out and listed in ``skipped``.
+
+    Raises:
+        CorpusError: a bad file (under ``raise``), the same file twice, or no
+            member at all.
+    """
+    found = find_files(paths)
+    skipped = list(found.problems)
+    if skipped and on_error == "raise":
+        raise skipped[0]
     units: list[Unit] = []
-    for path in expand_paths(paths):
-        units.extend(index_file(path))
+    for path in found.files:
+        try:
+            units.extend(index_file(path))
+        except CorpusError as exc:
+            if on_error == "raise":
+                raise
+            skipped.append(exc)
     if not units:
+        why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
         raise CorpusError(
-            "no documents: the corpus has no members", path=", ".join(map(str, paths))
+            f"no documents: the corpus has no members{why}",
+            path=", ".join(map(os.fspath, paths)),
         )
-    return units
+    if found.ignored:
+        shown = ", ".join(os.path.basename(p) for p in found.ignored[:10])
+        more = f" and {len(found.ignored) - 10} more" if len(found.ignored) > 10 else ""
+        log.warning(
+            "left out %d files that are not corpus files: %s%s", len(found.ignored), shown, more
+        )
+    return Indexed(units, skipped, found.ignored)
+
+
+def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:
+    """Index every file named by ``paths`` (files, folders, globs), in order; see
+    ``index_inputs``."""
+    return index_inputs(paths).units
