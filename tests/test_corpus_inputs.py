@@ -289,7 +289,9 @@ def test_openwebtext_names_stay_corpus_files_even_when_damaged(corpus_copy: Path
 # -- 5. on_error="skip" covers whole files ----------------------------------------------------
 
 
-@pytest.mark.parametrize("content", [b"garbage" * 100, b"", "broken"], ids=["garbage", "empty", "broken"])
+@pytest.mark.parametrize(
+    "content", [b"garbage" * 100, b"", "broken"], ids=["garbage", "empty", "broken"]
+)
 def test_a_bad_file_is_skipped_and_counted_under_skip(
     corpus_copy: Path, small_docs: Docs, content: bytes | str
 ) -> None:
@@ -333,7 +335,9 @@ def complete_before_cut(data: bytes) -> dict[str, str]:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for entry in tar:
                 if entry.isreg() and entry.offset_data + entry.size <= len(data):
-                    docs[entry.name] = data[entry.offset_data : entry.offset_data + entry.size].decode()
+                    docs[entry.name] = data[
+                        entry.offset_data : entry.offset_data + entry.size
+                    ].decode()
     except tarfile.TarError:
         pass
     return docs
@@ -365,9 +369,11 @@ def test_a_member_cut_short_keeps_what_came_before_the_cut(
     with Loader(paths, workers=1, on_error="skip").iter() as it:
         got = {d.name: d.text for d in it}
         stats = it.stats
-    expected = {} if where == "member-cut" else {
-        n: t for (f, m), docs in pristine.items() if m != member for n, t in docs.items()
-    }
+    expected = (
+        {}
+        if where == "member-cut"
+        else {n: t for (f, m), docs in pristine.items() if m != member for n, t in docs.items()}
+    )
     assert got == {**expected, **kept}
     assert stats.partial_members == 1
     assert stats.skipped_members == 0

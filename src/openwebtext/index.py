@@ -29,7 +29,17 @@ from typing import BinaryIO, NamedTuple
 from .errors import CorpusError, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect
 
-__all__ = ["Found", "Indexed", "Unit", "expand_paths", "file_version", "find_files", "index_file", "index_paths", "index_inputs"]
+__all__ = [
+    "Found",
+    "Indexed",
+    "Unit",
+    "expand_paths",
+    "file_version",
+    "find_files",
+    "index_file",
+    "index_inputs",
+    "index_paths",
+]
 
 log = logging.getLogger("openwebtext")
 
@@ -310,9 +320,7 @@ class Indexed(NamedTuple):
     """Folder and pattern entries that are not corpus files."""
 
 
-def index_inputs(
-    paths: Sequence[str | os.PathLike[str]], *, on_error: str = "raise"
-) -> Indexed:
+def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "raise") -> Indexed:
     """Index every file named by ``paths`` (files, folders, globs), in order.
 
     Args:
@@ -340,7 +348,7 @@ def index_inputs(
         why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
         raise CorpusError(
             f"no documents: the corpus has no members{why}",
-            path=", ".join(map(os.fspath, paths)),
+            path=", ".join(os.fspath(p) for p in paths),
         )
     if found.ignored:
         shown = ", ".join(os.path.basename(p) for p in found.ignored[:10])
