@@ -17,7 +17,14 @@ import pytest
 
 from openwebtext import Corpus, CorpusError, Loader, UnknownFormat
 from openwebtext.counts import count_documents
-from support import inner_tar, member_offset, outer_tar, read_members, sample_docs
+from support import (
+    docs_before_cut,
+    inner_tar,
+    member_offset,
+    outer_tar,
+    read_members,
+    sample_docs,
+)
 
 Docs = dict[str, str]
 
@@ -328,21 +335,6 @@ def test_skipped_files_count_against_max_errors(corpus_copy: Path) -> None:
 # -- 6. a member cut short keeps what came before the cut -------------------------------------
 
 
-def complete_before_cut(data: bytes) -> dict[str, str]:
-    """Documents of the (possibly cut) tar ``data`` that end before the cut: tarfile only."""
-    docs: dict[str, str] = {}
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            for entry in tar:
-                if entry.isreg() and entry.offset_data + entry.size <= len(data):
-                    docs[entry.name] = data[
-                        entry.offset_data : entry.offset_data + entry.size
-                    ].decode()
-    except tarfile.TarError:
-        pass
-    return docs
-
-
 @pytest.mark.parametrize("where", ["outer-file-cut", "member-cut"])
 def test_a_member_cut_short_keeps_what_came_before_the_cut(
     tmp_path: Path, corpus_copy: Path, where: str
@@ -354,12 +346,12 @@ def test_a_member_cut_short_keeps_what_came_before_the_cut(
     cut = int(size * 0.7)
     if where == "outer-file-cut":  # an interrupted download
         os.truncate(tar, offset + cut)
-        kept = complete_before_cut(lzma.LZMADecompressor().decompress(tar.read_bytes()[offset:]))
+        kept = docs_before_cut(tar.read_bytes()[offset:])
         paths = [corpus_copy]
     else:  # a member whose own xz stream is cut short, inside a whole outer tar
         raw = tar.read_bytes()[offset : offset + cut]
         other = outer_tar(tmp_path / "t.tar", [("cut_data.xz", raw)])
-        kept = complete_before_cut(lzma.LZMADecompressor().decompress(raw))
+        kept = docs_before_cut(raw)
         paths = [other]
         member = "cut_data.xz"
     assert 0 < len(kept) < 20

@@ -616,6 +616,7 @@ class Stream:
             raise error
         self._partial += 1
         self._note(error)
+        self._check_skips(error)
 
     def _note(self, error: OWTError) -> None:
         if len(self._skipped) < 10_000:
@@ -624,9 +625,11 @@ class Stream:
             log.warning("skipped: %s", error)
 
     def _check_skips(self, error: OWTError | None) -> None:
-        """More skips than ``max_errors`` end the run."""
+        """More skips (members, documents, files, members cut short) than ``max_errors`` end
+        the run."""
         opts = self.options
-        skips = self._skipped_members + self._skipped_documents + len(self.corpus.skipped_files)
+        skips = self._skipped_members + self._skipped_documents + self._partial
+        skips += len(self.corpus.skipped_files)
         if error is not None and opts.max_errors is not None and skips > opts.max_errors:
             raise TooManyErrors(
                 f"{skips} skipped, more than max_errors={opts.max_errors}; last: {error}"
