@@ -66,12 +66,19 @@ class Unit(NamedTuple):
 class Found(NamedTuple):
     """What paths, folders and patterns name (``find_files``)."""
 
-    files: list[Path]
-    """The corpus files, in order."""
-    problems: list[CorpusError]
-    """Paths that name something unreadable (a dangling symlink, a FIFO, a loop)."""
+    items: list[Path | CorpusError]
+    """In order: corpus files, and paths that name something unreadable (a dangling
+    symlink, a FIFO, a loop) as the error that says so."""
     ignored: list[str]
     """Entries of folders and patterns that are not corpus files (README.md, checksums)."""
+
+    @property
+    def files(self) -> list[Path]:
+        return [item for item in self.items if isinstance(item, Path)]
+
+    @property
+    def problems(self) -> list[CorpusError]:
+        return [item for item in self.items if isinstance(item, CorpusError)]
 
 
 #: File names of the OpenWebText release: kept in a folder even when their bytes are damaged.
@@ -140,7 +147,7 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
     Raises:
         CorpusError: a folder or pattern that names no file, or a file named twice.
     """
-    found = Found([], [], [])
+    found = Found([], [])
     seen: dict[tuple[int, int], str] = {}
 
     def keep(path: str, st: os.stat_result) -> None:
@@ -152,25 +159,25 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
                 path=path,
             )
         seen[key] = path
-        found.files.append(Path(path))
+        found.items.append(Path(path))
 
     def entries(source: str, listed: list[str]) -> None:
-        before = len(found.files) + len(found.problems)
+        before = len(found.items)
         for path in listed:
             kind, st, _ = _classify(path)
             if kind == "bad":
-                found.problems.append(_unreadable(path, os.path.lexists(path)))
+                found.items.append(_unreadable(path, os.path.lexists(path)))
             elif kind == "file" and st is not None:
                 corpus_file = _is_corpus_file(path)
                 if isinstance(corpus_file, CorpusError):
-                    found.problems.append(corpus_file)
+                    found.items.append(corpus_file)
                 elif corpus_file:
                     keep(path, st)
                 else:
                     found.ignored.append(path)
             elif kind == "other":
                 found.ignored.append(path)
-        if len(found.files) + len(found.problems) == before:
+        if len(found.items) == before:
             raise CorpusError("holds no corpus file", path=source)
 
     for raw in paths:
@@ -186,14 +193,14 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
         elif kind == "file" and st is not None:
             keep(text, st)
         elif kind == "other":
-            found.problems.append(CorpusError(f"is {what}, not a file", path=text))
+            found.items.append(CorpusError(f"is {what}, not a file", path=text))
         elif glob.has_magic(text):
             matches = sorted(glob.glob(text))
             if not matches:
                 raise CorpusError("pattern matches no file", path=text)
             entries(text, [p for p in matches if not os.path.isdir(p)])
         else:
-            found.problems.append(_unreadable(text, os.path.lexists(text)))
+            found.items.append(_unreadable(text, os.path.lexists(text)))
     return found
 
 
@@ -333,13 +340,15 @@ def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "ra
             member at all.
     """
     found = find_files(paths)
-    skipped = list(found.problems)
-    if skipped and on_error == "raise":
-        raise skipped[0]
+    if on_error == "raise" and found.problems:
+        raise found.problems[0]  # before reading any file
+    skipped: list[CorpusError] = []
     units: list[Unit] = []
-    for path in found.files:
+    for item in found.items:
         try:
-            units.extend(index_file(path))
+            if isinstance(item, CorpusError):
+                raise item
+            units.extend(index_file(item))
         except CorpusError as exc:
             if on_error == "raise":
                 raise
@@ -353,9 +362,12 @@ def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "ra
     if found.ignored:
         shown = ", ".join(os.path.basename(p) for p in found.ignored[:10])
         more = f" and {len(found.ignored) - 10} more" if len(found.ignored) > 10 else ""
-        log.warning(
-            "left out %d files that are not corpus files: %s%s", len(found.ignored), shown, more
+        files = (
+            "file that is not a corpus file"
+            if len(found.ignored) == 1
+            else ("files that are not corpus files")
         )
+        log.warning("left out %d %s: %s%s", len(found.ignored), files, shown, more)
     return Indexed(units, skipped, found.ignored)
 
 
