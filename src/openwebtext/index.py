@@ -243,6 +243,21 @@ def index_file(path: Path) -> list[Unit]:
         UnknownFormat: the file is none of the formats (a member in none of them
             becomes a unit that fails when it is read).
     """
+    units, damage = index_file_before_damage(path)
+    if damage is not None:
+        raise damage
+    return units
+
+
+def index_file_before_damage(path: Path) -> tuple[list[Unit], CorpusError | None]:
+    """The units of one file, and the damage to its outer tar headers that ended the
+    listing, if any: the members before a damaged header are intact (each is checked
+    when read), so ``on_error="skip"`` keeps them.
+
+    Raises:
+        CorpusError: the file cannot be read, or is no tar of members at all.
+        UnknownFormat: the file is none of the formats.
+    """
     name = str(path)
     subset = path.name.split(".", 1)[0]
     try:
@@ -257,19 +272,22 @@ def index_file(path: Path) -> list[Unit]:
             if kind is None:
                 raise UnknownFormat(f"not {_KNOWN}", path=name)
             if kind != TAR:
-                return [Unit(name, path.name, 0, size, kind, subset, 0)]
+                return [Unit(name, path.name, 0, size, kind, subset, 0)], None
             return _index_outer_tar(f, name, size, subset, path.name)
     except OSError as exc:
         raise CorpusError(f"cannot read: {exc.strerror or exc}", path=name) from exc
 
 
-def _index_outer_tar(f: BinaryIO, name: str, size: int, subset: str, base: str) -> list[Unit]:
-    """Units of an outer tar. Damaged outer headers are errors: what follows them is lost.
+def _index_outer_tar(
+    f: BinaryIO, name: str, size: int, subset: str, base: str
+) -> tuple[list[Unit], CorpusError | None]:
+    """Units of an outer tar, and the damage to its headers: what follows it is lost.
 
     Problems with one member (cut short, empty, unknown format) become units
     that fail when read, so that the error policy decides (``Reader.read``).
     """
     members: list[tarfile.TarInfo] = []
+    damage: CorpusError | None = None
     try:
         with tarfile.open(fileobj=f, mode="r:") as tar:
             for m in tar:
@@ -281,21 +299,25 @@ def _index_outer_tar(f: BinaryIO, name: str, size: int, subset: str, base: str) 
         if not (members and members[-1].offset_data + members[-1].size > size):
             last = members[-1].name if members else None
             where = " after this member" if last else ""
-            raise CorpusError(f"broken tar{where}: {exc}", path=name, member=last) from exc
+            damage = CorpusError(f"broken tar{where}: {exc}", path=name, member=last)
+            damage.__cause__ = exc
     else:
         if not any(m.offset_data + m.size > size for m in members):
-            _check_end(f, name, end, size, members[-1].name if members else None)
+            try:
+                _check_end(f, name, end, size, members[-1].name if members else None)
+            except CorpusError as exc:
+                damage = exc
     if not members:
-        raise CorpusError("tar holds no file (only folders, links or devices)", path=name)
+        raise damage or CorpusError("tar holds no file (only folders, links or devices)", path=name)
     units: list[Unit] = []
     for i, m in enumerate(members):
         head = os.pread(f.fileno(), min(MAGIC_BYTES, m.size), m.offset_data)
         kind = detect(head) or ""
         units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
-    if members and not any(u.kind for u in units):
+    if not any(u.kind for u in units):
         # No member is compressed or a tar: the file is itself a tar of documents.
-        return [Unit(name, base, 0, size, TAR, subset, 0)]
-    return units
+        return ([], damage) if damage else ([Unit(name, base, 0, size, TAR, subset, 0)], None)
+    return units, damage
 
 
 def _check_end(f: BinaryIO, name: str, end: int, size: int, last: str | None) -> None:
@@ -348,11 +370,18 @@ def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "ra
         try:
             if isinstance(item, CorpusError):
                 raise item
-            units.extend(index_file(item))
+            before, damage = index_file_before_damage(item)
         except CorpusError as exc:
             if on_error == "raise":
                 raise
             skipped.append(exc)
+            continue
+        if damage is not None and on_error == "raise":
+            raise damage
+        if damage is not None:
+            note = f"{damage.message} (kept the {len(before)} members before it)"
+            skipped.append(CorpusError(note, path=damage.path, member=damage.member))
+        units.extend(before)
     if not units:
         why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
         raise CorpusError(
