@@ -384,3 +384,27 @@ def test_even_sharding_counts_on_first_use_and_caches(
     assert len({len(r) for r in ranks}) == 1
     assert Corpus.open(corpus_copy).counts is not None
     assert capfd.readouterr().err == ""  # not interactive: no progress bar
+
+
+def test_a_split_count_that_does_not_match_fails(corpus_copy: Path) -> None:
+    corpus = Corpus.open(corpus_copy)
+    counts_file = corpus.save_counts(count_documents(corpus, workers=0, splits=((0.2, 7),)))
+    body = json.loads(counts_file.read_text())
+    held = body["val"]["0.2/7"]
+    body["val"]["0.2/7"] = [held[0] + 1 if held[0] < 20 else held[0] - 1, *held[1:]]
+    counts_file.write_text(json.dumps(body))
+    loader = Loader(corpus_copy, workers=0, rank=0, world_size=2, shuffle=False, split="val",
+                    val_fraction=0.2, val_seed=7)  # fmt: skip
+    with pytest.raises(CorpusError, match=r"documents in split 'val' but the counts file says"):
+        list(itertools.islice(loader, 200))
+
+
+def test_counting_shows_a_progress_bar_when_interactive(
+    corpus_copy: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from openwebtext import counts
+
+    monkeypatch.setattr(counts, "_interactive", lambda: True)
+    assert len(names(Loader(corpus_copy, workers=0, rank=1, world_size=2))) == 60
+    err = capfd.readouterr().err
+    assert "counting documents for even sharding" in err and "/6 " in err

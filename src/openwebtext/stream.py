@@ -197,7 +197,8 @@ class Stream:
         self._repeated: int = counters.get("repeated_documents", 0)
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self._skipped: list[str] = [str(error) for error in corpus.skipped_files]
-        self._expected: tuple[int, ...] | None = None  # documents per unit, when evened out
+        # Documents per unit, in all and in the split, when evened out (checked as read).
+        self._expected: tuple[tuple[int, ...], tuple[int, ...] | None] | None = None
         self._pool: WorkerPool | InlinePool | None = None
 
     # -- what has been handed out ---------------------------------------------
@@ -338,7 +339,8 @@ class Stream:
         last = None if opts.epochs is None else opts.epoch + opts.epochs
         self._check_skips(self.corpus.skipped_files[-1] if self.corpus.skipped_files else None)
         if opts.even_mode is not None and self.corpus.counts is not None:
-            self._expected = self.corpus.counts.documents
+            in_split = None if opts.split == "all" else self._unit_counts()
+            self._expected = (self.corpus.counts.documents, in_split)
         pool = self._pool = self._new_pool()
         try:
             while last is None or self._epoch < last:
@@ -600,12 +602,17 @@ class Stream:
         """Even targets come from the counts: a member that disagrees would make this rank
         repeat or leave out documents without a word."""
         assert self._expected is not None
-        expected = self._expected[loaded.unit]
-        if len(loaded.names) != expected:
+        documents, in_split = self._expected
+        found, expected, what = len(loaded.names), documents[loaded.unit], "documents"
+        if found == expected and in_split is not None:
+            # Kept, plus left out for their content (those were in the split too).
+            found = sum(1 for offset in loaded.offsets if offset >= 0) + len(loaded.errors)
+            expected, what = in_split[loaded.unit], f"documents in split {self.options.split!r}"
+        if found != expected:
             unit = self.corpus.units[loaded.unit]
             raise CorpusError(
-                f"holds {len(loaded.names)} documents but the counts file says {expected}: the "
-                "member changed since it was counted; run `owt index --force` on the corpus",
+                f"holds {found} {what} but the counts file says {expected}: the member changed "
+                "since it was counted; run `owt index --force` on the corpus",
                 unit.path,
                 unit.member,
             )
