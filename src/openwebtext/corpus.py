@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CorpusError
-from .index import Unit, file_version, index_inputs
+from .index import Unit, index_inputs
+from .inputs import file_version
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "cache_dir", "split_key"]
 

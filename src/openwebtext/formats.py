@@ -8,7 +8,15 @@ import re
 import zlib
 from typing import Any
 
-__all__ = ["FORMATS", "MAGIC_BYTES", "LimitExceeded", "Truncated", "decompress", "detect"]
+__all__ = [
+    "FORMATS",
+    "MAGIC_BYTES",
+    "LimitExceeded",
+    "Truncated",
+    "decompress",
+    "detect",
+    "is_empty_tar",
+]
 
 XZ, GZIP, BZIP2, ZSTD, TAR = "xz", "gzip", "bzip2", "zstd", "tar"
 FORMATS = (XZ, GZIP, BZIP2, ZSTD, TAR)
@@ -35,6 +43,11 @@ def detect(head: bytes) -> str | None:
     if len(head) >= 262 and head[257:262] == b"ustar":
         return TAR
     return None
+
+
+def is_empty_tar(head: bytes) -> bool:
+    """A tar with no member is only its end-of-archive zero blocks."""
+    return len(head) == MAGIC_BYTES and not head.strip(b"\0")
 
 
 class LimitExceeded(Exception):
