@@ -153,7 +153,7 @@ class Reader:
                 raise CorruptMember(cut, unit.path, unit.member)
             dropped.append(
                 TruncatedMember(
-                    f"{cut} (partial: kept the {len(names)} documents before the cut)",
+                    f"{cut}: partial, {len(names)} documents end before the cut",
                     unit.path,
                     unit.member,
                 )
