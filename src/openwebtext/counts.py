@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .corpus import Corpus, Counts, split_key
 from .errors import CorpusError, TruncatedMember
+from .index import Unit
 from .options import Options
 from .plan import in_validation
-from .workers import SLOT_BYTES, InlinePool, PoolOptions, WorkerPool
+from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
 
-__all__ = ["count_documents", "ensure_counts"]
+__all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
 
 log = logging.getLogger("openwebtext")
 
@@ -122,3 +124,34 @@ def _interactive() -> bool:
         return sys.stderr is not None and sys.stderr.isatty()
     except (ValueError, OSError):  # closed
         return False
+
+
+class ExpectedCounts(NamedTuple):
+    """The counts an even stream's targets come from, to check each member against as it
+    is read: one that disagrees would make its rank repeat or leave out documents without
+    a word."""
+
+    documents: tuple[int, ...]
+    """Documents per unit."""
+    in_split: tuple[int, ...] | None
+    """Documents per unit in ``split`` (None: the split is ``all``)."""
+    split: str
+
+    def check(self, unit: Unit, loaded: Loaded) -> None:
+        """Raise if the member read (whole: not failed, not cut) disagrees with its counts.
+
+        Raises:
+            CorpusError: naming the member and ``owt index --force``.
+        """
+        found, expected, what = len(loaded.names), self.documents[loaded.unit], "documents"
+        if found == expected and self.in_split is not None:
+            # Kept, plus those left out for their content (they were in the split too).
+            found = sum(1 for offset in loaded.offsets if offset >= 0) + len(loaded.errors)
+            expected, what = self.in_split[loaded.unit], f"documents in split {self.split!r}"
+        if found != expected:
+            raise CorpusError(
+                f"holds {found} {what} but the counts file says {expected}: the member changed "
+                "since it was counted; run `owt index --force` on the corpus",
+                unit.path,
+                unit.member,
+            )

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .corpus import Corpus
+from .counts import ExpectedCounts
 from .errors import CorpusError, OWTError, TooManyErrors, TruncatedMember
 from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
@@ -197,8 +198,7 @@ class Stream:
         self._repeated: int = counters.get("repeated_documents", 0)
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self._skipped: list[str] = [str(error) for error in corpus.skipped_files]
-        # Documents per unit, in all and in the split, when evened out (checked as read).
-        self._expected: tuple[tuple[int, ...], tuple[int, ...] | None] | None = None
+        self._expected: ExpectedCounts | None = None  # when evened out: checked as read
         self._pool: WorkerPool | InlinePool | None = None
 
     # -- what has been handed out ---------------------------------------------
@@ -340,7 +340,7 @@ class Stream:
         self._check_skips(self.corpus.skipped_files[-1] if self.corpus.skipped_files else None)
         if opts.even_mode is not None and self.corpus.counts is not None:
             in_split = None if opts.split == "all" else self._unit_counts()
-            self._expected = (self.corpus.counts.documents, in_split)
+            self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
         pool = self._pool = self._new_pool()
         try:
             while last is None or self._epoch < last:
@@ -558,7 +558,7 @@ class Stream:
                 else:
                     self._error(error, member_level=not loaded.names)
             if self._expected is not None and not cut and (loaded.names or not loaded.errors):
-                self._check_count(loaded)
+                self._expected.check(self.corpus.units[loaded.unit], loaded)
         except BaseException:
             _free(view, ticket, pool)
             raise
@@ -597,25 +597,6 @@ class Stream:
         block.names += names
         block.js += js
         block.sources += [source] * len(offsets)
-
-    def _check_count(self, loaded: Loaded) -> None:
-        """Even targets come from the counts: a member that disagrees would make this rank
-        repeat or leave out documents without a word."""
-        assert self._expected is not None
-        documents, in_split = self._expected
-        found, expected, what = len(loaded.names), documents[loaded.unit], "documents"
-        if found == expected and in_split is not None:
-            # Kept, plus left out for their content (those were in the split too).
-            found = sum(1 for offset in loaded.offsets if offset >= 0) + len(loaded.errors)
-            expected, what = in_split[loaded.unit], f"documents in split {self.options.split!r}"
-        if found != expected:
-            unit = self.corpus.units[loaded.unit]
-            raise CorpusError(
-                f"holds {found} {what} but the counts file says {expected}: the member changed "
-                "since it was counted; run `owt index --force` on the corpus",
-                unit.path,
-                unit.member,
-            )
 
     def _cut(self, error: TruncatedMember) -> None:
         """A member cut short: its documents before the cut are kept, under skip or warn."""
