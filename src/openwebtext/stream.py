@@ -99,6 +99,7 @@ class Mark(NamedTuple):
     replaced: int
     skipped: int
     partial: int
+    repeated: int
 
 
 def _handed(order: list[int] | None, first: int, end: int, values: list[int]) -> int:
@@ -129,7 +130,8 @@ class Stats:
     partial_members: int = 0
     """Members cut short whose documents before the cut were delivered (named in ``skipped``)."""
     repeated_documents: int = 0
-    """Documents handed out again to keep ranks even after skips left this rank short."""
+    """Documents handed out again to keep ranks even after skips left this rank short
+    (counted when each such pass ends)."""
 
 
 class Stream:
@@ -229,6 +231,7 @@ class Stream:
             self._replaced,
             len(self._skipped),
             self._partial,
+            self._repeated,
         )
 
     def close(self) -> None:
@@ -252,7 +255,7 @@ class Stream:
             m.tokens_before + _handed(m.order, m.first_in_block, m.in_block, m.counts),
             len(self.corpus.skipped_files),
             m.partial,
-            self._repeated,
+            m.repeated,
         )
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
