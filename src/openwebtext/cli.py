@@ -88,7 +88,7 @@ def _stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     state = json.loads(Path(args.resume).read_text()) if args.resume else None
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = Corpus.open(paths_or_default(args.paths), on_error=args.on_error)
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
