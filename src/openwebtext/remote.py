@@ -87,7 +87,10 @@ def _walk(url: str, name: str, info: FileInfo) -> list[Unit]:
             raise UnknownFormat(f"not {_KNOWN}", path=name)
         if kind != TAR:
             return [Unit(name, base, 0, info.size, kind, subset, 0)]
-        return _index_outer_tar(f, name, info.size, subset, base)  # type: ignore[arg-type]
+        units, damage = _index_outer_tar(f, name, info.size, subset, base)  # type: ignore[arg-type]
+        if damage is not None:  # a remote file is skipped whole: never cached half-listed
+            raise damage
+        return units
     finally:
         f.close()
 
