@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import storage
 from .errors import CorpusError
 from .index import Unit, index_inputs
 from .inputs import file_version
@@ -79,13 +80,27 @@ class Corpus:
     """``file_version`` of each file (``files()`` order) when it was indexed."""
 
     @classmethod
-    def open(cls, paths: PathLike | Sequence[PathLike], *, on_error: str = "raise") -> Corpus:
+    def open(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        on_error: str = "raise",
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | None = None,
+    ) -> Corpus:
         """Index paths, folders or glob patterns (see ``openwebtext.index``).
 
         Args:
-            paths: What to open.
+            paths: Local paths, or fsspec URLs (``s3://``, ``gs://``, ``https://``,
+                ``hf://``…; the ``remote`` extra), of files, folders or globs.
             on_error: ``raise``: a bad file is an error; ``skip`` (or ``warn``):
                 it is left out and listed in ``skipped_files``.
+            storage_options: Passed as they are to the filesystems of URLs (for
+                S3: ``endpoint_url``, ``anon``…), here and in the workers.
+            cache_dir: Keep the remote members read in this folder (off by
+                default), so that a second epoch reads them from disk.
+            cache_size: The cache's cap in bytes (least recently used first out).
 
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
@@ -93,6 +108,8 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        if storage_options is not None or cache_dir is not None:
+            storage.configure(storage_options, cache_dir=cache_dir, cache_size=cache_size)
         indexed = index_inputs(list(paths), on_error=on_error)
         units = tuple(indexed.units)
         versions = tuple(file_version(path) for path in dict.fromkeys(u.path for u in units))
@@ -132,7 +149,10 @@ class Corpus:
     def counts_paths(self) -> list[Path]:
         """Where the counts file is looked for, in order (beside the corpus, then the cache)."""
         name = f".owt-counts-{self.fingerprint()}.json"
-        return [Path(self.units[0].path).parent / name, cache_dir() / "counts" / name[1:]]
+        cached = cache_dir() / "counts" / name[1:]
+        if storage.is_url(self.units[0].path):  # never written beside a remote corpus
+            return [cached]
+        return [Path(self.units[0].path).parent / name, cached]
 
     def load_counts(self) -> Counts | None:
         """The cached counts, if a file holds them for this corpus as it is now.

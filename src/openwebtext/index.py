@@ -15,6 +15,7 @@ Accepted inputs (paths, folders or glob patterns):
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import tarfile
@@ -25,6 +26,7 @@ from typing import BinaryIO, NamedTuple
 from .errors import CorpusError, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from .inputs import find_files
+from .storage import is_url
 
 __all__ = [
     "Indexed",
@@ -58,7 +60,16 @@ class Unit(NamedTuple):
 
 
 def _head(f: BinaryIO, offset: int) -> bytes:
-    return os.pread(f.fileno(), MAGIC_BYTES, offset)
+    return _pread(f, MAGIC_BYTES, offset)
+
+
+def _pread(f: BinaryIO, size: int, offset: int) -> bytes:
+    """``size`` bytes at ``offset``: a local file's, or a remote one's (``storage.RangeFile``)."""
+    pread = getattr(f, "pread", None)
+    if pread is not None:
+        data: bytes = pread(size, offset)
+        return data
+    return os.pread(f.fileno(), size, offset)
 
 
 def index_file(path: Path) -> list[Unit]:
@@ -137,7 +148,7 @@ def _index_outer_tar(
         raise damage or CorpusError("tar holds no file (only folders, links or devices)", path=name)
     units: list[Unit] = []
     for i, m in enumerate(members):
-        head = os.pread(f.fileno(), min(MAGIC_BYTES, m.size), m.offset_data)
+        head = _pread(f, min(MAGIC_BYTES, m.size), m.offset_data)
         kind = detect(head) or ""
         units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
     if not any(u.kind for u in units):
@@ -155,7 +166,7 @@ def _check_end(f: BinaryIO, name: str, end: int, size: int, last: str | None) ->
         )
     position = end
     while position < size:
-        block = os.pread(f.fileno(), min(1 << 20, size - position), position)
+        block = _pread(f, min(1 << 20, size - position), position)
         if block.strip(b"\0"):
             raise CorpusError(
                 f"tar header at byte {end}{after} is damaged (the rest of the file is not read)",
@@ -176,10 +187,10 @@ class Indexed(NamedTuple):
 
 
 def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "raise") -> Indexed:
-    """Index every file named by ``paths`` (files, folders, globs), in order.
+    """Index every file named by ``paths`` (files, folders, globs, URLs), in order.
 
     Args:
-        paths: What to index.
+        paths: What to index: local paths, or fsspec URLs (``openwebtext.remote``).
         on_error: ``raise``: the first bad file is an error; ``skip`` or
             ``warn``: bad files are left out and listed in ``skipped``.
 
@@ -187,11 +198,45 @@ def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "ra
         CorpusError: a bad file (under ``raise``), the same file twice, or no
             member at all.
     """
+    indexed = Indexed([], [], [])
+    for local, group in itertools.groupby(paths, key=lambda p: not is_url(p)):
+        if local:
+            _index_local(list(group), on_error, indexed)
+            continue
+        from .remote import index_url  # remote builds on this module's tar walk
+
+        for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
+            try:
+                indexed.units.extend(index_url(os.fspath(url)))
+            except CorpusError as exc:
+                if on_error == "raise":
+                    raise
+                indexed.skipped.append(exc)
+    units, skipped, ignored = indexed
+    if not units:
+        why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
+        raise CorpusError(
+            f"no documents: the corpus has no members{why}",
+            path=", ".join(os.fspath(p) for p in paths),
+        )
+    if ignored:
+        shown = ", ".join(os.path.basename(p) for p in ignored[:10])
+        more = f" and {len(ignored) - 10} more" if len(ignored) > 10 else ""
+        files = (
+            "file that is not a corpus file"
+            if len(ignored) == 1
+            else ("files that are not corpus files")
+        )
+        log.warning("left out %d %s: %s%s", len(ignored), files, shown, more)
+    return indexed
+
+
+def _index_local(paths: list[str | os.PathLike[str]], on_error: str, indexed: Indexed) -> None:
+    """Index local paths, folders and globs into ``indexed`` (see ``index_inputs``)."""
     found = find_files(paths)
     if on_error == "raise" and found.problems:
         raise found.problems[0]  # before reading any file
-    skipped: list[CorpusError] = []
-    units: list[Unit] = []
+    indexed.ignored.extend(found.ignored)
     for item in found.items:
         try:
             if isinstance(item, CorpusError):
@@ -200,30 +245,14 @@ def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "ra
         except CorpusError as exc:
             if on_error == "raise":
                 raise
-            skipped.append(exc)
+            indexed.skipped.append(exc)
             continue
         if damage is not None and on_error == "raise":
             raise damage
         if damage is not None:
             note = f"{damage.message} (kept the {len(before)} members before it)"
-            skipped.append(CorpusError(note, path=damage.path, member=damage.member))
-        units.extend(before)
-    if not units:
-        why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
-        raise CorpusError(
-            f"no documents: the corpus has no members{why}",
-            path=", ".join(os.fspath(p) for p in paths),
-        )
-    if found.ignored:
-        shown = ", ".join(os.path.basename(p) for p in found.ignored[:10])
-        more = f" and {len(found.ignored) - 10} more" if len(found.ignored) > 10 else ""
-        files = (
-            "file that is not a corpus file"
-            if len(found.ignored) == 1
-            else ("files that are not corpus files")
-        )
-        log.warning("left out %d %s: %s%s", len(found.ignored), files, shown, more)
-    return Indexed(units, skipped, found.ignored)
+            indexed.skipped.append(CorpusError(note, path=damage.path, member=damage.member))
+        indexed.units.extend(before)
 
 
 def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import lzma
 import os
 import zlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -26,6 +27,8 @@ from .errors import (
 from .formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
 from .index import Unit
 from .plan import Split, in_validation
+from .ranges import RangeReader
+from .storage import is_url
 from .tarwalk import TarFormatError, walk
 
 if TYPE_CHECKING:
@@ -83,6 +86,7 @@ class Reader:
         self.decode_errors = decode_errors
         self.max_open = max_open
         self._files: dict[str, int] = {}
+        self._remote: RangeReader | None = None  # made on first use: after the fork
 
     def _fd(self, path: str) -> int:
         fd = self._files.get(path)
@@ -96,6 +100,24 @@ class Reader:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
+
+    def _ranges(self) -> RangeReader:
+        if self._remote is None:
+            self._remote = RangeReader()
+        return self._remote
+
+    def prefetch(self, units: Sequence[Unit]) -> None:
+        """Start fetching the remote ones of ``units`` (read next, in this order)."""
+        if any(is_url(u.path) for u in units):
+            self._ranges().prefetch(units)
+
+    def _raw(self, unit: Unit) -> bytes:
+        if is_url(unit.path):  # by byte range (see ``ranges``)
+            return self._ranges().read(unit)
+        return os.pread(self._fd(unit.path), unit.size, unit.offset)
 
     def read(self, unit: Unit) -> Member:
         """Read, decompress and walk one unit.
@@ -117,7 +139,7 @@ class Reader:
                 unit.member,
             )
         try:
-            raw = os.pread(self._fd(unit.path), unit.size, unit.offset)
+            raw = self._raw(unit)
         except OSError as exc:
             raise CorruptMember(
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
