@@ -212,15 +212,15 @@ _CONFIG_KEYS = ("format", "split", "corpus", "units", "tokenizer", "fingerprint"
                 "slice", "merge_of")  # fmt: skip
 
 
-def _difference(saved: dict[str, Any], wanted: dict[str, Any]) -> str:
-    """Say how two configs differ, in words."""
+def _difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now") -> str:
+    """Say how two configs differ, in words (``other`` names where ``wanted`` comes from)."""
     if saved.get("corpus") != wanted.get("corpus") or saved.get("units") != wanted.get("units"):
         return (
             f"a different corpus (fingerprint {saved.get('corpus')}, {saved.get('units')} "
-            f"members; this one is {wanted.get('corpus')}, {wanted.get('units')} members)"
+            f"members; {other}: {wanted.get('corpus')}, {wanted.get('units')} members)"
         )
     keys = [k for k in _CONFIG_KEYS if saved.get(k) != wanted.get(k)]
-    what = ", ".join(f"{k} {saved.get(k)!r} (now {wanted.get(k)!r})" for k in keys)
+    what = ", ".join(f"{k} {saved.get(k)!r} ({other}: {wanted.get(k)!r})" for k in keys)
     return f"different options: {what}"
 
 
@@ -337,7 +337,7 @@ def prepare(
     stop = len(order) if stop is None else stop
     if not 0 <= start <= stop <= len(order):
         raise ValueError(f"unit positions [{start}, {stop}) are not within [0, {len(order)})")
-    whole = (start, stop) == (0, len(order))
+    whole = shard is None and (start, stop) == (0, len(order))  # "--shard 0/1" is a slice
     if not whole and options.take is not None:
         raise ValueError("take applies to a whole run, not to a slice")
     config = _config(corpus, options, tokenizer)
@@ -619,9 +619,8 @@ def merge(
     for folder, meta in zip(folders[1:], metas[1:], strict=True):
         other = {k: v for k, v in meta.items() if k in _CONFIG_KEYS and k != "slice"}
         if other != config:
-            raise PrepareError(
-                f"{folder} is a slice of {_difference(other, config)} than {folders[0]}"
-            )
+            what = _difference(other, config, f"in {folders[0]}")
+            raise PrepareError(f"cannot merge slices of different runs: {folder} is of {what}")
     ordered = _check_tiling([Path(f) for f in folders], metas, config["units"])
     sources = [folder for folder, _ in ordered]
     workdir = Workdir(out)
@@ -652,8 +651,8 @@ def merge(
 def _slice_meta(folder: Path) -> dict[str, Any]:
     meta = _read_meta(folder)
     if meta.get("format") != FORMAT or not isinstance(meta.get("slice"), dict):
-        what = "a complete run, not a slice" if meta.get("format") == FORMAT else "no slice"
-        raise PrepareError(f"{folder} holds {what} (no meta.json of `owt tokenize --shard i/n`)")
+        what = "a complete run" if meta.get("format") == FORMAT else "no meta.json of one"
+        raise PrepareError(f"{folder} is not a slice of `owt tokenize --shard i/n` ({what})")
     for name, info in meta["files"].items():
         path = folder / name
         size = path.stat().st_size if path.is_file() else -1
