@@ -432,3 +432,25 @@ def test_progress_bar_shows_tokens_per_second_and_time_left(
     bar = [line for line in re.split(r"[\r\n]", result.stderr) if line.startswith("tokenize")][-1]
     assert "100%" in bar and "M tokens/s" in bar
     assert re.search(r"\[\d\d:\d\d<\d\d:\d\d", bar), bar  # elapsed<time left
+
+
+def test_a_member_cut_short_keeps_its_documents_before_the_cut_under_skip(
+    tmp_path: Path,
+) -> None:
+    first = {f"{k}-a.txt": f"first member {k}\n".encode() for k in range(3)}
+    second = {f"{k}-b.txt": os.urandom(600).hex().encode() for k in range(40)}  # incompressible
+    members = [("a_data.xz", lzma.compress(inner_tar(first))),
+               ("b_data.xz", lzma.compress(inner_tar(second)))]  # fmt: skip
+    outer = outer_tar(tmp_path / "cut.tar", members)
+    with tarfile.open(outer) as tar:
+        info = tar.getmember("b_data.xz")
+    os.truncate(outer, info.offset_data + info.size // 2)  # an interrupted download
+    result = owt("tokenize", str(outer), "--out", str(tmp_path / "a"), "--tokenizer", "bytes",
+                 "-q")  # fmt: skip
+    assert result.returncode == 1 and "cut.tar[b_data.xz]" in result.stderr
+    result = owt("tokenize", str(outer), "--out", str(tmp_path / "b"), "--tokenizer", "bytes",
+                 "--on-error", "skip", "-q")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert meta["partial_members"] == 1 and meta["skipped_members"] == 0
+    assert 3 < sum(meta["documents"].values()) < 43

@@ -91,7 +91,7 @@ def _stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     state = json.loads(Path(args.resume).read_text()) if args.resume else None
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = Corpus.open(paths_or_default(args.paths), on_error=args.on_error)
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
@@ -255,10 +255,11 @@ def _print_prepared(report: Report, seconds: float) -> None:
         f"{files} ({meta['dtype']}) in {report.out}",
         file=sys.stderr,
     )
-    skipped = meta["skipped_members"] + meta["skipped_documents"]
+    skipped = meta["skipped_members"] + meta["skipped_documents"] + meta["partial_members"]
     if skipped:
         print(
-            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents",
+            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents; "
+            f"{meta['partial_members']} members cut short (their documents before the cut kept)",
             file=sys.stderr,
         )
         for line in report.skipped[:20]:

@@ -47,7 +47,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .corpus import Corpus
-from .errors import CorruptDocument, OWTError, TooManyErrors
+from .errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
 from .options import ErrorPolicy
 from .plan import in_validation, plan
 from .tokenizer import Tokenizer, load_tokenizer
@@ -272,24 +272,27 @@ class _Run:
         """Apply the error policy to one bad member or document."""
         if options.on_error == "raise":
             raise error
-        member_level = not isinstance(error, CorruptDocument)
-        key = "skipped_members" if member_level else "skipped_documents"
+        if isinstance(error, TruncatedMember):  # its documents before the cut are kept
+            key = "partial_members"
+        elif isinstance(error, CorruptDocument):
+            key = "skipped_documents"
+        else:
+            key = "skipped_members"
         self.counts[key] += 1
         self.skipped.append(str(error))
         if options.on_error == "warn":
             logging.getLogger("openwebtext").warning("skipped: %s", error)
-        skips = self.counts["skipped_members"] + self.counts["skipped_documents"]
+        skips = sum(self.counts[k] for k in _SKIPS)
         if options.max_errors is not None and skips > options.max_errors:
             raise TooManyErrors(f"{skips} skipped, more than max_errors={options.max_errors}")
 
 
+_SKIPS = ("skipped_members", "skipped_documents", "partial_members")
+
+
 def _new_counts(keys: Sequence[str]) -> dict[str, Any]:
-    return {
-        "documents": dict.fromkeys(keys, 0),
-        "tokens": dict.fromkeys(keys, 0),
-        "skipped_members": 0,
-        "skipped_documents": 0,
-    }
+    return {"documents": dict.fromkeys(keys, 0), "tokens": dict.fromkeys(keys, 0),
+            **dict.fromkeys(_SKIPS, 0)}  # fmt: skip
 
 
 def prepare(
@@ -635,8 +638,8 @@ def merge(
     if record["phase"] == "tokenize":
         counts = _new_counts(["train", "val"])
         for _, meta in ordered:
-            counts["skipped_members"] += meta["skipped_members"]
-            counts["skipped_documents"] += meta["skipped_documents"]
+            for key in _SKIPS:
+                counts[key] += meta[key]
         record = {**record, "phase": "permute", "position": 0, "sizes": {}, "counts": counts}
         workdir.save(record)
     run = _Run(workdir, record, progress, checkpoint_seconds)
@@ -716,8 +719,8 @@ def _merge_hashed(
         for key in ("documents", "tokens"):
             for split in ("train", "val"):
                 counts[key][split] += meta[key][split]
-        counts["skipped_members"] += meta["skipped_members"]
-        counts["skipped_documents"] += meta["skipped_documents"]
+        for key in _SKIPS:
+            counts[key] += meta[key]
     total = sum(m["files"][n]["bytes"] for _, m in ordered for n in _BINS)
     done = 0
     workdir.clear(_BINS)
