@@ -67,6 +67,8 @@ class PoolOptions(NamedTuple):
     """Units the consumer may keep after asking for the next one (see ``release``)."""
     tokenizer: str | None = None
     """Tokenize in the workers (``tokenizer.load_tokenizer`` spec): units carry ids, not text."""
+    normalise: bool = False
+    """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
 
 
 class Loaded(NamedTuple):
@@ -137,7 +139,9 @@ def _worker_main(
                 return
             seq, unit, slot = task
             try:
-                member, payload, offsets, counts = _read(reader, tokenizer, units[unit])
+                member, payload, offsets, counts = _read(
+                    reader, tokenizer, units[unit], options.normalise
+                )
             except OWTError as exc:
                 results.send(("err", seq, exc, traceback.format_exc()))
                 continue
@@ -187,13 +191,13 @@ def _next_task(
 
 
 def _read(
-    reader: Reader, tokenizer: Tokenizer | None, unit: Unit
+    reader: Reader, tokenizer: Tokenizer | None, unit: Unit, normalise: bool = False
 ) -> tuple[Member, bytes, list[int], list[int] | None]:
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
     member = reader.read(unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
-    encoded = encode_member(member, tokenizer)
+    encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
@@ -493,6 +497,7 @@ class InlinePool:
         self.units = units
         self.reader = _reader(options)
         self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
+        self.normalise = options.normalise
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
@@ -500,7 +505,7 @@ class InlinePool:
         for unit in order:
             try:
                 member, payload, offsets, counts = _read(
-                    self.reader, self.tokenizer, self.units[unit]
+                    self.reader, self.tokenizer, self.units[unit], self.normalise
                 )
             except OWTError as exc:
                 yield Loaded(unit, b"", [], [], [], [exc])
