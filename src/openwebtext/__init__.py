@@ -21,6 +21,7 @@ from .errors import (
     OWTError,
     StateError,
     TooManyErrors,
+    TruncatedMember,
     UnknownFormat,
     WorkerError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerError",
     "TooManyErrors",
+    "TruncatedMember",
     "Unit",
     "UnknownFormat",
     "WorkerError",

@@ -27,6 +27,7 @@ units it held (after ``retries`` fresh attempts on a new worker).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import mmap
@@ -66,6 +67,8 @@ class PoolOptions(NamedTuple):
     """Units the consumer may keep after asking for the next one (see ``release``)."""
     tokenizer: str | None = None
     """Tokenize in the workers (``tokenizer.load_tokenizer`` spec): units carry ids, not text."""
+    normalise: bool = False
+    """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
 
 
 class Loaded(NamedTuple):
@@ -127,17 +130,20 @@ def _worker_main(
     reader = _reader(options)
     tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
     slot_bytes = options.slot_bytes
+    queued: collections.deque[Any] = collections.deque()
     try:
         while True:
             try:
-                task = tasks.recv()
+                task = _next_task(tasks, queued, reader, units)
             except EOFError:
                 return
             if task is None:
                 return
             seq, unit, slot = task
             try:
-                member, payload, offsets, counts = _read(reader, tokenizer, units[unit])
+                member, payload, offsets, counts = _read(
+                    reader, tokenizer, units[unit], options.normalise
+                )
             except OWTError as exc:
                 results.send(("err", seq, exc, traceback.format_exc()))
                 continue
@@ -170,14 +176,30 @@ def _worker_main(
         reader.close()
 
 
+def _next_task(
+    tasks: Connection, queued: collections.deque[Any], reader: Reader, units: Sequence[Unit]
+) -> Any:
+    """The next task; every task already sent is taken off the pipe and told to the reader.
+
+    So a reader of remote files fetches the queued units while this one is
+    decompressed (``Reader.prefetch``); local files ignore it.
+    """
+    if not queued:
+        queued.append(tasks.recv())
+    while queued[-1] is not None and tasks.poll():
+        queued.append(tasks.recv())
+    reader.prefetch([units[t[1]] for t in queued if t is not None])
+    return queued.popleft()
+
+
 def _read(
-    reader: Reader, tokenizer: Tokenizer | None, unit: Unit
+    reader: Reader, tokenizer: Tokenizer | None, unit: Unit, normalise: bool = False
 ) -> tuple[Member, bytes, list[int], list[int] | None]:
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
     member = reader.read(unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
-    encoded = encode_member(member, tokenizer)
+    encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
@@ -488,6 +510,7 @@ class InlinePool:
         self.units = units
         self.reader = _reader(options)
         self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
+        self.normalise = options.normalise
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
@@ -495,7 +518,7 @@ class InlinePool:
         for unit in order:
             try:
                 member, payload, offsets, counts = _read(
-                    self.reader, self.tokenizer, self.units[unit]
+                    self.reader, self.tokenizer, self.units[unit], self.normalise
                 )
             except OWTError as exc:
                 yield Loaded(unit, b"", [], [], [], [exc])
