@@ -393,15 +393,22 @@ def test_a_finished_run_resumed_says_so(
     ],
 )
 def test_bad_options_are_refused_up_front(
-    argv: list[str], option: str, small_corpus: Path, capsys: pytest.CaptureFixture[str]
+    argv: list[str],
+    option: str,
+    small_corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A usage error (exit 2) naming the option, before anything is read."""
+    """A usage error (exit 2) naming the option, before anything is read or written."""
+    monkeypatch.chdir(tmp_path)  # where --out x would go
     with pytest.raises(SystemExit) as exit_:
         owt_cli.main([argv[0], str(small_corpus), *argv[1:]])
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert option.replace("_", "-") in err or option in err, err
     assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
