@@ -384,5 +384,6 @@ def test_pause_between_runs_is_not_a_hang(
         time.sleep(PAUSE)
         assert collect(pool, range(6)) == [(u, pristine[u], []) for u in range(6)]
         time.sleep(PAUSE)
-        assert collect(pool, [5, 0]) == [(5, pristine[5], []), (0, pristine[0], [])]
+        # One unit: one worker gets it, the other waits idle while the consumer waits.
+        assert collect(pool, [5]) == [(5, pristine[5], [])]
         assert set(child_pids()) == workers  # none was killed
