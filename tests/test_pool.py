@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus, CorruptMember, WorkerError
+from openwebtext import Corpus, CorruptMember, Loader, WorkerError
 from openwebtext.index import Unit
 from openwebtext.read import Member, Reader
 from openwebtext.tasks import State, WorkerTraceback
@@ -387,3 +387,24 @@ def test_pause_between_runs_is_not_a_hang(
         # One unit: one worker gets it, the other waits idle while the consumer waits.
         assert collect(pool, [5]) == [(5, pristine[5], [])]
         assert set(child_pids()) == workers  # none was killed
+
+
+# -- through the loader ------------------------------------------------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG until stream.py raises a unit's error as it comes (`raise error`, not "
+    "`raise error from None`, which drops the worker's traceback): see the pool branch's report",
+)
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loader_error_shows_the_worker_line(
+    workers: int, small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Tokenizer, "encode_batch", _encode_batch_blows_up)
+    expected = r"unexpected RuntimeError reading .*: the tokenizer failed"
+    with pytest.raises(WorkerError, match=expected) as info:
+        list(Loader(small_corpus, workers=workers, tokenizer="bytes"))
+    assert child_pids() == []
+    assert 'raise RuntimeError("the tokenizer failed")' in _chain(info.value)
