@@ -21,20 +21,16 @@ worker → consumer
 
 A task is one request, known by its sequence number ``seq`` (plan order across
 runs). ``Tasks`` holds every task the pool is not finished with, and is the only
-place its state changes::
+place its state changes (each arrow is one method)::
 
-               new (takes a free slot)
-                │
-                ▼      Done / Failed arrives          handed out             release
-    ┌─────▶   SENT  ─────────────────────────▶ DONE ─────────────▶ HELD ──────────▶ finished
-    │           │                                ▲                                (slot freed)
-    │           │ its worker died or hung:       │
-    │           ├─ had not started it ──▶ QUEUED ┼──▶ sent again first, without blame ──┐
-    │           ├─ blamed, attempts left ────────┼──▶ sent again to the fresh worker ────┤
-    │           ├─ blamed, no attempt left ──────┘    (a WorkerError result)             │
-    │           │                                                                        │
-    │           └─ its run was left early ──▶ ABANDONED ── result or death ──▶ finished  │
-    └────────────────────────────────────────────────────────────────────────────────────┘
+    new ──▶ SENT ──arrived──▶ DONE ──hand_out──▶ HELD ──release──▶ finished (slot freed)
+             │ ▲
+             │ └──resend── QUEUED ◀──lost: queued behind the unit being read (no blame)
+             ├──lost: being read, attempts left──▶ SENT again, first on the fresh worker
+             ├──lost: being read, no attempt left──▶ DONE (its result: a WorkerError)
+             └──abandon: its run was left──▶ ABANDONED ──arrived or lost──▶ finished
+
+"failed" is DONE with a ``Failed`` result; "retried" is QUEUED, or SENT again.
 
 Leaving a run early also finishes its DONE and QUEUED tasks at once; HELD ones
 stay with the consumer until it releases them.
