@@ -43,7 +43,7 @@ import heapq
 import traceback
 from typing import NamedTuple
 
-from .errors import CorruptDocument, OWTError, WorkerError
+from .errors import CorruptMember, OWTError, WorkerError
 from .index import Unit
 
 __all__ = [
@@ -80,7 +80,8 @@ class Done(NamedTuple):
     names: list[str]
     offsets: list[int]
     sizes: list[int]
-    dropped: list[CorruptDocument]
+    dropped: list[CorruptMember]
+    """Documents left out (``CorruptDocument``), or the cut of a ``TruncatedMember``."""
     replace: int
     counts: list[int] | None
 

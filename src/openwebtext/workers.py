@@ -32,6 +32,7 @@ starts when it is given work while idle, and restarts with every message.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import mmap
@@ -198,10 +199,11 @@ def _worker_main(
     reader = _reader(options)
     tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
     slot_bytes = options.slot_bytes
+    queued: collections.deque[Request | None] = collections.deque()
     try:
         while True:
             try:
-                request: Request | None = tasks.recv()
+                request = _next_task(tasks, queued, reader, units)
             except EOFError:
                 return
             if request is None:
@@ -247,6 +249,25 @@ def _send_failure(results: Connection, message: Failed) -> None:
             member=getattr(message.error, "member", None),
         )
         results.send(Failed(message.seq, error, message.traceback))
+
+
+def _next_task(
+    tasks: Connection,
+    queued: collections.deque[Request | None],
+    reader: Reader,
+    units: Sequence[Unit],
+) -> Request | None:
+    """The next task; every task already sent is taken off the pipe and told to the reader.
+
+    So a reader of remote files fetches the queued units while this one is
+    decompressed (``Reader.prefetch``); local files ignore it.
+    """
+    if not queued:
+        queued.append(tasks.recv())
+    while queued[-1] is not None and tasks.poll():
+        queued.append(tasks.recv())
+    reader.prefetch([units[t.unit] for t in queued if t is not None])
+    return queued.popleft()
 
 
 def _read(
