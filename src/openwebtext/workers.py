@@ -398,8 +398,12 @@ class WorkerPool:
             self.tasks.abandon()
 
     def release(self, ticket: int) -> None:
-        """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid)."""
-        self.tasks.release(ticket)
+        """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid).
+
+        Without ``hold`` the pool frees each slot itself when the next unit is asked for.
+        """
+        if self.options.hold:
+            self.tasks.release(ticket)
 
     def _dispatch(self, order: Iterator[int], exhausted: bool) -> bool:
         """Send work while workers have room and slots are free; True once ``order`` ran out."""
