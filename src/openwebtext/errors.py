@@ -14,8 +14,10 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     ├── WorkerError            a worker died, hung, or could not be started
     ├── StateError             a state dict that does not fit this loader
     ├── TooManyErrors          more skips than ``max_errors`` allows
-    └── TokenizerError         an unknown tokenizer spec, a missing extra or file
-                               (defined in ``tokenizer``, with what it guards)
+    ├── TokenizerError         an unknown tokenizer spec, a missing extra or file
+    │                          (defined in ``tokenizer``, with what it guards)
+    └── PrepareError           owt tokenize / merge: another run's progress, a bad slice
+                               (defined in ``workdir``)
 
 ``CorpusError`` and its subclasses carry ``path`` (the file) and ``member``
 (the inner member name, or ``None``); ``CorruptDocument`` adds ``document``.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import lzma
 import os
+import re
 import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -34,7 +35,7 @@ from .tarwalk import TarFormatError, walk
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["Encoded", "Member", "Reader", "Split", "encode_member"]
+__all__ = ["Encoded", "Member", "Reader", "Split", "encode_member", "nanogpt_text"]
 
 # bz2 reports corrupt data as OSError; zstandard as ZstdError, a subclass of Exception only.
 _DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
@@ -261,11 +262,24 @@ class Encoded(NamedTuple):
     """Ids per document, end-of-text included (0: left out)."""
 
 
-def encode_member(member: Member, tokenizer: Tokenizer) -> Encoded:
+_BLANK_LINES = re.compile("\n\n\n+")
+
+
+def nanogpt_text(text: str) -> str:
+    """``text`` as the Hugging Face ``openwebtext`` loading script yields it to nanoGPT.
+
+    Three or more newlines become two, then ``str.strip()`` (which strips Unicode
+    whitespace, not only ASCII). An empty or all-whitespace document becomes ``""``.
+    """
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = False) -> Encoded:
     """Tokenize the kept documents of ``member`` (its text is already checked).
 
     Each document's ids end with ``tokenizer.eot``, as nanoGPT's
     ``prepare.py`` writes them, so concatenating documents packs them.
+    With ``normalise``, each text goes through ``nanogpt_text`` first.
     """
     errors = "replace" if member.replace else "strict"
     data = member.data
@@ -274,6 +288,8 @@ def encode_member(member: Member, tokenizer: Tokenizer) -> Encoded:
         data[member.offsets[k] : member.offsets[k] + member.sizes[k]].decode("utf-8", errors)
         for k in kept
     ]
+    if normalise:
+        texts = [nanogpt_text(text) for text in texts]
     flat: list[int] = []
     offsets = [-1] * len(member.offsets)
     counts = [0] * len(member.offsets)

@@ -92,6 +92,8 @@ class PoolOptions:
     """Units the consumer may keep after asking for the next one (see ``release``)."""
     tokenizer: str | None = None
     """Tokenize in the workers (``tokenizer.load_tokenizer`` spec): units carry ids, not text."""
+    normalise: bool = False
+    """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
     slot_bytes: int = SLOT_BYTES
     """Bytes of one shared slot."""
 
@@ -210,7 +212,9 @@ def _worker_main(
                 return
             seq, unit, slot = request
             try:
-                member, payload, offsets, counts = _read(reader, tokenizer, units[unit])
+                member, payload, offsets, counts = _read(
+                    reader, tokenizer, units[unit], options.normalise
+                )
             except Exception as exc:  # every failure is the unit's, sent as a value
                 _send_failure(results, failed(seq, exc, units[unit]))
                 continue
@@ -271,13 +275,13 @@ def _next_task(
 
 
 def _read(
-    reader: Reader, tokenizer: Tokenizer | None, unit: Unit
+    reader: Reader, tokenizer: Tokenizer | None, unit: Unit, normalise: bool = False
 ) -> tuple[Member, bytes, list[int], list[int] | None]:
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
     member = reader.read(unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
-    encoded = encode_member(member, tokenizer)
+    encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
@@ -565,6 +569,7 @@ class InlinePool:
         self.options = options
         self.reader = _reader(options)
         self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
+        self.normalise = options.normalise
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
@@ -572,7 +577,7 @@ class InlinePool:
         for unit in order:
             try:
                 member, payload, offsets, counts = _read(
-                    self.reader, self.tokenizer, self.units[unit]
+                    self.reader, self.tokenizer, self.units[unit], self.normalise
                 )
             except Exception as exc:  # as a worker reports it
                 error = failure(exc, self.units[unit])
