@@ -392,11 +392,6 @@ def test_pause_between_runs_is_not_a_hang(
 # -- through the loader ------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG until stream.py raises a unit's error as it comes (`raise error`, not "
-    "`raise error from None`, which drops the worker's traceback): see the pool branch's report",
-)
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_loader_error_shows_the_worker_line(
