@@ -33,8 +33,8 @@ from openwebtext import (
     CorruptDocument,
     Loader,
     MemberTooLarge,
-    OWTError,
     Options,
+    OWTError,
     Stats,
     TooManyErrors,
 )
@@ -109,8 +109,7 @@ def test_max_document_bytes_boundary(tmp_path: Path, policy: str, over: int) -> 
 
 def error_text(size: int) -> str:
     return (
-        f"document of {size} bytes passes max_document_bytes={DOC_LIMIT} "
-        "(document doc-subject.txt)"
+        f"document of {size} bytes passes max_document_bytes={DOC_LIMIT} (document doc-subject.txt)"
     )
 
 
@@ -140,7 +139,9 @@ COMPRESSORS: dict[str, Any] = {
 }
 
 #: Over one 10 KiB tar record (the other member is one record): only this member is at the limit.
-MEMBER_DOCS = {f"doc-{k}.txt": f"document {k} — “text”\n".encode() * (40 * k + 90) for k in range(6)}
+MEMBER_DOCS = {
+    f"doc-{k}.txt": f"document {k} — “text”\n".encode() * (40 * k + 90) for k in range(6)
+}
 
 
 @pytest.mark.parametrize("plain", [b"", b"x", bytes(5000) + b"tail" * 3000])

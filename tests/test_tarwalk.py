@@ -167,7 +167,9 @@ def archive(entries: list[Entry], global_header: bool) -> bytes:
 _component = st.text(
     st.characters(codec="utf-8", exclude_characters="\0/"), min_size=25, max_size=40
 )
-_short_name = st.text(st.characters(codec="ascii", exclude_characters="\0/"), min_size=1, max_size=8)
+_short_name = st.text(
+    st.characters(codec="ascii", exclude_characters="\0/"), min_size=1, max_size=8
+)
 #: Names long enough to need a ustar prefix, a GNU ``L`` entry or a pax ``path`` record.
 _long_name = st.lists(_component, min_size=4, max_size=8).map("/".join)  # > 100 bytes
 _entry = st.builds(
@@ -253,6 +255,8 @@ def test_base256_size_past_the_data_is_refused_not_wrapped() -> None:
     buf = header + b"hello" + bytes(507) + bytes(1024)
     with pytest.raises(TarFormatError, match="at byte 0 runs past the end"):
         walk(buf)
-    with pytest.raises((tarfile.ReadError, OverflowError)):  # tarfile cannot read it either
-        with tarfile.open(fileobj=io.BytesIO(buf)) as tar:
-            tar.getmembers()
+    with (
+        pytest.raises((tarfile.ReadError, OverflowError)),  # tarfile cannot read it either
+        tarfile.open(fileobj=io.BytesIO(buf)) as tar,
+    ):
+        tar.getmembers()

@@ -118,7 +118,9 @@ def test_replace_keeps_it_with_replacement_characters(
 ) -> None:
     bad, _, _ = EDGES[edge]
     path = corpus(tmp_path, bad)
-    docs, stats, error = read_all(path, on_error="raise", decode_errors="replace", tokenizer=tokenizer)
+    docs, stats, error = read_all(
+        path, on_error="raise", decode_errors="replace", tokenizer=tokenizer
+    )
     assert error is None, repr(error)
     text = bad.decode("utf-8", "replace")
     assert "\ufffd" in text
