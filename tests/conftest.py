@@ -70,7 +70,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 "waits_on_workers",
                 "HANG: the test got no result from the loader within its deadline, and the "
                 "loader's own timeout= did not turn it into a WorkerError: the consumer "
-                "waits on something that will never come (see the stack above).",
+                "waits for, or loops on, something that never comes (see the stack above).",
             )
         )
 
