@@ -15,8 +15,14 @@ from support import inner_tar
 
 
 def tarfile_entries(buf: bytes) -> list[tuple[str, int, int]]:
+    """The files tarfile reads: regular ones, and those of a type it does not know
+    (``extractfile`` reads them as regular files)."""
     with tarfile.open(fileobj=io.BytesIO(buf)) as tar:
-        return [(m.name, m.offset_data, m.size) for m in tar if m.isreg()]
+        return [
+            (m.name, m.offset_data, m.size)
+            for m in tar
+            if m.isreg() or m.type not in tarfile.SUPPORTED_TYPES
+        ]
 
 
 def walked(buf: bytes) -> list[tuple[str, int, int]]:
@@ -101,7 +107,7 @@ FORMATS = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarf
 class Entry(NamedTuple):
     """One entry of a generated archive, written in its own format."""
 
-    kind: str  # "file", "dir" or "symlink"
+    kind: str  # "file", "dir", "symlink" or "unknown" (a type tar does not define: a file)
     name: str
     data: bytes
     fmt: str  # a key of FORMATS
@@ -126,7 +132,10 @@ def entry_bytes(e: Entry) -> bytes:
     """The header blocks (with any GNU long-name or pax blocks) and padded data of ``e``."""
     info = tarfile.TarInfo(e.name)
     info.mtime = 1555000000
-    if e.kind == "dir":
+    if e.kind == "unknown":
+        info.type = b"Z"
+        info.size = len(e.data)
+    elif e.kind == "dir":
         info.type = tarfile.DIRTYPE
     elif e.kind == "symlink":
         info.type = tarfile.SYMTYPE
@@ -143,7 +152,7 @@ def entry_bytes(e: Entry) -> bytes:
     if e.base256 and e.kind == "file":
         last = head[-512:]
         head = head[:-512] + with_checksum(last[:124] + base256(len(e.data)) + last[136:])
-    data = e.data if e.kind == "file" else b""
+    data = e.data if e.kind in ("file", "unknown") else b""
     return head + data + bytes(-len(data) % 512)
 
 
@@ -174,7 +183,7 @@ _short_name = st.text(
 _long_name = st.lists(_component, min_size=4, max_size=8).map("/".join)  # > 100 bytes
 _entry = st.builds(
     Entry,
-    kind=st.sampled_from(["file", "file", "file", "dir", "symlink"]),
+    kind=st.sampled_from(["file", "file", "file", "dir", "symlink", "unknown"]),
     name=st.one_of(_short_name, _long_name),
     data=st.binary(max_size=1100),
     fmt=st.sampled_from(list(FORMATS)),
@@ -196,7 +205,7 @@ def test_agrees_with_tarfile_in_every_format_with_long_names_anywhere(
     if any(e.fmt == "ustar" and len(e.name.encode()) > 100 and _ustar_holds(e) for e in entries):
         event("a long name in a ustar prefix")
     assert walked(buf) == tarfile_entries(buf)
-    assert walk(buf).names == [e.name for e in entries if e.kind == "file"]
+    assert walk(buf).names == [e.name for e in entries if e.kind in ("file", "unknown")]
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -260,3 +269,18 @@ def test_base256_size_past_the_data_is_refused_not_wrapped() -> None:
         tarfile.open(fileobj=io.BytesIO(buf)) as tar,
     ):
         tar.getmembers()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_unknown_type_is_a_file_with_its_whole_name(fmt: str) -> None:
+    """An entry of a type tar does not define is read as a file, as tarfile does, under its
+    whole name: its GNU long name, pax path or ustar prefix (not the header's first 100 bytes),
+    and it does not lend that name to the next entry."""
+    long = "dir/" + "x" * 120 + "/doc.txt"
+    entries = [
+        Entry("unknown", long, b"hello", fmt, False, False),
+        Entry("file", "next.txt", b"next", fmt, False, False),
+    ]
+    buf = archive(entries, global_header=False)
+    assert walk(buf).names == [long, "next.txt"]
+    assert walked(buf) == tarfile_entries(buf)
