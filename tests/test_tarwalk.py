@@ -284,3 +284,35 @@ def test_unknown_type_is_a_file_with_its_whole_name(fmt: str) -> None:
     buf = archive(entries, global_header=False)
     assert walk(buf).names == [long, "next.txt"]
     assert walked(buf) == tarfile_entries(buf)
+
+
+def _header(name: str, size: int, size_field: bytes, checksum_digits: int) -> bytes:
+    """A ustar header with the size field and checksum written as given."""
+    head = bytearray(tarfile.TarInfo(name).tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape"))
+    head[124:136] = size_field
+    head[148:156] = b" " * 8
+    total = sum(head)
+    head[148:156] = (b"%0*o" % (checksum_digits, total) + b"\0 ")[:8]
+    return bytes(head)
+
+
+@pytest.mark.parametrize(
+    ("size_field", "checksum_digits"),
+    [
+        (b"%011o\0" % 1000, 6),  # what tarfile and GNU tar write
+        (b"%011o " % 1000, 6),  # space-terminated
+        (b"%012o" % 1000, 6),  # all twelve digits, no terminator (tarfile and GNU tar read it)
+        (b"%011o\0" % 1000, 7),  # a seven-digit checksum
+        (b"%012o" % 1000, 7),
+    ],
+    ids=["11-nul", "11-space", "12-digits", "checksum-7", "12-digits-checksum-7"],
+)
+def test_number_fields_of_every_width_tarfile_reads(
+    size_field: bytes, checksum_digits: int
+) -> None:
+    """Octal fields that fill their whole width are read whole, as tarfile reads them, not
+    cut to the usual width (a size read as 125 instead of 1000 would cut a document)."""
+    data = bytes(range(256)) * 3 + b"e" * 232
+    buf = _header("a.txt", 1000, size_field, checksum_digits) + data + bytes(24) + bytes(1024)
+    assert tarfile_entries(buf) == [("a.txt", 512, 1000)]
+    assert walked(buf) == tarfile_entries(buf)
