@@ -20,6 +20,7 @@ __all__ = ["Entries", "TarFormatError", "walk"]
 
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
+_ENDS = b"\0 "  # what ends a number field that does not fill its whole width
 _REGULAR = frozenset(b"07\x00")
 _SKIPPED = frozenset(b"123456")  # hard/sym links, char/block devices, directories, FIFOs
 #: Every type read as something other than a file; any type not here nor in _REGULAR is
@@ -90,7 +91,9 @@ def walk(buf: bytes) -> Entries:
         if buf[pos] == 0 and buf[pos : pos + BLOCK] == _ZERO_BLOCK:
             break
         headers.append(pos)
-        try:  # the common case, an 8-byte octal field; anything else takes _number
+        try:  # the common case: six octal digits, then NUL or space; anything else takes _number
+            if buf[pos + 154] not in _ENDS:
+                raise ValueError
             checksums.append(int(buf[pos + 148 : pos + 154], 8))
         except ValueError:
             checksums.append(_number(buf[pos + 148 : pos + 156], pos))
@@ -98,7 +101,9 @@ def walk(buf: bytes) -> Entries:
         if pax_size is not None:
             size = pax_size
         else:
-            try:
+            try:  # eleven digits, then NUL or space (twelve digits, or base-256: _number)
+                if buf[pos + 135] not in _ENDS:
+                    raise ValueError
                 size = int(buf[pos + 124 : pos + 135], 8)
             except ValueError:
                 size = _number(buf[pos + 124 : pos + 136], pos)
