@@ -52,7 +52,7 @@ from .options import ErrorPolicy
 from .plan import in_validation, plan
 from .tokenizer import Tokenizer, load_tokenizer
 from .workdir import PrepareError, Workdir, sha256_file
-from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
+from .workers import Loaded, Pool, PoolOptions, open_pool
 
 __all__ = [
     "FORMAT",
@@ -224,21 +224,15 @@ def _difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now
     return f"different options: {what}"
 
 
-def _open_pool(corpus: Corpus, options: PrepareOptions) -> WorkerPool | InlinePool:
+def _open_pool(corpus: Corpus, options: PrepareOptions) -> Pool:
+    """The pool, with the loader's defaults for everything prepare does not choose."""
     pool_options = PoolOptions(
         workers=options.workers,
-        prefetch=2,
-        slot_bytes=SLOT_BYTES,
-        timeout=60.0,
         retries=0 if options.on_error == "raise" else 1,
-        max_member_bytes=1 << 30,
-        max_document_bytes=64 << 20,
         tokenizer=options.tokenizer,
         normalise=options.split == "nanogpt",
     )
-    if options.workers == 0:
-        return InlinePool(corpus.units, pool_options)
-    return WorkerPool(corpus.units, pool_options)
+    return open_pool(corpus.units, pool_options)
 
 
 class _Run:
