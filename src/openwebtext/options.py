@@ -118,8 +118,7 @@ class Options:
         )
         need(
             _is_int(self.val_seed) and 0 <= self.val_seed < 2**64,
-            f"val_seed must be an int in 0..2**64-1 (the split's 8-byte key), "
-            f"not {self.val_seed!r}",
+            f"val_seed must be >= 0 and < 2**64 (the split's 8-byte key), not {self.val_seed!r}",
         )
         need(
             _is_int(self.world_size) and self.world_size >= 1,
@@ -151,7 +150,7 @@ class Options:
             need(_is_int(value) and value >= 1, f"{name} must be >= 1, not {value!r}")
         need(
             isinstance(self.timeout, (int, float)) and 0 < self.timeout <= MAX_TIMEOUT,
-            f"timeout must be a number of seconds > 0 and <= {MAX_TIMEOUT:g}, not {self.timeout!r}",
+            f"timeout must be > 0 seconds and at most {MAX_TIMEOUT:g}, not {self.timeout!r}",
         )
         need(
             self.tokenizer is None or (isinstance(self.tokenizer, str) and bool(self.tokenizer)),
