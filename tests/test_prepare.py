@@ -392,3 +392,24 @@ def test_killed_run_goes_on_when_run_again(
     allowed = {PROGRESS, ".train.bin.part", ".val.bin.part", ".tokens.bin.part",
                ".lengths.bin.part", f".{PROGRESS[1:]}.part"}  # fmt: skip
     assert leftovers <= allowed, leftovers
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_skip_a_corrupt_member(
+    small_corpus: Path, tmp_path: Path, split: str, workers: int
+) -> None:
+    """A member that fails whole is counted and left out under skip (it used to trip an
+    assertion on its empty table)."""
+    from support import damage, member_offset, read_members
+
+    shutil.copytree(small_corpus, tmp_path / "corpus")
+    tar = sorted((tmp_path / "corpus").glob("*.tar"))[0]
+    member = sorted(read_members([tar]))[1][1]
+    offset, size = member_offset(tar, member)
+    damage(tar, offset + size // 2, b"\xff" * 16)
+    options = PrepareOptions(split=split, workers=workers, on_error="skip")  # type: ignore[arg-type]
+    report = prepare(Corpus.open(tmp_path / "corpus"), tmp_path / "out", options)
+    assert report.meta["skipped_members"] == 1
+    assert sum(report.meta["documents"].values()) == 120 - 20
+    assert len(report.skipped) == 1 and member in report.skipped[0]

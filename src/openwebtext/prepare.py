@@ -503,9 +503,10 @@ def _write_hashed(
 ) -> int:
     """Append a unit's documents to train.bin or val.bin by the hash of their names."""
     _unit_errors(run, loaded, options)
+    if loaded.counts is None:  # a member skipped whole: its table is empty
+        return 0
     counts = run.counts
     data = loaded.data
-    assert loaded.counts is not None
     tokens = 0
     fraction, seed = options.val_fraction, options.val_seed
     for name, offset, count in zip(loaded.names, loaded.offsets, loaded.counts, strict=True):
@@ -533,7 +534,8 @@ def _write_in_order(
 ) -> int:
     """Append a unit's ids (its kept documents lie packed in ``data``) and their lengths."""
     _unit_errors(run, loaded, options)
-    assert loaded.counts is not None
+    if loaded.counts is None:  # a member skipped whole: its table is empty
+        return 0
     lengths = [c for o, c in zip(loaded.offsets, loaded.counts, strict=True) if o >= 0]
     if budget is not None:
         lengths = lengths[:budget]
