@@ -44,6 +44,7 @@ __all__ = [
     "EXTRA",
     "EngineError",
     "SkipLog",
+    "library_errors",
     "local_ray",
     "read_openwebtext",
     "slice_folders",
@@ -108,8 +109,7 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     temp = tempfile.mkdtemp(prefix="owt-ray-", dir=_temp_parent())
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     if saved["RAY_AUTH_MODE"] is None:
-        os.environ["RAY_AUTH_MODE"] = "token"
-        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        _auth_environment({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
     try:
         try:
             ray.init(num_cpus=num_cpus, _temp_dir=temp, **quiet)
@@ -120,18 +120,67 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         finally:
             ray.shutdown()
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        if saved["RAY_AUTH_MODE"] is None:
+            _auth_environment(saved)
         shutil.rmtree(temp, ignore_errors=True)
 
 
+def _auth_environment(values: dict[str, str | None]) -> None:
+    """Set (None: unset) Ray's authentication variables, and make this process see them.
+
+    Ray reads them into a cached config when it is imported; it refreshes that cache the
+    same way when it turns token authentication on by itself (``_enable_token_auth``).
+    """
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
 def _unwrap(exc: BaseException) -> BaseException:
-    """The library's own error behind a Ray task failure (a ``RayTaskError`` wraps it)."""
-    cause = getattr(exc, "cause", None)
-    return cause if isinstance(cause, OWTError) else exc
+    """The library's own error behind a Ray failure, else ``exc``.
+
+    Ray wraps a task's exception in a ``RayTaskError`` (its ``cause``); Ray Data wraps it once
+    more in a ``UserCodeException`` (its ``__cause__``).
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OWTError) and not _is_wrapper(current):
+            return current
+        todo += [getattr(current, "cause", None), current.__cause__]
+    return exc
+
+
+def _is_wrapper(exc: BaseException) -> bool:
+    # RayTaskError(CorruptMember) is also a CorruptMember, but a copy holding Ray's traceback.
+    return type(exc).__module__.startswith("ray.")
+
+
+@contextlib.contextmanager
+def library_errors() -> Iterator[None]:
+    """Re-raise the library's error (naming file and member) behind a Ray or Ray Data failure.
+
+    ``with library_errors(): rows = dataset.take_all()`` raises the ``CorruptMember`` the task
+    raised, not Ray's copy of it (``RayTaskError(CorruptMember)``, a subclass of both).
+    """
+    try:
+        yield
+    except Exception as exc:
+        error = _unwrap(exc)
+        if error is exc:
+            raise
+        raise error from None
 
 
 # -- owt tokenize --engine ray ---------------------------------------------------------------
@@ -413,8 +462,10 @@ def read_openwebtext(
         paths: Files, folders or glob patterns, readable by every node.
         storage_options: For remote corpora; not supported yet (must be None).
         tokenizer: A tokenizer spec (``openwebtext.tokenizer``): rows carry ``ids``.
-        on_error: ``raise`` the library's error (naming file and member) from the task;
-            ``skip`` or ``warn`` (logged in the task) leave the member or document out.
+        on_error: ``raise`` the library's error (naming file and member) in the task: the
+            consumer gets Ray's ``RayTaskError(CorruptMember)``, also a ``CorruptMember``
+            (``library_errors()`` gives back the error itself); ``skip`` or ``warn``
+            (logged in the task) leave the member or document out.
         skips: Where skipped members and documents are counted (``SkipLog``).
         units_per_task: Units read by one task.
         max_member_bytes: A member decompressing past this is an error.
@@ -436,11 +487,12 @@ def read_openwebtext(
 
         load_tokenizer(tokenizer)  # a bad spec fails here, not in every task
     units = Corpus.open(paths).units
-    groups = tuple(
-        units[k : k + units_per_task] for k in range(0, len(units), units_per_task)
-    )
+    groups = tuple(units[k : k + units_per_task] for k in range(0, len(units), units_per_task))
     read = _ReadGroup(groups, tokenizer, on_error, skips, max_member_bytes, max_document_bytes)
     items = [{"group": g} for g in range(len(groups))]
     dataset = ray.data.from_items(items, override_num_blocks=len(groups))
+    # This dataset's own copy of the context (derived datasets inherit it): raise the task's
+    # error itself, a CorruptMember naming file and member, not a UserCodeException around it
+    # (the wrapper would lose it: a pickled exception loses its __cause__).
+    dataset.context.raise_original_map_exception = True
     return dataset.map_batches(read, batch_size=1, batch_format="numpy", zero_copy_batch=True)
-
