@@ -90,3 +90,27 @@ def test_not_a_tar_is_refused() -> None:
 def test_empty_tar_has_no_entries() -> None:
     assert walk(inner_tar({})) == ([], [], [])
     assert walk(b"") == ([], [], [])
+
+
+@settings(max_examples=60, deadline=None)
+@given(cut=st.integers(0, 20_000), fmt=st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]))
+def test_partial_walk_lists_exactly_the_entries_before_a_cut(cut: int, fmt: int) -> None:
+    """partial=True (data known to be cut short): every entry that ends before the cut, and
+    no other; a strict walk refuses the same bytes."""
+    docs = {f"{k:03d}-" + "n" * (k * 9) + ".txt": b"y" * (k * 131) for k in range(25)}
+    buf = inner_tar(docs, fmt)
+    cut = min(cut, len(buf) - 1)
+    head = buf[:cut]
+    whole = walked(buf)
+    expected = [(name, offset, size) for name, offset, size in whole if offset + size <= cut]
+    assert list(zip(*walk(head, partial=True), strict=True)) == expected
+    if any(offset - 512 < cut < offset + size for _, offset, size in whole):  # inside one
+        with pytest.raises(TarFormatError):
+            walk(head)
+
+
+def test_partial_walk_still_verifies_headers_before_the_cut() -> None:
+    buf = bytearray(inner_tar({"a.txt": b"a" * 600, "b.txt": b"b" * 600}))
+    buf[10] ^= 0x01  # inside the first header's name
+    with pytest.raises(TarFormatError, match="checksum"):
+        walk(bytes(buf[:2000]), partial=True)

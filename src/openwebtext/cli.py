@@ -87,11 +87,64 @@ def _write_state(path: str, state: dict[str, Any]) -> None:
         raise
 
 
+def _storage_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; the value as JSON when it is (``true``, ``3``), else as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed: Any = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key, parsed
+
+
+def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        metavar="KEY=VALUE",
+        type=_storage_option,
+        action="append",
+        default=[],
+        help="for URLs: passed to the fsspec filesystem (repeatable), e.g. endpoint_url=…",
+    )
+    parser.add_argument(
+        "--cache-dir", default=None, help="for URLs: keep the members read in this folder"
+    )
+    parser.add_argument(
+        "--cache-size",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="cap of --cache-dir, e.g. 20G (least recently used out first)",
+    )
+
+
+def _size(text: str) -> int:
+    from .membercache import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _open_corpus(args: argparse.Namespace) -> Corpus:
+    options = dict(getattr(args, "storage_options", None) or [])
+    return Corpus.open(
+        paths_or_default(args.paths),
+        storage_options=options or None,
+        cache_dir=getattr(args, "cache_dir", None),
+        cache_size=getattr(args, "cache_size", None),
+    )
+
+
 def _stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     state = json.loads(Path(args.resume).read_text()) if args.resume else None
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = _open_corpus(args)
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
@@ -158,7 +211,7 @@ def _index(args: argparse.Namespace) -> int:
 
     from .counts import count_documents
 
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = _open_corpus(args)
     if corpus.counts is not None and not args.force:
         print(
             f"already indexed: {sum(corpus.counts.documents)} documents in "
@@ -281,7 +334,7 @@ def _tokenize(args: argparse.Namespace) -> int:
         on_error=args.on_error,
     )
     shard = _parse_shard(args.shard)
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = _open_corpus(args)
     update, close = _prepare_progress(args.quiet)
     start = time.perf_counter()
     with _terminate_as_interrupt():
@@ -383,7 +436,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read a corpus: urlsf_subsetNN.tar files, folders of them, globs, or "
         "extracted *_data.xz members. No path: the built-in generated corpus.",
     )
-    stream.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    stream.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    _add_storage_options(stream)
     stream.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
     stream.add_argument("--seed", type=int, default=None, help="default 0")
     stream.add_argument(
@@ -453,7 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
         "index",
         help="count the documents of every member once (needed for even sharding)",
     )
-    index.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    index.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    _add_storage_options(index)
     index.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
     index.add_argument(
         "--val-fraction",
@@ -486,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
         "on from the progress recorded in OUT (--restart starts over). Across machines: run\n"
         "--shard i/n for every i into separate folders, then `owt merge`.",
     )
-    tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    _add_storage_options(tokenize)
     tokenize.add_argument("--out", required=True, help="output folder")
     tokenize.add_argument(
         "--split",

@@ -18,6 +18,7 @@ from numpy.typing import DTypeLike
 
 from .batches import Batches
 from .corpus import Corpus
+from .counts import ensure_counts
 from .options import Options
 from .stream import Document, Mark, Stats, Stream, TokenDocument
 
@@ -45,9 +46,14 @@ class Loader:
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
-        self.corpus = corpus if isinstance(corpus, Corpus) else Corpus.open(corpus)
         base = options or Options()
         self.options = replace(base, **overrides) if overrides else base
+        on_error = self.options.on_error
+        if not isinstance(corpus, Corpus):
+            corpus = Corpus.open(corpus, on_error=on_error)
+        elif corpus.skipped_files and on_error == "raise":
+            raise corpus.skipped_files[0]
+        self.corpus = corpus
 
     def replace(self, **overrides: Any) -> Loader:
         """A loader of the same corpus with some options changed."""
@@ -120,6 +126,7 @@ class DocumentIterator:
         state: dict[str, Any] | None = None,
         as_tuples: bool = False,
     ) -> None:
+        corpus = ensure_counts(corpus, options)
         self.corpus = corpus
         self.options = options
         self._stream = Stream(corpus, options, state=state, as_tuples=as_tuples)

@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .corpus import Corpus
-from .errors import CorpusError, OWTError, TooManyErrors
+from .counts import ExpectedCounts
+from .errors import CorpusError, OWTError, TooManyErrors, TruncatedMember
 from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
 from .state import STATE_FORMAT, check_state, stream_config
@@ -97,6 +98,8 @@ class Mark(NamedTuple):
     skipped_documents: int
     replaced: int
     skipped: int
+    partial: int
+    repeated: int
 
 
 def _handed(order: list[int] | None, first: int, end: int, values: list[int]) -> int:
@@ -122,6 +125,13 @@ class Stats:
     """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
     tokens: int = 0
     """Token ids handed out, end-of-text ids included (with a ``tokenizer``)."""
+    skipped_files: int = 0
+    """Files left out when the corpus was opened under ``skip`` (named in ``skipped``)."""
+    partial_members: int = 0
+    """Members cut short whose documents before the cut were delivered (named in ``skipped``)."""
+    repeated_documents: int = 0
+    """Documents handed out again to keep ranks even after skips left this rank short
+    (counted when each such pass ends)."""
 
 
 class Stream:
@@ -186,7 +196,11 @@ class Stream:
         self._skipped_members: int = counters.get("skipped_members", 0)
         self._skipped_documents: int = counters.get("skipped_documents", 0)
         self._replaced: int = counters.get("replaced_documents", 0)
-        self._skipped: list[str] = []
+        self._partial: int = counters.get("partial_members", 0)
+        self._repeated: int = counters.get("repeated_documents", 0)
+        # Files skipped at open are the corpus's: named here, counted by every iterator.
+        self._skipped: list[str] = [str(error) for error in corpus.skipped_files]
+        self._expected: ExpectedCounts | None = None  # when evened out: checked as read
         self._pool: WorkerPool | InlinePool | None = None
 
     # -- what has been handed out ---------------------------------------------
@@ -216,6 +230,8 @@ class Stream:
             self._skipped_documents,
             self._replaced,
             len(self._skipped),
+            self._partial,
+            self._repeated,
         )
 
     def close(self) -> None:
@@ -237,6 +253,9 @@ class Stream:
             m.replaced,
             tuple(self._skipped[: m.skipped]),
             m.tokens_before + _handed(m.order, m.first_in_block, m.in_block, m.counts),
+            len(self.corpus.skipped_files),
+            m.partial,
+            m.repeated,
         )
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
@@ -261,6 +280,8 @@ class Stream:
                 "skipped_documents": stats.skipped_documents,
                 "replaced_documents": stats.replaced_documents,
                 "tokens": stats.tokens,
+                "partial_members": stats.partial_members,
+                "repeated_documents": stats.repeated_documents,
             },
         }
 
@@ -319,18 +340,42 @@ class Stream:
         if take == 0 or not self.corpus.units:
             return
         last = None if opts.epochs is None else opts.epoch + opts.epochs
+        self._check_skips(self.corpus.skipped_files[-1] if self.corpus.skipped_files else None)
+        if opts.even_mode is not None and self.corpus.counts is not None:
+            in_split = None if opts.split == "all" else self._unit_counts()
+            self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
         pool = self._pool = self._new_pool()
         try:
             while last is None or self._epoch < last:
                 yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
+                if last is None and self._epoch_before == 0:
+                    raise self._nothing_read()
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len = 0
                 self._epoch_before = 0
         finally:
             pool.close()
+
+    def _nothing_read(self) -> CorpusError:
+        """An endless run whose whole epoch yielded nothing would wait forever: say why."""
+        opts = self.options
+        why = []
+        if opts.split != "all":
+            why.append(f"split {opts.split!r} (val_fraction={opts.val_fraction})")
+        if opts.world_size > 1:
+            why.append(f"rank {opts.rank} of world_size {opts.world_size}")
+        skipped = self._skipped_members + len(self.corpus.skipped_files)
+        if skipped:
+            why.append(f"{skipped} members or files skipped")
+        return CorpusError(
+            f"epoch {self._epoch} yielded no document"
+            + (f" ({', '.join(why)})" if why else "")
+            + ": an endless run (epochs=None) would wait forever",
+            path=os.path.dirname(self.corpus.units[0].path),
+        )
 
     def _yielded(self) -> int:
         yielded: int = self._yielded_before + self._in_block - self._first_in_block
@@ -361,7 +406,8 @@ class Stream:
         counts = self._unit_counts()
         # Evened out: cycle through this rank's shard (positions past its end wrap
         # around) up to where the counts say the target is met; if skipped
-        # documents leave it short, go on from there.
+        # documents leave it short, go on from there, repeating (said and counted).
+        passes = 0
         while self._epoch_before < target:
             start = self._block
             need = target - self._epoch_before + self._in_block
@@ -373,7 +419,12 @@ class Stream:
                 need -= counts[order[end % len(order)]]
                 end += 1
             before = self._epoch_before
+            if passes == 1:
+                self._warn_short(target)
             yield from self._pass(pool, order, start, end, target, take)
+            if passes:
+                self._repeated += self._epoch_before - before
+            passes += 1
             if take is not None and self._yielded() >= take:
                 return
             if self._epoch_before == before and end - start >= len(order):
@@ -381,6 +432,14 @@ class Stream:
                     f"rank {opts.rank} read no document in a whole pass over its shard"
                 )
             self._block, self._in_block = end, 0
+
+    def _warn_short(self, target: int) -> None:
+        opts = self.options
+        log.warning(
+            "rank %d, epoch %d: skips left %d of its %d documents unread; repeating documents "
+            "of its shard to keep ranks even (counted in stats.repeated_documents)",
+            opts.rank, self._epoch, target - self._epoch_before, target,
+        )  # fmt: skip
 
     def _unit_counts(self) -> tuple[int, ...]:
         opts = self.options
@@ -494,8 +553,15 @@ class Stream:
         view = data if isinstance(data, memoryview) else memoryview(data)
         ticket = loaded.ticket
         try:
+            cut = False
             for error in loaded.errors:
-                self._error(error, member_level=not loaded.names)
+                if isinstance(error, TruncatedMember) and loaded.names:
+                    cut = True
+                    self._cut(error)
+                else:
+                    self._error(error, member_level=not loaded.names)
+            if self._expected is not None and not cut and (loaded.names or not loaded.errors):
+                self._expected.check(self.corpus.units[loaded.unit], loaded)
         except BaseException:
             _free(view, ticket, pool)
             raise
@@ -535,6 +601,31 @@ class Stream:
         block.js += js
         block.sources += [source] * len(offsets)
 
+    def _cut(self, error: TruncatedMember) -> None:
+        """A member cut short: its documents before the cut are kept, under skip or warn."""
+        if self.options.on_error == "raise":
+            raise error
+        self._partial += 1
+        self._note(error)
+        self._check_skips(error)
+
+    def _note(self, error: OWTError) -> None:
+        if len(self._skipped) < 10_000:
+            self._skipped.append(str(error))
+        if self.options.on_error == "warn":
+            log.warning("skipped: %s", error)
+
+    def _check_skips(self, error: OWTError | None) -> None:
+        """More skips (members, documents, files, members cut short) than ``max_errors`` end
+        the run."""
+        opts = self.options
+        skips = self._skipped_members + self._skipped_documents + self._partial
+        skips += len(self.corpus.skipped_files)
+        if error is not None and opts.max_errors is not None and skips > opts.max_errors:
+            raise TooManyErrors(
+                f"{skips} skipped, more than max_errors={opts.max_errors}; last: {error}"
+            ) from error
+
     def _error(
         self, error: OWTError, *, member_level: bool, cause: BaseException | None = None
     ) -> None:
@@ -545,15 +636,8 @@ class Stream:
             self._skipped_members += 1
         else:
             self._skipped_documents += 1
-        if len(self._skipped) < 10_000:
-            self._skipped.append(str(error))
-        if opts.on_error == "warn":
-            log.warning("skipped: %s", error)
-        skips = self._skipped_members + self._skipped_documents
-        if opts.max_errors is not None and skips > opts.max_errors:
-            raise TooManyErrors(
-                f"{skips} skipped, more than max_errors={opts.max_errors}; last: {error}"
-            ) from error
+        self._note(error)
+        self._check_skips(error)
 
 
 class _Block:

@@ -65,8 +65,12 @@ def _pax(data: bytes, where: int) -> dict[str, str]:
     return records
 
 
-def walk(buf: bytes) -> Entries:
+def walk(buf: bytes, partial: bool = False) -> Entries:
     """List the regular files of the tar in ``buf``.
+
+    With ``partial`` (``buf`` is known to be cut short), the walk stops at the
+    cut instead: only entries that end before it are listed, and their headers
+    are still verified.
 
     Raises:
         TarFormatError: truncated data, a bad checksum, a bad number or an
@@ -99,6 +103,10 @@ def walk(buf: bytes) -> Entries:
             except ValueError:
                 size = _number(buf[pos + 124 : pos + 136], pos)
         data = pos + BLOCK
+        if partial and size >= 0 and data + size > end:
+            headers.pop()
+            checksums.pop()
+            break
         if size < 0 or data + size > end:
             raise TarFormatError(f"tar entry at byte {pos} runs past the end of the data")
         if kind in _REGULAR:
@@ -137,9 +145,9 @@ def walk(buf: bytes) -> Entries:
             long_name = pax_name = pax_size = None
         pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
     else:
-        if buf[pos:].strip(b"\0"):
+        if buf[pos:].strip(b"\0") and not partial:
             raise TarFormatError(f"tar header at byte {pos} is truncated")
-    if not headers and end and buf.strip(b"\0"):
+    if not headers and end and buf.strip(b"\0") and not partial:
         raise TarFormatError("no tar header found")
     _verify_checksums(buf, headers, checksums)
     return Entries(names, offsets, sizes)

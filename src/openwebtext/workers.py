@@ -27,6 +27,7 @@ units it held (after ``retries`` fresh attempts on a new worker).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import mmap
@@ -127,10 +128,11 @@ def _worker_main(
     reader = _reader(options)
     tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
     slot_bytes = options.slot_bytes
+    queued: collections.deque[Any] = collections.deque()
     try:
         while True:
             try:
-                task = tasks.recv()
+                task = _next_task(tasks, queued, reader, units)
             except EOFError:
                 return
             if task is None:
@@ -170,6 +172,22 @@ def _worker_main(
         return
     finally:
         reader.close()
+
+
+def _next_task(
+    tasks: Connection, queued: collections.deque[Any], reader: Reader, units: Sequence[Unit]
+) -> Any:
+    """The next task; every task already sent is taken off the pipe and told to the reader.
+
+    So a reader of remote files fetches the queued units while this one is
+    decompressed (``Reader.prefetch``); local files ignore it.
+    """
+    if not queued:
+        queued.append(tasks.recv())
+    while queued[-1] is not None and tasks.poll():
+        queued.append(tasks.recv())
+    reader.prefetch([units[t[1]] for t in queued if t is not None])
+    return queued.popleft()
 
 
 def _read(
