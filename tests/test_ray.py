@@ -6,6 +6,7 @@ short path, no dashboard, HOME pointed at an empty folder that must stay empty).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -197,3 +198,38 @@ def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(owt_ray.EngineError, match=r"openwebtext\[ray\]"):
         owt_ray.read_openwebtext("nowhere")
+
+
+def test_remote_corpus_over_http(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corpus behind a URL (127.0.0.1): the tasks read it with the driver's storage options."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from openwebtext import storage
+    from remote_servers import RangeServer
+
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    tars = sorted(small_corpus.glob("*.tar"))
+    expected = {name: text for docs in read_members(tars).values() for name, text in docs.items()}
+    try:
+        with RangeServer(small_corpus) as server:
+            # Passed to the tasks too (HTTP needs none, so this does not show they arrive).
+            options = {"block_size": 1 << 16}
+            rows = owt_ray.read_openwebtext(
+                server.url + "/", storage_options=options, units_per_task=3
+            ).take_all()
+            assert sorted(r["name"] for r in rows) == sorted(expected)
+            assert {r["name"]: r["text"] for r in rows} == expected
+            corpus = Corpus.open(server.url + "/", storage_options=options)
+            prepare_options = PrepareOptions(workers=0, val_fraction=0.1)
+            owt_ray.tokenize(
+                corpus, tmp_path / "ray", prepare_options, units_per_task=4,
+                storage_options=options,
+            )  # fmt: skip
+    finally:
+        storage.configure(None)
+    local = prepare(Corpus.open(small_corpus), tmp_path / "local", prepare_options)
+    assert _files(tmp_path / "ray")["train.bin"] == _files(tmp_path / "local")["train.bin"]
+    assert _files(tmp_path / "ray")["val.bin"] == _files(tmp_path / "local")["val.bin"]
+    assert local.meta["tokens"] == json.loads(_files(tmp_path / "ray")["meta.json"])["tokens"]

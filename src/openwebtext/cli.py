@@ -378,6 +378,7 @@ def _tokenize_on_ray(
         restart=args.restart,
         progress=update,
         checkpoint_seconds=args.checkpoint_seconds,
+        storage_options=dict(getattr(args, "storage_options", None) or []) or None,
     )
 
 

@@ -183,13 +183,37 @@ def library_errors() -> Iterator[None]:
         raise error from None
 
 
+_configured: list[dict[str, Any] | None] = [None]
+
+
+def _configure_storage(storage_options: dict[str, Any] | None) -> None:
+    """In a Ray worker (not forked from the driver): the filesystems' options for URLs.
+
+    Done once per worker process and set of options: ``storage.configure`` drops the
+    filesystems already made.
+    """
+    if storage_options is None or _configured[0] == storage_options:
+        return
+    from . import storage
+
+    storage.configure(storage_options)
+    _configured[0] = dict(storage_options)
+
+
 # -- owt tokenize --engine ray ---------------------------------------------------------------
 
 
 def _slice_task(
-    corpus: Corpus, folder: str, options: PrepareOptions, index: int, count: int, every: float
+    corpus: Corpus,
+    folder: str,
+    options: PrepareOptions,
+    index: int,
+    count: int,
+    every: float,
+    storage_options: dict[str, Any] | None,
 ) -> tuple[int, list[str]]:
     """One Ray task: prepare slice ``index`` of ``count``; its tokens and skip messages."""
+    _configure_storage(storage_options)
     report = prepare(
         corpus,
         folder,
@@ -217,6 +241,7 @@ def tokenize(
     restart: bool = False,
     progress: Callable[[Progress], None] | None = None,
     checkpoint_seconds: float = 2.0,
+    storage_options: dict[str, Any] | None = None,
 ) -> Report:
     """Write what ``prepare.prepare(corpus, out, options)`` writes, with Ray tasks.
 
@@ -231,6 +256,7 @@ def tokenize(
         restart: Throw away every slice and the merge's progress, and start over.
         progress: Called with a ``Progress`` as tasks finish and as the merge copies.
         checkpoint_seconds: Seconds between two checkpoints within a task.
+        storage_options: The options ``corpus`` was opened with (URLs): the tasks use them.
 
     Raises:
         EngineError: Ray is missing or cannot start.
@@ -261,8 +287,9 @@ def tokenize(
         ray = _ray()
         task = ray.remote(num_cpus=1, max_retries=0)(_slice_task)
         shared = ray.put(corpus)
+        storage = ray.put(storage_options)
         pending = {
-            task.remote(shared, str(folder), options, i, count, checkpoint_seconds): i
+            task.remote(shared, str(folder), options, i, count, checkpoint_seconds, storage): i
             for i, folder in enumerate(folders)
         }
         done, tokens, began = 0, 0, time.monotonic()
@@ -364,6 +391,7 @@ class _ReadGroup:
     """The map_batches function: reads the groups of units named by its input rows."""
 
     groups: tuple[tuple[Unit, ...], ...]
+    storage_options: dict[str, Any] | None
     tokenizer: str | None
     on_error: ErrorPolicy
     skips: SkipLog | None
@@ -376,6 +404,7 @@ class _ReadGroup:
         from .read import Reader
         from .tokenizer import load_tokenizer
 
+        _configure_storage(self.storage_options)
         tokenizer = load_tokenizer(self.tokenizer) if self.tokenizer else None
         reader = Reader(self.max_member_bytes, self.max_document_bytes)
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
@@ -459,8 +488,9 @@ def read_openwebtext(
     initialised (``ray.init`` or ``local_ray``) before the dataset is consumed.
 
     Args:
-        paths: Files, folders or glob patterns, readable by every node.
-        storage_options: For remote corpora; not supported yet (must be None).
+        paths: Files, folders or glob patterns readable by every node, or URLs.
+        storage_options: For URLs (``s3://``…, the ``remote`` extra): the options of their
+            filesystems (``Corpus.open``), here and in every task.
         tokenizer: A tokenizer spec (``openwebtext.tokenizer``): rows carry ``ids``.
         on_error: ``raise`` the library's error (naming file and member) in the task: the
             consumer gets Ray's ``RayTaskError(CorruptMember)``, also a ``CorruptMember``
@@ -475,8 +505,6 @@ def read_openwebtext(
         EngineError: Ray is not installed.
         CorpusError: a path holds no corpus (raised here, at once).
     """
-    if storage_options is not None:
-        raise ValueError("storage_options: remote corpora are not supported by this version yet")
     if on_error not in ("raise", "skip", "warn"):
         raise ValueError(f"on_error must be 'raise', 'skip' or 'warn', not {on_error!r}")
     if not (isinstance(units_per_task, int) and units_per_task >= 1):
@@ -486,9 +514,11 @@ def read_openwebtext(
         from .tokenizer import load_tokenizer
 
         load_tokenizer(tokenizer)  # a bad spec fails here, not in every task
-    units = Corpus.open(paths).units
+    units = Corpus.open(paths, storage_options=storage_options).units
     groups = tuple(units[k : k + units_per_task] for k in range(0, len(units), units_per_task))
-    read = _ReadGroup(groups, tokenizer, on_error, skips, max_member_bytes, max_document_bytes)
+    read = _ReadGroup(
+        groups, storage_options, tokenizer, on_error, skips, max_member_bytes, max_document_bytes
+    )
     items = [{"group": g} for g in range(len(groups))]
     dataset = ray.data.from_items(items, override_num_blocks=len(groups))
     # This dataset's own copy of the context (derived datasets inherit it): raise the task's
