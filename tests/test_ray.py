@@ -233,3 +233,52 @@ def test_remote_corpus_over_http(
     assert _files(tmp_path / "ray")["train.bin"] == _files(tmp_path / "local")["train.bin"]
     assert _files(tmp_path / "ray")["val.bin"] == _files(tmp_path / "local")["val.bin"]
     assert local.meta["tokens"] == json.loads(_files(tmp_path / "ray")["meta.json"])["tokens"]
+
+
+def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) -> None:
+    """Ctrl-C (SIGINT to the whole group) once some slices are done: exit 130, nothing left
+    running, finished slices and checkpoints kept; the same command again finishes them into
+    the local engine's files."""
+    import glob
+    import signal
+    import time
+
+    from openwebtext.synth import write_corpus
+
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, subsets=2, members=10, docs=300, seed=1, workers=1)
+    temp = Path(tempfile.mkdtemp(prefix="owt-T", dir="/tmp"))
+    out = tmp_path / "ray"
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp)}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+        env.pop(key, None)
+    command = [sys.executable, "-m", "openwebtext.cli", "tokenize", str(corpus), "-j", "2",
+               "--out", str(out), "--engine", "ray", "--units-per-task", "1", "-q"]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            done = out / owt_ray.SLICES / "*" / "meta.json"
+            while len(glob.glob(str(done))) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, err
+        kept = len(glob.glob(str(done)))
+        assert 2 <= kept < 20 and not (out / "train.bin").exists()
+        time.sleep(1)
+        assert _processes_mentioning(str(temp)) == []
+        assert [p.name for p in temp.iterdir() if p.name.startswith("owt-ray-")] == []
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0, again.stderr
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    local = prepare(Corpus.open(corpus), tmp_path / "local", PrepareOptions(workers=0))
+    assert _files(out) == _files(tmp_path / "local")
+    assert json.loads(_files(out)["meta.json"]) == local.meta

@@ -375,6 +375,7 @@ def _tokenize_on_ray(
         options,
         address=args.address,
         num_cpus=args.jobs,
+        units_per_task=args.units_per_task,
         restart=args.restart,
         progress=update,
         checkpoint_seconds=args.checkpoint_seconds,
@@ -587,6 +588,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--address",
         default=None,
         help="with --engine ray: the Ray cluster (default: start a local instance of -j CPUs)",
+    )
+    tokenize.add_argument(
+        "--units-per-task",
+        type=int,
+        default=16,
+        help="with --engine ray: members per Ray task (default 16; keep it to resume)",
     )
     tokenize.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)
     tokenize.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -28,7 +28,9 @@ import math
 import os
 import secrets
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -98,7 +100,8 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if address:
         try:
-            ray.init(address=address, **quiet)
+            with _keep_sigterm():
+                ray.init(address=address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise EngineError(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
         try:
@@ -112,7 +115,8 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         _auth_environment({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
     try:
         try:
-            ray.init(num_cpus=num_cpus, _temp_dir=temp, **quiet)
+            with _keep_sigterm():
+                ray.init(num_cpus=num_cpus, _temp_dir=temp, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise EngineError(f"cannot start a local Ray instance: {exc}") from exc
         try:
@@ -123,6 +127,19 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         if saved["RAY_AUTH_MODE"] is None:
             _auth_environment(saved)
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _keep_sigterm() -> Iterator[None]:
+    """Undo ``ray.init``'s SIGTERM handler (``sys.exit(15)``): the caller's stays in force
+    (``owt tokenize`` turns SIGTERM into the same clean stop as Ctrl-C, exit status 143)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _auth_environment(values: dict[str, str | None]) -> None:
@@ -212,7 +229,8 @@ def _slice_task(
     every: float,
     storage_options: dict[str, Any] | None,
 ) -> tuple[int, list[str]]:
-    """One Ray task: prepare slice ``index`` of ``count``; its tokens and skip messages."""
+    """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
+    was already done) and its skip messages."""
     _configure_storage(storage_options)
     report = prepare(
         corpus,
@@ -221,7 +239,7 @@ def _slice_task(
         shard=(index, count),
         checkpoint_seconds=every,
     )
-    return sum(report.meta["tokens"].values()), list(report.skipped)
+    return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
 
 
 def slice_folders(out: str | os.PathLike[str], count: int) -> list[Path]:
@@ -295,23 +313,22 @@ def tokenize(
         done, tokens, began = 0, 0, time.monotonic()
         report = progress or (lambda event: None)
         report(Progress("tokenize", 0, total, 0))
-        try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-                for ref in ready:
-                    i = pending.pop(ref)
-                    try:
-                        slice_tokens, messages = ray.get(ref)
-                    except Exception as exc:
-                        raise _unwrap(exc) from None
-                    tokens += slice_tokens
-                    skipped += messages
-                    done += sizes[i]
-                    report(Progress("tokenize", done, total, tokens))
-        finally:
-            for ref in pending:  # an error or Ctrl-C: the others stop at once (checkpoints kept)
-                with contextlib.suppress(Exception):
-                    ray.cancel(ref)
+        # On an error or Ctrl-C the other tasks are not cancelled one by one: ``ray.shutdown``
+        # (leaving ``local_ray``) ends them with their owner, this driver, and each keeps its
+        # last checkpoint. (Cancelling while the workers take the same Ctrl-C hit a failed
+        # internal check in Ray 2.60 that aborted the driver before it could clean up.)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+            for ref in ready:
+                i = pending.pop(ref)
+                try:
+                    slice_tokens, messages = ray.get(ref)
+                except Exception as exc:
+                    raise _unwrap(exc) from None
+                tokens += slice_tokens
+                skipped += messages
+                done += sizes[i]
+                report(Progress("tokenize", done, total, tokens))
         _log.debug("ray: %d slices in %.1f s", count, time.monotonic() - began)
     _check_skips(folders, options)
     merged = merge(folders, out, restart=restart, progress=progress)
