@@ -324,6 +324,16 @@ def slow_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def slow_runs(slow_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Uninterrupted runs over ``slow_corpus`` with the options of ``_tokenize_cmd``."""
+    out = {}
+    for split in ("hash", "nanogpt"):
+        out[split] = tmp_path_factory.mktemp(f"slow-{split}")
+        prepare(Corpus.open(slow_corpus), out[split], _opts(split, val_fraction=0.05, workers=2))
+    return out
+
+
 def _tokenize_cmd(corpus: Path, out: Path, split: str) -> list[str]:
     return [sys.executable, "-m", "openwebtext.cli", "tokenize", str(corpus), "--out", str(out),
             "--split", split, "--val-fraction", "0.05", "-j", "1", "-q",
@@ -359,10 +369,9 @@ def _start_and_catch(cmd: list[str], out: Path) -> subprocess.Popen[bytes] | Non
      ("hash", signal.SIGINT, 130), ("nanogpt", signal.SIGTERM, 143)],
 )  # fmt: skip
 def test_killed_run_goes_on_when_run_again(
-    slow_corpus: Path, tmp_path: Path, split: str, how: int, code: int
+    slow_corpus: Path, slow_runs: dict[str, Path], tmp_path: Path, split: str, how: int, code: int
 ) -> None:
-    whole = tmp_path / "whole"
-    assert owt(*_tokenize_cmd(slow_corpus, whole, split)[3:]).returncode == 0
+    whole = slow_runs[split]
     for attempt in range(5):
         out = tmp_path / f"out{attempt}"
         proc = _start_and_catch(_tokenize_cmd(slow_corpus, out, split), out)
@@ -395,21 +404,53 @@ def test_killed_run_goes_on_when_run_again(
 
 
 @pytest.mark.parametrize("split", ["hash", "nanogpt"])
-@pytest.mark.parametrize("workers", [0, 2])
-def test_skip_a_corrupt_member(
-    small_corpus: Path, tmp_path: Path, split: str, workers: int
-) -> None:
-    """A member that fails whole is counted and left out under skip (it used to trip an
-    assertion on its empty table)."""
-    from support import damage, member_offset, read_members
+def test_a_corrupt_member_is_named_or_skipped_and_counted(tmp_path: Path, split: str) -> None:
+    good = {f"{k}-g.txt": f"good document {k}\n".encode() for k in range(3)}
+    members = [(f"m{i}_data.xz", lzma.compress(inner_tar(good if i != 1 else {"x.txt": b"x"})))
+               for i in range(3)]  # fmt: skip
+    bad = bytearray(members[1][1])
+    bad[len(bad) // 2 : len(bad) // 2 + 8] = b"\x00\xff" * 4
+    members[1] = (members[1][0], bytes(bad))
+    outer = outer_tar(tmp_path / "c.tar", members)
+    result = owt("tokenize", str(outer), "--out", str(tmp_path / "a"), "--split", split, "-q")
+    assert result.returncode == 1
+    assert "c.tar[m1_data.xz]" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "a" / "train.bin").exists()
+    result = owt("tokenize", str(outer), "--out", str(tmp_path / "b"), "--split", split, "-q",
+                 "--on-error", "skip")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "skipped 1 members" in result.stderr and "m1_data.xz" in result.stderr
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert meta["skipped_members"] == 1 and sum(meta["documents"].values()) == 6
 
-    shutil.copytree(small_corpus, tmp_path / "corpus")
-    tar = sorted((tmp_path / "corpus").glob("*.tar"))[0]
-    member = sorted(read_members([tar]))[1][1]
-    offset, size = member_offset(tar, member)
-    damage(tar, offset + size // 2, b"\xff" * 16)
-    options = PrepareOptions(split=split, workers=workers, on_error="skip")  # type: ignore[arg-type]
-    report = prepare(Corpus.open(tmp_path / "corpus"), tmp_path / "out", options)
-    assert report.meta["skipped_members"] == 1
-    assert sum(report.meta["documents"].values()) == 120 - 20
-    assert len(report.skipped) == 1 and member in report.skipped[0]
+
+def test_progress_bar_shows_tokens_per_second_and_time_left(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    result = owt("tokenize", str(small_corpus), "--out", str(tmp_path), "--split", "nanogpt")
+    assert result.returncode == 0, result.stderr
+    bar = [line for line in re.split(r"[\r\n]", result.stderr) if line.startswith("tokenize")][-1]
+    assert "100%" in bar and "M tokens/s" in bar
+    assert re.search(r"\[\d\d:\d\d<\d\d:\d\d", bar), bar  # elapsed<time left
+
+
+def test_a_member_cut_short_keeps_its_documents_before_the_cut_under_skip(
+    tmp_path: Path,
+) -> None:
+    first = {f"{k}-a.txt": f"first member {k}\n".encode() for k in range(3)}
+    second = {f"{k}-b.txt": os.urandom(600).hex().encode() for k in range(40)}  # incompressible
+    members = [("a_data.xz", lzma.compress(inner_tar(first))),
+               ("b_data.xz", lzma.compress(inner_tar(second)))]  # fmt: skip
+    outer = outer_tar(tmp_path / "cut.tar", members)
+    with tarfile.open(outer) as tar:
+        info = tar.getmember("b_data.xz")
+    os.truncate(outer, info.offset_data + info.size // 2)  # an interrupted download
+    result = owt("tokenize", str(outer), "--out", str(tmp_path / "a"), "--tokenizer", "bytes",
+                 "-q")  # fmt: skip
+    assert result.returncode == 1 and "cut.tar[b_data.xz]" in result.stderr
+    result = owt("tokenize", str(outer), "--out", str(tmp_path / "b"), "--tokenizer", "bytes",
+                 "--on-error", "skip", "-q")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "b" / "meta.json").read_text())
+    assert meta["partial_members"] == 1 and meta["skipped_members"] == 0
+    assert 3 < sum(meta["documents"].values()) < 43

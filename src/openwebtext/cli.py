@@ -308,10 +308,11 @@ def _print_prepared(report: Report, seconds: float) -> None:
         f"{files} ({meta['dtype']}) in {report.out}",
         file=sys.stderr,
     )
-    skipped = meta["skipped_members"] + meta["skipped_documents"]
+    skipped = meta["skipped_members"] + meta["skipped_documents"] + meta["partial_members"]
     if skipped:
         print(
-            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents",
+            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents; "
+            f"{meta['partial_members']} members cut short (their documents before the cut kept)",
             file=sys.stderr,
         )
         for line in report.skipped[:20]:

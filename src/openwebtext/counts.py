@@ -13,7 +13,7 @@ from .errors import CorpusError, TruncatedMember
 from .index import Unit
 from .options import Options
 from .plan import in_validation
-from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
+from .workers import Loaded, PoolOptions, open_pool
 
 __all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
 
@@ -46,18 +46,14 @@ def count_documents(
     """
     options = PoolOptions(
         workers=workers,
-        prefetch=2,
-        slot_bytes=SLOT_BYTES,
         timeout=600.0,
-        retries=0,
         max_member_bytes=max_member_bytes,
         max_document_bytes=max_member_bytes,
         decode_errors=None,  # counted from the tar headers; the loader's policy decides
     )
-    pool = InlinePool(corpus.units, options) if workers == 0 else WorkerPool(corpus.units, options)
     documents: list[int] = []
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
-    try:
+    with open_pool(corpus.units, options) as pool:
         for loaded in pool.run(range(len(corpus.units))):
             member_failed = loaded.errors and not loaded.names
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
@@ -71,8 +67,6 @@ def count_documents(
                 )
             if progress is not None:
                 progress(1)
-    finally:
-        pool.close()
     return Counts(tuple(documents), {k: tuple(v) for k, v in held.items()})
 
 

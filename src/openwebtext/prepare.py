@@ -47,12 +47,12 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from .corpus import Corpus
-from .errors import CorruptDocument, OWTError, TooManyErrors
+from .errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
 from .options import ErrorPolicy
 from .plan import in_validation, plan
 from .tokenizer import Tokenizer, load_tokenizer
 from .workdir import PrepareError, Workdir, sha256_file
-from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
+from .workers import Loaded, Pool, PoolOptions, open_pool
 
 __all__ = [
     "FORMAT",
@@ -225,21 +225,15 @@ def _difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now
     return f"different options: {what}"
 
 
-def _open_pool(corpus: Corpus, options: PrepareOptions) -> WorkerPool | InlinePool:
+def _open_pool(corpus: Corpus, options: PrepareOptions) -> Pool:
+    """The pool, with the loader's defaults for everything prepare does not choose."""
     pool_options = PoolOptions(
         workers=options.workers,
-        prefetch=2,
-        slot_bytes=SLOT_BYTES,
-        timeout=60.0,
         retries=0 if options.on_error == "raise" else 1,
-        max_member_bytes=1 << 30,
-        max_document_bytes=64 << 20,
         tokenizer=options.tokenizer,
         normalise=options.split == "nanogpt",
     )
-    if options.workers == 0:
-        return InlinePool(corpus.units, pool_options)
-    return WorkerPool(corpus.units, pool_options)
+    return open_pool(corpus.units, pool_options)
 
 
 class _Run:
@@ -273,24 +267,27 @@ class _Run:
         """Apply the error policy to one bad member or document."""
         if options.on_error == "raise":
             raise error
-        member_level = not isinstance(error, CorruptDocument)
-        key = "skipped_members" if member_level else "skipped_documents"
+        if isinstance(error, TruncatedMember):  # its documents before the cut are kept
+            key = "partial_members"
+        elif isinstance(error, CorruptDocument):
+            key = "skipped_documents"
+        else:
+            key = "skipped_members"
         self.counts[key] += 1
         self.skipped.append(str(error))
         if options.on_error == "warn":
             logging.getLogger("openwebtext").warning("skipped: %s", error)
-        skips = self.counts["skipped_members"] + self.counts["skipped_documents"]
+        skips = sum(self.counts[k] for k in _SKIPS)
         if options.max_errors is not None and skips > options.max_errors:
             raise TooManyErrors(f"{skips} skipped, more than max_errors={options.max_errors}")
 
 
+_SKIPS = ("skipped_members", "skipped_documents", "partial_members")
+
+
 def _new_counts(keys: Sequence[str]) -> dict[str, Any]:
-    return {
-        "documents": dict.fromkeys(keys, 0),
-        "tokens": dict.fromkeys(keys, 0),
-        "skipped_members": 0,
-        "skipped_documents": 0,
-    }
+    return {"documents": dict.fromkeys(keys, 0), "tokens": dict.fromkeys(keys, 0),
+            **dict.fromkeys(_SKIPS, 0)}  # fmt: skip
 
 
 def prepare(
@@ -503,7 +500,7 @@ def _write_hashed(
 ) -> int:
     """Append a unit's documents to train.bin or val.bin by the hash of their names."""
     _unit_errors(run, loaded, options)
-    if loaded.counts is None:  # a member skipped whole: its table is empty
+    if loaded.counts is None:  # the whole unit failed, and was skipped
         return 0
     counts = run.counts
     data = loaded.data
@@ -534,7 +531,7 @@ def _write_in_order(
 ) -> int:
     """Append a unit's ids (its kept documents lie packed in ``data``) and their lengths."""
     _unit_errors(run, loaded, options)
-    if loaded.counts is None:  # a member skipped whole: its table is empty
+    if loaded.counts is None:  # the whole unit failed, and was skipped
         return 0
     lengths = [c for o, c in zip(loaded.offsets, loaded.counts, strict=True) if o >= 0]
     if budget is not None:
@@ -644,8 +641,8 @@ def merge(
     if record["phase"] == "tokenize":
         counts = _new_counts(["train", "val"])
         for _, meta in ordered:
-            counts["skipped_members"] += meta["skipped_members"]
-            counts["skipped_documents"] += meta["skipped_documents"]
+            for key in _SKIPS:
+                counts[key] += meta[key]
         record = {**record, "phase": "permute", "position": 0, "sizes": {}, "counts": counts}
         workdir.save(record)
     run = _Run(workdir, record, progress, checkpoint_seconds)
@@ -725,8 +722,8 @@ def _merge_hashed(
         for key in ("documents", "tokens"):
             for split in ("train", "val"):
                 counts[key][split] += meta[key][split]
-        counts["skipped_members"] += meta["skipped_members"]
-        counts["skipped_documents"] += meta["skipped_documents"]
+        for key in _SKIPS:
+            counts[key] += meta[key]
     total = sum(m["files"][n]["bytes"] for _, m in ordered for n in _BINS)
     done = 0
     workdir.clear(_BINS)

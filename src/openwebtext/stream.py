@@ -31,7 +31,7 @@ from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
 from .state import STATE_FORMAT, check_state, stream_config
 from .tokenizer import load_tokenizer
-from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
+from .workers import Loaded, Pool, PoolOptions, open_pool
 
 __all__ = ["Document", "Mark", "Stats", "Stream", "TokenDocument"]
 
@@ -70,7 +70,7 @@ class TokenDocument(NamedTuple):
     document_index: int
 
 
-def _free(view: memoryview, ticket: int, pool: WorkerPool | InlinePool) -> None:
+def _free(view: memoryview, ticket: int, pool: Pool) -> None:
     """Let go of a unit's bytes now: its view, and its slot if it has one."""
     view.release()
     if ticket >= 0:
@@ -201,7 +201,7 @@ class Stream:
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self._skipped: list[str] = [str(error) for error in corpus.skipped_files]
         self._expected: ExpectedCounts | None = None  # when evened out: checked as read
-        self._pool: WorkerPool | InlinePool | None = None
+        self._pool: Pool | None = None
 
     # -- what has been handed out ---------------------------------------------
 
@@ -287,13 +287,12 @@ class Stream:
 
     # -- the pipeline -----------------------------------------------------------
 
-    def _new_pool(self) -> WorkerPool | InlinePool:
+    def _new_pool(self) -> Pool:
         opts = self.options
         split = None if opts.split == "all" else Split(opts.split, opts.val_fraction, opts.val_seed)
         pool_options = PoolOptions(
             workers=opts.workers,
             prefetch=opts.prefetch,
-            slot_bytes=SLOT_BYTES,
             timeout=opts.timeout,
             retries=0 if opts.on_error == "raise" else 1,
             max_member_bytes=opts.max_member_bytes,
@@ -303,9 +302,7 @@ class Stream:
             hold=HOLD_UNITS,
             tokenizer=opts.tokenizer,
         )
-        if opts.workers == 0:
-            return InlinePool(self.corpus.units, pool_options)
-        return WorkerPool(self.corpus.units, pool_options)
+        return open_pool(self.corpus.units, pool_options)
 
     def _target(self, epoch: int) -> int | None:
         """Documents this rank yields in ``epoch`` when ranks are evened out, else None."""
@@ -382,7 +379,7 @@ class Stream:
         return yielded
 
     def _epoch_documents(
-        self, pool: WorkerPool | InlinePool, take: int | None
+        self, pool: Pool, take: int | None
     ) -> Generator[Any, None, None]:
         """Hand out the rest of the current epoch, from the current block on."""
         opts = self.options
@@ -451,7 +448,7 @@ class Stream:
 
     def _pass(
         self,
-        pool: WorkerPool | InlinePool,
+        pool: Pool,
         order: list[int],
         start: int,
         end: int,
@@ -518,7 +515,7 @@ class Stream:
         return permutation(n, opts.seed, DOCUMENTS, self._epoch, opts.rank, block_start)
 
     def _blocks(
-        self, pool: WorkerPool | InlinePool, loaded: Generator[Loaded, None, None], start: int
+        self, pool: Pool, loaded: Generator[Loaded, None, None], start: int
     ) -> Generator[tuple[int, int, _Block], None, None]:
         """Group units into blocks of >= shuffle_buffer documents.
 
@@ -544,7 +541,7 @@ class Stream:
             block.release(pool)
             loaded.close()
 
-    def _add(self, loaded: Loaded, block: _Block, pool: WorkerPool | InlinePool) -> None:
+    def _add(self, loaded: Loaded, block: _Block, pool: Pool) -> None:
         """Add the unit's kept documents to ``block``; their bytes stay in its slot, unless
         they are a small part of it (a sparse split): then they are copied out compactly."""
         unit = self.corpus.units[loaded.unit]
@@ -626,12 +623,10 @@ class Stream:
                 f"{skips} skipped, more than max_errors={opts.max_errors}; last: {error}"
             ) from error
 
-    def _error(
-        self, error: OWTError, *, member_level: bool, cause: BaseException | None = None
-    ) -> None:
+    def _error(self, error: OWTError, *, member_level: bool) -> None:
         opts = self.options
         if opts.on_error == "raise":
-            raise error from cause
+            raise error  # its __cause__ says where the worker raised it
         if member_level:
             self._skipped_members += 1
         else:
@@ -662,7 +657,7 @@ class _Block:
         self.js: list[int] = []
         self.spans: list[tuple[int, int, int]] = []
 
-    def keep(self, pool: WorkerPool | InlinePool) -> None:
+    def keep(self, pool: Pool) -> None:
         """Make room to keep one more unit's slot: past ``HOLD_UNITS``, copy the oldest out."""
         if len(self.spans) < HOLD_UNITS:
             return
@@ -674,7 +669,7 @@ class _Block:
             view.release()
         pool.release(ticket)
 
-    def release(self, pool: WorkerPool | InlinePool) -> None:
+    def release(self, pool: Pool) -> None:
         """Give the kept slots back to the pool (the block's text is then gone)."""
         for ticket, first, end in self.spans:
             if end > first:
