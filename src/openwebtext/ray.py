@@ -85,8 +85,10 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     """Use the Ray cluster at ``address``, or a private local instance, for the ``with`` block.
 
     If Ray is already initialised in this process, it is used as it is and left running.
-    A local instance gets ``num_cpus`` CPUs, no dashboard, and a temporary folder of its own
-    that is removed with it. Unless ``RAY_AUTH_MODE`` says otherwise, it uses token
+    A local instance gets ``num_cpus`` CPUs, no dashboard (Ray 2.60 still runs its minimal
+    head process, frontend off, on 127.0.0.1), no usage reports (unless
+    ``RAY_USAGE_STATS_ENABLED`` is set), and a temporary folder of its own that is removed
+    with it. Unless ``RAY_AUTH_MODE`` says otherwise, it uses token
     authentication with a random token held in the environment, so that Ray writes no token
     file under the home folder.
 
@@ -110,9 +112,14 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
             ray.shutdown()
         return
     temp = tempfile.mkdtemp(prefix="owt-ray-", dir=_temp_parent())
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
+    saved = {k: os.environ.get(k) for k in keys}
+    private: dict[str, str | None] = {}
     if saved["RAY_AUTH_MODE"] is None:
-        _auth_environment({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)})
+        private.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    if saved["RAY_USAGE_STATS_ENABLED"] is None:
+        private["RAY_USAGE_STATS_ENABLED"] = "0"  # a private instance reports nothing
+    _auth_environment(private)
     try:
         try:
             with _keep_sigterm():
@@ -124,8 +131,7 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         finally:
             ray.shutdown()
     finally:
-        if saved["RAY_AUTH_MODE"] is None:
-            _auth_environment(saved)
+        _auth_environment({k: saved[k] for k in private})
         shutil.rmtree(temp, ignore_errors=True)
 
 
@@ -143,7 +149,7 @@ def _keep_sigterm() -> Iterator[None]:
 
 
 def _auth_environment(values: dict[str, str | None]) -> None:
-    """Set (None: unset) Ray's authentication variables, and make this process see them.
+    """Set (None: unset) Ray's variables, and make this process see them.
 
     Ray reads them into a cached config when it is imported; it refreshes that cache the
     same way when it turns token authentication on by itself (``_enable_token_auth``).
