@@ -450,19 +450,48 @@ def _tokenize(args: argparse.Namespace) -> int:
     update, close = _prepare_progress(args.quiet)
     start = time.perf_counter()
     try:
-        report = prepare(
-            corpus,
-            args.out,
-            options,
-            shard=shard,
-            restart=args.restart,
-            progress=update,
-            checkpoint_seconds=args.checkpoint_seconds,
-        )
+        if args.engine == "ray":
+            report = _tokenize_on_ray(args, corpus, options, shard, update)
+        else:
+            report = prepare(
+                corpus,
+                args.out,
+                options,
+                shard=shard,
+                restart=args.restart,
+                progress=update,
+                checkpoint_seconds=args.checkpoint_seconds,
+            )
     finally:
         close()
     _print_prepared(report, time.perf_counter() - start)
     return 0
+
+
+def _tokenize_on_ray(
+    args: argparse.Namespace,
+    corpus: Corpus,
+    options: Any,
+    shard: tuple[int, int] | None,
+    update: Callable[[Progress], None],
+) -> Report:
+    """``--engine ray``: slices as Ray tasks, then the merge (see ``openwebtext.ray``)."""
+    from .ray import tokenize
+
+    if shard is not None:
+        raise ValueError("--shard is for the local engine: --engine ray makes its own slices")
+    return tokenize(
+        corpus,
+        args.out,
+        options,
+        address=args.address,
+        num_cpus=args.jobs,
+        units_per_task=args.units_per_task,
+        restart=args.restart,
+        progress=update,
+        checkpoint_seconds=args.checkpoint_seconds,
+        storage_options=dict(getattr(args, "storage_options", None) or []) or None,
+    )
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -711,6 +740,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tokenize.add_argument(
         "--restart", action="store_true", help="throw away the progress recorded in OUT"
+    )
+    tokenize.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]')",
+    )
+    tokenize.add_argument(
+        "--address",
+        default=None,
+        help="with --engine ray: the Ray cluster (default: start a local instance of -j CPUs)",
+    )
+    tokenize.add_argument(
+        "--units-per-task",
+        type=int,
+        default=16,
+        help="with --engine ray: members per Ray task (default 16; keep it to resume)",
     )
     tokenize.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)
     tokenize.add_argument("-q", "--quiet", action="store_true", help="no progress bar")

@@ -61,6 +61,7 @@ __all__ = [
     "PrepareOptions",
     "Progress",
     "Report",
+    "finished",
     "merge",
     "prepare",
     "shard_range",
@@ -387,6 +388,14 @@ def _start(
     fresh = {"config": config, "phase": "tokenize", "position": start, "sizes": {},
              "counts": _new_counts(keys)}  # fmt: skip
     return fresh, False
+
+
+def finished(corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions) -> bool:
+    """Whether ``out`` already holds the finished files of a whole run of ``corpus``/``options``.
+
+    Lets an engine that prepares slices elsewhere (``openwebtext.ray``) skip a run already done.
+    """
+    return _finished(Path(out), _config(corpus, options, load_tokenizer(options.tokenizer)))
 
 
 def _read_meta(folder: Path) -> dict[str, Any]:

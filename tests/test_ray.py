@@ -1,0 +1,284 @@
+"""The Ray engine (openwebtext.ray): owt tokenize --engine ray, read_openwebtext.
+
+One local Ray instance per module (2 CPUs, its folder under /tmp: Ray's unix sockets need a
+short path, no dashboard, HOME pointed at an empty folder that must stay empty).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Corpus
+from openwebtext.errors import CorruptMember
+from openwebtext.prepare import PrepareOptions, prepare
+from support import damage, member_offset, read_members
+
+ray = pytest.importorskip(
+    "ray", reason="the ray extra is not installed (pip install 'openwebtext[ray]')"
+)
+
+from openwebtext import ray as owt_ray  # noqa: E402
+
+pytestmark = [
+    pytest.mark.ray,
+    # Ray Data 2.60's own DataContext sets fields it deprecated, on first use.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context"),
+]
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An empty home folder for the module; it must still be empty at the end."""
+    folder = tmp_path_factory.mktemp("home")
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(folder)
+    yield folder
+    if saved is not None:
+        os.environ["HOME"] = saved
+    assert list(folder.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def ray_instance(home: Path) -> Iterator[None]:
+    """The library's private local instance, as ``owt tokenize --engine ray`` starts it."""
+    with owt_ray.local_ray(num_cpus=2):
+        yield
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {name: (folder / name).read_bytes() for name in ("train.bin", "val.bin", "meta.json")}
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+def test_ray_engine_writes_the_local_engines_files(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, split: str
+) -> None:
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(split=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
+    local = prepare(corpus, tmp_path / "local", options)
+    # 6 units in slices of 4: two tasks of unequal size.
+    report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
+    assert _files(tmp_path / "ray") == _files(tmp_path / "local")
+    assert report.meta == local.meta
+    assert not (tmp_path / "ray" / owt_ray.SLICES).exists()
+    again = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
+    assert again.already
+
+
+def test_ray_engine_keeps_the_slices_already_done(
+    ray_instance: None, small_corpus: Path, tmp_path: Path
+) -> None:
+    """A rerun after an interruption keeps finished slices: here slice 0 of 3 was done by an
+    earlier run and is damaged on purpose, so that the output shows it was not redone."""
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(workers=0, val_fraction=0.1)
+    local = prepare(corpus, tmp_path / "local", options)
+    first = owt_ray.slice_folders(tmp_path / "ray", 3)[0]
+    prepare(corpus, first, options, shard=(0, 3))
+    kept = (first / "train.bin").read_bytes()
+    out = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=2)
+    train = (tmp_path / "ray" / "train.bin").read_bytes()
+    assert train.startswith(kept) and train == (tmp_path / "local" / "train.bin").read_bytes()
+    assert out.meta == local.meta
+
+
+def _corrupt_copy(small_corpus: Path, folder: Path) -> tuple[Path, str]:
+    shutil.copytree(small_corpus, folder)
+    tar = sorted(folder.glob("*.tar"))[0]
+    member = sorted(read_members([tar]))[1][1]
+    offset, size = member_offset(tar, member)
+    damage(tar, offset + size // 2, b"\xff" * 16)
+    return tar, member
+
+
+def test_ray_engine_corrupt_member(ray_instance: None, small_corpus: Path, tmp_path: Path) -> None:
+    tar, member = _corrupt_copy(small_corpus, tmp_path / "corpus")
+    corpus = Corpus.open(tmp_path / "corpus")
+    with pytest.raises(CorruptMember) as caught:
+        owt_ray.tokenize(corpus, tmp_path / "out", PrepareOptions(workers=0), units_per_task=2)
+    assert caught.value.path == str(tar) and caught.value.member == member
+    skip = PrepareOptions(workers=0, on_error="skip")
+    report = owt_ray.tokenize(corpus, tmp_path / "skip", skip, units_per_task=2, restart=True)
+    local = prepare(corpus, tmp_path / "local", skip)
+    assert report.meta["skipped_members"] == 1 and report.meta == local.meta
+    assert len(report.skipped) == 1 and member in report.skipped[0]
+
+
+def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: Path) -> None:
+    tars = sorted(small_corpus.glob("*.tar"))
+    expected = {
+        (file.split(".")[0], member, name): text
+        for (file, member), docs in read_members(tars).items()
+        for name, text in docs.items()
+    }
+    rows = owt_ray.read_openwebtext(small_corpus, units_per_task=2).take_all()
+    got = [((r["subset"], r["member"], r["name"]), r["text"]) for r in rows]
+    assert len(got) == len(expected)
+    assert dict(got) == expected
+
+
+def test_read_openwebtext_token_ids(ray_instance: None, small_corpus: Path) -> None:
+    from openwebtext.tokenizer import load_tokenizer
+
+    enc = load_tokenizer("gpt2")
+    docs = {name: text for d in read_members(sorted(small_corpus.glob("*.tar"))).values()
+            for name, text in d.items()}  # fmt: skip
+    rows = owt_ray.read_openwebtext(small_corpus, tokenizer="gpt2").take_all()
+    assert sorted(r["name"] for r in rows) == sorted(docs)
+    for row in rows:
+        assert list(row["ids"]) == [*enc.encode(docs[row["name"]]), enc.eot]
+
+
+def test_read_openwebtext_corrupt_member(
+    ray_instance: None, small_corpus: Path, tmp_path: Path
+) -> None:
+    tar, member = _corrupt_copy(small_corpus, tmp_path / "corpus")
+    dataset = owt_ray.read_openwebtext(tmp_path / "corpus")
+    with pytest.raises(CorruptMember, match=member):
+        dataset.take_all()
+    with pytest.raises(CorruptMember) as caught, owt_ray.library_errors():
+        dataset.take_all()
+    assert type(caught.value) is CorruptMember
+    assert caught.value.path == str(tar) and caught.value.member == member
+    log = owt_ray.SkipLog()
+    rows = owt_ray.read_openwebtext(tmp_path / "corpus", on_error="skip", skips=log).take_all()
+    assert len(rows) == 120 - 20 and member not in {r["member"] for r in rows}
+    assert log.count() == 1 and member in log.messages()[0]
+
+
+def test_cli_engine_ray_starts_and_stops_its_own_instance(
+    small_corpus: Path, tmp_path: Path, home: Path
+) -> None:
+    """Without --address: a private instance in a temporary folder, gone at the end (no
+    process, no file), and the same files as the local engine."""
+    temp = Path(tempfile.mkdtemp(prefix="owt-T", dir="/tmp"))  # short: Ray's socket paths
+    try:
+        env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp)}
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+            env.pop(key, None)
+        base = [sys.executable, "-m", "openwebtext.cli", "tokenize", str(small_corpus), "-j", "2"]
+        subprocess.run([*base, "--out", str(tmp_path / "local"), "-q"], env=env, check=True)
+        run = subprocess.run(
+            [*base, "--out", str(tmp_path / "ray"), "--engine", "ray"],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert _files(tmp_path / "ray") == _files(tmp_path / "local")
+        assert "M tokens/s" in run.stderr  # the progress bar, as the local engine shows it
+        # (tiktoken's data-gym-cache may live there too: it is the tokenizer's, not Ray's)
+        assert [p.name for p in temp.iterdir() if p.name.startswith("owt-ray-")] == []
+        assert list(home.iterdir()) == []
+        assert _processes_mentioning(str(temp)) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(owt_ray.EngineError, match=r"openwebtext\[ray\]"):
+        owt_ray.read_openwebtext("nowhere")
+
+
+def test_remote_corpus_over_http(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A corpus behind a URL (127.0.0.1): the tasks read it with the driver's storage options."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from openwebtext import storage
+    from remote_servers import RangeServer
+
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    tars = sorted(small_corpus.glob("*.tar"))
+    expected = {name: text for docs in read_members(tars).values() for name, text in docs.items()}
+    try:
+        with RangeServer(small_corpus) as server:
+            # Passed to the tasks too (HTTP needs none, so this does not show they arrive).
+            options = {"block_size": 1 << 16}
+            rows = owt_ray.read_openwebtext(
+                server.url + "/", storage_options=options, units_per_task=3
+            ).take_all()
+            assert sorted(r["name"] for r in rows) == sorted(expected)
+            assert {r["name"]: r["text"] for r in rows} == expected
+            corpus = Corpus.open(server.url + "/", storage_options=options)
+            prepare_options = PrepareOptions(workers=0, val_fraction=0.1)
+            owt_ray.tokenize(
+                corpus, tmp_path / "ray", prepare_options, units_per_task=4,
+                storage_options=options,
+            )  # fmt: skip
+    finally:
+        storage.configure(None)
+    local = prepare(Corpus.open(small_corpus), tmp_path / "local", prepare_options)
+    assert _files(tmp_path / "ray")["train.bin"] == _files(tmp_path / "local")["train.bin"]
+    assert _files(tmp_path / "ray")["val.bin"] == _files(tmp_path / "local")["val.bin"]
+    assert local.meta["tokens"] == json.loads(_files(tmp_path / "ray")["meta.json"])["tokens"]
+
+
+def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) -> None:
+    """Ctrl-C (SIGINT to the whole group) once some slices are done: exit 130, nothing left
+    running, finished slices and checkpoints kept; the same command again finishes them into
+    the local engine's files."""
+    import glob
+    import signal
+    import time
+
+    from openwebtext.synth import write_corpus
+
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, subsets=2, members=10, docs=300, seed=1, workers=1)
+    temp = Path(tempfile.mkdtemp(prefix="owt-T", dir="/tmp"))
+    out = tmp_path / "ray"
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp)}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+        env.pop(key, None)
+    command = [sys.executable, "-m", "openwebtext.cli", "tokenize", str(corpus), "-j", "2",
+               "--out", str(out), "--engine", "ray", "--units-per-task", "1", "-q"]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            command, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            done = out / owt_ray.SLICES / "*" / "meta.json"
+            while len(glob.glob(str(done))) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, err
+        kept = len(glob.glob(str(done)))
+        assert 2 <= kept < 20 and not (out / "train.bin").exists()
+        time.sleep(1)
+        assert _processes_mentioning(str(temp)) == []
+        assert [p.name for p in temp.iterdir() if p.name.startswith("owt-ray-")] == []
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+        assert again.returncode == 0, again.stderr
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    local = prepare(Corpus.open(corpus), tmp_path / "local", PrepareOptions(workers=0))
+    assert _files(out) == _files(tmp_path / "local")
+    assert json.loads(_files(out)["meta.json"]) == local.meta
