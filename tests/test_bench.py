@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -277,3 +278,52 @@ def test_default_worker_counts_reach_past_the_cores() -> None:
     assert bench.default_workers(2) == (1, 2, 4)
     assert bench.default_workers(6) == (1, 2, 4, 6, 12)
     assert bench.default_workers(16) == (1, 2, 4, 8, 16, 32)
+
+
+# -- the ceiling is the fastest decoder; the legend shows the command as typed -------------
+
+
+def test_the_ceiling_tries_every_decoder_and_keeps_the_faster(tiny: Path) -> None:
+    """One-shot lzma.decompress and, when installed, xz -dc: the report names the faster."""
+    argv = [sys.executable, "-m", "openwebtext.bench", "ceiling-one", "--workers", "1"]
+    done = subprocess.run([*argv, str(tiny)], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    names = {"lzma.decompress"} | ({"xz -dc"} if shutil.which("xz") else set())
+    assert set(report["decoders_s"]) == names
+    assert report["decoder"] == min(report["decoders_s"], key=report["decoders_s"].get)
+    assert report["decompress_s"] == report["decoders_s"][report["decoder"]]
+    slower = sum(report["decoders_s"].values()) - report["decompress_s"]
+    assert report["extra_s"] == pytest.approx(slower)
+
+
+def test_the_ceiling_run_counts_only_its_faster_decoder(done: tuple[Path, str]) -> None:
+    """The ceiling's wall time is the run's less the slower decoder's; the decoder is named."""
+    out, stdout = done
+    rows, _ = load(out)
+    ceilings = [r for r in rows if r["kind"] == "ceiling"]
+    assert ceilings and all(r["decoder"] in ("lzma.decompress", "xz -dc") for r in ceilings)
+    assert all(r["decoder"] == "" for r in rows if r["kind"] != "ceiling")
+    assert "ceiling: the faster decoder in each run: " in stdout
+
+
+def test_legend_shows_the_command_as_typed_shortened() -> None:
+    from openwebtext.bench.chart import shorten_command
+
+    typed = "python /work/shared/seed/main.py -j {workers} {paths}"
+    assert shorten_command(typed) == "python …/seed/main.py -j {workers} {paths}"
+    assert shorten_command("python main.py -j {workers}") == "python main.py -j {workers}"
+    long = shorten_command("python main.py " + "--flag " * 20)
+    assert len(long) == 48 and long.endswith("…")
+
+
+def test_an_output_that_must_not_be_replaced_is_refused_before_any_run(
+    tiny: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    os.mkfifo(tmp_path / "bench.json")
+    argv = ["bench", str(tiny), "--workers", "1", "--repeat", "1", "--warmup", "0", "-q"]
+    assert bench.main([*argv, "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"owt: error: {tmp_path / 'bench.json'}: is not a regular file"), err
+    assert (tmp_path / "bench.json").is_fifo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]  # nothing was run

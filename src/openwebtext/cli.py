@@ -3,30 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
+import bisect
+import itertools
 import json
 import os
-import signal
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bench
+from . import bench, interrupts
 from .corpus import Corpus
-from .errors import OWTError
-from .loader import DocumentIterator
+from .errors import OutputError, OWTError, StateError
+from .files import atomic_write, output_path
+from .interrupts import EXIT_INTERRUPTED
+from .loader import Document, DocumentIterator, Stats
 from .options import Options
 from .prepare import Progress, Report
+from .state import load_state
+from .stream import Mark
 from .synth import paths_or_default
 from .workers import cpu_count
 
 __all__ = ["main"]
-
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
 
 
 #: Options a resumed stream takes from its state unless given again on the command line.
@@ -74,17 +74,178 @@ def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> O
     )
 
 
-def _write_state(path: str, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (a reader never sees half a file)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+#: ``--jsonl`` writes its lines in chunks of about this many bytes.
+_CHUNK = 1 << 16
+
+
+def _writer() -> Any:
+    """A function writing bytes to stdout, counting in ``sent[0]`` how many got out (also
+    when a signal interrupts it).
+
+    Straight to the descriptor: a buffered text stream may report a chunk as written
+    when a signal cut the ``write(2)`` short. Streams without one (tests) get the text
+    layer.
+    """
+    out = sys.stdout
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(state, f, indent=1)
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+
+        def write_text(data: bytes, sent: list[int]) -> None:
+            out.write(data.decode())
+            out.flush()
+            sent[0] = len(data)
+
+        return write_text
+    out.flush()
+
+    def write_all(data: bytes, sent: list[int]) -> None:
+        view = memoryview(data)
+        sent[0] = 0
+        while sent[0] < len(view):
+            sent[0] += os.write(fd, view[sent[0] :])
+
+    return write_all
+
+
+def _json_line(doc: Document) -> bytes:
+    record = {"subset": doc.subset, "member": doc.member, "name": doc.name, "text": doc.text}
+    try:
+        return (json.dumps(record, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:  # a name that is not UTF-8 (surrogate escapes): JSON escapes
+        return (json.dumps(record) + "\n").encode()
+
+
+def _write_jsonl(iterator: DocumentIterator, written: list[Mark]) -> None:
+    """Write one JSON line per document to stdout; ``written[0]`` follows what got out.
+
+    Lines are written in chunks with signals held back (``interrupts.deferred``), and
+    ``written[0]`` becomes the iterator's mark after the last line that got out whole,
+    so the state describes exactly the lines on stdout. An interrupt between chunks drops
+    the lines not yet written (the resumed run hands them out again). Only a reader that
+    takes nothing for ``GRACE_SECONDS`` after a signal can leave a line cut short; the
+    state still ends before it.
+    """
+    write = _writer()
+    lines: list[bytes] = []
+    marks: list[Mark] = []
+    size = 0
+
+    def flush() -> None:
+        sent = [0]
+        with interrupts.deferred:  # the note below too: a signal right after the write waits
+            try:
+                write(b"".join(lines), sent)
+            finally:
+                ends = itertools.accumulate(map(len, lines))
+                whole = bisect.bisect_right(list(ends), sent[0])
+                if whole:
+                    written[0] = marks[whole - 1]
+                lines.clear()
+                marks.clear()
+
+    try:
+        for doc in iterator:
+            line = _json_line(doc)
+            lines.append(line)
+            marks.append(iterator.mark())
+            size += len(line)
+            if size >= _CHUNK:
+                flush()
+                size = 0
+    except OWTError:
+        flush()  # the documents before the error are good, and the state says so
         raise
+    flush()
+
+
+def _members_in_run(options: Options, units: int, state: dict[str, Any] | None) -> int | None:
+    """How many members this run reads (for the progress bar), or None without end."""
+    if options.epochs is None:
+        return None
+    per_epoch = len(range(options.rank, units, options.world_size))
+    epoch, block = options.epoch, 0
+    if state is not None:
+        epoch, block = state["position"]["epoch"], state["position"]["block"]
+    return max(0, per_epoch * (options.epoch + options.epochs - epoch) - block)
+
+
+def _show_progress(
+    iterator: DocumentIterator, args: argparse.Namespace, members: int | None
+) -> None:
+    """Read everything, with a bar of members done of the total, time left, docs/s, MB/s."""
+    from tqdm import tqdm
+
+    before = iterator.stats
+    start = time.perf_counter()
+    with tqdm(
+        total=args.take if args.take is not None else members,
+        unit="doc" if args.take is not None else "member",
+        dynamic_ncols=True,
+        disable=args.quiet,
+        file=sys.stderr,
+        mininterval=0.5,
+    ) as bar:
+
+        def update() -> None:
+            stats = iterator.stats
+            if args.take is not None:
+                bar.update(stats.documents - before.documents - bar.n)
+            else:
+                bar.update(stats.units - before.units - bar.n)
+            seconds = max(time.perf_counter() - start, 1e-9)
+            docs = (stats.documents - before.documents) / seconds
+            mb = (stats.text_bytes - before.text_bytes) / seconds / 1e6
+            bar.set_postfix_str(f"{docs:,.0f} docs/s, {mb:.1f} MB/s", refresh=False)
+
+        pending = 0
+        for _ in iterator:
+            pending += 1
+            if pending == 2048:
+                pending = 0
+                update()
+        update()
+
+
+def _summary(iterator: DocumentIterator, before: Stats, seconds: float) -> None:
+    stats = iterator.stats
+    documents = stats.documents - before.documents
+    text_bytes = stats.text_bytes - before.text_bytes
+    seconds = max(seconds, 1e-9)
+    line = (
+        f"{documents} documents, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
+    )
+    skipped = stats.skipped_members + stats.skipped_documents
+    if skipped or stats.replaced_documents:
+        line += (
+            f"; skipped {stats.skipped_members} members, {stats.skipped_documents} documents"
+            f"; replaced invalid UTF-8 in {stats.replaced_documents} documents"
+        )
+    print(line, file=sys.stderr)
+    for name in stats.skipped[:20]:
+        print(f"  skipped: {name}", file=sys.stderr)
+
+
+def _check_not_finished(path: str, state: dict[str, Any], options: Options) -> None:
+    """Refuse a state at or past the end of the epochs this run would read."""
+    epoch = state["position"]["epoch"]
+    if options.epochs is not None and epoch >= options.epoch + options.epochs:
+        raise StateError(
+            f"{path}: nothing left to read: the state is at epoch {epoch}, and this run "
+            f"reads epochs {options.epoch}..{options.epoch + options.epochs - 1}; give "
+            f"--epochs {epoch - options.epoch + 1} to read epoch {epoch}"
+        )
+
+
+def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
+    """Write the state; a failure to do so never hides the error that ended the run."""
+    try:
+        atomic_write(path, json.dumps(state, indent=1) + "\n")
+    except (OSError, OWTError) as exc:
+        if not run_failed:
+            raise
+        print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
 
 
 def _storage_option(text: str) -> tuple[str, Any]:
@@ -141,68 +302,36 @@ def _open_corpus(args: argparse.Namespace) -> Corpus:
 
 
 def _stream(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    state = json.loads(Path(args.resume).read_text()) if args.resume else None
+    state = load_state(args.resume) if args.resume else None
+    # Checked now, not after the whole run; written only onto a regular file or a new path.
+    state_out = output_path(args.state_out) if args.state_out else None
+    if args.jsonl and _closed_at_start.get(1):
+        raise OutputError("standard output is closed: nowhere to write --jsonl")
     corpus = _open_corpus(args)
     options = _stream_options(args, state)
-    iterator = DocumentIterator(corpus, options, state=state)
+    iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
+    if state is not None:
+        _check_not_finished(args.resume, state, options)
     start = time.perf_counter()
     before = iterator.stats
+    written = [iterator.mark()]  # --jsonl: the state of the last line written whole
+    finished = False
     try:
         if args.jsonl:
-            out = sys.stdout
-            for doc in iterator:
-                record = {
-                    "subset": doc.subset,
-                    "member": doc.member,
-                    "name": doc.name,
-                    "text": doc.text,
-                }
-                out.write(json.dumps(record, ensure_ascii=False))
-                out.write("\n")
+            _write_jsonl(iterator, written)
         else:
-            total = args.take
-            with tqdm(
-                total=total,
-                unit="doc",
-                unit_scale=True,
-                dynamic_ncols=True,
-                disable=args.quiet,
-                file=sys.stderr,
-                mininterval=0.5,
-            ) as bar:
-                pending = 0
-                for _ in iterator:
-                    pending += 1
-                    if pending == 2048:
-                        bar.update(pending)
-                        pending = 0
-                        text = iterator.stats.text_bytes - before.text_bytes
-                        seconds = time.perf_counter() - start
-                        bar.set_postfix_str(f"{text / seconds / 1e6:.1f} MB/s", refresh=False)
-                bar.update(pending)
+            _show_progress(iterator, args, _members_in_run(options, len(corpus.units), state))
+        finished = True
+    except KeyboardInterrupt:
+        _summary(iterator, before, time.perf_counter() - start)
+        raise
     finally:
+        if state_out is not None:
+            with interrupts.deferred:  # a signal arriving now waits until the state is saved
+                state_now = iterator.state_dict(written[0] if args.jsonl else None)
+                _save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
-        if args.state_out:
-            _write_state(args.state_out, iterator.state_dict())
-        seconds = time.perf_counter() - start
-        stats = iterator.stats
-        documents = stats.documents - before.documents
-        text_bytes = stats.text_bytes - before.text_bytes
-        line = (
-            f"{documents} documents, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
-            f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
-        )
-        skipped = stats.skipped_members + stats.skipped_documents
-        if skipped or stats.replaced_documents:
-            line += (
-                f"; skipped {stats.skipped_members} members, {stats.skipped_documents} documents"
-                f"; replaced invalid UTF-8 in {stats.replaced_documents} documents"
-            )
-        print(line, file=sys.stderr)
-        for name in stats.skipped[:20]:
-            print(f"  skipped: {name}", file=sys.stderr)
+    _summary(iterator, before, time.perf_counter() - start)
     return 0
 
 
@@ -228,24 +357,6 @@ def _index(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM ends the command as Ctrl-C does (progress kept), but exits 143."""
-
-    def handler(signum: int, frame: object) -> None:
-        raise _Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C would be, so that the same clean-up runs."""
 
 
 def _prepare_progress(quiet: bool) -> tuple[Callable[[Progress], None], Callable[[], None]]:
@@ -338,22 +449,21 @@ def _tokenize(args: argparse.Namespace) -> int:
     corpus = _open_corpus(args)
     update, close = _prepare_progress(args.quiet)
     start = time.perf_counter()
-    with _terminate_as_interrupt():
-        try:
-            if args.engine == "ray":
-                report = _tokenize_on_ray(args, corpus, options, shard, update)
-            else:
-                report = prepare(
-                    corpus,
-                    args.out,
-                    options,
-                    shard=shard,
-                    restart=args.restart,
-                    progress=update,
-                    checkpoint_seconds=args.checkpoint_seconds,
-                )
-        finally:
-            close()
+    try:
+        if args.engine == "ray":
+            report = _tokenize_on_ray(args, corpus, options, shard, update)
+        else:
+            report = prepare(
+                corpus,
+                args.out,
+                options,
+                shard=shard,
+                restart=args.restart,
+                progress=update,
+                checkpoint_seconds=args.checkpoint_seconds,
+            )
+    finally:
+        close()
     _print_prepared(report, time.perf_counter() - start)
     return 0
 
@@ -390,17 +500,16 @@ def _merge(args: argparse.Namespace) -> int:
 
     update, close = _prepare_progress(args.quiet)
     start = time.perf_counter()
-    with _terminate_as_interrupt():
-        try:
-            report = merge(
-                args.slices,
-                args.out,
-                restart=args.restart,
-                progress=update,
-                checkpoint_seconds=args.checkpoint_seconds,
-            )
-        finally:
-            close()
+    try:
+        report = merge(
+            args.slices,
+            args.out,
+            restart=args.restart,
+            progress=update,
+            checkpoint_seconds=args.checkpoint_seconds,
+        )
+    finally:
+        close()
     _print_prepared(report, time.perf_counter() - start)
     return 0
 
@@ -427,6 +536,39 @@ def _synth(args: argparse.Namespace) -> int:
     return 0
 
 
+def _option(name: str, convert: type = int) -> Any:
+    """An argparse type: a value of Options field ``name``, refused as Options refuses it."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        try:
+            Options(**{name: value})
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def _at_least(low: int) -> Any:
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, not {value}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="owt", description="Stream OpenWebText-style corpora at the speed of decompression."
@@ -441,8 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
     _add_storage_options(stream)
-    stream.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
-    stream.add_argument("--seed", type=int, default=None, help="default 0")
+    stream.add_argument(
+        "-j", "--jobs", type=_option("workers"), default=cpu_count(), help="worker processes"
+    )
+    stream.add_argument("--seed", type=_option("seed"), default=None, help="default 0")
     stream.add_argument(
         "--no-shuffle",
         dest="shuffle",
@@ -453,16 +597,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stream.add_argument(
         "--shuffle-buffer",
-        type=int,
+        type=_option("shuffle_buffer"),
         default=None,
         help=f"documents shuffled together (default {Options.shuffle_buffer})",
     )
-    stream.add_argument("--epoch", type=int, default=0, help="first epoch (default 0)")
+    stream.add_argument("--epoch", type=_option("epoch"), default=0, help="first epoch (default 0)")
     stream.add_argument(
-        "--epochs", type=int, default=1, help="epochs to run (default 1; 0: without end)"
+        "--epochs", type=_at_least(0), default=1, help="epochs to run (default 1; 0: without end)"
     )
-    stream.add_argument("--rank", type=int, default=None, help="this rank (default 0)")
-    stream.add_argument("--world-size", type=int, default=None, help="ranks (default 1)")
+    stream.add_argument("--rank", type=_at_least(0), default=None, help="this rank (default 0)")
+    stream.add_argument(
+        "--world-size", type=_option("world_size"), default=None, help="ranks (default 1)"
+    )
     stream.add_argument(
         "--even",
         choices=("drop", "pad", "off"),
@@ -470,8 +616,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="equal counts per rank (default drop when --world-size > 1; needs owt index)",
     )
     stream.add_argument("--split", choices=("all", "train", "val"), default=None)
-    stream.add_argument("--val-fraction", type=float, default=None, help="default 0.0005")
-    stream.add_argument("--val-seed", type=int, default=None, help="default 2357")
+    stream.add_argument(
+        "--val-fraction", type=_option("val_fraction", float), default=None, help="default 0.0005"
+    )
+    stream.add_argument("--val-seed", type=_option("val_seed"), default=None, help="default 2357")
     stream.add_argument(
         "--state-out",
         metavar="FILE",
@@ -480,25 +628,25 @@ def build_parser() -> argparse.ArgumentParser:
     stream.add_argument("--resume", metavar="FILE", help="continue from a --state-out file")
     stream.add_argument(
         "--max-document-bytes",
-        type=int,
+        type=_option("max_document_bytes"),
         default=None,
         help=f"larger documents are errors (default {Options.max_document_bytes})",
     )
     stream.add_argument(
         "--max-member-bytes",
-        type=int,
+        type=_option("max_member_bytes"),
         default=None,
         help=f"members decompressing past this are errors (default {Options.max_member_bytes})",
     )
     stream.add_argument(
         "--timeout",
-        type=float,
+        type=_option("timeout", float),
         default=None,
         help=f"seconds a busy worker may stay silent (default {Options.timeout:g})",
     )
-    stream.add_argument("--take", type=int, default=None, help="stop after N documents")
+    stream.add_argument("--take", type=_option("take"), default=None, help="stop after N documents")
     stream.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
-    stream.add_argument("--max-errors", type=int, default=None)
+    stream.add_argument("--max-errors", type=_option("max_errors"), default=None)
     stream.add_argument("--decode-errors", choices=("strict", "replace"), default="strict")
     stream.add_argument(
         "--jsonl", action="store_true", help="write one JSON object per document to stdout"
@@ -512,15 +660,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
     _add_storage_options(index)
-    index.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
+    index.add_argument(
+        "-j", "--jobs", type=_option("workers"), default=cpu_count(), help="worker processes"
+    )
     index.add_argument(
         "--val-fraction",
-        type=float,
+        type=_option("val_fraction", float),
         action="append",
         default=None,
         help="also count this held-out split (default 0.0005; repeatable)",
     )
-    index.add_argument("--val-seed", type=int, default=2357)
+    index.add_argument("--val-seed", type=_option("val_seed"), default=2357)
     index.add_argument("--force", action="store_true", help="count again even if cached")
     index.add_argument("-q", "--quiet", action="store_true")
     index.set_defaults(run=_index)
@@ -558,18 +708,30 @@ def build_parser() -> argparse.ArgumentParser:
         default="gpt2",
         help="gpt2 (offline), bytes, tiktoken:NAME or hf:PATH (default gpt2)",
     )
-    tokenize.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
-    tokenize.add_argument("--seed", type=int, default=0, help="hash: member order (default 0)")
+    tokenize.add_argument(
+        "-j", "--jobs", type=_option("workers"), default=cpu_count(), help="worker processes"
+    )
+    tokenize.add_argument(
+        "--seed", type=_option("seed"), default=0, help="hash: member order (default 0)"
+    )
     tokenize.add_argument(
         "--no-shuffle", dest="shuffle", action="store_false", help="hash: corpus order"
     )
     tokenize.add_argument(
-        "--val-fraction", type=float, default=0.0005, help="held-out share (default 0.0005)"
+        "--val-fraction",
+        type=_option("val_fraction", float),
+        default=0.0005,
+        help="held-out share (default 0.0005)",
     )
     tokenize.add_argument(
-        "--val-seed", type=int, default=2357, help="hash key / nanogpt permutation seed (2357)"
+        "--val-seed",
+        type=_option("val_seed"),
+        default=2357,
+        help="hash key / nanogpt permutation seed (2357)",
     )
-    tokenize.add_argument("--take", type=int, default=None, help="stop after N documents")
+    tokenize.add_argument(
+        "--take", type=_option("take"), default=None, help="stop after N documents"
+    )
     tokenize.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
     tokenize.add_argument(
         "--shard",
@@ -630,23 +792,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Standard descriptors found closed at start (and given /dev/null): {fd: True}.
+_closed_at_start: dict[int, bool] = {}
+
+
+def _open_standard_streams() -> None:
+    """Give a closed stdin, stdout or stderr /dev/null.
+
+    Otherwise the next file or pipe opened would take its number, and messages meant
+    for stderr would go into it (or fail, ending the run).
+    """
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        _closed_at_start[fd] = True
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "w" if fd else "r", closefd=False))  # noqa: SIM115
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.run(args)
-        return code
-    except KeyboardInterrupt as exc:
-        print("interrupted", file=sys.stderr)
-        return EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-    except (OWTError, ValueError, OSError) as exc:
-        print(f"owt: error: {exc}", file=sys.stderr)
-        return 1
+    _open_standard_streams()
+    with interrupts.interruptible():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        try:
+            code: int = args.run(args)
+            return code
+        except KeyboardInterrupt as interrupt:
+            code = interrupts.exit_code(interrupt)
+            print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
+            return code
+        except BrokenPipeError:
+            # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
+        except (OWTError, ValueError, OSError) as exc:
+            print(f"owt: error: {exc}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

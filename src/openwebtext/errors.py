@@ -13,6 +13,7 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │   └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
     ├── WorkerError            a worker died, hung, or could not be started
     ├── StateError             a state dict that does not fit this loader
+    ├── OutputError            a path an output may not be written to (device, FIFO, folder)
     ├── TooManyErrors          more skips than ``max_errors`` allows
     ├── TokenizerError         an unknown tokenizer spec, a missing extra or file
     │                          (defined in ``tokenizer``, with what it guards)
@@ -32,6 +33,7 @@ __all__ = [
     "CorruptMember",
     "MemberTooLarge",
     "OWTError",
+    "OutputError",
     "StateError",
     "TooManyErrors",
     "TruncatedMember",
@@ -125,6 +127,11 @@ class WorkerError(_Located):
 
     def __str__(self) -> str:
         return self.message
+
+
+class OutputError(OWTError):
+    """A path an output must not or cannot be written to: a device, a FIFO, a folder, or a
+    file in a folder that is missing or not writable."""
 
 
 class StateError(OWTError):

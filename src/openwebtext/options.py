@@ -13,6 +13,8 @@ EvenRule = Literal["drop", "pad"]
 SplitName = Literal["all", "train", "val"]
 
 MiB = 1 << 20
+#: The longest ``timeout``: about 11.6 days (the event loop's waits overflow past ~24 days).
+MAX_TIMEOUT = 1e6
 
 
 @dataclass(frozen=True)
@@ -109,12 +111,14 @@ class Options:
             f"split must be 'all', 'train' or 'val', not {self.split!r}",
         )
         need(
-            isinstance(self.val_fraction, (int, float)) and 0 < self.val_fraction < 1,
+            isinstance(self.val_fraction, (int, float))
+            and not isinstance(self.val_fraction, bool)
+            and 0 < self.val_fraction < 1,
             f"val_fraction must be between 0 and 1, not {self.val_fraction!r}",
         )
         need(
-            _is_int(self.val_seed) and self.val_seed >= 0,
-            f"val_seed must be >= 0, not {self.val_seed!r}",
+            _is_int(self.val_seed) and 0 <= self.val_seed < 2**64,
+            f"val_seed must be >= 0 and < 2**64 (the split's 8-byte key), not {self.val_seed!r}",
         )
         need(
             _is_int(self.world_size) and self.world_size >= 1,
@@ -144,7 +148,10 @@ class Options:
         for name in ("max_document_bytes", "max_member_bytes", "prefetch"):
             value = getattr(self, name)
             need(_is_int(value) and value >= 1, f"{name} must be >= 1, not {value!r}")
-        need(self.timeout > 0, f"timeout must be > 0 seconds, not {self.timeout!r}")
+        need(
+            isinstance(self.timeout, (int, float)) and 0 < self.timeout <= MAX_TIMEOUT,
+            f"timeout must be > 0 seconds and at most {MAX_TIMEOUT:g}, not {self.timeout!r}",
+        )
         need(
             self.tokenizer is None or (isinstance(self.tokenizer, str) and bool(self.tokenizer)),
             f"tokenizer must be None or a tokenizer spec such as 'gpt2', not {self.tokenizer!r}",

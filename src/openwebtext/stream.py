@@ -26,7 +26,7 @@ import numpy as np
 
 from .corpus import Corpus
 from .counts import ExpectedCounts
-from .errors import CorpusError, OWTError, TooManyErrors, TruncatedMember
+from .errors import CorpusError, OWTError, StateError, TooManyErrors, TruncatedMember
 from .options import Options
 from .plan import DOCUMENTS, Split, epoch_target, permutation, plan
 from .state import STATE_FORMAT, check_state, stream_config
@@ -463,6 +463,11 @@ class Stream:
         try:
             for block_start, block_end, block in blocks:
                 n = len(block.sizes)
+                if skip > n:  # only a resumed state's first block has skip > 0
+                    raise StateError(
+                        f"bad state: position in_block={skip} lies past the end of its block "
+                        f"of {n} documents"
+                    )
                 self._block, self._block_end = block_start, block_end
                 self._block_len = n
                 self._block_sizes = sizes = block.sizes

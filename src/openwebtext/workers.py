@@ -195,6 +195,8 @@ def _worker_main(
     parent: int,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
+    # terminate() ends us at once, whatever SIGTERM handler the consumer's program has.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent(parent)
     for conn in inherited:
         conn.close()
@@ -315,10 +317,21 @@ class WorkerPool:
         self.options = options
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("fork" if "fork" in methods else None)
-        self.slots = max(2, options.workers * (options.prefetch + 1)) + options.hold
+        # More workers than units would only wait, each with its slots reserved.
+        self._n_workers = max(1, min(options.workers, len(units)))
+        self.slots = max(2, self._n_workers * (options.prefetch + 1)) + options.hold
         self._shared: mmap.mmap | None = None
         if self._ctx.get_start_method() == "fork":
-            self._shared = mmap.mmap(-1, self.slots * options.slot_bytes)
+            size = self.slots * options.slot_bytes
+            try:
+                self._shared = mmap.mmap(-1, size)
+            except OSError as exc:
+                raise WorkerError(
+                    f"cannot reserve {size / 2**30:.1f} GiB of shared memory for "
+                    f"{self._n_workers} workers ({options.prefetch + 1} slots of "
+                    f"{options.slot_bytes >> 20} MiB each): {exc.strerror or exc}; "
+                    "use fewer workers"
+                ) from exc
         self._workers: list[_Worker] = []
         self._next_number = 0
         self.closed = False
@@ -393,7 +406,7 @@ class WorkerPool:
         """
         if self.closed:
             raise WorkerError("this worker pool is closed")
-        while len(self._workers) < self.options.workers:
+        while len(self._workers) < self._n_workers:
             # One at a time: each new worker must see (and close) its elders' pipes.
             self._add_worker()
         try:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write
 from .common import CEILING, LOADER, TIMEOUT, VS
-from .report import BenchResult, _corpus_name
+from .report import BenchResult, _corpus_name, ceiling_decoders
 from .summary import Summary
 
 
@@ -26,7 +28,9 @@ def plot(result: BenchResult, path: Path) -> bool:
     FigureCanvasAgg(fig)  # the Agg canvas, without touching pyplot's global backend
     ax = fig.add_subplot()
     _draw(ax, result)
-    fig.savefig(path)
+    image = io.BytesIO()
+    fig.savefig(image, format="png")
+    atomic_write(path, image.getvalue())
     return True
 
 
@@ -69,17 +73,27 @@ def _curves(result: BenchResult) -> list[tuple[str, str, list[Summary]]]:
     cores = result.machine["cores"]
     table = {(s.kind, s.workers, s.template): s for s in result.summaries}
     x = [r.workers for r in result.scaling]
+    ceiling = f"ceiling: decompression only, {ceiling_decoders(result)}"
     curves = [
         ("openwebtext loader", "o-", [table[LOADER, n, ""] for n in x]),
-        ("ceiling: decompression only", "s--", [table[CEILING, min(n, cores), ""] for n in x]),
+        (ceiling, "s--", [table[CEILING, min(n, cores), ""] for n in x]),
     ]
     for k, template in enumerate(result.settings["vs"]):
-        label = f"vs{k + 1}: {_shorten(template)}"
+        label = f"vs{k + 1}: {shorten_command(template)}"
         curves.append((label, "^-", [table[VS, n, template] for n in x]))
     return curves
 
 
-def _shorten(text: str, width: int = 60) -> str:
+def shorten_command(command: str, width: int = 48) -> str:
+    """A ``--vs`` command for a legend: as typed, but an absolute path keeps only its last
+    folder and file (``python …/seed/main.py -j {workers} {paths}``), then cut to ``width``."""
+    words = []
+    for word in command.split(" "):
+        parts = word.split("/")
+        if word.startswith("/") and len(parts) > 3:
+            word = "…/" + "/".join(parts[-2:])
+        words.append(word)
+    text = " ".join(words)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -4,22 +4,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from .. import OWTError
+from ..interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from ..interrupts import exit_code, interruptible
 from ..workers import cpu_count
 from .children import _ceiling_one, _run_one
 from .common import BenchError
 from .report import summary_text
 from .runner import run_bench
 from .runs import Settings
-
-EXIT_INTERRUPTED = 130
 
 
 def _positive_int(text: str) -> int:
@@ -97,23 +94,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
     p.set_defaults(run=_bench)
 
 
-@contextlib.contextmanager
-def _exit_on_sigterm() -> Iterator[None]:
-    """Turn SIGTERM into SystemExit, so the running child's group is killed on the way out."""
-
-    def exit_(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, exit_)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _bench(args: argparse.Namespace) -> int:
     settings = Settings(
         paths=tuple(args.paths),
@@ -128,8 +108,7 @@ def _bench(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     try:
-        with _exit_on_sigterm():
-            result = run_bench(settings)
+        result = run_bench(settings)
     except (OWTError, BenchError) as exc:
         print(f"owt: error: {exc}", file=sys.stderr)
         return 1
@@ -155,10 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     _child_parsers(sub)
-    args = parser.parse_args(argv)
-    try:
-        code: int = args.run(args)
-        return code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    with interruptible():
+        args = parser.parse_args(argv)
+        try:
+            code: int = args.run(args)
+            return code
+        except KeyboardInterrupt as interrupt:
+            print("interrupted", file=sys.stderr)
+            return exit_code(interrupt)

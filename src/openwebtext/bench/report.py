@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write
 from .common import CEILING, LOADER, TIMEOUT, VS
 from .runs import Run
 from .summary import GOOD_ENOUGH, Scaling, Summary
@@ -33,6 +35,7 @@ CSV_COLUMNS = (
     "max_rss_bytes",
     "first_document_s",
     "consumer_cpu_s",
+    "decoder",
 )
 PLOT_HINT = "pip install 'openwebtext[bench]'"
 
@@ -68,13 +71,18 @@ class BenchResult:
         }
 
 
+#: The files ``owt bench`` writes into its ``--out`` folder.
+OUTPUTS = ("timings.csv", "bench.json", "scaling.png")
+
+
 def _write_csv(path: Path, runs: Sequence[Run]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for run in runs:
-            row = dataclasses.asdict(run)
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, CSV_COLUMNS, extrasaction="ignore")
+    writer.writeheader()
+    for run in runs:
+        row = dataclasses.asdict(run)
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    atomic_write(path, text.getvalue())
 
 
 def _corpus_name(result: BenchResult) -> str:
@@ -128,7 +136,7 @@ def _loader_cells(row: Scaling, s: Summary) -> list[str]:
 
 def _write_outputs(result: BenchResult) -> None:
     _write_csv(result.out / "timings.csv", result.runs)
-    (result.out / "bench.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    atomic_write(result.out / "bench.json", json.dumps(result.to_json(), indent=1) + "\n")
 
 
 def summary_text(result: BenchResult) -> str:
@@ -148,8 +156,18 @@ def summary_text(result: BenchResult) -> str:
     if any(r.oversubscribed for r in result.scaling):
         lines.append(f"* more workers than cores: compared with the {m['cores']}-core ceiling")
     lines += [f"vs{k + 1}: {t}" for k, t in enumerate(s["vs"])]
+    lines.append(f"ceiling: the faster decoder in each run: {ceiling_decoders(result)}")
     lines += _verdict(result)
     return "\n".join(lines)
+
+
+def ceiling_decoders(result: BenchResult) -> str:
+    """Which decoder the measured ceiling runs used, e.g. ``xz -dc (3 of 3 runs)``."""
+    used = [r.decoder for r in result.runs if r.kind == CEILING and not r.warmup and r.decoder]
+    if not used:
+        return "–"
+    counts = {name: used.count(name) for name in sorted(set(used))}
+    return ", ".join(f"{name} ({n} of {len(used)} runs)" for name, n in counts.items())
 
 
 def _verdict(result: BenchResult) -> list[str]:

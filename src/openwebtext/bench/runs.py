@@ -67,6 +67,8 @@ class Run:
     compressed_bytes: int | None = None
     first_document_s: float | None = None
     consumer_cpu_s: float | None = None
+    decoder: str | None = None
+    """The ceiling's faster decoder in this run (``lzma.decompress`` or ``xz -dc``)."""
 
     @property
     def config(self) -> Config:

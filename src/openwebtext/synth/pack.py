@@ -17,6 +17,7 @@ import lzma
 import multiprocessing
 import os
 import shutil
+import signal
 import tarfile
 import tempfile
 import time
@@ -139,7 +140,9 @@ class _InOrder:
         if workers <= 1 or len(jobs) <= 1:
             return
         workers = min(workers, len(jobs))
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context())
+        self._pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=_mp_context(), initializer=_leave_signals_to_parent
+        )
         try:
             with warnings.catch_warnings():
                 # Python >= 3.12 warns on fork() in a process with threads (numpy's BLAS
@@ -171,13 +174,33 @@ class _InOrder:
         return result
 
     def close(self) -> None:
-        """Cancel what is pending and stop the worker processes."""
+        """Stop the worker processes: at once if work is still pending (an error, an
+        interrupt), since nothing they would finish is wanted."""
         self._closed = True
-        if self._pool is not None:
-            for future in self._pending:
-                future.cancel()
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        for future in self._pending:
+            future.cancel()
+        if self._pending:
+            _kill_workers(pool)
+        self._pending.clear()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _leave_signals_to_parent() -> None:
+    """In a worker: Ctrl-C or SIGTERM to the process group is the parent's to handle (it
+    stops the workers); the worker must neither print a traceback nor outlive it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _kill_workers(pool: ProcessPoolExecutor) -> None:
+    """SIGKILL the pool's processes (``terminate_workers`` from Python 3.14 on)."""
+    processes = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
 
 
 def _fsync(path: Path) -> None:

@@ -1,0 +1,106 @@
+"""Writing outputs without destroying what is at their path.
+
+An output (a state, ``train.bin``, ``meta.json``) is written only onto a regular file
+or a new path. A symlink is followed to its target and the link kept; a device, FIFO,
+socket or folder is refused with :class:`~openwebtext.errors.OutputError`, never
+replaced. :func:`output_path` checks this, and that the folder exists and is writable,
+so a command can refuse a bad path at start-up rather than after the whole run.
+:func:`atomic_file` writes under a temporary name beside the target and renames it into
+place only once complete, with the permissions an ordinary new file gets (the umask):
+a reader never sees half a file, and an interrupted write leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import OutputError
+
+__all__ = ["atomic_file", "atomic_write", "output_path"]
+
+
+def output_path(path: str | os.PathLike[str]) -> Path:
+    """The file to write for ``path``, checked: a symlink resolved to its target.
+
+    Args:
+        path: Where the output goes.
+
+    Returns:
+        The real path to replace (``path`` itself unless it is a symlink).
+
+    Raises:
+        OutputError: ``path`` is (or links to) something other than a regular file,
+            or its folder is missing or not writable.
+    """
+    given = os.fspath(path)
+    try:
+        target = Path(given).resolve()  # follows every link; a dangling one gives its target
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise OutputError(f"{given}: cannot follow this path: {exc}") from exc
+    shown = given if str(target) == os.path.abspath(given) else f"{given} (-> {target})"
+    try:
+        mode: int | None = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise OutputError(f"{shown}: {exc.strerror or exc}") from exc
+    if mode is not None and stat.S_ISDIR(mode):
+        raise OutputError(f"{shown}: is a folder; give a file name")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise OutputError(
+            f"{shown}: is not a regular file (a device, FIFO or socket); refusing to replace it"
+        )
+    folder = target.parent
+    if not folder.is_dir():
+        raise OutputError(f"{shown}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputError(f"{shown}: the folder {folder} is not writable")
+    return target
+
+
+def _new_file_mode(target: Path) -> int:
+    """The mode the output gets: the file's own if it exists, else 0666 less the umask."""
+    with contextlib.suppress(OSError):
+        return stat.S_IMODE(os.stat(target).st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """A binary file that replaces ``path`` only if the block completes.
+
+    Written as a hidden temporary file beside the target (so the rename is atomic), synced,
+    given the ordinary permissions, then renamed over the target. On any exception, or
+    an interrupt, the temporary file is removed and the target left as it was.
+
+    Raises:
+        OutputError: see :func:`output_path`.
+        OSError: writing failed (a full disk): the target is unchanged.
+    """
+    target = output_path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _new_file_mode(target))
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
+    """Replace ``path`` with ``data`` (str: UTF-8) atomically; see :func:`atomic_file`."""
+    with atomic_file(path) as f:
+        f.write(data.encode() if isinstance(data, str) else data)
