@@ -13,14 +13,14 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from . import storage
-from .errors import CorpusError
+from .errors import CorpusError, OutputError
+from .files import atomic_write
 from .index import Unit, index_inputs
 from .inputs import file_version
 
@@ -195,18 +195,12 @@ class Corpus:
         for path in self.counts_paths():
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=".owt-counts-", dir=path.parent)
-                try:
-                    os.fchmod(fd, 0o644)
-                    with os.fdopen(fd, "w") as f:
-                        json.dump(body, f)
-                    os.replace(tmp, path)
-                except BaseException:
-                    os.unlink(tmp)
-                    raise
+                atomic_write(path, json.dumps(body))
                 return path
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror or exc}")
+            except OutputError as exc:  # the folder is not writable: try the next place
+                errors.append(f"{path}: {exc}")
         raise CorpusError("cannot write the counts file: " + "; ".join(errors))
 
     def with_counts(self, counts: Counts) -> Corpus:

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .errors import UnknownFormat
+from .errors import OutputError, UnknownFormat
+from .files import atomic_write
 from .formats import MAGIC_BYTES, TAR, detect
 from .index import _KNOWN, Unit, _index_outer_tar
 from .storage import FileInfo, RangeFile, alias, expand_url, file_info, remember
@@ -130,13 +129,6 @@ def _save(url: str, info: FileInfo, units: list[Unit]) -> None:
     path = cache_path(url)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(body, f)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
+        atomic_write(path, json.dumps(body))
+    except (OSError, OutputError):  # a cache that cannot be written is only a slower open
         pass
