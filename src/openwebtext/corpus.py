@@ -140,6 +140,3 @@ class Corpus:
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror or exc}")
         raise CorpusError("cannot write the counts file: " + "; ".join(errors))
-
-    def with_counts(self, counts: Counts) -> Corpus:
-        return Corpus(self.units, counts)
