@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,15 +11,7 @@ from hypothesis import strategies as st
 from openwebtext import Corpus, CorpusError, Loader
 from openwebtext.counts import count_documents
 from openwebtext.plan import in_validation, plan
-
-
-@pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path:
-    """A copy of the small corpus with its counts file written beside it."""
-    path = Path(shutil.copytree(small_corpus, tmp_path_factory.mktemp("indexed") / "c"))
-    corpus = Corpus.open(path)
-    corpus.save_counts(count_documents(corpus, workers=2, splits=((0.0005, 2357), (0.2, 7))))
-    return path
+from resumable import check_save_load
 
 
 def test_plan_golden() -> None:
@@ -140,10 +131,9 @@ def test_pad_resumes_exactly_across_the_wrap(tmp_path: Path) -> None:
     # blocks of 3 units, so a block that starts before the wrap would reach past it.
     loader = Loader(corpus, workers=0, seed=2, rank=1, world_size=3, even_rule="pad",
                     shuffle_buffer=12)  # fmt: skip
-    whole = [d.name for d in loader]
-    assert len(whole) == 25
-    for cut in range(1, 25):
-        with loader.iter() as it:
-            head = [next(it).name for _ in range(cut)]
-            state = it.state_dict()
-        assert head + [d.name for d in loader.iter(state=state)] == whole, cut
+    whole = check_save_load(
+        lambda state, epochs: loader.replace(epochs=epochs).iter(state=state),
+        key=lambda doc: doc.name,
+        cuts=lambda _, whole: range(whole + 1),
+    )
+    assert len(whole) == 50  # 25 per epoch
