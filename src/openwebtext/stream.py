@@ -98,6 +98,21 @@ class Mark(NamedTuple):
     skipped: int
     """How many names of skipped things were recorded."""
 
+    def counted(self) -> Counters:
+        """The counts at this mark, the documents handed out of the current block included."""
+        first, end = self.first_in_block, self.in_block
+        return self.counters.handed(
+            end - first,
+            _handed(self.order, first, end, self.sizes),
+            _handed(self.order, first, end, self.counts),
+        )
+
+    def position(self) -> dict[str, int]:
+        """The state's position: a block handed out to its end is the next block's start."""
+        if self.block_len and self.in_block >= self.block_len:
+            return {"epoch": self.epoch, "block": self.block_end, "in_block": 0}
+        return {"epoch": self.epoch, "block": self.block, "in_block": self.in_block}
+
 
 def _handed(order: list[int] | None, first: int, end: int, values: list[int]) -> int:
     """The sum of a block's per-document ``values`` over its hand-out positions first..end."""
@@ -280,31 +295,18 @@ class Stream:
     @property
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
-        return self._stats(self.mark())
-
-    def _stats(self, m: Mark) -> Stats:
-        first, end = m.first_in_block, m.in_block
-        counters = m.counters.handed(
-            end - first,
-            _handed(m.order, first, end, m.sizes),
-            _handed(m.order, first, end, m.counts),
-        )
-        return Stats(**counters.to_state(), skipped=tuple(self._policy.skipped[: m.skipped]))
+        m = self.mark()
+        return Stats(**m.counted().to_state(), skipped=tuple(self._policy.skipped[: m.skipped]))
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
         """The state after the last document handed out (or at ``mark``): resume with
         ``Loader.iter(state=…)``."""
         m = self.mark() if mark is None else mark
-        if m.block_len and m.in_block >= m.block_len:
-            position = {"epoch": m.epoch, "block": m.block_end, "in_block": 0}
-        else:
-            position = {"epoch": m.epoch, "block": m.block, "in_block": m.in_block}
-        counters = Counters.to_state(self._stats(m))
         return {
             "format": STATE_FORMAT,
             "config": dict(self._config),
-            "position": position,
-            "counters": counters,
+            "position": m.position(),
+            "counters": m.counted().to_state(),
         }
 
     # -- the pipeline -----------------------------------------------------------
