@@ -270,6 +270,17 @@ def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     assert state["format"] == "openwebtext-state/1"
     assert len(json.dumps(state)) < 2000
     assert state["counters"]["documents"] == 10
+    # Saved states of format 1 carry exactly these keys: renaming one breaks them.
+    assert set(state) == {"format", "config", "position", "counters"}
+    assert set(state["position"]) == {"epoch", "block", "in_block"}
+    assert set(state["counters"]) == {
+        "documents", "text_bytes", "epoch_documents", "units", "skipped_members",
+        "skipped_documents", "replaced_documents", "tokens",
+    }  # fmt: skip
+    assert set(state["config"]) == {
+        "corpus", "units", "shuffle", "seed", "shuffle_buffer", "rank", "world_size", "even",
+        "split", "val_fraction", "val_seed", "max_document_bytes", "tokenizer",
+    }  # fmt: skip
 
 
 #: Options that may change between runs of one stream, and why. Every option is either
