@@ -1,16 +1,81 @@
-"""Shared fixtures: small generated corpora, an independent reference reader, process checks."""
+"""Shared fixtures: small generated corpora, an independent reference reader, process checks.
+
+Also the Hypothesis profiles. ``ci`` (chosen when ``CI`` is set, or by
+``HYPOTHESIS_PROFILE=ci``) fails fast: it stops at the first failing example
+without shrinking it (a shrink of a test that starts workers once took over 250 s),
+reports one bug, prints the blob to reproduce it, and bounds the examples and the
+time of each. ``dev``, the default, is Hypothesis's own (it shrinks). A test's own
+``@settings`` still wins for the fields it names (e.g. ``max_examples``).
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import Phase, settings
 
 from openwebtext import Corpus
 from openwebtext.counts import count_documents
 from openwebtext.synth import write_corpus
 from support import plain_read
+
+settings.register_profile(
+    "ci",
+    max_examples=30,
+    deadline=timedelta(seconds=5),
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrink, no explain
+    report_multiple_bugs=False,
+    print_blob=True,
+)
+settings.register_profile("dev")
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
+
+#: Deadline of a test marked ``waits_on_workers``: far above a legitimate run over a tiny
+#: corpus, far below the suite's 120 s default, so that a hang fails fast. Such tests also
+#: give the loader a short ``timeout=``, so that a hung worker surfaces first as the
+#: library's own ``WorkerError``; this deadline catches a hang in the consumer itself.
+WORKER_TEST_DEADLINE = 30
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"waits_on_workers: the test waits on worker processes; it fails after "
+        f"{WORKER_TEST_DEADLINE} s (unless it has its own timeout mark)",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("waits_on_workers") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(WORKER_TEST_DEADLINE))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Say plainly why a ``waits_on_workers`` test that ran out of time failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if (
+        report.failed
+        and item.get_closest_marker("waits_on_workers")
+        and "Timeout" in str(report.longrepr)
+    ):
+        report.sections.append(
+            (
+                "waits_on_workers",
+                "HANG: the test got no result from the loader within its deadline, and the "
+                "loader's own timeout= did not turn it into a WorkerError: the consumer "
+                "waits for, or loops on, something that never comes (see the stack above).",
+            )
+        )
 
 
 @pytest.fixture(scope="session")

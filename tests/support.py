@@ -138,3 +138,19 @@ def interrupt_owt(args: list[str], processes: int) -> tuple[int, str, list[int]]
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, err.decode(), group_pids(proc.pid)
+
+
+def docs_before_cut(compressed: bytes) -> dict[str, str]:
+    """The documents of a cut-short xz member that end before the cut, read with lzma and
+    tarfile only (not the library): what ``on_error="skip"`` must still deliver."""
+    data = lzma.LZMADecompressor().decompress(compressed)
+    docs: dict[str, str] = {}
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for entry in tar:
+                end = entry.offset_data + entry.size
+                if entry.isreg() and end <= len(data):
+                    docs[entry.name] = data[entry.offset_data : end].decode()
+    except tarfile.TarError:
+        pass  # the cut: what came before it is listed
+    return docs

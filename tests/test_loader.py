@@ -12,7 +12,7 @@ import openwebtext
 from openwebtext import Corpus, Document, Loader, Options, WorkerError, blocks
 from openwebtext.index import Unit
 from openwebtext.plan import in_validation
-from openwebtext.workers import SLOT_BYTES, Loaded, PoolOptions, WorkerPool
+from openwebtext.workers import Loaded, PoolOptions, WorkerPool
 from support import child_pids
 
 
@@ -59,23 +59,14 @@ def test_blocks_of_more_units_than_kept_slots(
 
 def test_pool_fails_instead_of_waiting_when_every_slot_is_kept(small_corpus: Path) -> None:
     corpus = Corpus.open(small_corpus)
-    options = PoolOptions(
-        workers=1,
-        prefetch=1,
-        slot_bytes=SLOT_BYTES,
-        timeout=30.0,
-        retries=0,
-        max_member_bytes=1 << 30,
-        max_document_bytes=1 << 26,
-        hold=1,
-    )
+    options = PoolOptions(workers=1, prefetch=1, timeout=30.0, hold=1)
     with WorkerPool(corpus.units, options) as pool:
         counts = []
         for loaded in pool.run(range(len(corpus.units))):
             counts.append(len(loaded.names))
             pool.release(loaded.ticket)
         assert counts == [20] * 6
-        assert sorted(pool._free) == list(range(pool._slots))  # every slot came back
+        assert pool.tasks.free == pool.slots == 3  # every slot came back
         with pytest.raises(WorkerError, match="keeps all 3 slots"):
             for _ in pool.run(range(len(corpus.units))):
                 pass  # never released

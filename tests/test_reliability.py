@@ -58,6 +58,7 @@ from openwebtext import (
     OWTError,
     Stats,
     TooManyErrors,
+    TruncatedMember,
     UnknownFormat,
     WorkerError,
 )
@@ -67,6 +68,7 @@ from openwebtext.read import Member, Reader
 from support import (
     child_pids,
     damage,
+    docs_before_cut,
     group_pids,
     inner_tar,
     member_offset,
@@ -292,7 +294,8 @@ class Case:
         member: The member at fault: the error's ``.member``, named in skips.
         document: The error's ``.document`` (None for member-level errors).
         message: A regex the error's message must match.
-        skipped_members: Members ``skip`` must count.
+        skipped_members: Members ``skip`` must count as skipped whole.
+        partial_members: Members cut short whose documents before the cut ``skip`` delivers.
         skipped_documents: Documents ``skip`` must count.
         options: Extra loader options (limits).
         raise_names_member: Whether the error under ``raise`` is checked for ``member``.
@@ -309,6 +312,7 @@ class Case:
     skipped_documents: int = 0
     options: dict[str, Any] = field(default_factory=dict)
     raise_names_member: bool = True
+    partial_members: int = 0
 
 
 A, B, U = sample_docs("a", 5), sample_docs("b", 4), sample_docs("u", 3)
@@ -326,18 +330,22 @@ def case_truncated_outer(tmp_path: Path, small: Path, members: Members) -> Case:
     tar = corpus / LAST[0]
     offset, size = member_offset(tar, LAST[1])
     os.truncate(tar, offset + size // 2)
+    kept = docs_before_cut(tar.read_bytes()[offset:])  # an interrupted download keeps these
+    assert kept
     return Case(
-        [corpus], all_but(members, LAST), (CorruptMember,), str(tar), LAST[1], None,
-        r"file is truncated", skipped_members=1,
+        [corpus], all_but(members, LAST) | kept, (TruncatedMember,), str(tar), LAST[1], None,
+        r"file is truncated", partial_members=1,
     )  # fmt: skip
 
 
 def case_truncated_member(tmp_path: Path, small: Path, members: Members) -> Case:
     cut = xz(sample_docs("c", 5))
+    kept = docs_before_cut(cut[: len(cut) // 2])
+    assert kept
     tar = _three(tmp_path, "c_data.xz", cut[: len(cut) // 2])
     return Case(
-        [tar], decoded(A | B), (CorruptMember,), str(tar), "c_data.xz", None,
-        r"corrupt xz data", skipped_members=1,
+        [tar], decoded(A | B) | kept, (TruncatedMember,), str(tar), "c_data.xz", None,
+        r"corrupt xz data: compressed data ends before", partial_members=1,
     )  # fmt: skip
 
 
@@ -471,13 +479,16 @@ def test_data_fault(
         assert first.docs == case.good  # every good document, byte-exact, once
         stats = first.stats
         assert stats is not None
-        assert (stats.skipped_members, stats.skipped_documents) == (
+        assert (stats.skipped_members, stats.skipped_documents, stats.partial_members) == (
             case.skipped_members,
             case.skipped_documents,
+            case.partial_members,
         )
         assert stats.documents == len(case.good)
         assert stats.replaced_documents == 0
-        assert len(stats.skipped) == case.skipped_members + case.skipped_documents
+        assert len(stats.skipped) == (
+            case.skipped_members + case.skipped_documents + case.partial_members
+        )
         assert all(where(case.path, case.member) in s for s in stats.skipped), stats.skipped
         if case.document is not None:
             assert f"(document {case.document})" in stats.skipped[0]
@@ -496,7 +507,8 @@ def test_data_fault(
 def test_damaged_outer_header_is_not_a_silent_loss(
     how: str, tmp_path: Path, small_corpus: Path, pristine: Members
 ) -> None:
-    """A damaged outer header is an error naming the file, under raise and under skip."""
+    """A damaged outer header is an error naming the file under raise; under skip the file
+    is skipped, counted and named."""
     corpus = copy_corpus(small_corpus, tmp_path)
     tar = corpus / MIDDLE[0]
     header = member_offset(tar, MIDDLE[1])[0] - 512
@@ -504,11 +516,16 @@ def test_damaged_outer_header_is_not_a_silent_loss(
         flip_bit(tar, header + 10)  # inside the member's name: the checksum no longer matches
     else:
         os.truncate(tar, header + (100 if how == "cut-inside-header" else 0))
-    for policy in ("raise", "skip"):
-        outcome = run(corpus, workers=2, on_error=policy)
-        lost = len(all_but(pristine)) - len(outcome.docs)
-        assert isinstance(outcome.error, CorpusError), f"{policy}: {lost} documents lost silently"
-        assert outcome.error.path == str(tar)
+    outcome = run(corpus, workers=2, on_error="raise")
+    assert isinstance(outcome.error, CorpusError)
+    assert outcome.error.path == str(tar)
+    outcome = run(corpus, workers=2, on_error="skip")
+    assert outcome.error is None and outcome.stats is not None
+    assert outcome.stats.skipped_files == 1
+    assert [s for s in outcome.stats.skipped if s.startswith(str(tar)) and "kept the 1 " in s]
+    # The members before the damaged header are intact: skip keeps them.
+    lost = [key for key in pristine if key[0] == MIDDLE[0] and key[1] >= MIDDLE[1]]
+    assert outcome.docs == all_but(pristine, *lost)
 
 
 def test_truncated_outer_tar_names_the_cut_member(tmp_path: Path, small_corpus: Path) -> None:
@@ -1037,7 +1054,10 @@ def test_plain_tar_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) -
 
 @pytest.fixture
 def three_faults(tmp_path: Path) -> tuple[Path, Docs]:
-    """An outer tar with a corrupt member, a truncated member and one invalid-UTF-8 document."""
+    """An outer tar with a corrupt member, a truncated member and one invalid-UTF-8 document.
+
+    The truncated member lacks only its xz index: its documents are all before the cut.
+    """
     bad = xz(sample_docs("c", 3))
     cut = xz(sample_docs("d", 3))
     broken = bytearray(bad)
@@ -1051,7 +1071,7 @@ def three_faults(tmp_path: Path) -> tuple[Path, Docs]:
             ("d_data.xz", cut[: len(cut) - 20]),
         ],
     )
-    return tar, decoded(A | B)
+    return tar, decoded(A | B) | docs_before_cut(cut[: len(cut) - 20])
 
 
 def test_warn_logs_one_line_per_skip(
@@ -1077,7 +1097,8 @@ def test_max_errors_turns_too_many_skips_into_an_error(three_faults: tuple[Path,
     enough = run(tar, workers=2, on_error="skip", max_errors=3)
     assert enough.error is None and enough.docs == good
     assert enough.stats is not None
-    assert (enough.stats.skipped_members, enough.stats.skipped_documents) == (2, 1)
+    assert (enough.stats.skipped_members, enough.stats.skipped_documents) == (1, 1)
+    assert enough.stats.partial_members == 1
     too_many = run(tar, workers=2, on_error="skip", max_errors=2, shuffle=False)
     assert isinstance(too_many.error, TooManyErrors)
     assert str(too_many.error).startswith("3 skipped, more than max_errors=2; last: ")
@@ -1091,7 +1112,7 @@ def test_invalid_utf8_under_replace_is_counted(three_faults: tuple[Path, Docs]) 
     outcome = run(tar, workers=2, on_error="skip", decode_errors="replace")
     assert outcome.stats is not None
     assert outcome.stats.replaced_documents == 1
-    assert (outcome.stats.skipped_members, outcome.stats.skipped_documents) == (2, 0)
+    assert (outcome.stats.skipped_members, outcome.stats.skipped_documents) == (1, 0)
     assert outcome.docs == good | {"a-bad.txt": "\ufffd\ufffd not UTF-8"}
     assert isinstance(run(tar, workers=2, decode_errors="replace").error, CorruptMember)
 
@@ -1111,7 +1132,7 @@ def test_owt_stream_reports_errors_and_skips(
         return
     assert code == 0
     assert f"{len(good)} documents, " in err
-    assert "skipped 2 members, 1 documents" in err
+    assert "skipped 1 members, 1 documents" in err
     skipped = [line for line in err.splitlines() if line.startswith("  skipped: ")]
     assert len(skipped) == 3
     assert all(f"{tar}[" in line for line in skipped)
@@ -1201,7 +1222,10 @@ def test_fuzz_damaged_corpus(
         return
     assert skip.error is None and skip.stats is not None, what
     assert skip.stats.documents == len(skip.docs), what
-    assert len(skip.stats.skipped) == skip.stats.skipped_members, what
+    stats = skip.stats
+    assert len(stats.skipped) == (
+        stats.skipped_members + stats.skipped_files + stats.partial_members
+    ), what
     assert not any(s.startswith(("worker ", "unexpected ")) for s in skip.stats.skipped), what
     if not intact:
         return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,36 @@ def test_uneven_ranks_are_disjoint_and_cover(
     assert sorted(seen) == sorted(small_docs)
 
 
-def test_even_needs_counts_and_says_so(small_corpus: Path) -> None:
-    with pytest.raises(CorpusError, match="run `owt index`"):
-        list(Loader(small_corpus, rank=0, world_size=4))
+def test_even_counts_on_first_use_and_caches_them(
+    tmp_path: Path, small_corpus: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """No manual `owt index`: the first even run counts (no bar when not interactive)."""
+    ignore = shutil.ignore_patterns(".owt-counts-*")  # other tests' even runs count beside it
+    path = Path(shutil.copytree(small_corpus, tmp_path / "c", ignore=ignore))
+    assert Corpus.open(path).counts is None
+    ranks = [[d.name for d in Loader(path, workers=2, rank=r, world_size=4)] for r in range(4)]
+    assert len({len(r) for r in ranks}) == 1
+    assert len({n for r in ranks for n in r}) == sum(map(len, ranks))  # drop: no repeat
+    counts = Corpus.open(path).counts
+    assert counts is not None and counts.documents == (20,) * 6
+    assert capfd.readouterr().err == ""
+
+
+def test_even_counts_go_to_the_cache_folder_when_the_corpus_folder_is_read_only(
+    tmp_path: Path, small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    if os.geteuid() == 0:
+        pytest.skip("root writes anywhere")
+    path = Path(shutil.copytree(small_corpus, tmp_path / "c"))
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    path.chmod(0o555)
+    try:
+        assert len(list(Loader(path, workers=0, rank=0, world_size=2))) == 60
+        assert list((tmp_path / "cache" / "counts").iterdir())
+    finally:
+        path.chmod(0o755)
 
 
 def test_more_ranks_than_members(indexed: Path) -> None:

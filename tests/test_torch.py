@@ -13,7 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
-from openwebtext.torch import OpenWebTextDataset  # noqa: E402
+from openwebtext import Loader  # noqa: E402
+from openwebtext.torch import OpenWebTextDataset, PackedBatchDataset  # noqa: E402
 
 DataLoader = torch.utils.data.DataLoader
 
@@ -83,3 +84,120 @@ def test_stateful_dataloader_resumes_in_a_new_process(
     assert proc.returncode == 0, proc.stderr
     rest = json.loads(proc.stdout)
     assert head + rest == full
+
+
+# -- packed batches ------------------------------------------------------------------------
+SEQ, ROWS = 1024, 4
+PACKED = {"seed": 3, "shuffle_buffer": 40, "tokenizer": "bytes"}  # bytes: eot 256
+EOT = 256
+
+
+def batches(loader: object) -> list[list[list[int]]]:
+    out = []
+    for batch in loader:  # type: ignore[attr-defined]
+        assert isinstance(batch, torch.Tensor)
+        assert batch.dtype == torch.int64 and batch.shape == (ROWS, SEQ + 1)
+        out.append(batch.tolist())
+    return out
+
+
+def reference(corpus: Path, num_workers: int, rank: int = 0, world: int = 1) -> list[object]:
+    """What a DataLoader over the dataset must yield, from ``Loader.batches`` in this process:
+    worker ``w``'s share is rank ``rank * N + w`` of ``world * N``; the DataLoader takes the
+    workers' batches in turn, skipping a worker once it has run out."""
+    n = max(num_workers, 1)
+    shares = []
+    for w in range(n):
+        share = Loader(corpus, workers=0, rank=rank * n + w, world_size=world * n, even=False)
+        shares.append([b.tolist() for b in share.replace(**PACKED).batches(SEQ, ROWS)])
+    out: list[object] = []
+    for turn in range(max(map(len, shares))):
+        out += [share[turn] for share in shares if turn < len(share)]
+    return out
+
+
+def id_stream(got: list[list[list[int]]]) -> list[int]:
+    """The ids the batches cover, in order: rows overlap by one, so after the very first row
+    every row adds its targets."""
+    rows = [row for batch in got for row in batch]
+    return rows[0] + [i for row in rows[1:] for i in row[1:]]
+
+
+@pytest.mark.parametrize(("num_workers", "rank", "world"), [(0, 0, 1), (2, 0, 1), (2, 1, 2)])
+def test_packed_batches_are_the_loaders_batches(
+    small_corpus: Path, num_workers: int, rank: int, world: int
+) -> None:
+    dataset = PackedBatchDataset(
+        small_corpus, SEQ, ROWS, workers=2, rank=rank, world_size=world, even=False, **PACKED
+    )
+    got = batches(DataLoader(dataset, batch_size=None, num_workers=num_workers))
+    assert len(got) > 20
+    assert got == reference(small_corpus, num_workers, rank, world)
+    assert batches(DataLoader(dataset, batch_size=None, num_workers=num_workers)) == got
+
+
+def test_ranks_pack_disjoint_documents_and_every_id_is_a_target_once(
+    small_corpus: Path, small_docs: dict[str, str]
+) -> None:
+    names = {text.encode(): name for name, text in small_docs.items()}
+    packed: list[str] = []  # documents packed whole into some rank's batches
+    read: list[str] = []  # documents of the ranks' streams
+    for rank in range(2):
+        options = {"rank": rank, "world_size": 2, "even": False, **PACKED}
+        dataset = PackedBatchDataset(small_corpus, SEQ, ROWS, workers=2, **options)
+        ids = id_stream(batches(DataLoader(dataset, batch_size=None)))
+        docs = list(Loader(small_corpus, **options))
+        everything = [i for doc in docs for i in doc.tokens.tolist()]  # type: ignore[attr-defined]
+        assert ids == everything[: len(ids)]  # every id in order, each a target once
+        assert len(everything) - len(ids) < SEQ * ROWS  # only what cannot fill a batch is left
+        *whole, cut = _split_at_eot(ids)
+        assert [names[text] for text in whole] == [doc.name for doc in docs[: len(whole)]]
+        assert small_docs[docs[len(whole)].name].encode().startswith(cut)
+        packed += [names[text] for text in whole]
+        read += [doc.name for doc in docs]
+    assert sorted(read) == sorted(small_docs)  # the ranks' shares cover the corpus
+    assert len(packed) == len(set(packed))  # and no document is in two ranks' batches
+    assert len(packed) > 100
+
+
+def _split_at_eot(ids: list[int]) -> list[bytes]:
+    pieces, start = [], 0
+    for at, i in enumerate(ids):
+        if i == EOT:
+            pieces.append(bytes(ids[start:at]))
+            start = at + 1
+    return [*pieces, bytes(ids[start:])]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_packed_batches_resume_exactly_under_stateful_dataloader(
+    small_corpus: Path, num_workers: int
+) -> None:
+    def make() -> object:
+        dataset = PackedBatchDataset(small_corpus, SEQ, ROWS, workers=2, **PACKED)
+        return stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers)
+
+    full = batches(make())
+    # Cuts: the first batch, mid-way at an odd step (worker 1's turn next), after the shorter
+    # worker has run out (the rest comes from one worker), and at the very end.
+    for cut in (1, 37, len(full) - 1, len(full)):
+        loader = make()
+        head = []
+        for batch in loader:  # type: ignore[attr-defined]
+            head.append(batch.tolist())
+            if len(head) == cut:
+                break
+        state = json.loads(json.dumps(loader.state_dict()))  # type: ignore[attr-defined]
+        del loader
+        resumed = make()
+        resumed.load_state_dict(state)  # type: ignore[attr-defined]
+        assert head + batches(resumed) == full, cut
+
+
+def test_packed_batch_dataset_refuses_what_it_cannot_do(small_corpus: Path) -> None:
+    with pytest.raises(ValueError, match="tokenizer"):
+        PackedBatchDataset(small_corpus, SEQ, ROWS)
+    with pytest.raises(ValueError, match="seq_len"):
+        PackedBatchDataset(small_corpus, 0, ROWS, tokenizer="bytes")
+    with pytest.raises(ValueError, match="batch_size"):
+        PackedBatchDataset(small_corpus, SEQ, True, tokenizer="bytes")

@@ -20,6 +20,7 @@ from .errors import (
     OWTError,
     StateError,
     TooManyErrors,
+    TruncatedMember,
     UnknownFormat,
     WorkerError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerError",
     "TooManyErrors",
+    "TruncatedMember",
     "Unit",
     "UnknownFormat",
     "WorkerError",

@@ -6,10 +6,11 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from .corpus import Corpus
 from .errors import OWTError
 from .loader import DocumentIterator
 from .options import SHAPING, Options
+from .prepare import Progress, Report
 from .state import resume_options
 from .synth import paths_or_default
 from .workers import cpu_count
@@ -25,6 +27,7 @@ from .workers import cpu_count
 __all__ = ["main"]
 
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> Options:
@@ -62,11 +65,64 @@ def _write_state(path: str, state: dict[str, Any]) -> None:
         raise
 
 
+def _storage_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``; the value as JSON when it is (``true``, ``3``), else as text."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        parsed: Any = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key, parsed
+
+
+def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        dest="storage_options",
+        metavar="KEY=VALUE",
+        type=_storage_option,
+        action="append",
+        default=[],
+        help="for URLs: passed to the fsspec filesystem (repeatable), e.g. endpoint_url=…",
+    )
+    parser.add_argument(
+        "--cache-dir", default=None, help="for URLs: keep the members read in this folder"
+    )
+    parser.add_argument(
+        "--cache-size",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="cap of --cache-dir, e.g. 20G (least recently used out first)",
+    )
+
+
+def _size(text: str) -> int:
+    from .membercache import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _open_corpus(args: argparse.Namespace) -> Corpus:
+    options = dict(getattr(args, "storage_options", None) or [])
+    return Corpus.open(
+        paths_or_default(args.paths),
+        storage_options=options or None,
+        cache_dir=getattr(args, "cache_dir", None),
+        cache_size=getattr(args, "cache_size", None),
+    )
+
+
 def _stream(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     state = json.loads(Path(args.resume).read_text()) if args.resume else None
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = _open_corpus(args)
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
@@ -133,7 +189,7 @@ def _index(args: argparse.Namespace) -> int:
 
     from .counts import count_documents
 
-    corpus = Corpus.open(paths_or_default(args.paths))
+    corpus = _open_corpus(args)
     if corpus.counts is not None and not args.force:
         print(
             f"already indexed: {sum(corpus.counts.documents)} documents in "
@@ -152,79 +208,149 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tokenize(args: argparse.Namespace) -> int:
-    """Write nanoGPT-style ``train.bin`` / ``val.bin``: every document's ids, then end-of-text."""
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the command as Ctrl-C does (progress kept), but exits 143."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C would be, so that the same clean-up runs."""
+
+
+def _prepare_progress(quiet: bool) -> tuple[Callable[[Progress], None], Callable[[], None]]:
+    """A tqdm bar per phase: compressed bytes read (tokenize) or bytes written, and tokens/s."""
     from tqdm import tqdm
 
-    from .plan import in_validation
-    from .tokenizer import load_tokenizer
+    bars: dict[str, Any] = {}
+    started: dict[str, float] = {}
+    labels = {"tokenize": "tokenize", "permute": "permuted copy", "copy": "merge"}
 
-    tokenizer = load_tokenizer(args.tokenizer)
-    corpus = Corpus.open(paths_or_default(args.paths))
-    options = Options(
+    def update(event: Progress) -> None:
+        bar = bars.get(event.phase)
+        if bar is None:
+            for other in bars.values():
+                other.close()
+            bar = bars[event.phase] = tqdm(
+                total=event.total, initial=event.done, unit="B", unit_scale=True, disable=quiet,
+                file=sys.stderr,
+                desc=labels.get(event.phase, event.phase), dynamic_ncols=True, mininterval=0.5,
+            )  # fmt: skip
+            started[event.phase] = time.perf_counter()
+        bar.update(event.done - bar.n)
+        if event.tokens and not quiet:
+            rate = event.tokens / max(time.perf_counter() - started[event.phase], 1e-9)
+            bar.set_postfix_str(f"{rate / 1e6:.2f} M tokens/s", refresh=False)
+
+    def close() -> None:
+        for bar in bars.values():
+            bar.close()
+
+    return update, close
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes i/n (e.g. 0/4), not {text!r}") from None
+    if not (count >= 1 and 0 <= index < count):
+        raise ValueError(f"--shard i/n needs 0 <= i < n, not {text!r}")
+    return index, count
+
+
+def _print_prepared(report: Report, seconds: float) -> None:
+    meta = report.meta
+    if report.already:
+        print(f"{report.out} already holds these files (meta.json): nothing to do", file=sys.stderr)
+        return
+    documents, tokens = meta["documents"], meta["tokens"]
+    total = sum(tokens.values())
+    files = ", ".join(f"{name} {tokens[name.split('.')[0]]:,}" for name in meta["files"]
+                      if name.split(".")[0] in tokens)  # fmt: skip
+    if "all" in tokens:
+        files = f"tokens.bin {tokens['all']:,} (a slice: join slices with owt merge)"
+    print(
+        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s "
+        f"({total / max(seconds, 1e-9):,.0f} tokens/s{', resumed' if report.resumed else ''}): "
+        f"{files} ({meta['dtype']}) in {report.out}",
+        file=sys.stderr,
+    )
+    skipped = meta["skipped_members"] + meta["skipped_documents"] + meta["partial_members"]
+    if skipped:
+        print(
+            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents; "
+            f"{meta['partial_members']} members cut short (their documents before the cut kept)",
+            file=sys.stderr,
+        )
+        for line in report.skipped[:20]:
+            print(f"  skipped: {line}", file=sys.stderr)
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    """Write nanoGPT-style ``train.bin`` / ``val.bin`` (see ``openwebtext.prepare``)."""
+    from .prepare import PrepareOptions, prepare
+
+    options = PrepareOptions(
+        split=args.split,
+        tokenizer=args.tokenizer,
         workers=args.jobs,
         seed=args.seed,
         shuffle=args.shuffle,
+        val_fraction=args.val_fraction,
+        val_seed=args.val_seed,
         take=args.take,
-        tokenizer=args.tokenizer,
         on_error=args.on_error,
     )
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    names = ("train", "val")
-    tokens = dict.fromkeys(names, 0)
-    documents = dict.fromkeys(names, 0)
+    shard = _parse_shard(args.shard)
+    corpus = _open_corpus(args)
+    update, close = _prepare_progress(args.quiet)
     start = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        files = {
-            n: stack.enter_context(
-                tempfile.NamedTemporaryFile(dir=out, prefix=f".{n}.bin.", delete=False)
+    with _terminate_as_interrupt():
+        try:
+            report = prepare(
+                corpus,
+                args.out,
+                options,
+                shard=shard,
+                restart=args.restart,
+                progress=update,
+                checkpoint_seconds=args.checkpoint_seconds,
             )
-            for n in names
-        }
-        # Written under temporary names, renamed only once complete.
-        for f in files.values():
-            stack.callback(Path(f.name).unlink, missing_ok=True)
-        iterator = stack.enter_context(DocumentIterator(corpus, options))
-        bar = stack.enter_context(
-            tqdm(unit="tok", unit_scale=True, disable=args.quiet, file=sys.stderr)
-        )
-        for doc in iterator:
-            held_out = in_validation(doc.name, args.val_fraction, args.val_seed)
-            split = "val" if held_out else "train"
-            files[split].write(doc.tokens.tobytes())
-            tokens[split] += len(doc.tokens)
-            documents[split] += 1
-            bar.update(len(doc.tokens))
-        stats = iterator.stats
-        for n in names:
-            files[n].close()
-            os.replace(files[n].name, out / f"{n}.bin")
-    meta = {
-        "tokenizer": tokenizer.spec,
-        "fingerprint": tokenizer.fingerprint,
-        "dtype": tokenizer.dtype.name,
-        "eot": tokenizer.eot,
-        "n_vocab": tokenizer.n_vocab,
-        "corpus": corpus.fingerprint(),
-        "seed": args.seed,
-        "shuffle": args.shuffle,
-        "val_fraction": args.val_fraction,
-        "val_seed": args.val_seed,
-        "documents": documents,
-        "tokens": tokens,
-        "skipped_members": stats.skipped_members,
-        "skipped_documents": stats.skipped_documents,
-    }
-    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    seconds = time.perf_counter() - start
-    total = sum(tokens.values())
-    print(
-        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s "
-        f"({total / seconds:,.0f} tokens/s): train.bin {tokens['train']:,}, "
-        f"val.bin {tokens['val']:,} ({tokenizer.dtype.name}) in {out}",
-        file=sys.stderr,
-    )
+        finally:
+            close()
+    _print_prepared(report, time.perf_counter() - start)
+    return 0
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """Join the slices of ``owt tokenize --shard i/n`` (see ``openwebtext.prepare.merge``)."""
+    from .prepare import merge
+
+    update, close = _prepare_progress(args.quiet)
+    start = time.perf_counter()
+    with _terminate_as_interrupt():
+        try:
+            report = merge(
+                args.slices,
+                args.out,
+                restart=args.restart,
+                progress=update,
+                checkpoint_seconds=args.checkpoint_seconds,
+            )
+        finally:
+            close()
+    _print_prepared(report, time.perf_counter() - start)
     return 0
 
 
@@ -262,7 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read a corpus: urlsf_subsetNN.tar files, folders of them, globs, or "
         "extracted *_data.xz members. No path: the built-in generated corpus.",
     )
-    stream.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    stream.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    _add_storage_options(stream)
     stream.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
     stream.add_argument("--seed", type=int, default=None, help="default 0")
     stream.add_argument(
@@ -332,7 +459,8 @@ def build_parser() -> argparse.ArgumentParser:
         "index",
         help="count the documents of every member once (needed for even sharding)",
     )
-    index.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    index.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    _add_storage_options(index)
     index.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
     index.add_argument(
         "--val-fraction",
@@ -349,27 +477,76 @@ def build_parser() -> argparse.ArgumentParser:
     tokenize = sub.add_parser(
         "tokenize",
         help="write train.bin and val.bin of token ids, as nanoGPT's prepare.py does",
-        description="Tokenize every document in the workers and write its ids, then the "
-        "end-of-text id, to OUT/train.bin or OUT/val.bin (flat arrays of the tokenizer's dtype: "
-        "uint16 for gpt2; read with numpy.memmap), and OUT/meta.json. No path: the built-in "
-        "generated corpus.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Tokenize every document in the workers and write its ids, then the\n"
+        "end-of-text id, to OUT/train.bin or OUT/val.bin (flat arrays of the tokenizer's dtype:\n"
+        "uint16 for gpt2; read with numpy.memmap), and OUT/meta.json (options, counts, sha256\n"
+        "of each file). No path: the built-in generated corpus.\n\n"
+        "Split rules (--split):\n"
+        "  hash     (default) a document is held out when a keyed hash of its name is below\n"
+        "           --val-fraction (key --val-seed), as `owt stream --split val`; members in\n"
+        "           the order of --seed (or corpus order with --no-shuffle).\n"
+        "  nanogpt  byte-identical to nanoGPT's data/openwebtext/prepare.py over the same\n"
+        "           archives through the Hugging Face loading script: its text normalisation,\n"
+        "           train_test_split(test_size=0.0005, seed=2357) and its file order.\n\n"
+        "Interrupted (Ctrl-C, SIGTERM, SIGKILL, power loss)? Run the same command again: it goes\n"
+        "on from the progress recorded in OUT (--restart starts over). Across machines: run\n"
+        "--shard i/n for every i into separate folders, then `owt merge`.",
     )
-    tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    _add_storage_options(tokenize)
     tokenize.add_argument("--out", required=True, help="output folder")
+    tokenize.add_argument(
+        "--split",
+        choices=("hash", "nanogpt"),
+        default="hash",
+        help="hash (default): keyed hash of each document's name; nanogpt: nanoGPT's exact files",
+    )
     tokenize.add_argument(
         "--tokenizer",
         default="gpt2",
         help="gpt2 (offline), bytes, tiktoken:NAME or hf:PATH (default gpt2)",
     )
     tokenize.add_argument("-j", "--jobs", type=int, default=cpu_count(), help="worker processes")
-    tokenize.add_argument("--seed", type=int, default=0)
-    tokenize.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="corpus order")
-    tokenize.add_argument("--val-fraction", type=float, default=0.0005)
-    tokenize.add_argument("--val-seed", type=int, default=2357)
+    tokenize.add_argument("--seed", type=int, default=0, help="hash: member order (default 0)")
+    tokenize.add_argument(
+        "--no-shuffle", dest="shuffle", action="store_false", help="hash: corpus order"
+    )
+    tokenize.add_argument(
+        "--val-fraction", type=float, default=0.0005, help="held-out share (default 0.0005)"
+    )
+    tokenize.add_argument(
+        "--val-seed", type=int, default=2357, help="hash key / nanogpt permutation seed (2357)"
+    )
     tokenize.add_argument("--take", type=int, default=None, help="stop after N documents")
     tokenize.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
+    tokenize.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="prepare slice I of N of the members into OUT; join the slices with owt merge",
+    )
+    tokenize.add_argument(
+        "--restart", action="store_true", help="throw away the progress recorded in OUT"
+    )
+    tokenize.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)
     tokenize.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     tokenize.set_defaults(run=_tokenize)
+
+    merge = sub.add_parser(
+        "merge",
+        help="join the slices of owt tokenize --shard into train.bin and val.bin",
+        description="Join the folders written by `owt tokenize --shard i/n` (every i, same "
+        "corpus and options) into the train.bin, val.bin and meta.json one run would have "
+        "written, byte for byte. Resumable as owt tokenize is.",
+    )
+    merge.add_argument("slices", nargs="+", metavar="DIR", help="slice folders, in any order")
+    merge.add_argument("--out", required=True, help="output folder")
+    merge.add_argument(
+        "--restart", action="store_true", help="throw away the progress recorded in OUT"
+    )
+    merge.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)
+    merge.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    merge.set_defaults(run=_merge)
 
     bench.add_parser(sub)
 
@@ -391,9 +568,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if isinstance(exc, _Terminated) else EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Sequence
@@ -18,12 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import storage
 from .errors import CorpusError
-from .index import Unit, index_paths
+from .index import Unit, index_inputs
+from .inputs import file_version
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "cache_dir", "split_key"]
 
-COUNTS_FORMAT = "openwebtext-counts/1"
+#: /2: the counts carry the files' ``version`` (size and mtime), so a changed file makes
+#: them stale; /1 files are treated as absent.
+COUNTS_FORMAT = "openwebtext-counts/2"
+
+log = logging.getLogger("openwebtext")
 
 PathLike = str | os.PathLike[str]
 
@@ -67,10 +74,33 @@ class Corpus:
 
     units: tuple[Unit, ...]
     counts: Counts | None = field(default=None, compare=False)
+    skipped_files: tuple[CorpusError, ...] = field(default=(), compare=False)
+    """Files left out when opened under ``on_error="skip"``, with why."""
+    versions: tuple[str, ...] = field(default=(), compare=False)
+    """``file_version`` of each file (``files()`` order) when it was indexed."""
 
     @classmethod
-    def open(cls, paths: PathLike | Sequence[PathLike]) -> Corpus:
+    def open(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        on_error: str = "raise",
+        storage_options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | None = None,
+    ) -> Corpus:
         """Index paths, folders or glob patterns (see ``openwebtext.index``).
+
+        Args:
+            paths: Local paths, or fsspec URLs (``s3://``, ``gs://``, ``https://``,
+                ``hf://``…; the ``remote`` extra), of files, folders or globs.
+            on_error: ``raise``: a bad file is an error; ``skip`` (or ``warn``):
+                it is left out and listed in ``skipped_files``.
+            storage_options: Passed as they are to the filesystems of URLs (for
+                S3: ``endpoint_url``, ``anon``…), here and in the workers.
+            cache_dir: Keep the remote members read in this folder (off by
+                default), so that a second epoch reads them from disk.
+            cache_size: The cache's cap in bytes (least recently used first out).
 
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
@@ -78,9 +108,29 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        corpus = cls(tuple(index_paths(list(paths))))
+        if storage_options is not None or cache_dir is not None:
+            storage.configure(storage_options, cache_dir=cache_dir, cache_size=cache_size)
+        indexed = index_inputs(list(paths), on_error=on_error)
+        units = tuple(indexed.units)
+        versions = tuple(file_version(path) for path in dict.fromkeys(u.path for u in units))
+        corpus = cls(units, None, tuple(indexed.skipped), versions)
         counts = corpus.load_counts()
-        return cls(corpus.units, counts) if counts else corpus
+        return corpus.with_counts(counts) if counts else corpus
+
+    def files(self) -> list[str]:
+        """The corpus's files, in order, once each."""
+        return list(dict.fromkeys(u.path for u in self.units))
+
+    def version(self) -> str:
+        """A short hash of what the files are now (``index.file_version``): counts made of
+        another version are stale."""
+        files = self.files()
+        versions = self.versions if len(self.versions) == len(files) else None
+        h = hashlib.sha256()
+        for k, path in enumerate(files):
+            current = versions[k] if versions is not None else file_version(path)
+            h.update(f"{os.path.basename(path)}\0{current}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()[:16]
 
     @property
     def compressed_bytes(self) -> int:
@@ -90,7 +140,8 @@ class Corpus:
         """A short hash of what the units are (names, sizes, formats), not where they lie."""
         h = hashlib.sha256()
         for u in self.units:
-            h.update(f"{os.path.basename(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n".encode())
+            line = f"{os.path.basename(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n"
+            h.update(line.encode("utf-8", "surrogateescape"))  # names need not be UTF-8
         return h.hexdigest()[:16]
 
     # -- the counts cache ------------------------------------------------------
@@ -98,19 +149,35 @@ class Corpus:
     def counts_paths(self) -> list[Path]:
         """Where the counts file is looked for, in order (beside the corpus, then the cache)."""
         name = f".owt-counts-{self.fingerprint()}.json"
-        return [Path(self.units[0].path).parent / name, cache_dir() / "counts" / name[1:]]
+        cached = cache_dir() / "counts" / name[1:]
+        if storage.is_url(self.units[0].path):  # never written beside a remote corpus
+            return [cached]
+        return [Path(self.units[0].path).parent / name, cached]
 
     def load_counts(self) -> Counts | None:
+        """The cached counts, if a file holds them for this corpus as it is now.
+
+        A damaged file is treated as absent, with a warning (the next count
+        rewrites it); counts made before a file changed are stale, and absent.
+        """
         for path in self.counts_paths():
             try:
                 raw = json.loads(path.read_text())
-            except (OSError, ValueError):
+            except FileNotFoundError:
                 continue
-            if raw.get("format") == COUNTS_FORMAT and raw.get("fingerprint") == self.fingerprint():
-                documents = tuple(raw["documents"])
-                if len(documents) == len(self.units):
-                    val = {k: tuple(v) for k, v in raw.get("val", {}).items()}
-                    return Counts(documents, val)
+            except (OSError, ValueError) as exc:
+                log.warning("counts file %s is damaged (%s): ignored, to be rewritten", path, exc)
+                continue
+            counts = _parse_counts(raw, len(self.units))
+            if isinstance(counts, str):
+                if counts:
+                    log.warning("counts file %s is damaged (%s): ignored, to be rewritten",
+                                path, counts)  # fmt: skip
+                continue
+            if raw.get("fingerprint") != self.fingerprint() or raw.get("version") != self.version():
+                log.info("counts file %s is stale: a file changed since it was counted", path)
+                continue
+            return counts
         return None
 
     def save_counts(self, counts: Counts) -> Path:
@@ -118,6 +185,7 @@ class Corpus:
         body: dict[str, Any] = {
             "format": COUNTS_FORMAT,
             "fingerprint": self.fingerprint(),
+            "version": self.version(),
             "units": len(self.units),
             "total": sum(counts.documents),
             "documents": list(counts.documents),
@@ -140,3 +208,37 @@ class Corpus:
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror or exc}")
         raise CorpusError("cannot write the counts file: " + "; ".join(errors))
+
+    def with_counts(self, counts: Counts) -> Corpus:
+        return Corpus(self.units, counts, self.skipped_files, self.versions)
+
+
+def _counts_list(value: object, n_units: int) -> tuple[int, ...] | None:
+    """``value`` as ``n_units`` counts (non-negative ints), or None."""
+    if not isinstance(value, list) or len(value) != n_units:
+        return None
+    if not all(type(n) is int and n >= 0 for n in value):
+        return None
+    return tuple(value)
+
+
+def _parse_counts(raw: object, n_units: int) -> Counts | str:
+    """The counts of a counts file's body, or why not: "" for another format (an older
+    file), else what is damaged."""
+    if not isinstance(raw, dict):
+        return f"holds a {type(raw).__name__}, not an object"
+    if raw.get("format") != COUNTS_FORMAT:
+        return "" if isinstance(raw.get("format"), str) else "no format"
+    documents = _counts_list(raw.get("documents"), n_units)
+    if documents is None:
+        return f"documents is not a list of {n_units} counts"
+    val = raw.get("val", {})
+    if not isinstance(val, dict):
+        return "val is not an object"
+    held: dict[str, tuple[int, ...]] = {}
+    for key, value in val.items():
+        counts = _counts_list(value, n_units)
+        if counts is None or any(v > n for v, n in zip(counts, documents, strict=True)):
+            return f"val[{key!r}] is not a list of {n_units} counts, each at most the documents"
+        held[key] = counts
+    return Counts(documents, held)

@@ -1,15 +1,23 @@
-"""Counting documents per member (``owt index``), in parallel, for even sharding."""
+"""Counting documents per member (``owt index``, or on first use), in parallel, for even
+sharding."""
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable
+from typing import NamedTuple
 
 from .corpus import Corpus, Counts, split_key
-from .errors import CorpusError
+from .errors import CorpusError, TruncatedMember
+from .index import Unit
+from .options import Options
 from .plan import in_validation
-from .workers import SLOT_BYTES, InlinePool, PoolOptions, WorkerPool
+from .workers import Loaded, PoolOptions, open_pool
 
-__all__ = ["count_documents"]
+__all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
+
+log = logging.getLogger("openwebtext")
 
 NANOGPT_SPLIT = (0.0005, 2357)
 
@@ -21,31 +29,35 @@ def count_documents(
     splits: tuple[tuple[float, int], ...] = (NANOGPT_SPLIT,),
     max_member_bytes: int = 1 << 30,
     progress: Callable[[int], None] | None = None,
+    on_error: str = "raise",
 ) -> Counts:
     """Read every member once and count its documents, and those held out by each split.
 
     Documents are counted from the tar headers; text is not decoded, so a
     document with invalid UTF-8 still counts (the loader's policy decides).
 
+    Args:
+        on_error: ``raise``: a member that cannot be read whole is an error;
+            ``skip`` (or ``warn``): it counts what a stream under ``skip`` will
+            read of it (nothing, or the documents before a cut).
+
     Raises:
-        CorruptMember: a member cannot be read (counts must be exact).
+        CorpusError: a member cannot be read whole, under ``raise``.
     """
     options = PoolOptions(
         workers=workers,
-        prefetch=2,
-        slot_bytes=SLOT_BYTES,
         timeout=600.0,
-        retries=0,
         max_member_bytes=max_member_bytes,
         max_document_bytes=max_member_bytes,
         decode_errors=None,  # counted from the tar headers; the loader's policy decides
     )
-    pool = InlinePool(corpus.units, options) if workers == 0 else WorkerPool(corpus.units, options)
     documents: list[int] = []
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
-    try:
+    with open_pool(corpus.units, options) as pool:
         for loaded in pool.run(range(len(corpus.units))):
-            if loaded.errors:
+            member_failed = loaded.errors and not loaded.names
+            cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
+            if (member_failed or cut) and on_error == "raise":
                 error = loaded.errors[0]
                 raise CorpusError(f"cannot count documents: {error}") from error
             documents.append(len(loaded.names))
@@ -55,6 +67,85 @@ def count_documents(
                 )
             if progress is not None:
                 progress(1)
-    finally:
-        pool.close()
     return Counts(tuple(documents), {k: tuple(v) for k, v in held.items()})
+
+
+def ensure_counts(
+    corpus: Corpus, options: Options, *, progress: Callable[[int], None] | None = None
+) -> Corpus:
+    """``corpus`` with the counts that ``options`` need (even sharding), counting them now
+    if no cache holds them, and caching them (``owt index`` does it ahead of time).
+
+    The count reads every member once, with ``options.workers``, under a progress
+    bar on stderr when it is a terminal.
+    """
+    if options.even_mode is None:
+        return corpus
+    split = (options.split, options.val_fraction, options.val_seed)
+    if corpus.counts is not None and corpus.counts.per_unit(*split) is not None:
+        return corpus
+    cached = corpus.load_counts()
+    if cached is not None and cached.per_unit(*split) is not None:
+        return corpus.with_counts(cached)
+    splits = tuple(dict.fromkeys([NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]))
+    from tqdm import tqdm
+
+    with tqdm(
+        total=len(corpus.units),
+        unit="member",
+        desc="counting documents for even sharding (once)",
+        file=sys.stderr,
+        disable=not _interactive(),
+        leave=False,
+    ) as bar:
+        counts = count_documents(
+            corpus,
+            workers=options.workers,
+            splits=splits,
+            max_member_bytes=options.max_member_bytes,
+            progress=progress or bar.update,
+            on_error=options.on_error,
+        )
+    try:
+        corpus.save_counts(counts)
+    except CorpusError as exc:
+        log.warning("counted, but cannot cache the counts: %s", exc)
+    return corpus.with_counts(counts)
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (ValueError, OSError):  # closed
+        return False
+
+
+class ExpectedCounts(NamedTuple):
+    """The counts an even stream's targets come from, to check each member against as it
+    is read: one that disagrees would make its rank repeat or leave out documents without
+    a word."""
+
+    documents: tuple[int, ...]
+    """Documents per unit."""
+    in_split: tuple[int, ...] | None
+    """Documents per unit in ``split`` (None: the split is ``all``)."""
+    split: str
+
+    def check(self, unit: Unit, loaded: Loaded) -> None:
+        """Raise if the member read (whole: not failed, not cut) disagrees with its counts.
+
+        Raises:
+            CorpusError: naming the member and ``owt index --force``.
+        """
+        found, expected, what = len(loaded.names), self.documents[loaded.unit], "documents"
+        if found == expected and self.in_split is not None:
+            # Kept, plus those left out for their content (they were in the split too).
+            found = sum(1 for offset in loaded.offsets if offset >= 0) + len(loaded.errors)
+            expected, what = self.in_split[loaded.unit], f"documents in split {self.split!r}"
+        if found != expected:
+            raise CorpusError(
+                f"holds {found} {what} but the counts file says {expected}: the member changed "
+                "since it was counted; run `owt index --force` on the corpus",
+                unit.path,
+                unit.member,
+            )

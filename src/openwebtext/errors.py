@@ -9,12 +9,15 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │   └── UnknownFormat      a file or member whose magic bytes are not ours
     ├── CorruptMember          an inner member that fails to decompress or parse
     │   ├── MemberTooLarge     decompressed past ``max_member_bytes``
+    │   ├── TruncatedMember    cut short (an interrupted download); what precedes the cut is kept
     │   └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
     ├── WorkerError            a worker died, hung, or could not be started
     ├── StateError             a state dict that does not fit this loader
     ├── TooManyErrors          more skips than ``max_errors`` allows
-    └── TokenizerError         an unknown tokenizer spec, a missing extra or file
-                               (defined in ``tokenizer``, with what it guards)
+    ├── TokenizerError         an unknown tokenizer spec, a missing extra or file
+    │                          (defined in ``tokenizer``, with what it guards)
+    └── PrepareError           owt tokenize / merge: another run's progress, a bad slice
+                               (defined in ``workdir``)
 
 ``CorpusError`` and its subclasses carry ``path`` (the file) and ``member``
 (the inner member name, or ``None``); ``CorruptDocument`` adds ``document``.
@@ -31,6 +34,7 @@ __all__ = [
     "OWTError",
     "StateError",
     "TooManyErrors",
+    "TruncatedMember",
     "UnknownFormat",
     "WorkerError",
 ]
@@ -78,6 +82,12 @@ class CorruptMember(CorpusError):
 
 class MemberTooLarge(CorruptMember):
     """A member whose decompressed size passes ``max_member_bytes`` (e.g. a bomb)."""
+
+
+class TruncatedMember(CorruptMember):
+    """A member cut short (its file, or its compressed stream, ends early), with no sign of
+    corruption before the cut: under ``skip`` the documents wholly before the cut are
+    delivered and the member is counted as partial."""
 
 
 class CorruptDocument(CorruptMember):

@@ -8,7 +8,15 @@ import re
 import zlib
 from typing import Any
 
-__all__ = ["FORMATS", "MAGIC_BYTES", "decompress", "detect"]
+__all__ = [
+    "FORMATS",
+    "MAGIC_BYTES",
+    "LimitExceeded",
+    "Truncated",
+    "decompress",
+    "detect",
+    "is_empty_tar",
+]
 
 XZ, GZIP, BZIP2, ZSTD, TAR = "xz", "gzip", "bzip2", "zstd", "tar"
 FORMATS = (XZ, GZIP, BZIP2, ZSTD, TAR)
@@ -37,8 +45,26 @@ def detect(head: bytes) -> str | None:
     return None
 
 
+def is_empty_tar(head: bytes) -> bool:
+    """A tar with no member is only its end-of-archive zero blocks."""
+    return len(head) == MAGIC_BYTES and not head.strip(b"\0")
+
+
 class LimitExceeded(Exception):
     """Decompressed output would pass the limit."""
+
+
+class Truncated(EOFError):
+    """The compressed data ran out before its end-of-stream marker, with no error before.
+
+    Attributes:
+        data: Everything decompressed before the data ran out (exact: only a
+            decoder error would mean corruption, and there was none).
+    """
+
+    def __init__(self, message: str, data: bytes) -> None:
+        super().__init__(message)
+        self.data = data
 
 
 def decompress(data: bytes, kind: str, limit: int) -> bytes:
@@ -47,6 +73,7 @@ def decompress(data: bytes, kind: str, limit: int) -> bytes:
     Raises:
         LimitExceeded: the output is larger than ``limit`` (a bomb is stopped
             here, having allocated at most ``limit + 1`` bytes).
+        Truncated: xz, gzip or bzip2 data that ends early, with what came before.
         lzma.LZMAError, zlib.error, OSError, EOFError, ValueError: corrupt or
             truncated data; the caller wraps these with the member's name.
     """
@@ -85,7 +112,9 @@ def _streams(data: bytes, kind: str, limit: int) -> bytes:
                 break
             pos += len(chunk)
             if pos >= len(view):
-                raise EOFError("compressed data ends before the end-of-stream marker")
+                raise Truncated(
+                    "compressed data ends before the end-of-stream marker", b"".join(parts)
+                )
         first = False
         # Zero padding between or after streams (xz stream padding, padded gzip) is allowed.
         nonzero = _NONZERO.search(data, pos)

@@ -19,6 +19,7 @@ from numpy.typing import DTypeLike
 
 from .batches import Batches, batches_start
 from .corpus import Corpus
+from .counts import ensure_counts
 from .options import Options
 from .stream import Document, Mark, Stats, Stream, TokenDocument
 from .tokenizer import Tokenizer, load_tokenizer
@@ -47,9 +48,14 @@ class Loader:
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
-        self.corpus = corpus if isinstance(corpus, Corpus) else Corpus.open(corpus)
         base = options or Options()
         self.options = replace(base, **overrides) if overrides else base
+        on_error = self.options.on_error
+        if not isinstance(corpus, Corpus):
+            corpus = Corpus.open(corpus, on_error=on_error)
+        elif corpus.skipped_files and on_error == "raise":
+            raise corpus.skipped_files[0]
+        self.corpus = corpus
 
     def replace(self, **overrides: Any) -> Loader:
         """A loader of the same corpus with some options changed."""
@@ -138,6 +144,7 @@ class DocumentIterator:
         as_tuples: bool = False,
         tokenizer: Tokenizer | None = None,
     ) -> None:
+        corpus = ensure_counts(corpus, options)
         self.corpus = corpus
         self.options = options
         if tokenizer is None and options.tokenizer is not None:

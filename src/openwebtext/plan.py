@@ -27,6 +27,7 @@ __all__ = [
     "Split",
     "block_stop",
     "epoch_target",
+    "even_end",
     "in_validation",
     "pass_end",
     "permutation",
@@ -104,6 +105,22 @@ def pass_end(order: Sequence[int], counts: Sequence[int], start: int, need: int)
         need -= counts[order[end % n]]
         end += 1
     return end
+
+
+def even_end(order: Sequence[int], counts: Sequence[int], target: int) -> int:
+    """The plan position where the evened-out passes of an epoch meet ``target`` when no
+    document is skipped (passes from position 0, as ``pass_end`` cuts them).
+
+    Passes that start at or past it repeat documents because skips left the rank short.
+    """
+    start = got = 0
+    if not order or sum(counts[u] for u in order) == 0:
+        return 0
+    while got < target:
+        end = pass_end(order, counts, start, target - got)
+        got += sum(counts[order[p % len(order)]] for p in range(start, end))
+        start = end
+    return start
 
 
 def block_stop(

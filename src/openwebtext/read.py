@@ -11,21 +11,31 @@ from __future__ import annotations
 
 import lzma
 import os
+import re
 import zlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .errors import CorruptDocument, CorruptMember, MemberTooLarge, UnknownFormat
-from .formats import MAGIC_BYTES, TAR, LimitExceeded, decompress, detect
+from .errors import (
+    CorruptDocument,
+    CorruptMember,
+    MemberTooLarge,
+    TruncatedMember,
+    UnknownFormat,
+)
+from .formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
 from .index import Unit
 from .plan import Split, in_validation
+from .ranges import RangeReader
+from .storage import is_url
 from .tarwalk import TarFormatError, walk
 
 if TYPE_CHECKING:
     from .tokenizer import Tokenizer
 
-__all__ = ["Encoded", "Member", "Reader", "Split", "encode_member"]
+__all__ = ["Encoded", "Member", "Reader", "Split", "encode_member", "nanogpt_text"]
 
 # bz2 reports corrupt data as OSError; zstandard as ZstdError, a subclass of Exception only.
 _DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
@@ -44,8 +54,10 @@ class Member(NamedTuple):
     names: list[str]
     offsets: list[int]
     sizes: list[int]
-    dropped: list[CorruptDocument]
-    """Documents left out: past ``max_document_bytes``, or invalid UTF-8 under ``strict``.
+    dropped: list[CorruptMember]
+    """Documents left out: past ``max_document_bytes``, or invalid UTF-8 under ``strict``
+    (``CorruptDocument``); and a ``TruncatedMember`` when the member was cut short and
+    only the documents before the cut are listed.
 
     Their offset is -1, as is that of documents outside the requested split.
     """
@@ -75,6 +87,7 @@ class Reader:
         self.decode_errors = decode_errors
         self.max_open = max_open
         self._files: dict[str, int] = {}
+        self._remote: RangeReader | None = None  # made on first use: after the fork
 
     def _fd(self, path: str) -> int:
         fd = self._files.get(path)
@@ -88,13 +101,33 @@ class Reader:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
+
+    def _ranges(self) -> RangeReader:
+        if self._remote is None:
+            self._remote = RangeReader()
+        return self._remote
+
+    def prefetch(self, units: Sequence[Unit]) -> None:
+        """Start fetching the remote ones of ``units`` (read next, in this order)."""
+        if any(is_url(u.path) for u in units):
+            self._ranges().prefetch(units)
+
+    def _raw(self, unit: Unit) -> bytes:
+        if is_url(unit.path):  # by byte range (see ``ranges``)
+            return self._ranges().read(unit)
+        return os.pread(self._fd(unit.path), unit.size, unit.offset)
 
     def read(self, unit: Unit) -> Member:
         """Read, decompress and walk one unit.
 
         Raises:
-            CorruptMember: unreadable, truncated or corrupt compressed data, or
-                a tar that cannot be walked; names the file and member.
+            CorruptMember: unreadable or corrupt compressed data, or a tar that
+                cannot be walked; names the file and member. A member cut short
+                with complete documents before the cut is not raised: it is
+                listed with a ``TruncatedMember`` in ``dropped``.
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
         if not unit.kind:
@@ -107,15 +140,16 @@ class Reader:
                 unit.member,
             )
         try:
-            raw = os.pread(self._fd(unit.path), unit.size, unit.offset)
+            raw = self._raw(unit)
         except OSError as exc:
             raise CorruptMember(
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
             ) from exc
+        # A cut (the file, or the compressed stream, ends early) keeps what precedes it;
+        # corruption (a decoder error) keeps nothing.
+        cut = None
         if len(raw) != unit.size:
-            raise CorruptMember(
-                f"file is truncated: {len(raw)} of {unit.size} bytes", unit.path, unit.member
-            )
+            cut = f"file is truncated: {len(raw)} of {unit.size} bytes"
         try:
             data = decompress(raw, unit.kind, self.max_member_bytes)
         except LimitExceeded:
@@ -124,13 +158,29 @@ class Reader:
                 unit.path,
                 unit.member,
             ) from None
+        except Truncated as exc:
+            data = exc.data
+            cut = cut or f"corrupt {unit.kind} data: {exc}"
         except _DECOMPRESS_ERRORS as exc:
-            raise CorruptMember(f"corrupt {unit.kind} data: {exc}", unit.path, unit.member) from exc
+            raise CorruptMember(
+                cut or f"corrupt {unit.kind} data: {exc}", unit.path, unit.member
+            ) from exc
         del raw
         try:
-            names, offsets, sizes = walk(data)
+            names, offsets, sizes = walk(data, partial=cut is not None)
         except TarFormatError as exc:
             raise CorruptMember(f"not a valid tar: {exc}", unit.path, unit.member) from exc
+        dropped: list[CorruptMember] = []
+        if cut is not None:
+            if not names:
+                raise CorruptMember(cut, unit.path, unit.member)
+            dropped.append(
+                TruncatedMember(
+                    f"{cut}: partial, {len(names)} documents end before the cut",
+                    unit.path,
+                    unit.member,
+                )
+            )
         if names and detect(data[offsets[0] : offsets[0] + MAGIC_BYTES]) not in (None, TAR):
             raise CorruptMember(
                 "holds compressed members, not documents: is this a compressed outer tar? "
@@ -144,7 +194,6 @@ class Reader:
             for k, name in enumerate(names):
                 if in_validation(name, fraction, seed) is not held_out:
                     offsets[k] = -1
-        dropped: list[CorruptDocument] = []
         limit = self.max_document_bytes
         if sizes and max(sizes) > limit:
             for k, size in enumerate(sizes):
@@ -168,7 +217,7 @@ class Reader:
         names: list[str],
         offsets: list[int],
         sizes: list[int],
-        dropped: list[CorruptDocument],
+        dropped: list[CorruptMember],
     ) -> int:
         """Check that every kept document is UTF-8; return how many need ``replace``.
 
@@ -213,11 +262,24 @@ class Encoded(NamedTuple):
     """Ids per document, end-of-text included (0: left out)."""
 
 
-def encode_member(member: Member, tokenizer: Tokenizer) -> Encoded:
+_BLANK_LINES = re.compile("\n\n\n+")
+
+
+def nanogpt_text(text: str) -> str:
+    """``text`` as the Hugging Face ``openwebtext`` loading script yields it to nanoGPT.
+
+    Three or more newlines become two, then ``str.strip()`` (which strips Unicode
+    whitespace, not only ASCII). An empty or all-whitespace document becomes ``""``.
+    """
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = False) -> Encoded:
     """Tokenize the kept documents of ``member`` (its text is already checked).
 
     Each document's ids end with ``tokenizer.eot``, as nanoGPT's
     ``prepare.py`` writes them, so concatenating documents packs them.
+    With ``normalise``, each text goes through ``nanogpt_text`` first.
     """
     errors = "replace" if member.replace else "strict"
     data = member.data
@@ -226,6 +288,8 @@ def encode_member(member: Member, tokenizer: Tokenizer) -> Encoded:
         data[member.offsets[k] : member.offsets[k] + member.sizes[k]].decode("utf-8", errors)
         for k in kept
     ]
+    if normalise:
+        texts = [nanogpt_text(text) for text in texts]
     flat: list[int] = []
     offsets = [-1] * len(member.offsets)
     counts = [0] * len(member.offsets)

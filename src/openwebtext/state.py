@@ -55,6 +55,11 @@ class Counters:
     """Documents whose invalid UTF-8 became U+FFFD (``decode_errors="replace"``)."""
     tokens: int = 0
     """Token ids handed out, end-of-text ids included (with a ``tokenizer``)."""
+    partial_members: int = 0
+    """Members cut short whose documents before the cut were delivered (named in ``skipped``)."""
+    repeated_documents: int = 0
+    """Documents handed out again to keep ranks even after skips left this rank short
+    (counted when each such pass ends)."""
 
     @classmethod
     def from_state(cls, counters: Mapping[str, Any]) -> Counters:
@@ -82,6 +87,8 @@ class Stats(Counters):
 
     skipped: tuple[str, ...] = ()
     """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
+    skipped_files: int = 0
+    """Files left out when the corpus was opened under ``skip`` (named in ``skipped``)."""
 
 
 def stream_config(

@@ -25,13 +25,22 @@ import numpy as np
 
 from . import blocks
 from .corpus import Corpus
-from .errors import CorpusError, OWTError, TooManyErrors
-from .index import Unit
+from .counts import ExpectedCounts
+from .errors import CorpusError, OWTError, TooManyErrors, TruncatedMember
 from .options import Options
-from .plan import DOCUMENTS, Split, block_stop, epoch_target, pass_end, permutation, plan
+from .plan import (
+    DOCUMENTS,
+    Split,
+    block_stop,
+    epoch_target,
+    even_end,
+    pass_end,
+    permutation,
+    plan,
+)
 from .state import STATE_FORMAT, Counters, Stats, check_state, stream_config
 from .tokenizer import Tokenizer
-from .workers import SLOT_BYTES, InlinePool, Loaded, PoolOptions, WorkerPool
+from .workers import Loaded, Pool, PoolOptions, open_pool
 
 __all__ = [
     "Document",
@@ -41,7 +50,6 @@ __all__ = [
     "Stream",
     "TokenDocument",
     "even_counts",
-    "open_pool",
 ]
 
 log = logging.getLogger("openwebtext")
@@ -123,31 +131,6 @@ def _handed(order: list[int] | None, first: int, end: int, values: list[int]) ->
     return sum([values[k] for k in order[first:end]])
 
 
-def open_pool(
-    units: Sequence[Unit], options: Options, tokenizer: Tokenizer | None
-) -> WorkerPool | InlinePool:
-    """The worker pool that reads ``units`` as ``options`` say (no processes with workers=0)."""
-    split = None
-    if options.split != "all":
-        split = Split(options.split, options.val_fraction, options.val_seed)
-    pool_options = PoolOptions(
-        workers=options.workers,
-        prefetch=options.prefetch,
-        slot_bytes=SLOT_BYTES,
-        timeout=options.timeout,
-        retries=0 if options.on_error == "raise" else 1,
-        max_member_bytes=options.max_member_bytes,
-        max_document_bytes=options.max_document_bytes,
-        split=split,
-        decode_errors=options.decode_errors,
-        hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
-        tokenizer=None if tokenizer is None else tokenizer.spec,
-    )
-    if options.workers == 0:
-        return InlinePool(units, pool_options)
-    return WorkerPool(units, pool_options)
-
-
 def even_counts(corpus: Corpus, options: Options) -> tuple[int, ...]:
     """Documents of every unit in the stream's split: evening ranks out needs them.
 
@@ -170,20 +153,30 @@ def even_counts(corpus: Corpus, options: Options) -> tuple[int, ...]:
 
 
 class ErrorPolicy:
-    """``on_error``: raise a unit's error, or count it as skipped (and log it, ``warn``)."""
+    """``on_error``: raise a unit's error, or count it as skipped (and log it, ``warn``).
 
-    def __init__(self, options: Options) -> None:
+    Every kind of skip counts against ``max_errors``: members, documents, members
+    cut short (their documents before the cut are kept) and files skipped when
+    the corpus was opened.
+
+    Args:
+        options: The stream's options.
+        skipped_files: The corpus's files skipped at open (named first).
+    """
+
+    def __init__(self, options: Options, skipped_files: Sequence[OWTError] = ()) -> None:
         self.on_error = options.on_error
         self.max_errors = options.max_errors
-        self.skipped: list[str] = []
+        self.files = len(skipped_files)
+        self.skipped: list[str] = [str(error) for error in skipped_files]
         """What was skipped, by name (the first 10,000)."""
 
-    def apply(self, error: OWTError, counters: Counters, *, member_level: bool) -> Counters:
-        """``counters`` with ``error`` counted, or raise it.
+    def skip(self, error: OWTError, counters: Counters, *, member_level: bool) -> Counters:
+        """``counters`` with ``error`` counted as a skipped member or document, or raise it.
 
         Raises:
-            OWTError: ``error`` itself, under ``on_error="raise"`` (with the
-                cause it came with, such as a worker's traceback).
+            OWTError: ``error`` itself, under ``on_error="raise"`` (its ``__cause__``
+                says where the worker raised it).
             TooManyErrors: past ``max_errors`` skips.
         """
         if self.on_error == "raise":
@@ -192,16 +185,38 @@ class ErrorPolicy:
             counters = replace(counters, skipped_members=counters.skipped_members + 1)
         else:
             counters = replace(counters, skipped_documents=counters.skipped_documents + 1)
+        self._note(error)
+        self.check(counters, error)
+        return counters
+
+    def cut(self, error: TruncatedMember, counters: Counters) -> Counters:
+        """``counters`` with a member cut short counted (its documents before the cut are
+        kept), or raise ``error``."""
+        if self.on_error == "raise":
+            raise error
+        counters = replace(counters, partial_members=counters.partial_members + 1)
+        self._note(error)
+        self.check(counters, error)
+        return counters
+
+    def _note(self, error: OWTError) -> None:
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
         if self.on_error == "warn":
             log.warning("skipped: %s", error)
-        skips = counters.skipped_members + counters.skipped_documents
-        if self.max_errors is not None and skips > self.max_errors:
+
+    def check(self, counters: Counters, error: OWTError | None) -> None:
+        """End the run once the skips are more than ``max_errors``.
+
+        Raises:
+            TooManyErrors: naming ``error``, the last skip.
+        """
+        skips = counters.skipped_members + counters.skipped_documents + counters.partial_members
+        skips += self.files
+        if error is not None and self.max_errors is not None and skips > self.max_errors:
             raise TooManyErrors(
                 f"{skips} skipped, more than max_errors={self.max_errors}; last: {error}"
             ) from error
-        return counters
 
 
 class Stream:
@@ -262,9 +277,11 @@ class Stream:
         # Counts of documents, bytes and tokens exclude the current block.
         self._counters = counters
         self._yielded_before = 0  # by this iterator, for ``take``
-        self._policy = ErrorPolicy(options)
+        # Files skipped at open are the corpus's: named here, counted by every iterator.
+        self._policy = ErrorPolicy(options, corpus.skipped_files)
         self._even_counts: tuple[int, ...] | None = None
-        self._pool: WorkerPool | InlinePool | None = None
+        self._expected: ExpectedCounts | None = None  # when evened out: checked as read
+        self._pool: Pool | None = None
 
     # -- what has been handed out ---------------------------------------------
 
@@ -296,7 +313,11 @@ class Stream:
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
         m = self.mark()
-        return Stats(**m.counted().to_state(), skipped=tuple(self._policy.skipped[: m.skipped]))
+        return Stats(
+            **m.counted().to_state(),
+            skipped=tuple(self._policy.skipped[: m.skipped]),
+            skipped_files=self._policy.files,
+        )
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
         """The state after the last document handed out (or at ``mark``): resume with
@@ -318,12 +339,19 @@ class Stream:
         if take == 0 or not self.corpus.units:
             return
         last = None if opts.epochs is None else opts.epoch + opts.epochs
-        pool = self._pool = open_pool(self.corpus.units, opts, self.tokenizer)
+        files = self.corpus.skipped_files
+        self._policy.check(self._counters, files[-1] if files else None)
+        if opts.even_mode is not None and self.corpus.counts is not None:
+            in_split = None if opts.split == "all" else self._counts_per_unit()
+            self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
+        pool = self._pool = self._open_pool()
         try:
             while last is None or self._epoch < last:
                 yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
+                if last is None and self._counters.epoch_documents == 0:
+                    raise self._nothing_read()
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len = 0
@@ -331,13 +359,47 @@ class Stream:
         finally:
             pool.close()
 
+    def _open_pool(self) -> Pool:
+        """The worker pool that reads the units as the options say (the one call site)."""
+        opts = self.options
+        split = None if opts.split == "all" else Split(opts.split, opts.val_fraction, opts.val_seed)
+        pool_options = PoolOptions(
+            workers=opts.workers,
+            prefetch=opts.prefetch,
+            timeout=opts.timeout,
+            retries=0 if opts.on_error == "raise" else 1,
+            max_member_bytes=opts.max_member_bytes,
+            max_document_bytes=opts.max_document_bytes,
+            split=split,
+            decode_errors=opts.decode_errors,
+            hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
+            tokenizer=None if self.tokenizer is None else self.tokenizer.spec,
+        )
+        return open_pool(self.corpus.units, pool_options)
+
+    def _nothing_read(self) -> CorpusError:
+        """An endless run whose whole epoch yielded nothing would wait forever: say why."""
+        opts = self.options
+        why = []
+        if opts.split != "all":
+            why.append(f"split {opts.split!r} (val_fraction={opts.val_fraction})")
+        if opts.world_size > 1:
+            why.append(f"rank {opts.rank} of world_size {opts.world_size}")
+        skipped = self._counters.skipped_members + self._policy.files
+        if skipped:
+            why.append(f"{skipped} members or files skipped")
+        return CorpusError(
+            f"epoch {self._epoch} yielded no document"
+            + (f" ({', '.join(why)})" if why else "")
+            + ": an endless run (epochs=None) would wait forever",
+            path=os.path.dirname(self.corpus.units[0].path),
+        )
+
     def _yielded(self) -> int:
         yielded: int = self._yielded_before + self._in_block - self._first_in_block
         return yielded
 
-    def _epoch_documents(
-        self, pool: WorkerPool | InlinePool, take: int | None
-    ) -> Generator[Any, None, None]:
+    def _epoch_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
         """Hand out the rest of the current epoch, from the current block on."""
         opts = self.options
         order = plan(
@@ -351,9 +413,7 @@ class Stream:
         if opts.even_mode is None:
             yield from self._pass(pool, order, self._block, len(order), None, take)
             return
-        if self._even_counts is None:
-            self._even_counts = even_counts(self.corpus, opts)
-        counts = self._even_counts
+        counts = self._counts_per_unit()
         target = epoch_target(
             counts,
             shuffle=opts.shuffle,
@@ -368,13 +428,26 @@ class Stream:
                 f"than the {len(self.corpus.units)} members; use even_rule='drop' or fewer ranks"
             )
         # Evened out: cycle through this rank's shard up to where the counts say the
-        # target is met; if skipped documents leave it short, go on from there.
+        # target is met; if skipped documents leave it short, go on from there,
+        # repeating (said and counted).
+        # A pass that starts where an epoch without skips would have ended repeats: a pure
+        # function of the position, so a resumed run counts what an uninterrupted one does.
+        expected_end = even_end(order, counts, target)
+        warned = False
         while self._counters.epoch_documents < target:
             start = self._block
             need = target - self._counters.epoch_documents + self._in_block
             end = pass_end(order, counts, start, need)
             before = self._counters.epoch_documents
+            repeat = start >= expected_end
+            if repeat and not warned:
+                warned = True
+                self._warn_short(target)
             yield from self._pass(pool, order, start, end, target, take)
+            if repeat:
+                c = self._counters
+                repeated = c.repeated_documents + c.epoch_documents - before
+                self._counters = replace(c, repeated_documents=repeated)
             if take is not None and self._yielded() >= take:
                 return
             if self._counters.epoch_documents == before and end - start >= len(order):
@@ -383,9 +456,21 @@ class Stream:
                 )
             self._block, self._in_block = end, 0
 
+    def _counts_per_unit(self) -> tuple[int, ...]:
+        if self._even_counts is None:
+            self._even_counts = even_counts(self.corpus, self.options)
+        return self._even_counts
+
+    def _warn_short(self, target: int) -> None:
+        log.warning(
+            "rank %d, epoch %d: skips left %d of its %d documents unread; repeating documents "
+            "of its shard to keep ranks even (counted in stats.repeated_documents)",
+            self.options.rank, self._epoch, target - self._counters.epoch_documents, target,
+        )  # fmt: skip
+
     def _pass(
         self,
-        pool: WorkerPool | InlinePool,
+        pool: Pool,
         order: list[int],
         start: int,
         end: int,
@@ -467,7 +552,13 @@ class Stream:
             units=self._counters.units + 1,
             replaced_documents=self._counters.replaced_documents + loaded.replace,
         )
+        cut = False
         for error in loaded.errors:
-            self._counters = self._policy.apply(
-                error, self._counters, member_level=not loaded.names
-            )
+            if isinstance(error, TruncatedMember) and loaded.names:
+                cut = True
+                self._counters = self._policy.cut(error, self._counters)
+            else:
+                member_level = not loaded.names
+                self._counters = self._policy.skip(error, self._counters, member_level=member_level)
+        if self._expected is not None and not cut and (loaded.names or not loaded.errors):
+            self._expected.check(self.corpus.units[loaded.unit], loaded)

@@ -6,7 +6,8 @@ matters because it runs once per document in the workers
 (``benchmarks/bench_tarwalk.py`` keeps the comparison). It still handles what
 real tars contain: POSIX ustar prefixes, GNU long names (``L``/``K``), pax
 headers (``x``/``g``), base-256 sizes, and verifies every header checksum.
-Links, directories, devices and FIFOs are skipped; sparse files are refused.
+Links, directories, devices and FIFOs are skipped; sparse files are refused; an entry
+of a type tar does not define is a file under its whole name, as tarfile reads it.
 """
 
 from __future__ import annotations
@@ -19,8 +20,12 @@ __all__ = ["Entries", "TarFormatError", "walk"]
 
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
+_ENDS = b"\0 "  # what ends a number field that does not fill its whole width
 _REGULAR = frozenset(b"07\x00")
 _SKIPPED = frozenset(b"123456")  # hard/sym links, char/block devices, directories, FIFOs
+#: Every type read as something other than a file; any type not here nor in _REGULAR is
+#: unknown, and read as a regular file, as tarfile does.
+_NOT_FILES = _SKIPPED | frozenset(b"LKxgS")
 
 
 class TarFormatError(ValueError):
@@ -65,8 +70,12 @@ def _pax(data: bytes, where: int) -> dict[str, str]:
     return records
 
 
-def walk(buf: bytes) -> Entries:
+def walk(buf: bytes, partial: bool = False) -> Entries:
     """List the regular files of the tar in ``buf``.
+
+    With ``partial`` (``buf`` is known to be cut short), the walk stops at the
+    cut instead: only entries that end before it are listed, and their headers
+    are still verified.
 
     Raises:
         TarFormatError: truncated data, a bad checksum, a bad number or an
@@ -86,7 +95,9 @@ def walk(buf: bytes) -> Entries:
         if buf[pos] == 0 and buf[pos : pos + BLOCK] == _ZERO_BLOCK:
             break
         headers.append(pos)
-        try:  # the common case, an 8-byte octal field; anything else takes _number
+        try:  # the common case: six octal digits, then NUL or space; anything else takes _number
+            if buf[pos + 154] not in _ENDS:
+                raise ValueError
             checksums.append(int(buf[pos + 148 : pos + 154], 8))
         except ValueError:
             checksums.append(_number(buf[pos + 148 : pos + 156], pos))
@@ -94,14 +105,20 @@ def walk(buf: bytes) -> Entries:
         if pax_size is not None:
             size = pax_size
         else:
-            try:
+            try:  # eleven digits, then NUL or space (twelve digits, or base-256: _number)
+                if buf[pos + 135] not in _ENDS:
+                    raise ValueError
                 size = int(buf[pos + 124 : pos + 135], 8)
             except ValueError:
                 size = _number(buf[pos + 124 : pos + 136], pos)
         data = pos + BLOCK
+        if partial and size >= 0 and data + size > end:
+            headers.pop()
+            checksums.pop()
+            break
         if size < 0 or data + size > end:
             raise TarFormatError(f"tar entry at byte {pos} runs past the end of the data")
-        if kind in _REGULAR:
+        if kind in _REGULAR or kind not in _NOT_FILES:
             if pax_name is not None:
                 name = pax_name
             elif long_name is not None:
@@ -127,19 +144,14 @@ def walk(buf: bytes) -> Entries:
                     raise TarFormatError(f"bad pax size at byte {pos}") from None
         elif kind == 0x53:
             raise TarFormatError(f"sparse tar entry at byte {pos} is not supported")
-        elif kind in _SKIPPED or kind in (0x4B, 0x67):  # K: long link name, g: global pax
-            if kind in _SKIPPED:
-                long_name = pax_name = pax_size = None
-        else:  # unknown types are read as regular files, as tarfile does
-            names.append(buf[pos : pos + 100].split(b"\0", 1)[0].decode("utf-8", "replace"))
-            offsets.append(data)
-            sizes.append(size)
+        elif kind in _SKIPPED:
             long_name = pax_name = pax_size = None
+        # K (long link name) and g (global pax header) change nothing we read.
         pos = data + (size + BLOCK - 1) // BLOCK * BLOCK
     else:
-        if buf[pos:].strip(b"\0"):
+        if buf[pos:].strip(b"\0") and not partial:
             raise TarFormatError(f"tar header at byte {pos} is truncated")
-    if not headers and end and buf.strip(b"\0"):
+    if not headers and end and buf.strip(b"\0") and not partial:
         raise TarFormatError("no tar header found")
     _verify_checksums(buf, headers, checksums)
     return Entries(names, offsets, sizes)

@@ -1,71 +1,115 @@
 """Workers: the processes that read units, and the consumer's side of them.
 
-Nothing outside this module knows that processes exist. ``WorkerPool.run``
-takes unit numbers in plan order and yields each unit's decompressed bytes and
-document table, in that same order, whatever the number of workers.
+Nothing outside this module knows that processes exist. ``open_pool`` gives a
+``Pool``: ``run`` takes unit numbers in plan order and yields each unit's
+decompressed bytes and document table (``Loaded``), in that same order,
+whatever the number of workers. ``WorkerPool`` runs units on worker processes;
+``InlinePool`` (``workers=0``) reads them in the calling process.
 
-How a unit travels:
+How a unit travels (the messages and the life of a task are in ``tasks``):
 
-- The consumer sends ``(seq, unit, slot)`` down a worker's task pipe. Tasks go
-  out in plan order, at most ``prefetch`` per worker, and only while a slot is
-  free, so memory is bounded by ``slots * slot_bytes`` whatever the consumer's
-  speed.
+- The consumer sends a ``Request(seq, unit, slot)`` down a worker's task pipe.
+  Requests go out in plan order, at most ``prefetch`` per worker, and only
+  while a slot is free, so memory is bounded by ``slots * slot_bytes``
+  whatever the consumer's speed.
 - The worker reads the unit (``read.Reader``), copies the decompressed member
   into its slot of one shared anonymous mapping (made before the workers fork,
   so nothing is ever named or left behind), and sends back only the document
-  table. A member larger than a slot travels inline through the pipe instead.
+  table (``Done``). A member larger than a slot travels inline instead.
 - The consumer decodes text straight out of the slot (no copy). It frees the
   slot when it asks for the next unit, or, with ``hold`` > 0, when it calls
   ``release``: then it may keep up to ``hold`` units (a shuffle block) while it
   hands their documents out, and the pool has that many more slots.
 
-Failures are values: an error reading a unit comes back as the library's own
-exception for that unit; a worker that exits, or sends nothing for
-``timeout`` seconds while it holds work, becomes a ``WorkerError`` for the
-units it held (after ``retries`` fresh attempts on a new worker).
+Failures are values: an error reading a unit comes back (``Failed``) as the
+library's own exception for that unit, with the worker's traceback as its
+cause; a worker that exits, or sends nothing for ``timeout`` seconds while it
+holds work, becomes a ``WorkerError`` for the unit it was reading (after
+``retries`` fresh attempts on a new worker); the units queued behind it are
+sent again. A worker with nothing to do is never timed: the clock of a worker
+starts when it is given work while idle, and restarts with every message.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import mmap
 import multiprocessing as mp
 import os
+import pickle
 import selectors
 import signal
 import time
-import traceback
 from collections.abc import Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from .errors import OWTError, WorkerError
 from .index import Unit
+from .options import Options
 from .read import Member, Reader, Split, encode_member
+from .tasks import Done, Failed, Request, Task, Tasks, failed, failure
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["SLOT_BYTES", "InlinePool", "Loaded", "PoolOptions", "WorkerPool", "cpu_count"]
+__all__ = [
+    "SLOT_BYTES",
+    "InlinePool",
+    "Loaded",
+    "Pool",
+    "PoolOptions",
+    "WorkerPool",
+    "cpu_count",
+    "open_pool",
+]
 
 #: Largest decompressed member that travels through shared memory (larger: through the pipe).
 SLOT_BYTES = 16 << 20
 
+_LOADER = Options()  # a pool's defaults are the loader's
 
-class PoolOptions(NamedTuple):
-    workers: int
-    prefetch: int
-    slot_bytes: int
-    timeout: float
-    retries: int
-    max_member_bytes: int
-    max_document_bytes: int
+
+@dataclass(frozen=True, slots=True)
+class PoolOptions:
+    """How a pool reads units. The defaults are the loader's (``Options``)."""
+
+    workers: int = _LOADER.workers
+    """Worker processes; 0: read in the calling process (``InlinePool``)."""
+    prefetch: int = _LOADER.prefetch
+    """Units in flight per worker."""
+    timeout: float = _LOADER.timeout
+    """Seconds a worker holding work may stay silent before it counts as hung."""
+    retries: int = 0
+    """Fresh attempts at a unit whose worker died or hung while reading it."""
+    max_member_bytes: int = _LOADER.max_member_bytes
+    max_document_bytes: int = _LOADER.max_document_bytes
     split: Split | None = None
-    decode_errors: str | None = "strict"
+    decode_errors: str | None = _LOADER.decode_errors
     """How workers check UTF-8 (``strict``, ``replace``); None: not at all."""
     hold: int = 0
     """Units the consumer may keep after asking for the next one (see ``release``)."""
     tokenizer: str | None = None
     """Tokenize in the workers (``tokenizer.load_tokenizer`` spec): units carry ids, not text."""
+    normalise: bool = False
+    """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
+    slot_bytes: int = SLOT_BYTES
+    """Bytes of one shared slot."""
+
+    def __post_init__(self) -> None:
+        for name, least in (
+            ("workers", 0),
+            ("prefetch", 1),
+            ("retries", 0),
+            ("hold", 0),
+            ("slot_bytes", 1),
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an int >= {least}, not {value!r}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, not {self.timeout!r}")
 
 
 class Loaded(NamedTuple):
@@ -81,13 +125,45 @@ class Loaded(NamedTuple):
     offsets: list[int]
     sizes: list[int]
     errors: Sequence[OWTError]
-    """A unit-level failure (then the table is empty) or documents left out."""
+    """A unit-level failure (then the table is empty; its ``__cause__`` says where it was
+    raised) or documents left out."""
     replace: int = 0
     """Kept documents that are invalid UTF-8: decode them with ``errors="replace"``."""
     ticket: int = -1
     """What to pass to ``release`` (with ``hold`` > 0)."""
     counts: list[int] | None = None
     """With a tokenizer: ids per document; ``data`` holds ids and ``offsets`` point at them."""
+
+
+class Pool(Protocol):
+    """What a pool offers its consumer (``open_pool`` makes the right one)."""
+
+    def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        """Yield every unit of ``order``, in order (call again for the next epoch)."""
+        ...
+
+    def release(self, ticket: int) -> None:
+        """Free the slot of a unit kept under ``hold``."""
+        ...
+
+    def close(self) -> None:
+        """Stop every worker now."""
+        ...
+
+    def __enter__(self) -> Pool: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def open_pool(units: Sequence[Unit], options: PoolOptions) -> Pool:
+    """The pool for ``options``: worker processes, or the calling process with ``workers=0``.
+
+    Raises:
+        WorkerError: a worker process cannot be started (on the first ``run``).
+    """
+    if options.workers == 0:
+        return InlinePool(units, options)
+    return WorkerPool(units, options)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -125,23 +201,22 @@ def _worker_main(
     reader = _reader(options)
     tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
     slot_bytes = options.slot_bytes
+    queued: collections.deque[Request | None] = collections.deque()
     try:
         while True:
             try:
-                task = tasks.recv()
+                request = _next_task(tasks, queued, reader, units)
             except EOFError:
                 return
-            if task is None:
+            if request is None:
                 return
-            seq, unit, slot = task
+            seq, unit, slot = request
             try:
-                member, payload, offsets, counts = _read(reader, tokenizer, units[unit])
-            except OWTError as exc:
-                results.send(("err", seq, exc, traceback.format_exc()))
-                continue
-            except Exception as exc:  # a bug, not bad data: report it with its traceback
-                error = WorkerError(f"unexpected {type(exc).__name__} reading {units[unit]}: {exc}")
-                results.send(("err", seq, error, traceback.format_exc()))
+                member, payload, offsets, counts = _read(
+                    reader, tokenizer, units[unit], options.normalise
+                )
+            except Exception as exc:  # every failure is the unit's, sent as a value
+                _send_failure(results, failed(seq, exc, units[unit]))
                 continue
             data: bytes | None = payload
             size = len(payload)
@@ -149,8 +224,7 @@ def _worker_main(
                 shared[slot * slot_bytes : slot * slot_bytes + size] = payload
                 data = None
             results.send(
-                (
-                    "ok",
+                Done(
                     seq,
                     size,
                     data,
@@ -168,14 +242,46 @@ def _worker_main(
         reader.close()
 
 
+def _send_failure(results: Connection, message: Failed) -> None:
+    """Send a failure; an error that cannot be pickled goes as a ``WorkerError`` saying so."""
+    try:
+        results.send(message)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        error = WorkerError(
+            f"{message.error} (and its {type(message.error).__name__} cannot be sent: {exc})",
+            path=getattr(message.error, "path", None),
+            member=getattr(message.error, "member", None),
+        )
+        results.send(Failed(message.seq, error, message.traceback))
+
+
+def _next_task(
+    tasks: Connection,
+    queued: collections.deque[Request | None],
+    reader: Reader,
+    units: Sequence[Unit],
+) -> Request | None:
+    """The next task; every task already sent is taken off the pipe and told to the reader.
+
+    So a reader of remote files fetches the queued units while this one is
+    decompressed (``Reader.prefetch``); local files ignore it.
+    """
+    if not queued:
+        queued.append(tasks.recv())
+    while queued[-1] is not None and tasks.poll():
+        queued.append(tasks.recv())
+    reader.prefetch([units[t.unit] for t in queued if t is not None])
+    return queued.popleft()
+
+
 def _read(
-    reader: Reader, tokenizer: Tokenizer | None, unit: Unit
+    reader: Reader, tokenizer: Tokenizer | None, unit: Unit, normalise: bool = False
 ) -> tuple[Member, bytes, list[int], list[int] | None]:
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
     member = reader.read(unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
-    encoded = encode_member(member, tokenizer)
+    encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
@@ -196,7 +302,9 @@ class _Worker:
         self.results = results
         self.pid: int = process.pid
         self.inflight: list[int] = []
+        """Sequence numbers sent to it and not answered yet, in the order it reads them."""
         self.last_heard = time.monotonic()
+        """When it last answered, or was given work while it had none (its hang clock)."""
 
 
 class WorkerPool:
@@ -207,21 +315,14 @@ class WorkerPool:
         self.options = options
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("fork" if "fork" in methods else None)
-        self._slots = max(2, options.workers * (options.prefetch + 1)) + options.hold
+        self.slots = max(2, options.workers * (options.prefetch + 1)) + options.hold
         self._shared: mmap.mmap | None = None
         if self._ctx.get_start_method() == "fork":
-            self._shared = mmap.mmap(-1, self._slots * options.slot_bytes)
+            self._shared = mmap.mmap(-1, self.slots * options.slot_bytes)
         self._workers: list[_Worker] = []
         self._next_number = 0
         self.closed = False
-        # Tasks live across runs: seq -> (unit, slot, attempts).
-        self._tasks: dict[int, tuple[int, int | None, int]] = {}
-        self._done: dict[int, tuple[Any, ...]] = {}  # seq -> the worker's message
-        self._retry: list[int] = []  # seqs to send again (their worker died)
-        self._abandoned: set[int] = set()  # seqs of runs left early
-        self._held: set[int] = set()  # seqs handed out and not yet released (hold > 0)
-        self._free = list(range(self._slots - 1, -1, -1))
-        self._seq_new = 0
+        self.tasks = Tasks(self.slots)  # they live across runs
         self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
 
     # -- processes ---------------------------------------------------------
@@ -286,107 +387,105 @@ class WorkerPool:
         The pool outlives a run: call ``run`` again for the next epoch. A run
         left early abandons its units in flight; their results are dropped
         when they arrive. ``close()`` stops the workers.
+
+        Raises:
+            WorkerError: the pool is closed, or a worker cannot be started.
         """
         if self.closed:
             raise WorkerError("this worker pool is closed")
         while len(self._workers) < self.options.workers:
             # One at a time: each new worker must see (and close) its elders' pipes.
             self._add_worker()
-        first = self._seq_new
         try:
             yield from self._run(iter(order))
         finally:
-            self._abandoned.update(s for s in self._tasks if s >= first and s not in self._held)
-            for seq in [s for s in self._done if s in self._abandoned]:
-                self._finish(seq)
+            self.tasks.abandon()
 
     def release(self, ticket: int) -> None:
-        """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid)."""
-        if ticket in self._held:
-            self._held.discard(ticket)
-            self._finish(ticket)
+        """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid).
 
-    def _finish(self, seq: int) -> None:
-        """Forget a task and free its slot."""
-        self._done.pop(seq, None)
-        self._abandoned.discard(seq)
-        _, slot, _ = self._tasks.pop(seq)
-        if slot is not None:
-            self._free.append(slot)
+        Without ``hold`` the pool frees each slot itself when the next unit is asked for.
+        """
+        if self.options.hold:
+            self.tasks.release(ticket)
 
     def _dispatch(self, order: Iterator[int], exhausted: bool) -> bool:
         """Send work while workers have room and slots are free; True once ``order`` ran out."""
+        tasks = self.tasks
         while True:
             idle = min(self._workers, key=lambda w: len(w.inflight))
             if len(idle.inflight) >= self.options.prefetch:
                 return exhausted
-            if self._retry:
-                seq = self._retry.pop(0)
-            elif not exhausted and self._free:
+            task = tasks.resend()
+            if task is None:
+                if exhausted or not tasks.free:
+                    return exhausted
                 unit = next(order, None)
                 if unit is None:
                     return True
-                seq = self._seq_new
-                self._seq_new += 1
-                self._tasks[seq] = (unit, self._free.pop(), 0)
-            else:
-                return exhausted
-            self._send(idle, seq)
+                task = tasks.new(unit)
+            self._send(idle, task)
 
-    def _send(self, worker: _Worker, seq: int) -> None:
-        unit, slot, _ = self._tasks[seq]
-        if not worker.inflight:
+    def _send(self, worker: _Worker, task: Task) -> None:
+        if not worker.inflight:  # idle until now: its hang clock starts with this task
             worker.last_heard = time.monotonic()
-        worker.inflight.append(seq)
+        worker.inflight.append(task.seq)
+        slot = task.slot if self._shared is not None else None
         with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
-            worker.tasks.send((seq, unit, slot if self._shared is not None else None))
+            worker.tasks.send(Request(task.seq, task.unit, slot))
 
     def _run(self, order: Iterator[int]) -> Iterator[Loaded]:
-        seq_out = self._seq_new
+        tasks = self.tasks
+        seq = tasks.next_seq
         exhausted = False
         while True:
             exhausted = self._dispatch(order, exhausted)
-            if seq_out in self._done:
-                message = self._done[seq_out]
-                unit, slot, _ = self._tasks[seq_out]
-                loaded = self._loaded(seq_out, unit, slot, message)
+            result = tasks.ready(seq)
+            if result is not None:
+                task = tasks.hand_out(seq)
+                loaded = self._loaded(task, result)
+                seq += 1
                 if self.options.hold:
-                    self._done.pop(seq_out)
-                    self._held.add(seq_out)
+                    yield loaded  # the consumer releases it
+                    continue
+                try:
                     yield loaded
-                else:
-                    try:
-                        yield loaded
-                    finally:
-                        if isinstance(loaded.data, memoryview):
-                            loaded.data.release()
-                        self._finish(seq_out)
-                seq_out += 1
+                finally:
+                    if isinstance(loaded.data, memoryview):
+                        loaded.data.release()
+                    tasks.release(task.seq)
                 continue
-            if exhausted and seq_out == self._seq_new:
+            if exhausted and seq == tasks.next_seq:
                 return
-            if not self._free and not any(w.inflight for w in self._workers):
+            if not tasks.free and not any(w.inflight for w in self._workers):
                 # Every slot is kept by the consumer: nothing could ever arrive.
                 raise WorkerError(
-                    f"the consumer keeps all {self._slots} slots (hold={self.options.hold}): "
+                    f"the consumer keeps all {self.slots} slots (hold={self.options.hold}): "
                     "release units before asking for more"
                 )
             self._wait()
 
-    def _loaded(
-        self, seq: int, unit: int, slot: int | None, message: tuple[Any, ...]
-    ) -> Loaded:
-        if message[0] == "err":
-            error: OWTError = message[2]
-            return Loaded(unit, b"", [], [], [], [error], 0, seq)
-        _, _, size, inline, names, offsets, sizes, dropped, replace, counts = message
+    def _loaded(self, task: Task, result: Done | Failed) -> Loaded:
+        if isinstance(result, Failed):
+            return Loaded(task.unit, b"", [], [], [], [result.exception()], 0, task.seq)
         data: memoryview | bytes
-        if inline is None and self._shared is not None and slot is not None:
-            start = slot * self.options.slot_bytes
-            data = memoryview(self._shared)[start : start + size]
+        if result.data is None and self._shared is not None:
+            start = task.slot * self.options.slot_bytes
+            data = memoryview(self._shared)[start : start + result.size]
         else:
-            data = inline
-        return Loaded(unit, data, names, offsets, sizes, list(dropped), replace, seq, counts)
+            assert result.data is not None
+            data = result.data
+        return Loaded(
+            task.unit,
+            data,
+            result.names,
+            result.offsets,
+            result.sizes,
+            result.dropped,
+            result.replace,
+            task.seq,
+            result.counts,
+        )
 
     def _wait(self) -> None:
         """Wait for one message, a death or a hang, and record what happened."""
@@ -401,18 +500,17 @@ class WorkerPool:
                 continue
             if is_results:
                 try:
-                    message = w.results.recv()
+                    message: Done | Failed = w.results.recv()
                 except (EOFError, OSError):
                     dead[w.number] = (w, "")
                     continue
                 w.last_heard = time.monotonic()
-                seq = message[1]
-                w.inflight.remove(seq)
-                self._done[seq] = message
-                if seq in self._abandoned:
-                    self._finish(seq)
+                w.inflight.remove(message.seq)
+                self.tasks.arrived(message)
             elif not w.results.poll():  # exited, and nothing left to read
                 dead[w.number] = (w, "")
+        # Only after reading what is ready: a consumer that paused is no reason to blame a
+        # worker whose answers were waiting for it.
         now = time.monotonic()
         for w in busy:
             if w.number not in dead and w.inflight and now - w.last_heard >= self.options.timeout:
@@ -445,36 +543,33 @@ class WorkerPool:
         # it failed; the rest had not started and go back without blame. The
         # blamed one gets its retry on the fresh worker, first in its queue.
         for position, seq in enumerate(w.inflight):
-            unit, slot, attempts = self._tasks[seq]
-            if seq in self._abandoned:
-                self._finish(seq)
-            elif position > 0:
-                self._retry.append(seq)
-            elif attempts < self.options.retries:
-                self._tasks[seq] = (unit, slot, attempts + 1)
-                self._send(fresh, seq)
-            else:
-                u = self.units[unit]
-                error = WorkerError(
-                    f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]",
-                    path=u.path,
-                    member=u.member,
-                )
-                self._done[seq] = ("err", seq, error, "")
-        self._retry.sort()
+            u = self.units[self.tasks[seq].unit]
+            error = WorkerError(
+                f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]",
+                path=u.path,
+                member=u.member,
+            )
+            again = self.tasks.lost(
+                seq, blamed=position == 0, retries=self.options.retries, error=error
+            )
+            if again is not None:
+                self._send(fresh, again)
 
 
 class InlinePool:
     """``workers=0``: read units in the calling process (no processes, no shared memory).
 
     For debugging, and for callers that may not start processes (e.g. inside a
-    daemonic ``torch.utils.data.DataLoader`` worker).
+    daemonic ``torch.utils.data.DataLoader`` worker). Its errors are the ones a
+    worker would send; their cause is the real exception, traceback and all.
     """
 
     def __init__(self, units: Sequence[Unit], options: PoolOptions):
         self.units = units
+        self.options = options
         self.reader = _reader(options)
         self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
+        self.normalise = options.normalise
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
@@ -482,15 +577,12 @@ class InlinePool:
         for unit in order:
             try:
                 member, payload, offsets, counts = _read(
-                    self.reader, self.tokenizer, self.units[unit]
+                    self.reader, self.tokenizer, self.units[unit], self.normalise
                 )
-            except OWTError as exc:
-                yield Loaded(unit, b"", [], [], [], [exc])
-                continue
-            except Exception as exc:  # a bug, or a tokenizer's own error: as a worker reports it
-                u = self.units[unit]
-                what = f"unexpected {type(exc).__name__} reading {u.path}[{u.member}]: {exc}"
-                error = WorkerError(what, path=u.path, member=u.member)
+            except Exception as exc:  # as a worker reports it
+                error = failure(exc, self.units[unit])
+                if error is not exc:
+                    error.__cause__ = exc
                 yield Loaded(unit, b"", [], [], [], [error])
                 continue
             yield Loaded(
@@ -499,7 +591,7 @@ class InlinePool:
                 member.names,
                 offsets,
                 member.sizes,
-                list(member.dropped),
+                member.dropped,
                 member.replace,
                 -1,
                 counts,
@@ -511,6 +603,12 @@ class InlinePool:
     def close(self) -> None:
         self.closed = True
         self.reader.close()
+
+    def __enter__(self) -> InlinePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def cpu_count() -> int:

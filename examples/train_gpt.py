@@ -1,0 +1,267 @@
+"""Train a small GPT on packed GPT-2 token batches streamed from a corpus; resume exactly.
+
+The model is a plain-PyTorch GPT (a few pre-norm transformer blocks, tied embeddings), small
+enough to train on a CPU for a few hundred steps. The data is the corpus streamed through
+``openwebtext.torch.PackedBatchDataset``: documents tokenized with GPT-2's BPE in the
+DataLoader workers and packed into rows of ``seq_len + 1`` ids, with no files written first.
+Every ``--eval-every`` steps it reports the loss on fixed batches of the held-out
+``split="val"`` documents. Model, optimizer, random state and the ``StatefulDataLoader``
+state are saved together in one checkpoint file, replaced atomically; run the same command
+again after an interruption and it continues from the last checkpoint, reaching exactly the
+losses of a run that was never interrupted (one thread, deterministic kernels).
+
+    python examples/train_gpt.py CORPUS --steps 300 --checkpoint gpt.pt
+    python examples/train_gpt.py CORPUS --steps 300 --checkpoint gpt.pt   # continues
+
+With no CORPUS, a small generated corpus (``openwebtext.synth``, 3,200 documents) is written
+once into the cache folder. Needs ``pip install -e '.[torch,tokenize]'``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from openwebtext import Corpus, Loader
+from openwebtext.torch import PackedBatchDataset
+
+VOCAB = 50304  # GPT-2's 50257 ids, padded to a multiple of 64 as nanoGPT does
+
+# The arguments that decide the result: a checkpoint resumes only under the same ones.
+RUN_ARGS = (
+    "corpus",
+    "steps",
+    "seq_len",
+    "batch_size",
+    "layers",
+    "heads",
+    "width",
+    "lr",
+    "warmup",
+    "val_fraction",
+    "eval_batches",
+    "num_workers",
+    "seed",
+)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: causal self-attention, then a 4x MLP."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """Token and position embeddings, ``layers`` blocks, a final norm, tied output head."""
+
+    def __init__(self, seq_len: int, layers: int, heads: int, width: int) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"--width {width} must be a multiple of --heads {heads}")
+        self.tokens = nn.Embedding(VOCAB, width)
+        self.positions = nn.Embedding(seq_len, width)
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, VOCAB, bias=False)
+        self.head.weight = self.tokens.weight
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The mean cross-entropy of predicting ``y`` from ``x`` (both ``(batch, seq_len)``)."""
+        h = self.tokens(x) + self.positions(torch.arange(x.shape[1]))
+        for block in self.blocks:
+            h = block(h)
+        logits = self.head(self.ln(h))
+        return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+
+
+def learning_rate(step: int, args: argparse.Namespace) -> float:
+    """Linear warmup, then cosine decay to a tenth at ``--steps``: a function of the step only,
+    so a resumed run follows the same schedule."""
+    if step < args.warmup:
+        return float(args.lr * (step + 1) / args.warmup)
+    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return float(args.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(progress, 1.0)))))
+
+
+@torch.no_grad()
+def evaluate(model: GPT, batches: list[torch.Tensor]) -> float:
+    model.eval()
+    losses = [model(b[:, :-1], b[:, 1:]).item() for b in batches]
+    model.train()
+    return sum(losses) / len(losses)
+
+
+def save_atomically(state: dict[str, Any], path: Path) -> None:
+    """Write ``state`` beside ``path`` and rename it into place: a crash leaves the old file
+    or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def small_corpus() -> str:
+    """The generated corpus used without CORPUS: 1 subset x 16 members x 200 documents."""
+    from openwebtext.corpus import cache_dir
+    from openwebtext.synth import COMPLETE_MARKER, corpus_dirname, write_corpus
+
+    path = cache_dir() / corpus_dirname(1, 16, 200, 0)
+    if not (path / COMPLETE_MARKER).is_file():
+        print(f"generating a small corpus in {path} ...", flush=True)
+        write_corpus(path, subsets=1, members=16, docs=200, seed=0)
+    return str(path)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add = parser.add_argument
+    add("corpus", nargs="*", help="corpus paths (default: a small generated corpus)")
+    add("--steps", type=int, default=300, help="train until this step (the schedule's length)")
+    add("--seq-len", type=int, default=128, help="ids each row predicts")
+    add("--batch-size", type=int, default=8, help="rows per batch")
+    add("--layers", type=int, default=2)
+    add("--heads", type=int, default=2)
+    add("--width", type=int, default=64)
+    add("--lr", type=float, default=3e-3, help="peak learning rate")
+    add("--warmup", type=int, default=20, help="warmup steps")
+    add("--val-fraction", type=float, default=0.01, help="held-out share (nanoGPT: 0.0005)")
+    add("--eval-every", type=int, default=50, help="evaluate on the val split every N steps")
+    add("--eval-batches", type=int, default=8, help="val batches per evaluation")
+    add("--checkpoint", type=Path, default=Path("gpt-ckpt.pt"))
+    add("--checkpoint-every", type=int, help="default: --eval-every")
+    add("--num-workers", type=int, default=2, help="DataLoader workers (each packs its own share)")
+    add("--seed", type=int, default=0)
+    add("--log", type=Path, help="append 'step loss' for every step (exact floats)")
+    add("--interrupt-at", type=int, help="stop after this step without saving (to try resuming)")
+    args = parser.parse_args()
+    args.corpus = args.corpus or [small_corpus()]
+    args.checkpoint_every = args.checkpoint_every or args.eval_every
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    # Deterministic: the same seed, one thread, and kernels that never vary between runs.
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+
+    corpus = Corpus.open(args.corpus)
+    read = {"seed": args.seed, "tokenizer": "gpt2", "val_fraction": args.val_fraction}
+    train = PackedBatchDataset(
+        corpus, args.seq_len, args.batch_size, split="train", epochs=None, **read
+    )  # endless: epoch after epoch, each in its own order
+    loader = StatefulDataLoader(train, batch_size=None, num_workers=args.num_workers)
+    val_loader = Loader(corpus, split="val", workers=0, **read)
+    with val_loader.batches(args.seq_len, args.batch_size) as val_batches:
+        val = [torch.from_numpy(b) for b in islice(val_batches, args.eval_batches)]
+    if not val:
+        raise SystemExit("the val split holds less than one batch: raise --val-fraction")
+
+    model = GPT(args.seq_len, args.layers, args.heads, args.width)
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices; not norms and biases
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        lr=args.lr,
+        betas=(0.9, 0.95),
+    )
+    run = {name: getattr(args, name) for name in RUN_ARGS}
+    step = 0
+    if args.checkpoint.exists():
+        checkpoint = torch.load(args.checkpoint, weights_only=False)
+        if checkpoint["run"] != run:
+            changed = sorted(k for k in run if checkpoint["run"].get(k) != run[k])
+            raise SystemExit(f"{args.checkpoint} was saved with other {', '.join(changed)}")
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        loader.load_state_dict(checkpoint["data"])
+        torch.set_rng_state(checkpoint["rng"])
+        step = checkpoint["step"]
+        print(f"resumed at step {step}", flush=True)
+
+    print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
+    batches: Iterator[torch.Tensor] = iter(loader)
+    while step < args.steps:
+        batch = next(batches, None)
+        if batch is None:  # only with no train batch at all: the stream is endless
+            raise SystemExit("the train split holds less than one batch")
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(step, args)
+        loss = model(batch[:, :-1], batch[:, 1:])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        if args.log:
+            with args.log.open("a") as f:
+                f.write(f"{step} {loss.item()!r}\n")
+        line, show = f"step {step}: loss {loss.item():.4f}", step % 10 == 0
+        if step % args.eval_every == 0 or step == args.steps:
+            line, show = f"{line}, val loss {evaluate(model, val)!r}", True
+        if step % args.checkpoint_every == 0 or step == args.steps:
+            state = {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "data": loader.state_dict(),  # after the batch just trained on
+                "rng": torch.get_rng_state(),
+                "step": step,
+                "run": run,
+            }
+            save_atomically(state, args.checkpoint)
+            line, show = f"{line} (checkpoint saved)", True
+        if show:
+            print(line, flush=True)
+        if step == args.interrupt_at:
+            print(f"interrupted after step {step}", flush=True)
+            return
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        # The checkpoint file is the last complete one: the same command continues from it.
+        print("interrupted: run the same command again to continue", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -1,0 +1,194 @@
+"""Inputs: the files that paths, folders and glob patterns name, before any is indexed.
+
+A folder is a dataset folder: it may hold README.md, .gitattributes, checksums
+or manifests beside the corpus. It (or a pattern) keeps the files that are
+corpus files by their magic bytes (as members are recognised) or their
+OpenWebText names, and the others are listed as ``ignored``. A path that
+cannot be read (a dangling symlink, a symlink loop, a FIFO or device, a file
+without permission) is a problem, said as such: ``index`` raises it, or
+counts it as skipped under ``on_error="skip"``. The same file named twice, by
+any spelling, is refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import NamedTuple
+
+from .errors import CorpusError
+from .formats import MAGIC_BYTES, detect, is_empty_tar
+from .storage import identity, is_url
+
+__all__ = ["Found", "expand_paths", "file_version", "find_files"]
+
+
+class Found(NamedTuple):
+    """What paths, folders and patterns name (``find_files``)."""
+
+    items: list[Path | CorpusError]
+    """In order: corpus files, and paths that name something unreadable (a dangling
+    symlink, a FIFO, a loop) as the error that says so."""
+    ignored: list[str]
+    """Entries of folders and patterns that are not corpus files (README.md, checksums)."""
+
+    @property
+    def files(self) -> list[Path]:
+        return [item for item in self.items if isinstance(item, Path)]
+
+    @property
+    def problems(self) -> list[CorpusError]:
+        return [item for item in self.items if isinstance(item, CorpusError)]
+
+
+#: File names of the OpenWebText release: kept in a folder even when their bytes are damaged.
+_OPENWEBTEXT_NAME = re.compile(r"^(urlsf_subset\d+.*\.tar|.*_data\.xz|openwebtext\.tar.*)$")
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _unreadable(path: str, lstat_ok: bool) -> CorpusError:
+    """Why ``path`` (which ``os.stat`` refused) cannot be read."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return CorpusError("symlink loop: the link never reaches a file", path=path)
+        if exc.errno == errno.ENOENT and lstat_ok:
+            return CorpusError(f"dangling symlink to {os.readlink(path)}", path=path)
+        if exc.errno == errno.ENOENT:
+            return CorpusError("no such file or folder", path=path)
+        return CorpusError(f"cannot read: {exc.strerror or exc}", path=path)
+    return CorpusError("cannot read", path=path)  # pragma: no cover - it went away and back
+
+
+def _classify(path: str) -> tuple[str, os.stat_result | None, str]:
+    """``("file" | "folder" | "other" | "bad", stat, why)`` for one path, following links."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "bad", None, ""
+    if stat.S_ISDIR(st.st_mode):
+        return "folder", st, ""
+    if stat.S_ISREG(st.st_mode):
+        return "file", st, ""
+    what = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+    return "other", st, what
+
+
+def _is_corpus_file(path: str) -> bool | CorpusError:
+    """Whether a file found in a folder or pattern belongs to the corpus: its magic bytes
+    (as members are recognised) or an OpenWebText name. An unreadable one is an error."""
+    if _OPENWEBTEXT_NAME.match(os.path.basename(path)):
+        return True
+    try:
+        with open(path, "rb") as f:
+            head = f.read(MAGIC_BYTES)
+    except OSError as exc:
+        return CorpusError(f"cannot read: {exc.strerror or exc}", path=path)
+    return detect(head) is not None or is_empty_tar(head)
+
+
+def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
+    """Turn paths, folders and glob patterns into the corpus files they name.
+
+    A folder (not recursive; names starting with ``.`` or ``_`` are left out)
+    or a pattern keeps the files that are corpus files by their magic bytes or
+    their OpenWebText names; the others are ``ignored``. A path named
+    explicitly is kept whatever it holds (indexing it says what is wrong).
+    Unreadable paths are ``problems``. The same file named twice, by any
+    spelling, is refused: its documents would silently count twice.
+
+    Raises:
+        CorpusError: a folder or pattern that names no file, or a file named twice.
+    """
+    found = Found([], [])
+    seen: dict[tuple[int, int], str] = {}
+
+    def keep(path: str, st: os.stat_result) -> None:
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise CorpusError(
+                f"the same file is given twice (also as {seen[key]}): its documents would be "
+                "read twice; name each file once",
+                path=path,
+            )
+        seen[key] = path
+        found.items.append(Path(path))
+
+    def entries(source: str, listed: list[str]) -> None:
+        before = len(found.items)
+        for path in listed:
+            kind, st, _ = _classify(path)
+            if kind == "bad":
+                found.items.append(_unreadable(path, os.path.lexists(path)))
+            elif kind == "file" and st is not None:
+                corpus_file = _is_corpus_file(path)
+                if isinstance(corpus_file, CorpusError):
+                    found.items.append(corpus_file)
+                elif corpus_file:
+                    keep(path, st)
+                else:
+                    found.ignored.append(path)
+            elif kind == "other":
+                found.ignored.append(path)
+        if len(found.items) == before:
+            raise CorpusError("holds no corpus file", path=source)
+
+    for raw in paths:
+        text = os.fspath(raw)
+        kind, st, what = _classify(text)
+        if kind == "folder":
+            listed = sorted(
+                os.path.join(text, name)
+                for name in os.listdir(text)
+                if not name.startswith((".", "_"))
+            )
+            entries(text, [p for p in listed if not os.path.isdir(p)])
+        elif kind == "file" and st is not None:
+            keep(text, st)
+        elif kind == "other":
+            found.items.append(CorpusError(f"is {what}, not a file", path=text))
+        elif glob.has_magic(text):
+            matches = sorted(glob.glob(text))
+            if not matches:
+                raise CorpusError("pattern matches no file", path=text)
+            entries(text, [p for p in matches if not os.path.isdir(p)])
+        else:
+            found.items.append(_unreadable(text, os.path.lexists(text)))
+    return found
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The corpus files named by paths, folders and glob patterns (see ``find_files``).
+
+    Raises:
+        CorpusError: an unreadable path, or one that holds no corpus file.
+    """
+    found = find_files(paths)
+    if found.problems:
+        raise found.problems[0]
+    return found.files
+
+
+def file_version(path: str) -> str:
+    """What changes when the file changes: its size and modification time.
+
+    The counts cache is keyed on it. A remote file gives its size and ETag (or
+    generation, or last-modified) as indexed (``storage.identity``).
+    """
+    if is_url(path):
+        info = identity(path)  # remembered when the file was indexed
+        return f"{info.size}:{info.identity}" if info else "unknown"
+    st = os.stat(path)
+    return f"{st.st_size}:{st.st_mtime_ns}"

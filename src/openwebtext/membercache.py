@@ -1,0 +1,151 @@
+"""An optional local cache of remote members: a second epoch reads from disk.
+
+One file per member, named by a hash of the file's URL, its identity (ETag or
+the like, so a changed file never serves old bytes), the member's offset and
+size. Writes are atomic (a temporary file renamed into place), so a process
+killed mid-write leaves at most a temporary file, never a short member; those
+are removed once they are older than ``STALE_SECONDS`` and count towards the
+cap meanwhile. A hit refreshes the file's mtime; when the cache passes its cap,
+the files least recently used go first. Workers share the folder; each keeps
+its own estimate of the total and lists the folder again when it passes the cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+__all__ = ["MemberCache", "parse_size"]
+
+STALE_SECONDS = 600.0
+_TMP = ".tmp-"
+
+
+def parse_size(text: str) -> int:
+    """``20G``, ``512M``, ``1.5T``, ``1000`` → bytes (powers of 1024).
+
+    Raises:
+        ValueError: not a size.
+    """
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"not a size: {text!r} (e.g. 20G, 512M)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class MemberCache:
+    """Members on local disk under ``root``, at most ``cap`` bytes (None: no cap)."""
+
+    def __init__(self, root: str | os.PathLike[str], cap: int | None = None):
+        self.root = Path(root)
+        self.cap = cap
+        self.hits = 0
+        self.misses = 0
+        self._total: int | None = None
+
+    @staticmethod
+    def key(url: str, identity: str, offset: int, size: int) -> str:
+        return hashlib.sha256(f"{url}\0{identity}\0{offset}\0{size}".encode()).hexdigest()[:40]
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / key
+
+    def contains(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def get(self, key: str, size: int) -> bytes | None:
+        """The cached bytes, or None (missing, or not ``size`` bytes long)."""
+        path = self._path(key)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            self.misses += 1
+            return None
+        if len(data) != size:  # never taken as data; the next put replaces it
+            self.misses += 1
+            return None
+        with contextlib.suppress(OSError):
+            os.utime(path)  # least recently *used*
+        self.hits += 1
+        return data
+
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` atomically, then evict past the cap (errors only cost the cache)."""
+        if self.cap is not None and len(data) > self.cap:
+            return
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=_TMP, dir=path.parent)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError:
+            return
+        if self.cap is None:
+            return
+        if self._total is None:
+            self._total = self._scan_total()
+        else:
+            self._total += len(data)
+        if self._total > self.cap:
+            self.evict()
+
+    def _entries(self) -> list[tuple[float, int, Path, bool]]:
+        """(mtime, size, path, is a temporary file) of everything in the cache."""
+        found = []
+        with contextlib.suppress(OSError):
+            for sub in self.root.iterdir():
+                if not sub.is_dir():
+                    continue
+                for path in sub.iterdir():
+                    try:
+                        st = path.stat()
+                    except OSError:
+                        continue
+                    found.append((st.st_mtime, st.st_size, path, path.name.startswith(_TMP)))
+        return found
+
+    def _scan_total(self) -> int:
+        return sum(size for _, size, _, _ in self._entries())
+
+    def evict(self) -> int:
+        """Remove stale temporary files, then the least recently used files past the cap.
+
+        Returns the bytes the cache holds afterwards.
+        """
+        entries = self._entries()
+        now = time.time()
+        total = 0
+        kept = []
+        for mtime, size, path, tmp in entries:
+            if tmp and now - mtime > STALE_SECONDS:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                continue
+            total += size
+            if not tmp:
+                kept.append((mtime, size, path))
+        if self.cap is not None:
+            kept.sort()
+            for _, size, path in kept:
+                if total <= self.cap:
+                    break
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                total -= size
+        self._total = total
+        return total

@@ -1,0 +1,185 @@
+"""The output folder of a prepare run: files under fixed temporary names, a progress record,
+and the commit step that makes the finished files appear, complete or not at all.
+
+While a run works, everything it writes in ``OUT`` has a fixed hidden name:
+``.NAME.part`` for each file, ``.owt-progress.json`` for the record of how far it got. The
+record is replaced atomically (written as ``.owt-progress.json.part``, fsync'd, renamed) and
+only after the files it describes were fsync'd, so after a crash or a kill the files are at
+least as long as the record says: a rerun truncates them to the recorded sizes and goes on.
+Names never change between runs, so nothing accumulates.
+
+The commit step (``commit``): the record first says ``commit`` with the finished ``meta``;
+then the old ``meta.json`` goes, every ``.NAME.part`` is renamed to ``NAME``, and
+``meta.json`` comes last. A ``meta.json`` therefore always describes the files beside it (it
+also holds their sha256). A commit cut short is finished by the next run.
+Files are created with mode 0666 less the umask, like any file a program writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import OWTError
+
+__all__ = ["PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
+
+#: The progress record's name in the output folder.
+PROGRESS = ".owt-progress.json"
+
+
+class PrepareError(OWTError):
+    """``owt tokenize`` / ``owt merge`` cannot go on: another run's progress, a bad slice, ..."""
+
+
+def sha256_file(path: Path) -> str:
+    """The sha256 of a file's bytes, in hex."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Part:
+    """A file being written as ``.NAME.part``, opened at ``size`` bytes (0: a new file).
+
+    Raises:
+        PrepareError: the file on disk is shorter than ``size`` (the record does not fit it).
+    """
+
+    def __init__(self, folder: Path, name: str, size: int = 0) -> None:
+        self.name = name
+        self.path = folder / f".{name}.part"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual < size:
+                raise PrepareError(
+                    f"{self.path} holds {actual} bytes, fewer than the {size} that "
+                    f"{PROGRESS} records: run again with --restart to start over"
+                )
+            os.ftruncate(fd, size)
+            self.file = open(fd, "wb", buffering=1 << 20, closefd=True)  # noqa: SIM115
+        except BaseException:
+            os.close(fd)
+            raise
+        self.file.seek(size)
+        self.size = size
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.size += self.file.write(data)
+
+    def sync(self) -> int:
+        """Flush and fsync; return the size."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        return self.size
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class Workdir:
+    """The output folder: its progress record, its parts, and the commit step."""
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise PrepareError(f"cannot create the output folder {self.folder}: {exc}") from exc
+        if not self.folder.is_dir():
+            raise PrepareError(f"{self.folder} is not a folder")
+
+    @property
+    def progress_path(self) -> Path:
+        return self.folder / PROGRESS
+
+    def load(self) -> dict[str, Any] | None:
+        """The progress record, or None if there is none.
+
+        Raises:
+            PrepareError: the record cannot be read as one.
+        """
+        path = self.progress_path
+        try:
+            record = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise PrepareError(
+                f"{path} is not a progress record ({exc}): run again with --restart"
+            ) from exc
+        if not (
+            isinstance(record, dict)
+            and isinstance(record.get("config"), dict)
+            and record.get("phase") in ("tokenize", "permute", "commit")
+        ):
+            raise PrepareError(f"{path} is not a progress record: run again with --restart")
+        return record
+
+    def save(self, record: dict[str, Any]) -> None:
+        """Replace the progress record atomically (call after syncing the parts it describes)."""
+        self.write_json(PROGRESS, record)
+
+    def write_json(self, name: str, body: dict[str, Any]) -> None:
+        """Write ``name`` atomically: ``.NAME.part``, fsync, rename, fsync the folder."""
+        target = self.folder / name
+        tmp = self.folder / f".{name.lstrip('.')}.part"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        with open(fd, "w") as f:
+            json.dump(body, f, indent=1, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        _fsync_dir(self.folder)
+
+    def part(self, name: str, size: int = 0) -> Part:
+        return Part(self.folder, name, size)
+
+    def part_path(self, name: str) -> Path:
+        return self.folder / f".{name}.part"
+
+    def clear(self, names: list[str]) -> None:
+        """Forget a run: its progress record and the parts of ``names``."""
+        for name in [*names, "meta.json"]:
+            self.part_path(name).unlink(missing_ok=True)
+        self.folder.joinpath(f".{PROGRESS.lstrip('.')}.part").unlink(missing_ok=True)
+        self.progress_path.unlink(missing_ok=True)
+
+    def commit(self, record: dict[str, Any], names: list[str], drop: list[str]) -> None:
+        """Make the parts ``names`` appear with ``record["meta"]``, then forget the run.
+
+        ``record`` is saved (phase ``commit``) before anything is renamed, so a run cut short
+        here is finished by the next one. ``drop``: parts that are only temporary.
+        """
+        record = {**record, "phase": "commit"}
+        self.save(record)
+        with contextlib.suppress(FileNotFoundError):
+            (self.folder / "meta.json").unlink()
+        for name in names:
+            part = self.part_path(name)
+            if part.exists():
+                os.replace(part, self.folder / name)
+            elif not (self.folder / name).exists():
+                raise PrepareError(
+                    f"{self.folder}: neither {part.name} nor {name} exists: run again with "
+                    "--restart"
+                )
+        _fsync_dir(self.folder)
+        self.write_json("meta.json", record["meta"])
+        for name in drop:
+            self.part_path(name).unlink(missing_ok=True)
+        self.progress_path.unlink(missing_ok=True)
+        _fsync_dir(self.folder)

@@ -1,0 +1,197 @@
+"""Servers for the remote tests, on 127.0.0.1 only: an HTTP server with byte ranges and faults.
+
+``RangeServer`` serves a folder: ``HEAD`` and ``GET`` with one ``Range``
+(``bytes=a-b``), ``ETag`` and ``Last-Modified`` from the file's size and mtime,
+and an HTML listing for folders (what fsspec's HTTP filesystem reads). It can
+add latency to every request and inject faults, each with its own probability
+or as the next N requests: 503s, connections dropped before answering, and
+bodies cut short of their ``Content-Length``. It counts requests and bytes sent.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import html
+import os
+import random
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+class Faults:
+    """What the server does wrong; ``next_*`` counters fire first, then the rates."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rate_503 = 0.0
+        self.rate_drop = 0.0
+        self.rate_short = 0.0
+        self.next_503 = 0
+        self.next_drop = 0
+        self.next_short = 0
+        self.status: int | None = None  # answer every request with this status (e.g. 403)
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def draw(self) -> str | None:
+        with self._lock:
+            if self.status is not None:
+                return "status"
+            for kind in ("503", "drop", "short"):
+                if getattr(self, f"next_{kind}") > 0:
+                    setattr(self, f"next_{kind}", getattr(self, f"next_{kind}") - 1)
+                    return kind
+            r = self._random.random()
+            for kind in ("503", "drop", "short"):
+                rate = getattr(self, f"rate_{kind}")
+                if r < rate:
+                    return kind
+                r -= rate
+            return None
+
+
+class RangeServer:
+    """A threaded HTTP server for ``root`` on 127.0.0.1 (a context manager)."""
+
+    def __init__(self, root: Path, latency: float = 0.0, seed: int = 0) -> None:
+        self.root = root
+        self.latency = latency
+        self.faults = Faults(seed)
+        self.requests = 0
+        self.gets = 0
+        self.bytes_sent = 0
+        self.injected = 0
+        self.in_flight = 0
+        self.max_in_flight = 0  # GETs being answered at once, at most
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_HEAD(self) -> None:
+                server._handle(self, head=True)
+
+            def do_GET(self) -> None:
+                server._handle(self, head=False)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> RangeServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.requests = self.gets = self.bytes_sent = self.injected = 0
+            self.max_in_flight = 0
+
+    def _handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        with self._lock:
+            self.requests += 1
+            if not head:
+                self.gets += 1
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            self._answer(h, head)
+        finally:
+            if not head:
+                with self._lock:
+                    self.in_flight -= 1
+
+    def _answer(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        if self.latency:
+            time.sleep(self.latency)
+        fault = self.faults.draw()
+        if fault is not None:
+            with self._lock:
+                self.injected += 1
+        if fault == "status":
+            self._empty(h, self.faults.status or 500)
+            return
+        if fault == "503":
+            self._empty(h, 503)
+            return
+        if fault == "drop":
+            h.close_connection = True
+            h.connection.shutdown(2)  # no answer at all: the client sees a reset connection
+            return
+        path = self.root / h.path.split("?", 1)[0].lstrip("/")
+        if path.is_dir():
+            self._listing(h, path, head)
+            return
+        if not path.is_file():
+            self._empty(h, 404)
+            return
+        st = path.stat()
+        size = st.st_size
+        start, end = 0, size
+        status = 200
+        spec = h.headers.get("Range")
+        if spec and spec.startswith("bytes="):
+            a, _, b = spec[6:].partition("-")
+            start = int(a) if a else max(0, size - int(b))
+            end = min(size, int(b) + 1) if a and b else size
+            if start >= size:
+                self._empty(h, 416)
+                return
+            status = 206
+        h.send_response(status)
+        h.send_header("Content-Length", str(end - start))
+        h.send_header("Accept-Ranges", "bytes")
+        h.send_header("ETag", f'"{size:x}-{st.st_mtime_ns:x}"')
+        h.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
+        if status == 206:
+            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+        if fault == "short":
+            h.close_connection = True
+        h.end_headers()
+        if head:
+            return
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), end - start, start)
+        if fault == "short":
+            data = data[: len(data) // 2]
+        h.wfile.write(data)
+        with self._lock:
+            self.bytes_sent += len(data)
+        if fault == "short":
+            h.wfile.flush()
+            h.connection.shutdown(2)
+
+    def _empty(self, h: BaseHTTPRequestHandler, status: int) -> None:
+        h.send_response(status)
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    def _listing(self, h: BaseHTTPRequestHandler, path: Path, head: bool) -> None:
+        base = "/" + str(path.relative_to(self.root)).strip(".").strip("/")
+        base = base.rstrip("/") + "/"
+        links = "".join(
+            f'<a href="{html.escape(base + p.name)}">{html.escape(p.name)}</a>\n'
+            for p in sorted(path.iterdir())
+        )
+        body = f"<html><body>\n{links}</body></html>\n".encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Length", str(len(body)))
+        h.end_headers()
+        if not head:
+            h.wfile.write(body)

@@ -1,0 +1,475 @@
+"""Reading a corpus where it lives: over HTTP and S3, against servers on 127.0.0.1 only.
+
+The HTTP server (``remote_servers.RangeServer``) is written for these tests;
+S3 is moto's server mode. Both are started here and stopped after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Corpus, Loader, storage
+from openwebtext.errors import CorpusError, CorruptMember
+from openwebtext.index import Unit
+from openwebtext.membercache import MemberCache, parse_size
+from openwebtext.ranges import RangeReader
+from openwebtext.remote import cache_path
+from openwebtext.synth import write_corpus
+from remote_servers import RangeServer
+
+pytest.importorskip("fsspec")
+pytest.importorskip("aiohttp")
+
+pytestmark = pytest.mark.remote
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fresh cache folder, quick retries, and no storage options left behind."""
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(storage, "RETRY_BASE", 0.005)
+    monkeypatch.setattr(storage, "RETRY_CAP", 0.05)
+    storage.configure(None)
+    yield
+    storage.configure(None)
+
+
+@pytest.fixture
+def http(small_corpus: Path) -> Iterator[RangeServer]:
+    with RangeServer(small_corpus) as server:
+        yield server
+
+
+def texts(corpus: Corpus | str, **options: Any) -> list[str]:
+    return [doc.text for doc in Loader(corpus, **options)]
+
+
+def local_stream(small_corpus: Path, **options: Any) -> list[str]:
+    return texts(Corpus.open(str(small_corpus)), **options)
+
+
+# -- HTTP -------------------------------------------------------------------------
+
+
+def test_http_folder_gives_the_local_units_and_stream(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    remote = Corpus.open(http.url + "/")
+    local = Corpus.open(str(small_corpus))
+    assert [u[1:] for u in remote.units] == [u[1:] for u in local.units]
+    assert remote.units[0].path == http.url + "/urlsf_subset00.tar"
+    assert remote.fingerprint() == local.fingerprint()  # so a local state resumes remotely
+    for workers in (0, 2):
+        assert texts(remote, seed=5, workers=workers) == local_stream(small_corpus, seed=5)
+
+
+def test_http_stream_survives_faults(small_corpus: Path, http: RangeServer) -> None:
+    corpus = Corpus.open([http.url + "/urlsf_subset00.tar", http.url + "/urlsf_subset01.tar"])
+    http.faults.next_503 = 2
+    http.faults.next_drop = 2
+    http.faults.next_short = 2
+    http.faults.rate_503 = http.faults.rate_drop = http.faults.rate_short = 0.1
+    got = texts(corpus, seed=7, workers=2)
+    assert http.injected >= 6
+    assert got == local_stream(small_corpus, seed=7)
+
+
+def test_index_walk_survives_faults(small_corpus: Path, http: RangeServer) -> None:
+    http.faults.next_short = 1
+    http.faults.next_503 = 1
+    http.faults.next_drop = 1
+    remote = Corpus.open(http.url + "/")
+    assert http.injected == 3
+    assert [u[1:] for u in remote.units] == [u[1:] for u in Corpus.open(str(small_corpus)).units]
+
+
+def test_second_open_uses_the_cached_index(http: RangeServer) -> None:
+    first = Corpus.open(http.url + "/")
+    walked = http.requests
+    assert cache_path(http.url + "/urlsf_subset00.tar").is_file()
+    http.reset_counts()
+    again = Corpus.open(http.url + "/")
+    assert again.units == first.units
+    # One listing and one HEAD per file: no header is read again.
+    assert http.requests == 1 + 2 < walked
+    assert http.gets == 1
+    os.utime(http.root / "urlsf_subset01.tar")  # a new Last-Modified and ETag, same size
+    http.reset_counts()
+    assert Corpus.open(http.url + "/").units == first.units
+    assert http.gets > 1  # walked again
+
+
+def test_a_short_body_is_never_taken_as_data(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Short:
+        calls = 0
+
+        def cat_file(self, url: str, start: int, end: int) -> bytes:
+            Short.calls += 1
+            return bytes(end - start - (1 if Short.calls < 3 else 0))
+
+    monkeypatch.setattr(storage, "filesystem", lambda url: Short())
+    assert storage.fetch("s3://b/k.tar", 10, 110) == bytes(100)
+    assert Short.calls == 3
+    Short.calls = -100
+    with pytest.raises(CorruptMember, match=r"failed 6 times .*ShortRead: got 99 of 100"):
+        storage.fetch("s3://b/k.tar", 10, 110, "m.xz")
+
+
+def test_changed_file_is_indexed_again(tmp_path: Path) -> None:
+    root = tmp_path / "served"
+    write_corpus(root, subsets=1, members=2, docs=5, seed=0, workers=1)
+    with RangeServer(root) as server:
+        url = server.url + "/urlsf_subset00.tar"
+        cache = tmp_path / "members"  # cached members of the old file must not be served
+        before = Corpus.open(url, cache_dir=cache)
+        assert texts(before, seed=1, workers=0) == texts(str(root), seed=1, workers=0)
+        other = tmp_path / "other"
+        write_corpus(other, subsets=1, members=3, docs=7, seed=1, workers=1)
+        shutil.copy(other / "urlsf_subset00.tar", root / "urlsf_subset00.tar")
+        os.utime(root / "urlsf_subset00.tar", ns=(1, 1))  # even an equal size is noticed
+        after = Corpus.open(url, cache_dir=cache)
+        assert len(after.units) == 3 != len(before.units)
+        assert [u[1:] for u in after.units] == [u[1:] for u in Corpus.open(str(root)).units]
+        assert texts(after, seed=1, workers=0) == texts(str(root), seed=1, workers=0)
+
+
+def test_missing_file_is_a_clear_error_at_once(http: RangeServer) -> None:
+    with pytest.raises(CorpusError, match="no such file") as info:
+        Corpus.open(http.url + "/urlsf_subset99.tar")
+    assert "urlsf_subset99.tar" in str(info.value)
+    assert http.requests <= 2  # fsspec's info tries HEAD, then GET; never retried
+
+
+def test_a_file_gone_after_indexing_fails_its_members_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "served"
+    write_corpus(root, subsets=2, members=2, docs=5, seed=0, workers=1)
+    with RangeServer(root) as server:
+        corpus = Corpus.open(server.url + "/")
+        (root / "urlsf_subset01.tar").unlink()
+        server.reset_counts()
+        it = Loader(corpus, seed=0, workers=0, on_error="skip").iter()
+        assert len(list(it)) == 10
+        assert sorted(it.stats.skipped) == [
+            f"{server.url}/urlsf_subset01.tar[openwebtext/urlsf_subset01-{k}_data.xz]: "
+            "cannot read: no such file, key or bucket"
+            for k in (1, 2)
+        ]
+        assert server.gets == 4  # one per member: nothing retried
+        with pytest.raises(CorruptMember, match="cannot read: no such file"):
+            list(Loader(corpus, seed=0, workers=0))
+
+
+def test_refused_credentials_are_not_retried(http: RangeServer) -> None:
+    http.faults.status = 403
+    with pytest.raises(CorpusError, match="access refused"):
+        Corpus.open(http.url + "/urlsf_subset00.tar")
+    assert http.requests <= 2  # HEAD, then fsspec's GET; never retried
+
+
+def test_messages_hold_no_signature_or_password(http: RangeServer) -> None:
+    http.faults.status = 403
+    url = http.url.replace("http://", "http://user:hunter2@") + "/a.tar?X-Amz-Signature=s3cr3t"
+    with pytest.raises(CorpusError) as info:
+        Corpus.open(url)
+    text = str(info.value)
+    assert "a.tar" in text
+    assert "s3cr3t" not in text and "hunter2" not in text and "Signature" not in text
+    assert storage.redact("key='AKIA' secret=abc https://h/x?sig=1") == (
+        "key='***' secret=*** https://h/x"
+    )
+
+
+def test_a_signed_url_never_shows_its_signature(small_corpus: Path, http: RangeServer) -> None:
+    url = http.url + "/urlsf_subset00.tar?X-Amz-Credential=AKIA1&X-Amz-Signature=s3cr3t"
+    corpus = Corpus.open(url)
+    assert corpus.units[0].path == http.url + "/urlsf_subset00.tar"
+    local = str(small_corpus / "urlsf_subset00.tar")
+    assert texts(corpus, seed=1, workers=2) == texts(local, seed=1, workers=0)
+    cached = "".join(p.read_text() for p in Path(os.environ["OWT_CACHE_DIR"]).rglob("*.json"))
+    assert cached and "s3cr3t" not in cached and "AKIA1" not in cached
+    http.faults.status = 503
+    it = Loader(corpus, seed=1, workers=1, on_error="skip").iter()
+    assert list(it) == [] and it.stats.skipped
+    with pytest.raises(CorruptMember) as info:
+        list(Loader(corpus, seed=1, workers=0))
+    shown = " ".join([*it.stats.skipped, str(info.value)])
+    assert "s3cr3t" not in shown and "AKIA1" not in shown
+
+
+def test_retries_run_out_under_the_error_policy(http: RangeServer) -> None:
+    corpus = Corpus.open(http.url + "/")
+    http.faults.status = 503  # from now on the server only fails
+    loader = Loader(corpus, seed=0, workers=1, on_error="skip")
+    it = loader.iter()
+    assert list(it) == []
+    assert it.stats.skipped_members == len(corpus.units)
+    assert all(name.startswith(http.url) for name in it.stats.skipped)
+    with pytest.raises(CorruptMember, match=r"failed 6 times .* HTTP 503|failed 6 times") as info:
+        list(Loader(corpus, seed=0, workers=0))
+    assert info.value.path is not None and info.value.path.startswith(http.url)
+    assert info.value.member is not None and info.value.member.endswith("_data.xz")
+
+
+def test_reading_a_few_documents_fetches_only_their_members(http: RangeServer) -> None:
+    corpus = Corpus.open(http.url + "/urlsf_subset00.tar")
+    http.reset_counts()
+    got = texts(corpus, seed=0, workers=0, take=3, shuffle_buffer=0)
+    assert len(got) == 3
+    first = corpus.units[0]
+    size = os.path.getsize(http.root / "urlsf_subset00.tar")
+    assert http.bytes_sent <= max(u.size for u in corpus.units) < size / 2
+    assert http.gets == 1 and first.size > 0
+
+
+def test_a_worker_keeps_more_than_one_request_in_flight(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    corpus = Corpus.open(http.url + "/")
+    http.latency = 0.1
+    http.reset_counts()
+    got = texts(corpus, seed=8, workers=1, prefetch=3, shuffle_buffer=0)
+    assert got == local_stream(small_corpus, seed=8, shuffle_buffer=0)
+    assert http.max_in_flight >= 2  # one worker: its queued units are fetched meanwhile
+
+
+def test_neighbouring_members_merge_into_one_request(http: RangeServer) -> None:
+    corpus = Corpus.open(http.url + "/")
+    units = list(corpus.units)
+    http.reset_counts()
+    reader = RangeReader()
+    try:
+        reader.prefetch(units)  # two files, three neighbouring members each
+        data = [reader.read(u) for u in units]
+    finally:
+        reader.close()
+    assert http.gets == 2 and reader.requests == 2
+    local = [(http.root / u.path.rsplit("/", 1)[1]).read_bytes() for u in units]
+    assert data == [f[u.offset : u.offset + u.size] for f, u in zip(local, units, strict=True)]
+
+
+def test_prefetch_of_far_members_keeps_them_separate(http: RangeServer) -> None:
+    corpus = Corpus.open(http.url + "/urlsf_subset00.tar")
+    first, _, third = corpus.units
+    reader = RangeReader()
+    try:
+        reader.prefetch([third, first])  # not neighbours in this order
+        assert reader.read(first)[:6] == b"\xfd7zXZ\x00"
+        assert reader.read(third)[:6] == b"\xfd7zXZ\x00"
+    finally:
+        reader.close()
+    assert reader.requests == 2
+
+
+def test_resume_from_a_remote_corpus(small_corpus: Path, http: RangeServer) -> None:
+    corpus = Corpus.open(http.url + "/")
+    whole = texts(corpus, seed=11, workers=2, shuffle_buffer=30)
+    it = Loader(corpus, seed=11, workers=2, shuffle_buffer=30).iter()
+    head = [next(it).text for _ in range(47)]
+    state = it.state_dict()
+    it.close()
+    rest = [d.text for d in Loader(corpus, seed=11, workers=2, shuffle_buffer=30).iter(state)]
+    assert head + rest == whole == local_stream(small_corpus, seed=11, shuffle_buffer=30)
+
+
+def test_split_tokens_and_the_reference_api_work_remotely(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    from openwebtext.compat import OpenWebTextLoader
+
+    url = http.url + "/"
+    options: dict[str, Any] = {"seed": 6, "workers": 2, "split": "val", "val_fraction": 0.2}
+    remote_val = texts(url, **options)
+    assert remote_val == local_stream(small_corpus, **options) and remote_val
+    tokens = {"seed": 6, "workers": 2, "tokenizer": "bytes"}
+    remote_ids = [d.tokens.tolist() for d in Loader(url, **tokens)]
+    assert remote_ids == [d.tokens.tolist() for d in Loader(str(small_corpus), **tokens)]
+    tars = sorted(p.name for p in small_corpus.glob("*.tar"))
+    with OpenWebTextLoader([f"{http.url}/{t}" for t in tars], random_state=2) as remote:
+        got = list(remote)
+    with OpenWebTextLoader([str(small_corpus / t) for t in tars], random_state=2) as local:
+        want = list(local)
+    assert got == want and got
+
+
+def test_without_fsspec_a_url_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    with pytest.raises(CorpusError, match=r"openwebtext\[remote\]"):
+        Corpus.open("s3://bucket/owt/")
+
+
+def test_a_unit_path_that_is_a_url_reads_by_range(http: RangeServer) -> None:
+    """The reader's hook: a unit whose path is a URL is fetched, not opened."""
+    corpus = Corpus.open(http.url + "/urlsf_subset01.tar")
+    unit: Unit = corpus.units[1]
+    reader = RangeReader()
+    try:
+        data = reader.read(unit)
+    finally:
+        reader.close()
+    raw = (http.root / "urlsf_subset01.tar").read_bytes()
+    assert data == raw[unit.offset : unit.offset + unit.size]
+
+
+def test_cli_index_and_stream_over_http(small_corpus: Path, http: RangeServer) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    url = http.url + "/"
+    index = subprocess.run(
+        [sys.executable, "-m", "openwebtext.cli", "index", url, "-j", "1", "-q",
+         "--storage-option", "block_size=0"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert index.returncode == 0, index.stderr
+    assert "120 documents in 6 members" in index.stderr
+    counts = list((Path(os.environ["OWT_CACHE_DIR"]) / "counts").glob("owt-counts-*.json"))
+    assert len(counts) == 1 and json.loads(counts[0].read_text())["total"] == 120
+    stream = subprocess.run(
+        [sys.executable, "-m", "openwebtext.cli", "stream", url, "--jsonl", "-q", "-j", "2",
+         "--seed", "3", "--world-size", "2", "--rank", "1"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert stream.returncode == 0, stream.stderr
+    remote = [json.loads(line)["text"] for line in stream.stdout.splitlines()]
+    local = [d.text for d in Loader(str(small_corpus), seed=3, world_size=2, rank=1)]
+    assert remote == local and remote
+
+
+def test_cli_missing_url_is_one_line(http: RangeServer) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.run(
+        [sys.executable, "-m", "openwebtext.cli", "index", http.url + "/nothing.tar", "-q"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"owt: error: {http.url}/nothing.tar: no such file, key or bucket"
+
+
+# -- S3 (moto's server) -----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(small_corpus: Path) -> Iterator[str]:
+    pytest.importorskip("s3fs")
+    boto3 = pytest.importorskip("boto3")
+    server_mod = pytest.importorskip("moto.server")
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket="owt")
+        for path in sorted(small_corpus.glob("*.tar")):
+            client.upload_file(str(path), "owt", f"data/{path.name}")
+        client.put_object(Bucket="owt", Key="data/_SUCCESS", Body=b"")
+        yield endpoint
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_s3_folder_and_glob_stream_as_local(small_corpus: Path, s3_endpoint: str) -> None:
+    options = {"endpoint_url": s3_endpoint}
+    folder = Corpus.open("s3://owt/data/", storage_options=options)
+    pattern = Corpus.open("s3://owt/data/urlsf_subset0*.tar", storage_options=options)
+    local = Corpus.open(str(small_corpus))
+    assert [u[1:] for u in folder.units] == [u[1:] for u in local.units]  # _SUCCESS left out
+    assert folder.units == pattern.units
+    assert folder.units[0].path == "s3://owt/data/urlsf_subset00.tar"
+    assert texts(folder, seed=2, workers=2) == local_stream(small_corpus, seed=2)
+
+
+def test_s3_missing_bucket_and_key_are_clear_errors(s3_endpoint: str) -> None:
+    options = {"endpoint_url": s3_endpoint}
+    with pytest.raises(CorpusError, match=r"s3://no-such-bucket/owt/: no such file"):
+        Corpus.open("s3://no-such-bucket/owt/", storage_options=options)
+    with pytest.raises(CorpusError, match=r"s3://owt/data/missing.tar: no such file"):
+        Corpus.open("s3://owt/data/missing.tar", storage_options=options)
+
+
+# -- the member cache -------------------------------------------------------------
+
+
+def test_second_epoch_reads_from_the_member_cache(
+    small_corpus: Path, http: RangeServer, tmp_path: Path
+) -> None:
+    corpus = Corpus.open(http.url + "/", cache_dir=tmp_path / "members")
+    first = texts(corpus, seed=4, workers=2)
+    http.reset_counts()
+    second = texts(corpus, seed=4, workers=2)
+    assert http.gets == 0
+    assert first == second == local_stream(small_corpus, seed=4)
+    assert len(list((tmp_path / "members").glob("*/*"))) == len(corpus.units)
+
+
+def test_member_cache_respects_its_cap(http: RangeServer, tmp_path: Path) -> None:
+    corpus = Corpus.open(http.url + "/")
+    sizes = sorted(u.size for u in corpus.units)
+    cap = sizes[-1] + sizes[-2]  # room for two members, never three
+    storage.configure(None, cache_dir=tmp_path / "members", cache_size=cap)
+    texts(corpus, seed=4, workers=2)
+    held = [p.stat().st_size for p in (tmp_path / "members").glob("*/*")]
+    assert 1 <= len(held) <= 2 and sum(held) <= cap
+
+
+def test_member_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    cache = MemberCache(tmp_path, cap=250)
+    for k in range(2):
+        cache.put(f"k{k}", bytes(100))
+        os.utime(cache._path(f"k{k}"), (1000 + k, 1000 + k))
+    # k0 is the older, but used last: k1 goes when k2 passes the cap.
+    assert cache.get("k0", 100) == bytes(100)
+    cache.put("k2", bytes(100))
+    assert sorted(p.name for p in tmp_path.glob("*/*")) == ["k0", "k2"]
+    assert cache.get("k0", 99) is None  # a wrong length is never data
+
+
+def test_member_cache_survives_a_process_killed_mid_write(tmp_path: Path) -> None:
+    child = f"""
+import os, sys, time
+from openwebtext.membercache import MemberCache
+def stall(*args):
+    print("writing", flush=True)
+    time.sleep(60)
+os.replace = stall
+MemberCache({str(tmp_path)!r}).put("kk1", b"x" * 100000)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen([sys.executable, "-c", child], env=env, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        finally:
+            proc.kill()
+    cache = MemberCache(tmp_path, cap=10**6)
+    assert cache.get("kk1", 100000) is None and not cache.contains("kk1")
+    left = list(tmp_path.glob("*/.tmp-*"))
+    assert len(left) == 1  # counted towards the cap until it is stale
+    assert cache.evict() == 100000
+    cache.put("kk1", b"y" * 100000)
+    assert cache.get("kk1", 100000) == b"y" * 100000
+    os.utime(left[0], (1, 1))
+    assert cache.evict() == 100000 and not left[0].exists()
+
+
+def test_sizes_parse() -> None:
+    assert parse_size("20G") == 20 << 30
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1.5K") == 1536
+    assert parse_size("1000") == 1000
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")
