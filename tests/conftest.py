@@ -11,6 +11,7 @@ time of each. ``dev``, the default, is Hypothesis's own (it shrinks). A test's o
 from __future__ import annotations
 
 import os
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from hypothesis import Phase, settings
 
+from openwebtext import Corpus
+from openwebtext.counts import count_documents
 from openwebtext.synth import write_corpus
 from support import plain_read
 
@@ -92,3 +95,13 @@ def small_docs(small_corpus: Path) -> dict[str, str]:
 def small_names(small_docs: dict[str, str]) -> tuple[str, ...]:
     """The names of the small corpus's documents (short enough for Hypothesis to print)."""
     return tuple(small_docs)
+
+
+@pytest.fixture(scope="session")
+def indexed(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path:
+    """A copy of the small corpus with its counts file beside it (for even sharding), counted
+    for nanoGPT's split and for ``val_fraction=0.2, val_seed=7``."""
+    path = Path(shutil.copytree(small_corpus, tmp_path_factory.mktemp("indexed") / "c"))
+    corpus = Corpus.open(path)
+    corpus.save_counts(count_documents(corpus, workers=2, splits=((0.0005, 2357), (0.2, 7))))
+    return path

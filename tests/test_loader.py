@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import openwebtext
-from openwebtext import Corpus, Document, Loader, Options, WorkerError, stream
+from openwebtext import Corpus, Document, Loader, Options, WorkerError, blocks
+from openwebtext.index import Unit
 from openwebtext.plan import in_validation
-from openwebtext.workers import PoolOptions, WorkerPool
+from openwebtext.workers import Loaded, PoolOptions, WorkerPool
 from support import child_pids
 
 
@@ -42,14 +43,14 @@ def test_blocks_of_more_units_than_kept_slots(
     loader = Loader(small_corpus, workers=workers, prefetch=1, seed=3, shuffle_buffer=100)
     expected = [(d.name, d.text) for d in loader]
     copied = []
-    keep = stream._Block.keep
+    keep = blocks.Block._keep
 
-    def spy(block: stream._Block, pool: object) -> None:
-        copied.append(len(block.spans) >= stream.HOLD_UNITS)
-        keep(block, pool)  # type: ignore[arg-type]
+    def spy(block: blocks.Block, pool: blocks.Slots) -> None:
+        copied.append(len(block.spans) >= blocks.HOLD_UNITS)
+        keep(block, pool)
 
-    monkeypatch.setattr(stream, "HOLD_UNITS", 2)
-    monkeypatch.setattr(stream._Block, "keep", spy)
+    monkeypatch.setattr(blocks, "HOLD_UNITS", 2)
+    monkeypatch.setattr(blocks.Block, "_keep", spy)
     got = [(d.name, d.text) for d in loader]
     assert got == expected
     assert dict(got) == small_docs
@@ -218,14 +219,14 @@ def test_a_sparse_split_does_not_pin_whole_members(
 ) -> None:
     """A unit with few kept documents is copied out compactly: a block holds ~their bytes."""
     held: list[tuple[int, int]] = []
-    add = stream.Stream._add
+    add = blocks.Block.add
 
-    def spy(self: stream.Stream, loaded: object, block: stream._Block, pool: object) -> None:
-        add(self, loaded, block, pool)  # type: ignore[arg-type]
+    def spy(block: blocks.Block, loaded: Loaded, unit: Unit, pool: blocks.Slots) -> None:
+        add(block, loaded, unit, pool)
         views = {id(source[0]): source[0].nbytes for source in block.sources}
         held.append((sum(views.values()), sum(block.sizes)))
 
-    monkeypatch.setattr(stream.Stream, "_add", spy)
+    monkeypatch.setattr(blocks.Block, "add", spy)
     loader = Loader(small_corpus, workers=workers, split="val", val_fraction=0.2, val_seed=7)
     got = {d.name: d.text for d in loader}
     assert got == {n: t for n, t in small_docs.items() if in_validation(n, 0.2, 7)}

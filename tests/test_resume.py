@@ -1,58 +1,200 @@
-"""Exact resume: any cut, any worker count, across blocks and epochs; states are checked."""
+"""Exact resume: any cut, any worker count, across blocks and epochs; states are checked.
+
+Every stateful thing (documents, token documents, batches, the PyTorch dataset)
+goes through the one checker of ``resumable.py``.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from openwebtext import Loader, StateError
+from openwebtext import Loader, Options, StateError
+from openwebtext.options import SHAPING
+from openwebtext.state import resume_options
+from resumable import Start, check_save_load
+from resumable import run as run_subject
+
+
+def documents(loader: Loader) -> Start:
+    """The document iterator of ``loader`` as a resume subject."""
+    return lambda state, epochs: loader.replace(epochs=epochs).iter(state=state)
+
+
+def batches(loader: Loader, seq_len: int, batch_size: int) -> Start:
+    """``loader.batches`` as a resume subject."""
+    return lambda state, epochs: loader.replace(epochs=epochs).batches(
+        seq_len, batch_size, state=state
+    )
+
+
+class DatasetRun:
+    """One iteration of an ``OpenWebTextDataset``, as a resume subject runs it."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+        self._docs = iter(dataset)
+
+    def __iter__(self) -> Any:
+        return self._docs
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.dataset.state_dict()
+        return state
+
+    def close(self) -> None:
+        self._docs.close()  # type: ignore[attr-defined]
+
+
+def dataset(corpus: Path, options: Options) -> Start:
+    """``openwebtext.torch.OpenWebTextDataset`` (without a DataLoader) as a resume subject."""
+    from openwebtext.torch import OpenWebTextDataset
+
+    def start(state: dict[str, Any] | None, epochs: int) -> DatasetRun:
+        data = OpenWebTextDataset(corpus, replace(options, epochs=epochs))
+        if state is not None:
+            data.load_state_dict(state)
+        return DatasetRun(data)
+
+    return start
+
+
+def name(doc: Any) -> str:
+    return str(doc.name)
+
+
+def name_and_ids(doc: Any) -> tuple[str, list[int]]:
+    return doc.name, doc.tokens.tolist()
+
+
+def as_list(batch: np.ndarray[Any, Any]) -> list[list[int]]:
+    rows: list[list[int]] = batch.tolist()
+    return rows
 
 
 def run(
     loader: Loader, state: dict[str, Any] | None = None, n: int | None = None
 ) -> tuple[list[str], dict[str, Any]]:
     """Up to ``n`` document names from ``loader`` (resumed from ``state``), and the state after."""
-    with loader.iter(state=state) as it:
-        names = []
-        for doc in it:
-            names.append(doc.name)
-            if n is not None and len(names) == n:
-                break
-        # The state must survive JSON, as it would in a checkpoint file.
-        return names, json.loads(json.dumps(it.state_dict()))
+    return run_subject(lambda saved, _: loader.iter(state=saved), state, 0, n, name)
 
 
-def check_resume(loader: Loader, cuts: list[int], workers_after: int | None = None) -> None:
-    """The shared resume checker: stop at each cut, resume, compare with the whole stream."""
-    full, _ = run(loader)
-    got: list[str] = []
-    state = None
-    resumed = loader if workers_after is None else loader.replace(workers=workers_after)
-    for cut in sorted(cuts):
-        names, state = run(resumed if state else loader, state, max(0, cut - len(got)) or None)
-        got += names
-        if len(got) >= len(full):
-            break
-    rest, _ = run(resumed, state)
-    assert got + rest == full
+@pytest.mark.parametrize(
+    ("options", "workers_after"),
+    [
+        pytest.param({"seed": 1, "shuffle_buffer": 30}, None, id="blocks-of-2-units"),
+        pytest.param({"seed": 2, "shuffle_buffer": 50, "workers": 1}, 0, id="workers-1-then-0"),
+        pytest.param({"seed": 3, "shuffle_buffer": 25, "workers": 0}, 2, id="workers-0-then-2"),
+        pytest.param({"shuffle": False}, None, id="corpus-order"),
+        pytest.param({"seed": 4, "shuffle_buffer": 0}, None, id="units-shuffled-only"),
+        pytest.param({"seed": 5, "shuffle_buffer": 1000}, None, id="one-block"),
+        pytest.param(
+            {"seed": 6, "split": "val", "val_fraction": 0.2, "val_seed": 7}, None, id="split-val"
+        ),
+    ],
+)
+def test_documents_resume_exactly(
+    small_corpus: Path, options: dict[str, Any], workers_after: int | None
+) -> None:
+    loader = Loader(small_corpus, **{"workers": 0, **options})
+    resumed = None if workers_after is None else documents(loader.replace(workers=workers_after))
+    check_save_load(documents(loader), key=name, resumed=resumed)
 
 
-def test_resume_at_every_position_small(small_corpus: Path) -> None:
-    loader = Loader(small_corpus, workers=2, seed=1, shuffle_buffer=30)
-    full, _ = run(loader)
-    for cut in range(0, len(full) + 1, 7):
-        head, state = run(loader, n=cut) if cut else ([], None)
-        rest, _ = run(loader, state)
-        assert head + rest == full, cut
+VAL = {"val_fraction": 0.2, "val_seed": 7}  # counted in the ``indexed`` corpus
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"world_size": 4, "rank": 1, "even_rule": "drop"}, id="drop"),
+        pytest.param({"world_size": 4, "rank": 3, "even_rule": "pad"}, id="pad"),
+        pytest.param({"world_size": 3, "rank": 2, "even_rule": "pad", "split": "train", **VAL},
+                     id="pad-train"),
+        pytest.param({"world_size": 2, "rank": 1, "even_rule": "drop", "split": "val", **VAL},
+                     id="drop-val"),
+    ],
+)  # fmt: skip
+def test_evened_out_ranks_resume_exactly(indexed: Path, options: dict[str, Any]) -> None:
+    loader = Loader(indexed, workers=0, seed=5, shuffle_buffer=30, **options)
+    check_save_load(documents(loader), key=name)
+
+
+def test_token_documents_resume_exactly(small_corpus: Path) -> None:
+    loader = Loader(small_corpus, workers=0, seed=2, shuffle_buffer=30, tokenizer="bytes")
+    whole = check_save_load(documents(loader), key=name_and_ids)
+    text = [d.text for d in loader.replace(tokenizer=None, epochs=2)]
+    assert [ids for _, ids in whole] == [[*t.encode(), 256] for t in text]
+
+
+@pytest.mark.parametrize(
+    ("options", "seq_len", "batch_size", "workers_after"),
+    [
+        pytest.param({"workers": 0}, 300, 2, 2, id="workers-0-then-2"),
+        pytest.param({"shuffle": False}, 61, 3, None, id="short-rows"),
+        pytest.param({"split": "val", **VAL}, 100, 1, None, id="split-val"),
+    ],
+)
+def test_batches_resume_exactly(
+    small_corpus: Path,
+    options: dict[str, Any],
+    seq_len: int,
+    batch_size: int,
+    workers_after: int | None,
+) -> None:
+    loader = Loader(
+        small_corpus,
+        **{"workers": 0, "seed": 4, "shuffle_buffer": 30, "tokenizer": "bytes", **options},
+    )
+    after = None if workers_after is None else loader.replace(workers=workers_after)
+    check_save_load(
+        batches(loader, seq_len, batch_size),
+        key=as_list,
+        resumed=None if after is None else batches(after, seq_len, batch_size),
+    )
+
+
+def test_gpt2_batches_resume_exactly(small_corpus: Path) -> None:
+    loader = Loader(small_corpus, workers=0, seed=4, shuffle_buffer=30, tokenizer="gpt2")
+    check_save_load(
+        batches(loader, 64, 2),
+        key=as_list,
+        cuts=lambda first, whole: [0, 1, first // 2, first, whole - 1],
+    )
+
+
+def test_evened_out_batches_resume_exactly(indexed: Path) -> None:
+    loader = Loader(indexed, workers=0, seed=5, shuffle_buffer=30, tokenizer="bytes",
+                    world_size=3, rank=1, even_rule="pad")  # fmt: skip
+    check_save_load(batches(loader, 200, 2), key=as_list)
+
+
+@pytest.mark.parametrize("workers_after", [None, 1])
+def test_the_pytorch_dataset_resumes_exactly(small_corpus: Path, workers_after: int | None) -> None:
+    pytest.importorskip("torch")
+    options = Options(workers=0, seed=3, shuffle_buffer=30)
+    after = None if workers_after is None else replace(options, workers=workers_after)
+    check_save_load(
+        dataset(small_corpus, options),
+        key=name,
+        resumed=None if after is None else dataset(small_corpus, after),
+    )
+
+
+def test_resume_at_every_seventh_position(small_corpus: Path) -> None:
+    loader = Loader(small_corpus, workers=0, seed=1, shuffle_buffer=30)
+    check_save_load(documents(loader), key=name, cuts=lambda _, whole: range(0, whole + 1, 7))
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     cuts=st.lists(st.integers(1, 240), min_size=1, max_size=3),
@@ -78,9 +220,24 @@ def test_resume_equals_uninterrupted(
         shuffle=shuffle,
         shuffle_buffer=shuffle_buffer,
         epoch=epoch,
-        epochs=2,
     )
-    check_resume(loader, cuts, workers_after)
+    check_save_load(
+        documents(loader),
+        key=name,
+        resumed=documents(loader.replace(workers=workers_after)),
+        cuts=lambda _, whole: sorted({min(cut, whole) for cut in cuts}),
+    )
+
+
+def test_a_finished_state_resumes_with_more_epochs(small_corpus: Path) -> None:
+    """Saved at the end of a 1-epoch run, resumed with 2 epochs: the uninterrupted 2-epoch run."""
+    loader = Loader(small_corpus, workers=0, seed=8, shuffle_buffer=30, tokenizer="bytes")
+    for subject, key in ((documents(loader), name), (batches(loader, 90, 2), as_list)):
+        first, finished = run_subject(subject, None, 1, key=key)
+        rest, _ = run_subject(subject, finished, 2, key=key)
+        whole, _ = run_subject(subject, None, 2, key=key)
+        assert first and rest
+        assert first + rest == whole
 
 
 def test_two_epochs_differ_and_cover(small_corpus: Path, small_docs: dict[str, str]) -> None:
@@ -113,24 +270,117 @@ def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     assert state["format"] == "openwebtext-state/1"
     assert len(json.dumps(state)) < 2000
     assert state["counters"]["documents"] == 10
+    # Saved states of format 1 carry exactly these keys: renaming one breaks them.
+    assert set(state) == {"format", "config", "position", "counters"}
+    assert set(state["position"]) == {"epoch", "block", "in_block"}
+    assert set(state["counters"]) == {
+        "documents", "text_bytes", "epoch_documents", "units", "skipped_members",
+        "skipped_documents", "replaced_documents", "tokens", "partial_members",
+        "repeated_documents",
+    }  # fmt: skip
+    assert set(state["config"]) == {
+        "corpus", "units", "shuffle", "seed", "shuffle_buffer", "rank", "world_size", "even",
+        "split", "val_fraction", "val_seed", "max_document_bytes", "tokenizer",
+    }  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        ({"seed": 5}, "seed"),
-        ({"shuffle_buffer": 10}, "shuffle_buffer"),
-        ({"world_size": 2, "even": False}, "world_size"),
-        ({"split": "train"}, "split"),
-    ],
+#: Options that may change between runs of one stream, and why. Every option is either
+#: here or in ``SHAPING``: a shaping option dropped from that list fails this file.
+NOT_SHAPING = {
+    "workers": "the worker count never changes the stream",
+    "prefetch": "read-ahead only",
+    "timeout": "how long a silent worker may take",
+    "max_member_bytes": "a limit on members read, not on documents kept",
+    "on_error": "a clean stream has nothing to skip; a state counts what was skipped",
+    "max_errors": "likewise",
+    "decode_errors": "likewise: only invalid UTF-8 differs",
+    "epoch": "where a fresh run starts; a state carries its own epoch",
+    "epochs": "how far a run goes, not what comes",
+    "take": "how far a run goes, not what comes",
+    "even_rule": "saved as the value of even while ranks are evened out (tested apart)",
+    "tokenizer": "saved as the vocabulary's fingerprint (tested apart)",
+}
+
+#: Every shaping option differs from its default here, so that a test can tell them apart.
+SHAPED = Options(
+    workers=0,
+    seed=4,
+    shuffle_buffer=30,
+    world_size=2,
+    rank=0,
+    even=False,
+    split="train",
+    max_document_bytes=1 << 20,
+    **VAL,
 )
-def test_resume_with_other_options_is_refused(
-    small_corpus: Path, change: dict[str, Any], field: str
-) -> None:
-    loader = Loader(small_corpus, seed=4)
+
+
+def other_value(name: str, value: Any) -> Any:
+    """A valid value of option ``name`` other than ``value``."""
+    if isinstance(value, bool) or value is None:
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value / 2
+    choices = get_args(get_type_hints(Options)[name])
+    return next(choice for choice in choices if choice != value)
+
+
+def test_every_option_shapes_the_stream_or_says_why_not() -> None:
+    names = {f.name for f in fields(Options)}
+    assert set(SHAPING) & set(NOT_SHAPING) == set()
+    assert names - set(SHAPING) - set(NOT_SHAPING) == set(), "neither shaping nor harmless"
+    assert set(NOT_SHAPING) - names == set()
+
+
+@pytest.mark.parametrize("option", SHAPING)
+def test_resume_with_another_shaping_option_is_refused(small_corpus: Path, option: str) -> None:
+    loader = Loader(small_corpus, SHAPED)
     _, state = run(loader, n=10)
-    with pytest.raises(StateError, match=rf"{field}: saved .*, now"):
-        loader.replace(**change).iter(state=state)
+    changed = loader.replace(**{option: other_value(option, getattr(SHAPED, option))})
+    with pytest.raises(StateError, match=rf"\b{option}: saved .*, now"):
+        changed.iter(state=state)
+    loader.iter(state=state).close()  # the same options resume
+
+
+@pytest.mark.parametrize("option", sorted(set(NOT_SHAPING) - {"even_rule", "tokenizer"}))
+def test_resume_with_another_harmless_option_gives_the_same_documents(
+    small_corpus: Path, option: str
+) -> None:
+    loader = Loader(small_corpus, SHAPED)
+    _, state = run(loader, n=10)
+    rest, _ = run(loader, state)
+    value = getattr(SHAPED, option)
+    changed = {"on_error": "skip", "max_errors": 3, "epoch": 1, "epochs": 2, "take": 5}.get(
+        option, other_value(option, value)
+    )
+    other, _ = run(loader.replace(**{option: changed}), state)
+    assert other and rest
+    n = min(len(rest), len(other))
+    assert other[:n] == rest[:n]
+
+
+def test_even_rule_is_refused_only_while_ranks_are_evened_out(indexed: Path) -> None:
+    loader = Loader(indexed, SHAPED, even=True, even_rule="drop")
+    _, state = run(loader, n=5)
+    with pytest.raises(StateError, match="even: saved 'drop', now 'pad'"):
+        loader.replace(even_rule="pad").iter(state=state)
+    _, uneven = run(Loader(indexed, SHAPED), n=5)
+    Loader(indexed, SHAPED, even_rule="pad").iter(state=uneven).close()
+
+
+def test_resume_options_take_the_shaping_options_from_the_state(indexed: Path) -> None:
+    """What ``owt stream --resume`` does: shaping options not given again come from the state."""
+    saved = replace(SHAPED, even=True, even_rule="pad", workers=2)
+    _, state = run(Loader(indexed, saved), n=5)
+    options = resume_options({"workers": 1, "take": 3}, state)
+    assert {n: getattr(options, n) for n in SHAPING} == {n: getattr(saved, n) for n in SHAPING}
+    assert (options.even_rule, options.workers, options.take) == ("pad", 1, 3)
+    assert resume_options({"seed": 9}, state).seed == 9  # given again: refused on resume
+    assert resume_options({}, None) == Options()
+    unevened = resume_options({}, run(Loader(indexed, SHAPED), n=5)[1])
+    assert unevened.even is False and unevened.even_mode is None
 
 
 def test_resume_with_other_corpus_is_refused(small_corpus: Path, tmp_path: Path) -> None:

@@ -11,52 +11,14 @@ from hypothesis import strategies as st
 
 from openwebtext import Corpus, CorpusError, Loader
 from openwebtext.counts import count_documents
-from openwebtext.plan import epoch_target, in_validation, plan
-
-
-@pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path:
-    """A copy of the small corpus with its counts file written beside it."""
-    path = Path(shutil.copytree(small_corpus, tmp_path_factory.mktemp("indexed") / "c"))
-    corpus = Corpus.open(path)
-    corpus.save_counts(count_documents(corpus, workers=2, splits=((0.0005, 2357), (0.2, 7))))
-    return path
-
-
-@given(
-    n_units=st.integers(0, 60),
-    world_size=st.integers(1, 9),
-    seed=st.integers(0, 2**32),
-    epoch=st.integers(0, 5),
-    shuffle=st.booleans(),
-)
-def test_plan_ranks_are_disjoint_and_cover(
-    n_units: int, world_size: int, seed: int, epoch: int, shuffle: bool
-) -> None:
-    shards = [
-        plan(n_units, shuffle=shuffle, seed=seed, epoch=epoch, rank=r, world_size=world_size)
-        for r in range(world_size)
-    ]
-    flat = [u for shard in shards for u in shard]
-    assert sorted(flat) == list(range(n_units))
-    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+from openwebtext.plan import in_validation, plan
+from resumable import check_save_load
 
 
 def test_plan_golden() -> None:
     # Changing this changes every seeded stream and breaks every saved state.
     assert plan(10, shuffle=True, seed=0, epoch=0) == [3, 2, 1, 8, 6, 0, 7, 4, 5, 9]
     assert plan(10, shuffle=True, seed=0, epoch=0, rank=1, world_size=3) == [2, 6, 4]
-
-
-@given(counts=st.lists(st.integers(0, 50), min_size=1, max_size=30), world_size=st.integers(1, 6))
-def test_epoch_target_is_min_or_max_of_rank_totals(counts: list[int], world_size: int) -> None:
-    totals = []
-    for r in range(world_size):
-        shard = plan(len(counts), shuffle=True, seed=3, epoch=1, rank=r, world_size=world_size)
-        totals.append(sum(counts[u] for u in shard))
-    kw = {"shuffle": True, "seed": 3, "epoch": 1, "world_size": world_size}
-    assert epoch_target(counts, rule="drop", **kw) == min(totals)  # type: ignore[arg-type]
-    assert epoch_target(counts, rule="pad", **kw) == max(totals)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4, 7])
@@ -197,10 +159,9 @@ def test_pad_resumes_exactly_across_the_wrap(tmp_path: Path) -> None:
     # blocks of 3 units, so a block that starts before the wrap would reach past it.
     loader = Loader(corpus, workers=0, seed=2, rank=1, world_size=3, even_rule="pad",
                     shuffle_buffer=12)  # fmt: skip
-    whole = [d.name for d in loader]
-    assert len(whole) == 25
-    for cut in range(1, 25):
-        with loader.iter() as it:
-            head = [next(it).name for _ in range(cut)]
-            state = it.state_dict()
-        assert head + [d.name for d in loader.iter(state=state)] == whole, cut
+    whole = check_save_load(
+        lambda state, epochs: loader.replace(epochs=epochs).iter(state=state),
+        key=lambda doc: doc.name,
+        cuts=lambda _, whole: range(whole + 1),
+    )
+    assert len(whole) == 50  # 25 per epoch

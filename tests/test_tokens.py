@@ -56,17 +56,16 @@ def test_gpt2_ids_are_made_in_the_workers(small_corpus: Path) -> None:
         assert t.tokens.tolist() == [*gpt2.encode(d.text), 50256]  # type: ignore[attr-defined]
 
 
-def test_stats_count_tokens_and_resume_carries_them(small_corpus: Path) -> None:
+def test_stats_count_tokens(small_corpus: Path) -> None:
+    """(Their resume is checked with every other counter by ``tests/resumable.py``.)"""
     loader = Loader(small_corpus, workers=2, seed=2, shuffle_buffer=30, tokenizer="bytes")
-    everything = stream_ids(loader)
     with loader.iter() as it:
         first = [next(it) for _ in range(45)]
-        state = json.loads(json.dumps(it.state_dict()))
         assert it.stats.tokens == sum(len(d.tokens) for d in first)
-    with loader.iter(state=state) as it:
+        assert it.state_dict()["counters"]["tokens"] == it.stats.tokens
         rest = list(it)
-        assert it.stats.tokens == len(everything)
-    assert [i for d in first + rest for i in d.tokens.tolist()] == everything
+        assert it.stats.tokens == len(stream_ids(loader))
+    assert len(first) + len(rest) == it.stats.documents == 120
 
 
 def test_text_state_does_not_resume_a_token_stream(small_corpus: Path) -> None:
@@ -96,22 +95,6 @@ def test_batches_cover_every_id_once_in_order(
     # Rows overlap by one id: the targets (columns 1..) are every id after the first, once.
     targets = np.concatenate([batch[:, 1:].ravel() for batch in got])
     assert targets.tolist() == ids[1 : 1 + len(targets)].tolist()
-
-
-@pytest.mark.parametrize("cut", [0, 1, 5, 17])
-def test_batches_resume_exactly(small_corpus: Path, cut: int) -> None:
-    loader = Loader(small_corpus, workers=2, seed=4, shuffle_buffer=30, tokenizer="bytes")
-    with loader.batches(300, 2, dtype=np.uint16) as batches:
-        whole = [b.tolist() for b in batches]
-    assert len(whole) > 17
-    with loader.batches(300, 2, dtype=np.uint16) as batches:
-        head = [next(batches).tolist() for _ in range(cut)]
-        state = json.loads(json.dumps(batches.state_dict()))
-    assert state["batches"] == cut
-    with loader.replace(workers=1).batches(300, 2, dtype=np.uint16, state=state) as batches:
-        tail = [b.tolist() for b in batches]
-        assert batches.state_dict()["batches"] == len(whole)
-    assert head + tail == whole
 
 
 def test_batches_refuse_what_they_cannot_do(small_corpus: Path) -> None:

@@ -17,67 +17,82 @@ stream ends (fewer than a batch) are dropped.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from .errors import StateError
 from .stream import Mark, Stats, TokenDocument
-from .tokenizer import load_tokenizer
+from .tokenizer import Tokenizer
 
-if TYPE_CHECKING:
-    from .loader import DocumentIterator, Loader
-
-__all__ = ["BATCHES_FORMAT", "Batches"]
+__all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start"]
 
 BATCHES_FORMAT = "openwebtext-batches/1"
 
 
+class TokenDocuments(Protocol):
+    """A running iterator of ``TokenDocument`` records with a state (``DocumentIterator``)."""
+
+    def __next__(self) -> Any: ...
+
+    def mark(self) -> Mark: ...
+
+    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]: ...
+
+    @property
+    def stats(self) -> Stats: ...
+
+    def close(self) -> None: ...
+
+
 class Batches:
-    """The running iterator of packed batches (``Loader.batches``); owns its workers.
+    """The running iterator of packed batches (``Loader.batches``); owns its documents.
 
     Args:
-        loader: A loader with ``tokenizer`` set.
+        documents: The running token documents to pack, started from the
+            ``documents`` state of ``batches_start(state, …)`` when resuming.
+        vocabulary: The tokenizer that made their ids.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         dtype: The dtype of the yielded arrays (int64 suits embeddings).
-        state: A ``state_dict()`` of an earlier ``Batches`` of the same stream.
+        offset: Where the first batch starts in the first document's ids
+            (``batches_start``).
+        batches: Batches handed out before (``batches_start``).
 
     Raises:
-        ValueError: the loader has no tokenizer, or a size is not positive.
-        StateError: ``state`` belongs to other sizes or another stream.
+        ValueError: a size is not positive, or ``dtype`` cannot hold every id
+            (``documents`` are then closed).
     """
 
     def __init__(
         self,
-        loader: Loader,
+        documents: TokenDocuments,
+        vocabulary: Tokenizer,
         seq_len: int,
         batch_size: int,
         *,
         dtype: DTypeLike = np.int64,
-        state: dict[str, Any] | None = None,
+        offset: int = 0,
+        batches: int = 0,
     ) -> None:
-        if loader.options.tokenizer is None:
-            raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
-        for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        self._docs = documents
+        try:
+            _check_sizes(seq_len, batch_size)
+            self.dtype = np.dtype(dtype)
+            largest = vocabulary.n_vocab - 1
+            if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < largest:
+                raise ValueError(f"dtype {self.dtype} cannot hold every id (up to {largest})")
+        except BaseException:
+            documents.close()
+            raise
         self.seq_len = seq_len
         self.batch_size = batch_size
-        self.dtype = np.dtype(dtype)
-        largest = load_tokenizer(loader.options.tokenizer).n_vocab - 1
-        if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < largest:
-            raise ValueError(f"dtype {self.dtype} cannot hold every id (up to {largest})")
-        documents_state, skip = None, 0
-        if state is not None:
-            documents_state, skip = _check(state, seq_len, batch_size)
-        self._docs: DocumentIterator = loader.iter(state=documents_state)
         # Documents not yet fully handed out in batches: (the stream's mark before it, its ids).
         self._pending: deque[tuple[Mark, np.ndarray[Any, Any]]] = deque()
-        self._head = skip  # where the next batch starts in the first pending document
-        self._available = -skip  # ids pending from the next batch's start on
-        self._batches = 0 if state is None else int(state.get("batches", 0))
+        self._head = offset  # where the next batch starts in the first pending document
+        self._available = -offset  # ids pending from the next batch's start on
+        self._batches = batches
 
     def __iter__(self) -> Batches:
         return self
@@ -146,7 +161,25 @@ class Batches:
         self.close()
 
 
-def _check(state: Any, seq_len: int, batch_size: int) -> tuple[dict[str, Any], int]:
+def _check_sizes(seq_len: int, batch_size: int) -> None:
+    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+
+
+def batches_start(
+    state: Any, seq_len: int, batch_size: int
+) -> tuple[dict[str, Any] | None, int, int]:
+    """Where packing starts: ``(documents state, offset, batches before)`` of a saved
+    ``Batches.state_dict()``, or of a fresh start when ``state`` is None.
+
+    Raises:
+        ValueError: a size is not positive.
+        StateError: ``state`` is not a batches state of these sizes.
+    """
+    _check_sizes(seq_len, batch_size)
+    if state is None:
+        return None, 0, 0
     if not isinstance(state, dict) or state.get("format") != BATCHES_FORMAT:
         found = state.get("format") if isinstance(state, dict) else type(state).__name__
         raise StateError(f"not a batches state of format {BATCHES_FORMAT!r} (found {found!r})")
@@ -162,4 +195,7 @@ def _check(state: Any, seq_len: int, batch_size: int) -> tuple[dict[str, Any], i
     documents = state.get("documents")
     if not isinstance(documents, dict):
         raise StateError(f"bad batches state: documents is {type(documents).__name__}")
-    return documents, offset
+    batches = state.get("batches", 0)
+    if not isinstance(batches, int) or batches < 0:
+        raise StateError(f"bad batches state: batches is {batches!r}")
+    return documents, offset, batches

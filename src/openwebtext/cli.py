@@ -19,9 +19,9 @@ from .errors import OutputError, OWTError, StateError
 from .files import atomic_write, output_path
 from .interrupts import EXIT_INTERRUPTED
 from .loader import Document, DocumentIterator, Stats
-from .options import Options
+from .options import SHAPING, Options
 from .prepare import Progress, Report
-from .state import load_state
+from .state import load_state, resume_options
 from .stream import Mark
 from .synth import paths_or_default
 from .workers import cpu_count
@@ -29,48 +29,25 @@ from .workers import cpu_count
 __all__ = ["main"]
 
 
-#: Options a resumed stream takes from its state unless given again on the command line.
-_SHAPING_FLAGS = {
-    "shuffle": "shuffle",
-    "seed": "seed",
-    "shuffle_buffer": "shuffle_buffer",
-    "rank": "rank",
-    "world_size": "world_size",
-    "split": "split",
-    "val_fraction": "val_fraction",
-    "val_seed": "val_seed",
-}
-
-
 def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> Options:
-    saved = state.get("config", {}) if state else {}
-    shaping: dict[str, Any] = {}
-    for flag, option in _SHAPING_FLAGS.items():
-        value = getattr(args, flag)
-        if value is None and option in saved:
-            value = saved[option]
-        if value is not None:
-            shaping[option] = value
-    even = args.even if args.even is not None else saved.get("even", "unset")
-    if even != "unset":
-        shaping["even"] = even not in (None, "off")
-        if even not in (None, "off"):
-            shaping["even_rule"] = even
-    limits = {
-        name: getattr(args, name)
-        for name in ("max_document_bytes", "max_member_bytes", "timeout")
-        if getattr(args, name) is not None
-    }
-    return Options(
-        workers=args.jobs,
-        epoch=args.epoch,
-        epochs=args.epochs or None,
-        take=args.take,
-        on_error=args.on_error,
-        max_errors=args.max_errors,
-        decode_errors=args.decode_errors,
-        **shaping,
-        **limits,
+    """The stream command's flags as options; the library fills in the state's shaping ones."""
+    flags = {name: getattr(args, name, None) for name in (*SHAPING, "max_member_bytes", "timeout")}
+    flags["even"] = None  # its flag says the rule too
+    if args.even is not None:
+        flags.update(even=args.even != "off", even_rule=None if args.even == "off" else args.even)
+    given = {name: value for name, value in flags.items() if value is not None}
+    return resume_options(
+        {
+            **given,
+            "workers": args.jobs,
+            "epoch": args.epoch,
+            "epochs": args.epochs or None,
+            "take": args.take,
+            "on_error": args.on_error,
+            "max_errors": args.max_errors,
+            "decode_errors": args.decode_errors,
+        },
+        state,
     )
 
 

@@ -2,8 +2,9 @@
 
 ``Loader`` is a description: picklable, comparable, safe to share. Iterating it
 creates a ``DocumentIterator``, which owns the worker processes (through its
-``Stream``) until it is closed, exhausted, or dropped. Use it as a context
-manager, or call ``close()``, to stop the workers early.
+``Stream``) until it is closed, exhausted, or dropped; ``Loader.batches`` wraps
+one in a ``Batches``. Use them as context managers, or call ``close()``, to stop
+the workers early.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from .batches import Batches
+from .batches import Batches, batches_start
 from .corpus import Corpus
 from .counts import ensure_counts
 from .options import Options
 from .stream import Document, Mark, Stats, Stream, TokenDocument
+from .tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]
 
@@ -95,7 +97,20 @@ class Loader:
                 for batch in batches:
                     x, y = batch[:, :-1], batch[:, 1:]
         """
-        return Batches(self, seq_len, batch_size, dtype=dtype, state=state)
+        if self.options.tokenizer is None:
+            raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
+        documents_state, offset, done = batches_start(state, seq_len, batch_size)
+        documents = self.iter(state=documents_state)
+        assert documents.tokenizer is not None
+        return Batches(
+            documents,
+            documents.tokenizer,
+            seq_len,
+            batch_size,
+            dtype=dtype,
+            offset=offset,
+            batches=done,
+        )
 
     def __iter__(self) -> Iterator[Document]:
         return iter(self.iter())
@@ -113,9 +128,11 @@ class DocumentIterator:
         state: A ``state_dict()`` of an earlier iterator of the same stream:
             continue right after the last document it handed out.
         as_tuples: Yield the reference API's ``((i, j), (member, name), text)``.
+        tokenizer: ``options.tokenizer`` already loaded (else it is loaded here).
 
     Raises:
         StateError: ``state`` belongs to another corpus or other options.
+        TokenizerError: ``options.tokenizer`` cannot be loaded.
     """
 
     def __init__(
@@ -125,11 +142,16 @@ class DocumentIterator:
         *,
         state: dict[str, Any] | None = None,
         as_tuples: bool = False,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         corpus = ensure_counts(corpus, options)
         self.corpus = corpus
         self.options = options
-        self._stream = Stream(corpus, options, state=state, as_tuples=as_tuples)
+        if tokenizer is None and options.tokenizer is not None:
+            tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
+        self.tokenizer: Tokenizer | None = tokenizer
+        """The loaded ``options.tokenizer`` (None: the iterator hands out text)."""
+        self._stream = Stream(corpus, options, tokenizer, state=state, as_tuples=as_tuples)
         self._gen = self._stream.documents()
 
     def __iter__(self) -> Iterator[Any]:

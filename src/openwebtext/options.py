@@ -1,11 +1,17 @@
-"""Options: every knob of a loader, frozen and validated when built."""
+"""Options: every knob of a loader, frozen and validated when built.
+
+Some options shape the stream (which documents come, in which order); a saved
+state only resumes under the same values of those. They are marked where they
+are declared (``metadata=SHAPES`` on the field), and ``SHAPING`` lists them: the state's
+check, the command line's resume and the tests all read that one list.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["DecodePolicy", "ErrorPolicy", "EvenRule", "Options", "SplitName"]
+__all__ = ["SHAPING", "DecodePolicy", "ErrorPolicy", "EvenRule", "Options", "SplitName"]
 
 ErrorPolicy = Literal["raise", "skip", "warn"]
 DecodePolicy = Literal["strict", "replace"]
@@ -15,6 +21,11 @@ SplitName = Literal["all", "train", "val"]
 MiB = 1 << 20
 #: The longest ``timeout``: about 11.6 days (the event loop's waits overflow past ~24 days).
 MAX_TIMEOUT = 1e6
+
+
+#: Field metadata of an option that shapes the stream: a state saved under another
+#: value of it is refused.
+SHAPES: dict[str, Any] = {"shapes": True}
 
 
 @dataclass(frozen=True)
@@ -61,23 +72,23 @@ class Options:
     """
 
     workers: int = 2
-    shuffle: bool = True
-    seed: int = 0
-    shuffle_buffer: int = 4096
+    shuffle: bool = field(default=True, metadata=SHAPES)
+    seed: int = field(default=0, metadata=SHAPES)
+    shuffle_buffer: int = field(default=4096, metadata=SHAPES)
     epoch: int = 0
     epochs: int | None = 1
-    rank: int = 0
-    world_size: int = 1
-    even: bool | None = None
+    rank: int = field(default=0, metadata=SHAPES)
+    world_size: int = field(default=1, metadata=SHAPES)
+    even: bool | None = field(default=None, metadata=SHAPES)
     even_rule: EvenRule = "drop"
-    split: SplitName = "all"
-    val_fraction: float = 0.0005
-    val_seed: int = 2357
+    split: SplitName = field(default="all", metadata=SHAPES)
+    val_fraction: float = field(default=0.0005, metadata=SHAPES)
+    val_seed: int = field(default=2357, metadata=SHAPES)
     take: int | None = None
     on_error: ErrorPolicy = "raise"
     max_errors: int | None = None
     decode_errors: DecodePolicy = "strict"
-    max_document_bytes: int = 64 * MiB
+    max_document_bytes: int = field(default=64 * MiB, metadata=SHAPES)
     max_member_bytes: int = 1024 * MiB
     prefetch: int = 2
     timeout: float = 60.0
@@ -157,9 +168,6 @@ class Options:
             f"tokenizer must be None or a tokenizer spec such as 'gpt2', not {self.tokenizer!r}",
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @property
     def even_sharding(self) -> bool:
         """Whether ranks are evened out (``even``, or by default when ``world_size > 1``)."""
@@ -169,6 +177,16 @@ class Options:
     def even_mode(self) -> EvenRule | None:
         """``drop`` or ``pad`` when ranks are evened out, else None."""
         return self.even_rule if self.even_sharding else None
+
+
+def _shaping_fields() -> tuple[str, ...]:
+    found: tuple[Field[Any], ...] = fields(Options)
+    return tuple(f.name for f in found if f.metadata.get("shapes"))
+
+
+#: The options that shape the stream, in declaration order. ``even`` stands for
+#: ``even_mode``: the rule counts only while ranks are evened out.
+SHAPING: tuple[str, ...] = _shaping_fields()
 
 
 def _is_int(value: object) -> bool:

@@ -5,9 +5,14 @@ units only, so every machine and every worker count sees the same stream.
 Random draws come from NumPy's PCG64 seeded through ``SeedSequence`` and use
 only ``Generator.random`` (uniform doubles), whose output NumPy keeps stable.
 
+Also here, because they are arithmetic on the plan: the documents each rank
+yields when ranks are evened out (``epoch_target``), where an evened-out pass
+over a shard ends (``pass_end``), and where a block's hand-out stops
+(``block_stop``).
+
 Changing anything here changes the order of every seeded stream and breaks
-every saved state: the golden tests in ``tests/test_plan.py`` and
-``tests/test_loader.py`` pin it.
+every saved state: the golden tests in ``tests/test_sharding.py`` and
+``tests/test_loader.py`` pin it; ``tests/test_plan.py`` checks the arithmetic.
 """
 
 from __future__ import annotations
@@ -18,7 +23,16 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-__all__ = ["Split", "epoch_target", "in_validation", "permutation", "plan"]
+__all__ = [
+    "Split",
+    "block_stop",
+    "epoch_target",
+    "even_end",
+    "in_validation",
+    "pass_end",
+    "permutation",
+    "plan",
+]
 
 # Streams of randomness, so that the unit order and the document shuffle never share draws.
 UNITS, DOCUMENTS = 0, 1
@@ -72,6 +86,57 @@ def epoch_target(
     for position, unit in enumerate(order):
         totals[position % world_size] += counts[unit]
     return min(totals) if rule == "drop" else max(totals)
+
+
+def pass_end(order: Sequence[int], counts: Sequence[int], start: int, need: int) -> int:
+    """Where an evened-out pass that starts at plan position ``start`` ends.
+
+    Positions count units of ``order`` (a rank's shard) and go on past its end
+    (position ``p`` is ``order[p % len(order)]``): a rank short of its target
+    wraps around to the start of its own shard. The pass takes units until
+    their ``counts`` reach ``need`` documents, but never crosses the end of the
+    shard lap ``start`` is in: its blocks must be cut where an uninterrupted run
+    cuts them, wherever a resumed run starts.
+    """
+    n = len(order)
+    lap_end = (start // n + 1) * n
+    end = start
+    while need > 0 and end < lap_end:
+        need -= counts[order[end % n]]
+        end += 1
+    return end
+
+
+def even_end(order: Sequence[int], counts: Sequence[int], target: int) -> int:
+    """The plan position where the evened-out passes of an epoch meet ``target`` when no
+    document is skipped (passes from position 0, as ``pass_end`` cuts them).
+
+    Passes that start at or past it repeat documents because skips left the rank short.
+    """
+    start = got = 0
+    if not order or sum(counts[u] for u in order) == 0:
+        return 0
+    while got < target:
+        end = pass_end(order, counts, start, target - got)
+        got += sum(counts[order[p % len(order)]] for p in range(start, end))
+        start = end
+    return start
+
+
+def block_stop(
+    n: int, first: int, *, target_left: int | None = None, take_left: int | None = None
+) -> int:
+    """Where the hand-out of a block of ``n`` documents stops, starting at ``first``.
+
+    ``target_left`` and ``take_left`` are the documents the epoch's even target
+    and ``take`` still allow (None: no bound).
+    """
+    stop = n
+    if target_left is not None:
+        stop = min(stop, first + target_left)
+    if take_left is not None:
+        stop = min(stop, first + take_left)
+    return stop
 
 
 class Split(NamedTuple):

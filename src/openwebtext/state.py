@@ -2,40 +2,96 @@
 
 A state says where the stream is — ``(epoch, block, in_block)``: the epoch, the
 plan position of the first unit of the current shuffle block, and how many of
-that block's documents were handed out — plus running counts. It belongs to the
-last document the consumer was given, never to what the workers have read ahead.
+that block's documents were handed out — plus running counts (``Counters``). It
+belongs to the last document the consumer was given, never to what the
+workers have read ahead.
 
 ``config`` is what must match to resume: the corpus fingerprint and the options
-that shape the stream. Everything else (workers, prefetch, take, timeouts) may
-change between runs without changing the documents that follow.
+that shape the stream (``options.SHAPING``). Everything else (workers,
+prefetch, take, timeouts) may change between runs without changing the
+documents that follow.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .errors import StateError
-from .options import Options
+from .options import SHAPING, Options
 
-__all__ = ["STATE_FORMAT", "check_state", "load_state", "stream_config"]
+__all__ = [
+    "STATE_FORMAT",
+    "Counters",
+    "Stats",
+    "check_state",
+    "load_state",
+    "resume_options",
+    "stream_config",
+]
 
 STATE_FORMAT = "openwebtext-state/1"
 
-#: Options that change which documents come in which order.
-SHAPING = (
-    "shuffle",
-    "seed",
-    "shuffle_buffer",
-    "rank",
-    "world_size",
-    "even",
-    "split",
-    "val_fraction",
-    "val_seed",
-    "max_document_bytes",
-)
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """Running counts of a stream: the ``counters`` of its state, under the same names.
+
+    The one record of counts: the stream keeps one, a ``Mark`` holds one, and
+    ``Stats`` is one (plus the names of what was skipped).
+    """
+
+    documents: int = 0
+    """Documents handed out."""
+    text_bytes: int = 0
+    """UTF-8 bytes of the documents handed out."""
+    epoch_documents: int = 0
+    """Documents handed out in the current epoch (even sharding stops at its target)."""
+    units: int = 0
+    """Units (members) read."""
+    skipped_members: int = 0
+    skipped_documents: int = 0
+    replaced_documents: int = 0
+    """Documents whose invalid UTF-8 became U+FFFD (``decode_errors="replace"``)."""
+    tokens: int = 0
+    """Token ids handed out, end-of-text ids included (with a ``tokenizer``)."""
+    partial_members: int = 0
+    """Members cut short whose documents before the cut were delivered (named in ``skipped``)."""
+    repeated_documents: int = 0
+    """Documents handed out again to keep ranks even after skips left this rank short
+    (counted when each such pass ends)."""
+
+    @classmethod
+    def from_state(cls, counters: Mapping[str, Any]) -> Counters:
+        """The counters of a state's ``counters`` dict (missing ones are 0)."""
+        return cls(*(counters.get(f.name, 0) for f in fields(Counters)))
+
+    def to_state(self) -> dict[str, int]:
+        """The ``counters`` dict of a state."""
+        return {f.name: getattr(self, f.name) for f in fields(Counters)}
+
+    def handed(self, documents: int, text_bytes: int, tokens: int) -> Counters:
+        """These counts after handing out ``documents`` more (of these sizes)."""
+        return replace(
+            self,
+            documents=self.documents + documents,
+            text_bytes=self.text_bytes + text_bytes,
+            epoch_documents=self.epoch_documents + documents,
+            tokens=self.tokens + tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Stats(Counters):
+    """What an iterator has delivered and left out so far (``DocumentIterator.stats``)."""
+
+    skipped: tuple[str, ...] = ()
+    """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
+    skipped_files: int = 0
+    """Files left out when the corpus was opened under ``skip`` (named in ``skipped``)."""
 
 
 def stream_config(
@@ -50,7 +106,7 @@ def stream_config(
     config: dict[str, Any] = {"corpus": fingerprint, "units": units}
     for name in SHAPING:
         config[name] = getattr(options, name)
-    config["even"] = options.even_mode
+    config["even"] = options.even_mode  # the rule, while ranks are evened out
     config["tokenizer"] = tokenizer
     return config
 
@@ -136,3 +192,30 @@ def _count(value: Any) -> bool:
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
+
+
+def resume_options(given: Mapping[str, Any], state: Mapping[str, Any] | None) -> Options:
+    """Options to resume ``state`` with: those ``given``, and the shaping ones not given
+    taken from the state's ``config`` (as ``owt stream --resume`` does).
+
+    Args:
+        given: The option values given (a shaping one left out: the state's, else
+            the default).
+        state: A saved state, or None (then only ``given`` counts).
+
+    Raises:
+        ValueError: an option value is not valid.
+    """
+    values = dict(given)
+    saved = state.get("config", {}) if state else {}
+    for name in SHAPING:
+        if name in values or name not in saved:
+            continue
+        if name == "even":  # saved as the rule while evened out, else None
+            rule = saved["even"]
+            values["even"] = rule is not None
+            if rule is not None and "even_rule" not in values:
+                values["even_rule"] = rule
+        else:
+            values[name] = saved[name]
+    return Options(**values)

@@ -1,0 +1,189 @@
+"""Shuffle blocks: consecutive units gathered until they hold enough documents.
+
+A block is parallel lists over its units' bytes, one entry per kept document,
+and no object per document: nothing for the garbage collector to walk, and no
+text decoded before the consumer asks for it (``stream`` decodes at hand-out).
+The bytes stay in the units' shared-memory slots while the block is handed out
+(up to ``HOLD_UNITS`` slots; older units are copied out of theirs). A unit whose
+kept documents are a small part of its bytes (a sparse split such as ``val``)
+is copied out compactly at once and its slot given back, so that a block never
+pins whole members for a few documents.
+
+The rule a ``stream.Mark`` relies on: once a block is yielded, its ``sizes`` and
+``counts`` lists (and the permutation the stream makes for it) are never
+changed again. A mark keeps references to them, not copies; a new block is a
+new ``Block``, never the old one cleared.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, Protocol
+
+from .index import Unit
+from .workers import Loaded
+
+__all__ = ["HOLD_UNITS", "Block", "Slots", "gather"]
+
+#: Units whose slots a block may keep while it is handed out (more are copied out).
+#: 16 covers the default 4,096-document block of OpenWebText members (~390 documents).
+HOLD_UNITS = 16
+
+#: A unit whose kept documents are under 1/SPARSE of its bytes is copied out at once.
+SPARSE = 4
+
+
+class Slots(Protocol):
+    """What a block needs of the worker pool: giving a kept unit's slot back."""
+
+    def release(self, ticket: int) -> None: ...
+
+
+def _free(view: memoryview, ticket: int, slots: Slots) -> None:
+    """Let go of a unit's bytes now: its view, and its slot if it has one."""
+    view.release()
+    if ticket >= 0:
+        slots.release(ticket)
+
+
+class Block:
+    """One shuffle block: the documents of consecutive units, not yet decoded.
+
+    Parallel lists, one entry per document: its unit's ``source`` tuple
+    ``(view, subset, member, member index, errors or dtype)``, its offset in
+    ``view``, its UTF-8 size, its token count (with a tokenizer, else the list
+    is empty), its name and its index in the member. ``spans`` are the kept
+    units' slots: ``(ticket, first document, end document)``.
+
+    Args:
+        dtype: The token ids' dtype (a stream of token documents), or None (text).
+    """
+
+    __slots__ = ("counts", "dtype", "js", "names", "offsets", "sizes", "sources", "spans")
+
+    def __init__(self, dtype: Any = None) -> None:
+        self.dtype = dtype
+        self.sources: list[tuple[memoryview, str, str, int, Any]] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.counts: list[int] = []
+        self.names: list[str] = []
+        self.js: list[int] = []
+        self.spans: list[tuple[int, int, int]] = []
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    def add(self, loaded: Loaded, unit: Unit, slots: Slots) -> None:
+        """Add the unit's kept documents; their bytes stay in its slot, unless they are a
+        small part of it (a sparse split): then they are copied out compactly."""
+        data = loaded.data
+        view = data if isinstance(data, memoryview) else memoryview(data)
+        ticket = loaded.ticket
+        offsets, sizes, names, counts = loaded.offsets, loaded.sizes, loaded.names, loaded.counts
+        js: Sequence[int] = range(len(offsets))
+        if offsets and min(offsets) < 0:  # outside the split, or left out by the worker (counted)
+            js = [j for j, offset in enumerate(offsets) if offset >= 0]
+            offsets = [offsets[j] for j in js]
+            sizes = [sizes[j] for j in js]
+            names = [names[j] for j in js]
+            counts = None if counts is None else [counts[j] for j in js]
+        if not offsets:
+            _free(view, ticket, slots)
+            return
+        # Bytes of each document in ``view``: its text, or its ids.
+        spans = sizes if counts is None else [c * self.dtype.itemsize for c in counts]
+        if sum(spans) * SPARSE < len(view):
+            compact = b"".join([view[o : o + n] for o, n in zip(offsets, spans, strict=True)])
+            _free(view, ticket, slots)
+            view, ticket = memoryview(compact), -1
+            offsets = list(itertools.accumulate(spans, initial=0))[:-1]
+        first = len(self.sizes)
+        if ticket >= 0:
+            self._keep(slots)
+            self.spans.append((ticket, first, first + len(offsets)))
+        # The last field: how to decode text, or the dtype of token ids.
+        how: Any = "replace" if loaded.replace else "strict"
+        if counts is not None:
+            how = self.dtype
+            self.counts += counts
+        source = (view, unit.subset, os.path.basename(unit.member), unit.member_index, how)
+        self.offsets += offsets
+        self.sizes += sizes
+        self.names += names
+        self.js += js
+        self.sources += [source] * len(offsets)
+
+    def _keep(self, slots: Slots) -> None:
+        """Make room to keep one more unit's slot: past ``HOLD_UNITS``, copy the oldest out."""
+        if len(self.spans) < HOLD_UNITS:
+            return
+        ticket, first, end = self.spans.pop(0)
+        if end > first:
+            view, *rest = self.sources[first]
+            copy = memoryview(view.tobytes())
+            self.sources[first:end] = [(copy, *rest)] * (end - first)
+            view.release()
+        slots.release(ticket)
+
+    def release(self, slots: Slots) -> None:
+        """Give the kept slots back to the pool (the block's text is then gone)."""
+        for ticket, first, end in self.spans:
+            if end > first:
+                self.sources[first][0].release()
+            slots.release(ticket)
+        self.spans.clear()
+
+
+def gather(
+    loaded: Generator[Loaded, None, None],
+    slots: Slots,
+    *,
+    units: Sequence[Unit],
+    start: int,
+    size: int,
+    dtype: Any = None,
+    on_unit: Callable[[Loaded], None] | None = None,
+) -> Generator[tuple[int, int, Block], None, None]:
+    """Group units into blocks of at least ``size`` documents.
+
+    Yields ``(first position, end position, block)``, positions counting units
+    in plan order from ``start``. A block's slots are given back once the
+    consumer asks for the next block (or leaves).
+
+    Args:
+        loaded: The pool's units, in plan order (closed when this generator is).
+        slots: The pool, to give slots back to.
+        units: The corpus's units (``Loaded.unit`` indexes them).
+        start: The plan position of the first unit of ``loaded``.
+        size: Documents a block holds at least (the last block may hold fewer).
+        dtype: The token ids' dtype, or None (text).
+        on_unit: Called with every unit before its documents are added (to
+            count it and apply the error policy); if it raises, the unit's
+            bytes are let go and the error goes on.
+    """
+    block = Block(dtype)
+    first = position = start
+    try:
+        for position, unit in enumerate(loaded, start + 1):
+            if on_unit is not None:
+                try:
+                    on_unit(unit)
+                except BaseException:
+                    data = unit.data
+                    view = data if isinstance(data, memoryview) else memoryview(data)
+                    _free(view, unit.ticket, slots)
+                    raise
+            block.add(unit, units[unit.unit], slots)
+            if len(block) >= size:
+                yield first, position, block
+                block.release(slots)
+                block = Block(dtype)
+                first = position
+        if len(block):
+            yield first, position, block
+    finally:
+        block.release(slots)
+        loaded.close()
