@@ -10,11 +10,22 @@ removed, the state written — and the command exits ``128 + signal`` (130, 143)
 line and noting that it was written), so that what a command reports as done is
 exactly what it did. A second signal during the section interrupts at once, and so
 does the first after ``GRACE_SECONDS`` (a write blocked on a pipe nobody reads).
+
+The handler belongs to the process that installed it. A process forked from a command
+(a ``multiprocessing`` pool, a library's helper) would inherit it, and there it hangs:
+``Pool.terminate`` sends SIGTERM to a worker that is about to block in a semaphore; a
+Python-level handler only runs when the interpreter next checks for signals, which a
+thread blocked in C never does, so the worker never dies and the pool waits forever.
+So right after a fork the child puts back what each signal did before the command took
+it (:func:`_after_fork`), at the C level, and a child that still runs the handler (forked
+in the instant before) does the same and re-sends the signal to itself: a fork behaves as
+if no command had ever touched its signals.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -58,6 +69,10 @@ class _Deferral:
         self.depth = 0
         self.pending: int | None = None
         self._alarm: Any = None
+        self.owner: int | None = None
+        """The process that installed the handler; in any other, it steps aside."""
+        self.previous: dict[int, Any] = {}
+        """What each signal did before :func:`interruptible` took it."""
 
     def __enter__(self) -> None:
         self.depth += 1
@@ -76,6 +91,10 @@ class _Deferral:
                 raise Interrupted(signum)
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self.owner:  # a fork: act as the signal did before the command
+            self.step_aside()
+            os.kill(os.getpid(), signum)
+            return
         if self.depth and self.pending is None:
             self.pending = signum  # the first signal waits for the section to end
             self._alarm = signal.signal(signal.SIGALRM, self._give_up)
@@ -90,6 +109,17 @@ class _Deferral:
         self._clear()
         raise Interrupted(signum)
 
+    def step_aside(self) -> None:
+        """Put back what each signal did before the command took it (in a forked child)."""
+        with contextlib.suppress(ValueError):  # not the main thread: nothing Python can do
+            for signum, handler in self.previous.items():
+                if signal.getsignal(signum) == self.handle:
+                    signal.signal(signum, handler)
+            if self._alarm is not None:  # timers do not survive a fork; the handler does
+                signal.signal(signal.SIGALRM, self._alarm)
+        self._alarm = None
+        self.owner, self.previous, self.depth, self.pending = None, {}, 0, None
+
     def _clear(self) -> None:
         if self._alarm is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -98,11 +128,18 @@ class _Deferral:
         self.pending = None
 
 
+def _after_fork() -> None:
+    if deferred.owner is not None:
+        deferred.step_aside()
+
+
 #: Seconds a held signal waits for a critical section to end.
 GRACE_SECONDS = 2.0
 
 #: ``with deferred:`` — a signal arriving inside the block is raised when it ends.
 deferred = _Deferral(GRACE_SECONDS)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 @contextlib.contextmanager
@@ -117,12 +154,16 @@ def interruptible() -> Iterator[None]:
         yield
         return
     previous = {}
+    owner, before = deferred.owner, deferred.previous
     for signum in _SIGNALS:
         if signal.getsignal(signum) != signal.SIG_IGN:
             previous[signum] = signal.signal(signum, deferred.handle)
+    taken: dict[int, Any] = {s: h for s, h in previous.items() if h != deferred.handle}  # nested
+    deferred.owner, deferred.previous = os.getpid(), {**before, **taken}
     try:
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        deferred.owner, deferred.previous = owner, before
         deferred._clear()
