@@ -23,6 +23,7 @@ from .errors import CorpusError, OutputError
 from .files import atomic_write
 from .index import Unit, index_inputs
 from .inputs import file_version
+from .storage import Storage
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "cache_dir", "split_key"]
 
@@ -78,6 +79,9 @@ class Corpus:
     """Files left out when opened under ``on_error="skip"``, with why."""
     versions: tuple[str, ...] = field(default=(), compare=False)
     """``file_version`` of each file (``files()`` order) when it was indexed."""
+    storage: Storage | None = field(default=None, compare=False, repr=False)
+    """What its URLs are read with (``Corpus.open``'s options and member cache), carried
+    to its pools and readers; None: the process's default (``storage.configure``)."""
 
     @classmethod
     def open(
@@ -97,7 +101,9 @@ class Corpus:
             on_error: ``raise``: a bad file is an error; ``skip`` (or ``warn``):
                 it is left out and listed in ``skipped_files``.
             storage_options: Passed as they are to the filesystems of URLs (for
-                S3: ``endpoint_url``, ``anon``…), here and in the workers.
+                S3: ``endpoint_url``, ``anon``…), here and in the workers. They
+                belong to this corpus (``storage``): another corpus opened in the
+                same process with other options does not change them.
             cache_dir: Keep the remote members read in this folder (off by
                 default), so that a second epoch reads them from disk.
             cache_size: The cache's cap in bytes (least recently used first out).
@@ -108,12 +114,15 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        store = None  # without options: the process's default (``storage.configure``)
         if storage_options is not None or cache_dir is not None:
-            storage.configure(storage_options, cache_dir=cache_dir, cache_size=cache_size)
-        indexed = index_inputs(list(paths), on_error=on_error)
+            store = Storage(storage_options, cache_dir, cache_size)
+        indexed = index_inputs(list(paths), on_error=on_error, storage=store)
         units = tuple(indexed.units)
-        versions = tuple(file_version(path) for path in dict.fromkeys(u.path for u in units))
-        corpus = cls(units, None, tuple(indexed.skipped), versions)
+        versions = tuple(
+            file_version(path, store) for path in dict.fromkeys(u.path for u in units)
+        )
+        corpus = cls(units, None, tuple(indexed.skipped), versions, store)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus
 
@@ -128,7 +137,7 @@ class Corpus:
         versions = self.versions if len(self.versions) == len(files) else None
         h = hashlib.sha256()
         for k, path in enumerate(files):
-            current = versions[k] if versions is not None else file_version(path)
+            current = versions[k] if versions is not None else file_version(path, self.storage)
             h.update(f"{os.path.basename(path)}\0{current}\n".encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:16]
 
@@ -204,7 +213,7 @@ class Corpus:
         raise CorpusError("cannot write the counts file: " + "; ".join(errors))
 
     def with_counts(self, counts: Counts) -> Corpus:
-        return Corpus(self.units, counts, self.skipped_files, self.versions)
+        return Corpus(self.units, counts, self.skipped_files, self.versions, self.storage)
 
 
 def _counts_list(value: object, n_units: int) -> tuple[int, ...] | None:

@@ -53,7 +53,7 @@ def count_documents(
     )
     documents: list[int] = []
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
-    with open_pool(corpus.units, options) as pool:
+    with open_pool(corpus.units, options, corpus.storage) as pool:
         for loaded in pool.run(range(len(corpus.units))):
             member_failed = loaded.errors and not loaded.names
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)

@@ -26,7 +26,7 @@ from typing import BinaryIO, NamedTuple
 from .errors import CorpusError, UnknownFormat
 from .formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from .inputs import find_files
-from .storage import is_url
+from .storage import Storage, is_url
 
 __all__ = [
     "Indexed",
@@ -186,13 +186,19 @@ class Indexed(NamedTuple):
     """Folder and pattern entries that are not corpus files."""
 
 
-def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "raise") -> Indexed:
+def index_inputs(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    on_error: str = "raise",
+    storage: Storage | None = None,
+) -> Indexed:
     """Index every file named by ``paths`` (files, folders, globs, URLs), in order.
 
     Args:
         paths: What to index: local paths, or fsspec URLs (``openwebtext.remote``).
         on_error: ``raise``: the first bad file is an error; ``skip`` or
             ``warn``: bad files are left out and listed in ``skipped``.
+        storage: What URLs are read with (None: the process's default).
 
     Raises:
         CorpusError: a bad file (under ``raise``), the same file twice, or no
@@ -207,7 +213,7 @@ def index_inputs(paths: Sequence[str | os.PathLike[str]], *, on_error: str = "ra
 
         for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
             try:
-                indexed.units.extend(index_url(os.fspath(url)))
+                indexed.units.extend(index_url(os.fspath(url), storage))
             except CorpusError as exc:
                 if on_error == "raise":
                     raise

@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from .errors import CorpusError
 from .formats import MAGIC_BYTES, detect, is_empty_tar
-from .storage import identity, is_url
+from .storage import Storage, identity, is_url
 
 __all__ = ["Found", "expand_paths", "file_version", "find_files"]
 
@@ -181,14 +181,14 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return found.files
 
 
-def file_version(path: str) -> str:
+def file_version(path: str, storage: Storage | None = None) -> str:
     """What changes when the file changes: its size and modification time.
 
     The counts cache is keyed on it. A remote file gives its size and ETag (or
     generation, or last-modified) as indexed (``storage.identity``).
     """
     if is_url(path):
-        info = identity(path)  # remembered when the file was indexed
+        info = identity(path, storage)  # remembered when the file was indexed
         return f"{info.size}:{info.identity}" if info else "unknown"
     st = os.stat(path)
     return f"{st.st_size}:{st.st_mtime_ns}"

@@ -233,7 +233,7 @@ def _open_pool(corpus: Corpus, options: PrepareOptions) -> Pool:
         tokenizer=options.tokenizer,
         normalise=options.split == "nanogpt",
     )
-    return open_pool(corpus.units, pool_options)
+    return open_pool(corpus.units, pool_options, corpus.storage)
 
 
 class _Run:

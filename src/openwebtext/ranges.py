@@ -10,7 +10,8 @@ most ``MERGE_BYTES``. Memory is bounded by what is queued: the pool's prefetch
 setting, times a member (or a merged request).
 
 The thread pool and the filesystems are made on first use, in the process
-that uses them (after the fork).
+that uses them (after the fork). Everything is read with the corpus's
+``storage.Storage`` (its options and member cache), given by the pool.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from .errors import CorruptMember
 from .index import Unit
 from .membercache import MemberCache
-from .storage import fetch, identity, is_url, member_cache
+from .storage import Storage, fetch, identity, is_url, resolve
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "RangeReader"]
 
@@ -42,9 +43,15 @@ def _key(unit: Unit) -> _Key:
 class RangeReader:
     """Fetches units' bytes by range; ``prefetch`` starts them early."""
 
-    def __init__(self, threads: int = THREADS, cache: MemberCache | None = None):
+    def __init__(
+        self,
+        threads: int = THREADS,
+        cache: MemberCache | None = None,
+        storage: Storage | None = None,
+    ):
         self.threads = threads
-        if cache is None and (settings := member_cache()) is not None:
+        self.storage = resolve(storage)
+        if cache is None and (settings := self.storage.cache) is not None:
             cache = MemberCache(settings.root, settings.cap)
         self.cache = cache
         self._pool: ThreadPoolExecutor | None = None
@@ -58,7 +65,7 @@ class RangeReader:
         return self._pool
 
     def _fetch(self, path: str, start: int, end: int, member: str) -> bytes:
-        data = fetch(path, start, end, member)
+        data = fetch(path, start, end, member, self.storage)
         self.requests += 1
         self.bytes += len(data)
         return data
@@ -122,10 +129,12 @@ class RangeReader:
         """The member's key in the cache; None without a cache or a known file identity."""
         if self.cache is None:
             return None
-        info = identity(unit.path)
+        info = identity(unit.path, self.storage)
         if info is None or not info.identity:
             return None
-        return self.cache.key(unit.path, info.identity, unit.offset, unit.size)
+        place = self.storage.place  # the same URL on another endpoint is another file
+        where = f"{place}\0{unit.path}" if place else unit.path
+        return self.cache.key(where, info.identity, unit.offset, unit.size)
 
     def _cached(self, unit: Unit) -> bool:
         key = self._cache_key(unit)

@@ -29,7 +29,7 @@ from .formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, det
 from .index import Unit
 from .plan import Split, in_validation
 from .ranges import RangeReader
-from .storage import is_url
+from .storage import Storage, is_url
 from .tarwalk import TarFormatError, walk
 
 if TYPE_CHECKING:
@@ -80,7 +80,10 @@ class Reader:
         max_open: int = 16,
         split: Split | None = None,
         decode_errors: str | None = "strict",
+        storage: Storage | None = None,
     ):
+        self.storage = storage
+        """What URLs are read with (the corpus's; None: the process's default)."""
         self.max_member_bytes = max_member_bytes
         self.max_document_bytes = max_document_bytes
         self.split = split
@@ -107,7 +110,7 @@ class Reader:
 
     def _ranges(self) -> RangeReader:
         if self._remote is None:
-            self._remote = RangeReader()
+            self._remote = RangeReader(storage=self.storage)
         return self._remote
 
     def prefetch(self, units: Sequence[Unit]) -> None:

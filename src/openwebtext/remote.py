@@ -11,6 +11,9 @@ The result (members, offsets, sizes, formats) is kept in
 ``<cache folder>/remote-index/`` with the file's size and identity (ETag,
 generation or last-modified). Opening again costs one metadata request per
 file; a file whose size or identity changed is indexed again, never misread.
+It is named by the URL and the storage's ``place`` (``storage.place``: its
+options without secrets), so the same ``s3://bucket/key`` on two endpoints
+has two entries, and no credential is ever written.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from .errors import OutputError, UnknownFormat
 from .files import atomic_write
 from .formats import MAGIC_BYTES, TAR, detect
 from .index import _KNOWN, Unit, _index_outer_tar
-from .storage import FileInfo, RangeFile, alias, expand_url, file_info, remember
+from .storage import FileInfo, RangeFile, Storage, alias, expand_url, file_info, remember, resolve
 
 __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
 
@@ -39,47 +42,53 @@ def _cache_root() -> Path:
     return cache_dir() / "remote-index"
 
 
-def cache_path(url: str) -> Path:
-    """Where the index of ``url`` is kept (named by a hash: URLs may hold anything)."""
-    return _cache_root() / (hashlib.sha256(url.encode()).hexdigest()[:32] + ".json")
+def cache_path(url: str, place: str = "") -> Path:
+    """Where the index of ``url`` read from ``place`` is kept (``Storage.place``; named by a
+    hash: URLs may hold anything)."""
+    key = url if not place else f"{url}\0{place}"
+    return _cache_root() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 
-def index_url(url: str) -> list[Unit]:
+def index_url(url: str, storage: Storage | None = None) -> list[Unit]:
     """The units of every file named by ``url`` (a file, a folder or a glob), in order.
 
     Raises:
         CorpusError: nothing there, a file cannot be read or its tar is damaged.
         UnknownFormat: a file is in none of the formats.
     """
-    files = expand_url(url)
+    files = expand_url(url, storage)
     if len(files) == 1:
-        return index_remote_file(files[0])
+        return index_remote_file(files[0], storage)
     with ThreadPoolExecutor(min(INDEX_THREADS, len(files))) as pool:
-        parts = list(pool.map(index_remote_file, files))
+        parts = list(pool.map(lambda file: index_remote_file(file, storage), files))
     return [u for part in parts for u in part]
 
 
-def index_remote_file(url: str) -> list[Unit]:
+def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:
     """The units of one remote file: from the cache if it still describes the file.
 
     The units' path is ``storage.alias(url)``: the URL without credentials or
     query string (a signed URL's signature must not reach errors or states).
+    ``storage`` (None: the process's default) is what the file is read with,
+    and what it learns (alias, identity) is kept there.
     """
-    name = alias(url)
-    info = file_info(url)
-    remember(name, info)
-    cached = _load(name, info)
+    storage = resolve(storage)
+    name = alias(url, storage)
+    info = file_info(url, storage)
+    remember(name, info, storage)
+    place = storage.place
+    cached = _load(name, info, place)
     if cached is not None:
         return cached
-    units = _walk(url, name, info)
-    _save(name, info, units)
+    units = _walk(url, name, info, storage)
+    _save(name, info, units, place)
     return units
 
 
-def _walk(url: str, name: str, info: FileInfo) -> list[Unit]:
+def _walk(url: str, name: str, info: FileInfo, storage: Storage | None) -> list[Unit]:
     base = name.rstrip("/").rsplit("/", 1)[-1]
     subset = base.split(".", 1)[0]
-    f = RangeFile(url, info.size)
+    f = RangeFile(url, info.size, storage=storage)
     try:
         kind = detect(f.pread(MAGIC_BYTES, 0))
         if kind is None:
@@ -94,15 +103,16 @@ def _walk(url: str, name: str, info: FileInfo) -> list[Unit]:
         f.close()
 
 
-def _load(url: str, info: FileInfo) -> list[Unit] | None:
+def _load(url: str, info: FileInfo, place: str) -> list[Unit] | None:
     try:
-        raw = json.loads(cache_path(url).read_text())
+        raw = json.loads(cache_path(url, place).read_text())
     except (OSError, ValueError):
         return None
     if (
         not isinstance(raw, dict)
         or raw.get("format") != INDEX_FORMAT
         or raw.get("url") != url
+        or raw.get("place", "") != place
         or raw.get("size") != info.size
         or raw.get("identity") != info.identity
         or not info.identity  # nothing to notice a change by: walk again
@@ -114,19 +124,20 @@ def _load(url: str, info: FileInfo) -> list[Unit] | None:
         return None
 
 
-def _save(url: str, info: FileInfo, units: list[Unit]) -> None:
+def _save(url: str, info: FileInfo, units: list[Unit], place: str) -> None:
     """Keep the index (atomically; a cache folder that cannot be written is not an error)."""
     if not units or not info.identity:
         return
     body: dict[str, Any] = {
         "format": INDEX_FORMAT,
         "url": url,
+        "place": place,
         "size": info.size,
         "identity": info.identity,
         "subset": units[0].subset,
         "units": [[u.member, u.offset, u.size, u.kind, u.member_index] for u in units],
     }
-    path = cache_path(url)
+    path = cache_path(url, place)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(body))

@@ -14,13 +14,28 @@ URL is a clear error naming the extra. What this module adds to fsspec:
 - **Forks.** Workers are forked processes. fsspec instances hold event loops,
   threads and connection pools that do not survive a fork, so each process
   makes its own filesystems (``skip_instance_cache``), keyed by its pid.
-- **Settings.** ``configure(storage_options)`` sets what every filesystem of
-  this process (and of the workers it forks) is made with, passed to fsspec as
-  is. ``Corpus.open(..., storage_options=...)`` calls it.
+- **Settings, per corpus.** A ``Storage`` holds what one corpus's URLs are
+  read with: its fsspec options (passed as they are), its member cache, and
+  what indexing learnt (the real URL behind each alias, each file's identity).
+  ``Corpus.open(..., storage_options=...)`` makes one and the corpus carries it
+  (``Corpus.storage``) to its pools and readers; forked workers inherit it with
+  their units, so nothing of it travels in a message. Two corpora opened with
+  different options (two S3 endpoints, two sets of credentials) never share a
+  filesystem, an alias or an identity. Every function here takes the
+  ``storage`` to use; None means the process's default one, which
+  ``configure`` sets (what a corpus opened without options uses, and Ray
+  workers, which are not forked).
+- **Caches.** What is kept on disk about a remote file (its index, its
+  members) is keyed on the URL and the storage's ``place``: a hash of its
+  options without anything that looks like a secret (keys, tokens, headers),
+  so ``endpoint_url`` tells two servers apart and no credential is ever
+  written, not even hashed.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 import re
@@ -35,6 +50,7 @@ __all__ = [
     "REMOTE_EXTRA",
     "FileInfo",
     "RangeFile",
+    "Storage",
     "alias",
     "configure",
     "expand_url",
@@ -43,6 +59,7 @@ __all__ = [
     "filesystem",
     "is_url",
     "redact",
+    "resolve",
 ]
 
 REMOTE_EXTRA = "openwebtext[remote]"
@@ -60,8 +77,6 @@ T = TypeVar("T")
 
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://")
 _lock = threading.Lock()
-_settings: dict[str, Any] = {}
-_filesystems: dict[tuple[int, str], Any] = {}
 
 
 def is_url(path: object) -> bool:
@@ -97,29 +112,101 @@ class CacheSettings(NamedTuple):
     cap: int | None
 
 
-_member_cache: list[CacheSettings] = []
-_identities: dict[str, FileInfo] = {}
+#: Option names whose values may be secret (or hold secrets, like ``headers``): never
+#: part of a storage's ``place``.
+_SECRET_NAMES = re.compile(
+    r"secret|token|key|password|passwd|signature|credential|auth|session|cookie|headers",
+    re.IGNORECASE,
+)
 
 
-_aliases: dict[str, str] = {}
+def _public(value: Any) -> Any:
+    """``value`` (options) without what may be secret, as JSON-safe data."""
+    if isinstance(value, dict):
+        return {
+            str(k): _public(v) for k, v in value.items() if not _SECRET_NAMES.search(str(k))
+        }
+    if isinstance(value, (list, tuple)):
+        return [_public(v) for v in value]
+    if isinstance(value, str):
+        return redact(value)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return type(value).__name__  # an object (a session, a client): its kind only
 
 
-def alias(url: str) -> str:
+def place(options: dict[str, Any] | None) -> str:
+    """A short hash of where ``options`` point (``endpoint_url``, ``anon``, a profile…),
+    made without anything that may be secret; "" for no options."""
+    public = _public(options or {})
+    if not public:
+        return ""
+    text = json.dumps(public, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Storage:
+    """What one corpus's URLs are read with: fsspec options and the member cache.
+
+    It also keeps what indexing learnt about the corpus's files: the real URL
+    behind each alias and each file's identity. Workers forked from the process
+    inherit it; pickling it (Ray) keeps all that but the filesystems, which are
+    made again where they are used. Its ``repr`` shows no option.
+
+    Args:
+        options: Passed as they are to ``fsspec.filesystem`` (for S3:
+            ``endpoint_url``, ``anon``, ``key``…).
+        cache_dir: Keep the remote members read in this folder (None: no cache).
+        cache_size: The member cache's cap in bytes (None: no cap).
+    """
+
+    def __init__(
+        self,
+        options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | None = None,
+    ):
+        self.options: dict[str, Any] = dict(options or {})
+        self.cache = None if cache_dir is None else CacheSettings(os.fspath(cache_dir), cache_size)
+        self.place = place(self.options)
+        """What caches on disk are keyed on besides the URL (``place``)."""
+        self.aliases: dict[str, str] = {}
+        self.identities: dict[str, FileInfo] = {}
+        self.filesystems: dict[tuple[int, str], Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Storage(place={self.place!r}, cache={self.cache})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["filesystems"] = {}  # event loops and sockets do not travel
+        return state
+
+
+_default = Storage()
+
+
+def resolve(storage: Storage | None) -> Storage:
+    """``storage``, or the process's default one (set by ``configure``) when None."""
+    return _default if storage is None else storage
+
+
+def alias(url: str, storage: Storage | None = None) -> str:
     """The name units carry for ``url``: without credentials or query string.
 
     Units' paths end up in errors, skip lists and states, so a signed URL's
-    signature must not be one. The real URL stays in this process (and the
-    workers it forks), and ``fetch`` goes back to it.
+    signature must not be one. The real URL stays in ``storage`` (in this
+    process and the workers it forks), and ``fetch`` goes back to it.
     """
     shown = redact(url)
     if shown != url:
         with _lock:
-            _aliases[shown] = url
+            resolve(storage).aliases[shown] = url
     return shown
 
 
-def _real(url: str) -> str:
-    return _aliases.get(url, url)
+def _real(url: str, storage: Storage | None = None) -> str:
+    return resolve(storage).aliases.get(url, url)
 
 
 def configure(
@@ -128,39 +215,38 @@ def configure(
     cache_dir: str | os.PathLike[str] | None = None,
     cache_size: int | None = None,
 ) -> None:
-    """Set what every filesystem of this process is made with, and the member cache.
+    """Set the process's default storage: what a corpus opened without options uses.
 
     ``storage_options`` go to ``fsspec.filesystem`` as they are (for S3:
     ``endpoint_url``, ``anon``, ``key``…). ``cache_dir`` turns on the local
     cache of remote members (``cache_size`` bytes at most; None: no cap).
-    Workers forked afterwards inherit all of it. Filesystems already made are
-    dropped, so the next request uses the new options.
+    Workers forked afterwards inherit it. Filesystems already made are
+    dropped, so the next request uses the new options. A corpus opened with
+    its own ``storage_options`` or ``cache_dir`` (``Corpus.open``) is not
+    affected: it carries its own ``Storage``.
     """
-    with _lock:
-        _settings.clear()
-        _settings.update(storage_options or {})
-        _filesystems.clear()
-        _member_cache.clear()
-        if cache_dir is not None:
-            _member_cache.append(CacheSettings(os.fspath(cache_dir), cache_size))
+    fresh = Storage(storage_options, cache_dir, cache_size)
+    with _lock:  # what indexing learnt (aliases, identities) stays
+        _default.options, _default.cache, _default.place = fresh.options, fresh.cache, fresh.place
+        _default.filesystems.clear()
 
 
-def member_cache() -> CacheSettings | None:
-    """The member cache set by ``configure``, if any."""
-    return _member_cache[0] if _member_cache else None
+def member_cache(storage: Storage | None = None) -> CacheSettings | None:
+    """The member cache of ``storage`` (None: the default one, set by ``configure``)."""
+    return resolve(storage).cache
 
 
-def remember(url: str, info: FileInfo) -> None:
+def remember(url: str, info: FileInfo, storage: Storage | None = None) -> None:
     """Note what identifies ``url``'s content (the index does, before the workers fork)."""
-    _identities[url] = info
+    resolve(storage).identities[url] = info
 
 
-def identity(url: str) -> FileInfo | None:
+def identity(url: str, storage: Storage | None = None) -> FileInfo | None:
     """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
 
     What a cache of anything read from ``url`` (members, counts) should be keyed on.
     """
-    return _identities.get(url)
+    return resolve(storage).identities.get(url)
 
 
 def _fsspec() -> Any:
@@ -173,8 +259,8 @@ def _fsspec() -> Any:
     return fsspec
 
 
-def filesystem(url: str) -> Any:
-    """This process's fsspec filesystem for ``url``'s protocol.
+def filesystem(url: str, storage: Storage | None = None) -> Any:
+    """This process's fsspec filesystem for ``url``'s protocol, made with ``storage``'s options.
 
     Raises:
         CorpusError: fsspec, or the protocol's implementation, is not installed.
@@ -182,10 +268,11 @@ def filesystem(url: str) -> Any:
     fsspec = _fsspec()
     proto = protocol(url)
     key = (os.getpid(), proto)
+    store = resolve(storage)
     with _lock:
-        fs = _filesystems.get(key)
+        fs = store.filesystems.get(key)
         if fs is None:
-            options = dict(_settings)
+            options = dict(store.options)
             if proto in ("http", "https") and "client_kwargs" not in options:
                 options["client_kwargs"] = {"timeout": _http_timeout()}
             try:
@@ -197,7 +284,7 @@ def filesystem(url: str) -> Any:
                 ) from None
             except ValueError as exc:
                 raise CorpusError(f"unknown protocol {proto}://: {exc}") from None
-            _filesystems[key] = fs
+            store.filesystems[key] = fs
     return fs
 
 
@@ -323,13 +410,13 @@ def _identity(info: dict[str, Any]) -> str:
     return ""
 
 
-def file_info(url: str) -> FileInfo:
+def file_info(url: str, storage: Storage | None = None) -> FileInfo:
     """The size and identity of a remote file (one request, retried).
 
     Raises:
         CorpusError: it does not exist, access is refused, or retries ran out.
     """
-    fs = filesystem(url)
+    fs = filesystem(url, storage)
     try:
         info = with_retries(lambda: fs.info(url), "HEAD")
     except _Fatal as exc:
@@ -342,15 +429,17 @@ def file_info(url: str) -> FileInfo:
     return FileInfo(size, _identity(info))
 
 
-def fetch(url: str, start: int, end: int, member: str | None = None) -> bytes:
-    """Bytes ``[start, end)`` of ``url``: exactly that many, or an error.
+def fetch(
+    url: str, start: int, end: int, member: str | None = None, storage: Storage | None = None
+) -> bytes:
+    """Bytes ``[start, end)`` of ``url``, read with ``storage``: exactly that many, or an error.
 
     Raises:
         CorruptMember: the file is missing, access is refused, or retries ran
             out; names the URL (redacted) and ``member``.
     """
-    real = _real(url)
-    fs = filesystem(real)
+    real = _real(url, storage)
+    fs = filesystem(real, storage)
 
     def call() -> bytes:
         data: bytes = fs.cat_file(real, start=start, end=end)
@@ -369,13 +458,13 @@ def _listed(name: str) -> bool:
     return not name.startswith((".", "_"))
 
 
-def expand_url(url: str) -> list[str]:
+def expand_url(url: str, storage: Storage | None = None) -> list[str]:
     """Turn a URL naming a file, a folder or a glob pattern into sorted file URLs.
 
     Raises:
         CorpusError: nothing there, or a folder or pattern that holds no file.
     """
-    fs = filesystem(url)
+    fs = filesystem(url, storage)
     shown = redact(url)
 
     def entries(call: Callable[[], Any], what: str) -> Any:
@@ -426,8 +515,9 @@ class RangeFile:
     kept, so reading a member's first bytes again costs nothing.
     """
 
-    def __init__(self, url: str, size: int, window: int = 2048):
+    def __init__(self, url: str, size: int, window: int = 2048, storage: Storage | None = None):
         self.url = url
+        self.storage = storage
         self.name = url
         self.size = size
         self.window = window
@@ -445,7 +535,7 @@ class RangeFile:
         if missing:
             start = missing[0] * self.window
             end = min(self.size, (missing[-1] + 1) * self.window)
-            data = fetch(self.url, start, end)
+            data = fetch(self.url, start, end, storage=self.storage)
             self.requests += 1
             for k in range(missing[0], missing[-1] + 1):
                 at = k * self.window - start

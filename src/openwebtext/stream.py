@@ -375,7 +375,7 @@ class Stream:
             hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
             tokenizer=None if self.tokenizer is None else self.tokenizer.spec,
         )
-        return open_pool(self.corpus.units, pool_options)
+        return open_pool(self.corpus.units, pool_options, self.corpus.storage)
 
     def _nothing_read(self) -> CorpusError:
         """An endless run whose whole epoch yielded nothing would wait forever: say why."""

@@ -51,6 +51,7 @@ from .errors import OWTError, WorkerError
 from .index import Unit
 from .options import Options
 from .read import Member, Reader, Split, encode_member
+from .storage import Storage
 from .tasks import Done, Failed, Request, Task, Tasks, failed, failure
 from .tokenizer import Tokenizer, load_tokenizer
 
@@ -155,15 +156,20 @@ class Pool(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def open_pool(units: Sequence[Unit], options: PoolOptions) -> Pool:
+def open_pool(
+    units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None
+) -> Pool:
     """The pool for ``options``: worker processes, or the calling process with ``workers=0``.
+
+    ``storage`` is what the units' URLs are read with (their corpus's; None: the
+    process's default). Workers inherit it when forked, as they do the units.
 
     Raises:
         WorkerError: a worker process cannot be started (on the first ``run``).
     """
     if options.workers == 0:
-        return InlinePool(units, options)
-    return WorkerPool(units, options)
+        return InlinePool(units, options, storage)
+    return WorkerPool(units, options, storage)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -193,6 +199,7 @@ def _worker_main(
     options: PoolOptions,
     inherited: list[Connection],
     parent: int,
+    storage: Storage | None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
     # terminate() ends us at once, whatever SIGTERM handler the consumer's program has.
@@ -200,7 +207,7 @@ def _worker_main(
     _die_with_parent(parent)
     for conn in inherited:
         conn.close()
-    reader = _reader(options)
+    reader = _reader(options, storage)
     tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
     slot_bytes = options.slot_bytes
     queued: collections.deque[Request | None] = collections.deque()
@@ -287,12 +294,13 @@ def _read(
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
-def _reader(options: PoolOptions) -> Reader:
+def _reader(options: PoolOptions, storage: Storage | None) -> Reader:
     return Reader(
         options.max_member_bytes,
         options.max_document_bytes,
         split=options.split,
         decode_errors=options.decode_errors,
+        storage=storage,
     )
 
 
@@ -312,9 +320,12 @@ class _Worker:
 class WorkerPool:
     """Runs units on worker processes and hands them back in plan order."""
 
-    def __init__(self, units: Sequence[Unit], options: PoolOptions):
+    def __init__(
+        self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None
+    ):
         self.units = units
         self.options = options
+        self.storage = storage
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("fork" if "fork" in methods else None)
         # More workers than units would only wait, each with its slots reserved.
@@ -346,7 +357,16 @@ class WorkerPool:
         inherited = [c for w in self._workers for c in (w.tasks, w.results)] + [task_w, result_r]
         process = self._ctx.Process(
             target=_worker_main,
-            args=(self.units, task_r, result_w, self._shared, self.options, inherited, os.getpid()),
+            args=(
+                self.units,
+                task_r,
+                result_w,
+                self._shared,
+                self.options,
+                inherited,
+                os.getpid(),
+                self.storage,
+            ),
             name=f"owt-worker-{self._next_number}",
             daemon=True,
         )
@@ -577,10 +597,12 @@ class InlinePool:
     worker would send; their cause is the real exception, traceback and all.
     """
 
-    def __init__(self, units: Sequence[Unit], options: PoolOptions):
+    def __init__(
+        self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None
+    ):
         self.units = units
         self.options = options
-        self.reader = _reader(options)
+        self.reader = _reader(options, storage)
         self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
         self.normalise = options.normalise
         self.closed = False
