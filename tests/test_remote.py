@@ -6,18 +6,20 @@ S3 is moto's server mode. Both are started here and stopped after.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from openwebtext import Corpus, Loader, storage
+from openwebtext import Corpus, Loader, remote, storage
 from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.index import Unit
 from openwebtext.membercache import MemberCache, parse_size
@@ -400,6 +402,133 @@ def test_s3_missing_bucket_and_key_are_clear_errors(s3_endpoint: str) -> None:
         Corpus.open("s3://no-such-bucket/owt/", storage_options=options)
     with pytest.raises(CorpusError, match=r"s3://owt/data/missing.tar: no such file"):
         Corpus.open("s3://owt/data/missing.tar", storage_options=options)
+
+
+# -- storage options belong to a corpus ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def other_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Another corpus with the same file and member names as ``small_corpus``, other text."""
+    out = tmp_path_factory.mktemp("other")
+    write_corpus(out, subsets=2, members=3, docs=20, seed=1, workers=1)
+    return out
+
+
+@pytest.fixture(scope="module")
+def s3_second(other_corpus: Path, s3_endpoint: str) -> Iterator[str]:
+    """A second S3 server (moto in its own process: in this one it would share the first's
+    buckets) holding ``other_corpus`` under the same bucket and keys as ``s3_endpoint``."""
+    import socket
+
+    boto3 = pytest.importorskip("boto3")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        for _ in range(300):  # up to 30 s to start
+            try:
+                client.create_bucket(Bucket="owt")
+                break
+            except Exception:
+                if proc.poll() is not None:
+                    pytest.fail("the second moto server did not start")
+                time.sleep(0.1)
+        for path in sorted(other_corpus.glob("*.tar")):
+            client.upload_file(str(path), "owt", f"data/{path.name}")
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def interleaved(*corpora: Corpus, **options: Any) -> list[list[str]]:
+    """The texts of each corpus, read a document from each in turn, in one process."""
+    out: list[list[str]] = [[] for _ in corpora]
+    with contextlib.ExitStack() as stack:
+        docs = [stack.enter_context(Loader(c, **options).iter()) for c in corpora]
+        active = list(range(len(corpora)))
+        while active:
+            for k in list(active):
+                doc = next(docs[k], None)
+                if doc is None:
+                    active.remove(k)
+                else:
+                    out[k].append(doc.text)
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_two_endpoints_in_one_process_each_read_with_their_own_options(
+    small_corpus: Path, other_corpus: Path, s3_endpoint: str, s3_second: str, workers: int
+) -> None:
+    first = Corpus.open("s3://owt/data/", storage_options={"endpoint_url": s3_endpoint})
+    second = Corpus.open("s3://owt/data/", storage_options={"endpoint_url": s3_second})
+    assert [u.path for u in first.units] == [u.path for u in second.units]  # the same URLs
+    a, b = interleaved(first, second, seed=3, workers=workers)
+    assert a == local_stream(small_corpus, seed=3)
+    assert b == texts(Corpus.open(str(other_corpus)), seed=3)
+    assert a != b
+
+
+def test_the_index_cache_keeps_two_endpoints_apart_and_no_secret(
+    small_corpus: Path,
+    other_corpus: Path,
+    s3_endpoint: str,
+    s3_second: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "s3cr3t-never-written"
+    options = [
+        {"endpoint_url": s3_endpoint, "key": "testing", "secret": secret},
+        {"endpoint_url": s3_second, "key": "testing", "secret": secret},
+    ]
+    url = "s3://owt/data/urlsf_subset00.tar"
+    locals_ = [Corpus.open(str(small_corpus)), Corpus.open(str(other_corpus))]
+    walked: list[str] = []
+    walk = remote._walk
+    monkeypatch.setattr(remote, "_walk", lambda url, *a: walked.append(url) or walk(url, *a))
+    for round_ in range(2):  # indexed, then from the cache
+        opened = [Corpus.open("s3://owt/data/", storage_options=o) for o in options]
+        for corpus, local in zip(opened, locals_, strict=True):
+            assert [u[1:] for u in corpus.units] == [u[1:] for u in local.units]
+        # Each endpoint's files walked once: the second does not overwrite the first's.
+        assert len(walked) == 4, round_
+    places = [storage.Storage(o).place for o in options]
+    assert places[0] != places[1] and all(places)
+    assert cache_path(url, places[0]) != cache_path(url, places[1])
+    assert cache_path(url, places[0]).is_file() and cache_path(url, places[1]).is_file()
+    assert storage.Storage({"endpoint_url": s3_endpoint, "secret": "other"}).place == places[0]
+    written = b"".join(p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
+    assert secret.encode() not in written and b"testing" not in written
+    assert secret not in repr(opened[0]) and secret not in repr(opened[0].storage)
+
+
+def test_the_member_cache_belongs_to_its_corpus(
+    small_corpus: Path, other_corpus: Path, s3_endpoint: str, s3_second: str, tmp_path: Path
+) -> None:
+    members = tmp_path / "members"
+    cached = Corpus.open(
+        "s3://owt/data/", storage_options={"endpoint_url": s3_endpoint}, cache_dir=members
+    )
+    plain = Corpus.open("s3://owt/data/", storage_options={"endpoint_url": s3_second})
+    a, b = interleaved(cached, plain, seed=5, workers=2)
+    assert a == local_stream(small_corpus, seed=5)
+    assert b == texts(Corpus.open(str(other_corpus)), seed=5)
+    # Only the first corpus's members: its cache is not the second's, nor dropped by it.
+    assert len(list(members.glob("*/*"))) == len(cached.units)
+    again = Corpus.open(
+        "s3://owt/data/", storage_options={"endpoint_url": s3_second}, cache_dir=members
+    )
+    assert texts(again, seed=5) == b  # same URLs, other endpoint: never the first's bytes
 
 
 # -- the member cache -------------------------------------------------------------
