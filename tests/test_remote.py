@@ -531,6 +531,75 @@ def test_the_member_cache_belongs_to_its_corpus(
     assert texts(again, seed=5) == b  # same URLs, other endpoint: never the first's bytes
 
 
+# -- owt bench on URLs --------------------------------------------------------------
+
+
+def owt_bench(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    argv = [sys.executable, "-m", "openwebtext.cli", "bench", *args]
+    argv += ["--workers", "1", "--repeat", "1", "--warmup", "0", "--take", "25", "-q"]
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+
+def bench_rows(out: Path) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    import csv
+
+    with open(out / "timings.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    return rows, json.loads((out / "bench.json").read_text())
+
+
+def check_bench(out: Path, local: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """The loader read what it reads locally; the ceiling fetched and decompressed."""
+    rows, data = bench_rows(out)
+    assert [(r["kind"], r["status"], r["exit_code"]) for r in rows] == [
+        ("loader", "ok", "0"),
+        ("ceiling", "ok", "0"),
+    ]
+    it = Loader(local, seed=0, take=25, workers=0).iter()
+    with it:
+        for _ in it:
+            pass
+    loader, ceiling = rows
+    assert int(loader["documents"]) == 25 == it.stats.documents == data["corpus"]["documents"]
+    assert int(loader["text_bytes"]) == it.stats.text_bytes == data["corpus"]["text_bytes"]
+    assert loader["compressed_bytes"] == ceiling["compressed_bytes"]
+    assert "--units" in ceiling["command"] and ceiling["decoder"]
+    return rows, data
+
+
+def test_owt_bench_over_http(small_corpus: Path, http: RangeServer, tmp_path: Path) -> None:
+    url = http.url + "/urlsf_subset00.tar?X-Amz-Signature=s3cr3t"
+    out = tmp_path / "out"
+    done = owt_bench(
+        url, "--out", str(out), "--storage-option", 'headers={"X-Token": "hunter2"}'
+    )
+    assert done.returncode == 0, done.stderr
+    _, data = check_bench(out, str(small_corpus / "urlsf_subset00.tar"))
+    assert data["corpus"]["paths"] == [http.url + "/urlsf_subset00.tar"]
+    assert data["settings"]["storage_options"] == {"headers": "***"}
+    assert "ceiling: fetch + decompress" in done.stdout
+    written = (out / "timings.csv").read_text() + (out / "bench.json").read_text()
+    for secret in ("s3cr3t", "hunter2", "Signature"):
+        assert secret not in written and secret not in done.stdout + done.stderr
+
+
+def test_owt_bench_on_s3_with_storage_options(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    out, members = tmp_path / "out", tmp_path / "members"
+    done = owt_bench(
+        "s3://owt/data/",
+        "--out", str(out),
+        "--storage-option", f"endpoint_url={s3_endpoint}",
+        "--cache-dir", str(members),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    _, data = check_bench(out, str(small_corpus))
+    assert data["settings"]["storage_options"] == {"endpoint_url": s3_endpoint}
+    assert list(members.glob("*/*"))  # the children read with the cache they were given
+
+
 # -- the member cache -------------------------------------------------------------
 
 

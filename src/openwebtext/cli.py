@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import bench, interrupts
+from .cliargs import add_storage_options, storage_kwargs
 from .corpus import Corpus
 from .errors import OutputError, OWTError, StateError
 from .files import atomic_write, output_path
@@ -225,57 +226,8 @@ def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
         print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
 
 
-def _storage_option(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE``; the value as JSON when it is (``true``, ``3``), else as text."""
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        parsed: Any = json.loads(value)
-    except ValueError:
-        parsed = value
-    return key, parsed
-
-
-def _add_storage_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--storage-option",
-        dest="storage_options",
-        metavar="KEY=VALUE",
-        type=_storage_option,
-        action="append",
-        default=[],
-        help="for URLs: passed to the fsspec filesystem (repeatable), e.g. endpoint_url=…",
-    )
-    parser.add_argument(
-        "--cache-dir", default=None, help="for URLs: keep the members read in this folder"
-    )
-    parser.add_argument(
-        "--cache-size",
-        type=_size,
-        default=None,
-        metavar="SIZE",
-        help="cap of --cache-dir, e.g. 20G (least recently used out first)",
-    )
-
-
-def _size(text: str) -> int:
-    from .membercache import parse_size
-
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _open_corpus(args: argparse.Namespace) -> Corpus:
-    options = dict(getattr(args, "storage_options", None) or [])
-    return Corpus.open(
-        paths_or_default(args.paths),
-        storage_options=options or None,
-        cache_dir=getattr(args, "cache_dir", None),
-        cache_size=getattr(args, "cache_size", None),
-    )
+    return Corpus.open(paths_or_default(args.paths), **storage_kwargs(args))
 
 
 def _stream(args: argparse.Namespace) -> int:
@@ -559,7 +511,7 @@ def build_parser() -> argparse.ArgumentParser:
         "extracted *_data.xz members. No path: the built-in generated corpus.",
     )
     stream.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
-    _add_storage_options(stream)
+    add_storage_options(stream)
     stream.add_argument(
         "-j", "--jobs", type=_option("workers"), default=cpu_count(), help="worker processes"
     )
@@ -636,7 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="count the documents of every member once (needed for even sharding)",
     )
     index.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
-    _add_storage_options(index)
+    add_storage_options(index)
     index.add_argument(
         "-j", "--jobs", type=_option("workers"), default=cpu_count(), help="worker processes"
     )
@@ -672,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--shard i/n for every i into separate folders, then `owt merge`.",
     )
     tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
-    _add_storage_options(tokenize)
+    add_storage_options(tokenize)
     tokenize.add_argument("--out", required=True, help="output folder")
     tokenize.add_argument(
         "--split",

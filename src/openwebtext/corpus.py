@@ -119,9 +119,7 @@ class Corpus:
             store = Storage(storage_options, cache_dir, cache_size)
         indexed = index_inputs(list(paths), on_error=on_error, storage=store)
         units = tuple(indexed.units)
-        versions = tuple(
-            file_version(path, store) for path in dict.fromkeys(u.path for u in units)
-        )
+        versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
         corpus = cls(units, None, tuple(indexed.skipped), versions, store)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus

@@ -59,6 +59,7 @@ __all__ = [
     "filesystem",
     "is_url",
     "redact",
+    "redact_options",
     "resolve",
 ]
 
@@ -120,19 +121,28 @@ _SECRET_NAMES = re.compile(
 )
 
 
-def _public(value: Any) -> Any:
-    """``value`` (options) without what may be secret, as JSON-safe data."""
+def _public(value: Any, mask: bool = False) -> Any:
+    """``value`` (options) without what may be secret, as JSON-safe data: secret-named
+    entries left out, or their values shown as ``***`` with ``mask``."""
     if isinstance(value, dict):
         return {
-            str(k): _public(v) for k, v in value.items() if not _SECRET_NAMES.search(str(k))
+            str(k): "***" if _SECRET_NAMES.search(str(k)) else _public(v, mask)
+            for k, v in value.items()
+            if mask or not _SECRET_NAMES.search(str(k))
         }
     if isinstance(value, (list, tuple)):
-        return [_public(v) for v in value]
+        return [_public(v, mask) for v in value]
     if isinstance(value, str):
         return redact(value)
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return type(value).__name__  # an object (a session, a client): its kind only
+
+
+def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Storage options as they may be shown or written: secret-named values as ``***``."""
+    shown: dict[str, Any] = _public(options or {}, mask=True)
+    return shown
 
 
 def place(options: dict[str, Any] | None) -> str:

@@ -156,9 +156,7 @@ class Pool(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def open_pool(
-    units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None
-) -> Pool:
+def open_pool(units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None) -> Pool:
     """The pool for ``options``: worker processes, or the calling process with ``workers=0``.
 
     ``storage`` is what the units' URLs are read with (their corpus's; None: the
@@ -320,9 +318,7 @@ class _Worker:
 class WorkerPool:
     """Runs units on worker processes and hands them back in plan order."""
 
-    def __init__(
-        self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None
-    ):
+    def __init__(self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None):
         self.units = units
         self.options = options
         self.storage = storage
@@ -597,9 +593,7 @@ class InlinePool:
     worker would send; their cause is the real exception, traceback and all.
     """
 
-    def __init__(
-        self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None
-    ):
+    def __init__(self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None):
         self.units = units
         self.options = options
         self.reader = _reader(options, storage)

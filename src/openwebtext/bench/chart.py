@@ -9,7 +9,7 @@ from typing import Any
 
 from ..files import atomic_write
 from .common import CEILING, LOADER, TIMEOUT, VS
-from .report import BenchResult, _corpus_name, ceiling_decoders
+from .report import BenchResult, _corpus_name, ceiling_decoders, ceiling_kind
 from .summary import Summary
 
 
@@ -73,7 +73,7 @@ def _curves(result: BenchResult) -> list[tuple[str, str, list[Summary]]]:
     cores = result.machine["cores"]
     table = {(s.kind, s.workers, s.template): s for s in result.summaries}
     x = [r.workers for r in result.scaling]
-    ceiling = f"ceiling: decompression only, {ceiling_decoders(result)}"
+    ceiling = f"ceiling: {ceiling_kind(result)}, {ceiling_decoders(result)}"
     curves = [
         ("openwebtext loader", "o-", [table[LOADER, n, ""] for n in x]),
         (ceiling, "s--", [table[CEILING, min(n, cores), ""] for n in x]),

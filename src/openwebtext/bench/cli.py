@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import OWTError
+from ..cliargs import add_storage_options
 from ..interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from ..interrupts import exit_code, interruptible
 from ..workers import cpu_count
@@ -91,6 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         "--timeout", type=_positive_float, default=600.0, help="seconds per run (default 600)"
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    add_storage_options(p)
     p.set_defaults(run=_bench)
 
 
@@ -106,6 +108,9 @@ def _bench(args: argparse.Namespace) -> int:
         vs=tuple(args.vs),
         timeout=args.timeout,
         progress=not args.quiet,
+        storage_options=dict(args.storage_options),
+        cache_dir=args.cache_dir,
+        cache_size=args.cache_size,
     )
     try:
         result = run_bench(settings)
@@ -122,6 +127,9 @@ def _child_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[typ
     ceiling = sub.add_parser("ceiling-one", help="(internal) only decompress the members")
     ceiling.add_argument("--units", type=_positive_int, default=None)
     for p, run in ((one, _run_one), (ceiling, _ceiling_one)):
+        # Storage options come through STORAGE_ENV, not argv (credentials).
+        p.add_argument("--cache-dir", default=None)
+        p.add_argument("--cache-size", type=int, default=None)
         p.add_argument("--workers", type=_positive_int, required=True)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("paths", nargs="+")

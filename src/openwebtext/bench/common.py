@@ -9,6 +9,9 @@ LOADER, CEILING, VS = "loader", "ceiling", "vs"
 OK, TIMEOUT = "ok", "timeout"
 #: Environment variable through which a child learns when it was spawned.
 STARTED_ENV = "OWT_BENCH_STARTED"
+#: Environment variable through which our children get ``--storage-option`` (as JSON):
+#: credentials must not show on a command line (``ps``) nor in timings.csv.
+STORAGE_ENV = "OWT_BENCH_STORAGE_OPTIONS"
 
 
 class BenchError(Exception):

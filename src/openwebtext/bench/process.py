@@ -118,7 +118,9 @@ def _tail(data: bytes, lines: int = 10) -> str:
     return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
 
 
-def run_child(command: Sequence[str] | str, timeout: float) -> Finished:
+def run_child(
+    command: Sequence[str] | str, timeout: float, env: dict[str, str] | None = None
+) -> Finished:
     """Run a command in its own session and measure it.
 
     The whole process group is killed with SIGKILL when the command ends, times out, or
@@ -127,13 +129,14 @@ def run_child(command: Sequence[str] | str, timeout: float) -> Finished:
     Args:
         command: An argv, or a string to run through ``/bin/sh``.
         timeout: Seconds before the command is killed and reported as ``timeout``.
+        env: Variables to add to this process's environment for the command.
 
     Returns:
         Its status, exit code, wall and CPU seconds, peak memory, stdout and end of stderr.
     """
     # Files, not pipes: a chatty child (a progress bar) can never block on a full pipe.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        env = {**os.environ, STARTED_ENV: repr(_now())}
+        env = {**os.environ, **(env or {}), STARTED_ENV: repr(_now())}
         start = _now()
         proc = subprocess.Popen(
             command,

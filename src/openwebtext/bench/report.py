@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files import atomic_write
+from ..storage import is_url
 from .common import CEILING, LOADER, TIMEOUT, VS
 from .runs import Run
 from .summary import GOOD_ENOUGH, Scaling, Summary
@@ -156,9 +157,25 @@ def summary_text(result: BenchResult) -> str:
     if any(r.oversubscribed for r in result.scaling):
         lines.append(f"* more workers than cores: compared with the {m['cores']}-core ceiling")
     lines += [f"vs{k + 1}: {t}" for k, t in enumerate(s["vs"])]
-    lines.append(f"ceiling: the faster decoder in each run: {ceiling_decoders(result)}")
+    if is_remote(result):
+        lines.append(
+            f"ceiling: {ceiling_kind(result)} (the same members, fetched by range by the same "
+            f"processes); the faster decoder in each run: {ceiling_decoders(result)}"
+        )
+    else:
+        lines.append(f"ceiling: the faster decoder in each run: {ceiling_decoders(result)}")
     lines += _verdict(result)
     return "\n".join(lines)
+
+
+def is_remote(result: BenchResult) -> bool:
+    """Whether the corpus was read from URLs (its ceiling then fetches as well)."""
+    return any(is_url(p) for p in result.corpus["paths"])
+
+
+def ceiling_kind(result: BenchResult) -> str:
+    """What the ceiling measured: ``decompression only``, or ``fetch + decompress`` (URLs)."""
+    return "fetch + decompress" if is_remote(result) else "decompression only"
 
 
 def ceiling_decoders(result: BenchResult) -> str:

@@ -19,10 +19,11 @@ from typing import Any
 
 from .. import Corpus
 from ..files import output_path
+from ..storage import redact, redact_options
 from ..synth import paths_or_default
 from ..workers import cpu_count
 from .chart import plot
-from .common import CEILING, LOADER, OK, TIMEOUT, VS, BenchError, _now
+from .common import CEILING, LOADER, OK, STORAGE_ENV, TIMEOUT, VS, BenchError, _now
 from .machine import _conditions, cpu_ticks, machine_info
 from .process import Finished, run_child
 from .report import OUTPUTS, BenchResult, _write_outputs
@@ -44,7 +45,23 @@ def _command(
         argv += ["--take", str(settings.take)]
     if config.kind == CEILING and units is not None:
         argv += ["--units", str(units)]
+    if settings.cache_dir is not None:
+        argv += ["--cache-dir", settings.cache_dir]
+    if settings.cache_size is not None:
+        argv += ["--cache-size", str(settings.cache_size)]
     return [*argv, "--", *paths]
+
+
+def _child_env(settings: Settings) -> dict[str, str]:
+    """Our children's storage options (through the environment: they may hold secrets)."""
+    if not settings.storage_options:
+        return {}
+    try:
+        return {STORAGE_ENV: json.dumps(settings.storage_options)}
+    except (TypeError, ValueError) as exc:
+        raise BenchError(
+            f"storage options must be JSON values to reach the children: {exc}"
+        ) from None
 
 
 def _report(finished: Finished, command: str) -> dict[str, Any]:
@@ -121,8 +138,10 @@ class _Bench:
 
     def _run(self, config: Config, round_: int, say: Callable[[str], object]) -> None:
         command = _command(config, self.settings, self.paths, self.units)
-        shown = command if isinstance(command, str) else shlex.join(command)
-        finished = run_child(command, self.settings.timeout)
+        # URLs as written to timings.csv, bench.json and messages: without credentials.
+        shown = redact(command if isinstance(command, str) else shlex.join(command))
+        env = {} if config.kind == VS else _child_env(self.settings)
+        finished = run_child(command, self.settings.timeout, env)
         _check(finished, shown)
         report = _report(finished, shown) if finished.status == OK and config.kind != VS else {}
         if finished.status == TIMEOUT:
@@ -189,7 +208,13 @@ def run_bench(settings: Settings) -> BenchResult:
         KeyboardInterrupt: after killing the running child's process group.
     """
     paths = paths_or_default(settings.paths)
-    corpus = Corpus.open(paths)
+    _child_env(settings)  # refused now, not after the first run
+    corpus = Corpus.open(
+        paths,
+        storage_options=settings.storage_options or None,
+        cache_dir=settings.cache_dir,
+        cache_size=settings.cache_size,
+    )
     settings.out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:  # refused now (a FIFO, a folder, a device), not after every run
         output_path(settings.out / name)
@@ -224,7 +249,7 @@ def _corpus_info(
     corpus: Corpus, paths: Sequence[str], work: tuple[int, int, int]
 ) -> dict[str, Any]:
     return {
-        "paths": list(paths),
+        "paths": [redact(p) for p in paths],
         "members": len(corpus.units),
         "compressed_bytes": corpus.compressed_bytes,
         "documents": work[0] or None,
@@ -239,5 +264,6 @@ def _settings_info(settings: Settings) -> dict[str, Any]:
     info["out"] = str(settings.out)
     info["vs"] = list(settings.vs)
     info["workers"] = list(settings.workers)
-    info["paths"] = list(settings.paths)
+    info["paths"] = [redact(p) for p in settings.paths]
+    info["storage_options"] = redact_options(settings.storage_options)
     return info

@@ -3,8 +3,9 @@ record of each :class:`Run`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,10 @@ class Settings:
         vs: Other loaders' commands, with ``{workers}`` and ``{paths}`` placeholders.
         timeout: Seconds any one child may run before it is killed and reported.
         progress: Show a progress bar on stderr.
+        storage_options: For URLs: passed to the fsspec filesystem (``--storage-option``),
+            in the loader and the ceiling; never written out unredacted.
+        cache_dir: For URLs: the member cache folder (``--cache-dir``).
+        cache_size: Its cap in bytes (``--cache-size``).
     """
 
     paths: tuple[str, ...] = ()
@@ -34,6 +39,9 @@ class Settings:
     vs: tuple[str, ...] = ()
     timeout: float = 600.0
     progress: bool = True
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    cache_dir: str | None = None
+    cache_size: int | None = None
 
 
 @dataclass(frozen=True)
