@@ -579,6 +579,7 @@ def test_owt_bench_over_http(small_corpus: Path, http: RangeServer, tmp_path: Pa
     assert data["corpus"]["paths"] == [http.url + "/urlsf_subset00.tar"]
     assert data["settings"]["storage_options"] == {"headers": "***"}
     assert "ceiling: fetch + decompress" in done.stdout
+    assert f"corpus: {http.url}/urlsf_subset00.tar (25 documents" in done.stdout
     written = (out / "timings.csv").read_text() + (out / "bench.json").read_text()
     for secret in ("s3cr3t", "hunter2", "Signature"):
         assert secret not in written and secret not in done.stdout + done.stderr

@@ -88,7 +88,8 @@ def _write_csv(path: Path, runs: Sequence[Run]) -> None:
 
 def _corpus_name(result: BenchResult) -> str:
     paths = result.corpus["paths"]
-    name = Path(paths[0]).name + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
+    first = paths[0] if is_url(paths[0]) else Path(paths[0]).name  # a URL's name may be "/"
+    name = first + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
     docs, text = result.corpus["documents"] or 0, result.corpus["text_bytes"] or 0
     return f"{name} ({docs:,} documents, {text / 1e6:,.1f} MB of text)"
 
