@@ -373,7 +373,7 @@ class Stream:
             split=split,
             decode_errors=opts.decode_errors,
             hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
-            tokenizer=None if self.tokenizer is None else self.tokenizer.spec,
+            tokenizer=self.tokenizer,  # resolved once, by the loader
         )
         return open_pool(self.corpus.units, pool_options)
 
