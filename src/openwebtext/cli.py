@@ -15,7 +15,7 @@ from typing import Any
 
 from . import bench, interrupts
 from .corpus import Corpus
-from .errors import OutputError, OWTError, StateError
+from .errors import OutputError, OWTError, StateError, TruncatedMember
 from .files import atomic_write, output_path
 from .interrupts import EXIT_INTERRUPTED
 from .loader import Document, DocumentIterator, Stats
@@ -326,13 +326,32 @@ def _index(args: argparse.Namespace) -> int:
         )
         return 0
     splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction or [0.0005])
+    skipped: list[OWTError] = []
     with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
-        counts = count_documents(corpus, workers=args.jobs, splits=splits, progress=bar.update)
+        counts = count_documents(
+            corpus,
+            workers=args.jobs,
+            splits=splits,
+            progress=bar.update,
+            on_error=args.on_error,
+            on_skip=skipped.append,
+        )
     path = corpus.save_counts(counts)
     print(
         f"{sum(counts.documents)} documents in {len(corpus.units)} members; counts in {path}",
         file=sys.stderr,
     )
+    if skipped:
+        cut = sum(isinstance(e, TruncatedMember) for e in skipped)
+        # Counted as a stream under --on-error skip reads them; a stream meets them again
+        # under its own --on-error.
+        print(
+            f"skipped {len(skipped) - cut} members; {cut} members cut short (their documents "
+            "before the cut counted)",
+            file=sys.stderr,
+        )
+        for error in skipped[:20]:
+            print(f"  skipped: {error}", file=sys.stderr)
     return 0
 
 
@@ -546,6 +565,17 @@ def _at_least(low: int) -> Any:
     return parse
 
 
+def _add_on_error(parser: argparse.ArgumentParser) -> None:
+    """Every command's ``--on-error``: what a damaged member or document does."""
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip", "warn"),
+        default="raise",
+        help="raise: stop at the first damaged member or document (naming it); skip: leave it "
+        "out and count it; warn: skip and log it (default raise)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="owt", description="Stream OpenWebText-style corpora at the speed of decompression."
@@ -622,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seconds a busy worker may stay silent (default {Options.timeout:g})",
     )
     stream.add_argument("--take", type=_option("take"), default=None, help="stop after N documents")
-    stream.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
+    _add_on_error(stream)
     stream.add_argument("--max-errors", type=_option("max_errors"), default=None)
     stream.add_argument("--decode-errors", choices=("strict", "replace"), default="strict")
     stream.add_argument(
@@ -649,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.add_argument("--val-seed", type=_option("val_seed"), default=2357)
     index.add_argument("--force", action="store_true", help="count again even if cached")
+    _add_on_error(index)
     index.add_argument("-q", "--quiet", action="store_true")
     index.set_defaults(run=_index)
 
@@ -709,7 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokenize.add_argument(
         "--take", type=_option("take"), default=None, help="stop after N documents"
     )
-    tokenize.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
+    _add_on_error(tokenize)
     tokenize.add_argument(
         "--shard",
         metavar="I/N",
