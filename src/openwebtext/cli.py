@@ -443,21 +443,30 @@ def _tokenize(args: argparse.Namespace) -> int:
     )
     shard = _parse_shard(args.shard)
     corpus = _open_corpus(args)
-    update, close = _prepare_progress(args.quiet)
+
+    def run(update: Callable[[Progress], None]) -> Report:
+        if args.engine == "ray":
+            return _tokenize_on_ray(args, corpus, options, shard, update)
+        return prepare(
+            corpus,
+            args.out,
+            options,
+            shard=shard,
+            restart=args.restart,
+            progress=update,
+            checkpoint_seconds=args.checkpoint_seconds,
+        )
+
+    return _with_progress(run, args.quiet)
+
+
+def _with_progress(run: Callable[[Callable[[Progress], None]], Report], quiet: bool) -> int:
+    """Run a tokenize or merge under its progress bars (closed however it ends, Ctrl-C
+    included, so the message after them stands on its own line), then say what it wrote."""
+    update, close = _prepare_progress(quiet)
     start = time.perf_counter()
     try:
-        if args.engine == "ray":
-            report = _tokenize_on_ray(args, corpus, options, shard, update)
-        else:
-            report = prepare(
-                corpus,
-                args.out,
-                options,
-                shard=shard,
-                restart=args.restart,
-                progress=update,
-                checkpoint_seconds=args.checkpoint_seconds,
-            )
+        report = run(update)
     finally:
         close()
     _print_prepared(report, time.perf_counter() - start)
@@ -494,20 +503,16 @@ def _merge(args: argparse.Namespace) -> int:
     """Join the slices of ``owt tokenize --shard i/n`` (see ``openwebtext.prepare.merge``)."""
     from .prepare import merge
 
-    update, close = _prepare_progress(args.quiet)
-    start = time.perf_counter()
-    try:
-        report = merge(
+    def run(update: Callable[[Progress], None]) -> Report:
+        return merge(
             args.slices,
             args.out,
             restart=args.restart,
             progress=update,
             checkpoint_seconds=args.checkpoint_seconds,
         )
-    finally:
-        close()
-    _print_prepared(report, time.perf_counter() - start)
-    return 0
+
+    return _with_progress(run, args.quiet)
 
 
 def _synth(args: argparse.Namespace) -> int:
