@@ -64,6 +64,7 @@ from openwebtext import (
     WorkerError,
 )
 from openwebtext import cli as owt_cli
+from openwebtext.counts import ensure_counts
 from openwebtext.index import Unit
 from openwebtext.read import Member, Reader
 from support import (
@@ -1117,6 +1118,19 @@ def test_warn_logs_one_line_per_skip(
     named = " ".join(outcome.stats.skipped)
     for part in ("[a_data.xz]", "(document a-bad.txt)", "[c_data.xz]", "[d_data.xz]"):
         assert part in named
+
+
+def test_counting_for_even_sharding_leaves_the_warnings_to_the_stream(
+    three_faults: tuple[Path, Docs], caplog: pytest.LogCaptureFixture, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """warn: the count made on first use warns nothing; the stream warns as it reads."""
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    tar, _ = three_faults
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        counted = ensure_counts(Corpus.open(tar), Options(on_error="warn", even=True))
+    assert counted.counts is not None and counted.counts.documents == (len(A) + 1, 0, len(B), 3)
+    assert [r.getMessage() for r in caplog.records if r.name == "openwebtext"] == []
 
 
 def test_max_errors_turns_too_many_skips_into_an_error(three_faults: tuple[Path, Docs]) -> None:

@@ -116,7 +116,8 @@ def ensure_counts(
             splits=splits,
             max_member_bytes=options.max_member_bytes,
             progress=progress or bar.update,
-            on_error=options.on_error,
+            # The stream warns when it reads the member: one warning, not one more here.
+            on_error="skip" if options.on_error == "warn" else options.on_error,
         )
     try:
         corpus.save_counts(counts)
