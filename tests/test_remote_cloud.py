@@ -26,7 +26,7 @@ import pytest
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 
-from cloud_servers import FakeGCS, FakeHub
+from cloud_servers import REVISION, FakeGCS, FakeHub
 from openwebtext import Corpus, Loader, storage
 from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.ranges import RangeReader
@@ -141,6 +141,10 @@ def test_hub_folder_and_glob_stream_as_local(small_corpus: Path, hub: FakeHub) -
     for workers in (0, 2):
         assert texts(folder, seed=5, workers=workers) == local
     assert hub.counts["cdn"] > 0 and hub.counts["other"] == 0
+    pinned = f"hf://datasets/{REPO}@{REVISION}/subsets/"  # a revision, in the URL
+    at_revision = Corpus.open(pinned, storage_options=options)
+    assert at_revision.units[0].path == pinned + "urlsf_subset00.tar"
+    assert texts(at_revision, seed=5, workers=0) == local
 
 
 def test_hub_reads_members_by_range_not_whole_files(repo: Path, hub: FakeHub) -> None:
@@ -370,3 +374,16 @@ def test_without_gcsfs_a_gs_url_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(CorpusError, match=extra):
         Corpus.open("gs://bucket/owt/")
     assert _LOOKUPS == []
+
+
+def test_cli_missing_repo_and_bucket_are_one_line(hub: FakeHub, gcs: FakeGCS) -> None:
+    missing_repo = "hf://datasets/nobody/nothing/subsets/"
+    run = cli("index", missing_repo, "-q", "--storage-option", f"endpoint={hub.url}")
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"owt: error: {missing_repo}: no such file, key or bucket"
+    missing_bucket = "gs://no-such-bucket/owt/urlsf_subset00.tar"
+    options = ["--storage-option", f"endpoint_url={gcs.url}", "--storage-option", "token=anon"]
+    run = cli("stream", missing_bucket, "-q", *options)
+    assert run.returncode == 1
+    assert run.stderr.strip() == f"owt: error: {missing_bucket}: no such file, key or bucket"
+    assert run.stdout == ""
