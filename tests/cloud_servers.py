@@ -384,11 +384,16 @@ class FakeHub(_Server):
 
 
 class FakeGCS(_Server):
-    """Buckets of Google Cloud Storage's JSON API: ``buckets`` maps a name to a folder."""
+    """Buckets of Google Cloud Storage's JSON API: ``buckets`` maps a name to a folder.
 
-    def __init__(self, buckets: dict[str, Path]) -> None:
+    A listing page holds ``page_size`` entries at most (GCS: 1000), so that pages
+    are followed (``nextPageToken``) even for a small folder.
+    """
+
+    def __init__(self, buckets: dict[str, Path], page_size: int = 2) -> None:
         super().__init__()
         self.buckets = buckets
+        self.page_size = page_size
 
     def _object(self, bucket: str, root: Path, path: Path) -> dict[str, Any]:
         data = path.read_bytes()
@@ -486,7 +491,7 @@ class FakeGCS(_Server):
             [("item", n) for n in items] + [("prefix", p) for p in prefixes], key=lambda e: e[1]
         )
         start = int(query.get("pageToken") or 0)
-        size = int(query.get("maxResults") or 1000)
+        size = min(int(query.get("maxResults") or 1000), self.page_size)
         page = entries[start : start + size]
         out: dict[str, Any] = {"kind": "storage#objects"}
         listed = [self._object(bucket, root, root / n) for k, n in page if k == "item"]
