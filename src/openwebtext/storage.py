@@ -252,12 +252,13 @@ def _status(exc: BaseException | None) -> int | None:
         status = getattr(exc, "status", None)
         if isinstance(status, int):
             return status
-        # huggingface_hub's errors keep their response; gcsfs's HttpError has a code.
+        # huggingface_hub's errors keep their response; gcsfs's HttpError has a code
+        # (only gcsfs's: aiohttp's parse errors, e.g. a body cut short, say code 400).
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if isinstance(status, int):
             return status
         status = getattr(exc, "code", None)
-        if isinstance(status, int) and 100 <= status < 600:
+        if isinstance(status, int) and type(exc).__module__.startswith("gcsfs"):
             return status
         exc = exc.__cause__ or exc.__context__
     return None
