@@ -354,8 +354,8 @@ def file_info(url: str) -> FileInfo:
 
 
 #: Per protocol, what ``cat_file`` needs to fetch exactly the range asked. HfFileSystem's
-#: ``cat_file`` reads through a buffered file whose default cache reads ahead a block
-#: (5 MB) past the range: a whole subset's worth of bytes per member, without "none".
+#: ``cat_file`` reads through a buffered file whose default cache reads a block (5 MB)
+#: past the range: several times a member's own bytes, for every member.
 _RANGE_OPTIONS: dict[str, dict[str, Any]] = {"hf": {"cache_type": "none"}}
 
 
@@ -368,7 +368,6 @@ def fetch(url: str, start: int, end: int, member: str | None = None) -> bytes:
     """
     real = _real(url)
     fs = filesystem(real)
-
     options = _RANGE_OPTIONS.get(protocol(real), {})
 
     def call() -> bytes:
