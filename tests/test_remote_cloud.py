@@ -151,7 +151,7 @@ def test_hub_reads_members_by_range_not_whole_files(repo: Path, hub: FakeHub) ->
     corpus = Corpus.open(HF_URL + "urlsf_subset00.tar", storage_options=hf_options(hub))
     first = corpus.units[0]  # the first member: a whole file's worth of bytes follows it
     hub.reset_counts()
-    reader = RangeReader()
+    reader = RangeReader(storage=corpus.storage)  # the options are the corpus's
     try:
         data = reader.read(first)
     finally:
@@ -308,7 +308,7 @@ def test_gcs_reads_members_by_range(repo: Path, gcs: FakeGCS) -> None:
     corpus = Corpus.open(GS_URL + "urlsf_subset00.tar", storage_options=gs_options(gcs))
     first = corpus.units[0]
     gcs.reset_counts()
-    reader = RangeReader()
+    reader = RangeReader(storage=corpus.storage)  # the options are the corpus's
     try:
         data = reader.read(first)
     finally:
