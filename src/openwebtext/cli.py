@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bench, interrupts
+from . import bench, interrupts, storage
 from .corpus import Corpus
 from .errors import OutputError, OWTError, StateError
 from .files import atomic_write, output_path
@@ -237,7 +237,7 @@ def _storage_option(text: str) -> tuple[str, Any]:
     return key, parsed
 
 
-def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+def _add_storage_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage-option",
         dest="storage_options",
@@ -245,8 +245,13 @@ def _add_storage_options(parser: argparse.ArgumentParser) -> None:
         type=_storage_option,
         action="append",
         default=[],
-        help="for URLs: passed to the fsspec filesystem (repeatable), e.g. endpoint_url=…",
+        help="for URLs (input and output): passed to the fsspec filesystem (repeatable), "
+        "e.g. endpoint_url=…",
     )
+
+
+def _add_storage_options(parser: argparse.ArgumentParser) -> None:
+    _add_storage_option(parser)
     parser.add_argument(
         "--cache-dir", default=None, help="for URLs: keep the members read in this folder"
     )
@@ -475,6 +480,8 @@ def _merge(args: argparse.Namespace) -> int:
     """Join the slices of ``owt tokenize --shard i/n`` (see ``openwebtext.prepare.merge``)."""
     from .prepare import merge
 
+    if args.storage_options:
+        storage.configure(dict(args.storage_options))
     update, close = _prepare_progress(args.quiet)
     start = time.perf_counter()
     try:
@@ -669,11 +676,15 @@ def build_parser() -> argparse.ArgumentParser:
         "           train_test_split(test_size=0.0005, seed=2357) and its file order.\n\n"
         "Interrupted (Ctrl-C, SIGTERM, SIGKILL, power loss)? Run the same command again: it goes\n"
         "on from the progress recorded in OUT (--restart starts over). Across machines: run\n"
-        "--shard i/n for every i into separate folders, then `owt merge`.",
+        "--shard i/n for every i into separate folders, then `owt merge`. OUT may be a URL\n"
+        "(s3://bucket/prefix/): the files are built in a local staging folder under TMPDIR\n"
+        "and uploaded when finished, meta.json last; --storage-option applies to it too.",
     )
     tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
     _add_storage_options(tokenize)
-    tokenize.add_argument("--out", required=True, help="output folder")
+    tokenize.add_argument(
+        "--out", required=True, help="output folder, or URL (s3://bucket/prefix/, any fsspec URL)"
+    )
     tokenize.add_argument(
         "--split",
         choices=("hash", "nanogpt"),
@@ -746,8 +757,11 @@ def build_parser() -> argparse.ArgumentParser:
         "corpus and options) into the train.bin, val.bin and meta.json one run would have "
         "written, byte for byte. Resumable as owt tokenize is.",
     )
-    merge.add_argument("slices", nargs="+", metavar="DIR", help="slice folders, in any order")
-    merge.add_argument("--out", required=True, help="output folder")
+    merge.add_argument(
+        "slices", nargs="+", metavar="DIR", help="slice folders or URLs, in any order"
+    )
+    merge.add_argument("--out", required=True, help="output folder, or URL")
+    _add_storage_option(merge)
     merge.add_argument(
         "--restart", action="store_true", help="throw away the progress recorded in OUT"
     )
