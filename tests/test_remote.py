@@ -26,6 +26,7 @@ from openwebtext.remote import cache_path
 from openwebtext.synth import write_corpus
 from openwebtext.workdir import PrepareError
 from remote_servers import RangeServer
+from support import local_files, s3_objects
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -449,23 +450,6 @@ def test_sizes_parse() -> None:
 
 
 # -- output to S3 (owt tokenize --out s3://…, owt merge) -------------------------
-
-
-def s3_objects(endpoint: str, prefix: str) -> dict[str, bytes]:
-    """Every object under ``s3://owt/PREFIX``, by its name under the prefix (boto3, not the
-    library's own filesystem, so that nothing is read from a cache)."""
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-    listed = client.list_objects_v2(Bucket="owt", Prefix=prefix).get("Contents", [])
-    return {
-        o["Key"][len(prefix) :]: client.get_object(Bucket="owt", Key=o["Key"])["Body"].read()
-        for o in listed
-    }
-
-
-def local_files(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
 @pytest.mark.parametrize("split", ["hash", "nanogpt"])
