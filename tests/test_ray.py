@@ -346,3 +346,31 @@ def test_ray_engine_to_s3_keeps_the_slices_already_there(
     assert got["train.bin"] == bytes([train[0] ^ 0xFF]) + train[1:]
     assert got["val.bin"] == (tmp_path / "local" / "val.bin").read_bytes()
     assert json.loads(got["meta.json"])["tokens"] == local.meta["tokens"]
+
+
+def test_ray_engine_to_s3_restart_drops_a_nodes_staged_progress(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, s3_options: dict[str, str]
+) -> None:
+    """A task cut short left its progress in this node's staging folder; the user changes an
+    option and passes restart: that progress is thrown away too, not refused as another run's."""
+    from openwebtext.prepare import Progress
+
+    corpus = Corpus.open(small_corpus)
+    url = "s3://owt/ray-restart"
+    (only,) = owt_ray.slice_folders(url, 1)
+
+    def stop(event: Progress) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        old = PrepareOptions(workers=0, val_fraction=0.2)
+        prepare(corpus, only, old, shard=(0, 1), progress=stop, checkpoint_seconds=0)
+    assert (outputs.staging(str(only)) / ".owt-progress.json").is_file()
+    options = PrepareOptions(workers=0, val_fraction=0.1)
+    owt_ray.tokenize(
+        corpus, url, options, units_per_task=8, restart=True, storage_options=s3_options
+    )
+    prepare(corpus, tmp_path / "local", options)
+    got = s3_objects(s3_options["endpoint_url"], "ray-restart/")
+    assert got == local_files(tmp_path / "local")
+    assert not outputs.staging(str(only)).exists()

@@ -237,15 +237,18 @@ def _slice_task(
     count: int,
     every: float,
     storage_options: dict[str, Any] | None,
+    restart: bool,
 ) -> tuple[int, list[str]]:
     """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
-    was already done) and its skip messages."""
+    was already done) and its skip messages. ``restart``: also throw away the progress this
+    node may have staged for the slice's URL (the slices themselves are already gone)."""
     _configure_storage(storage_options)
     report = prepare(
         corpus,
         folder,
         dataclasses.replace(options, workers=0),
         shard=(index, count),
+        restart=restart,
         checkpoint_seconds=every,
     )
     return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
@@ -319,7 +322,9 @@ def tokenize(
         shared = ray.put(corpus)
         storage = ray.put(storage_options)
         pending = {
-            task.remote(shared, str(folder), options, i, count, checkpoint_seconds, storage): i
+            task.remote(
+                shared, str(folder), options, i, count, checkpoint_seconds, storage, restart
+            ): i
             for i, folder in enumerate(folders)
         }
         done, tokens, began = 0, 0, time.monotonic()
