@@ -123,6 +123,7 @@ def sizes(folder: Location, names: list[str]) -> dict[str, int]:
         paths = {name: folder / name for name in names}
         return {n: p.stat().st_size if p.is_file() else -1 for n, p in paths.items()}
     fs = storage.filesystem(folder)
+    fs.invalidate_cache(folder)  # the files may have been written by other processes since
 
     def size(url: str) -> int:
         try:
@@ -191,10 +192,10 @@ def fetch(url: str, meta: dict[str, Any]) -> Path:
     """
     folder = staging(url, "fetch")
     names = list(meta["files"])
-    if read_json(folder, "meta.json") == meta and all(
-        sizes(folder, names)[n] == meta["files"][n]["bytes"] for n in names
-    ):
-        return folder
+    if read_json(folder, "meta.json") == meta:
+        found = sizes(folder, names)
+        if all(found[n] == meta["files"][n]["bytes"] for n in names):
+            return folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").unlink(missing_ok=True)
     fs = storage.filesystem(url)
