@@ -549,3 +549,40 @@ def test_cli_shards_to_s3_and_merge_from_s3(
     local = [*owt, "tokenize", str(small_corpus), "--out", str(tmp_path / "local"), *common]
     subprocess.run(local, env=env, check=True, timeout=60)
     assert s3_objects(s3_endpoint, "merged/") == local_files(tmp_path / "local")
+
+
+def test_interrupted_merge_from_s3_goes_on(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """nanogpt slices in S3, the merge into S3 stopped during the permutation: the rerun goes
+    on from its checkpoint (and the slices' local copies), and writes one run's files."""
+    from openwebtext import outputs
+    from openwebtext.prepare import PrepareOptions, Progress, merge, prepare
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    options = PrepareOptions(split="nanogpt", workers=0, val_fraction=0.1)
+    slices = [f"s3://owt/nano/{i}" for i in range(3)]
+    for i, url in enumerate(slices):
+        prepare(corpus, url, options, shard=(i, 3))
+
+    class Stop(Exception):
+        pass
+
+    def stop(event: Progress) -> None:
+        if event.phase == "permute" and event.done > 0:
+            raise Stop
+
+    out = "s3://owt/nano-merged/"
+    try:
+        with pytest.raises(Stop):
+            merge(slices, out, progress=stop, checkpoint_seconds=0)
+        assert s3_objects(s3_endpoint, "nano-merged/") == {}
+        report = merge(slices, out)
+        assert report.resumed
+        assert [u for u in slices if outputs.staging(u, "fetch").exists()] == []  # copies gone
+    finally:
+        for url in [out, *slices]:
+            outputs.remove(outputs.staging(url))
+            outputs.remove(outputs.staging(url, "fetch"))
+    prepare(corpus, tmp_path / "local", options)
+    assert s3_objects(s3_endpoint, "nano-merged/") == local_files(tmp_path / "local")
