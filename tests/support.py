@@ -82,6 +82,25 @@ def inner_tar(docs: dict[str, bytes], fmt: int = tarfile.GNU_FORMAT) -> bytes:
     return bio.getvalue()
 
 
+def xz_member(docs: dict[str, bytes]) -> bytes:
+    """An xz member holding ``docs``, as in the corpus (preset 0: fast to make)."""
+    return lzma.compress(inner_tar(docs), preset=0)
+
+
+def corrupt_member(docs: dict[str, bytes]) -> bytes:
+    """An xz member of ``docs`` with bits flipped halfway: it fails whole (``CorruptMember``)."""
+    broken = bytearray(xz_member(docs))
+    broken[len(broken) // 2] ^= 0x10
+    return bytes(broken)
+
+
+def cut_member(docs: dict[str, bytes], keep: float = 0.5) -> bytes:
+    """The first ``keep`` of an xz member of ``docs``, as an interrupted download leaves it
+    (``TruncatedMember``: the documents before the cut are read, see ``docs_before_cut``)."""
+    whole = xz_member(docs)
+    return whole[: int(len(whole) * keep)]
+
+
 def outer_tar(path: Path, members: list[tuple[str, bytes]]) -> Path:
     """A plain tar holding ``members`` (name, bytes) as regular files."""
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as tar:

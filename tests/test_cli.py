@@ -9,8 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from openwebtext import Corpus
 from openwebtext.cli import main
-from support import interrupt_owt
+from support import (
+    corrupt_member,
+    cut_member,
+    docs_before_cut,
+    interrupt_owt,
+    outer_tar,
+    sample_docs,
+    xz_member,
+)
 
 
 def owt(*args: str) -> subprocess.CompletedProcess[str]:
@@ -111,3 +120,59 @@ def test_synth_writes_a_corpus(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert (out / "urlsf_subset00.tar").exists()
     assert "wrote 6 documents" in capsys.readouterr().err
     assert main(["synth", str(out), "--subsets", "1", "--members", "2", "--docs", "3", "-q"]) == 1
+
+
+@pytest.fixture
+def damaged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, int]:
+    """An outer tar: a good member, a corrupt one, one cut short, a good one; and how many
+    documents of the cut one precede the cut."""
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    cut = cut_member(sample_docs("d", 5))
+    members = [
+        ("a_data.xz", xz_member(sample_docs("a", 3))),
+        ("c_data.xz", corrupt_member(sample_docs("c", 5))),
+        ("d_data.xz", cut),
+        ("b_data.xz", xz_member(sample_docs("b", 4))),
+    ]
+    (tmp_path / "corpus").mkdir()
+    return outer_tar(tmp_path / "corpus" / "bad.tar", members), len(docs_before_cut(cut))
+
+
+def test_index_raises_on_a_damaged_member_as_the_other_commands(
+    damaged: tuple[Path, int],
+) -> None:
+    tar, _ = damaged
+    proc = owt("index", str(tar), "-j", "2", "-q")
+    assert proc.returncode == owt("stream", str(tar), "-j", "2", "-q").returncode == 1
+    assert proc.stderr.startswith(f"owt: error: {tar}[c_data.xz]: cannot count documents: ")
+    assert "Traceback" not in proc.stderr
+    assert Corpus.open(tar).load_counts() is None  # nothing cached
+
+
+@pytest.mark.parametrize("policy", ["skip", "warn"])
+def test_index_under_skip_counts_what_a_skipping_stream_reads(
+    damaged: tuple[Path, int], policy: str
+) -> None:
+    """Skipped members are named and counted in the summary; the counts cached are what a
+    stream under skip reads; a stream under raise still meets the damage under its policy."""
+    tar, before_cut = damaged
+    proc = owt("index", str(tar), "-j", "2", "-q", "--on-error", policy)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{3 + before_cut + 4} documents in 4 members" in proc.stderr
+    assert "skipped 1 members; 1 members cut short" in proc.stderr
+    for member in ("c_data.xz", "d_data.xz"):
+        assert f"  skipped: {tar}[{member}]: " in proc.stderr
+    warned = proc.stderr.count("\nskipped: ") + proc.stderr.startswith("skipped: ")
+    assert warned == (2 if policy == "warn" else 0)  # warn also logs each as it happens
+    counts = Corpus.open(tar).load_counts()
+    assert counts is not None and counts.documents == (3, 0, before_cut, 4)
+    even = ("--world-size", "2", "--even", "pad")
+    ranks = [owt("stream", str(tar), *even, "--rank", r, "--on-error", "skip", "--jsonl")
+             for r in "01"]  # fmt: skip
+    assert [p.returncode for p in ranks] == [0, 0], ranks[0].stderr
+    kept = [names(p.stdout) for p in ranks]
+    assert len(kept[0]) == len(kept[1]) and len(set(kept[0] + kept[1])) == 3 + before_cut + 4
+    strict = [owt("stream", str(tar), *even, "--rank", r, "-q") for r in "01"]
+    failed = [p.stderr for p in strict if p.returncode == 1]
+    assert failed and all(e.startswith(f"owt: error: {tar}[") for e in failed)
+    assert all(p.returncode in (0, 1) and "Traceback" not in p.stderr for p in strict)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import lzma
 import math
 import os
 import random
@@ -29,7 +28,7 @@ import pytest
 from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
 from openwebtext import workers as owt_workers
-from support import group_pids, inner_tar, outer_tar, sample_docs
+from support import cut_member, group_pids, outer_tar, sample_docs, xz_member
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]
 
@@ -263,10 +262,9 @@ def test_state_out_follows_a_link_and_uses_the_umask(small_corpus: Path, tmp_pat
 
 def _corrupt_corpus(tmp_path: Path) -> Path:
     """A good member, then a member cut in half."""
-    good = lzma.compress(inner_tar(sample_docs("a", 3)))
-    cut = lzma.compress(inner_tar(sample_docs("c", 5)))
+    good = xz_member(sample_docs("a", 3))
     return outer_tar(
-        tmp_path / "bad.tar", [("a_data.xz", good), ("c_data.xz", cut[: len(cut) // 2])]
+        tmp_path / "bad.tar", [("a_data.xz", good), ("c_data.xz", cut_member(sample_docs("c", 5)))]
     )
 
 

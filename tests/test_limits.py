@@ -40,7 +40,7 @@ from openwebtext import (
 )
 from openwebtext.formats import TAR, LimitExceeded, decompress, detect
 from openwebtext.tarwalk import TarFormatError, walk
-from support import inner_tar, outer_tar, read_members
+from support import inner_tar, outer_tar, read_members, xz_member
 
 #: The loader's hang timeout in these tests: a worker hang becomes a WorkerError fast.
 TIMEOUT = 5.0
@@ -81,7 +81,7 @@ def _documents_around_the_limit(over: int) -> dict[str, bytes]:
 @pytest.mark.parametrize("over", [0, 1], ids=["exactly-the-limit", "one-byte-over"])
 def test_max_document_bytes_boundary(tmp_path: Path, policy: str, over: int) -> None:
     docs = _documents_around_the_limit(over)
-    tar = outer_tar(tmp_path / "t.tar", [("m_data.xz", lzma.compress(inner_tar(docs)))])
+    tar = outer_tar(tmp_path / "t.tar", [("m_data.xz", xz_member(docs))])
     got, stats, error = read_all(tar, on_error=policy, max_document_bytes=DOC_LIMIT)
     expected = {name: data.decode() for name, data in docs.items()}
     if over == 0:
@@ -166,7 +166,7 @@ def test_max_member_bytes_boundary(tmp_path: Path, kind: str, over: int, policy:
     other = {"other.txt": b"the member after"}
     tar = outer_tar(
         tmp_path / "t.tar",
-        [("m_data", COMPRESSORS[kind](inner)), ("n_data.xz", lzma.compress(inner_tar(other)))],
+        [("m_data", COMPRESSORS[kind](inner)), ("n_data.xz", xz_member(other))],
     )
     limit = len(inner) - over
     got, stats, error = read_all(tar, on_error=policy, max_member_bytes=limit)
@@ -209,7 +209,7 @@ def test_max_member_bytes_boundary_for_a_plain_tar_file(tmp_path: Path, over: in
 def test_max_errors_boundary(tmp_path: Path, max_errors: int) -> None:
     """Two bad documents: ``max_errors`` of 2 or more allows both; fewer ends the run."""
     docs = {"a.txt": b"good", "bad-1.txt": b"\xff bad", "b.txt": b"good too", "bad-2.txt": b"\xfe"}
-    tar = outer_tar(tmp_path / "t.tar", [("m_data.xz", lzma.compress(inner_tar(docs)))])
+    tar = outer_tar(tmp_path / "t.tar", [("m_data.xz", xz_member(docs))])
     got, stats, error = read_all(tar, on_error="skip", max_errors=max_errors)
     if max_errors >= 2:
         assert error is None
@@ -331,7 +331,7 @@ def test_option_bounds(field: str, valid: Any, invalid: Any, message: str) -> No
 def test_reference_reader_agrees_on_the_boundary_corpus(tmp_path: Path) -> None:
     """The corpora above are what they claim: the independent reader sees every document."""
     docs = _documents_around_the_limit(1)
-    tar = outer_tar(tmp_path / "t.tar", [("m_data.xz", lzma.compress(inner_tar(docs)))])
+    tar = outer_tar(tmp_path / "t.tar", [("m_data.xz", xz_member(docs))])
     assert read_members([tar]) == {
         (tar.name, "m_data.xz"): {n: d.decode() for n, d in docs.items()}
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -241,3 +242,46 @@ def test_batches_refuse_a_dtype_too_small_for_the_ids(small_corpus: Path) -> Non
     with pytest.raises(ValueError, match="cannot hold every id"):
         loader.batches(8, 2, dtype=np.float32)
     loader.batches(8, 2, dtype=np.uint16).close()
+
+
+@pytest.fixture
+def resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A file that gets the pid of every process that resolves a tokenizer spec, one a line."""
+    from openwebtext import tokenizer as tokenizer_module
+
+    log = tmp_path / "resolved"
+    log.touch()
+    load = tokenizer_module._load
+
+    def counting_load(spec: str) -> tokenizer_module.Tokenizer:
+        # Forked workers inherit this spy: each call, in any process, appends its pid.
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)
+        return load(spec)
+
+    monkeypatch.setattr(tokenizer_module, "_load", counting_load)
+    return log
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_tokenizer_spec_is_resolved_once_per_run(
+    small_corpus: Path, workers: int, resolved: Path
+) -> None:
+    """The loader resolves the spec; the pool and forked workers use that object as it is."""
+    docs = list(Loader(small_corpus, workers=workers, tokenizer="bytes"))
+    assert len(docs) == 120 and all(len(d.tokens) > 1 for d in docs)
+    assert resolved.read_text().split() == [str(os.getpid())]
+
+
+def test_prepare_resolves_its_tokenizer_spec_once(
+    small_corpus: Path, tmp_path: Path, resolved: Path
+) -> None:
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    options = PrepareOptions(tokenizer="bytes", workers=2)
+    report = prepare(Corpus.open(small_corpus), tmp_path / "out", options)
+    assert sum(report.meta["documents"].values()) == 120
+    assert resolved.read_text().split() == [str(os.getpid())]

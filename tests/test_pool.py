@@ -26,7 +26,7 @@ from openwebtext import Corpus, CorruptMember, Loader, WorkerError
 from openwebtext.index import Unit
 from openwebtext.read import Member, Reader
 from openwebtext.tasks import State, WorkerTraceback
-from openwebtext.tokenizer import Tokenizer
+from openwebtext.tokenizer import Tokenizer, load_tokenizer
 from openwebtext.workers import InlinePool, Loaded, Pool, PoolOptions, WorkerPool, open_pool
 from support import child_pids, damage, member_offset, read_members
 
@@ -312,7 +312,7 @@ def test_tokenizer_error_in_a_worker_shows_its_line(
     workers: int, units: tuple[Unit, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(Tokenizer, "encode_batch", _encode_batch_blows_up)
-    with open_pool(units, PoolOptions(workers=workers, tokenizer="bytes")) as pool:
+    with open_pool(units, PoolOptions(workers=workers, tokenizer=load_tokenizer("bytes"))) as pool:
         got = collect(pool, [3])
     ((_, _, (error,)),) = got
     assert isinstance(error, WorkerError)

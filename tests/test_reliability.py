@@ -27,6 +27,7 @@ import io
 import json
 import logging
 import lzma
+import multiprocessing
 import os
 import random
 import re
@@ -63,10 +64,13 @@ from openwebtext import (
     WorkerError,
 )
 from openwebtext import cli as owt_cli
+from openwebtext.counts import ensure_counts
 from openwebtext.index import Unit
 from openwebtext.read import Member, Reader
 from support import (
     child_pids,
+    corrupt_member,
+    cut_member,
     damage,
     docs_before_cut,
     group_pids,
@@ -75,6 +79,7 @@ from support import (
     outer_tar,
     read_members,
     sample_docs,
+    xz_member,
 )
 
 MiB = 1 << 20
@@ -106,11 +111,6 @@ def all_but(members: Members, *excluded: tuple[str, str]) -> Docs:
 def decoded(docs: dict[str, bytes]) -> Docs:
     """``docs`` as text."""
     return {name: data.decode() for name, data in docs.items()}
-
-
-def xz(docs: dict[str, bytes]) -> bytes:
-    """An xz member holding ``docs``."""
-    return lzma.compress(inner_tar(docs), preset=0)
 
 
 def _varint(n: int) -> bytes:
@@ -249,28 +249,58 @@ def _lasting_new(folder: str, before: set[str]) -> set[str]:
     return new
 
 
-@pytest.fixture(autouse=True)
-def leaves_nothing_behind(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Path]:
-    """Fail the test if it leaves a worker, a descriptor, a /dev/shm entry or a temp file.
+@contextlib.contextmanager
+def no_leaks(private: Path) -> Iterator[Path]:
+    """Fail if the code run inside leaves a worker, a descriptor, a /dev/shm entry or a temp file.
 
-    ``TMPDIR`` points at a private empty folder for the test (inherited by workers and
-    subprocesses), which must still be empty at the end. The system temp folder and
-    /dev/shm, shared with other programs, must gain no lasting entry named like ours.
+    ``TMPDIR`` points at ``private``, a new empty folder, inherited by workers and
+    subprocesses: every temporary file or folder made meanwhile by this test's processes
+    (with ``tempfile``, and multiprocessing's ``pymp-*`` folder, whose per-process cache
+    is cleared for the while) lands there, and it must still be empty at the end. So only
+    what this test's processes made is looked at: the system temp folder, where other
+    programs on the machine make ``pymp-*`` or ``owt-ray-*`` folders at any time, is not.
+    /dev/shm (names do not follow ``TMPDIR``) must gain no lasting entry named like ours.
     """
-    system_tmp = tempfile.gettempdir()
-    private = tmp_path_factory.mktemp("private-tmp")
-    monkeypatch.setenv("TMPDIR", str(private))
-    monkeypatch.setattr(tempfile, "tempdir", None)
-    shm, tmp = _entries("/dev/shm"), _entries(system_tmp)
-    fds = _fd_table()
-    yield private
-    assert child_pids() == [], "worker processes left behind"
-    assert _fd_table() == fds, "file descriptors left open"
-    assert list(private.iterdir()) == [], "temporary files left behind"
-    assert _lasting_new("/dev/shm", shm) == set(), "shared memory left behind"
-    assert _lasting_new(system_tmp, tmp) == set(), "temporary files left behind"
+    private.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(private))
+        patch.setattr(tempfile, "tempdir", None)
+        # A pymp-* folder made before would stand outside ``private``, unseen.
+        patch.delitem(multiprocessing.process.current_process()._config, "tempdir", False)
+        shm = _entries("/dev/shm")
+        fds = _fd_table()
+        yield private
+        assert child_pids() == [], "worker processes left behind"
+        assert _fd_table() == fds, "file descriptors left open"
+        assert list(private.iterdir()) == [], "temporary files left behind"
+        assert _lasting_new("/dev/shm", shm) == set(), "shared memory left behind"
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Every test here runs under ``no_leaks``."""
+    with no_leaks(tmp_path_factory.mktemp("guard") / "private-tmp") as private:
+        yield private
+
+
+_MAKE_TEMP_FOLDER = "import tempfile; print(tempfile.mkdtemp(prefix={!r}))"
+
+
+def test_the_leak_guard_fails_on_our_leaks_only(tmp_path: Path) -> None:
+    """A temp folder left by this test's processes fails it; one of another program does not."""
+    system_tmp = "/tmp"
+    with no_leaks(tmp_path / "others"):  # another program, with its own TMPDIR
+        other = subprocess.run(
+            [sys.executable, "-c", _MAKE_TEMP_FOLDER.format("owt-ray-")],
+            env={**os.environ, "TMPDIR": system_tmp}, capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    os.rmdir(other)
+    assert Path(other).parent == Path(system_tmp)
+    ours = tmp_path / "ours"
+    with pytest.raises(AssertionError, match="temporary files left behind"), no_leaks(ours):
+        # A child of this test.
+        subprocess.run([sys.executable, "-c", _MAKE_TEMP_FOLDER.format("pymp-")], check=True)
+    assert [p.name[:5] for p in ours.iterdir()] == ["pymp-"]
 
 
 @pytest.fixture(scope="module")
@@ -321,7 +351,8 @@ A, B, U = sample_docs("a", 5), sample_docs("b", 4), sample_docs("u", 3)
 def _three(tmp_path: Path, name: str, middle: bytes) -> Path:
     """An outer tar: member ``a_data.xz`` (docs A), ``middle`` as ``name``, ``b_data.xz`` (B)."""
     return outer_tar(
-        tmp_path / "t.tar", [("a_data.xz", xz(A)), (name, middle), ("b_data.xz", xz(B))]
+        tmp_path / "t.tar",
+        [("a_data.xz", xz_member(A)), (name, middle), ("b_data.xz", xz_member(B))],
     )
 
 
@@ -339,10 +370,10 @@ def case_truncated_outer(tmp_path: Path, small: Path, members: Members) -> Case:
 
 
 def case_truncated_member(tmp_path: Path, small: Path, members: Members) -> Case:
-    cut = xz(sample_docs("c", 5))
-    kept = docs_before_cut(cut[: len(cut) // 2])
+    cut = cut_member(sample_docs("c", 5))
+    kept = docs_before_cut(cut)
     assert kept
-    tar = _three(tmp_path, "c_data.xz", cut[: len(cut) // 2])
+    tar = _three(tmp_path, "c_data.xz", cut)
     return Case(
         [tar], decoded(A | B) | kept, (TruncatedMember,), str(tar), "c_data.xz", None,
         r"corrupt xz data: compressed data ends before", partial_members=1,
@@ -377,7 +408,7 @@ def case_not_compressed(tmp_path: Path, small: Path, members: Members) -> Case:
 
 
 def case_invalid_utf8(tmp_path: Path, small: Path, members: Members) -> Case:
-    tar = _three(tmp_path, "u_data.xz", xz({**U, "u-bad.txt": b"caf\xe9 is latin-1"}))
+    tar = _three(tmp_path, "u_data.xz", xz_member({**U, "u-bad.txt": b"caf\xe9 is latin-1"}))
     return Case(
         [tar], decoded(A | U | B), (CorruptDocument,), str(tar), "u_data.xz", "u-bad.txt",
         r"invalid UTF-8 at byte 3", skipped_documents=1,
@@ -385,7 +416,7 @@ def case_invalid_utf8(tmp_path: Path, small: Path, members: Members) -> Case:
 
 
 def case_oversized_document(tmp_path: Path, small: Path, members: Members) -> Case:
-    tar = _three(tmp_path, "o_data.xz", xz({**U, "u-big.txt": b"x" * 5000}))
+    tar = _three(tmp_path, "o_data.xz", xz_member({**U, "u-big.txt": b"x" * 5000}))
     return Case(
         [tar], decoded(A | U | B), (CorruptDocument,), str(tar), "o_data.xz", "u-big.txt",
         r"document of 5000 bytes passes max_document_bytes=4096", skipped_documents=1,
@@ -403,7 +434,7 @@ def case_small_bomb(tmp_path: Path, small: Path, members: Members) -> Case:
 
 
 def case_trailing_garbage(tmp_path: Path, small: Path, members: Members) -> Case:
-    tar = _three(tmp_path, "g_data.xz", xz(U) + b"not another stream" * 8)
+    tar = _three(tmp_path, "g_data.xz", xz_member(U) + b"not another stream" * 8)
     return Case(
         [tar], decoded(A | B), (CorruptMember,), str(tar), "g_data.xz", None,
         r"trailing garbage", skipped_members=1,
@@ -559,7 +590,7 @@ def test_multi_stream_member_is_read_whole(codec: str, tmp_path: Path) -> None:
 
 def test_many_tiny_streams_take_linear_time(tmp_path: Path) -> None:
     """80,000 empty xz streams after a real one (2.5 MB): read well within a 3 s timeout."""
-    member = xz(A) + lzma.compress(b"") * 80_000
+    member = xz_member(A) + lzma.compress(b"") * 80_000
     tar = outer_tar(tmp_path / "streams.tar", [("s_data.xz", member)])
     outcome = run(tar, workers=1, timeout=3.0)  # linear: ~0.5 s; quadratic: ~12 s
     assert outcome.error is None, repr(outcome.error)
@@ -1024,7 +1055,7 @@ def test_decompression_bomb_is_stopped_by_the_limit(tmp_path: Path) -> None:
     """A 2 GiB-of-zeros xz member (~320 KB) fails fast at 64 MiB; no process nears 2 GiB."""
     bomb = xz_zeros(128)  # 128 x 16 MiB = 2 GiB decompressed
     assert len(bomb) < 400_000
-    tar = outer_tar(tmp_path / "bomb.tar", [("good_data.xz", xz(A)), ("bomb_data.xz", bomb)])
+    tar = outer_tar(tmp_path / "bomb.tar", [("good_data.xz", xz_member(A)), ("bomb_data.xz", bomb)])
     result = peak_rss_run(tar, 64 * MiB)
     assert result["raise"]["error"] == "MemberTooLarge"
     assert (result["raise"]["path"], result["raise"]["member"]) == (str(tar), "bomb_data.xz")
@@ -1059,16 +1090,13 @@ def three_faults(tmp_path: Path) -> tuple[Path, Docs]:
 
     The truncated member lacks only its xz index: its documents are all before the cut.
     """
-    bad = xz(sample_docs("c", 3))
-    cut = xz(sample_docs("d", 3))
-    broken = bytearray(bad)
-    broken[len(bad) // 2] ^= 0x10
+    cut = xz_member(sample_docs("d", 3))
     tar = outer_tar(
         tmp_path / "three.tar",
         [
-            ("a_data.xz", xz({**A, "a-bad.txt": b"\xff\xfe not UTF-8"})),
-            ("c_data.xz", bytes(broken)),
-            ("b_data.xz", xz(B)),
+            ("a_data.xz", xz_member({**A, "a-bad.txt": b"\xff\xfe not UTF-8"})),
+            ("c_data.xz", corrupt_member(sample_docs("c", 3))),
+            ("b_data.xz", xz_member(B)),
             ("d_data.xz", cut[: len(cut) - 20]),
         ],
     )
@@ -1090,6 +1118,19 @@ def test_warn_logs_one_line_per_skip(
     named = " ".join(outcome.stats.skipped)
     for part in ("[a_data.xz]", "(document a-bad.txt)", "[c_data.xz]", "[d_data.xz]"):
         assert part in named
+
+
+def test_counting_for_even_sharding_leaves_the_warnings_to_the_stream(
+    three_faults: tuple[Path, Docs], caplog: pytest.LogCaptureFixture, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """warn: the count made on first use warns nothing; the stream warns as it reads."""
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    tar, _ = three_faults
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        counted = ensure_counts(Corpus.open(tar), Options(on_error="warn", even=True))
+    assert counted.counts is not None and counted.counts.documents == (len(A) + 1, 0, len(B), 3)
+    assert [r.getMessage() for r in caplog.records if r.name == "openwebtext"] == []
 
 
 def test_max_errors_turns_too_many_skips_into_an_error(three_faults: tuple[Path, Docs]) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -201,3 +204,35 @@ def test_packed_batch_dataset_refuses_what_it_cannot_do(small_corpus: Path) -> N
         PackedBatchDataset(small_corpus, 0, ROWS, tokenizer="bytes")
     with pytest.raises(ValueError, match="batch_size"):
         PackedBatchDataset(small_corpus, SEQ, True, tokenizer="bytes")
+
+
+@pytest.mark.parametrize("dataset_class", ["documents", "packed"])
+def test_even_sharding_counts_the_corpus_once_in_the_main_process(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dataset_class: str
+) -> None:
+    """DataLoader workers get the counts from the main process instead of each counting."""
+    from openwebtext import counts
+
+    corpus = shutil.copytree(small_corpus, tmp_path / "corpus")  # no counts file yet
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "counted"
+    count = counts.count_documents
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        # Forked DataLoader workers inherit the spy: every count, in any process, leaves its pid.
+        with open(log, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return count(*args, **kwargs)
+
+    monkeypatch.setattr(counts, "count_documents", spy)
+    options = {"rank": 0, "world_size": 2, "even": True, "even_rule": "pad", "workers": 1}
+    dataset: Any
+    if dataset_class == "documents":
+        dataset = OpenWebTextDataset(corpus, **options)
+    else:
+        dataset = PackedBatchDataset(corpus, SEQ, ROWS, **options, **PACKED)
+    got = list(DataLoader(dataset, batch_size=None, num_workers=2))
+    dataset.set_epoch(1)
+    again = list(DataLoader(dataset, batch_size=None, num_workers=2))
+    assert got and again
+    assert log.read_text().split() == [str(os.getpid())]

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import bench, interrupts, storage
 from .corpus import Corpus
-from .errors import OutputError, OWTError, StateError
+from .errors import OutputError, OWTError, StateError, TruncatedMember
 from .files import atomic_write, output_path
 from .interrupts import EXIT_INTERRUPTED
 from .loader import Document, DocumentIterator, Stats
@@ -331,13 +331,32 @@ def _index(args: argparse.Namespace) -> int:
         )
         return 0
     splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction or [0.0005])
+    skipped: list[OWTError] = []
     with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
-        counts = count_documents(corpus, workers=args.jobs, splits=splits, progress=bar.update)
+        counts = count_documents(
+            corpus,
+            workers=args.jobs,
+            splits=splits,
+            progress=bar.update,
+            on_error=args.on_error,
+            on_skip=skipped.append,
+        )
     path = corpus.save_counts(counts)
     print(
         f"{sum(counts.documents)} documents in {len(corpus.units)} members; counts in {path}",
         file=sys.stderr,
     )
+    if skipped:
+        cut = sum(isinstance(e, TruncatedMember) for e in skipped)
+        # Counted as a stream under --on-error skip reads them; a stream meets them again
+        # under its own --on-error.
+        print(
+            f"skipped {len(skipped) - cut} members; {cut} members cut short (their documents "
+            "before the cut counted)",
+            file=sys.stderr,
+        )
+        for error in skipped[:20]:
+            print(f"  skipped: {error}", file=sys.stderr)
     return 0
 
 
@@ -429,21 +448,30 @@ def _tokenize(args: argparse.Namespace) -> int:
     )
     shard = _parse_shard(args.shard)
     corpus = _open_corpus(args)
-    update, close = _prepare_progress(args.quiet)
+
+    def run(update: Callable[[Progress], None]) -> Report:
+        if args.engine == "ray":
+            return _tokenize_on_ray(args, corpus, options, shard, update)
+        return prepare(
+            corpus,
+            args.out,
+            options,
+            shard=shard,
+            restart=args.restart,
+            progress=update,
+            checkpoint_seconds=args.checkpoint_seconds,
+        )
+
+    return _with_progress(run, args.quiet)
+
+
+def _with_progress(run: Callable[[Callable[[Progress], None]], Report], quiet: bool) -> int:
+    """Run a tokenize or merge under its progress bars (closed however it ends, Ctrl-C
+    included, so the message after them stands on its own line), then say what it wrote."""
+    update, close = _prepare_progress(quiet)
     start = time.perf_counter()
     try:
-        if args.engine == "ray":
-            report = _tokenize_on_ray(args, corpus, options, shard, update)
-        else:
-            report = prepare(
-                corpus,
-                args.out,
-                options,
-                shard=shard,
-                restart=args.restart,
-                progress=update,
-                checkpoint_seconds=args.checkpoint_seconds,
-            )
+        report = run(update)
     finally:
         close()
     _print_prepared(report, time.perf_counter() - start)
@@ -482,20 +510,17 @@ def _merge(args: argparse.Namespace) -> int:
 
     if args.storage_options:
         storage.configure(dict(args.storage_options))
-    update, close = _prepare_progress(args.quiet)
-    start = time.perf_counter()
-    try:
-        report = merge(
+
+    def run(update: Callable[[Progress], None]) -> Report:
+        return merge(
             args.slices,
             args.out,
             restart=args.restart,
             progress=update,
             checkpoint_seconds=args.checkpoint_seconds,
         )
-    finally:
-        close()
-    _print_prepared(report, time.perf_counter() - start)
-    return 0
+
+    return _with_progress(run, args.quiet)
 
 
 def _synth(args: argparse.Namespace) -> int:
@@ -551,6 +576,17 @@ def _at_least(low: int) -> Any:
         return value
 
     return parse
+
+
+def _add_on_error(parser: argparse.ArgumentParser) -> None:
+    """Every command's ``--on-error``: what a damaged member or document does."""
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip", "warn"),
+        default="raise",
+        help="raise: stop at the first damaged member or document (naming it); skip: leave it "
+        "out and count it; warn: skip and log it (default raise)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -629,7 +665,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seconds a busy worker may stay silent (default {Options.timeout:g})",
     )
     stream.add_argument("--take", type=_option("take"), default=None, help="stop after N documents")
-    stream.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
+    _add_on_error(stream)
     stream.add_argument("--max-errors", type=_option("max_errors"), default=None)
     stream.add_argument("--decode-errors", choices=("strict", "replace"), default="strict")
     stream.add_argument(
@@ -656,6 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     index.add_argument("--val-seed", type=_option("val_seed"), default=2357)
     index.add_argument("--force", action="store_true", help="count again even if cached")
+    _add_on_error(index)
     index.add_argument("-q", "--quiet", action="store_true")
     index.set_defaults(run=_index)
 
@@ -720,7 +757,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokenize.add_argument(
         "--take", type=_option("take"), default=None, help="stop after N documents"
     )
-    tokenize.add_argument("--on-error", choices=("raise", "skip", "warn"), default="raise")
+    _add_on_error(tokenize)
     tokenize.add_argument(
         "--shard",
         metavar="I/N",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .corpus import Corpus, Counts, split_key
-from .errors import CorpusError, TruncatedMember
+from .errors import CorpusError, OWTError, TruncatedMember
 from .index import Unit
 from .options import Options
 from .plan import in_validation
@@ -30,6 +30,7 @@ def count_documents(
     max_member_bytes: int = 1 << 30,
     progress: Callable[[int], None] | None = None,
     on_error: str = "raise",
+    on_skip: Callable[[OWTError], None] | None = None,
 ) -> Counts:
     """Read every member once and count its documents, and those held out by each split.
 
@@ -39,10 +40,14 @@ def count_documents(
     Args:
         on_error: ``raise``: a member that cannot be read whole is an error;
             ``skip`` (or ``warn``): it counts what a stream under ``skip`` will
-            read of it (nothing, or the documents before a cut).
+            read of it (nothing, or the documents before a cut), and ``warn``
+            logs it. The stream meets the member under its own policy when it
+            reads it; if the member reads whole later (a passing fault), the
+            stream's check against the counts asks for ``owt index --force``.
+        on_skip: Called with the error of each member skipped or cut short.
 
     Raises:
-        CorpusError: a member cannot be read whole, under ``raise``.
+        CorpusError: a member cannot be read whole, under ``raise`` (naming it).
     """
     options = PoolOptions(
         workers=workers,
@@ -57,9 +62,16 @@ def count_documents(
         for loaded in pool.run(range(len(corpus.units))):
             member_failed = loaded.errors and not loaded.names
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
-            if (member_failed or cut) and on_error == "raise":
+            if member_failed or cut:
                 error = loaded.errors[0]
-                raise CorpusError(f"cannot count documents: {error}") from error
+                if on_error == "raise":
+                    message = getattr(error, "message", str(error))
+                    path, member = getattr(error, "path", None), getattr(error, "member", None)
+                    raise CorpusError(f"cannot count documents: {message}", path, member) from error
+                if on_error == "warn":
+                    log.warning("skipped: %s", error)
+                if on_skip is not None:
+                    on_skip(error)
             documents.append(len(loaded.names))
             for fraction, seed in splits:
                 held[split_key(fraction, seed)].append(
@@ -104,7 +116,8 @@ def ensure_counts(
             splits=splits,
             max_member_bytes=options.max_member_bytes,
             progress=progress or bar.update,
-            on_error=options.on_error,
+            # The stream warns when it reads the member: one warning, not one more here.
+            on_error="skip" if options.on_error == "warn" else options.on_error,
         )
     try:
         corpus.save_counts(counts)

@@ -226,12 +226,12 @@ def _difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now
     return f"different options: {what}"
 
 
-def _open_pool(corpus: Corpus, options: PrepareOptions) -> Pool:
+def _open_pool(corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer) -> Pool:
     """The pool, with the loader's defaults for everything prepare does not choose."""
     pool_options = PoolOptions(
         workers=options.workers,
         retries=0 if options.on_error == "raise" else 1,
-        tokenizer=options.tokenizer,
+        tokenizer=tokenizer,  # ``options.tokenizer``, resolved once by ``prepare``
         normalise=options.split == "nanogpt",
     )
     return open_pool(corpus.units, pool_options)
@@ -481,7 +481,7 @@ def _tokenize(
     take = options.take
     tokens_now = 0
     consistent = True  # the parts hold whole units only: a checkpoint may be taken now
-    pool = _open_pool(corpus, options)
+    pool = _open_pool(corpus, options, tokenizer)
     try:
         last = time.monotonic()
         for loaded in pool.run(order[position:stop]):

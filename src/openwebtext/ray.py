@@ -43,6 +43,7 @@ from .index import Unit
 from .options import ErrorPolicy
 from .outputs import Location, join, location, read_json, remove
 from .prepare import PrepareOptions, Progress, Report, finished, merge, prepare, unit_order
+from .tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "EXTRA",
@@ -425,7 +426,8 @@ class _ReadGroup:
 
     groups: tuple[tuple[Unit, ...], ...]
     storage_options: dict[str, Any] | None
-    tokenizer: str | None
+    tokenizer: Tokenizer | None
+    """Resolved once by ``read_openwebtext``; pickled as its spec (loaded once per Ray worker)."""
     on_error: ErrorPolicy
     skips: SkipLog | None
     max_member_bytes: int
@@ -435,10 +437,9 @@ class _ReadGroup:
         import pyarrow as pa
 
         from .read import Reader
-        from .tokenizer import load_tokenizer
 
         _configure_storage(self.storage_options)
-        tokenizer = load_tokenizer(self.tokenizer) if self.tokenizer else None
+        tokenizer = self.tokenizer
         reader = Reader(self.max_member_bytes, self.max_document_bytes)
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
         skipped: list[str] = []
@@ -543,14 +544,12 @@ def read_openwebtext(
     if not (isinstance(units_per_task, int) and units_per_task >= 1):
         raise ValueError(f"units_per_task must be >= 1, not {units_per_task!r}")
     ray = _ray()
-    if tokenizer is not None:
-        from .tokenizer import load_tokenizer
-
-        load_tokenizer(tokenizer)  # a bad spec fails here, not in every task
+    # Resolved once: a bad spec fails here, not in every task.
+    resolved = None if tokenizer is None else load_tokenizer(tokenizer)
     units = Corpus.open(paths, storage_options=storage_options).units
     groups = tuple(units[k : k + units_per_task] for k in range(0, len(units), units_per_task))
     read = _ReadGroup(
-        groups, storage_options, tokenizer, on_error, skips, max_member_bytes, max_document_bytes
+        groups, storage_options, resolved, on_error, skips, max_member_bytes, max_document_bytes
     )
     items = [{"group": g} for g in range(len(groups))]
     dataset = ray.data.from_items(items, override_num_blocks=len(groups))

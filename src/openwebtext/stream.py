@@ -50,6 +50,8 @@ __all__ = [
     "Stream",
     "TokenDocument",
     "even_counts",
+    "nothing_read",
+    "pool_options",
 ]
 
 log = logging.getLogger("openwebtext")
@@ -219,6 +221,45 @@ class ErrorPolicy:
             ) from error
 
 
+def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
+    """What the worker pool of a stream with ``options`` is told (``tokenizer``: resolved)."""
+    split = None
+    if options.split != "all":
+        split = Split(options.split, options.val_fraction, options.val_seed)
+    return PoolOptions(
+        workers=options.workers,
+        prefetch=options.prefetch,
+        timeout=options.timeout,
+        retries=0 if options.on_error == "raise" else 1,
+        max_member_bytes=options.max_member_bytes,
+        max_document_bytes=options.max_document_bytes,
+        split=split,
+        decode_errors=options.decode_errors,
+        hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
+        tokenizer=tokenizer,  # resolved once, by the loader
+    )
+
+
+def nothing_read(
+    corpus: Corpus, options: Options, epoch: int, counters: Counters, skipped_files: int
+) -> CorpusError:
+    """An endless run whose whole epoch yielded nothing would wait forever: say why."""
+    why = []
+    if options.split != "all":
+        why.append(f"split {options.split!r} (val_fraction={options.val_fraction})")
+    if options.world_size > 1:
+        why.append(f"rank {options.rank} of world_size {options.world_size}")
+    skipped = counters.skipped_members + skipped_files
+    if skipped:
+        why.append(f"{skipped} members or files skipped")
+    return CorpusError(
+        f"epoch {epoch} yielded no document"
+        + (f" ({', '.join(why)})" if why else "")
+        + ": an endless run (epochs=None) would wait forever",
+        path=os.path.dirname(corpus.units[0].path),
+    )
+
+
 class Stream:
     """The state and the stages of one running stream of documents.
 
@@ -344,56 +385,23 @@ class Stream:
         if opts.even_mode is not None and self.corpus.counts is not None:
             in_split = None if opts.split == "all" else self._counts_per_unit()
             self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
-        pool = self._pool = self._open_pool()
+        pool = self._pool = open_pool(self.corpus.units, pool_options(opts, self.tokenizer))
         try:
             while last is None or self._epoch < last:
                 yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
                 if last is None and self._counters.epoch_documents == 0:
-                    raise self._nothing_read()
+                    skipped_files = self._policy.files
+                    raise nothing_read(
+                        self.corpus, opts, self._epoch, self._counters, skipped_files
+                    )
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len = 0
                 self._counters = replace(self._counters, epoch_documents=0)
         finally:
             pool.close()
-
-    def _open_pool(self) -> Pool:
-        """The worker pool that reads the units as the options say (the one call site)."""
-        opts = self.options
-        split = None if opts.split == "all" else Split(opts.split, opts.val_fraction, opts.val_seed)
-        pool_options = PoolOptions(
-            workers=opts.workers,
-            prefetch=opts.prefetch,
-            timeout=opts.timeout,
-            retries=0 if opts.on_error == "raise" else 1,
-            max_member_bytes=opts.max_member_bytes,
-            max_document_bytes=opts.max_document_bytes,
-            split=split,
-            decode_errors=opts.decode_errors,
-            hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
-            tokenizer=None if self.tokenizer is None else self.tokenizer.spec,
-        )
-        return open_pool(self.corpus.units, pool_options)
-
-    def _nothing_read(self) -> CorpusError:
-        """An endless run whose whole epoch yielded nothing would wait forever: say why."""
-        opts = self.options
-        why = []
-        if opts.split != "all":
-            why.append(f"split {opts.split!r} (val_fraction={opts.val_fraction})")
-        if opts.world_size > 1:
-            why.append(f"rank {opts.rank} of world_size {opts.world_size}")
-        skipped = self._counters.skipped_members + self._policy.files
-        if skipped:
-            why.append(f"{skipped} members or files skipped")
-        return CorpusError(
-            f"epoch {self._epoch} yielded no document"
-            + (f" ({', '.join(why)})" if why else "")
-            + ": an endless run (epochs=None) would wait forever",
-            path=os.path.dirname(self.corpus.units[0].path),
-        )
 
     def _yielded(self) -> int:
         yielded: int = self._yielded_before + self._in_block - self._first_in_block

@@ -11,6 +11,10 @@ Install with ``pip install 'openwebtext[torch]'``.
   the dataset reads with ``options.workers`` worker processes.
 - ``rank`` and ``world_size`` come from ``torch.distributed`` when it is
   initialised and the options leave them at their defaults.
+- Even sharding (``even``) needs the documents per unit: the dataset counts
+  them (or reads the cached counts) once, in the main process, when it is built
+  or at ``set_epoch``; DataLoader workers inherit the counts. Build it after
+  ``torch.distributed.init_process_group`` when ``even`` follows the world size.
 - ``state_dict()`` / ``load_state_dict()`` follow the protocol of
   ``torchdata.stateful_dataloader.StatefulDataLoader``, which calls them in each
   worker, so a training loop checkpoints and resumes exactly.
@@ -33,6 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError("openwebtext.torch needs PyTorch: pip install 'openwebtext[torch]'") from exc
 
 from .corpus import Corpus
+from .counts import ensure_counts
 from .loader import Batches, Document, DocumentIterator, Loader
 from .options import Options
 
@@ -61,9 +66,10 @@ class _ShardedDataset(IterableDataset[T]):
         self.options = replace(base, **overrides) if overrides else base
         self._state: dict[str, Any] | None = None
         self._running: _Running | None = None
+        self._count()
 
-    def shard_options(self) -> Options:
-        """The options of this process's share: distributed rank, then DataLoader worker."""
+    def _rank_options(self) -> Options:
+        """The options of this training rank: its distributed rank and world, and ``even``."""
         opts = self.options
         rank, world = opts.rank, opts.world_size
         if world == 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -71,12 +77,27 @@ class _ShardedDataset(IterableDataset[T]):
         # Equal counts matter across training ranks; DataLoader workers of one
         # rank are merged again, so by default they need no evening out.
         even = opts.even if opts.even is not None else world > 1
+        return replace(opts, rank=rank, world_size=world, even=even)
+
+    def shard_options(self) -> Options:
+        """The options of this process's share: distributed rank, then DataLoader worker."""
+        opts = self._rank_options()
         info = get_worker_info()
-        workers = opts.workers
-        if info is not None:
-            rank, world = rank * info.num_workers + info.id, world * info.num_workers
-            workers = 0
-        return replace(opts, rank=rank, world_size=world, even=even, workers=workers)
+        if info is None:
+            return opts
+        rank = opts.rank * info.num_workers + info.id
+        return replace(opts, rank=rank, world_size=opts.world_size * info.num_workers, workers=0)
+
+    def _count(self) -> None:
+        """Count the documents per unit that even sharding needs, here in the main process.
+
+        Called when the dataset is built and by ``set_epoch``, before DataLoader workers
+        start: they inherit (fork) or receive (pickle) the counted corpus, instead of each
+        counting the whole corpus again. Nothing happens without even sharding, in a
+        DataLoader worker, or once counted.
+        """
+        if get_worker_info() is None:
+            self.corpus = ensure_counts(self.corpus, self._rank_options())
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> Any:
         raise NotImplementedError
@@ -86,7 +107,11 @@ class _ShardedDataset(IterableDataset[T]):
 
     def __iter__(self) -> Iterator[T]:
         self._stop()
-        running = self._start(self.shard_options(), self._state)
+        options = self.shard_options()
+        # Counted already, unless ``torch.distributed`` was initialised after the dataset was
+        # built (then even sharding was not known to be needed): count once per process.
+        self.corpus = ensure_counts(self.corpus, options)
+        running = self._start(options, self._state)
         self._running, self._state = running, None
         return self._items(running)
 
@@ -98,6 +123,7 @@ class _ShardedDataset(IterableDataset[T]):
     def set_epoch(self, epoch: int) -> None:
         """Read ``epoch``'s order next time (as ``DistributedSampler.set_epoch``)."""
         self.options = replace(self.options, epoch=epoch)
+        self._count()
 
     def state_dict(self) -> dict[str, Any]:
         """Where this share of the stream is (or will start, before iteration)."""

@@ -52,7 +52,7 @@ from .index import Unit
 from .options import Options
 from .read import Member, Reader, Split, encode_member
 from .tasks import Done, Failed, Request, Task, Tasks, failed, failure
-from .tokenizer import Tokenizer, load_tokenizer
+from .tokenizer import Tokenizer
 
 __all__ = [
     "SLOT_BYTES",
@@ -90,8 +90,9 @@ class PoolOptions:
     """How workers check UTF-8 (``strict``, ``replace``); None: not at all."""
     hold: int = 0
     """Units the consumer may keep after asking for the next one (see ``release``)."""
-    tokenizer: str | None = None
-    """Tokenize in the workers (``tokenizer.load_tokenizer`` spec): units carry ids, not text."""
+    tokenizer: Tokenizer | None = None
+    """Tokenize in the workers: units carry ids, not text. Resolved once by the caller; forked
+    workers inherit it, and it pickles as its spec (a spawned worker loads it once)."""
     normalise: bool = False
     """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
     slot_bytes: int = SLOT_BYTES
@@ -201,7 +202,7 @@ def _worker_main(
     for conn in inherited:
         conn.close()
     reader = _reader(options)
-    tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
+    tokenizer = options.tokenizer
     slot_bytes = options.slot_bytes
     queued: collections.deque[Request | None] = collections.deque()
     try:
@@ -581,7 +582,7 @@ class InlinePool:
         self.units = units
         self.options = options
         self.reader = _reader(options)
-        self.tokenizer = None if options.tokenizer is None else load_tokenizer(options.tokenizer)
+        self.tokenizer = options.tokenizer
         self.normalise = options.normalise
         self.closed = False
 
