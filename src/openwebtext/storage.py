@@ -226,7 +226,10 @@ def _classify(exc: BaseException) -> str | None:
     status = _status(exc)
     if isinstance(exc, FileNotFoundError) and status in (None, 404, 410):
         return "no such file, key or bucket"
-    if isinstance(exc, PermissionError):
+    if isinstance(exc, PermissionError) or (
+        # gcsfs raises a plain OSError for a 403, its text starting with "Forbidden"
+        type(exc) is OSError and str(exc).startswith("Forbidden")
+    ):
         return "access refused (check the credentials)"
     if isinstance(exc, (IsADirectoryError, NotADirectoryError)):
         return "not a file"
@@ -248,6 +251,14 @@ def _status(exc: BaseException | None) -> int | None:
             return None
         status = getattr(exc, "status", None)
         if isinstance(status, int):
+            return status
+        # huggingface_hub's errors keep their response; gcsfs's HttpError has a code
+        # (only gcsfs's: aiohttp's parse errors, e.g. a body cut short, say code 400).
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(status, int):
+            return status
+        status = getattr(exc, "code", None)
+        if isinstance(status, int) and type(exc).__module__.startswith("gcsfs"):
             return status
         exc = exc.__cause__ or exc.__context__
     return None
@@ -342,6 +353,12 @@ def file_info(url: str) -> FileInfo:
     return FileInfo(size, _identity(info))
 
 
+#: Per protocol, what ``cat_file`` needs to fetch exactly the range asked. HfFileSystem's
+#: ``cat_file`` reads through a buffered file whose default cache reads a block (5 MB)
+#: past the range: several times a member's own bytes, for every member.
+_RANGE_OPTIONS: dict[str, dict[str, Any]] = {"hf": {"cache_type": "none"}}
+
+
 def fetch(url: str, start: int, end: int, member: str | None = None) -> bytes:
     """Bytes ``[start, end)`` of ``url``: exactly that many, or an error.
 
@@ -351,9 +368,10 @@ def fetch(url: str, start: int, end: int, member: str | None = None) -> bytes:
     """
     real = _real(url)
     fs = filesystem(real)
+    options = _RANGE_OPTIONS.get(protocol(real), {})
 
     def call() -> bytes:
-        data: bytes = fs.cat_file(real, start=start, end=end)
+        data: bytes = fs.cat_file(real, start=start, end=end, **options)
         if len(data) != end - start:
             raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
         return data
