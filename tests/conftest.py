@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,33 @@ def indexed(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Pat
     corpus = Corpus.open(path)
     corpus.save_counts(count_documents(corpus, workers=2, splits=((0.0005, 2357), (0.2, 7))))
     return path
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(small_corpus: Path) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 for the module, stopped after: bucket ``owt`` holds the
+    small corpus under ``data/`` (and a ``data/_SUCCESS``); credentials ``testing``."""
+    pytest.importorskip("s3fs")
+    boto3 = pytest.importorskip("boto3")
+    server_mod = pytest.importorskip("moto.server")
+    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+    os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        client.create_bucket(Bucket="owt")
+        for path in sorted(small_corpus.glob("*.tar")):
+            client.upload_file(str(path), "owt", f"data/{path.name}")
+        client.put_object(Bucket="owt", Key="data/_SUCCESS", Body=b"")
+        yield endpoint
+    finally:
+        server.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

@@ -173,3 +173,20 @@ def docs_before_cut(compressed: bytes) -> dict[str, str]:
     except tarfile.TarError:
         pass  # the cut: what came before it is listed
     return docs
+
+
+def s3_objects(endpoint: str, prefix: str) -> dict[str, bytes]:
+    """Every object under ``s3://owt/PREFIX``, by its name under the prefix (boto3, not the
+    library's own filesystem, so that nothing is read from a cache)."""
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    listed = client.list_objects_v2(Bucket="owt", Prefix=prefix).get("Contents", [])
+    return {
+        o["Key"][len(prefix) :]: client.get_object(Bucket="owt", Key=o["Key"])["Body"].read()
+        for o in listed
+    }
+
+
+def local_files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}

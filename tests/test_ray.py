@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus
+from openwebtext import Corpus, outputs
 from openwebtext.errors import CorruptMember
 from openwebtext.prepare import PrepareOptions, prepare
-from support import damage, member_offset, read_members
+from support import damage, local_files, member_offset, read_members, s3_objects
 
 ray = pytest.importorskip(
     "ray", reason="the ray extra is not installed (pip install 'openwebtext[ray]')"
@@ -282,3 +282,95 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
     local = prepare(Corpus.open(corpus), tmp_path / "local", PrepareOptions(workers=0))
     assert _files(out) == _files(tmp_path / "local")
     assert json.loads(_files(out)["meta.json"]) == local.meta
+
+
+# -- output to S3 (moto's server on 127.0.0.1, the s3_endpoint fixture) ---------------------
+
+
+@pytest.fixture
+def s3_options(s3_endpoint: str) -> Iterator[dict[str, str]]:
+    """Storage options for moto, set in this process too. The credentials are options, not
+    variables: the Ray workers were started before the fixture set them."""
+    from openwebtext import storage
+
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    storage.configure(options)
+    yield options
+    storage.configure(None)
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+def test_ray_engine_to_s3_writes_the_local_engines_files(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, s3_options: dict[str, str], split: str
+) -> None:
+    """Each task uploads its slice; the merge reads them from S3 and uploads the files: the
+    local engine's, byte for byte, and nothing else left under the prefix."""
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(split=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
+    url = f"s3://owt/ray-{split}"
+    report = owt_ray.tokenize(corpus, url, options, units_per_task=4, storage_options=s3_options)
+    slices = owt_ray.slice_folders(url, 2)
+    local = prepare(corpus, tmp_path / "local", options)
+    assert s3_objects(s3_options["endpoint_url"], f"ray-{split}/") == local_files(
+        tmp_path / "local"
+    )
+    assert report.meta == local.meta
+    staged = [outputs.staging(url), *(outputs.staging(str(f), "fetch") for f in slices)]
+    assert [p for p in staged if p.exists()] == []  # the local copies are gone
+
+
+def test_ray_engine_to_s3_keeps_the_slices_already_there(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, s3_options: dict[str, str]
+) -> None:
+    """As after an interruption: slice 0 of 3 is finished in S3 (and altered on purpose, same
+    size, so that the output shows it was used and not redone); slice 1 has a train.bin but
+    no meta.json (a task killed while uploading), so it is redone."""
+    import boto3
+
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(workers=0, val_fraction=0.1)
+    url = "s3://owt/ray-resume"
+    first, second, _ = owt_ray.slice_folders(url, 3)
+    prepare(corpus, first, options, shard=(0, 3))
+    client = boto3.client("s3", endpoint_url=s3_options["endpoint_url"], region_name="us-east-1")
+    key = f"{str(first).removeprefix('s3://owt/')}/train.bin"
+    kept = client.get_object(Bucket="owt", Key=key)["Body"].read()
+    client.put_object(Bucket="owt", Key=key, Body=bytes([kept[0] ^ 0xFF]) + kept[1:])
+    client.put_object(Bucket="owt", Key=f"{str(second).removeprefix('s3://owt/')}/train.bin",
+                      Body=b"half an upload")  # fmt: skip
+    owt_ray.tokenize(corpus, url, options, units_per_task=2, storage_options=s3_options)
+    local = prepare(corpus, tmp_path / "local", options)
+    got = s3_objects(s3_options["endpoint_url"], "ray-resume/")
+    assert sorted(got) == ["meta.json", "train.bin", "val.bin"]
+    train = (tmp_path / "local" / "train.bin").read_bytes()
+    assert got["train.bin"] == bytes([train[0] ^ 0xFF]) + train[1:]
+    assert got["val.bin"] == (tmp_path / "local" / "val.bin").read_bytes()
+    assert json.loads(got["meta.json"])["tokens"] == local.meta["tokens"]
+
+
+def test_ray_engine_to_s3_restart_drops_a_nodes_staged_progress(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, s3_options: dict[str, str]
+) -> None:
+    """A task cut short left its progress in this node's staging folder; the user changes an
+    option and passes restart: that progress is thrown away too, not refused as another run's."""
+    from openwebtext.prepare import Progress
+
+    corpus = Corpus.open(small_corpus)
+    url = "s3://owt/ray-restart"
+    (only,) = owt_ray.slice_folders(url, 1)
+
+    def stop(event: Progress) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        old = PrepareOptions(workers=0, val_fraction=0.2)
+        prepare(corpus, only, old, shard=(0, 1), progress=stop, checkpoint_seconds=0)
+    assert (outputs.staging(str(only)) / ".owt-progress.json").is_file()
+    options = PrepareOptions(workers=0, val_fraction=0.1)
+    owt_ray.tokenize(
+        corpus, url, options, units_per_task=8, restart=True, storage_options=s3_options
+    )
+    prepare(corpus, tmp_path / "local", options)
+    got = s3_objects(s3_options["endpoint_url"], "ray-restart/")
+    assert got == local_files(tmp_path / "local")
+    assert not outputs.staging(str(only)).exists()

@@ -26,7 +26,9 @@ from openwebtext.membercache import MemberCache, parse_size
 from openwebtext.ranges import RangeReader
 from openwebtext.remote import cache_path
 from openwebtext.synth import write_corpus
+from openwebtext.workdir import PrepareError
 from remote_servers import RangeServer
+from support import local_files, s3_objects
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -357,34 +359,6 @@ def test_cli_missing_url_is_one_line(http: RangeServer) -> None:
 # -- S3 (moto's server) -----------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint(small_corpus: Path) -> Iterator[str]:
-    pytest.importorskip("s3fs")
-    boto3 = pytest.importorskip("boto3")
-    server_mod = pytest.importorskip("moto.server")
-    saved = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
-    os.environ["AWS_ACCESS_KEY_ID"] = "testing"
-    os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
-    server = server_mod.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-        client.create_bucket(Bucket="owt")
-        for path in sorted(small_corpus.glob("*.tar")):
-            client.upload_file(str(path), "owt", f"data/{path.name}")
-        client.put_object(Bucket="owt", Key="data/_SUCCESS", Body=b"")
-        yield endpoint
-    finally:
-        server.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def test_s3_folder_and_glob_stream_as_local(small_corpus: Path, s3_endpoint: str) -> None:
     options = {"endpoint_url": s3_endpoint}
     folder = Corpus.open("s3://owt/data/", storage_options=options)
@@ -672,3 +646,142 @@ def test_sizes_parse() -> None:
     assert parse_size("1000") == 1000
     with pytest.raises(ValueError, match="not a size"):
         parse_size("lots")
+
+
+# -- output to S3 (owt tokenize --out s3://…, owt merge) -------------------------
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+def test_tokenize_to_s3_writes_the_local_files(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path, split: str
+) -> None:
+    """The local engine with an S3 output: the same three files as a local output, byte for
+    byte, and nothing else (no progress record, no part) there or in the staging folder."""
+    from openwebtext import outputs
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    options = PrepareOptions(split=split, workers=2, val_fraction=0.1)  # type: ignore[arg-type]
+    url = f"s3://owt/out-{split}/"
+    report = prepare(corpus, url, options)
+    local = prepare(corpus, tmp_path / "local", options)
+    assert s3_objects(s3_endpoint, f"out-{split}/") == local_files(tmp_path / "local")
+    assert report.out == url.rstrip("/") and report.meta == local.meta
+    assert not outputs.staging(url.rstrip("/")).exists()
+    assert prepare(corpus, url, options).already
+
+
+def test_interrupted_tokenize_to_s3_goes_on(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after half the bytes (some of the 6 members), then again while uploading
+    (after train.bin and val.bin, before meta.json): nothing remote looks finished; each rerun
+    goes on where the last stopped, and the result is one run's."""
+    from openwebtext import outputs
+    from openwebtext.prepare import PrepareOptions, Progress, prepare
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    options = PrepareOptions(workers=0, val_fraction=0.1)
+    url = "s3://owt/stopped"
+
+    class Stop(Exception):
+        pass
+
+    first: list[Progress] = []
+
+    def stop_halfway(event: Progress) -> None:
+        first.append(event)
+        if event.phase == "tokenize" and event.done >= sum(u.size for u in corpus.units) // 2:
+            raise Stop
+
+    try:
+        with pytest.raises(Stop):
+            prepare(corpus, url, options, progress=stop_halfway, checkpoint_seconds=0)
+        assert 0 < len(first) < 6
+        assert s3_objects(s3_endpoint, "stopped/") == {}
+        fs = storage.filesystem(url, corpus.storage)  # the output's: the corpus's options
+        put = fs.put_file
+
+        def fail_on_meta(source: str, target: str, **kwargs: Any) -> Any:
+            if target.endswith("meta.json"):
+                raise PermissionError("injected")
+            return put(source, target, **kwargs)
+
+        monkeypatch.setattr(fs, "put_file", fail_on_meta)
+        events: list[Progress] = []
+        with pytest.raises(PrepareError, match=r"stopped/meta\.json: access refused"):
+            prepare(corpus, url, options, progress=events.append)
+        assert len(first) + len(events) == 6  # the members the first run did not do
+        assert sorted(s3_objects(s3_endpoint, "stopped/")) == ["train.bin", "val.bin"]
+        monkeypatch.undo()
+        events.clear()
+        report = prepare(corpus, url, options, progress=events.append)
+        assert not report.already and events == []  # uploaded again, nothing tokenized again
+    finally:
+        outputs.remove(outputs.staging(url))
+    prepare(corpus, tmp_path / "local", options)
+    assert s3_objects(s3_endpoint, "stopped/") == local_files(tmp_path / "local")
+
+
+def test_cli_shards_to_s3_and_merge_from_s3(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """`owt tokenize --shard i/n --out s3://…` for every i, then `owt merge s3://… --out
+    s3://…` (the endpoint given by --storage-option): the files of one local run."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    owt = [sys.executable, "-m", "openwebtext.cli"]
+    endpoint = ["--storage-option", f"endpoint_url={s3_endpoint}"]
+    common = ["--split", "nanogpt", "--val-fraction", "0.1", "-j", "1", "-q", *endpoint]
+    for i in range(2):
+        run = subprocess.run(
+            [*owt, "tokenize", str(small_corpus), "--shard", f"{i}/2",
+             "--out", f"s3://owt/shards/{i}", *common],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+    slices = [f"s3://owt/shards/{i}/" for i in (1, 0)]
+    run = subprocess.run(
+        [*owt, "merge", *slices, "--out", "s3://owt/merged/", "-q", *endpoint],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    local = [*owt, "tokenize", str(small_corpus), "--out", str(tmp_path / "local"), *common]
+    subprocess.run(local, env=env, check=True, timeout=60)
+    assert s3_objects(s3_endpoint, "merged/") == local_files(tmp_path / "local")
+
+
+def test_interrupted_merge_from_s3_goes_on(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """nanogpt slices in S3, the merge into S3 stopped during the permutation: the rerun goes
+    on from its checkpoint (and the slices' local copies), and writes one run's files."""
+    from openwebtext import outputs
+    from openwebtext.prepare import PrepareOptions, Progress, merge, prepare
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    options = PrepareOptions(split="nanogpt", workers=0, val_fraction=0.1)
+    slices = [f"s3://owt/nano/{i}" for i in range(3)]
+    for i, url in enumerate(slices):
+        prepare(corpus, url, options, shard=(i, 3))
+
+    class Stop(Exception):
+        pass
+
+    def stop(event: Progress) -> None:
+        if event.phase == "permute" and event.done > 0:
+            raise Stop
+
+    out = "s3://owt/nano-merged/"
+    try:
+        with pytest.raises(Stop):
+            merge(slices, out, progress=stop, checkpoint_seconds=0, storage=corpus.storage)
+        assert s3_objects(s3_endpoint, "nano-merged/") == {}
+        report = merge(slices, out, storage=corpus.storage)
+        assert report.resumed
+        assert [u for u in slices if outputs.staging(u, "fetch").exists()] == []  # copies gone
+    finally:
+        for url in [out, *slices]:  # local staging folders
+            outputs.remove(outputs.staging(url))
+            outputs.remove(outputs.staging(url, "fetch"))
+    prepare(corpus, tmp_path / "local", options)
+    assert s3_objects(s3_endpoint, "nano-merged/") == local_files(tmp_path / "local")

@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bench, interrupts
-from .cliargs import add_storage_options, storage_kwargs
+from . import bench, interrupts, storage
+from .cliargs import add_storage_option, add_storage_options, storage_kwargs
 from .corpus import Corpus
 from .errors import OutputError, OWTError, StateError, TruncatedMember
 from .files import atomic_write, output_path
@@ -455,6 +455,9 @@ def _merge(args: argparse.Namespace) -> int:
     """Join the slices of ``owt tokenize --shard i/n`` (see ``openwebtext.prepare.merge``)."""
     from .prepare import merge
 
+    if args.storage_options:
+        storage.configure(dict(args.storage_options))
+
     def run(update: Callable[[Progress], None]) -> Report:
         return merge(
             args.slices,
@@ -657,11 +660,15 @@ def build_parser() -> argparse.ArgumentParser:
         "           train_test_split(test_size=0.0005, seed=2357) and its file order.\n\n"
         "Interrupted (Ctrl-C, SIGTERM, SIGKILL, power loss)? Run the same command again: it goes\n"
         "on from the progress recorded in OUT (--restart starts over). Across machines: run\n"
-        "--shard i/n for every i into separate folders, then `owt merge`.",
+        "--shard i/n for every i into separate folders, then `owt merge`. OUT may be a URL\n"
+        "(s3://bucket/prefix/): the files are built in a local staging folder under TMPDIR\n"
+        "and uploaded when finished, meta.json last; --storage-option applies to it too.",
     )
     tokenize.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
     add_storage_options(tokenize)
-    tokenize.add_argument("--out", required=True, help="output folder")
+    tokenize.add_argument(
+        "--out", required=True, help="output folder, or URL (s3://bucket/prefix/, any fsspec URL)"
+    )
     tokenize.add_argument(
         "--split",
         choices=("hash", "nanogpt"),
@@ -734,8 +741,11 @@ def build_parser() -> argparse.ArgumentParser:
         "corpus and options) into the train.bin, val.bin and meta.json one run would have "
         "written, byte for byte. Resumable as owt tokenize is.",
     )
-    merge.add_argument("slices", nargs="+", metavar="DIR", help="slice folders, in any order")
-    merge.add_argument("--out", required=True, help="output folder")
+    merge.add_argument(
+        "slices", nargs="+", metavar="DIR", help="slice folders or URLs, in any order"
+    )
+    merge.add_argument("--out", required=True, help="output folder, or URL")
+    add_storage_option(merge)
     merge.add_argument(
         "--restart", action="store_true", help="throw away the progress recorded in OUT"
     )

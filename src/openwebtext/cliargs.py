@@ -13,7 +13,13 @@ from typing import Any
 
 from .membercache import parse_size
 
-__all__ = ["add_storage_options", "size", "storage_kwargs", "storage_option"]
+__all__ = [
+    "add_storage_option",
+    "add_storage_options",
+    "size",
+    "storage_kwargs",
+    "storage_option",
+]
 
 
 def storage_option(text: str) -> tuple[str, Any]:
@@ -28,8 +34,8 @@ def storage_option(text: str) -> tuple[str, Any]:
     return key, parsed
 
 
-def add_storage_options(parser: argparse.ArgumentParser) -> None:
-    """Add ``--storage-option`` (repeatable), ``--cache-dir`` and ``--cache-size``."""
+def add_storage_option(parser: argparse.ArgumentParser) -> None:
+    """Add ``--storage-option`` (repeatable)."""
     parser.add_argument(
         "--storage-option",
         dest="storage_options",
@@ -37,8 +43,14 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
         type=storage_option,
         action="append",
         default=[],
-        help="for URLs: passed to the fsspec filesystem (repeatable), e.g. endpoint_url=…",
+        help="for URLs (input and output): passed to the fsspec filesystem (repeatable), "
+        "e.g. endpoint_url=…",
     )
+
+
+def add_storage_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--storage-option`` (repeatable), ``--cache-dir`` and ``--cache-size``."""
+    add_storage_option(parser)
     parser.add_argument(
         "--cache-dir", default=None, help="for URLs: keep the members read in this folder"
     )

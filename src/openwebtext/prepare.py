@@ -33,7 +33,7 @@ exactly the files one run would have written.
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import logging
 import math
 import os
@@ -46,10 +46,12 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from . import outputs
 from .corpus import Corpus
 from .errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
 from .options import ErrorPolicy
 from .plan import in_validation, plan
+from .storage import Storage
 from .tokenizer import Tokenizer, load_tokenizer
 from .workdir import PrepareError, Workdir, sha256_file
 from .workers import Loaded, Pool, PoolOptions, open_pool
@@ -150,14 +152,14 @@ class Report:
     """What a run wrote.
 
     Attributes:
-        out: The output folder.
+        out: The output folder, or its URL.
         meta: The ``meta.json`` written (options, counts, files with their sha256).
         resumed: The run went on from another run's progress.
         already: The folder already held these files; nothing was done.
         skipped: Messages of the members and documents skipped by this process.
     """
 
-    out: Path
+    out: Path | str
     meta: dict[str, Any]
     resumed: bool = False
     already: bool = False
@@ -310,7 +312,10 @@ def prepare(
 
     Args:
         corpus: The corpus.
-        out: The output folder (created if needed).
+        out: The output folder (created if needed), or a URL (``s3://bucket/prefix/``, any
+            fsspec URL): the files are built in a local staging folder and uploaded at the
+            end, ``meta.json`` last (``outputs``). The URL's filesystem is made with the
+            corpus's options (``Corpus.open(..., storage_options=)``: ``Corpus.storage``).
         options: What to write.
         start: First position of ``unit_order`` to do.
         stop: Position after the last (None: the end).
@@ -323,7 +328,8 @@ def prepare(
         A ``Report`` with the ``meta.json`` written.
 
     Raises:
-        PrepareError: ``out`` holds the progress of another corpus or other options.
+        PrepareError: ``out`` holds the progress of another corpus or other options, or
+            an upload failed.
         CorpusError: a bad member or document under ``on_error="raise"``.
         TokenizerError: the tokenizer cannot be loaded.
     """
@@ -341,7 +347,37 @@ def prepare(
     config = _config(corpus, options, tokenizer)
     if not whole:
         config["slice"] = {"start": start, "stop": stop, "shard": list(shard) if shard else None}
-    workdir = Workdir(out)
+    target = outputs.location(out)
+    work = _Work(corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds)
+    if isinstance(target, Path):
+        return _prepare_in(target, work, restart)
+    store = corpus.storage  # the output is written with the options the input was opened with
+    if not restart and _finished(target, config, store):
+        return Report(target, _read_meta(target, store), already=True)
+    folder = outputs.staging(target)
+    report = _prepare_in(folder, work, restart)  # resumes a staged run of this URL
+    meta = outputs.publish(folder, target, store)
+    return dataclasses.replace(report, out=target, meta=meta, already=False)
+
+
+class _Work(NamedTuple):
+    """What ``prepare`` does, whatever folder it does it in."""
+
+    corpus: Corpus
+    options: PrepareOptions
+    tokenizer: Tokenizer
+    order: list[int]
+    stop: int
+    config: dict[str, Any]
+    progress: Callable[[Progress], None] | None
+    checkpoint_seconds: float
+
+
+def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
+    """``prepare`` into the local folder ``folder``."""
+    corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds = work
+    whole = "slice" not in config
+    workdir = Workdir(folder)
     names = _BINS if options.split == "hash" else _CORPUS_ORDER
     finals = names if (options.split == "hash" or not whole) else _BINS
     record, resumed = _start(workdir, config, restart, names + _BINS)
@@ -395,26 +431,24 @@ def finished(corpus: Corpus, out: str | os.PathLike[str], options: PrepareOption
 
     Lets an engine that prepares slices elsewhere (``openwebtext.ray``) skip a run already done.
     """
-    return _finished(Path(out), _config(corpus, options, load_tokenizer(options.tokenizer)))
+    config = _config(corpus, options, load_tokenizer(options.tokenizer))
+    return _finished(outputs.location(out), config, corpus.storage)
 
 
-def _read_meta(folder: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((folder / "meta.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+def _read_meta(folder: outputs.Location, store: Storage | None = None) -> dict[str, Any]:
+    return outputs.read_json(folder, "meta.json", store) or {}
 
 
-def _finished(folder: Path, config: dict[str, Any]) -> bool:
+def _finished(
+    folder: outputs.Location, config: dict[str, Any], store: Storage | None = None
+) -> bool:
     """Whether ``folder`` holds the finished files of ``config`` (their sizes checked)."""
-    meta = _read_meta(folder)
+    meta = _read_meta(folder, store)
     if {k: meta.get(k) for k in config} != config or not isinstance(meta.get("files"), dict):
         return False
     try:
-        return all(
-            (folder / name).stat().st_size == info["bytes"] for name, info in meta["files"].items()
-        )
+        found = outputs.sizes(folder, list(meta["files"]), store)
+        return all(found[name] == info["bytes"] for name, info in meta["files"].items())
     except (OSError, KeyError, TypeError):
         return False
 
@@ -449,7 +483,6 @@ def _tokenize(
     total = sum(units[u].size for u in order[first:stop])
     done = total - sum(units[u].size for u in order[position:stop])
     take = options.take
-    hashed = options.split == "hash"
     tokens_now = 0
     consistent = True  # the parts hold whole units only: a checkpoint may be taken now
     pool = _open_pool(corpus, options, tokenizer)
@@ -458,11 +491,7 @@ def _tokenize(
         for loaded in pool.run(order[position:stop]):
             consistent = False
             budget = None if take is None else take - sum(counts["documents"].values())
-            if hashed:
-                written = _write_hashed(run, loaded, parts, itemsize, options, budget)
-            else:
-                written = _write_in_order(run, loaded, parts, itemsize, options, budget)
-            tokens_now += written
+            tokens_now += _write_unit(run, loaded, parts, itemsize, options, budget)
             position += 1
             done += units[loaded.unit].size
             consistent = True
@@ -485,12 +514,7 @@ def _tokenize(
             part.close()
 
 
-def _unit_errors(run: _Run, loaded: Loaded, options: PrepareOptions) -> None:
-    for error in loaded.errors:
-        run.error(error, options)
-
-
-def _write_hashed(
+def _write_unit(
     run: _Run,
     loaded: Loaded,
     parts: dict[str, Any],
@@ -498,15 +522,32 @@ def _write_hashed(
     options: PrepareOptions,
     budget: int | None,
 ) -> int:
-    """Append a unit's documents to train.bin or val.bin by the hash of their names."""
-    _unit_errors(run, loaded, options)
+    """Apply the error policy to a unit's errors, then append its documents (at most
+    ``budget``) to the parts, as the split rule says; the tokens written."""
+    for error in loaded.errors:
+        run.error(error, options)
     if loaded.counts is None:  # the whole unit failed, and was skipped
         return 0
+    if options.split == "hash":
+        return _write_hashed(run, loaded, loaded.counts, parts, itemsize, options, budget)
+    return _write_in_order(run, loaded, loaded.counts, parts, itemsize, budget)
+
+
+def _write_hashed(
+    run: _Run,
+    loaded: Loaded,
+    id_counts: list[int],
+    parts: dict[str, Any],
+    itemsize: int,
+    options: PrepareOptions,
+    budget: int | None,
+) -> int:
+    """Append a unit's documents to train.bin or val.bin by the hash of their names."""
     counts = run.counts
     data = loaded.data
     tokens = 0
     fraction, seed = options.val_fraction, options.val_seed
-    for name, offset, count in zip(loaded.names, loaded.offsets, loaded.counts, strict=True):
+    for name, offset, count in zip(loaded.names, loaded.offsets, id_counts, strict=True):
         if offset < 0:
             continue
         if budget is not None:
@@ -524,16 +565,13 @@ def _write_hashed(
 def _write_in_order(
     run: _Run,
     loaded: Loaded,
+    id_counts: list[int],
     parts: dict[str, Any],
     itemsize: int,
-    options: PrepareOptions,
     budget: int | None,
 ) -> int:
     """Append a unit's ids (its kept documents lie packed in ``data``) and their lengths."""
-    _unit_errors(run, loaded, options)
-    if loaded.counts is None:  # the whole unit failed, and was skipped
-        return 0
-    lengths = [c for o, c in zip(loaded.offsets, loaded.counts, strict=True) if o >= 0]
+    lengths = [c for o, c in zip(loaded.offsets, id_counts, strict=True) if o >= 0]
     if budget is not None:
         lengths = lengths[:budget]
     tokens = sum(lengths)
@@ -613,28 +651,70 @@ def merge(
     restart: bool = False,
     progress: Callable[[Progress], None] | None = None,
     checkpoint_seconds: float = 2.0,
+    storage: Storage | None = None,
 ) -> Report:
     """Join slices written by ``prepare(..., shard=…)`` into the files one run would write.
 
+    ``folders`` and ``out`` may be URLs (``prepare``): remote slices are downloaded to local
+    staging folders first (the merge reads them by offset), and the files are built in a
+    local staging folder, then uploaded, ``meta.json`` last. Their filesystems are made
+    with ``storage`` (e.g. the corpus's ``Corpus.storage``; None: the process's default,
+    ``storage.configure``).
+
     Raises:
         PrepareError: a folder is not a slice; slices of different corpora or options; a
-            slice missing, given twice, or overlapping another; a slice's file of the wrong size.
+            slice missing, given twice, or overlapping another; a slice's file of the wrong
+            size; a download or upload failed.
     """
-    metas = [_slice_meta(Path(f)) for f in folders]
+    locations = [outputs.location(f) for f in folders]
+    metas = [_slice_meta(f, storage) for f in locations]
     if not metas:
         raise PrepareError("no slice to merge")
     config = {k: v for k, v in metas[0].items() if k in _CONFIG_KEYS and k != "slice"}
-    for folder, meta in zip(folders[1:], metas[1:], strict=True):
+    for folder, meta in zip(locations[1:], metas[1:], strict=True):
         other = {k: v for k, v in meta.items() if k in _CONFIG_KEYS and k != "slice"}
         if other != config:
-            what = _difference(other, config, f"in {folders[0]}")
-            raise PrepareError(f"cannot merge slices of different runs: {folder} is of {what}")
-    ordered = _check_tiling([Path(f) for f in folders], metas, config["units"])
-    sources = [folder for folder, _ in ordered]
-    workdir = Workdir(out)
+            what = _difference(other, config, f"in {outputs.shown(locations[0])}")
+            raise PrepareError(
+                f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
+            )
+    ordered = _check_tiling(locations, metas, config["units"])
+    target = outputs.location(out)
+    run = (config, ordered, restart, progress, checkpoint_seconds, storage)
+    if isinstance(target, Path):
+        return _merge_in(target, *run)
+    if not restart and _finished(target, config, storage):
+        return Report(target, _read_meta(target, storage), already=True)
+    folder = outputs.staging(target)
+    report = _merge_in(folder, *run)
+    meta = outputs.publish(folder, target, storage)
+    for location, _ in ordered:
+        if isinstance(location, str):
+            outputs.remove(outputs.staging(location, "fetch"))
+    return dataclasses.replace(report, out=target, meta=meta, already=False)
+
+
+def _merge_in(
+    folder: Path,
+    config: dict[str, Any],
+    ordered: list[tuple[outputs.Location, dict[str, Any]]],
+    restart: bool,
+    progress: Callable[[Progress], None] | None,
+    checkpoint_seconds: float,
+    storage: Storage | None,
+) -> Report:
+    """``merge`` into the local folder ``folder``."""
+    workdir = Workdir(folder)
+
+    # Remote slices are read from local copies (a copy already made of the same meta.json
+    # is kept), made only when they are read.
+    def local() -> list[tuple[Path, dict[str, Any]]]:
+        return [(outputs.fetch(f, m, storage) if isinstance(f, str) else f, m) for f, m in ordered]
+
     if config["split"] == "hash":
-        return _merge_hashed(workdir, config, ordered, progress)
-    record_config = {**config, "merge_of": [[str(f.resolve()), m["files"]] for f, m in ordered]}
+        return _merge_hashed(workdir, config, local(), progress)
+    shown = [[outputs.shown(f, resolve=True), m["files"]] for f, m in ordered]
+    record_config = {**config, "merge_of": shown}
     record, resumed = _start(workdir, record_config, restart, _BINS)
     if record is None:
         return Report(workdir.folder, _read_meta(workdir.folder), already=True)
@@ -647,7 +727,7 @@ def merge(
         workdir.save(record)
     run = _Run(workdir, record, progress, checkpoint_seconds)
     if record["phase"] == "permute":
-        pairs = [(f / "tokens.bin", f / "lengths.bin") for f in sources]
+        pairs = [(f / "tokens.bin", f / "lengths.bin") for f, _ in local()]
         itemsize = np.dtype(config["dtype"]).itemsize
         _permute(run, pairs, itemsize, config["val_fraction"], config["val_seed"])
     if run.record["phase"] != "commit":
@@ -656,17 +736,19 @@ def merge(
     return Report(workdir.folder, run.record["meta"], resumed)
 
 
-def _slice_meta(folder: Path) -> dict[str, Any]:
-    meta = _read_meta(folder)
+def _slice_meta(folder: outputs.Location, store: Storage | None) -> dict[str, Any]:
+    meta = _read_meta(folder, store)
     if meta.get("format") != FORMAT or not isinstance(meta.get("slice"), dict):
         what = "a complete run" if meta.get("format") == FORMAT else "no meta.json of one"
-        raise PrepareError(f"{folder} is not a slice of `owt tokenize --shard i/n` ({what})")
+        raise PrepareError(
+            f"{outputs.shown(folder)} is not a slice of `owt tokenize --shard i/n` ({what})"
+        )
+    found = outputs.sizes(folder, list(meta["files"]), store)
     for name, info in meta["files"].items():
-        path = folder / name
-        size = path.stat().st_size if path.is_file() else -1
-        if size != info["bytes"]:
+        if found[name] != info["bytes"]:
             raise PrepareError(
-                f"{path} holds {size} bytes, not the {info['bytes']} of its meta.json"
+                f"{outputs.shown(outputs.join(folder, name))} holds {found[name]} bytes, not the "
+                f"{info['bytes']} of its meta.json"
             )
     return meta
 
@@ -679,8 +761,8 @@ def _describe(meta: dict[str, Any]) -> str:
 
 
 def _check_tiling(
-    folders: list[Path], metas: list[dict[str, Any]], units: int
-) -> list[tuple[Path, dict[str, Any]]]:
+    folders: list[outputs.Location], metas: list[dict[str, Any]], units: int
+) -> list[tuple[outputs.Location, dict[str, Any]]]:
     """The slices in position order, if they cover ``[0, units)`` exactly once."""
     ordered = sorted(zip(folders, metas, strict=True), key=lambda fm: fm[1]["slice"]["start"])
     end = 0
@@ -689,8 +771,10 @@ def _check_tiling(
         if piece["start"] < end:
             earlier = ordered[k - 1]
             if earlier[1]["slice"] == piece:
-                raise PrepareError(f"{_describe(meta)} is given twice: {earlier[0]} and {folder}")
-            raise PrepareError(f"{folder} ({_describe(meta)}) overlaps {earlier[0]}")
+                first, shown = outputs.shown(earlier[0]), outputs.shown(folder)
+                raise PrepareError(f"{_describe(meta)} is given twice: {first} and {shown}")
+            shown, first = outputs.shown(folder), outputs.shown(earlier[0])
+            raise PrepareError(f"{shown} ({_describe(meta)}) overlaps {first}")
         if piece["start"] > end:
             missing = f"units [{end}, {piece['start']}){_missing(metas, end)}"
             raise PrepareError(f"a slice is missing: {missing}")

@@ -8,21 +8,23 @@ index as the local engine (``Corpus.open``):
   pool of its own) into ``OUT/.owt-ray/i-of-n``, then ``prepare.merge`` joins them into
   exactly the files the local engine writes. A slice already finished is kept, a slice cut
   short goes on from its checkpoint: run the same command again after an interruption.
+  ``OUT`` may be a URL (``s3://bucket/prefix/``): each task then builds its slice on its
+  own node's disk and uploads it when it is finished, ``meta.json`` last (``outputs``); the
+  merge, on the driver, downloads the slices and uploads the files.
 - ``read_openwebtext`` returns a ``ray.data.Dataset`` of documents. It is built with
   ``ray.data.from_items`` (one item per group of units) and ``map_batches``, both public,
   stable API, rather than a ``Datasource``/``ReadTask``, which Ray marks DeveloperAPI.
 
 Without an address, a private local Ray instance is started (no dashboard, its files in a
 temporary folder removed at the end, nothing under ``~``) and stopped when the work ends.
-Every task reads files by path: on a cluster, the corpus and ``OUT`` must be on storage every
-node sees (a shared file system).
+On a cluster, the corpus must be where every node can read it (object storage or a shared
+file system), and ``OUT`` a URL or a folder on a file system every node shares.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
@@ -33,14 +35,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from .corpus import Corpus
 from .errors import CorpusError, OWTError, TooManyErrors
 from .index import Unit
 from .options import ErrorPolicy
+from .outputs import Location, join, location, read_json, remove
 from .prepare import PrepareOptions, Progress, Report, finished, merge, prepare, unit_order
+from .storage import Storage
 from .tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -100,17 +103,9 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     if ray.is_initialized():
         yield
         return
-    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if address:
-        try:
-            with _keep_sigterm():
-                ray.init(address=address, **quiet)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"cannot connect to the Ray cluster at {address}: {exc}") from exc
-        try:
+        with _running(ray, f"cannot connect to the Ray cluster at {address}", address=address):
             yield
-        finally:
-            ray.shutdown()
         return
     temp = tempfile.mkdtemp(prefix="owt-ray-", dir=_temp_parent())
     keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
@@ -122,18 +117,27 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         private["RAY_USAGE_STATS_ENABLED"] = "0"  # a private instance reports nothing
     _auth_environment(private)
     try:
-        try:
-            with _keep_sigterm():
-                ray.init(num_cpus=num_cpus, _temp_dir=temp, **quiet)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise EngineError(f"cannot start a local Ray instance: {exc}") from exc
-        try:
+        with _running(ray, "cannot start a local Ray instance", num_cpus=num_cpus, _temp_dir=temp):
             yield
-        finally:
-            ray.shutdown()
     finally:
         _auth_environment({k: saved[k] for k in private})
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _running(ray: Any, failure: str, **init: Any) -> Iterator[None]:
+    """``ray.init(**init)`` (quiet: no dashboard, no logs to the driver) for the block, then
+    ``ray.shutdown``. A failure to start is an ``EngineError`` saying ``failure``."""
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    try:
+        with _keep_sigterm():
+            ray.init(**init, **quiet)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise EngineError(f"{failure}: {exc}") from exc
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 @contextlib.contextmanager
@@ -235,24 +239,27 @@ def _slice_task(
     count: int,
     every: float,
     storage_options: dict[str, Any] | None,
+    restart: bool,
 ) -> tuple[int, list[str]]:
     """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
-    was already done) and its skip messages."""
+    was already done) and its skip messages. ``restart``: also throw away the progress this
+    node may have staged for the slice's URL (the slices themselves are already gone)."""
     _configure_storage(storage_options)
     report = prepare(
         corpus,
         folder,
         dataclasses.replace(options, workers=0),
         shard=(index, count),
+        restart=restart,
         checkpoint_seconds=every,
     )
     return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
 
 
-def slice_folders(out: str | os.PathLike[str], count: int) -> list[Path]:
-    """The folders of the ``count`` slices of a Ray run into ``out``."""
-    root = Path(out) / SLICES
-    return [root / f"{i:05d}-of-{count:05d}" for i in range(count)]
+def slice_folders(out: str | os.PathLike[str], count: int) -> list[Location]:
+    """The folders (or URLs) of the ``count`` slices of a Ray run into ``out``."""
+    root = join(location(out), SLICES)
+    return [join(root, f"{i:05d}-of-{count:05d}") for i in range(count)]
 
 
 def tokenize(
@@ -272,7 +279,8 @@ def tokenize(
 
     Args:
         corpus: The corpus (its files must be readable by every Ray node).
-        out: The output folder (on storage every node can write).
+        out: The output folder (on a file system every node shares), or a URL
+            (``s3://bucket/prefix/``, any fsspec URL, made with ``storage_options``).
         options: What to write (``take`` is for the local engine only).
         address: A Ray cluster (None: start a local instance of ``num_cpus`` CPUs).
         num_cpus: CPUs of the local instance (None: Ray's default, every core).
@@ -281,7 +289,9 @@ def tokenize(
         restart: Throw away every slice and the merge's progress, and start over.
         progress: Called with a ``Progress`` as tasks finish and as the merge copies.
         checkpoint_seconds: Seconds between two checkpoints within a task.
-        storage_options: The options ``corpus`` was opened with (URLs): the tasks use them.
+        storage_options: The options ``corpus`` was opened with (URLs): the tasks use them,
+            for the corpus and for an ``out`` URL. (This process uses the corpus's own,
+            ``Corpus.storage``, or ``storage.configure``'s when it was opened without.)
 
     Raises:
         EngineError: Ray is missing or cannot start.
@@ -297,10 +307,11 @@ def tokenize(
     order = unit_order(corpus, options)
     count = max(1, math.ceil(len(order) / units_per_task))
     folders = slice_folders(out, count)
+    store = corpus.storage
     if restart:
-        shutil.rmtree(Path(out) / SLICES, ignore_errors=True)
+        remove(join(location(out), SLICES), store)
     elif finished(corpus, out, options):
-        return _already(out)
+        return _already(out, store)
     units = corpus.units
     sizes = []
     for i in range(count):
@@ -314,7 +325,9 @@ def tokenize(
         shared = ray.put(corpus)
         storage = ray.put(storage_options)
         pending = {
-            task.remote(shared, str(folder), options, i, count, checkpoint_seconds, storage): i
+            task.remote(
+                shared, str(folder), options, i, count, checkpoint_seconds, storage, restart
+            ): i
             for i, folder in enumerate(folders)
         }
         done, tokens, began = 0, 0, time.monotonic()
@@ -337,24 +350,25 @@ def tokenize(
                 done += sizes[i]
                 report(Progress("tokenize", done, total, tokens))
         _log.debug("ray: %d slices in %.1f s", count, time.monotonic() - began)
-    _check_skips(folders, options)
-    merged = merge(folders, out, restart=restart, progress=progress)
-    shutil.rmtree(Path(out) / SLICES, ignore_errors=True)
+    _check_skips(folders, options, store)
+    merged = merge(folders, out, restart=restart, progress=progress, storage=store)
+    remove(join(location(out), SLICES), store)
     return dataclasses.replace(merged, skipped=tuple(skipped))
 
 
-def _already(out: str | os.PathLike[str]) -> Report:
-    meta = json.loads((Path(out) / "meta.json").read_text())
-    return Report(Path(out), meta, already=True)
+def _already(out: str | os.PathLike[str], store: Storage | None) -> Report:
+    return Report(location(out), read_json(location(out), "meta.json", store) or {}, already=True)
 
 
-def _check_skips(folders: Sequence[Path], options: PrepareOptions) -> None:
+def _check_skips(
+    folders: Sequence[Location], options: PrepareOptions, store: Storage | None
+) -> None:
     """``max_errors`` bounds the whole run's skips, not each slice's."""
     if options.max_errors is None:
         return
     skips = 0
     for folder in folders:
-        meta = json.loads((folder / "meta.json").read_text())
+        meta = read_json(folder, "meta.json", store) or {}
         skips += meta["skipped_members"] + meta["skipped_documents"]
     if skips > options.max_errors:
         raise TooManyErrors(f"{skips} skipped, more than max_errors={options.max_errors}")

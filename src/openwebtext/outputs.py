@@ -1,0 +1,221 @@
+"""Where ``owt tokenize`` and ``owt merge`` put their finished files: a folder or a URL.
+
+A local folder is written in place (``workdir``). A URL (``s3://bucket/prefix/``, any
+fsspec URL; the ``remote`` extra) is written through a local *staging* folder: the run works
+there exactly as in a local folder (checkpoints, fsync, the commit step), then ``publish``
+uploads the finished files: first the old ``meta.json`` goes, then each file, then the new
+``meta.json``. A remote folder's ``meta.json`` is thus its marker: it is there only when
+every file it lists was uploaded in full, and readers check the sizes it records. A run
+killed before the end leaves no ``meta.json`` and is done again.
+
+Staging folders lie in the system's temporary folder (``TMPDIR``), named by a hash of the
+URL, so that a rerun on the same machine goes on from a staged run's progress; each is
+removed once published. Remote slices are read back (``fetch``) into staging folders too,
+since the merge reads them by offset. The filesystems are ``storage``'s: made with the
+``store`` given (``prepare`` gives its corpus's ``Corpus.storage``: the options the input
+was opened with, ``--storage-option``), or the process's default one
+(``storage.configure``) when it is None.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from . import storage
+from .workdir import PrepareError
+
+__all__ = [
+    "Location",
+    "fetch",
+    "is_remote",
+    "join",
+    "location",
+    "publish",
+    "read_json",
+    "remove",
+    "shown",
+    "sizes",
+    "staging",
+]
+
+#: A local folder (a ``Path``) or a URL (a ``str``).
+Location = Path | str
+
+T = TypeVar("T")
+
+
+def is_remote(out: str | os.PathLike[str]) -> bool:
+    """Whether ``out`` is a URL (``scheme://…``), not a local path."""
+    return isinstance(out, str) and storage.is_url(out)
+
+
+def location(out: str | os.PathLike[str]) -> Location:
+    """``out`` as a ``Location``: a URL stays a string (a ``Path`` would fold its ``//``)."""
+    return out.rstrip("/") if isinstance(out, str) and is_remote(out) else Path(out)
+
+
+def join(folder: Location, name: str) -> Location:
+    """``folder / name`` for either kind."""
+    if isinstance(folder, str):
+        return f"{folder.rstrip('/')}/{name}"
+    return folder / name
+
+
+def shown(folder: Location, resolve: bool = False) -> str:
+    """How a location is named in messages and records (a URL without its secrets)."""
+    if isinstance(folder, str):
+        return storage.redact(folder)
+    return str(folder.resolve() if resolve else folder)
+
+
+def _remote(call: Callable[[], T], what: str, url: str) -> T:
+    try:
+        return storage.with_retries(call, what)
+    except Exception as exc:  # storage's fatal error: its reason says why
+        reason = getattr(exc, "reason", None) or storage.describe(exc)
+        raise PrepareError(f"{storage.redact(url)}: {reason}") from None
+
+
+def read_json(
+    folder: Location, name: str, store: storage.Storage | None = None
+) -> dict[str, Any] | None:
+    """``folder/name`` read as a JSON object; None if it is missing or not one.
+
+    Raises:
+        PrepareError: a remote folder cannot be read (refused, retries ran out).
+    """
+    if isinstance(folder, Path):
+        try:
+            body: Any = json.loads((folder / name).read_text())
+        except (OSError, ValueError):
+            return None
+    else:
+        url = str(join(folder, name))
+        fs = storage.filesystem(url, store)
+
+        def read() -> bytes | None:
+            try:
+                data: bytes = fs.cat_file(url)
+            except FileNotFoundError:
+                return None
+            return data
+
+        data = _remote(read, "GET", url)
+        try:
+            body = None if data is None else json.loads(data)
+        except ValueError:
+            return None
+    return body if isinstance(body, dict) else None
+
+
+def sizes(
+    folder: Location, names: list[str], store: storage.Storage | None = None
+) -> dict[str, int]:
+    """The size of each of ``names`` in ``folder``; -1 for a missing one.
+
+    Raises:
+        PrepareError: a remote folder cannot be read (refused, retries ran out).
+    """
+    if isinstance(folder, Path):
+        paths = {name: folder / name for name in names}
+        return {n: p.stat().st_size if p.is_file() else -1 for n, p in paths.items()}
+    fs = storage.filesystem(folder, store)
+    fs.invalidate_cache(folder)  # the files may have been written by other processes since
+
+    def size(url: str) -> int:
+        try:
+            info = fs.info(url)
+        except FileNotFoundError:
+            return -1
+        return int(info["size"]) if info.get("type") != "directory" else -1
+
+    urls = {name: str(join(folder, name)) for name in names}
+    return {n: _remote(functools.partial(size, url), "HEAD", url) for n, url in urls.items()}
+
+
+def remove(folder: Location, store: storage.Storage | None = None) -> None:
+    """Remove ``folder`` and everything under it, if it is there."""
+    if isinstance(folder, Path):
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    fs = storage.filesystem(folder, store)
+
+    def rm() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(folder, recursive=True)
+
+    _remote(rm, "DELETE", folder)
+
+
+def staging(url: str, purpose: str = "out") -> Path:
+    """The local folder where the files of ``url`` are built (``out``) or read (``fetch``)."""
+    digest = hashlib.sha256(f"{purpose}\0{url.rstrip('/')}".encode()).hexdigest()[:20]
+    return Path(tempfile.gettempdir()) / f"owt-{purpose}-{digest}"
+
+
+def publish(folder: Path, url: str, store: storage.Storage | None = None) -> dict[str, Any]:
+    """Upload the finished files of ``folder`` to ``url``, ``meta.json`` last; remove ``folder``.
+
+    Returns:
+        The ``meta.json`` published.
+
+    Raises:
+        PrepareError: an upload failed (the remote folder then has no ``meta.json``).
+    """
+    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
+    fs = storage.filesystem(url, store)
+    marker = str(join(url, "meta.json"))
+
+    def unmark() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(marker)
+
+    _remote(unmark, "DELETE", marker)
+    for name in [*meta["files"], "meta.json"]:
+        target = str(join(url, name))
+        source = str(folder / name)
+        _remote(functools.partial(fs.put_file, source, target), "PUT", target)
+    shutil.rmtree(folder, ignore_errors=True)
+    return meta
+
+
+def fetch(url: str, meta: dict[str, Any], store: storage.Storage | None = None) -> Path:
+    """A local copy of the finished remote folder ``url`` whose ``meta.json`` is ``meta``.
+
+    A copy already made of the same ``meta`` is used as it is; ``meta.json`` is written last.
+
+    Raises:
+        PrepareError: a download failed, or a file is not the size ``meta`` records.
+    """
+    folder = staging(url, "fetch")
+    names = list(meta["files"])
+    if read_json(folder, "meta.json") == meta:
+        found = sizes(folder, names)
+        if all(found[n] == meta["files"][n]["bytes"] for n in names):
+            return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").unlink(missing_ok=True)
+    fs = storage.filesystem(url, store)
+    for name in names:
+        source = str(join(url, name))
+        part = folder / f".{name}.part"
+        _remote(functools.partial(fs.get_file, source, str(part)), "GET", source)
+        if part.stat().st_size != meta["files"][name]["bytes"]:
+            raise PrepareError(
+                f"{storage.redact(source)} holds {part.stat().st_size} bytes, not the "
+                f"{meta['files'][name]['bytes']} of its meta.json"
+            )
+        os.replace(part, folder / name)
+    tmp = folder / ".meta.json.part"
+    tmp.write_text(json.dumps(meta))
+    os.replace(tmp, folder / "meta.json")
+    return folder
