@@ -9,7 +9,8 @@ calls, and nothing more (read from the libraries' own sources):
   ``Link: <…>; rel="next"`` header, as the Hub does), ``POST
   /api/datasets/<repo>/paths-info/<rev>``, and ``GET|HEAD
   /datasets/<repo>/resolve/<rev>/<path>``, which redirects to a signed CDN URL
-  (``/cdn/…?Signature=…``) that serves the bytes, with one ``Range``. Errors
+  (``/cdn/<sha256>?Signature=…``, on a port of its own, as the Hub's CDN is
+  another host) that serves the bytes, with one ``Range``. Errors
   carry the Hub's ``X-Error-Code`` (``RepoNotFound``, ``EntryNotFound``…). A
   repo can be private: then every request must carry ``Authorization: Bearer
   <token>``, and one without gets the Hub's 401.
@@ -31,6 +32,8 @@ import base64
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import threading
 import urllib.parse
 from collections import Counter
@@ -71,6 +74,7 @@ class _Server:
             def do_POST(self) -> None:
                 server._handle(self, "POST")
 
+        self.handler = Handler
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -221,6 +225,13 @@ class FakeHub(_Server):
     ``page_size`` entries per page of a tree listing (the Hub: 1000), so that
     pages are followed even for a small folder. ``tokens`` maps a private repo to
     the token that opens it.
+
+    The CDN listens on a port of its own, as the Hub's is another host
+    (huggingface_hub stops at a redirect that leaves the Hub's origin, and never
+    sends the token there). It accepts only the current ``signature``:
+    ``expire()`` changes it, and URLs signed before then get a 403, as an
+    expired signed URL does. With ``redirect=False``, ``resolve/`` serves the
+    bytes itself (as the Hub does for small files kept in git).
     """
 
     def __init__(
@@ -230,6 +241,32 @@ class FakeHub(_Server):
         self.repos = repos
         self.page_size = page_size
         self.tokens = tokens or {}
+        self.signature = "cdn-s3cr3t-1"
+        self.redirect = True
+        self.blobs = Path(tempfile.mkdtemp(prefix="fake-hub-cdn-"))
+        self.cdn_httpd = ThreadingHTTPServer(("127.0.0.1", 0), self.handler)
+        self.cdn_httpd.daemon_threads = True
+        self.cdn_thread = threading.Thread(target=self.cdn_httpd.serve_forever, daemon=True)
+
+    @property
+    def cdn_url(self) -> str:
+        return f"http://127.0.0.1:{self.cdn_httpd.server_address[1]}"
+
+    def expire(self) -> None:
+        """Sign new URLs differently: those signed before get a 403 from now on."""
+        number = int(self.signature.rsplit("-", 1)[1])
+        self.signature = f"cdn-s3cr3t-{number + 1}"
+
+    def __enter__(self) -> Any:
+        self.cdn_thread.start()
+        return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        self.cdn_httpd.shutdown()
+        self.cdn_httpd.server_close()
+        self.cdn_thread.join(5)
+        shutil.rmtree(self.blobs, ignore_errors=True)
 
     def _allowed(self, h: BaseHTTPRequestHandler, repo: str) -> bool:
         token = self.tokens.get(repo)
@@ -298,7 +335,13 @@ class FakeHub(_Server):
                 )
                 return
             sha = _sha256(target)
-            location = f"/cdn/{repo}/{file}?Expires=1&Signature=cdn-s3cr3t"
+            if not self.redirect:
+                self.send_file(h, target, head, {"X-Repo-Commit": REVISION, "ETag": f'"{sha}"'})
+                return
+            blob = self.blobs / sha  # the CDN serves content by its hash, as the Hub's does
+            if not blob.exists():
+                shutil.copyfile(target, blob)
+            location = f"{self.cdn_url}/cdn/{sha}?Expires=1&Signature={self.signature}"
             self.send_empty(
                 h,
                 302,
@@ -312,13 +355,13 @@ class FakeHub(_Server):
             )
         elif path.startswith("/cdn/"):
             self.count("cdn")
-            rest = path[len("/cdn/") :]
-            repo = "/".join(rest.split("/", 2)[:2])
-            target = self.repos.get(repo, Path("/nonexistent")) / rest.split("/", 2)[-1]
-            if query.get("Signature") != "cdn-s3cr3t" or not target.is_file():
+            sha = path[len("/cdn/") :]
+            target = self.blobs / sha
+            if query.get("Signature") != self.signature or "/" in sha or not target.is_file():
+                self.count("cdn-refused")
                 self.send_empty(h, 403)
                 return
-            self.send_file(h, target, head, {"ETag": f'"{_sha256(target)}"'})
+            self.send_file(h, target, head, {"ETag": f'"{sha}"'})
         else:
             self.count("other")
             self.send_json(h, {"error": "not served by the fake Hub"}, status=404, head=head)

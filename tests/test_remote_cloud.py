@@ -9,6 +9,7 @@ fail, so nothing here can reach huggingface.co or Google.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -223,6 +224,9 @@ def test_hub_faults_are_retried(small_corpus: Path, hub: FakeHub) -> None:
 def test_hub_a_file_gone_after_indexing_fails_at_once(hub: FakeHub) -> None:
     corpus = Corpus.open(HF_URL + "urlsf_subset01.tar", storage_options=hf_options(hub))
     hub.repos = {}  # the repo is gone
+    # The CDN serves what was resolved while indexing (the content indexed) until its
+    # signature expires; then resolving again finds nothing.
+    hub.expire()
     hub.reset_counts()
     with pytest.raises(CorruptMember, match="cannot read: no such file") as info:
         list(Loader(corpus, seed=0, workers=0))
@@ -271,6 +275,113 @@ def test_hub_token_from_hf_token(small_corpus: Path, repo: Path, monkeypatch: An
         corpus = Corpus.open(HF_URL, storage_options=hf_options(server))
         assert len(corpus.units) == 6
         assert texts(corpus, seed=1, workers=0) == texts(str(small_corpus), seed=1)
+
+
+def _hub_corpus(root: Path) -> Path:
+    """2 subset tars of 8 members each under ``root/subsets``: enough reads per file to tell
+    one ``resolve/`` per file from one per read."""
+    write_corpus(root / "subsets", subsets=2, members=8, docs=3, seed=4, workers=1)
+    return root
+
+
+def test_hub_resolves_each_file_once_per_process(tmp_path: Path) -> None:
+    pytest.importorskip("huggingface_hub")
+    root = _hub_corpus(tmp_path / "repo")
+    local = texts(str(root / "subsets"), seed=2)
+    with FakeHub({REPO: root}) as server:
+        corpus = Corpus.open(HF_URL, storage_options=hf_options(server))
+        files = 2
+        assert len(corpus.units) == 16
+        # Each file's 8 headers are read from the CDN; the Hub is asked where once per file.
+        assert server.counts["cdn"] >= 16
+        assert server.counts["resolve"] <= files
+        for workers in (0, 2):  # forked workers inherit the resolutions
+            assert texts(corpus, seed=2, workers=workers) == local
+        assert server.counts["resolve"] <= files
+        server.reset_counts()
+        run = cli("index", HF_URL, "-q", "-j", "1", "--storage-option", f"endpoint={server.url}")
+        assert run.returncode == 0, run.stderr
+        assert server.counts["cdn"] >= 2  # its index is cached: counting reads the members
+        assert server.counts["resolve"] <= files
+
+
+def test_hub_expired_signature_is_resolved_again_once(small_corpus: Path, hub: FakeHub) -> None:
+    corpus = Corpus.open(HF_URL + "urlsf_subset00.tar", storage_options=hf_options(hub))
+    local = texts(str(small_corpus / "urlsf_subset00.tar"), seed=4)
+    hub.expire()  # the URL signed while indexing now gets a 403
+    hub.reset_counts()
+    assert texts(corpus, seed=4, workers=0) == local
+    assert hub.counts["cdn-refused"] == 1
+    assert hub.counts["resolve"] == 1
+    # A refusal right after resolving again is real: an error at once, not a loop.
+    hub.expire()
+    hub.faults.status = 403
+    hub.reset_counts()
+    with pytest.raises(CorruptMember, match="cannot read: access refused: HTTP 403"):
+        list(Loader(corpus, seed=4, workers=0))
+    assert hub.counts["resolve"] == 1 and hub.counts["cdn"] == 2
+
+
+def test_hub_changed_file_is_indexed_again_in_the_same_process(tmp_path: Path) -> None:
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "repo"
+    write_corpus(root / "subsets", subsets=1, members=2, docs=5, seed=0, workers=1)
+    url = HF_URL + "urlsf_subset00.tar"
+    with FakeHub({REPO: root}) as server:
+        storage.configure({"endpoint": server.url})  # one storage: resolutions are kept
+        before = Corpus.open(url)
+        assert len(texts(before, seed=1, workers=0)) == 10
+        other = tmp_path / "other"
+        write_corpus(other, subsets=1, members=3, docs=7, seed=1, workers=1)
+        shutil.copy(other / "urlsf_subset00.tar", root / "subsets" / "urlsf_subset00.tar")
+        # The old content is still at the URL resolved before (the CDN serves it by hash).
+        after = Corpus.open(url)
+        assert len(after.units) == 3 != len(before.units)
+        assert texts(after, seed=1, workers=0) == texts(str(root / "subsets"), seed=1)
+
+
+def test_hub_file_changed_after_indexing_is_an_error_not_a_misread(tmp_path: Path) -> None:
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "repo"
+    write_corpus(root / "subsets", subsets=1, members=2, docs=5, seed=0, workers=1)
+    url = HF_URL + "urlsf_subset00.tar"
+    with FakeHub({REPO: root}) as server:
+        corpus = Corpus.open(url, storage_options=hf_options(server))
+        other = tmp_path / "other"
+        write_corpus(other, subsets=1, members=3, docs=7, seed=1, workers=1)
+        shutil.copy(other / "urlsf_subset00.tar", root / "subsets" / "urlsf_subset00.tar")
+        server.expire()  # later: the signed URL has expired, resolving again finds the new file
+        with pytest.raises(CorruptMember, match="changed since it was indexed") as info:
+            list(Loader(corpus, seed=0, workers=0))
+        assert info.value.path == url
+
+
+def test_hub_signed_url_never_shown(
+    small_corpus: Path, hub: FakeHub, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # every library's request log
+    corpus = Corpus.open(HF_URL, storage_options=hf_options(hub))
+    assert texts(corpus, seed=0, workers=0) == texts(str(small_corpus), seed=0)
+    hub.faults.rate_503 = 1.0  # the CDN fails from now on: retries run out after resolving
+    with pytest.raises(CorruptMember, match="cannot read: GET bytes") as info:
+        list(Loader(corpus, seed=0, workers=0))
+    shown = [str(info.value), *(r.getMessage() for r in caplog.records)]
+    assert any("/cdn/" in text for text in shown)  # the CDN's requests were logged
+    run = cli("index", HF_URL, "-q", "--storage-option", f"endpoint={hub.url}")
+    assert run.returncode == 1
+    shown += [run.stdout, run.stderr]
+    shown += [p.read_text(errors="replace") for p in tmp_path.rglob("*") if p.is_file()]
+    for text in shown:
+        assert "s3cr3t" not in text and "Signature" not in text
+
+
+def test_hub_without_a_redirect_reads_through_hffilesystem(
+    small_corpus: Path, hub: FakeHub
+) -> None:
+    hub.redirect = False  # the Hub serves the bytes itself: nothing to resolve once
+    corpus = Corpus.open(HF_URL, storage_options=hf_options(hub))
+    assert texts(corpus, seed=6, workers=0) == texts(str(small_corpus), seed=6)
+    assert hub.counts["cdn"] == 0 and hub.counts["resolve"] > 6
 
 
 # -- Google Cloud Storage -----------------------------------------------------------
