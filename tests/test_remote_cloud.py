@@ -30,7 +30,7 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 from cloud_servers import REVISION, FakeGCS, FakeHub
 from openwebtext import Corpus, Loader, storage
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.ranges import RangeReader
+from openwebtext.ranges import THREADS, RangeReader
 from openwebtext.synth import write_corpus
 
 pytest.importorskip("fsspec")
@@ -242,6 +242,10 @@ def test_hub_token_opens_a_private_repo_and_is_never_shown(small_corpus: Path, r
         assert texts(corpus, seed=3, workers=2) == texts(str(small_corpus), seed=3)
         assert server.counts["api-refused"] == 0
         assert any(f"Bearer {SECRET}" in h for h in server.headers_seen)
+        # The token goes to the Hub, never to the CDN (the signed URL is its own key).
+        sent = list(zip(server.log, server.headers_seen, strict=True))
+        assert any(path.startswith("/cdn/") for (_, path), _ in sent)
+        assert not any(SECRET in h for (_, path), h in sent if path.startswith("/cdn/"))
         shown: list[str] = []
         wrong = SECRET[:-1] + "X"
         for options in (hf_options(server, token=wrong), hf_options(server)):
@@ -312,7 +316,9 @@ def test_hub_expired_signature_is_resolved_again_once(small_corpus: Path, hub: F
     hub.expire()  # the URL signed while indexing now gets a 403
     hub.reset_counts()
     assert texts(corpus, seed=4, workers=0) == local
-    assert hub.counts["cdn-refused"] == 1
+    # Requests in flight when it expired are refused (up to ranges.THREADS of them); the
+    # file is resolved again once, however many saw it.
+    assert 1 <= hub.counts["cdn-refused"] <= THREADS
     assert hub.counts["resolve"] == 1
     # A refusal right after resolving again is real: an error at once, not a loop.
     hub.expire()
