@@ -87,6 +87,28 @@ def small_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(autouse=True)
+def _small_corpus_stays_as_made(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The shared corpus is read-only: a test that leaves anything in it (a counts cache
+    beside it) changes what every later test copies, and fails here, by name."""
+    if "small_corpus" not in request.fixturenames:
+        yield
+        return
+    corpus: Path = request.getfixturevalue("small_corpus")
+
+    def files() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in corpus.iterdir()}
+
+    before = files()
+    yield
+    after = files()
+    changed = sorted(n for n in after.keys() | before.keys() if after.get(n) != before.get(n))
+    assert not changed, (
+        f"the test changed {changed} in the shared small_corpus (read-only for all "
+        "tests: copy it to damage it or to count it)"
+    )
+
+
 @pytest.fixture(scope="session")
 def small_docs(small_corpus: Path) -> dict[str, str]:
     return plain_read(sorted(small_corpus.glob("*.tar")))

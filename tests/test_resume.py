@@ -7,6 +7,7 @@ goes through the one checker of ``resumable.py``.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
@@ -342,6 +343,19 @@ def test_resume_with_another_shaping_option_is_refused(small_corpus: Path, optio
     with pytest.raises(StateError, match=rf"\b{option}: saved .*, now"):
         changed.iter(state=state)
     loader.iter(state=state).close()  # the same options resume
+
+
+def test_a_state_that_does_not_fit_is_refused_before_counting(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    # Even sharding counts every member first (a long read of a big corpus): a state saved
+    # under other options must be refused at once, not after the count.
+    corpus = shutil.copytree(small_corpus, tmp_path / "c")
+    _, state = run(Loader(corpus, SHAPED), n=10)
+    evened = Loader(corpus, SHAPED).replace(even=True)
+    with pytest.raises(StateError, match=r"even: saved None, now 'drop'"):
+        evened.iter(state=state)
+    assert not list(Path(corpus).glob(".owt-counts-*"))  # nothing was counted
 
 
 @pytest.mark.parametrize("option", sorted(set(NOT_SHAPING) - {"even_rule", "tokenizer"}))

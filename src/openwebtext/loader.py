@@ -21,7 +21,8 @@ from .batches import Batches, batches_start
 from .corpus import Corpus
 from .counts import ensure_counts
 from .options import Options
-from .stream import Document, Mark, Stats, Stream, TokenDocument
+from .state import check_state
+from .stream import Document, Mark, Stats, Stream, TokenDocument, config_of
 from .tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]
@@ -144,11 +145,13 @@ class DocumentIterator:
         as_tuples: bool = False,
         tokenizer: Tokenizer | None = None,
     ) -> None:
+        if tokenizer is None and options.tokenizer is not None:
+            tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
+        if state is not None:  # a state that does not fit is refused before any counting
+            check_state(state, config_of(corpus, options, tokenizer))
         corpus = ensure_counts(corpus, options)
         self.corpus = corpus
         self.options = options
-        if tokenizer is None and options.tokenizer is not None:
-            tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
         self.tokenizer: Tokenizer | None = tokenizer
         """The loaded ``options.tokenizer`` (None: the iterator hands out text)."""
         self._stream = Stream(corpus, options, tokenizer, state=state, as_tuples=as_tuples)

@@ -49,6 +49,7 @@ __all__ = [
     "Stats",
     "Stream",
     "TokenDocument",
+    "config_of",
     "even_counts",
     "nothing_read",
     "pool_options",
@@ -221,6 +222,12 @@ class ErrorPolicy:
             ) from error
 
 
+def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> dict[str, Any]:
+    """What a state of this stream must agree with (``state.stream_config``)."""
+    vocabulary = None if tokenizer is None else tokenizer.fingerprint
+    return stream_config(corpus.fingerprint(), len(corpus.units), options, tokenizer=vocabulary)
+
+
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
     """What the worker pool of a stream with ``options`` is told (``tokenizer``: resolved)."""
     split = None
@@ -292,12 +299,7 @@ class Stream:
         self.tokenizer = tokenizer
         self._as_tuples = as_tuples
         self._dtype = None if tokenizer is None else tokenizer.dtype
-        self._config = stream_config(
-            corpus.fingerprint(),
-            len(corpus.units),
-            options,
-            tokenizer=None if tokenizer is None else tokenizer.fingerprint,  # the vocabulary
-        )
+        self._config = config_of(corpus, options, tokenizer)
         if state is not None:
             check_state(state, self._config)
             position = state["position"]
