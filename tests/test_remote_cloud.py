@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import shutil
 import socket
 import subprocess
@@ -369,6 +370,7 @@ def test_hub_signed_url_never_shown(
     caplog.set_level(logging.DEBUG)  # every library's request log
     corpus = Corpus.open(HF_URL, storage_options=hf_options(hub))
     assert texts(corpus, seed=0, workers=0) == texts(str(small_corpus), seed=0)
+    assert b"s3cr3t" not in pickle.dumps(corpus.storage)  # what Ray workers are sent
     hub.faults.rate_503 = 1.0  # the CDN fails from now on: retries run out after resolving
     with pytest.raises(CorruptMember, match="cannot read: GET bytes") as info:
         list(Loader(corpus, seed=0, workers=0))
