@@ -37,16 +37,16 @@ import tempfile
 import threading
 import urllib.parse
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from remote_servers import Faults
+from remote_servers import Faults, Loopback
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
 
-class _Server:
+class _Server(Loopback):
     """A threaded HTTP server on 127.0.0.1 that hands requests to ``self.route``."""
 
     def __init__(self) -> None:
@@ -75,22 +75,7 @@ class _Server:
                 server._handle(self, "POST")
 
         self.handler = Handler
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> Any:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self._bind(Handler)
 
     @property
     def requests(self) -> int:
@@ -244,13 +229,11 @@ class FakeHub(_Server):
         self.signature = "cdn-s3cr3t-1"
         self.redirect = True
         self.blobs = Path(tempfile.mkdtemp(prefix="fake-hub-cdn-"))
-        self.cdn_httpd = ThreadingHTTPServer(("127.0.0.1", 0), self.handler)
-        self.cdn_httpd.daemon_threads = True
-        self.cdn_thread = threading.Thread(target=self.cdn_httpd.serve_forever, daemon=True)
+        self.cdn = Loopback.serving(self.handler)  # another host, as the Hub's CDN is
 
     @property
     def cdn_url(self) -> str:
-        return f"http://127.0.0.1:{self.cdn_httpd.server_address[1]}"
+        return self.cdn.url
 
     def expire(self) -> None:
         """Sign new URLs differently: those signed before get a 403 from now on."""
@@ -258,14 +241,12 @@ class FakeHub(_Server):
         self.signature = f"cdn-s3cr3t-{number + 1}"
 
     def __enter__(self) -> Any:
-        self.cdn_thread.start()
+        self.cdn.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
-        self.cdn_httpd.shutdown()
-        self.cdn_httpd.server_close()
-        self.cdn_thread.join(5)
+        self.cdn.__exit__(*exc)
         shutil.rmtree(self.blobs, ignore_errors=True)
 
     def _allowed(self, h: BaseHTTPRequestHandler, repo: str) -> bool:

@@ -52,7 +52,42 @@ class Faults:
             return None
 
 
-class RangeServer:
+class Loopback:
+    """A threaded HTTP server on 127.0.0.1 (a port the system picks), served while in ``with``.
+
+    Subclasses call ``_bind(handler)`` once their state is set.
+    """
+
+    httpd: ThreadingHTTPServer
+    thread: threading.Thread
+
+    @classmethod
+    def serving(cls, handler: type[BaseHTTPRequestHandler]) -> Loopback:
+        """A plain server of ``handler``'s requests."""
+        server = cls()
+        server._bind(handler)
+        return server
+
+    def _bind(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> Any:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+class RangeServer(Loopback):
     """A threaded HTTP server for ``root`` on 127.0.0.1 (a context manager)."""
 
     def __init__(self, root: Path, latency: float = 0.0, seed: int = 0) -> None:
@@ -80,22 +115,7 @@ class RangeServer:
             def do_GET(self) -> None:
                 server._handle(self, head=False)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> RangeServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
+        self._bind(Handler)
 
     def reset_counts(self) -> None:
         with self._lock:
