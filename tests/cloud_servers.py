@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 import threading
@@ -41,7 +40,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from remote_servers import Faults, Loopback
+from remote_servers import Faults, Loopback, send_bytes
 
 REVISION = "0123456789abcdef0123456789abcdef01234567"
 
@@ -164,40 +163,11 @@ class _Server(Loopback):
             h.close_connection = True
             h.connection.shutdown(2)
             return
-        size = path.stat().st_size
-        start, end, status = 0, size, 200
-        spec = h.headers.get("Range")
-        if spec and spec.startswith("bytes="):
-            a, _, b = spec[6:].partition("-")
-            start = int(a) if a else max(0, size - int(b))
-            end = min(size, int(b) + 1) if a and b else size
-            if start >= size:
-                self.send_empty(h, 416, {"Content-Range": f"bytes */{size}"})
-                return
-            status = 206
-        h.send_response(status)
-        h.send_header("Content-Length", str(end - start))
-        h.send_header("Accept-Ranges", "bytes")
-        h.send_header("Content-Type", "application/octet-stream")
-        for key, val in headers.items():
-            h.send_header(key, val)
-        if status == 206:
-            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
-        if fault == "short":
-            h.close_connection = True
-        h.end_headers()
-        if head:
-            return
-        with open(path, "rb") as f:
-            data = os.pread(f.fileno(), end - start, start)
-        if fault == "short":
-            data = data[: len(data) // 2]
-        with self._lock:  # counted first: the client may be done before write returns
-            self.bytes_sent += len(data)
-        h.wfile.write(data)
-        if fault == "short":
-            h.wfile.flush()
-            h.connection.shutdown(2)
+        send_bytes(h, path, head, fault, headers, self._sent)
+
+    def _sent(self, n: int) -> None:
+        with self._lock:
+            self.bytes_sent += n
 
 
 def _sha256(path: Path) -> str:

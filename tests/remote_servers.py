@@ -16,6 +16,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,55 @@ class Faults:
                     return kind
                 r -= rate
             return None
+
+
+def send_bytes(
+    h: BaseHTTPRequestHandler,
+    path: Path,
+    head: bool,
+    fault: str | None,
+    headers: dict[str, str],
+    sent: Callable[[int], None],
+) -> None:
+    """Answer with the bytes of ``path``, one ``Range`` honoured (206, or 416 past the end),
+    cut short of their ``Content-Length`` when ``fault`` is ``"short"``; ``sent(n)`` is called
+    before the bytes are written (the client may be done before ``write`` returns)."""
+    size = path.stat().st_size
+    start, end, status = 0, size, 200
+    spec = h.headers.get("Range")
+    if spec and spec.startswith("bytes="):
+        a, _, b = spec[6:].partition("-")
+        start = int(a) if a else max(0, size - int(b))
+        end = min(size, int(b) + 1) if a and b else size
+        if start >= size:
+            h.send_response(416)
+            h.send_header("Content-Range", f"bytes */{size}")
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        status = 206
+    h.send_response(status)
+    h.send_header("Content-Length", str(end - start))
+    h.send_header("Accept-Ranges", "bytes")
+    h.send_header("Content-Type", "application/octet-stream")
+    for key, val in headers.items():
+        h.send_header(key, val)
+    if status == 206:
+        h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+    if fault == "short":
+        h.close_connection = True
+    h.end_headers()
+    if head:
+        return
+    with open(path, "rb") as f:
+        data = os.pread(f.fileno(), end - start, start)
+    if fault == "short":
+        data = data[: len(data) // 2]
+    sent(len(data))
+    h.wfile.write(data)
+    if fault == "short":
+        h.wfile.flush()
+        h.connection.shutdown(2)
 
 
 class Loopback:
@@ -161,40 +211,15 @@ class RangeServer(Loopback):
             self._empty(h, 404)
             return
         st = path.stat()
-        size = st.st_size
-        start, end = 0, size
-        status = 200
-        spec = h.headers.get("Range")
-        if spec and spec.startswith("bytes="):
-            a, _, b = spec[6:].partition("-")
-            start = int(a) if a else max(0, size - int(b))
-            end = min(size, int(b) + 1) if a and b else size
-            if start >= size:
-                self._empty(h, 416)
-                return
-            status = 206
-        h.send_response(status)
-        h.send_header("Content-Length", str(end - start))
-        h.send_header("Accept-Ranges", "bytes")
-        h.send_header("ETag", f'"{size:x}-{st.st_mtime_ns:x}"')
-        h.send_header("Last-Modified", email.utils.formatdate(st.st_mtime, usegmt=True))
-        if status == 206:
-            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
-        if fault == "short":
-            h.close_connection = True
-        h.end_headers()
-        if head:
-            return
-        with open(path, "rb") as f:
-            data = os.pread(f.fileno(), end - start, start)
-        if fault == "short":
-            data = data[: len(data) // 2]
-        h.wfile.write(data)
+        headers = {
+            "ETag": f'"{st.st_size:x}-{st.st_mtime_ns:x}"',
+            "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
+        }
+        send_bytes(h, path, head, fault, headers, self._sent)
+
+    def _sent(self, n: int) -> None:
         with self._lock:
-            self.bytes_sent += len(data)
-        if fault == "short":
-            h.wfile.flush()
-            h.connection.shutdown(2)
+            self.bytes_sent += n
 
     def _empty(self, h: BaseHTTPRequestHandler, status: int) -> None:
         h.send_response(status)
