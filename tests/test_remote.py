@@ -96,6 +96,17 @@ def test_index_walk_survives_faults(small_corpus: Path, http: RangeServer) -> No
     assert [u[1:] for u in remote.units] == [u[1:] for u in Corpus.open(str(small_corpus)).units]
 
 
+def test_file_urls_stream_as_local_paths(small_corpus: Path) -> None:
+    folder = Corpus.open(f"file://{small_corpus}/")
+    pattern = Corpus.open(f"file://{small_corpus}/urlsf_subset0*.tar")
+    assert folder.units == pattern.units
+    assert folder.units[0].path == f"file://{small_corpus}/urlsf_subset00.tar"
+    assert [u[1:] for u in folder.units] == [u[1:] for u in Corpus.open(str(small_corpus)).units]
+    local = local_stream(small_corpus, seed=5)
+    for workers in (0, 2):
+        assert texts(folder, seed=5, workers=workers) == local
+
+
 def test_second_open_uses_the_cached_index(small_corpus: Path, tmp_path: Path) -> None:
     with RangeServer(Path(shutil.copytree(small_corpus, tmp_path / "c"))) as http:
         _second_open_uses_the_cached_index(http)  # a copy: the test changes a file
