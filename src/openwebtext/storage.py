@@ -25,17 +25,10 @@ URL is a clear error naming the extra. What this module adds to fsspec:
   ``storage`` to use; None means the process's default one, which
   ``configure`` sets (what a corpus opened without options uses, and Ray
   workers, which are not forked).
-- **The Hub.** ``hf://`` files are resolved once per process (one ``resolve/``
-  request each, as huggingface_hub's ``get_hf_file_metadata`` makes it), then
-  read by range from the signed CDN URL the Hub redirects to: the Hub limits
-  ``resolve/`` requests (~3,000 per 5 minutes anonymous), and walking a tar's
-  headers is ~1,000 reads. A signed URL that stops working (expired: 401, 403,
-  404 or 410) is resolved again, once; a resolution whose ETag is not the
-  content indexed (the file changed) is an error, never a misread. Where the Hub
-  does not redirect off its own host, or the target ignores ``Range``, reads go
-  through ``HfFileSystem`` as before (one ``resolve/`` each). The signed URL
-  stays in memory: never in a message, a cache file or a pickled ``Storage``,
-  and the request logs of huggingface_hub and httpx show it without its query.
+- **The Hub.** ``hf://`` files are resolved once per process, then read by
+  range from the signed CDN URL the Hub redirects to (``hub.py``: the Hub
+  rate-limits ``resolve/`` requests, and walking a tar's headers is ~1,000
+  reads). ``fetch`` hands ``hf://`` reads to it.
 - **Caches.** What is kept on disk about a remote file (its index, its
   members) is keyed on the URL and the storage's ``place``: a hash of its
   options without anything that looks like a secret (keys, tokens, headers),
@@ -47,17 +40,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import random
 import re
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from .errors import CorpusError, CorruptMember
+
+if TYPE_CHECKING:
+    from .hub import Resolved
 
 __all__ = [
     "REMOTE_EXTRA",
@@ -74,7 +68,6 @@ __all__ = [
     "redact",
     "redact_options",
     "resolve",
-    "resolve_hub",
 ]
 
 REMOTE_EXTRA = "openwebtext[remote]"
@@ -198,7 +191,7 @@ class Storage:
         self.identities: dict[str, FileInfo] = {}
         self.filesystems: dict[tuple[int, str], Any] = {}
         self.resolved: dict[str, Resolved] = {}
-        """Each ``hf://`` file's signed CDN URL (``resolve_hub``); forked workers inherit it."""
+        """Each ``hf://`` file's signed CDN URL (``hub.resolve_hub``); forked workers inherit it."""
         self.locks: dict[tuple[int, str], threading.Lock] = {}
 
     def __repr__(self) -> str:
@@ -507,206 +500,16 @@ def fetch(
 
     call = through_fs
     if protocol(real) == "hf":
+        from .hub import hub_read  # the Hub's own read path (it builds on this module)
+
         store = resolve(storage)
         known = identity(url, store)
-        call = lambda: _hub_read(real, start, end, store, known, through_fs)  # noqa: E731
+        call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
 
     try:
         return with_retries(call, f"GET bytes {start}-{end - 1}")
     except _Fatal as exc:
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
-
-
-# -- the Hub: resolve once, read from the CDN -------------------------------------
-
-
-class Resolved(NamedTuple):
-    """Where the Hub sends reads of one ``hf://`` file (``resolve_hub``)."""
-
-    location: str | None
-    """The signed CDN URL; None: read through ``HfFileSystem`` (no redirect off the Hub)."""
-    etag: str | None
-    """The Hub's ETag of the content (its sha256 for LFS and Xet files)."""
-    size: int | None
-
-
-class _Stale(Exception):
-    """The signed URL stopped working (expired, or gone): resolve the file again."""
-
-    def __init__(self, status: int):
-        super().__init__(f"HTTP {status}")
-        self.status = status
-
-
-class _NoRanges(Exception):
-    """The CDN answered a ranged GET with the whole file."""
-
-
-#: What a signed URL that stopped working answers (S3 and CloudFront: 403; others 401,
-#: 404 or 410). Resolving again says whether the file itself is gone or refused.
-_STALE = (401, 403, 404, 410)
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def _hub_read(
-    real: str,
-    start: int,
-    end: int,
-    store: Storage,
-    known: FileInfo | None,
-    through_fs: Callable[[], bytes],
-) -> bytes:
-    """One attempt (``with_retries`` makes more) at bytes ``[start, end)`` of an ``hf://`` file."""
-    resolved = _resolution(real, store, known)
-    if resolved.location is None:
-        return through_fs()
-    try:
-        return _cdn_get(resolved.location, start, end, resolved.size)
-    except _Stale:
-        fresh = _resolution(real, store, known, stale=resolved)
-        if fresh.location is None:
-            return through_fs()
-        try:
-            return _cdn_get(fresh.location, start, end, fresh.size)
-        except _Stale as exc:  # a URL signed a moment ago: the refusal is real
-            raise HTTPStatus(exc.status) from None
-    except _NoRanges:
-        with _lock:
-            store.resolved[real] = resolved._replace(location=None)
-        return through_fs()
-
-
-def _resolution(
-    real: str, store: Storage, known: FileInfo | None, stale: Resolved | None = None
-) -> Resolved:
-    """The file's resolution: this process's (or the one it was forked with), or a new one
-    if there is none, it is ``stale``, or it names other content than ``known``."""
-    with _lock:
-        current = store.resolved.get(real)
-        lock = store.locks.setdefault((os.getpid(), real), threading.Lock())
-    if current is not None and current is not stale and _same(current, known):
-        return current
-    with lock:  # one resolve per file, however many threads find it missing or stale
-        current = store.resolved.get(real)
-        if current is not None and current is not stale and _same(current, known):
-            return current
-        fresh = resolve_hub(real, store)
-        if not _same(fresh, known) or (
-            stale is not None and stale.etag and fresh.etag and stale.etag != fresh.etag
-        ):
-            raise _Fatal("the file changed since it was indexed (index it again)")
-        with _lock:
-            store.resolved[real] = fresh
-        return fresh
-
-
-def _same(resolved: Resolved, known: FileInfo | None) -> bool:
-    """False if ``resolved`` is surely other content than ``known`` (the indexed file)."""
-    if known is None:
-        return True
-    if resolved.size is not None and resolved.size != known.size:
-        return False
-    kind, _, value = known.identity.partition(":")
-    etag = resolved.etag or ""
-    if kind == "sha256" and _SHA256.match(etag) and _SHA256.match(value):
-        return etag == value
-    return True
-
-
-def resolve_hub(url: str, storage: Storage | None = None) -> Resolved:
-    """Ask the Hub where ``url`` (an ``hf://`` file) is served from: one ``resolve/`` request.
-
-    Made with huggingface_hub's ``hf_hub_url`` and ``get_hf_file_metadata``
-    (a HEAD that stops at a redirect off the Hub's host, the token never sent
-    there). Errors are huggingface_hub's, for ``with_retries`` to classify.
-    """
-    from huggingface_hub import HfApi, constants, hf_hub_url
-
-    _hide_in_logs()  # before the first request: the redirect's headers are logged at DEBUG
-    fs = filesystem(url, storage)
-    path = fs.resolve_path(url)
-    if getattr(path, "repo_id", None) is None:  # a bucket: no resolve/ redirect to follow
-        return Resolved(None, None, None)
-    where = hf_hub_url(
-        path.repo_id,
-        path.path_in_repo,
-        repo_type=path.repo_type,
-        revision=path.revision,
-        endpoint=fs.endpoint,
-    )
-    api = HfApi(endpoint=fs.endpoint, token=fs.token)
-    meta = api.get_hf_file_metadata(url=where, timeout=constants.HF_HUB_ETAG_TIMEOUT)
-    etag = (meta.etag or "").removeprefix("W/").strip('"') or None
-    location = urllib.parse.urljoin(where, meta.location) if meta.location else None
-    if location is None or _origin(location) == _origin(where):
-        return Resolved(None, etag, meta.size)  # the Hub serves it itself: each read resolves
-    return Resolved(location, etag, meta.size)
-
-
-def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urllib.parse.urlsplit(url)
-    return (parts.scheme, (parts.hostname or "").lower(), parts.port)
-
-
-def _cdn_get(location: str, start: int, end: int, size: int | None) -> bytes:
-    """Bytes ``[start, end)`` from a signed URL, with huggingface_hub's HTTP client (its
-    proxies, certificates and offline mode), without the token (the signature is the key)."""
-    from huggingface_hub import constants, get_session
-
-    headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
-    timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
-    with get_session().stream("GET", location, headers=headers, timeout=timeout) as response:
-        status = response.status_code
-        if status in _STALE:
-            raise _Stale(status)
-        whole = start == 0 and size is not None and end == size
-        if status == 200 and not whole:
-            raise _NoRanges  # closed unread: it would be the whole file
-        if status not in (200, 206):
-            raise HTTPStatus(status)
-        data = bytearray()
-        for chunk in response.iter_bytes():
-            data += chunk
-            if len(data) > end - start:
-                break
-    if len(data) != end - start:
-        raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
-    return bytes(data)
-
-
-class _HideQueries(logging.Filter):
-    """Shows URLs without their query string in the request logs of huggingface_hub, httpx
-    and httpcore (``INFO: HTTP Request: GET <url>…``, the headers of a redirect at DEBUG),
-    where a signed URL's signature would otherwise be written."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            text = record.getMessage()
-        except Exception:  # not ours to fix: let logging report it
-            return True
-        if "?" in text:
-            record.msg, record.args = redact(text), None
-        return True
-
-
-#: Loggers that write request URLs or headers (filters apply to a logger's own records only,
-#: not to those its children pass up, so every one is named).
-_REQUEST_LOGGERS = (
-    "huggingface_hub.utils._http",
-    *(
-        f"{package}{suffix}"
-        for package in ("httpx2", "httpx", "httpcore2", "httpcore")
-        for suffix in ("", ".connection", ".http11", ".http2", ".proxy", ".socks")
-    ),
-)
-_hide_queries = _HideQueries()
-
-
-def _hide_in_logs() -> None:
-    for name in _REQUEST_LOGGERS:
-        logger = logging.getLogger(name)
-        if _hide_queries not in logger.filters:
-            logger.addFilter(_hide_queries)
 
 
 def _listed(name: str) -> bool:
