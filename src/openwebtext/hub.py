@@ -23,7 +23,7 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from .storage import (
     FileInfo,
@@ -49,12 +49,8 @@ class Resolved(NamedTuple):
     size: int | None
 
 
-class _Stale(Exception):
+class _Stale(HTTPStatus):
     """The signed URL stopped working (expired, or gone): resolve the file again."""
-
-    def __init__(self, status: int):
-        super().__init__(f"HTTP {status}")
-        self.status = status
 
 
 class _NoRanges(Exception):
@@ -77,22 +73,20 @@ def hub_read(
 ) -> bytes:
     """One attempt (``with_retries`` makes more) at bytes ``[start, end)`` of an ``hf://`` file."""
     resolved = _resolution(real, store, known)
-    if resolved.location is None:
-        return through_fs()
-    try:
-        return _cdn_get(resolved.location, start, end, resolved.size)
-    except _Stale:
-        fresh = _resolution(real, store, known, stale=resolved)
-        if fresh.location is None:
+    for fresh in (False, True):
+        if resolved.location is None:
             return through_fs()
         try:
-            return _cdn_get(fresh.location, start, end, fresh.size)
-        except _Stale as exc:  # a URL signed a moment ago: the refusal is real
-            raise HTTPStatus(exc.status) from None
-    except _NoRanges:
-        with _lock:
-            store.resolved[real] = resolved._replace(location=None)
-        return through_fs()
+            return _cdn_get(resolved.location, start, end, resolved.size)
+        except _Stale as exc:
+            if fresh:  # a URL signed a moment ago: the refusal is real
+                raise HTTPStatus(exc.status) from None
+            resolved = _resolution(real, store, known, stale=resolved)
+        except _NoRanges:
+            with _lock:
+                store.resolved[real] = resolved._replace(location=None)
+            return through_fs()
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 def _resolution(
@@ -100,14 +94,18 @@ def _resolution(
 ) -> Resolved:
     """The file's resolution: this process's (or the one it was forked with), or a new one
     if there is none, it is ``stale``, or it names other content than ``known``."""
+
+    def usable(current: Resolved | None) -> TypeGuard[Resolved]:
+        return current is not None and current is not stale and _same(current, known)
+
     with _lock:
         current = store.resolved.get(real)
         lock = store.locks.setdefault((os.getpid(), real), threading.Lock())
-    if current is not None and current is not stale and _same(current, known):
+    if usable(current):
         return current
     with lock:  # one resolve per file, however many threads find it missing or stale
         current = store.resolved.get(real)
-        if current is not None and current is not stale and _same(current, known):
+        if usable(current):
             return current
         fresh = resolve_hub(real, store)
         if not _same(fresh, known) or (
