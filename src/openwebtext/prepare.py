@@ -347,15 +347,33 @@ def prepare(
     config = _config(corpus, options, tokenizer)
     if not whole:
         config["slice"] = {"start": start, "stop": stop, "shard": list(shard) if shard else None}
-    target = outputs.location(out)
     work = _Work(corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds)
+    # The output is written with the options the input was opened with.
+    return _written(
+        outputs.location(out),
+        config,
+        restart,
+        corpus.storage,
+        lambda folder: _prepare_in(folder, work, restart),
+    )
+
+
+def _written(
+    target: outputs.Location,
+    config: dict[str, Any],
+    restart: bool,
+    store: Storage | None,
+    build: Callable[[Path], Report],
+) -> Report:
+    """``build`` the files of ``config`` in ``target``: in place for a local folder; for a
+    URL, in its staging folder (which resumes a staged run), then published there, unless
+    the URL already holds them."""
     if isinstance(target, Path):
-        return _prepare_in(target, work, restart)
-    store = corpus.storage  # the output is written with the options the input was opened with
+        return build(target)
     if not restart and _finished(target, config, store):
         return Report(target, _read_meta(target, store), already=True)
     folder = outputs.staging(target)
-    report = _prepare_in(folder, work, restart)  # resumes a staged run of this URL
+    report = build(folder)
     meta = outputs.publish(folder, target, store)
     return dataclasses.replace(report, out=target, meta=meta, already=False)
 
@@ -681,17 +699,12 @@ def merge(
     ordered = _check_tiling(locations, metas, config["units"])
     target = outputs.location(out)
     run = (config, ordered, restart, progress, checkpoint_seconds, storage)
-    if isinstance(target, Path):
-        return _merge_in(target, *run)
-    if not restart and _finished(target, config, storage):
-        return Report(target, _read_meta(target, storage), already=True)
-    folder = outputs.staging(target)
-    report = _merge_in(folder, *run)
-    meta = outputs.publish(folder, target, storage)
-    for location, _ in ordered:
-        if isinstance(location, str):
-            outputs.remove(outputs.staging(location, "fetch"))
-    return dataclasses.replace(report, out=target, meta=meta, already=False)
+    report = _written(target, config, restart, storage, lambda folder: _merge_in(folder, *run))
+    if isinstance(target, str):
+        for location, _ in ordered:
+            if isinstance(location, str):
+                outputs.remove(outputs.staging(location, "fetch"))
+    return report
 
 
 def _merge_in(
