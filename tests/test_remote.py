@@ -804,3 +804,10 @@ def test_interrupted_merge_from_s3_goes_on(
             outputs.remove(outputs.staging(url, "fetch"))
     prepare(corpus, tmp_path / "local", options)
     assert s3_objects(s3_endpoint, "nano-merged/") == local_files(tmp_path / "local")
+    try:  # into a local folder: the slices' local copies go too once it is done
+        merge(slices, tmp_path / "merged", storage=corpus.storage)
+        assert [u for u in slices if outputs.staging(u, "fetch").exists()] == []
+    finally:
+        for url in slices:
+            outputs.remove(outputs.staging(url, "fetch"))
+    assert local_files(tmp_path / "merged") == local_files(tmp_path / "local")

@@ -700,10 +700,9 @@ def merge(
     target = outputs.location(out)
     run = (config, ordered, restart, progress, checkpoint_seconds, storage)
     report = _written(target, config, restart, storage, lambda folder: _merge_in(folder, *run))
-    if isinstance(target, str):
-        for location, _ in ordered:
-            if isinstance(location, str):
-                outputs.remove(outputs.staging(location, "fetch"))
+    for location, _ in ordered:  # done: the local copies of remote slices go, for any target
+        if isinstance(location, str):
+            outputs.remove(outputs.staging(location, "fetch"))
     return report
 
 
