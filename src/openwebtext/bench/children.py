@@ -110,8 +110,6 @@ def _with_lzma(unit: Unit) -> int:
 
 def _with_xz(unit: Unit) -> int:
     """``xz -dc`` (single-threaded, like one worker) on an xz member; others as _with_lzma."""
-    if unit.kind != XZ:
-        return _with_lzma(unit)
     return _xz_bytes(_pread(unit), unit)
 
 
