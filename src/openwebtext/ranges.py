@@ -22,7 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from .errors import CorruptMember
 from .index import Unit
 from .membercache import MemberCache
-from .storage import Storage, fetch, identity, is_url, resolve
+from .storage import Storage, fetch, identity, is_url, placed, resolve
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "RangeReader"]
 
@@ -132,8 +132,7 @@ class RangeReader:
         info = identity(unit.path, self.storage)
         if info is None or not info.identity:
             return None
-        place = self.storage.place  # the same URL on another endpoint is another file
-        where = f"{place}\0{unit.path}" if place else unit.path
+        where = placed(unit.path, self.storage.place)
         return self.cache.key(where, info.identity, unit.offset, unit.size)
 
     def _cached(self, unit: Unit) -> bool:

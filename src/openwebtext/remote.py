@@ -28,7 +28,17 @@ from .errors import OutputError, UnknownFormat
 from .files import atomic_write
 from .formats import MAGIC_BYTES, TAR, detect
 from .index import _KNOWN, Unit, _index_outer_tar
-from .storage import FileInfo, RangeFile, Storage, alias, expand_url, file_info, remember, resolve
+from .storage import (
+    FileInfo,
+    RangeFile,
+    Storage,
+    alias,
+    expand_url,
+    file_info,
+    placed,
+    remember,
+    resolve,
+)
 
 __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
 
@@ -45,7 +55,7 @@ def _cache_root() -> Path:
 def cache_path(url: str, place: str = "") -> Path:
     """Where the index of ``url`` read from ``place`` is kept (``Storage.place``; named by a
     hash: URLs may hold anything)."""
-    key = url if not place else f"{url}\0{place}"
+    key = placed(url, place)
     return _cache_root() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 

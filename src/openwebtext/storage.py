@@ -65,6 +65,7 @@ __all__ = [
     "file_info",
     "filesystem",
     "is_url",
+    "placed",
     "redact",
     "redact_options",
     "resolve",
@@ -160,6 +161,12 @@ def place(options: dict[str, Any] | None) -> str:
         return ""
     text = json.dumps(public, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def placed(url: str, place: str) -> str:
+    """What a cache on disk keys ``url`` by: the URL, and ``place`` when it is not the
+    default's (the same URL on another endpoint is another file)."""
+    return f"{url}\0{place}" if place else url
 
 
 class Storage:
