@@ -11,7 +11,7 @@ divided by the documents:
   after ``Corpus.open`` (as ``python -m openwebtext.bench run-one`` does); also its wall docs/s.
 - loader-touch: the same, the loop reading ``len(d.text)``: the loop is not what is measured.
 - floor-str: what any loader that hands out ``str`` documents must at least spend. Untimed,
-  the child reads every member itself (``openwebtext.read.Reader``, in the loader's plan
+  the child reads every member itself (``openwebtext.engine.read.Reader``, in the loader's plan
   order) and lays the decompressed members out one after the other in ONE anonymous shared
   mapping (like the pool's slots, and larger than the L2 caches; the L3 may hold part of it).
   Timed: a plain generator that walks the same shuffle blocks (>= 4,096 documents of
@@ -43,8 +43,8 @@ from typing import Any
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus, Document, Loader, Options
+from openwebtext.engine.read import Reader
 from openwebtext.plan import DOCUMENTS, UNITS, permutation
-from openwebtext.read import Reader
 
 KINDS = ("loader", "loader-touch", "floor-str", "floor-decode-warm")
 BLOCK = 4096  # Options.shuffle_buffer's default

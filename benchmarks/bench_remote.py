@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from openwebtext import Corpus, Loader, storage
+from openwebtext import Corpus, Loader
+from openwebtext.source import storage
 from openwebtext.synth import write_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))

@@ -12,7 +12,7 @@ one JSON line), and the rounds are interleaved: every (kind, workers) once (in a
 order), then all of them again, ``--repeat`` times.
 
 - reference: ONE process doing what a worker must do at minimum, for the same members in the
-  loader's order: ``openwebtext.read.Reader(...).read(unit)`` (pread, decompress, tar walk,
+  loader's order: ``openwebtext.engine.read.Reader(...).read(unit)`` (pread, decompress, tar walk,
   UTF-8 check), then per document ``tokenizer.encode(bytes.decode("utf-8"))``. Timed after
   ``load_tokenizer("gpt2")`` (its load time is reported apart). The ceiling for W workers is
   ``min(W, usable cores) x`` its rate.
@@ -47,8 +47,8 @@ from typing import Any
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus, Loader, Options, Unit
+from openwebtext.engine.read import Reader
 from openwebtext.plan import plan
-from openwebtext.read import Reader
 from openwebtext.tokenizer import load_tokenizer
 
 KINDS = ("reference", "loader-tokens", "loader-batches")

@@ -142,7 +142,7 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
 
 def small_corpus() -> str:
     """The generated corpus used without CORPUS: 1 subset x 16 members x 200 documents."""
-    from openwebtext.corpus import cache_dir
+    from openwebtext.index.corpus import cache_dir
     from openwebtext.synth import COMPLETE_MARKER, corpus_dirname, write_corpus
 
     path = cache_dir() / corpus_dirname(1, 16, 200, 0)

@@ -27,7 +27,7 @@ import pytest
 
 from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
-from openwebtext import workers as owt_workers
+from openwebtext.engine import pool as owt_workers
 from support import cut_member, group_pids, outer_tar, sample_docs, xz_member
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]
@@ -521,7 +521,8 @@ def test_sigterm_ends_index_and_tokenize_and_leaves_nothing(
         argv += ["--out", str(out), "--tokenizer", "bytes"]
     # A worker stuck in its first member keeps the command busy until the signal.
     hang = (
-        "import time; from openwebtext.read import Reader; Reader.read = lambda *a: time.sleep(60)"
+        "import time; from openwebtext.engine.read import Reader; "
+        "Reader.read = lambda *a: time.sleep(60)"
     )
     script = f"import sys; {hang}; from openwebtext import cli; sys.exit(cli.main(sys.argv[1:]))"
     proc = start(

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus, CorpusError, Loader, UnknownFormat
-from openwebtext.counts import count_documents
+from openwebtext.stream.counts import count_documents
 from support import (
     docs_before_cut,
     inner_tar,
@@ -404,7 +404,7 @@ def test_a_split_count_that_does_not_match_fails(corpus_copy: Path) -> None:
 def test_counting_shows_a_progress_bar_when_interactive(
     corpus_copy: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from openwebtext import counts
+    from openwebtext.stream import counts
 
     monkeypatch.setattr(counts, "_interactive", lambda: True)
     assert len(names(Loader(corpus_copy, workers=0, rank=1, world_size=2))) == 60

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from openwebtext import CorruptDocument, CorruptMember, Loader, TooManyErrors, WorkerError
-from openwebtext.index import Unit
-from openwebtext.read import Member, Reader
+from openwebtext.engine.read import Member, Reader
+from openwebtext.index.local import Unit
 from support import (
     child_pids,
     damage,

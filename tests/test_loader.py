@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 import openwebtext
-from openwebtext import Corpus, Document, Loader, Options, WorkerError, blocks
-from openwebtext.index import Unit
+from openwebtext import Corpus, Document, Loader, Options, WorkerError
+from openwebtext.engine.pool import Loaded, PoolOptions, WorkerPool
+from openwebtext.index.local import Unit
 from openwebtext.plan import in_validation
-from openwebtext.workers import Loaded, PoolOptions, WorkerPool
+from openwebtext.stream import blocks
 from support import child_pids
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus, CorruptMember, Loader, WorkerError
-from openwebtext.index import Unit
-from openwebtext.read import Member, Reader
-from openwebtext.tasks import State, WorkerTraceback
+from openwebtext.engine.pool import InlinePool, Loaded, Pool, PoolOptions, WorkerPool, open_pool
+from openwebtext.engine.read import Member, Reader
+from openwebtext.engine.tasks import State, WorkerTraceback
+from openwebtext.index.local import Unit
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
-from openwebtext.workers import InlinePool, Loaded, Pool, PoolOptions, WorkerPool, open_pool
 from support import child_pids, damage, member_offset, read_members
 
 UnitDocs = dict[str, str]  # one unit's documents: name -> text

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from openwebtext import Corpus
+from openwebtext.engine.read import nanogpt_text
 from openwebtext.prepare import PrepareError, PrepareOptions, Progress, merge, prepare
-from openwebtext.read import nanogpt_text
+from openwebtext.prepare.workdir import PROGRESS
 from openwebtext.synth import write_corpus
 from openwebtext.tokenizer import load_tokenizer
-from openwebtext.workdir import PROGRESS
 from support import group_pids, inner_tar, outer_tar
 
 # Documents whose text the loading script's rule changes; "" and whitespace-only ones too.
@@ -294,12 +294,12 @@ def test_a_commit_cut_short_is_finished_by_the_next_run(
             raise OSError(28, "No space left on device")
         real(src, dst)
 
-    monkeypatch.setattr("openwebtext.workdir.os.replace", replace)
+    monkeypatch.setattr("openwebtext.prepare.workdir.os.replace", replace)
     with pytest.raises(OSError, match="No space"):
         prepare(corpus, tmp_path, options)
     # train.bin is renamed, val.bin is not: no meta.json may describe them now.
     assert (tmp_path / "train.bin").exists() and not (tmp_path / "meta.json").exists()
-    monkeypatch.setattr("openwebtext.workdir.os.replace", real)
+    monkeypatch.setattr("openwebtext.prepare.workdir.os.replace", real)
     prepare(corpus, tmp_path, options)
     assert _bins(tmp_path) == _bins(runs["hash"])
     assert _hidden(tmp_path) == []

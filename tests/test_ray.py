@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus, outputs
+from openwebtext import Corpus
 from openwebtext.errors import CorruptMember
-from openwebtext.prepare import PrepareOptions, prepare
+from openwebtext.prepare import PrepareOptions, outputs, prepare
 from support import damage, local_files, member_offset, read_members, s3_objects
 
 ray = pytest.importorskip(
@@ -206,7 +206,7 @@ def test_remote_corpus_over_http(
     """A corpus behind a URL (127.0.0.1): the tasks read it with the driver's storage options."""
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
-    from openwebtext import storage
+    from openwebtext.source import storage
     from remote_servers import RangeServer
 
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
@@ -291,7 +291,7 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
 def s3_options(s3_endpoint: str) -> Iterator[dict[str, str]]:
     """Storage options for moto, set in this process too. The credentials are options, not
     variables: the Ray workers were started before the fixture set them."""
-    from openwebtext import storage
+    from openwebtext.source import storage
 
     options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
     storage.configure(options)

@@ -64,9 +64,9 @@ from openwebtext import (
     WorkerError,
 )
 from openwebtext import cli as owt_cli
-from openwebtext.counts import ensure_counts
-from openwebtext.index import Unit
-from openwebtext.read import Member, Reader
+from openwebtext.engine.read import Member, Reader
+from openwebtext.index.local import Unit
+from openwebtext.stream.counts import ensure_counts
 from support import (
     child_pids,
     corrupt_member,
@@ -867,7 +867,7 @@ HANGING_OWT = """
 import os, sys, time
 from pathlib import Path
 from openwebtext import cli
-from openwebtext.read import Reader
+from openwebtext.engine.read import Reader
 marker, member = Path(sys.argv[1]), sys.argv[2]
 real = Reader.read
 def read(self, unit):

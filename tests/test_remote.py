@@ -19,14 +19,16 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Corpus, Loader, remote, storage
+from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.index import Unit
-from openwebtext.membercache import MemberCache, parse_size
-from openwebtext.ranges import RangeReader
-from openwebtext.remote import cache_path
+from openwebtext.index import remote
+from openwebtext.index.local import Unit
+from openwebtext.index.remote import cache_path
+from openwebtext.prepare.workdir import PrepareError
+from openwebtext.source import storage
+from openwebtext.source.membercache import MemberCache, parse_size
+from openwebtext.source.ranges import RangeReader
 from openwebtext.synth import write_corpus
-from openwebtext.workdir import PrepareError
 from remote_servers import RangeServer
 from support import local_files, s3_objects
 
@@ -634,7 +636,7 @@ def test_member_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
 def test_member_cache_survives_a_process_killed_mid_write(tmp_path: Path) -> None:
     child = f"""
 import os, sys, time
-from openwebtext.membercache import MemberCache
+from openwebtext.source.membercache import MemberCache
 def stall(*args):
     print("writing", flush=True)
     time.sleep(60)
@@ -676,8 +678,7 @@ def test_tokenize_to_s3_writes_the_local_files(
 ) -> None:
     """The local engine with an S3 output: the same three files as a local output, byte for
     byte, and nothing else (no progress record, no part) there or in the staging folder."""
-    from openwebtext import outputs
-    from openwebtext.prepare import PrepareOptions, prepare
+    from openwebtext.prepare import PrepareOptions, outputs, prepare
 
     corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
     options = PrepareOptions(split=split, workers=2, val_fraction=0.1)  # type: ignore[arg-type]
@@ -696,8 +697,7 @@ def test_interrupted_tokenize_to_s3_goes_on(
     """Stopped after half the bytes (some of the 6 members), then again while uploading
     (after train.bin and val.bin, before meta.json): nothing remote looks finished; each rerun
     goes on where the last stopped, and the result is one run's."""
-    from openwebtext import outputs
-    from openwebtext.prepare import PrepareOptions, Progress, prepare
+    from openwebtext.prepare import PrepareOptions, Progress, outputs, prepare
 
     corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
     options = PrepareOptions(workers=0, val_fraction=0.1)
@@ -774,8 +774,7 @@ def test_interrupted_merge_from_s3_goes_on(
 ) -> None:
     """nanogpt slices in S3, the merge into S3 stopped during the permutation: the rerun goes
     on from its checkpoint (and the slices' local copies), and writes one run's files."""
-    from openwebtext import outputs
-    from openwebtext.prepare import PrepareOptions, Progress, merge, prepare
+    from openwebtext.prepare import PrepareOptions, Progress, merge, outputs, prepare
 
     corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
     options = PrepareOptions(split="nanogpt", workers=0, val_fraction=0.1)

@@ -29,9 +29,10 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 
 from cloud_servers import REVISION, FakeGCS, FakeHub
-from openwebtext import Corpus, Loader, storage
+from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.ranges import THREADS, RangeReader
+from openwebtext.source import storage
+from openwebtext.source.ranges import THREADS, RangeReader
 from openwebtext.synth import write_corpus
 
 pytest.importorskip("fsspec")

@@ -14,7 +14,7 @@ import pytest
 
 from openwebtext import Loader, StateError
 from openwebtext.options import Options
-from openwebtext.state import SHAPING
+from openwebtext.stream.state import SHAPING
 
 # Options that may change between runs without changing which documents follow, and why.
 # Every other field of Options must be refused on resume: a key dropped from state.SHAPING

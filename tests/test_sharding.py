@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from openwebtext import Corpus, CorpusError, Loader
-from openwebtext.counts import count_documents
 from openwebtext.plan import in_validation, plan
+from openwebtext.stream.counts import count_documents
 from resumable import check_save_load
 
 

@@ -211,7 +211,7 @@ def test_even_sharding_counts_the_corpus_once_in_the_main_process(
     small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dataset_class: str
 ) -> None:
     """DataLoader workers get the counts from the main process instead of each counting."""
-    from openwebtext import counts
+    from openwebtext.stream import counts
 
     corpus = shutil.copytree(small_corpus, tmp_path / "corpus")  # no counts file yet
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))

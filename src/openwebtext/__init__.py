@@ -10,9 +10,8 @@ New code::
 The reference API (``OpenWebTextLoader``, ``shuffle``, ``take``) keeps working.
 """
 
-from .compat import OpenWebTextLoader, shuffle, take
-from .corpus import Corpus, Counts
-from .errors import (
+from openwebtext.compat import OpenWebTextLoader, shuffle, take
+from openwebtext.errors import (
     CorpusError,
     CorruptDocument,
     CorruptMember,
@@ -25,11 +24,12 @@ from .errors import (
     UnknownFormat,
     WorkerError,
 )
-from .index import Unit
-from .loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
-from .options import Options
-from .stream import Mark
-from .tokenizer import Tokenizer, TokenizerError, load_tokenizer
+from openwebtext.index.corpus import Corpus, Counts
+from openwebtext.index.local import Unit
+from openwebtext.loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
+from openwebtext.options import Options
+from openwebtext.stream.stream import Mark
+from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 __version__ = "0.1.0"
 

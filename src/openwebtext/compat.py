@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .corpus import Corpus
-from .loader import DocumentIterator
-from .options import Options
+from openwebtext.index.corpus import Corpus
+from openwebtext.loader import DocumentIterator
+from openwebtext.options import Options
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import OutputError
+from openwebtext.errors import OutputError
 
 __all__ = ["atomic_file", "atomic_write", "output_path"]
 

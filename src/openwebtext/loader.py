@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from .batches import Batches, batches_start
-from .corpus import Corpus
-from .counts import ensure_counts
-from .options import Options
-from .state import check_state
-from .stream import Document, Mark, Stats, Stream, TokenDocument, config_of
-from .tokenizer import Tokenizer, load_tokenizer
+from openwebtext.index.corpus import Corpus
+from openwebtext.options import Options
+from openwebtext.stream.batches import Batches, batches_start
+from openwebtext.stream.counts import ensure_counts
+from openwebtext.stream.state import check_state
+from openwebtext.stream.stream import Document, Mark, Stats, Stream, TokenDocument, config_of
+from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import OWTError
+from openwebtext.errors import OWTError
 
 if TYPE_CHECKING:
     import tiktoken

@@ -5,33 +5,33 @@ one), ``runs`` and ``runner`` (the configurations and rounds, :func:`run_bench`)
 ``summary``, ``machine``, ``report`` and ``chart`` (the outputs), ``cli``.
 """
 
-from .chart import plot as plot
-from .cli import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from .cli import add_parser, main
-from .cli import default_workers as default_workers
-from .common import CEILING as CEILING
-from .common import LOADER as LOADER
-from .common import OK as OK
-from .common import STARTED_ENV as STARTED_ENV
-from .common import TIMEOUT as TIMEOUT
-from .common import VS as VS
-from .common import BenchError
-from .machine import machine_info
-from .process import SAMPLE_SECONDS as SAMPLE_SECONDS
-from .process import Finished as Finished
-from .process import run_child as run_child
-from .report import CSV_COLUMNS as CSV_COLUMNS
-from .report import PLOT_HINT as PLOT_HINT
-from .report import BenchResult
-from .report import summary_text as summary_text
-from .report import table as table
-from .runner import run_bench
-from .runs import Config as Config
-from .runs import Run, Settings
-from .summary import GOOD_ENOUGH as GOOD_ENOUGH
-from .summary import Scaling as Scaling
-from .summary import Summary
-from .summary import recommend as recommend
+from openwebtext.bench.chart import plot as plot
+from openwebtext.bench.cli import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from openwebtext.bench.cli import add_parser, main
+from openwebtext.bench.cli import default_workers as default_workers
+from openwebtext.bench.common import CEILING as CEILING
+from openwebtext.bench.common import LOADER as LOADER
+from openwebtext.bench.common import OK as OK
+from openwebtext.bench.common import STARTED_ENV as STARTED_ENV
+from openwebtext.bench.common import TIMEOUT as TIMEOUT
+from openwebtext.bench.common import VS as VS
+from openwebtext.bench.common import BenchError
+from openwebtext.bench.machine import machine_info
+from openwebtext.bench.process import SAMPLE_SECONDS as SAMPLE_SECONDS
+from openwebtext.bench.process import Finished as Finished
+from openwebtext.bench.process import run_child as run_child
+from openwebtext.bench.report import CSV_COLUMNS as CSV_COLUMNS
+from openwebtext.bench.report import PLOT_HINT as PLOT_HINT
+from openwebtext.bench.report import BenchResult
+from openwebtext.bench.report import summary_text as summary_text
+from openwebtext.bench.report import table as table
+from openwebtext.bench.runner import run_bench
+from openwebtext.bench.runs import Config as Config
+from openwebtext.bench.runs import Run, Settings
+from openwebtext.bench.summary import GOOD_ENOUGH as GOOD_ENOUGH
+from openwebtext.bench.summary import Scaling as Scaling
+from openwebtext.bench.summary import Summary
+from openwebtext.bench.summary import recommend as recommend
 
 __all__ = [
     "BenchError",

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write
-from .common import CEILING, LOADER, TIMEOUT, VS
-from .report import BenchResult, _corpus_name, ceiling_decoders, ceiling_kind
-from .summary import Summary
+from openwebtext.bench.common import CEILING, LOADER, TIMEOUT, VS
+from openwebtext.bench.report import BenchResult, _corpus_name, ceiling_decoders, ceiling_kind
+from openwebtext.bench.summary import Summary
+from openwebtext.files import atomic_write
 
 
 def plot(result: BenchResult, path: Path) -> bool:

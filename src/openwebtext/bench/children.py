@@ -28,12 +28,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import Corpus, Loader, Options, Unit
-from ..formats import XZ, decompress
-from ..plan import plan
-from ..ranges import RangeReader
-from ..storage import Storage, is_url
-from .common import STARTED_ENV, STORAGE_ENV, _now
+from openwebtext import Corpus, Loader, Options, Unit
+from openwebtext.bench.common import STARTED_ENV, STORAGE_ENV, _now
+from openwebtext.formats import XZ, decompress
+from openwebtext.plan import plan
+from openwebtext.source.ranges import RangeReader
+from openwebtext.source.storage import Storage, is_url
 
 
 def _open(args: argparse.Namespace) -> Corpus:

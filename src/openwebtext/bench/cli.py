@@ -8,16 +8,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import OWTError
-from ..cliargs import add_storage_options
-from ..interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from ..interrupts import exit_code, interruptible
-from ..workers import cpu_count
-from .children import _ceiling_one, _run_one
-from .common import BenchError
-from .report import summary_text
-from .runner import run_bench
-from .runs import Settings
+from openwebtext import OWTError
+from openwebtext.bench.children import _ceiling_one, _run_one
+from openwebtext.bench.common import BenchError
+from openwebtext.bench.report import summary_text
+from openwebtext.bench.runner import run_bench
+from openwebtext.bench.runs import Settings
+from openwebtext.engine.pool import cpu_count
+from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from openwebtext.interrupts import exit_code, interruptible
+from openwebtext.source.flags import add_storage_options
 
 
 def _positive_int(text: str) -> int:

@@ -9,9 +9,9 @@ import platform
 from collections.abc import Sequence
 from typing import Any
 
-from .. import __version__
-from ..workers import cpu_count
-from .runs import Run
+from openwebtext import __version__
+from openwebtext.bench.runs import Run
+from openwebtext.engine.pool import cpu_count
 
 
 def cpu_model() -> str:

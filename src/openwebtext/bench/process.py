@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .common import OK, STARTED_ENV, TIMEOUT, _now
+from openwebtext.bench.common import OK, STARTED_ENV, TIMEOUT, _now
 
 #: How often the memory of a running child's process group is sampled.
 SAMPLE_SECONDS = 0.1

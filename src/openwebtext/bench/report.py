@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write
-from ..storage import is_url
-from .common import CEILING, LOADER, TIMEOUT, VS
-from .runs import Run
-from .summary import GOOD_ENOUGH, Scaling, Summary
+from openwebtext.bench.common import CEILING, LOADER, TIMEOUT, VS
+from openwebtext.bench.runs import Run
+from openwebtext.bench.summary import GOOD_ENOUGH, Scaling, Summary
+from openwebtext.files import atomic_write
+from openwebtext.source.storage import is_url
 
 CSV_COLUMNS = (
     "workers",

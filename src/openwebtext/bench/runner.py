@@ -17,18 +17,18 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import Corpus
-from ..files import output_path
-from ..storage import redact, redact_options
-from ..synth import paths_or_default
-from ..workers import cpu_count
-from .chart import plot
-from .common import CEILING, LOADER, OK, STORAGE_ENV, TIMEOUT, VS, BenchError, _now
-from .machine import _conditions, cpu_ticks, machine_info
-from .process import Finished, run_child
-from .report import OUTPUTS, BenchResult, _write_outputs
-from .runs import Config, Run, Settings
-from .summary import Summary, _scaling, _summarise, recommend
+from openwebtext import Corpus
+from openwebtext.bench.chart import plot
+from openwebtext.bench.common import CEILING, LOADER, OK, STORAGE_ENV, TIMEOUT, VS, BenchError, _now
+from openwebtext.bench.machine import _conditions, cpu_ticks, machine_info
+from openwebtext.bench.process import Finished, run_child
+from openwebtext.bench.report import OUTPUTS, BenchResult, _write_outputs
+from openwebtext.bench.runs import Config, Run, Settings
+from openwebtext.bench.summary import Summary, _scaling, _summarise, recommend
+from openwebtext.engine.pool import cpu_count
+from openwebtext.files import output_path
+from openwebtext.source.storage import redact, redact_options
+from openwebtext.synth import paths_or_default
 
 
 def _command(

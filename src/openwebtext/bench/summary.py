@@ -10,8 +10,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .common import CEILING, LOADER, OK, TIMEOUT, VS
-from .runs import Config, Run, Settings
+from openwebtext.bench.common import CEILING, LOADER, OK, TIMEOUT, VS
+from openwebtext.bench.runs import Config, Run, Settings
 
 #: Worker counts within this fraction of the best throughput are "as good".
 GOOD_ENOUGH = 0.05

@@ -14,10 +14,10 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from ..corpus import cache_dir as openwebtext_cache_dir
-from .draw import FloatArray as FloatArray
-from .draw import IntArray as IntArray
-from .pack import (
+from openwebtext.index.corpus import cache_dir as openwebtext_cache_dir
+from openwebtext.synth.draw import FloatArray as FloatArray
+from openwebtext.synth.draw import IntArray as IntArray
+from openwebtext.synth.pack import (
     COMPLETE_MARKER,
     GENERATOR_VERSION,
     SynthReport,
@@ -25,9 +25,9 @@ from .pack import (
     subset_tar_name,
     write_corpus,
 )
-from .pack import TAR_MODE as TAR_MODE
-from .pack import TAR_MTIME as TAR_MTIME
-from .text import generate_document, member_documents
+from openwebtext.synth.pack import TAR_MODE as TAR_MODE
+from openwebtext.synth.pack import TAR_MTIME as TAR_MTIME
+from openwebtext.synth.text import generate_document, member_documents
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -99,7 +99,7 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
     never see a partial corpus.
 
     Args:
-        cache_dir: where to keep it; default :func:`openwebtext.corpus.cache_dir`.
+        cache_dir: where to keep it; default :func:`openwebtext.index.corpus.cache_dir`.
         progress: show a progress bar while generating.
 
     Returns:

@@ -15,8 +15,8 @@ import math
 
 import numpy as np
 
-from .draw import IntArray, _cumulative, _Draw, _normal, _pick, _uniform
-from .words import (
+from openwebtext.synth.draw import IntArray, _cumulative, _Draw, _normal, _pick, _uniform
+from openwebtext.synth.words import (
     _FOOTERS,
     _FOREIGN,
     _HEADERS,

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .draw import FloatArray, IntArray, _cumulative, _Draw, _pick, _uniform
+from openwebtext.synth.draw import FloatArray, IntArray, _cumulative, _Draw, _pick, _uniform
 
 
 def _words(text: str) -> tuple[str, ...]:

@@ -18,22 +18,22 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from .errors import (
+from openwebtext.errors import (
     CorruptDocument,
     CorruptMember,
     MemberTooLarge,
     TruncatedMember,
     UnknownFormat,
 )
-from .formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
-from .index import Unit
-from .plan import Split, in_validation
-from .ranges import RangeReader
-from .storage import Storage, is_url
-from .tarwalk import TarFormatError, walk
+from openwebtext.formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
+from openwebtext.index.local import Unit
+from openwebtext.plan import Split, in_validation
+from openwebtext.source.ranges import RangeReader
+from openwebtext.source.storage import Storage, is_url
+from openwebtext.tarwalk import TarFormatError, walk
 
 if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+    from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["Encoded", "Member", "Reader", "Split", "encode_member", "nanogpt_text"]
 

@@ -8,12 +8,12 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .corpus import Corpus, Counts, split_key
-from .errors import CorpusError, OWTError, TruncatedMember
-from .index import Unit
-from .options import Options
-from .plan import in_validation
-from .workers import Loaded, PoolOptions, open_pool
+from openwebtext.engine.pool import Loaded, PoolOptions, open_pool
+from openwebtext.errors import CorpusError, OWTError, TruncatedMember
+from openwebtext.index.corpus import Corpus, Counts, split_key
+from openwebtext.index.local import Unit
+from openwebtext.options import Options
+from openwebtext.plan import in_validation
 
 __all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
 

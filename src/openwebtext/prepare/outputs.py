@@ -30,8 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from . import storage
-from .workdir import PrepareError
+from openwebtext.prepare.workdir import PrepareError
+from openwebtext.source import storage
 
 __all__ = [
     "Location",

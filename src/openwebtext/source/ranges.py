@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from .errors import CorruptMember
-from .index import Unit
-from .membercache import MemberCache
-from .storage import Storage, fetch, identity, is_url, placed, resolve
+from openwebtext.errors import CorruptMember
+from openwebtext.index.local import Unit
+from openwebtext.source.membercache import MemberCache
+from openwebtext.source.storage import Storage, fetch, identity, is_url, placed, resolve
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "RangeReader"]
 

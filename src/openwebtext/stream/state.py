@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .errors import StateError
-from .options import SHAPING, Options
+from openwebtext.errors import StateError
+from openwebtext.options import SHAPING, Options
 
 __all__ = [
     "STATE_FORMAT",

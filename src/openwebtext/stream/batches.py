@@ -22,9 +22,9 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import DTypeLike
 
-from .errors import StateError
-from .stream import Mark, Stats, TokenDocument
-from .tokenizer import Tokenizer
+from openwebtext.errors import StateError
+from openwebtext.stream.stream import Mark, Stats, TokenDocument
+from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start"]
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import storage
-from .errors import CorpusError, OutputError
-from .files import atomic_write
-from .index import Unit, index_inputs
-from .inputs import file_version
-from .storage import Storage
+from openwebtext.errors import CorpusError, OutputError
+from openwebtext.files import atomic_write
+from openwebtext.index.inputs import file_version
+from openwebtext.index.local import Unit, index_inputs
+from openwebtext.source import storage
+from openwebtext.source.storage import Storage
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "cache_dir", "split_key"]
 
@@ -93,7 +93,7 @@ class Corpus:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_size: int | None = None,
     ) -> Corpus:
-        """Index paths, folders or glob patterns (see ``openwebtext.index``).
+        """Index paths, folders or glob patterns (see ``openwebtext.index.local``).
 
         Args:
             paths: Local paths, or fsspec URLs (``s3://``, ``gs://``, ``https://``,

@@ -9,7 +9,7 @@ Accepted inputs (paths, folders or glob patterns):
   (``urlsf_subsetNN.tar``, or ``openwebtext.tar`` after ``xz -d``);
 - a compressed inner member on its own (``urlsf_subset00-1_data.xz``);
 - a plain tar of documents (an inner tar that was never compressed);
-- a folder or a glob pattern of any of these (see ``openwebtext.inputs``: other
+- a folder or a glob pattern of any of these (see ``openwebtext.index.inputs``: other
   files there, such as README.md or checksums, are left out and mentioned).
 """
 
@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from .errors import CorpusError, UnknownFormat
-from .formats import MAGIC_BYTES, TAR, detect, is_empty_tar
-from .inputs import find_files
-from .storage import Storage, is_url
+from openwebtext.errors import CorpusError, UnknownFormat
+from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
+from openwebtext.index.inputs import find_files
+from openwebtext.source.storage import Storage, is_url
 
 __all__ = [
     "Indexed",
@@ -195,7 +195,7 @@ def index_inputs(
     """Index every file named by ``paths`` (files, folders, globs, URLs), in order.
 
     Args:
-        paths: What to index: local paths, or fsspec URLs (``openwebtext.remote``).
+        paths: What to index: local paths, or fsspec URLs (``openwebtext.index.remote``).
         on_error: ``raise``: the first bad file is an error; ``skip`` or
             ``warn``: bad files are left out and listed in ``skipped``.
         storage: What URLs are read with (None: the process's default).
@@ -209,7 +209,7 @@ def index_inputs(
         if local:
             _index_local(list(group), on_error, indexed)
             continue
-        from .remote import index_url  # remote builds on this module's tar walk
+        from openwebtext.index.remote import index_url  # remote builds on this module's tar walk
 
         for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
             try:

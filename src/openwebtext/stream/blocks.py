@@ -22,8 +22,8 @@ import os
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
-from .index import Unit
-from .workers import Loaded
+from openwebtext.engine.pool import Loaded
+from openwebtext.index.local import Unit
 
 __all__ = ["HOLD_UNITS", "Block", "Slots", "gather"]
 

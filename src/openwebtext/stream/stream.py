@@ -23,12 +23,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from . import blocks
-from .corpus import Corpus
-from .counts import ExpectedCounts
-from .errors import CorpusError, OWTError, StateError, TooManyErrors, TruncatedMember
-from .options import Options
-from .plan import (
+from openwebtext.engine.pool import Loaded, Pool, PoolOptions, open_pool
+from openwebtext.errors import CorpusError, OWTError, StateError, TooManyErrors, TruncatedMember
+from openwebtext.index.corpus import Corpus
+from openwebtext.options import Options
+from openwebtext.plan import (
     DOCUMENTS,
     Split,
     block_stop,
@@ -38,9 +37,10 @@ from .plan import (
     permutation,
     plan,
 )
-from .state import STATE_FORMAT, Counters, Stats, check_state, stream_config
-from .tokenizer import Tokenizer
-from .workers import Loaded, Pool, PoolOptions, open_pool
+from openwebtext.stream import blocks
+from openwebtext.stream.counts import ExpectedCounts
+from openwebtext.stream.state import STATE_FORMAT, Counters, Stats, check_state, stream_config
+from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
     "Document",

@@ -11,7 +11,7 @@ import argparse
 import json
 from typing import Any
 
-from .membercache import parse_size
+from openwebtext.source.membercache import parse_size
 
 __all__ = [
     "add_storage_option",

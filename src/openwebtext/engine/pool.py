@@ -47,13 +47,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, NamedTuple, Protocol
 
-from .errors import OWTError, WorkerError
-from .index import Unit
-from .options import Options
-from .read import Member, Reader, Split, encode_member
-from .storage import Storage
-from .tasks import Done, Failed, Request, Task, Tasks, failed, failure
-from .tokenizer import Tokenizer
+from openwebtext.engine.read import Member, Reader, Split, encode_member
+from openwebtext.engine.tasks import Done, Failed, Request, Task, Tasks, failed, failure
+from openwebtext.errors import OWTError, WorkerError
+from openwebtext.index.local import Unit
+from openwebtext.options import Options
+from openwebtext.source.storage import Storage
+from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
     "SLOT_BYTES",

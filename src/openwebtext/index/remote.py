@@ -24,11 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .errors import OutputError, UnknownFormat
-from .files import atomic_write
-from .formats import MAGIC_BYTES, TAR, detect
-from .index import _KNOWN, Unit, _index_outer_tar
-from .storage import (
+from openwebtext.errors import OutputError, UnknownFormat
+from openwebtext.files import atomic_write
+from openwebtext.formats import MAGIC_BYTES, TAR, detect
+from openwebtext.index.local import _KNOWN, Unit, _index_outer_tar
+from openwebtext.source.storage import (
     FileInfo,
     RangeFile,
     Storage,
@@ -47,7 +47,7 @@ INDEX_THREADS = 32  # one per file for OpenWebText's 21 subset tars
 
 
 def _cache_root() -> Path:
-    from .corpus import cache_dir  # the one definition of the cache folder
+    from openwebtext.index.corpus import cache_dir  # the one definition of the cache folder
 
     return cache_dir() / "remote-index"
 

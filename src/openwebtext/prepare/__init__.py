@@ -46,15 +46,15 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from . import outputs
-from .corpus import Corpus
-from .errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
-from .options import ErrorPolicy
-from .plan import in_validation, plan
-from .storage import Storage
-from .tokenizer import Tokenizer, load_tokenizer
-from .workdir import PrepareError, Workdir, sha256_file
-from .workers import Loaded, Pool, PoolOptions, open_pool
+from openwebtext.engine.pool import Loaded, Pool, PoolOptions, open_pool
+from openwebtext.errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
+from openwebtext.index.corpus import Corpus
+from openwebtext.options import ErrorPolicy
+from openwebtext.plan import in_validation, plan
+from openwebtext.prepare import outputs
+from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
+from openwebtext.source.storage import Storage
+from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "FORMAT",

@@ -13,19 +13,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import bench, interrupts, storage
-from .cliargs import add_storage_option, add_storage_options, storage_kwargs
-from .corpus import Corpus
-from .errors import OutputError, OWTError, StateError, TruncatedMember
-from .files import atomic_write, output_path
-from .interrupts import EXIT_INTERRUPTED
-from .loader import Document, DocumentIterator, Stats
-from .options import SHAPING, Options
-from .prepare import Progress, Report
-from .state import load_state, resume_options
-from .stream import Mark
-from .synth import paths_or_default
-from .workers import cpu_count
+from openwebtext import bench, interrupts
+from openwebtext.engine.pool import cpu_count
+from openwebtext.errors import OutputError, OWTError, StateError, TruncatedMember
+from openwebtext.files import atomic_write, output_path
+from openwebtext.index.corpus import Corpus
+from openwebtext.interrupts import EXIT_INTERRUPTED
+from openwebtext.loader import Document, DocumentIterator, Stats
+from openwebtext.options import SHAPING, Options
+from openwebtext.prepare import Progress, Report
+from openwebtext.source import storage
+from openwebtext.source.flags import add_storage_option, add_storage_options, storage_kwargs
+from openwebtext.stream.state import load_state, resume_options
+from openwebtext.stream.stream import Mark
+from openwebtext.synth import paths_or_default
 
 __all__ = ["main"]
 
@@ -267,7 +268,7 @@ def _stream(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .counts import count_documents
+    from openwebtext.stream.counts import count_documents
 
     corpus = _open_corpus(args)
     if corpus.counts is not None and not args.force:
@@ -380,7 +381,7 @@ def _print_prepared(report: Report, seconds: float) -> None:
 
 def _tokenize(args: argparse.Namespace) -> int:
     """Write nanoGPT-style ``train.bin`` / ``val.bin`` (see ``openwebtext.prepare``)."""
-    from .prepare import PrepareOptions, prepare
+    from openwebtext.prepare import PrepareOptions, prepare
 
     options = PrepareOptions(
         split=args.split,
@@ -433,7 +434,7 @@ def _tokenize_on_ray(
     update: Callable[[Progress], None],
 ) -> Report:
     """``--engine ray``: slices as Ray tasks, then the merge (see ``openwebtext.ray``)."""
-    from .ray import tokenize
+    from openwebtext.ray import tokenize
 
     if shard is not None:
         raise ValueError("--shard is for the local engine: --engine ray makes its own slices")
@@ -453,7 +454,7 @@ def _tokenize_on_ray(
 
 def _merge(args: argparse.Namespace) -> int:
     """Join the slices of ``owt tokenize --shard i/n`` (see ``openwebtext.prepare.merge``)."""
-    from .prepare import merge
+    from openwebtext.prepare import merge
 
     if args.storage_options:
         storage.configure(dict(args.storage_options))
@@ -471,7 +472,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _synth(args: argparse.Namespace) -> int:
-    from .synth import write_corpus
+    from openwebtext.synth import write_corpus
 
     report = write_corpus(
         Path(args.out),

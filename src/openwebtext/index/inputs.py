@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import CorpusError
-from .formats import MAGIC_BYTES, detect, is_empty_tar
-from .storage import Storage, identity, is_url
+from openwebtext.errors import CorpusError
+from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
+from openwebtext.source.storage import Storage, identity, is_url
 
 __all__ = ["Found", "expand_paths", "file_version", "find_files"]
 

@@ -48,10 +48,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
-from .errors import CorpusError, CorruptMember
+from openwebtext.errors import CorpusError, CorruptMember
 
 if TYPE_CHECKING:
-    from .hub import Resolved
+    from openwebtext.source.hub import Resolved
 
 __all__ = [
     "REMOTE_EXTRA",
@@ -507,7 +507,9 @@ def fetch(
 
     call = through_fs
     if protocol(real) == "hf":
-        from .hub import hub_read  # the Hub's own read path (it builds on this module)
+        from openwebtext.source.hub import (
+            hub_read,  # the Hub's own read path (it builds on this module)
+        )
 
         store = resolve(storage)
         known = identity(url, store)

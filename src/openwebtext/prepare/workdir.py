@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import OWTError
+from openwebtext.errors import OWTError
 
 __all__ = ["PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 

@@ -37,14 +37,22 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .corpus import Corpus
-from .errors import CorpusError, OWTError, TooManyErrors
-from .index import Unit
-from .options import ErrorPolicy
-from .outputs import Location, join, location, read_json, remove
-from .prepare import PrepareOptions, Progress, Report, finished, merge, prepare, unit_order
-from .storage import Storage
-from .tokenizer import Tokenizer, load_tokenizer
+from openwebtext.errors import CorpusError, OWTError, TooManyErrors
+from openwebtext.index.corpus import Corpus
+from openwebtext.index.local import Unit
+from openwebtext.options import ErrorPolicy
+from openwebtext.prepare import (
+    PrepareOptions,
+    Progress,
+    Report,
+    finished,
+    merge,
+    prepare,
+    unit_order,
+)
+from openwebtext.prepare.outputs import Location, join, location, read_json, remove
+from openwebtext.source.storage import Storage
+from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
     "EXTRA",
@@ -165,7 +173,7 @@ def _auth_environment(values: dict[str, str | None]) -> None:
         else:
             os.environ[key] = value
     with contextlib.suppress(ImportError, AttributeError):
-        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined,unused-ignore]
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
@@ -222,7 +230,7 @@ def _configure_storage(storage_options: dict[str, Any] | None) -> None:
     """
     if storage_options is None or _configured[0] == storage_options:
         return
-    from . import storage
+    from openwebtext.source import storage
 
     storage.configure(storage_options)
     _configured[0] = dict(storage_options)
@@ -440,7 +448,7 @@ class _ReadGroup:
     def __call__(self, batch: dict[str, Any]) -> Any:
         import pyarrow as pa
 
-        from .read import Reader
+        from openwebtext.engine.read import Reader
 
         _configure_storage(self.storage_options)
         tokenizer = self.tokenizer
@@ -472,7 +480,7 @@ class _ReadGroup:
         columns: dict[str, list[Any]],
         skipped: list[str],
     ) -> None:
-        from .read import encode_member
+        from openwebtext.engine.read import encode_member
 
         try:
             member = reader.read(unit)

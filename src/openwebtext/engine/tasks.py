@@ -43,8 +43,8 @@ import heapq
 import traceback
 from typing import NamedTuple
 
-from .errors import CorruptMember, OWTError, WorkerError
-from .index import Unit
+from openwebtext.errors import CorruptMember, OWTError, WorkerError
+from openwebtext.index.local import Unit
 
 __all__ = [
     "Done",

@@ -25,7 +25,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import NamedTuple, TypeGuard
 
-from .storage import (
+from openwebtext.source.storage import (
     FileInfo,
     HTTPStatus,
     ShortRead,
