@@ -43,7 +43,7 @@ from typing import Any
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus, Document, Loader, Options
-from openwebtext.engine.read import Reader
+from openwebtext.engine import Reader
 from openwebtext.plan import DOCUMENTS, UNITS, permutation
 
 KINDS = ("loader", "loader-touch", "floor-str", "floor-decode-warm")

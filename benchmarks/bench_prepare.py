@@ -38,7 +38,7 @@ from typing import Any
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus
-from openwebtext.engine.read import Reader
+from openwebtext.engine import Reader
 from openwebtext.prepare import PrepareOptions, prepare
 from openwebtext.tokenizer import load_tokenizer
 

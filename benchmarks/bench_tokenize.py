@@ -47,7 +47,7 @@ from typing import Any
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
 from openwebtext import Corpus, Loader, Options, Unit
-from openwebtext.engine.read import Reader
+from openwebtext.engine import Reader
 from openwebtext.plan import plan
 from openwebtext.tokenizer import load_tokenizer
 

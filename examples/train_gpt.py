@@ -142,10 +142,10 @@ def save_atomically(state: dict[str, Any], path: Path) -> None:
 
 def small_corpus() -> str:
     """The generated corpus used without CORPUS: 1 subset x 16 members x 200 documents."""
-    from openwebtext.index.corpus import cache_dir
+    from openwebtext.files import cache_root
     from openwebtext.synth import COMPLETE_MARKER, corpus_dirname, write_corpus
 
-    path = cache_dir() / corpus_dirname(1, 16, 200, 0)
+    path = cache_root() / corpus_dirname(1, 16, 200, 0)
     if not (path / COMPLETE_MARKER).is_file():
         print(f"generating a small corpus in {path} ...", flush=True)
         write_corpus(path, subsets=1, members=16, docs=200, seed=0)

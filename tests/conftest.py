@@ -21,7 +21,7 @@ import pytest
 from hypothesis import Phase, settings
 
 from openwebtext import Corpus
-from openwebtext.stream.counts import count_documents
+from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
 from support import plain_read
 

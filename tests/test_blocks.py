@@ -7,10 +7,9 @@ from collections.abc import Generator, Sequence
 import numpy as np
 import pytest
 
-from openwebtext.engine.pool import Loaded
-from openwebtext.index.local import Unit
-from openwebtext.stream import blocks
-from openwebtext.stream.blocks import Block, gather
+from openwebtext.engine import Loaded
+from openwebtext.records import Unit
+from openwebtext.stream import Block, blocks, gather
 
 UNITS = tuple(
     Unit(f"/c/s{u // 4}.tar", f"s{u // 4}-{u}_data.xz", 0, 1, "xz", f"s{u // 4}", u % 4)

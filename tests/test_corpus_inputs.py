@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus, CorpusError, Loader, UnknownFormat
-from openwebtext.stream.counts import count_documents
+from openwebtext.stream import count_documents
 from support import (
     docs_before_cut,
     inner_tar,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from openwebtext import CorruptDocument, CorruptMember, Loader, TooManyErrors, WorkerError
-from openwebtext.engine.read import Member, Reader
-from openwebtext.index.local import Unit
+from openwebtext.engine import Member, Reader
+from openwebtext.records import Unit
 from support import (
     child_pids,
     damage,

@@ -11,9 +11,9 @@ import pytest
 
 import openwebtext
 from openwebtext import Corpus, Document, Loader, Options, WorkerError
-from openwebtext.engine.pool import Loaded, PoolOptions, WorkerPool
-from openwebtext.index.local import Unit
+from openwebtext.engine import Loaded, PoolOptions, WorkerPool
 from openwebtext.plan import in_validation
+from openwebtext.records import Unit
 from openwebtext.stream import blocks
 from support import child_pids
 

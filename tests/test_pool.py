@@ -23,10 +23,19 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus, CorruptMember, Loader, WorkerError
-from openwebtext.engine.pool import InlinePool, Loaded, Pool, PoolOptions, WorkerPool, open_pool
-from openwebtext.engine.read import Member, Reader
-from openwebtext.engine.tasks import State, WorkerTraceback
-from openwebtext.index.local import Unit
+from openwebtext.engine import (
+    InlinePool,
+    Loaded,
+    Member,
+    Pool,
+    PoolOptions,
+    Reader,
+    State,
+    WorkerPool,
+    WorkerTraceback,
+    open_pool,
+)
+from openwebtext.records import Unit
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 from support import child_pids, damage, member_offset, read_members
 

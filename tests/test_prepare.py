@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Corpus
-from openwebtext.engine.read import nanogpt_text
+from openwebtext.engine import nanogpt_text
 from openwebtext.prepare import PrepareError, PrepareOptions, Progress, merge, prepare
 from openwebtext.prepare.workdir import PROGRESS
 from openwebtext.synth import write_corpus

@@ -64,9 +64,9 @@ from openwebtext import (
     WorkerError,
 )
 from openwebtext import cli as owt_cli
-from openwebtext.engine.read import Member, Reader
-from openwebtext.index.local import Unit
-from openwebtext.stream.counts import ensure_counts
+from openwebtext.engine import Member, Reader
+from openwebtext.records import Unit
+from openwebtext.stream import ensure_counts
 from support import (
     child_pids,
     corrupt_member,

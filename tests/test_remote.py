@@ -21,13 +21,10 @@ import pytest
 
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.index import remote
-from openwebtext.index.local import Unit
-from openwebtext.index.remote import cache_path
+from openwebtext.index import cache_path, remote
 from openwebtext.prepare.workdir import PrepareError
-from openwebtext.source import storage
-from openwebtext.source.membercache import MemberCache, parse_size
-from openwebtext.source.ranges import RangeReader
+from openwebtext.records import Unit
+from openwebtext.source import MemberCache, RangeReader, parse_size, storage
 from openwebtext.synth import write_corpus
 from remote_servers import RangeServer
 from support import local_files, s3_objects

@@ -31,8 +31,7 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 from cloud_servers import REVISION, FakeGCS, FakeHub
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.source import storage
-from openwebtext.source.ranges import THREADS, RangeReader
+from openwebtext.source import THREADS, RangeReader, storage
 from openwebtext.synth import write_corpus
 
 pytest.importorskip("fsspec")

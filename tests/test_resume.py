@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from openwebtext import Loader, Options, StateError
 from openwebtext.options import SHAPING
-from openwebtext.stream.state import resume_options
+from openwebtext.stream import resume_options
 from resumable import Start, check_save_load
 from resumable import run as run_subject
 

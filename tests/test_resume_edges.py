@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Loader, StateError
-from openwebtext.options import Options
-from openwebtext.stream.state import SHAPING
+from openwebtext.options import SHAPING, Options
 
 # Options that may change between runs without changing which documents follow, and why.
 # Every other field of Options must be refused on resume: a key dropped from state.SHAPING

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from openwebtext import Corpus, CorpusError, Loader
 from openwebtext.plan import in_validation, plan
-from openwebtext.stream.counts import count_documents
+from openwebtext.stream import count_documents
 from resumable import check_save_load
 
 

@@ -11,8 +11,8 @@ import traceback
 import pytest
 
 from openwebtext import CorruptDocument, CorruptMember, WorkerError
-from openwebtext.engine.tasks import Done, Failed, Request, State, Tasks, WorkerTraceback, failed
-from openwebtext.index.local import Unit
+from openwebtext.engine import Done, Failed, Request, State, Tasks, WorkerTraceback, failed
+from openwebtext.records import Unit
 
 SENT, QUEUED, DONE, HELD, ABANDONED = State
 UNIT = Unit("/data/urlsf_subset00.tar", "urlsf_subset00-7_data.xz", 512, 100, "xz", "s", 6)

@@ -24,11 +24,11 @@ from openwebtext.errors import (
     UnknownFormat,
     WorkerError,
 )
-from openwebtext.index.corpus import Corpus, Counts
-from openwebtext.index.local import Unit
+from openwebtext.index import Corpus, Counts
 from openwebtext.loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
 from openwebtext.options import Options
-from openwebtext.stream.stream import Mark
+from openwebtext.records import Unit
+from openwebtext.stream import Mark
 from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 __version__ = "0.1.0"

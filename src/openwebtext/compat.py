@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from openwebtext.index.corpus import Corpus
+from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
 from openwebtext.options import Options
 

@@ -22,7 +22,12 @@ from typing import BinaryIO
 
 from openwebtext.errors import OutputError
 
-__all__ = ["atomic_file", "atomic_write", "output_path"]
+__all__ = ["atomic_file", "atomic_write", "cache_root", "output_path"]
+
+
+def cache_root() -> Path:
+    """Where openwebtext caches things: ``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``."""
+    return Path(os.environ.get("OWT_CACHE_DIR") or Path.home() / ".cache" / "openwebtext")
 
 
 def output_path(path: str | os.PathLike[str]) -> Path:

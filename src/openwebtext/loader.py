@@ -17,12 +17,19 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from openwebtext.index.corpus import Corpus
+from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.stream.batches import Batches, batches_start
-from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.state import check_state
-from openwebtext.stream.stream import Document, Mark, Stats, Stream, TokenDocument, config_of
+from openwebtext.records import Document, TokenDocument
+from openwebtext.stream import (
+    Batches,
+    Mark,
+    Stats,
+    Stream,
+    batches_start,
+    check_state,
+    config_of,
+    ensure_counts,
+)
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]

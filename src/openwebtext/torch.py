@@ -36,10 +36,10 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError("openwebtext.torch needs PyTorch: pip install 'openwebtext[torch]'") from exc
 
-from openwebtext.index.corpus import Corpus
+from openwebtext.index import Corpus
 from openwebtext.loader import Batches, Document, DocumentIterator, Loader
 from openwebtext.options import Options
-from openwebtext.stream.counts import ensure_counts
+from openwebtext.stream import ensure_counts
 
 __all__ = ["OpenWebTextDataset", "PackedBatchDataset"]
 

@@ -32,8 +32,7 @@ from openwebtext import Corpus, Loader, Options, Unit
 from openwebtext.bench.common import STARTED_ENV, STORAGE_ENV, _now
 from openwebtext.formats import XZ, decompress
 from openwebtext.plan import plan
-from openwebtext.source.ranges import RangeReader
-from openwebtext.source.storage import Storage, is_url
+from openwebtext.source import RangeReader, Storage, is_url
 
 
 def _open(args: argparse.Namespace) -> Corpus:

@@ -14,10 +14,10 @@ from openwebtext.bench.common import BenchError
 from openwebtext.bench.report import summary_text
 from openwebtext.bench.runner import run_bench
 from openwebtext.bench.runs import Settings
-from openwebtext.engine.pool import cpu_count
+from openwebtext.engine import cpu_count
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from openwebtext.interrupts import exit_code, interruptible
-from openwebtext.source.flags import add_storage_options
+from openwebtext.source import add_storage_options
 
 
 def _positive_int(text: str) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 from openwebtext import __version__
 from openwebtext.bench.runs import Run
-from openwebtext.engine.pool import cpu_count
+from openwebtext.engine import cpu_count
 
 
 def cpu_model() -> str:

@@ -16,7 +16,7 @@ from openwebtext.bench.common import CEILING, LOADER, TIMEOUT, VS
 from openwebtext.bench.runs import Run
 from openwebtext.bench.summary import GOOD_ENOUGH, Scaling, Summary
 from openwebtext.files import atomic_write
-from openwebtext.source.storage import is_url
+from openwebtext.source import is_url
 
 CSV_COLUMNS = (
     "workers",

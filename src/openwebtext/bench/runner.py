@@ -25,9 +25,9 @@ from openwebtext.bench.process import Finished, run_child
 from openwebtext.bench.report import OUTPUTS, BenchResult, _write_outputs
 from openwebtext.bench.runs import Config, Run, Settings
 from openwebtext.bench.summary import Summary, _scaling, _summarise, recommend
-from openwebtext.engine.pool import cpu_count
+from openwebtext.engine import cpu_count
 from openwebtext.files import output_path
-from openwebtext.source.storage import redact, redact_options
+from openwebtext.source import redact, redact_options
 from openwebtext.synth import paths_or_default
 
 

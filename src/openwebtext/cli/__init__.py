@@ -14,18 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from openwebtext import bench, interrupts
-from openwebtext.engine.pool import cpu_count
+from openwebtext.engine import cpu_count
 from openwebtext.errors import OutputError, OWTError, StateError, TruncatedMember
 from openwebtext.files import atomic_write, output_path
-from openwebtext.index.corpus import Corpus
+from openwebtext.index import Corpus
 from openwebtext.interrupts import EXIT_INTERRUPTED
 from openwebtext.loader import Document, DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
 from openwebtext.prepare import Progress, Report
-from openwebtext.source import storage
-from openwebtext.source.flags import add_storage_option, add_storage_options, storage_kwargs
-from openwebtext.stream.state import load_state, resume_options
-from openwebtext.stream.stream import Mark
+from openwebtext.source import add_storage_option, add_storage_options, storage, storage_kwargs
+from openwebtext.stream import Mark, load_state, resume_options
 from openwebtext.synth import paths_or_default
 
 __all__ = ["main"]
@@ -268,7 +266,7 @@ def _stream(args: argparse.Namespace) -> int:
 def _index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from openwebtext.stream.counts import count_documents
+    from openwebtext.stream import count_documents
 
     corpus = _open_corpus(args)
     if corpus.counts is not None and not args.force:

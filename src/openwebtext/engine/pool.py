@@ -50,9 +50,9 @@ from typing import Any, NamedTuple, Protocol
 from openwebtext.engine.read import Member, Reader, Split, encode_member
 from openwebtext.engine.tasks import Done, Failed, Request, Task, Tasks, failed, failure
 from openwebtext.errors import OWTError, WorkerError
-from openwebtext.index.local import Unit
 from openwebtext.options import Options
-from openwebtext.source.storage import Storage
+from openwebtext.records import Unit
+from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [

@@ -26,10 +26,9 @@ from openwebtext.errors import (
     UnknownFormat,
 )
 from openwebtext.formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
-from openwebtext.index.local import Unit
 from openwebtext.plan import Split, in_validation
-from openwebtext.source.ranges import RangeReader
-from openwebtext.source.storage import Storage, is_url
+from openwebtext.records import Unit
+from openwebtext.source import RangeReader, Storage, is_url
 from openwebtext.tarwalk import TarFormatError, walk
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ import traceback
 from typing import NamedTuple
 
 from openwebtext.errors import CorruptMember, OWTError, WorkerError
-from openwebtext.index.local import Unit
+from openwebtext.records import Unit
 
 __all__ = [
     "Done",

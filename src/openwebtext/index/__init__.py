@@ -1,1 +1,17 @@
-"""index"""
+"""What the units are: inputs (dataset folders, patterns), the outer-tar walk, local and
+remote indexing, and ``Corpus`` with its counts file.
+
+Rule: imports the leaves and ``openwebtext.source``; nothing above.
+"""
+
+from __future__ import annotations
+
+from openwebtext.index.corpus import Corpus, Counts, split_key
+from openwebtext.index.remote import cache_path
+
+__all__ = [
+    "Corpus",
+    "Counts",
+    "cache_path",
+    "split_key",
+]

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from openwebtext.errors import CorpusError, OutputError
-from openwebtext.files import atomic_write
+from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.inputs import file_version
-from openwebtext.index.local import Unit, index_inputs
-from openwebtext.source import storage
-from openwebtext.source.storage import Storage
+from openwebtext.index.local import index_inputs
+from openwebtext.records import Unit
+from openwebtext.source import Storage, storage
 
-__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "cache_dir", "split_key"]
+__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "split_key"]
 
 #: /2: the counts carry the files' ``version`` (size and mtime), so a changed file makes
 #: them stale; /1 files are treated as absent.
@@ -36,9 +36,6 @@ log = logging.getLogger("openwebtext")
 PathLike = str | os.PathLike[str]
 
 
-def cache_dir() -> Path:
-    """Where openwebtext caches things: ``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``."""
-    return Path(os.environ.get("OWT_CACHE_DIR") or Path.home() / ".cache" / "openwebtext")
 
 
 def split_key(fraction: float, seed: int) -> str:
@@ -156,7 +153,7 @@ class Corpus:
     def counts_paths(self) -> list[Path]:
         """Where the counts file is looked for, in order (beside the corpus, then the cache)."""
         name = f".owt-counts-{self.fingerprint()}.json"
-        cached = cache_dir() / "counts" / name[1:]
+        cached = cache_root() / "counts" / name[1:]
         if storage.is_url(self.units[0].path):  # never written beside a remote corpus
             return [cached]
         return [Path(self.units[0].path).parent / name, cached]

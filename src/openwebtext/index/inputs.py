@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
-from openwebtext.source.storage import Storage, identity, is_url
+from openwebtext.source import Storage, identity, is_url
 
 __all__ = ["Found", "expand_paths", "file_version", "find_files"]
 

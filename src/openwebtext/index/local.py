@@ -26,11 +26,11 @@ from typing import BinaryIO, NamedTuple
 from openwebtext.errors import CorpusError, UnknownFormat
 from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.index.inputs import find_files
-from openwebtext.source.storage import Storage, is_url
+from openwebtext.records import Unit
+from openwebtext.source import Storage, is_url
 
 __all__ = [
     "Indexed",
-    "Unit",
     "index_file",
     "index_file_before_damage",
     "index_inputs",
@@ -42,21 +42,6 @@ log = logging.getLogger("openwebtext")
 _KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
 
 
-class Unit(NamedTuple):
-    """One unit of work: an inner member, located by byte offset in its file."""
-
-    path: str
-    """The file that holds the member."""
-    member: str
-    """The member's name inside ``path`` (the file's own name for a bare member)."""
-    offset: int
-    size: int
-    kind: str
-    """The member's format: ``xz``, ``gzip``, ``bzip2``, ``zstd`` or ``tar``."""
-    subset: str
-    """The file's name without its suffix, e.g. ``urlsf_subset00``."""
-    member_index: int
-    """Index of the member within its file (``i`` of the reference API)."""
 
 
 def _head(f: BinaryIO, offset: int) -> bytes:

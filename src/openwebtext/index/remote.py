@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from openwebtext.errors import OutputError, UnknownFormat
-from openwebtext.files import atomic_write
+from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import MAGIC_BYTES, TAR, detect
-from openwebtext.index.local import _KNOWN, Unit, _index_outer_tar
-from openwebtext.source.storage import (
+from openwebtext.index.local import _KNOWN, _index_outer_tar
+from openwebtext.records import Unit
+from openwebtext.source import (
     FileInfo,
     RangeFile,
     Storage,
@@ -47,9 +48,7 @@ INDEX_THREADS = 32  # one per file for OpenWebText's 21 subset tars
 
 
 def _cache_root() -> Path:
-    from openwebtext.index.corpus import cache_dir  # the one definition of the cache folder
-
-    return cache_dir() / "remote-index"
+    return cache_root() / "remote-index"
 
 
 def cache_path(url: str, place: str = "") -> Path:

@@ -46,14 +46,14 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from openwebtext.engine.pool import Loaded, Pool, PoolOptions, open_pool
+from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
 from openwebtext.errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
-from openwebtext.index.corpus import Corpus
+from openwebtext.index import Corpus
 from openwebtext.options import ErrorPolicy
 from openwebtext.plan import in_validation, plan
 from openwebtext.prepare import outputs
 from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
-from openwebtext.source.storage import Storage
+from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [

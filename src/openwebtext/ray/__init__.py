@@ -38,8 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from openwebtext.errors import CorpusError, OWTError, TooManyErrors
-from openwebtext.index.corpus import Corpus
-from openwebtext.index.local import Unit
+from openwebtext.index import Corpus
 from openwebtext.options import ErrorPolicy
 from openwebtext.prepare import (
     PrepareOptions,
@@ -51,7 +50,8 @@ from openwebtext.prepare import (
     unit_order,
 )
 from openwebtext.prepare.outputs import Location, join, location, read_json, remove
-from openwebtext.source.storage import Storage
+from openwebtext.records import Unit
+from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
@@ -448,7 +448,7 @@ class _ReadGroup:
     def __call__(self, batch: dict[str, Any]) -> Any:
         import pyarrow as pa
 
-        from openwebtext.engine.read import Reader
+        from openwebtext.engine import Reader
 
         _configure_storage(self.storage_options)
         tokenizer = self.tokenizer
@@ -480,7 +480,7 @@ class _ReadGroup:
         columns: dict[str, list[Any]],
         skipped: list[str],
     ) -> None:
-        from openwebtext.engine.read import encode_member
+        from openwebtext.engine import encode_member
 
         try:
             member = reader.read(unit)

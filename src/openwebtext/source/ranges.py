@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from openwebtext.errors import CorruptMember
-from openwebtext.index.local import Unit
+from openwebtext.records import Unit
 from openwebtext.source.membercache import MemberCache
 from openwebtext.source.storage import Storage, fetch, identity, is_url, placed, resolve
 

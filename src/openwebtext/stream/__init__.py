@@ -1,1 +1,30 @@
-"""stream"""
+"""The running stream: blocks, state, ``Stream``, counting for even sharding, and packed
+``Batches``.
+
+Rule: imports the leaves, ``source``, ``index`` and ``engine``; never ``prepare`` (its
+sibling).
+"""
+
+from __future__ import annotations
+
+from openwebtext.stream.batches import Batches, batches_start
+from openwebtext.stream.blocks import Block, gather
+from openwebtext.stream.counts import count_documents, ensure_counts
+from openwebtext.stream.state import check_state, load_state, resume_options
+from openwebtext.stream.stream import Mark, Stats, Stream, config_of
+
+__all__ = [
+    "Batches",
+    "Block",
+    "Mark",
+    "Stats",
+    "Stream",
+    "batches_start",
+    "check_state",
+    "config_of",
+    "count_documents",
+    "ensure_counts",
+    "gather",
+    "load_state",
+    "resume_options",
+]

@@ -23,7 +23,8 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
-from openwebtext.stream.stream import Mark, Stats, TokenDocument
+from openwebtext.records import TokenDocument
+from openwebtext.stream.stream import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start"]

@@ -22,8 +22,8 @@ import os
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
-from openwebtext.engine.pool import Loaded
-from openwebtext.index.local import Unit
+from openwebtext.engine import Loaded
+from openwebtext.records import Unit
 
 __all__ = ["HOLD_UNITS", "Block", "Slots", "gather"]
 

@@ -8,12 +8,12 @@ import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
-from openwebtext.engine.pool import Loaded, PoolOptions, open_pool
+from openwebtext.engine import Loaded, PoolOptions, open_pool
 from openwebtext.errors import CorpusError, OWTError, TruncatedMember
-from openwebtext.index.corpus import Corpus, Counts, split_key
-from openwebtext.index.local import Unit
+from openwebtext.index import Corpus, Counts, split_key
 from openwebtext.options import Options
 from openwebtext.plan import in_validation
+from openwebtext.records import Unit
 
 __all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
 

@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from openwebtext.engine.pool import Loaded, Pool, PoolOptions, open_pool
+from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
 from openwebtext.errors import CorpusError, OWTError, StateError, TooManyErrors, TruncatedMember
-from openwebtext.index.corpus import Corpus
+from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import (
     DOCUMENTS,
@@ -37,18 +37,17 @@ from openwebtext.plan import (
     permutation,
     plan,
 )
+from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
 from openwebtext.stream.counts import ExpectedCounts
 from openwebtext.stream.state import STATE_FORMAT, Counters, Stats, check_state, stream_config
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
-    "Document",
     "ErrorPolicy",
     "Mark",
     "Stats",
     "Stream",
-    "TokenDocument",
     "config_of",
     "even_counts",
     "nothing_read",
@@ -58,32 +57,8 @@ __all__ = [
 log = logging.getLogger("openwebtext")
 
 
-class Document(NamedTuple):
-    """One document and where it came from."""
-
-    text: str
-    subset: str
-    """The file it came from, without suffix (``urlsf_subset00``)."""
-    member: str
-    """The inner member's file name (``urlsf_subset00-1_data.xz``)."""
-    name: str
-    """The document's name inside the member (``0000000-….txt``)."""
-    member_index: int
-    """Index of the member in its file (``i`` of the reference API)."""
-    document_index: int
-    """Index of the document in its member (``j`` of the reference API)."""
 
 
-class TokenDocument(NamedTuple):
-    """One document as token ids (a loader with ``tokenizer``), and where it came from."""
-
-    tokens: np.ndarray[Any, np.dtype[np.unsignedinteger[Any]]]
-    """Its ids, ending with the tokenizer's end-of-text id, as the tokenizer's dtype."""
-    subset: str
-    member: str
-    name: str
-    member_index: int
-    document_index: int
 
 
 class Mark(NamedTuple):

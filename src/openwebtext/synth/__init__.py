@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from openwebtext.index.corpus import cache_dir as openwebtext_cache_dir
+from openwebtext.files import cache_root
 from openwebtext.synth.draw import FloatArray as FloatArray
 from openwebtext.synth.draw import IntArray as IntArray
 from openwebtext.synth.pack import (
@@ -99,14 +99,14 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
     never see a partial corpus.
 
     Args:
-        cache_dir: where to keep it; default :func:`openwebtext.index.corpus.cache_dir`.
+        cache_dir: where to keep it; default :func:`openwebtext.files.cache_root`.
         progress: show a progress bar while generating.
 
     Returns:
         The corpus folder (holding ``urlsf_subset00.tar`` .. ``urlsf_subset02.tar``).
     """
     subsets, members, docs, seed = _DEFAULT_SHAPE
-    root = Path(cache_dir) if cache_dir is not None else openwebtext_cache_dir()
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
     path = root / corpus_dirname(subsets, members, docs, seed)
     if (path / COMPLETE_MARKER).is_file():
         return path
