@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 from openwebtext.errors import OutputError
 
-__all__ = ["atomic_file", "atomic_write", "cache_root", "output_path"]
+__all__ = ["atomic_file", "atomic_write", "cache_root", "output_path", "sync_folder"]
 
 
 def cache_root() -> Path:
@@ -79,12 +79,22 @@ def _new_file_mode(target: Path) -> int:
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def atomic_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[BinaryIO]:
     """A binary file that replaces ``path`` only if the block completes.
 
-    Written as a hidden temporary file beside the target (so the rename is atomic), synced,
-    given the ordinary permissions, then renamed over the target. On any exception, or
-    an interrupt, the temporary file is removed and the target left as it was.
+    Written as a hidden temporary file beside the target (``.NAME.XXXX.tmp``, so the rename
+    is atomic), given the ordinary permissions, then renamed over the target. On any
+    exception, or an interrupt, the temporary file is removed and the target left as it was.
+    This is the one temp-then-rename writer of the package.
+
+    Args:
+        path: The file to replace.
+        durable: Also survive a power cut: the file is fsync'd before the rename and its
+            folder after it. Needed wherever a later step trusts the file once it exists:
+            saved states and checkpoints, ``owt tokenize``'s progress record (it vouches for
+            the bytes of the ``.part`` files it names) and ``meta.json`` (the finished
+            marker). Not needed for what can be fetched or computed again and is checked when
+            read, such as the member cache (``durable=False``: a lost entry is a cache miss).
 
     Raises:
         OutputError: see :func:`output_path`.
@@ -96,13 +106,25 @@ def atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, _new_file_mode(target))
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    if durable:
+        sync_folder(target.parent)
+
+
+def sync_folder(folder: str | os.PathLike[str]) -> None:
+    """fsync a folder, so that the names renamed into it survive a power cut."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
