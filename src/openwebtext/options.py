@@ -22,6 +22,16 @@ MiB = 1 << 20
 #: The longest ``timeout``: about 11.6 days (the event loop's waits overflow past ~24 days).
 MAX_TIMEOUT = 1e6
 
+# How units are read: the defaults of ``Options`` and of a bare worker pool
+# (``engine.PoolOptions``) alike. Both read them here, the lowest layer either sees, so the
+# engine never builds the public description to learn its own defaults.
+WORKERS = 2
+PREFETCH = 2
+TIMEOUT = 60.0
+MAX_DOCUMENT_BYTES = 64 * MiB
+MAX_MEMBER_BYTES = 1024 * MiB
+DECODE_ERRORS: DecodePolicy = "strict"
+
 
 #: Field metadata of an option that shapes the stream: a state saved under another
 #: value of it is refused.
@@ -71,7 +81,7 @@ class Options:
             each document ending with the end-of-text id. None: text.
     """
 
-    workers: int = 2
+    workers: int = WORKERS
     shuffle: bool = field(default=True, metadata=SHAPES)
     seed: int = field(default=0, metadata=SHAPES)
     shuffle_buffer: int = field(default=4096, metadata=SHAPES)
@@ -87,11 +97,11 @@ class Options:
     take: int | None = None
     on_error: ErrorPolicy = "raise"
     max_errors: int | None = None
-    decode_errors: DecodePolicy = "strict"
-    max_document_bytes: int = field(default=64 * MiB, metadata=SHAPES)
-    max_member_bytes: int = 1024 * MiB
-    prefetch: int = 2
-    timeout: float = 60.0
+    decode_errors: DecodePolicy = DECODE_ERRORS
+    max_document_bytes: int = field(default=MAX_DOCUMENT_BYTES, metadata=SHAPES)
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    prefetch: int = PREFETCH
+    timeout: float = TIMEOUT
     tokenizer: str | None = None
 
     def __post_init__(self) -> None:

@@ -50,7 +50,14 @@ from typing import Any, NamedTuple, Protocol
 from openwebtext.engine.read import Member, Reader, Split, encode_member
 from openwebtext.engine.tasks import Done, Failed, Request, Task, Tasks, failed, failure
 from openwebtext.errors import OWTError, WorkerError
-from openwebtext.options import Options
+from openwebtext.options import (
+    DECODE_ERRORS,
+    MAX_DOCUMENT_BYTES,
+    MAX_MEMBER_BYTES,
+    PREFETCH,
+    TIMEOUT,
+    WORKERS,
+)
 from openwebtext.records import Unit
 from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer
@@ -69,25 +76,22 @@ __all__ = [
 #: Largest decompressed member that travels through shared memory (larger: through the pipe).
 SLOT_BYTES = 16 << 20
 
-_LOADER = Options()  # a pool's defaults are the loader's
-
-
 @dataclass(frozen=True, slots=True)
 class PoolOptions:
-    """How a pool reads units. The defaults are the loader's (``Options``)."""
+    """How a pool reads units. The defaults are the loader's (``openwebtext.options``)."""
 
-    workers: int = _LOADER.workers
+    workers: int = WORKERS
     """Worker processes; 0: read in the calling process (``InlinePool``)."""
-    prefetch: int = _LOADER.prefetch
+    prefetch: int = PREFETCH
     """Units in flight per worker."""
-    timeout: float = _LOADER.timeout
+    timeout: float = TIMEOUT
     """Seconds a worker holding work may stay silent before it counts as hung."""
     retries: int = 0
     """Fresh attempts at a unit whose worker died or hung while reading it."""
-    max_member_bytes: int = _LOADER.max_member_bytes
-    max_document_bytes: int = _LOADER.max_document_bytes
+    max_member_bytes: int = MAX_MEMBER_BYTES
+    max_document_bytes: int = MAX_DOCUMENT_BYTES
     split: Split | None = None
-    decode_errors: str | None = _LOADER.decode_errors
+    decode_errors: str | None = DECODE_ERRORS
     """How workers check UTF-8 (``strict``, ``replace``); None: not at all."""
     hold: int = 0
     """Units the consumer may keep after asking for the next one (see ``release``)."""
