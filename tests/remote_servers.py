@@ -21,6 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 
 class Faults:
     """What the server does wrong; ``next_*`` counters fire first, then the rates."""
@@ -245,9 +247,10 @@ class RangeServer(Loopback):
 # -- what the remote tests share ---------------------------------------------------------
 
 
-def isolate_storage(tmp_path: Path, monkeypatch: Any) -> Iterator[None]:
-    """A fresh cache folder, quick retries, and no storage options left behind (the body
-    of each remote test file's autouse fixture)."""
+@pytest.fixture(autouse=True)
+def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fresh cache folder, quick retries, and no storage options left behind (autouse in
+    every test file that imports it)."""
     from openwebtext.source import configure, retry
 
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
@@ -256,6 +259,13 @@ def isolate_storage(tmp_path: Path, monkeypatch: Any) -> Iterator[None]:
     configure(None)
     yield
     configure(None)
+
+
+@pytest.fixture
+def http(small_corpus: Path) -> Iterator[RangeServer]:
+    """A ``RangeServer`` of the small corpus."""
+    with RangeServer(small_corpus) as server:
+        yield server
 
 
 def texts(corpus: Any, **options: Any) -> list[str]:

@@ -19,27 +19,20 @@ from typing import Any
 
 import pytest
 
+import remote_servers
 from openwebtext import Corpus, Loader, source
 from openwebtext.errors import CorpusError
 from openwebtext.index import cache_path, remote
 from openwebtext.synth import write_corpus
-from remote_servers import RangeServer, isolate_storage, local_stream, texts
+from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
 pytestmark = pytest.mark.remote
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    yield from isolate_storage(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def http(small_corpus: Path) -> Iterator[RangeServer]:
-    with RangeServer(small_corpus) as server:
-        yield server
+http = remote_servers.http  # fixtures
+isolated_storage = remote_servers.isolated_storage
 
 
 # -- HTTP -------------------------------------------------------------------------

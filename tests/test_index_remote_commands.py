@@ -8,15 +8,15 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import remote_servers
 from openwebtext import Corpus, Loader, source
 from openwebtext.prepare.workdir import PrepareError
-from remote_servers import RangeServer, isolate_storage
+from remote_servers import RangeServer
 from support import local_files, s3_objects
 
 pytest.importorskip("fsspec")
@@ -24,16 +24,8 @@ pytest.importorskip("aiohttp")
 
 pytestmark = pytest.mark.remote
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    yield from isolate_storage(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def http(small_corpus: Path) -> Iterator[RangeServer]:
-    with RangeServer(small_corpus) as server:
-        yield server
+http = remote_servers.http  # fixtures
+isolated_storage = remote_servers.isolated_storage
 
 
 def test_cli_index_and_stream_over_http(

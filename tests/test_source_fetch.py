@@ -6,17 +6,17 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import remote_servers
 from openwebtext import Corpus, Loader, source
 from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader
 from openwebtext.synth import write_corpus
-from remote_servers import RangeServer, isolate_storage, local_stream, texts
+from remote_servers import RangeServer, local_stream, texts
 
 fetch_module = importlib.import_module("openwebtext.source.fetch")  # the module, not the function
 
@@ -25,16 +25,8 @@ pytest.importorskip("aiohttp")
 
 pytestmark = pytest.mark.remote
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    yield from isolate_storage(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def http(small_corpus: Path) -> Iterator[RangeServer]:
-    with RangeServer(small_corpus) as server:
-        yield server
+http = remote_servers.http  # fixtures
+isolated_storage = remote_servers.isolated_storage
 
 
 def test_a_short_body_is_never_taken_as_data(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,30 +5,22 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+import remote_servers
 from openwebtext import Corpus
 from openwebtext.source import MemberCache, configure, parse_size
-from remote_servers import RangeServer, isolate_storage, local_stream, texts
+from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
 
 pytestmark = pytest.mark.remote
 
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    yield from isolate_storage(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def http(small_corpus: Path) -> Iterator[RangeServer]:
-    with RangeServer(small_corpus) as server:
-        yield server
+http = remote_servers.http  # fixtures
+isolated_storage = remote_servers.isolated_storage
 
 
 # -- the member cache -------------------------------------------------------------
