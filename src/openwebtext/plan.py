@@ -29,6 +29,7 @@ __all__ = [
     "epoch_target",
     "even_end",
     "in_validation",
+    "members_in_run",
     "pass_end",
     "permutation",
     "plan",
