@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import OWTError, StateError, TooManyErrors, TruncatedMember
+from openwebtext.errors import OWTError, StateError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import Split, block_stop, plan
+from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
 from openwebtext.stream.counts import ExpectedCounts
@@ -41,7 +42,7 @@ log = logging.getLogger("openwebtext")
 
 
 class ErrorPolicy:
-    """``on_error``: raise a unit's error, or count it as skipped (and log it, ``warn``).
+    """``on_error`` over a stream's ``Counters``: ``policy.SkipPolicy``, the one skip rule.
 
     Every kind of skip counts against ``max_errors``: members, documents, members
     cut short (their documents before the cut are kept) and files skipped when
@@ -53,45 +54,26 @@ class ErrorPolicy:
     """
 
     def __init__(self, options: Options, skipped_files: Sequence[OWTError] = ()) -> None:
-        self.on_error = options.on_error
-        self.max_errors = options.max_errors
+        self.policy = SkipPolicy(options.on_error, options.max_errors)
         self.files = len(skipped_files)
         self.skipped: list[str] = [str(error) for error in skipped_files]
         """What was skipped, by name (the first 10,000)."""
 
-    def skip(self, error: OWTError, counters: Counters, *, member_level: bool) -> Counters:
-        """``counters`` with ``error`` counted as a skipped member or document, or raise it.
+    def skip(self, error: OWTError, counters: Counters) -> Counters:
+        """``counters`` with ``error`` counted under its counter (``policy.counter_of``), or
+        raise it.
 
         Raises:
             OWTError: ``error`` itself, under ``on_error="raise"`` (its ``__cause__``
                 says where the worker raised it).
             TooManyErrors: past ``max_errors`` skips.
         """
-        if self.on_error == "raise":
-            raise error
-        if member_level:
-            counters = replace(counters, skipped_members=counters.skipped_members + 1)
-        else:
-            counters = replace(counters, skipped_documents=counters.skipped_documents + 1)
-        self._note(error)
-        self.check(counters, error)
-        return counters
-
-    def cut(self, error: TruncatedMember, counters: Counters) -> Counters:
-        """``counters`` with a member cut short counted (its documents before the cut are
-        kept), or raise ``error``."""
-        if self.on_error == "raise":
-            raise error
-        counters = replace(counters, partial_members=counters.partial_members + 1)
-        self._note(error)
-        self.check(counters, error)
-        return counters
-
-    def _note(self, error: OWTError) -> None:
+        key = self.policy.take(error)
+        counters = replace(counters, **{key: getattr(counters, key) + 1})
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
-        if self.on_error == "warn":
-            log.warning("skipped: %s", error)
+        self.check(counters, error)
+        return counters
 
     def check(self, counters: Counters, error: OWTError | None) -> None:
         """End the run once the skips are more than ``max_errors``.
@@ -99,12 +81,9 @@ class ErrorPolicy:
         Raises:
             TooManyErrors: naming ``error``, the last skip.
         """
-        skips = counters.skipped_members + counters.skipped_documents + counters.partial_members
-        skips += self.files
-        if error is not None and self.max_errors is not None and skips > self.max_errors:
-            raise TooManyErrors(
-                f"{skips} skipped, more than max_errors={self.max_errors}; last: {error}"
-            ) from error
+        if error is not None:
+            counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
+            self.policy.check(skips_in({**counts, "skipped_files": self.files}), error)
 
 
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
@@ -383,11 +362,7 @@ class Stream:
         )
         cut = False
         for error in loaded.errors:
-            if isinstance(error, TruncatedMember) and loaded.names:
-                cut = True
-                self._counters = self._policy.cut(error, self._counters)
-            else:
-                member_level = not loaded.names
-                self._counters = self._policy.skip(error, self._counters, member_level=member_level)
+            cut = cut or (isinstance(error, TruncatedMember) and bool(loaded.names))
+            self._counters = self._policy.skip(error, self._counters)
         if self._expected is not None and not cut and (loaded.names or not loaded.errors):
             self._expected.check(self.corpus.units[loaded.unit], loaded)
