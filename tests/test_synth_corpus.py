@@ -375,6 +375,18 @@ def test_default_corpus_generates_once(
     assert {p.name: sha256(p) for p in path.iterdir()} == before
 
 
+def test_default_corpus_path_is_where_it_goes_and_generates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert synth.default_corpus_path(tmp_path) == tmp_path / synth.corpus_dirname(3, 60, 390, 0)
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    assert synth.default_corpus_path() == tmp_path / "cache" / synth.corpus_dirname(3, 60, 390, 0)
+    assert list(tmp_path.iterdir()) == []  # nothing made, not even the cache folder
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    assert synth.default_corpus(progress=False) == synth.default_corpus_path()
+    assert "default_corpus_path" in synth.__all__
+
+
 def test_default_corpus_cache_dir_from_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
