@@ -92,23 +92,25 @@ class Vocab:
         self.words = words
         self.succ = succ  # successors of word w: succ[w * SUCC : (w + 1) * SUCC]
         self.size = len(words)
-        forms: list[list[str]] = [[] for _ in range(self.FORMS)]
-        for word, is_proper in zip(words, proper, strict=True):
-            base = word[0].upper() + word[1:] if is_proper else word
-            cap = word[0].upper() + word[1:]
-            # \x03 marks a dash; the document's style decides how it is drawn.
-            for form, text in enumerate(
-                (base, base + ",", cap, base + ".", base + "?", base + "!", base + "\x03")
-            ):
-                forms[form].append(text)
-        flat = [s for form in forms for s in form]
+        self.cap_words = [w[0].upper() + w[1:] for w in words]
+        base = [c if p else w for w, c, p in zip(words, self.cap_words, proper, strict=True)]
+        # By form: plain, comma, capitalised, period, question, exclamation, dash (\x03
+        # marks a dash; the document's style decides how it is drawn).
+        flat = [*base, *[b + "," for b in base], *self.cap_words]
+        for mark in ".?!\x03":
+            flat += [b + mark for b in base]
         self.strings: npt.NDArray[np.object_] = np.array(flat, dtype=object)
-        self.nbytes: IntArray = np.array([len(s.encode()) + 1 for s in flat], dtype=np.intp)
+        # UTF-8 size plus the separating space; every mark is one ASCII byte.
+        base_bytes = np.array([len(b.encode()) for b in base], dtype=np.intp) + 1
+        cap_bytes = np.array([len(c.encode()) for c in self.cap_words], dtype=np.intp) + 1
+        marked = base_bytes + 1
+        self.nbytes: IntArray = np.concatenate(
+            [base_bytes, marked, cap_bytes, marked, marked, marked, marked]
+        )
         weights = [(rank + _ZIPF_Q) ** -_ZIPF_S for rank in range(1, self.size + 1)]
         self.cum = cumulative(weights)
         self.cum_list: list[float] = self.cum.tolist()
         self.alias_prob, self.alias_idx = _alias_table(weights)
-        self.cap_words = [f[0].upper() + f[1:] for f in words]
         self.mean_nbytes = float(np.dot(weights, self.nbytes[: self.size])) / sum(weights)
 
     def zipf(self, u: FloatArray) -> IntArray:
@@ -144,7 +146,7 @@ def _weighted(table: Sequence[tuple[Any, float]]) -> tuple[list[Any], FloatArray
 
 @functools.cache
 def vocabulary() -> Vocab:
-    """Build the fixed vocabulary (deterministic, about a second, cached per process)."""
+    """Build the fixed vocabulary (deterministic, about half a second, cached per process)."""
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(_VOCAB_SEED)))
     tables = {
         "onset": _weighted(_ONSETS),
