@@ -1,7 +1,11 @@
 """Byte ranges of remote files: ``fetch`` (exactly the bytes asked for, or an error) and
 ``RangeFile``, a read-only file over it for walking tar headers. The one module that knows
 both fsspec and the Hub: ``hf://`` reads go to ``hub.hub_read`` (the signed CDN URL the Hub
-redirects to), every other URL to its fsspec filesystem; both under ``with_retries``.
+redirects to), ``http(s)://`` to :func:`_http_range` (one GET on fsspec's session, its body
+capped at the bytes asked for, ``If-Match`` the indexed ETag), every other URL to its fsspec
+filesystem's ``cat_file``; all under ``with_retries``, each attempt within its ``deadline``.
+A server that answers a ranged request with the whole file is told at once ("ignores byte
+ranges"), never retried or cut to size.
 """
 
 from __future__ import annotations
@@ -9,11 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from openwebtext.errors import CorruptMember
-from openwebtext.source.filesystems import filesystem
+from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redact import redact
-from openwebtext.source.retry import Fatal, ShortRead, with_retries
-from openwebtext.source.settings import Storage, identity, protocol, real_url, resolve
+from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, with_retries
+from openwebtext.source.settings import FileInfo, Storage, identity, protocol, real_url, resolve
 
 __all__ = ["RangeFile", "fetch"]
 
@@ -34,24 +38,76 @@ def fetch(
     """
     real = real_url(url, storage)
     fs = filesystem(real, storage)
-    options = _RANGE_OPTIONS.get(protocol(real), {})
+    proto = protocol(real)
+    options = _RANGE_OPTIONS.get(proto, {})
+    known = identity(url, storage)
 
     def through_fs() -> bytes:
-        data: bytes = fs.cat_file(real, start=start, end=end, **options)
-        if len(data) != end - start:
-            raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
-        return data
+        data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
+        return _exactly(data, start, end)
 
     call = through_fs
-    if protocol(real) == "hf":
+    if proto in ("http", "https"):
+        call = lambda: _exactly(  # noqa: E731
+            within(fs, end - start, _http_range, fs, real, start, end, known, sync=True),
+            start,
+            end,
+        )
+    if proto == "hf":
         store = resolve(storage)
-        known = identity(url, store)
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
 
     try:
         return with_retries(call, f"GET bytes {start}-{end - 1}")
     except Fatal as exc:
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
+
+
+def _exactly(data: bytes, start: int, end: int) -> bytes:
+    if len(data) > end - start:
+        raise Fatal(_NO_RANGES.format(got=len(data), asked=end - start))
+    if len(data) != end - start:
+        raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
+    return data
+
+
+_NO_RANGES = (
+    "the server ignores byte ranges (it answered {got} bytes for a request of {asked}); "
+    "serve the file from a server that honours Range requests, or download it"
+)
+_CHANGED = "the file changed since it was indexed (index it again)"
+
+
+async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
+    """Bytes ``[start, end)`` by one GET on ``fs``'s (fsspec HTTP) session: never more than
+    asked for, and only of the content indexed (``If-Match`` its ETag: 412 if it changed)."""
+    kwargs = dict(fs.kwargs)
+    headers = dict(kwargs.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    headers["Accept-Encoding"] = "identity"
+    kind, _, value = known.identity.partition(":") if known else ("", "", "")
+    if kind in ("ETag", "etag") and value and not value.startswith("W/"):
+        headers["If-Match"] = f'"{value}"'
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
+        status = response.status
+        if status == 404:
+            raise FileNotFoundError(url)
+        if status == 412:
+            raise Fatal(_CHANGED)
+        if status >= 400:
+            raise HTTPStatus(status, response.headers.get("Retry-After"))
+        whole = start == 0 and known is not None and end == known.size
+        if status != 206 and not whole:
+            length = response.headers.get("Content-Length")
+            got = int(length) if length and length.isdigit() else "the whole file's"
+            raise Fatal(_NO_RANGES.format(got=got, asked=end - start))
+        data = bytearray()
+        async for chunk in response.content.iter_chunked(1 << 16):
+            data += chunk
+            if len(data) > end - start:
+                break  # capped: what follows is not read
+    return bytes(data)
 
 
 class RangeFile:
