@@ -88,9 +88,10 @@ class Misbehaviour:
         return time.monotonic() < self.throttle_until
 
 
-def _pause(seconds: float) -> None:
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
+def _pause(bad: Misbehaviour, what: str) -> None:
+    """Wait ``bad``'s ``what`` seconds, re-read as it goes (a server closing sets it to 0)."""
+    began = time.monotonic()
+    while (left := getattr(bad, what) - (time.monotonic() - began)) > 0:
         time.sleep(min(left, 0.05))
 
 
@@ -133,7 +134,7 @@ def send_bytes(
     if fault == "short":
         h.close_connection = True
     if head and bad.stall:
-        _pause(bad.stall)
+        _pause(bad, "stall")
     h.end_headers()
     if head:
         return
@@ -144,12 +145,12 @@ def send_bytes(
     sent(len(data))
     if bad.stall:
         h.wfile.flush()
-        _pause(bad.stall)
+        _pause(bad, "stall")
     if bad.drip:
         for k in range(len(data)):
             h.wfile.write(data[k : k + 1])
             h.wfile.flush()
-            _pause(bad.drip)
+            _pause(bad, "drip")
         return
     h.wfile.write(data)
     if fault == "short":
@@ -222,6 +223,10 @@ class RangeServer(Loopback):
                 server._handle(self, head=False)
 
         self._bind(Handler)
+
+    def __exit__(self, *exc: object) -> None:
+        self.misbehave.drip = self.misbehave.stall = 0.0  # let answers in progress end
+        super().__exit__(*exc)
 
     def reset_counts(self) -> None:
         with self._lock:

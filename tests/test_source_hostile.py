@@ -15,7 +15,7 @@ import pytest
 import remote_servers
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, OWTError
-from openwebtext.source import retry
+from openwebtext.source import retry, watchdog
 from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")
@@ -42,6 +42,20 @@ def test_a_dripping_body_while_indexing_ends_in_an_error_naming_the_url(
     with pytest.raises(CorpusError, match="no complete answer within 2 s") as info:
         Corpus.open(url)
     assert time.monotonic() - began < 20
+    assert info.value.path == url
+
+
+def test_the_main_process_watchdog_ends_what_outlasts_every_deadline(
+    http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retry, "REQUEST_FLOOR", 1000.0)  # as a call no deadline covers
+    monkeypatch.setattr(watchdog, "IDLE_SECONDS", 2.0)
+    http.misbehave.drip = 0.5
+    url = http.url + "/urlsf_subset00.tar"
+    began = time.monotonic()
+    with pytest.raises(CorpusError, match="nothing received for 2 s") as info:
+        Corpus.open(url)
+    assert time.monotonic() - began < 15
     assert info.value.path == url
 
 

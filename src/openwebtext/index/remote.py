@@ -3,8 +3,9 @@
 Listing a remote tar's members means reading every member's header, one small
 request each (~1,000 per OpenWebText subset tar). Within a file the walk is a
 chain (each header says where the next one is), so files are walked in
-parallel, one thread each, up to ``INDEX_THREADS``. The same code as for local
-files (``outer.walk_outer_tar``) reads the headers, through a
+parallel, one thread each, up to ``INDEX_THREADS``, under the main process's watchdog
+(``source.watched``: nothing received for a minute is an error naming the URL). The same
+code as for local files (``outer.walk_outer_tar``) reads the headers, through a
 ``source.RangeFile``: one request brings a header and its member's first bytes.
 
 The result (members, offsets, sizes, formats) is kept in
@@ -21,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from openwebtext.source import (
     placed,
     remember,
     resolve,
+    watched,
 )
 
 __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
@@ -69,18 +70,14 @@ def index_url(url: str, storage: Storage | None = None) -> list[list[Unit] | Cor
     Raises:
         CorpusError: nothing there (no such file, a folder or pattern that holds none).
     """
-    files = expand_url(url, storage)
-
-    def one(file: str) -> list[Unit] | CorpusError:
-        try:
-            return index_remote_file(file, storage)
-        except CorpusError as exc:
-            return exc
-
-    if len(files) == 1:
-        return [one(files[0])]
-    with ThreadPoolExecutor(min(INDEX_THREADS, len(files))) as pool:
-        return list(pool.map(one, files))
+    (listed,) = watched(lambda _: expand_url(url, storage), [url], url)
+    if isinstance(listed, BaseException):
+        raise listed
+    results = watched(lambda file: index_remote_file(file, storage), listed, url, INDEX_THREADS)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, CorpusError):
+            raise result
+    return [r for r in results if not isinstance(r, BaseException) or isinstance(r, CorpusError)]
 
 
 def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:

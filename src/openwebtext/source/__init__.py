@@ -6,7 +6,8 @@ meaning, processes or streams. Modules, bottom to top: ``redact``; ``retry``; ``
 (``Storage``, aliases, identities); ``filesystems`` (fsspec per process, file info,
 listing); ``hub`` (``hf://`` by its signed CDN URL); ``fetch`` (the one module that knows
 both fsspec and the Hub; ``RangeFile``); ``membercache``; ``ranges`` (``RangeReader``);
-``flags`` (command-line options).
+``watchdog`` (the main process's "nothing for a minute" over remote I/O); ``flags``
+(command-line options).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from openwebtext.source.settings import (
     remember,
     resolve,
 )
+from openwebtext.source.watchdog import watched
 
 __all__ = [
     "REMOTE_EXTRA",
@@ -59,5 +61,6 @@ __all__ = [
     "remember",
     "resolve",
     "storage_kwargs",
+    "watched",
     "with_retries",
 ]

@@ -11,10 +11,10 @@ passes its cap, the files least recently used go first. Workers share the
 folder; each keeps its own estimate of the total and lists the folder again when
 it passes the cap.
 
-Each entry starts with a short header: a format mark and a checksum (blake2b, 16 bytes) of
-the member's bytes, checked on every read. An entry damaged on disk (other bytes of the
-same length, a cut, another format) is never taken as data: it is dropped (``dropped``
-counts them) and the member fetched again.
+Each entry starts with a checksum of the member's bytes (blake2b, 8 bytes), checked on every
+read. An entry damaged on disk (other bytes of the same length) is never taken as data: it
+is dropped (``dropped`` counts them) and the member fetched again; one of another length is
+a miss, replaced by the next write.
 """
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ from pathlib import Path
 from openwebtext.errors import OutputError
 from openwebtext.files import atomic_file
 
-__all__ = ["STALE_SECONDS", "MemberCache", "parse_size"]
+__all__ = ["CHECKSUM_BYTES", "STALE_SECONDS", "MemberCache", "parse_size"]
 
 STALE_SECONDS = 600.0
-_MARK = b"owt-member/1\n"
-_DIGEST = 16
+CHECKSUM_BYTES = 8
 
 
 def _checksum(data: bytes) -> bytes:
-    return hashlib.blake2b(data, digest_size=_DIGEST).digest()
+    return hashlib.blake2b(data, digest_size=CHECKSUM_BYTES).digest()
 
 
 def _is_temporary(name: str) -> bool:
@@ -91,12 +90,11 @@ class MemberCache:
         except OSError:
             self.misses += 1
             return None
-        head = len(_MARK) + _DIGEST
-        data = raw[head:]
+        data = raw[CHECKSUM_BYTES:]
         if len(data) != size:  # never taken as data; the next put replaces it
             self.misses += 1
             return None
-        if not raw.startswith(_MARK) or raw[len(_MARK) : head] != _checksum(data):
+        if raw[:CHECKSUM_BYTES] != _checksum(data):
             self.misses += 1
             self.dropped += 1
             with contextlib.suppress(OSError):
@@ -115,7 +113,7 @@ class MemberCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_file(path, durable=False) as f:
-                f.write(_MARK + _checksum(data))
+                f.write(_checksum(data))
                 f.write(data)
         except (OSError, OutputError):
             return

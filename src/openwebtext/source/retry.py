@@ -33,7 +33,9 @@ __all__ = [
     "deadline",
     "describe",
     "http_status",
+    "idle",
     "retry_after",
+    "touch",
     "with_retries",
 ]
 
@@ -52,6 +54,19 @@ RETRY_AFTER_CAP = 10.0
 #: default ``timeout`` (60 s) would call its worker hung.
 REQUEST_FLOOR = 30.0
 REQUEST_RATE = 1 << 20
+
+
+_activity = [time.monotonic()]
+
+
+def touch() -> None:
+    """Note remote I/O now (an attempt started, ended or failed): see ``idle``."""
+    _activity[0] = time.monotonic()
+
+
+def idle() -> float:
+    """Seconds since this process's last remote I/O (``touch``)."""
+    return time.monotonic() - _activity[0]
 
 
 def deadline(size: int = 0) -> float:
@@ -177,6 +192,7 @@ def with_retries(call: Callable[[], T], what: str) -> T:
     attempt = 0
     while True:
         attempt += 1
+        touch()
         try:
             return call()
         except Exception as exc:
@@ -193,3 +209,5 @@ def with_retries(call: Callable[[], T], what: str) -> T:
             if asked is not None:  # the server said when: a 429 is not a fault to rush
                 delay = max(delay, min(RETRY_AFTER_CAP, asked))
             time.sleep(min(delay, max(0.0, RETRY_SECONDS - elapsed)))
+        finally:
+            touch()
