@@ -18,7 +18,7 @@ from openwebtext.source import RangeReader
 from openwebtext.synth import write_corpus
 from remote_servers import RangeServer, local_stream, texts
 
-fetch_module = importlib.import_module("openwebtext.source.fetch")  # the module, not the function
+fetch_module = importlib.import_module("openwebtext.source.fetching")
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from openwebtext.errors import CorpusError
-from openwebtext.source.redact import redact
+from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, deadline, with_retries
 from openwebtext.source.settings import LOCK, FileInfo, Storage, is_url, protocol, resolve
 

@@ -12,8 +12,8 @@ out of messages and of the HTTP libraries' request logs (:class:`_HideQueries`).
 redirect off the Hub (the Hub serves the file itself, or a bucket), reads go through
 ``HfFileSystem`` as before.
 
-Used by ``fetch.fetch`` for ``hf://`` URLs; builds on the modules below it (settings,
-filesystems, retries), never on ``fetch``.
+Used by ``fetching.fetch`` for ``hf://`` URLs; builds on the modules below it (settings,
+filesystems, retries), never on ``fetching``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeGuard
 
 from openwebtext.source.filesystems import filesystem
-from openwebtext.source.redact import redact
+from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, deadline
 from openwebtext.source.settings import LOCK, FileInfo, Storage
 

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple, Protocol
 
 from openwebtext.errors import CorruptMember
-from openwebtext.source.fetch import fetch
+from openwebtext.source.fetching import fetch
 from openwebtext.source.membercache import MemberCache
 from openwebtext.source.settings import Storage, identity, is_url, placed, resolve
 

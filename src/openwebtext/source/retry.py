@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from openwebtext.source.redact import redact
+from openwebtext.source.redaction import redact
 
 __all__ = [
     "REQUEST_FLOOR",

@@ -18,7 +18,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from openwebtext.source.redact import public_options, redact
+from openwebtext.source.redaction import public_options, redact
 
 if TYPE_CHECKING:
     from openwebtext.source.hub import Resolved

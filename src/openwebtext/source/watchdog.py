@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from openwebtext.errors import CorpusError
-from openwebtext.source.redact import redact
+from openwebtext.source.redaction import redact
 from openwebtext.source.retry import idle
 
 __all__ = ["IDLE_SECONDS", "watched"]

@@ -15,7 +15,7 @@ from typing import Any
 from openwebtext.errors import CorruptMember
 from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
-from openwebtext.source.redact import redact
+from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, with_retries
 from openwebtext.source.settings import FileInfo, Storage, identity, protocol, real_url, resolve
 
