@@ -15,7 +15,7 @@ import pytest
 import remote_servers
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, OWTError
-from openwebtext.source import retry, watchdog
+from openwebtext.source import fetching, retry, watchdog
 from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")
@@ -81,12 +81,28 @@ def test_a_dripping_member_read_fails_within_its_deadline(
     assert time.monotonic() - began < 20
 
 
-def test_a_server_that_ignores_ranges_is_told_after_one_request(http: RangeServer) -> None:
+def test_a_server_that_ignores_ranges_is_told_after_one_request(
+    http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fetching, "WHOLE_FILE_BYTES", 1000)  # the file is "large"
     http.misbehave.ignore_range = True
     with pytest.raises(CorpusError, match="server ignores byte ranges") as info:
         Corpus.open(http.url + "/urlsf_subset00.tar")
     assert "ShortRead" not in str(info.value)
     assert http.gets == 1  # refused at its status line, never retried
+
+
+def test_a_small_file_of_a_server_that_ignores_ranges_is_read_whole_once(
+    small_corpus: Path, http: RangeServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    http.misbehave.ignore_range = True
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        corpus = Corpus.open(http.url + "/urlsf_subset00.tar")
+        got = texts(corpus, seed=5, workers=0)
+    assert got == local_stream(small_corpus / "urlsf_subset00.tar", seed=5)
+    assert http.gets == 1  # one whole-file download, every range cut from it
+    said = [r.getMessage() for r in caplog.records if "ignores byte ranges" in r.getMessage()]
+    assert len(said) == 1 and "read whole, once" in said[0]
 
 
 def test_429_with_retry_after_is_waited_for(small_corpus: Path, http: RangeServer) -> None:

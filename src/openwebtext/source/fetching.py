@@ -5,11 +5,13 @@ redirects to), ``http(s)://`` to :func:`_http_range` (one GET on fsspec's sessio
 capped at the bytes asked for, ``If-Match`` the indexed ETag), every other URL to its fsspec
 filesystem's ``cat_file``; all under ``with_retries``, each attempt within its ``deadline``.
 A server that answers a ranged request with the whole file is told at once ("ignores byte
-ranges"), never retried or cut to size.
+ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is read
+whole once, kept in the ``Storage``, and every range of it cut from that copy.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from openwebtext.errors import CorruptMember
@@ -17,9 +19,19 @@ from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, with_retries
-from openwebtext.source.settings import FileInfo, Storage, identity, protocol, real_url, resolve
+from openwebtext.source.settings import (
+    LOCK,
+    FileInfo,
+    Storage,
+    identity,
+    protocol,
+    real_url,
+    resolve,
+)
 
-__all__ = ["RangeFile", "fetch"]
+__all__ = ["WHOLE_FILE_BYTES", "RangeFile", "fetch"]
+
+log = logging.getLogger("openwebtext")
 
 #: Per protocol, what ``cat_file`` needs to fetch exactly the range asked. HfFileSystem's
 #: ``cat_file`` reads through a buffered file whose default cache reads a block (5 MB)
@@ -46,13 +58,27 @@ def fetch(
         data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
         return _exactly(data, start, end)
 
+    def through_http() -> bytes:
+        store = resolve(storage)
+        body = store.bodies.get(real)
+        if body is None:
+            try:
+                data = within(fs, end - start, _http_range, fs, real, start, end, known, sync=True)
+                return _exactly(data, start, end)
+            except _WholeFile as whole:
+                body = whole.body
+            log.warning(
+                "%s: the server ignores byte ranges; the file (%d bytes) is read whole, once",
+                redact(url),
+                len(body),
+            )
+            with LOCK:
+                store.bodies[real] = body
+        return _exactly(body[start:end], start, end)
+
     call = through_fs
     if proto in ("http", "https"):
-        call = lambda: _exactly(  # noqa: E731
-            within(fs, end - start, _http_range, fs, real, start, end, known, sync=True),
-            start,
-            end,
-        )
+        call = through_http
     if proto == "hf":
         store = resolve(storage)
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
@@ -75,6 +101,19 @@ _NO_RANGES = (
     "the server ignores byte ranges (it answered {got} bytes for a request of {asked}); "
     "serve the file from a server that honours Range requests, or download it"
 )
+#: A file this small, from a server that ignores byte ranges, is downloaded whole once and
+#: its ranges cut from it; a larger one is an error at once (nothing of it is read).
+WHOLE_FILE_BYTES = 8 << 20
+
+
+class _WholeFile(Exception):
+    """A server that ignores byte ranges sent a small file whole: ``body``."""
+
+    def __init__(self, body: bytes):
+        super().__init__(f"{len(body)} bytes")
+        self.body = body
+
+
 _CHANGED = "the file changed since it was indexed (index it again)"
 
 
@@ -100,13 +139,24 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
         whole = start == 0 and known is not None and end == known.size
         if status != 206 and not whole:
             length = response.headers.get("Content-Length")
-            got = int(length) if length and length.isdigit() else "the whole file's"
-            raise Fatal(_NO_RANGES.format(got=got, asked=end - start))
-        data = bytearray()
-        async for chunk in response.content.iter_chunked(1 << 16):
-            data += chunk
-            if len(data) > end - start:
-                break  # capped: what follows is not read
+            got = int(length) if length and length.isdigit() else None
+            if got is None or got > WHOLE_FILE_BYTES or (known and got != known.size):
+                raise Fatal(_NO_RANGES.format(got=got or "the whole file's", asked=end - start))
+            body = await _capped(response, got)
+            if len(body) != got:
+                raise ShortRead(f"got {len(body)} of the file's {got} bytes")
+            raise _WholeFile(body)
+        return await _capped(response, end - start)
+
+
+async def _capped(response: Any, size: int) -> bytes:
+    """A response's body, read up to one chunk past ``size`` bytes (what follows is never
+    read: a longer body is told by its length)."""
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        data += chunk
+        if len(data) > size:
+            break
     return bytes(data)
 
 
