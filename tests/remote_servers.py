@@ -72,6 +72,9 @@ class Misbehaviour:
     """Seconds to wait after a GET's headers (before a HEAD's), then answer."""
     ignore_range: bool = False
     """Answer a ranged GET with 200 and the whole file."""
+    shift_range: int = 0
+    """Answer a ranged GET from that many bytes on with 206 and the range that many bytes
+    earlier (a broken proxy)."""
     throttle: int = 0
     """Answer the next ``throttle`` requests with 429."""
     throttle_until: float = 0.0
@@ -116,6 +119,8 @@ def send_bytes(
         a, _, b = spec[6:].partition("-")
         start = int(a) if a else max(0, size - int(b))
         end = min(size, int(b) + 1) if a and b else size
+        if bad.shift_range and start >= bad.shift_range:
+            start, end = max(0, start - bad.shift_range), max(0, end - bad.shift_range)
         if start >= size:
             h.send_response(416)
             h.send_header("Content-Range", f"bytes */{size}")

@@ -92,6 +92,13 @@ def test_a_server_that_ignores_ranges_is_told_after_one_request(
     assert http.gets == 1  # refused at its status line, never retried
 
 
+def test_a_server_that_answers_another_range_is_told(http: RangeServer) -> None:
+    http.misbehave.shift_range = 512
+    with pytest.raises(OWTError, match=r"answered bytes from \d+ to a request for bytes from"):
+        Corpus.open(http.url + "/urlsf_subset00.tar")  # the second window's answer is shifted
+    assert http.gets == 2  # never retried
+
+
 def test_a_small_file_of_a_server_that_ignores_ranges_is_read_whole_once(
     small_corpus: Path, http: RangeServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -146,7 +146,20 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
             if len(body) != got:
                 raise ShortRead(f"got {len(body)} of the file's {got} bytes")
             raise _WholeFile(body)
+        answered = _range_start(response.headers.get("Content-Range"))
+        if status == 206 and answered is not None and answered != start:
+            raise Fatal(
+                f"the server answered bytes from {answered} to a request for bytes from {start} "
+                "(it does not honour byte ranges)"
+            )
         return await _capped(response, end - start)
+
+
+def _range_start(header: str | None) -> int | None:
+    """The first byte a ``Content-Range: bytes a-b/n`` header says it holds, if it says."""
+    unit, _, spec = (header or "").partition(" ")
+    first = spec.split("-", 1)[0]
+    return int(first) if unit == "bytes" and first.isdigit() else None
 
 
 async def _capped(response: Any, size: int) -> bytes:
