@@ -219,3 +219,26 @@ def test_a_damaged_member_cache_entry_is_dropped_and_fetched_again(
     http.reset_counts()
     assert texts(corpus, seed=4, workers=0) == first
     assert http.gets == 0  # the entries written again are good
+
+
+def test_an_s3_object_replaced_between_index_and_read_is_an_error_never_a_misread(
+    small_corpus: Path, s3_endpoint: str
+) -> None:
+    import boto3
+
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    data = bytearray((small_corpus / "urlsf_subset00.tar").read_bytes())
+    client.put_object(Bucket="owt", Key="changing/urlsf_subset00.tar", Body=bytes(data))
+    try:
+        corpus = Corpus.open(
+            "s3://owt/changing/urlsf_subset00.tar", storage_options={"endpoint_url": s3_endpoint}
+        )
+        unit = corpus.units[0]
+        for k in range(unit.offset + 64, unit.offset + unit.size - 64, 97):
+            data[k] ^= 0x5A  # other bytes, the same size
+        client.put_object(Bucket="owt", Key="changing/urlsf_subset00.tar", Body=bytes(data))
+        with pytest.raises(OWTError, match="changed since it was indexed") as info:
+            texts(corpus, seed=0, workers=0)
+        assert "corrupt" not in str(info.value)
+    finally:
+        client.delete_object(Bucket="owt", Key="changing/urlsf_subset00.tar")

@@ -2,7 +2,8 @@
 ``RangeFile``, a read-only file over it for walking tar headers. The one module that knows
 both fsspec and the Hub: ``hf://`` reads go to ``hub.hub_read`` (the signed CDN URL the Hub
 redirects to), ``http(s)://`` to :func:`_http_range` (one GET on fsspec's session, its body
-capped at the bytes asked for, ``If-Match`` the indexed ETag), every other URL to its fsspec
+capped at the bytes asked for, ``If-Match`` the indexed ETag), ``s3://`` to
+:func:`_s3_range` (``GetObject`` with ``IfMatch``), every other URL to its fsspec
 filesystem's ``cat_file``; all under ``with_retries``, each attempt within its ``deadline``.
 A server that answers a ranged request with the whole file is told at once ("ignores byte
 ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is read
@@ -76,9 +77,15 @@ def fetch(
                 store.bodies[real] = body
         return _exactly(body[start:end], start, end)
 
+    def through_s3() -> bytes:
+        data = within(fs, end - start, _s3_range, fs, real, start, end, known, sync=True)
+        return _exactly(data, start, end)
+
     call = through_fs
     if proto in ("http", "https"):
         call = through_http
+    if proto in ("s3", "s3a") and hasattr(fs, "_call_s3"):
+        call = through_s3
     if proto == "hf":
         store = resolve(storage)
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
@@ -124,9 +131,9 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
     headers = dict(kwargs.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
     headers["Accept-Encoding"] = "identity"
-    kind, _, value = known.identity.partition(":") if known else ("", "", "")
-    if kind in ("ETag", "etag") and value and not value.startswith("W/"):
-        headers["If-Match"] = f'"{value}"'
+    etag = _strong_etag(known)
+    if etag is not None:
+        headers["If-Match"] = etag
     session = await fs.set_session()
     async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
         status = response.status
@@ -153,6 +160,40 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
                 "(it does not honour byte ranges)"
             )
         return await _capped(response, end - start)
+
+
+def _strong_etag(known: FileInfo | None) -> str | None:
+    """The indexed ETag, quoted, if it is a strong one (``If-Match`` compares those only)."""
+    kind, _, value = known.identity.partition(":") if known else ("", "", "")
+    if kind in ("ETag", "etag") and value and not value.startswith("W/"):
+        return f'"{value}"'
+    return None
+
+
+async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
+    """Bytes ``[start, end)`` of an S3 object by one ``GetObject`` on ``fs`` (s3fs), with
+    ``IfMatch`` its indexed ETag: an object replaced since it was indexed is an error."""
+    bucket, key, version = fs.split_path(url)
+    kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
+    if version:
+        kwargs["VersionId"] = version
+    etag = _strong_etag(known)
+    if etag is not None:
+        kwargs["IfMatch"] = etag
+    try:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
+    except OSError as exc:
+        cause = getattr(exc.__cause__ or exc.__context__, "response", None)
+        code = cause.get("Error", {}).get("Code") if isinstance(cause, dict) else None
+        if code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower():
+            raise Fatal(_CHANGED) from None
+        raise
+    body = response["Body"]
+    try:
+        data: bytes = await body.read()
+    finally:
+        body.close()
+    return data
 
 
 def _range_start(header: str | None) -> int | None:
