@@ -198,6 +198,8 @@ class FakeHub(_Server):
         self.tokens = tokens or {}
         self.signature = "cdn-s3cr3t-1"
         self.redirect = True
+        self.etags: dict[str, str] = {}
+        """File (path in its repo) -> the ETag the Hub claims for it (a stale or lying one)."""
         self.blobs = Path(tempfile.mkdtemp(prefix="fake-hub-cdn-"))
         self.cdn = Loopback.serving(self.handler)  # another host, as the Hub's CDN is
 
@@ -300,7 +302,7 @@ class FakeHub(_Server):
                     "Location": location,
                     "X-Repo-Commit": REVISION,
                     "ETag": f'"{hashlib.sha1(sha.encode()).hexdigest()}"',
-                    "X-Linked-ETag": f'"{sha}"',
+                    "X-Linked-ETag": f'"{self.etags.get(file, sha)}"',
                     "X-Linked-Size": str(target.stat().st_size),
                 },
             )

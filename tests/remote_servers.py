@@ -6,6 +6,12 @@ and an HTML listing for folders (what fsspec's HTTP filesystem reads). It can
 add latency to every request and inject faults, each with its own probability
 or as the next N requests: 503s, connections dropped before answering, and
 bodies cut short of their ``Content-Length``. It counts requests and bytes sent.
+
+It can also misbehave as hostile servers do (``Misbehaviour``, the server's ``misbehave``):
+drip a body one byte every N s, stall after the headers, ignore ``Range`` (200 with the
+whole file), answer 429 with ``Retry-After``, send neither ``ETag`` nor ``Last-Modified``;
+a file changed between index and read is one the test rewrites (``If-Match`` is honoured:
+412 when the ETag is not the file's).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -55,6 +62,42 @@ class Faults:
             return None
 
 
+@dataclass
+class Misbehaviour:
+    """How a ``RangeServer`` misbehaves (all off by default)."""
+
+    drip: float = 0.0
+    """Seconds between the bytes of every GET body (0: send at once)."""
+    stall: float = 0.0
+    """Seconds to wait after a GET's headers (before a HEAD's), then answer."""
+    ignore_range: bool = False
+    """Answer a ranged GET with 200 and the whole file."""
+    shift_range: int = 0
+    """Answer a ranged GET from that many bytes on with 206 and the range that many bytes
+    earlier (a broken proxy)."""
+    throttle: int = 0
+    """Answer the next ``throttle`` requests with 429."""
+    throttle_until: float = 0.0
+    """Answer 429 until this ``time.monotonic()``."""
+    retry_after: str | None = "1"
+    """The ``Retry-After`` header of a 429 (None: none)."""
+    validators: bool = True
+    """Send ``ETag`` and ``Last-Modified``."""
+
+    def throttled(self) -> bool:
+        if self.throttle > 0:
+            self.throttle -= 1
+            return True
+        return time.monotonic() < self.throttle_until
+
+
+def _pause(bad: Misbehaviour, what: str) -> None:
+    """Wait ``bad``'s ``what`` seconds, re-read as it goes (a server closing sets it to 0)."""
+    began = time.monotonic()
+    while (left := getattr(bad, what) - (time.monotonic() - began)) > 0:
+        time.sleep(min(left, 0.05))
+
+
 def send_bytes(
     h: BaseHTTPRequestHandler,
     path: Path,
@@ -62,17 +105,22 @@ def send_bytes(
     fault: str | None,
     headers: dict[str, str],
     sent: Callable[[int], None],
+    misbehave: Misbehaviour | None = None,
 ) -> None:
     """Answer with the bytes of ``path``, one ``Range`` honoured (206, or 416 past the end),
     cut short of their ``Content-Length`` when ``fault`` is ``"short"``; ``sent(n)`` is called
-    before the bytes are written (the client may be done before ``write`` returns)."""
+    before the bytes are written (the client may be done before ``write`` returns).
+    ``misbehave`` may drip the body, stall after the headers or ignore the range."""
+    bad = misbehave or Misbehaviour()
     size = path.stat().st_size
     start, end, status = 0, size, 200
-    spec = h.headers.get("Range")
+    spec = None if bad.ignore_range else h.headers.get("Range")
     if spec and spec.startswith("bytes="):
         a, _, b = spec[6:].partition("-")
         start = int(a) if a else max(0, size - int(b))
         end = min(size, int(b) + 1) if a and b else size
+        if bad.shift_range and start >= bad.shift_range:
+            start, end = max(0, start - bad.shift_range), max(0, end - bad.shift_range)
         if start >= size:
             h.send_response(416)
             h.send_header("Content-Range", f"bytes */{size}")
@@ -90,6 +138,8 @@ def send_bytes(
         h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
     if fault == "short":
         h.close_connection = True
+    if head and bad.stall:
+        _pause(bad, "stall")
     h.end_headers()
     if head:
         return
@@ -98,6 +148,15 @@ def send_bytes(
     if fault == "short":
         data = data[: len(data) // 2]
     sent(len(data))
+    if bad.stall:
+        h.wfile.flush()
+        _pause(bad, "stall")
+    if bad.drip:
+        for k in range(len(data)):
+            h.wfile.write(data[k : k + 1])
+            h.wfile.flush()
+            _pause(bad, "drip")
+        return
     h.wfile.write(data)
     if fault == "short":
         h.wfile.flush()
@@ -146,6 +205,7 @@ class RangeServer(Loopback):
         self.root = root
         self.latency = latency
         self.faults = Faults(seed)
+        self.misbehave = Misbehaviour()
         self.requests = 0
         self.gets = 0
         self.bytes_sent = 0
@@ -169,6 +229,10 @@ class RangeServer(Loopback):
 
         self._bind(Handler)
 
+    def __exit__(self, *exc: object) -> None:
+        self.misbehave.drip = self.misbehave.stall = 0.0  # let answers in progress end
+        super().__exit__(*exc)
+
     def reset_counts(self) -> None:
         with self._lock:
             self.requests = self.gets = self.bytes_sent = self.injected = 0
@@ -191,6 +255,15 @@ class RangeServer(Loopback):
     def _answer(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         if self.latency:
             time.sleep(self.latency)
+        with self._lock:
+            throttled = self.misbehave.throttled()
+        if throttled:
+            h.send_response(429)
+            if self.misbehave.retry_after is not None:
+                h.send_header("Retry-After", self.misbehave.retry_after)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
         fault = self.faults.draw()
         if fault is not None:
             with self._lock:
@@ -213,11 +286,21 @@ class RangeServer(Loopback):
             self._empty(h, 404)
             return
         st = path.stat()
+        etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
+        wanted = h.headers.get("If-Match")
+        if wanted is not None and wanted.strip() not in ("*", etag):
+            self._empty(h, 412)
+            return
         headers = {
-            "ETag": f'"{st.st_size:x}-{st.st_mtime_ns:x}"',
+            "ETag": etag,
             "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
         }
-        send_bytes(h, path, head, fault, headers, self._sent)
+        if not self.misbehave.validators:
+            headers = {}
+        try:
+            send_bytes(h, path, head, fault, headers, self._sent, self.misbehave)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (a deadline)
+            h.close_connection = True
 
     def _sent(self, n: int) -> None:
         with self._lock:

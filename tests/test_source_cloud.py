@@ -9,6 +9,7 @@ fail, so nothing here can reach huggingface.co or Google.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import pickle
@@ -359,6 +360,29 @@ def test_hub_file_changed_after_indexing_is_an_error_not_a_misread(tmp_path: Pat
         write_corpus(other, subsets=1, members=3, docs=7, seed=1, workers=1)
         shutil.copy(other / "urlsf_subset00.tar", root / "subsets" / "urlsf_subset00.tar")
         server.expire()  # later: the signed URL has expired, resolving again finds the new file
+        with pytest.raises(CorruptMember, match="changed since it was indexed") as info:
+            list(Loader(corpus, seed=0, workers=0))
+        assert info.value.path == url
+
+
+def test_hub_file_replaced_by_one_of_another_size_is_an_error_whatever_its_etag(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "repo"
+    write_corpus(root / "subsets", subsets=1, members=2, docs=5, seed=0, workers=1)
+    url = HF_URL + "urlsf_subset00.tar"
+    target = root / "subsets" / "urlsf_subset00.tar"
+    with FakeHub({REPO: root}) as server:
+        corpus = Corpus.open(url, storage_options=hf_options(server))
+        indexed = hashlib.sha256(target.read_bytes()).hexdigest()
+        size = target.stat().st_size
+        other = tmp_path / "other"
+        write_corpus(other, subsets=1, members=3, docs=7, seed=1, workers=1)
+        shutil.copy(other / "urlsf_subset00.tar", target)
+        assert target.stat().st_size != size
+        server.etags["subsets/urlsf_subset00.tar"] = indexed  # the Hub claims the old content
+        server.expire()  # the URL signed while indexing stops working: resolved again
         with pytest.raises(CorruptMember, match="changed since it was indexed") as info:
             list(Loader(corpus, seed=0, workers=0))
         assert info.value.path == url

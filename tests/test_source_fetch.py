@@ -18,7 +18,7 @@ from openwebtext.source import RangeReader
 from openwebtext.synth import write_corpus
 from remote_servers import RangeServer, local_stream, texts
 
-fetch_module = importlib.import_module("openwebtext.source.fetch")  # the module, not the function
+fetch_module = importlib.import_module("openwebtext.source.fetching")
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -189,3 +189,12 @@ def test_a_unit_path_that_is_a_url_reads_by_range(http: RangeServer) -> None:
         reader.close()
     raw = (http.root / "urlsf_subset01.tar").read_bytes()
     assert data == raw[unit.offset : unit.offset + unit.size]
+
+
+def test_a_request_s_deadline_grows_with_its_size_from_a_floor() -> None:
+    from openwebtext.source import retry
+
+    assert retry.deadline(0) == retry.REQUEST_FLOOR
+    sixteen = retry.deadline(16 << 20)
+    assert sixteen == retry.REQUEST_FLOOR + 16 * (1 << 20) / retry.REQUEST_RATE
+    assert sixteen < 60  # a merged request ends before the pool's default timeout

@@ -12,6 +12,7 @@ import pytest
 import remote_servers
 from openwebtext import Corpus
 from openwebtext.source import MemberCache, configure, parse_size
+from openwebtext.source.membercache import CHECKSUM_BYTES
 from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")
@@ -80,11 +81,12 @@ MemberCache({str(tmp_path)!r}).put("kk1", b"x" * 100000)
     assert cache.get("kk1", 100000) is None and not cache.contains("kk1")
     left = list(tmp_path.glob("*/.*.tmp"))
     assert len(left) == 1  # counted towards the cap until it is stale
-    assert cache.evict() == 100000
+    on_disk = 100000 + CHECKSUM_BYTES  # each entry starts with its checksum
+    assert cache.evict() == on_disk
     cache.put("kk1", b"y" * 100000)
     assert cache.get("kk1", 100000) == b"y" * 100000
     os.utime(left[0], (1, 1))
-    assert cache.evict() == 100000 and not left[0].exists()
+    assert cache.evict() == on_disk and not left[0].exists()
 
 
 def test_sizes_parse() -> None:

@@ -59,11 +59,16 @@ def index_inputs(
             continue
         for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
             try:
-                indexed.units.extend(index_url(os.fspath(url), storage))
+                results = index_url(os.fspath(url), storage)
             except CorpusError as exc:
-                if on_error == "raise":
-                    raise
-                indexed.skipped.append(exc)
+                results = [exc]
+            for file in results:
+                if isinstance(file, CorpusError):
+                    if on_error == "raise":
+                        raise file
+                    indexed.skipped.append(file)
+                else:
+                    indexed.units.extend(file)
     units, skipped, ignored = indexed
     if not units:
         why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""

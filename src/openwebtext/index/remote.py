@@ -3,8 +3,9 @@
 Listing a remote tar's members means reading every member's header, one small
 request each (~1,000 per OpenWebText subset tar). Within a file the walk is a
 chain (each header says where the next one is), so files are walked in
-parallel, one thread each, up to ``INDEX_THREADS``. The same code as for local
-files (``outer.walk_outer_tar``) reads the headers, through a
+parallel, one thread each, up to ``INDEX_THREADS``, under the main process's watchdog
+(``source.watched``: nothing received for a minute is an error naming the URL). The same
+code as for local files (``outer.walk_outer_tar``) reads the headers, through a
 ``source.RangeFile``: one request brings a header and its member's first bytes.
 
 The result (members, offsets, sizes, formats) is kept in
@@ -20,13 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
+import logging
 from pathlib import Path
 from typing import Any
 
-from openwebtext.errors import OutputError, UnknownFormat
+from openwebtext.errors import CorpusError, OutputError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
-from openwebtext.formats import MAGIC_BYTES, TAR, detect
+from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.index.outer import KNOWN, walk_outer_tar
 from openwebtext.records import Unit
 from openwebtext.source import (
@@ -39,9 +40,12 @@ from openwebtext.source import (
     placed,
     remember,
     resolve,
+    watched,
 )
 
 __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
+
+log = logging.getLogger("openwebtext")
 
 INDEX_FORMAT = "openwebtext-remote-index/1"
 INDEX_THREADS = 32  # one per file for OpenWebText's 21 subset tars
@@ -58,19 +62,22 @@ def cache_path(url: str, place: str = "") -> Path:
     return _cache_root() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 
-def index_url(url: str, storage: Storage | None = None) -> list[Unit]:
-    """The units of every file named by ``url`` (a file, a folder or a glob), in order.
+def index_url(url: str, storage: Storage | None = None) -> list[list[Unit] | CorpusError]:
+    """The units of every file named by ``url`` (a file, a folder or a glob), in order: per
+    file, its units, or the error that says why it cannot be indexed (unreadable, in none of
+    the formats, a damaged tar), for the caller's ``on_error`` to decide, file by file.
 
     Raises:
-        CorpusError: nothing there, a file cannot be read or its tar is damaged.
-        UnknownFormat: a file is in none of the formats.
+        CorpusError: nothing there (no such file, a folder or pattern that holds none).
     """
-    files = expand_url(url, storage)
-    if len(files) == 1:
-        return index_remote_file(files[0], storage)
-    with ThreadPoolExecutor(min(INDEX_THREADS, len(files))) as pool:
-        parts = list(pool.map(lambda file: index_remote_file(file, storage), files))
-    return [u for part in parts for u in part]
+    (listed,) = watched(lambda _: expand_url(url, storage), [url], url)
+    if isinstance(listed, BaseException):
+        raise listed
+    results = watched(lambda file: index_remote_file(file, storage), listed, url, INDEX_THREADS)
+    for result in results:
+        if isinstance(result, BaseException) and not isinstance(result, CorpusError):
+            raise result
+    return [r for r in results if not isinstance(r, BaseException) or isinstance(r, CorpusError)]
 
 
 def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:
@@ -85,6 +92,8 @@ def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:
     name = alias(url, storage)
     info = file_info(url, storage)
     remember(name, info, storage)
+    if storage.cache is not None and not info.identity:
+        _say_cache_off(name)
     place = storage.place
     cached = _load(name, info, place)
     if cached is not None:
@@ -94,12 +103,32 @@ def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:
     return units
 
 
+_cache_off: set[str] = set()
+
+
+def _say_cache_off(name: str) -> None:
+    """Once per URL and process: the member cache cannot tell this file's versions apart."""
+    if name in _cache_off:
+        return
+    _cache_off.add(name)
+    log.warning(
+        "%s: the member cache is off for this file: the server sends neither ETag nor "
+        "Last-Modified, so a changed file could not be told from the cached one",
+        name,
+    )
+
+
 def _walk(url: str, name: str, info: FileInfo, storage: Storage | None) -> list[Unit]:
     base = name.rstrip("/").rsplit("/", 1)[-1]
     subset = base.split(".", 1)[0]
+    if info.size == 0:
+        raise CorpusError("empty file", path=name)
     f = RangeFile(url, info.size, storage=storage)
     try:
-        kind = detect(f.pread(MAGIC_BYTES, 0))
+        head = f.pread(MAGIC_BYTES, 0)
+        kind = detect(head)
+        if kind is None and is_empty_tar(head):
+            raise CorpusError("empty tar: it holds no member", path=name)
         if kind is None:
             raise UnknownFormat(f"not {KNOWN}", path=name)
         if kind != TAR:
@@ -127,10 +156,28 @@ def _load(url: str, info: FileInfo, place: str) -> list[Unit] | None:
         or not info.identity  # nothing to notice a change by: walk again
     ):
         return None
-    try:
-        return [Unit(url, m, o, s, k, raw["subset"], i) for m, o, s, k, i in raw["units"]]
-    except (KeyError, TypeError, ValueError):
+    return _units(url, raw.get("subset"), raw.get("units"), info.size)
+
+
+def _units(url: str, subset: object, rows: object, size: int) -> list[Unit] | None:
+    """The units a cache file lists, each field checked; None (index again) if any is not
+    what ``_save`` writes: a damaged or foreign file is never taken as an index."""
+    if not isinstance(subset, str) or not isinstance(rows, list) or not rows:
         return None
+    units = []
+    for row in rows:
+        if not (isinstance(row, list) and len(row) == 5):
+            return None
+        member, offset, length, kind, index = row
+        if not (
+            isinstance(member, str)
+            and isinstance(kind, str)
+            and all(type(n) is int and n >= 0 for n in (offset, length, index))
+            and offset <= size  # a member may run past the end (cut): it stays a unit
+        ):
+            return None
+        units.append(Unit(url, member, offset, length, kind, subset, index))
+    return units
 
 
 def _save(url: str, info: FileInfo, units: list[Unit], place: str) -> None:

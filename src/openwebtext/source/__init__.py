@@ -2,21 +2,22 @@
 fsspec filesystems, the Hub, ranged reads and the member cache.
 
 Rule: imports only the leaves (errors, files, formats, records, ...). Knows nothing of units'
-meaning, processes or streams. Modules, bottom to top: ``redact``; ``retry``; ``settings``
+meaning, processes or streams. Modules, bottom to top: ``redaction``; ``retry``; ``settings``
 (``Storage``, aliases, identities); ``filesystems`` (fsspec per process, file info,
-listing); ``hub`` (``hf://`` by its signed CDN URL); ``fetch`` (the one module that knows
+listing); ``hub`` (``hf://`` by its signed CDN URL); ``fetching`` (the one module that knows
 both fsspec and the Hub; ``RangeFile``); ``membercache``; ``ranges`` (``RangeReader``);
-``flags`` (command-line options).
+``watchdog`` (the main process's "nothing for a minute" over remote I/O); ``flags``
+(command-line options).
 """
 
 from __future__ import annotations
 
-from openwebtext.source.fetch import RangeFile, fetch
+from openwebtext.source.fetching import RangeFile, fetch
 from openwebtext.source.filesystems import REMOTE_EXTRA, expand_url, file_info, filesystem
 from openwebtext.source.flags import add_storage_option, add_storage_options, storage_kwargs
 from openwebtext.source.membercache import MemberCache, parse_size
 from openwebtext.source.ranges import THREADS, ByteSpan, RangeReader, Span
-from openwebtext.source.redact import redact, redact_options
+from openwebtext.source.redaction import redact, redact_options
 from openwebtext.source.retry import Fatal, describe, with_retries
 from openwebtext.source.settings import (
     FileInfo,
@@ -29,6 +30,7 @@ from openwebtext.source.settings import (
     remember,
     resolve,
 )
+from openwebtext.source.watchdog import watched
 
 __all__ = [
     "REMOTE_EXTRA",
@@ -59,5 +61,6 @@ __all__ = [
     "remember",
     "resolve",
     "storage_kwargs",
+    "watched",
     "with_retries",
 ]

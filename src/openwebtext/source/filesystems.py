@@ -2,21 +2,25 @@
 options (``skip_instance_cache``, keyed by pid: fsspec instances hold event loops, threads
 and connection pools that do not survive a fork), and what is asked of them besides byte
 ranges: a file's size and identity (``file_info``) and a URL's files (``expand_url``).
-Without fsspec (the ``remote`` extra) a URL is a clear error naming the extra.
+Every call to a filesystem goes through :func:`within`: its whole answer has a deadline
+(``retry.deadline``), so a server that drips or stalls is a timeout (retried like one), in
+the main process (indexing, listing, HEAD) as in the workers. Without fsspec (the ``remote``
+extra) a URL is a clear error naming the extra.
 """
 
 from __future__ import annotations
 
 import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
 from openwebtext.errors import CorpusError
-from openwebtext.source.redact import redact
-from openwebtext.source.retry import Fatal, with_retries
+from openwebtext.source.redaction import redact
+from openwebtext.source.retry import Fatal, deadline, with_retries
 from openwebtext.source.settings import LOCK, FileInfo, Storage, is_url, protocol, resolve
 
-__all__ = ["REMOTE_EXTRA", "expand_url", "file_info", "filesystem"]
+__all__ = ["REMOTE_EXTRA", "expand_url", "file_info", "filesystem", "is_pattern", "within"]
 
 REMOTE_EXTRA = "openwebtext[remote]"
 
@@ -67,6 +71,36 @@ def _http_timeout() -> Any:
     return aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=20)
 
 
+def within(
+    fs: Any, size: int, call: Callable[..., Any], *args: Any, sync: bool = False, **kwargs: Any
+) -> Any:
+    """``call(*args, **kwargs)`` on ``fs``, its whole answer within ``deadline(size)``.
+
+    ``sync``: ``call`` is a coroutine function, run on ``fs``'s event loop. Otherwise
+    ``call`` is one of ``fs``'s methods; an async filesystem's (s3fs, gcsfs, HTTP) take the
+    deadline themselves (fsspec's ``timeout``), a blocking one's (the Hub's) keep their own
+    per-read timeouts.
+
+    Raises:
+        TimeoutError: no complete answer in time (retried like any timeout).
+    """
+    limit = deadline(size)
+    try:
+        if sync:
+            from fsspec.asyn import sync as run
+
+            return run(fs.loop, call, *args, timeout=limit, **kwargs)
+        if getattr(fs, "async_impl", False):
+            return call(*args, timeout=limit, **kwargs)
+        return call(*args, **kwargs)
+    except Exception as exc:
+        if type(exc).__name__ == "FSTimeoutError":
+            raise TimeoutError(
+                f"no complete answer within {limit:.0f} s (the server stalls or is too slow)"
+            ) from None
+        raise
+
+
 _IDENTITY_KEYS = (
     "ETag",
     "etag",
@@ -101,7 +135,7 @@ def file_info(url: str, storage: Storage | None = None) -> FileInfo:
     """
     fs = filesystem(url, storage)
     try:
-        info = with_retries(lambda: fs.info(url), "HEAD")
+        info = with_retries(lambda: within(fs, 0, fs.info, url), "HEAD")
     except Fatal as exc:
         raise CorpusError(exc.reason, path=redact(url)) from None
     if info.get("type") == "directory":
@@ -135,8 +169,8 @@ def expand_url(url: str, storage: Storage | None = None) -> list[str]:
         except Fatal as exc:
             raise CorpusError(exc.reason, path=shown) from None
 
-    if any(c in url.split("://", 1)[1] for c in "*?["):
-        found = entries(lambda: fs.glob(url, detail=True), "listing")
+    if is_pattern(url):
+        found = entries(lambda: within(fs, 0, fs.glob, url, detail=True), "listing")
         files = [
             name
             for name, info in found.items()
@@ -146,10 +180,10 @@ def expand_url(url: str, storage: Storage | None = None) -> list[str]:
             raise CorpusError("pattern matches no file", path=shown)
         return sorted(_full(fs, url, name) for name in files)
     if not url.endswith("/"):  # over HTTP only a trailing slash says "folder"
-        info = entries(lambda: fs.info(url), "HEAD")
+        info = entries(lambda: within(fs, 0, fs.info, url), "HEAD")
         if info.get("type") != "directory":
             return [url]
-    listing = entries(lambda: fs.ls(url, detail=True), "listing")
+    listing = entries(lambda: within(fs, 0, fs.ls, url, detail=True), "listing")
     files = [
         e["name"]
         for e in listing
@@ -158,6 +192,17 @@ def expand_url(url: str, storage: Storage | None = None) -> list[str]:
     if not files:
         raise CorpusError("folder holds no corpus file", path=shown)
     return sorted(_full(fs, url, name) for name in files)
+
+
+def is_pattern(url: str) -> bool:
+    """Whether ``url`` is a glob pattern: ``*``, ``?`` or ``[`` in its path. A query string
+    (``?X-Amz-Signature=…`` of a signed URL) or a fragment is never a pattern."""
+    path = urllib.parse.urlsplit(url).path if protocol(url) in _QUERIED else url.split("://", 1)[1]
+    return any(c in path for c in "*?[")
+
+
+#: Protocols whose URLs may carry a query string (``?…``): fsspec passes it to the server.
+_QUERIED = frozenset({"http", "https", "s3", "s3a", "gs", "gcs", "az", "abfs", "abfss"})
 
 
 def _full(fs: Any, url: str, name: str) -> str:

@@ -12,8 +12,8 @@ out of messages and of the HTTP libraries' request logs (:class:`_HideQueries`).
 redirect off the Hub (the Hub serves the file itself, or a bucket), reads go through
 ``HfFileSystem`` as before.
 
-Used by ``fetch.fetch`` for ``hf://`` URLs; builds on the modules below it (settings,
-filesystems, retries), never on ``fetch``.
+Used by ``fetching.fetch`` for ``hf://`` URLs; builds on the modules below it (settings,
+filesystems, retries), never on ``fetching``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ import logging
 import os
 import re
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from typing import NamedTuple, TypeGuard
 
 from openwebtext.source.filesystems import filesystem
-from openwebtext.source.redact import redact
-from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead
+from openwebtext.source.redaction import redact
+from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, deadline
 from openwebtext.source.settings import LOCK, FileInfo, Storage
 
 __all__ = ["Resolved", "hub_read", "resolve_hub"]
@@ -175,12 +176,16 @@ def _cdn_get(location: str, start: int, end: int, size: int | None) -> bytes:
         if status == 200 and not whole:
             raise _NoRanges  # closed unread: it would be the whole file
         if status not in (200, 206):
-            raise HTTPStatus(status)
+            raise HTTPStatus(status, response.headers.get("Retry-After"))
         data = bytearray()
+        limit = deadline(end - start)
+        began = time.monotonic()
         for chunk in response.iter_bytes():
             data += chunk
             if len(data) > end - start:
                 break
+            if time.monotonic() - began > limit:  # a drip: each read within its timeout
+                raise TimeoutError(f"no complete answer within {limit:.0f} s")
     if len(data) != end - start:
         raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
     return bytes(data)

@@ -10,6 +10,11 @@ towards the cap meanwhile. A hit refreshes the file's mtime; when the cache
 passes its cap, the files least recently used go first. Workers share the
 folder; each keeps its own estimate of the total and lists the folder again when
 it passes the cap.
+
+Each entry starts with a checksum of the member's bytes (blake2b, 8 bytes), checked on every
+read. An entry damaged on disk (other bytes of the same length) is never taken as data: it
+is dropped (``dropped`` counts them) and the member fetched again; one of another length is
+a miss, replaced by the next write.
 """
 
 from __future__ import annotations
@@ -24,9 +29,14 @@ from pathlib import Path
 from openwebtext.errors import OutputError
 from openwebtext.files import atomic_file
 
-__all__ = ["STALE_SECONDS", "MemberCache", "parse_size"]
+__all__ = ["CHECKSUM_BYTES", "STALE_SECONDS", "MemberCache", "parse_size"]
 
 STALE_SECONDS = 600.0
+CHECKSUM_BYTES = 8
+
+
+def _checksum(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=CHECKSUM_BYTES).digest()
 
 
 def _is_temporary(name: str) -> bool:
@@ -57,6 +67,8 @@ class MemberCache:
         self.cap = cap
         self.hits = 0
         self.misses = 0
+        self.dropped = 0
+        """Entries found damaged (their checksum did not match) and removed."""
         self._total: int | None = None
 
     @staticmethod
@@ -70,15 +82,23 @@ class MemberCache:
         return self._path(key).is_file()
 
     def get(self, key: str, size: int) -> bytes | None:
-        """The cached bytes, or None (missing, or not ``size`` bytes long)."""
+        """The cached bytes, or None (missing, or not ``size`` bytes long, or damaged: then
+        the entry is removed and counted in ``dropped``)."""
         path = self._path(key)
         try:
-            data = path.read_bytes()
+            raw = path.read_bytes()
         except OSError:
             self.misses += 1
             return None
+        data = raw[CHECKSUM_BYTES:]
         if len(data) != size:  # never taken as data; the next put replaces it
             self.misses += 1
+            return None
+        if raw[:CHECKSUM_BYTES] != _checksum(data):
+            self.misses += 1
+            self.dropped += 1
+            with contextlib.suppress(OSError):
+                path.unlink()
             return None
         with contextlib.suppress(OSError):
             os.utime(path)  # least recently *used*
@@ -93,6 +113,7 @@ class MemberCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             with atomic_file(path, durable=False) as f:
+                f.write(_checksum(data))
                 f.write(data)
         except (OSError, OutputError):
             return

@@ -17,16 +17,19 @@ that uses them (after the fork). Everything is read with the corpus's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import NamedTuple, Protocol
 
 from openwebtext.errors import CorruptMember
-from openwebtext.source.fetch import fetch
+from openwebtext.source.fetching import fetch
 from openwebtext.source.membercache import MemberCache
 from openwebtext.source.settings import Storage, identity, is_url, placed, resolve
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "THREADS", "ByteSpan", "RangeReader", "Span"]
+
+log = logging.getLogger("openwebtext")
 
 #: Largest merged request (AWS advises 8-16 MB ranged requests).
 MERGE_BYTES = 16 << 20
@@ -90,6 +93,14 @@ class RangeReader:
         return self._pool
 
     def _fetch(self, path: str, start: int, end: int, member: str) -> bytes:
+        # A span past the end of the file as indexed (a tar header claiming more than the
+        # file holds): only what the file holds is asked for, and the reader sees a member
+        # cut short ("file is truncated"), as it would of a local file; past its end, nothing.
+        info = identity(path, self.storage)
+        if info is not None:
+            end = min(end, info.size)
+            if end <= start:
+                return b""
         data = fetch(path, start, end, member, self.storage)
         self.requests += 1
         self.bytes += len(data)
@@ -131,10 +142,18 @@ class RangeReader:
         """
         key = self._cache_key(span)
         if key is not None and self.cache is not None:
+            dropped = self.cache.dropped
             cached = self.cache.get(key, span.size)
             if cached is not None:
                 self._pending.pop(_key(span), None)
                 return cached
+            if self.cache.dropped != dropped:
+                log.warning(
+                    "the member cache's copy of %s in %s was damaged (its checksum does not "
+                    "match): dropped, and the member fetched again from the server",
+                    span.member,
+                    span.path,
+                )
         pending = self._pending.pop(_key(span), None)
         if pending is None:
             data = self._fetch(span.path, span.offset, span.offset + span.size, span.member)
@@ -146,7 +165,7 @@ class RangeReader:
                 raise CorruptMember(exc.message, exc.path, span.member) from None
             if at != 0 or len(data) != span.size:
                 data = data[at : at + span.size]
-        if key is not None and self.cache is not None:
+        if key is not None and self.cache is not None and len(data) == span.size:
             self.cache.put(key, data)
         return data
 

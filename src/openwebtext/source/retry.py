@@ -1,20 +1,27 @@
 """Faults: every request is retried with exponential backoff and full jitter, within
 ``RETRY_ATTEMPTS`` attempts and ``RETRY_SECONDS`` seconds, on what may pass (connection
 refused or reset, timeouts, HTTP 429 and 5xx, a body shorter than asked for: a short read is
-never taken as data). A missing bucket, key or file, or a refused credential, is a
-:class:`Fatal` error at once; library errors are shown as one redacted line (``describe``).
+never taken as data). A 429 or 503 that says ``Retry-After`` waits that long (at most
+``RETRY_AFTER_CAP``) before the next attempt. A missing bucket, key or file, or a refused
+credential, is a :class:`Fatal` error at once; library errors are shown as one redacted line
+(``describe``). Every request also has a deadline for its whole answer (``deadline``), so a
+server that drips its body or stalls ends as a timeout, never a hang.
 """
 
 from __future__ import annotations
 
+import email.utils
 import random
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from openwebtext.source.redact import redact
+from openwebtext.source.redaction import redact
 
 __all__ = [
+    "REQUEST_FLOOR",
+    "REQUEST_RATE",
+    "RETRY_AFTER_CAP",
     "RETRY_ATTEMPTS",
     "RETRY_BASE",
     "RETRY_CAP",
@@ -23,8 +30,12 @@ __all__ = [
     "HTTPStatus",
     "ShortRead",
     "classify",
+    "deadline",
     "describe",
     "http_status",
+    "idle",
+    "retry_after",
+    "touch",
     "with_retries",
 ]
 
@@ -36,6 +47,32 @@ RETRY_SECONDS = 20.0
 #: Backoff: a random wait in [0, min(cap, base * 2**attempt)) ("full jitter").
 RETRY_BASE = 0.05
 RETRY_CAP = 4.0
+#: The longest ``Retry-After`` honoured (a longer one waits this long).
+RETRY_AFTER_CAP = 10.0
+#: A request's whole answer must come within ``REQUEST_FLOOR`` seconds plus one second per
+#: ``REQUEST_RATE`` bytes asked for: a 16 MB merged request gets 46 s, before the pool's
+#: default ``timeout`` (60 s) would call its worker hung.
+REQUEST_FLOOR = 30.0
+REQUEST_RATE = 1 << 20
+
+
+_activity = [time.monotonic()]
+
+
+def touch() -> None:
+    """Note remote I/O now (an attempt started, ended or failed): see ``idle``."""
+    _activity[0] = time.monotonic()
+
+
+def idle() -> float:
+    """Seconds since this process's last remote I/O (``touch``)."""
+    return time.monotonic() - _activity[0]
+
+
+def deadline(size: int = 0) -> float:
+    """Seconds a request for ``size`` bytes (0: a HEAD or a listing) may take in all."""
+    return REQUEST_FLOOR + max(0, size) / REQUEST_RATE
+
 
 T = TypeVar("T")
 
@@ -55,9 +92,11 @@ class Fatal(Exception):
 class HTTPStatus(Exception):
     """An HTTP answer that is not the bytes asked for (classified by its ``status``)."""
 
-    def __init__(self, status: int):
+    def __init__(self, status: int, retry_after: str | None = None):
         super().__init__(f"HTTP {status}")
         self.status = status
+        self.retry_after = retry_after
+        """The answer's ``Retry-After`` header, if any."""
 
 
 def classify(exc: BaseException) -> str | None:
@@ -105,6 +144,36 @@ def http_status(exc: BaseException | None) -> int | None:
     return None
 
 
+def retry_after(exc: BaseException | None) -> float | None:
+    """The seconds the server behind ``exc`` asked to wait (``Retry-After``: seconds or an
+    HTTP date), or None."""
+    for _ in range(4):
+        if exc is None:
+            return None
+        value = getattr(exc, "retry_after", None)
+        if value is None:
+            headers: Any = getattr(exc, "headers", None) or getattr(
+                getattr(exc, "response", None), "headers", None
+            )
+            value = headers.get("Retry-After") if hasattr(headers, "get") else None
+        if isinstance(value, str) and value.strip():
+            return _seconds(value.strip())
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _seconds(value: str) -> float | None:
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
 def describe(exc: BaseException) -> str:
     """An exception as one short redacted line."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
@@ -123,6 +192,7 @@ def with_retries(call: Callable[[], T], what: str) -> T:
     attempt = 0
     while True:
         attempt += 1
+        touch()
         try:
             return call()
         except Exception as exc:
@@ -135,4 +205,9 @@ def with_retries(call: Callable[[], T], what: str) -> T:
                     f"{what} failed {attempt} times in {elapsed:.1f} s; last: {describe(exc)}"
                 ) from None
             delay = random.uniform(0, min(RETRY_CAP, RETRY_BASE * 2**attempt))
+            asked = retry_after(exc)
+            if asked is not None:  # the server said when: a 429 is not a fault to rush
+                delay = max(delay, min(RETRY_AFTER_CAP, asked))
             time.sleep(min(delay, max(0.0, RETRY_SECONDS - elapsed)))
+        finally:
+            touch()

@@ -18,7 +18,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from openwebtext.source.redact import public_options, redact
+from openwebtext.source.redaction import public_options, redact
 
 if TYPE_CHECKING:
     from openwebtext.source.hub import Resolved
@@ -119,6 +119,8 @@ class Storage:
         self.resolved: dict[str, Resolved] = {}
         """Each ``hf://`` file's signed CDN URL (``hub.resolve_hub``); forked workers inherit it."""
         self.locks: dict[tuple[int, str], threading.Lock] = {}
+        self.bodies: dict[str, bytes] = {}
+        """Small files of servers that ignore byte ranges, downloaded whole once (``fetching``)."""
 
     def __repr__(self) -> str:
         return f"Storage(place={self.place!r}, cache={self.cache})"
@@ -128,6 +130,7 @@ class Storage:
         state["filesystems"] = {}  # event loops and sockets do not travel
         state["resolved"] = {}  # signed URLs stay in the process that asked for them
         state["locks"] = {}
+        state["bodies"] = {}  # fetched again where needed
         return state
 
 

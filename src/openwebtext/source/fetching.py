@@ -1,0 +1,271 @@
+"""Byte ranges of remote files: ``fetch`` (exactly the bytes asked for, or an error) and
+``RangeFile``, a read-only file over it for walking tar headers. The one module that knows
+both fsspec and the Hub: ``hf://`` reads go to ``hub.hub_read`` (the signed CDN URL the Hub
+redirects to), ``http(s)://`` to :func:`_http_range` (one GET on fsspec's session, its body
+capped at the bytes asked for, ``If-Match`` the indexed ETag), ``s3://`` to
+:func:`_s3_range` (``GetObject`` with ``IfMatch``), every other URL to its fsspec
+filesystem's ``cat_file``; all under ``with_retries``, each attempt within its ``deadline``.
+A server that answers a ranged request with the whole file is told at once ("ignores byte
+ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is read
+whole once, kept in the ``Storage``, and every range of it cut from that copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from openwebtext.errors import CorruptMember
+from openwebtext.source.filesystems import filesystem, within
+from openwebtext.source.hub import hub_read
+from openwebtext.source.redaction import redact
+from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, with_retries
+from openwebtext.source.settings import (
+    LOCK,
+    FileInfo,
+    Storage,
+    identity,
+    protocol,
+    real_url,
+    resolve,
+)
+
+__all__ = ["WHOLE_FILE_BYTES", "RangeFile", "fetch"]
+
+log = logging.getLogger("openwebtext")
+
+#: Per protocol, what ``cat_file`` needs to fetch exactly the range asked. HfFileSystem's
+#: ``cat_file`` reads through a buffered file whose default cache reads a block (5 MB)
+#: past the range: several times a member's own bytes, for every member.
+_RANGE_OPTIONS: dict[str, dict[str, Any]] = {"hf": {"cache_type": "none"}}
+
+
+def fetch(
+    url: str, start: int, end: int, member: str | None = None, storage: Storage | None = None
+) -> bytes:
+    """Bytes ``[start, end)`` of ``url``, read with ``storage``: exactly that many, or an error.
+
+    Raises:
+        CorruptMember: the file is missing, access is refused, it changed since
+            it was indexed, or retries ran out; names the URL (redacted) and ``member``.
+    """
+    real = real_url(url, storage)
+    fs = filesystem(real, storage)
+    proto = protocol(real)
+    options = _RANGE_OPTIONS.get(proto, {})
+    known = identity(url, storage)
+
+    def through_fs() -> bytes:
+        data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
+        return _exactly(data, start, end)
+
+    def through_http() -> bytes:
+        store = resolve(storage)
+        body = store.bodies.get(real)
+        if body is None:
+            try:
+                data = within(fs, end - start, _http_range, fs, real, start, end, known, sync=True)
+                return _exactly(data, start, end)
+            except _WholeFile as whole:
+                body = whole.body
+            log.warning(
+                "%s: the server ignores byte ranges; the file (%d bytes) is read whole, once",
+                redact(url),
+                len(body),
+            )
+            with LOCK:
+                store.bodies[real] = body
+        return _exactly(body[start:end], start, end)
+
+    def through_s3() -> bytes:
+        data = within(fs, end - start, _s3_range, fs, real, start, end, known, sync=True)
+        return _exactly(data, start, end)
+
+    call = through_fs
+    if proto in ("http", "https"):
+        call = through_http
+    if proto in ("s3", "s3a") and hasattr(fs, "_call_s3"):
+        call = through_s3
+    if proto == "hf":
+        store = resolve(storage)
+        call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
+
+    try:
+        return with_retries(call, f"GET bytes {start}-{end - 1}")
+    except Fatal as exc:
+        raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
+
+
+def _exactly(data: bytes, start: int, end: int) -> bytes:
+    if len(data) > end - start:
+        raise Fatal(_NO_RANGES.format(got=len(data), asked=end - start))
+    if len(data) != end - start:
+        raise ShortRead(f"got {len(data)} of {end - start} bytes at {start}")
+    return data
+
+
+_NO_RANGES = (
+    "the server ignores byte ranges (it answered {got} bytes for a request of {asked}); "
+    "serve the file from a server that honours Range requests, or download it"
+)
+#: A file this small, from a server that ignores byte ranges, is downloaded whole once and
+#: its ranges cut from it; a larger one is an error at once (nothing of it is read).
+WHOLE_FILE_BYTES = 8 << 20
+
+
+class _WholeFile(Exception):
+    """A server that ignores byte ranges sent a small file whole: ``body``."""
+
+    def __init__(self, body: bytes):
+        super().__init__(f"{len(body)} bytes")
+        self.body = body
+
+
+_CHANGED = "the file changed since it was indexed (index it again)"
+
+
+async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
+    """Bytes ``[start, end)`` by one GET on ``fs``'s (fsspec HTTP) session: never more than
+    asked for, and only of the content indexed (``If-Match`` its ETag: 412 if it changed)."""
+    kwargs = dict(fs.kwargs)
+    headers = dict(kwargs.pop("headers", None) or {})
+    headers["Range"] = f"bytes={start}-{end - 1}"
+    headers["Accept-Encoding"] = "identity"
+    etag = _strong_etag(known)
+    if etag is not None:
+        headers["If-Match"] = etag
+    session = await fs.set_session()
+    async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
+        status = response.status
+        if status == 404:
+            raise FileNotFoundError(url)
+        if status == 412:
+            raise Fatal(_CHANGED)
+        if status >= 400:
+            raise HTTPStatus(status, response.headers.get("Retry-After"))
+        whole = start == 0 and known is not None and end == known.size
+        if status != 206 and not whole:
+            length = response.headers.get("Content-Length")
+            got = int(length) if length and length.isdigit() else None
+            if got is None or got > WHOLE_FILE_BYTES or (known and got != known.size):
+                raise Fatal(_NO_RANGES.format(got=got or "the whole file's", asked=end - start))
+            body = await _capped(response, got)
+            if len(body) != got:
+                raise ShortRead(f"got {len(body)} of the file's {got} bytes")
+            raise _WholeFile(body)
+        answered = _range_start(response.headers.get("Content-Range"))
+        if status == 206 and answered is not None and answered != start:
+            raise Fatal(
+                f"the server answered bytes from {answered} to a request for bytes from {start} "
+                "(it does not honour byte ranges)"
+            )
+        return await _capped(response, end - start)
+
+
+def _strong_etag(known: FileInfo | None) -> str | None:
+    """The indexed ETag, quoted, if it is a strong one (``If-Match`` compares those only)."""
+    kind, _, value = known.identity.partition(":") if known else ("", "", "")
+    if kind in ("ETag", "etag") and value and not value.startswith("W/"):
+        return f'"{value}"'
+    return None
+
+
+async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
+    """Bytes ``[start, end)`` of an S3 object by one ``GetObject`` on ``fs`` (s3fs), with
+    ``IfMatch`` its indexed ETag: an object replaced since it was indexed is an error."""
+    bucket, key, version = fs.split_path(url)
+    kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
+    if version:
+        kwargs["VersionId"] = version
+    etag = _strong_etag(known)
+    if etag is not None:
+        kwargs["IfMatch"] = etag
+    try:
+        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
+    except OSError as exc:
+        cause = getattr(exc.__cause__ or exc.__context__, "response", None)
+        code = cause.get("Error", {}).get("Code") if isinstance(cause, dict) else None
+        if code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower():
+            raise Fatal(_CHANGED) from None
+        raise
+    body = response["Body"]
+    try:
+        data: bytes = await body.read()
+    finally:
+        body.close()
+    return data
+
+
+def _range_start(header: str | None) -> int | None:
+    """The first byte a ``Content-Range: bytes a-b/n`` header says it holds, if it says."""
+    unit, _, spec = (header or "").partition(" ")
+    first = spec.split("-", 1)[0]
+    return int(first) if unit == "bytes" and first.isdigit() else None
+
+
+async def _capped(response: Any, size: int) -> bytes:
+    """A response's body, read up to one chunk past ``size`` bytes (what follows is never
+    read: a longer body is told by its length)."""
+    data = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        data += chunk
+        if len(data) > size:
+            break
+    return bytes(data)
+
+
+class RangeFile:
+    """A read-only file over a remote one, fetching small windows by range.
+
+    Made for walking tar headers (``tarfile`` reads a 512-byte header, then
+    seeks past the member): each miss fetches ``window`` bytes, so a header and
+    the first bytes of its member usually come in one request. Windows are
+    kept, so reading a member's first bytes again costs nothing.
+    """
+
+    def __init__(self, url: str, size: int, window: int = 2048, storage: Storage | None = None):
+        self.url = url
+        self.storage = storage
+        self.name = url
+        self.size = size
+        self.window = window
+        self.position = 0
+        self.requests = 0
+        self._windows: dict[int, bytes] = {}
+
+    def pread(self, n: int, offset: int) -> bytes:
+        n = max(0, min(n, self.size - offset))
+        if n == 0:
+            return b""
+        first = offset // self.window
+        last = (offset + n - 1) // self.window
+        missing = [k for k in range(first, last + 1) if k not in self._windows]
+        if missing:
+            start = missing[0] * self.window
+            end = min(self.size, (missing[-1] + 1) * self.window)
+            data = fetch(self.url, start, end, storage=self.storage)
+            self.requests += 1
+            for k in range(missing[0], missing[-1] + 1):
+                at = k * self.window - start
+                self._windows[k] = data[at : at + self.window]
+        joined = b"".join(self._windows[k] for k in range(first, last + 1))
+        at = offset - first * self.window
+        return joined[at : at + n]
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = self.size - self.position
+        data = self.pread(n, self.position)
+        self.position += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.position, 2: self.size}[whence]
+        self.position = base + offset
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def close(self) -> None:
+        self._windows.clear()

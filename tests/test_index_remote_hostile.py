@@ -1,0 +1,127 @@
+"""Indexing against hostile servers and damaged files: a remote index cache damaged on disk,
+a server with neither ETag nor Last-Modified under a member cache, whole files that are no
+corpus under ``on_error="skip"`` (locally and remotely), and ``owt index`` against a server
+that drips its body."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import remote_servers
+from openwebtext import Corpus
+from openwebtext.errors import CorpusError
+from openwebtext.index import cache_path
+from remote_servers import RangeServer, local_stream, texts
+
+pytest.importorskip("fsspec")
+pytest.importorskip("aiohttp")
+
+pytestmark = pytest.mark.remote
+
+http = remote_servers.http  # fixtures
+isolated_storage = remote_servers.isolated_storage
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda raw: raw["units"][0].__setitem__(1, "12"),  # an offset as text
+        lambda raw: raw["units"][0].__setitem__(2, -5),  # a negative size
+        lambda raw: raw["units"][0].pop(),  # a row too short
+        lambda raw: raw.pop("subset"),
+        lambda raw: raw.__setitem__("units", {"a": 1}),
+        lambda raw: raw["units"].append(None),
+    ],
+)
+def test_a_damaged_remote_index_cache_is_indexed_again(
+    small_corpus: Path, http: RangeServer, damage: object
+) -> None:
+    url = http.url + "/urlsf_subset00.tar"
+    first = Corpus.open(url)
+    path = cache_path(url)
+    raw = json.loads(path.read_text())
+    damage(raw)  # type: ignore[operator]
+    path.write_text(json.dumps(raw))
+    http.reset_counts()
+    again = Corpus.open(url)
+    assert again.units == first.units
+    assert http.gets > 0  # walked again, not taken from the damaged file
+    assert texts(again, seed=1, workers=0) == local_stream(
+        small_corpus / "urlsf_subset00.tar", seed=1
+    )
+
+
+def test_without_etag_or_last_modified_the_member_cache_says_it_is_off(
+    http: RangeServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    http.misbehave.validators = False
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        corpus = Corpus.open(http.url + "/", cache_dir=tmp_path / "members")
+        Corpus.open(http.url + "/", cache_dir=tmp_path / "members")
+        texts(corpus, seed=0, workers=0)
+    said = [r.getMessage() for r in caplog.records if "member cache is off" in r.getMessage()]
+    assert len(said) == len(corpus.files()) == 2  # once per file, however many opens
+    assert all("neither ETag nor Last-Modified" in text for text in said)
+    assert not list((tmp_path / "members").glob("*/*"))
+
+
+def _bad_files(folder: Path, kind: str) -> Path:
+    bad = {"random": os.urandom(5000), "zeros": bytes(10240), "empty": b""}[kind]
+    (folder / "urlsf_subset09.tar").write_bytes(bad)
+    return folder / "urlsf_subset09.tar"
+
+
+@pytest.mark.parametrize("kind", ["random", "zeros", "empty"])
+def test_a_whole_file_that_is_no_tar_is_skipped_and_named(
+    small_corpus: Path, tmp_path: Path, kind: str
+) -> None:
+    root = tmp_path / "served"
+    shutil.copytree(small_corpus, root)
+    _bad_files(root, kind)
+    good = local_stream(small_corpus, seed=2)
+    local = Corpus.open(str(root), on_error="skip")
+    with RangeServer(root) as server:
+        remote = Corpus.open(server.url + "/", on_error="skip")
+        for corpus, name in ((local, str(root)), (remote, server.url)):
+            assert [u[1:] for u in corpus.units] == [
+                u[1:] for u in Corpus.open(str(small_corpus)).units
+            ]
+            assert len(corpus.skipped_files) == 1
+            skipped = corpus.skipped_files[0]
+            assert skipped.path == f"{name}/urlsf_subset09.tar"
+            assert texts(corpus, seed=2, workers=0, on_error="skip") == good
+        assert (
+            str(remote.skipped_files[0]).split(": ", 1)[1]
+            == str(local.skipped_files[0]).split(": ", 1)[1]
+        )  # the same words as the local path
+        with pytest.raises(CorpusError, match=r"urlsf_subset09\.tar"):
+            Corpus.open(server.url + "/")  # under raise, the first bad file is the error
+
+
+def test_owt_index_against_a_dripping_server_ends_with_a_clear_error(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    http.misbehave.drip = 2.0  # 1 byte every 2 s: the socket's read timeout never fires
+    url = http.url + "/urlsf_subset00.tar"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    began = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", "openwebtext.cli", "index", url, "-q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=90,  # the deadline's floor is 30 s
+    )
+    assert time.monotonic() - began < 75
+    assert run.returncode == 1, run.stderr
+    assert url in run.stderr and "no complete answer within" in run.stderr
+    assert "Task was destroyed" not in run.stderr and "Traceback" not in run.stderr
