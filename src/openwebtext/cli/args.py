@@ -105,4 +105,5 @@ def add_quiet(parser: argparse.ArgumentParser, help: str | None = "no progress b
 
 def open_corpus(args: argparse.Namespace) -> Corpus:
     """The corpus of the command's paths (the built-in one without), with its storage flags."""
-    return Corpus.open(paths_or_default(args.paths), **storage_kwargs(args))
+    on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
+    return Corpus.open(paths_or_default(args.paths), on_error=on_error, **storage_kwargs(args))

@@ -61,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
         )
         for error in skipped[:20]:
             print(f"  skipped: {error}", file=sys.stderr)
+    if corpus.skipped_files:
+        print(f"skipped {len(corpus.skipped_files)} files (not read at all)", file=sys.stderr)
+        for error in corpus.skipped_files[:20]:
+            print(f"  skipped: {error}", file=sys.stderr)
     return 0
 
 
