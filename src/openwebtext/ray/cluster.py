@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from openwebtext.errors import OWTError
+from openwebtext.source import configure
 
 __all__ = [
     "EXTRA",
@@ -188,7 +189,5 @@ def configure_storage(storage_options: dict[str, Any] | None) -> None:
     """
     if storage_options is None or _configured[0] == storage_options:
         return
-    from openwebtext.source import storage
-
-    storage.configure(storage_options)
+    configure(storage_options)
     _configured[0] = dict(storage_options)
