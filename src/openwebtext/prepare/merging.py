@@ -63,8 +63,14 @@ def merge(
                 f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
             )
     ordered = _check_tiling(locations, metas, config["units"])
-    SkipPolicy("skip", max_errors).check(sum(skips_in(m) for m in metas))
     target = outputs.location(out)
+    for folder in locations:
+        if outputs.same_place(folder, target):
+            raise PrepareError(
+                f"cannot merge into {outputs.shown(target)}: it is one of the slices being "
+                "merged; give another --out"
+            )
+    SkipPolicy("skip", max_errors).check(sum(skips_in(m) for m in metas))
     run = (config, ordered, restart, progress, checkpoint_seconds, storage)
     report = written(target, config, restart, storage, lambda folder: _merge_in(folder, *run))
     for location, _ in ordered:  # done: the local copies of remote slices go, for any target

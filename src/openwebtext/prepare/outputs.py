@@ -43,6 +43,7 @@ __all__ = [
     "publish",
     "read_json",
     "remove",
+    "same_place",
     "shown",
     "sizes",
     "staging",
@@ -71,6 +72,14 @@ def join(folder: Location, name: str) -> Location:
     return folder / name
 
 
+def same_place(a: Location, b: Location) -> bool:
+    """Whether two locations are the same folder (local ones resolved, URLs without a final
+    ``/``)."""
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a.rstrip("/") == b.rstrip("/")
+    return a.resolve() == b.resolve()
+
+
 def shown(folder: Location, resolve: bool = False) -> str:
     """How a location is named in messages and records (a URL without its secrets)."""
     if isinstance(folder, str):
@@ -86,9 +95,7 @@ def _remote(call: Callable[[], T], what: str, url: str) -> T:
         raise PrepareError(f"{redact(url)}: {reason}") from None
 
 
-def read_json(
-    folder: Location, name: str, store: Storage | None = None
-) -> dict[str, Any] | None:
+def read_json(folder: Location, name: str, store: Storage | None = None) -> dict[str, Any] | None:
     """``folder/name`` read as a JSON object; None if it is missing or not one.
 
     Raises:
@@ -118,9 +125,7 @@ def read_json(
     return body if isinstance(body, dict) else None
 
 
-def sizes(
-    folder: Location, names: list[str], store: Storage | None = None
-) -> dict[str, int]:
+def sizes(folder: Location, names: list[str], store: Storage | None = None) -> dict[str, int]:
     """The size of each of ``names`` in ``folder``; -1 for a missing one.
 
     Raises:

@@ -27,10 +27,12 @@ from typing import Any
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_file, sync_folder
 
-__all__ = ["PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
+__all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
 #: The progress record's name in the output folder.
 PROGRESS = ".owt-progress.json"
+#: Every finished file a run of any kind leaves (a whole run, a slice of either split).
+OUTPUTS = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
 
 
 class PrepareError(OWTError):
@@ -167,6 +169,9 @@ class Workdir:
                     f"{self.folder}: neither {part.name} nor {name} exists: run again with "
                     "--restart"
                 )
+        for stale in OUTPUTS:  # another kind of run's files (a slice's tokens.bin, ...)
+            if stale not in names:
+                (self.folder / stale).unlink(missing_ok=True)
         sync_folder(self.folder)
         self.write_json("meta.json", record["meta"])
         for name in drop:
