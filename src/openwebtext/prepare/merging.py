@@ -18,6 +18,7 @@ from openwebtext.prepare.meta import build_meta, read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Run, new_counts, open_record
 from openwebtext.prepare.run import written
+from openwebtext.prepare.schema import check_meta
 from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
 
@@ -128,6 +129,11 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> dict[str, An
         raise PrepareError(
             f"{outputs.shown(folder)} is not a slice of `owt tokenize --shard i/n` ({what})"
         )
+    try:
+        check_meta(meta)
+    except ValueError as exc:
+        shown = outputs.shown(outputs.join(folder, "meta.json"))
+        raise PrepareError(f"{shown} is damaged: {exc}") from None
     found = outputs.sizes(folder, list(meta["files"]), store)
     for name, info in meta["files"].items():
         if found[name] != info["bytes"]:

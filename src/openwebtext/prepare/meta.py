@@ -7,6 +7,7 @@ from typing import Any
 
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import CONFIG_KEYS
+from openwebtext.prepare.schema import check_meta
 from openwebtext.prepare.workdir import Workdir, sha256_file
 from openwebtext.source import Storage
 
@@ -35,7 +36,11 @@ def is_finished(
     """Whether ``folder`` holds the finished files of exactly ``config``'s run (``same_run``;
     their sizes checked)."""
     meta = read_meta(folder, store)
-    if not same_run(meta, config) or not isinstance(meta.get("files"), dict):
+    if not same_run(meta, config):
+        return False
+    try:
+        check_meta(meta)
+    except ValueError:  # damaged: not finished, and written again
         return False
     try:
         found = outputs.sizes(folder, list(meta["files"]), store)

@@ -26,6 +26,7 @@ from typing import Any
 
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_file, sync_folder
+from openwebtext.prepare.schema import check_record
 
 __all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
@@ -115,12 +116,14 @@ class Workdir:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
-        if not (
-            isinstance(record, dict)
-            and isinstance(record.get("config"), dict)
-            and record.get("phase") in ("tokenize", "permute", "commit")
-        ):
-            raise PrepareError(f"{path} is not a progress record: run again with --restart")
+        try:
+            if not isinstance(record, dict):
+                raise ValueError(f"a {type(record).__name__}, not an object")
+            check_record(record)
+        except ValueError as exc:
+            raise PrepareError(
+                f"{path} is not a progress record ({exc}): run again with --restart"
+            ) from None
         return record
 
     def save(self, record: dict[str, Any]) -> None:
