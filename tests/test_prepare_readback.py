@@ -107,5 +107,84 @@ def test_a_damaged_progress_record_is_one_clear_error(
     with pytest.raises(_Stop):
         prepare(corpus, tmp_path, _opts(), progress=_stop, checkpoint_seconds=0)
     _edit(tmp_path / PROGRESS, change)
-    with pytest.raises(PrepareError, match=f"is not a progress record .*{field}.*--restart"):
+    with pytest.raises(PrepareError, match=rf"is not a progress record .*{field}.*--restart"):
         prepare(corpus, tmp_path, _opts())
+
+
+def test_a_slice_changed_in_place_is_not_merged(
+    small_corpus: Path, slices: list[Path], tmp_path: Path
+) -> None:
+    train = slices[1] / "train.bin"
+    data = bytearray(train.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size, one bit
+    train.write_bytes(bytes(data))
+    with pytest.raises(PrepareError, match=r"sha256 .*--no-verify") as caught:
+        merge(slices, tmp_path / "out")
+    assert str(train) in str(caught.value)
+    assert not (tmp_path / "out" / "train.bin").exists()
+    report = merge(slices, tmp_path / "out", verify=False)  # knowingly
+    assert (tmp_path / "out" / "train.bin").stat().st_size == report.meta["files"]["train.bin"][
+        "bytes"
+    ]
+
+
+def _s3_slices(corpus: Corpus, prefix: str) -> list[str]:
+    urls = [f"s3://owt/{prefix}/{i}" for i in range(2)]
+    for i, url in enumerate(urls):
+        prepare(corpus, url, _opts(split="nanogpt"), shard=(i, 2))
+    return urls
+
+
+@pytest.mark.parametrize("damage", ["shorter", "longer", "same size"])
+def test_a_bad_local_copy_of_a_remote_slice_is_fetched_again(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path, damage: str
+) -> None:
+    """A merge cut short keeps its local copies of remote slices; one that no longer matches
+    its meta.json (cut by a crash, grown, changed) is downloaded again, not merged."""
+    from openwebtext.prepare import outputs
+    from support import local_files, s3_objects
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    urls = _s3_slices(corpus, f"copies-{damage.replace(' ', '-')}")
+    out = f"s3://owt/copies-merged-{damage.replace(' ', '-')}/"
+
+    def stop(event: Progress) -> None:
+        if event.phase == "permute" and event.done > 0:
+            raise _Stop
+
+    try:
+        with pytest.raises(_Stop):
+            merge(urls, out, progress=stop, checkpoint_seconds=0, storage=corpus.storage)
+        copy = outputs.staging(urls[1], "fetch") / "tokens.bin"
+        data = copy.read_bytes()
+        changed = {"shorter": data[: len(data) // 2], "longer": data + b"\0\0",
+                   "same size": bytes([data[0] ^ 1]) + data[1:]}[damage]  # fmt: skip
+        copy.write_bytes(changed)
+        merge(urls, out, storage=corpus.storage)
+    finally:
+        for url in [out, *urls]:
+            outputs.remove(outputs.staging(url))
+            outputs.remove(outputs.staging(url, "fetch"))
+    prepare(corpus, tmp_path / "local", _opts(split="nanogpt"))
+    assert s3_objects(s3_endpoint, out.split("/", 3)[3]) == local_files(tmp_path / "local")
+
+
+def test_a_remote_slice_changed_in_place_is_not_merged(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    import boto3
+
+    from openwebtext.prepare import outputs
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    urls = _s3_slices(corpus, "changed-in-place")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    key = "changed-in-place/0/tokens.bin"
+    data = client.get_object(Bucket="owt", Key=key)["Body"].read()
+    client.put_object(Bucket="owt", Key=key, Body=bytes([data[0] ^ 1]) + data[1:])
+    try:
+        with pytest.raises(PrepareError, match=f"s3://owt/{key}: its sha256"):
+            merge(urls, tmp_path / "out", storage=corpus.storage)
+    finally:
+        for url in urls:
+            outputs.remove(outputs.staging(url, "fetch"))

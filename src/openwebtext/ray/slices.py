@@ -81,6 +81,7 @@ def tokenize(
     progress: Callable[[Progress], None] | None = None,
     checkpoint_seconds: float = 2.0,
     storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
 ) -> Report:
     """Write what ``prepare.prepare(corpus, out, options)`` writes, with Ray tasks.
 
@@ -99,6 +100,8 @@ def tokenize(
         storage_options: The options ``corpus`` was opened with (URLs): the tasks use them,
             for the corpus and for an ``out`` URL. (This process uses the corpus's own,
             ``Corpus.storage``, or ``storage.configure``'s when it was opened without.)
+        verify: Check each slice's files against their sha256 before the merge reads them
+            (``prepare.merge``: one more read of every slice; False skips it).
 
     Raises:
         EngineError: Ray is missing or cannot start.
@@ -128,6 +131,7 @@ def tokenize(
         progress=progress,
         storage=store,
         max_errors=options.max_errors,
+        verify=verify,
     )
     remove_folder(out, SLICES, store)
     return dataclasses.replace(merged, skipped=tuple(skipped))
