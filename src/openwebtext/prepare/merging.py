@@ -35,6 +35,7 @@ def merge(
     storage: Storage | None = None,
     max_errors: int | None = None,
     verify: bool = True,
+    wait: bool = False,
 ) -> Report:
     """Join slices written by ``prepare(..., shard=…)`` into the files one run would write.
 
@@ -50,7 +51,8 @@ def merge(
     ``meta.json`` records (a file changed in place, at the same size, is refused). This reads
     every slice once more, at about the speed of the disk: some 30 s for the 17 GB of a full
     GPT-2 run. False (``owt merge --no-verify``) skips it, for slices known to be intact;
-    sizes are checked either way. A merge already finished reads nothing.
+    sizes are checked either way. A merge already finished reads nothing. ``wait``: if
+    another run is writing into ``out``, wait for it rather than fail at once (``--wait``).
 
     Raises:
         PrepareError: a folder is not a slice; slices of different corpora or options; a
@@ -80,7 +82,8 @@ def merge(
             )
     SkipPolicy("skip", max_errors).check(sum(skips_in(m) for m in metas))
     run = (config, ordered, restart, progress, checkpoint_seconds, storage, verify)
-    report = written(target, config, restart, storage, lambda folder: _merge_in(folder, *run))
+    build = lambda folder: _merge_in(folder, *run)  # noqa: E731
+    report = written(target, config, restart, storage, build, wait)
     for location, _ in ordered:  # done: the local copies of remote slices go, for any target
         if isinstance(location, str):
             outputs.remove(outputs.staging(location, "fetch"))

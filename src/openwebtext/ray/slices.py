@@ -48,6 +48,7 @@ def _slice_task(
     every: float,
     storage_options: dict[str, Any] | None,
     restart: bool,
+    wait: bool,
 ) -> tuple[int, list[str]]:
     """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
     was already done) and its skip messages. ``restart``: also throw away the progress this
@@ -60,6 +61,7 @@ def _slice_task(
         shard=(index, count),
         restart=restart,
         checkpoint_seconds=every,
+        wait=wait,
     )
     return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
 
@@ -82,6 +84,7 @@ def tokenize(
     checkpoint_seconds: float = 2.0,
     storage_options: dict[str, Any] | None = None,
     verify: bool = True,
+    wait: bool = False,
 ) -> Report:
     """Write what ``prepare.prepare(corpus, out, options)`` writes, with Ray tasks.
 
@@ -102,6 +105,8 @@ def tokenize(
             ``Corpus.storage``, or ``storage.configure``'s when it was opened without.)
         verify: Check each slice's files against their sha256 before the merge reads them
             (``prepare.merge``: one more read of every slice; False skips it).
+        wait: If another run is writing into ``out`` or one of its slices, wait for it
+            rather than fail at once.
 
     Raises:
         EngineError: Ray is missing or cannot start.
@@ -121,7 +126,7 @@ def tokenize(
         already = finished_report(corpus, out, options)
         if already is not None:
             return already
-    work = (options, checkpoint_seconds, storage_options, restart)
+    work = (options, checkpoint_seconds, storage_options, restart, wait)
     with local_ray(address, num_cpus):
         skipped = _run_slices(corpus, folders, slice_sizes(corpus, options, count), work, progress)
     merged = merge(
@@ -132,6 +137,7 @@ def tokenize(
         storage=store,
         max_errors=options.max_errors,
         verify=verify,
+        wait=wait,
     )
     remove_folder(out, SLICES, store)
     return dataclasses.replace(merged, skipped=tuple(skipped))
@@ -141,12 +147,12 @@ def _run_slices(
     corpus: Corpus,
     folders: list[Location],
     sizes: list[int],
-    work: tuple[PrepareOptions, float, dict[str, Any] | None, bool],
+    work: tuple[PrepareOptions, float, dict[str, Any] | None, bool, bool],
     progress: Callable[[Progress], None] | None,
 ) -> list[str]:
     """Run every slice as a Ray task (``work``: options, checkpoint seconds, storage options,
     restart); the messages of what they skipped."""
-    options, checkpoint_seconds, storage_options, restart = work
+    options, checkpoint_seconds, storage_options, restart, wait = work
     count, total = len(folders), sum(sizes)
     skipped: list[str] = []
     ray = ray_module()
@@ -154,7 +160,9 @@ def _run_slices(
     shared = ray.put(corpus)
     storage = ray.put(storage_options)
     pending = {
-        task.remote(shared, str(folder), options, i, count, checkpoint_seconds, storage, restart): i
+        task.remote(
+            shared, str(folder), options, i, count, checkpoint_seconds, storage, restart, wait
+        ): i
         for i, folder in enumerate(folders)
     }
     done, tokens, began = 0, 0, time.monotonic()
