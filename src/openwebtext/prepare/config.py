@@ -98,7 +98,9 @@ class PrepareOptions:
 
 class Progress(NamedTuple):
     """A progress event: ``phase`` ``tokenize`` (``done``/``total`` in compressed bytes of
-    units), ``permute`` or ``copy`` (in bytes written); ``tokens`` written in this phase."""
+    units), ``permute`` or ``copy`` (in bytes written; ``done`` counts what an earlier run
+    did too); ``tokens`` written in this phase by this run only (a rate is this run's
+    tokens over this run's seconds, even when it goes on from an earlier run's progress)."""
 
     phase: str
     done: int
