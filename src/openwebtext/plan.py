@@ -12,7 +12,7 @@ over a shard ends (``pass_end``), and where a block's hand-out stops
 (``block_stop``).
 
 Changing anything here changes the order of every seeded stream and breaks
-every saved state: the golden tests in ``tests/test_sharding.py`` and
+every saved state: the golden tests in ``tests/test_stream_sharding.py`` and
 ``tests/test_loader.py`` pin it; ``tests/test_plan.py`` checks the arithmetic.
 """
 

@@ -43,7 +43,7 @@ def merge(
     staging folders first (the merge reads them by offset), and the files are built in a
     local staging folder, then uploaded, ``meta.json`` last. Their filesystems are made
     with ``storage`` (e.g. the corpus's ``Corpus.storage``; None: the process's default,
-    ``storage.configure``). ``max_errors``: refuse, before writing anything, slices whose
+    ``source.configure``). ``max_errors``: refuse, before writing anything, slices whose
     skips add up to more than this (``policy.SkipPolicy``: the bound of the whole run that
     wrote them; None: no bound).
 

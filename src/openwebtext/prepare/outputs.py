@@ -14,7 +14,7 @@ removed once published. Remote slices are read back (``fetch``) into staging fol
 since the merge reads them by offset. The filesystems are ``storage``'s: made with the
 ``store`` given (``prepare`` gives its corpus's ``Corpus.storage``: the options the input
 was opened with, ``--storage-option``), or the process's default one
-(``storage.configure``) when it is None.
+(``source.configure``) when it is None.
 """
 
 from __future__ import annotations

@@ -252,7 +252,7 @@ _configured: list[dict[str, Any] | None] = [None]
 def configure_storage(storage_options: dict[str, Any] | None) -> None:
     """In a Ray worker (not forked from the driver): the filesystems' options for URLs.
 
-    Done once per worker process and set of options: ``storage.configure`` drops the
+    Done once per worker process and set of options: ``source.configure`` drops the
     filesystems already made.
     """
     if storage_options is None or _configured[0] == storage_options:

@@ -102,7 +102,7 @@ def tokenize(
         checkpoint_seconds: Seconds between two checkpoints within a task.
         storage_options: The options ``corpus`` was opened with (URLs): the tasks use them,
             for the corpus and for an ``out`` URL. (This process uses the corpus's own,
-            ``Corpus.storage``, or ``storage.configure``'s when it was opened without.)
+            ``Corpus.storage``, or ``source.configure``'s when it was opened without.)
         verify: Check each slice's files against their sha256 before the merge reads them
             (``prepare.merge``: one more read of every slice; False skips it).
         wait: If another run is writing into ``out`` or one of its slices, wait for it

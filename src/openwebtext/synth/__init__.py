@@ -39,6 +39,7 @@ __all__ = [
     "SynthReport",
     "corpus_dirname",
     "default_corpus",
+    "default_corpus_path",
     "generate_document",
     "member_documents",
     "member_name",
@@ -89,6 +90,20 @@ def _lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def default_corpus_path(cache_dir: Path | None = None) -> Path:
+    """The folder :func:`default_corpus` uses, whether or not it was generated yet.
+
+    Args:
+        cache_dir: the cache folder; default :func:`openwebtext.files.cache_root`.
+
+    Returns:
+        ``cache_dir / corpus_dirname(3, 60, 390, 0)``; it holds the corpus once
+        ``path / COMPLETE_MARKER`` exists.
+    """
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
+    return root / corpus_dirname(*_DEFAULT_SHAPE)
+
+
 def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
     """Return the built-in default corpus, generating it the first time.
 
@@ -106,8 +121,8 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
         The corpus folder (holding ``urlsf_subset00.tar`` .. ``urlsf_subset02.tar``).
     """
     subsets, members, docs, seed = _DEFAULT_SHAPE
-    root = Path(cache_dir) if cache_dir is not None else cache_root()
-    path = root / corpus_dirname(subsets, members, docs, seed)
+    path = default_corpus_path(cache_dir)
+    root = path.parent
     if (path / COMPLETE_MARKER).is_file():
         return path
     root.mkdir(parents=True, exist_ok=True)
