@@ -127,3 +127,39 @@ def test_the_lock_of_a_killed_run_is_taken_over(small_corpus: Path, tmp_path: Pa
         os.kill(holder["pid"], 0)
     report = prepare(Corpus.open(small_corpus), out, OPTIONS)
     assert not report.already and not (out / LOCK).exists()
+
+
+def test_two_merges_of_one_remote_slice_share_its_local_copys_lock(
+    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+) -> None:
+    """The local copy of a remote slice is one folder per URL: a merge reading it holds it,
+    so that another merge of the same slice (into another output) neither reads a copy
+    being written nor removes it under the first."""
+    from openwebtext.prepare import merge
+    from openwebtext.prepare.lock import hold
+
+    corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
+    urls = [f"s3://owt/shared-copy/{i}" for i in range(2)]
+    for i, url in enumerate(urls):
+        prepare(corpus, url, OPTIONS, shard=(i, 2))
+    taken, release = threading.Event(), threading.Event()
+
+    def other_merge() -> None:  # holds slice 1's copy as a merge reading it does
+        with hold(outputs.staging(urls[1], "fetch")):
+            taken.set()
+            release.wait(60)
+
+    other = threading.Thread(target=other_merge)
+    other.start()
+    try:
+        assert taken.wait(60)
+        with pytest.raises(
+            PrepareError, match=f"owt-fetch-.* is in use by another run .pid {os.getpid()}"
+        ):
+            merge(urls, tmp_path / "out", storage=corpus.storage)
+    finally:
+        release.set()
+        other.join(60)
+    report = merge(urls, tmp_path / "out", storage=corpus.storage)
+    assert report.meta["files"]["train.bin"]["bytes"] > 0
+    assert [u for u in urls if outputs.staging(u, "fetch").exists()] == []

@@ -3,6 +3,7 @@ run would write, once their configs agree and their positions tile every unit on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -14,6 +15,7 @@ import numpy as np
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import BINS, CONFIG_KEYS, FORMAT, Progress, Report, difference
+from openwebtext.prepare.lock import hold
 from openwebtext.prepare.meta import build_meta, read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Run, new_counts, open_record
@@ -83,10 +85,13 @@ def merge(
     SkipPolicy("skip", max_errors).check(sum(skips_in(m) for m in metas))
     run = (config, ordered, restart, progress, checkpoint_seconds, storage, verify)
     build = lambda folder: _merge_in(folder, *run)  # noqa: E731
-    report = written(target, config, restart, storage, build, wait)
-    for location, _ in ordered:  # done: the local copies of remote slices go, for any target
-        if isinstance(location, str):
-            outputs.remove(outputs.staging(location, "fetch"))
+    copies = [outputs.staging(f, "fetch") for f, _ in ordered if isinstance(f, str)]
+    with contextlib.ExitStack() as held:
+        for copy in copies:  # another merge of the same remote slice shares its local copy
+            held.enter_context(hold(copy, wait))
+        report = written(target, config, restart, storage, build, wait)
+        for copy in copies:  # done: the local copies of remote slices go, for any target
+            outputs.remove(copy)
     return report
 
 
