@@ -82,7 +82,7 @@ def merge(
                 f"cannot merge into {outputs.shown(target)}: it is one of the slices being "
                 "merged; give another --out"
             )
-    SkipPolicy("skip", max_errors).check(sum(skips_in(m) for m in metas))
+    SkipPolicy("skip", max_errors).check(skips_in(_skips(metas)))
     run = (config, ordered, restart, progress, checkpoint_seconds, storage, verify)
     build = lambda folder: _merge_in(folder, *run)  # noqa: E731
     copies = [outputs.staging(f, "fetch") for f, _ in ordered if isinstance(f, str)]
@@ -133,10 +133,7 @@ def _merge_in(
     if record is None:
         return Report(workdir.folder, read_meta(workdir.folder), already=True)
     if record["phase"] == "tokenize":
-        counts = new_counts(["train", "val"])
-        for _, meta in ordered:
-            for key in MEMBER_COUNTERS:
-                counts[key] += meta[key]
+        counts = {**new_counts(["train", "val"]), **_skips([m for _, m in ordered])}
         record = {**record, "phase": "permute", "position": 0, "sizes": {}, "counts": counts}
         workdir.save(record)
     run = Run(workdir, record, progress, checkpoint_seconds)
@@ -148,6 +145,13 @@ def _merge_in(
         run.record["meta"] = build_meta(workdir, run.record, BINS)
     workdir.commit(run.record, BINS, [])
     return Report(workdir.folder, run.record["meta"], resumed)
+
+
+def _skips(metas: list[dict[str, Any]]) -> dict[str, int]:
+    """The skips of the whole run the slices are of: their members' and documents' added up;
+    the corpus's skipped files once (every slice counts the same ones)."""
+    skips = {key: sum(m[key] for m in metas) for key in MEMBER_COUNTERS}
+    return {**skips, "skipped_files": max(m.get("skipped_files", 0) for m in metas)}
 
 
 def _slice_meta(folder: outputs.Location, store: Storage | None) -> dict[str, Any]:
@@ -220,13 +224,11 @@ def _merge_hashed(
     progress: Callable[[Progress], None] | None,
 ) -> Report:
     """Concatenate the slices' train.bin and val.bin (a hash split is decided per document)."""
-    counts = new_counts(["train", "val"])
+    counts = {**new_counts(["train", "val"]), **_skips([m for _, m in ordered])}
     for _, meta in ordered:
         for key in ("documents", "tokens"):
             for split in ("train", "val"):
                 counts[key][split] += meta[key][split]
-        for key in MEMBER_COUNTERS:
-            counts[key] += meta[key]
     total = sum(m["files"][n]["bytes"] for _, m in ordered for n in BINS)
     done = 0
     workdir.clear(BINS)

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from openwebtext.index import Corpus
 from openwebtext.plan import shard_range
-from openwebtext.policy import SkipPolicy
+from openwebtext.policy import SkipPolicy, skips_in
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import (
     BINS,
@@ -151,11 +151,14 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     workdir = Workdir(folder)
     names = BINS if options.split == "hash" else CORPUS_ORDER
     finals = names if (options.split == "hash" or not whole) else BINS
-    record, resumed = open_record(workdir, config, restart, names + BINS)
+    files = corpus.skipped_files
+    record, resumed = open_record(workdir, config, restart, names + BINS, len(files))
     if record is None:
         return Report(workdir.folder, read_meta(workdir.folder), already=True)
     policy = SkipPolicy(options.on_error, options.max_errors)
     run = Run(workdir, record, progress, checkpoint_seconds, policy)
+    run.skipped += [str(error) for error in files]  # the files count as skips too
+    policy.check(skips_in(run.counts), files[-1] if files else None)
     if record["phase"] == "tokenize":
         tokenize_units(run, corpus, options, tokenizer, order, stop, names)
         if finals is BINS and names is CORPUS_ORDER:

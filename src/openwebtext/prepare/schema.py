@@ -42,6 +42,7 @@ def _counts(body: Mapping[str, Any], keys: list[str] | None) -> None:
             _count(value, f"{part}.{key}")
     for key in MEMBER_COUNTERS:
         _count(body.get(key), key)
+    _count(body.get("skipped_files", 0), "skipped_files")  # not in older meta.json
 
 
 def _files(value: object, needed: list[str] | None) -> None:
