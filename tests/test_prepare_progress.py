@@ -33,3 +33,26 @@ def test_a_run_resumed_in_its_permutation_counts_only_the_tokens_it_copies(
     permuted = [e for e in events if e.phase == "permute"]
     assert permuted and permuted[-1].done == permuted[-1].total  # val.bin's bytes included
     assert permuted[-1].tokens == report.meta["tokens"]["train"]  # but not its tokens
+
+
+def test_a_resumed_run_reports_only_the_tokens_it_tokenized(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1, shuffle=False)
+    seen: list[Progress] = []
+
+    def stop_after_two_units(event: Progress) -> None:
+        seen.append(event)
+        if len(seen) == 2:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        prepare(corpus, tmp_path, options, progress=stop_after_two_units, checkpoint_seconds=0)
+    events: list[Progress] = []
+    report = prepare(corpus, tmp_path, options, progress=events.append)
+    total = sum(report.meta["tokens"].values())
+    assert report.resumed and 0 < events[-1].tokens == report.tokenized < total
+    assert report.tokenized + seen[-1].tokens == total  # the two runs' shares
+    fresh = prepare(corpus, tmp_path / "fresh", options)
+    assert fresh.tokenized == total and prepare(corpus, tmp_path / "fresh", options).tokenized == 0

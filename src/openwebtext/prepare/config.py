@@ -118,6 +118,8 @@ class Report:
         resumed: The run went on from another run's progress.
         already: The folder already held these files; nothing was done.
         skipped: Messages of the members and documents skipped by this process.
+        tokenized: Tokens this run tokenized (not those of an earlier run it went on from):
+            a rate is ``tokenized`` over this run's seconds.
     """
 
     out: Path | str
@@ -125,6 +127,7 @@ class Report:
     resumed: bool = False
     already: bool = False
     skipped: tuple[str, ...] = ()
+    tokenized: int = 0
 
 
 def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:

@@ -40,6 +40,8 @@ class Run:
         self.checkpoint_seconds = checkpoint_seconds
         self.policy = policy or SkipPolicy("raise")
         self.skipped: list[str] = []
+        self.tokenized = 0
+        """Tokens tokenized by this run (pass 1), not by the earlier run it goes on from."""
 
     @property
     def counts(self) -> dict[str, Any]:

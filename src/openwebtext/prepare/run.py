@@ -171,7 +171,13 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
         run.record["meta"] = build_meta(workdir, run.record, finals)
     drop = [n for n in names if n not in finals]
     workdir.commit(run.record, finals, drop)
-    return Report(workdir.folder, run.record["meta"], resumed, skipped=tuple(run.skipped))
+    return Report(
+        workdir.folder,
+        run.record["meta"],
+        resumed,
+        skipped=tuple(run.skipped),
+        tokenized=run.tokenized,
+    )
 
 
 def finished(corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions) -> bool:

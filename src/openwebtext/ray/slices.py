@@ -50,8 +50,9 @@ def _slice_task(
     restart: bool,
     wait: bool,
 ) -> tuple[int, list[str]]:
-    """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
-    was already done) and its skip messages. ``restart``: also throw away the progress this
+    """One Ray task: prepare slice ``index`` of ``count``; the tokens it tokenized (0: the
+    slice was already done; an earlier run's part of a resumed slice is not counted) and its
+    skip messages. ``restart``: also throw away the progress this
     node may have staged for the slice's URL (the slices themselves are already gone)."""
     configure_storage(storage_options)
     report = prepare(
@@ -63,7 +64,7 @@ def _slice_task(
         checkpoint_seconds=every,
         wait=wait,
     )
-    return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
+    return report.tokenized, list(report.skipped)
 
 
 def slice_folders(out: str | os.PathLike[str], count: int) -> list[Location]:
@@ -128,7 +129,9 @@ def tokenize(
             return already
     work = (options, checkpoint_seconds, storage_options, restart, wait)
     with local_ray(address, num_cpus):
-        skipped = _run_slices(corpus, folders, slice_sizes(corpus, options, count), work, progress)
+        skipped, tokens = _run_slices(
+            corpus, folders, slice_sizes(corpus, options, count), work, progress
+        )
     merged = merge(
         folders,
         out,
@@ -140,7 +143,7 @@ def tokenize(
         wait=wait,
     )
     remove_folder(out, SLICES, store)
-    return dataclasses.replace(merged, skipped=tuple(skipped))
+    return dataclasses.replace(merged, skipped=tuple(skipped), tokenized=tokens)
 
 
 def _run_slices(
@@ -149,9 +152,9 @@ def _run_slices(
     sizes: list[int],
     work: tuple[PrepareOptions, float, dict[str, Any] | None, bool, bool],
     progress: Callable[[Progress], None] | None,
-) -> list[str]:
+) -> tuple[list[str], int]:
     """Run every slice as a Ray task (``work``: options, checkpoint seconds, storage options,
-    restart); the messages of what they skipped."""
+    restart, wait); the messages of what they skipped, and the tokens they tokenized."""
     options, checkpoint_seconds, storage_options, restart, wait = work
     count, total = len(folders), sum(sizes)
     skipped: list[str] = []
@@ -185,4 +188,4 @@ def _run_slices(
             done += sizes[i]
             report(Progress("tokenize", done, total, tokens))
     _log.debug("ray: %d slices in %.1f s", count, time.monotonic() - began)
-    return skipped
+    return skipped, tokens
