@@ -59,12 +59,18 @@ def holder_factory() -> Iterator[list[_Holder]]:
         holder.thread.join(60)
 
 
+@pytest.fixture
+def first(small_corpus: Path, tmp_path: Path, holder_factory: list[_Holder]) -> _Holder:
+    """A first run into ``tmp_path/out``, stopped after its first unit until released."""
+    holder = _Holder(Corpus.open(small_corpus), tmp_path / "out")
+    holder_factory.append(holder)
+    return holder
+
+
 def test_a_second_run_is_refused_at_once_naming_the_first(
-    small_corpus: Path, tmp_path: Path, holder_factory: list[_Holder]
+    small_corpus: Path, tmp_path: Path, first: _Holder
 ) -> None:
     corpus = Corpus.open(small_corpus)
-    first = _Holder(corpus, tmp_path / "out")
-    holder_factory.append(first)
     with pytest.raises(PrepareError, match=f"pid {os.getpid()} on {socket.gethostname()}"):
         prepare(corpus, tmp_path / "out", OPTIONS)
     first.finish()
@@ -75,11 +81,9 @@ def test_a_second_run_is_refused_at_once_naming_the_first(
 
 
 def test_with_wait_the_second_run_waits_for_the_first(
-    small_corpus: Path, tmp_path: Path, holder_factory: list[_Holder]
+    small_corpus: Path, tmp_path: Path, first: _Holder
 ) -> None:
     corpus = Corpus.open(small_corpus)
-    first = _Holder(corpus, tmp_path / "out")
-    holder_factory.append(first)
     result: dict[str, object] = {}
 
     def second() -> None:

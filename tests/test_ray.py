@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,6 +162,33 @@ def test_both_engines_bound_skips_alike(
     assert local.meta["partial_members"] == 1 and local.meta["skipped_members"] == 1
     assert report.meta == local.meta
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
+
+
+def test_a_second_run_into_the_output_of_a_ray_run_is_refused_at_once(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """The Ray engine holds its output's lock for the whole run (slices and merge), so a
+    second run is refused before any slice is started, naming the run that holds it."""
+    from openwebtext.prepare import lock_output
+
+    corpus = Corpus.open(small_corpus)
+    errors: list[str] = []
+    with lock_output(tmp_path / "out"):  # as a run of another thread or process would
+        other = threading.Thread(target=lambda: errors.append(_refusal(corpus, tmp_path / "out")))
+        other.start()
+        other.join(60)
+    assert len(errors) == 1 and f"pid {os.getpid()}" in errors[0], errors
+    assert list((tmp_path / "out").iterdir()) == []  # no slice was started
+
+
+def _refusal(corpus: Corpus, out: Path) -> str:
+    from openwebtext.prepare import PrepareError
+
+    try:
+        owt_ray.tokenize(corpus, out, PrepareOptions(workers=0), units_per_task=2)
+    except PrepareError as exc:
+        return str(exc)
+    return "not refused"
 
 
 def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: Path) -> None:

@@ -53,6 +53,7 @@ from openwebtext.prepare.outputs import Location
 from openwebtext.prepare.run import finished, prepare
 from openwebtext.prepare.slices import (
     finished_report,
+    lock_output,
     remove_folder,
     slice_folders,
     slice_sizes,
@@ -70,6 +71,7 @@ __all__ = [
     "SplitRule",
     "finished",
     "finished_report",
+    "lock_output",
     "merge",
     "prepare",
     "remove_folder",

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,9 @@ __all__ = ["LOCK", "hold"]
 LOCK = ".owt-lock"
 
 _log = logging.getLogger("openwebtext")
+#: The folders each thread holds (``folders``): holding one again is a no-op. Another
+#: thread of the same process is another run, and is refused as any other.
+_held = threading.local()
 
 
 def _holder(fd: int) -> str:
@@ -80,7 +84,8 @@ def _open_locked(path: Path, wait: bool) -> int:
 
 @contextlib.contextmanager
 def hold(folder: Path, wait: bool = False) -> Iterator[None]:
-    """Hold the lock of the output folder ``folder`` (created if needed) for the block.
+    """Hold the lock of the output folder ``folder`` (created if needed) for the block
+    (re-entered by the thread holding it: a no-op).
 
     Raises:
         PrepareError: another live run holds it (not ``wait``), or the folder cannot be
@@ -91,6 +96,11 @@ def hold(folder: Path, wait: bool = False) -> Iterator[None]:
     except OSError as exc:
         raise PrepareError(f"cannot create the output folder {folder}: {exc}") from exc
     path = folder / LOCK
+    key = str(folder.resolve())
+    held = _held.__dict__.setdefault("folders", set())
+    if key in held:  # this thread holds it already (a Ray run's merge, in its own run)
+        yield
+        return
     try:
         fd = _open_locked(path, wait)
     except OSError as exc:
@@ -104,8 +114,10 @@ def hold(folder: Path, wait: bool = False) -> Iterator[None]:
         body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since})
         os.ftruncate(fd, 0)
         os.pwrite(fd, body.encode(), 0)
+        held.add(key)
         yield
     finally:
+        held.discard(key)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # while still holding it: a waiter then retries on a new file
         os.close(fd)

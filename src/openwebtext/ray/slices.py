@@ -23,6 +23,7 @@ from openwebtext.prepare import (
     Progress,
     Report,
     finished_report,
+    lock_output,
     merge,
     prepare,
     remove_folder,
@@ -118,6 +119,27 @@ def tokenize(
     options = options or PrepareOptions()
     if options.take is not None:
         raise ValueError("take is for the local engine: the Ray engine prepares whole slices")
+    shard_count(len(corpus.units), units_per_task)  # a bad value fails before anything is made
+    with lock_output(out, wait):  # the whole run: another run into ``out`` is refused at once
+        return _tokenize(corpus, out, options, units_per_task, address, num_cpus, restart,
+                         progress, checkpoint_seconds, storage_options, verify, wait)  # fmt: skip
+
+
+def _tokenize(
+    corpus: Corpus,
+    out: str | os.PathLike[str],
+    options: PrepareOptions,
+    units_per_task: int,
+    address: str | None,
+    num_cpus: int | None,
+    restart: bool,
+    progress: Callable[[Progress], None] | None,
+    checkpoint_seconds: float,
+    storage_options: dict[str, Any] | None,
+    verify: bool,
+    wait: bool,
+) -> Report:
+    """``tokenize``, holding the lock of ``out``."""
     count = shard_count(len(corpus.units), units_per_task)
     folders = slice_folders(out, count)
     store = corpus.storage
