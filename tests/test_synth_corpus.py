@@ -349,6 +349,8 @@ def test_default_corpus_name() -> None:
         f"synth-v{synth.GENERATOR_VERSION}-s3-m60-d390-seed0"
     )
     assert synth._DEFAULT_SHAPE == (3, 60, 390, 0)
+    # Announced before generating as the size every other place gives: 335 MB of text.
+    assert f"{3 * 60 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "335 MB"
 
 
 def test_default_corpus_generates_once(
