@@ -94,6 +94,8 @@ def hold(folder: Path, wait: bool = False) -> Iterator[None]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        if folder.exists() and not folder.is_dir():
+            raise PrepareError(f"{folder} is not a folder") from None
         raise PrepareError(f"cannot create the output folder {folder}: {exc}") from exc
     path = folder / LOCK
     key = str(folder.resolve())
