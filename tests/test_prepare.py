@@ -24,6 +24,7 @@ import pytest
 from openwebtext import Corpus, Options
 from openwebtext.engine import nanogpt_text
 from openwebtext.prepare import PrepareError, PrepareOptions, Progress, merge, prepare
+from openwebtext.prepare.lock import LOCK
 from openwebtext.prepare.workdir import PROGRESS
 from openwebtext.synth import write_corpus
 from openwebtext.tokenizer import load_tokenizer
@@ -397,9 +398,9 @@ def test_killed_run_goes_on_when_run_again(
     assert "resumed" in again.stderr
     assert _bins(out) == _bins(whole)
     assert _hidden(out) == []
-    # a killed run leaves only fixed names: the progress record and the parts
+    # a killed run leaves only fixed names: the progress record, the parts, the lock file
     allowed = {PROGRESS, ".train.bin.part", ".val.bin.part", ".tokens.bin.part",
-               ".lengths.bin.part", f".{PROGRESS[1:]}.part"}  # fmt: skip
+               ".lengths.bin.part", f".{PROGRESS[1:]}.part", LOCK}  # fmt: skip
     assert leftovers <= allowed, leftovers
 
 

@@ -6,12 +6,14 @@ short path, no dashboard, HOME pointed at an empty folder that must stay empty).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -162,6 +164,33 @@ def test_both_engines_bound_skips_alike(
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
 
 
+def test_a_second_run_into_the_output_of_a_ray_run_is_refused_at_once(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """The Ray engine holds its output's lock for the whole run (slices and merge), so a
+    second run is refused before any slice is started, naming the run that holds it."""
+    from openwebtext.prepare import lock_output
+
+    corpus = Corpus.open(small_corpus)
+    errors: list[str] = []
+    with lock_output(tmp_path / "out"):  # as a run of another thread or process would
+        other = threading.Thread(target=lambda: errors.append(_refusal(corpus, tmp_path / "out")))
+        other.start()
+        other.join(60)
+    assert len(errors) == 1 and f"pid {os.getpid()}" in errors[0], errors
+    assert list((tmp_path / "out").iterdir()) == []  # no slice was started
+
+
+def _refusal(corpus: Corpus, out: Path) -> str:
+    from openwebtext.prepare import PrepareError
+
+    try:
+        owt_ray.tokenize(corpus, out, PrepareOptions(workers=0), units_per_task=2)
+    except PrepareError as exc:
+        return str(exc)
+    return "not refused"
+
+
 def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: Path) -> None:
     tars = sorted(small_corpus.glob("*.tar"))
     expected = {
@@ -204,6 +233,37 @@ def test_read_openwebtext_corrupt_member(
     assert log.count() == 1 and member in log.messages()[0]
 
 
+def test_read_openwebtext_leaves_out_a_bad_document_and_reads_the_rest_right(
+    ray_instance: None, tmp_path: Path
+) -> None:
+    """Under skip, a document of invalid UTF-8 and one over max_document_bytes are left out
+    (and logged); every other document is read from its own bytes, as text and as ids."""
+    docs = sample_docs("m", 6)
+    docs["m-001.txt"] = b"bad \xff\xfe utf-8\n"
+    docs["m-003.txt"] = b"x" * 5000
+    second = sample_docs("n", 3)
+    outer_tar(tmp_path / "urlsf_subset00.tar",
+              [("urlsf_subset00-1_data.xz", xz_member(docs)),
+               ("urlsf_subset00-2_data.xz", xz_member(second))])  # fmt: skip
+    bad = ("m-001.txt", "m-003.txt")
+    good = {n: d.decode() for n, d in {**docs, **second}.items() if n not in bad}
+    for tokenizer in (None, "bytes"):
+        log = owt_ray.SkipLog()
+        rows = owt_ray.read_openwebtext(
+            tmp_path, on_error="skip", skips=log, tokenizer=tokenizer, max_document_bytes=4096
+        ).take_all()
+        if tokenizer is None:
+            got = {r["name"]: r["text"] for r in rows}
+        else:
+            got = {r["name"]: bytes(r["ids"][:-1]).decode() for r in rows}
+            assert {r["ids"][-1] for r in rows} == {256}
+        assert len(got) == len(rows) == len(good) and got == good
+        messages = log.messages()
+        assert len(messages) == 2, messages
+        assert any("m-001.txt" in m and "UTF-8" in m for m in messages), messages
+        assert any("m-003.txt" in m and "max_document_bytes" in m for m in messages), messages
+
+
 def test_cli_engine_ray_starts_and_stops_its_own_instance(
     small_corpus: Path, tmp_path: Path, home: Path
 ) -> None:
@@ -241,6 +301,42 @@ def _processes_mentioning(text: str) -> list[int]:
         except (OSError, ValueError):
             continue
     return found
+
+
+def _ray_env(home: Path, temp: Path) -> dict[str, str]:
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp)}
+    for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+        env.pop(key, None)
+    return env
+
+
+@pytest.mark.timeout(240)
+def test_the_folder_of_a_killed_driver_is_swept_at_the_next_start(home: Path) -> None:
+    """SIGKILL leaves a private instance's /tmp/owt-ray-* behind (nothing runs to remove
+    it); the next start removes it, and leaves alone the folder of a live driver."""
+    temp = Path(tempfile.mkdtemp(prefix="owt-T", dir="/tmp"))
+    env = _ray_env(home, temp)
+    kill = ("import os, signal\nfrom openwebtext.ray import local_ray\n"
+            "with local_ray(num_cpus=1):\n    os.killpg(0, signal.SIGKILL)\n")  # fmt: skip
+    start = "from openwebtext.ray import local_ray\nwith local_ray(num_cpus=1):\n    pass\n"
+    live = temp / "owt-ray-live"
+    live.mkdir()
+    (live / "owt-owner.json").write_text(json.dumps({"pid": os.getpid(), "host": os.uname()[1]}))
+    try:
+        killed = subprocess.run([sys.executable, "-c", kill], env=env, start_new_session=True,
+                                capture_output=True, timeout=100, check=False)  # fmt: skip
+        assert killed.returncode == -9, killed.stderr
+        left = [p for p in temp.iterdir() if p.name.startswith("owt-ray-") and p != live]
+        assert len(left) == 1
+        for pid in _processes_mentioning(str(left[0])):  # Ray's own, if any outlived it
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        again = subprocess.run([sys.executable, "-c", start], env=env, capture_output=True,
+                               text=True, timeout=100, check=False)  # fmt: skip
+        assert again.returncode == 0, again.stderr
+        assert [p for p in temp.iterdir() if p.name.startswith("owt-ray-")] == [live]
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,12 +383,23 @@ def test_remote_corpus_over_http(
 def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) -> None:
     """Ctrl-C (SIGINT to the whole group) once some slices are done: exit 130, nothing left
     running, finished slices and checkpoints kept; the same command again finishes them into
-    the local engine's files."""
+    the local engine's files.
+
+    Its waits share one budget (100 s) inside the suite's 120 s per-test timeout, so that a slow
+    machine fails here, saying which wait ran out, rather than as a timeout.
+    """
     import glob
     import signal
     import time
 
     from openwebtext.synth import write_corpus
+
+    end = time.monotonic() + 100  # the suite's timeout is 120 s; the last check needs ~10
+
+    def left(what: str) -> float:
+        remaining = end - time.monotonic()
+        assert remaining > 0, f"the test's 100 s ran out before {what}"
+        return remaining
 
     corpus = tmp_path / "corpus"
     write_corpus(corpus, subsets=2, members=10, docs=300, seed=1, workers=1)
@@ -309,12 +416,11 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
-            deadline = time.monotonic() + 120
             done = out / owt_ray.SLICES / "*" / "meta.json"
-            while len(glob.glob(str(done))) < 2 and time.monotonic() < deadline:
+            while len(glob.glob(str(done))) < 2 and left("two slices were done") > 0:
                 time.sleep(0.05)
             os.killpg(proc.pid, signal.SIGINT)
-            _, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=left("the interrupted run ended"))
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -324,7 +430,8 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
         time.sleep(1)
         assert _processes_mentioning(str(temp)) == []
         assert [p.name for p in temp.iterdir() if p.name.startswith("owt-ray-")] == []
-        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+        again = subprocess.run(command, env=env, capture_output=True, text=True,
+                               timeout=left("the second run"))  # fmt: skip
         assert again.returncode == 0, again.stderr
     finally:
         shutil.rmtree(temp, ignore_errors=True)
@@ -387,7 +494,10 @@ def test_ray_engine_to_s3_keeps_the_slices_already_there(
     client.put_object(Bucket="owt", Key=key, Body=bytes([kept[0] ^ 0xFF]) + kept[1:])
     client.put_object(Bucket="owt", Key=f"{str(second).removeprefix('s3://owt/')}/train.bin",
                       Body=b"half an upload")  # fmt: skip
-    owt_ray.tokenize(corpus, url, options, units_per_task=2, storage_options=s3_options)
+    # verify=False: the merge would refuse slice 0, changed after it was written (sha256).
+    owt_ray.tokenize(
+        corpus, url, options, units_per_task=2, storage_options=s3_options, verify=False
+    )
     local = prepare(corpus, tmp_path / "local", options)
     got = s3_objects(s3_options["endpoint_url"], "ray-resume/")
     assert sorted(got) == ["meta.json", "train.bin", "val.bin"]

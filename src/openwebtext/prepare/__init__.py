@@ -31,9 +31,9 @@ exactly the files one run would have written.
 
 The modules: ``config`` (options, the run's config, the unit order), ``run`` (the driver),
 ``record`` (one run's progress record, checkpoints and skips), ``writers`` (pass 1, the
-split writers), ``permute`` (pass 2 of ``nanogpt``), ``merge`` (joining slices), ``meta``
-(``meta.json``), ``slices`` (what an engine running slices elsewhere needs), ``workdir``
-(the folder's parts and commit step) and ``outputs`` (a folder or a URL).
+split writers), ``permute`` (pass 2 of ``nanogpt``), ``merging`` (``merge``: joining
+slices), ``meta`` (``meta.json``), ``slices`` (what an engine running slices elsewhere
+needs), ``workdir`` (the folder's parts and commit step) and ``outputs`` (a folder or a URL).
 """
 
 from __future__ import annotations
@@ -48,11 +48,12 @@ from openwebtext.prepare.config import (
     SplitRule,
     unit_order,
 )
-from openwebtext.prepare.merge import merge
+from openwebtext.prepare.merging import merge
 from openwebtext.prepare.outputs import Location
 from openwebtext.prepare.run import finished, prepare
 from openwebtext.prepare.slices import (
     finished_report,
+    lock_output,
     remove_folder,
     slice_folders,
     slice_sizes,
@@ -70,6 +71,7 @@ __all__ = [
     "SplitRule",
     "finished",
     "finished_report",
+    "lock_output",
     "merge",
     "prepare",
     "remove_folder",

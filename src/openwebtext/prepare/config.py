@@ -98,7 +98,9 @@ class PrepareOptions:
 
 class Progress(NamedTuple):
     """A progress event: ``phase`` ``tokenize`` (``done``/``total`` in compressed bytes of
-    units), ``permute`` or ``copy`` (in bytes written); ``tokens`` written in this phase."""
+    units), ``permute`` or ``copy`` (in bytes written; ``done`` counts what an earlier run
+    did too); ``tokens`` written in this phase by this run only (a rate is this run's
+    tokens over this run's seconds, even when it goes on from an earlier run's progress)."""
 
     phase: str
     done: int
@@ -116,6 +118,8 @@ class Report:
         resumed: The run went on from another run's progress.
         already: The folder already held these files; nothing was done.
         skipped: Messages of the members and documents skipped by this process.
+        tokenized: Tokens this run tokenized (not those of an earlier run it went on from):
+            a rate is ``tokenized`` over this run's seconds.
     """
 
     out: Path | str
@@ -123,6 +127,7 @@ class Report:
     resumed: bool = False
     already: bool = False
     skipped: tuple[str, ...] = ()
+    tokenized: int = 0
 
 
 def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:

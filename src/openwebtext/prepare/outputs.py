@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from openwebtext.files import atomic_file
-from openwebtext.prepare.workdir import PrepareError
+from openwebtext.prepare.workdir import PrepareError, sha256_file
 from openwebtext.source import Storage, describe, filesystem, is_url, redact, with_retries
 
 __all__ = [
@@ -40,9 +40,11 @@ __all__ = [
     "is_remote",
     "join",
     "location",
+    "mismatched",
     "publish",
     "read_json",
     "remove",
+    "same_place",
     "shown",
     "sizes",
     "staging",
@@ -71,6 +73,14 @@ def join(folder: Location, name: str) -> Location:
     return folder / name
 
 
+def same_place(a: Location, b: Location) -> bool:
+    """Whether two locations are the same folder (local ones resolved, URLs without a final
+    ``/``)."""
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a.rstrip("/") == b.rstrip("/")
+    return a.resolve() == b.resolve()
+
+
 def shown(folder: Location, resolve: bool = False) -> str:
     """How a location is named in messages and records (a URL without its secrets)."""
     if isinstance(folder, str):
@@ -86,9 +96,7 @@ def _remote(call: Callable[[], T], what: str, url: str) -> T:
         raise PrepareError(f"{redact(url)}: {reason}") from None
 
 
-def read_json(
-    folder: Location, name: str, store: Storage | None = None
-) -> dict[str, Any] | None:
+def read_json(folder: Location, name: str, store: Storage | None = None) -> dict[str, Any] | None:
     """``folder/name`` read as a JSON object; None if it is missing or not one.
 
     Raises:
@@ -118,9 +126,7 @@ def read_json(
     return body if isinstance(body, dict) else None
 
 
-def sizes(
-    folder: Location, names: list[str], store: Storage | None = None
-) -> dict[str, int]:
+def sizes(folder: Location, names: list[str], store: Storage | None = None) -> dict[str, int]:
     """The size of each of ``names`` in ``folder``; -1 for a missing one.
 
     Raises:
@@ -189,19 +195,26 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
     return meta
 
 
-def fetch(url: str, meta: dict[str, Any], store: Storage | None = None) -> Path:
+def fetch(
+    url: str, meta: dict[str, Any], store: Storage | None = None, verify: bool = True
+) -> Path:
     """A local copy of the finished remote folder ``url`` whose ``meta.json`` is ``meta``.
 
-    A copy already made of the same ``meta`` is used as it is; ``meta.json`` is written last.
+    A copy already made of the same ``meta`` is used if every file is the size ``meta``
+    records (and, with ``verify``, has its sha256); else every file is downloaded again.
+    ``meta.json`` is written last.
 
     Raises:
-        PrepareError: a download failed, or a file is not the size ``meta`` records.
+        PrepareError: a download failed, or a file is not the size ``meta`` records (or,
+            with ``verify``, not its sha256).
     """
     folder = staging(url, "fetch")
     names = list(meta["files"])
     if read_json(folder, "meta.json") == meta:
         found = sizes(folder, names)
-        if all(found[n] == meta["files"][n]["bytes"] for n in names):
+        if all(found[n] == meta["files"][n]["bytes"] for n in names) and (
+            not verify or not mismatched(folder, meta)
+        ):
             return folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").unlink(missing_ok=True)
@@ -215,9 +228,20 @@ def fetch(url: str, meta: dict[str, Any], store: Storage | None = None) -> Path:
                 f"{redact(source)} holds {got} bytes, not the "
                 f"{meta['files'][name]['bytes']} of its meta.json"
             )
+    for name in mismatched(folder, meta) if verify else []:
+        raise PrepareError(
+            f"{redact(str(join(url, name)))}: its sha256 is not the one its meta.json records (the "
+            "file changed after the slice was written); --no-verify skips this check"
+        )
     with atomic_file(folder / "meta.json", durable=True) as f:
         f.write(json.dumps(meta).encode())
     return folder
+
+
+def mismatched(folder: Path, meta: dict[str, Any]) -> list[str]:
+    """The files of ``folder`` whose sha256 is not the one ``meta`` records (reads them all)."""
+    files = meta["files"]
+    return [name for name in files if sha256_file(folder / name) != files[name]["sha256"]]
 
 
 def _download(fs: Any, source: str, target: Path) -> None:

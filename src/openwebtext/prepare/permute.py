@@ -54,7 +54,7 @@ def permute(
     position: int = run.record["position"]
     parts = {n: run.workdir.part(n, run.record["sizes"].get(n, 0)) for n in BINS}
     fds = [os.open(tokens, os.O_RDONLY) for tokens, _ in sources]
-    done = sum(parts[n].size for n in BINS)
+    done = first = sum(parts[n].size for n in BINS)
     try:
         last = time.monotonic()
         while position < n:
@@ -72,7 +72,7 @@ def permute(
             if position == n or time.monotonic() - last >= run.checkpoint_seconds:
                 run.checkpoint(parts, position=position)
                 last = time.monotonic()
-            run.progress(Progress("permute", done, total, done // itemsize))
+            run.progress(Progress("permute", done, total, (done - first) // itemsize))
         run.checkpoint(parts, position=n)
     finally:
         for fd in fds:

@@ -40,6 +40,8 @@ class Run:
         self.checkpoint_seconds = checkpoint_seconds
         self.policy = policy or SkipPolicy("raise")
         self.skipped: list[str] = []
+        self.tokenized = 0
+        """Tokens tokenized by this run (pass 1), not by the earlier run it goes on from."""
 
     @property
     def counts(self) -> dict[str, Any]:
@@ -58,16 +60,18 @@ class Run:
         self.skipped.append(str(error))
 
 
-def new_counts(keys: Sequence[str]) -> dict[str, Any]:
-    """The counts of a new run: documents and tokens per key, every skip counter at 0."""
+def new_counts(keys: Sequence[str], files: int = 0) -> dict[str, Any]:
+    """The counts of a new run: documents and tokens per key, every skip counter at 0 but
+    ``skipped_files``, the corpus's files left out when it was opened."""
     return {"documents": dict.fromkeys(keys, 0), "tokens": dict.fromkeys(keys, 0),
-            **dict.fromkeys(MEMBER_COUNTERS, 0)}  # fmt: skip
+            **dict.fromkeys(MEMBER_COUNTERS, 0), "skipped_files": files}  # fmt: skip
 
 
 def open_record(
-    workdir: Workdir, config: dict[str, Any], restart: bool, names: list[str]
+    workdir: Workdir, config: dict[str, Any], restart: bool, names: list[str], files: int = 0
 ) -> tuple[dict[str, Any] | None, bool]:
-    """The record to go on from (a new one if none), and whether it is an earlier run's.
+    """The record to go on from (a new one if none, counting ``files`` skipped files), and
+    whether it is an earlier run's.
 
     None: the folder already holds the finished files of this config.
     """
@@ -87,5 +91,5 @@ def open_record(
     keys = ["all"] if config["split"] == "nanogpt" and "slice" in config else ["train", "val"]
     first = config.get("slice", {}).get("start", 0)
     fresh = {"config": config, "phase": "tokenize", "position": first, "sizes": {},
-             "counts": new_counts(keys)}  # fmt: skip
+             "counts": new_counts(keys, files)}  # fmt: skip
     return fresh, False

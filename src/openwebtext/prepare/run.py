@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from openwebtext.index import Corpus
 from openwebtext.plan import shard_range
-from openwebtext.policy import SkipPolicy
+from openwebtext.policy import SkipPolicy, skips_in
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import (
     BINS,
@@ -23,6 +23,7 @@ from openwebtext.prepare.config import (
     run_config,
     unit_order,
 )
+from openwebtext.prepare.lock import hold
 from openwebtext.prepare.meta import build_meta, is_finished, read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Run, open_record
@@ -45,6 +46,7 @@ def prepare(
     restart: bool = False,
     progress: Callable[[Progress], None] | None = None,
     checkpoint_seconds: float = 2.0,
+    wait: bool = False,
 ) -> Report:
     """Write ``train.bin``, ``val.bin`` and ``meta.json`` to ``out`` (or one slice of them).
 
@@ -65,13 +67,15 @@ def prepare(
         restart: Throw away the progress recorded in ``out`` and start over.
         progress: Called with a ``Progress`` after every unit and chunk written.
         checkpoint_seconds: Seconds between two checkpoints (0: after every unit).
+        wait: If another run is writing into ``out`` (its folder, or the staging folder of
+            the URL), wait for it to end rather than fail at once (``--wait``).
 
     Returns:
         A ``Report`` with the ``meta.json`` written.
 
     Raises:
-        PrepareError: ``out`` holds the progress of another corpus or other options, or
-            an upload failed.
+        PrepareError: ``out`` holds the progress of another corpus or other options, another
+            run is writing into it (without ``wait``), or an upload failed.
         CorpusError: a bad member or document under ``on_error="raise"``.
         TokenizerError: the tokenizer cannot be loaded.
     """
@@ -97,6 +101,7 @@ def prepare(
         restart,
         corpus.storage,
         lambda folder: _prepare_in(folder, work, restart),
+        wait,
     )
 
 
@@ -106,17 +111,23 @@ def written(
     restart: bool,
     store: Storage | None,
     build: Callable[[Path], Report],
+    wait: bool = False,
 ) -> Report:
     """``build`` the files of ``config`` in ``target``: in place for a local folder; for a
     URL, in its staging folder (which resumes a staged run), then published there, unless
-    the URL already holds them."""
+    the URL already holds them. The folder built in is locked for the while (``lock``):
+    another run into it is refused at once, or waited for (``wait``)."""
     if isinstance(target, Path):
-        return build(target)
+        with hold(target, wait):
+            return build(target)
     if not restart and is_finished(target, config, store):
         return Report(target, read_meta(target, store), already=True)
     folder = outputs.staging(target)
-    report = build(folder)
-    meta = outputs.publish(folder, target, store)
+    with hold(folder, wait):
+        if not restart and is_finished(target, config, store):  # the run waited for did it
+            return Report(target, read_meta(target, store), already=True)
+        report = build(folder)
+        meta = outputs.publish(folder, target, store)
     return dataclasses.replace(report, out=target, meta=meta, already=False)
 
 
@@ -140,11 +151,14 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     workdir = Workdir(folder)
     names = BINS if options.split == "hash" else CORPUS_ORDER
     finals = names if (options.split == "hash" or not whole) else BINS
-    record, resumed = open_record(workdir, config, restart, names + BINS)
+    files = corpus.skipped_files
+    record, resumed = open_record(workdir, config, restart, names + BINS, len(files))
     if record is None:
         return Report(workdir.folder, read_meta(workdir.folder), already=True)
     policy = SkipPolicy(options.on_error, options.max_errors)
     run = Run(workdir, record, progress, checkpoint_seconds, policy)
+    run.skipped += [str(error) for error in files]  # the files count as skips too
+    policy.check(skips_in(run.counts), files[-1] if files else None)
     if record["phase"] == "tokenize":
         tokenize_units(run, corpus, options, tokenizer, order, stop, names)
         if finals is BINS and names is CORPUS_ORDER:
@@ -157,7 +171,13 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
         run.record["meta"] = build_meta(workdir, run.record, finals)
     drop = [n for n in names if n not in finals]
     workdir.commit(run.record, finals, drop)
-    return Report(workdir.folder, run.record["meta"], resumed, skipped=tuple(run.skipped))
+    return Report(
+        workdir.folder,
+        run.record["meta"],
+        resumed,
+        skipped=tuple(run.skipped),
+        tokenized=run.tokenized,
+    )
 
 
 def finished(corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions) -> bool:

@@ -8,17 +8,21 @@ bounds are ``plan.shard_range``'s, as for ``owt tokenize --shard``.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 from openwebtext.index import Corpus
 from openwebtext.plan import shard_range
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import PrepareOptions, Report, run_config, unit_order
+from openwebtext.prepare.lock import hold
 from openwebtext.prepare.meta import is_finished, read_meta
 from openwebtext.source import Storage
 from openwebtext.tokenizer import load_tokenizer
 
-__all__ = ["finished_report", "remove_folder", "slice_folders", "slice_sizes"]
+__all__ = ["finished_report", "lock_output", "remove_folder", "slice_folders", "slice_sizes"]
 
 
 def slice_sizes(corpus: Corpus, options: PrepareOptions, count: int) -> list[int]:
@@ -41,6 +45,21 @@ def slice_folders(out: str | os.PathLike[str], under: str, count: int) -> list[o
 def remove_folder(out: str | os.PathLike[str], under: str, store: Storage | None = None) -> None:
     """Remove ``out/under`` and everything in it (the slices, once merged), if it is there."""
     outputs.remove(outputs.join(outputs.location(out), under), store)
+
+
+@contextlib.contextmanager
+def lock_output(out: str | os.PathLike[str], wait: bool = False) -> Iterator[None]:
+    """Hold the lock of ``out`` (its folder, or the staging folder of a URL: ``lock``) for
+    the block: for a whole run whose slices run elsewhere, so that another run into ``out``
+    is refused at once, not at its merge. The merge, in the same thread, re-enters it.
+
+    Raises:
+        PrepareError: another run holds it (not ``wait``).
+    """
+    target = outputs.location(out)
+    folder = target if isinstance(target, Path) else outputs.staging(target)
+    with hold(folder, wait):
+        yield
 
 
 def finished_report(

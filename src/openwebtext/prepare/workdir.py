@@ -26,11 +26,14 @@ from typing import Any
 
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_file, sync_folder
+from openwebtext.prepare.schema import check_record
 
-__all__ = ["PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
+__all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
 #: The progress record's name in the output folder.
 PROGRESS = ".owt-progress.json"
+#: Every finished file a run of any kind leaves (a whole run, a slice of either split).
+OUTPUTS = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
 
 
 class PrepareError(OWTError):
@@ -113,12 +116,14 @@ class Workdir:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
-        if not (
-            isinstance(record, dict)
-            and isinstance(record.get("config"), dict)
-            and record.get("phase") in ("tokenize", "permute", "commit")
-        ):
-            raise PrepareError(f"{path} is not a progress record: run again with --restart")
+        try:
+            if not isinstance(record, dict):
+                raise ValueError(f"a {type(record).__name__}, not an object")
+            check_record(record)
+        except ValueError as exc:
+            raise PrepareError(
+                f"{path} is not a progress record ({exc}): run again with --restart"
+            ) from None
         return record
 
     def save(self, record: dict[str, Any]) -> None:
@@ -167,6 +172,9 @@ class Workdir:
                     f"{self.folder}: neither {part.name} nor {name} exists: run again with "
                     "--restart"
                 )
+        for stale in OUTPUTS:  # another kind of run's files (a slice's tokens.bin, ...)
+            if stale not in names:
+                (self.folder / stale).unlink(missing_ok=True)
         sync_folder(self.folder)
         self.write_json("meta.json", record["meta"])
         for name in drop:

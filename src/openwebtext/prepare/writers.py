@@ -60,7 +60,9 @@ def tokenize_units(
         for loaded in pool.run(order[position:stop]):
             consistent = False
             budget = None if take is None else take - sum(counts["documents"].values())
-            tokens_now += _write_unit(run, loaded, parts, itemsize, options, budget)
+            written = _write_unit(run, loaded, parts, itemsize, options, budget)
+            tokens_now += written
+            run.tokenized += written
             position += 1
             done += units[loaded.unit].size
             consistent = True

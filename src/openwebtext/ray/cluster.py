@@ -6,11 +6,13 @@ token authentication, SIGTERM kept), the library's errors behind Ray's wrappers
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -26,6 +28,7 @@ __all__ = [
     "library_errors",
     "local_ray",
     "ray_module",
+    "sweep_stale",
     "unwrap",
 ]
 
@@ -59,7 +62,8 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     A local instance gets ``num_cpus`` CPUs, no dashboard (Ray 2.60 still runs its minimal
     head process, frontend off, on 127.0.0.1), no usage reports (unless
     ``RAY_USAGE_STATS_ENABLED`` is set), and a temporary folder of its own that is removed
-    with it. Unless ``RAY_AUTH_MODE`` says otherwise, it uses token
+    with it (the folders left by a driver killed with SIGKILL are removed at the next start:
+    ``sweep_stale``). Unless ``RAY_AUTH_MODE`` says otherwise, it uses token
     authentication with a random token held in the environment, so that Ray writes no token
     file under the home folder.
 
@@ -74,7 +78,10 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         with _running(ray, f"cannot connect to the Ray cluster at {address}", address=address):
             yield
         return
-    temp = tempfile.mkdtemp(prefix="owt-ray-", dir=_temp_parent())
+    parent = _temp_parent()
+    sweep_stale(parent)
+    temp = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
+    _claim(temp)
     keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
     saved = {k: os.environ.get(k) for k in keys}
     private: dict[str, str | None] = {}
@@ -89,6 +96,67 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     finally:
         _auth_environment({k: saved[k] for k in private})
         shutil.rmtree(temp, ignore_errors=True)
+
+
+#: The name a private instance's temporary folder starts with.
+PREFIX = "owt-ray-"
+#: The file in it naming the driver that started the instance.
+OWNER = "owt-owner.json"
+
+
+def _claim(temp: str) -> None:
+    with open(os.path.join(temp, OWNER), "w") as f:
+        json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def _mentioned(paths: list[str]) -> set[str]:
+    """Which of ``paths`` a live process names on its command line (Ray's own processes
+    name their session's folder)."""
+    found: set[str] = set()
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                line = f.read()
+        except OSError:
+            continue
+        found.update(p for p in paths if p.encode() in line)
+    return found
+
+
+def sweep_stale(parent: str) -> list[str]:
+    """Remove the temporary folders of private instances whose driver is dead (a driver
+    killed with SIGKILL cannot remove its own) and that no live process still names; the
+    folders removed. A folder of another host, another user, or without an owner file is
+    left alone."""
+    stale = []
+    for name in os.listdir(parent) if os.path.isdir(parent) else []:
+        folder = os.path.join(parent, name)
+        if not name.startswith(PREFIX):
+            continue
+        try:
+            with open(os.path.join(folder, OWNER)) as f:
+                owner = json.load(f)
+            pid, host = int(owner["pid"]), str(owner["host"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if host == socket.gethostname() and not _alive(pid):
+            stale.append(folder)
+    if not stale:
+        return []
+    removed = [folder for folder in stale if folder not in _mentioned(stale)]
+    for folder in removed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from openwebtext.prepare import (
     Progress,
     Report,
     finished_report,
+    lock_output,
     merge,
     prepare,
     remove_folder,
@@ -48,9 +49,11 @@ def _slice_task(
     every: float,
     storage_options: dict[str, Any] | None,
     restart: bool,
+    wait: bool,
 ) -> tuple[int, list[str]]:
-    """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
-    was already done) and its skip messages. ``restart``: also throw away the progress this
+    """One Ray task: prepare slice ``index`` of ``count``; the tokens it tokenized (0: the
+    slice was already done; an earlier run's part of a resumed slice is not counted) and its
+    skip messages. ``restart``: also throw away the progress this
     node may have staged for the slice's URL (the slices themselves are already gone)."""
     configure_storage(storage_options)
     report = prepare(
@@ -60,8 +63,9 @@ def _slice_task(
         shard=(index, count),
         restart=restart,
         checkpoint_seconds=every,
+        wait=wait,
     )
-    return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
+    return report.tokenized, list(report.skipped)
 
 
 def slice_folders(out: str | os.PathLike[str], count: int) -> list[Location]:
@@ -81,6 +85,8 @@ def tokenize(
     progress: Callable[[Progress], None] | None = None,
     checkpoint_seconds: float = 2.0,
     storage_options: dict[str, Any] | None = None,
+    verify: bool = True,
+    wait: bool = False,
 ) -> Report:
     """Write what ``prepare.prepare(corpus, out, options)`` writes, with Ray tasks.
 
@@ -99,6 +105,10 @@ def tokenize(
         storage_options: The options ``corpus`` was opened with (URLs): the tasks use them,
             for the corpus and for an ``out`` URL. (This process uses the corpus's own,
             ``Corpus.storage``, or ``source.configure``'s when it was opened without.)
+        verify: Check each slice's files against their sha256 before the merge reads them
+            (``prepare.merge``: one more read of every slice; False skips it).
+        wait: If another run is writing into ``out`` or one of its slices, wait for it
+            rather than fail at once.
 
     Raises:
         EngineError: Ray is missing or cannot start.
@@ -109,6 +119,27 @@ def tokenize(
     options = options or PrepareOptions()
     if options.take is not None:
         raise ValueError("take is for the local engine: the Ray engine prepares whole slices")
+    shard_count(len(corpus.units), units_per_task)  # a bad value fails before anything is made
+    with lock_output(out, wait):  # the whole run: another run into ``out`` is refused at once
+        return _tokenize(corpus, out, options, units_per_task, address, num_cpus, restart,
+                         progress, checkpoint_seconds, storage_options, verify, wait)  # fmt: skip
+
+
+def _tokenize(
+    corpus: Corpus,
+    out: str | os.PathLike[str],
+    options: PrepareOptions,
+    units_per_task: int,
+    address: str | None,
+    num_cpus: int | None,
+    restart: bool,
+    progress: Callable[[Progress], None] | None,
+    checkpoint_seconds: float,
+    storage_options: dict[str, Any] | None,
+    verify: bool,
+    wait: bool,
+) -> Report:
+    """``tokenize``, holding the lock of ``out``."""
     count = shard_count(len(corpus.units), units_per_task)
     folders = slice_folders(out, count)
     store = corpus.storage
@@ -118,9 +149,11 @@ def tokenize(
         already = finished_report(corpus, out, options)
         if already is not None:
             return already
-    work = (options, checkpoint_seconds, storage_options, restart)
+    work = (options, checkpoint_seconds, storage_options, restart, wait)
     with local_ray(address, num_cpus):
-        skipped = _run_slices(corpus, folders, slice_sizes(corpus, options, count), work, progress)
+        skipped, tokens = _run_slices(
+            corpus, folders, slice_sizes(corpus, options, count), work, progress
+        )
     merged = merge(
         folders,
         out,
@@ -128,21 +161,23 @@ def tokenize(
         progress=progress,
         storage=store,
         max_errors=options.max_errors,
+        verify=verify,
+        wait=wait,
     )
     remove_folder(out, SLICES, store)
-    return dataclasses.replace(merged, skipped=tuple(skipped))
+    return dataclasses.replace(merged, skipped=tuple(skipped), tokenized=tokens)
 
 
 def _run_slices(
     corpus: Corpus,
     folders: list[Location],
     sizes: list[int],
-    work: tuple[PrepareOptions, float, dict[str, Any] | None, bool],
+    work: tuple[PrepareOptions, float, dict[str, Any] | None, bool, bool],
     progress: Callable[[Progress], None] | None,
-) -> list[str]:
+) -> tuple[list[str], int]:
     """Run every slice as a Ray task (``work``: options, checkpoint seconds, storage options,
-    restart); the messages of what they skipped."""
-    options, checkpoint_seconds, storage_options, restart = work
+    restart, wait); the messages of what they skipped, and the tokens they tokenized."""
+    options, checkpoint_seconds, storage_options, restart, wait = work
     count, total = len(folders), sum(sizes)
     skipped: list[str] = []
     ray = ray_module()
@@ -150,7 +185,9 @@ def _run_slices(
     shared = ray.put(corpus)
     storage = ray.put(storage_options)
     pending = {
-        task.remote(shared, str(folder), options, i, count, checkpoint_seconds, storage, restart): i
+        task.remote(
+            shared, str(folder), options, i, count, checkpoint_seconds, storage, restart, wait
+        ): i
         for i, folder in enumerate(folders)
     }
     done, tokens, began = 0, 0, time.monotonic()
@@ -173,4 +210,4 @@ def _run_slices(
             done += sizes[i]
             report(Progress("tokenize", done, total, tokens))
     _log.debug("ray: %d slices in %.1f s", count, time.monotonic() - began)
-    return skipped
+    return skipped, tokens
