@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,7 +35,7 @@ def names(examples: Iterable[dict[str, Any]]) -> list[str]:
 
 
 def loader_names(corpus: Path, **options: Any) -> list[str]:
-    return [doc.name for doc in Loader(corpus, **options)]
+    return [doc.name for doc in Loader(corpus, **{"workers": 0, **options})]
 
 
 def chained(sequences: Iterable[list[str]]) -> list[str]:
@@ -59,9 +61,9 @@ def test_one_shard_is_the_loaders_order_field_for_field(small_corpus: Path) -> N
 
 @needs_datasets
 def test_seeds_give_their_own_order_and_the_same_seed_the_same(small_corpus: Path) -> None:
-    first = names(iterable_dataset(small_corpus, seed=1, num_shards=2))
-    assert names(iterable_dataset(small_corpus, seed=1, num_shards=2)) == first
-    other = names(iterable_dataset(small_corpus, seed=2, num_shards=2))
+    first = names(iterable_dataset(small_corpus, seed=1, workers=0, num_shards=2))
+    assert names(iterable_dataset(small_corpus, seed=1, workers=0, num_shards=2)) == first
+    other = names(iterable_dataset(small_corpus, seed=2, workers=0, num_shards=2))
     assert other != first and sorted(other) == sorted(first)
 
 
@@ -87,7 +89,7 @@ def test_dataloader_workers_read_the_epoch_exactly_once(
 def test_split_dataset_by_node_gives_each_node_its_ranks_documents(small_corpus: Path) -> None:
     from datasets.distributed import split_dataset_by_node
 
-    whole = iterable_dataset(small_corpus, seed=6, num_shards=4)
+    whole = iterable_dataset(small_corpus, seed=6, workers=0, num_shards=4)
     seen: list[str] = []
     for rank in range(2):
         node = names(split_dataset_by_node(whole, rank=rank, world_size=2))
@@ -99,22 +101,52 @@ def test_split_dataset_by_node_gives_each_node_its_ranks_documents(small_corpus:
 
 @needs_datasets
 def test_options_pass_through(small_corpus: Path, indexed: Path) -> None:
-    split = {"seed": 2, "split": "val", "val_fraction": 0.2, "val_seed": 7}
+    split = {"seed": 2, "split": "val", "val_fraction": 0.2, "val_seed": 7, "workers": 0}
     val = names(iterable_dataset(small_corpus, **split))
     assert val and val == loader_names(small_corpus, **split)
     train = names(iterable_dataset(small_corpus, **{**split, "split": "train"}))
     assert not set(train) & set(val) and len(train) + len(val) == 120
     # Ranks: even by default with world_size > 1 (the indexed copy has its counts).
-    ranked = {"seed": 2, "rank": 1, "world_size": 2}
+    ranked = {"seed": 2, "rank": 1, "world_size": 2, "workers": 0}
     assert names(iterable_dataset(indexed, **ranked)) == loader_names(indexed, **ranked)
     # Shards of a rank are that rank's documents, split further.
     plain = {**ranked, "even": False}
     shards = names(iterable_dataset(indexed, num_shards=3, **plain))
     assert sorted(shards) == sorted(loader_names(indexed, **plain))
-    options = Options(seed=2, tokenizer="bytes", epochs=2)
+    options = Options(seed=2, tokenizer="bytes", epochs=2, workers=0)
     assert Counter(names(iterable_dataset(small_corpus, options, num_shards=2))) == Counter(
         loader_names(small_corpus, seed=2, epochs=2)
     )
+
+
+@needs_datasets
+@pytest.mark.waits_on_workers
+def test_even_shards_are_counted_once_in_the_main_process(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch = pytest.importorskip("torch")
+    from openwebtext.stream import counts
+
+    corpus = shutil.copytree(small_corpus, tmp_path / "corpus")  # no counts file yet
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    log = tmp_path / "counted"
+    count = counts.count_documents
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        # Forked DataLoader workers inherit the spy: every count, in any process, leaves its pid.
+        with open(log, "a") as out:
+            out.write(f"{os.getpid()}\n")
+        return count(*args, **kwargs)
+
+    monkeypatch.setattr(counts, "count_documents", spy)
+    dataset = iterable_dataset(corpus, seed=1, world_size=2, num_shards=2, workers=1)
+    got = names(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
+    # even across the 2 x 2 shares (drop): every shard yields the smallest share's count
+    shares = [
+        loader_names(corpus, seed=1, rank=r, world_size=4, even=False, workers=0) for r in range(4)
+    ]
+    assert len(got) == 2 * min(len(share) for share in shares) > 0
+    assert log.read_text().split() == [str(os.getpid())]
 
 
 def test_shard_options_nest_under_the_rank() -> None:
@@ -129,8 +161,8 @@ def test_shard_options_nest_under_the_rank() -> None:
 
 @needs_datasets
 def test_tokens_are_the_loaders_arrays(small_corpus: Path) -> None:
-    expected = list(Loader(small_corpus, seed=1, tokenizer="bytes"))
-    got = list(iterable_dataset(small_corpus, seed=1, tokenizer="bytes"))
+    expected = list(Loader(small_corpus, seed=1, tokenizer="bytes", workers=0))
+    got = list(iterable_dataset(small_corpus, seed=1, tokenizer="bytes", workers=0))
     assert [e["name"] for e in got] == [d.name for d in expected]
     assert "text" not in got[0]
     for example, doc in zip(got, expected, strict=True):
@@ -183,14 +215,14 @@ def counting(read: list[str]) -> Any:
 def test_datasets_resume_is_exact_by_reading_the_shard_again(
     small_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    full = names(iterable_dataset(small_corpus, seed=8, num_shards=2))
+    full = names(iterable_dataset(small_corpus, seed=8, workers=0, num_shards=2))
     first_shard = len(loader_names(small_corpus, seed=8, rank=0, world_size=2, even=False))
     for stop in (7, first_shard + 9):  # inside the first shard, inside the second
-        dataset = iterable_dataset(small_corpus, seed=8, num_shards=2)
+        dataset = iterable_dataset(small_corpus, seed=8, workers=0, num_shards=2)
         running = iter(dataset)
         head = [next(running)["name"] for _ in range(stop)]
         state = dataset.state_dict()
-        resumed = iterable_dataset(small_corpus, seed=8, num_shards=2)
+        resumed = iterable_dataset(small_corpus, seed=8, workers=0, num_shards=2)
         resumed.load_state_dict(state)
         read: list[str] = []
         with monkeypatch.context() as patch:
