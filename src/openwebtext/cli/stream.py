@@ -226,7 +226,13 @@ def add_parser(sub: Subparsers) -> None:
         default=None,
         help="equal counts per rank (default drop when --world-size > 1; needs owt index)",
     )
-    stream.add_argument("--split", choices=("all", "train", "val"), default=None)
+    stream.add_argument(
+        "--split",
+        choices=("all", "train", "val"),
+        default=None,
+        help="all documents (default), the held-out val split, or the train rest: decided per "
+        "document by a keyed hash of its name (--val-fraction, --val-seed)",
+    )
     stream.add_argument(
         "--val-fraction",
         type=option_type("val_fraction", float),
@@ -264,8 +270,20 @@ def add_parser(sub: Subparsers) -> None:
         "--take", type=option_type("take"), default=None, help="stop after N documents"
     )
     add_on_error(stream)
-    stream.add_argument("--max-errors", type=option_type("max_errors"), default=None)
-    stream.add_argument("--decode-errors", choices=("strict", "replace"), default="strict")
+    stream.add_argument(
+        "--max-errors",
+        type=option_type("max_errors"),
+        default=None,
+        help="with --on-error skip or warn: stop with an error past this many skips "
+        "(default: no bound)",
+    )
+    stream.add_argument(
+        "--decode-errors",
+        choices=("strict", "replace"),
+        default="strict",
+        help="strict: invalid UTF-8 makes a damaged document (see --on-error); replace: it "
+        "becomes U+FFFD and the document is counted as replaced (default strict)",
+    )
     stream.add_argument(
         "--jsonl", action="store_true", help="write one JSON object per document to stdout"
     )
