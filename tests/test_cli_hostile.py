@@ -19,7 +19,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,19 @@ def _default_signals() -> None:
     # disposition the test runner was started with.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def sigint_default() -> Iterator[None]:
+    """SIGINT handled in this process while the block runs, so that the children it starts
+    begin with SIGINT at its default (a test run started in the background has it ignored,
+    and an ignored signal stays ignored in a child); for helpers that take no
+    ``preexec_fn``."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def owt(*args: str, **run: Any) -> subprocess.CompletedProcess[bytes]:
