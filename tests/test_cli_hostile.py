@@ -82,7 +82,7 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 # -- 1. Ctrl-C / SIGTERM and resume through --jsonl: nothing lost, nothing repeated --------
 
 
-def _read(fd: int, limit: int) -> bytes:
+def read_up_to(fd: int, limit: int) -> bytes:
     """Read from ``fd`` until ``limit`` bytes or EOF."""
     got = b""
     while len(got) < limit:
@@ -114,7 +114,7 @@ def test_interrupted_and_resumed_jsonl_equals_one_run(small_corpus: Path, tmp_pa
         proc = start([*OWT, *base, "--state-out", str(state), *resume], stdout=subprocess.PIPE)
         assert proc.stdout is not None
         try:
-            first = _read(proc.stdout.fileno(), rng.randrange(1, 160_000))
+            first = read_up_to(proc.stdout.fileno(), rng.randrange(1, 160_000))
             if cycle < 10:
                 time.sleep(rng.choice([0, 0, 0.001, 0.01]))
                 proc.send_signal(signal.SIGINT if cycle % 2 else signal.SIGTERM)
