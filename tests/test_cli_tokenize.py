@@ -78,3 +78,51 @@ def test_the_bar_s_rate_leaves_out_earlier_runs_tokens(
     assert rates, err
     assert max(rates) < 0.01, err  # ~1,000 tokens in ~1.2 s
     assert "(resumed)" in err  # no tokenizing in this run: no rate of it
+
+
+VAL_FRACTION = re.compile(r"--val-fraction ([\d.e-]+) \(now")
+
+
+def test_an_empty_val_split_is_said_with_a_fraction_that_gives_one(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """120 documents under the default 0.0005: val.bin is empty. The warning's fraction,
+    given back, holds out at least a block."""
+    argv = ["tokenize", str(small_corpus), "-j", "1", "-q"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: val.bin is empty (0 documents)" in err and "--split nanogpt" in err
+    (fraction,) = VAL_FRACTION.findall(err)
+    assert main([*argv, "--out", str(tmp_path / "b"), "--val-fraction", fraction]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err
+    val = (tmp_path / "b" / "val.bin").stat().st_size // 2
+    assert val >= 1024
+
+
+def test_nanogpt_s_split_keeps_a_val_document(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["tokenize", str(small_corpus), "-j", "1", "-q", "--split", "nanogpt"]
+    assert main([*argv, "--out", str(tmp_path / "n")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert (tmp_path / "n" / "val.bin").stat().st_size > 0
+
+
+@pytest.mark.parametrize(("train", "val"), [(0, 3000), (700, 3000), (3000, 1023)])
+def test_a_split_shorter_than_a_block_is_said(
+    train: int, val: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = {"documents": {"train": 1, "val": 1}, "tokens": {"train": train, "val": val},
+            "files": ["train.bin", "val.bin"], "dtype": "uint16", "skipped_members": 0,
+            "skipped_documents": 0, "partial_members": 0, "split": "hash",
+            "val_fraction": 0.0005}  # fmt: skip
+
+    def run(update: Callable[[Progress], None]) -> Report:
+        return Report(Path("OUT"), meta)
+
+    assert with_progress(run, quiet=True) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    short = "train" if train < 1024 else "val"
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {short}.bin "), warnings
+    assert ("empty" in warnings[0]) == (min(train, val) == 0)

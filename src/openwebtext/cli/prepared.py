@@ -1,6 +1,7 @@
 """What ``owt tokenize`` and ``owt merge`` show alike: a progress bar per phase while they
 run (``with_progress``), then one summary of the files written, from the library's report;
-rates count this run's work only (a resumed run's totals hold earlier runs' too)."""
+rates count this run's work only (a resumed run's totals hold earlier runs' too), and a
+split too small to train on is said."""
 
 from __future__ import annotations
 
@@ -93,6 +94,40 @@ def _print_prepared(report: Report, seconds: float, tokenized: int | None) -> No
         )
         for line in report.skipped[:20]:
             print(f"  skipped: {line}", file=sys.stderr)
+    _warn_small_splits(meta)
+
+
+#: Tokens of one training block (nanoGPT's ``block_size`` for GPT-2): a split with fewer
+#: cannot give a single batch (nanoGPT's ``train.py`` dies on ``np.memmap`` of an empty file).
+BLOCK_TOKENS = 1024
+
+
+def _warn_small_splits(meta: dict[str, Any]) -> None:
+    """Say when train.bin or val.bin holds fewer tokens than one block, and how to get more."""
+    tokens, documents = meta["tokens"], meta["documents"]
+    if "all" in tokens:  # a slice: its splits are made by the merge
+        return
+    total = sum(tokens.values())
+    for name in ("train", "val"):
+        if name not in tokens or tokens[name] >= BLOCK_TOKENS:
+            continue
+        size = "is empty" if tokens[name] == 0 else f"holds only {tokens[name]:,} tokens"
+        line = (
+            f"warning: {name}.bin {size} ({documents.get(name, 0)} documents), less than one "
+            f"block of {BLOCK_TOKENS:,} tokens: a trainer cannot take a batch from it"
+        )
+        if name == "val" and meta.get("split") == "hash" and total:
+            # A keyed hash holds out each document by chance: aim at a few blocks and documents.
+            n = sum(documents.values())
+            wanted = min(0.5, max(4 * BLOCK_TOKENS / total, 5 / max(n, 1)))
+            line += (
+                f"; hold out more with --val-fraction {wanted:.2g} (now "
+                f"{meta.get('val_fraction')}), or use --split nanogpt, which always holds out "
+                "ceil(0.0005 n) >= 1 documents"
+            )
+        elif total < 2 * BLOCK_TOKENS:
+            line += "; the corpus is too small for both splits"
+        print(line, file=sys.stderr)
 
 
 def with_progress(run: Callable[[Callable[[Progress], None]], Report], quiet: bool) -> int:
