@@ -9,7 +9,7 @@ from collections.abc import Callable
 from openwebtext.cli.args import Subparsers, add_quiet
 from openwebtext.cli.prepared import with_progress
 from openwebtext.prepare import Progress, Report
-from openwebtext.source import add_storage_option, storage
+from openwebtext.source import add_storage_option, configure
 
 __all__ = ["add_parser", "run"]
 
@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from openwebtext.prepare import merge
 
     if args.storage_options:
-        storage.configure(dict(args.storage_options))
+        configure(dict(args.storage_options))
 
     def work(update: Callable[[Progress], None]) -> Report:
         return merge(
