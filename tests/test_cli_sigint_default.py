@@ -15,6 +15,7 @@ import pytest
 
 from test_bench_run import start_bench
 from test_cli_hostile import kill_group, sigint_default, start
+from test_cli_signals import start_in_session
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -61,4 +62,6 @@ def test_the_signal_tests_children_take_sigint() -> None:
     with child(start_bench(SLEEP)) as pid:  # test_bench_run's Ctrl-C test
         assert not sigint_ignored_in(pid)
     with sigint_default(), child(subprocess.Popen(SLEEP)) as pid:  # support.interrupt_owt
+        assert not sigint_ignored_in(pid)
+    with child(start_in_session(SLEEP)) as pid:  # test_cli_signals' Ctrl-C tests
         assert not sigint_ignored_in(pid)
