@@ -152,6 +152,7 @@ class Stream:
         self._block_len = 0
         self._in_block: int = position["in_block"]
         self._first_in_block = self._in_block  # handed out before this iterator started
+        self._finished_pass: int | None = None  # the last epoch's count, once the run ended
         self._block_order: list[int] | None = None
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
@@ -194,8 +195,11 @@ class Stream:
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
         m = self.mark()
+        counted = m.counted()
+        if self._finished_pass is not None:  # the state is at the next epoch's start; not Stats
+            counted = replace(counted, epoch_documents=self._finished_pass)
         return Stats(
-            **m.counted().to_state(),
+            **counted.to_state(),
             skipped=tuple(self._policy.skipped[: m.skipped]),
             skipped_files=self._policy.files,
         )
@@ -235,6 +239,8 @@ class Stream:
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len = 0
+                if last is not None and self._epoch >= last:  # Stats reports the pass it ended
+                    self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
         finally:
             pool.close()
