@@ -9,32 +9,22 @@ import sys
 from pathlib import Path
 
 from openwebtext.cli.args import Subparsers, add_quiet
-from openwebtext.files import cache_root
 from openwebtext.synth import (
     COMPLETE_MARKER,
     DEFAULT_DOCS,
     DEFAULT_MEMBERS,
     DEFAULT_SEED,
     DEFAULT_SUBSETS,
-    corpus_dirname,
+    default_corpus_path,
     write_corpus,
 )
 
 __all__ = ["add_parser", "run"]
 
 
-def _default_corpus_path() -> Path:
-    """Where the built-in default corpus is (or will be), as ``synth.default_corpus`` puts it.
-
-    To be replaced by ``openwebtext.synth.default_corpus_path()`` once that exists.
-    """
-    name = corpus_dirname(DEFAULT_SUBSETS, DEFAULT_MEMBERS, DEFAULT_DOCS, DEFAULT_SEED)
-    return cache_root() / name
-
-
 def _where() -> int:
     """``--where``: the default corpus's path on stdout; on stderr, whether it is there yet."""
-    path = _default_corpus_path()
+    path = default_corpus_path()
     print(path)
     if not (path / COMPLETE_MARKER).is_file():
         print(
@@ -79,7 +69,9 @@ def add_parser(sub: Subparsers) -> None:
         description="Write a generated corpus packed as OpenWebText is (urlsf_subsetNN.tar "
         "files of xz members of text documents), with text drawn from a fixed vocabulary: "
         "the same options give byte-identical files, whatever -j. The defaults make the "
-        "built-in corpus that commands given no path read; --where prints its path.",
+        "bench corpus (what owt bench given no path reads); the default corpus, which the "
+        "other commands given no path read, is its first 30 members (--subsets 1 --members "
+        "30); --where prints its path.",
     )
     synth.add_argument(
         "out", nargs="?", default=None, help="output folder (must not exist or be empty)"
