@@ -7,7 +7,7 @@ the loader, the ceiling (processes that only decompress the same members) and, w
 
 Usage: python benchmarks/bench_loader.py [CORPUS] [--workers 1,2] [--repeat 3] [--reference]
            [--json FILE] [--out DIR]
-With no corpus, the built-in generated one (337 MB of text) is made once and used.
+With no corpus, the built-in generated one (335 MB of text) is made once and used.
 """
 
 from __future__ import annotations

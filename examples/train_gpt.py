@@ -107,6 +107,18 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
 
 
+def cut_log(path: Path, step: int) -> None:
+    """Cut ``--log`` back to the steps up to ``step`` (the checkpoint's, 0 without one): the
+    steps run after the last checkpoint are run again, and logged once."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines(keepends=True)
+            if line.strip() and int(line.split()[0]) <= step]  # fmt: skip
+    temp = path.with_name(f".{path.name}.tmp")
+    temp.write_text("".join(kept))
+    os.replace(temp, path)
+
+
 def learning_rate(step: int, args: argparse.Namespace) -> float:
     """Linear warmup, then cosine decay to a tenth at ``--steps``: a function of the step only,
     so a resumed run follows the same schedule."""
@@ -171,7 +183,7 @@ def parse_args() -> argparse.Namespace:
     add("--checkpoint-every", type=int, help="default: --eval-every")
     add("--num-workers", type=int, default=2, help="DataLoader workers (each packs its own share)")
     add("--seed", type=int, default=0)
-    add("--log", type=Path, help="append 'step loss' for every step (exact floats)")
+    add("--log", type=Path, help="'step loss' of every step (a resume cuts it to its step)")
     add("--interrupt-at", type=int, help="stop after this step without saving (to try resuming)")
     args = parser.parse_args()
     args.corpus = args.corpus or [small_corpus()]
@@ -219,6 +231,8 @@ def main() -> None:
         torch.set_rng_state(checkpoint["rng"])
         step = checkpoint["step"]
         print(f"resumed at step {step}", flush=True)
+    if args.log:
+        cut_log(args.log, step)
 
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
     batches: Iterator[torch.Tensor] = iter(loader)

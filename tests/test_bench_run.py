@@ -221,6 +221,22 @@ def test_a_hanging_command_times_out_and_is_reported(tiny: Path, tmp_path: Path)
     assert not processes_mentioning("time.sleep(60)", str(tiny))
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_bench(argv: list[str]) -> subprocess.Popen[str]:
+    """A child with SIGINT at its default, as at a terminal: a test run started in the
+    background (``pytest &`` from a script) has it ignored, and its children would too."""
+    return subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_default_sigint,
+    )
+
+
 @pytest.mark.parametrize(
     ("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["INT", "TERM"]
 )
@@ -230,7 +246,7 @@ def test_ctrl_c_exits_promptly_and_leaves_no_child(
     vs = f"{PYTHON} -c 'import time; time.sleep(60)' {{workers}} {{paths}}"
     argv = [sys.executable, "-m", "openwebtext.bench", "bench", str(tiny), "--workers", "1"]
     argv += ["--repeat", "1", "--warmup", "0", "--out", str(tmp_path), "--vs", vs]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_bench(argv)
     try:
         deadline = time.monotonic() + 60
         while not processes_mentioning("time.sleep(60)", str(tiny)):

@@ -20,6 +20,7 @@ from support import (
     sample_docs,
     xz_member,
 )
+from test_cli_hostile import sigint_default
 
 
 def owt(*args: str) -> subprocess.CompletedProcess[str]:
@@ -73,18 +74,19 @@ def test_stream_stops_and_continues_exactly(small_corpus: Path, tmp_path: Path) 
 
 def test_ctrl_c_still_writes_the_state(small_corpus: Path, tmp_path: Path) -> None:
     state = tmp_path / "state.json"
-    code, err, left = interrupt_owt(
-        [
-            "stream",
-            str(small_corpus),
-            "--jsonl",
-            "--shuffle-buffer",
-            "0",
-            "--state-out",
-            str(state),
-        ],
-        processes=2,
-    )
+    with sigint_default():
+        code, err, left = interrupt_owt(
+            [
+                "stream",
+                str(small_corpus),
+                "--jsonl",
+                "--shuffle-buffer",
+                "0",
+                "--state-out",
+                str(state),
+            ],
+            processes=2,
+        )
     assert code == 130, err
     assert left == []
     saved = json.loads(state.read_text())

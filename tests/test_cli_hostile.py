@@ -19,7 +19,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,19 @@ def _default_signals() -> None:
     # disposition the test runner was started with.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def sigint_default() -> Iterator[None]:
+    """SIGINT handled in this process while the block runs, so that the children it starts
+    begin with SIGINT at its default (a test run started in the background has it ignored,
+    and an ignored signal stays ignored in a child); for helpers that take no
+    ``preexec_fn``."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def owt(*args: str, **run: Any) -> subprocess.CompletedProcess[bytes]:
@@ -69,7 +82,7 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
 # -- 1. Ctrl-C / SIGTERM and resume through --jsonl: nothing lost, nothing repeated --------
 
 
-def _read(fd: int, limit: int) -> bytes:
+def read_up_to(fd: int, limit: int) -> bytes:
     """Read from ``fd`` until ``limit`` bytes or EOF."""
     got = b""
     while len(got) < limit:
@@ -101,7 +114,7 @@ def test_interrupted_and_resumed_jsonl_equals_one_run(small_corpus: Path, tmp_pa
         proc = start([*OWT, *base, "--state-out", str(state), *resume], stdout=subprocess.PIPE)
         assert proc.stdout is not None
         try:
-            first = _read(proc.stdout.fileno(), rng.randrange(1, 160_000))
+            first = read_up_to(proc.stdout.fileno(), rng.randrange(1, 160_000))
             if cycle < 10:
                 time.sleep(rng.choice([0, 0, 0.001, 0.01]))
                 proc.send_signal(signal.SIGINT if cycle % 2 else signal.SIGTERM)

@@ -66,11 +66,20 @@ sys.exit(cli.main(sys.argv[3:]))
 """
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_in_session(argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a new session (its process group is ours to signal and check), with
+    SIGINT at its default: a test run started in the background has it ignored, and an
+    ignored signal stays ignored in the child (which then never sees the Ctrl-C sent)."""
+    return subprocess.Popen(argv, start_new_session=True, preexec_fn=_default_sigint, **popen)
+
+
 def _owt(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start ``owt`` in a new session (its process group is ours to signal and check)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "openwebtext.cli", *args], start_new_session=True, **popen
-    )
+    """Start ``owt`` as ``start_in_session`` does."""
+    return start_in_session([sys.executable, "-m", "openwebtext.cli", *args], **popen)
 
 
 def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
@@ -125,10 +134,10 @@ def test_sigint_stops_owt_stream(
 def test_sigint_while_a_worker_hangs(small_corpus: Path, tmp_path: Path) -> None:
     """Ctrl-C while a worker is stuck in a member: the stuck worker is killed too."""
     marker = tmp_path / "hanging"
-    proc = subprocess.Popen(
+    proc = start_in_session(
         [sys.executable, "-c", HANGING_OWT, str(marker), MIDDLE[1].rsplit("/")[-1],
          "stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
         assert _wait_until(marker.exists, 60), "the worker never reached the member"

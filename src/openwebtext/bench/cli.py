@@ -76,11 +76,25 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=defaults,
         help=f"comma-separated worker counts (default: {','.join(map(str, defaults))})",
     )
-    p.add_argument("--repeat", type=_positive_int, default=3, help="measured runs (median)")
-    p.add_argument("--warmup", type=_non_negative_int, default=1, help="discarded rounds first")
-    p.add_argument("--take", type=_positive_int, default=None, help="stop after N documents")
-    p.add_argument("--seed", type=int, default=0, help="the loader's seed")
-    p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument(
+        "--repeat", type=_positive_int, default=3, help="measured runs, median kept (default 3)"
+    )
+    p.add_argument(
+        "--warmup",
+        type=_non_negative_int,
+        default=1,
+        help="rounds run first and discarded (default 1)",
+    )
+    p.add_argument(
+        "--take",
+        type=_positive_int,
+        default=None,
+        help="stop after N documents (default: the whole corpus)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the loader's seed (default 0)")
+    p.add_argument(
+        "--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)"
+    )
     p.add_argument(
         "--vs",
         action="append",

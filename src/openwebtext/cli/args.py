@@ -82,8 +82,13 @@ def add_paths(parser: argparse.ArgumentParser) -> None:
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:
     """``-j``: the worker processes of the loader."""
+    cores = cpu_count()
     parser.add_argument(
-        "-j", "--jobs", type=option_type("workers"), default=cpu_count(), help="worker processes"
+        "-j",
+        "--jobs",
+        type=option_type("workers"),
+        default=cores,
+        help=f"worker processes (default {cores}: the cores this process may use)",
     )
 
 
@@ -98,9 +103,9 @@ def add_on_error(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_quiet(parser: argparse.ArgumentParser, help: str | None = "no progress bar") -> None:
+def add_quiet(parser: argparse.ArgumentParser) -> None:
     """``-q``: no progress bar."""
-    parser.add_argument("-q", "--quiet", action="store_true", help=help)
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
 def open_corpus(args: argparse.Namespace) -> Corpus:

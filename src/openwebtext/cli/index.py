@@ -73,6 +73,11 @@ def add_parser(sub: Subparsers) -> None:
     index = sub.add_parser(
         "index",
         help="count the documents of every member once (needed for even sharding)",
+        description="Count the documents of every member, and those of each held-out split, "
+        "once, and save the counts beside the corpus (in the cache folder for URLs, or where "
+        "the corpus's folder cannot be written): `owt stream --world-size N` (its even "
+        "shares) needs them. Counts made before a file changed are not used; --force counts "
+        "again anyway. No path: the built-in generated corpus.",
     )
     add_paths(index)
     add_storage_options(index)
@@ -84,8 +89,13 @@ def add_parser(sub: Subparsers) -> None:
         default=None,
         help="also count this held-out split (default 0.0005; repeatable)",
     )
-    index.add_argument("--val-seed", type=option_type("val_seed"), default=2357)
+    index.add_argument(
+        "--val-seed",
+        type=option_type("val_seed"),
+        default=2357,
+        help="the key of the held-out split's hash (default 2357)",
+    )
     index.add_argument("--force", action="store_true", help="count again even if cached")
     add_on_error(index)
-    add_quiet(index, help=None)
+    add_quiet(index)
     index.set_defaults(run=run)

@@ -1,50 +1,67 @@
 """What ``owt tokenize`` and ``owt merge`` show alike: a progress bar per phase while they
-run (``with_progress``), then one summary of the files written, from the library's report."""
+run (``with_progress``), then one summary of the files written, from the library's report;
+rates count this run's work only (a resumed run's totals hold earlier runs' too), and a
+split too small to train on is said."""
 
 from __future__ import annotations
 
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from openwebtext.prepare import Progress, Report
 
 __all__ = ["with_progress"]
 
 
-def _prepare_progress(quiet: bool) -> tuple[Callable[[Progress], None], Callable[[], None]]:
-    """A tqdm bar per phase: compressed bytes read (tokenize) or bytes written, and tokens/s."""
-    from tqdm import tqdm
+class _Bars:
+    """A tqdm bar per phase: compressed bytes read (tokenize) or bytes written, and the
+    tokens/s of this run's work: the tokens counted since the phase's first event over the
+    seconds since it (a resumed run's events may count earlier runs' tokens too)."""
 
-    bars: dict[str, Any] = {}
-    started: dict[str, float] = {}
-    labels = {"tokenize": "tokenize", "permute": "permuted copy", "copy": "merge"}
+    _LABELS: ClassVar[dict[str, str]] = {
+        "tokenize": "tokenize",
+        "permute": "permuted copy",
+        "copy": "merge",
+    }
 
-    def update(event: Progress) -> None:
-        bar = bars.get(event.phase)
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.bars: dict[str, Any] = {}
+        self.first: dict[str, tuple[float, int]] = {}  # phase: (time, tokens) of its first event
+        self.tokenized: int | None = None
+        """Tokens this run tokenized (the last ``tokenize`` event's count), None without."""
+
+    def update(self, event: Progress) -> None:
+        from tqdm import tqdm
+
+        now = time.perf_counter()
+        bar = self.bars.get(event.phase)
         if bar is None:
-            for other in bars.values():
+            for other in self.bars.values():
                 other.close()
-            bar = bars[event.phase] = tqdm(
-                total=event.total, initial=event.done, unit="B", unit_scale=True, disable=quiet,
-                file=sys.stderr,
-                desc=labels.get(event.phase, event.phase), dynamic_ncols=True, mininterval=0.5,
+            bar = self.bars[event.phase] = tqdm(
+                total=event.total, initial=event.done, unit="B", unit_scale=True,
+                disable=self.quiet, file=sys.stderr,
+                desc=self._LABELS.get(event.phase, event.phase), dynamic_ncols=True,
+                mininterval=0.5,
             )  # fmt: skip
-            started[event.phase] = time.perf_counter()
+            self.first[event.phase] = (now, event.tokens)
         bar.update(event.done - bar.n)
-        if event.tokens and not quiet:
-            rate = event.tokens / max(time.perf_counter() - started[event.phase], 1e-9)
+        if event.phase == "tokenize":
+            self.tokenized = event.tokens
+        began, tokens = self.first[event.phase]
+        if event.tokens > tokens and now > began and not self.quiet:
+            rate = (event.tokens - tokens) / (now - began)
             bar.set_postfix_str(f"{rate / 1e6:.2f} M tokens/s", refresh=False)
 
-    def close() -> None:
-        for bar in bars.values():
+    def close(self) -> None:
+        for bar in self.bars.values():
             bar.close()
 
-    return update, close
 
-
-def _print_prepared(report: Report, seconds: float) -> None:
+def _print_prepared(report: Report, seconds: float, tokenized: int | None) -> None:
     meta = report.meta
     if report.already:
         print(f"{report.out} already holds these files (meta.json): nothing to do", file=sys.stderr)
@@ -55,9 +72,16 @@ def _print_prepared(report: Report, seconds: float) -> None:
                       if name.split(".")[0] in tokens)  # fmt: skip
     if "all" in tokens:
         files = f"tokens.bin {tokens['all']:,} (a slice: join slices with owt merge)"
+    rate = f"{total / max(seconds, 1e-9):,.0f} tokens/s"
+    if report.resumed:  # the totals hold earlier runs' work: the rate is of this run's only
+        rate = "resumed"
+        if tokenized:
+            rate = (
+                f"{tokenized:,} tokens in this run, {tokenized / max(seconds, 1e-9):,.0f} "
+                "tokens/s, resumed"
+            )
     print(
-        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s "
-        f"({total / max(seconds, 1e-9):,.0f} tokens/s{', resumed' if report.resumed else ''}): "
+        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s ({rate}): "
         f"{files} ({meta['dtype']}) in {report.out}",
         file=sys.stderr,
     )
@@ -70,16 +94,50 @@ def _print_prepared(report: Report, seconds: float) -> None:
         )
         for line in report.skipped[:20]:
             print(f"  skipped: {line}", file=sys.stderr)
+    _warn_small_splits(meta)
+
+
+#: Tokens of one training block (nanoGPT's ``block_size`` for GPT-2): a split with fewer
+#: cannot give a single batch (nanoGPT's ``train.py`` dies on ``np.memmap`` of an empty file).
+BLOCK_TOKENS = 1024
+
+
+def _warn_small_splits(meta: dict[str, Any]) -> None:
+    """Say when train.bin or val.bin holds fewer tokens than one block, and how to get more."""
+    tokens, documents = meta["tokens"], meta["documents"]
+    if "all" in tokens:  # a slice: its splits are made by the merge
+        return
+    total = sum(tokens.values())
+    for name in ("train", "val"):
+        if name not in tokens or tokens[name] >= BLOCK_TOKENS:
+            continue
+        size = "is empty" if tokens[name] == 0 else f"holds only {tokens[name]:,} tokens"
+        line = (
+            f"warning: {name}.bin {size} ({documents.get(name, 0)} documents), less than one "
+            f"block of {BLOCK_TOKENS:,} tokens: a trainer cannot take a batch from it"
+        )
+        if name == "val" and meta.get("split") == "hash" and total:
+            # A keyed hash holds out each document by chance: aim at a few blocks and documents.
+            n = sum(documents.values())
+            wanted = min(0.5, max(4 * BLOCK_TOKENS / total, 5 / max(n, 1)))
+            line += (
+                f"; hold out more with --val-fraction {wanted:.2g} (now "
+                f"{meta.get('val_fraction')}), or use --split nanogpt, which always holds out "
+                "ceil(0.0005 n) >= 1 documents"
+            )
+        elif total < 2 * BLOCK_TOKENS:
+            line += "; the corpus is too small for both splits"
+        print(line, file=sys.stderr)
 
 
 def with_progress(run: Callable[[Callable[[Progress], None]], Report], quiet: bool) -> int:
     """Run a tokenize or merge under its progress bars (closed however it ends, Ctrl-C
     included, so the message after them stands on its own line), then say what it wrote."""
-    update, close = _prepare_progress(quiet)
+    bars = _Bars(quiet)
     start = time.perf_counter()
     try:
-        report = run(update)
+        report = run(bars.update)
     finally:
-        close()
-    _print_prepared(report, time.perf_counter() - start)
+        bars.close()
+    _print_prepared(report, time.perf_counter() - start, bars.tokenized)
     return 0

@@ -4,6 +4,7 @@ lines on stdout (``jsonl``); ``--state-out`` and ``--resume`` save and continue 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -29,7 +30,7 @@ from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
 from openwebtext.plan import members_in_run
 from openwebtext.source import add_storage_options
-from openwebtext.stream import load_state, resume_options
+from openwebtext.stream import Mark, load_state, resume_options
 
 __all__ = ["add_parser", "run"]
 
@@ -108,8 +109,7 @@ def _show_progress(
         update()
 
 
-def _summary(iterator: DocumentIterator, before: Stats, seconds: float) -> None:
-    stats = iterator.stats
+def _summary(stats: Stats, before: Stats, seconds: float) -> None:
     documents = stats.documents - before.documents
     text_bytes = stats.text_bytes - before.text_bytes
     seconds = max(seconds, 1e-9)
@@ -126,6 +126,16 @@ def _summary(iterator: DocumentIterator, before: Stats, seconds: float) -> None:
     print(line, file=sys.stderr)
     for name in stats.skipped[:20]:
         print(f"  skipped: {name}", file=sys.stderr)
+
+
+def _delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
+    """What reached the sink: with ``--jsonl`` the documents and text of the lines written
+    (``written``: the mark after the last one), not those handed out after it."""
+    stats = iterator.stats
+    if written is None:
+        return stats
+    counted = written.counted()
+    return dataclasses.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
 
 
 def _check_not_finished(path: str, state: dict[str, Any], options: Options) -> None:
@@ -172,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
             _show_progress(iterator, args, _members_in_run(options, len(corpus.units), state))
         finished = True
     except KeyboardInterrupt:
-        _summary(iterator, before, time.perf_counter() - start)
+        sunk = _delivered(iterator, written[0] if args.jsonl else None)
+        _summary(sunk, before, time.perf_counter() - start)
         raise
     finally:
         if state_out is not None:
@@ -180,7 +191,8 @@ def run(args: argparse.Namespace) -> int:
                 state_now = iterator.state_dict(written[0] if args.jsonl else None)
                 _save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
-    _summary(iterator, before, time.perf_counter() - start)
+    sunk = _delivered(iterator, written[0] if args.jsonl else None)
+    _summary(sunk, before, time.perf_counter() - start)
     return 0
 
 
@@ -226,7 +238,13 @@ def add_parser(sub: Subparsers) -> None:
         default=None,
         help="equal counts per rank (default drop when --world-size > 1; needs owt index)",
     )
-    stream.add_argument("--split", choices=("all", "train", "val"), default=None)
+    stream.add_argument(
+        "--split",
+        choices=("all", "train", "val"),
+        default=None,
+        help="all documents (default), the held-out val split, or the train rest: decided per "
+        "document by a keyed hash of its name (--val-fraction, --val-seed)",
+    )
     stream.add_argument(
         "--val-fraction",
         type=option_type("val_fraction", float),
@@ -264,8 +282,20 @@ def add_parser(sub: Subparsers) -> None:
         "--take", type=option_type("take"), default=None, help="stop after N documents"
     )
     add_on_error(stream)
-    stream.add_argument("--max-errors", type=option_type("max_errors"), default=None)
-    stream.add_argument("--decode-errors", choices=("strict", "replace"), default="strict")
+    stream.add_argument(
+        "--max-errors",
+        type=option_type("max_errors"),
+        default=None,
+        help="with --on-error skip or warn: stop with an error past this many skips "
+        "(default: no bound)",
+    )
+    stream.add_argument(
+        "--decode-errors",
+        choices=("strict", "replace"),
+        default="strict",
+        help="strict: invalid UTF-8 makes a damaged document (see --on-error); replace: it "
+        "becomes U+FFFD and the document is counted as replaced (default strict)",
+    )
     stream.add_argument(
         "--jsonl", action="store_true", help="write one JSON object per document to stdout"
     )

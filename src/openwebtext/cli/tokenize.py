@@ -145,7 +145,7 @@ def add_parser(sub: Subparsers) -> None:
         "--val-seed",
         type=option_type("val_seed"),
         default=2357,
-        help="hash key / nanogpt permutation seed (2357)",
+        help="hash key / nanogpt permutation seed (default 2357)",
     )
     tokenize.add_argument(
         "--take", type=option_type("take"), default=None, help="stop after N documents"
@@ -163,7 +163,8 @@ def add_parser(sub: Subparsers) -> None:
         "--engine",
         choices=("local", "ray"),
         default="local",
-        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]')",
+        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]') "
+        "(default local)",
     )
     tokenize.add_argument(
         "--address",

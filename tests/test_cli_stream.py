@@ -1,0 +1,78 @@
+"""``owt stream``'s closing summary counts what reached its sink: after Ctrl-C or SIGTERM,
+the lines written to stdout, not the documents handed out but never written."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext.cli import jsonl, main
+from openwebtext.loader import Document
+from test_cli_hostile import OWT, kill_group, read_up_to, start, wait_until
+
+
+def _summary_documents(err: str) -> int:
+    (count,) = re.findall(r"^(\d+) documents, ", err, re.MULTILINE)
+    return int(count)
+
+
+@pytest.mark.parametrize("at", [20, 50, 95])
+def test_the_summary_after_an_interrupt_counts_the_lines_written(
+    at: int,
+    small_corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Ctrl-C lands while lines wait in the chunk being filled: they are dropped (the state
+    ends before them), and the summary says so."""
+    monkeypatch.setattr(jsonl, "_CHUNK", 1 << 15)  # a few lines a chunk
+    made = [0]
+    line_of = jsonl._json_line
+
+    def interrupted_at(doc: Document) -> bytes:
+        made[0] += 1
+        if made[0] == at:
+            raise KeyboardInterrupt
+        return line_of(doc)
+
+    monkeypatch.setattr(jsonl, "_json_line", interrupted_at)
+    state = tmp_path / "state.json"
+    argv = ["stream", str(small_corpus), "-j", "1", "--jsonl", "--state-out", str(state)]
+    assert main(argv) == 130
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert 0 < len(lines) < at - 1  # some lines were still in the unwritten chunk
+    assert json.loads(state.read_text())["counters"]["documents"] == len(lines)
+    assert _summary_documents(err) == len(lines), err
+    text_mb = sum(len(json.loads(line)["text"].encode()) for line in lines) / 1e6
+    assert f"{text_mb:.1f} MB of text" in err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
+def test_a_signal_to_a_slow_reader_s_stream_sums_up_its_lines(
+    signum: int, small_corpus: Path, tmp_path: Path
+) -> None:
+    """The same through a pipe read slowly, ended by a real signal."""
+    argv = [*OWT, "stream", str(small_corpus), "-j", "2", "--jsonl", "--epochs", "0"]
+    proc = start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    got: list[Any] = []
+    try:
+        assert proc.stdout is not None
+        got.append(read_up_to(proc.stdout.fileno(), 200_000))  # unbuffered: communicate reads on
+        assert wait_until(lambda: proc.poll() is None, 1)
+        proc.send_signal(signum)
+        time.sleep(0.05)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 128 + signum, err.decode()
+    lines = (got[0] + out).count(b"\n")
+    assert _summary_documents(err.decode()) == lines, err.decode()

@@ -1,0 +1,128 @@
+"""``owt tokenize``'s progress and summary: rates count this run's work only, also in a run
+resumed from another's progress; warnings for a split too small to train on."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Corpus
+from openwebtext.cli import main
+from openwebtext.cli.prepared import with_progress
+from openwebtext.prepare import PrepareOptions, Progress, Report, prepare
+
+SUMMARY = re.compile(
+    r"^(?P<docs>\d+) documents, (?P<total>[\d,]+) tokens in (?P<seconds>[\d.]+) s "
+    r"\((?P<this>[\d,]+) tokens in this run, (?P<rate>[\d,]+) tokens/s, resumed\)",
+    re.MULTILINE,
+)
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_a_resumed_run_s_summary_rates_this_run_s_tokens(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    corpus = Corpus.open([str(small_corpus)])
+    seen: list[Progress] = []
+
+    def interrupted_after_four_members(event: Progress) -> None:
+        seen.append(event)
+        if len(seen) == 4:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare(corpus, out, PrepareOptions(workers=1), progress=interrupted_after_four_members)
+    earlier = seen[-1].tokens  # the four members' tokens, kept in OUT's progress
+    assert main(["tokenize", str(small_corpus), "--out", str(out), "-j", "1", "-q"]) == 0
+    err = capsys.readouterr().err
+    found = SUMMARY.search(err)
+    assert found, err
+    total, this = _number(found["total"]), _number(found["this"])
+    assert this == total - earlier and 0 < this < total
+    seconds, rate = float(found["seconds"]), _number(found["rate"])
+    assert abs(rate * seconds - this) <= 0.05 * rate + 1  # this run's tokens, not the total
+
+
+def _fake_run(events: list[Progress], meta: dict[str, object]) -> Callable[..., Report]:
+    def run(update: Callable[[Progress], None]) -> Report:
+        for event in events:
+            update(event)
+            time.sleep(0.3)
+        return Report(Path("OUT"), meta, resumed=True)
+
+    return run
+
+
+def test_the_bar_s_rate_leaves_out_earlier_runs_tokens(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A permuted copy resumed at 9 M tokens, going on by 1,000 tokens: the bar shows the
+    pace of those 1,000, not 9 M over this run's second."""
+    done = 9_000_000
+    events = [Progress("permute", 2 * (done + k * 250), 2 * 10_000_000, done + k * 250)
+              for k in range(5)]  # fmt: skip
+    meta = {"documents": {"train": 1, "val": 1}, "tokens": {"train": 5, "val": 5},
+            "files": ["train.bin", "val.bin"], "dtype": "uint16", "skipped_members": 0,
+            "skipped_documents": 0, "partial_members": 0}  # fmt: skip
+    assert with_progress(_fake_run(events, meta), quiet=False) == 0
+    err = capsys.readouterr().err
+    rates = [float(r) for r in re.findall(r"([\d.]+) M tokens/s", err)]
+    assert rates, err
+    assert max(rates) < 0.01, err  # ~1,000 tokens in ~1.2 s
+    assert "(resumed)" in err  # no tokenizing in this run: no rate of it
+
+
+VAL_FRACTION = re.compile(r"--val-fraction ([\d.e-]+) \(now")
+
+
+def test_an_empty_val_split_is_said_with_a_fraction_that_gives_one(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """120 documents under the default 0.0005: val.bin is empty. The warning's fraction,
+    given back, holds out at least a block."""
+    argv = ["tokenize", str(small_corpus), "-j", "1", "-q"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: val.bin is empty (0 documents)" in err and "--split nanogpt" in err
+    (fraction,) = VAL_FRACTION.findall(err)
+    assert main([*argv, "--out", str(tmp_path / "b"), "--val-fraction", fraction]) == 0
+    err = capsys.readouterr().err
+    assert "warning" not in err
+    val = (tmp_path / "b" / "val.bin").stat().st_size // 2
+    assert val >= 1024
+
+
+def test_nanogpt_s_split_keeps_a_val_document(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["tokenize", str(small_corpus), "-j", "1", "-q", "--split", "nanogpt"]
+    assert main([*argv, "--out", str(tmp_path / "n")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    assert (tmp_path / "n" / "val.bin").stat().st_size > 0
+
+
+@pytest.mark.parametrize(("train", "val"), [(0, 3000), (700, 3000), (3000, 1023)])
+def test_a_split_shorter_than_a_block_is_said(
+    train: int, val: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    meta = {"documents": {"train": 1, "val": 1}, "tokens": {"train": train, "val": val},
+            "files": ["train.bin", "val.bin"], "dtype": "uint16", "skipped_members": 0,
+            "skipped_documents": 0, "partial_members": 0, "split": "hash",
+            "val_fraction": 0.0005}  # fmt: skip
+
+    def run(update: Callable[[Progress], None]) -> Report:
+        return Report(Path("OUT"), meta)
+
+    assert with_progress(run, quiet=True) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    short = "train" if train < 1024 else "val"
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {short}.bin "), warnings
+    assert ("empty" in warnings[0]) == (min(train, val) == 0)
