@@ -163,6 +163,9 @@ def interrupt_owt(args: list[str], processes: int) -> tuple[int, str, list[int]]
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        # A background job of a shell starts with SIGINT ignored, and its children inherit
+        # that: the Ctrl-C this sends must find the default disposition, whatever ours is.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 60

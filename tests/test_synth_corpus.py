@@ -352,7 +352,8 @@ def test_default_corpus_name() -> None:
     assert synth._DEFAULT_SHAPE == (1, 30, 390, 0)  # the first run: well under a minute
     # Announced before generating as the size every other place gives: 335 MB of text.
     assert f"{3 * 60 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "335 MB"
-    assert f"{1 * 30 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "56 MB"
+    assert f"{synth._TEXT_BYTES[synth._DEFAULT_SHAPE] / 1e6:.0f} MB" == "55 MB"
+    assert f"{synth._TEXT_BYTES[synth._BENCH_SHAPE] / 1e6:.0f} MB" == "335 MB"
 
 
 def test_default_corpus_generates_once(
