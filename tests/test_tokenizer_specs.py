@@ -17,13 +17,8 @@ import numpy as np
 import pytest
 
 from openwebtext.errors import OWTError
-from openwebtext.tokenizer import (
-    Tokenizer,
-    TokenizerError,
-    _load,
-    load_tokenizer,
-    token_dtype,
-)
+from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer, token_dtype
+from openwebtext.tokenizer.load import cached_load
 
 GPT2_EOT = 50256
 NON_ASCII = "Grüße aus Köln — naïve café, 東京タワー, Ελληνικά, emoji 🙂👍🏽 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢."
@@ -41,9 +36,9 @@ GPT2_FINGERPRINT = "fef9678190ada4e1"
 @pytest.fixture()
 def fresh_cache() -> Iterator[None]:
     """An empty per-process tokenizer cache before and after the test."""
-    _load.cache_clear()
+    cached_load.cache_clear()
     yield
-    _load.cache_clear()
+    cached_load.cache_clear()
 
 
 @pytest.fixture(scope="module")
@@ -206,7 +201,7 @@ def test_eot_must_be_an_id() -> None:
 
 def test_fingerprints_are_stable_and_differ(fresh_cache: None, hf_file: Path) -> None:
     first = {spec: load_tokenizer(spec).fingerprint for spec in ("bytes", "gpt2")}
-    _load.cache_clear()
+    cached_load.cache_clear()
     second = {spec: load_tokenizer(spec).fingerprint for spec in ("bytes", "gpt2")}
     assert first == second == {"bytes": BYTES_FINGERPRINT, "gpt2": GPT2_FINGERPRINT}
     hf = load_tokenizer(f"hf:{hf_file}").fingerprint
