@@ -144,9 +144,13 @@ def test_a_split_splintr_lacks_is_compiled_from_tiktokens_pattern(
 
     gpt2 = load_tokenizer("gpt2@tiktoken")
     ranks = load_gpt2().ranks
-    pattern = openai_public.r50k_pat_str if split == "r50k_base" else (
-        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++"""
-        r"""[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+    pattern = (
+        openai_public.r50k_pat_str
+        if split == "r50k_base"
+        else (
+            r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++"""
+            r"""[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+        )
     )
     assert "++" in pattern
     encoding = tiktoken.Encoding(

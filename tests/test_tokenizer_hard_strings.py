@@ -223,7 +223,7 @@ def _mixed() -> list[str]:
         "Hello world",
         "The quick brown fox jumps over the lazy dog. It's 2024!",
         "def f(x):\n    return x ** 2  # square\n\n\tif x:\n\t\tpass\n",
-        "<html><body><p class=\"x\">Hi &amp; bye</p></body></html>",
+        '<html><body><p class="x">Hi &amp; bye</p></body></html>',
         '{"key": [1, 2.5, "three"], "nested": {"a": null}}',
         "https://example.com/path?q=1&r=two#frag someone@example.org",
         "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo=" * 10,

@@ -54,8 +54,10 @@ def first_difference(
             if fast.encode_u32 is not None:
                 got = _u32_ids(fast.encode_u32(text))
                 if got != expected:
-                    return cls, text, (
-                        f"encode_u32 gave {_shown(got)}, {reference.name} {_shown(expected)}"
+                    return (
+                        cls,
+                        text,
+                        (f"encode_u32 gave {_shown(got)}, {reference.name} {_shown(expected)}"),
                     )
         except Exception as exc:
             return cls, text, f"it failed: {type(exc).__name__}: {exc}"

