@@ -24,6 +24,7 @@ from tokenizer_support import (
     GPT2_FINGERPRINT,
     HAS_SPLINTR,
     NON_ASCII,
+    cl100k_cache,
     fresh_cache,
     hf_file,
     needs_splintr,
@@ -130,6 +131,25 @@ def test_tiktoken_names_use_the_fast_backend_where_it_is_exact(
     assert r50k.fingerprint == reference.fingerprint == GPT2_FINGERPRINT  # GPT-2's vocabulary
     for text in (ENGLISH, NON_ASCII, " \u3000 x  \n\n"):
         assert r50k.encode(text) == reference.encode(text) == load_tokenizer("gpt2").encode(text)
+
+
+@needs_splintr
+def test_cl100k_base_uses_the_fast_backend(
+    fresh_cache: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_docs: dict[str, str]
+) -> None:
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cl100k_cache(tmp_path / "tiktoken")))
+    cl100k = load_tokenizer("tiktoken:cl100k_base")
+    reference = load_tokenizer("tiktoken:cl100k_base@tiktoken")
+    assert (cl100k.backend, reference.backend, cl100k.dtype.name) == (
+        "splintr",
+        "tiktoken",
+        "uint32",
+    )
+    assert cl100k.fingerprint == reference.fingerprint
+    texts = [ENGLISH, NON_ASCII, *list(small_docs.values())[:30]]
+    for text in texts:
+        assert cl100k.encode(text) == reference.encode(text)
+    assert cl100k.encode_packed(texts)[0].tolist() == reference.encode_packed(texts)[0].tolist()
 
 
 @needs_splintr

@@ -91,3 +91,24 @@ def r50k_cache(folder: Path) -> Path:
 def hf_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny byte-level BPE with <|endoftext|> and <pad> as special tokens."""
     return train_bpe(tmp_path_factory.mktemp("hf") / "bpe.json", ["<|endoftext|>", "<pad>"])
+
+
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+
+
+def cl100k_cache(folder: Path) -> Path:
+    """A ``TIKTOKEN_CACHE_DIR`` holding cl100k_base's file, written from the copy of its ranks
+    that splintr bundles: the file has the SHA-256 tiktoken expects, so it is the real one."""
+    import base64
+
+    import splintr
+
+    bundled = splintr.Tokenizer.from_pretrained("cl100k_base")
+    content = b"".join(
+        base64.b64encode(bundled.decode_token_bytes(i)) + b" %d\n" % i for i in range(100256)
+    )
+    assert hashlib.sha256(content).hexdigest() == CL100K_SHA256
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / hashlib.sha1(CL100K_URL.encode()).hexdigest()).write_bytes(content)
+    return folder
