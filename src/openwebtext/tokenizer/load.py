@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from openwebtext.tokenizer.exactness import first_difference
-from openwebtext.tokenizer.fast import FAST_BACKEND, fast_backend
+from openwebtext.tokenizer.fast import FAST_BACKEND, NOT_INSTALLED, fast_backend
 from openwebtext.tokenizer.reference import load_bytes, load_gpt2, load_hf, load_tiktoken
 from openwebtext.tokenizer.spec import (
     Backend,
@@ -201,8 +201,11 @@ def _choose(request: Request, vocabulary: Vocabulary) -> Backend:
     forced = request.backend == FAST_BACKEND
     fast, why_not = fast_backend(vocabulary)
     if fast is None:
+        message = f"tokenizer {request.text!r}: {why_not}"
         if forced:
-            raise TokenizerError(f"tokenizer {request.text!r}: {why_not}")
+            raise TokenizerError(message)
+        if why_not != NOT_INSTALLED:  # installed, but not for this vocabulary: said once
+            _fall_back(message, reference)
         return reference
     difference = first_difference(fast, reference, vocabulary.extra_strings)
     if difference is None:
@@ -215,9 +218,13 @@ def _choose(request: Request, vocabulary: Vocabulary) -> Backend:
     )
     if forced:
         raise TokenizerError(message)
+    _fall_back(message, reference)
+    return reference
+
+
+def _fall_back(message: str, reference: Backend) -> None:
     warnings.warn(
         f"{message}; using {reference.name} (the reference) in this process",
         TokenizerWarning,
-        stacklevel=4,
+        stacklevel=5,  # load_tokenizer's caller
     )
-    return reference
