@@ -3,7 +3,7 @@ texts in memory (issue 20), or (``--loader``) the loader's token stream against 
 
 Usage: python benchmarks/bench_tokenize.py [PATHS...] [--repeat 2]
        python benchmarks/bench_tokenize.py --loader [PATHS...] [--repeat 3] [--workers 1,2]
-No path means the built-in generated corpus. Every measurement runs in a fresh child process
+No path means the built-in bench corpus (335 MB). Every measurement runs in a fresh child process
 (this script with ``--child KIND``, printing one JSON line), rounds interleaved (every kind
 once, in a rotating order, ``--repeat`` times); the page cache is warmed first.
 
@@ -30,7 +30,7 @@ children included) and their ratios say the same with less noise on a loaded mac
 ``--loader``: reads and tokenizes, in the same run.
 
 Usage: python benchmarks/bench_tokenize.py [PATHS...] [--repeat 3] [--workers 1,2] [--take 20000]
-No path means the built-in generated corpus. The documents are the loader's first ``--take``
+The documents are the loader's first ``--take``
 (seed 0), rounded UP to the end of their shuffle block (the loader tokenizes whole members and
 hands a block out only once all of it is tokenized, so the workers then tokenize the documents
 handed out, plus the members in flight when the stream stops, which are killed, and the
@@ -448,9 +448,9 @@ def main() -> None:
         _child(args)
         return
     if not args.paths:
-        from openwebtext.synth import default_corpus
+        from openwebtext.synth import bench_corpus
 
-        args.paths = [str(default_corpus())]
+        args.paths = [str(bench_corpus())]
     if args.loader:
         args.repeat = args.repeat or 3
         _main_loader(args)

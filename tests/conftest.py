@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,9 +21,10 @@ import pytest
 from hypothesis import Phase, settings
 
 from openwebtext import Corpus
+from openwebtext.engine import Reader
 from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
-from support import plain_read
+from support import Members, fault_on, no_leaks, plain_read, read_members
 
 settings.register_profile(
     "ci",
@@ -158,3 +159,42 @@ def s3_endpoint(small_corpus: Path) -> Iterator[str]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+@pytest.fixture
+def worker_fault(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Path]:
+    """Make the worker die, hang or raise on a member: ``worker_fault(member, action,
+    times=None)`` patches ``Reader.read`` with ``support.fault_on`` (before the pool forks:
+    the workers inherit it) and returns the file where each attempt at the member is written.
+
+    ``action`` is ``"kill"``, ``"hang"`` or a callable (e.g. one that raises); ``member`` a
+    member name or a collection of them; ``times``: fail only the first ``times`` attempts.
+    """
+    made = 0
+
+    def make(
+        member: str | Collection[str], action: str | Callable[[], object], times: int | None = None
+    ) -> Path:
+        nonlocal made
+        made += 1
+        attempts = tmp_path / f"attempts-{made}"
+        monkeypatch.setattr(
+            Reader, "read", fault_on(member, action, attempts=attempts, times=times)
+        )
+        return attempts
+
+    return make
+
+
+@pytest.fixture
+def leaves_nothing_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The leak guard: the test runs under ``support.no_leaks`` (the reliability suite's files
+    use it for every test, with ``pytestmark``)."""
+    with no_leaks(tmp_path_factory.mktemp("guard") / "private-tmp") as private:
+        yield private
+
+
+@pytest.fixture(scope="module")
+def pristine(small_corpus: Path) -> Members:
+    """The small corpus's documents per member, read without the library."""
+    return read_members(sorted(small_corpus.glob("*.tar")))

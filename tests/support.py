@@ -1,17 +1,36 @@
-"""Test helpers: reference reader, process checks, corpus builders."""
+"""Test helpers: reference reader, process checks, corpus builders, worker faults (``fault_on``),
+running a loader to its end (``run``), and the leak guard (``no_leaks``)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import lzma
+import multiprocessing
 import os
+import re
+import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
-from collections.abc import Iterable
+import zlib
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, OWTError, Stats
+from openwebtext.engine import Member, Reader
+from openwebtext.records import Unit
+
+MiB = 1 << 20
 
 
 def read_members(paths: Iterable[Path]) -> dict[tuple[str, str], dict[str, str]]:
@@ -190,3 +209,273 @@ def s3_objects(endpoint: str, prefix: str) -> dict[str, bytes]:
 
 def local_files(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+# -- worker faults -------------------------------------------------------------------------
+
+
+def kill_self() -> None:
+    """A worker's death: SIGKILL to itself."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def hang() -> None:
+    """A worker's hang: the pool must kill it after ``timeout``."""
+    time.sleep(3600)
+
+
+FAULTS: dict[str, Callable[[], object]] = {"kill": kill_self, "hang": hang}
+
+
+def fault_on(
+    members: str | Collection[str],
+    action: str | Callable[[], object],
+    *,
+    attempts: Path | None = None,
+    times: int | None = None,
+) -> Callable[[Reader, Unit], Member]:
+    """A ``Reader.read`` that makes its worker die (``"kill"``), hang (``"hang"``) or run
+    ``action`` (e.g. raise) when it reads one of ``members``; other units read as before.
+
+    Each attempt at one of ``members`` appends the worker's pid to ``attempts``; with
+    ``times``, only the first ``times`` attempts fail (None: every one). The real
+    ``Reader.read`` is the one patched in when this is called, so patches chain. Workers are
+    forked, so they inherit the patch (the ``worker_fault`` fixture of conftest sets it).
+    """
+    real = Reader.read
+    names = {members} if isinstance(members, str) else set(members)
+    act = FAULTS[action] if isinstance(action, str) else action
+    if times is not None and attempts is None:
+        raise ValueError("times needs an attempts file to count them in")
+
+    def read(self: Reader, unit: Unit) -> Member:
+        if unit.member in names:
+            tried = 1
+            if attempts is not None:
+                with open(attempts, "a") as f:
+                    f.write(f"{os.getpid()}\n")
+                tried = len(attempts.read_text().split())
+            if times is None or tried <= times:
+                act()
+        return real(self, unit)
+
+    return read
+
+
+# -- the reliability suite's corpus and runs (issue #5) ------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A member in the middle of the small corpus, and the last one (corpus order).
+MIDDLE = ("urlsf_subset00.tar", "openwebtext/urlsf_subset00-2_data.xz")
+LAST = ("urlsf_subset01.tar", "openwebtext/urlsf_subset01-3_data.xz")
+
+#: Hang bound for one run over a tiny corpus: far above any legitimate run.
+HANG_BOUND = 30.0
+
+Docs = dict[str, str]
+Members = dict[tuple[str, str], Docs]
+
+
+# -- corpus builders (the independent reader is support.read_members) --------------------
+
+
+#: Small documents of three made-up members (``sample_docs``).
+A, B, U = sample_docs("a", 5), sample_docs("b", 4), sample_docs("u", 3)
+
+
+def all_but(members: Members, *excluded: tuple[str, str]) -> Docs:
+    """The documents of every member except ``excluded``."""
+    docs: Docs = {}
+    for key, member_docs in members.items():
+        if key not in excluded:
+            docs.update(member_docs)
+    return docs
+
+
+def decoded(docs: dict[str, bytes]) -> Docs:
+    """``docs`` as text."""
+    return {name: data.decode() for name, data in docs.items()}
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, pos
+
+
+def xz_zeros(blocks: int, block_bytes: int = 16 * MiB) -> bytes:
+    """A valid single-stream xz file of ``blocks * block_bytes`` zero bytes, built cheaply.
+
+    Compresses one block of zeros once and repeats it, with an index listing every
+    copy, so a 2 GiB bomb costs ~0.1 s and one 16 MiB buffer to make (streaming 2 GiB
+    through ``LZMACompressor`` would take ~15 s).
+
+    Args:
+        blocks: How many copies of the block.
+        block_bytes: Uncompressed size of each block.
+
+    Returns:
+        The compressed bytes (about 2.5 KB per 16 MiB block).
+    """
+    one = lzma.compress(bytes(block_bytes), format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64, preset=0)
+    header, footer = one[:12], one[-12:]
+    index_size = (struct.unpack("<I", footer[4:8])[0] + 1) * 4
+    index = one[-12 - index_size : -12]
+    block = one[12 : -12 - index_size]
+    count, pos = read_varint(index, 1)
+    unpadded, pos = read_varint(index, pos)
+    size, _ = read_varint(index, pos)
+    assert (index[0], count, size) == (0, 1, block_bytes)
+    body = b"\x00" + varint(blocks) + (varint(unpadded) + varint(size)) * blocks
+    body += bytes(-len(body) % 4)
+    new_index = body + struct.pack("<I", zlib.crc32(body))
+    flags = footer[8:10]
+    backward = struct.pack("<I", len(new_index) // 4 - 1)
+    new_footer = struct.pack("<I", zlib.crc32(backward + flags)) + backward + flags + b"YZ"
+    return header + block * blocks + new_index + new_footer
+
+
+def flip_bit(path: Path, offset: int, mask: int = 0x10) -> None:
+    """Flip the bits of ``mask`` in the byte of ``path`` at ``offset``."""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+    damage(path, offset, bytes([byte ^ mask]))
+
+
+def copy_corpus(small_corpus: Path, tmp_path: Path) -> Path:
+    """A private copy of the small corpus, to damage."""
+    return Path(shutil.copytree(small_corpus, tmp_path / "corpus"))
+
+
+# -- running a loader ---------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What one run delivered, and how it ended."""
+
+    docs: Docs
+    stats: Stats | None
+    error: OWTError | None
+    at_open: bool
+
+
+def run(paths: Path | list[Path], **options: Any) -> Outcome:
+    """Read everything; return the documents (asserting none comes twice) and the end.
+
+    Only the library's own errors are caught: anything else fails the calling test.
+    """
+    targets = [str(p) for p in paths] if isinstance(paths, list) else str(paths)
+    try:
+        loader = Loader(targets, **options)
+    except OWTError as exc:
+        return Outcome({}, None, exc, True)
+    docs: Docs = {}
+    it = loader.iter()
+    try:
+        for doc in it:
+            assert doc.name not in docs, f"{doc.name} delivered twice"
+            docs[doc.name] = doc.text
+    except OWTError as exc:
+        return Outcome(docs, it.stats, exc, False)
+    finally:
+        it.close()
+    return Outcome(docs, it.stats, None, False)
+
+
+def where(path: str, member: str | None) -> str:
+    """How the library names a member: ``file[member]``."""
+    return f"{path}[{member}]"
+
+
+# -- the leak guard ---------------------------------------------------------------------
+
+
+def fd_table() -> dict[str, str]:
+    """This process's open descriptors and what each points at."""
+    table = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            table[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the descriptor listdir itself used
+            continue
+    return table
+
+
+#: Names that multiprocessing, shared memory or this library would give to what it leaves.
+OURS = re.compile(r"^(pymp-|psm_|wnsm_|sem\.|mp-)|owt|openwebtext")
+
+
+def _entries(folder: str) -> set[str]:
+    """Entries of a shared folder (other programs use it too) that could be ours."""
+    try:
+        return {e for e in os.listdir(folder) if OURS.search(e)}
+    except FileNotFoundError:
+        return set()
+
+
+def _lasting_new(folder: str, before: set[str]) -> set[str]:
+    """Entries of ``folder`` not in ``before``, ignoring ones another process removes soon."""
+    new = _entries(folder) - before
+    if new:
+        time.sleep(0.5)
+        new &= _entries(folder)
+    return new
+
+
+def _lasting_new_fds(before: dict[str, str]) -> dict[str, str]:
+    """Descriptors open now that were not before (or now point elsewhere), after a moment.
+
+    Only new ones count: a descriptor an earlier test left to a background thread (an
+    fsspec event loop's socket, say) may close while this test runs, which is no leak of
+    this test's; one opened meanwhile by such a thread is given half a second to close.
+    """
+    new = {fd: target for fd, target in fd_table().items() if before.get(fd) != target}
+    if new:
+        gc.collect()
+        time.sleep(0.5)
+        new = {fd: target for fd, target in fd_table().items() if before.get(fd) != target}
+    return new
+
+
+@contextlib.contextmanager
+def no_leaks(private: Path) -> Iterator[Path]:
+    """Fail if the code run inside leaves a worker, a descriptor, a /dev/shm entry or a temp file.
+
+    ``TMPDIR`` points at ``private``, a new empty folder, inherited by workers and
+    subprocesses: every temporary file or folder made meanwhile by this test's processes
+    (with ``tempfile``, and multiprocessing's ``pymp-*`` folder, whose per-process cache
+    is cleared for the while) lands there, and it must still be empty at the end. So only
+    what this test's processes made is looked at: the system temp folder, where other
+    programs on the machine make ``pymp-*`` or ``owt-ray-*`` folders at any time, is not.
+    /dev/shm (names do not follow ``TMPDIR``) must gain no lasting entry named like ours.
+    """
+    private.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(private))
+        patch.setattr(tempfile, "tempdir", None)
+        # A pymp-* folder made before would stand outside ``private``, unseen.
+        patch.delitem(multiprocessing.process.current_process()._config, "tempdir", False)
+        shm = _entries("/dev/shm")
+        fds = fd_table()
+        yield private
+        assert child_pids() == [], "worker processes left behind"
+        assert _lasting_new_fds(fds) == {}, "file descriptors left open"
+        assert list(private.iterdir()) == [], "temporary files left behind"
+        assert _lasting_new("/dev/shm", shm) == set(), "shared memory left behind"

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from openwebtext import OWTError
-from openwebtext.bench.children import _ceiling_one, _run_one
+from openwebtext.bench.children import ceiling_one, run_one
 from openwebtext.bench.common import BenchError
 from openwebtext.bench.report import summary_text
 from openwebtext.bench.runner import run_bench
@@ -57,7 +57,7 @@ def default_workers(cores: int) -> tuple[int, ...]:
     return tuple(sorted(counts | {cores, 2 * cores}))
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``bench`` subcommand (its ``run`` returns an exit code)."""
     cores = cpu_count()
     defaults = default_workers(cores)
@@ -66,7 +66,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[
         help="time the loader against worker count, next to the decompression ceiling",
         description="Time the loader for each worker count (fresh processes, warm-up, "
         "repeats), next to the decompression ceiling and any --vs command; write "
-        "timings.csv, bench.json and scaling.png. No path: the built-in generated corpus.",
+        "timings.csv, bench.json and scaling.png. No path: the built-in bench corpus "
+        "(335 MB of text, generated once).",
     )
     p.add_argument("paths", nargs="*", help="files, folders or glob patterns")
     p.add_argument(
@@ -121,12 +122,12 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _child_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _child_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     one = sub.add_parser("run-one", help="(internal) stream once with the loader")
     one.add_argument("--take", type=_positive_int, default=None)
     ceiling = sub.add_parser("ceiling-one", help="(internal) only decompress the members")
     ceiling.add_argument("--units", type=_positive_int, default=None)
-    for p, run in ((one, _run_one), (ceiling, _ceiling_one)):
+    for p, run in ((one, run_one), (ceiling, ceiling_one)):
         # Storage options come through STORAGE_ENV, not argv (credentials).
         p.add_argument("--cache-dir", default=None)
         p.add_argument("--cache-size", type=int, default=None)

@@ -1,24 +1,30 @@
 """The only place that knows processes: reading one unit (``Reader``), the worker protocol
-(``tasks``), and the pools (``open_pool``, ``PoolOptions``).
+(``tasks``), the pool options (``PoolOptions``), and the pools (``open_pool``): the parent side
+(``WorkerPool``), the child side (a worker's main loop) and the inline pool (``InlinePool``).
 
 Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 """
 
 from __future__ import annotations
 
-from openwebtext.engine.pool import (
-    InlinePool,
-    Loaded,
-    Pool,
-    PoolOptions,
-    WorkerPool,
-    cpu_count,
-    open_pool,
-)
+from openwebtext.engine.inline import InlinePool
+from openwebtext.engine.options import SLOT_BYTES, PoolOptions
+from openwebtext.engine.parent import WorkerPool
+from openwebtext.engine.pool import Pool, cpu_count, open_pool
 from openwebtext.engine.read import Member, Reader, encode_member, nanogpt_text
-from openwebtext.engine.tasks import Done, Failed, Request, State, Tasks, WorkerTraceback, failed
+from openwebtext.engine.tasks import (
+    Done,
+    Failed,
+    Loaded,
+    Request,
+    State,
+    Tasks,
+    WorkerTraceback,
+    failed,
+)
 
 __all__ = [
+    "SLOT_BYTES",
     "Done",
     "Failed",
     "InlinePool",

@@ -1,6 +1,7 @@
-"""The worker protocol: the messages on a worker's pipes, and the life of a task.
+"""The worker protocol: the messages on a worker's pipes, the unit the consumer gets
+(``Loaded``), and the life of a task.
 
-Nothing here knows about processes; ``workers`` moves these values between
+Nothing here knows about processes; ``parent`` and ``child`` move these values between
 them. One message crosses each way per unit (~390 documents), so the records
 are plain ``NamedTuple``s: as cheap to pickle as the bare tuples they replace,
 and read by name instead of by position.
@@ -41,6 +42,7 @@ from __future__ import annotations
 import enum
 import heapq
 import traceback
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from openwebtext.errors import CorruptMember, OWTError, WorkerError
@@ -49,6 +51,7 @@ from openwebtext.records import Unit
 __all__ = [
     "Done",
     "Failed",
+    "Loaded",
     "Request",
     "State",
     "Task",
@@ -57,6 +60,29 @@ __all__ = [
     "failed",
     "failure",
 ]
+
+
+class Loaded(NamedTuple):
+    """One unit as the consumer sees it.
+
+    ``data`` is valid until the next unit is asked for, or with ``hold`` > 0
+    until ``release(ticket)``.
+    """
+
+    unit: int
+    data: memoryview | bytes
+    names: list[str]
+    offsets: list[int]
+    sizes: list[int]
+    errors: Sequence[OWTError]
+    """A unit-level failure (then the table is empty; its ``__cause__`` says where it was
+    raised) or documents left out."""
+    replace: int = 0
+    """Kept documents that are invalid UTF-8: decode them with ``errors="replace"``."""
+    ticket: int = -1
+    """What to pass to ``release`` (with ``hold`` > 0)."""
+    counts: list[int] | None = None
+    """With a tokenizer: ids per document; ``data`` holds ids and ``offsets`` point at them."""
 
 
 class Request(NamedTuple):

@@ -1,5 +1,5 @@
-"""The running stream: blocks, state, ``Stream``, counting for even sharding, and packed
-``Batches``.
+"""The running stream: blocks, epochs, state, ``Stream``, counting for even sharding, and
+packed ``Batches``.
 
 Rule: imports the leaves, ``source``, ``index`` and ``engine``; never ``prepare`` (its
 sibling).
@@ -10,8 +10,15 @@ from __future__ import annotations
 from openwebtext.stream.batches import Batches, batches_start
 from openwebtext.stream.blocks import Block, gather
 from openwebtext.stream.counts import count_documents, ensure_counts
-from openwebtext.stream.state import check_state, load_state, resume_options
-from openwebtext.stream.stream import Mark, Stats, Stream, config_of
+from openwebtext.stream.state import (
+    Mark,
+    Stats,
+    check_state,
+    config_of,
+    load_state,
+    resume_options,
+)
+from openwebtext.stream.stream import Stream
 
 __all__ = [
     "Batches",

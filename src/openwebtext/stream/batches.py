@@ -24,7 +24,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.records import TokenDocument
-from openwebtext.stream.stream import Mark, Stats
+from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start"]

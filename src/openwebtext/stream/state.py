@@ -1,4 +1,5 @@
-"""The resumable state of a document stream: a small, JSON-safe, versioned dict.
+"""The resumable state of a document stream: a small, JSON-safe, versioned dict, and the
+``Mark`` a stream takes of where it is, which becomes one.
 
 A state says where the stream is — ``(epoch, block, in_block)``: the epoch, the
 plan position of the first unit of the current shuffle block, and how many of
@@ -18,16 +19,21 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
+from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
+from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
     "STATE_FORMAT",
     "Counters",
+    "Mark",
     "Stats",
     "check_state",
+    "config_of",
+    "handed_sum",
     "load_state",
     "resume_options",
     "stream_config",
@@ -92,6 +98,69 @@ class Stats(Counters):
     """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
     skipped_files: int = 0
     """Files left out when the corpus was opened under ``skip`` (named in ``skipped``)."""
+
+
+class Mark(NamedTuple):
+    """Where a stream was (``Stream.mark``): what ``state_dict`` needs, as references.
+
+    A mark holds the current block's lists and permutation, not copies of
+    them: it stays true because a block's lists are never changed once it is
+    handed out (see ``blocks``), and ``counters`` is an immutable record the
+    stream replaces, never updates.
+    """
+
+    epoch: int
+    block: int
+    block_end: int
+    block_len: int
+    in_block: int
+    first_in_block: int
+    order: list[int] | None
+    sizes: list[int]
+    counts: list[int]
+    counters: Counters
+    """Counts before the current block (documents, bytes, tokens), or so far (the rest)."""
+    skipped: int
+    """How many names of skipped things were recorded."""
+
+    def counted(self) -> Counters:
+        """The counts at this mark, the documents handed out of the current block included."""
+        first, end = self.first_in_block, self.in_block
+        return self.counters.handed(
+            end - first,
+            handed_sum(self.order, first, end, self.sizes),
+            handed_sum(self.order, first, end, self.counts),
+        )
+
+    def position(self) -> dict[str, int]:
+        """The state's position: a block handed out to its end is the next block's start."""
+        if self.block_len and self.in_block >= self.block_len:
+            return {"epoch": self.epoch, "block": self.block_end, "in_block": 0}
+        return {"epoch": self.epoch, "block": self.block, "in_block": self.in_block}
+
+    def state(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """The state at this mark, for a stream of ``config``."""
+        return {
+            "format": STATE_FORMAT,
+            "config": dict(config),
+            "position": self.position(),
+            "counters": self.counted().to_state(),
+        }
+
+
+def handed_sum(order: list[int] | None, first: int, end: int, values: list[int]) -> int:
+    """The sum of a block's per-document ``values`` over its hand-out positions first..end."""
+    if not values:
+        return 0
+    if order is None:
+        return sum(values[first:end])
+    return sum([values[k] for k in order[first:end]])
+
+
+def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> dict[str, Any]:
+    """What a state of this stream must agree with (``state.stream_config``)."""
+    vocabulary = None if tokenizer is None else tokenizer.fingerprint
+    return stream_config(corpus.fingerprint(), len(corpus.units), options, tokenizer=vocabulary)
 
 
 def stream_config(

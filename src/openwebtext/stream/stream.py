@@ -4,7 +4,8 @@ One ``Stream`` per running iterator. It pulls units in plan order from the
 worker pool, has them gathered into blocks (``blocks``), permutes each block,
 decodes each document to text as it hands it out, and knows at every moment
 exactly where it is (``mark``, ``state_dict``). The arithmetic of the order is
-in ``plan``; the state's format and counters are in ``state``.
+in ``plan``, the passes of an evened-out epoch in ``epochs``; the state's
+format, counters and marks are in ``state``.
 
 Text is decoded at hand-out, straight from the worker's shared-memory slot, not
 when a block is gathered: a consumer that drops each document before taking the
@@ -16,122 +17,32 @@ tuple, and keeps its position in an attribute as the loop's own target.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Generator, Sequence
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import CorpusError, OWTError, StateError, TooManyErrors, TruncatedMember
+from openwebtext.errors import OWTError, StateError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import (
-    DOCUMENTS,
-    Split,
-    block_stop,
-    epoch_target,
-    even_end,
-    pass_end,
-    permutation,
-    plan,
-)
+from openwebtext.plan import Split, block_stop, plan
+from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
 from openwebtext.stream.counts import ExpectedCounts
-from openwebtext.stream.state import STATE_FORMAT, Counters, Stats, check_state, stream_config
+from openwebtext.stream.epochs import EvenEpoch, block_permutation, even_counts, nothing_read
+from openwebtext.stream.state import Counters, Mark, Stats, check_state, config_of, handed_sum
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = [
-    "ErrorPolicy",
-    "Mark",
-    "Stats",
-    "Stream",
-    "config_of",
-    "even_counts",
-    "nothing_read",
-    "pool_options",
-]
+__all__ = ["ErrorPolicy", "Stream", "pool_options"]
 
 log = logging.getLogger("openwebtext")
 
 
-
-
-
-
-class Mark(NamedTuple):
-    """Where a stream was (``Stream.mark``): what ``state_dict`` needs, as references.
-
-    A mark holds the current block's lists and permutation, not copies of
-    them: it stays true because a block's lists are never changed once it is
-    handed out (see ``blocks``), and ``counters`` is an immutable record the
-    stream replaces, never updates.
-    """
-
-    epoch: int
-    block: int
-    block_end: int
-    block_len: int
-    in_block: int
-    first_in_block: int
-    order: list[int] | None
-    sizes: list[int]
-    counts: list[int]
-    counters: Counters
-    """Counts before the current block (documents, bytes, tokens), or so far (the rest)."""
-    skipped: int
-    """How many names of skipped things were recorded."""
-
-    def counted(self) -> Counters:
-        """The counts at this mark, the documents handed out of the current block included."""
-        first, end = self.first_in_block, self.in_block
-        return self.counters.handed(
-            end - first,
-            _handed(self.order, first, end, self.sizes),
-            _handed(self.order, first, end, self.counts),
-        )
-
-    def position(self) -> dict[str, int]:
-        """The state's position: a block handed out to its end is the next block's start."""
-        if self.block_len and self.in_block >= self.block_len:
-            return {"epoch": self.epoch, "block": self.block_end, "in_block": 0}
-        return {"epoch": self.epoch, "block": self.block, "in_block": self.in_block}
-
-
-def _handed(order: list[int] | None, first: int, end: int, values: list[int]) -> int:
-    """The sum of a block's per-document ``values`` over its hand-out positions first..end."""
-    if not values:
-        return 0
-    if order is None:
-        return sum(values[first:end])
-    return sum([values[k] for k in order[first:end]])
-
-
-def even_counts(corpus: Corpus, options: Options) -> tuple[int, ...]:
-    """Documents of every unit in the stream's split: evening ranks out needs them.
-
-    Raises:
-        CorpusError: the corpus was not counted (by ``owt index``) for this split.
-    """
-    counts = corpus.counts
-    per_unit = None
-    if counts is not None:
-        per_unit = counts.per_unit(options.split, options.val_fraction, options.val_seed)
-    if per_unit is None:
-        raise CorpusError(
-            f"even sharding (world_size={options.world_size}, even_rule={options.even_rule!r})"
-            f" needs the number of documents of every member"
-            + (f" in split {options.split!r}" if options.split != "all" else "")
-            + ": run `owt index` on the corpus once, or pass even=False",
-            path=os.path.dirname(corpus.units[0].path),
-        )
-    return per_unit
-
-
 class ErrorPolicy:
-    """``on_error``: raise a unit's error, or count it as skipped (and log it, ``warn``).
+    """``on_error`` over a stream's ``Counters``: ``policy.SkipPolicy``, the one skip rule.
 
     Every kind of skip counts against ``max_errors``: members, documents, members
     cut short (their documents before the cut are kept) and files skipped when
@@ -143,45 +54,26 @@ class ErrorPolicy:
     """
 
     def __init__(self, options: Options, skipped_files: Sequence[OWTError] = ()) -> None:
-        self.on_error = options.on_error
-        self.max_errors = options.max_errors
+        self.policy = SkipPolicy(options.on_error, options.max_errors)
         self.files = len(skipped_files)
         self.skipped: list[str] = [str(error) for error in skipped_files]
         """What was skipped, by name (the first 10,000)."""
 
-    def skip(self, error: OWTError, counters: Counters, *, member_level: bool) -> Counters:
-        """``counters`` with ``error`` counted as a skipped member or document, or raise it.
+    def skip(self, error: OWTError, counters: Counters) -> Counters:
+        """``counters`` with ``error`` counted under its counter (``policy.counter_of``), or
+        raise it.
 
         Raises:
             OWTError: ``error`` itself, under ``on_error="raise"`` (its ``__cause__``
                 says where the worker raised it).
             TooManyErrors: past ``max_errors`` skips.
         """
-        if self.on_error == "raise":
-            raise error
-        if member_level:
-            counters = replace(counters, skipped_members=counters.skipped_members + 1)
-        else:
-            counters = replace(counters, skipped_documents=counters.skipped_documents + 1)
-        self._note(error)
-        self.check(counters, error)
-        return counters
-
-    def cut(self, error: TruncatedMember, counters: Counters) -> Counters:
-        """``counters`` with a member cut short counted (its documents before the cut are
-        kept), or raise ``error``."""
-        if self.on_error == "raise":
-            raise error
-        counters = replace(counters, partial_members=counters.partial_members + 1)
-        self._note(error)
-        self.check(counters, error)
-        return counters
-
-    def _note(self, error: OWTError) -> None:
+        key = self.policy.take(error)
+        counters = replace(counters, **{key: getattr(counters, key) + 1})
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
-        if self.on_error == "warn":
-            log.warning("skipped: %s", error)
+        self.check(counters, error)
+        return counters
 
     def check(self, counters: Counters, error: OWTError | None) -> None:
         """End the run once the skips are more than ``max_errors``.
@@ -189,18 +81,9 @@ class ErrorPolicy:
         Raises:
             TooManyErrors: naming ``error``, the last skip.
         """
-        skips = counters.skipped_members + counters.skipped_documents + counters.partial_members
-        skips += self.files
-        if error is not None and self.max_errors is not None and skips > self.max_errors:
-            raise TooManyErrors(
-                f"{skips} skipped, more than max_errors={self.max_errors}; last: {error}"
-            ) from error
-
-
-def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> dict[str, Any]:
-    """What a state of this stream must agree with (``state.stream_config``)."""
-    vocabulary = None if tokenizer is None else tokenizer.fingerprint
-    return stream_config(corpus.fingerprint(), len(corpus.units), options, tokenizer=vocabulary)
+        if error is not None:
+            counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
+            self.policy.check(skips_in({**counts, "skipped_files": self.files}), error)
 
 
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
@@ -219,26 +102,6 @@ def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
         decode_errors=options.decode_errors,
         hold=blocks.HOLD_UNITS,  # read when called: tests shrink it
         tokenizer=tokenizer,  # resolved once, by the loader
-    )
-
-
-def nothing_read(
-    corpus: Corpus, options: Options, epoch: int, counters: Counters, skipped_files: int
-) -> CorpusError:
-    """An endless run whose whole epoch yielded nothing would wait forever: say why."""
-    why = []
-    if options.split != "all":
-        why.append(f"split {options.split!r} (val_fraction={options.val_fraction})")
-    if options.world_size > 1:
-        why.append(f"rank {options.rank} of world_size {options.world_size}")
-    skipped = counters.skipped_members + skipped_files
-    if skipped:
-        why.append(f"{skipped} members or files skipped")
-    return CorpusError(
-        f"epoch {epoch} yielded no document"
-        + (f" ({', '.join(why)})" if why else "")
-        + ": an endless run (epochs=None) would wait forever",
-        path=os.path.dirname(corpus.units[0].path),
     )
 
 
@@ -289,6 +152,7 @@ class Stream:
         self._block_len = 0
         self._in_block: int = position["in_block"]
         self._first_in_block = self._in_block  # handed out before this iterator started
+        self._finished_pass: int | None = None  # the last epoch's count, once the run ended
         self._block_order: list[int] | None = None
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
@@ -331,8 +195,11 @@ class Stream:
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
         m = self.mark()
+        counted = m.counted()
+        if self._finished_pass is not None:  # the state is at the next epoch's start; not Stats
+            counted = replace(counted, epoch_documents=self._finished_pass)
         return Stats(
-            **m.counted().to_state(),
+            **counted.to_state(),
             skipped=tuple(self._policy.skipped[: m.skipped]),
             skipped_files=self._policy.files,
         )
@@ -340,13 +207,7 @@ class Stream:
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
         """The state after the last document handed out (or at ``mark``): resume with
         ``Loader.iter(state=…)``."""
-        m = self.mark() if mark is None else mark
-        return {
-            "format": STATE_FORMAT,
-            "config": dict(self._config),
-            "position": m.position(),
-            "counters": m.counted().to_state(),
-        }
+        return (self.mark() if mark is None else mark).state(self._config)
 
     # -- the pipeline -----------------------------------------------------------
 
@@ -378,6 +239,8 @@ class Stream:
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len = 0
+                if last is not None and self._epoch >= last:  # Stats reports the pass it ended
+                    self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
         finally:
             pool.close()
@@ -400,36 +263,11 @@ class Stream:
         if opts.even_mode is None:
             yield from self._pass(pool, order, self._block, len(order), None, take)
             return
-        counts = self._counts_per_unit()
-        target = epoch_target(
-            counts,
-            shuffle=opts.shuffle,
-            seed=opts.seed,
-            epoch=self._epoch,
-            world_size=opts.world_size,
-            rule=opts.even_mode,
-        )
-        if target > 0 and not order:
-            raise CorpusError(
-                f"rank {opts.rank} has no member to read: world_size {opts.world_size} is more "
-                f"than the {len(self.corpus.units)} members; use even_rule='drop' or fewer ranks"
-            )
-        # Evened out: cycle through this rank's shard up to where the counts say the
-        # target is met; if skipped documents leave it short, go on from there,
-        # repeating (said and counted).
-        # A pass that starts where an epoch without skips would have ended repeats: a pure
-        # function of the position, so a resumed run counts what an uninterrupted one does.
-        expected_end = even_end(order, counts, target)
-        warned = False
+        even = EvenEpoch(order, self._counts_per_unit(), opts, self._epoch)
+        target = even.target
         while self._counters.epoch_documents < target:
-            start = self._block
-            need = target - self._counters.epoch_documents + self._in_block
-            end = pass_end(order, counts, start, need)
-            before = self._counters.epoch_documents
-            repeat = start >= expected_end
-            if repeat and not warned:
-                warned = True
-                self._warn_short(target)
+            start, before = self._block, self._counters.epoch_documents
+            end, repeat = even.next_pass(start, self._in_block, before)
             yield from self._pass(pool, order, start, end, target, take)
             if repeat:
                 c = self._counters
@@ -437,23 +275,13 @@ class Stream:
                 self._counters = replace(c, repeated_documents=repeated)
             if take is not None and self._yielded() >= take:
                 return
-            if self._counters.epoch_documents == before and end - start >= len(order):
-                raise CorpusError(
-                    f"rank {opts.rank} read no document in a whole pass over its shard"
-                )
+            even.check_progress(start, end, before, self._counters.epoch_documents)
             self._block, self._in_block = end, 0
 
     def _counts_per_unit(self) -> tuple[int, ...]:
         if self._even_counts is None:
             self._even_counts = even_counts(self.corpus, self.options)
         return self._even_counts
-
-    def _warn_short(self, target: int) -> None:
-        log.warning(
-            "rank %d, epoch %d: skips left %d of its %d documents unread; repeating documents "
-            "of its shard to keep ranks even (counted in stats.repeated_documents)",
-            self.options.rank, self._epoch, target - self._counters.epoch_documents, target,
-        )  # fmt: skip
 
     def _pass(
         self,
@@ -490,7 +318,7 @@ class Stream:
                 self._block_len = n
                 self._block_sizes = sizes = block.sizes
                 self._block_counts = counts = block.counts
-                self._block_order = order_ = self._permutation(n, block_start)
+                self._block_order = order_ = block_permutation(n, opts, self._epoch, block_start)
                 self._in_block = self._first_in_block = skip
                 stop = block_stop(
                     n,
@@ -521,8 +349,8 @@ class Stream:
                 first, handed = self._first_in_block, self._in_block - self._first_in_block
                 self._counters = self._counters.handed(
                     handed,
-                    _handed(order_, first, self._in_block, sizes),
-                    _handed(order_, first, self._in_block, counts),
+                    handed_sum(order_, first, self._in_block, sizes),
+                    handed_sum(order_, first, self._in_block, counts),
                 )
                 self._yielded_before += handed
                 self._first_in_block = self._in_block
@@ -530,12 +358,6 @@ class Stream:
                     return  # take or the target stopped us mid-block
         finally:
             gathered.close()
-
-    def _permutation(self, n: int, block_start: int) -> list[int] | None:
-        opts = self.options
-        if not opts.shuffle or opts.shuffle_buffer == 0:
-            return None
-        return permutation(n, opts.seed, DOCUMENTS, self._epoch, opts.rank, block_start)
 
     def _count_unit(self, loaded: Loaded) -> None:
         """Count a unit read, and apply the error policy to its errors."""
@@ -546,11 +368,7 @@ class Stream:
         )
         cut = False
         for error in loaded.errors:
-            if isinstance(error, TruncatedMember) and loaded.names:
-                cut = True
-                self._counters = self._policy.cut(error, self._counters)
-            else:
-                member_level = not loaded.names
-                self._counters = self._policy.skip(error, self._counters, member_level=member_level)
+            cut = cut or (isinstance(error, TruncatedMember) and bool(loaded.names))
+            self._counters = self._policy.skip(error, self._counters)
         if self._expected is not None and not cut and (loaded.names or not loaded.errors):
             self._expected.check(self.corpus.units[loaded.unit], loaded)

@@ -3,7 +3,8 @@
 Dispatch and reorder, a killed worker, a hung worker, abandoned runs, errors raised in a
 worker arriving with the worker's traceback as their cause, and consumers that pause longer
 than ``timeout`` while the workers have nothing to do (issue 14). Faults are injected by
-patching ``Reader.read`` before the pool forks: the workers inherit the patch.
+the ``worker_fault`` fixture (``support.fault_on``), which patches ``Reader.read`` before the
+pool forks: the workers inherit the patch.
 
 Every test that waits on workers has its own short deadline: a bug that hangs the pool fails
 the test in seconds, with pytest-timeout naming it.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -68,20 +68,6 @@ def collect(pool: Pool, order: Iterable[int]) -> list[tuple[int, UnitDocs, list[
     return [(loaded.unit, docs(loaded), list(loaded.errors)) for loaded in pool.run(order)]
 
 
-def on_member(member: str, action: Callable[[], object], marker: Path | None = None) -> object:
-    """A ``Reader.read`` that calls ``action`` on ``member`` (once only, with ``marker``)."""
-    real = Reader.read
-
-    def read(self: Reader, unit: Unit) -> Member:
-        if unit.member == member and (marker is None or not marker.exists()):
-            if marker is not None:
-                marker.touch()
-            action()
-        return real(self, unit)
-
-    return read
-
-
 def logging_reads(log: Path, slow: str | None = None) -> object:
     """A ``Reader.read`` that appends ``pid member`` to ``log`` once it has read a unit;
     ``slow`` takes 0.3 s longer."""
@@ -96,14 +82,6 @@ def logging_reads(log: Path, slow: str | None = None) -> object:
         return member
 
     return read
-
-
-def kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def hang() -> None:
-    time.sleep(3600)  # the pool must kill us after `timeout`
 
 
 def where(unit: Unit) -> str:
@@ -151,13 +129,14 @@ def test_killed_worker_blames_only_its_unit_and_sends_the_rest_again(
     pristine: list[UnitDocs],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    worker_fault: Callable[..., Path],
 ) -> None:
     # One worker with 3 requests queued: when it dies on unit 1, units 2 and 3 are waiting
     # in its pipe, unread. They go to the fresh worker without blame.
     log = tmp_path / "reads"
     logged = logging_reads(log)
     monkeypatch.setattr(Reader, "read", logged)
-    monkeypatch.setattr(Reader, "read", on_member(units[1].member, kill_self))
+    worker_fault(units[1].member, "kill")
     with open_pool(units, PoolOptions(workers=1, prefetch=3)) as pool:
         got = collect(pool, range(6))
         assert len(child_pids()) == 1  # replaced, not one more
@@ -180,11 +159,9 @@ def test_killed_worker_blames_only_its_unit_and_sends_the_rest_again(
 def test_killed_worker_unit_is_retried_on_a_fresh_worker(
     units: tuple[Unit, ...],
     pristine: list[UnitDocs],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    worker_fault: Callable[..., Path],
 ) -> None:
-    marker = tmp_path / "killed-once"
-    monkeypatch.setattr(Reader, "read", on_member(units[2].member, kill_self, marker))
+    marker = worker_fault(units[2].member, "kill", times=1)  # killed once
     with open_pool(units, PoolOptions(workers=2, retries=1)) as pool:
         got = collect(pool, range(6))
     assert marker.exists()
@@ -198,9 +175,9 @@ def test_killed_worker_unit_is_retried_on_a_fresh_worker(
 def test_hung_worker_is_killed_and_its_unit_blamed(
     units: tuple[Unit, ...],
     pristine: list[UnitDocs],
-    monkeypatch: pytest.MonkeyPatch,
+    worker_fault: Callable[..., Path],
 ) -> None:
-    monkeypatch.setattr(Reader, "read", on_member(units[2].member, hang))
+    worker_fault(units[2].member, "hang")
     start = time.monotonic()
     with open_pool(units, PoolOptions(workers=2, timeout=0.5)) as pool:
         got = collect(pool, range(6))
@@ -265,13 +242,8 @@ def test_runs_left_early_lose_nothing_and_leak_no_slot(
 # -- errors raised in a worker ---------------------------------------------------------------
 
 
-def _reader_blows_up(self: Reader, unit: Unit) -> Member:
-    if unit.member.endswith("-2_data.xz"):
-        raise ValueError("boom in the worker")  # the line the consumer's traceback must show
-    return _real_read(self, unit)
-
-
-_real_read = Reader.read
+def _reader_blows_up() -> None:
+    raise ValueError("boom in the worker")  # the line the consumer's traceback must show
 
 
 def _chain(error: BaseException) -> str:
@@ -284,9 +256,9 @@ def test_unexpected_worker_error_is_a_worker_error_with_the_worker_traceback(
     workers: int,
     units: tuple[Unit, ...],
     pristine: list[UnitDocs],
-    monkeypatch: pytest.MonkeyPatch,
+    worker_fault: Callable[..., Path],
 ) -> None:
-    monkeypatch.setattr(Reader, "read", _reader_blows_up)
+    worker_fault({u.member for u in units if u.member.endswith("-2_data.xz")}, _reader_blows_up)
     with open_pool(units, PoolOptions(workers=workers)) as pool:
         got = collect(pool, range(6))
     bad = [u for u in range(6) if units[u].member.endswith("-2_data.xz")]

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import lzma
-import os
 import shutil
-import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from openwebtext import CorruptDocument, CorruptMember, Loader, TooManyErrors, WorkerError
-from openwebtext.engine import Member, Reader
-from openwebtext.records import Unit
 from support import (
     child_pids,
     damage,
@@ -97,56 +94,36 @@ def test_invalid_utf8_document(tmp_path: Path) -> None:
         assert it.stats.replaced_documents == 1
 
 
-def _kill_on(member: str, marker: Path | None = None) -> object:
-    real = Reader.read
-
-    def read(self: Reader, unit: Unit) -> Member:
-        if unit.member == member and (marker is None or not marker.exists()):
-            if marker is not None:
-                marker.touch()
-            os.kill(os.getpid(), signal.SIGKILL)
-        return real(self, unit)
-
-    return read
-
-
-def test_killed_worker_is_an_error(small_corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Reader, "read", _kill_on(MEMBER))
+def test_killed_worker_is_an_error(small_corpus: Path, worker_fault: Callable[..., Path]) -> None:
+    worker_fault(MEMBER, "kill")
     with pytest.raises(WorkerError, match=rf"exited with code -9 while reading .*{MEMBER}"):
         list(Loader(small_corpus, workers=2))
     assert child_pids() == []
 
 
 def test_killed_worker_is_retried_under_skip(
-    small_corpus: Path, small_docs: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    small_corpus: Path, small_docs: dict[str, str], worker_fault: Callable[..., Path]
 ) -> None:
-    monkeypatch.setattr(Reader, "read", _kill_on(MEMBER, tmp_path / "killed-once"))
+    killed_once = worker_fault(MEMBER, "kill", times=1)
     with Loader(small_corpus, workers=2, on_error="skip").iter() as it:
         got = [d.name for d in it]
         assert it.stats.skipped_members == 0
     assert sorted(got) == sorted(small_docs)
-    assert (tmp_path / "killed-once").exists()
+    assert killed_once.exists()
 
 
 def test_worker_killed_twice_is_skipped(
-    small_corpus: Path, small_docs: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    small_corpus: Path, small_docs: dict[str, str], worker_fault: Callable[..., Path]
 ) -> None:
-    monkeypatch.setattr(Reader, "read", _kill_on(MEMBER))
+    worker_fault(MEMBER, "kill")
     with Loader(small_corpus, workers=2, on_error="skip").iter() as it:
         got = [d.name for d in it]
         assert it.stats.skipped_members == 1
     assert set(got) == set(small_docs) - member_docs(small_docs, 1)
 
 
-def test_hung_worker_is_an_error(small_corpus: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real = Reader.read
-
-    def read(self: Reader, unit: Unit) -> Member:
-        if unit.member == MEMBER:
-            time.sleep(3600)
-        return real(self, unit)
-
-    monkeypatch.setattr(Reader, "read", read)
+def test_hung_worker_is_an_error(small_corpus: Path, worker_fault: Callable[..., Path]) -> None:
+    worker_fault(MEMBER, "hang")
     start = time.monotonic()
     with pytest.raises(WorkerError, match=rf"sent nothing for 1 s while reading .*{MEMBER}"):
         list(Loader(small_corpus, workers=2, timeout=1.0))

@@ -1,0 +1,162 @@
+"""The child side: a worker process's main loop, and reading one unit as a worker does.
+
+A worker takes ``Request``s off its task pipe in order, tells its reader what is queued
+(``Reader.prefetch``), reads each unit (``read_unit``), copies the bytes into the request's
+shared slot (or sends them inline) and answers with the document table (``Done``), or with the
+unit's error as a value (``Failed``). ``InlinePool`` reads units with the same ``read_unit``
+and ``open_reader`` in the calling process.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import mmap
+import os
+import pickle
+import signal
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+
+from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.read import Member, Reader, encode_member
+from openwebtext.engine.tasks import Done, Failed, Request, failed
+from openwebtext.errors import WorkerError
+from openwebtext.records import Unit
+from openwebtext.source import Storage
+from openwebtext.tokenizer import Tokenizer
+
+__all__ = ["open_reader", "read_unit", "worker_main"]
+
+
+def _die_with_parent(parent: int) -> None:
+    """Have the kernel kill this worker if its consumer dies, even mid-member (Linux).
+
+    Without it, a worker busy with (or stuck in) a member outlives a consumer
+    killed by SIGKILL or the OOM killer, holding the consumer's stdout open.
+    Elsewhere a worker still exits at its next task, on EOF.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        return
+    if os.getppid() != parent:  # the consumer died before prctl took effect
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_main(
+    units: Sequence[Unit],
+    tasks: Connection,
+    results: Connection,
+    shared: mmap.mmap | None,
+    options: PoolOptions,
+    inherited: list[Connection],
+    parent: int,
+    storage: Storage | None,
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
+    # terminate() ends us at once, whatever SIGTERM handler the consumer's program has.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent(parent)
+    for conn in inherited:
+        conn.close()
+    reader = open_reader(options, storage)
+    tokenizer = options.tokenizer
+    slot_bytes = options.slot_bytes
+    queued: collections.deque[Request | None] = collections.deque()
+    try:
+        while True:
+            try:
+                request = _next_task(tasks, queued, reader, units)
+            except EOFError:
+                return
+            if request is None:
+                return
+            seq, unit, slot = request
+            try:
+                member, payload, offsets, counts = read_unit(
+                    reader, tokenizer, units[unit], options.normalise
+                )
+            except Exception as exc:  # every failure is the unit's, sent as a value
+                _send_failure(results, failed(seq, exc, units[unit]))
+                continue
+            data: bytes | None = payload
+            size = len(payload)
+            if shared is not None and slot is not None and size <= slot_bytes:
+                shared[slot * slot_bytes : slot * slot_bytes + size] = payload
+                data = None
+            results.send(
+                Done(
+                    seq,
+                    size,
+                    data,
+                    member.names,
+                    offsets,
+                    member.sizes,
+                    member.dropped,
+                    member.replace,
+                    counts,
+                )
+            )
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        return
+    finally:
+        reader.close()
+
+
+def _send_failure(results: Connection, message: Failed) -> None:
+    """Send a failure; an error that cannot be pickled goes as a ``WorkerError`` saying so."""
+    try:
+        results.send(message)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        error = WorkerError(
+            f"{message.error} (and its {type(message.error).__name__} cannot be sent: {exc})",
+            path=getattr(message.error, "path", None),
+            member=getattr(message.error, "member", None),
+        )
+        results.send(Failed(message.seq, error, message.traceback))
+
+
+def _next_task(
+    tasks: Connection,
+    queued: collections.deque[Request | None],
+    reader: Reader,
+    units: Sequence[Unit],
+) -> Request | None:
+    """The next task; every task already sent is taken off the pipe and told to the reader.
+
+    So a reader of remote files fetches the queued units while this one is
+    decompressed (``Reader.prefetch``); local files ignore it.
+    """
+    if not queued:
+        queued.append(tasks.recv())
+    while queued[-1] is not None and tasks.poll():
+        queued.append(tasks.recv())
+    reader.prefetch([units[t.unit] for t in queued if t is not None])
+    return queued.popleft()
+
+
+def read_unit(
+    reader: Reader, tokenizer: Tokenizer | None, unit: Unit, normalise: bool = False
+) -> tuple[Member, bytes, list[int], list[int] | None]:
+    """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
+    member = reader.read(unit)
+    if tokenizer is None:
+        return member, member.data, member.offsets, None
+    encoded = encode_member(member, tokenizer, normalise=normalise)
+    return member, encoded.data, encoded.offsets, encoded.counts
+
+
+def open_reader(options: PoolOptions, storage: Storage | None) -> Reader:
+    """The reader a worker (or the inline pool) reads units with."""
+    return Reader(
+        options.max_member_bytes,
+        options.max_document_bytes,
+        split=options.split,
+        decode_errors=options.decode_errors,
+        storage=storage,
+    )

@@ -1,0 +1,68 @@
+"""The inline pool: ``workers=0`` reads units in the calling process, as a worker would."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Sequence
+
+from openwebtext.engine.child import open_reader, read_unit
+from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.tasks import Loaded, failure
+from openwebtext.records import Unit
+from openwebtext.source import Storage
+
+__all__ = ["InlinePool"]
+
+
+class InlinePool:
+    """``workers=0``: read units in the calling process (no processes, no shared memory).
+
+    For debugging, and for callers that may not start processes (e.g. inside a
+    daemonic ``torch.utils.data.DataLoader`` worker). Its errors are the ones a
+    worker would send; their cause is the real exception, traceback and all.
+    """
+
+    def __init__(self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None):
+        self.units = units
+        self.options = options
+        self.reader = open_reader(options, storage)
+        self.tokenizer = options.tokenizer
+        self.normalise = options.normalise
+        self.closed = False
+
+    def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        """Yield every unit of ``order``, in order."""
+        for unit in order:
+            try:
+                member, payload, offsets, counts = read_unit(
+                    self.reader, self.tokenizer, self.units[unit], self.normalise
+                )
+            except Exception as exc:  # as a worker reports it
+                error = failure(exc, self.units[unit])
+                if error is not exc:
+                    error.__cause__ = exc
+                yield Loaded(unit, b"", [], [], [], [error])
+                continue
+            yield Loaded(
+                unit,
+                payload,
+                member.names,
+                offsets,
+                member.sizes,
+                member.dropped,
+                member.replace,
+                -1,
+                counts,
+            )
+
+    def release(self, ticket: int) -> None:
+        """Nothing to free: each unit's data is its own ``bytes``."""
+
+    def close(self) -> None:
+        self.closed = True
+        self.reader.close()
+
+    def __enter__(self) -> InlinePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,310 @@
+"""The parent side: ``WorkerPool`` runs units on worker processes and hands them back in order.
+
+It starts the workers (``child.worker_main``), sends requests in plan order while workers have
+room and slots are free, waits on the workers' pipes and exit sentinels, reorders what arrives
+(``tasks.Tasks``), and replaces a worker that died or hung, blaming only the unit it was reading.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import multiprocessing as mp
+import os
+import selectors
+import time
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+from openwebtext.engine.child import worker_main
+from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.tasks import Done, Failed, Loaded, Request, Task, Tasks
+from openwebtext.errors import WorkerError
+from openwebtext.records import Unit
+from openwebtext.source import Storage
+
+__all__ = ["WorkerPool"]
+
+
+class _Worker:
+    def __init__(self, number: int, process: Any, tasks: Connection, results: Connection):
+        self.number = number
+        self.process = process
+        self.tasks = tasks
+        self.results = results
+        self.pid: int = process.pid
+        self.inflight: list[int] = []
+        """Sequence numbers sent to it and not answered yet, in the order it reads them."""
+        self.last_heard = time.monotonic()
+        """When it last answered, or was given work while it had none (its hang clock)."""
+
+
+class WorkerPool:
+    """Runs units on worker processes and hands them back in plan order."""
+
+    def __init__(self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None):
+        self.units = units
+        self.options = options
+        self.storage = storage
+        methods = mp.get_all_start_methods()
+        self._ctx = mp.get_context("fork" if "fork" in methods else None)
+        # More workers than units would only wait, each with its slots reserved.
+        self._n_workers = max(1, min(options.workers, len(units)))
+        self.slots = max(2, self._n_workers * (options.prefetch + 1)) + options.hold
+        self._shared: mmap.mmap | None = None
+        if self._ctx.get_start_method() == "fork":
+            size = self.slots * options.slot_bytes
+            try:
+                self._shared = mmap.mmap(-1, size)
+            except OSError as exc:
+                raise WorkerError(
+                    f"cannot reserve {size / 2**30:.1f} GiB of shared memory for "
+                    f"{self._n_workers} workers ({options.prefetch + 1} slots of "
+                    f"{options.slot_bytes >> 20} MiB each): {exc.strerror or exc}; "
+                    "use fewer workers"
+                ) from exc
+        self._workers: list[_Worker] = []
+        self._next_number = 0
+        self.closed = False
+        self.tasks = Tasks(self.slots)  # they live across runs
+        self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
+
+    # -- processes ---------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        task_r, task_w = self._ctx.Pipe(duplex=False)
+        result_r, result_w = self._ctx.Pipe(duplex=False)
+        inherited = [c for w in self._workers for c in (w.tasks, w.results)] + [task_w, result_r]
+        process = self._ctx.Process(
+            target=worker_main,
+            args=(
+                self.units,
+                task_r,
+                result_w,
+                self._shared,
+                self.options,
+                inherited,
+                os.getpid(),
+                self.storage,
+            ),
+            name=f"owt-worker-{self._next_number}",
+            daemon=True,
+        )
+        try:
+            process.start()
+        except OSError as exc:
+            for conn in (task_r, task_w, result_r, result_w):
+                conn.close()
+            raise WorkerError(f"cannot start a worker process: {exc}") from exc
+        task_r.close()
+        result_w.close()
+        worker = _Worker(self._next_number, process, task_w, result_r)
+        self._next_number += 1
+        return worker
+
+    def close(self) -> None:
+        """Stop every worker now (they hold nothing worth finishing)."""
+        if self.closed:
+            return
+        self.closed = True
+        for w in self._workers:
+            if w.process.is_alive():
+                w.process.terminate()
+        deadline = time.monotonic() + 2.0
+        for w in self._workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                w.process.kill()
+                w.process.join()
+            w.tasks.close()
+            w.results.close()
+            w.process.close()
+        self._workers.clear()
+        self._selector.close()
+        if self._shared is not None:
+            # A view still held by the consumer keeps the mapping until it is dropped.
+            with contextlib.suppress(BufferError):
+                self._shared.close()
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the run -----------------------------------------------------------
+
+    def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        """Yield every unit of ``order``, in order.
+
+        The pool outlives a run: call ``run`` again for the next epoch. A run
+        left early abandons its units in flight; their results are dropped
+        when they arrive. ``close()`` stops the workers.
+
+        Raises:
+            WorkerError: the pool is closed, or a worker cannot be started.
+        """
+        if self.closed:
+            raise WorkerError("this worker pool is closed")
+        while len(self._workers) < self._n_workers:
+            # One at a time: each new worker must see (and close) its elders' pipes.
+            self._add_worker()
+        try:
+            yield from self._run(iter(order))
+        finally:
+            self.tasks.abandon()
+
+    def release(self, ticket: int) -> None:
+        """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid).
+
+        Without ``hold`` the pool frees each slot itself when the next unit is asked for.
+        """
+        if self.options.hold:
+            self.tasks.release(ticket)
+
+    def _dispatch(self, order: Iterator[int], exhausted: bool) -> bool:
+        """Send work while workers have room and slots are free; True once ``order`` ran out."""
+        tasks = self.tasks
+        while True:
+            idle = min(self._workers, key=lambda w: len(w.inflight))
+            if len(idle.inflight) >= self.options.prefetch:
+                return exhausted
+            task = tasks.resend()
+            if task is None:
+                if exhausted or not tasks.free:
+                    return exhausted
+                unit = next(order, None)
+                if unit is None:
+                    return True
+                task = tasks.new(unit)
+            self._send(idle, task)
+
+    def _send(self, worker: _Worker, task: Task) -> None:
+        if not worker.inflight:  # idle until now: its hang clock starts with this task
+            worker.last_heard = time.monotonic()
+        worker.inflight.append(task.seq)
+        slot = task.slot if self._shared is not None else None
+        with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
+            worker.tasks.send(Request(task.seq, task.unit, slot))
+
+    def _run(self, order: Iterator[int]) -> Iterator[Loaded]:
+        tasks = self.tasks
+        seq = tasks.next_seq
+        exhausted = False
+        while True:
+            exhausted = self._dispatch(order, exhausted)
+            result = tasks.ready(seq)
+            if result is not None:
+                task = tasks.hand_out(seq)
+                loaded = self._loaded(task, result)
+                seq += 1
+                if self.options.hold:
+                    yield loaded  # the consumer releases it
+                    continue
+                try:
+                    yield loaded
+                finally:
+                    if isinstance(loaded.data, memoryview):
+                        loaded.data.release()
+                    tasks.release(task.seq)
+                continue
+            if exhausted and seq == tasks.next_seq:
+                return
+            if not tasks.free and not any(w.inflight for w in self._workers):
+                # Every slot is kept by the consumer: nothing could ever arrive.
+                raise WorkerError(
+                    f"the consumer keeps all {self.slots} slots (hold={self.options.hold}): "
+                    "release units before asking for more"
+                )
+            self._wait()
+
+    def _loaded(self, task: Task, result: Done | Failed) -> Loaded:
+        if isinstance(result, Failed):
+            return Loaded(task.unit, b"", [], [], [], [result.exception()], 0, task.seq)
+        data: memoryview | bytes
+        if result.data is None and self._shared is not None:
+            start = task.slot * self.options.slot_bytes
+            data = memoryview(self._shared)[start : start + result.size]
+        else:
+            assert result.data is not None
+            data = result.data
+        return Loaded(
+            task.unit,
+            data,
+            result.names,
+            result.offsets,
+            result.sizes,
+            result.dropped,
+            result.replace,
+            task.seq,
+            result.counts,
+        )
+
+    def _wait(self) -> None:
+        """Wait for one message, a death or a hang, and record what happened."""
+        busy = [w for w in self._workers if w.inflight]
+        now = time.monotonic()
+        deadline = min((w.last_heard + self.options.timeout for w in busy), default=now + 1.0)
+        ready = self._selector.select(timeout=max(0.0, deadline - now))
+        dead: dict[int, tuple[_Worker, str]] = {}
+        for key, _ in ready:
+            w, is_results = key.data
+            if w.number in dead:
+                continue
+            if is_results:
+                try:
+                    message: Done | Failed = w.results.recv()
+                except (EOFError, OSError):
+                    dead[w.number] = (w, "")
+                    continue
+                w.last_heard = time.monotonic()
+                w.inflight.remove(message.seq)
+                self.tasks.arrived(message)
+            elif not w.results.poll():  # exited, and nothing left to read
+                dead[w.number] = (w, "")
+        # Only after reading what is ready: a consumer that paused is no reason to blame a
+        # worker whose answers were waiting for it.
+        now = time.monotonic()
+        for w in busy:
+            if w.number not in dead and w.inflight and now - w.last_heard >= self.options.timeout:
+                w.process.kill()
+                dead[w.number] = (w, f"sent nothing for {self.options.timeout:g} s")
+        for w, why in dead.values():
+            self._replace(w, why)
+
+    def _add_worker(self) -> _Worker:
+        worker = self._spawn()
+        self._workers.append(worker)
+        self._selector.register(worker.results, selectors.EVENT_READ, (worker, True))
+        self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, False))
+        return worker
+
+    def _replace(self, w: _Worker, why: str) -> None:
+        self._selector.unregister(w.results)
+        self._selector.unregister(w.process.sentinel)
+        w.process.join(1.0)  # it closed its pipe: it is exiting, or about to
+        if w.process.is_alive():
+            w.process.kill()
+            w.process.join()
+        why = why or f"exited with code {w.process.exitcode}"
+        w.tasks.close()
+        w.results.close()
+        w.process.close()
+        self._workers.remove(w)
+        fresh = self._add_worker()
+        # A worker reads its tasks in order: only the first was being read when
+        # it failed; the rest had not started and go back without blame. The
+        # blamed one gets its retry on the fresh worker, first in its queue.
+        for position, seq in enumerate(w.inflight):
+            u = self.units[self.tasks[seq].unit]
+            error = WorkerError(
+                f"worker {w.number} (pid {w.pid}) {why} while reading {u.path}[{u.member}]",
+                path=u.path,
+                member=u.member,
+            )
+            again = self.tasks.lost(
+                seq, blamed=position == 0, retries=self.options.retries, error=error
+            )
+            if again is not None:
+                self._send(fresh, again)

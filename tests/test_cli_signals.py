@@ -1,0 +1,200 @@
+"""Signals and vanished consumers: ``owt stream`` under SIGINT / SIGTERM, and workers whose
+consumer dies. (Reliability, issue #5.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import (
+    Loader,
+)
+from support import (
+    HANG_BOUND,
+    MIDDLE,
+    Members,
+    all_but,
+    child_pids,
+    group_pids,
+    run,
+)
+
+#: The reliability suite's leak guard: nothing a test starts or makes outlives it.
+pytestmark = pytest.mark.usefixtures("leaves_nothing_behind")
+
+
+# -- signals and vanished consumers --------------------------------------------------------
+
+
+def test_ctrl_c_in_a_program_stops_the_workers(small_corpus: Path) -> None:
+    """SIGINT in a consumer's own loop: KeyboardInterrupt, and the with-block stops the workers."""
+    with pytest.raises(KeyboardInterrupt), Loader(str(small_corpus), workers=2).iter() as it:
+        for k, _ in enumerate(it):
+            assert len(child_pids()) == 2
+            if k == 10:
+                signal.raise_signal(signal.SIGINT)
+    assert child_pids() == []
+
+
+#: ``owt`` with ``Reader.read`` hanging on one member: argv = marker member owt-args...
+HANGING_OWT = """
+import os, sys, time
+from pathlib import Path
+from openwebtext import cli
+from openwebtext.engine.read import Reader
+marker, member = Path(sys.argv[1]), sys.argv[2]
+real = Reader.read
+def read(self, unit):
+    if unit.member.endswith(member):
+        marker.write_text(str(os.getpid()))
+        time.sleep(3600)
+    return real(self, unit)
+Reader.read = read
+sys.exit(cli.main(sys.argv[3:]))
+"""
+
+
+def _owt(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``owt`` in a new session (its process group is ours to signal and check)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "openwebtext.cli", *args], start_new_session=True, **popen
+    )
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _kill_group(pgid: int) -> None:
+    """SIGKILL whatever is left of a process group this test started."""
+    for pid in group_pids(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+@pytest.mark.parametrize("target", ["group", "main"])
+def test_sigint_stops_owt_stream(
+    target: str, policy: str, small_corpus: Path, pristine: Members
+) -> None:
+    """Ctrl-C (to the process group, or to owt alone): exit 130, one line, no traceback."""
+    # --jsonl into a pipe nobody reads: owt blocks mid-stream with its workers alive.
+    proc = _owt(
+        "stream", str(small_corpus), "-j", "2", "--jsonl", "--shuffle-buffer", "0",
+        "--on-error", policy, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert _wait_until(lambda: len(group_pids(proc.pid)) >= 3, 60), "owt did not start"
+        time.sleep(0.3)
+        (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=HANG_BOUND)
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+    assert proc.returncode == 130
+    text = err.decode()
+    assert "Traceback" not in text
+    assert text.rstrip().endswith("interrupted")
+    assert re.search(r"^\d+ documents, ", text, re.M)
+    assert group_pids(proc.pid) == []
+    # Whole records only (an interrupted write may drop some, never garble one).
+    delivered = [json.loads(line) for line in out.split(b"\n") if line]
+    texts = all_but(pristine)
+    assert all(texts[r["name"]] == r["text"] for r in delivered)
+    assert run(small_corpus, workers=2).docs == texts  # and the next run works
+
+
+def test_sigint_while_a_worker_hangs(small_corpus: Path, tmp_path: Path) -> None:
+    """Ctrl-C while a worker is stuck in a member: the stuck worker is killed too."""
+    marker = tmp_path / "hanging"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HANGING_OWT, str(marker), MIDDLE[1].rsplit("/")[-1],
+         "stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert _wait_until(marker.exists, 60), "the worker never reached the member"
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG_BOUND)
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+    assert proc.returncode == 130
+    assert "Traceback" not in err.decode() and "interrupted" in err.decode()
+    assert group_pids(proc.pid) == []
+
+
+def test_sigterm_ends_owt_stream_and_its_workers(small_corpus: Path) -> None:
+    """SIGTERM, as SIGINT: owt stops its workers and exits 143, even blocked on a pipe
+    nobody reads (it gives the reader ``GRACE_SECONDS`` to take the line being written)."""
+    proc = _owt(
+        "stream", str(small_corpus), "-j", "2", "--jsonl", "--shuffle-buffer", "0",
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        assert _wait_until(lambda: len(group_pids(proc.pid)) >= 3, 60), "owt did not start"
+        time.sleep(0.3)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=HANG_BOUND) == 143
+        assert _wait_until(lambda: group_pids(proc.pid) == [], 10), group_pids(proc.pid)
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def consumer_killed(
+    small_corpus: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, bool]:
+    """SIGKILL an ``owt stream`` whose worker 1 hangs (worker 0 idle); who is alive 3 s later?"""
+    marker = tmp_path_factory.mktemp("consumer-killed") / "hanging"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HANGING_OWT, str(marker), MIDDLE[1].rsplit("/")[-1],
+         "stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle", "--shuffle-buffer", "0"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert _wait_until(marker.exists, 60), "the worker never reached the member"
+        time.sleep(0.5)  # worker 0 reads its other units and waits for more
+        workers = [pid for pid in group_pids(proc.pid) if pid != proc.pid]
+        hung = int(marker.read_text())
+        assert hung in workers and len(workers) == 2
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _wait_until(lambda: group_pids(proc.pid) == [], 3)
+        alive = set(group_pids(proc.pid))
+        return {"hung": hung in alive, "idle": bool(alive - {hung})}
+    finally:
+        _kill_group(proc.pid)
+        proc.wait()
+        _wait_until(lambda: group_pids(proc.pid) == [], 10)
+
+
+def test_idle_worker_exits_when_its_consumer_dies(consumer_killed: dict[str, bool]) -> None:
+    """An idle worker sees EOF on its task pipe (no sibling holds it open) and exits."""
+    assert not consumer_killed["idle"]
+
+
+def test_hung_worker_dies_with_its_consumer(consumer_killed: dict[str, bool]) -> None:
+    """A worker stuck inside a member dies with its consumer (SIGKILL, OOM killer)."""
+    assert not consumer_killed["hung"]

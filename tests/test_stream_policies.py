@@ -1,0 +1,159 @@
+"""Policies: ``warn``, ``max_errors``, ``decode_errors``, the ``owt stream`` summary, and the
+documented defaults. (Reliability, issue #5.)
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from openwebtext import (
+    Corpus,
+    CorpusError,
+    CorruptMember,
+    Options,
+    TooManyErrors,
+)
+from openwebtext import cli as owt_cli
+from openwebtext.stream import ensure_counts
+from support import (
+    ROOT,
+    A,
+    B,
+    Docs,
+    corrupt_member,
+    decoded,
+    docs_before_cut,
+    outer_tar,
+    run,
+    sample_docs,
+    where,
+    xz_member,
+)
+
+#: The reliability suite's leak guard: nothing a test starts or makes outlives it.
+pytestmark = pytest.mark.usefixtures("leaves_nothing_behind")
+
+
+# -- policies: warn, max_errors, decode_errors, the owt stream summary -----------------
+
+
+@pytest.fixture
+def three_faults(tmp_path: Path) -> tuple[Path, Docs]:
+    """An outer tar with a corrupt member, a truncated member and one invalid-UTF-8 document.
+
+    The truncated member lacks only its xz index: its documents are all before the cut.
+    """
+    cut = xz_member(sample_docs("d", 3))
+    tar = outer_tar(
+        tmp_path / "three.tar",
+        [
+            ("a_data.xz", xz_member({**A, "a-bad.txt": b"\xff\xfe not UTF-8"})),
+            ("c_data.xz", corrupt_member(sample_docs("c", 3))),
+            ("b_data.xz", xz_member(B)),
+            ("d_data.xz", cut[: len(cut) - 20]),
+        ],
+    )
+    return tar, decoded(A | B) | docs_before_cut(cut[: len(cut) - 20])
+
+
+def test_warn_logs_one_line_per_skip(
+    three_faults: tuple[Path, Docs], caplog: pytest.LogCaptureFixture
+) -> None:
+    """warn: skip, plus one WARNING line on the "openwebtext" logger per skip."""
+    tar, good = three_faults
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        outcome = run(tar, workers=2, on_error="warn", shuffle=False)
+    assert outcome.error is None and outcome.docs == good
+    assert outcome.stats is not None
+    records = [r for r in caplog.records if r.name == "openwebtext"]
+    assert [r.levelno for r in records] == [logging.WARNING] * 3
+    assert [r.getMessage() for r in records] == [f"skipped: {s}" for s in outcome.stats.skipped]
+    named = " ".join(outcome.stats.skipped)
+    for part in ("[a_data.xz]", "(document a-bad.txt)", "[c_data.xz]", "[d_data.xz]"):
+        assert part in named
+
+
+def test_counting_for_even_sharding_leaves_the_warnings_to_the_stream(
+    three_faults: tuple[Path, Docs], caplog: pytest.LogCaptureFixture, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """warn: the count made on first use warns nothing; the stream warns as it reads."""
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    tar, _ = three_faults
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        counted = ensure_counts(Corpus.open(tar), Options(on_error="warn", even=True))
+    assert counted.counts is not None and counted.counts.documents == (len(A) + 1, 0, len(B), 3)
+    assert [r.getMessage() for r in caplog.records if r.name == "openwebtext"] == []
+
+
+def test_max_errors_turns_too_many_skips_into_an_error(three_faults: tuple[Path, Docs]) -> None:
+    """max_errors=3 allows three skips; max_errors=2 ends the run at the third."""
+    tar, good = three_faults
+    enough = run(tar, workers=2, on_error="skip", max_errors=3)
+    assert enough.error is None and enough.docs == good
+    assert enough.stats is not None
+    assert (enough.stats.skipped_members, enough.stats.skipped_documents) == (1, 1)
+    assert enough.stats.partial_members == 1
+    too_many = run(tar, workers=2, on_error="skip", max_errors=2, shuffle=False)
+    assert isinstance(too_many.error, TooManyErrors)
+    assert str(too_many.error).startswith("3 skipped, more than max_errors=2; last: ")
+    assert isinstance(too_many.error.__cause__, CorpusError)
+    assert str(too_many.error.__cause__) in str(too_many.error)
+
+
+def test_invalid_utf8_under_replace_is_counted(three_faults: tuple[Path, Docs]) -> None:
+    """decode_errors=replace: U+FFFD and a count, not a skip; corrupt members still count."""
+    tar, good = three_faults
+    outcome = run(tar, workers=2, on_error="skip", decode_errors="replace")
+    assert outcome.stats is not None
+    assert outcome.stats.replaced_documents == 1
+    assert (outcome.stats.skipped_members, outcome.stats.skipped_documents) == (1, 0)
+    assert outcome.docs == good | {"a-bad.txt": "\ufffd\ufffd not UTF-8"}
+    assert isinstance(run(tar, workers=2, decode_errors="replace").error, CorruptMember)
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip", "warn"])
+def test_owt_stream_reports_errors_and_skips(
+    policy: str, three_faults: tuple[Path, Docs], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """owt stream: raise exits 1 naming file, member, document; skip/warn print counts."""
+    tar, good = three_faults
+    code = owt_cli.main(["stream", str(tar), "-j", "2", "-q", "--no-shuffle", "--on-error", policy])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if policy == "raise":
+        assert code == 1
+        assert f"owt: error: {where(str(tar), 'a_data.xz')}: invalid UTF-8" in err
+        return
+    assert code == 0
+    assert f"{len(good)} documents, " in err
+    assert "skipped 1 members, 1 documents" in err
+    skipped = [line for line in err.splitlines() if line.startswith("  skipped: ")]
+    assert len(skipped) == 3
+    assert all(f"{tar}[" in line for line in skipped)
+    code = owt_cli.main(
+        ["stream", str(tar), "-j", "1", "-q", "--on-error", policy, "--max-errors", "1"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and "more than max_errors=1" in err
+
+
+# -- the documentation -------------------------------------------------------------------
+
+
+def test_documented_defaults_are_the_real_ones() -> None:
+    """docs/reliability.md's table of limits and policies matches ``Options()``."""
+    text = (ROOT / "docs" / "reliability.md").read_text()
+    rows = dict(re.findall(r"^\| `(\w+)` \| `([^`]*)`", text, re.M))
+    defaults = Options()
+    names = {
+        "on_error", "max_errors", "decode_errors", "max_document_bytes",
+        "max_member_bytes", "timeout", "prefetch",
+    }  # fmt: skip
+    assert names <= set(rows), sorted(names - set(rows))
+    for name, shown in rows.items():
+        assert shown == repr(getattr(defaults, name)), name
