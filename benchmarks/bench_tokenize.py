@@ -27,17 +27,13 @@ Read ``a ÷ b`` and ``a ÷ c``: wall times paired by round, median (min–max). 
 targets: a ÷ b <= 0.55, a ÷ c <= 1.2. The CPU columns (all processes' user + system time,
 children included) and their ratios say the same with less noise on a loaded machine.
 
-``--loader``: reads and tokenizes, in the same run.
-
-Usage: python benchmarks/bench_tokenize.py [PATHS...] [--repeat 3] [--workers 1,2] [--take 20000]
-The documents are the loader's first ``--take``
-(seed 0), rounded UP to the end of their shuffle block (the loader tokenizes whole members and
-hands a block out only once all of it is tokenized, so the workers then tokenize the documents
+``--loader``: the loader's token throughput against one process that only reads and
+tokenizes, in the same run. The documents are the loader's first ``--take`` (seed 0),
+rounded UP to the end of their shuffle block (the loader tokenizes whole members and hands a
+block out only once all of it is tokenized, so the workers then tokenize the documents
 handed out, plus the members in flight when the stream stops, which are killed, and the
-reference can process the same members); ``--take 0``: all.
-Every measurement runs in a fresh child process (this script with ``--child KIND``, printing
-one JSON line), and the rounds are interleaved: every (kind, workers) once (in a rotating
-order), then all of them again, ``--repeat`` times.
+reference can process the same members); ``--take 0``: all. Rounds: every (kind, workers)
+once (in a rotating order), then all of them again, ``--repeat`` times.
 
 - reference: ONE process doing what a worker must do at minimum, for the same members in the
   loader's order: ``openwebtext.engine.read.Reader(...).read(unit)`` (pread, decompress, tar walk,
