@@ -1,15 +1,39 @@
-"""Tokenizing in the workers: the loader's token throughput against one process that only
-reads and tokenizes, in the same run.
+"""Tokenizing: ``owt tokenize -j 2`` end to end against the tokenizers alone over the same
+texts in memory (issue 20), or (``--loader``) the loader's token stream against one process.
 
-Usage: python benchmarks/bench_tokenize.py [PATHS...] [--repeat 3] [--workers 1,2] [--take 20000]
-No path means the built-in generated corpus. The documents are the loader's first ``--take``
-(seed 0), rounded UP to the end of their shuffle block (the loader tokenizes whole members and
-hands a block out only once all of it is tokenized, so the workers then tokenize the documents
+Usage: python benchmarks/bench_tokenize.py [PATHS...] [--repeat 2]
+       python benchmarks/bench_tokenize.py --loader [PATHS...] [--repeat 3] [--workers 1,2]
+No path means the built-in bench corpus (335 MB). Every measurement runs in a fresh child process
+(this script with ``--child KIND``, printing one JSON line), rounds interleaved (every kind
+once, in a rotating order, ``--repeat`` times); the page cache is warmed first.
+
+Default kinds, all over every document of the corpus:
+
+- (a) owt-tokenize: the command ``owt tokenize PATHS --out TMP -j 2 -q`` (``python -m
+  openwebtext.cli``), timed as a whole process: start-up, loading the tokenizer, decompress,
+  tokenize, write train.bin/val.bin, sha256. With the default spec "gpt2": the fast backend
+  where installed.
+- (a') prepare: ``prepare(corpus, out, PrepareOptions(workers=2))`` in the child, the
+  tokenizer loaded before the clock: the same work without the CLI's start-up.
+- (b) tiktoken-threads: every text read into memory first (untimed), then tiktoken
+  (``gpt2@tiktoken``) ``encode`` on 2 threads (tiktoken releases the GIL), half the
+  documents each; the ids are counted. Its chunk cache starts empty (a fresh process).
+- (c) fast-processes: the same texts, the fast backend (``gpt2@splintr``) loaded in the
+  child, which then forks 2 processes, each encoding its half with ``encode_packed`` (the
+  ids as uint16 arrays, 390 documents a call, as a worker does with a member); the ids are
+  counted. splintr holds the GIL, hence processes. Wall from the fork to both joined.
+
+Read ``a ÷ b`` and ``a ÷ c``: wall times paired by round, median (min–max). Issue 20's
+targets: a ÷ b <= 0.55, a ÷ c <= 1.2. The CPU columns (all processes' user + system time,
+children included) and their ratios say the same with less noise on a loaded machine.
+
+``--loader``: the loader's token throughput against one process that only reads and
+tokenizes, in the same run. The documents are the loader's first ``--take`` (seed 0),
+rounded UP to the end of their shuffle block (the loader tokenizes whole members and hands a
+block out only once all of it is tokenized, so the workers then tokenize the documents
 handed out, plus the members in flight when the stream stops, which are killed, and the
-reference can process the same members); ``--take 0``: all.
-Every measurement runs in a fresh child process (this script with ``--child KIND``, printing
-one JSON line), and the rounds are interleaved: every (kind, workers) once (in a rotating
-order), then all of them again, ``--repeat`` times.
+reference can process the same members); ``--take 0``: all. Rounds: every (kind, workers)
+once (in a rotating order), then all of them again, ``--repeat`` times.
 
 - reference: ONE process doing what a worker must do at minimum, for the same members in the
   loader's order: ``openwebtext.engine.read.Reader(...).read(unit)`` (pread, decompress, tar walk,
@@ -37,11 +61,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
@@ -49,9 +79,10 @@ from common import OtherLoad, cpu_model, run_child, warm_page_cache
 from openwebtext import Corpus, Loader, Options, Unit
 from openwebtext.engine import Reader
 from openwebtext.plan import plan
+from openwebtext.prepare import PrepareOptions, prepare
 from openwebtext.tokenizer import load_tokenizer
 
-KINDS = ("reference", "loader-tokens", "loader-batches")
+KINDS = ("reference", "loader-tokens", "loader-batches")  # --loader
 SEED = 0
 TOKENIZER = "gpt2"
 SEQ_LEN, BATCH_SIZE = 1024, 8
@@ -197,7 +228,7 @@ def _child_loader_batches(paths: list[str], workers: int, take: int) -> dict[str
     }
 
 
-def _child(kind: str, paths: list[str], workers: int, units: int, take: int) -> None:
+def _child_of_loader(kind: str, paths: list[str], workers: int, units: int, take: int) -> None:
     if kind == "reference":
         report = _child_reference(paths, units)
     elif kind == "loader-tokens":
@@ -206,35 +237,231 @@ def _child(kind: str, paths: list[str], workers: int, units: int, take: int) -> 
         report = _child_loader_batches(paths, workers, take)
     print(json.dumps(report))
 
+# ---------------------------------------------------------------- owt tokenize vs tokenizers
+
+TOKENIZE_KINDS = ("owt-tokenize", "prepare", "tiktoken-threads", "fast-processes")
+WORKERS = 2
+PACK = 390  # documents per encode_packed call in fast-processes: a generated member's
 
 
+def _texts(paths: list[str]) -> list[str]:
+    """Every document's text, in corpus order (what ``owt tokenize`` tokenizes)."""
+    reader = _reader()
+    texts = []
+    try:
+        for unit in Corpus.open(paths).units:
+            member = reader.read(unit)
+            for offset, size in zip(member.offsets, member.sizes, strict=True):
+                if offset >= 0:
+                    texts.append(member.data[offset : offset + size].decode("utf-8"))
+    finally:
+        reader.close()
+    return texts
 
 
+def _cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
+def _child_owt_tokenize(paths: list[str], out: str) -> dict[str, Any]:
+    command = [sys.executable, "-m", "openwebtext.cli", "tokenize", *paths, "--out", out,
+               "-j", str(WORKERS), "-q"]  # fmt: skip
+    wall = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - wall
+    if done.returncode != 0:
+        sys.exit(f"owt tokenize failed ({done.returncode}): {done.stderr[-2000:]}")
+    meta = json.loads((Path(out) / "meta.json").read_text())
+    return {
+        "wall_s": wall,
+        "cpu_s": _cpu_of_children(),
+        "documents": sum(meta["documents"].values()),
+        "tokens": sum(meta["tokens"].values()),
+    }
 
+
+def _child_prepare(paths: list[str], out: str) -> dict[str, Any]:
+    corpus = Corpus.open(paths)
+    backend = load_tokenizer("gpt2").backend  # loaded before the clock
+    cpu = time.process_time()
+    wall = time.perf_counter()
+    report = prepare(corpus, out, PrepareOptions(workers=WORKERS))
+    wall = time.perf_counter() - wall
+    meta = report.meta
+    return {
+        "wall_s": wall,
+        "cpu_s": time.process_time() - cpu + _cpu_of_children(),
+        "documents": sum(meta["documents"].values()),
+        "tokens": sum(meta["tokens"].values()),
+        "backend": backend,
+    }
+
+
+def _child_tiktoken_threads(paths: list[str]) -> dict[str, Any]:
+    texts = _texts(paths)
+    tokenizer = load_tokenizer("gpt2@tiktoken")
+    encode = tokenizer.encode
+
+    def count(part: list[str]) -> int:
+        return sum(len(encode(t)) + 1 for t in part)
+
+    half = len(texts) // 2
+    cpu = time.process_time()
+    wall = time.perf_counter()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        tokens = sum(pool.map(count, [texts[:half], texts[half:]]))
+    wall = time.perf_counter() - wall
+    return {"wall_s": wall, "cpu_s": time.process_time() - cpu, "documents": len(texts),
+            "tokens": tokens, "backend": tokenizer.backend}  # fmt: skip
+
+
+def _encode_half(texts: list[str], write_end: int) -> None:
+    """In a forked process: the ids of ``texts``, counted, written to ``write_end``."""
+    tokenizer = load_tokenizer("gpt2@splintr")  # the parent's, from the cache
+    tokens = 0
+    for start in range(0, len(texts), PACK):
+        ids, _ = tokenizer.encode_packed(texts[start : start + PACK])
+        tokens += len(ids)
+    os.write(write_end, str(tokens).encode())
+    os._exit(0)
+
+
+def _child_fast_processes(paths: list[str]) -> dict[str, Any]:
+    texts = _texts(paths)
+    tokenizer = load_tokenizer("gpt2@splintr")  # TokenizerError if it is missing or inexact
+    tokenizer.encode("warm up, once")
+    half = len(texts) // 2
+    context = multiprocessing.get_context("fork")
+    pipes = [os.pipe() for _ in range(WORKERS)]
+    wall = time.perf_counter()
+    workers = [
+        context.Process(target=_encode_half, args=(part, pipe[1]))
+        for part, pipe in zip([texts[:half], texts[half:]], pipes, strict=True)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    wall = time.perf_counter() - wall
+    tokens = 0
+    for (read_end, write_end), worker in zip(pipes, workers, strict=True):
+        os.close(write_end)
+        if worker.exitcode != 0:
+            sys.exit(f"a fast-processes worker failed ({worker.exitcode})")
+        tokens += int(os.read(read_end, 64))
+        os.close(read_end)
+    return {"wall_s": wall, "cpu_s": _cpu_of_children(), "documents": len(texts),
+            "tokens": tokens, "backend": tokenizer.backend}  # fmt: skip
+
+
+def _child(args: argparse.Namespace) -> None:
+    kind = args.child
+    if kind in KINDS:
+        _child_of_loader(kind, args.paths, int(args.workers), args.units, args.take)
+        return
+    if kind == "owt-tokenize":
+        report = _child_owt_tokenize(args.paths, args.out)
+    elif kind == "prepare":
+        report = _child_prepare(args.paths, args.out)
+    elif kind == "tiktoken-threads":
+        report = _child_tiktoken_threads(args.paths)
+    else:
+        report = _child_fast_processes(args.paths)
+    print(json.dumps(report))
+
+
+def _ratios(over: list[dict[str, Any]], under: list[dict[str, Any]], key: str = "wall_s") -> str:
+    values = [a[key] / b[key] for a, b in zip(over, under, strict=True)]
+    return f"{statistics.median(values):.2f} ({min(values):.2f}–{max(values):.2f})"
+
+
+def _main_tokenize(args: argparse.Namespace) -> None:
+    """The default: owt tokenize -j 2 against tiktoken on 2 threads and splintr on 2 processes."""
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in TOKENIZE_KINDS}
+    scratch = Path(tempfile.mkdtemp(prefix="bench-tokenize-", dir=os.getcwd()))
+    load = OtherLoad()
+    try:
+        for r in range(args.repeat):
+            order = TOKENIZE_KINDS[r % 4 :] + TOKENIZE_KINDS[: r % 4]
+            for kind in order:
+                out = scratch / f"{kind}-{r}"
+                report = run_child(__file__, kind, ["--out", str(out), *args.paths])
+                shutil.rmtree(out, ignore_errors=True)
+                runs[kind].append(report)
+                print(f"round {r + 1}/{args.repeat} {kind}: {report['wall_s']:.2f} s, "
+                      f"{report['tokens'] / report['wall_s'] / 1e6:.2f} M tokens/s",
+                      file=sys.stderr)  # fmt: skip
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    seconds, other, steal = load.measure()
+    counts = {(r["documents"], r["tokens"]) for rs in runs.values() for r in rs}
+    if len(counts) != 1:
+        sys.exit(f"the kinds did not see the same documents and ids: {sorted(counts)}")
+    (documents, tokens), = counts
+    print(f"CPU: {cpu_model()}; {len(os.sched_getaffinity(0))} usable cores; Python "
+          f"{sys.version.split()[0]}; owt tokenize's backend: {runs['prepare'][0]['backend']}")
+    print(f"corpus: {' '.join(args.paths)}: {documents:,} documents, {tokens:,} GPT-2 ids "
+          "(with the end-of-text ids)")
+    print(f"{args.repeat} rounds in {seconds:.0f} s; other processes kept {max(other, 0):.2f} "
+          f"cores busy meanwhile (steal {steal:.2f})\n")  # fmt: skip
+    print("| kind | wall s (median) | min–max | M tokens/s | CPU s | CPU ns/id | ÷ b (paired) "
+          "| ÷ c (paired) | CPU ÷ b | CPU ÷ c |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    names = {"owt-tokenize": "(a) owt tokenize -j 2, whole process",
+             "prepare": "(a') prepare(), workers=2, tokenizer loaded first",
+             "tiktoken-threads": "(b) tiktoken alone, 2 threads, texts in memory",
+             "fast-processes": "(c) splintr alone, 2 processes, texts in memory"}  # fmt: skip
+    for kind, rs in runs.items():
+        walls = [r["wall_s"] for r in rs]
+        print(
+            f"| {names[kind]} | {statistics.median(walls):.2f} | {min(walls):.2f}–"
+            f"{max(walls):.2f} | {tokens / statistics.median(walls) / 1e6:.2f} | "
+            f"{statistics.median(r['cpu_s'] for r in rs):.2f} | "
+            f"{statistics.median(r['cpu_s'] for r in rs) / tokens * 1e9:.0f} | "
+            f"{_ratios(rs, runs['tiktoken-threads'])} | {_ratios(rs, runs['fast-processes'])} | "
+            f"{_ratios(rs, runs['tiktoken-threads'], 'cpu_s')} | "
+            f"{_ratios(rs, runs['fast-processes'], 'cpu_s')} |"
+        )
+    print()
+    for kind in ("owt-tokenize", "prepare"):
+        print(f"{kind}: a ÷ b = {_ratios(runs[kind], runs['tiktoken-threads'])} (target <= 0.55), "
+              f"a ÷ c = {_ratios(runs[kind], runs['fast-processes'])} (target <= 1.2)")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*")
+    parser.add_argument("--loader", action="store_true", help="the loader's token stream")
+    parser.add_argument("--repeat", type=int, default=0, help="rounds (default 2; --loader 3)")
+    parser.add_argument("--workers", default="1,2", help="--loader: worker counts, e.g. 1,2")
+    parser.add_argument("--take", type=int, default=20000, help="--loader: documents (0: all)")
+    parser.add_argument("--units", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=KINDS + TOKENIZE_KINDS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args)
+        return
+    if not args.paths:
+        from openwebtext.synth import bench_corpus
+
+        args.paths = [str(bench_corpus())]
+    if args.loader:
+        args.repeat = args.repeat or 3
+        _main_loader(args)
+    else:
+        args.repeat = args.repeat or 2
+        warm_page_cache(args.paths)
+        _main_tokenize(args)
 
 
 def _median(values: list[float], fmt: str) -> str:
     return format(statistics.median(values), fmt)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="*")
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--workers", default="1,2", help="worker counts, e.g. 1,2")
-    parser.add_argument("--take", type=int, default=20000, help="documents (0: all)")
-    parser.add_argument("--units", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        _child(args.child, args.paths, int(args.workers), args.units, args.take)
-        return
-    if not args.paths:
-        from openwebtext.synth import bench_corpus
-
-        args.paths = [str(bench_corpus())]
+def _main_loader(args: argparse.Namespace) -> None:
+    """``--loader``: the loader's token throughput against one reading process."""
     worker_counts = [int(w) for w in args.workers.split(",")]
     cores = len(os.sched_getaffinity(0))
     warm_page_cache(args.paths)

