@@ -248,13 +248,13 @@ def test_batches_refuse_a_dtype_too_small_for_the_ids(small_corpus: Path) -> Non
 @pytest.fixture
 def resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A file that gets the pid of every process that resolves a tokenizer spec, one a line."""
-    from openwebtext import tokenizer as tokenizer_module
+    from openwebtext.tokenizer import load as tokenizer_module
 
     log = tmp_path / "resolved"
     log.touch()
-    load = tokenizer_module._load
+    load = tokenizer_module.cached_load
 
-    def counting_load(spec: str) -> tokenizer_module.Tokenizer:
+    def counting_load(spec: tokenizer_module.Request) -> tokenizer_module.Tokenizer:
         # Forked workers inherit this spy: each call, in any process, appends its pid.
         fd = os.open(log, os.O_WRONLY | os.O_APPEND)
         try:
@@ -263,7 +263,7 @@ def resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             os.close(fd)
         return load(spec)
 
-    monkeypatch.setattr(tokenizer_module, "_load", counting_load)
+    monkeypatch.setattr(tokenizer_module, "cached_load", counting_load)
     return log
 
 

@@ -16,8 +16,6 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
 from openwebtext.errors import (
     CorruptDocument,
     CorruptMember,
@@ -292,14 +290,13 @@ def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = Fal
     ]
     if normalise:
         texts = [nanogpt_text(text) for text in texts]
-    flat: list[int] = []
+    ids, kept_counts = tokenizer.encode_packed(texts)  # one array: no Python int per id
     offsets = [-1] * len(member.offsets)
     counts = [0] * len(member.offsets)
     itemsize = tokenizer.dtype.itemsize
-    eot = tokenizer.eot
-    for k, ids in zip(kept, tokenizer.encode_batch(texts), strict=True):
-        offsets[k] = len(flat) * itemsize
-        counts[k] = len(ids) + 1
-        flat += ids
-        flat.append(eot)
-    return Encoded(np.array(flat, dtype=tokenizer.dtype).tobytes(), offsets, counts)
+    position = 0
+    for k, count in zip(kept, kept_counts, strict=True):
+        offsets[k] = position * itemsize
+        counts[k] = count
+        position += count
+    return Encoded(ids.tobytes(), offsets, counts)
