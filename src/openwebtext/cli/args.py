@@ -112,3 +112,13 @@ def open_corpus(args: argparse.Namespace) -> Corpus:
     """The corpus of the command's paths (the built-in one without), with its storage flags."""
     on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
     return Corpus.open(paths_or_default(args.paths), on_error=on_error, **storage_kwargs(args))
+
+
+def add_wait(parser: argparse.ArgumentParser) -> None:
+    """``--wait``: one run per output folder; a second waits instead of stopping at once."""
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="if another run holds OUT's lock, wait for it to end (default: stop at once, "
+        "naming its pid and host)",
+    )

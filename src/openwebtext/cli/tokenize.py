@@ -13,6 +13,7 @@ from openwebtext.cli.args import (
     add_on_error,
     add_paths,
     add_quiet,
+    add_wait,
     open_corpus,
     option_type,
     parse_shard,
@@ -73,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
             restart=args.restart,
             progress=update,
             checkpoint_seconds=args.checkpoint_seconds,
+            wait=args.wait,
         )
 
     return with_progress(work, args.quiet)
@@ -101,6 +103,7 @@ def _tokenize_on_ray(
         progress=update,
         checkpoint_seconds=args.checkpoint_seconds,
         storage_options=dict(getattr(args, "storage_options", None) or []) or None,
+        wait=args.wait,
     )
 
 
@@ -159,6 +162,7 @@ def add_parser(sub: Subparsers) -> None:
     tokenize.add_argument(
         "--restart", action="store_true", help="throw away the progress recorded in OUT"
     )
+    add_wait(tokenize)
     tokenize.add_argument(
         "--engine",
         choices=("local", "ray"),
