@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from openwebtext import Corpus, Loader
-from openwebtext.source import storage
+from openwebtext.source import configure
 from openwebtext.synth import write_corpus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -42,7 +42,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "corpus"
         write_corpus(root, subsets=2, members=args.members // 2, docs=390, seed=0, workers=2)
-        storage.configure(None)
+        configure(None)
         local = Corpus.open(str(root))
         size = sum(p.stat().st_size for p in root.glob("*.tar"))
         rows: dict[tuple[str, int, int], list[float]] = {}

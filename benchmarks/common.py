@@ -1,4 +1,5 @@
-"""What the scripts of ``benchmarks/`` share: fresh child runs, a warm page cache, the CPU,
+"""What the scripts of ``benchmarks/`` share: fresh child runs (through
+``openwebtext.bench``'s runner: timeout, process group, memory), a warm page cache, the CPU,
 and how busy other processes kept the machine meanwhile. Imported by the scripts as
 ``common`` (their folder is first on ``sys.path`` when run as ``python benchmarks/X.py``).
 """
@@ -8,24 +9,39 @@ from __future__ import annotations
 import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from typing import Any
 
-from openwebtext import Corpus
+from openwebtext import Corpus, bench
 from openwebtext.bench.machine import cpu_model, cpu_ticks
 
-__all__ = ["OtherLoad", "cpu_model", "run_child", "warm_page_cache"]
+__all__ = ["CHILD_TIMEOUT", "OtherLoad", "cpu_model", "run_child", "warm_page_cache"]
 
 
-def run_child(script: str, kind: str, args: list[str]) -> dict[str, Any]:
-    """Run ``python SCRIPT --child KIND ARGS`` in a fresh process; its last line of JSON."""
+#: Seconds a child may run before it is killed (with everything it started) and the
+#: benchmark stops; generous: the slowest child (a whole-corpus nanoGPT prepare) takes minutes.
+CHILD_TIMEOUT = 3600.0
+
+
+def run_child(
+    script: str, kind: str, args: list[str], *, timeout: float = CHILD_TIMEOUT
+) -> dict[str, Any]:
+    """Run ``python SCRIPT --child KIND ARGS`` in a fresh process; its last line of JSON,
+    with the child's ``max_rss_bytes`` and ``peak_pss_bytes`` (its whole process group).
+
+    Through ``openwebtext.bench.run_child``: in its own session, killed with its process
+    group when it ends, times out or this script is interrupted.
+    """
     command = [sys.executable, script, "--child", kind, *args]
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"{kind} failed ({done.returncode}): {done.stderr[-2000:]}")
+    done = bench.run_child(command, timeout)
+    if done.status == bench.TIMEOUT:
+        sys.exit(f"{kind} timed out after {timeout:g} s: {done.stderr_tail}")
+    if done.exit_code != 0:
+        sys.exit(f"{kind} failed ({done.exit_code}): {done.stderr_tail}")
     report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    report.setdefault("max_rss_bytes", done.max_rss_bytes)
+    report.setdefault("peak_pss_bytes", done.peak_pss_bytes)
     return report
 
 

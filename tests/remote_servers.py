@@ -16,10 +16,12 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 class Faults:
@@ -240,3 +242,41 @@ class RangeServer(Loopback):
         h.end_headers()
         if not head:
             h.wfile.write(body)
+
+
+# -- what the remote tests share ---------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def isolated_storage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fresh cache folder, quick retries, and no storage options left behind (autouse in
+    every test file that imports it)."""
+    from openwebtext.source import configure, retry
+
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(retry, "RETRY_BASE", 0.005)
+    monkeypatch.setattr(retry, "RETRY_CAP", 0.05)
+    configure(None)
+    yield
+    configure(None)
+
+
+@pytest.fixture
+def http(small_corpus: Path) -> Iterator[RangeServer]:
+    """A ``RangeServer`` of the small corpus."""
+    with RangeServer(small_corpus) as server:
+        yield server
+
+
+def texts(corpus: Any, **options: Any) -> list[str]:
+    """The texts a ``Loader`` over ``corpus`` (a ``Corpus`` or a path) hands out."""
+    from openwebtext import Loader
+
+    return [doc.text for doc in Loader(corpus, **options)]
+
+
+def local_stream(small_corpus: Path, **options: Any) -> list[str]:
+    """The stream of the local copy, to compare a remote one with."""
+    from openwebtext import Corpus
+
+    return texts(Corpus.open(str(small_corpus)), **options)

@@ -27,6 +27,7 @@ import pytest
 
 from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
+from openwebtext.cli import stream as cli_stream
 from openwebtext.engine import pool as owt_workers
 from support import cut_member, group_pids, outer_tar, sample_docs, xz_member
 
@@ -274,7 +275,7 @@ def test_a_failed_state_write_does_not_hide_the_error_of_the_run(
     def disk_full(path: object, data: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(owt_cli, "atomic_write", disk_full)
+    monkeypatch.setattr(cli_stream, "atomic_write", disk_full)
     bad = _corrupt_corpus(tmp_path)
     code = owt_cli.main(["stream", str(bad), "-q", "--state-out", str(tmp_path / "s.json")])
     err = capsys.readouterr().err

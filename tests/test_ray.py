@@ -206,7 +206,7 @@ def test_remote_corpus_over_http(
     """A corpus behind a URL (127.0.0.1): the tasks read it with the driver's storage options."""
     pytest.importorskip("fsspec")
     pytest.importorskip("aiohttp")
-    from openwebtext.source import storage
+    from openwebtext.source import configure
     from remote_servers import RangeServer
 
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
@@ -228,7 +228,7 @@ def test_remote_corpus_over_http(
                 storage_options=options,
             )  # fmt: skip
     finally:
-        storage.configure(None)
+        configure(None)
     local = prepare(Corpus.open(small_corpus), tmp_path / "local", prepare_options)
     assert _files(tmp_path / "ray")["train.bin"] == _files(tmp_path / "local")["train.bin"]
     assert _files(tmp_path / "ray")["val.bin"] == _files(tmp_path / "local")["val.bin"]
@@ -291,12 +291,12 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
 def s3_options(s3_endpoint: str) -> Iterator[dict[str, str]]:
     """Storage options for moto, set in this process too. The credentials are options, not
     variables: the Ray workers were started before the fixture set them."""
-    from openwebtext.source import storage
+    from openwebtext.source import configure
 
     options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
-    storage.configure(options)
+    configure(options)
     yield options
-    storage.configure(None)
+    configure(None)
 
 
 @pytest.mark.parametrize("split", ["hash", "nanogpt"])

@@ -29,6 +29,7 @@ __all__ = [
     "epoch_target",
     "even_end",
     "in_validation",
+    "members_in_run",
     "pass_end",
     "permutation",
     "plan",
@@ -157,3 +158,25 @@ def in_validation(name: str, fraction: float, seed: int) -> bool:
         name.encode("utf-8", "surrogateescape"), digest_size=8, key=seed.to_bytes(8, "little")
     ).digest()
     return int.from_bytes(digest, "little") < fraction * 2.0**64
+
+
+def members_in_run(
+    n_units: int,
+    *,
+    rank: int,
+    world_size: int,
+    epoch: int,
+    epochs: int | None,
+    position: tuple[int, int] | None = None,
+) -> int | None:
+    """How many units ``rank`` reads in a run of ``epochs`` epochs from ``epoch`` on, or
+    None for a run without end (``epochs`` None).
+
+    ``position`` is where a resumed run starts, ``(epoch, block)`` of its state: the
+    units before it are not read again.
+    """
+    if epochs is None:
+        return None
+    per_epoch = len(range(rank, n_units, world_size))
+    at_epoch, block = position if position is not None else (epoch, 0)
+    return max(0, per_epoch * (epoch + epochs - at_epoch) - block)

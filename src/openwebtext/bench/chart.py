@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from openwebtext.bench.common import CEILING, LOADER, TIMEOUT, VS
-from openwebtext.bench.report import BenchResult, _corpus_name, ceiling_decoders, ceiling_kind
+from openwebtext.bench.report import BenchResult, ceiling_decoders, ceiling_kind, corpus_name
 from openwebtext.bench.summary import Summary
 from openwebtext.files import atomic_write
 
@@ -65,7 +65,7 @@ def _draw(ax: Any, result: BenchResult) -> None:
     ax.grid(alpha=0.3)
     ax.legend(handles=handles, fontsize="small")
     machine = f"{result.machine['cpu_model']}, {cores} cores"
-    ax.set_title(f"owt bench: {_corpus_name(result)}\n{machine}", fontsize="medium")
+    ax.set_title(f"owt bench: {corpus_name(result)}\n{machine}", fontsize="medium")
 
 
 def _curves(result: BenchResult) -> list[tuple[str, str, list[Summary]]]:

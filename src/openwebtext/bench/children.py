@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from openwebtext import Corpus, Loader, Options, Unit
-from openwebtext.bench.common import STARTED_ENV, STORAGE_ENV, _now
+from openwebtext.bench.common import STARTED_ENV, STORAGE_ENV, now
 from openwebtext.formats import XZ, decompress
 from openwebtext.plan import plan
 from openwebtext.source import RangeReader, Storage, is_url
@@ -52,15 +52,15 @@ def _plan_units(corpus: Corpus, seed: int, count: int | None) -> list[Unit]:
     return [corpus.units[i] for i in order[:count]]
 
 
-def _run_one(args: argparse.Namespace) -> int:
+def run_one(args: argparse.Namespace) -> int:
     """Child: stream the documents through the loader, print one JSON line."""
-    started = float(os.environ.get(STARTED_ENV, _now()))
+    started = float(os.environ.get(STARTED_ENV, now()))
     corpus = _open(args)
     cpu = time.process_time()
     first_document_s = None
     with Loader(corpus, workers=args.workers, seed=args.seed, take=args.take).iter() as docs:
         for _ in docs:
-            first_document_s = _now() - started
+            first_document_s = now() - started
             break
         for _ in docs:
             pass
@@ -152,17 +152,17 @@ def _run_decoders(
     seconds: dict[str, float] = {}
     decompressed = 0
     for name, decoder in _decoders().items():
-        start = _now()
+        start = now()
         if remote:
             shares = [(name, units[k::workers]) for k in range(workers)]
             decompressed = sum(pool.imap_unordered(_fetch_and_decode, shares))
         else:
             decompressed = sum(pool.imap_unordered(decoder, units))
-        seconds[name] = _now() - start
+        seconds[name] = now() - start
     return seconds, decompressed
 
 
-def _ceiling_one(args: argparse.Namespace) -> int:
+def ceiling_one(args: argparse.Namespace) -> int:
     """Child: N processes only read and decompress the members, once per decoder; print
     one JSON line, with ``extra_s``: the time of the slower decoders, which the parent takes
     off this run's wall time."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from openwebtext import OWTError
-from openwebtext.bench.children import _ceiling_one, _run_one
+from openwebtext.bench.children import ceiling_one, run_one
 from openwebtext.bench.common import BenchError
 from openwebtext.bench.report import summary_text
 from openwebtext.bench.runner import run_bench
@@ -57,7 +57,7 @@ def default_workers(cores: int) -> tuple[int, ...]:
     return tuple(sorted(counts | {cores, 2 * cores}))
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the ``bench`` subcommand (its ``run`` returns an exit code)."""
     cores = cpu_count()
     defaults = default_workers(cores)
@@ -121,12 +121,12 @@ def _bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _child_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def _child_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     one = sub.add_parser("run-one", help="(internal) stream once with the loader")
     one.add_argument("--take", type=_positive_int, default=None)
     ceiling = sub.add_parser("ceiling-one", help="(internal) only decompress the members")
     ceiling.add_argument("--units", type=_positive_int, default=None)
-    for p, run in ((one, _run_one), (ceiling, _ceiling_one)):
+    for p, run in ((one, run_one), (ceiling, ceiling_one)):
         # Storage options come through STORAGE_ENV, not argv (credentials).
         p.add_argument("--cache-dir", default=None)
         p.add_argument("--cache-size", type=int, default=None)

@@ -18,7 +18,7 @@ class BenchError(Exception):
     """A benchmark that cannot go on: a child failed, or its report is unreadable."""
 
 
-def _now() -> float:
+def now() -> float:
     # CLOCK_MONOTONIC is one clock for every process on Linux, so a child can subtract the
     # parent's spawn time from its own reading.
     return time.clock_gettime(time.CLOCK_MONOTONIC)

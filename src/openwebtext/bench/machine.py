@@ -68,7 +68,7 @@ def cpu_ticks() -> tuple[int, int, int]:
     return sum(fields), idle + iowait, steal
 
 
-def _conditions(
+def run_conditions(
     before: tuple[int, int, int], after: tuple[int, int, int], seconds: float, runs: Sequence[Run]
 ) -> dict[str, float | None]:
     """How busy the machine was with other things while we measured.

@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from openwebtext.bench.common import OK, STARTED_ENV, TIMEOUT, _now
+from openwebtext.bench.common import OK, STARTED_ENV, TIMEOUT, now
 
 #: How often the memory of a running child's process group is sampled.
 SAMPLE_SECONDS = 0.1
@@ -100,7 +100,7 @@ def _watch(pid: int, deadline: float) -> tuple[int | None, resource.struct_rusag
             if done:
                 return status, usage, peak
             peak = max(peak, sum(_pss_bytes(p) for p in _group_pids(pid)))
-            wait = min(SAMPLE_SECONDS, deadline - _now())
+            wait = min(SAMPLE_SECONDS, deadline - now())
             if wait <= 0:
                 return None, None, peak
             if pidfd is None:
@@ -136,8 +136,8 @@ def run_child(
     """
     # Files, not pipes: a chatty child (a progress bar) can never block on a full pipe.
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        env = {**os.environ, **(env or {}), STARTED_ENV: repr(_now())}
-        start = _now()
+        env = {**os.environ, **(env or {}), STARTED_ENV: repr(now())}
+        start = now()
         proc = subprocess.Popen(
             command,
             shell=isinstance(command, str),
@@ -149,7 +149,7 @@ def run_child(
         )
         try:
             status, usage, peak = _watch(proc.pid, start + timeout)
-            wall = _now() - start
+            wall = now() - start
             if status is not None:
                 proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by _watch
         finally:

@@ -86,7 +86,7 @@ def _write_csv(path: Path, runs: Sequence[Run]) -> None:
     atomic_write(path, text.getvalue())
 
 
-def _corpus_name(result: BenchResult) -> str:
+def corpus_name(result: BenchResult) -> str:
     paths = result.corpus["paths"]
     first = paths[0] if is_url(paths[0]) else Path(paths[0]).name  # a URL's name may be "/"
     name = first + (f" +{len(paths) - 1}" if len(paths) > 1 else "")
@@ -136,7 +136,7 @@ def _loader_cells(row: Scaling, s: Summary) -> list[str]:
     ]
 
 
-def _write_outputs(result: BenchResult) -> None:
+def write_outputs(result: BenchResult) -> None:
     _write_csv(result.out / "timings.csv", result.runs)
     atomic_write(result.out / "bench.json", json.dumps(result.to_json(), indent=1) + "\n")
 
@@ -147,7 +147,7 @@ def summary_text(result: BenchResult) -> str:
     lines = [
         f"machine: {m['cpu_model']}, {m['cores']} cores, Python {m['python']}, "
         f"liblzma {m['liblzma']}",
-        f"corpus: {_corpus_name(result)}, {result.corpus['members']} members; "
+        f"corpus: {corpus_name(result)}, {result.corpus['members']} members; "
         f"median of {s['repeat']} runs after {s['warmup']} warm-up",
         f"meanwhile, other processes kept {_fmt(c['other_cores'], '.2f')} of {m['cores']} "
         f"cores busy; CPU steal {_fmt(c['steal'], '.1%')} (the ratios cancel most of this)",

@@ -19,12 +19,12 @@ from typing import Any
 
 from openwebtext import Corpus
 from openwebtext.bench.chart import plot
-from openwebtext.bench.common import CEILING, LOADER, OK, STORAGE_ENV, TIMEOUT, VS, BenchError, _now
-from openwebtext.bench.machine import _conditions, cpu_ticks, machine_info
+from openwebtext.bench.common import CEILING, LOADER, OK, STORAGE_ENV, TIMEOUT, VS, BenchError, now
+from openwebtext.bench.machine import cpu_ticks, machine_info, run_conditions
 from openwebtext.bench.process import Finished, run_child
-from openwebtext.bench.report import OUTPUTS, BenchResult, _write_outputs
+from openwebtext.bench.report import OUTPUTS, BenchResult, write_outputs
 from openwebtext.bench.runs import Config, Run, Settings
-from openwebtext.bench.summary import Summary, _scaling, _summarise, recommend
+from openwebtext.bench.summary import Summary, recommend, scaling_rows, summarise
 from openwebtext.engine import cpu_count
 from openwebtext.files import output_path
 from openwebtext.source import redact, redact_options
@@ -188,7 +188,7 @@ def _loader_work(runs: Sequence[Run]) -> tuple[int, int, int]:
 
 def _summaries(bench: _Bench, work: tuple[int, int, int]) -> list[Summary]:
     return [
-        _summarise(config, [r for r in bench.runs if r.config == config], work, bench.cores)
+        summarise(config, [r for r in bench.runs if r.config == config], work, bench.cores)
         for config in bench.configs
     ]
 
@@ -220,12 +220,12 @@ def run_bench(settings: Settings) -> BenchResult:
         output_path(settings.out / name)
     bench = _Bench(settings, paths, cpu_count())
     machine = machine_info()
-    ticks, start = cpu_ticks(), _now()
+    ticks, start = cpu_ticks(), now()
     runs = bench.run_all()
-    conditions = _conditions(ticks, cpu_ticks(), _now() - start, runs)
+    conditions = run_conditions(ticks, cpu_ticks(), now() - start, runs)
     work = _loader_work(runs)
     summaries = _summaries(bench, work)
-    scaling = _scaling(summaries, runs, settings, bench.cores)
+    scaling = scaling_rows(summaries, runs, settings, bench.cores)
     result = BenchResult(
         machine=machine,
         corpus=_corpus_info(corpus, paths, work),
@@ -238,7 +238,7 @@ def run_bench(settings: Settings) -> BenchResult:
         out=settings.out,
         plot=settings.out / "scaling.png",
     )
-    _write_outputs(result)
+    write_outputs(result)
     if not plot(result, settings.out / "scaling.png"):
         (settings.out / "scaling.png").unlink(missing_ok=True)  # never leave an older run's
         result = dataclasses.replace(result, plot=None)

@@ -53,7 +53,7 @@ def _median(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def _summarise(
+def summarise(
     config: Config, runs: Sequence[Run], work: tuple[int, int, int], cores: int
 ) -> Summary:
     """Summarise ``runs`` (warm-ups included: a timeout there counts) of ``config``.
@@ -120,7 +120,7 @@ class Scaling:
     """Loader throughput / each ``--vs`` command's, paired by round."""
 
 
-def _scaling(
+def scaling_rows(
     summaries: Sequence[Summary], runs: Sequence[Run], settings: Settings, cores: int
 ) -> list[Scaling]:
     table = {(s.kind, s.workers, s.template): s for s in summaries}

@@ -21,9 +21,9 @@ from typing import Any
 from openwebtext.errors import CorpusError, OutputError
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.inputs import file_version
-from openwebtext.index.local import index_inputs
+from openwebtext.index.paths import index_inputs
 from openwebtext.records import Unit
-from openwebtext.source import Storage, storage
+from openwebtext.source import Storage, is_url
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "split_key"]
 
@@ -34,8 +34,6 @@ COUNTS_FORMAT = "openwebtext-counts/2"
 log = logging.getLogger("openwebtext")
 
 PathLike = str | os.PathLike[str]
-
-
 
 
 def split_key(fraction: float, seed: int) -> str:
@@ -78,7 +76,7 @@ class Corpus:
     """``file_version`` of each file (``files()`` order) when it was indexed."""
     storage: Storage | None = field(default=None, compare=False, repr=False)
     """What its URLs are read with (``Corpus.open``'s options and member cache), carried
-    to its pools and readers; None: the process's default (``storage.configure``)."""
+    to its pools and readers; None: the process's default (``source.configure``)."""
 
     @classmethod
     def open(
@@ -90,7 +88,7 @@ class Corpus:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_size: int | None = None,
     ) -> Corpus:
-        """Index paths, folders or glob patterns (see ``openwebtext.index.local``).
+        """Index paths, folders or glob patterns (see ``openwebtext.index.paths``).
 
         Args:
             paths: Local paths, or fsspec URLs (``s3://``, ``gs://``, ``https://``,
@@ -111,7 +109,7 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
-        store = None  # without options: the process's default (``storage.configure``)
+        store = None  # without options: the process's default (``source.configure``)
         if storage_options is not None or cache_dir is not None:
             store = Storage(storage_options, cache_dir, cache_size)
         indexed = index_inputs(list(paths), on_error=on_error, storage=store)
@@ -154,7 +152,7 @@ class Corpus:
         """Where the counts file is looked for, in order (beside the corpus, then the cache)."""
         name = f".owt-counts-{self.fingerprint()}.json"
         cached = cache_root() / "counts" / name[1:]
-        if storage.is_url(self.units[0].path):  # never written beside a remote corpus
+        if is_url(self.units[0].path):  # never written beside a remote corpus
             return [cached]
         return [Path(self.units[0].path).parent / name, cached]
 

@@ -4,14 +4,14 @@ Listing a remote tar's members means reading every member's header, one small
 request each (~1,000 per OpenWebText subset tar). Within a file the walk is a
 chain (each header says where the next one is), so files are walked in
 parallel, one thread each, up to ``INDEX_THREADS``. The same code as for local
-files (``index._index_outer_tar``) reads the headers, through a
-``storage.RangeFile``: one request brings a header and its member's first bytes.
+files (``outer.walk_outer_tar``) reads the headers, through a
+``source.RangeFile``: one request brings a header and its member's first bytes.
 
 The result (members, offsets, sizes, formats) is kept in
 ``<cache folder>/remote-index/`` with the file's size and identity (ETag,
 generation or last-modified). Opening again costs one metadata request per
 file; a file whose size or identity changed is indexed again, never misread.
-It is named by the URL and the storage's ``place`` (``storage.place``: its
+It is named by the URL and the storage's ``place`` (``Storage.place``: its
 options without secrets), so the same ``s3://bucket/key`` on two endpoints
 has two entries, and no credential is ever written.
 """
@@ -27,7 +27,7 @@ from typing import Any
 from openwebtext.errors import OutputError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import MAGIC_BYTES, TAR, detect
-from openwebtext.index.local import _KNOWN, _index_outer_tar
+from openwebtext.index.outer import KNOWN, walk_outer_tar
 from openwebtext.records import Unit
 from openwebtext.source import (
     FileInfo,
@@ -101,10 +101,10 @@ def _walk(url: str, name: str, info: FileInfo, storage: Storage | None) -> list[
     try:
         kind = detect(f.pread(MAGIC_BYTES, 0))
         if kind is None:
-            raise UnknownFormat(f"not {_KNOWN}", path=name)
+            raise UnknownFormat(f"not {KNOWN}", path=name)
         if kind != TAR:
             return [Unit(name, base, 0, info.size, kind, subset, 0)]
-        units, damage = _index_outer_tar(f, name, info.size, subset, base)  # type: ignore[arg-type]
+        units, damage = walk_outer_tar(f, name, subset, base)
         if damage is not None:  # a remote file is skipped whole: never cached half-listed
             raise damage
         return units

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from openwebtext.prepare.workdir import PrepareError
-from openwebtext.source import storage
+from openwebtext.source import Storage, describe, filesystem, is_url, redact, with_retries
 
 __all__ = [
     "Location",
@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 def is_remote(out: str | os.PathLike[str]) -> bool:
     """Whether ``out`` is a URL (``scheme://…``), not a local path."""
-    return isinstance(out, str) and storage.is_url(out)
+    return isinstance(out, str) and is_url(out)
 
 
 def location(out: str | os.PathLike[str]) -> Location:
@@ -73,20 +73,20 @@ def join(folder: Location, name: str) -> Location:
 def shown(folder: Location, resolve: bool = False) -> str:
     """How a location is named in messages and records (a URL without its secrets)."""
     if isinstance(folder, str):
-        return storage.redact(folder)
+        return redact(folder)
     return str(folder.resolve() if resolve else folder)
 
 
 def _remote(call: Callable[[], T], what: str, url: str) -> T:
     try:
-        return storage.with_retries(call, what)
+        return with_retries(call, what)
     except Exception as exc:  # storage's fatal error: its reason says why
-        reason = getattr(exc, "reason", None) or storage.describe(exc)
-        raise PrepareError(f"{storage.redact(url)}: {reason}") from None
+        reason = getattr(exc, "reason", None) or describe(exc)
+        raise PrepareError(f"{redact(url)}: {reason}") from None
 
 
 def read_json(
-    folder: Location, name: str, store: storage.Storage | None = None
+    folder: Location, name: str, store: Storage | None = None
 ) -> dict[str, Any] | None:
     """``folder/name`` read as a JSON object; None if it is missing or not one.
 
@@ -100,7 +100,7 @@ def read_json(
             return None
     else:
         url = str(join(folder, name))
-        fs = storage.filesystem(url, store)
+        fs = filesystem(url, store)
 
         def read() -> bytes | None:
             try:
@@ -118,7 +118,7 @@ def read_json(
 
 
 def sizes(
-    folder: Location, names: list[str], store: storage.Storage | None = None
+    folder: Location, names: list[str], store: Storage | None = None
 ) -> dict[str, int]:
     """The size of each of ``names`` in ``folder``; -1 for a missing one.
 
@@ -128,7 +128,7 @@ def sizes(
     if isinstance(folder, Path):
         paths = {name: folder / name for name in names}
         return {n: p.stat().st_size if p.is_file() else -1 for n, p in paths.items()}
-    fs = storage.filesystem(folder, store)
+    fs = filesystem(folder, store)
     fs.invalidate_cache(folder)  # the files may have been written by other processes since
 
     def size(url: str) -> int:
@@ -142,12 +142,12 @@ def sizes(
     return {n: _remote(functools.partial(size, url), "HEAD", url) for n, url in urls.items()}
 
 
-def remove(folder: Location, store: storage.Storage | None = None) -> None:
+def remove(folder: Location, store: Storage | None = None) -> None:
     """Remove ``folder`` and everything under it, if it is there."""
     if isinstance(folder, Path):
         shutil.rmtree(folder, ignore_errors=True)
         return
-    fs = storage.filesystem(folder, store)
+    fs = filesystem(folder, store)
 
     def rm() -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -162,7 +162,7 @@ def staging(url: str, purpose: str = "out") -> Path:
     return Path(tempfile.gettempdir()) / f"owt-{purpose}-{digest}"
 
 
-def publish(folder: Path, url: str, store: storage.Storage | None = None) -> dict[str, Any]:
+def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, Any]:
     """Upload the finished files of ``folder`` to ``url``, ``meta.json`` last; remove ``folder``.
 
     Returns:
@@ -172,7 +172,7 @@ def publish(folder: Path, url: str, store: storage.Storage | None = None) -> dic
         PrepareError: an upload failed (the remote folder then has no ``meta.json``).
     """
     meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
-    fs = storage.filesystem(url, store)
+    fs = filesystem(url, store)
     marker = str(join(url, "meta.json"))
 
     def unmark() -> None:
@@ -188,7 +188,7 @@ def publish(folder: Path, url: str, store: storage.Storage | None = None) -> dic
     return meta
 
 
-def fetch(url: str, meta: dict[str, Any], store: storage.Storage | None = None) -> Path:
+def fetch(url: str, meta: dict[str, Any], store: Storage | None = None) -> Path:
     """A local copy of the finished remote folder ``url`` whose ``meta.json`` is ``meta``.
 
     A copy already made of the same ``meta`` is used as it is; ``meta.json`` is written last.
@@ -204,14 +204,14 @@ def fetch(url: str, meta: dict[str, Any], store: storage.Storage | None = None) 
             return folder
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").unlink(missing_ok=True)
-    fs = storage.filesystem(url, store)
+    fs = filesystem(url, store)
     for name in names:
         source = str(join(url, name))
         part = folder / f".{name}.part"
         _remote(functools.partial(fs.get_file, source, str(part)), "GET", source)
         if part.stat().st_size != meta["files"][name]["bytes"]:
             raise PrepareError(
-                f"{storage.redact(source)} holds {part.stat().st_size} bytes, not the "
+                f"{redact(source)} holds {part.stat().st_size} bytes, not the "
                 f"{meta['files'][name]['bytes']} of its meta.json"
             )
         os.replace(part, folder / name)

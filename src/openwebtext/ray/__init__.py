@@ -230,9 +230,9 @@ def _configure_storage(storage_options: dict[str, Any] | None) -> None:
     """
     if storage_options is None or _configured[0] == storage_options:
         return
-    from openwebtext.source import storage
+    from openwebtext.source import configure
 
-    storage.configure(storage_options)
+    configure(storage_options)
     _configured[0] = dict(storage_options)
 
 

@@ -2,42 +2,54 @@
 fsspec filesystems, the Hub, ranged reads and the member cache.
 
 Rule: imports only the leaves (errors, files, formats, records, ...). Knows nothing of units'
-meaning, processes or streams.
+meaning, processes or streams. Modules, bottom to top: ``redact``; ``retry``; ``settings``
+(``Storage``, aliases, identities); ``filesystems`` (fsspec per process, file info,
+listing); ``hub`` (``hf://`` by its signed CDN URL); ``fetch`` (the one module that knows
+both fsspec and the Hub; ``RangeFile``); ``membercache``; ``ranges`` (``RangeReader``);
+``flags`` (command-line options).
 """
 
 from __future__ import annotations
 
+from openwebtext.source.fetch import RangeFile, fetch
+from openwebtext.source.filesystems import REMOTE_EXTRA, expand_url, file_info, filesystem
 from openwebtext.source.flags import add_storage_option, add_storage_options, storage_kwargs
 from openwebtext.source.membercache import MemberCache, parse_size
-from openwebtext.source.ranges import THREADS, RangeReader
-from openwebtext.source.storage import (
+from openwebtext.source.ranges import THREADS, ByteSpan, RangeReader, Span
+from openwebtext.source.redact import redact, redact_options
+from openwebtext.source.retry import Fatal, describe, with_retries
+from openwebtext.source.settings import (
     FileInfo,
-    RangeFile,
     Storage,
     alias,
-    expand_url,
-    file_info,
+    configure,
     identity,
     is_url,
     placed,
-    redact,
-    redact_options,
     remember,
     resolve,
 )
 
 __all__ = [
+    "REMOTE_EXTRA",
     "THREADS",
+    "ByteSpan",
+    "Fatal",
     "FileInfo",
     "MemberCache",
     "RangeFile",
     "RangeReader",
+    "Span",
     "Storage",
     "add_storage_option",
     "add_storage_options",
     "alias",
+    "configure",
+    "describe",
     "expand_url",
+    "fetch",
     "file_info",
+    "filesystem",
     "identity",
     "is_url",
     "parse_size",
@@ -47,4 +59,5 @@ __all__ = [
     "remember",
     "resolve",
     "storage_kwargs",
+    "with_retries",
 ]

@@ -12,7 +12,8 @@ out of messages and of the HTTP libraries' request logs (:class:`_HideQueries`).
 redirect off the Hub (the Hub serves the file itself, or a bucket), reads go through
 ``HfFileSystem`` as before.
 
-Used by ``storage.fetch`` for ``hf://`` URLs; builds on ``storage`` (filesystems, retries).
+Used by ``fetch.fetch`` for ``hf://`` URLs; builds on the modules below it (settings,
+filesystems, retries), never on ``fetch``.
 """
 
 from __future__ import annotations
@@ -25,16 +26,10 @@ import urllib.parse
 from collections.abc import Callable
 from typing import NamedTuple, TypeGuard
 
-from openwebtext.source.storage import (
-    FileInfo,
-    HTTPStatus,
-    ShortRead,
-    Storage,
-    _Fatal,
-    _lock,
-    filesystem,
-    redact,
-)
+from openwebtext.source.filesystems import filesystem
+from openwebtext.source.redact import redact
+from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead
+from openwebtext.source.settings import LOCK, FileInfo, Storage
 
 __all__ = ["Resolved", "hub_read", "resolve_hub"]
 
@@ -83,7 +78,7 @@ def hub_read(
                 raise HTTPStatus(exc.status) from None
             resolved = _resolution(real, store, known, stale=resolved)
         except _NoRanges:
-            with _lock:
+            with LOCK:
                 store.resolved[real] = resolved._replace(location=None)
             return through_fs()
     raise AssertionError("unreachable: the second attempt returns or raises")
@@ -98,7 +93,7 @@ def _resolution(
     def usable(current: Resolved | None) -> TypeGuard[Resolved]:
         return current is not None and current is not stale and _same(current, known)
 
-    with _lock:
+    with LOCK:
         current = store.resolved.get(real)
         lock = store.locks.setdefault((os.getpid(), real), threading.Lock())
     if usable(current):
@@ -111,8 +106,8 @@ def _resolution(
         if not _same(fresh, known) or (
             stale is not None and stale.etag and fresh.etag and stale.etag != fresh.etag
         ):
-            raise _Fatal("the file changed since it was indexed (index it again)")
-        with _lock:
+            raise Fatal("the file changed since it was indexed (index it again)")
+        with LOCK:
             store.resolved[real] = fresh
         return fresh
 

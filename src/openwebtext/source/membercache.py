@@ -2,12 +2,14 @@
 
 One file per member, named by a hash of the file's URL, its identity (ETag or
 the like, so a changed file never serves old bytes), the member's offset and
-size. Writes are atomic (a temporary file renamed into place), so a process
-killed mid-write leaves at most a temporary file, never a short member; those
-are removed once they are older than ``STALE_SECONDS`` and count towards the
-cap meanwhile. A hit refreshes the file's mtime; when the cache passes its cap,
-the files least recently used go first. Workers share the folder; each keeps
-its own estimate of the total and lists the folder again when it passes the cap.
+size. Writes go through ``files.atomic_file`` (a hidden temporary file renamed
+into place; not fsync'd: a lost entry is only a miss), so a process killed
+mid-write leaves at most a temporary file (``.NAME.XXXX.tmp``), never a short
+member; those are removed once they are older than ``STALE_SECONDS`` and count
+towards the cap meanwhile. A hit refreshes the file's mtime; when the cache
+passes its cap, the files least recently used go first. Workers share the
+folder; each keeps its own estimate of the total and lists the folder again when
+it passes the cap.
 """
 
 from __future__ import annotations
@@ -16,14 +18,20 @@ import contextlib
 import hashlib
 import os
 import re
-import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["MemberCache", "parse_size"]
+from openwebtext.errors import OutputError
+from openwebtext.files import atomic_file
+
+__all__ = ["STALE_SECONDS", "MemberCache", "parse_size"]
 
 STALE_SECONDS = 600.0
-_TMP = ".tmp-"
+
+
+def _is_temporary(name: str) -> bool:
+    """An ``atomic_file`` temporary (``.NAME.XXXX.tmp``; entries' names are hex)."""
+    return name.startswith(".")
 
 
 def parse_size(text: str) -> int:
@@ -84,16 +92,9 @@ class MemberCache:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=_TMP, dir=path.parent)
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
-        except OSError:
+            with atomic_file(path, durable=False) as f:
+                f.write(data)
+        except (OSError, OutputError):
             return
         if self.cap is None:
             return
@@ -116,7 +117,7 @@ class MemberCache:
                         st = path.stat()
                     except OSError:
                         continue
-                    found.append((st.st_mtime, st.st_size, path, path.name.startswith(_TMP)))
+                    found.append((st.st_mtime, st.st_size, path, _is_temporary(path.name)))
         return found
 
     def _scan_total(self) -> int:

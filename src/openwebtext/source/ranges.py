@@ -1,30 +1,32 @@
 """Members of remote files, fetched by byte range, a few requests in flight.
 
 Runs inside the workers (``read.Reader`` calls it for units whose path is a
-URL). A worker knows the units queued for it (its ``prefetch`` tasks); it tells
-``prefetch`` about them, and their bytes are fetched on a small thread pool
-while it decompresses the current one, so latency is hidden rather than paid
-per member. Units next to each other both in plan order and in the file (e.g.
+URL). It knows byte spans only (``ByteSpan``: path, offset, size and a member name for
+messages), not what a unit means. A worker knows the units queued for it (its ``prefetch``
+tasks); it tells ``prefetch`` about their spans, and their bytes are fetched on a small
+thread pool while it decompresses the current one, so latency is hidden rather than paid
+per member. Spans next to each other both in plan order and in the file (e.g.
 ``owt index``, which reads in corpus order) are merged into one request of at
 most ``MERGE_BYTES``. Memory is bounded by what is queued: the pool's prefetch
 setting, times a member (or a merged request).
 
 The thread pool and the filesystems are made on first use, in the process
 that uses them (after the fork). Everything is read with the corpus's
-``storage.Storage`` (its options and member cache), given by the pool.
+``Storage`` (its options and member cache), given by the pool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple, Protocol
 
 from openwebtext.errors import CorruptMember
-from openwebtext.records import Unit
+from openwebtext.source.fetch import fetch
 from openwebtext.source.membercache import MemberCache
-from openwebtext.source.storage import Storage, fetch, identity, is_url, placed, resolve
+from openwebtext.source.settings import Storage, identity, is_url, placed, resolve
 
-__all__ = ["MAX_GAP", "MERGE_BYTES", "RangeReader"]
+__all__ = ["MAX_GAP", "MERGE_BYTES", "THREADS", "ByteSpan", "RangeReader", "Span"]
 
 #: Largest merged request (AWS advises 8-16 MB ranged requests).
 MERGE_BYTES = 16 << 20
@@ -36,12 +38,35 @@ THREADS = 4
 _Key = tuple[str, int, int]
 
 
-def _key(unit: Unit) -> _Key:
-    return (unit.path, unit.offset, unit.size)
+class ByteSpan(Protocol):
+    """What the reader needs of a span of bytes: where it lies, and a name for messages
+    (a ``records.ByteSpan`` is one)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def member(self) -> str: ...
+
+
+class Span(NamedTuple):
+    """A span of bytes of one file: ``size`` bytes at ``offset``, named ``member``."""
+
+    path: str
+    offset: int
+    size: int
+    member: str
+
+
+def _key(span: ByteSpan) -> _Key:
+    return (span.path, span.offset, span.size)
 
 
 class RangeReader:
-    """Fetches units' bytes by range; ``prefetch`` starts them early."""
+    """Fetches spans' bytes by range; ``prefetch`` starts them early."""
 
     def __init__(
         self,
@@ -70,14 +95,14 @@ class RangeReader:
         self.bytes += len(data)
         return data
 
-    def prefetch(self, units: Sequence[Unit]) -> None:
-        """Start fetching ``units`` (in this order) that are remote and not started yet."""
+    def prefetch(self, spans: Sequence[ByteSpan]) -> None:
+        """Start fetching ``spans`` (in this order) that are remote and not started yet."""
         todo = [
             u
-            for u in units
+            for u in spans
             if is_url(u.path) and _key(u) not in self._pending and not self._cached(u)
         ]
-        groups: list[list[Unit]] = []
+        groups: list[list[ByteSpan]] = []
         for u in todo:
             last = groups[-1][-1] if groups else None
             if (
@@ -97,46 +122,46 @@ class RangeReader:
             for u in group:
                 self._pending[_key(u)] = (future, u.offset - start)
 
-    def read(self, unit: Unit) -> bytes:
-        """The bytes of ``unit`` (prefetched, or fetched now).
+    def read(self, span: ByteSpan) -> bytes:
+        """The bytes of ``span`` (prefetched, or fetched now).
 
         Raises:
             CorruptMember: the file is missing, access is refused, or the
                 retries ran out; names the URL and the member.
         """
-        key = self._cache_key(unit)
+        key = self._cache_key(span)
         if key is not None and self.cache is not None:
-            cached = self.cache.get(key, unit.size)
+            cached = self.cache.get(key, span.size)
             if cached is not None:
-                self._pending.pop(_key(unit), None)
+                self._pending.pop(_key(span), None)
                 return cached
-        pending = self._pending.pop(_key(unit), None)
+        pending = self._pending.pop(_key(span), None)
         if pending is None:
-            data = self._fetch(unit.path, unit.offset, unit.offset + unit.size, unit.member)
+            data = self._fetch(span.path, span.offset, span.offset + span.size, span.member)
         else:
             future, at = pending
             try:
                 data = future.result()
             except CorruptMember as exc:
-                raise CorruptMember(exc.message, exc.path, unit.member) from None
-            if at != 0 or len(data) != unit.size:
-                data = data[at : at + unit.size]
+                raise CorruptMember(exc.message, exc.path, span.member) from None
+            if at != 0 or len(data) != span.size:
+                data = data[at : at + span.size]
         if key is not None and self.cache is not None:
             self.cache.put(key, data)
         return data
 
-    def _cache_key(self, unit: Unit) -> str | None:
+    def _cache_key(self, span: ByteSpan) -> str | None:
         """The member's key in the cache; None without a cache or a known file identity."""
         if self.cache is None:
             return None
-        info = identity(unit.path, self.storage)
+        info = identity(span.path, self.storage)
         if info is None or not info.identity:
             return None
-        where = placed(unit.path, self.storage.place)
-        return self.cache.key(where, info.identity, unit.offset, unit.size)
+        where = placed(span.path, self.storage.place)
+        return self.cache.key(where, info.identity, span.offset, span.size)
 
-    def _cached(self, unit: Unit) -> bool:
-        key = self._cache_key(unit)
+    def _cached(self, span: ByteSpan) -> bool:
+        key = self._cache_key(span)
         return key is not None and self.cache is not None and self.cache.contains(key)
 
     def close(self) -> None:

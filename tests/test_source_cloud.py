@@ -31,7 +31,7 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 from cloud_servers import REVISION, FakeGCS, FakeHub
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.source import THREADS, RangeReader, storage
+from openwebtext.source import THREADS, RangeReader, configure, retry
 from openwebtext.synth import write_corpus
 
 pytest.importorskip("fsspec")
@@ -66,13 +66,13 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no saved token
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.setenv("NO_GCE_CHECK", "true")
-    monkeypatch.setattr(storage, "RETRY_BASE", 0.005)
-    monkeypatch.setattr(storage, "RETRY_CAP", 0.05)
+    monkeypatch.setattr(retry, "RETRY_BASE", 0.005)
+    monkeypatch.setattr(retry, "RETRY_CAP", 0.05)
     monkeypatch.setattr(socket, "getaddrinfo", _loopback_only)
     _LOOKUPS.clear()
-    storage.configure(None)
+    configure(None)
     yield
-    storage.configure(None)
+    configure(None)
     assert _LOOKUPS == [], f"tried to reach beyond 127.0.0.1: {_LOOKUPS}"
 
 
@@ -214,7 +214,7 @@ def test_hub_missing_repo_and_file_are_clear_errors_at_once(hub: FakeHub) -> Non
 
 def test_hub_faults_are_retried(small_corpus: Path, hub: FakeHub) -> None:
     corpus = Corpus.open(HF_URL, storage_options=hf_options(hub))
-    # Ranged reads go to the CDN with the library's own retries (storage.with_retries).
+    # Ranged reads go to the CDN with the library's own retries (source.with_retries).
     hub.faults.next_503 = 1
     hub.faults.next_short = 1
     hub.faults.next_drop = 1
@@ -336,7 +336,7 @@ def test_hub_changed_file_is_indexed_again_in_the_same_process(tmp_path: Path) -
     write_corpus(root / "subsets", subsets=1, members=2, docs=5, seed=0, workers=1)
     url = HF_URL + "urlsf_subset00.tar"
     with FakeHub({REPO: root}) as server:
-        storage.configure({"endpoint": server.url})  # one storage: resolutions are kept
+        configure({"endpoint": server.url})  # one storage: resolutions are kept
         before = Corpus.open(url)
         assert len(texts(before, seed=1, workers=0)) == 10
         other = tmp_path / "other"

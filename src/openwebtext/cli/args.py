@@ -1,0 +1,108 @@
+"""What several ``owt`` commands take alike: argparse types that refuse a value as the
+library would (``option_type``, ``at_least``, ``shard``), and the flags written once for
+every command that has them (corpus paths, ``-j``, ``--on-error``, ``-q``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TypeAlias
+
+from openwebtext.engine import cpu_count
+from openwebtext.index import Corpus
+from openwebtext.options import Options
+from openwebtext.source import storage_kwargs
+from openwebtext.synth import paths_or_default
+
+__all__ = [
+    "Subparsers",
+    "add_jobs",
+    "add_on_error",
+    "add_paths",
+    "add_quiet",
+    "at_least",
+    "open_corpus",
+    "option_type",
+    "parse_shard",
+]
+
+#: What ``add_subparsers`` returns: each command module adds its parser to it.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def option_type(name: str, convert: type = int) -> Any:
+    """An argparse type: a value of Options field ``name``, refused as Options refuses it."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        try:
+            Options(**{name: value})
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def at_least(low: int) -> Any:
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, not {value}")
+        return value
+
+    return parse
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``--shard i/n`` as ``(i, n)``; None when not given."""
+    if text is None:
+        return None
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes i/n (e.g. 0/4), not {text!r}") from None
+    if not (count >= 1 and 0 <= index < count):
+        raise ValueError(f"--shard i/n needs 0 <= i < n, not {text!r}")
+    return index, count
+
+
+def add_paths(parser: argparse.ArgumentParser) -> None:
+    """The corpus paths of ``stream``, ``index`` and ``tokenize``."""
+    parser.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+
+
+def add_jobs(parser: argparse.ArgumentParser) -> None:
+    """``-j``: the worker processes of the loader."""
+    parser.add_argument(
+        "-j", "--jobs", type=option_type("workers"), default=cpu_count(), help="worker processes"
+    )
+
+
+def add_on_error(parser: argparse.ArgumentParser) -> None:
+    """Every command's ``--on-error``: what a damaged member or document does."""
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip", "warn"),
+        default="raise",
+        help="raise: stop at the first damaged member or document (naming it); skip: leave it "
+        "out and count it; warn: skip and log it (default raise)",
+    )
+
+
+def add_quiet(parser: argparse.ArgumentParser, help: str | None = "no progress bar") -> None:
+    """``-q``: no progress bar."""
+    parser.add_argument("-q", "--quiet", action="store_true", help=help)
+
+
+def open_corpus(args: argparse.Namespace) -> Corpus:
+    """The corpus of the command's paths (the built-in one without), with its storage flags."""
+    return Corpus.open(paths_or_default(args.paths), **storage_kwargs(args))

@@ -1,0 +1,57 @@
+"""The ``owt`` command: the parser assembled from the command modules (each registers its
+subcommand; ``bench``'s comes from ``openwebtext.bench``), and :func:`main`, which runs one
+and turns how it ended (an error, Ctrl-C, SIGTERM, a closed pipe) into a message and an
+exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from openwebtext import bench, interrupts
+from openwebtext.cli import index, merge, stream, synth, tokenize
+from openwebtext.cli.standard import open_standard_streams
+from openwebtext.errors import OWTError
+from openwebtext.interrupts import EXIT_INTERRUPTED
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``owt`` and all its subcommands (in the order ``owt --help`` lists)."""
+    parser = argparse.ArgumentParser(
+        prog="owt", description="Stream OpenWebText-style corpora at the speed of decompression."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    stream.add_parser(sub)
+    index.add_parser(sub)
+    tokenize.add_parser(sub)
+    merge.add_parser(sub)
+    bench.add_parser(sub)
+    synth.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``owt`` with ``argv`` (default: the command line); its exit code."""
+    open_standard_streams()
+    with interrupts.interruptible():
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        try:
+            code: int = args.run(args)
+            return code
+        except KeyboardInterrupt as interrupt:
+            code = interrupts.exit_code(interrupt)
+            print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
+            return code
+        except BrokenPipeError:
+            # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return 0
+        except (OWTError, ValueError, OSError) as exc:
+            print(f"owt: error: {exc}", file=sys.stderr)
+            return 1

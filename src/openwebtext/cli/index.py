@@ -1,0 +1,87 @@
+"""``owt index``: count the documents of every member once (and of each held-out split),
+saved beside the corpus for even sharding and the progress bar's totals."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from openwebtext.cli.args import (
+    Subparsers,
+    add_jobs,
+    add_on_error,
+    add_paths,
+    add_quiet,
+    open_corpus,
+    option_type,
+)
+from openwebtext.errors import OWTError, TruncatedMember
+from openwebtext.source import add_storage_options
+from openwebtext.stream import count_documents
+
+__all__ = ["add_parser", "run"]
+
+
+def run(args: argparse.Namespace) -> int:
+    """``owt index``: count, save the counts, say what was skipped."""
+    from tqdm import tqdm
+
+    corpus = open_corpus(args)
+    if corpus.counts is not None and not args.force:
+        print(
+            f"already indexed: {sum(corpus.counts.documents)} documents in "
+            f"{len(corpus.units)} members ({corpus.counts_paths()[0].name})",
+            file=sys.stderr,
+        )
+        return 0
+    splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction or [0.0005])
+    skipped: list[OWTError] = []
+    with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
+        counts = count_documents(
+            corpus,
+            workers=args.jobs,
+            splits=splits,
+            progress=bar.update,
+            on_error=args.on_error,
+            on_skip=skipped.append,
+        )
+    path = corpus.save_counts(counts)
+    print(
+        f"{sum(counts.documents)} documents in {len(corpus.units)} members; counts in {path}",
+        file=sys.stderr,
+    )
+    if skipped:
+        cut = sum(isinstance(e, TruncatedMember) for e in skipped)
+        # Counted as a stream under --on-error skip reads them; a stream meets them again
+        # under its own --on-error.
+        print(
+            f"skipped {len(skipped) - cut} members; {cut} members cut short (their documents "
+            "before the cut counted)",
+            file=sys.stderr,
+        )
+        for error in skipped[:20]:
+            print(f"  skipped: {error}", file=sys.stderr)
+    return 0
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``owt index``."""
+    index = sub.add_parser(
+        "index",
+        help="count the documents of every member once (needed for even sharding)",
+    )
+    add_paths(index)
+    add_storage_options(index)
+    add_jobs(index)
+    index.add_argument(
+        "--val-fraction",
+        type=option_type("val_fraction", float),
+        action="append",
+        default=None,
+        help="also count this held-out split (default 0.0005; repeatable)",
+    )
+    index.add_argument("--val-seed", type=option_type("val_seed"), default=2357)
+    index.add_argument("--force", action="store_true", help="count again even if cached")
+    add_on_error(index)
+    add_quiet(index, help=None)
+    index.set_defaults(run=run)

@@ -1,0 +1,102 @@
+"""``owt stream --jsonl``'s sink: one JSON line per document on stdout, written in chunks
+with signals held back, following the mark of the last line that got out whole."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import os
+import sys
+from typing import Any
+
+from openwebtext import interrupts
+from openwebtext.errors import OWTError
+from openwebtext.loader import Document, DocumentIterator
+from openwebtext.stream import Mark
+
+__all__ = ["write_jsonl"]
+
+#: ``--jsonl`` writes its lines in chunks of about this many bytes.
+_CHUNK = 1 << 16
+
+
+def _writer() -> Any:
+    """A function writing bytes to stdout, counting in ``sent[0]`` how many got out (also
+    when a signal interrupts it).
+
+    Straight to the descriptor: a buffered text stream may report a chunk as written
+    when a signal cut the ``write(2)`` short. Streams without one (tests) get the text
+    layer.
+    """
+    out = sys.stdout
+    try:
+        fd = out.fileno()
+    except (AttributeError, OSError, ValueError):
+
+        def write_text(data: bytes, sent: list[int]) -> None:
+            out.write(data.decode())
+            out.flush()
+            sent[0] = len(data)
+
+        return write_text
+    out.flush()
+
+    def write_all(data: bytes, sent: list[int]) -> None:
+        view = memoryview(data)
+        sent[0] = 0
+        while sent[0] < len(view):
+            sent[0] += os.write(fd, view[sent[0] :])
+
+    return write_all
+
+
+def _json_line(doc: Document) -> bytes:
+    record = {"subset": doc.subset, "member": doc.member, "name": doc.name, "text": doc.text}
+    try:
+        return (json.dumps(record, ensure_ascii=False) + "\n").encode()
+    except UnicodeEncodeError:  # a name that is not UTF-8 (surrogate escapes): JSON escapes
+        return (json.dumps(record) + "\n").encode()
+
+
+def write_jsonl(iterator: DocumentIterator, written: list[Mark]) -> None:
+    """Write one JSON line per document to stdout; ``written[0]`` follows what got out.
+
+    Lines are written in chunks with signals held back (``interrupts.deferred``), and
+    ``written[0]`` becomes the iterator's mark after the last line that got out whole,
+    so the state describes exactly the lines on stdout. An interrupt between chunks drops
+    the lines not yet written (the resumed run hands them out again). Only a reader that
+    takes nothing for ``GRACE_SECONDS`` after a signal can leave a line cut short; the
+    state still ends before it.
+    """
+    write = _writer()
+    lines: list[bytes] = []
+    marks: list[Mark] = []
+    size = 0
+
+    def flush() -> None:
+        sent = [0]
+        with interrupts.deferred:  # the note below too: a signal right after the write waits
+            try:
+                write(b"".join(lines), sent)
+            finally:
+                ends = itertools.accumulate(map(len, lines))
+                whole = bisect.bisect_right(list(ends), sent[0])
+                if whole:
+                    written[0] = marks[whole - 1]
+                lines.clear()
+                marks.clear()
+
+    try:
+        for doc in iterator:
+            line = _json_line(doc)
+            lines.append(line)
+            marks.append(iterator.mark())
+            size += len(line)
+            if size >= _CHUNK:
+                flush()
+                size = 0
+    except OWTError:
+        flush()  # the documents before the error are good, and the state says so
+        raise
+    flush()

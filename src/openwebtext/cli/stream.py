@@ -1,0 +1,273 @@
+"""``owt stream``: read a corpus with a progress bar and a closing summary, or as JSON
+lines on stdout (``jsonl``); ``--state-out`` and ``--resume`` save and continue its state."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from openwebtext import interrupts
+from openwebtext.cli.args import (
+    Subparsers,
+    add_jobs,
+    add_on_error,
+    add_paths,
+    add_quiet,
+    at_least,
+    open_corpus,
+    option_type,
+)
+from openwebtext.cli.jsonl import write_jsonl
+from openwebtext.cli.standard import CLOSED_AT_START
+from openwebtext.errors import OutputError, OWTError, StateError
+from openwebtext.files import atomic_write, output_path
+from openwebtext.loader import DocumentIterator, Stats
+from openwebtext.options import SHAPING, Options
+from openwebtext.plan import members_in_run
+from openwebtext.source import add_storage_options
+from openwebtext.stream import load_state, resume_options
+
+__all__ = ["add_parser", "run"]
+
+
+def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> Options:
+    """The stream command's flags as options; the library fills in the state's shaping ones."""
+    flags = {name: getattr(args, name, None) for name in (*SHAPING, "max_member_bytes", "timeout")}
+    flags["even"] = None  # its flag says the rule too
+    if args.even is not None:
+        flags.update(even=args.even != "off", even_rule=None if args.even == "off" else args.even)
+    given = {name: value for name, value in flags.items() if value is not None}
+    return resume_options(
+        {
+            **given,
+            "workers": args.jobs,
+            "epoch": args.epoch,
+            "epochs": args.epochs or None,
+            "take": args.take,
+            "on_error": args.on_error,
+            "max_errors": args.max_errors,
+            "decode_errors": args.decode_errors,
+        },
+        state,
+    )
+
+
+def _members_in_run(options: Options, units: int, state: dict[str, Any] | None) -> int | None:
+    """How many members this run reads (for the progress bar), or None without end."""
+    position = None
+    if state is not None:
+        position = (state["position"]["epoch"], state["position"]["block"])
+    return members_in_run(
+        units,
+        rank=options.rank,
+        world_size=options.world_size,
+        epoch=options.epoch,
+        epochs=options.epochs,
+        position=position,
+    )
+
+
+def _show_progress(
+    iterator: DocumentIterator, args: argparse.Namespace, members: int | None
+) -> None:
+    """Read everything, with a bar of members done of the total, time left, docs/s, MB/s."""
+    from tqdm import tqdm
+
+    before = iterator.stats
+    start = time.perf_counter()
+    with tqdm(
+        total=args.take if args.take is not None else members,
+        unit="doc" if args.take is not None else "member",
+        dynamic_ncols=True,
+        disable=args.quiet,
+        file=sys.stderr,
+        mininterval=0.5,
+    ) as bar:
+
+        def update() -> None:
+            stats = iterator.stats
+            if args.take is not None:
+                bar.update(stats.documents - before.documents - bar.n)
+            else:
+                bar.update(stats.units - before.units - bar.n)
+            seconds = max(time.perf_counter() - start, 1e-9)
+            docs = (stats.documents - before.documents) / seconds
+            mb = (stats.text_bytes - before.text_bytes) / seconds / 1e6
+            bar.set_postfix_str(f"{docs:,.0f} docs/s, {mb:.1f} MB/s", refresh=False)
+
+        pending = 0
+        for _ in iterator:
+            pending += 1
+            if pending == 2048:
+                pending = 0
+                update()
+        update()
+
+
+def _summary(iterator: DocumentIterator, before: Stats, seconds: float) -> None:
+    stats = iterator.stats
+    documents = stats.documents - before.documents
+    text_bytes = stats.text_bytes - before.text_bytes
+    seconds = max(seconds, 1e-9)
+    line = (
+        f"{documents} documents, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
+    )
+    skipped = stats.skipped_members + stats.skipped_documents
+    if skipped or stats.replaced_documents:
+        line += (
+            f"; skipped {stats.skipped_members} members, {stats.skipped_documents} documents"
+            f"; replaced invalid UTF-8 in {stats.replaced_documents} documents"
+        )
+    print(line, file=sys.stderr)
+    for name in stats.skipped[:20]:
+        print(f"  skipped: {name}", file=sys.stderr)
+
+
+def _check_not_finished(path: str, state: dict[str, Any], options: Options) -> None:
+    """Refuse a state at or past the end of the epochs this run would read."""
+    epoch = state["position"]["epoch"]
+    if options.epochs is not None and epoch >= options.epoch + options.epochs:
+        raise StateError(
+            f"{path}: nothing left to read: the state is at epoch {epoch}, and this run "
+            f"reads epochs {options.epoch}..{options.epoch + options.epochs - 1}; give "
+            f"--epochs {epoch - options.epoch + 1} to read epoch {epoch}"
+        )
+
+
+def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
+    """Write the state; a failure to do so never hides the error that ended the run."""
+    try:
+        atomic_write(path, json.dumps(state, indent=1) + "\n")
+    except (OSError, OWTError) as exc:
+        if not run_failed:
+            raise
+        print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``owt stream``: read, show or write, save the state, sum up."""
+    state = load_state(args.resume) if args.resume else None
+    # Checked now, not after the whole run; written only onto a regular file or a new path.
+    state_out = output_path(args.state_out) if args.state_out else None
+    if args.jsonl and CLOSED_AT_START.get(1):
+        raise OutputError("standard output is closed: nowhere to write --jsonl")
+    corpus = open_corpus(args)
+    options = _stream_options(args, state)
+    iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
+    if state is not None:
+        _check_not_finished(args.resume, state, options)
+    start = time.perf_counter()
+    before = iterator.stats
+    written = [iterator.mark()]  # --jsonl: the state of the last line written whole
+    finished = False
+    try:
+        if args.jsonl:
+            write_jsonl(iterator, written)
+        else:
+            _show_progress(iterator, args, _members_in_run(options, len(corpus.units), state))
+        finished = True
+    except KeyboardInterrupt:
+        _summary(iterator, before, time.perf_counter() - start)
+        raise
+    finally:
+        if state_out is not None:
+            with interrupts.deferred:  # a signal arriving now waits until the state is saved
+                state_now = iterator.state_dict(written[0] if args.jsonl else None)
+                _save_state(state_out, state_now, run_failed=not finished)
+        iterator.close()
+    _summary(iterator, before, time.perf_counter() - start)
+    return 0
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``owt stream``."""
+    stream = sub.add_parser(
+        "stream",
+        help="read documents (progress bar and summary, or --jsonl to stdout)",
+        description="Read a corpus: urlsf_subsetNN.tar files, folders of them, globs, or "
+        "extracted *_data.xz members. No path: the built-in generated corpus.",
+    )
+    add_paths(stream)
+    add_storage_options(stream)
+    add_jobs(stream)
+    stream.add_argument("--seed", type=option_type("seed"), default=None, help="default 0")
+    stream.add_argument(
+        "--no-shuffle",
+        dest="shuffle",
+        action="store_const",
+        const=False,
+        default=None,
+        help="corpus order",
+    )
+    stream.add_argument(
+        "--shuffle-buffer",
+        type=option_type("shuffle_buffer"),
+        default=None,
+        help=f"documents shuffled together (default {Options.shuffle_buffer})",
+    )
+    stream.add_argument(
+        "--epoch", type=option_type("epoch"), default=0, help="first epoch (default 0)"
+    )
+    stream.add_argument(
+        "--epochs", type=at_least(0), default=1, help="epochs to run (default 1; 0: without end)"
+    )
+    stream.add_argument("--rank", type=at_least(0), default=None, help="this rank (default 0)")
+    stream.add_argument(
+        "--world-size", type=option_type("world_size"), default=None, help="ranks (default 1)"
+    )
+    stream.add_argument(
+        "--even",
+        choices=("drop", "pad", "off"),
+        default=None,
+        help="equal counts per rank (default drop when --world-size > 1; needs owt index)",
+    )
+    stream.add_argument("--split", choices=("all", "train", "val"), default=None)
+    stream.add_argument(
+        "--val-fraction",
+        type=option_type("val_fraction", float),
+        default=None,
+        help="default 0.0005",
+    )
+    stream.add_argument(
+        "--val-seed", type=option_type("val_seed"), default=None, help="default 2357"
+    )
+    stream.add_argument(
+        "--state-out",
+        metavar="FILE",
+        help="on exit (also after Ctrl-C or --take), write the state to resume from",
+    )
+    stream.add_argument("--resume", metavar="FILE", help="continue from a --state-out file")
+    stream.add_argument(
+        "--max-document-bytes",
+        type=option_type("max_document_bytes"),
+        default=None,
+        help=f"larger documents are errors (default {Options.max_document_bytes})",
+    )
+    stream.add_argument(
+        "--max-member-bytes",
+        type=option_type("max_member_bytes"),
+        default=None,
+        help=f"members decompressing past this are errors (default {Options.max_member_bytes})",
+    )
+    stream.add_argument(
+        "--timeout",
+        type=option_type("timeout", float),
+        default=None,
+        help=f"seconds a busy worker may stay silent (default {Options.timeout:g})",
+    )
+    stream.add_argument(
+        "--take", type=option_type("take"), default=None, help="stop after N documents"
+    )
+    add_on_error(stream)
+    stream.add_argument("--max-errors", type=option_type("max_errors"), default=None)
+    stream.add_argument("--decode-errors", choices=("strict", "replace"), default="strict")
+    stream.add_argument(
+        "--jsonl", action="store_true", help="write one JSON object per document to stdout"
+    )
+    add_quiet(stream)
+    stream.set_defaults(run=run)

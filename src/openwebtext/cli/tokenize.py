@@ -1,0 +1,181 @@
+"""``owt tokenize``: nanoGPT's ``train.bin`` / ``val.bin`` through ``openwebtext.prepare``
+(worker processes here) or ``openwebtext.ray`` (``--engine ray``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from openwebtext.cli.args import (
+    Subparsers,
+    add_jobs,
+    add_on_error,
+    add_paths,
+    add_quiet,
+    open_corpus,
+    option_type,
+    parse_shard,
+)
+from openwebtext.cli.prepared import with_progress
+from openwebtext.index import Corpus
+from openwebtext.prepare import Progress, Report
+from openwebtext.source import add_storage_options
+
+__all__ = ["add_parser", "run"]
+
+_DESCRIPTION = (
+    "Tokenize every document in the workers and write its ids, then the\n"
+    "end-of-text id, to OUT/train.bin or OUT/val.bin (flat arrays of the tokenizer's dtype:\n"
+    "uint16 for gpt2; read with numpy.memmap), and OUT/meta.json (options, counts, sha256\n"
+    "of each file). No path: the built-in generated corpus.\n\n"
+    "Split rules (--split):\n"
+    "  hash     (default) a document is held out when a keyed hash of its name is below\n"
+    "           --val-fraction (key --val-seed), as `owt stream --split val`; members in\n"
+    "           the order of --seed (or corpus order with --no-shuffle).\n"
+    "  nanogpt  byte-identical to nanoGPT's data/openwebtext/prepare.py over the same\n"
+    "           archives through the Hugging Face loading script: its text normalisation,\n"
+    "           train_test_split(test_size=0.0005, seed=2357) and its file order.\n\n"
+    "Interrupted (Ctrl-C, SIGTERM, SIGKILL, power loss)? Run the same command again: it goes\n"
+    "on from the progress recorded in OUT (--restart starts over). Across machines: run\n"
+    "--shard i/n for every i into separate folders, then `owt merge`. OUT may be a URL\n"
+    "(s3://bucket/prefix/): the files are built in a local staging folder under TMPDIR\n"
+    "and uploaded when finished, meta.json last; --storage-option applies to it too."
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write nanoGPT-style ``train.bin`` / ``val.bin`` (see ``openwebtext.prepare``)."""
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    options = PrepareOptions(
+        split=args.split,
+        tokenizer=args.tokenizer,
+        workers=args.jobs,
+        seed=args.seed,
+        shuffle=args.shuffle,
+        val_fraction=args.val_fraction,
+        val_seed=args.val_seed,
+        take=args.take,
+        on_error=args.on_error,
+    )
+    shard = parse_shard(args.shard)
+    corpus = open_corpus(args)
+
+    def work(update: Callable[[Progress], None]) -> Report:
+        if args.engine == "ray":
+            return _tokenize_on_ray(args, corpus, options, shard, update)
+        return prepare(
+            corpus,
+            args.out,
+            options,
+            shard=shard,
+            restart=args.restart,
+            progress=update,
+            checkpoint_seconds=args.checkpoint_seconds,
+        )
+
+    return with_progress(work, args.quiet)
+
+
+def _tokenize_on_ray(
+    args: argparse.Namespace,
+    corpus: Corpus,
+    options: Any,
+    shard: tuple[int, int] | None,
+    update: Callable[[Progress], None],
+) -> Report:
+    """``--engine ray``: slices as Ray tasks, then the merge (see ``openwebtext.ray``)."""
+    from openwebtext.ray import tokenize
+
+    if shard is not None:
+        raise ValueError("--shard is for the local engine: --engine ray makes its own slices")
+    return tokenize(
+        corpus,
+        args.out,
+        options,
+        address=args.address,
+        num_cpus=args.jobs,
+        units_per_task=args.units_per_task,
+        restart=args.restart,
+        progress=update,
+        checkpoint_seconds=args.checkpoint_seconds,
+        storage_options=dict(getattr(args, "storage_options", None) or []) or None,
+    )
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register ``owt tokenize``."""
+    tokenize = sub.add_parser(
+        "tokenize",
+        help="write train.bin and val.bin of token ids, as nanoGPT's prepare.py does",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_DESCRIPTION,
+    )
+    add_paths(tokenize)
+    add_storage_options(tokenize)
+    tokenize.add_argument(
+        "--out", required=True, help="output folder, or URL (s3://bucket/prefix/, any fsspec URL)"
+    )
+    tokenize.add_argument(
+        "--split",
+        choices=("hash", "nanogpt"),
+        default="hash",
+        help="hash (default): keyed hash of each document's name; nanogpt: nanoGPT's exact files",
+    )
+    tokenize.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="gpt2 (offline), bytes, tiktoken:NAME or hf:PATH (default gpt2)",
+    )
+    add_jobs(tokenize)
+    tokenize.add_argument(
+        "--seed", type=option_type("seed"), default=0, help="hash: member order (default 0)"
+    )
+    tokenize.add_argument(
+        "--no-shuffle", dest="shuffle", action="store_false", help="hash: corpus order"
+    )
+    tokenize.add_argument(
+        "--val-fraction",
+        type=option_type("val_fraction", float),
+        default=0.0005,
+        help="held-out share (default 0.0005)",
+    )
+    tokenize.add_argument(
+        "--val-seed",
+        type=option_type("val_seed"),
+        default=2357,
+        help="hash key / nanogpt permutation seed (2357)",
+    )
+    tokenize.add_argument(
+        "--take", type=option_type("take"), default=None, help="stop after N documents"
+    )
+    add_on_error(tokenize)
+    tokenize.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="prepare slice I of N of the members into OUT; join the slices with owt merge",
+    )
+    tokenize.add_argument(
+        "--restart", action="store_true", help="throw away the progress recorded in OUT"
+    )
+    tokenize.add_argument(
+        "--engine",
+        choices=("local", "ray"),
+        default="local",
+        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]')",
+    )
+    tokenize.add_argument(
+        "--address",
+        default=None,
+        help="with --engine ray: the Ray cluster (default: start a local instance of -j CPUs)",
+    )
+    tokenize.add_argument(
+        "--units-per-task",
+        type=int,
+        default=16,
+        help="with --engine ray: members per Ray task (default 16; keep it to resume)",
+    )
+    tokenize.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)
+    add_quiet(tokenize)
+    tokenize.set_defaults(run=run)

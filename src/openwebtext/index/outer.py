@@ -1,0 +1,125 @@
+"""The outer-tar walk: the units of an outer tar (one per regular member), read through
+anything that reads bytes at an offset (``Readable``: a local file, or a remote one's
+``source.RangeFile``), and the damage to its headers that ended the listing. Local and
+remote indexing both call :func:`walk_outer_tar`.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from typing import Protocol
+
+from openwebtext.errors import CorpusError
+from openwebtext.formats import MAGIC_BYTES, TAR, detect
+from openwebtext.records import Unit
+
+__all__ = ["KNOWN", "Readable", "walk_outer_tar"]
+
+#: The formats a corpus file (or member) may be in, as messages name them.
+KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
+
+
+class Readable(Protocol):
+    """A file read by offset: what the walk needs."""
+
+    @property
+    def size(self) -> int: ...
+
+    def pread(self, n: int, offset: int) -> bytes:
+        """``n`` bytes at ``offset`` (fewer at the end of the file)."""
+        ...
+
+
+class _Cursor:
+    """``tarfile``'s view of a ``Readable``: a read-only file with a position."""
+
+    def __init__(self, f: Readable, name: str):
+        self.f = f
+        self.name = name
+        self.position = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        if size < 0:
+            size = self.f.size - self.position
+        data = self.f.pread(size, self.position)
+        self.position += len(data)
+        return data
+
+    def write(self, b: bytes, /) -> int:
+        raise OSError("read-only")
+
+    def seek(self, pos: int, whence: int = 0, /) -> int:
+        base = {0: 0, 1: self.position, 2: self.f.size}[whence]
+        self.position = base + pos
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def close(self) -> None:
+        pass
+
+
+def walk_outer_tar(
+    f: Readable, name: str, subset: str, base: str
+) -> tuple[list[Unit], CorpusError | None]:
+    """Units of an outer tar, and the damage to its headers: what follows it is lost.
+
+    Problems with one member (cut short, empty, unknown format) become units
+    that fail when read, so that the error policy decides (``Reader.read``).
+    ``name`` is the units' path, ``base`` the file's name (the unit of a tar of
+    documents), ``subset`` what its units are counted under.
+    """
+    size = f.size
+    members: list[tarfile.TarInfo] = []
+    damage: CorpusError | None = None
+    try:
+        with tarfile.open(fileobj=_Cursor(f, name), mode="r:") as tar:
+            for m in tar:
+                if m.isreg():
+                    members.append(m)
+            end = tar.offset
+    except (tarfile.TarError, EOFError) as exc:
+        # A member cut short by the end of the file stays a unit: reading it fails.
+        if not (members and members[-1].offset_data + members[-1].size > size):
+            last = members[-1].name if members else None
+            where = " after this member" if last else ""
+            damage = CorpusError(f"broken tar{where}: {exc}", path=name, member=last)
+            damage.__cause__ = exc
+    else:
+        if not any(m.offset_data + m.size > size for m in members):
+            try:
+                _check_end(f, name, end, members[-1].name if members else None)
+            except CorpusError as exc:
+                damage = exc
+    if not members:
+        raise damage or CorpusError("tar holds no file (only folders, links or devices)", path=name)
+    units: list[Unit] = []
+    for i, m in enumerate(members):
+        head = f.pread(min(MAGIC_BYTES, m.size), m.offset_data)
+        kind = detect(head) or ""
+        units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
+    if not any(u.kind for u in units):
+        # No member is compressed or a tar: the file is itself a tar of documents.
+        return ([], damage) if damage else ([Unit(name, base, 0, size, TAR, subset, 0)], None)
+    return units, damage
+
+
+def _check_end(f: Readable, name: str, end: int, last: str | None) -> None:
+    """``tarfile`` stops quietly at a damaged header: what follows the last member must be zeros."""
+    size = f.size
+    after = f" after member {last}" if last else ""
+    if end >= size:
+        raise CorpusError(
+            f"tar ends without its end-of-archive blocks{after}: truncated?", path=name
+        )
+    position = end
+    while position < size:
+        block = f.pread(min(1 << 20, size - position), position)
+        if block.strip(b"\0"):
+            raise CorpusError(
+                f"tar header at byte {end}{after} is damaged (the rest of the file is not read)",
+                path=name,
+                member=last,
+            )
+        position += len(block)

@@ -1,0 +1,113 @@
+"""Indexing what a corpus is opened with: every file named by paths, folders, glob patterns
+or URLs, in order. The one place that chooses between local indexing (``local``, with
+``inputs.find_files``) and remote indexing (``remote``), and applies ``on_error`` to the
+files that cannot be indexed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from openwebtext.errors import CorpusError
+from openwebtext.index.inputs import find_files
+from openwebtext.index.local import index_file_before_damage
+from openwebtext.index.remote import index_url
+from openwebtext.records import Unit
+from openwebtext.source import Storage, is_url
+
+__all__ = ["Indexed", "index_inputs", "index_paths"]
+
+log = logging.getLogger("openwebtext")
+
+
+class Indexed(NamedTuple):
+    """What ``index_inputs`` found."""
+
+    units: list[Unit]
+    skipped: list[CorpusError]
+    """Files left out under ``on_error="skip"``: unreadable, not a corpus file, broken tar."""
+    ignored: list[str]
+    """Folder and pattern entries that are not corpus files."""
+
+
+def index_inputs(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    on_error: str = "raise",
+    storage: Storage | None = None,
+) -> Indexed:
+    """Index every file named by ``paths`` (files, folders, globs, URLs), in order.
+
+    Args:
+        paths: What to index: local paths, or fsspec URLs (``openwebtext.index.remote``).
+        on_error: ``raise``: the first bad file is an error; ``skip`` or
+            ``warn``: bad files are left out and listed in ``skipped``.
+        storage: What URLs are read with (None: the process's default).
+
+    Raises:
+        CorpusError: a bad file (under ``raise``), the same file twice, or no
+            member at all.
+    """
+    indexed = Indexed([], [], [])
+    for local, group in itertools.groupby(paths, key=lambda p: not is_url(p)):
+        if local:
+            _index_local(list(group), on_error, indexed)
+            continue
+        for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
+            try:
+                indexed.units.extend(index_url(os.fspath(url), storage))
+            except CorpusError as exc:
+                if on_error == "raise":
+                    raise
+                indexed.skipped.append(exc)
+    units, skipped, ignored = indexed
+    if not units:
+        why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
+        raise CorpusError(
+            f"no documents: the corpus has no members{why}",
+            path=", ".join(os.fspath(p) for p in paths),
+        )
+    if ignored:
+        shown = ", ".join(os.path.basename(p) for p in ignored[:10])
+        more = f" and {len(ignored) - 10} more" if len(ignored) > 10 else ""
+        files = (
+            "file that is not a corpus file"
+            if len(ignored) == 1
+            else ("files that are not corpus files")
+        )
+        log.warning("left out %d %s: %s%s", len(ignored), files, shown, more)
+    return indexed
+
+
+def _index_local(paths: list[str | os.PathLike[str]], on_error: str, indexed: Indexed) -> None:
+    """Index local paths, folders and globs into ``indexed`` (see ``index_inputs``)."""
+    found = find_files(paths)
+    if on_error == "raise" and found.problems:
+        raise found.problems[0]  # before reading any file
+    indexed.ignored.extend(found.ignored)
+    for item in found.items:
+        try:
+            if isinstance(item, CorpusError):
+                raise item
+            before, damage = index_file_before_damage(item)
+        except CorpusError as exc:
+            if on_error == "raise":
+                raise
+            indexed.skipped.append(exc)
+            continue
+        if damage is not None and on_error == "raise":
+            raise damage
+        if damage is not None:
+            note = f"{damage.message} (kept the {len(before)} members before it)"
+            indexed.skipped.append(CorpusError(note, path=damage.path, member=damage.member))
+        indexed.units.extend(before)
+
+
+def index_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Unit]:
+    """Index every file named by ``paths`` (files, folders, globs), in order; see
+    ``index_inputs``."""
+    return index_inputs(paths).units

@@ -1,0 +1,168 @@
+"""Filesystems: this process's fsspec filesystem per protocol, made with a storage's
+options (``skip_instance_cache``, keyed by pid: fsspec instances hold event loops, threads
+and connection pools that do not survive a fork), and what is asked of them besides byte
+ranges: a file's size and identity (``file_info``) and a URL's files (``expand_url``).
+Without fsspec (the ``remote`` extra) a URL is a clear error naming the extra.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from openwebtext.errors import CorpusError
+from openwebtext.source.redact import redact
+from openwebtext.source.retry import Fatal, with_retries
+from openwebtext.source.settings import LOCK, FileInfo, Storage, is_url, protocol, resolve
+
+__all__ = ["REMOTE_EXTRA", "expand_url", "file_info", "filesystem"]
+
+REMOTE_EXTRA = "openwebtext[remote]"
+
+
+def _fsspec() -> Any:
+    try:
+        import fsspec
+    except ImportError:
+        raise CorpusError(
+            f"reading URLs needs the remote extra: pip install '{REMOTE_EXTRA}'"
+        ) from None
+    return fsspec
+
+
+def filesystem(url: str, storage: Storage | None = None) -> Any:
+    """This process's fsspec filesystem for ``url``'s protocol, made with ``storage``'s options.
+
+    Raises:
+        CorpusError: fsspec, or the protocol's implementation, is not installed.
+    """
+    fsspec = _fsspec()
+    proto = protocol(url)
+    key = (os.getpid(), proto)
+    store = resolve(storage)
+    with LOCK:
+        fs = store.filesystems.get(key)
+        if fs is None:
+            options = dict(store.options)
+            if proto in ("http", "https") and "client_kwargs" not in options:
+                options["client_kwargs"] = {"timeout": _http_timeout()}
+            try:
+                fs = fsspec.filesystem(proto, skip_instance_cache=True, **options)
+            except ImportError as exc:
+                raise CorpusError(
+                    f"reading {proto}:// URLs needs the remote extra: pip install "
+                    f"'{REMOTE_EXTRA}' ({exc})"
+                ) from None
+            except ValueError as exc:
+                raise CorpusError(f"unknown protocol {proto}://: {exc}") from None
+            store.filesystems[key] = fs
+    return fs
+
+
+def _http_timeout() -> Any:
+    import aiohttp
+
+    # A server that stops sending must become a retried timeout, not a hang.
+    return aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=20)
+
+
+_IDENTITY_KEYS = (
+    "ETag",
+    "etag",
+    "generation",
+    "blob_id",
+    "sha256",
+    "LastModified",
+    "Last-Modified",
+    "last_modified",
+    "mtime",
+    "updated",
+    "created",
+)
+
+
+def _identity(info: dict[str, Any]) -> str:
+    lfs = info.get("lfs")
+    if isinstance(lfs, dict) and lfs.get("sha256"):
+        return f"sha256:{lfs['sha256']}"
+    for key in _IDENTITY_KEYS:
+        value = info.get(key)
+        if value:
+            return f"{key}:{value}".replace('"', "")
+    return ""
+
+
+def file_info(url: str, storage: Storage | None = None) -> FileInfo:
+    """The size and identity of a remote file (one request, retried).
+
+    Raises:
+        CorpusError: it does not exist, access is refused, or retries ran out.
+    """
+    fs = filesystem(url, storage)
+    try:
+        info = with_retries(lambda: fs.info(url), "HEAD")
+    except Fatal as exc:
+        raise CorpusError(exc.reason, path=redact(url)) from None
+    if info.get("type") == "directory":
+        raise CorpusError("is a folder, not a file", path=redact(url))
+    size = info.get("size")
+    if not isinstance(size, int):
+        raise CorpusError("the server does not say the file's size", path=redact(url))
+    return FileInfo(size, _identity(info))
+
+
+def _listed(name: str) -> bool:
+    """The rule for folders, as for local ones: not hidden, not ``_``-prefixed."""
+    return not name.startswith((".", "_"))
+
+
+def expand_url(url: str, storage: Storage | None = None) -> list[str]:
+    """Turn a URL naming a file, a folder or a glob pattern into sorted file URLs.
+
+    Raises:
+        CorpusError: nothing there, or a folder or pattern that holds no file.
+    """
+    fs = filesystem(url, storage)
+    shown = redact(url)
+    # Listings kept by the filesystem (HfFileSystem's, s3fs's dircache) from an earlier open
+    # in this process would hide a file changed since: each open lists afresh.
+    fs.invalidate_cache()
+
+    def entries(call: Callable[[], Any], what: str) -> Any:
+        try:
+            return with_retries(call, what)
+        except Fatal as exc:
+            raise CorpusError(exc.reason, path=shown) from None
+
+    if any(c in url.split("://", 1)[1] for c in "*?["):
+        found = entries(lambda: fs.glob(url, detail=True), "listing")
+        files = [
+            name
+            for name, info in found.items()
+            if info.get("type") != "directory" and _listed(name.rstrip("/").rsplit("/", 1)[-1])
+        ]
+        if not files:
+            raise CorpusError("pattern matches no file", path=shown)
+        return sorted(_full(fs, url, name) for name in files)
+    if not url.endswith("/"):  # over HTTP only a trailing slash says "folder"
+        info = entries(lambda: fs.info(url), "HEAD")
+        if info.get("type") != "directory":
+            return [url]
+    listing = entries(lambda: fs.ls(url, detail=True), "listing")
+    files = [
+        e["name"]
+        for e in listing
+        if e.get("type") != "directory" and _listed(e["name"].rstrip("/").rsplit("/", 1)[-1])
+    ]
+    if not files:
+        raise CorpusError("folder holds no corpus file", path=shown)
+    return sorted(_full(fs, url, name) for name in files)
+
+
+def _full(fs: Any, url: str, name: str) -> str:
+    """A listed name as a URL of the same protocol as ``url``."""
+    if is_url(name):
+        return name
+    full: str = fs.unstrip_protocol(name)
+    return full

@@ -1,0 +1,199 @@
+"""Settings, per corpus: a ``Storage`` holds what one corpus's URLs are read with (its
+fsspec options, passed as they are, and its member cache) and what indexing learnt (the
+real URL behind each alias, each file's identity). ``Corpus.open(..., storage_options=...)``
+makes one and the corpus carries it to its pools and readers; forked workers inherit it with
+their units. Two corpora opened with different options never share a filesystem, an alias or
+an identity. Every function here takes the ``storage`` to use; None means the process's
+default one, which ``configure`` sets. What is kept on disk about a remote file is keyed on
+the URL and the storage's ``place``: a hash of its options without anything that looks like
+a secret, so ``endpoint_url`` tells two servers apart and no credential is ever written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from openwebtext.source.redact import public_options, redact
+
+if TYPE_CHECKING:
+    from openwebtext.source.hub import Resolved
+
+__all__ = [
+    "LOCK",
+    "CacheSettings",
+    "FileInfo",
+    "Storage",
+    "alias",
+    "configure",
+    "identity",
+    "is_url",
+    "member_cache",
+    "place",
+    "placed",
+    "protocol",
+    "real_url",
+    "remember",
+    "resolve",
+]
+
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://")
+#: Guards every ``Storage``'s shared tables (aliases, filesystems, resolutions) across threads.
+LOCK = threading.Lock()
+
+
+def is_url(path: object) -> bool:
+    """True for ``scheme://…`` (two letters at least, so ``C:\\`` stays a path)."""
+    return isinstance(path, str) and _URL.match(path) is not None
+
+
+def protocol(url: str) -> str:
+    """``url``'s scheme, lower-case (``file`` for a path)."""
+    match = _URL.match(url)
+    return match.group(1).lower() if match else "file"
+
+
+class CacheSettings(NamedTuple):
+    """The optional local cache of members (``membercache``)."""
+
+    root: str
+    cap: int | None
+
+
+class FileInfo(NamedTuple):
+    """What identifies a remote file's content: its size and its ETag (or the like)."""
+
+    size: int
+    identity: str
+    """ETag, generation, blob id or last-modified: what changes when the content does."""
+
+
+def place(options: dict[str, Any] | None) -> str:
+    """A short hash of where ``options`` point (``endpoint_url``, ``anon``, a profile…),
+    made without anything that may be secret; "" for no options."""
+    public = public_options(options or {})
+    if not public:
+        return ""
+    text = json.dumps(public, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def placed(url: str, place: str) -> str:
+    """What a cache on disk keys ``url`` by: the URL, and ``place`` when it is not the
+    default's (the same URL on another endpoint is another file)."""
+    return f"{url}\0{place}" if place else url
+
+
+class Storage:
+    """What one corpus's URLs are read with: fsspec options and the member cache.
+
+    It also keeps what indexing learnt about the corpus's files: the real URL
+    behind each alias and each file's identity. Workers forked from the process
+    inherit it; pickling it (Ray) keeps all that but the filesystems, which are
+    made again where they are used. Its ``repr`` shows no option.
+
+    Args:
+        options: Passed as they are to ``fsspec.filesystem`` (for S3:
+            ``endpoint_url``, ``anon``, ``key``…).
+        cache_dir: Keep the remote members read in this folder (None: no cache).
+        cache_size: The member cache's cap in bytes (None: no cap).
+    """
+
+    def __init__(
+        self,
+        options: dict[str, Any] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_size: int | None = None,
+    ):
+        self.options: dict[str, Any] = dict(options or {})
+        self.cache = None if cache_dir is None else CacheSettings(os.fspath(cache_dir), cache_size)
+        self.place = place(self.options)
+        """What caches on disk are keyed on besides the URL (``place``)."""
+        self.aliases: dict[str, str] = {}
+        self.identities: dict[str, FileInfo] = {}
+        self.filesystems: dict[tuple[int, str], Any] = {}
+        self.resolved: dict[str, Resolved] = {}
+        """Each ``hf://`` file's signed CDN URL (``hub.resolve_hub``); forked workers inherit it."""
+        self.locks: dict[tuple[int, str], threading.Lock] = {}
+
+    def __repr__(self) -> str:
+        return f"Storage(place={self.place!r}, cache={self.cache})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["filesystems"] = {}  # event loops and sockets do not travel
+        state["resolved"] = {}  # signed URLs stay in the process that asked for them
+        state["locks"] = {}
+        return state
+
+
+_default = Storage()
+
+
+def resolve(storage: Storage | None) -> Storage:
+    """``storage``, or the process's default one (set by ``configure``) when None."""
+    return _default if storage is None else storage
+
+
+def alias(url: str, storage: Storage | None = None) -> str:
+    """The name units carry for ``url``: without credentials or query string.
+
+    Units' paths end up in errors, skip lists and states, so a signed URL's
+    signature must not be one. The real URL stays in ``storage`` (in this
+    process and the workers it forks), and ``fetch`` goes back to it.
+    """
+    shown = redact(url)
+    if shown != url:
+        with LOCK:
+            resolve(storage).aliases[shown] = url
+    return shown
+
+
+def real_url(url: str, storage: Storage | None = None) -> str:
+    """The URL behind an ``alias`` (``url`` itself if it is none)."""
+    return resolve(storage).aliases.get(url, url)
+
+
+def configure(
+    storage_options: dict[str, Any] | None,
+    *,
+    cache_dir: str | os.PathLike[str] | None = None,
+    cache_size: int | None = None,
+) -> None:
+    """Set the process's default storage: what a corpus opened without options uses.
+
+    ``storage_options`` go to ``fsspec.filesystem`` as they are (for S3:
+    ``endpoint_url``, ``anon``, ``key``…). ``cache_dir`` turns on the local
+    cache of remote members (``cache_size`` bytes at most; None: no cap).
+    Workers forked afterwards inherit it. Filesystems already made are
+    dropped, so the next request uses the new options. A corpus opened with
+    its own ``storage_options`` or ``cache_dir`` (``Corpus.open``) is not
+    affected: it carries its own ``Storage``.
+    """
+    fresh = Storage(storage_options, cache_dir, cache_size)
+    with LOCK:  # what indexing learnt (aliases, identities) stays
+        _default.options, _default.cache, _default.place = fresh.options, fresh.cache, fresh.place
+        _default.filesystems.clear()
+        _default.resolved.clear()  # resolved with the old options (endpoint, token)
+
+
+def member_cache(storage: Storage | None = None) -> CacheSettings | None:
+    """The member cache of ``storage`` (None: the default one, set by ``configure``)."""
+    return resolve(storage).cache
+
+
+def remember(url: str, info: FileInfo, storage: Storage | None = None) -> None:
+    """Note what identifies ``url``'s content (the index does, before the workers fork)."""
+    resolve(storage).identities[url] = info
+
+
+def identity(url: str, storage: Storage | None = None) -> FileInfo | None:
+    """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
+
+    What a cache of anything read from ``url`` (members, counts) should be keyed on.
+    """
+    return resolve(storage).identities.get(url)

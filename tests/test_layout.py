@@ -1,0 +1,234 @@
+"""The package's shape (docs/design.md, "The layers"): what the layout promises, checked.
+
+Read from the source with ``ast``, so imports inside functions count (a ``TYPE_CHECKING``
+block does not: it never runs). The layers themselves are import-linter's contract in
+pyproject.toml; the last test shows that contract fails when a lower layer imports a higher one.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import openwebtext
+
+PACKAGE = Path(openwebtext.__file__).parent
+ROOT = PACKAGE.parent.parent
+
+MAX_MODULE_LINES = 500
+MAX_FUNCTION_LINES = 120
+MAX_CLASS_LINES = 300
+MAX_TOP_LEVEL_MODULES = 14
+MIN_SUBPACKAGES = 5
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str) -> Iterator[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) for every import that runs."""
+    tree = ast.parse(MODULES[name].read_text())
+
+    def walk(node: ast.AST) -> Iterator[ast.AST]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                for other in child.orelse:
+                    yield from walk(other)
+                continue
+            yield child
+            yield from walk(child)
+
+    for node in walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if _is_package(name) else name.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            for alias in node.names:
+                if f"{target}.{alias.name}" in MODULES:
+                    yield f"{target}.{alias.name}", None, node.lineno
+                else:
+                    yield target, alias.name, node.lineno
+
+
+def _owner(module: str) -> str | None:
+    """The package's module that ``module`` names (itself, or its closest parent)."""
+    while module and module not in MODULES:
+        module = module.rpartition(".")[0]
+    return module or None
+
+
+def _graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name in MODULES:
+        for target, _, _ in _imports(name):
+            owner = _owner(target) if target.startswith("openwebtext") else None
+            if owner and owner != name:
+                graph[name].add(owner)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_counting_imports_inside_functions() -> None:
+    # Importing a package runs its __init__: a module importing its own package's __init__
+    # (which imports the module back) is not a cycle of the design, so edges into a
+    # package's own __init__ from inside it are left out.
+    graph = _graph()
+    for name, targets in graph.items():
+        graph[name] = {
+            t for t in targets
+            if t == "openwebtext" or not (name.startswith(t + ".") and _is_package(t))
+        }
+    assert _cycles(graph) == []
+
+
+def test_no_private_name_crosses_modules() -> None:
+    crossing = []
+    for name in MODULES:
+        for target, imported, line in _imports(name):
+            if not target.startswith("openwebtext") or _owner(target) == name:
+                continue
+            leaf = imported if imported is not None else target.rpartition(".")[2]
+            if leaf.startswith("_") and not leaf.startswith("__"):
+                crossing.append(f"{name}:{line} imports {target}.{leaf}")
+    assert crossing == []
+
+
+def test_across_subpackages_only_through_their_exports() -> None:
+    """``openwebtext.engine.pool`` is the engine's own business: others import ``engine``."""
+    reaching_in = []
+    for name in MODULES:
+        for target, _, line in _imports(name):
+            parts = target.split(".")
+            if parts[0] != "openwebtext" or len(parts) < 3 or not _is_package(".".join(parts[:2])):
+                continue
+            if name == ".".join(parts[:2]) or name.startswith(".".join(parts[:2]) + "."):
+                continue
+            reaching_in.append(f"{name}:{line} imports {target}")
+    assert reaching_in == []
+
+
+def _sizes() -> Iterator[tuple[str, str, int]]:
+    for name, path in MODULES.items():
+        source = path.read_text()
+        yield "module", name, len(source.splitlines())
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                yield "function", f"{name}.{node.name}", node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            elif isinstance(node, ast.ClassDef):
+                yield "class", f"{name}.{node.name}", node.end_lineno - node.lineno + 1  # type: ignore[operator]
+
+
+def test_modules_functions_and_classes_stay_readable() -> None:
+    limits = {"module": MAX_MODULE_LINES, "function": MAX_FUNCTION_LINES, "class": MAX_CLASS_LINES}
+    too_long = [f"{kind} {name}: {lines} lines" for kind, name, lines in _sizes()
+                if lines > limits[kind]]
+    assert too_long == []
+
+
+def test_the_top_level_holds_few_modules_and_the_rest_is_in_subpackages() -> None:
+    top = [p.name for p in PACKAGE.glob("*.py")]
+    subpackages = [p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()]
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, sorted(top)
+    assert len(subpackages) >= MIN_SUBPACKAGES, sorted(subpackages)
+
+
+@pytest.mark.parametrize(
+    "package", sorted(name for name in MODULES if _is_package(name)), ids=lambda n: n
+)
+def test_every_package_exports_the_names_it_has(package: str) -> None:
+    module = __import__(package, fromlist=["__all__"])
+    exported = getattr(module, "__all__", None)
+    if exported is None:  # a package that exports nothing says so by having no __all__
+        assert package in {"openwebtext.bench", "openwebtext.cli"}, f"{package} has no __all__"
+        return
+    assert len(set(exported)) == len(exported)  # the order is ruff's (RUF022)
+    assert [name for name in exported if not hasattr(module, name)] == []
+
+
+def _lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    lint = shutil.which("lint-imports")
+    command = [lint] if lint else [sys.executable, "-m", "importlinter.cli"]
+    return subprocess.run(
+        [*command, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=src.parent, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_the_layers_contract_holds() -> None:
+    pytest.importorskip("importlinter")
+    result = _lint_imports(PACKAGE.parent)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_layers_contract_fails_when_a_lower_layer_imports_a_higher_one(tmp_path: Path) -> None:
+    pytest.importorskip("importlinter")
+    src = tmp_path / "src"
+    shutil.copytree(PACKAGE, src / "openwebtext", ignore=shutil.ignore_patterns("__pycache__"))
+    broken = src / "openwebtext" / "source" / "__init__.py"
+    broken.write_text(broken.read_text() + "\nfrom openwebtext.stream import Stream  # noqa\n")
+    result = _lint_imports(src)
+    assert result.returncode != 0
+    assert "openwebtext.source" in result.stdout and "openwebtext.stream" in result.stdout
+    assert "BROKEN" in result.stdout

@@ -1,0 +1,96 @@
+"""The member cache: a second epoch from disk, its cap, LRU eviction, a killed writer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import remote_servers
+from openwebtext import Corpus
+from openwebtext.source import MemberCache, configure, parse_size
+from remote_servers import RangeServer, local_stream, texts
+
+pytest.importorskip("fsspec")
+pytest.importorskip("aiohttp")
+
+pytestmark = pytest.mark.remote
+
+http = remote_servers.http  # fixtures
+isolated_storage = remote_servers.isolated_storage
+
+
+# -- the member cache -------------------------------------------------------------
+
+
+def test_second_epoch_reads_from_the_member_cache(
+    small_corpus: Path, http: RangeServer, tmp_path: Path
+) -> None:
+    corpus = Corpus.open(http.url + "/", cache_dir=tmp_path / "members")
+    first = texts(corpus, seed=4, workers=2)
+    http.reset_counts()
+    second = texts(corpus, seed=4, workers=2)
+    assert http.gets == 0
+    assert first == second == local_stream(small_corpus, seed=4)
+    assert len(list((tmp_path / "members").glob("*/*"))) == len(corpus.units)
+
+
+def test_member_cache_respects_its_cap(http: RangeServer, tmp_path: Path) -> None:
+    corpus = Corpus.open(http.url + "/")
+    sizes = sorted(u.size for u in corpus.units)
+    cap = sizes[-1] + sizes[-2]  # room for two members, never three
+    configure(None, cache_dir=tmp_path / "members", cache_size=cap)
+    texts(corpus, seed=4, workers=2)
+    held = [p.stat().st_size for p in (tmp_path / "members").glob("*/*")]
+    assert 1 <= len(held) <= 2 and sum(held) <= cap
+
+
+def test_member_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
+    cache = MemberCache(tmp_path, cap=250)
+    for k in range(2):
+        cache.put(f"k{k}", bytes(100))
+        os.utime(cache._path(f"k{k}"), (1000 + k, 1000 + k))
+    # k0 is the older, but used last: k1 goes when k2 passes the cap.
+    assert cache.get("k0", 100) == bytes(100)
+    cache.put("k2", bytes(100))
+    assert sorted(p.name for p in tmp_path.glob("*/*")) == ["k0", "k2"]
+    assert cache.get("k0", 99) is None  # a wrong length is never data
+
+
+def test_member_cache_survives_a_process_killed_mid_write(tmp_path: Path) -> None:
+    child = f"""
+import os, sys, time
+from openwebtext.source.membercache import MemberCache
+def stall(*args):
+    print("writing", flush=True)
+    time.sleep(60)
+os.replace = stall
+MemberCache({str(tmp_path)!r}).put("kk1", b"x" * 100000)
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    with subprocess.Popen([sys.executable, "-c", child], env=env, stdout=subprocess.PIPE) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline() == b"writing\n"
+        finally:
+            proc.kill()
+    cache = MemberCache(tmp_path, cap=10**6)
+    assert cache.get("kk1", 100000) is None and not cache.contains("kk1")
+    left = list(tmp_path.glob("*/.*.tmp"))
+    assert len(left) == 1  # counted towards the cap until it is stale
+    assert cache.evict() == 100000
+    cache.put("kk1", b"y" * 100000)
+    assert cache.get("kk1", 100000) == b"y" * 100000
+    os.utime(left[0], (1, 1))
+    assert cache.evict() == 100000 and not left[0].exists()
+
+
+def test_sizes_parse() -> None:
+    assert parse_size("20G") == 20 << 30
+    assert parse_size("512M") == 512 << 20
+    assert parse_size("1.5K") == 1536
+    assert parse_size("1000") == 1000
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")
