@@ -156,7 +156,9 @@ class DocumentIterator:
             tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
         if state is not None:  # a state that does not fit is refused before any counting
             check_state(state, config_of(corpus, options, tokenizer))
-        corpus = ensure_counts(corpus, options)
+        # The rest of a resharded epoch is cut with the document counts, evened out or not.
+        resharded = state is not None and "reshard" in state
+        corpus = ensure_counts(corpus, replace(options, even=True) if resharded else options)
         self.corpus = corpus
         self.options = options
         self.tokenizer: Tokenizer | None = tokenizer

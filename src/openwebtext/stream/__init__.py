@@ -10,6 +10,7 @@ from __future__ import annotations
 from openwebtext.stream.batches import Batches, batches_start
 from openwebtext.stream.blocks import Block, gather
 from openwebtext.stream.counts import count_documents, ensure_counts
+from openwebtext.stream.reshard import reshard
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -33,5 +34,6 @@ __all__ = [
     "ensure_counts",
     "gather",
     "load_state",
+    "reshard",
     "resume_options",
 ]
