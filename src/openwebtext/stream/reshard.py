@@ -176,7 +176,8 @@ def _same_run(configs: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int]) 
 def _same_epoch(documents: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int]) -> int:
     """The epoch the states are in; a state at the very start of the next one (a finished
     iterator's) counts as having handed out all of it."""
-    epochs = {r: documents[k]["position"]["epoch"] for r, k in sorted(by_rank.items())}
+    epochs: dict[int, int] = {r: documents[k]["position"]["epoch"] for r, k in by_rank.items()}
+    epochs = dict(sorted(epochs.items()))
     epoch = min(epochs.values())
     late = {r for r, e in epochs.items() if e == epoch + 1 and _at_start(documents[by_rank[r]])}
     if any(e != epoch for r, e in epochs.items() if r not in late):
@@ -188,7 +189,7 @@ def _same_epoch(documents: Sequence[Mapping[str, Any]], by_rank: Mapping[int, in
 
 def _at_start(state: Mapping[str, Any]) -> bool:
     position = state["position"]
-    return position["block"] == position["in_block"] == _handed(state) == 0
+    return bool(position["block"] == position["in_block"] == _handed(state) == 0)
 
 
 #: The documents handed out of a rank that finished the epoch (``stream.rest``: none left).
