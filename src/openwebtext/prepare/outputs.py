@@ -85,9 +85,7 @@ def _remote(call: Callable[[], T], what: str, url: str) -> T:
         raise PrepareError(f"{redact(url)}: {reason}") from None
 
 
-def read_json(
-    folder: Location, name: str, store: Storage | None = None
-) -> dict[str, Any] | None:
+def read_json(folder: Location, name: str, store: Storage | None = None) -> dict[str, Any] | None:
     """``folder/name`` read as a JSON object; None if it is missing or not one.
 
     Raises:
@@ -117,9 +115,7 @@ def read_json(
     return body if isinstance(body, dict) else None
 
 
-def sizes(
-    folder: Location, names: list[str], store: Storage | None = None
-) -> dict[str, int]:
+def sizes(folder: Location, names: list[str], store: Storage | None = None) -> dict[str, int]:
     """The size of each of ``names`` in ``folder``; -1 for a missing one.
 
     Raises:
