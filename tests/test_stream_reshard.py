@@ -157,6 +157,12 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
         reshard([states[0], {"format": "openwebtext-batches/1"}], 2)
     with pytest.raises(ValueError, match="world_size"):
         reshard(states, 0)
+    with Loader(varied, **options("drop", 4, 0, tokenizer="bytes")).batches(
+        S, B, packing="bestfit"
+    ) as bestfit:
+        state = bestfit.state_dict()
+    with pytest.raises(StateError, match="best fit"):
+        reshard([state], 2)
 
 
 def test_the_state_stays_small(varied: Path) -> None:

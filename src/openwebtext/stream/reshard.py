@@ -122,6 +122,12 @@ def _batches_sizes(states: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
             f"every rank's document iterator ({STATE_FORMAT!r}) or of every rank's batches "
             f"({BATCHES_FORMAT!r})"
         )
+    if any(s.get("packing", "concat") != "concat" for s in states):
+        raise StateError(
+            "cannot reshard batches packed by best fit: a window's documents are spread over "
+            "its rows, so no document position says what is left; reshard concat batches or "
+            "document states"
+        )
     sizes = {(s.get("seq_len"), s.get("batch_size")) for s in states}
     if len(sizes) > 1:
         raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}")
