@@ -163,6 +163,10 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
         state = bestfit.state_dict()
     with pytest.raises(StateError, match="best fit"):
         reshard([state], 2)
+    broken = reshard(states, 2)[0]
+    broken["reshard"]["ranks"] = [[1, 2]]
+    with pytest.raises(StateError, match=r"reshard\.ranks malformed"):
+        Loader(varied, **options("drop", 2, 0)).iter(state=broken)
 
 
 def test_the_state_stays_small(varied: Path) -> None:

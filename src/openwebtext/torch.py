@@ -234,6 +234,12 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         batch_size: Rows per batch.
         options: An ``Options`` with ``tokenizer`` set; keyword arguments override its fields.
         dtype: dtype of the batches (int64 suits ``nn.Embedding``).
+        segments: Yield dicts of ``tokens``, ``segment_ids`` and ``positions`` tensors
+            (``Loader.batches(segments=True)``); ``document_mask(segment_ids[:, :-1])`` is the
+            attention mask of the inputs.
+        packing: ``concat`` or ``bestfit`` (``Loader.batches``).
+        window: Documents best fit packs at a time.
+        pad_id: Best fit's padding id (None: the end-of-text id).
 
     Raises:
         ValueError: no tokenizer, or a size is not a positive int.

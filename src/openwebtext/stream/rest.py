@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from openwebtext.errors import StateError
 from openwebtext.options import EvenRule, Options
 from openwebtext.plan import epoch_target, pass_end, plan
 
-__all__ = ["Piece", "Rest", "advance", "cut_share"]
+__all__ = ["Piece", "Rest", "advance", "check_section", "cut_share"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
@@ -138,6 +139,41 @@ def _drop_front(spans: Sequence[Span], k: int) -> list[Span]:
         out.append((a + k, b, repeat))
         k = 0
     return out
+
+
+def check_section(section: Any) -> None:
+    """Check the shape of a state's ``reshard`` section (``reshard.reshard`` writes it).
+
+    Raises:
+        StateError: a field is missing or of the wrong type.
+    """
+
+    def ints(value: Any, n: int | None = None) -> bool:
+        return (
+            isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and (n is None or len(value) == n)
+        )
+
+    problems = []
+    if not isinstance(section, dict):
+        raise StateError(f"bad state: reshard is {type(section).__name__}, not an object")
+    for key in ("world_size", "epoch"):
+        if not isinstance(section.get(key), int) or section[key] < 0:
+            problems.append(key)
+    ranks = section.get("ranks")
+    if not isinstance(ranks, list) or not all(ints(r, 4) for r in ranks):
+        problems.append("ranks")
+    levels = section.get("levels")
+    if not isinstance(levels, list) or not all(
+        isinstance(v, dict) and ints(v.get("done")) and ints(v.get("cuts")) for v in levels
+    ):
+        problems.append("levels")
+    share: Any = section.get("share")
+    if not ints(share, 2) or not 0 <= share[0] < share[1]:
+        problems.append("share")
+    if problems:
+        raise StateError(f"bad state: reshard.{', reshard.'.join(problems)} malformed")
 
 
 class Rest:

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
+from openwebtext.stream.rest import check_section
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -253,6 +254,8 @@ def check_shape(state: Any) -> dict[str, Any]:
     for key, value in state.get("counters", {}).items():
         if not _count(value):
             raise StateError(f"bad state: counters.{key} is {value!r}, not an int >= 0")
+    if "reshard" in state:
+        check_section(state["reshard"])
     return state
 
 
