@@ -28,7 +28,7 @@ import pytest
 from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
 from openwebtext.cli import stream as cli_stream
-from openwebtext.engine import pool as owt_workers
+from openwebtext.engine import parent as owt_workers
 from support import cut_member, group_pids, outer_tar, sample_docs, xz_member
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]

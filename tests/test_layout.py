@@ -8,6 +8,7 @@ pyproject.toml; the last test shows that contract fails when a lower layer impor
 from __future__ import annotations
 
 import ast
+import importlib
 import os
 import shutil
 import subprocess
@@ -46,6 +47,12 @@ def _is_package(name: str) -> bool:
     return MODULES[name].name == "__init__.py"
 
 
+def _exports(package: str) -> tuple[str, ...]:
+    if package not in MODULES or not _is_package(package):
+        return ()
+    return tuple(getattr(importlib.import_module(package), "__all__", ()))
+
+
 def _imports(name: str) -> Iterator[tuple[str, str | None, int]]:
     """(imported module, imported name or None, line) for every import that runs."""
     tree = ast.parse(MODULES[name].read_text())
@@ -71,7 +78,9 @@ def _imports(name: str) -> Iterator[tuple[str, str | None, int]]:
             else:
                 target = node.module or ""
             for alias in node.names:
-                if f"{target}.{alias.name}" in MODULES:
+                # ``from openwebtext.source import redact`` takes the function the package
+                # exports, not its module of the same name.
+                if f"{target}.{alias.name}" in MODULES and alias.name not in _exports(target):
                     yield f"{target}.{alias.name}", None, node.lineno
                 else:
                     yield target, alias.name, node.lineno

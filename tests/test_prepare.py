@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from openwebtext import Corpus
+from openwebtext import Corpus, Options
 from openwebtext.engine import nanogpt_text
 from openwebtext.prepare import PrepareError, PrepareOptions, Progress, merge, prepare
 from openwebtext.prepare.workdir import PROGRESS
@@ -454,3 +454,31 @@ def test_a_member_cut_short_keeps_its_documents_before_the_cut_under_skip(
     meta = json.loads((tmp_path / "b" / "meta.json").read_text())
     assert meta["partial_members"] == 1 and meta["skipped_members"] == 0
     assert 3 < sum(meta["documents"].values()) < 43
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"seed": -1},
+        {"seed": True},
+        {"workers": -1},
+        {"val_fraction": True},
+        {"val_fraction": 0},
+        {"val_fraction": float("nan")},
+        {"val_seed": 2**64},
+        {"val_seed": -1},
+        {"take": -1},
+        {"on_error": "ignore"},
+        {"max_errors": -1},
+        {"max_errors": False},
+    ],
+)
+def test_prepare_options_and_loader_options_refuse_the_same_values(
+    options: dict[str, object],
+) -> None:
+    """One rule per shared option (``options.check_*``), the same message from both."""
+    with pytest.raises(ValueError, match=next(iter(options))) as loader:
+        Options(**options)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=next(iter(options))) as prepare_:
+        PrepareOptions(**options)  # type: ignore[arg-type]
+    assert str(loader.value) == str(prepare_.value)

@@ -18,9 +18,20 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus
-from openwebtext.errors import CorruptMember
+from openwebtext.errors import CorruptMember, TooManyErrors
 from openwebtext.prepare import PrepareOptions, outputs, prepare
-from support import damage, local_files, member_offset, read_members, s3_objects
+from support import (
+    corrupt_member,
+    cut_member,
+    damage,
+    local_files,
+    member_offset,
+    outer_tar,
+    read_members,
+    s3_objects,
+    sample_docs,
+    xz_member,
+)
 
 ray = pytest.importorskip(
     "ray", reason="the ray extra is not installed (pip install 'openwebtext[ray]')"
@@ -111,6 +122,44 @@ def test_ray_engine_corrupt_member(ray_instance: None, small_corpus: Path, tmp_p
     local = prepare(corpus, tmp_path / "local", skip)
     assert report.meta["skipped_members"] == 1 and report.meta == local.meta
     assert len(report.skipped) == 1 and member in report.skipped[0]
+
+
+@pytest.fixture(scope="module")
+def cut_and_corrupt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Six members: the second cut short (a partial member), the fifth corrupt (skipped)."""
+    folder = tmp_path_factory.mktemp("cut-and-corrupt")
+    members = []
+    for k in range(6):
+        docs = sample_docs(f"m{k}", 8)
+        data = cut_member(docs) if k == 1 else corrupt_member(docs) if k == 4 else xz_member(docs)
+        members.append((f"urlsf_subset00-{k}_data.xz", data))
+    outer_tar(folder / "urlsf_subset00.tar", members)
+    return folder
+
+
+@pytest.mark.parametrize("max_errors", [1, 2])
+def test_both_engines_bound_skips_alike(
+    ray_instance: None, cut_and_corrupt: Path, tmp_path: Path, max_errors: int
+) -> None:
+    """A cut member and a corrupt member are two skips on either engine (``policy``): at
+    max_errors=2 both write the same files, at 1 both refuse, though on the Ray engine each
+    slice (3 units: one bad member each) stays within the bound on its own."""
+    corpus = Corpus.open(cut_and_corrupt)
+    options = PrepareOptions(
+        workers=0, shuffle=False, on_error="skip", max_errors=max_errors, tokenizer="bytes"
+    )
+    if max_errors == 1:
+        with pytest.raises(TooManyErrors, match="2 skipped, more than max_errors=1"):
+            prepare(corpus, tmp_path / "local", options)
+        with pytest.raises(TooManyErrors, match="2 skipped, more than max_errors=1"):
+            owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=3)
+        assert not (tmp_path / "ray" / "meta.json").exists()
+        return
+    local = prepare(corpus, tmp_path / "local", options)
+    report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=3)
+    assert local.meta["partial_members"] == 1 and local.meta["skipped_members"] == 1
+    assert report.meta == local.meta
+    assert _files(tmp_path / "ray") == _files(tmp_path / "local")
 
 
 def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: Path) -> None:

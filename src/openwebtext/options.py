@@ -11,7 +11,21 @@ from __future__ import annotations
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal
 
-__all__ = ["SHAPING", "DecodePolicy", "ErrorPolicy", "EvenRule", "Options", "SplitName"]
+__all__ = [
+    "SHAPING",
+    "DecodePolicy",
+    "ErrorPolicy",
+    "EvenRule",
+    "Options",
+    "SplitName",
+    "check_max_errors",
+    "check_on_error",
+    "check_seed",
+    "check_take",
+    "check_val_fraction",
+    "check_val_seed",
+    "check_workers",
+]
 
 ErrorPolicy = Literal["raise", "skip", "warn"]
 DecodePolicy = Literal["strict", "replace"]
@@ -109,11 +123,8 @@ class Options:
             if not ok:
                 raise ValueError(message)
 
-        need(
-            _is_int(self.workers) and self.workers >= 0,
-            f"workers must be >= 0, not {self.workers!r}",
-        )
-        need(_is_int(self.seed) and self.seed >= 0, f"seed must be an int >= 0, not {self.seed!r}")
+        check_workers(self.workers)
+        check_seed(self.seed)
         need(
             _is_int(self.shuffle_buffer) and self.shuffle_buffer >= 0,
             f"shuffle_buffer must be >= 0, not {self.shuffle_buffer!r}",
@@ -131,16 +142,8 @@ class Options:
             self.split in ("all", "train", "val"),
             f"split must be 'all', 'train' or 'val', not {self.split!r}",
         )
-        need(
-            isinstance(self.val_fraction, (int, float))
-            and not isinstance(self.val_fraction, bool)
-            and 0 < self.val_fraction < 1,
-            f"val_fraction must be between 0 and 1, not {self.val_fraction!r}",
-        )
-        need(
-            _is_int(self.val_seed) and 0 <= self.val_seed < 2**64,
-            f"val_seed must be >= 0 and < 2**64 (the split's 8-byte key), not {self.val_seed!r}",
-        )
+        check_val_fraction(self.val_fraction)
+        check_val_seed(self.val_seed)
         need(
             _is_int(self.world_size) and self.world_size >= 1,
             f"world_size must be >= 1, not {self.world_size!r}",
@@ -150,18 +153,9 @@ class Options:
             f"rank must be in 0..{self.world_size - 1} (world_size={self.world_size}), "
             f"not {self.rank!r}",
         )
-        need(
-            self.take is None or (_is_int(self.take) and self.take >= 0),
-            f"take must be None or >= 0, not {self.take!r}",
-        )
-        need(
-            self.on_error in ("raise", "skip", "warn"),
-            f"on_error must be 'raise', 'skip' or 'warn', not {self.on_error!r}",
-        )
-        need(
-            self.max_errors is None or (_is_int(self.max_errors) and self.max_errors >= 0),
-            f"max_errors must be None or >= 0, not {self.max_errors!r}",
-        )
+        check_take(self.take)
+        check_on_error(self.on_error)
+        check_max_errors(self.max_errors)
         need(
             self.decode_errors in ("strict", "replace"),
             f"decode_errors must be 'strict' or 'replace', not {self.decode_errors!r}",
@@ -201,3 +195,57 @@ SHAPING: tuple[str, ...] = _shaping_fields()
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# -- the rules of the options a loader and ``owt tokenize`` (``PrepareOptions``) share --------
+# One rule each, so that the two descriptions accept and refuse the same values.
+
+
+def _need(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _int_at_least(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def check_workers(value: object) -> None:
+    """``workers``: an int >= 0 (0: in the calling process)."""
+    _need(_int_at_least(value, 0), f"workers must be >= 0, not {value!r}")
+
+
+def check_seed(value: object) -> None:
+    """``seed``: an int >= 0 (the unit order's seed)."""
+    _need(_int_at_least(value, 0), f"seed must be an int >= 0, not {value!r}")
+
+
+def check_val_fraction(value: object) -> None:
+    """``val_fraction``: a number (not a bool) strictly between 0 and 1."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1
+    _need(ok, f"val_fraction must be between 0 and 1, not {value!r}")
+
+
+def check_val_seed(value: object) -> None:
+    """``val_seed``: an int in 0..2**64-1 (the split's 8-byte key)."""
+    ok = _int_at_least(value, 0) and isinstance(value, int) and value < 2**64
+    _need(ok, f"val_seed must be >= 0 and < 2**64 (the split's 8-byte key), not {value!r}")
+
+
+def check_take(value: object) -> None:
+    """``take``: None or an int >= 0."""
+    _need(value is None or _int_at_least(value, 0), f"take must be None or >= 0, not {value!r}")
+
+
+def check_on_error(value: object) -> None:
+    """``on_error``: ``raise``, ``skip`` or ``warn``."""
+    _need(
+        value in ("raise", "skip", "warn"),
+        f"on_error must be 'raise', 'skip' or 'warn', not {value!r}",
+    )
+
+
+def check_max_errors(value: object) -> None:
+    """``max_errors``: None or an int >= 0."""
+    ok = value is None or _int_at_least(value, 0)
+    _need(ok, f"max_errors must be None or >= 0, not {value!r}")

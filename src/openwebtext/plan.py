@@ -5,13 +5,14 @@ units only, so every machine and every worker count sees the same stream.
 Random draws come from NumPy's PCG64 seeded through ``SeedSequence`` and use
 only ``Generator.random`` (uniform doubles), whose output NumPy keeps stable.
 
-Also here, because they are arithmetic on the plan: the documents each rank
+Also here, because they are arithmetic on the plan: the slices of ``owt tokenize --shard``
+and the Ray engine (``shard_range``, ``shard_count``, ``unit_groups``); the documents each rank
 yields when ranks are evened out (``epoch_target``), where an evened-out pass
 over a shard ends (``pass_end``), and where a block's hand-out stops
 (``block_stop``).
 
 Changing anything here changes the order of every seeded stream and breaks
-every saved state: the golden tests in ``tests/test_sharding.py`` and
+every saved state: the golden tests in ``tests/test_stream_sharding.py`` and
 ``tests/test_loader.py`` pin it; ``tests/test_plan.py`` checks the arithmetic.
 """
 
@@ -33,6 +34,9 @@ __all__ = [
     "pass_end",
     "permutation",
     "plan",
+    "shard_count",
+    "shard_range",
+    "unit_groups",
 ]
 
 # Streams of randomness, so that the unit order and the document shuffle never share draws.
@@ -65,6 +69,39 @@ def plan(
     """
     order = permutation(n_units, seed, UNITS, epoch) if shuffle else list(range(n_units))
     return order[rank::world_size]
+
+
+def shard_range(positions: int, index: int, count: int) -> tuple[int, int]:
+    """Positions ``[start, stop)`` of slice ``index`` of ``count`` over ``positions``
+    positions: consecutive, covering, their sizes differing by at most one.
+
+    The one rule of ``owt tokenize --shard i/n`` and of the Ray engine's slices.
+
+    Raises:
+        ValueError: not ``0 <= index < count``.
+    """
+    if not (_is_int(count) and count >= 1 and _is_int(index) and 0 <= index < count):
+        raise ValueError(f"a shard is i/n with 0 <= i < n, not {index}/{count}")
+    return index * positions // count, (index + 1) * positions // count
+
+
+def shard_count(positions: int, per_shard: int) -> int:
+    """How many slices of at most ``per_shard`` positions cover ``positions`` (at least one)."""
+    if not (_is_int(per_shard) and per_shard >= 1):
+        raise ValueError(f"units_per_task must be >= 1, not {per_shard!r}")
+    return max(1, -(-positions // per_shard))
+
+
+def unit_groups(units: int, per_group: int) -> list[range]:
+    """Units ``0..units-1`` cut into consecutive groups of ``per_group`` (the last may be
+    shorter): the read tasks of ``ray.read_openwebtext``."""
+    if not (_is_int(per_group) and per_group >= 1):
+        raise ValueError(f"units_per_task must be >= 1, not {per_group!r}")
+    return [range(k, min(k + per_group, units)) for k in range(0, units, per_group)]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def epoch_target(

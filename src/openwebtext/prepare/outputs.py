@@ -14,7 +14,7 @@ removed once published. Remote slices are read back (``fetch``) into staging fol
 since the merge reads them by offset. The filesystems are ``storage``'s: made with the
 ``store`` given (``prepare`` gives its corpus's ``Corpus.storage``: the options the input
 was opened with, ``--storage-option``), or the process's default one
-(``storage.configure``) when it is None.
+(``source.configure``) when it is None.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from openwebtext.files import atomic_file
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.source import Storage, describe, filesystem, is_url, redact, with_retries
 
@@ -203,15 +204,19 @@ def fetch(url: str, meta: dict[str, Any], store: Storage | None = None) -> Path:
     fs = filesystem(url, store)
     for name in names:
         source = str(join(url, name))
-        part = folder / f".{name}.part"
-        _remote(functools.partial(fs.get_file, source, str(part)), "GET", source)
-        if part.stat().st_size != meta["files"][name]["bytes"]:
+        _remote(functools.partial(_download, fs, source, folder / name), "GET", source)
+        got = (folder / name).stat().st_size
+        if got != meta["files"][name]["bytes"]:
             raise PrepareError(
-                f"{redact(source)} holds {part.stat().st_size} bytes, not the "
+                f"{redact(source)} holds {got} bytes, not the "
                 f"{meta['files'][name]['bytes']} of its meta.json"
             )
-        os.replace(part, folder / name)
-    tmp = folder / ".meta.json.part"
-    tmp.write_text(json.dumps(meta))
-    os.replace(tmp, folder / "meta.json")
+    with atomic_file(folder / "meta.json", durable=True) as f:
+        f.write(json.dumps(meta).encode())
     return folder
+
+
+def _download(fs: Any, source: str, target: Path) -> None:
+    """Copy the remote file ``source`` to ``target``, whole or not at all (``atomic_file``)."""
+    with fs.open(source, "rb") as remote, atomic_file(target, durable=False) as local:
+        shutil.copyfileobj(remote, local, 8 << 20)

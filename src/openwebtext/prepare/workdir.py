@@ -3,7 +3,7 @@ and the commit step that makes the finished files appear, complete or not at all
 
 While a run works, everything it writes in ``OUT`` has a fixed hidden name:
 ``.NAME.part`` for each file, ``.owt-progress.json`` for the record of how far it got. The
-record is replaced atomically (written as ``.owt-progress.json.part``, fsync'd, renamed) and
+record is replaced atomically (``files.atomic_file``: a temporary file, fsync'd, renamed) and
 only after the files it describes were fsync'd, so after a crash or a kill the files are at
 least as long as the record says: a rerun truncates them to the recorded sizes and goes on.
 Names never change between runs, so nothing accumulates.
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from openwebtext.errors import OWTError
+from openwebtext.files import atomic_file, sync_folder
 
 __all__ = ["PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
@@ -40,14 +41,6 @@ def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes, in hex."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Part:
@@ -133,17 +126,10 @@ class Workdir:
         self.write_json(PROGRESS, record)
 
     def write_json(self, name: str, body: dict[str, Any]) -> None:
-        """Write ``name`` atomically: ``.NAME.part``, fsync, rename, fsync the folder."""
-        target = self.folder / name
-        tmp = self.folder / f".{name.lstrip('.')}.part"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-        with open(fd, "w") as f:
-            json.dump(body, f, indent=1, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-        _fsync_dir(self.folder)
+        """Write ``name`` atomically and durably (``files.atomic_file``): a temporary file,
+        fsync, rename, fsync the folder."""
+        with atomic_file(self.folder / name, durable=True) as f:
+            f.write((json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
 
     def part(self, name: str, size: int = 0) -> Part:
         return Part(self.folder, name, size)
@@ -155,7 +141,11 @@ class Workdir:
         """Forget a run: its progress record and the parts of ``names``."""
         for name in [*names, "meta.json"]:
             self.part_path(name).unlink(missing_ok=True)
-        self.folder.joinpath(f".{PROGRESS.lstrip('.')}.part").unlink(missing_ok=True)
+        for stale in [
+            *self.folder.glob(f".{PROGRESS.lstrip('.')}.*"),
+            *self.folder.glob(".meta.json.*"),
+        ]:
+            stale.unlink(missing_ok=True)  # a record written when the run was killed
         self.progress_path.unlink(missing_ok=True)
 
     def commit(self, record: dict[str, Any], names: list[str], drop: list[str]) -> None:
@@ -177,9 +167,9 @@ class Workdir:
                     f"{self.folder}: neither {part.name} nor {name} exists: run again with "
                     "--restart"
                 )
-        _fsync_dir(self.folder)
+        sync_folder(self.folder)
         self.write_json("meta.json", record["meta"])
         for name in drop:
             self.part_path(name).unlink(missing_ok=True)
         self.progress_path.unlink(missing_ok=True)
-        _fsync_dir(self.folder)
+        sync_folder(self.folder)

@@ -24,10 +24,11 @@ from typing import Any
 import numpy as np
 
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import OWTError, TooManyErrors, TruncatedMember
+from openwebtext.errors import OWTError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import Split, block_stop
+from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
 from openwebtext.stream.counts import ExpectedCounts
@@ -57,7 +58,7 @@ log = logging.getLogger("openwebtext")
 
 
 class ErrorPolicy:
-    """``on_error``: raise a unit's error, or count it as skipped (and log it, ``warn``).
+    """``on_error`` over a stream's ``Counters``: ``policy.SkipPolicy``, the one skip rule.
 
     Every kind of skip counts against ``max_errors``: members, documents, members
     cut short (their documents before the cut are kept) and files skipped when
@@ -69,45 +70,26 @@ class ErrorPolicy:
     """
 
     def __init__(self, options: Options, skipped_files: Sequence[OWTError] = ()) -> None:
-        self.on_error = options.on_error
-        self.max_errors = options.max_errors
+        self.policy = SkipPolicy(options.on_error, options.max_errors)
         self.files = len(skipped_files)
         self.skipped: list[str] = [str(error) for error in skipped_files]
         """What was skipped, by name (the first 10,000)."""
 
-    def skip(self, error: OWTError, counters: Counters, *, member_level: bool) -> Counters:
-        """``counters`` with ``error`` counted as a skipped member or document, or raise it.
+    def skip(self, error: OWTError, counters: Counters) -> Counters:
+        """``counters`` with ``error`` counted under its counter (``policy.counter_of``), or
+        raise it.
 
         Raises:
             OWTError: ``error`` itself, under ``on_error="raise"`` (its ``__cause__``
                 says where the worker raised it).
             TooManyErrors: past ``max_errors`` skips.
         """
-        if self.on_error == "raise":
-            raise error
-        if member_level:
-            counters = replace(counters, skipped_members=counters.skipped_members + 1)
-        else:
-            counters = replace(counters, skipped_documents=counters.skipped_documents + 1)
-        self._note(error)
-        self.check(counters, error)
-        return counters
-
-    def cut(self, error: TruncatedMember, counters: Counters) -> Counters:
-        """``counters`` with a member cut short counted (its documents before the cut are
-        kept), or raise ``error``."""
-        if self.on_error == "raise":
-            raise error
-        counters = replace(counters, partial_members=counters.partial_members + 1)
-        self._note(error)
-        self.check(counters, error)
-        return counters
-
-    def _note(self, error: OWTError) -> None:
+        key = self.policy.take(error)
+        counters = replace(counters, **{key: getattr(counters, key) + 1})
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
-        if self.on_error == "warn":
-            log.warning("skipped: %s", error)
+        self.check(counters, error)
+        return counters
 
     def check(self, counters: Counters, error: OWTError | None) -> None:
         """End the run once the skips are more than ``max_errors``.
@@ -115,12 +97,9 @@ class ErrorPolicy:
         Raises:
             TooManyErrors: naming ``error``, the last skip.
         """
-        skips = counters.skipped_members + counters.skipped_documents + counters.partial_members
-        skips += self.files
-        if error is not None and self.max_errors is not None and skips > self.max_errors:
-            raise TooManyErrors(
-                f"{skips} skipped, more than max_errors={self.max_errors}; last: {error}"
-            ) from error
+        if error is not None:
+            counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
+            self.policy.check(skips_in({**counts, "skipped_files": self.files}), error)
 
 
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
@@ -192,6 +171,7 @@ class Stream:
         self._block_len = 0
         self._in_block: int = position["in_block"]
         self._first_in_block = self._in_block  # handed out before this iterator started
+        self._finished_pass: int | None = None  # the last epoch's count, once the run ended
         self._block_order: list[int] | None = None
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
@@ -236,8 +216,11 @@ class Stream:
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
         m = self.mark()
+        counted = m.counted()
+        if self._finished_pass is not None:  # the state is at the next epoch's start; not Stats
+            counted = replace(counted, epoch_documents=self._finished_pass)
         return Stats(
-            **m.counted().to_state(),
+            **counted.to_state(),
             skipped=tuple(self._policy.skipped[: m.skipped]),
             skipped_files=self._policy.files,
         )
@@ -281,6 +264,8 @@ class Stream:
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len, self._reshard, self._rank = 0, None, opts.rank
+                if last is not None and self._epoch >= last:  # Stats reports the pass it ended
+                    self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
         finally:
             pool.close()
@@ -344,8 +329,8 @@ class Stream:
         """``piece`` as its rank hands it out, up to ``stop`` documents of the epoch."""
         if piece.target is None:
             return self._pass(pool, piece.order, piece.block, len(piece.order), stop, take)
-        counts = self._counts_per_unit()
-        even = EvenEpoch(piece.order, counts, piece.target, rank=piece.rank, epoch=self._epoch)
+        counts, epoch = self._counts_per_unit(), self._epoch
+        even = EvenEpoch(piece.order, counts, piece.target, rank=piece.rank, epoch=epoch)
         shift = self._counters.epoch_documents - piece.handed
         stop = piece.target + shift if stop is None else stop
         return self._even_passes(pool, piece.order, even, shift, stop, take)
@@ -431,12 +416,8 @@ class Stream:
         self._counters = self._counters.unit_read(loaded.replace)
         cut = False
         for error in loaded.errors:
-            if isinstance(error, TruncatedMember) and loaded.names:
-                cut = True
-                self._counters = self._policy.cut(error, self._counters)
-            else:
-                member_level = not loaded.names
-                self._counters = self._policy.skip(error, self._counters, member_level=member_level)
+            cut = cut or (isinstance(error, TruncatedMember) and bool(loaded.names))
+            self._counters = self._policy.skip(error, self._counters)
         if self._expected is not None and not cut and (loaded.names or not loaded.errors):
             self._expected.check(self.corpus.units[loaded.unit], loaded)
 

@@ -1,4 +1,4 @@
-"""Random draws made from uniforms only: the one sampler, inverse-CDF picks, :class:`_Draw`.
+"""Random draws made from uniforms only: the one sampler, inverse-CDF picks, :class:`Draw`.
 
 Determinism: all randomness comes from ``numpy.random.Generator(PCG64)`` through
 ``Generator.random`` only (uniform doubles; every other distribution is derived here), so
@@ -19,28 +19,28 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.intp]
 
 
-def _uniform(rng: np.random.Generator, n: int) -> FloatArray:
+def uniform(rng: np.random.Generator, n: int) -> FloatArray:
     """``n`` uniform doubles in [0, 1): the only sampler used anywhere."""
     return rng.random(n)
 
 
-def _pick(cum: FloatArray, u: FloatArray) -> IntArray:
+def pick(cum: FloatArray, u: FloatArray) -> IntArray:
     """Inverse-CDF draw: indices into a table whose cumulative weights are ``cum``."""
     idx: IntArray = np.searchsorted(cum, u * cum[-1], side="right")
     return np.minimum(idx, len(cum) - 1)
 
 
-def _cumulative(weights: Sequence[float]) -> FloatArray:
+def cumulative(weights: Sequence[float]) -> FloatArray:
     return np.cumsum(np.asarray(weights, dtype=np.float64))
 
 
-def _normal(rng: np.random.Generator) -> float:
+def normal(rng: np.random.Generator) -> float:
     """One standard normal draw (Box-Muller on two uniforms)."""
-    u1, u2 = _uniform(rng, 2).tolist()
+    u1, u2 = uniform(rng, 2).tolist()
     return math.sqrt(-2.0 * math.log(1.0 - u1)) * math.cos(2.0 * math.pi * u2)
 
 
-class _Draw:
+class Draw:
     """Scalar uniforms drawn in blocks (Generator.random per scalar is slow)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
@@ -49,7 +49,7 @@ class _Draw:
 
     def __call__(self) -> float:
         if not self.buf:
-            self.buf = _uniform(self.rng, 256).tolist()[::-1]
+            self.buf = uniform(self.rng, 256).tolist()[::-1]
         return self.buf.pop()
 
     def below(self, n: int) -> int:

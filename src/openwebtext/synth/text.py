@@ -15,18 +15,18 @@ import math
 
 import numpy as np
 
-from openwebtext.synth.draw import IntArray, _cumulative, _Draw, _normal, _pick, _uniform
+from openwebtext.synth.draw import Draw, IntArray, cumulative, normal, pick, uniform
 from openwebtext.synth.words import (
-    _FOOTERS,
-    _FOREIGN,
-    _HEADERS,
-    _MONTHS,
-    _SUCC,
-    _SUCC_WEIGHTS,
-    _TLDS,
-    _WEEKDAYS,
-    _Vocab,
-    _vocab,
+    FOOTERS,
+    FOREIGN,
+    HEADERS,
+    MONTHS,
+    SUCC,
+    SUCC_WEIGHTS,
+    TLDS,
+    WEEKDAYS,
+    Vocab,
+    vocabulary,
 )
 
 # Document length in UTF-8 bytes: lognormal, clamped.
@@ -42,7 +42,7 @@ _PARAGRAPH_EXTRA_MEAN = 2.5  # sentences per paragraph = 1 + exponential(2.5), c
 _PARAGRAPH_MAX = 12
 _TOPIC_RATE = 0.1  # words drawn from the document's topic words
 _TOPIC_MIN_RANK = 200  # topic words are content words
-_SUCC_CUM = _cumulative(_SUCC_WEIGHTS)
+_SUCC_CUM = cumulative(SUCC_WEIGHTS)
 _FOLLOW_RATE = 0.63  # words that are their predecessor's usual successor
 _CHAIN_MAX = 8
 _COMMA_RATE = 0.07
@@ -63,14 +63,14 @@ _ASCII_MARKS = (("\x01", '"'), ("\x02", '"'), ("\x03", " --"))
 _TYPO_MARKS = (("\x01", "“"), ("\x02", "”"), ("\x03", " —"), ("'", "’"))
 
 
-def _word(draw: _Draw, vocab: _Vocab) -> str:
+def _word(draw: Draw, vocab: Vocab) -> str:
     """One word with Zipf frequency."""
     cum = vocab.cum_list
     i = min(bisect.bisect_right(cum, draw() * cum[-1]), vocab.size - 1)
     return vocab.words[i]
 
 
-def _name(draw: _Draw, vocab: _Vocab) -> str:
+def _name(draw: Draw, vocab: Vocab) -> str:
     """A capitalised content word (never a function word), e.g. for names."""
     cum = vocab.cum_list
     lo = cum[_TOPIC_MIN_RANK]
@@ -78,14 +78,14 @@ def _name(draw: _Draw, vocab: _Vocab) -> str:
     return vocab.cap_words[i]
 
 
-def _date(draw: _Draw) -> str:
-    month = draw.choice(_MONTHS)
+def _date(draw: Draw) -> str:
+    month = draw.choice(MONTHS)
     day = 1 + draw.below(28)
     year = 1995 + draw.below(25)
     return f"{month} {day}, {year}"
 
 
-def _special(draw: _Draw, vocab: _Vocab) -> str:
+def _special(draw: Draw, vocab: Vocab) -> str:
     """A number, date, amount, percentage, time or name."""
     u = draw()
     if u < 0.25:
@@ -104,16 +104,16 @@ def _special(draw: _Draw, vocab: _Vocab) -> str:
     if u < 0.78:
         return f"{1 + draw.below(12)}:{draw.below(60):02d} {'a.m.' if draw() < 0.5 else 'p.m.'}"
     if u < 0.84:
-        return draw.choice(_WEEKDAYS)
+        return draw.choice(WEEKDAYS)
     if u < 0.90:
         return f"{1 + draw.below(999):,}"
     return f"{_name(draw, vocab)} {_name(draw, vocab)}"
 
 
-def _url(draw: _Draw, vocab: _Vocab) -> str:
+def _url(draw: Draw, vocab: Vocab) -> str:
     host = (_name(draw, vocab) + _name(draw, vocab)).lower()
     host = "".join(ch for ch in host if ch.isascii() and ch.isalnum()) or "example"
-    tld = draw.choice(_TLDS)
+    tld = draw.choice(TLDS)
     scheme = "https" if draw() < 0.7 else "http"
     www = "www." if draw() < 0.6 else ""
     if draw() < 0.3:
@@ -126,7 +126,7 @@ def _url(draw: _Draw, vocab: _Vocab) -> str:
     return f"{scheme}://{www}{host}.{tld}/{path}"
 
 
-def _fill(template: str, draw: _Draw, vocab: _Vocab) -> str:
+def _fill(template: str, draw: Draw, vocab: Vocab) -> str:
     return template.format(
         year=1995 + draw.below(25),
         Name=_name(draw, vocab),
@@ -135,24 +135,24 @@ def _fill(template: str, draw: _Draw, vocab: _Vocab) -> str:
 
 
 def _sentences(
-    rng: np.random.Generator, vocab: _Vocab, topic: IntArray, n: int
+    rng: np.random.Generator, vocab: Vocab, topic: IntArray, n: int
 ) -> tuple[IntArray, IntArray, IntArray]:
     """About ``n`` words in whole sentences: token ids, forms and sentence ends."""
-    base = vocab.zipf(_uniform(rng, n))
+    base = vocab.zipf(uniform(rng, n))
     # Burstiness: a document keeps coming back to its own topic words (the first ones
     # most often).
-    ut = _uniform(rng, n)
+    ut = uniform(rng, n)
     which = np.minimum((len(topic) * (ut / _TOPIC_RATE) ** 2).astype(np.intp), len(topic) - 1)
     base = np.where(ut < _TOPIC_RATE, topic[which], base)
     # Collocations: a word is often followed by one of its usual successors; runs of
     # followers make fixed phrases (followed exactly for up to _CHAIN_MAX words).
-    uf = _uniform(rng, n - 1)
+    uf = uniform(rng, n - 1)
     at = np.flatnonzero(uf < _FOLLOW_RATE) + 1
-    col = _pick(_SUCC_CUM, uf[at - 1] / _FOLLOW_RATE)
+    col = pick(_SUCC_CUM, uf[at - 1] / _FOLLOW_RATE)
     for _ in range(_CHAIN_MAX):
-        base[at] = vocab.succ[base[at - 1] * _SUCC + col]
+        base[at] = vocab.succ[base[at - 1] * SUCC + col]
     n_sent = n // _SENTENCE_MIN + 1
-    extra = np.floor(-np.log1p(-_uniform(rng, n_sent)) * _SENTENCE_EXTRA_MEAN)
+    extra = np.floor(-np.log1p(-uniform(rng, n_sent)) * _SENTENCE_EXTRA_MEAN)
     sent_len = np.minimum(_SENTENCE_MIN + extra.astype(np.intp), _SENTENCE_MAX)
     ends: IntArray = np.cumsum(sent_len)
     n_sent = max(int(np.searchsorted(ends, n, side="right")), 1)  # whole sentences
@@ -160,27 +160,27 @@ def _sentences(
     n = int(ends[-1])
     starts = np.concatenate(([0], ends[:-1]))
     form = np.zeros(n, dtype=np.intp)
-    u = _uniform(rng, n)
+    u = uniform(rng, n)
     comma = u < _COMMA_RATE
-    form[comma] = np.where(u[comma] < _COMMA_RATE * _DASH_RATE, _Vocab.DASH, _Vocab.COMMA)
-    form[starts] = _Vocab.CAP
-    ue = _uniform(rng, len(ends))
+    form[comma] = np.where(u[comma] < _COMMA_RATE * _DASH_RATE, Vocab.DASH, Vocab.COMMA)
+    form[starts] = Vocab.CAP
+    ue = uniform(rng, len(ends))
     form[ends - 1] = np.where(
         ue < _QUESTION_RATE,
-        _Vocab.QUESTION,
-        np.where(ue < _QUESTION_RATE + _EXCLAIM_RATE, _Vocab.EXCLAIM, _Vocab.PERIOD),
+        Vocab.QUESTION,
+        np.where(ue < _QUESTION_RATE + _EXCLAIM_RATE, Vocab.EXCLAIM, Vocab.PERIOD),
     )
     tokens: IntArray = base[:n] + vocab.size * form
     return tokens, form, ends
 
 
 def _body(
-    rng: np.random.Generator, draw: _Draw, vocab: _Vocab, target: int, urls: int, foreign: int
+    rng: np.random.Generator, draw: Draw, vocab: Vocab, target: int, urls: int, foreign: int
 ) -> list[str]:
     """Paragraphs of about ``target`` UTF-8 bytes (ends at the first sentence past it)."""
     n_topic = 4 + draw.below(16)
     lo = vocab.cum[_TOPIC_MIN_RANK] / vocab.cum[-1]
-    topic = _pick(vocab.cum, lo + (1.0 - lo) * _uniform(rng, n_topic))
+    topic = pick(vocab.cum, lo + (1.0 - lo) * uniform(rng, n_topic))
     n = int(target / (0.8 * vocab.mean_nbytes)) + 48  # words: enough but for rare flukes
     while True:
         tokens, form, ends = _sentences(rng, vocab, topic, n)
@@ -196,19 +196,19 @@ def _body(
     words: list[str] = vocab.strings[tokens[:n]].tolist()
 
     # Numbers, dates, names, URLs and non-Latin words replace plain mid-sentence words.
-    plain = (form[:n] == _Vocab.PLAIN) & (_uniform(rng, n) < _SPECIAL_RATE)
+    plain = (form[:n] == Vocab.PLAIN) & (uniform(rng, n) < _SPECIAL_RATE)
     for i in np.flatnonzero(plain).tolist():
         words[i] = _special(draw, vocab)
     for _ in range(urls):
         i = draw.below(n)
-        if form[i] == _Vocab.PLAIN:
+        if form[i] == Vocab.PLAIN:
             words[i] = _url(draw, vocab)
     for _ in range(foreign):
         i = draw.below(n)
-        if form[i] == _Vocab.PLAIN:
-            words[i] = draw.choice(_FOREIGN)
+        if form[i] == Vocab.PLAIN:
+            words[i] = draw.choice(FOREIGN)
     # Quoted sentences: \x01 and \x02 become straight or curly quotes later.
-    for s in np.flatnonzero(_uniform(rng, n_sent) < _QUOTE_RATE).tolist():
+    for s in np.flatnonzero(uniform(rng, n_sent) < _QUOTE_RATE).tolist():
         words[starts_list[s]] = "\x01" + words[starts_list[s]]
         words[ends_list[s] - 1] += "\x02"
 
@@ -241,17 +241,17 @@ def generate_document(rng: np.random.Generator | int, target_bytes: int | None =
     """
     if isinstance(rng, int):
         rng = np.random.Generator(np.random.PCG64(rng))
-    vocab = _vocab()
-    draw = _Draw(rng)
+    vocab = vocabulary()
+    draw = Draw(rng)
     if target_bytes is None:
-        size = _LEN_MEDIAN * math.exp(_LEN_SIGMA * _normal(rng))
+        size = _LEN_MEDIAN * math.exp(_LEN_SIGMA * normal(rng))
         target_bytes = int(min(max(size, _MIN_DOC_BYTES), _MAX_DOC_BYTES))
     typographic = draw() < _TYPOGRAPHIC_RATE
     urls = 1 + draw.below(3) if draw() < _URL_RATE else 0
     foreign = 1 + draw.below(4) if draw() < _FOREIGN_RATE else 0
 
     title_n = 3 + draw.below(10)
-    title_ids = vocab.zipf(_uniform(rng, title_n)).tolist()
+    title_ids = vocab.zipf(uniform(rng, title_n)).tolist()
     title = " ".join(vocab.cap_words[i] for i in title_ids)
     if draw() < 0.15:
         title += " - " + _name(draw, vocab)
@@ -259,7 +259,7 @@ def generate_document(rng: np.random.Generator | int, target_bytes: int | None =
     head: list[str] = []
     if draw() < _HEADER_RATE:
         if draw() < 0.6:
-            head.append(draw.choice(_HEADERS))
+            head.append(draw.choice(HEADERS))
         if draw() < 0.5:
             head.append(f"By {_name(draw, vocab)} {_name(draw, vocab)}")
         if draw() < 0.5:
@@ -267,7 +267,7 @@ def generate_document(rng: np.random.Generator | int, target_bytes: int | None =
     foot: list[str] = []
     if draw() < _FOOTER_RATE:
         for _ in range(1 + draw.below(4)):
-            foot.append(_fill(draw.choice(_FOOTERS), draw, vocab))
+            foot.append(_fill(draw.choice(FOOTERS), draw, vocab))
     frame = [title, *(["\n".join(head)] if head else []), *(["\n".join(foot)] if foot else [])]
     used = sum(len(p.encode()) + 2 for p in frame)
     body_target = max(target_bytes - used, 100)

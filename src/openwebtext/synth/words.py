@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from openwebtext.synth.draw import FloatArray, IntArray, _cumulative, _Draw, _pick, _uniform
+from openwebtext.synth.draw import Draw, FloatArray, IntArray, cumulative, pick, uniform
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -32,8 +32,8 @@ _ZIPF_Q = 2.7  # Zipf-Mandelbrot offset
 _PROPER_RATE = 0.08  # made-up words that are names, always capitalised
 _ACCENT_RATE = 0.001  # rare made-up words with an accented letter
 _ACCENT_MIN_RANK = 3000
-_SUCC_WEIGHTS = (0.5, 0.25, 0.15, 0.1)  # how often each of a word's successors follows it
-_SUCC = len(_SUCC_WEIGHTS)
+SUCC_WEIGHTS = (0.5, 0.25, 0.15, 0.1)  # how often each of a word's successors follows it
+SUCC = len(SUCC_WEIGHTS)
 
 # Real English function words and common words, in rough frequency order; they take the
 # top ranks so the text has an English skeleton around made-up content words.
@@ -77,11 +77,11 @@ _ACCENTS = {
 }
 
 
-class _Vocab:
+class Vocab:
     """Token table: every word in every form (plain, comma, capitalised, end of sentence).
 
     A token id is ``word + size * form``; ``strings[id]`` is its text and ``nbytes[id]``
-    its UTF-8 length plus one for the separating space. ``succ[word * _SUCC + j]`` are the
+    its UTF-8 length plus one for the separating space. ``succ[word * SUCC + j]`` are the
     words that often follow it (collocations), ``cum`` the Zipf cumulative weights.
     """
 
@@ -90,25 +90,27 @@ class _Vocab:
 
     def __init__(self, words: list[str], proper: list[bool], succ: IntArray) -> None:
         self.words = words
-        self.succ = succ  # successors of word w: succ[w * _SUCC : (w + 1) * _SUCC]
+        self.succ = succ  # successors of word w: succ[w * SUCC : (w + 1) * SUCC]
         self.size = len(words)
-        forms: list[list[str]] = [[] for _ in range(self.FORMS)]
-        for word, is_proper in zip(words, proper, strict=True):
-            base = word[0].upper() + word[1:] if is_proper else word
-            cap = word[0].upper() + word[1:]
-            # \x03 marks a dash; the document's style decides how it is drawn.
-            for form, text in enumerate(
-                (base, base + ",", cap, base + ".", base + "?", base + "!", base + "\x03")
-            ):
-                forms[form].append(text)
-        flat = [s for form in forms for s in form]
+        self.cap_words = [w[0].upper() + w[1:] for w in words]
+        base = [c if p else w for w, c, p in zip(words, self.cap_words, proper, strict=True)]
+        # By form: plain, comma, capitalised, period, question, exclamation, dash (\x03
+        # marks a dash; the document's style decides how it is drawn).
+        flat = [*base, *[b + "," for b in base], *self.cap_words]
+        for mark in ".?!\x03":
+            flat += [b + mark for b in base]
         self.strings: npt.NDArray[np.object_] = np.array(flat, dtype=object)
-        self.nbytes: IntArray = np.array([len(s.encode()) + 1 for s in flat], dtype=np.intp)
+        # UTF-8 size plus the separating space; every mark is one ASCII byte.
+        base_bytes = np.array([len(b.encode()) for b in base], dtype=np.intp) + 1
+        cap_bytes = np.array([len(c.encode()) for c in self.cap_words], dtype=np.intp) + 1
+        marked = base_bytes + 1
+        self.nbytes: IntArray = np.concatenate(
+            [base_bytes, marked, cap_bytes, marked, marked, marked, marked]
+        )
         weights = [(rank + _ZIPF_Q) ** -_ZIPF_S for rank in range(1, self.size + 1)]
-        self.cum = _cumulative(weights)
+        self.cum = cumulative(weights)
         self.cum_list: list[float] = self.cum.tolist()
         self.alias_prob, self.alias_idx = _alias_table(weights)
-        self.cap_words = [f[0].upper() + f[1:] for f in words]
         self.mean_nbytes = float(np.dot(weights, self.nbytes[: self.size])) / sum(weights)
 
     def zipf(self, u: FloatArray) -> IntArray:
@@ -139,12 +141,12 @@ def _alias_table(weights: Sequence[float]) -> tuple[FloatArray, IntArray]:
 
 
 def _weighted(table: Sequence[tuple[Any, float]]) -> tuple[list[Any], FloatArray]:
-    return [item for item, _ in table], _cumulative([w for _, w in table])
+    return [item for item, _ in table], cumulative([w for _, w in table])
 
 
 @functools.cache
-def _vocab() -> _Vocab:
-    """Build the fixed vocabulary (deterministic, about a second, cached per process)."""
+def vocabulary() -> Vocab:
+    """Build the fixed vocabulary (deterministic, about half a second, cached per process)."""
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(_VOCAB_SEED)))
     tables = {
         "onset": _weighted(_ONSETS),
@@ -153,10 +155,10 @@ def _vocab() -> _Vocab:
         "suffix": _weighted(_SUFFIXES),
         "syl": _weighted(_SYLLABLES),
     }
-    draw = _Draw(rng)
+    draw = Draw(rng)
     cum_lists = {k: cum.tolist() for k, (_, cum) in tables.items()}
 
-    def pick(name: str) -> Any:
+    def choose(name: str) -> Any:
         items, _ = tables[name]
         cum = cum_lists[name]
         return items[min(bisect.bisect_right(cum, draw() * cum[-1]), len(items) - 1)]
@@ -165,10 +167,10 @@ def _vocab() -> _Vocab:
     made: list[tuple[float, str]] = []
     target = _VOCAB_SIZE - len(_FUNCTION_WORDS)
     while len(made) < target:
-        n_syl: int = pick("syl")
-        word = "".join(pick("onset") + pick("vowel") + pick("coda") for _ in range(n_syl))
+        n_syl: int = choose("syl")
+        word = "".join(choose("onset") + choose("vowel") + choose("coda") for _ in range(n_syl))
         if draw() < 0.3:
-            word += pick("suffix")
+            word += choose("suffix")
         if len(word) < 2 or word in seen:
             continue
         seen.add(word)
@@ -191,27 +193,27 @@ def _vocab() -> _Vocab:
     # function word ("the gro", never "the of").
     ranks = np.arange(1, len(words) + 1, dtype=np.float64)
     cum = np.cumsum((ranks + _ZIPF_Q) ** -_ZIPF_S)
-    u = _uniform(rng, _SUCC * len(words))
-    n_func = _SUCC * len(_FUNCTION_WORDS)
+    u = uniform(rng, SUCC * len(words))
+    n_func = SUCC * len(_FUNCTION_WORDS)
     lo = cum[len(_FUNCTION_WORDS) - 1] / cum[-1]
     u[:n_func] = lo + (1.0 - lo) * u[:n_func]
-    return _Vocab(words, proper, _pick(cum, u))
+    return Vocab(words, proper, pick(cum, u))
 
 
 # What documents draw from besides the vocabulary: dates, URLs, non-Latin words, boilerplate.
-_MONTHS = _words(
+MONTHS = _words(
     "January February March April May June July August September October November December"
 )
-_WEEKDAYS = _words("Monday Tuesday Wednesday Thursday Friday Saturday Sunday")
-_TLDS = ("com", "com", "com", "org", "net", "co.uk", "io", "de")
+WEEKDAYS = _words("Monday Tuesday Wednesday Thursday Friday Saturday Sunday")
+TLDS = ("com", "com", "com", "org", "net", "co.uk", "io", "de")
 
-_FOREIGN = _words(
+FOREIGN = _words(
     "Москва правда новости Россия спасибо Ελλάδα δημοκρατία λόγος 東京 中国 日本語 北京 "
     "한국 서울 שלום العربية नमस्ते ไทย José Müller São Zürich café naïve résumé Beyoncé "
     "Pokémon Québec Ángel Gómez Bogotá Kraków Dvořák Ørsted"
 )
 
-_HEADERS = (
+HEADERS = (
     "Advertisement",
     "Skip to main content",
     "Skip to content",
@@ -221,7 +223,7 @@ _HEADERS = (
     "Breaking News",
     "Log in or sign up",
 )
-_FOOTERS = (
+FOOTERS = (
     "Share this article",
     "Share on Facebook",
     "Share on Twitter",

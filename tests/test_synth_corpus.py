@@ -1,4 +1,5 @@
-"""Tests of the synthetic OpenWebText-like corpus generator (openwebtext.synth)."""
+"""Tests of the synthetic corpus on disk (openwebtext.synth): layout, golden bytes, writing
+safely, the default corpus. The documents themselves: test_synth_text.py."""
 
 from __future__ import annotations
 
@@ -7,13 +8,10 @@ import io
 import lzma
 import os
 import re
-import statistics
 import tarfile
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from openwebtext import synth
@@ -31,10 +29,51 @@ GOLDEN_FIRST_DOC_SHA256 = "cc961a34cb6882487460b5a46089c30f697531dac0e88de299e39
 # sha256 of the (decompressed) inner tar of member 1 of the 2 x 3 x 20 seed-0 corpus:
 # names, tar headers and texts, independent of the liblzma version.
 GOLDEN_INNER_TAR_SHA256 = "fdb42611f06e7741c53d9e1f120c2f8845d662efc3c971302194d36e10d21897"
+# Every member of the 2 x 3 x 20 seed-0 corpus, computed with the generator as it was
+# before it was made faster (commit c3d3b59): {member: (sha256 of the xz bytes, sha256 of
+# the inner tar)}. The inner tars pin names, headers and texts whatever the liblzma. The xz
+# bytes pin the compression too, but only for one encoder: xz(1) warns that its output may
+# change between liblzma versions and builds (these are from liblzma 5.4.1); a member that
+# is not ``lzma.compress(inner tar, preset 6)`` on this machine fails whatever the version.
+# Outer tars: the members with their tar headers.
+GOLDEN_MEMBERS = {
+    "openwebtext/urlsf_subset00-1_data.xz": (
+        "3a75b86431d0403861d09290cf8c310a34e5908ea1185d3634850738e8a7e379",
+        "fdb42611f06e7741c53d9e1f120c2f8845d662efc3c971302194d36e10d21897",
+    ),
+    "openwebtext/urlsf_subset00-2_data.xz": (
+        "ae3e837af0ddd7a86f06a6240b59d06e08e80a17d6332400e13645cba958e6d6",
+        "b43f80c8dbaa9f6fdf4f36c1df0c529eec634bdb31334ac439113c8cc346045d",
+    ),
+    "openwebtext/urlsf_subset00-3_data.xz": (
+        "d118c03dfd0996ea1f3b9d88df30dde4786f7c814820ef55043e1e334a9daf49",
+        "d1e653745a02b2b1f258c139d882b7ba10633004932f418c2fa99349d53d1b86",
+    ),
+    "openwebtext/urlsf_subset01-1_data.xz": (
+        "b12f8c8730809b662f2b75b3bdce65f9c23c6efc4ca8ef9edd5081cb7bc54506",
+        "ddb27adcb5cac2a57c1489803edb3e59b6786cd2d9b23c563d75e0e0a55c11a5",
+    ),
+    "openwebtext/urlsf_subset01-2_data.xz": (
+        "abc5db8b7fad1938a62db5d975b3206c5123038a309a54c9edea91495172b2e8",
+        "4982b6095b42d47f80e9cef03c37561ddf7f33244bad53693e0c2b5834ec9a60",
+    ),
+    "openwebtext/urlsf_subset01-3_data.xz": (
+        "dba673f1daacd13237c013469bb1a507d958464012822f9bac23595d8ca1dd7a",
+        "00697e7ad53f2f19d3c250b4bfb9cab64af65d4d50436007bc99a3cbb6d9c09a",
+    ),
+}
+GOLDEN_OUTER_TARS = {
+    "urlsf_subset00.tar": "bdc78af54eca878ecada1dc58198b48f01210391dc55c9df7c963c5eac57fe55",
+    "urlsf_subset01.tar": "5a3090f573935a94a2abc82ad52931aac4768a59945472e5ad1265fae673429e",
+}
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_bytes(path.read_bytes())
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def read_corpus(path: Path) -> dict[str, list[tuple[str, list[tuple[tarfile.TarInfo, bytes]]]]]:
@@ -158,6 +197,24 @@ def test_golden_first_document(tiny: tuple[Path, synth.SynthReport]) -> None:
     assert hashlib.sha256(inner).hexdigest() == GOLDEN_INNER_TAR_SHA256
 
 
+def test_golden_every_member(tiny: tuple[Path, synth.SynthReport]) -> None:
+    """The corpus bytes are the ones the original (slow) generator wrote, member by member."""
+    out, _ = tiny
+    members: dict[str, tuple[str, str]] = {}
+    for name in GOLDEN_OUTER_TARS:
+        with tarfile.open(out / name) as outer:
+            for info in outer.getmembers():
+                fh = outer.extractfile(info)
+                assert fh is not None
+                xz = fh.read()
+                inner = lzma.decompress(xz, format=lzma.FORMAT_XZ)
+                assert xz == lzma.compress(inner, format=lzma.FORMAT_XZ, preset=6), info.name
+                members[info.name] = (sha256_bytes(xz), sha256_bytes(inner))
+    assert {k: v[1] for k, v in members.items()} == {k: v[1] for k, v in GOLDEN_MEMBERS.items()}
+    assert members == GOLDEN_MEMBERS, "same texts, other xz bytes: another liblzma encoder?"
+    assert {name: sha256(out / name) for name in GOLDEN_OUTER_TARS} == GOLDEN_OUTER_TARS
+
+
 def test_same_seed_same_bytes_whatever_the_workers(
     tiny: tuple[Path, synth.SynthReport], tmp_path: Path
 ) -> None:
@@ -192,113 +249,6 @@ def test_worker_processes_are_gone_afterwards(tmp_path: Path) -> None:
     report = synth.write_corpus(tmp_path / "c", 1, 4, 3, workers=2)
     assert report.documents == 12
     assert live_children() == []
-
-
-def test_only_uniform_doubles_are_drawn() -> None:
-    class OnlyRandom:
-        """A generator that offers nothing but ``random``."""
-
-        def __init__(self, seed: int) -> None:
-            self._rng = np.random.Generator(np.random.PCG64(seed))
-            self.calls = 0
-
-        def random(self, *args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return self._rng.random(*args, **kwargs)
-
-    proxy = OnlyRandom(7)
-    text = synth.generate_document(proxy)  # type: ignore[arg-type]
-    assert proxy.calls > 0
-    assert text == synth.generate_document(7)
-    assert text != synth.generate_document(8)
-
-
-def test_generate_document_target_size() -> None:
-    for target in (500, 5_000, 50_000):
-        n = len(synth.generate_document(3, target_bytes=target).encode())
-        assert 0.9 * target < n < 1.1 * target + 600
-    capped = [len(synth.generate_document(seed, target_bytes=10**6).encode()) for seed in range(5)]
-    assert all(95_000 < n <= 100_000 for n in capped), capped
-
-
-# --------------------------------------------------------------------------------------
-# Text statistics (about 2,000 documents)
-# --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def sample() -> list[str]:
-    docs: list[str] = []
-    for member in range(1, 6):
-        docs += synth.member_documents(0, 0, member, 400)
-    return docs
-
-
-def test_compression_ratio_like_web_text() -> None:
-    text = xz = 0
-    for member in (1, 2):
-        data, nbytes = synth.pack._make_member(0, 0, member, 390, 0, 6)
-        text += nbytes
-        xz += len(data)
-    ratio = text / xz
-    assert 2.5 < ratio < 4.0, ratio
-    assert 2.8 < ratio < 3.5, ratio  # tuned to about 3.1 (real OpenWebText: about 3.0)
-
-
-def test_length_distribution_right_skewed(sample: list[str]) -> None:
-    sizes = [len(d.encode()) for d in sample]
-    mean = statistics.mean(sizes)
-    median = statistics.median(sizes)
-    assert len(sizes) == 2000
-    assert 4200 < mean < 5200, mean
-    assert median < 0.8 * mean, (median, mean)
-    assert 2000 < median < 4000, median
-    assert min(sizes) >= 300
-    assert max(sizes) <= 100_000
-    assert max(sizes) > 25_000  # a long tail
-    assert sum(s < 1000 for s in sizes) > 0.03 * len(sizes)
-
-
-def test_some_non_ascii_but_mostly_ascii(sample: list[str]) -> None:
-    with_non_ascii = sum(not d.isascii() for d in sample) / len(sample)
-    assert 0.2 < with_non_ascii < 0.4, with_non_ascii
-    total = sum(len(d.encode()) for d in sample)
-    ascii_bytes = sum(sum(c.isascii() for c in d) for d in sample)
-    assert ascii_bytes / total > 0.99
-    joined = "".join(sample)
-    for ch in "“”’—é":
-        assert ch in joined, ch
-    assert re.search(r"[\u0400-\u04ff\u0370-\u03ff\u4e00-\u9fff]", joined)  # non-Latin
-
-
-def test_no_control_characters(sample: list[str]) -> None:
-    for doc in sample:
-        assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f]", doc)
-        assert doc.endswith("\n") and not doc.startswith((" ", "\n"))
-
-
-def test_looks_like_web_text(sample: list[str]) -> None:
-    words = Counter(w.lower().strip('.,!?"“”') for d in sample for w in d.split())
-    total = sum(words.values())
-    top = words.most_common(100)
-    assert top[0][0] == "the"
-    assert sum(c for _, c in top) / total > 0.3  # Zipf-like: a few words dominate
-    assert len(words) > 10_000  # ... over a large vocabulary
-    assert sum(len(w) * c for w, c in words.items()) / total < 8
-    n = len(sample)
-    # Structure: a title line then paragraphs separated by blank lines.
-    assert all("\n\n" in d for d in sample)
-    assert sum(d.count("\n\n") >= 3 for d in sample) > 0.7 * n
-    assert all(d.split("\n", 1)[0][0].isupper() for d in sample)
-    sentences = re.findall(r"[.!?][”\"]? ([A-Z“\"])", "".join(sample))
-    assert len(sentences) > 20 * n
-    assert sum(d.count(",") for d in sample) > 20 * n
-    assert sum(bool(re.search(r"\d", d)) for d in sample) > 0.8 * n
-    assert sum("http" in d for d in sample) > 0.1 * n
-    assert sum(bool(re.search(r"\b(19|20)\d\d\b", d)) for d in sample) > 0.5 * n
-    boilerplate = ("Share this article", "Click here to subscribe", "Advertisement")
-    assert sum(any(b in d for b in boilerplate) for d in sample) > 0.1 * n
-    assert "lorem" not in " ".join(sample).lower()
 
 
 # --------------------------------------------------------------------------------------
@@ -399,6 +349,8 @@ def test_default_corpus_name() -> None:
         f"synth-v{synth.GENERATOR_VERSION}-s3-m60-d390-seed0"
     )
     assert synth._DEFAULT_SHAPE == (3, 60, 390, 0)
+    # Announced before generating as the size every other place gives: 335 MB of text.
+    assert f"{3 * 60 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "335 MB"
 
 
 def test_default_corpus_generates_once(
@@ -426,6 +378,18 @@ def test_default_corpus_generates_once(
     assert calls == [path]  # not regenerated
     assert capsys.readouterr().err == ""
     assert {p.name: sha256(p) for p in path.iterdir()} == before
+
+
+def test_default_corpus_path_is_where_it_goes_and_generates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert synth.default_corpus_path(tmp_path) == tmp_path / synth.corpus_dirname(3, 60, 390, 0)
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    assert synth.default_corpus_path() == tmp_path / "cache" / synth.corpus_dirname(3, 60, 390, 0)
+    assert list(tmp_path.iterdir()) == []  # nothing made, not even the cache folder
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    assert synth.default_corpus(progress=False) == synth.default_corpus_path()
+    assert "default_corpus_path" in synth.__all__
 
 
 def test_default_corpus_cache_dir_from_environment(

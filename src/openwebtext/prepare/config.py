@@ -1,0 +1,179 @@
+"""What a prepare run writes: ``PrepareOptions``, the run's config (what its files depend
+on), the order units are tokenized in, and the ``Progress`` and ``Report`` a run gives back.
+
+Two runs with the same config (``run_config``) write the same bytes; a folder holding the
+progress or the files of another config is never taken for this one's.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+
+from openwebtext.index import Corpus
+from openwebtext.options import (
+    ErrorPolicy,
+    check_max_errors,
+    check_on_error,
+    check_seed,
+    check_take,
+    check_val_fraction,
+    check_val_seed,
+    check_workers,
+)
+from openwebtext.plan import plan
+from openwebtext.tokenizer import Tokenizer
+
+__all__ = [
+    "BINS",
+    "CONFIG_KEYS",
+    "CORPUS_ORDER",
+    "FORMAT",
+    "LENGTH",
+    "SPLITS",
+    "PrepareOptions",
+    "Progress",
+    "Report",
+    "SplitRule",
+    "difference",
+    "run_config",
+    "unit_order",
+]
+
+FORMAT = "openwebtext-prepare/1"
+SPLITS = ("hash", "nanogpt")
+SplitRule = Literal["hash", "nanogpt"]
+
+#: The files of a finished run (and of a ``hash`` slice).
+BINS = ["train.bin", "val.bin"]
+#: A nanogpt slice's files, or pass 1 of a whole nanogpt run.
+CORPUS_ORDER = ["tokens.bin", "lengths.bin"]
+#: The dtype of ``lengths.bin``: each document's token count.
+LENGTH = np.dtype("<i8")
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """What a prepare run writes. Every field but ``workers`` shapes the files.
+
+    Attributes:
+        split: ``hash`` (keyed hash of the name) or ``nanogpt`` (byte-identical to nanoGPT).
+        tokenizer: A tokenizer spec (``openwebtext.tokenizer``).
+        workers: Worker processes (0: in this process).
+        seed: ``hash``: the unit order's seed.
+        shuffle: ``hash``: shuffle the units (else corpus order).
+        val_fraction: ``hash``: the held-out share; ``nanogpt``: ``test_size``.
+        val_seed: ``hash``: the hash's key; ``nanogpt``: the permutation's seed.
+        take: Stop after this many documents (in the order documents are tokenized).
+        on_error: ``raise``, or ``skip`` / ``warn`` bad members and documents (counted).
+        max_errors: With skip or warn, fail past this many skips (None: no bound).
+    """
+
+    split: SplitRule = "hash"
+    tokenizer: str = "gpt2"
+    workers: int = 2
+    seed: int = 0
+    shuffle: bool = True
+    val_fraction: float = 0.0005
+    val_seed: int = 2357
+    take: int | None = None
+    on_error: ErrorPolicy = "raise"
+    max_errors: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be 'hash' or 'nanogpt', not {self.split!r}")
+        check_workers(self.workers)
+        check_seed(self.seed)
+        check_val_fraction(self.val_fraction)
+        check_val_seed(self.val_seed)
+        check_take(self.take)
+        check_on_error(self.on_error)
+        check_max_errors(self.max_errors)
+
+
+class Progress(NamedTuple):
+    """A progress event: ``phase`` ``tokenize`` (``done``/``total`` in compressed bytes of
+    units), ``permute`` or ``copy`` (in bytes written); ``tokens`` written in this phase."""
+
+    phase: str
+    done: int
+    total: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a run wrote.
+
+    Attributes:
+        out: The output folder, or its URL.
+        meta: The ``meta.json`` written (options, counts, files with their sha256).
+        resumed: The run went on from another run's progress.
+        already: The folder already held these files; nothing was done.
+        skipped: Messages of the members and documents skipped by this process.
+    """
+
+    out: Path | str
+    meta: dict[str, Any]
+    resumed: bool = False
+    already: bool = False
+    skipped: tuple[str, ...] = ()
+
+
+def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
+    """The units in the order their documents are tokenized.
+
+    ``nanogpt``: files sorted by name (then path), members in archive order, as the loading
+    script reads ``urlsf_subset00.tar`` … ``urlsf_subset20.tar``. ``hash``: ``plan.plan``.
+    """
+    units = corpus.units
+    if options.split == "nanogpt":
+        return sorted(
+            range(len(units)),
+            key=lambda u: (os.path.basename(units[u].path), units[u].path, units[u].member_index),
+        )
+    return plan(len(units), shuffle=options.shuffle, seed=options.seed)
+
+
+def run_config(corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer) -> dict[str, Any]:
+    """What the files depend on: two runs with the same config write the same bytes."""
+    config: dict[str, Any] = {
+        "format": FORMAT,
+        "split": options.split,
+        "corpus": corpus.fingerprint(),
+        "units": len(corpus.units),
+        "tokenizer": tokenizer.spec,
+        "fingerprint": tokenizer.fingerprint,
+        "dtype": tokenizer.dtype.name,
+        "eot": tokenizer.eot,
+        "n_vocab": tokenizer.n_vocab,
+        "val_fraction": options.val_fraction,
+        "val_seed": options.val_seed,
+        "take": options.take,
+        "on_error": options.on_error,
+    }
+    if options.split == "hash":
+        config.update(seed=options.seed, shuffle=options.shuffle)
+    return config
+
+
+CONFIG_KEYS = ("format", "split", "corpus", "units", "tokenizer", "fingerprint", "dtype", "eot",
+                "n_vocab", "val_fraction", "val_seed", "take", "on_error", "seed", "shuffle",
+                "slice", "merge_of")  # fmt: skip
+
+
+def difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now") -> str:
+    """Say how two configs differ, in words (``other`` names where ``wanted`` comes from)."""
+    if saved.get("corpus") != wanted.get("corpus") or saved.get("units") != wanted.get("units"):
+        return (
+            f"a different corpus (fingerprint {saved.get('corpus')}, {saved.get('units')} "
+            f"members; {other}: {wanted.get('corpus')}, {wanted.get('units')} members)"
+        )
+    keys = [k for k in CONFIG_KEYS if saved.get(k) != wanted.get(k)]
+    what = ", ".join(f"{k} {saved.get(k)!r} ({other}: {wanted.get(k)!r})" for k in keys)
+    return f"different options: {what}"

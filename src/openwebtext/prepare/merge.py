@@ -1,0 +1,212 @@
+"""``merge``: join slices written by ``prepare(..., shard=…)`` into exactly the files one
+run would write, once their configs agree and their positions tile every unit once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
+from openwebtext.prepare import outputs
+from openwebtext.prepare.config import BINS, CONFIG_KEYS, FORMAT, Progress, Report, difference
+from openwebtext.prepare.meta import build_meta, read_meta
+from openwebtext.prepare.permute import permute
+from openwebtext.prepare.record import Run, new_counts, open_record
+from openwebtext.prepare.run import written
+from openwebtext.prepare.workdir import PrepareError, Workdir
+from openwebtext.source import Storage
+
+__all__ = ["merge"]
+
+
+def merge(
+    folders: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    restart: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    checkpoint_seconds: float = 2.0,
+    storage: Storage | None = None,
+    max_errors: int | None = None,
+) -> Report:
+    """Join slices written by ``prepare(..., shard=…)`` into the files one run would write.
+
+    ``folders`` and ``out`` may be URLs (``prepare``): remote slices are downloaded to local
+    staging folders first (the merge reads them by offset), and the files are built in a
+    local staging folder, then uploaded, ``meta.json`` last. Their filesystems are made
+    with ``storage`` (e.g. the corpus's ``Corpus.storage``; None: the process's default,
+    ``source.configure``). ``max_errors``: refuse, before writing anything, slices whose
+    skips add up to more than this (``policy.SkipPolicy``: the bound of the whole run that
+    wrote them; None: no bound).
+
+    Raises:
+        PrepareError: a folder is not a slice; slices of different corpora or options; a
+            slice missing, given twice, or overlapping another; a slice's file of the wrong
+            size; a download or upload failed.
+        TooManyErrors: more skips in all than ``max_errors``.
+    """
+    locations = [outputs.location(f) for f in folders]
+    metas = [_slice_meta(f, storage) for f in locations]
+    if not metas:
+        raise PrepareError("no slice to merge")
+    config = {k: v for k, v in metas[0].items() if k in CONFIG_KEYS and k != "slice"}
+    for folder, meta in zip(locations[1:], metas[1:], strict=True):
+        other = {k: v for k, v in meta.items() if k in CONFIG_KEYS and k != "slice"}
+        if other != config:
+            what = difference(other, config, f"in {outputs.shown(locations[0])}")
+            raise PrepareError(
+                f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
+            )
+    ordered = _check_tiling(locations, metas, config["units"])
+    SkipPolicy("skip", max_errors).check(sum(skips_in(m) for m in metas))
+    target = outputs.location(out)
+    run = (config, ordered, restart, progress, checkpoint_seconds, storage)
+    report = written(target, config, restart, storage, lambda folder: _merge_in(folder, *run))
+    for location, _ in ordered:  # done: the local copies of remote slices go, for any target
+        if isinstance(location, str):
+            outputs.remove(outputs.staging(location, "fetch"))
+    return report
+
+
+def _merge_in(
+    folder: Path,
+    config: dict[str, Any],
+    ordered: list[tuple[outputs.Location, dict[str, Any]]],
+    restart: bool,
+    progress: Callable[[Progress], None] | None,
+    checkpoint_seconds: float,
+    storage: Storage | None,
+) -> Report:
+    """``merge`` into the local folder ``folder``."""
+    workdir = Workdir(folder)
+
+    # Remote slices are read from local copies (a copy already made of the same meta.json
+    # is kept), made only when they are read.
+    def local() -> list[tuple[Path, dict[str, Any]]]:
+        return [(outputs.fetch(f, m, storage) if isinstance(f, str) else f, m) for f, m in ordered]
+
+    if config["split"] == "hash":
+        return _merge_hashed(workdir, config, local(), progress)
+    shown = [[outputs.shown(f, resolve=True), m["files"]] for f, m in ordered]
+    record_config = {**config, "merge_of": shown}
+    record, resumed = open_record(workdir, record_config, restart, BINS)
+    if record is None:
+        return Report(workdir.folder, read_meta(workdir.folder), already=True)
+    if record["phase"] == "tokenize":
+        counts = new_counts(["train", "val"])
+        for _, meta in ordered:
+            for key in MEMBER_COUNTERS:
+                counts[key] += meta[key]
+        record = {**record, "phase": "permute", "position": 0, "sizes": {}, "counts": counts}
+        workdir.save(record)
+    run = Run(workdir, record, progress, checkpoint_seconds)
+    if record["phase"] == "permute":
+        pairs = [(f / "tokens.bin", f / "lengths.bin") for f, _ in local()]
+        itemsize = np.dtype(config["dtype"]).itemsize
+        permute(run, pairs, itemsize, config["val_fraction"], config["val_seed"])
+    if run.record["phase"] != "commit":
+        run.record["meta"] = build_meta(workdir, run.record, BINS)
+    workdir.commit(run.record, BINS, [])
+    return Report(workdir.folder, run.record["meta"], resumed)
+
+
+def _slice_meta(folder: outputs.Location, store: Storage | None) -> dict[str, Any]:
+    meta = read_meta(folder, store)
+    if meta.get("format") != FORMAT or not isinstance(meta.get("slice"), dict):
+        what = "a complete run" if meta.get("format") == FORMAT else "no meta.json of one"
+        raise PrepareError(
+            f"{outputs.shown(folder)} is not a slice of `owt tokenize --shard i/n` ({what})"
+        )
+    found = outputs.sizes(folder, list(meta["files"]), store)
+    for name, info in meta["files"].items():
+        if found[name] != info["bytes"]:
+            raise PrepareError(
+                f"{outputs.shown(outputs.join(folder, name))} holds {found[name]} bytes, not the "
+                f"{info['bytes']} of its meta.json"
+            )
+    return meta
+
+
+def _describe(meta: dict[str, Any]) -> str:
+    piece = meta["slice"]
+    if piece.get("shard"):
+        return f"shard {piece['shard'][0]}/{piece['shard'][1]}"
+    return f"units [{piece['start']}, {piece['stop']})"
+
+
+def _check_tiling(
+    folders: list[outputs.Location], metas: list[dict[str, Any]], units: int
+) -> list[tuple[outputs.Location, dict[str, Any]]]:
+    """The slices in position order, if they cover ``[0, units)`` exactly once."""
+    ordered = sorted(zip(folders, metas, strict=True), key=lambda fm: fm[1]["slice"]["start"])
+    end = 0
+    for k, (folder, meta) in enumerate(ordered):
+        piece = meta["slice"]
+        if piece["start"] < end:
+            earlier = ordered[k - 1]
+            if earlier[1]["slice"] == piece:
+                first, shown = outputs.shown(earlier[0]), outputs.shown(folder)
+                raise PrepareError(f"{_describe(meta)} is given twice: {first} and {shown}")
+            shown, first = outputs.shown(folder), outputs.shown(earlier[0])
+            raise PrepareError(f"{shown} ({_describe(meta)}) overlaps {first}")
+        if piece["start"] > end:
+            missing = f"units [{end}, {piece['start']}){_missing(metas, end)}"
+            raise PrepareError(f"a slice is missing: {missing}")
+        end = piece["stop"]
+    if end != units:
+        raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(metas, end)}")
+    return ordered
+
+
+def _missing(metas: list[dict[str, Any]], start: int) -> str:
+    shards = {tuple(m["slice"]["shard"]) for m in metas if m["slice"].get("shard")}
+    counts = {n for _, n in shards}
+    if len(counts) != 1:
+        return ""
+    (count,) = counts
+    missing = sorted(set(range(count)) - {i for i, _ in shards})
+    return f" (shard {', '.join(f'{i}/{count}' for i in missing)} of {count})" if missing else ""
+
+
+def _merge_hashed(
+    workdir: Workdir,
+    config: dict[str, Any],
+    ordered: list[tuple[Path, dict[str, Any]]],
+    progress: Callable[[Progress], None] | None,
+) -> Report:
+    """Concatenate the slices' train.bin and val.bin (a hash split is decided per document)."""
+    counts = new_counts(["train", "val"])
+    for _, meta in ordered:
+        for key in ("documents", "tokens"):
+            for split in ("train", "val"):
+                counts[key][split] += meta[key][split]
+        for key in MEMBER_COUNTERS:
+            counts[key] += meta[key]
+    total = sum(m["files"][n]["bytes"] for _, m in ordered for n in BINS)
+    done = 0
+    workdir.clear(BINS)
+    try:
+        for name in BINS:
+            part = workdir.part(name)
+            try:
+                for folder, _ in ordered:
+                    with open(folder / name, "rb") as f:
+                        shutil.copyfileobj(f, part.file, 8 << 20)
+                    done += (folder / name).stat().st_size
+                    if progress is not None:
+                        progress(Progress("copy", done, total, 0))
+                part.sync()
+            finally:
+                part.close()
+    except BaseException:
+        workdir.clear(BINS)  # a copy is quick to redo: leave nothing behind
+        raise
+    record: dict[str, Any] = {"config": config, "phase": "commit", "counts": counts}
+    record["meta"] = build_meta(workdir, record, BINS)
+    workdir.commit(record, BINS, [])
+    return Report(workdir.folder, record["meta"])

@@ -1,0 +1,169 @@
+"""``prepare``, the run driver: a whole run or one slice of ``unit_order``, into a local
+folder in place or into the staging folder of a URL (then published); and ``finished``,
+whether a folder already holds a run's files."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from openwebtext.index import Corpus
+from openwebtext.plan import shard_range
+from openwebtext.policy import SkipPolicy
+from openwebtext.prepare import outputs
+from openwebtext.prepare.config import (
+    BINS,
+    CORPUS_ORDER,
+    PrepareOptions,
+    Progress,
+    Report,
+    run_config,
+    unit_order,
+)
+from openwebtext.prepare.meta import build_meta, is_finished, read_meta
+from openwebtext.prepare.permute import permute
+from openwebtext.prepare.record import Run, open_record
+from openwebtext.prepare.workdir import Workdir
+from openwebtext.prepare.writers import tokenize_units
+from openwebtext.source import Storage
+from openwebtext.tokenizer import Tokenizer, load_tokenizer
+
+__all__ = ["finished", "prepare", "written"]
+
+
+def prepare(
+    corpus: Corpus,
+    out: str | os.PathLike[str],
+    options: PrepareOptions | None = None,
+    *,
+    start: int = 0,
+    stop: int | None = None,
+    shard: tuple[int, int] | None = None,
+    restart: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    checkpoint_seconds: float = 2.0,
+) -> Report:
+    """Write ``train.bin``, ``val.bin`` and ``meta.json`` to ``out`` (or one slice of them).
+
+    Goes on from the progress recorded in ``out`` by an interrupted run of the same corpus
+    and options. A slice (``start``/``stop`` positions of ``unit_order``, or ``shard=(i, n)``)
+    writes what ``merge`` needs instead.
+
+    Args:
+        corpus: The corpus.
+        out: The output folder (created if needed), or a URL (``s3://bucket/prefix/``, any
+            fsspec URL): the files are built in a local staging folder and uploaded at the
+            end, ``meta.json`` last (``outputs``). The URL's filesystem is made with the
+            corpus's options (``Corpus.open(..., storage_options=)``: ``Corpus.storage``).
+        options: What to write.
+        start: First position of ``unit_order`` to do.
+        stop: Position after the last (None: the end).
+        shard: ``(i, n)``: the positions of ``shard_range(len(units), i, n)``.
+        restart: Throw away the progress recorded in ``out`` and start over.
+        progress: Called with a ``Progress`` after every unit and chunk written.
+        checkpoint_seconds: Seconds between two checkpoints (0: after every unit).
+
+    Returns:
+        A ``Report`` with the ``meta.json`` written.
+
+    Raises:
+        PrepareError: ``out`` holds the progress of another corpus or other options, or
+            an upload failed.
+        CorpusError: a bad member or document under ``on_error="raise"``.
+        TokenizerError: the tokenizer cannot be loaded.
+    """
+    options = options or PrepareOptions()
+    tokenizer = load_tokenizer(options.tokenizer)
+    order = unit_order(corpus, options)
+    if shard is not None:
+        start, stop = shard_range(len(order), *shard)
+    stop = len(order) if stop is None else stop
+    if not 0 <= start <= stop <= len(order):
+        raise ValueError(f"unit positions [{start}, {stop}) are not within [0, {len(order)})")
+    whole = shard is None and (start, stop) == (0, len(order))  # "--shard 0/1" is a slice
+    if not whole and options.take is not None:
+        raise ValueError("take applies to a whole run, not to a slice")
+    config = run_config(corpus, options, tokenizer)
+    if not whole:
+        config["slice"] = {"start": start, "stop": stop, "shard": list(shard) if shard else None}
+    work = _Work(corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds)
+    # The output is written with the options the input was opened with.
+    return written(
+        outputs.location(out),
+        config,
+        restart,
+        corpus.storage,
+        lambda folder: _prepare_in(folder, work, restart),
+    )
+
+
+def written(
+    target: outputs.Location,
+    config: dict[str, Any],
+    restart: bool,
+    store: Storage | None,
+    build: Callable[[Path], Report],
+) -> Report:
+    """``build`` the files of ``config`` in ``target``: in place for a local folder; for a
+    URL, in its staging folder (which resumes a staged run), then published there, unless
+    the URL already holds them."""
+    if isinstance(target, Path):
+        return build(target)
+    if not restart and is_finished(target, config, store):
+        return Report(target, read_meta(target, store), already=True)
+    folder = outputs.staging(target)
+    report = build(folder)
+    meta = outputs.publish(folder, target, store)
+    return dataclasses.replace(report, out=target, meta=meta, already=False)
+
+
+class _Work(NamedTuple):
+    """What ``prepare`` does, whatever folder it does it in."""
+
+    corpus: Corpus
+    options: PrepareOptions
+    tokenizer: Tokenizer
+    order: list[int]
+    stop: int
+    config: dict[str, Any]
+    progress: Callable[[Progress], None] | None
+    checkpoint_seconds: float
+
+
+def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
+    """``prepare`` into the local folder ``folder``."""
+    corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds = work
+    whole = "slice" not in config
+    workdir = Workdir(folder)
+    names = BINS if options.split == "hash" else CORPUS_ORDER
+    finals = names if (options.split == "hash" or not whole) else BINS
+    record, resumed = open_record(workdir, config, restart, names + BINS)
+    if record is None:
+        return Report(workdir.folder, read_meta(workdir.folder), already=True)
+    policy = SkipPolicy(options.on_error, options.max_errors)
+    run = Run(workdir, record, progress, checkpoint_seconds, policy)
+    if record["phase"] == "tokenize":
+        tokenize_units(run, corpus, options, tokenizer, order, stop, names)
+        if finals is BINS and names is CORPUS_ORDER:
+            run.record = {**run.record, "phase": "permute", "position": 0, "sizes": {}}
+            workdir.save(run.record)
+    if run.record["phase"] == "permute":
+        sources = [(workdir.part_path("tokens.bin"), workdir.part_path("lengths.bin"))]
+        permute(run, sources, tokenizer.dtype.itemsize, options.val_fraction, options.val_seed)
+    if run.record["phase"] != "commit":
+        run.record["meta"] = build_meta(workdir, run.record, finals)
+    drop = [n for n in names if n not in finals]
+    workdir.commit(run.record, finals, drop)
+    return Report(workdir.folder, run.record["meta"], resumed, skipped=tuple(run.skipped))
+
+
+def finished(corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions) -> bool:
+    """Whether ``out`` already holds the finished files of a whole run of ``corpus``/``options``.
+
+    Lets an engine that prepares slices elsewhere (``openwebtext.ray``) skip a run already done.
+    """
+    config = run_config(corpus, options, load_tokenizer(options.tokenizer))
+    return is_finished(outputs.location(out), config, corpus.storage)

@@ -1,0 +1,55 @@
+"""What an engine that runs the slices of one prepare run elsewhere (``openwebtext.ray``)
+needs of this package: how many bytes of input each slice holds, where its folder is, whether
+a whole run is already finished, and how to drop the slices once merged.
+
+Running one slice is ``prepare(..., shard=(i, n))`` and joining them ``merge``; the slices'
+bounds are ``plan.shard_range``'s, as for ``owt tokenize --shard``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from openwebtext.index import Corpus
+from openwebtext.plan import shard_range
+from openwebtext.prepare import outputs
+from openwebtext.prepare.config import PrepareOptions, Report, run_config, unit_order
+from openwebtext.prepare.meta import is_finished, read_meta
+from openwebtext.source import Storage
+from openwebtext.tokenizer import load_tokenizer
+
+__all__ = ["finished_report", "remove_folder", "slice_folders", "slice_sizes"]
+
+
+def slice_sizes(corpus: Corpus, options: PrepareOptions, count: int) -> list[int]:
+    """The compressed bytes of the units of each of ``count`` slices of a run."""
+    order = unit_order(corpus, options)
+    units = corpus.units
+    sizes = []
+    for index in range(count):
+        first, stop = shard_range(len(order), index, count)
+        sizes.append(sum(units[u].size for u in order[first:stop]))
+    return sizes
+
+
+def slice_folders(out: str | os.PathLike[str], under: str, count: int) -> list[outputs.Location]:
+    """The folders (or URLs) ``out/under/IIIII-of-NNNNN`` of ``count`` slices."""
+    root = outputs.join(outputs.location(out), under)
+    return [outputs.join(root, f"{i:05d}-of-{count:05d}") for i in range(count)]
+
+
+def remove_folder(out: str | os.PathLike[str], under: str, store: Storage | None = None) -> None:
+    """Remove ``out/under`` and everything in it (the slices, once merged), if it is there."""
+    outputs.remove(outputs.join(outputs.location(out), under), store)
+
+
+def finished_report(
+    corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions
+) -> Report | None:
+    """The report of a whole run of ``corpus``/``options`` that ``out`` already holds the
+    finished files of (``Report.already``), or None."""
+    config = run_config(corpus, options, load_tokenizer(options.tokenizer))
+    target = outputs.location(out)
+    if not is_finished(target, config, corpus.storage):
+        return None
+    return Report(target, read_meta(target, corpus.storage), already=True)

@@ -1,0 +1,193 @@
+"""The Ray side that is not about the work: Ray itself (``ray_module``, ``EngineError``), a
+private local instance or a cluster for a ``with`` block (``local_ray``: its temporary folder,
+token authentication, SIGTERM kept), the library's errors behind Ray's wrappers
+(``library_errors``), and the filesystems' options in a Ray worker (``configure_storage``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from openwebtext.errors import OWTError
+from openwebtext.source import configure
+
+__all__ = [
+    "EXTRA",
+    "EngineError",
+    "configure_storage",
+    "library_errors",
+    "local_ray",
+    "ray_module",
+    "unwrap",
+]
+
+#: How to install what this module needs.
+EXTRA = "pip install 'openwebtext[ray]'"
+
+
+class EngineError(OWTError):
+    """The Ray engine cannot run: Ray is not installed, or the cluster cannot be reached."""
+
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise EngineError(f"the Ray engine needs Ray: {EXTRA}") from exc
+    return ray
+
+
+def _temp_parent() -> str:
+    # Ray puts unix sockets under its temporary folder; their paths must stay under ~107 bytes.
+    parent = tempfile.gettempdir()
+    return parent if len(parent) <= 20 else "/tmp"
+
+
+@contextlib.contextmanager
+def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterator[None]:
+    """Use the Ray cluster at ``address``, or a private local instance, for the ``with`` block.
+
+    If Ray is already initialised in this process, it is used as it is and left running.
+    A local instance gets ``num_cpus`` CPUs, no dashboard (Ray 2.60 still runs its minimal
+    head process, frontend off, on 127.0.0.1), no usage reports (unless
+    ``RAY_USAGE_STATS_ENABLED`` is set), and a temporary folder of its own that is removed
+    with it. Unless ``RAY_AUTH_MODE`` says otherwise, it uses token
+    authentication with a random token held in the environment, so that Ray writes no token
+    file under the home folder.
+
+    Raises:
+        EngineError: Ray is not installed, or it cannot start or connect.
+    """
+    ray = ray_module()
+    if ray.is_initialized():
+        yield
+        return
+    if address:
+        with _running(ray, f"cannot connect to the Ray cluster at {address}", address=address):
+            yield
+        return
+    temp = tempfile.mkdtemp(prefix="owt-ray-", dir=_temp_parent())
+    keys = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_USAGE_STATS_ENABLED")
+    saved = {k: os.environ.get(k) for k in keys}
+    private: dict[str, str | None] = {}
+    if saved["RAY_AUTH_MODE"] is None:
+        private.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    if saved["RAY_USAGE_STATS_ENABLED"] is None:
+        private["RAY_USAGE_STATS_ENABLED"] = "0"  # a private instance reports nothing
+    _auth_environment(private)
+    try:
+        with _running(ray, "cannot start a local Ray instance", num_cpus=num_cpus, _temp_dir=temp):
+            yield
+    finally:
+        _auth_environment({k: saved[k] for k in private})
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _running(ray: Any, failure: str, **init: Any) -> Iterator[None]:
+    """``ray.init(**init)`` (quiet: no dashboard, no logs to the driver) for the block, then
+    ``ray.shutdown``. A failure to start is an ``EngineError`` saying ``failure``."""
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
+    try:
+        with _keep_sigterm():
+            ray.init(**init, **quiet)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise EngineError(f"{failure}: {exc}") from exc
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@contextlib.contextmanager
+def _keep_sigterm() -> Iterator[None]:
+    """Undo ``ray.init``'s SIGTERM handler (``sys.exit(15)``): the caller's stays in force
+    (``owt tokenize`` turns SIGTERM into the same clean stop as Ctrl-C, exit status 143)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _auth_environment(values: dict[str, str | None]) -> None:
+    """Set (None: unset) Ray's variables, and make this process see them.
+
+    Ray reads them into a cached config when it is imported; it refreshes that cache the
+    same way when it turns token authentication on by itself (``_enable_token_auth``).
+    """
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined,unused-ignore]
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The library's own error behind a Ray failure, else ``exc``.
+
+    Ray wraps a task's exception in a ``RayTaskError`` (its ``cause``); Ray Data wraps it once
+    more in a ``UserCodeException`` (its ``__cause__``).
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop(0)
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OWTError) and not _is_wrapper(current):
+            return current
+        todo += [getattr(current, "cause", None), current.__cause__]
+    return exc
+
+
+def _is_wrapper(exc: BaseException) -> bool:
+    # RayTaskError(CorruptMember) is also a CorruptMember, but a copy holding Ray's traceback.
+    return type(exc).__module__.startswith("ray.")
+
+
+@contextlib.contextmanager
+def library_errors() -> Iterator[None]:
+    """Re-raise the library's error (naming file and member) behind a Ray or Ray Data failure.
+
+    ``with library_errors(): rows = dataset.take_all()`` raises the ``CorruptMember`` the task
+    raised, not Ray's copy of it (``RayTaskError(CorruptMember)``, a subclass of both).
+    """
+    try:
+        yield
+    except Exception as exc:
+        error = unwrap(exc)
+        if error is exc:
+            raise
+        raise error from None
+
+
+_configured: list[dict[str, Any] | None] = [None]
+
+
+def configure_storage(storage_options: dict[str, Any] | None) -> None:
+    """In a Ray worker (not forked from the driver): the filesystems' options for URLs.
+
+    Done once per worker process and set of options: ``source.configure`` drops the
+    filesystems already made.
+    """
+    if storage_options is None or _configured[0] == storage_options:
+        return
+    configure(storage_options)
+    _configured[0] = dict(storage_options)

@@ -1,0 +1,176 @@
+"""``owt tokenize --engine ray``: the slices of one prepare run as Ray tasks, then the merge.
+
+The work is cut by ``openwebtext.prepare``'s public interface only: ``slice_sizes`` and
+``slice_folders`` (bounds from ``plan.shard_range``), ``prepare(..., shard=(i, n))`` for one
+slice in a task, ``merge`` (which bounds the whole run's skips by ``max_errors``),
+``finished_report`` for a run already done, and ``remove_folder`` for the merged slices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from openwebtext.index import Corpus
+from openwebtext.plan import shard_count
+from openwebtext.prepare import (
+    Location,
+    PrepareOptions,
+    Progress,
+    Report,
+    finished_report,
+    merge,
+    prepare,
+    remove_folder,
+    slice_sizes,
+)
+from openwebtext.prepare import slice_folders as prepare_slice_folders
+from openwebtext.ray.cluster import configure_storage, local_ray, ray_module, unwrap
+
+__all__ = ["SLICES", "slice_folders", "tokenize"]
+
+#: The folder under ``OUT`` that holds the slices of a Ray run.
+SLICES = ".owt-ray"
+
+_log = logging.getLogger("openwebtext")
+
+
+def _slice_task(
+    corpus: Corpus,
+    folder: str,
+    options: PrepareOptions,
+    index: int,
+    count: int,
+    every: float,
+    storage_options: dict[str, Any] | None,
+    restart: bool,
+) -> tuple[int, list[str]]:
+    """One Ray task: prepare slice ``index`` of ``count``; the tokens it wrote (0: the slice
+    was already done) and its skip messages. ``restart``: also throw away the progress this
+    node may have staged for the slice's URL (the slices themselves are already gone)."""
+    configure_storage(storage_options)
+    report = prepare(
+        corpus,
+        folder,
+        dataclasses.replace(options, workers=0),
+        shard=(index, count),
+        restart=restart,
+        checkpoint_seconds=every,
+    )
+    return 0 if report.already else sum(report.meta["tokens"].values()), list(report.skipped)
+
+
+def slice_folders(out: str | os.PathLike[str], count: int) -> list[Location]:
+    """The folders (or URLs) of the ``count`` slices of a Ray run into ``out``."""
+    return prepare_slice_folders(out, SLICES, count)
+
+
+def tokenize(
+    corpus: Corpus,
+    out: str | os.PathLike[str],
+    options: PrepareOptions | None = None,
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    units_per_task: int = 16,
+    restart: bool = False,
+    progress: Callable[[Progress], None] | None = None,
+    checkpoint_seconds: float = 2.0,
+    storage_options: dict[str, Any] | None = None,
+) -> Report:
+    """Write what ``prepare.prepare(corpus, out, options)`` writes, with Ray tasks.
+
+    Args:
+        corpus: The corpus (its files must be readable by every Ray node).
+        out: The output folder (on a file system every node shares), or a URL
+            (``s3://bucket/prefix/``, any fsspec URL, made with ``storage_options``).
+        options: What to write (``take`` is for the local engine only).
+        address: A Ray cluster (None: start a local instance of ``num_cpus`` CPUs).
+        num_cpus: CPUs of the local instance (None: Ray's default, every core).
+        units_per_task: Units per task. The slice count follows from it, and a rerun must
+            use the same value to keep the slices already done.
+        restart: Throw away every slice and the merge's progress, and start over.
+        progress: Called with a ``Progress`` as tasks finish and as the merge copies.
+        checkpoint_seconds: Seconds between two checkpoints within a task.
+        storage_options: The options ``corpus`` was opened with (URLs): the tasks use them,
+            for the corpus and for an ``out`` URL. (This process uses the corpus's own,
+            ``Corpus.storage``, or ``source.configure``'s when it was opened without.)
+
+    Raises:
+        EngineError: Ray is missing or cannot start.
+        PrepareError: ``out`` holds another run's progress (rerun with ``restart``).
+        CorpusError: a bad member or document under ``on_error="raise"``.
+        TooManyErrors: more skips in all than ``max_errors``.
+    """
+    options = options or PrepareOptions()
+    if options.take is not None:
+        raise ValueError("take is for the local engine: the Ray engine prepares whole slices")
+    count = shard_count(len(corpus.units), units_per_task)
+    folders = slice_folders(out, count)
+    store = corpus.storage
+    if restart:
+        remove_folder(out, SLICES, store)
+    else:
+        already = finished_report(corpus, out, options)
+        if already is not None:
+            return already
+    work = (options, checkpoint_seconds, storage_options, restart)
+    with local_ray(address, num_cpus):
+        skipped = _run_slices(corpus, folders, slice_sizes(corpus, options, count), work, progress)
+    merged = merge(
+        folders,
+        out,
+        restart=restart,
+        progress=progress,
+        storage=store,
+        max_errors=options.max_errors,
+    )
+    remove_folder(out, SLICES, store)
+    return dataclasses.replace(merged, skipped=tuple(skipped))
+
+
+def _run_slices(
+    corpus: Corpus,
+    folders: list[Location],
+    sizes: list[int],
+    work: tuple[PrepareOptions, float, dict[str, Any] | None, bool],
+    progress: Callable[[Progress], None] | None,
+) -> list[str]:
+    """Run every slice as a Ray task (``work``: options, checkpoint seconds, storage options,
+    restart); the messages of what they skipped."""
+    options, checkpoint_seconds, storage_options, restart = work
+    count, total = len(folders), sum(sizes)
+    skipped: list[str] = []
+    ray = ray_module()
+    task = ray.remote(num_cpus=1, max_retries=0)(_slice_task)
+    shared = ray.put(corpus)
+    storage = ray.put(storage_options)
+    pending = {
+        task.remote(shared, str(folder), options, i, count, checkpoint_seconds, storage, restart): i
+        for i, folder in enumerate(folders)
+    }
+    done, tokens, began = 0, 0, time.monotonic()
+    report = progress or (lambda event: None)
+    report(Progress("tokenize", 0, total, 0))
+    # On an error or Ctrl-C the other tasks are not cancelled one by one: ``ray.shutdown``
+    # (leaving ``local_ray``) ends them with their owner, this driver, and each keeps its
+    # last checkpoint. (Cancelling while the workers take the same Ctrl-C hit a failed
+    # internal check in Ray 2.60 that aborted the driver before it could clean up.)
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        for ref in ready:
+            i = pending.pop(ref)
+            try:
+                slice_tokens, messages = ray.get(ref)
+            except Exception as exc:
+                raise unwrap(exc) from None
+            tokens += slice_tokens
+            skipped += messages
+            done += sizes[i]
+            report(Progress("tokenize", done, total, tokens))
+    _log.debug("ray: %d slices in %.1f s", count, time.monotonic() - began)
+    return skipped
