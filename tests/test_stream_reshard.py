@@ -278,3 +278,21 @@ def test_batches_of_a_resharded_state_resume_exactly(varied: Path) -> None:
         return Loader(varied, **opts).batches(S, B, state=state if saved is None else saved)
 
     check_save_load(start, key=lambda batch: batch.tolist())
+
+
+def test_without_even_sharding_the_shares_differ_by_one_at_most(varied: Path) -> None:
+    def opts(rank: int, world: int) -> dict[str, Any]:
+        return options("drop", world, rank, even=False)
+
+    epoch = [name for r in range(4) for name in read(varied, None, **opts(r, 4))[0]]
+    delivered, states = [], []
+    for r, point in enumerate(POINTS):
+        names, state, _ = read(varied, None, point, **opts(r, 4))
+        delivered += names
+        states.append(state)
+    for new_world in (3, 1):
+        new = reshard(states, new_world, even=False)
+        shares = [read(varied, new[r], **opts(r, new_world))[0] for r in range(new_world)]
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+        got = delivered + [name for share in shares for name in share]
+        assert collections.Counter(got) == collections.Counter(epoch)

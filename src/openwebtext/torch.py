@@ -220,8 +220,9 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
     documents into its own batches, and the ``DataLoader`` hands them out round
     robin: every id of every share is a target once, but a row never mixes
     shares. The ``StatefulDataLoader`` state holds each worker's batches state
-    (``Batches.state_dict``) and whose turn is next, so resuming needs the same
-    ``num_workers`` (and ranks), as any resume needs the same shards.
+    (``Batches.state_dict``) and whose turn is next, so ``load_state_dict`` needs the
+    same ``num_workers`` (and ranks), as any resume needs the same shards; for another
+    world size or ``num_workers``, reshard (``reshard_loader_states``, ``load_resharded``).
 
     Across training ranks, ``even`` gives every rank the same number of
     documents per epoch, not of batches (documents differ in length): with a
