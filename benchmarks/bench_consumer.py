@@ -226,9 +226,9 @@ def main() -> None:
         _child(args.child, args.paths, args.workers)
         return
     if not args.paths:
-        from openwebtext.synth import default_corpus
+        from openwebtext.synth import bench_corpus
 
-        args.paths = [str(default_corpus())]
+        args.paths = [str(bench_corpus())]
     warm_page_cache(args.paths)
 
     runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}

@@ -134,9 +134,9 @@ def main() -> None:
         _child(args.child, args.paths, args.out)
         return
     if not args.paths:
-        from openwebtext.synth import default_corpus
+        from openwebtext.synth import bench_corpus
 
-        args.paths = [str(default_corpus())]
+        args.paths = [str(bench_corpus())]
     warm_page_cache(args.paths)
     kinds = [k for k in KINDS if k != "hf" or Path(args.hf_python).exists()]
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}

@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    paths = paths_or_default(args.paths)
+    paths = paths_or_default(args.paths, bench=True)
     if args.child:
         out = Path(args.out or ".")
         if args.child == "local":

@@ -24,9 +24,9 @@ def main() -> None:
     parser.add_argument("--at", type=float, default=0.9, help="where to cut, as a share")
     args = parser.parse_args()
     if args.corpus is None:
-        from openwebtext.synth import default_corpus
+        from openwebtext.synth import bench_corpus
 
-        args.corpus = str(default_corpus())
+        args.corpus = str(bench_corpus())
     loader = Loader(Corpus.open(args.corpus), workers=args.workers, seed=0)
 
     start = time.perf_counter()

@@ -26,9 +26,9 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=20)
     args = parser.parse_args()
     if args.corpus is None:
-        from openwebtext.synth import default_corpus
+        from openwebtext.synth import bench_corpus
 
-        args.corpus = str(default_corpus())
+        args.corpus = str(bench_corpus())
     units = Corpus.open(args.corpus).units[: args.members]
     raws = []
     for u in units:

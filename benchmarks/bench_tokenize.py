@@ -232,9 +232,9 @@ def main() -> None:
         _child(args.child, args.paths, int(args.workers), args.units, args.take)
         return
     if not args.paths:
-        from openwebtext.synth import default_corpus
+        from openwebtext.synth import bench_corpus
 
-        args.paths = [str(default_corpus())]
+        args.paths = [str(bench_corpus())]
     worker_counts = [int(w) for w in args.workers.split(",")]
     cores = len(os.sched_getaffinity(0))
     warm_page_cache(args.paths)

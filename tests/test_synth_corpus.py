@@ -348,9 +348,11 @@ def test_default_corpus_name() -> None:
     assert synth.corpus_dirname(3, 60, 390, 0) == (
         f"synth-v{synth.GENERATOR_VERSION}-s3-m60-d390-seed0"
     )
-    assert synth._DEFAULT_SHAPE == (3, 60, 390, 0)
+    assert synth._BENCH_SHAPE == (3, 60, 390, 0)
+    assert synth._DEFAULT_SHAPE == (1, 30, 390, 0)  # the first run: well under a minute
     # Announced before generating as the size every other place gives: 335 MB of text.
     assert f"{3 * 60 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "335 MB"
+    assert f"{1 * 30 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "56 MB"
 
 
 def test_default_corpus_generates_once(
@@ -383,13 +385,34 @@ def test_default_corpus_generates_once(
 def test_default_corpus_path_is_where_it_goes_and_generates_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert synth.default_corpus_path(tmp_path) == tmp_path / synth.corpus_dirname(3, 60, 390, 0)
+    assert synth.default_corpus_path(tmp_path) == tmp_path / synth.corpus_dirname(1, 30, 390, 0)
+    assert synth.bench_corpus_path(tmp_path) == tmp_path / synth.corpus_dirname(3, 60, 390, 0)
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
-    assert synth.default_corpus_path() == tmp_path / "cache" / synth.corpus_dirname(3, 60, 390, 0)
+    assert synth.default_corpus_path() == tmp_path / "cache" / synth.corpus_dirname(1, 30, 390, 0)
     assert list(tmp_path.iterdir()) == []  # nothing made, not even the cache folder
     monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
     assert synth.default_corpus(progress=False) == synth.default_corpus_path()
     assert "default_corpus_path" in synth.__all__
+
+
+def test_the_default_corpus_is_the_bench_corpus_first_members(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's bytes depend only on its place: the small corpus a first run makes is the
+    start of the one benchmarks measure (shapes made small here)."""
+    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 2, 5, 0))
+    monkeypatch.setattr(synth, "_BENCH_SHAPE", (2, 3, 5, 0))
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path))
+    small, big = synth.paths_or_default([]), synth.paths_or_default([], bench=True)
+    assert small == [str(synth.default_corpus_path())] and big == [str(synth.bench_corpus_path())]
+
+    def members(folder: str) -> list[tuple[str, bytes]]:
+        with tarfile.open(Path(folder) / "urlsf_subset00.tar") as outer:
+            return [(m.name, outer.extractfile(m).read()) for m in outer]  # type: ignore[union-attr]
+
+    assert len(members(small[0])) == 2
+    assert members(small[0]) == members(big[0])[:2]  # the xz bytes themselves
+    assert len(list(Path(big[0]).glob("*.tar"))) == 2
 
 
 def test_default_corpus_cache_dir_from_environment(

@@ -207,7 +207,7 @@ def run_bench(settings: Settings) -> BenchResult:
         BenchError: a child (the loader, the ceiling or a ``--vs`` command) failed.
         KeyboardInterrupt: after killing the running child's process group.
     """
-    paths = paths_or_default(settings.paths)
+    paths = paths_or_default(settings.paths, bench=True)
     _child_env(settings)  # refused now, not after the first run
     corpus = Corpus.open(
         paths,

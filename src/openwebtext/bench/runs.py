@@ -13,7 +13,7 @@ class Settings:
     """What to measure.
 
     Attributes:
-        paths: Corpus paths (empty: the built-in generated corpus).
+        paths: Corpus paths (empty: the built-in bench corpus).
         workers: Worker counts, ascending.
         repeat: Measured runs per configuration (after the warm-up rounds).
         warmup: Discarded rounds before them.

@@ -2,9 +2,13 @@
 
 The parts: ``draw`` (uniform-only sampling), ``words`` (the fixed vocabulary), ``text``
 (documents) and ``pack`` (tars, :func:`write_corpus`). This module re-exports them and
-holds the built-in default corpus, generated once into the cache folder
-(:func:`default_corpus`). The same ``(subsets, members, docs, seed, preset)`` gives
-byte-identical files whatever the number of workers.
+holds the two built-in corpora, each generated once into the cache folder: the default
+corpus (:func:`default_corpus`: what a command given no path reads, small enough to make in
+well under a minute on two cores) and the bench corpus (:func:`bench_corpus`: what
+``owt bench`` and ``benchmarks/`` measure on). The default corpus is the bench corpus's first
+30 members, byte for byte: a member's bytes depend only on its place and the seed. The
+same ``(subsets, members, docs, seed, preset)`` gives byte-identical files whatever the
+number of workers.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ __all__ = [
     "DEFAULT_SUBSETS",
     "GENERATOR_VERSION",
     "SynthReport",
+    "bench_corpus",
+    "bench_corpus_path",
     "corpus_dirname",
     "default_corpus",
     "default_corpus_path",
@@ -48,13 +54,22 @@ __all__ = [
     "write_corpus",
 ]
 
+# The bench corpus: 3 subsets x 60 members x 390 documents (70,200 documents, 335 MB of text,
+# 108 MB of xz), the corpus docs/benchmarks.md and FACTS measure on, and ``owt synth``'s
+# default shape.
 DEFAULT_SUBSETS = 3
 DEFAULT_MEMBERS = 60
 DEFAULT_DOCS = 390
 DEFAULT_SEED = 0
 
-# (subsets, members, docs, seed) of the built-in default corpus; tests patch this.
-_DEFAULT_SHAPE: tuple[int, int, int, int] = (
+#: (subsets, members, docs, seed) of the default corpus: 1 x 30 x 390 (11,700 documents,
+#: 56 MB of text). Making a member costs ~4.7 ms of CPU per document, 85% of it xz at
+#: preset 6 (which the bytes depend on), so 30 members take ~55 CPU seconds: under half a
+#: minute on two idle cores. Tests patch this.
+_DEFAULT_SHAPE: tuple[int, int, int, int] = (1, 30, DEFAULT_DOCS, DEFAULT_SEED)
+
+#: ... and of the bench corpus.
+_BENCH_SHAPE: tuple[int, int, int, int] = (
     DEFAULT_SUBSETS,
     DEFAULT_MEMBERS,
     DEFAULT_DOCS,
@@ -98,32 +113,58 @@ def default_corpus_path(cache_dir: Path | None = None) -> Path:
         cache_dir: the cache folder; default :func:`openwebtext.files.cache_root`.
 
     Returns:
-        ``cache_dir / corpus_dirname(3, 60, 390, 0)``; it holds the corpus once
-        ``path / COMPLETE_MARKER`` exists.
+        ``cache_dir / corpus_dirname(1, 30, 390, 0)``; it holds the corpus once
+        ``path / COMPLETE_MARKER`` exists. ``owt synth --where`` prints it.
     """
-    root = Path(cache_dir) if cache_dir is not None else cache_root()
-    return root / corpus_dirname(*_DEFAULT_SHAPE)
+    return _shape_path(_DEFAULT_SHAPE, cache_dir)
+
+
+def bench_corpus_path(cache_dir: Path | None = None) -> Path:
+    """The folder :func:`bench_corpus` uses (``corpus_dirname(3, 60, 390, 0)``)."""
+    return _shape_path(_BENCH_SHAPE, cache_dir)
 
 
 def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
     """Return the built-in default corpus, generating it the first time.
 
-    The corpus is 3 subsets x 60 members x 390 documents, seed 0 (70,200 documents,
-    335 MB of text, 108 MB of xz), in :func:`default_corpus_path`. Generation takes about
-    300 CPU seconds, 85% of them in xz (preset 6, which the corpus' bytes depend on): some
-    2.5 minutes on two idle cores, several times that on busy ones. It happens once; later
-    calls return at once. Concurrent callers (processes) wait for each other and never see
-    a partial corpus.
+    What a command given no path reads: 1 subset x 30 members x 390 documents, seed 0
+    (11,700 documents, 56 MB of text), in :func:`default_corpus_path`. Generation takes
+    about 55 CPU seconds, 85% of them in xz (preset 6, which the corpus's bytes depend on):
+    under half a minute on two idle cores. It happens once; later calls return at once.
+    Concurrent callers (processes) wait for each other and never see a partial corpus.
 
     Args:
         cache_dir: where to keep it; default :func:`openwebtext.files.cache_root`.
         progress: show a progress bar while generating.
 
     Returns:
-        The corpus folder (holding ``urlsf_subset00.tar`` .. ``urlsf_subset02.tar``).
+        The corpus folder (holding ``urlsf_subset00.tar``).
     """
-    subsets, members, docs, seed = _DEFAULT_SHAPE
-    path = default_corpus_path(cache_dir)
+    return _built_in(_DEFAULT_SHAPE, "default corpus", cache_dir, progress)
+
+
+def bench_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Path:
+    """Return the built-in bench corpus, generating it the first time.
+
+    What ``owt bench`` with no path and ``benchmarks/`` measure on: 3 subsets x 60 members
+    x 390 documents, seed 0 (70,200 documents, 335 MB of text, 108 MB of xz), in
+    :func:`bench_corpus_path`. Generation takes about 300 CPU seconds (85% xz): some 2.5
+    minutes on two idle cores, several times that on busy ones. As :func:`default_corpus`
+    otherwise.
+    """
+    return _built_in(_BENCH_SHAPE, "bench corpus", cache_dir, progress)
+
+
+def _shape_path(shape: tuple[int, int, int, int], cache_dir: Path | None) -> Path:
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
+    return root / corpus_dirname(*shape)
+
+
+def _built_in(
+    shape: tuple[int, int, int, int], what: str, cache_dir: Path | None, progress: bool
+) -> Path:
+    subsets, members, docs, seed = shape
+    path = _shape_path(shape, cache_dir)
     root = path.parent
     if (path / COMPLETE_MARKER).is_file():
         return path
@@ -136,7 +177,7 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
                 f"{path} exists but is not a complete synthetic corpus; remove it"
             )
         mb = subsets * members * docs * _MEAN_DOC_BYTES / 1e6
-        print(f"generating the default corpus ({mb:.0f} MB of text) into {path}", file=sys.stderr)
+        print(f"generating the {what} ({mb:.0f} MB of text) into {path}", file=sys.stderr)
         try:
             write_corpus(path, subsets, members, docs, seed, progress=progress)
         except FileExistsError:
@@ -146,6 +187,9 @@ def default_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> P
     return path
 
 
-def paths_or_default(paths: Sequence[str]) -> list[str]:
-    """The given corpus paths, or the built-in default corpus (generated once) when none."""
-    return list(paths) if paths else [str(default_corpus())]
+def paths_or_default(paths: Sequence[str], *, bench: bool = False) -> list[str]:
+    """The given corpus paths, or a built-in corpus (generated once) when none: the default
+    corpus, or with ``bench`` the bench corpus."""
+    if paths:
+        return list(paths)
+    return [str(bench_corpus() if bench else default_corpus())]
