@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from openwebtext import Corpus, Loader
-from openwebtext.torch import PackedBatchDataset
+from openwebtext.torch import PackedBatchDataset, document_mask
 
 VOCAB = 50304  # GPT-2's 50257 ids, padded to a multiple of 64 as nanoGPT does
 
@@ -53,6 +53,8 @@ RUN_ARGS = (
     "eval_batches",
     "num_workers",
     "seed",
+    "segments",
+    "packing",
 )
 
 
@@ -70,11 +72,14 @@ class Block(nn.Module):
             nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # --segments: each document attends only to itself
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
         return x + self.mlp(self.ln2(x))
 
@@ -98,13 +103,33 @@ class GPT(nn.Module):
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """The mean cross-entropy of predicting ``y`` from ``x`` (both ``(batch, seq_len)``)."""
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The mean cross-entropy of predicting ``y`` from ``x`` (both ``(batch, seq_len)``;
+        targets -100 are ignored), attention under ``mask`` (None: causal)."""
         h = self.tokens(x) + self.positions(torch.arange(x.shape[1]))
         for block in self.blocks:
-            h = block(h)
+            h = block(h, mask)
         logits = self.head(self.ln(h))
-        return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1), ignore_index=-100)
+
+
+def inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(x, y, mask)`` of a batch: with ``--segments`` (a dict of tensors) the block-diagonal
+    causal mask of its documents, and padding targets ignored."""
+    if not isinstance(batch, dict):
+        return batch[:, :-1], batch[:, 1:], None
+    tokens, segments = batch["tokens"], batch["segment_ids"]
+    y = tokens[:, 1:].masked_fill(segments[:, 1:] == 0, -100)
+    return tokens[:, :-1], y, document_mask(segments[:, :-1])
+
+
+def as_tensors(batch: Any) -> Any:
+    """A batch of ``Loader.batches`` as the train DataLoader gives it: tensors."""
+    if isinstance(batch, tuple):  # a PackedBatch (--segments)
+        return {name: torch.from_numpy(a) for name, a in batch._asdict().items()}
+    return torch.from_numpy(batch)
 
 
 def cut_log(path: Path, step: int) -> None:
@@ -129,9 +154,9 @@ def learning_rate(step: int, args: argparse.Namespace) -> float:
 
 
 @torch.no_grad()
-def evaluate(model: GPT, batches: list[torch.Tensor]) -> float:
+def evaluate(model: GPT, batches: list[Any]) -> float:
     model.eval()
-    losses = [model(b[:, :-1], b[:, 1:]).item() for b in batches]
+    losses = [model(*inputs(b)).item() for b in batches]
     model.train()
     return sum(losses) / len(losses)
 
@@ -183,6 +208,8 @@ def parse_args() -> argparse.Namespace:
     add("--checkpoint-every", type=int, help="default: --eval-every")
     add("--num-workers", type=int, default=2, help="DataLoader workers (each packs its own share)")
     add("--seed", type=int, default=0)
+    add("--segments", action="store_true", help="mask attention at document boundaries")
+    add("--packing", choices=["concat", "bestfit"], default="concat", help="how rows are filled")
     add("--log", type=Path, help="'step loss' of every step (a resume cuts it to its step)")
     add("--interrupt-at", type=int, help="stop after this step without saving (to try resuming)")
     args = parser.parse_args()
@@ -200,13 +227,14 @@ def main() -> None:
 
     corpus = Corpus.open(args.corpus)
     read = {"seed": args.seed, "tokenizer": "gpt2", "val_fraction": args.val_fraction}
+    packed = {"segments": args.segments, "packing": args.packing}
     train = PackedBatchDataset(
-        corpus, args.seq_len, args.batch_size, split="train", epochs=None, **read
+        corpus, args.seq_len, args.batch_size, split="train", epochs=None, **packed, **read
     )  # endless: epoch after epoch, each in its own order
     loader = StatefulDataLoader(train, batch_size=None, num_workers=args.num_workers)
     val_loader = Loader(corpus, split="val", workers=0, **read)
-    with val_loader.batches(args.seq_len, args.batch_size) as val_batches:
-        val = [torch.from_numpy(b) for b in islice(val_batches, args.eval_batches)]
+    with val_loader.batches(args.seq_len, args.batch_size, **packed) as val_batches:
+        val = [as_tensors(b) for b in islice(val_batches, args.eval_batches)]
     if not val:
         raise SystemExit("the val split holds less than one batch: raise --val-fraction")
 
@@ -235,14 +263,14 @@ def main() -> None:
         cut_log(args.log, step)
 
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
-    batches: Iterator[torch.Tensor] = iter(loader)
+    batches: Iterator[Any] = iter(loader)
     while step < args.steps:
         batch = next(batches, None)
         if batch is None:  # only with no train batch at all: the stream is endless
             raise SystemExit("the train split holds less than one batch")
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step, args)
-        loss = model(batch[:, :-1], batch[:, 1:])
+        loss = model(*inputs(batch))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)

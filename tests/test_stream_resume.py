@@ -277,7 +277,7 @@ def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     assert set(state["counters"]) == {
         "documents", "text_bytes", "epoch_documents", "units", "skipped_members",
         "skipped_documents", "replaced_documents", "tokens", "partial_members",
-        "repeated_documents",
+        "repeated_documents", "dropped_documents",
     }  # fmt: skip
     assert set(state["config"]) == {
         "corpus", "units", "shuffle", "seed", "shuffle_buffer", "rank", "world_size", "even",

@@ -28,7 +28,7 @@ from openwebtext.index import Corpus, Counts
 from openwebtext.loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
 from openwebtext.options import Options
 from openwebtext.records import Unit
-from openwebtext.stream import Mark
+from openwebtext.stream import Mark, reshard
 from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 __version__ = "0.1.0"
@@ -60,6 +60,7 @@ __all__ = [
     "UnknownFormat",
     "WorkerError",
     "load_tokenizer",
+    "reshard",
     "shuffle",
     "take",
 ]

@@ -21,18 +21,33 @@ from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
+    WINDOW,
     Batches,
+    BestFitBatches,
     Mark,
+    PackedBatch,
     Stats,
     Stream,
     batches_start,
     check_state,
     config_of,
+    cu_seqlens,
     ensure_counts,
+    packing_start,
 )
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["Batches", "Document", "DocumentIterator", "Loader", "Stats", "TokenDocument"]
+__all__ = [
+    "Batches",
+    "BestFitBatches",
+    "Document",
+    "DocumentIterator",
+    "Loader",
+    "PackedBatch",
+    "Stats",
+    "TokenDocument",
+    "cu_seqlens",
+]
 
 
 class Loader:
@@ -87,16 +102,31 @@ class Loader:
         *,
         dtype: DTypeLike = np.int64,
         state: dict[str, Any] | None = None,
-    ) -> Batches:
+        segments: bool = False,
+        packing: str = "concat",
+        window: int = WINDOW,
+        pad_id: int | None = None,
+    ) -> Batches | BestFitBatches:
         """Start reading packed batches: arrays of ``batch_size`` rows of ``seq_len + 1`` ids.
 
-        Needs ``tokenizer``. Rows overlap by one id (``x, y = b[:, :-1], b[:, 1:]``).
+        Needs ``tokenizer``. ``concat`` (the default) puts documents end to end, rows
+        overlapping by one id (``x, y = b[:, :-1], b[:, 1:]``); ``bestfit`` places whole
+        documents into rows by best fit over ``window`` documents at a time (a document
+        longer than a row is split into row-sized pieces, the rest of a row is ``pad_id``),
+        rows not overlapping. Both resume exactly, and every batch has ``batch_size`` rows.
 
         Args:
             seq_len: Ids each row predicts.
             batch_size: Rows per batch.
             dtype: dtype of the arrays.
-            state: A ``Batches.state_dict()`` to continue from.
+            state: A ``state_dict()`` of batches of the same packing to continue from.
+            segments: Yield ``PackedBatch`` records: ``tokens``, ``segment_ids`` (documents
+                numbered from 1 within a row, 0 for padding) and ``positions`` (in the
+                document); ``openwebtext.torch.document_mask`` and ``cu_seqlens`` turn
+                segments into the attention layouts of SDPA and FlashAttention's varlen.
+            packing: ``concat`` or ``bestfit``.
+            window: Documents best fit packs at a time.
+            pad_id: The padding id of ``bestfit`` (None: the tokenizer's end-of-text id).
 
         Example::
 
@@ -108,8 +138,21 @@ class Loader:
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
         documents_state, offset, done = batches_start(state, seq_len, batch_size)
+        number, row = packing_start(state, packing, window)
         documents = self.iter(state=documents_state)
         assert documents.tokenizer is not None
+        if packing == "bestfit":
+            return BestFitBatches(
+                documents,
+                seq_len,
+                batch_size,
+                seed=self.options.seed,
+                pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
+                dtype=dtype,
+                segments=segments,
+                window=window,
+                start=(number, row, done),
+            )
         return Batches(
             documents,
             documents.tokenizer,
@@ -118,6 +161,7 @@ class Loader:
             dtype=dtype,
             offset=offset,
             batches=done,
+            segments=segments,
         )
 
     def __iter__(self) -> Iterator[Document]:
@@ -156,7 +200,9 @@ class DocumentIterator:
             tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
         if state is not None:  # a state that does not fit is refused before any counting
             check_state(state, config_of(corpus, options, tokenizer))
-        corpus = ensure_counts(corpus, options)
+        # The rest of a resharded epoch is cut with the document counts, evened out or not.
+        resharded = state is not None and "reshard" in state
+        corpus = ensure_counts(corpus, replace(options, even=True) if resharded else options)
         self.corpus = corpus
         self.options = options
         self.tokenizer: Tokenizer | None = tokenizer

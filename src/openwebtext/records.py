@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = ["Document", "TokenDocument", "Unit"]
 
+
 class Unit(NamedTuple):
     """One unit of work: an inner member, located by byte offset in its file."""
 

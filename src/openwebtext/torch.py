@@ -18,6 +18,24 @@ Install with ``pip install 'openwebtext[torch]'``.
 - ``state_dict()`` / ``load_state_dict()`` follow the protocol of
   ``torchdata.stateful_dataloader.StatefulDataLoader``, which calls them in each
   worker, so a training loop checkpoints and resumes exactly.
+- Another world size or ``num_workers`` (``reshard_loader_states``): gather every rank's
+  ``StatefulDataLoader.state_dict()`` (``torch.distributed.all_gather_object``), reshard the
+  shares' dataset states for the new ranks x workers, and give each new rank its own with
+  ``dataset.load_resharded(...)`` before a fresh ``StatefulDataLoader`` iterates it.
+  torchdata itself refuses this: its multi-process state must hold one snapshot per worker,
+  numbered ``worker_0..``, and it restores them by number (a state of 2 workers loaded into 4
+  starts two of them from scratch; into 1, one worker's position is lost), and its
+  single-process and multi-process states have different shapes. So the resharded states go
+  to the dataset, not through ``StatefulDataLoader.load_state_dict``::
+
+      state = loader.state_dict()                      # on every old rank, at its own step
+      gathered = [None] * world_size
+      torch.distributed.all_gather_object(gathered, state)
+      ...                                              # restart on W' ranks, N' workers
+      shares = reshard_loader_states(gathered, new_world_size, new_num_workers)
+      dataset = PackedBatchDataset("data/", 1024, 8, tokenizer="gpt2", seed=0)
+      dataset.load_resharded(shares[torch.distributed.get_rank()])
+      loader = StatefulDataLoader(dataset, batch_size=None, num_workers=new_num_workers)
 """
 
 from __future__ import annotations
@@ -37,11 +55,26 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError("openwebtext.torch needs PyTorch: pip install 'openwebtext[torch]'") from exc
 
 from openwebtext.index import Corpus
-from openwebtext.loader import Batches, Document, DocumentIterator, Loader
+from openwebtext.loader import (
+    Batches,
+    BestFitBatches,
+    Document,
+    DocumentIterator,
+    Loader,
+    PackedBatch,
+    cu_seqlens,
+)
 from openwebtext.options import Options
-from openwebtext.stream import ensure_counts
+from openwebtext.stream import WINDOW, ensure_counts, reshard
 
-__all__ = ["OpenWebTextDataset", "PackedBatchDataset"]
+__all__ = [
+    "OpenWebTextDataset",
+    "PackedBatchDataset",
+    "document_cu_seqlens",
+    "document_mask",
+    "loader_dataset_states",
+    "reshard_loader_states",
+]
 
 T = TypeVar("T")
 CorpusLike = Corpus | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -65,6 +98,7 @@ class _ShardedDataset(IterableDataset[T]):
         base = options or Options()
         self.options = replace(base, **overrides) if overrides else base
         self._state: dict[str, Any] | None = None
+        self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
         self._running: _Running | None = None
         self._count()
 
@@ -110,8 +144,13 @@ class _ShardedDataset(IterableDataset[T]):
         options = self.shard_options()
         # Counted already, unless ``torch.distributed`` was initialised after the dataset was
         # built (then even sharding was not known to be needed): count once per process.
+        state = self._state
+        if self._shares is not None:  # resharded: this worker's share
+            info = get_worker_info()
+            state = self._shares[0 if info is None else info.id]
+            self._shares = None
         self.corpus = ensure_counts(self.corpus, options)
-        running = self._start(options, self._state)
+        running = self._start(options, state)
         self._running, self._state = running, None
         return self._items(running)
 
@@ -135,6 +174,14 @@ class _ShardedDataset(IterableDataset[T]):
         """Start the next iteration where ``state`` was taken (the running one, if any, stops)."""
         self._stop()
         self._state = state or None
+
+    def load_resharded(self, states: Sequence[dict[str, Any]]) -> None:
+        """Start the next iteration from this rank's resharded states, one per DataLoader
+        worker (one for ``num_workers=0``): an item of ``reshard_loader_states``."""
+        self._stop()
+        self._shares = list(states)
+        # The rest of the resharded epoch is cut with the counts: counted here, once.
+        self.corpus = ensure_counts(self.corpus, replace(self._rank_options(), even=True))
 
 
 class OpenWebTextDataset(_ShardedDataset[Document]):
@@ -173,8 +220,9 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
     documents into its own batches, and the ``DataLoader`` hands them out round
     robin: every id of every share is a target once, but a row never mixes
     shares. The ``StatefulDataLoader`` state holds each worker's batches state
-    (``Batches.state_dict``) and whose turn is next, so resuming needs the same
-    ``num_workers`` (and ranks), as any resume needs the same shards.
+    (``Batches.state_dict``) and whose turn is next, so ``load_state_dict`` needs the
+    same ``num_workers`` (and ranks), as any resume needs the same shards; for another
+    world size or ``num_workers``, reshard (``reshard_loader_states``, ``load_resharded``).
 
     Across training ranks, ``even`` gives every rank the same number of
     documents per epoch, not of batches (documents differ in length): with a
@@ -187,6 +235,12 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         batch_size: Rows per batch.
         options: An ``Options`` with ``tokenizer`` set; keyword arguments override its fields.
         dtype: dtype of the batches (int64 suits ``nn.Embedding``).
+        segments: Yield dicts of ``tokens``, ``segment_ids`` and ``positions`` tensors
+            (``Loader.batches(segments=True)``); ``document_mask(segment_ids[:, :-1])`` is the
+            attention mask of the inputs.
+        packing: ``concat`` or ``bestfit`` (``Loader.batches``).
+        window: Documents best fit packs at a time.
+        pad_id: Best fit's padding id (None: the end-of-text id).
 
     Raises:
         ValueError: no tokenizer, or a size is not a positive int.
@@ -209,6 +263,10 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         options: Options | None = None,
         *,
         dtype: DTypeLike = np.int64,
+        segments: bool = False,
+        packing: str = "concat",
+        window: int = WINDOW,
+        pad_id: int | None = None,
         **overrides: Any,
     ) -> None:
         super().__init__(corpus, options, overrides)
@@ -221,11 +279,70 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.dtype = np.dtype(dtype)
+        self.segments, self.packing, self.window, self.pad_id = segments, packing, window, pad_id
 
-    def _start(self, options: Options, state: dict[str, Any] | None) -> Batches:
-        loader = Loader(self.corpus, options)
-        return loader.batches(self.seq_len, self.batch_size, dtype=self.dtype, state=state)
+    def _start(self, options: Options, state: dict[str, Any] | None) -> Batches | BestFitBatches:
+        return Loader(self.corpus, options).batches(
+            self.seq_len,
+            self.batch_size,
+            dtype=self.dtype,
+            state=state,
+            segments=self.segments,
+            packing=self.packing,
+            window=self.window,
+            pad_id=self.pad_id,
+        )
 
-    def _items(self, running: Batches) -> Iterator[torch.Tensor]:
-        for batch in running:
-            yield torch.from_numpy(batch)  # no copy: every batch is a fresh array
+    def _items(self, running: Batches | BestFitBatches) -> Iterator[Any]:
+        for batch in running:  # no copy: every batch is a fresh array
+            if isinstance(batch, PackedBatch):
+                yield {name: torch.from_numpy(a) for name, a in batch._asdict().items()}
+            else:
+                yield torch.from_numpy(batch)
+
+
+def document_mask(segment_ids: torch.Tensor) -> torch.Tensor:
+    """The block-diagonal causal mask of ``segment_ids`` (B, L) for
+    ``torch.nn.functional.scaled_dot_product_attention(attn_mask=…)``: (B, 1, L, L), True where
+    a position may attend, i.e. to itself and the earlier positions of its own document; a
+    padding position (segment 0) attends to itself only (so that no row is all masked)."""
+    length = segment_ids.shape[-1]
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    eye = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
+    mask = torch.where((segment_ids == 0)[:, :, None], eye, same & causal)
+    return mask[:, None]
+
+
+def document_cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
+    """``cu_seqlens`` (int32, on the device of ``segment_ids``) of the rows (B, L) flattened,
+    for FlashAttention's varlen kernels: every run of one segment in a row is a sequence."""
+    starts = cu_seqlens(segment_ids.detach().cpu().numpy())
+    return torch.from_numpy(starts).to(segment_ids.device)
+
+
+def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The dataset states, one per DataLoader worker in worker order (one for
+    ``num_workers=0``), in a ``StatefulDataLoader.state_dict()``."""
+    if "_snapshot" not in state:
+        return [state["dataset_state"]]
+    workers = state["_snapshot"]["_worker_snapshots"]
+    return [workers[f"worker_{k}"]["dataset_state"] for k in range(len(workers))]
+
+
+def reshard_loader_states(
+    states: Sequence[dict[str, Any]], world_size: int, num_workers: int, *, even: bool | None = None
+) -> list[list[dict[str, Any]]]:
+    """From every old rank's ``StatefulDataLoader.state_dict()`` (e.g. gathered with
+    ``torch.distributed.all_gather_object``), the dataset states of each new rank's
+    ``num_workers`` DataLoader workers (``dataset.load_resharded(result[rank])``).
+
+    Every old rank x worker is one share of the stream (rank ``rank * N + worker``), so
+    the shares are resharded to ``world_size * max(1, num_workers)``; ``even`` is the new
+    ranks' even sharding (None: ``world_size > 1``, as the datasets decide it).
+    """
+    shares = [share for state in states for share in loader_dataset_states(state)]
+    per_rank = max(1, num_workers)
+    evened = world_size > 1 if even is None else even
+    new = reshard(shares, world_size * per_rank, even=evened)
+    return [new[r * per_rank : (r + 1) * per_rank] for r in range(world_size)]

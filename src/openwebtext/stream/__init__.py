@@ -10,6 +10,16 @@ from __future__ import annotations
 from openwebtext.stream.batches import Batches, batches_start
 from openwebtext.stream.blocks import Block, gather
 from openwebtext.stream.counts import count_documents, ensure_counts
+from openwebtext.stream.packing import (
+    PACKING,
+    WINDOW,
+    BestFitBatches,
+    PackedBatch,
+    best_fit,
+    cu_seqlens,
+    packing_start,
+)
+from openwebtext.stream.reshard import reshard
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -21,17 +31,25 @@ from openwebtext.stream.state import (
 from openwebtext.stream.stream import Stream
 
 __all__ = [
+    "PACKING",
+    "WINDOW",
     "Batches",
+    "BestFitBatches",
     "Block",
     "Mark",
+    "PackedBatch",
     "Stats",
     "Stream",
     "batches_start",
+    "best_fit",
     "check_state",
     "config_of",
     "count_documents",
+    "cu_seqlens",
     "ensure_counts",
     "gather",
     "load_state",
+    "packing_start",
+    "reshard",
     "resume_options",
 ]

@@ -24,6 +24,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.records import TokenDocument
+from openwebtext.stream.packing import PackedBatch, segmented
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -76,8 +77,10 @@ class Batches:
         dtype: DTypeLike = np.int64,
         offset: int = 0,
         batches: int = 0,
+        segments: bool = False,
     ) -> None:
         self._docs = documents
+        self.segments = segments
         try:
             _check_sizes(seq_len, batch_size)
             self.dtype = np.dtype(dtype)
@@ -98,7 +101,8 @@ class Batches:
     def __iter__(self) -> Batches:
         return self
 
-    def __next__(self) -> np.ndarray[Any, Any]:
+    def __next__(self) -> Any:
+        """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
         need = self.seq_len * self.batch_size + 1
         while self._available < need:
             before = self._docs.mark()
@@ -109,10 +113,32 @@ class Batches:
                 raise
             self._pending.append((before, document.tokens))
             self._available += len(document.tokens)
+        if self.segments:
+            return self._segmented(need)
         flat = self._take(need)
         rows = np.lib.stride_tricks.sliding_window_view(flat, self.seq_len + 1)[:: self.seq_len]
         self._batches += 1
         return rows.astype(self.dtype)  # a copy: rows of the window view share memory
+
+    def _segmented(self, need: int) -> PackedBatch:
+        """The next batch with its documents and positions (``segments=True``)."""
+        documents, positions = [], []
+        head, got = self._head, 0
+        for k, (_, ids) in enumerate(self._pending):
+            n = min(len(ids) - head, need - got)
+            documents.append(np.full(n, k, dtype=np.int64))
+            positions.append(np.arange(head, head + n))
+            got += n
+            head = 0
+            if got == need:
+                break
+        flat = self._take(need)
+        views = [
+            np.lib.stride_tricks.sliding_window_view(a, self.seq_len + 1)[:: self.seq_len]
+            for a in (flat, np.concatenate(documents), np.concatenate(positions))
+        ]
+        self._batches += 1
+        return segmented(views[0].astype(self.dtype), views[1], views[2])
 
     def _take(self, need: int) -> np.ndarray[Any, Any]:
         """The next ``need`` ids; keep the last one for the next batch."""

@@ -15,10 +15,17 @@ from collections.abc import Sequence
 from openwebtext.errors import CorpusError
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import DOCUMENTS, epoch_target, even_end, pass_end, permutation
+from openwebtext.plan import DOCUMENTS, epoch_target, even_end, pass_end, permutation, plan
 from openwebtext.stream.state import Counters
 
-__all__ = ["EvenEpoch", "block_permutation", "even_counts", "nothing_read"]
+__all__ = [
+    "EvenEpoch",
+    "block_permutation",
+    "even_counts",
+    "even_target",
+    "nothing_read",
+    "shard_order",
+]
 
 log = logging.getLogger("openwebtext")
 
@@ -51,33 +58,18 @@ class EvenEpoch:
     is met; if skipped documents leave it short, they go on from there, repeating (said once,
     and counted by the stream). A pass that starts where an epoch without skips would have
     ended repeats: a pure function of the position, so a resumed run counts what an
-    uninterrupted one does.
-
-    Raises:
-        CorpusError: the rank has no member but its target is not 0.
+    uninterrupted one does. A resharded epoch's piece of an old rank's shard is one too, with
+    that rank's ``target`` (``stream.rest``).
     """
 
     def __init__(
-        self, order: Sequence[int], counts: Sequence[int], options: Options, epoch: int
+        self, order: Sequence[int], counts: Sequence[int], target: int, *, rank: int, epoch: int
     ) -> None:
         self.order = order
         self.counts = counts
-        self.rank = options.rank
+        self.target = target
+        self.rank = rank
         self.epoch = epoch
-        assert options.even_mode is not None
-        self.target = epoch_target(
-            counts,
-            shuffle=options.shuffle,
-            seed=options.seed,
-            epoch=epoch,
-            world_size=options.world_size,
-            rule=options.even_mode,
-        )
-        if self.target > 0 and not order:
-            raise CorpusError(
-                f"rank {options.rank} has no member to read: world_size {options.world_size} is "
-                f"more than the {len(counts)} members; use even_rule='drop' or fewer ranks"
-            )
         self.expected_end = even_end(order, counts, self.target)
         self.warned = False
 
@@ -105,11 +97,48 @@ class EvenEpoch:
             raise CorpusError(f"rank {self.rank} read no document in a whole pass over its shard")
 
 
-def block_permutation(n: int, options: Options, epoch: int, block_start: int) -> list[int] | None:
-    """The hand-out order of a block of ``n`` documents (None: as read, unshuffled)."""
+def shard_order(n_units: int, options: Options, epoch: int) -> list[int]:
+    """The units ``options.rank`` reads in ``epoch``, in order (``plan.plan``)."""
+    return plan(
+        n_units,
+        shuffle=options.shuffle,
+        seed=options.seed,
+        epoch=epoch,
+        rank=options.rank,
+        world_size=options.world_size,
+    )
+
+
+def even_target(order: Sequence[int], counts: Sequence[int], options: Options, epoch: int) -> int:
+    """The documents ``options.rank`` hands out in ``epoch`` (``plan.epoch_target``).
+
+    Raises:
+        CorpusError: the rank has no member but its target is not 0.
+    """
+    assert options.even_mode is not None
+    target = epoch_target(
+        counts,
+        shuffle=options.shuffle,
+        seed=options.seed,
+        epoch=epoch,
+        world_size=options.world_size,
+        rule=options.even_mode,
+    )
+    if target > 0 and not order:
+        raise CorpusError(
+            f"rank {options.rank} has no member to read: world_size {options.world_size} is "
+            f"more than the {len(counts)} members; use even_rule='drop' or fewer ranks"
+        )
+    return target
+
+
+def block_permutation(
+    n: int, options: Options, epoch: int, rank: int, block_start: int
+) -> list[int] | None:
+    """The hand-out order of a block of ``n`` documents of ``rank``'s shard (None: as read)."""
     if not options.shuffle or options.shuffle_buffer == 0:
         return None
-    return permutation(n, options.seed, DOCUMENTS, epoch, options.rank, block_start)
+    return permutation(n, options.seed, DOCUMENTS, epoch, rank, block_start)
 
 
 def nothing_read(

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
+from openwebtext.stream.rest import check_section
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Counters",
     "Mark",
     "Stats",
+    "check_in_block",
     "check_state",
     "config_of",
     "handed_sum",
@@ -68,7 +70,11 @@ class Counters:
     """Members cut short whose documents before the cut were delivered (named in ``skipped``)."""
     repeated_documents: int = 0
     """Documents handed out again to keep ranks even after skips left this rank short
-    (counted when each such pass ends)."""
+    (counted when each such pass ends), or, in a resharded epoch under ``pad``, to fill the
+    last shares (counted when each piece ends)."""
+    dropped_documents: int = 0
+    """Documents of a resharded epoch's rest left out under ``drop`` so that the new ranks
+    stay even (counted by the last new rank when it starts that epoch)."""
 
     @classmethod
     def from_state(cls, counters: Mapping[str, Any]) -> Counters:
@@ -78,6 +84,18 @@ class Counters:
     def to_state(self) -> dict[str, int]:
         """The ``counters`` dict of a state."""
         return {f.name: getattr(self, f.name) for f in fields(Counters)}
+
+    def unit_read(self, replaced: int) -> Counters:
+        """These counts after reading one more unit (``replaced``: its documents decoded with
+        ``errors="replace"``)."""
+        return replace(
+            self, units=self.units + 1, replaced_documents=self.replaced_documents + replaced
+        )
+
+    def repeated(self, before: int) -> Counters:
+        """These counts with the documents of the epoch since ``before`` counted as repeated."""
+        repeated = self.repeated_documents + self.epoch_documents - before
+        return replace(self, repeated_documents=repeated)
 
     def handed(self, documents: int, text_bytes: int, tokens: int) -> Counters:
         """These counts after handing out ``documents`` more (of these sizes)."""
@@ -122,6 +140,8 @@ class Mark(NamedTuple):
     """Counts before the current block (documents, bytes, tokens), or so far (the rest)."""
     skipped: int
     """How many names of skipped things were recorded."""
+    reshard: Mapping[str, Any] | None = None
+    """In the rest of a resharded epoch: the state's ``reshard`` section (never changed)."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included."""
@@ -139,7 +159,19 @@ class Mark(NamedTuple):
         return {"epoch": self.epoch, "block": self.block, "in_block": self.in_block}
 
     def state(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """The state at this mark, for a stream of ``config``."""
+        """The state at this mark, for a stream of ``config``.
+
+        In the rest of a resharded epoch the position is the share's documents handed out
+        (``counters.epoch_documents``) and the ``reshard`` section.
+        """
+        if self.reshard is not None:
+            return {
+                "format": STATE_FORMAT,
+                "config": dict(config),
+                "position": {"epoch": self.epoch, "block": 0, "in_block": 0},
+                "counters": self.counted().to_state(),
+                "reshard": dict(self.reshard),
+            }
         return {
             "format": STATE_FORMAT,
             "config": dict(config),
@@ -222,6 +254,8 @@ def check_shape(state: Any) -> dict[str, Any]:
     for key, value in state.get("counters", {}).items():
         if not _count(value):
             raise StateError(f"bad state: counters.{key} is {value!r}, not an int >= 0")
+    if "reshard" in state:
+        check_section(state["reshard"])
     return state
 
 
@@ -253,6 +287,19 @@ def check_state(state: Any, config: dict[str, Any]) -> dict[str, Any]:
             )
     checked: dict[str, Any] = state
     return checked
+
+
+def check_in_block(in_block: int, n: int) -> None:
+    """Check a state's ``in_block`` against the block of ``n`` documents it points into.
+
+    Raises:
+        StateError: it lies past the block's end.
+    """
+    if in_block > n:
+        raise StateError(
+            f"bad state: position in_block={in_block} lies past the end of its block "
+            f"of {n} documents"
+        )
 
 
 def _count(value: Any) -> bool:

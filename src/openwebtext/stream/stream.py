@@ -24,16 +24,32 @@ from typing import Any
 import numpy as np
 
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import OWTError, StateError, TruncatedMember
+from openwebtext.errors import OWTError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import Split, block_stop, plan
+from openwebtext.plan import Split, block_stop
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
 from openwebtext.stream.counts import ExpectedCounts
-from openwebtext.stream.epochs import EvenEpoch, block_permutation, even_counts, nothing_read
-from openwebtext.stream.state import Counters, Mark, Stats, check_state, config_of, handed_sum
+from openwebtext.stream.epochs import (
+    EvenEpoch,
+    block_permutation,
+    even_counts,
+    even_target,
+    nothing_read,
+    shard_order,
+)
+from openwebtext.stream.rest import Piece, Rest
+from openwebtext.stream.state import (
+    Counters,
+    Mark,
+    Stats,
+    check_in_block,
+    check_state,
+    config_of,
+    handed_sum,
+)
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["ErrorPolicy", "Stream", "pool_options"]
@@ -138,10 +154,13 @@ class Stream:
         self._as_tuples = as_tuples
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
+        # In the rest of a resharded epoch: the state's section (``rest``).
+        self._reshard: dict[str, Any] | None = None
         if state is not None:
             check_state(state, self._config)
             position = state["position"]
             counters = Counters.from_state(state.get("counters", {}))
+            self._reshard = state.get("reshard")
         else:
             position = {"epoch": options.epoch, "block": 0, "in_block": 0}
             counters = Counters()
@@ -156,6 +175,7 @@ class Stream:
         self._block_order: list[int] | None = None
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
+        self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         # Counts of documents, bytes and tokens exclude the current block.
         self._counters = counters
         self._yielded_before = 0  # by this iterator, for ``take``
@@ -185,6 +205,7 @@ class Stream:
             self._block_counts,
             self._counters,
             len(self._policy.skipped),
+            self._reshard,
         )
 
     def close(self) -> None:
@@ -228,17 +249,21 @@ class Stream:
         )
         try:
             while last is None or self._epoch < last:
-                yield from self._epoch_documents(pool, take)
+                resharded = self._reshard is not None
+                if self._reshard is not None:
+                    yield from self._rest_documents(pool, take, self._reshard)
+                else:
+                    yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
-                if last is None and self._counters.epoch_documents == 0:
+                if last is None and self._counters.epoch_documents == 0 and not resharded:
                     skipped_files = self._policy.files
                     raise nothing_read(
                         self.corpus, opts, self._epoch, self._counters, skipped_files
                     )
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
-                self._block_len = 0
+                self._block_len, self._reshard, self._rank = 0, None, opts.rank
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
@@ -252,31 +277,63 @@ class Stream:
     def _epoch_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
         """Hand out the rest of the current epoch, from the current block on."""
         opts = self.options
-        order = plan(
-            len(self.corpus.units),
-            shuffle=opts.shuffle,
-            seed=opts.seed,
-            epoch=self._epoch,
-            rank=opts.rank,
-            world_size=opts.world_size,
-        )
-        if opts.even_mode is None:
-            yield from self._pass(pool, order, self._block, len(order), None, take)
-            return
-        even = EvenEpoch(order, self._counts_per_unit(), opts, self._epoch)
-        target = even.target
-        while self._counters.epoch_documents < target:
+        order = shard_order(len(self.corpus.units), opts, self._epoch)
+        target = None
+        if opts.even_mode is not None:
+            target = even_target(order, self._counts_per_unit(), opts, self._epoch)
+        handed = self._counters.epoch_documents
+        piece = Piece(opts.rank, order, self._block, self._in_block, handed, 0, target, False, 0)
+        yield from self._piece_documents(pool, piece, target, take)
+
+    def _even_passes(
+        self, pool: Pool, order: list[int], even: EvenEpoch, shift: int, stop: int, take: int | None
+    ) -> Generator[Any, None, None]:
+        """Hand out evened-out passes up to ``stop`` documents of this stream's epoch;
+        ``shift``: those minus the documents of the shard's rank (a resharded piece)."""
+        while self._counters.epoch_documents < stop:
             start, before = self._block, self._counters.epoch_documents
-            end, repeat = even.next_pass(start, self._in_block, before)
-            yield from self._pass(pool, order, start, end, target, take)
+            end, repeat = even.next_pass(start, self._in_block, before - shift)
+            yield from self._pass(pool, order, start, end, stop, take)
             if repeat:
-                c = self._counters
-                repeated = c.repeated_documents + c.epoch_documents - before
-                self._counters = replace(c, repeated_documents=repeated)
+                self._counters = self._counters.repeated(before)
             if take is not None and self._yielded() >= take:
                 return
             even.check_progress(start, end, before, self._counters.epoch_documents)
             self._block, self._in_block = end, 0
+
+    def _rest_documents(
+        self, pool: Pool, take: int | None, section: dict[str, Any]
+    ) -> Generator[Any, None, None]:
+        """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
+        rest = Rest(section, self._counts_per_unit(), self.options)
+        if not section.get("counted", True):  # the last share counts what drop left out
+            self._reshard = {**section, "counted": True}
+            self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
+        for piece in rest.pieces(self._counters.epoch_documents):
+            self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
+            before = self._counters.epoch_documents
+            documents = self._piece_documents(pool, piece, before + piece.documents, take)
+            if piece.trim:  # a document cut across the checkpoint goes on from its offset
+                for document in documents:
+                    yield document._replace(tokens=document.tokens[piece.trim :])
+                    break
+            yield from documents
+            if piece.repeat:
+                self._counters = self._counters.repeated(before)
+            if take is not None and self._yielded() >= take:
+                return
+
+    def _piece_documents(
+        self, pool: Pool, piece: Piece, stop: int | None, take: int | None
+    ) -> Generator[Any, None, None]:
+        """``piece`` as its rank hands it out, up to ``stop`` documents of the epoch."""
+        if piece.target is None:
+            return self._pass(pool, piece.order, piece.block, len(piece.order), stop, take)
+        counts, epoch = self._counts_per_unit(), self._epoch
+        even = EvenEpoch(piece.order, counts, piece.target, rank=piece.rank, epoch=epoch)
+        shift = self._counters.epoch_documents - piece.handed
+        stop = piece.target + shift if stop is None else stop
+        return self._even_passes(pool, piece.order, even, shift, stop, take)
 
     def _counts_per_unit(self) -> tuple[int, ...]:
         if self._even_counts is None:
@@ -309,23 +366,18 @@ class Stream:
         try:
             for block_start, block_end, block in gathered:
                 n = len(block.sizes)
-                if skip > n:  # only a resumed state's first block has skip > 0
-                    raise StateError(
-                        f"bad state: position in_block={skip} lies past the end of its block "
-                        f"of {n} documents"
-                    )
+                check_in_block(skip, n)  # only a resumed state's first block has skip > 0
                 self._block, self._block_end = block_start, block_end
                 self._block_len = n
                 self._block_sizes = sizes = block.sizes
                 self._block_counts = counts = block.counts
-                self._block_order = order_ = block_permutation(n, opts, self._epoch, block_start)
-                self._in_block = self._first_in_block = skip
-                stop = block_stop(
-                    n,
-                    skip,
-                    target_left=None if target is None else target - self._counters.epoch_documents,
-                    take_left=None if take is None else take - self._yielded_before,
+                self._block_order = order_ = block_permutation(
+                    n, opts, self._epoch, self._rank, block_start
                 )
+                self._in_block = self._first_in_block = skip
+                handed = self._counters.epoch_documents
+                stop = block_stop(n, skip, target_left=_left(target, handed))
+                stop = block_stop(stop, skip, take_left=_left(take, self._yielded_before))
                 # The loop target is the attribute itself: the position is exact
                 # whenever the consumer looks, at no cost per document.
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
@@ -361,14 +413,15 @@ class Stream:
 
     def _count_unit(self, loaded: Loaded) -> None:
         """Count a unit read, and apply the error policy to its errors."""
-        self._counters = replace(
-            self._counters,
-            units=self._counters.units + 1,
-            replaced_documents=self._counters.replaced_documents + loaded.replace,
-        )
+        self._counters = self._counters.unit_read(loaded.replace)
         cut = False
         for error in loaded.errors:
             cut = cut or (isinstance(error, TruncatedMember) and bool(loaded.names))
             self._counters = self._policy.skip(error, self._counters)
         if self._expected is not None and not cut and (loaded.names or not loaded.errors):
             self._expected.check(self.corpus.units[loaded.unit], loaded)
+
+
+def _left(bound: int | None, used: int) -> int | None:
+    """What a bound (the even target, ``take``) still allows (None: no bound)."""
+    return None if bound is None else bound - used

@@ -1,0 +1,290 @@
+"""The rest of a resharded epoch: what the old ranks left of it, and the share of it that one
+new rank hands out (``Rest``, built from a state's ``reshard`` section and the document counts).
+
+The old ranks' rest is one sequence: old rank 0's remaining documents, in the order it would
+have handed them out, then old rank 1's, and so on (the "rest sequence"; an index into it is a
+document). A reshard cuts it into one equal share per new rank: ``drop`` leaves the last few
+out, ``pad`` goes round to its start for the missing ones (repeats), without even sharding the
+shares differ by at most one. Resharding again before that epoch ends adds a level: each rank's
+share minus what it handed out, joined in rank order, is cut again. Everything is intervals of
+the rest sequence, so the section stays O(ranks) whatever the corpus size.
+
+A share is handed out as pieces: runs of one old rank's documents, read as that rank would
+(its plan order, blocks and permutations), from the position ``advance`` computes with the
+document counts. With packed batches a document cut across the checkpoint goes on from the
+first id not yet a target (``trim``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from openwebtext.errors import StateError
+from openwebtext.options import EvenRule, Options
+from openwebtext.plan import epoch_target, pass_end, plan
+
+__all__ = ["Piece", "Rest", "advance", "check_section", "cut_share"]
+
+#: An interval of the rest sequence: ``(start, stop, repeat)``.
+Span = tuple[int, int, bool]
+
+
+class Piece(NamedTuple):
+    """A run of ``count`` documents of one old rank's shard, read as that rank would."""
+
+    rank: int
+    order: list[int]
+    block: int
+    in_block: int
+    handed: int
+    """The old rank's documents of the epoch before the piece."""
+    documents: int
+    """Documents to hand out (0: to the end of the epoch, for a whole epoch)."""
+    target: int | None
+    """The old rank's even target for the epoch (None: not evened out)."""
+    repeat: bool
+    """Handed out again (``pad``): counted in ``repeated_documents``."""
+    trim: int
+    """Ids of the piece's first document to leave out (delivered before the checkpoint)."""
+
+
+def advance(
+    order: Sequence[int],
+    counts: Sequence[int],
+    size: int,
+    position: tuple[int, int, int],
+    k: int,
+    target: int | None,
+) -> tuple[int, int]:
+    """The ``(block, in_block)`` a stream at ``position`` (block, in_block, epoch documents)
+    reaches after ``k`` more documents, its blocks cut as a stream cuts them (no skips).
+
+    ``target``: the even target of the epoch (passes as ``plan.pass_end`` cuts them), or
+    None (one pass to the end of ``order``).
+    """
+    block, in_block, handed = position
+    n = len(order)
+    while True:
+        end = n if target is None else pass_end(order, counts, block, target - handed + in_block)
+        p = block
+        while p < end:
+            q, docs = p, 0
+            while q < end and docs < size:
+                docs += counts[order[q % n]]
+                q += 1
+            left = docs - in_block
+            if k < left:
+                return p, in_block + k
+            k -= left
+            handed += left
+            in_block, p = 0, q
+        if end == block or k == 0:
+            return end, 0
+        block = end
+
+
+def cut_share(
+    spans: Sequence[Span], share: int, world: int, rule: str | None
+) -> tuple[list[Span], int]:
+    """The spans of rank ``share`` of ``world`` when ``spans`` (a sequence) is cut evenly, and
+    how many documents ``drop`` leaves out (0 otherwise).
+
+    ``drop``: every share ``len // world``; ``pad``: ``ceil(len / world)``, going round to the
+    start (marked repeats); None: shares differ by at most one.
+    """
+    total = sum(stop - start for start, stop, _ in spans)
+    if rule == "pad":
+        q = -(-total // world)
+        first, dropped = share * q, 0
+    elif rule == "drop":
+        q = total // world
+        first, dropped = share * q, total - q * world
+    else:
+        q = total // world + (1 if share < total % world else 0)
+        first = share * (total // world) + min(share, total % world)
+        dropped = 0
+    out: list[Span] = []
+    at = first
+    while q > 0 and total > 0:
+        lap, within = divmod(at, total)
+        took = _slice(spans, within, min(total, within + q), repeat=lap > 0)
+        out += took
+        n = sum(stop - start for start, stop, _ in took)
+        q -= n
+        at += n
+    return out, dropped
+
+
+def _slice(spans: Sequence[Span], start: int, stop: int, *, repeat: bool) -> list[Span]:
+    """Positions ``start..stop`` of the sequence that ``spans`` make, as spans."""
+    out: list[Span] = []
+    at = 0
+    for a, b, was_repeat in spans:
+        lo, hi = max(a, a + start - at), min(b, a + stop - at)
+        if lo < hi:
+            out.append((lo, hi, was_repeat or repeat))
+        at += b - a
+        if at >= stop:
+            break
+    return out
+
+
+def _drop_front(spans: Sequence[Span], k: int) -> list[Span]:
+    out: list[Span] = []
+    for a, b, repeat in spans:
+        if k >= b - a:
+            k -= b - a
+            continue
+        out.append((a + k, b, repeat))
+        k = 0
+    return out
+
+
+def check_section(section: Any) -> None:
+    """Check the shape of a state's ``reshard`` section (``reshard.reshard`` writes it).
+
+    Raises:
+        StateError: a field is missing or of the wrong type.
+    """
+
+    def ints(value: Any, n: int | None = None) -> bool:
+        return (
+            isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and (n is None or len(value) == n)
+        )
+
+    problems = []
+    if not isinstance(section, dict):
+        raise StateError(f"bad state: reshard is {type(section).__name__}, not an object")
+    for key in ("world_size", "epoch"):
+        if not isinstance(section.get(key), int) or section[key] < 0:
+            problems.append(key)
+    ranks = section.get("ranks")
+    if not isinstance(ranks, list) or not all(ints(r, 4) for r in ranks):
+        problems.append("ranks")
+    levels = section.get("levels")
+    if not isinstance(levels, list) or not all(
+        isinstance(v, dict) and ints(v.get("done")) and ints(v.get("cuts")) for v in levels
+    ):
+        problems.append("levels")
+    share: Any = section.get("share")
+    if not ints(share, 2) or not 0 <= share[0] < share[1]:
+        problems.append("share")
+    if problems:
+        raise StateError(f"bad state: reshard.{', reshard.'.join(problems)} malformed")
+
+
+class Rest:
+    """One new rank's share of the rest of a resharded epoch.
+
+    Args:
+        section: The state's ``reshard`` section (``reshard.reshard`` writes it).
+        counts: Documents of every unit (the stream's even counts).
+        options: The new rank's options (seed, shuffle, block size).
+    """
+
+    def __init__(self, section: Mapping[str, Any], counts: Sequence[int], options: Options):
+        self.section = dict(section)
+        self.epoch: int = section["epoch"]
+        world: int = section["world_size"]
+        rule: str | None = section["even"]
+        full = plan(len(counts), shuffle=options.shuffle, seed=options.seed, epoch=self.epoch)
+        self.orders = [full[r::world] for r in range(world)]
+        self.target: int | None = None
+        if rule is not None:
+            even: EvenRule = "pad" if rule == "pad" else "drop"
+            self.target = epoch_target(
+                counts,
+                shuffle=options.shuffle,
+                seed=options.seed,
+                epoch=self.epoch,
+                world_size=world,
+                rule=even,
+            )
+        self.counts = counts
+        self.size = max(1, options.shuffle_buffer if options.shuffle else 0)
+        # The rest sequence: each old rank's remaining documents, in rank order.
+        self.starts: list[int] = []
+        spans: list[Span] = []
+        mid: dict[int, int] = {}  # ids of a document already targets (batches)
+        at = 0
+        for r, (_, _, handed, cut) in enumerate(section["ranks"]):
+            whole = self.target if self.target is not None else self._shard_documents(r)
+            left = 0 if handed < 0 else max(0, whole - handed)  # < 0: the rank finished
+            self.starts.append(at)
+            if left:
+                spans.append((at, at + left, False))
+                if cut:
+                    mid[at] = cut
+            at += left
+        # Each level: the shares of a reshard, minus what their ranks handed out.
+        for level in section["levels"]:
+            joined: list[Span] = []
+            new_mid = dict(mid)
+            for s in range(level["world_size"]):
+                share, _ = cut_share(spans, s, level["world_size"], level["rule"])
+                done, cut = level["done"][s], level["cuts"][s]
+                left = _drop_front(share, done)
+                if left and cut:
+                    x, _, repeat = left[0]
+                    applied = _applied_trim(mid, share, done, x, repeat)
+                    new_mid[x] = applied + cut
+                joined += left
+            spans, mid = joined, new_mid
+        share_rank, share_world = section["share"]
+        self.spans, dropped = cut_share(spans, share_rank, share_world, section["rule"])
+        self.dropped_here = dropped if share_rank == share_world - 1 else 0
+        """What ``drop`` left out, for the last share to count (0 for the others)."""
+        self.mid = mid
+        self.length = sum(b - a for a, b, _ in self.spans)
+
+    def _shard_documents(self, rank: int) -> int:
+        return sum(self.counts[u] for u in self.orders[rank])
+
+    def pieces(self, progress: int) -> Iterator[Piece]:
+        """The pieces of this share after its first ``progress`` documents."""
+        first = self.spans[0][0] if self.spans else -1
+        ranks = self.section["ranks"]
+        for a, b, repeat in _drop_front(self.spans, progress):
+            while a < b:
+                r = _rank_of(self.starts, a)
+                end = self.starts[r + 1] if r + 1 < len(self.starts) else b
+                stop = min(b, end)
+                k = a - self.starts[r]
+                block, in_block, handed, _ = ranks[r]
+                order = self.orders[r]
+                at = advance(
+                    order, self.counts, self.size, (block, in_block, handed), k, self.target
+                )
+                trim = 0
+                if not repeat:  # the share's first id is no target: start at the last one
+                    trim = self.mid.get(a, 0)
+                    if a == first and progress == 0:
+                        trim = max(trim - 1, 0)
+                yield Piece(r, order, *at, handed + k, stop - a, self.target, repeat, trim)
+                a = stop
+
+
+def _applied_trim(
+    mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool
+) -> int:
+    """The ids of document ``x`` its rank left out when it handed it out."""
+    if repeat:
+        return 0
+    if share and share[0][0] == x and done == 0:
+        return max(mid.get(x, 0) - 1, 0)
+    return mid.get(x, 0)
+
+
+def _rank_of(starts: Sequence[int], index: int) -> int:
+    """The old rank whose remaining documents hold rest index ``index``."""
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= index:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,0 +1,137 @@
+"""Document-aware packing (issue 21): ``Loader.batches(segments=True)`` marks where documents
+start and how far into them each id is; ``packing="bestfit"`` places whole documents into rows
+by best fit, never cutting one shorter than a row, with little padding; both resume exactly."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openwebtext import Loader
+from openwebtext.stream import PackedBatch, best_fit, cu_seqlens
+from resumable import check_save_load
+
+EOT = 256  # the bytes tokenizer's end-of-text id (the only id above 255)
+
+
+def loader(corpus: Path, **extra: Any) -> Loader:
+    return Loader(corpus, tokenizer="bytes", workers=0, seed=1, shuffle_buffer=50, **extra)
+
+
+def check_rows(batch: PackedBatch, *, padded: bool) -> None:
+    """A boundary after every end-of-text and nowhere else, documents numbered from 1 in each
+    row, positions counting up from the document's start (at a boundary: 0, or with best fit
+    the start of a row-sized piece of a longer document); padding (segment 0) only at the end
+    of a row, as ``EOT`` at position 0."""
+    tokens, segments, positions = batch
+    assert tokens.shape == segments.shape == positions.shape
+    for row, seg, pos in zip(tokens, segments, positions, strict=True):
+        real = seg > 0
+        n = int(real.sum())
+        assert real[:n].all() and not real[n:].any(), "padding inside a row"
+        assert padded or n == len(row)
+        assert (row[n:] == EOT).all() and (pos[n:] == 0).all()
+        assert seg[0] == 1
+        step = np.diff(seg[:n])
+        assert set(step.tolist()) <= {0, 1}
+        boundary = step == 1
+        assert (boundary == (row[: n - 1] == EOT)).all(), "a boundary is not after an eot"
+        starts = pos[1:n][boundary]
+        piece = len(row) if padded else 1 << 30
+        assert (starts % piece == 0).all(), "positions restart at each document"
+        assert (pos[1:n][~boundary] == pos[: n - 1][~boundary] + 1).all()
+
+
+def test_concat_segments_mark_every_document(small_corpus: Path) -> None:
+    plain = list(loader(small_corpus).batches(64, 3))
+    marked = list(loader(small_corpus).batches(64, 3, segments=True))
+    assert len(marked) == len(plain) > 10
+    for array, batch in zip(plain, marked, strict=True):
+        assert isinstance(batch, PackedBatch)
+        assert (batch.tokens == array).all()  # the same ids, now marked
+        check_rows(batch, padded=False)
+    # A document cut across rows goes on at its position in the next row.
+    assert any(b.positions[r, 0] > 0 for b in marked for r in range(3))
+
+
+def test_bestfit_rows_hold_whole_documents(small_corpus: Path) -> None:
+    seq_len = 255
+    lengths = {}
+    with loader(small_corpus).iter() as docs:
+        for doc in docs:
+            lengths[doc.name] = len(doc.tokens)
+    batches = list(loader(small_corpus).batches(seq_len, 2, segments=True, packing="bestfit"))
+    pieces: collections.Counter[int] = collections.Counter()  # pieces per document length
+    short = long = 0
+    for batch in batches:
+        check_rows(batch, padded=True)
+        for tokens, seg, pos in zip(*batch, strict=True):
+            for s in range(1, int(seg.max()) + 1):
+                at = np.flatnonzero(seg == s)
+                first, n, ends = int(pos[at[0]]), len(at), tokens[at[-1]] == EOT
+                if first == 0 and ends:  # a whole document
+                    assert n in lengths.values()
+                    short += n <= seq_len + 1
+                    continue
+                # A piece of a document longer than a row: row-sized, or its last piece.
+                long += 1
+                assert first % (seq_len + 1) == 0
+                assert n == seq_len + 1 or ends
+                pieces[n] += 1
+    whole_docs = sum(n <= seq_len + 1 for n in lengths.values())
+    assert short >= whole_docs - 2 * 2 * (seq_len + 1)  # all, but the rows of a dropped tail
+    assert long > 0 and pieces[seq_len + 1] > 0
+
+
+def test_bestfit_pads_under_5_percent_at_seq_len_1024(small_corpus: Path) -> None:
+    gpt2 = Loader(small_corpus, tokenizer="gpt2", workers=0, seed=1)
+    batches = list(gpt2.batches(1024, 4, segments=True, packing="bestfit"))
+    padding = sum(int((b.segment_ids == 0).sum()) for b in batches)
+    assert padding / sum(b.segment_ids.size for b in batches) < 0.05
+
+
+def test_best_fit_places_longest_first_into_the_tightest_row() -> None:
+    assert best_fit([5, 3, 8, 2, 2], 10) == [[2, 3], [0, 1, 4]]
+    assert best_fit([10, 10], 10) == [[0], [1]]
+    assert best_fit([], 10) == []
+
+
+def test_cu_seqlens_of_segments() -> None:
+    segments = np.array([[1, 1, 2, 0], [1, 1, 1, 1]])
+    assert cu_seqlens(segments).tolist() == [0, 2, 3, 4, 8]
+    assert cu_seqlens(segments).dtype == np.int32
+
+
+def key(batch: Any) -> Any:
+    return tuple(a.tolist() for a in batch) if isinstance(batch, tuple) else batch.tolist()
+
+
+@pytest.mark.parametrize(
+    ("packing", "segments"), [("concat", True), ("bestfit", True), ("bestfit", False)]
+)
+def test_packed_batches_resume_exactly(packing: str, segments: bool, small_corpus: Path) -> None:
+    def start(state: dict[str, Any] | None, epochs: int) -> Any:
+        return loader(small_corpus, epochs=epochs).batches(
+            96, 2, state=state, segments=segments, packing=packing, window=17
+        )
+
+    check_save_load(start, key=key)
+
+
+def test_bestfit_is_deterministic_and_refuses_other_packings(small_corpus: Path) -> None:
+    def first(packing: str, state: Any = None, **extra: Any) -> Any:
+        with loader(small_corpus).batches(96, 2, packing=packing, state=state, **extra) as b:
+            return next(b), b.state_dict()
+
+    one, state = first("bestfit", window=17)
+    assert (one == first("bestfit", window=17)[0]).all()
+    with pytest.raises(Exception, match="packing='bestfit', window=17"):
+        first("concat", state)
+    with pytest.raises(Exception, match="window=17"):
+        first("bestfit", state, window=18)
+    with pytest.raises(ValueError, match="packing must be one of"):
+        first("firstfit")

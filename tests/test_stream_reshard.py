@@ -1,0 +1,298 @@
+"""Resuming on another world size (issue 21): ``openwebtext.reshard`` turns the states of W
+ranks, each taken at its own point, into states of W' ranks that together hand out the rest of
+the epoch exactly once (minus what ``drop`` leaves out, plus what ``pad`` repeats, both
+counted), with equal counts per new rank; then the new world's own epochs. Documents and
+packed batches (a document cut across the checkpoint goes on from its offset)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Corpus, Loader, StateError, reshard
+from openwebtext.stream import count_documents
+from openwebtext.stream.rest import advance, cut_share
+from resumable import check_save_load
+
+#: Where each of the 4 old ranks stops (documents, or batches), all different.
+POINTS = (0, 3, 7, 11)
+BATCH_POINTS = (0, 1, 3, 2)
+S, B = 16, 2
+
+
+@pytest.fixture(scope="module")
+def varied(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path:
+    """The small corpus, counted for a ``train`` split that keeps a different number of
+    documents of every member (so ranks' shards and blocks differ)."""
+    path = Path(shutil.copytree(small_corpus, tmp_path_factory.mktemp("varied") / "c"))
+    corpus = Corpus.open(path)
+    corpus.save_counts(count_documents(corpus, workers=1, splits=((0.0005, 2357), (0.2, 7))))
+    return path
+
+
+def options(rule: str, world: int, rank: int, **extra: Any) -> dict[str, Any]:
+    base: dict[str, Any] = dict(
+        seed=3, shuffle_buffer=30, split="train", val_fraction=0.2, val_seed=7, workers=0,
+        rank=rank, world_size=world, even=True if world > 1 else None, even_rule=rule,
+    )  # fmt: skip
+    return {**base, **extra}
+
+
+def read(
+    corpus: Path, state: dict[str, Any] | None, n: int | None = None, **opts: Any
+) -> tuple[list[str], dict[str, Any], Any]:
+    """Names of up to ``n`` documents, the state after them (through JSON), the stats."""
+    with Loader(corpus, **opts).iter(state=state) as it:
+        names = []
+        for doc in it if n != 0 else ():
+            names.append(doc.name)
+            if n is not None and len(names) >= n:
+                break
+        return names, json.loads(json.dumps(it.state_dict())), it.stats
+
+
+def old_world(corpus: Path, rule: str) -> tuple[list[str], list[str], list[dict[str, Any]]]:
+    """The epoch's documents over 4 ranks, those handed out before the ranks stop at
+    ``POINTS``, and the 4 states."""
+    epoch = [name for r in range(4) for name in read(corpus, None, **options(rule, 4, r))[0]]
+    delivered, states = [], []
+    for r, point in enumerate(POINTS):
+        names, state, _ = read(corpus, None, point, **options(rule, 4, r))
+        delivered += names
+        states.append(state)
+    return epoch, delivered, states
+
+
+@pytest.mark.parametrize("rule", ["drop", "pad"])
+def test_documents_exactly_once_on_3_6_and_1_ranks(rule: str, varied: Path) -> None:
+    epoch, delivered, states = old_world(varied, rule)
+    evened = 0  # documents left out or repeated to keep the new ranks even
+    for new_world in (3, 6, 1):
+        new = reshard(list(reversed(states)), new_world)  # any order
+        shares, dropped, repeated = [], 0, 0
+        for r in range(new_world):
+            names, _, stats = read(varied, new[r], **options(rule, new_world, r))
+            shares.append(names)
+            dropped += stats.dropped_documents
+            repeated += stats.repeated_documents
+        assert len({len(share) for share in shares}) == 1, [len(s) for s in shares]
+        got = collections.Counter(delivered + [n for share in shares for n in share])
+        want = collections.Counter(epoch)
+        assert sum((want - got).values()) == dropped  # left out by drop, counted
+        assert sum((got - want).values()) == repeated  # repeated by pad, counted
+        assert (repeated if rule == "drop" else dropped) == 0
+        evened += dropped + repeated
+    assert evened > 0
+
+
+def test_documents_with_worker_processes(varied: Path) -> None:
+    """2 worker processes (old and new ranks) hand out what 0 do."""
+    _, _, states = old_world(varied, "drop")
+    for r, state in enumerate(reshard(states, 3)):
+        inline = read(varied, state, **options("drop", 3, r))[0]
+        assert read(varied, state, **options("drop", 3, r, workers=2))[0] == inline
+
+
+def test_the_next_epochs_are_the_new_world_s_own(varied: Path) -> None:
+    _, _, states = old_world(varied, "drop")
+    for r, state in enumerate(reshard(states, 3)):
+        rest_epoch = read(varied, state, **options("drop", 3, r))[0]
+        both = read(varied, state, **options("drop", 3, r, epochs=2))[0]
+        fresh = read(varied, None, **options("drop", 3, r, epoch=1))[0]
+        assert both == rest_epoch + fresh
+
+
+def test_a_resharded_epoch_resharded_again(varied: Path) -> None:
+    """4 ranks -> 3 (each runs to its own point) -> 2: still the epoch once."""
+    epoch, delivered, states = old_world(varied, "drop")
+    middle = reshard(states, 3)
+    again = []
+    for r, (point, state) in enumerate(zip((5, 0, 9), middle, strict=True)):
+        names, later, _ = read(varied, state, point, **options("drop", 3, r))
+        delivered += names
+        again.append(later)
+    shares, dropped = [], 0
+    for r, state in enumerate(reshard(again, 2)):
+        names, _, stats = read(varied, state, **options("drop", 2, r))
+        shares.append(names)
+        dropped += stats.dropped_documents
+    assert len(shares[0]) == len(shares[1])
+    got = collections.Counter(delivered + shares[0] + shares[1])
+    assert not got - collections.Counter(epoch)  # nothing twice
+    first_drops = sum(read(varied, s, **options("drop", 3, r))[2].dropped_documents
+                      for r, s in enumerate(middle))  # fmt: skip
+    assert sum((collections.Counter(epoch) - got).values()) == dropped + first_drops
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resharded_state_resumes_exactly(workers: int, varied: Path) -> None:
+    _, _, states = old_world(varied, "pad")
+    state = reshard(states, 3)[1]
+
+    def start(saved: dict[str, Any] | None, epochs: int) -> Any:
+        opts = options("pad", 3, 1, workers=workers, epochs=epochs)
+        return Loader(varied, **opts).iter(state=state if saved is None else saved)
+
+    check_save_load(start, key=lambda doc: doc.name)
+
+
+def test_refused_states_say_what_is_wrong(varied: Path) -> None:
+    _, _, states = old_world(varied, "drop")
+    with pytest.raises(StateError, match=r"ranks missing: \[2\] of world_size 4"):
+        reshard([states[0], states[1], states[3]], 2)
+    with pytest.raises(StateError, match="two states of rank 1"):
+        reshard([*states, states[1]], 2)
+    other = read(varied, None, 2, **options("drop", 4, 2, seed=4))[1]
+    with pytest.raises(StateError, match="different runs: seed: rank 0 3, rank 2 4"):
+        reshard([states[0], states[1], other, states[3]], 2)
+    later = read(varied, None, 2, **options("drop", 4, 2, epoch=1))[1]
+    with pytest.raises(StateError, match="different epochs"):
+        reshard([states[0], states[1], later, states[3]], 2)
+    with pytest.raises(StateError, match="formats"):
+        reshard([states[0], {"format": "openwebtext-batches/1"}], 2)
+    with pytest.raises(ValueError, match="world_size"):
+        reshard(states, 0)
+    with Loader(varied, **options("drop", 4, 0, tokenizer="bytes")).batches(
+        S, B, packing="bestfit"
+    ) as bestfit:
+        state = bestfit.state_dict()
+    with pytest.raises(StateError, match="best fit"):
+        reshard([state], 2)
+    broken = reshard(states, 2)[0]
+    broken["reshard"]["ranks"] = [[1, 2]]
+    with pytest.raises(StateError, match=r"reshard\.ranks malformed"):
+        Loader(varied, **options("drop", 2, 0)).iter(state=broken)
+
+
+def test_the_state_stays_small(varied: Path) -> None:
+    """O(old ranks) integers: for the full corpus (20,610 members) at W = 1,024, well under
+    64 KB per new rank's state, whatever the corpus size."""
+    state = read(varied, None, 1, **options("drop", 4, 0))[1]
+    states = []
+    for r in range(1024):
+        fake = json.loads(json.dumps(state))
+        fake["config"].update(rank=r, world_size=1024, units=20_610)
+        fake["position"].update(block=19, in_block=4095)
+        fake["counters"]["epoch_documents"] = 7_999
+        states.append(fake)
+    size = len(json.dumps(reshard(states, 1000)[999]))
+    assert size < 64 * 1024, size
+
+
+def test_advance_matches_the_stream_and_shares_are_even() -> None:
+    counts = [3, 0, 5, 2, 7, 1]
+    order = [4, 0, 5, 2, 3, 1]
+    assert advance(order, counts, 4, (0, 0, 0), 0, None) == (0, 0)
+    assert advance(order, counts, 4, (0, 0, 0), 7, None) == (1, 0)  # block [0, 1): 7 docs
+    assert advance(order, counts, 4, (0, 0, 0), 9, None) == (1, 2)  # block [1, 4): 4 docs
+    spans = [(0, 5, False), (9, 12, False)]
+    assert cut_share(spans, 1, 3, "drop") == ([(2, 4, False)], 2)
+    assert cut_share(spans, 2, 3, "pad") == ([(10, 12, False), (0, 1, True)], 0)
+    assert cut_share(spans, 0, 3, None) == ([(0, 3, False)], 0)
+
+
+# -- packed batches ---------------------------------------------------------------------
+
+
+def token_stream(corpus: Path, state: dict[str, Any] | None, lengths: dict[str, int],
+                 **opts: Any) -> list[tuple[str, int, int]]:  # fmt: skip
+    """``(document, index in the document, id)`` of every id the batches of ``state`` pack."""
+    out = []
+    with Loader(corpus, tokenizer="bytes", **opts).iter(state=state) as it:
+        for doc in it:
+            whole = lengths.setdefault(doc.name, len(doc.tokens))
+            cut = whole - len(doc.tokens)
+            out += [(doc.name, cut + j, int(t)) for j, t in enumerate(doc.tokens)]
+    return out
+
+
+def batch_targets(
+    corpus: Path, state: dict[str, Any] | None, stream: list[tuple[str, int, int]],
+    n: int | None, **opts: Any,
+) -> tuple[list[tuple[str, int]], dict[str, Any]]:  # fmt: skip
+    """The ``(document, index)`` of every target of up to ``n`` batches (checked against the
+    ids of ``stream``), and the batches state after them."""
+    targets: list[tuple[str, int]] = []
+    with Loader(corpus, tokenizer="bytes", **opts).batches(S, B, state=state) as batches:
+        for k, batch in enumerate(batches if n != 0 else ()):
+            window = stream[k * S * B : (k + 1) * S * B + 1]
+            assert batch[:, 0].tolist() == [t for _, _, t in window[:-1:S]]
+            assert batch[:, 1:].reshape(-1).tolist() == [t for _, _, t in window[1:]]
+            targets += [(name, j) for name, j, _ in window[1:]]
+            if n is not None and k + 1 >= n:
+                break
+        return targets, json.loads(json.dumps(batches.state_dict()))
+
+
+@pytest.mark.parametrize("rule", ["drop", "pad"])
+def test_batches_no_token_twice_or_lost(rule: str, varied: Path) -> None:
+    lengths: dict[str, int] = {}
+    every: set[tuple[str, int]] = set()
+    old_targets: list[tuple[str, int]] = []
+    states = []
+    for r, point in enumerate(BATCH_POINTS):
+        opts = options(rule, 4, r)
+        stream = token_stream(varied, None, lengths, **opts)
+        every |= {(name, j) for name, j, _ in stream}
+        targets, state = batch_targets(varied, None, stream, point, **opts)
+        old_targets += targets
+        states.append(state)
+    for new_world in (3, 1):
+        targets = list(old_targets)
+        firsts_and_tails = len(BATCH_POINTS)  # each old rank's first id is no target
+        for r, state in enumerate(reshard(states, new_world)):
+            opts = options(rule, new_world, r)
+            stream = token_stream(varied, state["documents"], lengths, **opts)
+            got, _ = batch_targets(varied, state, stream, None, **opts)
+            targets += got
+            firsts_and_tails += len(stream) - len(got)  # its first id, and the last ids
+        counted = collections.Counter(targets)
+        twice = {t for t, n in counted.items() if n > 1}
+        missing = every - set(counted)
+        if rule == "drop":
+            assert twice == set()
+            dropped = {name for name, j in missing if j == 0}  # whole documents left out
+            left_out = {(name, j) for name, j in missing if name in dropped}
+            assert len(missing - left_out) <= firsts_and_tails
+        else:  # pad repeats documents (by design); nothing is lost
+            assert len(missing) <= firsts_and_tails
+
+
+def test_batches_of_a_resharded_state_resume_exactly(varied: Path) -> None:
+    states = []
+    for r, point in enumerate(BATCH_POINTS):
+        opts = options("drop", 4, r, tokenizer="bytes")
+        with Loader(varied, **opts).batches(S, B) as batches:
+            for _ in zip(range(point), batches, strict=False):
+                pass
+            states.append(json.loads(json.dumps(batches.state_dict())))
+    state = reshard(states, 3)[2]
+
+    def start(saved: dict[str, Any] | None, epochs: int) -> Any:
+        opts = options("drop", 3, 2, tokenizer="bytes", epochs=epochs)
+        return Loader(varied, **opts).batches(S, B, state=state if saved is None else saved)
+
+    check_save_load(start, key=lambda batch: batch.tolist())
+
+
+def test_without_even_sharding_the_shares_differ_by_one_at_most(varied: Path) -> None:
+    def opts(rank: int, world: int) -> dict[str, Any]:
+        return options("drop", world, rank, even=False)
+
+    epoch = [name for r in range(4) for name in read(varied, None, **opts(r, 4))[0]]
+    delivered, states = [], []
+    for r, point in enumerate(POINTS):
+        names, state, _ = read(varied, None, point, **opts(r, 4))
+        delivered += names
+        states.append(state)
+    for new_world in (3, 1):
+        new = reshard(states, new_world, even=False)
+        shares = [read(varied, new[r], **opts(r, new_world))[0] for r in range(new_world)]
+        assert max(map(len, shares)) - min(map(len, shares)) <= 1
+        got = delivered + [name for share in shares for name in share]
+        assert collections.Counter(got) == collections.Counter(epoch)
