@@ -217,10 +217,9 @@ def test_every_package_exports_the_names_it_has(package: str) -> None:
 
 def _lint_imports(src: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(src)}
-    lint = shutil.which("lint-imports")
-    command = [lint] if lint else [sys.executable, "-m", "importlinter.cli"]
+    script = "import sys; from importlinter.cli import lint_imports_command as run; run()"
     return subprocess.run(
-        [*command, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        [sys.executable, "-c", script, "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
         cwd=src.parent, env=env, capture_output=True, text=True, timeout=120,
     )
 
