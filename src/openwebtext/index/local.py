@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from openwebtext.errors import CorpusError, UnknownFormat
-from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
-from openwebtext.index.outer import KNOWN, walk_outer_tar
+from openwebtext.errors import CorpusError
+from openwebtext.formats import TAR
+from openwebtext.index.outer import file_kind, walk_outer_tar
 from openwebtext.records import Unit
 
 __all__ = ["index_file", "index_file_before_damage"]
@@ -66,15 +66,8 @@ def index_file_before_damage(path: Path) -> tuple[list[Unit], CorpusError | None
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise CorpusError("empty file", path=name)
             local = _LocalFile(f.fileno(), size)
-            head = local.pread(MAGIC_BYTES, 0)
-            kind = detect(head)
-            if kind is None and is_empty_tar(head):
-                raise CorpusError("empty tar: it holds no member", path=name)
-            if kind is None:
-                raise UnknownFormat(f"not {KNOWN}", path=name)
+            kind = file_kind(local, name)
             if kind != TAR:
                 return [Unit(name, path.name, 0, size, kind, subset, 0)], None
             return walk_outer_tar(local, name, subset, path.name)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import tarfile
 from typing import Protocol
 
-from openwebtext.errors import CorpusError
-from openwebtext.formats import MAGIC_BYTES, TAR, detect
+from openwebtext.errors import CorpusError, UnknownFormat
+from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.records import Unit
 
-__all__ = ["KNOWN", "Readable", "walk_outer_tar"]
+__all__ = ["KNOWN", "Readable", "file_kind", "walk_outer_tar"]
 
 #: The formats a corpus file (or member) may be in, as messages name them.
 KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
@@ -58,6 +58,25 @@ class _Cursor:
 
     def close(self) -> None:
         pass
+
+
+def file_kind(f: Readable, name: str) -> str:
+    """What a corpus file of ``f.size`` bytes holds, from its first bytes: ``tar`` (an outer
+    tar of members) or a bare member's format, for local and remote files alike.
+
+    Raises:
+        CorpusError: an empty file, or an empty tar.
+        UnknownFormat: neither a tar nor a compressed member.
+    """
+    if f.size == 0:
+        raise CorpusError("empty file", path=name)
+    head = f.pread(MAGIC_BYTES, 0)
+    kind = detect(head)
+    if kind is None and is_empty_tar(head):
+        raise CorpusError("empty tar: it holds no member", path=name)
+    if kind is None:
+        raise UnknownFormat(f"not {KNOWN}", path=name)
+    return kind
 
 
 def walk_outer_tar(

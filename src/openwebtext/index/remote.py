@@ -25,10 +25,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from openwebtext.errors import CorpusError, OutputError, UnknownFormat
+from openwebtext.errors import CorpusError, OutputError
 from openwebtext.files import atomic_write, cache_root
-from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
-from openwebtext.index.outer import KNOWN, walk_outer_tar
+from openwebtext.formats import TAR
+from openwebtext.index.outer import file_kind, walk_outer_tar
 from openwebtext.records import Unit
 from openwebtext.source import (
     FileInfo,
@@ -121,16 +121,9 @@ def _say_cache_off(name: str) -> None:
 def _walk(url: str, name: str, info: FileInfo, storage: Storage | None) -> list[Unit]:
     base = name.rstrip("/").rsplit("/", 1)[-1]
     subset = base.split(".", 1)[0]
-    if info.size == 0:
-        raise CorpusError("empty file", path=name)
     f = RangeFile(url, info.size, storage=storage)
     try:
-        head = f.pread(MAGIC_BYTES, 0)
-        kind = detect(head)
-        if kind is None and is_empty_tar(head):
-            raise CorpusError("empty tar: it holds no member", path=name)
-        if kind is None:
-            raise UnknownFormat(f"not {KNOWN}", path=name)
+        kind = file_kind(f, name)
         if kind != TAR:
             return [Unit(name, base, 0, info.size, kind, subset, 0)]
         units, damage = walk_outer_tar(f, name, subset, base)
