@@ -122,20 +122,27 @@ class Batches:
 
     def _segmented(self, need: int) -> PackedBatch:
         """The next batch with its documents and positions (``segments=True``)."""
-        documents, positions = [], []
+        lengths, firsts = [], []  # of each document's piece in this batch, and its first id
         head, got = self._head, 0
-        for k, (_, ids) in enumerate(self._pending):
+        for _, ids in self._pending:
             n = min(len(ids) - head, need - got)
-            documents.append(np.full(n, k, dtype=np.int64))
-            positions.append(np.arange(head, head + n))
+            lengths.append(n)
+            firsts.append(head)
             got += n
             head = 0
             if got == need:
                 break
+        # One array op per batch, not two per document: piece k's ids are document k at
+        # positions firsts[k], firsts[k] + 1, ...
+        counts = np.asarray(lengths)
+        documents = np.repeat(np.arange(len(lengths), dtype=np.int32), counts)
+        starts = np.cumsum(counts) - counts  # where each piece begins in the batch
+        shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
+        positions = np.arange(need, dtype=np.int32) - shift
         flat = self._take(need)
         views = [
             np.lib.stride_tricks.sliding_window_view(a, self.seq_len + 1)[:: self.seq_len]
-            for a in (flat, np.concatenate(documents), np.concatenate(positions))
+            for a in (flat, documents, positions)
         ]
         self._batches += 1
         return segmented(views[0].astype(self.dtype), views[1], views[2])
