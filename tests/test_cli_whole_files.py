@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from support import outer_tar, sample_docs, xz_member
+from test_cli_commands import owt
 
 BAD = {
     "urlsf_subset01.tar": os.urandom(20_000),  # random bytes
@@ -21,7 +20,8 @@ BAD = {
 
 
 @pytest.fixture
-def folder(tmp_path: Path) -> Path:
+def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))  # the counts of owt index
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     outer_tar(corpus / "urlsf_subset00.tar", [("a_data.xz", xz_member(sample_docs("a", 3)))])
@@ -30,19 +30,11 @@ def folder(tmp_path: Path) -> Path:
     return corpus
 
 
-def owt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OWT_CACHE_DIR": str(cwd / "cache")}
-    return subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", *args], capture_output=True, text=True,
-        timeout=120, env=env, cwd=cwd,
-    )
-
-
 @pytest.mark.parametrize("command", ["stream", "index"])
 def test_bad_whole_files_are_skipped_counted_and_named(
-    command: str, folder: Path, tmp_path: Path
+    command: str, folder: Path
 ) -> None:
-    result = owt(command, str(folder), "--on-error", "skip", "-j", "1", "-q", cwd=tmp_path)
+    result = owt(command, str(folder), "--on-error", "skip", "-j", "1", "-q")
     assert result.returncode == 0, result.stderr
     for name in BAD:
         assert str(folder / name) in result.stderr, (name, result.stderr)
@@ -50,8 +42,8 @@ def test_bad_whole_files_are_skipped_counted_and_named(
         assert "3 documents" in result.stderr
 
 
-def test_a_bad_whole_file_is_one_error_line_by_default(folder: Path, tmp_path: Path) -> None:
-    result = owt("stream", str(folder), "-j", "1", "-q", cwd=tmp_path)
+def test_a_bad_whole_file_is_one_error_line_by_default(folder: Path) -> None:
+    result = owt("stream", str(folder), "-j", "1", "-q")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert "urlsf_subset01.tar" in result.stderr
