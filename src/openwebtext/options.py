@@ -9,7 +9,7 @@ check, the command line's resume and the tests all read that one list.
 from __future__ import annotations
 
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 __all__ = [
     "SHAPING",
@@ -25,6 +25,7 @@ __all__ = [
     "check_val_fraction",
     "check_val_seed",
     "check_workers",
+    "int_at_least",
 ]
 
 ErrorPolicy = Literal["raise", "skip", "warn"]
@@ -197,6 +198,12 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def int_at_least(value: object, least: int) -> TypeGuard[int]:
+    """Whether ``value`` is an int (a bool is not one) of at least ``least``: the one test of
+    every count, size and position a description, a state or a file record holds."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 # -- the rules of the options a loader and ``owt tokenize`` (``PrepareOptions``) share --------
 # One rule each, so that the two descriptions accept and refuse the same values.
 
@@ -206,18 +213,14 @@ def _need(ok: bool, message: str) -> None:
         raise ValueError(message)
 
 
-def _int_at_least(value: object, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
 def check_workers(value: object) -> None:
     """``workers``: an int >= 0 (0: in the calling process)."""
-    _need(_int_at_least(value, 0), f"workers must be >= 0, not {value!r}")
+    _need(int_at_least(value, 0), f"workers must be >= 0, not {value!r}")
 
 
 def check_seed(value: object) -> None:
     """``seed``: an int >= 0 (the unit order's seed)."""
-    _need(_int_at_least(value, 0), f"seed must be an int >= 0, not {value!r}")
+    _need(int_at_least(value, 0), f"seed must be an int >= 0, not {value!r}")
 
 
 def check_val_fraction(value: object) -> None:
@@ -228,13 +231,13 @@ def check_val_fraction(value: object) -> None:
 
 def check_val_seed(value: object) -> None:
     """``val_seed``: an int in 0..2**64-1 (the split's 8-byte key)."""
-    ok = _int_at_least(value, 0) and isinstance(value, int) and value < 2**64
+    ok = int_at_least(value, 0) and isinstance(value, int) and value < 2**64
     _need(ok, f"val_seed must be >= 0 and < 2**64 (the split's 8-byte key), not {value!r}")
 
 
 def check_take(value: object) -> None:
     """``take``: None or an int >= 0."""
-    _need(value is None or _int_at_least(value, 0), f"take must be None or >= 0, not {value!r}")
+    _need(value is None or int_at_least(value, 0), f"take must be None or >= 0, not {value!r}")
 
 
 def check_on_error(value: object) -> None:
@@ -247,5 +250,5 @@ def check_on_error(value: object) -> None:
 
 def check_max_errors(value: object) -> None:
     """``max_errors``: None or an int >= 0."""
-    ok = value is None or _int_at_least(value, 0)
+    ok = value is None or int_at_least(value, 0)
     _need(ok, f"max_errors must be None or >= 0, not {value!r}")

@@ -24,6 +24,8 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
+from openwebtext.options import int_at_least
+
 __all__ = [
     "Split",
     "block_stop",
@@ -80,14 +82,14 @@ def shard_range(positions: int, index: int, count: int) -> tuple[int, int]:
     Raises:
         ValueError: not ``0 <= index < count``.
     """
-    if not (_is_int(count) and count >= 1 and _is_int(index) and 0 <= index < count):
+    if not (int_at_least(count, 1) and int_at_least(index, 0) and index < count):
         raise ValueError(f"a shard is i/n with 0 <= i < n, not {index}/{count}")
     return index * positions // count, (index + 1) * positions // count
 
 
 def shard_count(positions: int, per_shard: int) -> int:
     """How many slices of at most ``per_shard`` positions cover ``positions`` (at least one)."""
-    if not (_is_int(per_shard) and per_shard >= 1):
+    if not int_at_least(per_shard, 1):
         raise ValueError(f"units_per_task must be >= 1, not {per_shard!r}")
     return max(1, -(-positions // per_shard))
 
@@ -95,13 +97,9 @@ def shard_count(positions: int, per_shard: int) -> int:
 def unit_groups(units: int, per_group: int) -> list[range]:
     """Units ``0..units-1`` cut into consecutive groups of ``per_group`` (the last may be
     shorter): the read tasks of ``ray.read_openwebtext``."""
-    if not (_is_int(per_group) and per_group >= 1):
+    if not int_at_least(per_group, 1):
         raise ValueError(f"units_per_task must be >= 1, not {per_group!r}")
     return [range(k, min(k + per_group, units)) for k in range(0, units, per_group)]
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def epoch_target(

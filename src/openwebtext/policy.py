@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping, MutableMapping
 
 from openwebtext.errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
+from openwebtext.options import int_at_least
 
 __all__ = ["COUNTERS", "MEMBER_COUNTERS", "SkipPolicy", "counter_of", "skips_in"]
 
@@ -47,7 +48,7 @@ def skips_in(counts: Mapping[str, object]) -> int:
     total = 0
     for key in COUNTERS:
         value = counts.get(key, 0)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not int_at_least(value, 0):
             raise ValueError(f"{key} must be an int >= 0, not {value!r}")
         total += value
     return total

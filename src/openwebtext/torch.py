@@ -65,7 +65,7 @@ from openwebtext.loader import (
     cu_seqlens,
 )
 from openwebtext.options import Options
-from openwebtext.stream import WINDOW, ensure_counts, reshard
+from openwebtext.stream import WINDOW, check_sizes, ensure_counts, reshard
 
 __all__ = [
     "OpenWebTextDataset",
@@ -273,9 +273,7 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         # Checked here too, so that a mistake surfaces in the main process, not in a worker.
         if self.options.tokenizer is None:
             raise ValueError("packed batches need token ids: pass tokenizer='gpt2' (or …)")
-        for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+        check_sizes(seq_len, batch_size)
         self.seq_len = seq_len
         self.batch_size = batch_size
         self.dtype = np.dtype(dtype)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from openwebtext.options import int_at_least
 from openwebtext.policy import MEMBER_COUNTERS
 
 __all__ = ["check_meta", "check_record"]
@@ -21,7 +22,7 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 
 
 def _count(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not int_at_least(value, 0):
         raise ValueError(f"{what} must be an int >= 0, not {value!r}")
     return value
 

@@ -7,7 +7,7 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.batches import Batches, batches_start
+from openwebtext.stream.batches import Batches, batches_start, check_sizes
 from openwebtext.stream.blocks import Block, gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.packing import (
@@ -42,6 +42,7 @@ __all__ = [
     "Stream",
     "batches_start",
     "best_fit",
+    "check_sizes",
     "check_state",
     "config_of",
     "count_documents",

@@ -23,12 +23,13 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
+from openwebtext.options import int_at_least
 from openwebtext.records import TokenDocument
 from openwebtext.stream.packing import PackedBatch, segmented
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start"]
+__all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start", "check_sizes"]
 
 BATCHES_FORMAT = "openwebtext-batches/1"
 
@@ -82,7 +83,7 @@ class Batches:
         self._docs = documents
         self.segments = segments
         try:
-            _check_sizes(seq_len, batch_size)
+            check_sizes(seq_len, batch_size)
             self.dtype = np.dtype(dtype)
             largest = vocabulary.n_vocab - 1
             if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < largest:
@@ -195,9 +196,10 @@ class Batches:
         self.close()
 
 
-def _check_sizes(seq_len: int, batch_size: int) -> None:
+def check_sizes(seq_len: int, batch_size: int) -> None:
+    """Refuse a ``seq_len`` or ``batch_size`` that is not an int >= 1 (``ValueError``)."""
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not int_at_least(value, 1):
             raise ValueError(f"{name} must be an int >= 1, not {value!r}")
 
 
@@ -211,7 +213,7 @@ def batches_start(
         ValueError: a size is not positive.
         StateError: ``state`` is not a batches state of these sizes.
     """
-    _check_sizes(seq_len, batch_size)
+    check_sizes(seq_len, batch_size)
     if state is None:
         return None, 0, 0
     if not isinstance(state, dict) or state.get("format") != BATCHES_FORMAT:

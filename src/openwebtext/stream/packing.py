@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
+from openwebtext.options import int_at_least
 from openwebtext.plan import permutation
 from openwebtext.stream.state import Mark, Stats
 
@@ -124,7 +125,7 @@ def packing_start(state: Any, packing: str, window: int) -> tuple[int, int]:
         )
     number, row = state.get("window_number", 0), state.get("row", 0)
     for name, value in (("window_number", number), ("row", row)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        if not int_at_least(value, 0):
             raise StateError(f"bad batches state: {name} is {value!r}")
     return number, row
 

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
-from openwebtext.options import SHAPING, Options
+from openwebtext.options import SHAPING, Options, int_at_least
 from openwebtext.stream.rest import check_section
 from openwebtext.tokenizer import Tokenizer
 
@@ -303,7 +303,7 @@ def check_in_block(in_block: int, n: int) -> None:
 
 
 def _count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return int_at_least(value, 0)
 
 
 def _kind(value: Any) -> str:
