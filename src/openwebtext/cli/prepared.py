@@ -30,8 +30,6 @@ class _Bars:
         self.quiet = quiet
         self.bars: dict[str, Any] = {}
         self.first: dict[str, tuple[float, int]] = {}  # phase: (time, tokens) of its first event
-        self.tokenized: int | None = None
-        """Tokens this run tokenized (the last ``tokenize`` event's count), None without."""
 
     def update(self, event: Progress) -> None:
         from tqdm import tqdm
@@ -49,8 +47,6 @@ class _Bars:
             )  # fmt: skip
             self.first[event.phase] = (now, event.tokens)
         bar.update(event.done - bar.n)
-        if event.phase == "tokenize":
-            self.tokenized = event.tokens
         began, tokens = self.first[event.phase]
         if event.tokens > tokens and now > began and not self.quiet:
             rate = (event.tokens - tokens) / (now - began)
@@ -61,7 +57,7 @@ class _Bars:
             bar.close()
 
 
-def _print_prepared(report: Report, seconds: float, tokenized: int | None) -> None:
+def _print_prepared(report: Report, seconds: float) -> None:
     meta = report.meta
     if report.already:
         print(f"{report.out} already holds these files (meta.json): nothing to do", file=sys.stderr)
@@ -75,6 +71,7 @@ def _print_prepared(report: Report, seconds: float, tokenized: int | None) -> No
     rate = f"{total / max(seconds, 1e-9):,.0f} tokens/s"
     if report.resumed:  # the totals hold earlier runs' work: the rate is of this run's only
         rate = "resumed"
+        tokenized = report.tokenized  # this run's work only
         if tokenized:
             rate = (
                 f"{tokenized:,} tokens in this run, {tokenized / max(seconds, 1e-9):,.0f} "
@@ -139,5 +136,5 @@ def with_progress(run: Callable[[Callable[[Progress], None]], Report], quiet: bo
         report = run(bars.update)
     finally:
         bars.close()
-    _print_prepared(report, time.perf_counter() - start, bars.tokenized)
+    _print_prepared(report, time.perf_counter() - start)
     return 0
