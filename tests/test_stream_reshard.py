@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from openwebtext import Corpus, Loader, StateError, reshard
@@ -157,12 +158,14 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
         reshard([states[0], {"format": "openwebtext-batches/1"}], 2)
     with pytest.raises(ValueError, match="world_size"):
         reshard(states, 0)
-    with Loader(varied, **options("drop", 4, 0, tokenizer="bytes")).batches(
-        S, B, packing="bestfit"
-    ) as bestfit:
-        state = bestfit.state_dict()
-    with pytest.raises(StateError, match="best fit"):
-        reshard([state], 2)
+    packed = []
+    for r, packing in enumerate(("bestfit", "concat", "bestfit", "bestfit")):
+        with Loader(varied, **options("drop", 4, r, tokenizer="bytes")).batches(
+            S, B, packing=packing
+        ) as batches:
+            packed.append(batches.state_dict())
+    with pytest.raises(StateError, match=r"different \(packing, window\)"):
+        reshard(packed, 2)
     broken = reshard(states, 2)[0]
     broken["reshard"]["ranks"] = [[1, 2]]
     with pytest.raises(StateError, match=r"reshard\.ranks malformed"):
@@ -263,6 +266,32 @@ def test_batches_no_token_twice_or_lost(rule: str, varied: Path) -> None:
             assert len(missing) <= firsts_and_tails
 
 
+def test_positions_go_on_in_a_document_cut_across_the_checkpoint(varied: Path) -> None:
+    """``segments=True`` after a reshard: a document cut across the checkpoint goes on at its
+    position in the document, not at 0."""
+    lengths: dict[str, int] = {}
+    states = []
+    for r, point in enumerate(BATCH_POINTS):
+        opts = options("drop", 4, r)
+        stream = token_stream(varied, None, lengths, **opts)
+        states.append(batch_targets(varied, None, stream, point, **opts)[1])
+    continued = 0
+    for r, state in enumerate(reshard(states, 3)):
+        opts = options("drop", 3, r)
+        stream = token_stream(varied, state["documents"], lengths, **opts)
+        continued += sum(j > 0 and (k == 0 or stream[k - 1][0] != name)
+                         for k, (name, j, _) in enumerate(stream))  # fmt: skip
+        with Loader(varied, tokenizer="bytes", **opts).batches(
+            S, B, state=state, segments=True
+        ) as batches:
+            for k, batch in enumerate(batches):
+                window = stream[k * S * B : (k + 1) * S * B + 1]
+                for row in range(B):
+                    ids = window[row * S : row * S + S + 1]
+                    assert batch.positions[row].tolist() == [j for _, j, _ in ids]
+    assert continued, "no document goes on from inside: the test shows nothing"
+
+
 def test_batches_of_a_resharded_state_resume_exactly(varied: Path) -> None:
     states = []
     for r, point in enumerate(BATCH_POINTS):
@@ -296,3 +325,131 @@ def test_without_even_sharding_the_shares_differ_by_one_at_most(varied: Path) ->
         assert max(map(len, shares)) - min(map(len, shares)) <= 1
         got = delivered + [name for share in shares for name in share]
         assert collections.Counter(got) == collections.Counter(epoch)
+
+
+# -- best-fit batches: the windows old ranks had begun are packed again on the new ranks ------
+
+FIT_S, FIT_B, FIT_WINDOW = 127, 2, 5  # small windows: old ranks stop inside one
+
+
+def fit_pieces(corpus: Path, rule: str, world: int) -> dict[tuple[int, bytes], tuple[str, int]]:
+    """Every row-sized piece of every document of the epoch over ``world`` ranks, by its
+    (position, ids): the ``(document, position)`` it is."""
+    pieces = {}
+    cap = FIT_S + 1
+    for r in range(world):
+        with Loader(corpus, tokenizer="bytes", **options(rule, world, r)).iter() as docs:
+            for doc in docs:
+                for p in range(0, len(doc.tokens), cap):
+                    key = (p, doc.tokens[p : p + cap].tobytes())
+                    seen = pieces.setdefault(key, (doc.name, p))  # pad: repeats alike
+                    assert seen == (doc.name, p), "two pieces alike: the check cannot tell them"
+    return pieces
+
+
+def fit_delivered(
+    corpus: Path, state: dict[str, Any] | None, n: int | None, pieces: dict[Any, Any], **opts: Any
+) -> tuple[list[tuple[str, int]], dict[str, Any], int]:
+    """The pieces ``(document, position)`` of up to ``n`` best-fit batches, the state after
+    them, and the batches read."""
+    got, k = [], 0
+    with Loader(corpus, tokenizer="bytes", **opts).batches(
+        FIT_S, FIT_B, state=state, segments=True, packing="bestfit", window=FIT_WINDOW
+    ) as batches:
+        for k, batch in enumerate(batches if n != 0 else (), 1):
+            for tokens, seg, pos in zip(*batch, strict=True):
+                for s in range(1, int(seg.max()) + 1):
+                    at = np.flatnonzero(seg == s)
+                    got.append(pieces[(int(pos[at[0]]), tokens[at].astype(np.uint16).tobytes())])
+            if n is not None and k >= n:
+                break
+        return got, json.loads(json.dumps(batches.state_dict())), k
+
+
+@pytest.mark.parametrize("rule", ["drop", "pad"])
+def test_bestfit_batches_no_piece_twice_or_lost(rule: str, varied: Path) -> None:
+    """W = 4 best-fit ranks stopped inside windows, resharded to 3, 6 and 1: every piece of
+    every document once (pad: repeats allowed; drop: what it leaves out), but for the rows of
+    the last batch each new rank cannot fill."""
+    pieces = fit_pieces(varied, rule, 4)
+    lengths = {where: len(ids) // 2 for (_, ids), where in pieces.items()}
+    old, states = [], []
+    for r, point in enumerate((1, 2, 0, 3)):
+        got, state, _ = fit_delivered(varied, None, point, pieces, **options(rule, 4, r))
+        old += got
+        states.append(state)
+    assert any(s["row"] > 0 for s in states), "no old rank stopped inside a window"
+    for new_world in (3, 6, 1):
+        new = reshard(states, new_world)
+        delivered = list(old)
+        for r in range(new_world):
+            got, _, _ = fit_delivered(varied, new[r], None, pieces, **options(rule, new_world, r))
+            delivered += got
+        counted = collections.Counter(delivered)
+        missing = set(pieces.values()) - set(counted)
+        if rule == "drop":
+            assert [p for p, n in counted.items() if n > 1] == []
+            dropped = {name for name, p in missing if p == 0}  # whole documents left out
+            missing = {(name, p) for name, p in missing if name not in dropped}
+        # Lost: at most the rows of the one batch each new rank cannot fill at its end.
+        lost = sum(lengths[piece] for piece in missing)
+        assert lost <= new_world * (FIT_B - 1) * (FIT_S + 1), (new_world, sorted(missing))
+
+
+def test_bestfit_resharded_state_resumes_and_reshards_again(varied: Path) -> None:
+    pieces = fit_pieces(varied, "drop", 4)
+    old, states = [], []
+    for r, point in enumerate((1, 2, 0, 3)):
+        got, state, _ = fit_delivered(varied, None, point, pieces, **options("drop", 4, r))
+        old += got
+        states.append(state)
+    three = reshard(states, 3)
+
+    def start(saved: dict[str, Any] | None, epochs: int) -> Any:
+        opts = options("drop", 3, 1, tokenizer="bytes", epochs=epochs)
+        return Loader(varied, **opts).batches(
+            FIT_S, FIT_B, state=three[1] if saved is None else saved, packing="bestfit",
+            window=FIT_WINDOW,
+        )  # fmt: skip
+
+    check_save_load(start, key=lambda batch: batch.tolist())
+    # Each of the 3 runs a little (one stops inside an old rank's window), then 2 take over.
+    again = []
+    for r, point in enumerate((1, 0, 2)):
+        got, state, _ = fit_delivered(varied, three[r], point, pieces, **options("drop", 3, r))
+        old += got
+        again.append(state)
+    delivered = list(old)
+    for r, state in enumerate(reshard(again, 2)):
+        delivered += fit_delivered(varied, state, None, pieces, **options("drop", 2, r))[0]
+    counted = collections.Counter(delivered)
+    assert [p for p, n in counted.items() if n > 1] == []
+    missing = set(pieces.values()) - set(counted)
+    whole = {name for name, p in missing if p == 0}  # what drop leaves out
+    lengths = {where: len(ids) // 2 for (_, ids), where in pieces.items()}
+    lost = sum(lengths[piece] for piece in missing if piece[0] not in whole)
+    assert lost <= 2 * (FIT_B - 1) * (FIT_S + 1)
+
+
+def test_bestfit_next_epoch_is_the_new_world_s_own(varied: Path) -> None:
+    """After the resharded epoch, the rows are those of a run started on the new world size
+    at the next epoch (windows are numbered within their epoch)."""
+    states = []
+    for r, point in enumerate((1, 2, 0, 3)):
+        with Loader(varied, tokenizer="bytes", **options("drop", 4, r)).batches(
+            FIT_S, FIT_B, packing="bestfit", window=FIT_WINDOW
+        ) as batches:
+            for _ in zip(range(point), batches, strict=False):
+                pass
+            states.append(json.loads(json.dumps(batches.state_dict())))
+    state = reshard(states, 2)[1]
+
+    def rows(loader: Loader, state: dict[str, Any] | None) -> list[bytes]:
+        with loader.batches(FIT_S, FIT_B, state=state, packing="bestfit", window=FIT_WINDOW) as b:
+            return [row.tobytes() for batch in b for row in batch]
+
+    opts = options("drop", 2, 1, tokenizer="bytes")
+    resharded = rows(Loader(varied, **opts, epochs=2), state)
+    fresh = rows(Loader(varied, **opts, epoch=1), None)
+    at = resharded.index(fresh[0])
+    assert resharded[at : at + len(fresh) - FIT_B] == fresh[: len(fresh) - FIT_B]

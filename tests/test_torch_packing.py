@@ -75,14 +75,15 @@ def test_packed_batch_dataset_gives_segments(packing: str, varied: Path) -> None
 
 def run_ranks(
     corpus: Path, world: int, num_workers: int, steps: list[int] | None,
-    shares: list[list[dict[str, Any]]] | None = None,
+    shares: list[list[dict[str, Any]]] | None = None, packing: str = "concat",
 ) -> tuple[list[list[Any]], list[dict[str, Any]]]:  # fmt: skip
     """Each rank's batches (up to ``steps[rank]``; None: all) and its loader's state."""
     batches, states = [], []
     for rank in range(world):
         dataset = PackedBatchDataset(
-            corpus, S, B, rank=rank, world_size=world, workers=0, **OPTIONS
-        )
+            corpus, S, B, rank=rank, world_size=world, workers=0, packing=packing, window=7,
+            **OPTIONS,
+        )  # fmt: skip
         if shares is not None:
             dataset.load_resharded(shares[rank])
         loader = stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers)
@@ -96,20 +97,24 @@ def run_ranks(
     return batches, states
 
 
-@pytest.mark.parametrize(("world", "num_workers", "new_workers"), [(4, 0, 2), (2, 2, 0)])
+@pytest.mark.parametrize(
+    ("world", "num_workers", "new_workers", "packing"),
+    [(4, 0, 2, "concat"), (2, 2, 0, "concat"), (4, 0, 2, "bestfit"), (2, 2, 0, "bestfit")],
+)
 def test_stateful_dataloader_resumes_on_another_world_and_num_workers(
-    world: int, num_workers: int, new_workers: int, varied: Path
+    world: int, num_workers: int, new_workers: int, packing: str, varied: Path
 ) -> None:
     """Ranks stop at different steps; 3 ranks with another num_workers go on: each new
     share's batches are those of ``Loader.batches`` from its resharded state, round robin.
     (The small corpus has 6 members: at most 6 shares, ranks x workers.)"""
     _, states = run_ranks(
-        varied, world, num_workers, [0, 1, 3, 2][:world] if world == 4 else [1, 3]
-    )
+        varied, world, num_workers, [0, 1, 3, 2][:world] if world == 4 else [1, 3],
+        packing=packing,
+    )  # fmt: skip
     assert len(loader_dataset_states(states[0])) == max(1, num_workers)
     shares = reshard_loader_states(states, 3, new_workers)
     assert [len(s) for s in shares] == [max(1, new_workers)] * 3
-    got, _ = run_ranks(varied, 3, new_workers, None, shares)
+    got, _ = run_ranks(varied, 3, new_workers, None, shares, packing)
     for rank in range(3):
         per_share = []
         for r, state in enumerate(shares[rank]):
@@ -118,7 +123,9 @@ def test_stateful_dataloader_resumes_on_another_world_and_num_workers(
                 "rank": rank * len(shares[rank]) + r,
                 "world_size": 3 * len(shares[rank]),
             }
-            with Loader(varied, **opts).batches(S, B, state=state) as batches:
+            with Loader(varied, **opts).batches(
+                S, B, state=state, packing=packing, window=7
+            ) as batches:
                 per_share.append([b.tolist() for b in batches])
         want = []  # the DataLoader's round robin over its workers, until one runs out
         for k in range(max(len(p) for p in per_share)):

@@ -138,7 +138,7 @@ class Loader:
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
         documents_state, offset, done = batches_start(state, seq_len, batch_size)
-        number, row = packing_start(state, packing, window)
+        number, row, window_epoch = packing_start(state, packing, window)
         documents = self.iter(state=documents_state)
         assert documents.tokenizer is not None
         if packing == "bestfit":
@@ -151,7 +151,7 @@ class Loader:
                 dtype=dtype,
                 segments=segments,
                 window=window,
-                start=(number, row, done),
+                start=(number, row, done, window_epoch),
             )
         return Batches(
             documents,
@@ -217,6 +217,17 @@ class DocumentIterator:
 
     def __next__(self) -> Any:
         return next(self._gen)
+
+    def windows_ahead(self) -> list[tuple[int, int, int]]:
+        """In a resharded epoch of best-fit batches: the windows old ranks had begun that this
+        share hands out first, from here on, as ``(documents, number, rows handed out)``."""
+        return self._stream.windows_ahead()
+
+    @property
+    def start(self) -> int:
+        """Where the last document handed out begins in its document's ids: 0, but for one
+        cut across a resharded checkpoint of batches (its first ids were targets before)."""
+        return self._stream.start
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

@@ -43,6 +43,11 @@ class TokenDocuments(Protocol):
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]: ...
 
+    def windows_ahead(self) -> list[tuple[int, int, int]]: ...
+
+    @property
+    def start(self) -> int: ...
+
     @property
     def stats(self) -> Stats: ...
 
@@ -93,8 +98,9 @@ class Batches:
             raise
         self.seq_len = seq_len
         self.batch_size = batch_size
-        # Documents not yet fully handed out in batches: (the stream's mark before it, its ids).
-        self._pending: deque[tuple[Mark, np.ndarray[Any, Any]]] = deque()
+        # Documents not yet fully handed out in batches: (the stream's mark before it, its ids,
+        # where they begin in the document: not 0 for one cut across a resharded checkpoint).
+        self._pending: deque[tuple[Mark, np.ndarray[Any, Any], int]] = deque()
         self._head = offset  # where the next batch starts in the first pending document
         self._available = -offset  # ids pending from the next batch's start on
         self._batches = batches
@@ -112,7 +118,7 @@ class Batches:
             except StopIteration:
                 self.close()
                 raise
-            self._pending.append((before, document.tokens))
+            self._pending.append((before, document.tokens, self._docs.start))
             self._available += len(document.tokens)
         if self.segments:
             return self._segmented(need)
@@ -125,10 +131,10 @@ class Batches:
         """The next batch with its documents and positions (``segments=True``)."""
         lengths, firsts = [], []  # of each document's piece in this batch, and its first id
         head, got = self._head, 0
-        for _, ids in self._pending:
+        for _, ids, start in self._pending:
             n = min(len(ids) - head, need - got)
             lengths.append(n)
-            firsts.append(head)
+            firsts.append(start + head)
             got += n
             head = 0
             if got == need:
@@ -152,7 +158,7 @@ class Batches:
         """The next ``need`` ids; keep the last one for the next batch."""
         parts = []
         head, got = self._head, 0
-        for _, ids in self._pending:
+        for _, ids, _ in self._pending:
             part = ids[head : head + need - got]
             parts.append(part)
             got += len(part)

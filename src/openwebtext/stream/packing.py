@@ -7,9 +7,12 @@ is read in windows of ``window`` documents; a document longer than a row is spli
 row-sized pieces; the pieces and the shorter documents are placed, longest first, each into
 the open row with the least room that still holds it (a new row if none does), so that no
 document shorter than a row is ever cut; rows are padded with ``pad_id`` (segment 0) and
-handed out in a seeded order. A state is the document stream's state at the start of a window
-and the rows of that window already handed out: resuming reads the window again and packs it
-the same way (the window is rebuilt, never stored).
+handed out in an order seeded by the window's epoch and number in it. A state is the document
+stream's state at the start of a window and the rows of that window already handed out:
+resuming reads the window again and packs it the same way (the window is rebuilt, never
+stored). A resharded epoch's share first packs the windows old ranks had begun (their
+documents, numbers and rows handed out come from the stream: ``windows_ahead``), skipping
+those rows, then its own windows.
 """
 
 from __future__ import annotations
@@ -104,8 +107,9 @@ def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def packing_start(state: Any, packing: str, window: int) -> tuple[int, int]:
-    """``(window number, rows of it handed out)`` of a saved batches state of ``packing``.
+def packing_start(state: Any, packing: str, window: int) -> tuple[int, int, int | None]:
+    """``(window number, rows of it handed out, the epoch of the number)`` of a saved batches
+    state of ``packing`` (the epoch None: the documents state's).
 
     Raises:
         ValueError: an unknown packing, or a window that is not a positive int.
@@ -116,7 +120,7 @@ def packing_start(state: Any, packing: str, window: int) -> tuple[int, int]:
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise ValueError(f"window must be an int >= 1, not {window!r}")
     if state is None:
-        return 0, 0
+        return 0, 0, None
     saved = (state.get("packing", "concat"), state.get("window", WINDOW))
     if saved[0] != packing or (packing == "bestfit" and saved[1] != window):
         raise StateError(
@@ -124,18 +128,21 @@ def packing_start(state: Any, packing: str, window: int) -> tuple[int, int]:
             f"packing={packing!r}, window={window}"
         )
     number, row = state.get("window_number", 0), state.get("row", 0)
+    epoch = state.get("window_epoch")
     for name, value in (("window_number", number), ("row", row)):
         if not int_at_least(value, 0):
             raise StateError(f"bad batches state: {name} is {value!r}")
-    return number, row
+    if epoch is not None and not int_at_least(epoch, 0):
+        raise StateError(f"bad batches state: window_epoch is {epoch!r}")
+    return number, row, epoch
 
 
 class BestFitBatches:
     """The running iterator of best-fit packed batches (``Loader.batches(packing="bestfit")``).
 
     Args:
-        documents: The running token documents (``batches.TokenDocuments``), started from the
-            ``documents`` state of a saved state.
+        documents: The running token documents (``batches.TokenDocuments``, with
+            ``windows_ahead``), started from the ``documents`` state of a saved state.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         seed: Seeds the order of each window's rows.
@@ -143,7 +150,8 @@ class BestFitBatches:
         dtype: The dtype of the yielded arrays.
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         window: Documents packed at a time.
-        start: ``(window number, its rows handed out, batches before)`` of a saved state.
+        start: ``(window number, its rows handed out, batches before, the epoch of the
+            number)`` of a saved state (``packing_start``; the epoch None: the documents').
     """
 
     def __init__(
@@ -157,27 +165,30 @@ class BestFitBatches:
         dtype: DTypeLike = np.int64,
         segments: bool = False,
         window: int = WINDOW,
-        start: tuple[int, int, int] = (0, 0, 0),
+        start: tuple[int, int, int, int | None] = (0, 0, 0, None),
     ) -> None:
         self._docs = documents
         self.seq_len, self.batch_size = seq_len, batch_size
         self.dtype = np.dtype(dtype)
         self.seed, self.pad_id, self.segments, self.window = seed, pad_id, segments, window
-        self._next, skip, self._batches = start  # the number of the next window to pack
-        # Rows packed and not handed out: (window, its row number, [(ids, first position)]).
+        # The number the next own window gets, counted within its epoch.
+        self._next, self._skip, self._batches, epoch = start
+        self._epoch: int = documents.mark().epoch if epoch is None else epoch
+        # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
+        self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
+        # Rows packed and not handed out: (window id, its row number, [(ids, first position)]).
         self._rows: deque[tuple[int, int, list[tuple[np.ndarray[Any, Any], int]]]] = deque()
-        self._marks: dict[int, Mark] = {}  # where each window with rows left starts
+        # Where each window with rows left starts, and the own number the state then says.
+        self._marks: dict[int, tuple[Mark, int, int]] = {}
+        self._packed = 0  # windows packed by this iterator (their ids)
         self._carry: tuple[Mark, Any, int] | None = None  # read, and the next window's first
         self._ended = False
-        if skip:
-            self._fill()
-            if len(self._rows) < skip:
+        if self._skip:
+            try:
+                self._fill()
+            except BaseException:
                 documents.close()
-                raise StateError(
-                    f"bad batches state: row {skip} of a window of {len(self._rows)} rows"
-                )
-            for _ in range(skip):
-                self._rows.popleft()
+                raise
 
     def __iter__(self) -> BestFitBatches:
         return self
@@ -186,13 +197,15 @@ class BestFitBatches:
         """Read and pack the next window of documents (a window ends with its epoch, so that
         an epoch packs the same whatever follows it)."""
         epoch = None  # of the window's documents
+        own = (self._next, self._epoch)  # what a state at this window says
+        size, number, skip = self._ahead[0] if self._ahead else (self.window, None, 0)
         if self._carry is not None:
             mark, first, epoch = self._carry
             ids = [first.tokens]
         else:
             mark, ids = self._docs.mark(), []
         self._carry = None
-        while len(ids) < self.window:
+        while len(ids) < size:
             before = self._docs.mark()
             try:
                 doc = next(self._docs)
@@ -207,17 +220,29 @@ class BestFitBatches:
             ids.append(doc.tokens)
         if not ids:
             return
-        number, self._next = self._next, self._next + 1
+        assert epoch is not None
+        if number is None:  # an own window: numbered within its epoch
+            if epoch != self._epoch:
+                self._next, self._epoch = 0, epoch
+                own = (0, epoch)
+            number, self._next = self._next, self._next + 1
+        else:
+            self._ahead.popleft()
+        skip, self._skip = max(skip, self._skip), 0
         cap = self.seq_len + 1
         pieces: list[tuple[np.ndarray[Any, Any], int]] = []
         for doc in ids:  # a document longer than a row: row-sized pieces
             pieces += [(doc[p : p + cap], p) for p in range(0, len(doc), cap)]
         rows = best_fit([len(piece) for piece, _ in pieces], cap)
-        shuffled = permutation(len(rows), self.seed, ROWS, number)
-        if rows:
-            self._marks[number] = mark
-        for r, k in enumerate(shuffled):
-            self._rows.append((number, r, [pieces[j] for j in rows[k]]))
+        if len(rows) < skip:
+            self.close()
+            raise StateError(f"bad batches state: row {skip} of a window of {len(rows)} rows")
+        shuffled = permutation(len(rows), self.seed, ROWS, epoch, number)
+        wid, self._packed = self._packed, self._packed + 1
+        if len(rows) > skip:
+            self._marks[wid] = (mark, *own)
+        for r in range(skip, len(rows)):  # the rows before ``skip`` were handed out
+            self._rows.append((wid, r, [pieces[j] for j in rows[shuffled[r]]]))
 
     def __next__(self) -> Any:
         while len(self._rows) < self.batch_size and (not self._ended or self._carry):
@@ -238,20 +263,20 @@ class BestFitBatches:
                 segment_ids[b, at : at + n] = s
                 positions[b, at : at + n] = np.arange(first, first + n)
                 at += n
-        for number in [w for w in self._marks if not self._rows or w < self._rows[0][0]]:
-            del self._marks[number]
+        for wid in [w for w in self._marks if not self._rows or w < self._rows[0][0]]:
+            del self._marks[wid]
         self._batches += 1
         return PackedBatch(tokens, segment_ids, positions) if self.segments else tokens
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         if self._rows:
-            number, row, _ = self._rows[0]
-            documents = self._docs.state_dict(self._marks[number])
+            wid, row, _ = self._rows[0]
+            at, number, epoch = self._marks[wid]
+            documents = self._docs.state_dict(at)
         else:  # every packed row handed out: the next window starts here
-            number, row = self._next, 0
-            mark = None if self._carry is None else self._carry[0]
-            documents = self._docs.state_dict(mark)
+            number, row, epoch = self._next, 0, self._epoch
+            documents = self._docs.state_dict(None if self._carry is None else self._carry[0])
         return {
             "format": "openwebtext-batches/1",
             "seq_len": self.seq_len,
@@ -262,6 +287,7 @@ class BestFitBatches:
             "packing": "bestfit",
             "window": self.window,
             "window_number": number,
+            "window_epoch": epoch,
             "row": row,
         }
 

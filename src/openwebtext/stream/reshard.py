@@ -18,7 +18,7 @@ from openwebtext.stream.state import STATE_FORMAT, Counters, check_shape
 __all__ = ["FINISHED", "reshard"]
 
 #: The keys of a ``reshard`` section that describe the old ranks (the same for every share).
-BASE = ("world_size", "epoch", "even", "ranks", "levels")
+BASE = ("world_size", "epoch", "even", "ranks", "levels", "window", "windows")
 
 
 def reshard(
@@ -64,7 +64,8 @@ def reshard(
     _same_run(configs, by_rank)
     epoch = _same_epoch(documents, by_rank)
     ordered = [documents[by_rank[r]] for r in range(old_world)]
-    cuts = [_cut(states[by_rank[r]]) if batches else 0 for r in range(old_world)]
+    fit = _best_fit(states, by_rank, old_world) if batches else None
+    cuts = [_cut(states[by_rank[r]]) if batches and fit is None else 0 for r in range(old_world)]
     sections = [s.get("reshard") for s in ordered]
     if all(section is None for section in sections):
         base: dict[str, Any] = {
@@ -77,8 +78,14 @@ def reshard(
             ],
             "levels": [],
         }
+        if fit is not None:  # the windows old ranks had begun, each to be packed again
+            window, numbers = fit
+            base["window"] = window
+            base["windows"] = [[r, n, row] for r, (n, row) in enumerate(numbers) if row > 0]
     else:
-        base = _next_level(ordered, sections, cuts, old_world)
+        base = _next_level(ordered, sections, cuts, old_world, fit)
+    if fit is not None:  # the new ranks number their own windows past every old one
+        base["next_window"] = 1 + max(n for n, _ in fit[1])
     old_rule = first["config"].get("even")
     evened = world_size > 1 if even is None else even
     rule = (old_rule or "drop") if evened else None
@@ -103,12 +110,21 @@ def reshard(
                 "offset": 0,
                 "batches": 0,
             }
+            if fit is not None:
+                state.update(
+                    packing="bestfit",
+                    window=fit[0],
+                    window_number=base["next_window"],
+                    window_epoch=base["epoch"],
+                    row=0,
+                )
         out.append(state)
     return out
 
 
 def _batches_sizes(states: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
-    """``(seq_len, batch_size)`` of batches states, or None for document states."""
+    """``(seq_len, batch_size)`` of batches states (of one packing), or None for document
+    states."""
     kinds = set()
     for k, state in enumerate(states):
         if not isinstance(state, Mapping):
@@ -122,12 +138,9 @@ def _batches_sizes(states: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
             f"every rank's document iterator ({STATE_FORMAT!r}) or of every rank's batches "
             f"({BATCHES_FORMAT!r})"
         )
-    if any(s.get("packing", "concat") != "concat" for s in states):
-        raise StateError(
-            "cannot reshard batches packed by best fit: a window's documents are spread over "
-            "its rows, so no document position says what is left; reshard concat batches or "
-            "document states"
-        )
+    packings = {(s.get("packing", "concat"), s.get("window")) for s in states}
+    if len(packings) > 1:
+        raise StateError(f"batches states of different (packing, window): {sorted(packings)}")
     sizes = {(s.get("seq_len"), s.get("batch_size")) for s in states}
     if len(sizes) > 1:
         raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}")
@@ -137,6 +150,30 @@ def _batches_sizes(states: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
     seq_len, batch_size = next(iter(sizes))
     assert isinstance(seq_len, int) and isinstance(batch_size, int)
     return seq_len, batch_size
+
+
+def _best_fit(
+    states: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int], world: int
+) -> tuple[int, list[tuple[int, int]]] | None:
+    """Best-fit batches: the window size, and each old rank's ``(window number, rows of it
+    handed out)``; None for concat batches."""
+    if states[0].get("packing", "concat") != "bestfit":
+        return None
+    window = states[0].get("window")
+    if not isinstance(window, int) or window < 1:
+        raise StateError(f"bad batches state: window is {window!r}")
+    numbers = []
+    for r in range(world):
+        state = states[by_rank[r]]
+        number, row = state.get("window_number", 0), state.get("row", 0)
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (number, row)
+        ):
+            raise StateError(
+                f"bad batches state of rank {r}: window_number {number!r}, row {row!r}"
+            )
+        numbers.append((number, row))
+    return window, numbers
 
 
 def _by_rank(configs: Sequence[Mapping[str, Any]]) -> tuple[int, dict[int, int]]:
@@ -224,6 +261,7 @@ def _next_level(
     sections: Sequence[Any],
     cuts: Sequence[int],
     world: int,
+    fit: tuple[int, list[tuple[int, int]]] | None,
 ) -> dict[str, Any]:
     """The section of states that are shares of a resharded epoch, one level deeper."""
     if any(section is None for section in sections):
@@ -243,6 +281,18 @@ def _next_level(
         "done": [_handed(s) for s in ordered],
         "cuts": list(cuts),
     }
-    base = dict(bases[0])
+    packed_best = bases[0].get("windows") is not None
+    if packed_best != (fit is not None):
+        raise StateError(
+            "batches states of different packings: the resharded epoch was packed "
+            f"{'by best fit' if packed_best else 'end to end'}"
+        )
+    if fit is not None:
+        if fit[0] != bases[0].get("window"):
+            raise StateError(
+                f"best-fit windows of {fit[0]} documents, resharded with {bases[0].get('window')}"
+            )
+        level["windows"] = [list(numbers) for numbers in fit[1]]
+    base = {key: value for key, value in sections[0].items() if key in BASE}
     base["levels"] = [*base["levels"], level]
     return base

@@ -13,21 +13,44 @@ A share is handed out as pieces: runs of one old rank's documents, read as that 
 (its plan order, blocks and permutations), from the position ``advance`` computes with the
 document counts. With packed batches a document cut across the checkpoint goes on from the
 first id not yet a target (``trim``).
+
+Best-fit batches are cut at windows, not documents: an old rank's state is at the start of the
+window it was handing rows of, so that window's documents are not in the rest sequence; they
+stay one *window* (an interval of the rest sequence's coordinates, its number and the rows of
+it already handed out), dealt round robin to the new ranks. A share hands out its windows'
+documents first (``Rest.windows``: best fit packs each of them again the same way and skips the
+rows handed out), then its part of the rest sequence. Resharding again carries the windows not
+finished into the next level the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
 from openwebtext.options import EvenRule, Options
 from openwebtext.plan import epoch_target, pass_end, plan
 
-__all__ = ["Piece", "Rest", "advance", "check_section", "cut_share"]
+__all__ = ["Piece", "Rest", "Window", "advance", "check_section", "cut_share", "windows_ahead"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
+
+
+class Window(NamedTuple):
+    """A best-fit window of documents some rank had begun handing the rows of."""
+
+    spans: list[Span]
+    """Its documents, as intervals of the rest sequence."""
+    number: int
+    """The number its rows were shuffled with."""
+    skip: int
+    """Its rows already handed out (in their shuffled order)."""
+
+    @property
+    def documents(self) -> int:
+        return sum(b - a for a, b, _ in self.spans)
 
 
 class Piece(NamedTuple):
@@ -172,6 +195,20 @@ def check_section(section: Any) -> None:
     share: Any = section.get("share")
     if not ints(share, 2) or not 0 <= share[0] < share[1]:
         problems.append("share")
+    if "windows" in section:  # best-fit batches: the windows old ranks had begun
+        windows = section["windows"]
+        if not isinstance(windows, list) or not all(ints(w, 3) for w in windows):
+            problems.append("windows")
+        if not isinstance(section.get("window"), int) or section["window"] < 1:
+            problems.append("window")
+        if not isinstance(section.get("next_window"), int) or section["next_window"] < 0:
+            problems.append("next_window")
+        if isinstance(levels, list) and not all(
+            isinstance(v, dict) and isinstance(v.get("windows"), list)
+            and all(ints(w, 2) for w in v["windows"])
+            for v in levels
+        ):  # fmt: skip
+            problems.append("levels")
     if problems:
         raise StateError(f"bad state: reshard.{', reshard.'.join(problems)} malformed")
 
@@ -209,32 +246,51 @@ class Rest:
         self.starts: list[int] = []
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
+        begun = {r: (number, skip) for r, number, skip in section.get("windows", [])}
+        windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         for r, (_, _, handed, cut) in enumerate(section["ranks"]):
             whole = self.target if self.target is not None else self._shard_documents(r)
             left = 0 if handed < 0 else max(0, whole - handed)  # < 0: the rank finished
             self.starts.append(at)
-            if left:
-                spans.append((at, at + left, False))
+            first = at
+            if r in begun and left:  # its window's documents: a window, not the sequence
+                m = min(section["window"], left)
+                windows.append(Window([(at, at + m, False)], *begun[r]))
+                first = at + m
+            if at + left > first:
+                spans.append((first, at + left, False))
                 if cut:
                     mid[at] = cut
             at += left
+        size = section.get("window", 0)
         # Each level: the shares of a reshard, minus what their ranks handed out.
         for level in section["levels"]:
             joined: list[Span] = []
+            carried: list[Window] = []
             new_mid = dict(mid)
             for s in range(level["world_size"]):
                 share, _ = cut_share(spans, s, level["world_size"], level["rule"])
                 done, cut = level["done"][s], level["cuts"][s]
+                if "windows" in level:  # best fit: what of its windows and share is left
+                    number, row = level["windows"][s]
+                    dealt = windows[s :: level["world_size"]]
+                    left_windows, left = _windows_left(dealt, share, done, number, row, size)
+                    carried += left_windows
+                    joined += left
+                    continue
                 left = _drop_front(share, done)
                 if left and cut:
                     x, _, repeat = left[0]
                     applied = _applied_trim(mid, share, done, x, repeat)
                     new_mid[x] = applied + cut
                 joined += left
-            spans, mid = joined, new_mid
+            spans, mid, windows = joined, new_mid, carried
         share_rank, share_world = section["share"]
-        self.spans, dropped = cut_share(spans, share_rank, share_world, section["rule"])
+        plain, dropped = cut_share(spans, share_rank, share_world, section["rule"])
+        self.windows: list[Window] = windows[share_rank::share_world]
+        """The windows this share hands out first (best fit), in order."""
+        self.spans = [span for window in self.windows for span in window.spans] + plain
         self.dropped_here = dropped if share_rank == share_world - 1 else 0
         """What ``drop`` left out, for the last share to count (0 for the others)."""
         self.mid = mid
@@ -242,6 +298,16 @@ class Rest:
 
     def _shard_documents(self, rank: int) -> int:
         return sum(self.counts[u] for u in self.orders[rank])
+
+    def windows_ahead(self, progress: int) -> list[tuple[int, int, int]]:
+        """``(documents, number, rows handed out)`` of the windows this share starts with
+        that begin at or after its first ``progress`` documents (best fit)."""
+        out, at = [], 0
+        for window in self.windows:
+            if at >= progress:
+                out.append((window.documents, window.number, window.skip))
+            at += window.documents
+        return out
 
     def pieces(self, progress: int) -> Iterator[Piece]:
         """The pieces of this share after its first ``progress`` documents."""
@@ -267,6 +333,45 @@ class Rest:
                 a = stop
 
 
+def _windows_left(
+    windows: Sequence[Window],
+    share: Sequence[Span],
+    done: int,
+    number: int,
+    row: int,
+    size: int,
+) -> tuple[list[Window], list[Span]]:
+    """What a best-fit share left: the windows it had not finished (the one it was in with
+    ``row`` rows handed out) and the spans of its sequence after them.
+
+    The share's sequence is its ``windows``' documents, then ``share``; its state is at the
+    start of the window it was in (``done`` documents before it): own windows are ``size``
+    documents from the end of the dealt ones, each rank numbering its own.
+    """
+    left: list[Window] = []
+    at = 0
+    for window in windows:
+        n = window.documents
+        if at == done and row > 0:
+            left.append(window._replace(skip=max(row, window.skip)))
+        elif at >= done:
+            left.append(window)
+        elif at + n > done:
+            raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
+        at += n
+    if done <= at:
+        return left, list(share)
+    into = done - at
+    total = sum(b - a for a, b, _ in share)
+    if row > 0:
+        if into % size and into != total:
+            raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
+        m = min(size, total - into)
+        left.append(Window(_slice(share, into, into + m, repeat=False), number, row))
+        into += m
+    return left, _drop_front(share, into)
+
+
 def _applied_trim(
     mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool
 ) -> int:
@@ -288,3 +393,16 @@ def _rank_of(starts: Sequence[int], index: int) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+def windows_ahead(
+    section: Mapping[str, Any] | None,
+    counts: Callable[[], Sequence[int]],
+    options: Options,
+    progress: int,
+) -> list[tuple[int, int, int]]:
+    """The best-fit windows a stream in a resharded epoch (``section``; None: not in one)
+    hands out first, after its first ``progress`` documents (``Rest.windows_ahead``)."""
+    if section is None or "windows" not in section:
+        return []
+    return Rest(section, counts(), options).windows_ahead(progress)

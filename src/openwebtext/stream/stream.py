@@ -40,7 +40,7 @@ from openwebtext.stream.epochs import (
     nothing_read,
     shard_order,
 )
-from openwebtext.stream.rest import Piece, Rest
+from openwebtext.stream.rest import Piece, Rest, windows_ahead
 from openwebtext.stream.state import (
     Counters,
     Mark,
@@ -184,6 +184,7 @@ class Stream:
         self._even_counts: tuple[int, ...] | None = None
         self._expected: ExpectedCounts | None = None  # when evened out: checked as read
         self._pool: Pool | None = None
+        self.start = 0  # where the last document handed out begins in its ids
 
     # -- what has been handed out ---------------------------------------------
 
@@ -194,23 +195,19 @@ class Stream:
         ``state_dict(mark)`` turns it into a state later.
         """
         return Mark(
-            self._epoch,
-            self._block,
-            self._block_end,
-            self._block_len,
-            self._in_block,
-            self._first_in_block,
-            self._block_order,
-            self._block_sizes,
-            self._block_counts,
-            self._counters,
-            len(self._policy.skipped),
-            self._reshard,
-        )
+            self._epoch, self._block, self._block_end, self._block_len, self._in_block,
+            self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
+            self._counters, len(self._policy.skipped), self._reshard,
+        )  # fmt: skip
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+    def windows_ahead(self) -> list[tuple[int, int, int]]:
+        """The best-fit windows a resharded share still hands out first (``Rest``)."""
+        progress = self._counters.epoch_documents
+        return windows_ahead(self._reshard, self._counts_per_unit, self.options, progress)
 
     @property
     def stats(self) -> Stats:
@@ -315,7 +312,9 @@ class Stream:
             documents = self._piece_documents(pool, piece, before + piece.documents, take)
             if piece.trim:  # a document cut across the checkpoint goes on from its offset
                 for document in documents:
+                    self.start = piece.trim
                     yield document._replace(tokens=document.tokens[piece.trim :])
+                    self.start = 0
                     break
             yield from documents
             if piece.repeat:
