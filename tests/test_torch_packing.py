@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -132,3 +135,49 @@ def test_stateful_dataloader_resumes_on_another_world_and_num_workers(
             want += [p[k] for p in per_share if k < len(p)]
         assert got[rank] == want
         assert np.array(got[rank]).shape[1:] == (B, S + 1)  # not empty
+
+
+SAME_STEPS = """
+import json, sys
+import torch.distributed as dist
+from openwebtext import Loader
+from openwebtext.torch import same_steps
+corpus, port, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+loader = Loader(corpus, tokenizer="bytes", workers=0, seed=0, rank=rank, world_size=2)
+with loader.batches(64, 2) as batches:
+    plain = [b.tolist() for b in batches]
+with loader.batches(64, 2) as batches:
+    same = [b.tolist() for b in same_steps(batches)]
+dist.barrier()  # every rank got here: none waits for ever
+print(json.dumps([len(plain), len(same), same == plain[: len(same)]]))
+dist.destroy_process_group()
+"""
+
+
+def test_same_steps_stops_every_rank_at_the_first_to_run_out(varied: Path) -> None:
+    """Two ranks of packed batches differ in number (equal documents, not ids): under
+    ``same_steps`` both stop at the shorter's count, each its own batches in order."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-c", SAME_STEPS, str(varied), str(port)]
+    ranks = [
+        subprocess.Popen([*command, str(r)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for r in range(2)
+    ]
+    outs = []
+    try:
+        for process in ranks:
+            out, err = process.communicate(timeout=90)
+            assert process.returncode == 0, err.decode()
+            outs.append(json.loads(out.decode().splitlines()[-1]))
+    finally:
+        for process in ranks:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    (plain0, same0, prefix0), (plain1, same1, prefix1) = outs
+    assert plain0 != plain1, "the ranks' batches do not differ in number: the test shows nothing"
+    assert same0 == same1 == min(plain0, plain1)
+    assert prefix0 and prefix1

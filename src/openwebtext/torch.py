@@ -36,14 +36,20 @@ Install with ``pip install 'openwebtext[torch]'``.
       dataset = PackedBatchDataset("data/", 1024, 8, tokenizer="gpt2", seed=0)
       dataset.load_resharded(shares[torch.distributed.get_rank()])
       loader = StatefulDataLoader(dataset, batch_size=None, num_workers=new_num_workers)
+
+- Equal steps on every rank (``same_steps``): ranks hand out the same number of documents,
+  but not of ids, so over a finite number of epochs their packed batches differ in number
+  (a few per epoch) and the rank with more would wait for ever in its next all-reduce.
+  ``for batch in same_steps(loader):`` stops every rank at the step the first one runs out
+  of batches, for one all-reduce of one integer per step.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -74,6 +80,7 @@ __all__ = [
     "document_mask",
     "loader_dataset_states",
     "reshard_loader_states",
+    "same_steps",
 ]
 
 T = TypeVar("T")
@@ -344,3 +351,35 @@ def reshard_loader_states(
     evened = world_size > 1 if even is None else even
     new = reshard(shares, world_size * per_rank, even=evened)
     return [new[r * per_rank : (r + 1) * per_rank] for r in range(world_size)]
+
+
+def same_steps(batches: Iterable[T], group: Any = None, device: Any = None) -> Iterator[T]:
+    """``batches``, stopped on every rank of ``group`` at the step the first rank runs out.
+
+    Ranks hand out equal numbers of documents, not of ids: over a finite number of epochs one
+    rank packs a few more batches than another, and a rank with a batch left would wait for
+    ever in an all-reduce the others never join. Before each step the ranks agree, with one
+    all-reduce (MIN) of one integer, that every one of them has a batch; the batches a rank
+    has beyond the first rank's last are not handed out. Without ``torch.distributed``
+    initialised (one process), ``batches`` as they are.
+
+    Args:
+        batches: Each rank's batches (a ``DataLoader``, ``Loader.batches``, ...).
+        group: The process group (None: the default one).
+        device: Where the flag lives: the backend's device (None: CUDA for NCCL, else CPU).
+    """
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not distributed:
+        yield from batches
+        return
+    if device is None:
+        nccl = torch.distributed.get_backend(group) == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu"
+    running, end = iter(batches), object()
+    while True:
+        batch = next(running, end)
+        flag = torch.tensor([batch is not end], dtype=torch.int32, device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MIN, group=group)
+        if not flag.item():
+            return
+        yield cast(T, batch)
