@@ -413,22 +413,38 @@ def test_bestfit_resharded_state_resumes_and_reshards_again(varied: Path) -> Non
         )  # fmt: skip
 
     check_save_load(start, key=lambda batch: batch.tolist())
-    # Each of the 3 runs a little (one stops inside an old rank's window), then 2 take over.
-    again = []
-    for r, point in enumerate((1, 0, 2)):
-        got, state, _ = fit_delivered(varied, three[r], point, pieces, **options("drop", 3, r))
-        old += got
-        again.append(state)
-    delivered = list(old)
-    for r, state in enumerate(reshard(again, 2)):
-        delivered += fit_delivered(varied, state, None, pieces, **options("drop", 2, r))[0]
-    counted = collections.Counter(delivered)
-    assert [p for p, n in counted.items() if n > 1] == []
-    missing = set(pieces.values()) - set(counted)
-    whole = {name for name, p in missing if p == 0}  # what drop leaves out
+    # Each of the 3 runs a little (inside an old rank's window, or past the windows it was
+    # dealt, inside its own), then 2 take over.
     lengths = {where: len(ids) // 2 for (_, ids), where in pieces.items()}
-    lost = sum(lengths[piece] for piece in missing if piece[0] not in whole)
-    assert lost <= 2 * (FIT_B - 1) * (FIT_S + 1)
+    own = []  # per share: the first batch after which it is inside a window of its own
+    for r in range(3):
+        opts = options("drop", 3, r, tokenizer="bytes")
+        with Loader(varied, **opts).iter(state=three[r]["documents"]) as docs:
+            dealt = sum(documents for documents, _, _ in docs.windows_ahead())
+        with Loader(varied, **opts).batches(
+            FIT_S, FIT_B, state=three[r], packing="bestfit", window=FIT_WINDOW
+        ) as batches:
+            for k, _ in enumerate(batches, 1):
+                state = batches.state_dict()
+                if state["documents"]["counters"]["epoch_documents"] >= dealt and state["row"]:
+                    own.append(k)
+                    break
+    assert len(own) == 3, "a share never got past the windows it was dealt"
+    for points in ((1, 0, 2), tuple(own), (own[0] + 1, own[1], own[2] + 2)):
+        delivered, again = list(old), []
+        for r, point in enumerate(points):
+            opts = options("drop", 3, r)
+            got, state, _ = fit_delivered(varied, three[r], point, pieces, **opts)
+            delivered += got
+            again.append(state)
+        for r, state in enumerate(reshard(again, 2)):
+            delivered += fit_delivered(varied, state, None, pieces, **options("drop", 2, r))[0]
+        counted = collections.Counter(delivered)
+        assert [p for p, n in counted.items() if n > 1] == [], points
+        missing = set(pieces.values()) - set(counted)
+        whole = {name for name, p in missing if p == 0}  # what drop leaves out
+        lost = sum(lengths[piece] for piece in missing if piece[0] not in whole)
+        assert lost <= 2 * (FIT_B - 1) * (FIT_S + 1), points
 
 
 def test_bestfit_next_epoch_is_the_new_world_s_own(varied: Path) -> None:

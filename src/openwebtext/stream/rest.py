@@ -349,17 +349,18 @@ def _windows_left(
     documents from the end of the dealt ones, each rank numbering its own.
     """
     left: list[Window] = []
-    at = 0
+    at, inside = 0, False  # inside: the share was in one of the dealt windows
     for window in windows:
         n = window.documents
         if at == done and row > 0:
             left.append(window._replace(skip=max(row, window.skip)))
+            inside = True
         elif at >= done:
             left.append(window)
         elif at + n > done:
             raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
         at += n
-    if done <= at:
+    if done < at or inside or (done == at and row == 0):
         return left, list(share)
     into = done - at
     total = sum(b - a for a, b, _ in share)
