@@ -232,24 +232,24 @@ def batch_targets(
         return targets, json.loads(json.dumps(batches.state_dict()))
 
 
-@pytest.mark.parametrize("rule", ["drop", "pad"])
-def test_batches_no_token_twice_or_lost(rule: str, varied: Path) -> None:
+@pytest.mark.parametrize(("rule", "workers"), [("drop", 0), ("pad", 0), ("drop", 2)])
+def test_batches_no_token_twice_or_lost(rule: str, workers: int, varied: Path) -> None:
     lengths: dict[str, int] = {}
     every: set[tuple[str, int]] = set()
     old_targets: list[tuple[str, int]] = []
     states = []
     for r, point in enumerate(BATCH_POINTS):
-        opts = options(rule, 4, r)
+        opts = options(rule, 4, r, workers=workers)
         stream = token_stream(varied, None, lengths, **opts)
         every |= {(name, j) for name, j, _ in stream}
         targets, state = batch_targets(varied, None, stream, point, **opts)
         old_targets += targets
         states.append(state)
-    for new_world in (3, 1):
+    for new_world in (3, 6, 1):
         targets = list(old_targets)
         firsts_and_tails = len(BATCH_POINTS)  # each old rank's first id is no target
         for r, state in enumerate(reshard(states, new_world)):
-            opts = options(rule, new_world, r)
+            opts = options(rule, new_world, r, workers=workers)
             stream = token_stream(varied, state["documents"], lengths, **opts)
             got, _ = batch_targets(varied, state, stream, None, **opts)
             targets += got
@@ -366,8 +366,8 @@ def fit_delivered(
         return got, json.loads(json.dumps(batches.state_dict())), k
 
 
-@pytest.mark.parametrize("rule", ["drop", "pad"])
-def test_bestfit_batches_no_piece_twice_or_lost(rule: str, varied: Path) -> None:
+@pytest.mark.parametrize(("rule", "workers"), [("drop", 0), ("pad", 0), ("drop", 2)])
+def test_bestfit_batches_no_piece_twice_or_lost(rule: str, workers: int, varied: Path) -> None:
     """W = 4 best-fit ranks stopped inside windows, resharded to 3, 6 and 1: every piece of
     every document once (pad: repeats allowed; drop: what it leaves out), but for the rows of
     the last batch each new rank cannot fill."""
@@ -375,7 +375,8 @@ def test_bestfit_batches_no_piece_twice_or_lost(rule: str, varied: Path) -> None
     lengths = {where: len(ids) // 2 for (_, ids), where in pieces.items()}
     old, states = [], []
     for r, point in enumerate((1, 2, 0, 3)):
-        got, state, _ = fit_delivered(varied, None, point, pieces, **options(rule, 4, r))
+        opts = options(rule, 4, r, workers=workers)
+        got, state, _ = fit_delivered(varied, None, point, pieces, **opts)
         old += got
         states.append(state)
     assert any(s["row"] > 0 for s in states), "no old rank stopped inside a window"
@@ -383,7 +384,8 @@ def test_bestfit_batches_no_piece_twice_or_lost(rule: str, varied: Path) -> None
         new = reshard(states, new_world)
         delivered = list(old)
         for r in range(new_world):
-            got, _, _ = fit_delivered(varied, new[r], None, pieces, **options(rule, new_world, r))
+            opts = options(rule, new_world, r, workers=workers)
+            got, _, _ = fit_delivered(varied, new[r], None, pieces, **opts)
             delivered += got
         counted = collections.Counter(delivered)
         missing = set(pieces.values()) - set(counted)
