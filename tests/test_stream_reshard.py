@@ -185,6 +185,15 @@ def test_the_state_stays_small(varied: Path) -> None:
         states.append(fake)
     size = len(json.dumps(reshard(states, 1000)[999]))
     assert size < 64 * 1024, size
+    # Best-fit batches: a window begun by every old rank adds three integers each.
+    fit = [
+        {"format": "openwebtext-batches/1", "seq_len": 1024, "batch_size": 8, "documents": st,
+         "offset": 0, "batches": 5_000, "packing": "bestfit", "window": 4096,
+         "window_number": 1, "window_epoch": 0, "row": 311}
+        for st in states
+    ]  # fmt: skip
+    size = len(json.dumps(reshard(fit, 1000)[999]))
+    assert size < 64 * 1024, size
 
 
 def test_advance_matches_the_stream_and_shares_are_even() -> None:
