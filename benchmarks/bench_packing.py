@@ -304,21 +304,30 @@ def measure_end_to_end(paths: list[str], args: argparse.Namespace) -> list[dict[
 
 
 def shares_of_end_to_end(cost: dict[str, Any], e2e: list[dict[str, Any]]) -> None:
-    """The consumer's packing CPU per batch over the end-to-end wall time per batch."""
+    """The consumer's packing CPU per batch over the end-to-end wall time per batch, and
+    (when the runs report it) over the CPU time per batch of the child and its workers."""
     print("packing cost as a share of the end-to-end time per batch (medians):", flush=True)
     for seq_len, runs in cost["runs"].items():
         concat_us = statistics.median(runs["concat"]["us_per_batch"])
         for name, run in runs.items():
-            walls = [r["seconds"] / r["batches"] * 1e6 for r in e2e
-                     if str(r["seq_len"]) == seq_len
-                     and run_name(r["packing"], r["segments"]) == name]  # fmt: skip
-            wall = statistics.median(walls)
+            same = [r for r in e2e
+                    if str(r["seq_len"]) == seq_len
+                    and run_name(r["packing"], r["segments"]) == name]  # fmt: skip
+            wall = statistics.median(r["seconds"] / r["batches"] * 1e6 for r in same)
             us = statistics.median(run["us_per_batch"])
             run["e2e_us_per_batch"] = wall
+            budget = ""
+            if all("cpu_s" in r for r in same):  # every process's CPU: the cores' budget
+                cpu = statistics.median(r["cpu_s"] / r["batches"] * 1e6 for r in same)
+                run["e2e_cpu_us_per_batch"] = cpu
+                budget = (
+                    f"; of {cpu:7.1f} us of CPU (all processes) per batch: {us / cpu:.1%}, "
+                    f"over concat {(us - concat_us) / cpu:+.1%}"
+                )
             print(
-                f"  seq_len {seq_len} {name:12s} packing {us:6.1f} us of {wall:7.1f} us "
+                f"  seq_len {seq_len} {name:12s} packing {us:6.1f} us of {wall:7.1f} us wall "
                 f"({us / wall:.1%}); over concat's packing {us - concat_us:+6.1f} us "
-                f"({(us - concat_us) / wall:+.1%})",
+                f"({(us - concat_us) / wall:+.1%}){budget}",
                 flush=True,
             )
 
