@@ -1,21 +1,40 @@
 """Packing benchmark (issue 21): concat vs best fit, with and without segments.
 
-For each seq_len (1024, 2048) and packing, one fresh child reads a whole epoch of GPT-2 token
-batches (``Loader.batches``, ``--workers`` worker processes) and reports batches/s; with
-segments it also reports the share of documents cut (a document whose ids lie in more than one
-row) and the share of padding ids. Best fit without segments costs what it costs with them (the
-rows are the same), so its cut and padding shares are those of its segments run.
+Two measurements, for each seq_len (1024, 2048) and packing:
 
-    python benchmarks/bench_packing.py [CORPUS ...] [--workers 2] [--window 4096] [--json out]
+- **cost** (packing alone): one child reads the corpus's GPT-2 token documents once into
+  memory (``Loader.iter()``, with the marks the stream took before each of them), then packs
+  them through ``Batches`` / ``BestFitBatches`` over a stand-in for the document iterator that
+  hands out the held documents (``MemoryDocuments``): no worker, no reading, no tokenizing.
+  The consumer's CPU time (``time.process_time``) of a whole epoch of batches is taken for
+  every packing in turn, ``--cost-rounds`` rounds, the order rotated each round. Reported per
+  batch (median and range over rounds) and as a ratio to plain concat in the same round. The
+  same child counts, untimed, the share of documents cut (a document whose ids lie in more
+  than one row) and of padding ids of the segments runs; with ``--sha256`` it also hashes
+  every batch of every packing (to check a change to packing keeps its output).
+- **end to end**: one fresh child per run reads ``--epochs`` epochs of batches
+  (``Loader.batches``, ``--workers`` worker processes) and reports batches/s; ``--rounds``
+  rounds, every packing once per round (order rotated); each run's wall time per batch is
+  compared with plain concat's of the same round (median and range of the ratios).
+
+The cost per batch is also given as a share of the end-to-end wall time per batch: how much
+of the consumer's time, on a machine whose cores the workers share, goes to packing.
+
+    python benchmarks/bench_packing.py [CORPUS ...] [--workers 2] [--window 4096]
+        [--rounds 3] [--epochs 1] [--cost-rounds 5] [--only cost|e2e] [--sha256] [--json out]
 
 With no CORPUS, a small generated corpus (``openwebtext.synth``: 1 subset x 8 members x 200
-documents) is written once into the cache folder.
+documents) is written once into the cache folder; ``--bench-corpus`` reads the built-in bench
+corpus (``openwebtext.synth.bench_corpus()``: 70,200 documents, ~120 M ids) instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import hashlib
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -25,54 +44,173 @@ import common
 import numpy as np
 
 from openwebtext import Loader
+from openwebtext.stream.batches import Batches
+from openwebtext.stream.packing import BestFitBatches
+from openwebtext.stream.state import Stats
 
 RUNS = (("concat", False), ("concat", True), ("bestfit", False), ("bestfit", True))
+EOT = 50256  # GPT-2's end-of-text id
+
+
+def run_name(packing: str, segments: bool) -> str:
+    return f"{packing}{'+seg' if segments else ''}"
+
+
+def rotated(runs: list[Any], round_number: int) -> list[Any]:
+    """``runs`` starting at a different one each round (no run always first or last)."""
+    k = round_number % len(runs)
+    return runs[k:] + runs[:k]
+
+
+class MemoryDocuments:
+    """``batches.TokenDocuments`` over documents held in memory: what ``Batches`` and
+    ``BestFitBatches`` call on their document iterator, at the cost of a list index.
+
+    ``marks[k]`` is the mark the stream took before document ``k`` (``marks[-1]``: after the
+    last), so best fit sees the epochs it would; ``state_dict`` is not needed here.
+    """
+
+    def __init__(self, documents: list[Any], marks: list[Any]) -> None:
+        self._documents, self._marks, self._at = documents, marks, 0
+
+    def __next__(self) -> Any:
+        at = self._at
+        if at == len(self._documents):
+            raise StopIteration
+        self._at = at + 1
+        return self._documents[at]
+
+    def mark(self) -> Any:
+        return self._marks[self._at]
+
+    def state_dict(self, mark: Any = None) -> dict[str, Any]:
+        return {}
+
+    @property
+    def stats(self) -> Stats:
+        return Stats()
+
+    def close(self) -> None:
+        pass
+
+
+def packer(
+    documents: MemoryDocuments, tokenizer: Any, seq_len: int, args: argparse.Namespace,
+    packing: str, segments: bool,
+) -> Batches | BestFitBatches:  # fmt: skip
+    """What ``Loader.batches`` makes (seed 0, int64, pad_id the end-of-text id)."""
+    if packing == "bestfit":
+        return BestFitBatches(
+            documents, seq_len, args.batch_size, seed=0, pad_id=tokenizer.eot,
+            segments=segments, window=args.window,
+        )  # fmt: skip
+    return Batches(documents, tokenizer, seq_len, args.batch_size, segments=segments)
+
+
+class Shares:
+    """The share of documents cut and of padding ids, counted over segments batches."""
+
+    def __init__(self) -> None:
+        self.cut = self.starts = self.padding = self.ids = 0
+
+    def add(self, batch: Any) -> None:
+        tokens, segments, positions = batch
+        self.padding += int((segments == 0).sum())
+        self.ids += segments.size
+        for row, seg, pos in zip(tokens, segments, positions, strict=True):
+            # A document starts where its position is 0; it is whole in the row if its last
+            # id there is an end-of-text: each cut document has one start not whole.
+            real = seg > 0
+            first = np.flatnonzero(np.diff(seg, prepend=-1) != 0)
+            last = np.append(first[1:], len(seg)) - 1
+            begins = (pos[first] == 0) & real[first]
+            self.starts += int(begins.sum())
+            self.cut += int((begins & (row[last] != EOT)).sum())
+
+    def report(self) -> dict[str, float]:
+        return {
+            "cut_share": self.cut / max(1, self.starts),
+            "padding_share": self.padding / max(1, self.ids),
+        }
+
+
+def cost_child(args: argparse.Namespace) -> None:
+    """Read the documents once, then time every packing's consumer CPU; one line of JSON."""
+    start = time.perf_counter()
+    loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0)
+    documents, marks = [], []
+    with loader.iter() as stream:
+        tokenizer = stream.tokenizer
+        while True:
+            marks.append(stream.mark())
+            try:
+                documents.append(next(stream))
+            except StopIteration:
+                break
+    report: dict[str, Any] = {
+        "documents": len(documents),
+        "ids": sum(len(d.tokens) for d in documents),
+        "read_s": time.perf_counter() - start,
+        "runs": {},
+    }
+    seq_lens = list(map(int, args.seq_lens.split(",")))
+    configs = [(s, p, g) for s in seq_lens for p, g in RUNS]
+    for seq_len, packing, segments in configs:  # untimed: batch counts, shares, hashes
+        entry = report["runs"].setdefault(str(seq_len), {})[run_name(packing, segments)] = {}
+        shares, digest, count = Shares(), hashlib.sha256(), 0
+        for batch in packer(MemoryDocuments(documents, marks), tokenizer, seq_len, args,
+                            packing, segments):  # fmt: skip
+            count += 1
+            if segments:
+                shares.add(batch)
+            if args.sha256:
+                for array in batch if segments else (batch,):
+                    digest.update(np.ascontiguousarray(array).tobytes())
+        entry.update(batches=count, cpu_s=[])
+        if segments:
+            entry.update(shares.report())
+        if args.sha256:
+            entry["sha256"] = digest.hexdigest()
+    for round_number in range(args.cost_rounds):
+        for seq_len, packing, segments in rotated(configs, round_number):
+            packed = packer(MemoryDocuments(documents, marks), tokenizer, seq_len, args,
+                            packing, segments)  # fmt: skip
+            gc.collect()
+            began = time.process_time()
+            for _ in packed:
+                pass
+            spent = time.process_time() - began
+            report["runs"][str(seq_len)][run_name(packing, segments)]["cpu_s"].append(spent)
+    print(json.dumps(report))
 
 
 def child(args: argparse.Namespace) -> None:
-    """Read one epoch of batches; print one line of JSON."""
-    loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0)
-    batches = cut = starts = padding = ids = 0
-    eot = 50256
-    counting = 0.0  # the statistics below are the benchmark's own work: not the loader's
+    """Read ``--epochs`` epochs of batches end to end; print one line of JSON."""
+    loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0, epochs=args.epochs)
+    batches = 0
     start = time.perf_counter()
+    cpu = time.process_time()
     with loader.batches(
         args.seq_len, args.batch_size, segments=args.segments, packing=args.packing,
         window=args.window,
     ) as packed:  # fmt: skip
-        for batch in packed:
+        for _ in packed:
             batches += 1
-            if not args.segments:
-                continue
-            counted = time.perf_counter()
-            tokens, segments, positions = batch
-            padding += int((segments == 0).sum())
-            ids += segments.size
-            for row, seg, pos in zip(tokens, segments, positions, strict=True):
-                # A document starts where its position is 0; it is whole in the row if its
-                # last id there is an end-of-text: each cut document has one start not whole.
-                real = seg > 0
-                first = np.flatnonzero(np.diff(seg, prepend=-1) != 0)
-                last = np.append(first[1:], len(seg)) - 1
-                begins = (pos[first] == 0) & real[first]
-                starts += int(begins.sum())
-                cut += int((begins & (row[last] != eot)).sum())
-            counting += time.perf_counter() - counted
-    seconds = time.perf_counter() - start - counting
-    report: dict[str, Any] = {"batches": batches, "seconds": seconds, "counting_s": counting}
+    seconds = time.perf_counter() - start
+    report: dict[str, Any] = {"batches": batches, "seconds": seconds}
+    report["consumer_cpu_s"] = time.process_time() - cpu
     report["batches_per_s"] = batches / seconds
-    if args.segments:
-        report["cut_share"] = cut / max(1, starts)
-        report["padding_share"] = padding / max(1, ids)
     print(json.dumps(report))
 
 
-def corpus_paths(given: list[str]) -> list[str]:
-    if given:
-        return given
+def corpus_paths(args: argparse.Namespace) -> list[str]:
+    if args.corpus:
+        return list(args.corpus)
     from openwebtext.files import cache_root
-    from openwebtext.synth import COMPLETE_MARKER, corpus_dirname, write_corpus
+    from openwebtext.synth import COMPLETE_MARKER, bench_corpus, corpus_dirname, write_corpus
 
+    if args.bench_corpus:
+        return [str(bench_corpus())]
     path = cache_root() / corpus_dirname(1, 8, 200, 0)
     if not (path / COMPLETE_MARKER).is_file():
         print(f"generating a small corpus in {path} ...", file=sys.stderr, flush=True)
@@ -80,47 +218,154 @@ def corpus_paths(given: list[str]) -> list[str]:
     return [str(path)]
 
 
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def measure_cost(paths: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    common_args = ["--workers", str(args.workers), "--batch-size", str(args.batch_size),
+                   "--window", str(args.window), "--seq-lens", args.seq_lens,
+                   "--cost-rounds", str(args.cost_rounds)]  # fmt: skip
+    report = common.run_child(
+        __file__, "cost", [*paths, *common_args, *(["--sha256"] if args.sha256 else [])]
+    )
+    print(
+        f"cost: {report['documents']:,} documents, {report['ids']:,} ids read into memory in "
+        f"{report['read_s']:.1f} s; consumer CPU per batch over {args.cost_rounds} rounds, "
+        "median (min-max):",
+        flush=True,
+    )
+    for seq_len, runs in report["runs"].items():
+        concat = runs["concat"]
+        for name, run in runs.items():
+            per_batch = [s / run["batches"] * 1e6 for s in run["cpu_s"]]
+            ratios = [
+                (s / run["batches"]) / (c / concat["batches"])
+                for s, c in zip(run["cpu_s"], concat["cpu_s"], strict=True)
+            ]
+            run["us_per_batch"], run["ratio_to_concat"] = per_batch, ratios
+            shares = ""
+            if "cut_share" in run:
+                shares = f", cut {run['cut_share']:.1%}, padding {run['padding_share']:.2%}"
+            sha = f", sha256 {run['sha256'][:16]}" if "sha256" in run else ""
+            print(
+                f"  seq_len {seq_len} {name:12s} {statistics.median(per_batch):7.1f} us/batch "
+                f"({min(per_batch):.1f}-{max(per_batch):.1f}), x concat {spread(ratios)}, "
+                f"{run['batches']} batches{shares}{sha}",
+                flush=True,
+            )
+    return report
+
+
+def measure_end_to_end(paths: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    configs = [(int(s), p, g) for s in args.seq_lens.split(",") for p, g in RUNS]
+    results: list[dict[str, Any]] = []
+    load = common.OtherLoad()
+    for round_number in range(args.rounds):
+        for seq_len, packing, segments in rotated(configs, round_number):
+            report = common.run_child(
+                __file__,
+                "batches",
+                [*paths, "--workers", str(args.workers), "--batch-size", str(args.batch_size),
+                 "--window", str(args.window), "--seq-len", str(seq_len),
+                 "--packing", packing, "--segments", str(int(segments)),
+                 "--epochs", str(args.epochs)],
+            )  # fmt: skip
+            report.update(round=round_number, seq_len=seq_len, packing=packing)
+            report["segments"] = segments
+            results.append(report)
+            print(
+                f"round {round_number} seq_len {seq_len} {packing:8s} segments={segments!s:5s} "
+                f"{report['batches_per_s']:8.2f} batches/s ({report['batches']} batches, "
+                f"{report['seconds']:.1f} s, consumer CPU {report['consumer_cpu_s']:.1f} s)",
+                flush=True,
+            )
+    seconds, other, stolen = load.measure()
+    print(
+        f"end to end: {args.rounds} rounds in {seconds:.0f} s; other processes kept "
+        f"{other:.2f} cores busy, the hypervisor stole {stolen:.2f}",
+        flush=True,
+    )
+    per_batch = {(r["round"], r["seq_len"], run_name(r["packing"], r["segments"])):
+                 r["seconds"] / r["batches"] for r in results}  # fmt: skip
+    for seq_len, packing, segments in configs:
+        name = run_name(packing, segments)
+        ratios = [
+            per_batch[(k, seq_len, "concat")] / per_batch[(k, seq_len, name)]
+            for k in range(args.rounds)
+        ]
+        rates = [1 / per_batch[(k, seq_len, name)] for k in range(args.rounds)]
+        print(
+            f"  seq_len {seq_len} {name:12s} {statistics.median(rates):8.1f} batches/s "
+            f"({min(rates):.1f}-{max(rates):.1f}), throughput x concat {spread(ratios)}",
+            flush=True,
+        )
+    return results
+
+
+def shares_of_end_to_end(cost: dict[str, Any], e2e: list[dict[str, Any]]) -> None:
+    """The consumer's packing CPU per batch over the end-to-end wall time per batch, and
+    (when the runs report it) over the CPU time per batch of the child and its workers."""
+    print("packing cost as a share of the end-to-end time per batch (medians):", flush=True)
+    for seq_len, runs in cost["runs"].items():
+        concat_us = statistics.median(runs["concat"]["us_per_batch"])
+        for name, run in runs.items():
+            same = [r for r in e2e
+                    if str(r["seq_len"]) == seq_len
+                    and run_name(r["packing"], r["segments"]) == name]  # fmt: skip
+            wall = statistics.median(r["seconds"] / r["batches"] * 1e6 for r in same)
+            us = statistics.median(run["us_per_batch"])
+            run["e2e_us_per_batch"] = wall
+            budget = ""
+            if all("cpu_s" in r for r in same):  # every process's CPU: the cores' budget
+                cpu = statistics.median(r["cpu_s"] / r["batches"] * 1e6 for r in same)
+                run["e2e_cpu_us_per_batch"] = cpu
+                budget = (
+                    f"; of {cpu:7.1f} us of CPU (all processes) per batch: {us / cpu:.1%}, "
+                    f"over concat {(us - concat_us) / cpu:+.1%}"
+                )
+            print(
+                f"  seq_len {seq_len} {name:12s} packing {us:6.1f} us of {wall:7.1f} us wall "
+                f"({us / wall:.1%}); over concat's packing {us - concat_us:+6.1f} us "
+                f"({(us - concat_us) / wall:+.1%}){budget}",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="*")
+    parser.add_argument("--bench-corpus", action="store_true")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--seq-lens", default="1024,2048")
+    parser.add_argument("--rounds", type=int, default=3, help="end-to-end rounds")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs per end-to-end run")
+    parser.add_argument("--cost-rounds", type=int, default=5)
+    parser.add_argument("--only", choices=("cost", "e2e"))
+    parser.add_argument("--sha256", action="store_true", help="hash every packed batch")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--seq-len", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--packing", help=argparse.SUPPRESS)
     parser.add_argument("--segments", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "cost":
+        cost_child(args)
+        return
     if args.child:
         child(args)
         return
-    paths = corpus_paths(args.corpus)
+    paths = corpus_paths(args)
     common.warm_page_cache(paths)
-    results = []
-    for seq_len in map(int, args.seq_lens.split(",")):
-        for packing, segments in RUNS:
-            report = common.run_child(
-                __file__,
-                "batches",
-                [*paths, "--workers", str(args.workers), "--batch-size", str(args.batch_size),
-                 "--window", str(args.window), "--seq-len", str(seq_len),
-                 "--packing", packing, "--segments", str(int(segments))],
-            )  # fmt: skip
-            report.update(seq_len=seq_len, packing=packing, segments=segments)
-            results.append(report)
-            shares = ""
-            if segments:
-                shares = (
-                    f", documents cut {report['cut_share']:.1%}, "
-                    f"padding {report['padding_share']:.2%}"
-                )
-            print(
-                f"seq_len {seq_len} {packing:8s} segments={segments!s:5s} "
-                f"{report['batches_per_s']:8.2f} batches/s ({report['batches']} batches){shares}",
-                flush=True,
-            )
+    results: dict[str, Any] = {"corpus": paths, "cpu": common.cpu_model()}
+    if args.only != "e2e":
+        results["cost"] = measure_cost(paths, args)
+    if args.only != "cost":
+        results["end_to_end"] = measure_end_to_end(paths, args)
+    if args.only is None:
+        shares_of_end_to_end(results["cost"], results["end_to_end"])
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

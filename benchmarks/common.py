@@ -28,7 +28,8 @@ def run_child(
     script: str, kind: str, args: list[str], *, timeout: float = CHILD_TIMEOUT
 ) -> dict[str, Any]:
     """Run ``python SCRIPT --child KIND ARGS`` in a fresh process; its last line of JSON,
-    with the child's ``max_rss_bytes`` and ``peak_pss_bytes`` (its whole process group).
+    with the child's ``max_rss_bytes`` and ``peak_pss_bytes`` (its whole process group) and
+    ``cpu_s`` (user + system seconds of it and the descendants it waited for).
 
     Through ``openwebtext.bench.run_child``: in its own session, killed with its process
     group when it ends, times out or this script is interrupted.
@@ -42,6 +43,7 @@ def run_child(
     report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     report.setdefault("max_rss_bytes", done.max_rss_bytes)
     report.setdefault("peak_pss_bytes", done.peak_pss_bytes)
+    report.setdefault("cpu_s", done.cpu_s)
     return report
 
 
