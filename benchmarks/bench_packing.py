@@ -86,6 +86,13 @@ class MemoryDocuments:
     def state_dict(self, mark: Any = None) -> dict[str, Any]:
         return {}
 
+    def windows_ahead(self) -> list[tuple[int, int, int]]:
+        return []  # not a resharded epoch
+
+    @property
+    def start(self) -> int:
+        return 0
+
     @property
     def stats(self) -> Stats:
         return Stats()

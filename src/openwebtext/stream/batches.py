@@ -122,10 +122,9 @@ class Batches:
             self._available += len(document.tokens)
         if self.segments:
             return self._segmented(need)
-        flat = self._take(need)
-        rows = np.lib.stride_tricks.sliding_window_view(flat, self.seq_len + 1)[:: self.seq_len]
+        rows = overlapping_rows(self._take(need), self.seq_len, self.dtype)
         self._batches += 1
-        return rows.astype(self.dtype)  # a copy: rows of the window view share memory
+        return rows
 
     def _segmented(self, need: int) -> PackedBatch:
         """The next batch with its documents and positions (``segments=True``)."""
@@ -146,13 +145,13 @@ class Batches:
         starts = np.cumsum(counts) - counts  # where each piece begins in the batch
         shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
         positions = np.arange(need, dtype=np.int32) - shift
-        flat = self._take(need)
-        views = [
-            np.lib.stride_tricks.sliding_window_view(a, self.seq_len + 1)[:: self.seq_len]
-            for a in (flat, documents, positions)
-        ]
+        tokens = overlapping_rows(self._take(need), self.seq_len, self.dtype)
         self._batches += 1
-        return segmented(views[0].astype(self.dtype), views[1], views[2])
+        return segmented(
+            tokens,
+            overlapping_rows(documents, self.seq_len),
+            overlapping_rows(positions, self.seq_len),
+        )
 
     def _take(self, need: int) -> np.ndarray[Any, Any]:
         """The next ``need`` ids; keep the last one for the next batch."""
@@ -200,6 +199,20 @@ class Batches:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def overlapping_rows(
+    flat: np.ndarray[Any, Any], seq_len: int, dtype: DTypeLike | None = None
+) -> np.ndarray[Any, Any]:
+    """Rows of ``seq_len + 1`` ids of ``flat`` (``k * seq_len + 1`` of them), row ``r`` from
+    ``flat[r * seq_len]`` on, as a new array (of ``dtype``): what
+    ``sliding_window_view(flat, seq_len + 1)[::seq_len].astype(dtype)`` makes, in two copies
+    rather than a view built per call."""
+    kind = flat.dtype if dtype is None else dtype
+    rows = np.empty(((len(flat) - 1) // seq_len, seq_len + 1), kind)
+    rows[:, :-1] = flat[:-1].reshape(-1, seq_len)
+    rows[:, -1] = flat[seq_len::seq_len]
+    return rows
 
 
 def check_sizes(seq_len: int, batch_size: int) -> None:

@@ -89,21 +89,24 @@ def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     """Rows of item indices: items longest first, each into the open row with the least room
     that holds it (a new row if none does). ``lengths`` are at most ``capacity``."""
-    order = sorted(range(len(lengths)), key=lambda k: -lengths[k])
+    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable
     rows: list[list[int]] = []
-    room: list[tuple[int, int]] = []  # (room left, row), sorted
+    # The open rows as room left * m + row, sorted: least room first, then the first row
+    # (the order of (room, row) pairs, as ints: there are fewer than m rows).
+    m = len(lengths) + 1
+    room: list[int] = []
     for k in order:
         n = lengths[k]
-        at = bisect.bisect_left(room, (n, -1))
+        at = bisect.bisect_left(room, n * m)
         if at == len(room):
             rows.append([k])
             left, row = capacity - n, len(rows) - 1
         else:
-            left, row = room.pop(at)
+            left, row = divmod(room.pop(at), m)
             rows[row].append(k)
             left -= n
         if left > 0:
-            bisect.insort(room, (left, row))
+            bisect.insort(room, left * m + row)
     return rows
 
 
@@ -183,6 +186,7 @@ class BestFitBatches:
         self._packed = 0  # windows packed by this iterator (their ids)
         self._carry: tuple[Mark, Any, int] | None = None  # read, and the next window's first
         self._ended = False
+        self._pad: np.ndarray[Any, Any] | None = None  # a row of padding ids
         if self._skip:
             try:
                 self._fill()
@@ -232,7 +236,10 @@ class BestFitBatches:
         cap = self.seq_len + 1
         pieces: list[tuple[np.ndarray[Any, Any], int]] = []
         for doc in ids:  # a document longer than a row: row-sized pieces
-            pieces += [(doc[p : p + cap], p) for p in range(0, len(doc), cap)]
+            if len(doc) <= cap:
+                pieces.append((doc, 0))
+            else:
+                pieces += [(doc[p : p + cap], p) for p in range(0, len(doc), cap)]
         rows = best_fit([len(piece) for piece, _ in pieces], cap)
         if len(rows) < skip:
             self.close()
@@ -250,23 +257,43 @@ class BestFitBatches:
         if len(self._rows) < self.batch_size:  # fewer rows than a batch left: dropped
             self.close()
             raise StopIteration
-        cap = self.seq_len + 1
-        tokens = np.full((self.batch_size, cap), self.pad_id, dtype=self.dtype)
-        segment_ids = np.zeros((self.batch_size, cap), dtype=np.int32)
-        positions = np.zeros((self.batch_size, cap), dtype=np.int32)
-        for b in range(self.batch_size):
-            _, _, row = self._rows.popleft()
-            at = 0
-            for s, (piece, first) in enumerate(row, 1):
-                n = len(piece)
-                tokens[b, at : at + n] = piece
-                segment_ids[b, at : at + n] = s
-                positions[b, at : at + n] = np.arange(first, first + n)
-                at += n
+        rows = [self._rows.popleft()[2] for _ in range(self.batch_size)]
         for wid in [w for w in self._marks if not self._rows or w < self._rows[0][0]]:
             del self._marks[wid]
         self._batches += 1
-        return PackedBatch(tokens, segment_ids, positions) if self.segments else tokens
+        return self._batch(rows)
+
+    def _batch(self, rows: list[list[tuple[np.ndarray[Any, Any], int]]]) -> Any:
+        """The batch of ``rows``: every row's pieces and padding one after another, made
+        with a few array operations over the whole batch (not three per piece)."""
+        cap = self.seq_len + 1
+        if self._pad is None:
+            self._pad = np.full(cap, self.pad_id, dtype=self.dtype)
+        chunks, lengths, numbers, firsts = [], [], [], []
+        for row in rows:
+            used = 0
+            for s, (piece, first) in enumerate(row, 1):
+                chunks.append(piece)
+                lengths.append(len(piece))
+                numbers.append(s)
+                firsts.append(first)
+                used += len(piece)
+            if used < cap:  # padding: segment 0, position 0
+                chunks.append(self._pad[: cap - used])
+                lengths += [cap - used]
+                numbers += [0]
+                firsts += [0]
+        shape = (self.batch_size, cap)
+        tokens = np.concatenate(chunks, dtype=self.dtype).reshape(shape)
+        if not self.segments:
+            return tokens
+        counts = np.asarray(lengths)
+        segment_ids = np.repeat(np.asarray(numbers, dtype=np.int32), counts)
+        starts = np.cumsum(counts) - counts  # chunk k's ids are positions firsts[k], ...
+        shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
+        positions = np.arange(tokens.size, dtype=np.int32) - shift
+        positions *= segment_ids > 0
+        return PackedBatch(tokens, segment_ids.reshape(shape), positions.reshape(shape))
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
