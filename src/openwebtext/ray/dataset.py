@@ -91,7 +91,8 @@ class _ReadGroup:
 
         configure_storage(self.storage_options)
         tokenizer = self.tokenizer
-        reader = Reader(self.max_member_bytes, self.max_document_bytes)
+        # texts: the UTF-8 check decodes each document, for its text or its ids.
+        reader = Reader(self.max_member_bytes, self.max_document_bytes, texts=True)
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
         ids: list[Any] = []  # with a tokenizer: each member's packed ids ("value": the counts)
         skipped: list[str] = []
@@ -136,14 +137,11 @@ class _ReadGroup:
             encoded = encode_member(member, tokenizer)
             # The kept documents' ids, packed in the order of the rows appended below.
             ids.append(np.frombuffer(encoded.data, dtype=tokenizer.dtype))
-        errors = "replace" if member.replace else "strict"
+        texts = iter(member.texts or ())
         for k, offset in enumerate(member.offsets):
             if offset < 0:
                 continue
-            if tokenizer is None:
-                value: Any = member.data[offset : offset + member.sizes[k]].decode("utf-8", errors)
-            else:
-                value = encoded.counts[k]
+            value: Any = next(texts) if tokenizer is None else encoded.counts[k]
             columns["subset"].append(unit.subset)
             columns["member"].append(unit.member)
             columns["name"].append(member.names[k])
