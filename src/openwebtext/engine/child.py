@@ -159,4 +159,5 @@ def open_reader(options: PoolOptions, storage: Storage | None) -> Reader:
         split=options.split,
         decode_errors=options.decode_errors,
         storage=storage,
+        texts=options.tokenizer is not None,  # encode_member's texts, decoded by the check
     )

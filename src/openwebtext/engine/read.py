@@ -60,6 +60,9 @@ class Member(NamedTuple):
     """
     replace: int
     """How many documents are invalid UTF-8 and kept, to decode with ``errors="replace"``."""
+    texts: list[str] | None = None
+    """With ``Reader(..., texts=True)``: the text of every kept document (offset >= 0), in
+    order, decoded by the UTF-8 check itself (what ``encode_member`` tokenizes)."""
 
 
 class Reader:
@@ -68,6 +71,11 @@ class Reader:
     ``decode_errors`` says what becomes of a document that is not valid UTF-8:
     ``strict`` leaves it out (a ``CorruptDocument`` in ``dropped``), ``replace``
     keeps it and counts it in ``Member.replace``, None does not check.
+
+    ``texts`` is for a reader whose every document is then needed as a ``str`` (a
+    tokenizing worker): each member comes with ``Member.texts``, and the UTF-8 check is
+    that decode, once per document, rather than a check of the non-ASCII documents
+    followed by a second decode of all of them.
     """
 
     def __init__(
@@ -78,6 +86,7 @@ class Reader:
         split: Split | None = None,
         decode_errors: str | None = "strict",
         storage: Storage | None = None,
+        texts: bool = False,
     ):
         self.storage = storage
         """What URLs are read with (the corpus's; None: the process's default)."""
@@ -85,6 +94,8 @@ class Reader:
         self.max_document_bytes = max_document_bytes
         self.split = split
         self.decode_errors = decode_errors
+        self.texts = texts
+        """Decode every kept document into ``Member.texts``."""
         self.max_open = max_open
         self._files: dict[str, int] = {}
         self._remote: RangeReader | None = None  # made on first use: after the fork
@@ -121,7 +132,7 @@ class Reader:
         return os.pread(self._fd(unit.path), unit.size, unit.offset)
 
     def read(self, unit: Unit) -> Member:
-        """Read, decompress and walk one unit.
+        """Read, decompress and walk one unit (and, with ``texts``, decode its documents).
 
         Raises:
             CorruptMember: unreadable or corrupt compressed data, or a tar that
@@ -207,6 +218,9 @@ class Reader:
                         )
                     )
                     offsets[k] = -1
+        if self.texts:
+            decoded, replace = self._decode_text(data, unit, names, offsets, sizes, dropped)
+            return Member(data, names, offsets, sizes, dropped, replace, decoded)
         replace = self._check_text(data, unit, names, offsets, sizes, dropped)
         return Member(data, names, offsets, sizes, dropped, replace)
 
@@ -250,6 +264,50 @@ class Reader:
                 offsets[k] = -1
         return replace
 
+    def _decode_text(
+        self,
+        data: bytes,
+        unit: Unit,
+        names: list[str],
+        offsets: list[int],
+        sizes: list[int],
+        dropped: list[CorruptMember],
+    ) -> tuple[list[str], int]:
+        """The text of every kept document, and how many needed ``replace``; what
+        ``_check_text`` leaves out is left out here the same way.
+
+        Each is decoded from a view of ``data`` (no copy of its bytes). Without a check
+        (``decode_errors`` None), invalid UTF-8 raises ``UnicodeDecodeError``, as decoding
+        the member's documents afterwards would.
+        """
+        view = memoryview(data)
+        errors = self.decode_errors
+        texts: list[str] = []
+        replace = 0
+        for k, offset in enumerate(offsets):
+            if offset < 0:
+                continue
+            raw = view[offset : offset + sizes[k]]
+            try:
+                texts.append(str(raw, "utf-8"))
+            except UnicodeDecodeError as exc:
+                if errors is None:
+                    raise
+                if errors == "replace":
+                    replace += 1
+                    texts.append(str(raw, "utf-8", "replace"))
+                    continue
+                dropped.append(
+                    CorruptDocument(
+                        f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
+                        unit.path,
+                        unit.member,
+                        names[k],
+                    )
+                )
+                offsets[k] = -1
+        return texts, replace
+
 
 class Encoded(NamedTuple):
     """A member's documents as token ids (``tokenizer`` set): what crosses to the consumer."""
@@ -281,13 +339,15 @@ def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = Fal
     ``prepare.py`` writes them, so concatenating documents packs them.
     With ``normalise``, each text goes through ``nanogpt_text`` first.
     """
-    errors = "replace" if member.replace else "strict"
-    data = member.data
     kept = [k for k, offset in enumerate(member.offsets) if offset >= 0]
-    texts = [
-        data[member.offsets[k] : member.offsets[k] + member.sizes[k]].decode("utf-8", errors)
-        for k in kept
-    ]
+    texts = member.texts  # decoded by the reader's check (``Reader(..., texts=True)``)
+    if texts is None:
+        errors = "replace" if member.replace else "strict"
+        data = member.data
+        texts = [
+            data[member.offsets[k] : member.offsets[k] + member.sizes[k]].decode("utf-8", errors)
+            for k in kept
+        ]
     if normalise:
         texts = [nanogpt_text(text) for text in texts]
     ids, kept_counts = tokenizer.encode_packed(texts)  # one array: no Python int per id

@@ -20,6 +20,9 @@ from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["SkipLog", "read_openwebtext"]
 
+#: The most ids one chunk of the ``ids`` column holds: ``list<int64>`` has int32 offsets.
+_MAX_LIST_VALUES = (1 << 31) - 1
+
 
 class _SkipActor:
     def __init__(self) -> None:
@@ -88,13 +91,15 @@ class _ReadGroup:
 
         configure_storage(self.storage_options)
         tokenizer = self.tokenizer
-        reader = Reader(self.max_member_bytes, self.max_document_bytes)
+        # texts: the UTF-8 check decodes each document, for its text or its ids.
+        reader = Reader(self.max_member_bytes, self.max_document_bytes, texts=True)
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
+        ids: list[Any] = []  # with a tokenizer: each member's packed ids ("value": the counts)
         skipped: list[str] = []
         try:
             for group in batch["group"]:
                 for unit in self.groups[int(group)]:
-                    self._read(reader, unit, tokenizer, columns, skipped)
+                    self._read(reader, unit, tokenizer, columns, ids, skipped)
         finally:
             reader.close()
         if self.skips is not None:
@@ -103,7 +108,7 @@ class _ReadGroup:
             value = pa.array(columns.pop("value"), pa.string())
             key = "text"
         else:
-            value = pa.array(columns.pop("value"), pa.list_(pa.int64()))
+            value = _ids_column(ids, columns.pop("value"))
             key = "ids"
         arrays = {k: pa.array(v, pa.string()) for k, v in columns.items()}
         return pa.table({**arrays, key: value})
@@ -114,8 +119,11 @@ class _ReadGroup:
         unit: Unit,
         tokenizer: Any,
         columns: dict[str, list[Any]],
+        ids: list[Any],
         skipped: list[str],
     ) -> None:
+        import numpy as np
+
         from openwebtext.engine import encode_member
 
         try:
@@ -127,17 +135,13 @@ class _ReadGroup:
             self._error(dropped, skipped)
         if tokenizer is not None:
             encoded = encode_member(member, tokenizer)
-            ids = memoryview(encoded.data).cast(tokenizer.dtype.char)
-            itemsize = tokenizer.dtype.itemsize
-        errors = "replace" if member.replace else "strict"
+            # The kept documents' ids, packed in the order of the rows appended below.
+            ids.append(np.frombuffer(encoded.data, dtype=tokenizer.dtype))
+        texts = iter(member.texts or ())
         for k, offset in enumerate(member.offsets):
             if offset < 0:
                 continue
-            if tokenizer is None:
-                value: Any = member.data[offset : offset + member.sizes[k]].decode("utf-8", errors)
-            else:
-                first = encoded.offsets[k] // itemsize
-                value = ids[first : first + encoded.counts[k]].tolist()
+            value: Any = next(texts) if tokenizer is None else encoded.counts[k]
             columns["subset"].append(unit.subset)
             columns["member"].append(unit.member)
             columns["name"].append(member.names[k])
@@ -146,6 +150,31 @@ class _ReadGroup:
     def _error(self, error: CorpusError, skipped: list[str]) -> None:
         SkipPolicy(self.on_error).take(error)  # raise it, or log it (warn)
         skipped.append(str(error))
+
+
+def _ids_column(parts: list[Any], counts: list[int]) -> Any:
+    """The ``ids`` column, ``list<int64>``: one row of ``counts[i]`` ids per document, cut in
+    order from the members' packed ids ``parts``. Built from one flat array and its offsets,
+    not from a Python list per document (the same type and values; past 2**31 - 1 ids, the
+    int32 offsets' limit, a chunked array of that type).
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    values = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+    offsets = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    cuts = [0]  # the first row of each chunk
+    while offsets[-1] - offsets[cuts[-1]] > _MAX_LIST_VALUES:
+        end = int(np.searchsorted(offsets, offsets[cuts[-1]] + _MAX_LIST_VALUES, "right")) - 1
+        cuts.append(max(end, cuts[-1] + 1))  # a row too long alone fails in from_arrays
+    chunks = []
+    for first, stop in zip(cuts, [*cuts[1:], len(counts)], strict=True):
+        start = offsets[first]
+        chunk_offsets = (offsets[first : stop + 1] - start).astype(np.int32)
+        chunk_values = values[start : offsets[stop]]
+        chunks.append(pa.ListArray.from_arrays(pa.array(chunk_offsets), pa.array(chunk_values)))
+    return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, pa.list_(pa.int64()))
 
 
 def read_openwebtext(
