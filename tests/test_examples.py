@@ -40,6 +40,7 @@ def train(corpus: Path, steps: int, checkpoint: Path, log: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # trains a small model twice: its own CI step
 def test_interrupted_training_sees_the_same_documents(small_corpus: Path, tmp_path: Path) -> None:
     train(small_corpus, 6, tmp_path / "a.pt", tmp_path / "a.log")
     out = train(small_corpus, 20, tmp_path / "a.pt", tmp_path / "a.log")  # 160 docs: 2nd epoch
@@ -69,6 +70,7 @@ def train_gpt(corpus: Path, checkpoint: Path, log: Path, *extra: str) -> list[st
     return proc.stdout.splitlines()
 
 
+@pytest.mark.slow  # trains a small model twice: its own CI step
 def test_gpt_interrupted_and_resumed_reaches_the_same_loss(
     small_corpus: Path, tmp_path: Path
 ) -> None:

@@ -107,6 +107,7 @@ def test_a_whole_file_that_is_no_tar_is_skipped_and_named(
             Corpus.open(server.url + "/")  # under raise, the first bad file is the error
 
 
+@pytest.mark.slow  # deadlines waited out in real time: its own CI step
 def test_owt_index_against_a_dripping_server_ends_with_a_clear_error(
     small_corpus: Path, http: RangeServer
 ) -> None:

@@ -33,6 +33,7 @@ def quick_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(retry, "REQUEST_FLOOR", 2.0)
 
 
+@pytest.mark.slow  # deadlines waited out in real time: its own CI step
 def test_a_dripping_body_while_indexing_ends_in_an_error_naming_the_url(
     http: RangeServer, quick_deadline: None
 ) -> None:
@@ -59,6 +60,7 @@ def test_the_main_process_watchdog_ends_what_outlasts_every_deadline(
     assert info.value.path == url
 
 
+@pytest.mark.slow  # deadlines waited out in real time: its own CI step
 def test_a_stall_after_the_headers_is_a_timeout_not_a_wait(
     http: RangeServer, quick_deadline: None
 ) -> None:
@@ -70,6 +72,7 @@ def test_a_stall_after_the_headers_is_a_timeout_not_a_wait(
     assert "urlsf_subset00.tar" in str(info.value)
 
 
+@pytest.mark.slow  # deadlines waited out in real time: its own CI step
 def test_a_dripping_member_read_fails_within_its_deadline(
     small_corpus: Path, http: RangeServer, quick_deadline: None
 ) -> None:
