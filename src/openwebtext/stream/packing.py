@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -140,6 +141,21 @@ def packing_start(state: Any, packing: str, window: int) -> tuple[int, int, int 
     return number, row, epoch
 
 
+@dataclass
+class _Reading:
+    """A window of documents being read (``BestFitBatches``), packed once whole."""
+
+    mark: Mark
+    """Where the stream was before its first document."""
+    ids: list[np.ndarray[Any, Any]]
+    count: int
+    """Ids read into it."""
+    epoch: int | None
+    """Of its documents (None: none read yet)."""
+    size: int
+    """Documents it holds when whole."""
+
+
 class BestFitBatches:
     """The running iterator of best-fit packed batches (``Loader.batches(packing="bestfit")``).
 
@@ -186,6 +202,8 @@ class BestFitBatches:
         self._packed = 0  # windows packed by this iterator (their ids)
         self._carry: tuple[Mark, Any, int] | None = None  # read, and the next window's first
         self._ended = False
+        self._reading: _Reading | None = None  # the window being read, not yet packed
+        self._since = 0  # batches handed out since the last window was packed
         self._pad: np.ndarray[Any, Any] | None = None  # a row of padding ids
         if self._skip:
             try:
@@ -198,40 +216,59 @@ class BestFitBatches:
         return self
 
     def _fill(self) -> None:
-        """Read and pack the next window of documents (a window ends with its epoch, so that
-        an epoch packs the same whatever follows it)."""
-        epoch = None  # of the window's documents
-        own = (self._next, self._epoch)  # what a state at this window says
-        size, number, skip = self._ahead[0] if self._ahead else (self.window, None, 0)
-        if self._carry is not None:
-            mark, first, epoch = self._carry
-            ids = [first.tokens]
-        else:
-            mark, ids = self._docs.mark(), []
-        self._carry = None
-        while len(ids) < size:
+        """Read the rest of the window being read, and pack it."""
+        if self._read(None):
+            self._pack()
+
+    def _read(self, enough: int | None) -> bool:
+        """Read documents into the window being read (begun here if none is): to its end, or
+        until it holds ``enough`` ids. A window is ``window`` documents (a dealt window's
+        own count), or fewer at the end of its epoch, so that an epoch packs the same whatever
+        follows it. True when the window being read is whole (False: nothing left to read)."""
+        if self._reading is None:
+            if self._ended and self._carry is None:
+                return False
+            size = self._ahead[0][0] if self._ahead else self.window
+            if self._carry is not None:  # the next epoch's first document, read already
+                mark, first, epoch = self._carry
+                self._reading = _Reading(mark, [first.tokens], len(first.tokens), epoch, size)
+            else:
+                self._reading = _Reading(self._docs.mark(), [], 0, None, size)
+            self._carry = None
+        reading = self._reading
+        while len(reading.ids) < reading.size and (enough is None or reading.count < enough):
             before = self._docs.mark()
             try:
                 doc = next(self._docs)
             except StopIteration:
                 self._ended = True
-                break
+                return True
             now = self._docs.mark().epoch
-            if epoch is not None and now != epoch:  # the next epoch's first document
+            if reading.epoch is not None and now != reading.epoch:  # the next epoch's first
                 self._carry = (before, doc, now)
-                break
-            epoch = now
-            ids.append(doc.tokens)
+                reading.size = len(reading.ids)
+                return True
+            reading.epoch = now
+            reading.ids.append(doc.tokens)
+            reading.count += len(doc.tokens)
+        return len(reading.ids) >= reading.size
+
+    def _pack(self) -> None:
+        """Pack the window read into rows, in its seeded order, less the rows handed out."""
+        assert self._reading is not None
+        mark, ids, epoch = self._reading.mark, self._reading.ids, self._reading.epoch
+        self._reading, self._since = None, 0
         if not ids:
             return
         assert epoch is not None
-        if number is None:  # an own window: numbered within its epoch
+        own = (self._next, self._epoch)  # what a state at this window says
+        if self._ahead:  # a window an old rank had begun: its number and rows handed out
+            _, number, skip = self._ahead.popleft()
+        else:  # an own window: numbered within its epoch
             if epoch != self._epoch:
                 self._next, self._epoch = 0, epoch
                 own = (0, epoch)
-            number, self._next = self._next, self._next + 1
-        else:
-            self._ahead.popleft()
+            number, skip, self._next = self._next, 0, self._next + 1
         skip, self._skip = max(skip, self._skip), 0
         cap = self.seq_len + 1
         pieces: list[tuple[np.ndarray[Any, Any], int]] = []
@@ -252,7 +289,9 @@ class BestFitBatches:
             self._rows.append((wid, r, [pieces[j] for j in rows[shuffled[r]]]))
 
     def __next__(self) -> Any:
-        while len(self._rows) < self.batch_size and (not self._ended or self._carry):
+        while len(self._rows) < self.batch_size and (
+            self._reading is not None or not self._ended or self._carry
+        ):
             self._fill()
         if len(self._rows) < self.batch_size:  # fewer rows than a batch left: dropped
             self.close()
@@ -261,6 +300,11 @@ class BestFitBatches:
         for wid in [w for w in self._marks if not self._rows or w < self._rows[0][0]]:
             del self._marks[wid]
         self._batches += 1
+        # Read the next window as the rows go, an id read for each id handed out, so that the
+        # workers never wait for a whole window to be asked for at once.
+        self._since += 1
+        if self._read(self._since * self.batch_size * (self.seq_len + 1)):
+            self._pack()
         return self._batch(rows)
 
     def _batch(self, rows: list[list[tuple[np.ndarray[Any, Any], int]]]) -> Any:
@@ -303,7 +347,10 @@ class BestFitBatches:
             documents = self._docs.state_dict(at)
         else:  # every packed row handed out: the next window starts here
             number, row, epoch = self._next, 0, self._epoch
-            documents = self._docs.state_dict(None if self._carry is None else self._carry[0])
+            if self._reading is not None:  # read again on resume
+                documents = self._docs.state_dict(self._reading.mark)
+            else:
+                documents = self._docs.state_dict(None if self._carry is None else self._carry[0])
         return {
             "format": "openwebtext-batches/1",
             "seq_len": self.seq_len,
