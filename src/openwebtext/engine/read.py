@@ -253,14 +253,7 @@ class Reader:
                 if self.decode_errors == "replace":
                     replace += 1
                     continue
-                dropped.append(
-                    CorruptDocument(
-                        f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
-                        unit.path,
-                        unit.member,
-                        names[k],
-                    )
-                )
+                dropped.append(bad_utf8(exc, unit, names[k]))
                 offsets[k] = -1
         return replace
 
@@ -297,16 +290,15 @@ class Reader:
                     replace += 1
                     texts.append(str(raw, "utf-8", "replace"))
                     continue
-                dropped.append(
-                    CorruptDocument(
-                        f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
-                        unit.path,
-                        unit.member,
-                        names[k],
-                    )
-                )
+                dropped.append(bad_utf8(exc, unit, names[k]))
                 offsets[k] = -1
         return texts, replace
+
+
+def bad_utf8(error: UnicodeDecodeError, unit: Unit, name: str) -> CorruptDocument:
+    """The error of a document that is not UTF-8, naming its file, member and name."""
+    reason = f"invalid UTF-8 at byte {error.start}: {error.reason}"
+    return CorruptDocument(reason, unit.path, unit.member, name)
 
 
 class Encoded(NamedTuple):
