@@ -34,8 +34,10 @@ def reshard(
     documents once each. Every new rank hands out the same number: under ``even_rule="drop"``
     the last few of the rest are left out (``stats.dropped_documents``, on the last rank),
     under ``"pad"`` the first few are repeated (``stats.repeated_documents``); without even
-    sharding the shares differ by at most one. With batches, a document cut across the
-    checkpoint goes on from its first id not yet a target. After that epoch, every epoch is
+    sharding the shares differ by at most one. With concat batches, a document cut across the
+    checkpoint goes on from its first id not yet a target; with best-fit batches, the window
+    each old rank was in is packed again by one new rank (round robin), which hands out only
+    the rows not handed out before. After that epoch, every epoch is
     the new world size's own. The new ranks' counters start at 0. States of a resharded
     epoch can be resharded again.
 
