@@ -121,7 +121,7 @@ def packing_start(state: Any, packing: str, window: int) -> tuple[int, int, int 
     """
     if packing not in PACKING:
         raise ValueError(f"packing must be one of {PACKING}, not {packing!r}")
-    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+    if not int_at_least(window, 1):
         raise ValueError(f"window must be an int >= 1, not {window!r}")
     if state is None:
         return 0, 0, None

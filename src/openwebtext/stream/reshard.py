@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openwebtext.errors import StateError
+from openwebtext.options import int_at_least
 from openwebtext.stream.batches import BATCHES_FORMAT
 from openwebtext.stream.state import STATE_FORMAT, Counters, check_shape
 
@@ -52,7 +53,7 @@ def reshard(
             are of different runs, epochs or batch sizes; the message names what.
         ValueError: ``world_size`` is not an int >= 1.
     """
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+    if not int_at_least(world_size, 1):
         raise ValueError(f"world_size must be an int >= 1, not {world_size!r}")
     if not states:
         raise StateError("nothing to reshard: no state given")
@@ -162,15 +163,13 @@ def _best_fit(
     if states[0].get("packing", "concat") != "bestfit":
         return None
     window = states[0].get("window")
-    if not isinstance(window, int) or window < 1:
+    if not int_at_least(window, 1):
         raise StateError(f"bad batches state: window is {window!r}")
     numbers = []
     for r in range(world):
         state = states[by_rank[r]]
         number, row = state.get("window_number", 0), state.get("row", 0)
-        if not all(
-            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (number, row)
-        ):
+        if not (int_at_least(number, 0) and int_at_least(row, 0)):
             raise StateError(
                 f"bad batches state of rank {r}: window_number {number!r}, row {row!r}"
             )
@@ -184,7 +183,7 @@ def _by_rank(configs: Sequence[Mapping[str, Any]]) -> tuple[int, dict[int, int]]
     if len(worlds) > 1:
         raise StateError(f"states of different runs: world sizes {sorted(map(str, worlds))}")
     world = next(iter(worlds))
-    if not isinstance(world, int) or world < 1:
+    if not int_at_least(world, 1):
         raise StateError(f"bad state: config.world_size is {world!r}")
     by_rank: dict[int, int] = {}
     for k, config in enumerate(configs):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
-from openwebtext.options import EvenRule, Options
+from openwebtext.options import EvenRule, Options, int_at_least
 from openwebtext.plan import epoch_target, pass_end, plan
 
 __all__ = ["Piece", "Rest", "Window", "advance", "check_section", "cut_share", "windows_ahead"]
@@ -182,7 +182,7 @@ def check_section(section: Any) -> None:
     if not isinstance(section, dict):
         raise StateError(f"bad state: reshard is {type(section).__name__}, not an object")
     for key in ("world_size", "epoch"):
-        if not isinstance(section.get(key), int) or section[key] < 0:
+        if not int_at_least(section.get(key), 0):
             problems.append(key)
     ranks = section.get("ranks")
     if not isinstance(ranks, list) or not all(ints(r, 4) for r in ranks):
@@ -199,9 +199,9 @@ def check_section(section: Any) -> None:
         windows = section["windows"]
         if not isinstance(windows, list) or not all(ints(w, 3) for w in windows):
             problems.append("windows")
-        if not isinstance(section.get("window"), int) or section["window"] < 1:
+        if not int_at_least(section.get("window"), 1):
             problems.append("window")
-        if not isinstance(section.get("next_window"), int) or section["next_window"] < 0:
+        if not int_at_least(section.get("next_window"), 0):
             problems.append("next_window")
         if isinstance(levels, list) and not all(
             isinstance(v, dict) and isinstance(v.get("windows"), list)
