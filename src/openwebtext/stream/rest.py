@@ -25,17 +25,22 @@ finished into the next level the same way.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
 from openwebtext.options import EvenRule, Options, int_at_least
 from openwebtext.plan import epoch_target, pass_end, plan
 
-__all__ = ["Piece", "Rest", "Window", "advance", "check_section", "cut_share", "windows_ahead"]
+__all__ = ["Piece", "Rest", "Window", "advance", "check_section", "cut_share"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
+
+
+def _count(spans: Sequence[Span]) -> int:
+    """The documents ``spans`` hold."""
+    return sum(stop - start for start, stop, _ in spans)
 
 
 class Window(NamedTuple):
@@ -50,7 +55,7 @@ class Window(NamedTuple):
 
     @property
     def documents(self) -> int:
-        return sum(b - a for a, b, _ in self.spans)
+        return _count(self.spans)
 
 
 class Piece(NamedTuple):
@@ -116,7 +121,7 @@ def cut_share(
     ``drop``: every share ``len // world``; ``pad``: ``ceil(len / world)``, going round to the
     start (marked repeats); None: shares differ by at most one.
     """
-    total = sum(stop - start for start, stop, _ in spans)
+    total = _count(spans)
     if rule == "pad":
         q = -(-total // world)
         first, dropped = share * q, 0
@@ -133,7 +138,7 @@ def cut_share(
         lap, within = divmod(at, total)
         took = _slice(spans, within, min(total, within + q), repeat=lap > 0)
         out += took
-        n = sum(stop - start for start, stop, _ in took)
+        n = _count(took)
         q -= n
         at += n
     return out, dropped
@@ -294,7 +299,7 @@ class Rest:
         self.dropped_here = dropped if share_rank == share_world - 1 else 0
         """What ``drop`` left out, for the last share to count (0 for the others)."""
         self.mid = mid
-        self.length = sum(b - a for a, b, _ in self.spans)
+        self.length = _count(self.spans)
 
     def _shard_documents(self, rank: int) -> int:
         return sum(self.counts[u] for u in self.orders[rank])
@@ -363,7 +368,7 @@ def _windows_left(
     if done < at or inside or (done == at and row == 0):
         return left, list(share)
     into = done - at
-    total = sum(b - a for a, b, _ in share)
+    total = _count(share)
     if row > 0:
         if into % size and into != total:
             raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
@@ -395,15 +400,3 @@ def _rank_of(starts: Sequence[int], index: int) -> int:
             hi = mid - 1
     return lo
 
-
-def windows_ahead(
-    section: Mapping[str, Any] | None,
-    counts: Callable[[], Sequence[int]],
-    options: Options,
-    progress: int,
-) -> list[tuple[int, int, int]]:
-    """The best-fit windows a stream in a resharded epoch (``section``; None: not in one)
-    hands out first, after its first ``progress`` documents (``Rest.windows_ahead``)."""
-    if section is None or "windows" not in section:
-        return []
-    return Rest(section, counts(), options).windows_ahead(progress)

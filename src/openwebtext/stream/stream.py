@@ -40,7 +40,7 @@ from openwebtext.stream.epochs import (
     nothing_read,
     shard_order,
 )
-from openwebtext.stream.rest import Piece, Rest, windows_ahead
+from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.state import (
     Counters,
     Mark,
@@ -154,7 +154,7 @@ class Stream:
         self._as_tuples = as_tuples
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
-        # In the rest of a resharded epoch: the state's section (``rest``).
+        # In the rest of a resharded epoch: the state's section (this rank's share: ``_rest``).
         self._reshard: dict[str, Any] | None = None
         if state is not None:
             check_state(state, self._config)
@@ -185,6 +185,9 @@ class Stream:
         self._expected: ExpectedCounts | None = None  # when evened out: checked as read
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
+        self._rest = (
+            None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
+        )
 
     # -- what has been handed out ---------------------------------------------
 
@@ -206,8 +209,8 @@ class Stream:
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:
         """The best-fit windows a resharded share still hands out first (``Rest``)."""
-        progress = self._counters.epoch_documents
-        return windows_ahead(self._reshard, self._counts_per_unit, self.options, progress)
+        rest, progress = self._rest, self._counters.epoch_documents
+        return [] if rest is None else rest.windows_ahead(progress)
 
     @property
     def stats(self) -> Stats:
@@ -248,7 +251,7 @@ class Stream:
             while last is None or self._epoch < last:
                 resharded = self._reshard is not None
                 if self._reshard is not None:
-                    yield from self._rest_documents(pool, take, self._reshard)
+                    yield from self._rest_documents(pool, take)
                 else:
                     yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
@@ -260,7 +263,7 @@ class Stream:
                     )
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
-                self._block_len, self._reshard, self._rank = 0, None, opts.rank
+                self._block_len, self._reshard, self._rest, self._rank = 0, None, None, opts.rank
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
@@ -298,11 +301,10 @@ class Stream:
             even.check_progress(start, end, before, self._counters.epoch_documents)
             self._block, self._in_block = end, 0
 
-    def _rest_documents(
-        self, pool: Pool, take: int | None, section: dict[str, Any]
-    ) -> Generator[Any, None, None]:
+    def _rest_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
         """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
-        rest = Rest(section, self._counts_per_unit(), self.options)
+        section, rest = self._reshard, self._rest
+        assert section is not None and rest is not None
         if not section.get("counted", True):  # the last share counts what drop left out
             self._reshard = {**section, "counted": True}
             self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
