@@ -48,62 +48,67 @@ def round_robin(*sequences: list[str]) -> list[str]:
 
 
 @needs_datasets
-def test_one_shard_is_the_loaders_order_field_for_field(small_corpus: Path) -> None:
+def test_one_shard_is_the_loaders_order_field_for_field(indexed: Path) -> None:
     cases = ({"seed": 0}, {"seed": 5, "shuffle_buffer": 30, "workers": 0}, {"shuffle": False})
     for options in cases:
-        expected = list(Loader(small_corpus, **options))
-        dataset = iterable_dataset(small_corpus, **options)
+        expected = list(Loader(indexed, **options))
+        dataset = iterable_dataset(indexed, **options)
         assert dataset.n_shards == 1
         got = [Document(**example) for example in dataset]
         assert got == expected, options
 
 
 @needs_datasets
-def test_seeds_give_their_own_order_and_the_same_seed_the_same(small_corpus: Path) -> None:
-    first = names(iterable_dataset(small_corpus, seed=1, workers=0, num_shards=2))
-    assert names(iterable_dataset(small_corpus, seed=1, workers=0, num_shards=2)) == first
-    other = names(iterable_dataset(small_corpus, seed=2, workers=0, num_shards=2))
+def test_seeds_give_their_own_order_and_the_same_seed_the_same(indexed: Path) -> None:
+    first = names(iterable_dataset(indexed, seed=1, workers=0, num_shards=2))
+    assert names(iterable_dataset(indexed, seed=1, workers=0, num_shards=2)) == first
+    other = names(iterable_dataset(indexed, seed=2, workers=0, num_shards=2))
     assert other != first and sorted(other) == sorted(first)
 
 
 @needs_datasets
 @pytest.mark.waits_on_workers
 def test_dataloader_workers_read_the_epoch_exactly_once(
-    small_corpus: Path, small_docs: dict[str, str]
+    indexed: Path, small_docs: dict[str, str]
 ) -> None:
     torch = pytest.importorskip("torch")
-    dataset = iterable_dataset(small_corpus, seed=4, shuffle_buffer=30, num_shards=2)
+    dataset = iterable_dataset(indexed, seed=4, shuffle_buffer=30, num_shards=2)
     loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
     got = names(loader)
     assert Counter(got) == Counter(list(small_docs))  # every document, each once
     # Worker i reads its shard, i.e. rank i of 2 of the loader, in that rank's order.
     shards = [
-        loader_names(small_corpus, seed=4, shuffle_buffer=30, rank=i, world_size=2, even=False)
+        loader_names(indexed, seed=4, shuffle_buffer=30, rank=i, world_size=2, even=False)
         for i in range(2)
     ]
     assert all(shards) and got == round_robin(*shards)
 
 
 @needs_datasets
-def test_split_dataset_by_node_gives_each_node_its_ranks_documents(small_corpus: Path) -> None:
+def test_split_dataset_by_node_gives_each_node_its_shards(indexed: Path) -> None:
+    """Node r of 2 gets shards r and r + 2 of 4: Loader shares r and r + 2 of world 4."""
     from datasets.distributed import split_dataset_by_node
 
-    whole = iterable_dataset(small_corpus, seed=6, workers=0, num_shards=4)
+    whole = iterable_dataset(indexed, seed=6, workers=0, num_shards=4)
     seen: list[str] = []
     for rank in range(2):
         node = names(split_dataset_by_node(whole, rank=rank, world_size=2))
-        rank_docs = loader_names(small_corpus, seed=6, rank=rank, world_size=2, even=False)
-        assert sorted(node) == sorted(rank_docs)
+        shares = [
+            name
+            for share in (rank, rank + 2)
+            for name in loader_names(indexed, seed=6, rank=share, world_size=4, even=False)
+        ]
+        assert sorted(node) == sorted(shares)
         seen += node
-    assert sorted(seen) == sorted(loader_names(small_corpus, seed=6))
+    assert sorted(seen) == sorted(loader_names(indexed, seed=6))
 
 
 @needs_datasets
-def test_options_pass_through(small_corpus: Path, indexed: Path) -> None:
+def test_options_pass_through(indexed: Path) -> None:
     split = {"seed": 2, "split": "val", "val_fraction": 0.2, "val_seed": 7, "workers": 0}
-    val = names(iterable_dataset(small_corpus, **split))
-    assert val and val == loader_names(small_corpus, **split)
-    train = names(iterable_dataset(small_corpus, **{**split, "split": "train"}))
+    val = names(iterable_dataset(indexed, **split))
+    assert val and val == loader_names(indexed, **split)
+    train = names(iterable_dataset(indexed, **{**split, "split": "train"}))
     assert not set(train) & set(val) and len(train) + len(val) == 120
     # Ranks: even by default with world_size > 1 (the indexed copy has its counts).
     ranked = {"seed": 2, "rank": 1, "world_size": 2, "workers": 0}
@@ -113,8 +118,8 @@ def test_options_pass_through(small_corpus: Path, indexed: Path) -> None:
     shards = names(iterable_dataset(indexed, num_shards=3, **plain))
     assert sorted(shards) == sorted(loader_names(indexed, **plain))
     options = Options(seed=2, tokenizer="bytes", epochs=2, workers=0)
-    assert Counter(names(iterable_dataset(small_corpus, options, num_shards=2))) == Counter(
-        loader_names(small_corpus, seed=2, epochs=2)
+    assert Counter(names(iterable_dataset(indexed, options, num_shards=2))) == Counter(
+        loader_names(indexed, seed=2, epochs=2)
     )
 
 
@@ -146,17 +151,17 @@ def test_even_shards_are_counted_once_in_the_main_process(
 def test_shard_options_nest_under_the_rank() -> None:
     options = Options(seed=3, rank=1, world_size=2)
     assert shard_options(options, 0, 1) == replace(options, even=True)
-    second = shard_options(options, 1, 3)  # every 3rd of rank 1's positions 1, 3, 5, …
-    assert (second.rank, second.world_size, second.even) == (3, 6, True)
+    second = shard_options(options, 1, 3)  # the 2nd of 3 intervals cut from rank 1's
+    assert (second.rank, second.world_size, second.even) == (4, 6, True)
     assert shard_options(Options(), 1, 2).even is False
     with pytest.raises(ValueError, match=r"shard must be in 0\.\.2"):
         shard_options(options, 3, 3)
 
 
 @needs_datasets
-def test_tokens_are_the_loaders_arrays(small_corpus: Path) -> None:
-    expected = list(Loader(small_corpus, seed=1, tokenizer="bytes", workers=0))
-    got = list(iterable_dataset(small_corpus, seed=1, tokenizer="bytes", workers=0))
+def test_tokens_are_the_loaders_arrays(indexed: Path) -> None:
+    expected = list(Loader(indexed, seed=1, tokenizer="bytes", workers=0))
+    got = list(iterable_dataset(indexed, seed=1, tokenizer="bytes", workers=0))
     assert [e["name"] for e in got] == [d.name for d in expected]
     assert "text" not in got[0]
     for example, doc in zip(got, expected, strict=True):
@@ -164,24 +169,23 @@ def test_tokens_are_the_loaders_arrays(small_corpus: Path) -> None:
         assert example["tokens"].dtype == doc.tokens.dtype
         assert np.array_equal(example["tokens"], doc.tokens)
     torch = pytest.importorskip("torch")
-    formatted = iterable_dataset(small_corpus, seed=1, tokenizer="bytes").with_format("torch")
+    formatted = iterable_dataset(indexed, seed=1, tokenizer="bytes").with_format("torch")
     first = next(iter(formatted))["tokens"]
     assert isinstance(first, torch.Tensor) and first.tolist() == expected[0].tokens.tolist()
 
 
 @needs_datasets
-def test_num_shards_must_be_a_positive_int(small_corpus: Path) -> None:
+def test_num_shards_must_be_a_positive_int(indexed: Path) -> None:
     for bad in (0, -1, True, 1.5, "2"):
         with pytest.raises(ValueError, match="num_shards must be an int >= 1"):
-            iterable_dataset(small_corpus, num_shards=bad)  # type: ignore[arg-type]
+            iterable_dataset(indexed, num_shards=bad)  # type: ignore[arg-type]
 
 
 @needs_datasets
-def test_set_epoch_of_datasets_reorders_the_shards_only(small_corpus: Path) -> None:
-    dataset = iterable_dataset(small_corpus, seed=3, workers=0, num_shards=3)
+def test_set_epoch_of_datasets_reorders_the_shards_only(indexed: Path) -> None:
+    dataset = iterable_dataset(indexed, seed=3, workers=0, num_shards=3)
     shards = [
-        loader_names(small_corpus, seed=3, workers=0, rank=s, world_size=3, even=False)
-        for s in range(3)
+        loader_names(indexed, seed=3, workers=0, rank=s, world_size=3, even=False) for s in range(3)
     ]
     assert names(dataset) == chained(shards)
     orders = set()
@@ -207,16 +211,16 @@ def counting(read: list[str]) -> Any:
 
 @needs_datasets
 def test_datasets_resume_is_exact_by_reading_the_shard_again(
-    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+    indexed: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    full = names(iterable_dataset(small_corpus, seed=8, workers=0, num_shards=2))
-    first_shard = len(loader_names(small_corpus, seed=8, rank=0, world_size=2, even=False))
+    full = names(iterable_dataset(indexed, seed=8, workers=0, num_shards=2))
+    first_shard = len(loader_names(indexed, seed=8, rank=0, world_size=2, even=False))
     for stop in (7, first_shard + 9):  # inside the first shard, inside the second
-        dataset = iterable_dataset(small_corpus, seed=8, workers=0, num_shards=2)
+        dataset = iterable_dataset(indexed, seed=8, workers=0, num_shards=2)
         running = iter(dataset)
         head = [next(running)["name"] for _ in range(stop)]
         state = dataset.state_dict()
-        resumed = iterable_dataset(small_corpus, seed=8, workers=0, num_shards=2)
+        resumed = iterable_dataset(indexed, seed=8, workers=0, num_shards=2)
         resumed.load_state_dict(state)
         read: list[str] = []
         with monkeypatch.context() as patch:
@@ -230,11 +234,11 @@ def test_datasets_resume_is_exact_by_reading_the_shard_again(
 
 @needs_datasets
 @pytest.mark.waits_on_workers
-def test_stateful_dataloader_resumes_datasets_state_exactly(small_corpus: Path) -> None:
+def test_stateful_dataloader_resumes_datasets_state_exactly(indexed: Path) -> None:
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
     def loader() -> Any:
-        dataset = iterable_dataset(small_corpus, seed=9, shuffle_buffer=30, num_shards=2)
+        dataset = iterable_dataset(indexed, seed=9, shuffle_buffer=30, num_shards=2)
         return stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=2)
 
     full = names(loader())

@@ -143,7 +143,7 @@ def test_an_error_while_counting_a_unit_lets_every_slot_go() -> None:
         finally:
             closed.append(True)
 
-    def on_unit(loaded: Loaded) -> None:
+    def on_unit(loaded: Loaded, kept: Loaded) -> None:
         if loaded.unit == 1:
             raise RuntimeError("policy says stop")
 

@@ -39,8 +39,8 @@ def varied(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path
 def options(rule: str, world: int, rank: int, **extra: Any) -> dict[str, Any]:
     base: dict[str, Any] = dict(
         seed=3, shuffle_buffer=30, split="train", val_fraction=0.2, val_seed=7, workers=0,
-        rank=rank, world_size=world, even=True if world > 1 else None, even_rule=rule,
-    )  # fmt: skip
+        rank=rank, world_size=world, even=True, even_rule=rule,
+    )  # fmt: skip  # even on one rank too: a reshard keeps the run's rule
     return {**base, **extra}
 
 
@@ -197,11 +197,10 @@ def test_the_state_stays_small(varied: Path) -> None:
 
 
 def test_advance_matches_the_stream_and_shares_are_even() -> None:
-    counts = [3, 0, 5, 2, 7, 1]
-    order = [4, 0, 5, 2, 3, 1]
-    assert advance(order, counts, 4, (0, 0, 0), 0, None) == (0, 0)
-    assert advance(order, counts, 4, (0, 0, 0), 7, None) == (1, 0)  # block [0, 1): 7 docs
-    assert advance(order, counts, 4, (0, 0, 0), 9, None) == (1, 2)  # block [1, 4): 4 docs
+    counts = [7, 3, 1, 5, 2, 0]  # documents per plan position of a share
+    assert advance(counts, 4, (0, 0, 0), 0, None) == (0, 0)
+    assert advance(counts, 4, (0, 0, 0), 7, None) == (1, 0)  # block [0, 1): 7 docs
+    assert advance(counts, 4, (0, 0, 0), 9, None) == (1, 2)  # block [1, 4): 9 docs
     spans = [(0, 5, False), (9, 12, False)]
     assert cut_share(spans, 1, 3, "drop") == ([(2, 4, False)], 2)
     assert cut_share(spans, 2, 3, "pad") == ([(10, 12, False), (0, 1, True)], 0)
@@ -478,5 +477,5 @@ def test_bestfit_next_epoch_is_the_new_world_s_own(varied: Path) -> None:
     opts = options("drop", 2, 1, tokenizer="bytes")
     resharded = rows(Loader(varied, **opts, epochs=2), state)
     fresh = rows(Loader(varied, **opts, epoch=1), None)
-    at = resharded.index(fresh[0])
-    assert resharded[at : at + len(fresh) - FIT_B] == fresh[: len(fresh) - FIT_B]
+    n = len(fresh) - FIT_B  # a row of the epoch before may equal one of this epoch's: match all
+    assert any(resharded[k : k + n] == fresh[:n] for k in range(len(resharded) - n + 1))

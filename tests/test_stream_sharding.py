@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from openwebtext import Corpus, CorpusError, Loader
+from openwebtext import Corpus, Loader
 from openwebtext.plan import in_validation, plan
 from openwebtext.stream import count_documents
 from resumable import check_save_load
@@ -21,17 +21,21 @@ def test_plan_golden() -> None:
     assert plan(10, shuffle=True, seed=0, epoch=0, rank=1, world_size=3) == [2, 6, 4]
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 4, 7])
+@pytest.mark.parametrize("world_size", [1, 2, 4, 7, 9])
 def test_uneven_ranks_are_disjoint_and_cover(
-    small_corpus: Path, small_docs: dict[str, str], world_size: int
+    indexed: Path, small_docs: dict[str, str], world_size: int
 ) -> None:
+    """Without even sharding, shares are cut at documents: each document once, and the
+    shares' sizes differ by at most one (6 members of 20 over 9 ranks: 13 or 14 each)."""
     seen: list[str] = []
+    sizes = []
     for rank in range(world_size):
-        loader = Loader(
-            small_corpus, workers=2, seed=5, rank=rank, world_size=world_size, even=False
-        )
-        seen += [d.name for d in loader]
+        loader = Loader(indexed, workers=2, seed=5, rank=rank, world_size=world_size, even=False)
+        names = [d.name for d in loader]
+        sizes.append(len(names))
+        seen += names
     assert sorted(seen) == sorted(small_docs)
+    assert max(sizes) - min(sizes) <= 1
 
 
 def test_even_counts_on_first_use_and_caches_them(
@@ -66,11 +70,19 @@ def test_even_counts_go_to_the_cache_folder_when_the_corpus_folder_is_read_only(
         path.chmod(0o755)
 
 
-def test_more_ranks_than_members(indexed: Path) -> None:
-    # drop: the smallest shard is empty, so every rank yields nothing (equal counts).
-    assert [len(list(Loader(indexed, rank=r, world_size=8))) for r in range(8)] == [0] * 8
-    with pytest.raises(CorpusError, match="rank 7 has no member to read"):
-        list(Loader(indexed, rank=7, world_size=8, even_rule="pad"))
+def test_more_ranks_than_members(indexed: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Shares are cut at documents: 8 ranks of 6 members each get 15 of the 120; more ranks
+    than documents leave all of them out under drop (said, and counted on the last rank)
+    and give each rank one under pad."""
+    assert [len(list(Loader(indexed, rank=r, world_size=8))) for r in range(8)] == [15] * 8
+    its = [Loader(indexed, rank=r, world_size=200).iter() for r in range(200)]
+    assert [len(list(it)) for it in its] == [0] * 200
+    assert [it.stats.dropped_documents for it in its] == [0] * 199 + [120]
+    assert "120 documents left out" in caplog.text
+    padded = [[d.name for d in Loader(indexed, rank=r, world_size=200, even_rule="pad")]
+              for r in range(200)]  # fmt: skip
+    assert {len(names) for names in padded} == {1}
+    assert len({n for names in padded for n in names}) == 120
 
 
 @settings(
@@ -109,14 +121,14 @@ def test_even_ranks_yield_equal_counts(
         }
 
 
-def test_pad_wraps_to_the_start_of_the_rank_s_own_shard(indexed: Path) -> None:
-    # 6 units of 20 over 4 ranks: shards of 2, 2, 1, 1 units -> pad to 40 documents.
-    rank3 = [
-        d.name
-        for d in Loader(indexed, seed=5, rank=3, world_size=4, even_rule="pad", shuffle_buffer=0)
-    ]
-    assert len(rank3) == 40
-    assert rank3[:20] == rank3[20:]
+def test_pad_reads_into_the_next_share_and_counts_it(indexed: Path) -> None:
+    """120 documents over 7 ranks: pad gives each 18 (ceil), every document at least once,
+    126 - 120 = 6 read twice, each by the share that reaches into the next one's start."""
+    its = [Loader(indexed, seed=5, rank=r, world_size=7, even_rule="pad").iter() for r in range(7)]
+    names = [[d.name for d in it] for it in its]
+    assert {len(n) for n in names} == {18}
+    assert len({n for ns in names for n in ns}) == 120
+    assert sum(it.stats.repeated_documents for it in its) == 6
 
 
 def test_validation_split_is_disjoint_and_complete(
@@ -146,7 +158,7 @@ def test_counts_file_is_found_again(indexed: Path) -> None:
     assert corpus.counts.per_unit("val", 0.3, 7) is None
 
 
-def test_pad_resumes_exactly_across_the_wrap(tmp_path: Path) -> None:
+def test_pad_resumes_exactly_across_units_cut_at_both_ends(tmp_path: Path) -> None:
     """A resumed padded rank must cut its passes where an uninterrupted one does."""
     from openwebtext.synth import write_corpus
 
@@ -155,8 +167,8 @@ def test_pad_resumes_exactly_across_the_wrap(tmp_path: Path) -> None:
     corpus = Corpus.open(path)
     corpus.save_counts(count_documents(corpus, workers=0))
     corpus = Corpus.open(path)  # now with its counts
-    # 13 units over 3 ranks: rank 1 has 4 (20 documents), padded to 25 by wrapping around;
-    # blocks of 3 units, so a block that starts before the wrap would reach past it.
+    # 13 units of 5 over 3 ranks: rank 1 takes documents 21..43 (22, reaching one into
+    # rank 2's share), cut inside units at both ends; blocks of 3 units.
     loader = Loader(corpus, workers=0, seed=2, rank=1, world_size=3, even_rule="pad",
                     shuffle_buffer=12)  # fmt: skip
     whole = check_save_load(
@@ -164,4 +176,4 @@ def test_pad_resumes_exactly_across_the_wrap(tmp_path: Path) -> None:
         key=lambda doc: doc.name,
         cuts=lambda _, whole: range(whole + 1),
     )
-    assert len(whole) == 50  # 25 per epoch
+    assert len(whole) == 44  # 22 per epoch

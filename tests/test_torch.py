@@ -28,17 +28,17 @@ def names(loader: object) -> list[str]:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_dataloader_reads_every_document_once(
-    small_corpus: Path, small_docs: dict[str, str], num_workers: int
+    indexed: Path, small_docs: dict[str, str], num_workers: int
 ) -> None:
-    dataset = OpenWebTextDataset(small_corpus, seed=1, workers=2)
+    dataset = OpenWebTextDataset(indexed, seed=1, workers=2)
     got = names(DataLoader(dataset, batch_size=None, num_workers=num_workers))
     assert sorted(got) == sorted(small_docs)
     again = names(DataLoader(dataset, batch_size=None, num_workers=num_workers))
     assert again == got
 
 
-def test_set_epoch_changes_the_order(small_corpus: Path) -> None:
-    dataset = OpenWebTextDataset(small_corpus, seed=1)
+def test_set_epoch_changes_the_order(indexed: Path) -> None:
+    dataset = OpenWebTextDataset(indexed, seed=1)
     first = names(DataLoader(dataset, batch_size=None, num_workers=2))
     dataset.set_epoch(1)
     second = names(DataLoader(dataset, batch_size=None, num_workers=2))
@@ -62,10 +62,10 @@ RESUME = textwrap.dedent(
 
 @pytest.mark.parametrize("cut", [1, 37, 64])
 def test_stateful_dataloader_resumes_in_a_new_process(
-    small_corpus: Path, tmp_path: Path, cut: int
+    indexed: Path, tmp_path: Path, cut: int
 ) -> None:
     def make() -> object:
-        dataset = OpenWebTextDataset(small_corpus, seed=3, shuffle_buffer=30)
+        dataset = OpenWebTextDataset(indexed, seed=3, shuffle_buffer=30)
         return stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=2)
 
     full = names(make())
@@ -79,7 +79,7 @@ def test_stateful_dataloader_resumes_in_a_new_process(
     state_file.write_text(json.dumps(loader.state_dict()))  # type: ignore[attr-defined]
     del loader
     proc = subprocess.run(
-        [sys.executable, "-c", RESUME, str(small_corpus), str(state_file)],
+        [sys.executable, "-c", RESUME, str(indexed), str(state_file)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -128,28 +128,28 @@ def id_stream(got: list[list[list[int]]]) -> list[int]:
 
 @pytest.mark.parametrize(("num_workers", "rank", "world"), [(0, 0, 1), (2, 0, 1), (2, 1, 2)])
 def test_packed_batches_are_the_loaders_batches(
-    small_corpus: Path, num_workers: int, rank: int, world: int
+    indexed: Path, num_workers: int, rank: int, world: int
 ) -> None:
     dataset = PackedBatchDataset(
-        small_corpus, SEQ, ROWS, workers=2, rank=rank, world_size=world, even=False, **PACKED
+        indexed, SEQ, ROWS, workers=2, rank=rank, world_size=world, even=False, **PACKED
     )
     got = batches(DataLoader(dataset, batch_size=None, num_workers=num_workers))
     assert len(got) > 20
-    assert got == reference(small_corpus, num_workers, rank, world)
+    assert got == reference(indexed, num_workers, rank, world)
     assert batches(DataLoader(dataset, batch_size=None, num_workers=num_workers)) == got
 
 
 def test_ranks_pack_disjoint_documents_and_every_id_is_a_target_once(
-    small_corpus: Path, small_docs: dict[str, str]
+    indexed: Path, small_docs: dict[str, str]
 ) -> None:
     names = {text.encode(): name for name, text in small_docs.items()}
     packed: list[str] = []  # documents packed whole into some rank's batches
     read: list[str] = []  # documents of the ranks' streams
     for rank in range(2):
         options = {"rank": rank, "world_size": 2, "even": False, **PACKED}
-        dataset = PackedBatchDataset(small_corpus, SEQ, ROWS, workers=2, **options)
+        dataset = PackedBatchDataset(indexed, SEQ, ROWS, workers=2, **options)
         ids = id_stream(batches(DataLoader(dataset, batch_size=None)))
-        docs = list(Loader(small_corpus, **options))
+        docs = list(Loader(indexed, **options))
         everything = [i for doc in docs for i in doc.tokens.tolist()]  # type: ignore[attr-defined]
         assert ids == everything[: len(ids)]  # every id in order, each a target once
         assert len(everything) - len(ids) < SEQ * ROWS  # only what cannot fill a batch is left
@@ -174,10 +174,10 @@ def _split_at_eot(ids: list[int]) -> list[bytes]:
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_packed_batches_resume_exactly_under_stateful_dataloader(
-    small_corpus: Path, num_workers: int
+    indexed: Path, num_workers: int
 ) -> None:
     def make() -> object:
-        dataset = PackedBatchDataset(small_corpus, SEQ, ROWS, workers=2, **PACKED)
+        dataset = PackedBatchDataset(indexed, SEQ, ROWS, workers=2, **PACKED)
         return stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers)
 
     full = batches(make())
@@ -197,13 +197,13 @@ def test_packed_batches_resume_exactly_under_stateful_dataloader(
         assert head + batches(resumed) == full, cut
 
 
-def test_packed_batch_dataset_refuses_what_it_cannot_do(small_corpus: Path) -> None:
+def test_packed_batch_dataset_refuses_what_it_cannot_do(indexed: Path) -> None:
     with pytest.raises(ValueError, match="tokenizer"):
-        PackedBatchDataset(small_corpus, SEQ, ROWS)
+        PackedBatchDataset(indexed, SEQ, ROWS)
     with pytest.raises(ValueError, match="seq_len"):
-        PackedBatchDataset(small_corpus, 0, ROWS, tokenizer="bytes")
+        PackedBatchDataset(indexed, 0, ROWS, tokenizer="bytes")
     with pytest.raises(ValueError, match="batch_size"):
-        PackedBatchDataset(small_corpus, SEQ, True, tokenizer="bytes")
+        PackedBatchDataset(indexed, SEQ, True, tokenizer="bytes")
 
 
 @pytest.mark.parametrize("dataset_class", ["documents", "packed"])

@@ -3,13 +3,15 @@
 Install with ``pip install 'openwebtext[hf]'``; this module imports without ``datasets``,
 and ``iterable_dataset`` raises an ``ImportError`` that says so.
 
-A shard is one share of the units of every epoch: shard ``s`` of ``num_shards`` reads the
-plan positions ``rank + world_size * s`` modulo ``world_size * num_shards`` (the loader's
-own rank sharding, one level down), in that share's own seeded order, every epoch of the
-options. The shards are disjoint and together they are this rank's units, exactly once.
+A shard is one share of every epoch's documents: shard ``s`` of ``num_shards`` of rank ``r``
+of ``W`` is share ``r * num_shards + s`` of ``W * num_shards`` (the loader's own sharding, one
+level down: a rank's shards cut its interval of the epoch into ``num_shards`` intervals, at
+documents), in that share's own seeded order, every epoch of the options. The shards are
+disjoint and together they are this rank's documents, exactly once (``even`` aside).
 ``datasets`` calls the generator once per shard and hands DataLoader worker ``i`` of
 ``N`` the shards ``i, i + N, …``; ``datasets.distributed.split_dataset_by_node`` hands
-node ``r`` of ``W`` the shards ``r, r + W, …`` when ``W`` divides ``num_shards``.
+node ``r`` of ``W`` the shards ``r, r + W, …`` when ``W`` divides ``num_shards``: disjoint
+nodes that cover the epoch, though not the intervals of ``Loader(rank=r, world_size=W)``.
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ def _require_datasets() -> ModuleType:
 def shard_options(options: Options, shard: int, num_shards: int) -> Options:
     """The options that read shard ``shard`` of ``num_shards`` of ``options``' rank.
 
-    Rank ``r`` of ``W`` holds plan positions ``r, r + W, …``; its shard ``s`` of ``n``
-    every ``n``-th of those: rank ``r + W * s`` of ``W * n``. ``even`` is decided by the
-    training ranks (``options.even_sharding``), as a ``Loader`` of ``options`` decides it,
-    and then holds across all ``W * n`` shares: every shard yields the same count.
+    Rank ``r`` of ``W`` holds an interval of each epoch's documents; its shard ``s`` of ``n``
+    the ``s``-th of ``n`` intervals cut from it: share ``r * n + s`` of ``W * n``. ``even``
+    is decided by the training ranks (``options.even_sharding``), as a ``Loader`` of
+    ``options`` decides it, and then holds across all ``W * n`` shares: every shard yields
+    the same count.
     With one shard these are ``options`` themselves (``even`` resolved).
 
     Raises:
@@ -62,7 +65,7 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
     world = options.world_size
     return replace(
         options,
-        rank=options.rank + world * shard,
+        rank=options.rank * num_shards + shard,
         world_size=world * num_shards,
         even=options.even_sharding,
     )

@@ -5,11 +5,14 @@ units only, so every machine and every worker count sees the same stream.
 Random draws come from NumPy's PCG64 seeded through ``SeedSequence`` and use
 only ``Generator.random`` (uniform doubles), whose output NumPy keeps stable.
 
+A share (a rank, a DataLoader worker, an HF shard) is an interval of the epoch's document
+sequence, cut at documents (``EpochShares``, ``share_bounds``): the two shares that meet inside
+a unit both read it, each taking its part, so an evened-out epoch leaves out (``drop``) or
+repeats (``pad``) at most ``shares - 1`` documents, whatever the unit sizes.
+
 Also here, because they are arithmetic on the plan: the slices of ``owt tokenize --shard``
-and the Ray engine (``shard_range``, ``shard_count``, ``unit_groups``); the documents each rank
-yields when ranks are evened out (``epoch_target``), where an evened-out pass
-over a shard ends (``pass_end``), and where a block's hand-out stops
-(``block_stop``).
+and the Ray engine (``shard_range``, ``shard_count``, ``unit_groups``); where an evened-out
+pass over a share ends (``pass_end``), and where a block's hand-out stops (``block_stop``).
 
 Changing anything here changes the order of every seeded stream and breaks
 every saved state: the golden tests in ``tests/test_stream_sharding.py`` and
@@ -27,19 +30,26 @@ import numpy as np
 from openwebtext.options import int_at_least
 
 __all__ = [
+    "EpochShares",
+    "Rule",
+    "Share",
     "Split",
     "block_stop",
-    "epoch_target",
     "even_end",
     "in_validation",
-    "members_in_run",
     "pass_end",
     "permutation",
     "plan",
     "shard_count",
     "shard_range",
+    "share_bounds",
+    "share_losses",
     "unit_groups",
 ]
+
+#: How shares are evened out: ``drop`` cuts every share to the same smaller count, ``pad``
+#: to the same larger one.
+Rule = Literal["drop", "pad"]
 
 # Streams of randomness, so that the unit order and the document shuffle never share draws.
 UNITS, DOCUMENTS = 0, 1
@@ -102,59 +112,138 @@ def unit_groups(units: int, per_group: int) -> list[range]:
     return [range(k, min(k + per_group, units)) for k in range(0, units, per_group)]
 
 
-def epoch_target(
-    counts: Sequence[int],
-    *,
-    shuffle: bool,
-    seed: int,
-    epoch: int,
-    world_size: int,
-    rule: Literal["drop", "pad"],
-) -> int:
-    """Documents every rank yields in ``epoch`` so that all ranks yield the same number.
+class Share(NamedTuple):
+    """What one share (a rank, a DataLoader worker, an HF shard) reads in an epoch.
 
-    ``counts[u]`` is the number of documents of unit ``u``. ``drop``: the
-    smallest rank's total (larger ranks stop early); ``pad``: the largest
-    (smaller ranks wrap around to the start of their own shard).
+    A share is an interval of the epoch's document sequence (the units in their seeded order,
+    each unit's documents in member order), cut at documents: ``units`` are the units that
+    overlap it, in order; ``counts[p]`` the documents it takes of the unit at position ``p``
+    (None: not counted, every document of every unit); ``trims`` maps the positions whose
+    unit it takes only part of (the first and the last, on a boundary with the next share)
+    to ``(lo, hi)``, the documents it takes by their index among the unit's documents (of
+    the split).
     """
-    order = permutation(len(counts), seed, UNITS, epoch) if shuffle else range(len(counts))
-    totals = [0] * world_size
-    for position, unit in enumerate(order):
-        totals[position % world_size] += counts[unit]
-    return min(totals) if rule == "drop" else max(totals)
+
+    units: list[int]
+    counts: list[int] | None
+    trims: dict[int, tuple[int, int]]
+
+    @property
+    def documents(self) -> int:
+        """The documents of the share (its counts' sum)."""
+        assert self.counts is not None
+        return sum(self.counts)
 
 
-def pass_end(order: Sequence[int], counts: Sequence[int], start: int, need: int) -> int:
+def share_bounds(total: int, index: int, shares: int, rule: Rule | None) -> tuple[int, int]:
+    """Share ``index`` of ``shares`` of a sequence of ``total`` documents: ``[start, stop)``.
+
+    Shares start at ``index * total // shares``. Without a rule each ends where the next
+    starts (they cover the sequence, their sizes differ by at most one); under ``drop`` each
+    holds ``total // shares`` (at most ``shares - 1`` left out, each at a share's end); under
+    ``pad`` each holds ``ceil(total / shares)`` and reaches into the next (at most
+    ``shares - 1`` read twice), the last one ending at the sequence's end.
+    """
+    start = index * total // shares
+    if rule == "drop":
+        return start, start + total // shares
+    if rule == "pad":
+        return start, start + -(-total // shares)
+    return start, (index + 1) * total // shares
+
+
+def share_losses(total: int, index: int, shares: int, rule: Rule | None) -> tuple[int, int]:
+    """``(left out, read twice)`` documents that share ``index`` accounts for: ``drop``'s
+    losses on the last share, ``pad``'s repeats on the share that reaches into the next."""
+    if rule == "drop":
+        return (total - shares * (total // shares) if index == shares - 1 else 0), 0
+    if rule == "pad" and index < shares - 1:
+        stop = share_bounds(total, index, shares, rule)[1]
+        return 0, max(0, stop - (index + 1) * total // shares)
+    return 0, 0
+
+
+class EpochShares:
+    """The shares of one epoch: the seeded unit order, laid out with the document counts.
+
+    Args:
+        order: The units in the epoch's order (``plan(..., world_size=1)``).
+        counts: Documents of every unit (of the split), or None (not counted: one share only).
+    """
+
+    def __init__(self, order: Sequence[int], counts: Sequence[int] | None) -> None:
+        self.order = list(order)
+        self.counts = counts
+        self.per_position: list[int] | None = None
+        self.ends: np.ndarray | None = None
+        if counts is not None:
+            self.per_position = [counts[u] for u in self.order]
+            self.ends = np.cumsum(np.asarray(self.per_position, dtype=np.int64))
+        self.total = int(self.ends[-1]) if self.ends is not None and len(self.ends) else 0
+
+    def share(self, index: int, shares: int, rule: Rule | None) -> Share:
+        """Share ``index`` of ``shares`` under ``rule`` (``share_bounds``). One share is the
+        whole epoch, every unit whole, as it always was."""
+        if shares == 1:
+            return Share(self.order, self.per_position, {})
+        if self.ends is None or self.per_position is None:
+            raise ValueError("cutting an epoch into shares needs the document counts")
+        return self.interval(*share_bounds(self.total, index, shares, rule))
+
+    def interval(self, start: int, stop: int) -> Share:
+        """Documents ``[start, stop)`` of the epoch's sequence as a share."""
+        assert self.ends is not None and self.per_position is not None
+        if stop <= start:
+            return Share([], [], {})
+        first = int(np.searchsorted(self.ends, start, side="right"))
+        last = int(np.searchsorted(self.ends, stop, side="left"))
+        counts = self.per_position[first : last + 1]
+        begins = [int(self.ends[p]) - self.per_position[p] for p in (first, last)]
+        trims: dict[int, tuple[int, int]] = {}
+        lo = start - begins[0]
+        hi = min(int(self.ends[first]), stop) - begins[0]
+        if (lo, hi) != (0, counts[0]):
+            trims[0] = (lo, hi)
+        if last > first and stop - begins[1] != counts[-1]:
+            trims[last - first] = (0, stop - begins[1])
+        taken = list(counts)
+        for position, (lo, hi) in trims.items():
+            taken[position] = hi - lo
+        return Share(self.order[first : last + 1], taken, trims)
+
+
+def pass_end(counts: Sequence[int], start: int, need: int) -> int:
     """Where an evened-out pass that starts at plan position ``start`` ends.
 
-    Positions count units of ``order`` (a rank's shard) and go on past its end
-    (position ``p`` is ``order[p % len(order)]``): a rank short of its target
-    wraps around to the start of its own shard. The pass takes units until
-    their ``counts`` reach ``need`` documents, but never crosses the end of the
-    shard lap ``start`` is in: its blocks must be cut where an uninterrupted run
-    cuts them, wherever a resumed run starts.
+    Positions count the units of a share (``counts[p]``: its documents at position ``p``) and
+    go on past its end (position ``p`` is ``p % len(counts)``): a share short of its target
+    wraps around to its own start. The pass takes units until their ``counts`` reach ``need``
+    documents, but never crosses the end of the lap ``start`` is in: its blocks must be cut
+    where an uninterrupted run cuts them, wherever a resumed run starts.
     """
-    n = len(order)
+    n = len(counts)
+    if n == 0:  # an empty share (fewer documents than shares, under drop)
+        return start
     lap_end = (start // n + 1) * n
     end = start
     while need > 0 and end < lap_end:
-        need -= counts[order[end % n]]
+        need -= counts[end % n]
         end += 1
     return end
 
 
-def even_end(order: Sequence[int], counts: Sequence[int], target: int) -> int:
+def even_end(counts: Sequence[int], target: int) -> int:
     """The plan position where the evened-out passes of an epoch meet ``target`` when no
     document is skipped (passes from position 0, as ``pass_end`` cuts them).
 
-    Passes that start at or past it repeat documents because skips left the rank short.
+    Passes that start at or past it repeat documents because skips left the share short.
     """
     start = got = 0
-    if not order or sum(counts[u] for u in order) == 0:
+    if not counts or sum(counts) == 0:
         return 0
     while got < target:
-        end = pass_end(order, counts, start, target - got)
-        got += sum(counts[order[p % len(order)]] for p in range(start, end))
+        end = pass_end(counts, start, target - got)
+        got += sum(counts[p % len(counts)] for p in range(start, end))
         start = end
     return start
 
@@ -193,25 +282,3 @@ def in_validation(name: str, fraction: float, seed: int) -> bool:
         name.encode("utf-8", "surrogateescape"), digest_size=8, key=seed.to_bytes(8, "little")
     ).digest()
     return int.from_bytes(digest, "little") < fraction * 2.0**64
-
-
-def members_in_run(
-    n_units: int,
-    *,
-    rank: int,
-    world_size: int,
-    epoch: int,
-    epochs: int | None,
-    position: tuple[int, int] | None = None,
-) -> int | None:
-    """How many units ``rank`` reads in a run of ``epochs`` epochs from ``epoch`` on, or
-    None for a run without end (``epochs`` None).
-
-    ``position`` is where a resumed run starts, ``(epoch, block)`` of its state: the
-    units before it are not read again.
-    """
-    if epochs is None:
-        return None
-    per_epoch = len(range(rank, n_units, world_size))
-    at_epoch, block = position if position is not None else (epoch, 0)
-    return max(0, per_epoch * (epoch + epochs - at_epoch) - block)

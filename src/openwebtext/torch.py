@@ -5,15 +5,16 @@ Install with ``pip install 'openwebtext[torch]'``.
 - ``OpenWebTextDataset`` yields documents; ``PackedBatchDataset`` yields packed
   token batches (``Loader.batches``), already batched: use ``batch_size=None``.
 - Inside ``torch.utils.data.DataLoader(num_workers=N)`` every DataLoader worker
-  takes its own share of the units (rank ``rank * N + worker``, world
+  takes its own share of the documents (rank ``rank * N + worker``, world
   ``world_size * N``) and reads in its own process (DataLoader workers are
   daemonic and may not start processes of their own); with ``num_workers=0``
   the dataset reads with ``options.workers`` worker processes.
 - ``rank`` and ``world_size`` come from ``torch.distributed`` when it is
   initialised and the options leave them at their defaults.
-- Even sharding (``even``) needs the documents per unit: the dataset counts
-  them (or reads the cached counts) once, in the main process, when it is built
-  or at ``set_epoch``; DataLoader workers inherit the counts. Build it after
+- Shares (ranks x DataLoader workers) are intervals of each epoch's documents, cut at
+  documents, so they need the documents per unit: the dataset counts them (or reads the
+  cached counts) once, in the main process, when it is built or at ``set_epoch``;
+  DataLoader workers inherit the counts. Build it after
   ``torch.distributed.init_process_group`` when ``even`` follows the world size.
 - ``state_dict()`` / ``load_state_dict()`` follow the protocol of
   ``torchdata.stateful_dataloader.StatefulDataLoader``, which calls them in each
@@ -46,6 +47,7 @@ Install with ``pip install 'openwebtext[torch]'``.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -106,6 +108,7 @@ class _ShardedDataset(IterableDataset[T]):
         self.options = replace(base, **overrides) if overrides else base
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
+        self._taken: Any = None  # which workers started from their share (shared memory)
         self._running: _Running | None = None
         self._count()
 
@@ -134,11 +137,13 @@ class _ShardedDataset(IterableDataset[T]):
 
         Called when the dataset is built and by ``set_epoch``, before DataLoader workers
         start: they inherit (fork) or receive (pickle) the counted corpus, instead of each
-        counting the whole corpus again. Nothing happens without even sharding, in a
-        DataLoader worker, or once counted.
+        counting the whole corpus again. DataLoader workers are shares of the stream, cut at
+        documents, so the counts are needed whenever ``num_workers > 1``, which is not known
+        here: the corpus is counted once (and cached beside it, as ``owt index`` does)
+        whatever the options. Nothing happens in a DataLoader worker, or once counted.
         """
-        if get_worker_info() is None:
-            self.corpus = ensure_counts(self.corpus, self._rank_options())
+        if get_worker_info() is None:  # workers are shares too: cut at documents, counted
+            self.corpus = ensure_counts(self.corpus, replace(self._rank_options(), even=True))
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> Any:
         raise NotImplementedError
@@ -152,14 +157,28 @@ class _ShardedDataset(IterableDataset[T]):
         # Counted already, unless ``torch.distributed`` was initialised after the dataset was
         # built (then even sharding was not known to be needed): count once per process.
         state = self._state
-        if self._shares is not None:  # resharded: this worker's share
-            info = get_worker_info()
-            state = self._shares[0 if info is None else info.id]
-            self._shares = None
+        if self._shares is not None:  # resharded: this worker's share, in the first pass only
+            state = self._take_share() or state
         self.corpus = ensure_counts(self.corpus, options)
         running = self._start(options, state)
         self._running, self._state = running, None
         return self._items(running)
+
+    def _take_share(self) -> dict[str, Any] | None:
+        """This worker's resharded state, the first time it starts a pass (else None).
+
+        DataLoader workers get copies of this dataset for every pass, so forgetting the shares
+        in a worker does not reach the next pass's workers: the flags are shared memory,
+        which forked (or spawned) workers of every pass see, one per worker.
+        """
+        assert self._shares is not None and self._taken is not None
+        info = get_worker_info()
+        k = 0 if info is None else info.id
+        shares, self._shares = self._shares, None if info is None else self._shares
+        if k >= len(self._taken) or self._taken[k]:
+            return None
+        self._taken[k] = 1
+        return shares[k]
 
     def _stop(self) -> None:
         if self._running is not None:
@@ -187,6 +206,7 @@ class _ShardedDataset(IterableDataset[T]):
         worker (one for ``num_workers=0``): an item of ``reshard_loader_states``."""
         self._stop()
         self._shares = list(states)
+        self._taken = multiprocessing.RawArray("b", len(self._shares))
         # The rest of the resharded epoch is cut with the counts: counted here, once.
         self.corpus = ensure_counts(self.corpus, replace(self._rank_options(), even=True))
 

@@ -28,9 +28,8 @@ from openwebtext.errors import OutputError, OWTError, StateError
 from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
-from openwebtext.plan import members_in_run
 from openwebtext.source import add_storage_options
-from openwebtext.stream import Mark, load_state, resume_options
+from openwebtext.stream import Mark, load_state, members_in_run, resume_options
 
 __all__ = ["add_parser", "run"]
 
@@ -54,21 +53,6 @@ def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> O
             "decode_errors": args.decode_errors,
         },
         state,
-    )
-
-
-def _members_in_run(options: Options, units: int, state: dict[str, Any] | None) -> int | None:
-    """How many members this run reads (for the progress bar), or None without end."""
-    position = None
-    if state is not None:
-        position = (state["position"]["epoch"], state["position"]["block"])
-    return members_in_run(
-        units,
-        rank=options.rank,
-        world_size=options.world_size,
-        epoch=options.epoch,
-        epochs=options.epochs,
-        position=position,
     )
 
 
@@ -179,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         if args.jsonl:
             write_jsonl(iterator, written)
         else:
-            _show_progress(iterator, args, _members_in_run(options, len(corpus.units), state))
+            _show_progress(iterator, args, members_in_run(iterator.corpus, options, state))
         finished = True
     except KeyboardInterrupt:
         sunk = _delivered(iterator, written[0] if args.jsonl else None)

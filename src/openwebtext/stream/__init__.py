@@ -10,6 +10,7 @@ from __future__ import annotations
 from openwebtext.stream.batches import Batches, batches_start, check_sizes
 from openwebtext.stream.blocks import Block, gather
 from openwebtext.stream.counts import count_documents, ensure_counts
+from openwebtext.stream.epochs import members_in_run
 from openwebtext.stream.packing import (
     PACKING,
     WINDOW,
@@ -50,6 +51,7 @@ __all__ = [
     "ensure_counts",
     "gather",
     "load_state",
+    "members_in_run",
     "packing_start",
     "reshard",
     "resume_options",

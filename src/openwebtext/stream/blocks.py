@@ -23,9 +23,11 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 from openwebtext.engine import Loaded
+from openwebtext.errors import CorruptDocument, OWTError, TruncatedMember
+from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
 
-__all__ = ["HOLD_UNITS", "Block", "Slots", "gather"]
+__all__ = ["HOLD_UNITS", "Block", "Slots", "gather", "trimmed"]
 
 #: Units whose slots a block may keep while it is handed out (more are copied out).
 #: 16 covers the default 4,096-document block of OpenWebText members (~390 documents).
@@ -137,6 +139,35 @@ class Block:
         self.spans.clear()
 
 
+def trimmed(loaded: Loaded, trim: tuple[int, int], split: Split | None) -> Loaded:
+    """``loaded`` with only documents ``[lo, hi)`` kept (by their index among the member's
+    documents of ``split``): a share's part of a unit on its boundary. Errors of documents
+    outside it are the other share's; a cut after its last document is no loss to it."""
+    lo, hi = trim
+    names = loaded.names
+    if split is None:
+        inside = [lo <= j < hi for j in range(len(names))]
+        before_cut = len(names)
+    else:
+        held_out, before_cut, inside = split.which == "val", 0, []
+        for name in names:
+            in_split = in_validation(name, split.fraction, split.seed) is held_out
+            inside.append(in_split and lo <= before_cut < hi)
+            before_cut += in_split
+    offsets = [o if keep else -1 for o, keep in zip(loaded.offsets, inside, strict=True)]
+    theirs = {name for name, keep in zip(names, inside, strict=True) if not keep}
+
+    def mine(error: OWTError) -> bool:
+        if isinstance(error, CorruptDocument):
+            return error.document not in theirs
+        if isinstance(error, TruncatedMember) and names:  # cut: the documents before it kept
+            return before_cut < hi
+        return True
+
+    errors = [error for error in loaded.errors if mine(error)]
+    return loaded._replace(offsets=offsets, errors=errors)
+
+
 def gather(
     loaded: Generator[Loaded, None, None],
     slots: Slots,
@@ -145,7 +176,9 @@ def gather(
     start: int,
     size: int,
     dtype: Any = None,
-    on_unit: Callable[[Loaded], None] | None = None,
+    on_unit: Callable[[Loaded, Loaded], None] | None = None,
+    trims: Callable[[int], tuple[int, int] | None] | None = None,
+    split: Split | None = None,
 ) -> Generator[tuple[int, int, Block], None, None]:
     """Group units into blocks of at least ``size`` documents.
 
@@ -160,23 +193,28 @@ def gather(
         start: The plan position of the first unit of ``loaded``.
         size: Documents a block holds at least (the last block may hold fewer).
         dtype: The token ids' dtype, or None (text).
-        on_unit: Called with every unit before its documents are added (to
-            count it and apply the error policy); if it raises, the unit's
+        on_unit: Called with every unit, whole and as kept, before its documents are
+            added (to count it and apply the error policy); if it raises, the unit's
             bytes are let go and the error goes on.
+        trims: The part ``(lo, hi)`` of the unit at a plan position that is kept
+            (``plan.Share.trims``; None: all of it).
+        split: The split whose documents ``trims`` count.
     """
     block = Block(dtype)
     first = position = start
     try:
         for position, unit in enumerate(loaded, start + 1):
+            trim = None if trims is None else trims(position - 1)
+            kept = unit if trim is None else trimmed(unit, trim, split)
             if on_unit is not None:
                 try:
-                    on_unit(unit)
+                    on_unit(unit, kept)
                 except BaseException:
                     data = unit.data
                     view = data if isinstance(data, memoryview) else memoryview(data)
                     _free(view, unit.ticket, slots)
                     raise
-            block.add(unit, units[unit.unit], slots)
+            block.add(kept, units[unit.unit], slots)
             if len(block) >= size:
                 yield first, position, block
                 block.release(slots)

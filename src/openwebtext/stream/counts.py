@@ -85,13 +85,14 @@ def count_documents(
 def ensure_counts(
     corpus: Corpus, options: Options, *, progress: Callable[[int], None] | None = None
 ) -> Corpus:
-    """``corpus`` with the counts that ``options`` need (even sharding), counting them now
-    if no cache holds them, and caching them (``owt index`` does it ahead of time).
+    """``corpus`` with the counts that ``options`` need (shares cut at documents, even
+    sharding), counting them now if no cache holds them, and caching them (``owt index``
+    does it ahead of time).
 
     The count reads every member once, with ``options.workers``, under a progress
     bar on stderr when it is a terminal.
     """
-    if options.even_mode is None:
+    if options.even_mode is None and options.world_size == 1:
         return corpus
     split = (options.split, options.val_fraction, options.val_seed)
     if corpus.counts is not None and corpus.counts.per_unit(*split) is not None:
@@ -105,7 +106,7 @@ def ensure_counts(
     with tqdm(
         total=len(corpus.units),
         unit="member",
-        desc="counting documents for even sharding (once)",
+        desc="counting documents for sharding (once)",
         file=sys.stderr,
         disable=not _interactive(),
         leave=False,

@@ -10,28 +10,42 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from openwebtext.errors import CorpusError
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import DOCUMENTS, epoch_target, even_end, pass_end, permutation, plan
+from openwebtext.plan import (
+    DOCUMENTS,
+    EpochShares,
+    Share,
+    even_end,
+    pass_end,
+    permutation,
+    plan,
+    share_losses,
+)
 from openwebtext.stream.state import Counters
 
 __all__ = [
     "EvenEpoch",
     "block_permutation",
+    "epoch_shares",
     "even_counts",
-    "even_target",
+    "members_in_run",
     "nothing_read",
-    "shard_order",
+    "share_counts",
+    "share_target",
+    "warn_losses",
 ]
 
 log = logging.getLogger("openwebtext")
 
 
 def even_counts(corpus: Corpus, options: Options) -> tuple[int, ...]:
-    """Documents of every unit in the stream's split: evening ranks out needs them.
+    """Documents of every unit in the stream's split: cutting shares and evening them out
+    need them.
 
     Raises:
         CorpusError: the corpus was not counted (by ``owt index``) for this split.
@@ -42,7 +56,7 @@ def even_counts(corpus: Corpus, options: Options) -> tuple[int, ...]:
         per_unit = counts.per_unit(options.split, options.val_fraction, options.val_seed)
     if per_unit is None:
         raise CorpusError(
-            f"even sharding (world_size={options.world_size}, even_rule={options.even_rule!r})"
+            f"sharding (world_size={options.world_size}, even={options.even_mode!r})"
             f" needs the number of documents of every member"
             + (f" in split {options.split!r}" if options.split != "all" else "")
             + ": run `owt index` on the corpus once, or pass even=False",
@@ -62,21 +76,18 @@ class EvenEpoch:
     that rank's ``target`` (``stream.rest``).
     """
 
-    def __init__(
-        self, order: Sequence[int], counts: Sequence[int], target: int, *, rank: int, epoch: int
-    ) -> None:
-        self.order = order
+    def __init__(self, counts: Sequence[int], target: int, *, rank: int, epoch: int) -> None:
         self.counts = counts
         self.target = target
         self.rank = rank
         self.epoch = epoch
-        self.expected_end = even_end(order, counts, self.target)
+        self.expected_end = even_end(counts, self.target)
         self.warned = False
 
     def next_pass(self, start: int, in_block: int, handed: int) -> tuple[int, bool]:
         """Where the pass from plan position ``start`` ends (``in_block`` documents of its first
         block and ``handed`` of the epoch already handed out), and whether it repeats."""
-        end = pass_end(self.order, self.counts, start, self.target - handed + in_block)
+        end = pass_end(self.counts, start, self.target - handed + in_block)
         repeat = start >= self.expected_end
         if repeat and not self.warned:
             self.warned = True
@@ -93,43 +104,46 @@ class EvenEpoch:
         Raises:
             CorpusError: the pass ``start..end`` covered the shard and handed nothing out.
         """
-        if after == before and end - start >= len(self.order):
+        if after == before and end - start >= len(self.counts):
             raise CorpusError(f"rank {self.rank} read no document in a whole pass over its shard")
 
 
-def shard_order(n_units: int, options: Options, epoch: int) -> list[int]:
-    """The units ``options.rank`` reads in ``epoch``, in order (``plan.plan``)."""
-    return plan(
-        n_units,
-        shuffle=options.shuffle,
-        seed=options.seed,
-        epoch=epoch,
-        rank=options.rank,
-        world_size=options.world_size,
-    )
+def epoch_shares(
+    n_units: int, counts: Sequence[int] | None, options: Options, epoch: int
+) -> EpochShares:
+    """The epoch's unit order (``plan.plan``, one rank) laid out with the document counts."""
+    order = plan(n_units, shuffle=options.shuffle, seed=options.seed, epoch=epoch)
+    return EpochShares(order, counts)
 
 
-def even_target(order: Sequence[int], counts: Sequence[int], options: Options, epoch: int) -> int:
-    """The documents ``options.rank`` hands out in ``epoch`` (``plan.epoch_target``).
+def share_target(share: Share, options: Options) -> int | None:
+    """The documents a share hands out in its epoch when evened out (None: not evened out):
+    all of its interval, which ``plan.share_bounds`` cut to the rule's length."""
+    return None if options.even_mode is None else share.documents
 
-    Raises:
-        CorpusError: the rank has no member but its target is not 0.
-    """
-    assert options.even_mode is not None
-    target = epoch_target(
-        counts,
-        shuffle=options.shuffle,
-        seed=options.seed,
-        epoch=epoch,
-        world_size=options.world_size,
-        rule=options.even_mode,
-    )
-    if target > 0 and not order:
-        raise CorpusError(
-            f"rank {options.rank} has no member to read: world_size {options.world_size} is "
-            f"more than the {len(counts)} members; use even_rule='drop' or fewer ranks"
-        )
-    return target
+
+def share_counts(shares: EpochShares, options: Options) -> tuple[int, int]:
+    """``(left out, read twice)``: what evening out costs ``options.rank``'s share
+    (``plan.share_losses``); nothing for one share, or without even sharding."""
+    if options.world_size == 1 or options.even_mode is None:
+        return 0, 0
+    return share_losses(shares.total, options.rank, options.world_size, options.even_mode)
+
+
+def warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> None:
+    """Say once what evening out leaves out or repeats (counted in ``Stats`` too)."""
+    if dropped:
+        log.warning(
+            "epoch %d: %d documents left out so that the %d shares are even (even_rule='drop'; "
+            "counted in stats.dropped_documents of rank %d)",
+            epoch, dropped, options.world_size, options.rank,
+        )  # fmt: skip
+    if repeated:
+        log.warning(
+            "epoch %d: rank %d reads %d documents of the next rank's share again so that the "
+            "%d shares are even (even_rule='pad'; counted in stats.repeated_documents)",
+            epoch, options.rank, repeated, options.world_size,
+        )  # fmt: skip
 
 
 def block_permutation(
@@ -159,3 +173,23 @@ def nothing_read(
         + ": an endless run (epochs=None) would wait forever",
         path=os.path.dirname(corpus.units[0].path),
     )
+
+
+def members_in_run(corpus: Corpus, options: Options, state: Mapping[str, Any] | None) -> int | None:
+    """How many members ``options.rank``'s share reads in a run of ``options.epochs`` epochs
+    from ``state`` (or from the start), for a progress bar: None without end, or in the rest
+    of a resharded epoch (its pieces are cut when it starts). Passes that repeat documents
+    after skips are not counted."""
+    if options.epochs is None or (state is not None and "reshard" in state):
+        return None
+    counts = None
+    if options.world_size > 1 or options.even_mode is not None:
+        counts = even_counts(corpus, options)
+    at_epoch, block = options.epoch, 0
+    if state is not None:
+        at_epoch, block = state["position"]["epoch"], state["position"]["block"]
+    total = 0
+    for epoch in range(at_epoch, options.epoch + options.epochs):
+        shares = epoch_shares(len(corpus.units), counts, options, epoch)
+        total += len(shares.share(options.rank, options.world_size, options.even_mode).units)
+    return max(0, total - block)

@@ -45,8 +45,10 @@ def reshard(
     Args:
         states: The states of all ranks of one run.
         world_size: The new number of ranks.
-        even: Even sharding of the new ranks, as ``Options.even`` (None: when
-            ``world_size > 1``), with the old rule (``drop`` if there was none).
+        even: Even sharding of the new ranks (None: the run's own rule, evened out or
+            not; True: the old rule, ``drop`` if there was none; False: not evened out).
+            The new ranks' ``Loader`` must say the same (``even=``, ``even_rule=``): a
+            state that disagrees is refused with the argument to pass.
 
     Raises:
         StateError: a state is not a state, ranks are missing or given twice, the states
@@ -90,8 +92,7 @@ def reshard(
     if fit is not None:  # the new ranks number their own windows past every old one
         base["next_window"] = 1 + max(n for n, _ in fit[1])
     old_rule = first["config"].get("even")
-    evened = world_size > 1 if even is None else even
-    rule = (old_rule or "drop") if evened else None
+    rule = old_rule if even is None else (old_rule or "drop") if even else None
     out = []
     for rank in range(world_size):
         config = {**first["config"], "rank": rank, "world_size": world_size, "even": rule}

@@ -29,8 +29,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
-from openwebtext.options import EvenRule, Options, int_at_least
-from openwebtext.plan import epoch_target, pass_end, plan
+from openwebtext.options import Options, int_at_least
+from openwebtext.plan import EpochShares, Rule, Share, pass_end, plan
 
 __all__ = ["Piece", "Rest", "Window", "advance", "check_section", "cut_share"]
 
@@ -59,10 +59,10 @@ class Window(NamedTuple):
 
 
 class Piece(NamedTuple):
-    """A run of ``count`` documents of one old rank's shard, read as that rank would."""
+    """A run of ``count`` documents of one old rank's share, read as that rank would."""
 
     rank: int
-    order: list[int]
+    share: Share
     block: int
     in_block: int
     handed: int
@@ -78,7 +78,6 @@ class Piece(NamedTuple):
 
 
 def advance(
-    order: Sequence[int],
     counts: Sequence[int],
     size: int,
     position: tuple[int, int, int],
@@ -86,20 +85,21 @@ def advance(
     target: int | None,
 ) -> tuple[int, int]:
     """The ``(block, in_block)`` a stream at ``position`` (block, in_block, epoch documents)
-    reaches after ``k`` more documents, its blocks cut as a stream cuts them (no skips).
+    reaches after ``k`` more documents of its share (``counts``: documents per plan
+    position), its blocks cut as a stream cuts them (no skips).
 
     ``target``: the even target of the epoch (passes as ``plan.pass_end`` cuts them), or
-    None (one pass to the end of ``order``).
+    None (one pass to the end of the share).
     """
     block, in_block, handed = position
-    n = len(order)
+    n = len(counts)
     while True:
-        end = n if target is None else pass_end(order, counts, block, target - handed + in_block)
+        end = n if target is None else pass_end(counts, block, target - handed + in_block)
         p = block
         while p < end:
             q, docs = p, 0
             while q < end and docs < size:
-                docs += counts[order[q % n]]
+                docs += counts[q % n]
                 q += 1
             left = docs - in_block
             if k < left:
@@ -231,21 +231,11 @@ class Rest:
         self.section = dict(section)
         self.epoch: int = section["epoch"]
         world: int = section["world_size"]
-        rule: str | None = section["even"]
+        rule: Rule | None = section["even"]
         full = plan(len(counts), shuffle=options.shuffle, seed=options.seed, epoch=self.epoch)
-        self.orders = [full[r::world] for r in range(world)]
-        self.target: int | None = None
-        if rule is not None:
-            even: EvenRule = "pad" if rule == "pad" else "drop"
-            self.target = epoch_target(
-                counts,
-                shuffle=options.shuffle,
-                seed=options.seed,
-                epoch=self.epoch,
-                world_size=world,
-                rule=even,
-            )
-        self.counts = counts
+        epoch = EpochShares(full, counts)
+        self.shares = [epoch.share(r, world, rule) for r in range(world)]
+        self.targets = [None if rule is None else s.documents for s in self.shares]
         self.size = max(1, options.shuffle_buffer if options.shuffle else 0)
         # The rest sequence: each old rank's remaining documents, in rank order.
         self.starts: list[int] = []
@@ -255,7 +245,7 @@ class Rest:
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         for r, (_, _, handed, cut) in enumerate(section["ranks"]):
-            whole = self.target if self.target is not None else self._shard_documents(r)
+            whole = self.shares[r].documents
             left = 0 if handed < 0 else max(0, whole - handed)  # < 0: the rank finished
             self.starts.append(at)
             first = at
@@ -301,9 +291,6 @@ class Rest:
         self.mid = mid
         self.length = _count(self.spans)
 
-    def _shard_documents(self, rank: int) -> int:
-        return sum(self.counts[u] for u in self.orders[rank])
-
     def windows_ahead(self, progress: int) -> list[tuple[int, int, int]]:
         """``(documents, number, rows handed out)`` of the windows this share starts with
         that begin at or after its first ``progress`` documents (best fit)."""
@@ -325,16 +312,15 @@ class Rest:
                 stop = min(b, end)
                 k = a - self.starts[r]
                 block, in_block, handed, _ = ranks[r]
-                order = self.orders[r]
-                at = advance(
-                    order, self.counts, self.size, (block, in_block, handed), k, self.target
-                )
+                share, target = self.shares[r], self.targets[r]
+                assert share.counts is not None
+                at = advance(share.counts, self.size, (block, in_block, handed), k, target)
                 trim = 0
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)
                     if a == first and progress == 0:
                         trim = max(trim - 1, 0)
-                yield Piece(r, order, *at, handed + k, stop - a, self.target, repeat, trim)
+                yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim)
                 a = stop
 
 
@@ -399,4 +385,3 @@ def _rank_of(starts: Sequence[int], index: int) -> int:
         else:
             hi = mid - 1
     return lo
-

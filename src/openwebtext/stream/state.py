@@ -32,6 +32,7 @@ __all__ = [
     "Counters",
     "Mark",
     "Stats",
+    "check_block",
     "check_in_block",
     "check_state",
     "config_of",
@@ -275,18 +276,45 @@ def check_state(state: Any, config: dict[str, Any]) -> dict[str, Any]:
         if saved.get(key) != value
     ]
     if differ:
-        raise StateError("the state was saved for another stream; " + "; ".join(differ))
+        hints = [
+            hint
+            for key, value in config.items()
+            if saved.get(key) != value and (hint := _resume_hint(key, saved)) is not None
+        ]
+        raise StateError(
+            "the state was saved for another stream; "
+            + "; ".join(differ)
+            + (f" (to resume it, pass {', '.join(hints)})" if hints else "")
+        )
     position = state["position"]
-    if config.get("even") is None:  # evened-out ranks may wrap around their shard
-        units = len(range(config["rank"], config["units"], config["world_size"]))
-        block, in_block = position["block"], position["in_block"]
-        if block > units or (block == units and in_block > 0):
-            raise StateError(
-                f"bad state: position block={block}, in_block={in_block} lies past the end "
-                f"of the plan ({units} members for rank {config['rank']})"
-            )
+    if config.get("even") is None:  # evened-out ranks may wrap around their share
+        check_block(position["block"], position["in_block"], config["units"], config["rank"])
     checked: dict[str, Any] = state
     return checked
+
+
+def _resume_hint(key: str, saved: Mapping[str, Any]) -> str | None:
+    """The argument that makes an option agree with a saved state's ``key``, if one does."""
+    if key not in SHAPING or key not in saved:
+        return None
+    if key == "even":  # the state holds the rule (None: not evened out)
+        rule = saved["even"]
+        return "even=False" if rule is None else f"even=True, even_rule={rule!r}"
+    return f"{key}={saved[key]!r}"
+
+
+def check_block(block: int, in_block: int, units: int, rank: int) -> None:
+    """Check a state's position against the ``units`` of its share (not evened out: no pass
+    wraps around).
+
+    Raises:
+        StateError: it lies past the share's end.
+    """
+    if block > units or (block == units and in_block > 0):
+        raise StateError(
+            f"bad state: position block={block}, in_block={in_block} lies past the end "
+            f"of the plan ({units} members for rank {rank})"
+        )
 
 
 def check_in_block(in_block: int, n: int) -> None:

@@ -27,7 +27,7 @@ from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
 from openwebtext.errors import OWTError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import Split, block_stop
+from openwebtext.plan import EpochShares, Share, Split, block_stop
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
@@ -35,10 +35,12 @@ from openwebtext.stream.counts import ExpectedCounts
 from openwebtext.stream.epochs import (
     EvenEpoch,
     block_permutation,
+    epoch_shares,
     even_counts,
-    even_target,
     nothing_read,
-    shard_order,
+    share_counts,
+    share_target,
+    warn_losses,
 )
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.state import (
@@ -52,7 +54,7 @@ from openwebtext.stream.state import (
 )
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["ErrorPolicy", "Stream", "pool_options"]
+__all__ = ["ErrorPolicy", "Stream", "pool_options", "split_of"]
 
 log = logging.getLogger("openwebtext")
 
@@ -102,11 +104,16 @@ class ErrorPolicy:
             self.policy.check(skips_in({**counts, "skipped_files": self.files}), error)
 
 
+def split_of(options: Options) -> Split | None:
+    """The documents ``options`` keep (None: all of them)."""
+    if options.split == "all":
+        return None
+    return Split(options.split, options.val_fraction, options.val_seed)
+
+
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
     """What the worker pool of a stream with ``options`` is told (``tokenizer``: resolved)."""
-    split = None
-    if options.split != "all":
-        split = Split(options.split, options.val_fraction, options.val_seed)
+    split = split_of(options)
     return PoolOptions(
         workers=options.workers,
         prefetch=options.prefetch,
@@ -182,7 +189,8 @@ class Stream:
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self._policy = ErrorPolicy(options, corpus.skipped_files)
         self._even_counts: tuple[int, ...] | None = None
-        self._expected: ExpectedCounts | None = None  # when evened out: checked as read
+        self._expected: ExpectedCounts | None = None  # when counted: checked as read
+        self._warned_losses = False
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
         self._rest = (
@@ -241,7 +249,7 @@ class Stream:
         last = None if opts.epochs is None else opts.epoch + opts.epochs
         files = self.corpus.skipped_files
         self._policy.check(self._counters, files[-1] if files else None)
-        if opts.even_mode is not None and self.corpus.counts is not None:
+        if (opts.even_mode is not None or opts.world_size > 1) and self.corpus.counts is not None:
             in_split = None if opts.split == "all" else self._counts_per_unit()
             self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
         pool = self._pool = open_pool(
@@ -275,25 +283,42 @@ class Stream:
         return yielded
 
     def _epoch_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
-        """Hand out the rest of the current epoch, from the current block on."""
+        """Hand out the rest of the current epoch, from the current block on; at its end,
+        count what evening the shares out left out or read twice."""
         opts = self.options
-        order = shard_order(len(self.corpus.units), opts, self._epoch)
-        target = None
-        if opts.even_mode is not None:
-            target = even_target(order, self._counts_per_unit(), opts, self._epoch)
+        shares = self._epoch_shares(self._epoch)
+        share = shares.share(opts.rank, opts.world_size, opts.even_mode)
+        target = share_target(share, opts)
         handed = self._counters.epoch_documents
-        piece = Piece(opts.rank, order, self._block, self._in_block, handed, 0, target, False, 0)
+        piece = Piece(opts.rank, share, self._block, self._in_block, handed, 0, target, False, 0)
         yield from self._piece_documents(pool, piece, target, take)
+        if take is not None and self._yielded() >= take:
+            return
+        dropped, repeated = share_counts(shares, opts)
+        if (dropped or repeated) and not self._warned_losses:
+            self._warned_losses = True
+            warn_losses(opts, self._epoch, dropped, repeated)
+        self._counters = replace(
+            self._counters,
+            dropped_documents=self._counters.dropped_documents + dropped,
+            repeated_documents=self._counters.repeated_documents + repeated,
+        )
+
+    def _epoch_shares(self, epoch: int) -> EpochShares:
+        """The epoch laid out for cutting shares (counted only when there are several)."""
+        opts = self.options
+        counts = self._counts_per_unit() if opts.world_size > 1 or opts.even_mode else None
+        return epoch_shares(len(self.corpus.units), counts, opts, epoch)
 
     def _even_passes(
-        self, pool: Pool, order: list[int], even: EvenEpoch, shift: int, stop: int, take: int | None
+        self, pool: Pool, share: Share, even: EvenEpoch, shift: int, stop: int, take: int | None
     ) -> Generator[Any, None, None]:
         """Hand out evened-out passes up to ``stop`` documents of this stream's epoch;
         ``shift``: those minus the documents of the shard's rank (a resharded piece)."""
         while self._counters.epoch_documents < stop:
             start, before = self._block, self._counters.epoch_documents
             end, repeat = even.next_pass(start, self._in_block, before - shift)
-            yield from self._pass(pool, order, start, end, stop, take)
+            yield from self._pass(pool, share, start, end, stop, take)
             if repeat:
                 self._counters = self._counters.repeated(before)
             if take is not None and self._yielded() >= take:
@@ -328,13 +353,14 @@ class Stream:
         self, pool: Pool, piece: Piece, stop: int | None, take: int | None
     ) -> Generator[Any, None, None]:
         """``piece`` as its rank hands it out, up to ``stop`` documents of the epoch."""
+        share = piece.share
         if piece.target is None:
-            return self._pass(pool, piece.order, piece.block, len(piece.order), stop, take)
-        counts, epoch = self._counts_per_unit(), self._epoch
-        even = EvenEpoch(piece.order, counts, piece.target, rank=piece.rank, epoch=epoch)
+            return self._pass(pool, share, piece.block, len(share.units), stop, take)
+        assert share.counts is not None
+        even = EvenEpoch(share.counts, piece.target, rank=piece.rank, epoch=self._epoch)
         shift = self._counters.epoch_documents - piece.handed
         stop = piece.target + shift if stop is None else stop
-        return self._even_passes(pool, piece.order, even, shift, stop, take)
+        return self._even_passes(pool, share, even, shift, stop, take)
 
     def _counts_per_unit(self) -> tuple[int, ...]:
         if self._even_counts is None:
@@ -344,16 +370,19 @@ class Stream:
     def _pass(
         self,
         pool: Pool,
-        order: list[int],
+        share: Share,
         start: int,
         end: int,
         target: int | None,
         take: int | None,
     ) -> Generator[Any, None, None]:
-        """Hand out the documents of plan positions ``start..end`` (wrapping around ``order``)."""
-        feed = (order[p % len(order)] for p in range(start, end))
+        """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping
+        around its units)."""
+        order, n = share.units, len(share.units)
+        feed = (order[p % n] for p in range(start, end))
         skip = self._in_block
         opts = self.options
+        trims = share.trims
         gathered = blocks.gather(
             pool.run(feed),
             pool,
@@ -362,6 +391,8 @@ class Stream:
             size=max(1, opts.shuffle_buffer if opts.shuffle else 0),
             dtype=self._dtype,
             on_unit=self._count_unit,
+            trims=(lambda p: trims.get(p % n)) if trims else None,
+            split=split_of(opts),
         )
         new = tuple.__new__
         try:
@@ -412,13 +443,13 @@ class Stream:
         finally:
             gathered.close()
 
-    def _count_unit(self, loaded: Loaded) -> None:
-        """Count a unit read, and apply the error policy to its errors."""
-        self._counters = self._counters.unit_read(loaded.replace)
-        cut = False
-        for error in loaded.errors:
-            cut = cut or (isinstance(error, TruncatedMember) and bool(loaded.names))
+    def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
+        """Count a unit read, and apply the error policy to the errors of what is kept of it
+        (all of it, or this share's part of a unit on its boundary)."""
+        self._counters = self._counters.unit_read(kept.replace)
+        for error in kept.errors:
             self._counters = self._policy.skip(error, self._counters)
+        cut = any(isinstance(e, TruncatedMember) for e in loaded.errors) and bool(loaded.names)
         if self._expected is not None and not cut and (loaded.names or not loaded.errors):
             self._expected.check(self.corpus.units[loaded.unit], loaded)
 
