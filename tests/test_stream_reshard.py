@@ -356,13 +356,18 @@ def fit_pieces(corpus: Path, rule: str, world: int) -> dict[tuple[int, bytes], t
 
 
 def fit_delivered(
-    corpus: Path, state: dict[str, Any] | None, n: int | None, pieces: dict[Any, Any], **opts: Any
+    corpus: Path,
+    state: dict[str, Any] | None,
+    n: int | None,
+    pieces: dict[Any, Any],
+    window: int = FIT_WINDOW,
+    **opts: Any,
 ) -> tuple[list[tuple[str, int]], dict[str, Any], int]:
     """The pieces ``(document, position)`` of up to ``n`` best-fit batches, the state after
     them, and the batches read."""
     got, k = [], 0
     with Loader(corpus, tokenizer="bytes", **opts).batches(
-        FIT_S, FIT_B, state=state, segments=True, packing="bestfit", window=FIT_WINDOW
+        FIT_S, FIT_B, state=state, segments=True, packing="bestfit", window=window
     ) as batches:
         for k, batch in enumerate(batches if n != 0 else (), 1):
             for tokens, seg, pos in zip(*batch, strict=True):
@@ -479,3 +484,32 @@ def test_bestfit_next_epoch_is_the_new_world_s_own(varied: Path) -> None:
     fresh = rows(Loader(varied, **opts, epoch=1), None)
     n = len(fresh) - FIT_B  # a row of the epoch before may equal one of this epoch's: match all
     assert any(resharded[k : k + n] == fresh[:n] for k in range(len(resharded) - n + 1))
+
+
+@pytest.mark.parametrize("new_world", [3, 1])
+def test_bestfit_state_inside_the_last_short_window_reshards(new_world: int, varied: Path) -> None:
+    """Every old rank stops at its last batch, inside its epoch's last window (windows of 7:
+    25 documents end in one of 4): resharded, no piece twice, none lost but the last rows."""
+    window = 7
+    pieces = fit_pieces(varied, "drop", 4)
+    lengths = {where: len(ids) // 2 for (_, ids), where in pieces.items()}
+    old, states = [], []
+    for r in range(4):
+        _, _, total = fit_delivered(varied, None, None, pieces, window, **options("drop", 4, r))
+        got, state, _ = fit_delivered(varied, None, total - 1, pieces, window, **options("drop", 4, r))
+        old += got
+        states.append(state)
+    shares = [len(read(varied, None, **options("drop", 4, r))[0]) for r in range(4)]
+    inside = [
+        s["row"] > 0 and s["documents"]["counters"]["epoch_documents"] > n - window
+        for s, n in zip(states, shares, strict=True)
+    ]
+    assert any(inside) and any(n % window for n in shares), (inside, shares)
+    delivered = list(old)
+    for r, state in enumerate(reshard(states, new_world)):
+        delivered += fit_delivered(varied, state, None, pieces, window, **options("drop", new_world, r))[0]
+    counted = collections.Counter(delivered)
+    assert [p for p, n in counted.items() if n > 1] == []
+    missing = set(pieces.values()) - set(counted)
+    lost = sum(lengths[piece] for piece in missing)
+    assert lost <= (4 + new_world) * (FIT_B - 1) * (FIT_S + 1), sorted(missing)

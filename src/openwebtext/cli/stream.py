@@ -107,6 +107,13 @@ def _summary(stats: Stats, before: Stats, seconds: float) -> None:
             f"; skipped {stats.skipped_members} members, {stats.skipped_documents} documents"
             f"; replaced invalid UTF-8 in {stats.replaced_documents} documents"
         )
+    dropped = stats.dropped_documents - before.dropped_documents
+    repeated = stats.repeated_documents - before.repeated_documents
+    if dropped or repeated:
+        line += (
+            f"; to keep the ranks even, left out {dropped} documents and read {repeated} "
+            "twice (stats.dropped_documents, stats.repeated_documents)"
+        )
     print(line, file=sys.stderr)
     for name in stats.skipped[:20]:
         print(f"  skipped: {name}", file=sys.stderr)
