@@ -165,8 +165,8 @@ def test_endless_run_when_every_member_is_skipped_is_an_error(tmp_path: Path) ->
 
 @pytest.mark.timeout(30)
 def test_endless_even_run_with_nothing_for_the_rank_is_an_error(corpus_copy: Path) -> None:
-    index(corpus_copy)  # 6 members over 8 ranks under drop: every rank's target is 0
-    loader = Loader(corpus_copy, workers=0, epochs=None, rank=0, world_size=8)
+    index(corpus_copy)  # 120 documents over 121 ranks under drop: every rank's target is 0
+    loader = Loader(corpus_copy, workers=0, epochs=None, rank=0, world_size=121)
     with pytest.raises(CorpusError, match="yielded no document"):
         next(iter(loader))
 

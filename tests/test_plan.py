@@ -13,6 +13,7 @@ from openwebtext.options import Options
 from openwebtext.plan import (
     EpochShares,
     Share,
+    advance,
     block_stop,
     pass_end,
     permutation,
@@ -20,7 +21,7 @@ from openwebtext.plan import (
     share_bounds,
     share_losses,
 )
-from openwebtext.stream.rest import Rest, advance, cut_share
+from openwebtext.stream.rest import Rest, cut_share
 
 RULES = st.sampled_from([None, "drop", "pad"])
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Corpus, Loader, reshard
+from openwebtext import Corpus, Loader, StateError, reshard
 from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
 from support import outer_tar, sample_docs, xz_member
@@ -173,8 +173,10 @@ def test_reshard_keeps_a_run_without_even_sharding_uneven(thirty: Path) -> None:
             states.append(it.state_dict())
     new = reshard(states, 2)
     assert {s["config"]["even"] for s in new} == {None}
-    rest = [d.name for r in range(2)
-            for d in Loader(thirty, rank=r, world_size=2, even=False, workers=0).iter(state=new[r])]  # fmt: skip
+    rest = []
+    for r in range(2):
+        loader = Loader(thirty, rank=r, world_size=2, even=False, workers=0)
+        rest += [d.name for d in loader.iter(state=new[r])]
     assert len(rest) == len(set(rest)) == 390 - 30
     evened = reshard(states, 2, even=True)
     with pytest.raises(Exception, match=r"pass even=True, even_rule='drop'"):
@@ -208,3 +210,56 @@ def test_the_default_corpus_on_eight_ranks(tmp_path: Path) -> None:
     flat = [n for ns in names for n in ns]
     assert len(flat) == len(set(flat)) >= 11_693
     assert sum(s.dropped_documents for s in stats) == 11_700 - len(flat)
+
+
+# -- states whose fields disagree (issue 32), a reshard that spun (issue 31) -------------------
+
+
+def saved(path: Path, n: int, **options: Any) -> dict[str, Any]:
+    with Loader(path, workers=0, **options).iter() as it:
+        for _ in range(n):
+            next(it)
+        return json.loads(json.dumps(it.state_dict()))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "epoch_documents",
+            10_000,
+            r"counters\.epoch_documents=10000 is more than counters\.documents",
+        ),
+        ("both", 300, r"counters\.epoch_documents=300 is past the 98 documents"),
+        ("epoch_documents", 2, r"in_block=\d+ is more than the counters\.epoch_documents=2"),
+        ("block", 40, r"position\.block=40 is past the corpus's 30 members"),
+        ("block", 26, r"block=26, in_block=\d+ lies past the end of the 8 members"),
+        ("block", 1, r"does not agree with counters\.epoch_documents"),
+        ("in_block", 29, r"position\.in_block=29 lies past the end of the block"),
+    ],
+)
+def test_a_state_whose_fields_disagree_is_refused_by_iter_and_reshard(
+    thirty: Path, field: str, value: int, message: str
+) -> None:
+    """Hand-edited or damaged: today's stream yielded nothing with no word, or repeated."""
+    options = {"rank": 1, "world_size": 4, "seed": 0, "shuffle_buffer": 20, "even": False}
+    state = saved(thirty, 30, **options)
+    if field == "both":
+        state["counters"].update(epoch_documents=value, documents=value)
+    elif field in state["counters"]:
+        state["counters"][field] = value
+    else:
+        state["position"][field] = value
+    with pytest.raises(StateError, match=message):
+        list(Loader(thirty, workers=0, **options).iter(state=state))
+    others = [saved(thirty, 0, **{**options, "rank": r}) for r in (0, 2, 3)]
+    with pytest.raises(StateError, match=message):
+        new = reshard([state, *others], 2)
+        list(Loader(thirty, workers=0, **{**options, "rank": 0, "world_size": 2}).iter(new[0]))
+
+
+def test_an_agreeing_state_still_resumes(thirty: Path) -> None:
+    options = {"rank": 1, "world_size": 4, "seed": 0, "shuffle_buffer": 20}
+    for n in (0, 1, 19, 20, 21, 96, 97):
+        state = saved(thirty, n, **options)
+        assert len(list(Loader(thirty, workers=0, **options).iter(state=state))) == 97 - n

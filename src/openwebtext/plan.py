@@ -34,6 +34,7 @@ __all__ = [
     "Rule",
     "Share",
     "Split",
+    "advance",
     "block_stop",
     "even_end",
     "in_validation",
@@ -282,3 +283,38 @@ def in_validation(name: str, fraction: float, seed: int) -> bool:
         name.encode("utf-8", "surrogateescape"), digest_size=8, key=seed.to_bytes(8, "little")
     ).digest()
     return int.from_bytes(digest, "little") < fraction * 2.0**64
+
+
+def advance(
+    counts: Sequence[int],
+    size: int,
+    position: tuple[int, int, int],
+    k: int,
+    target: int | None,
+) -> tuple[int, int]:
+    """The ``(block, in_block)`` a stream at ``position`` (block, in_block, epoch documents)
+    reaches after ``k`` more documents of its share (``counts``: documents per plan
+    position), its blocks cut as a stream cuts them (no skips).
+
+    ``target``: the even target of the epoch (passes as ``plan.pass_end`` cuts them), or
+    None (one pass to the end of the share).
+    """
+    block, in_block, handed = position
+    n = len(counts)
+    while True:
+        end = n if target is None else pass_end(counts, block, target - handed + in_block)
+        p = block
+        while p < end:
+            q, docs = p, 0
+            while q < end and docs < size:
+                docs += counts[q % n]
+                q += 1
+            left = docs - in_block
+            if k < left:
+                return p, in_block + k
+            k -= left
+            handed += left
+            in_block, p = 0, q
+        if end == block or k == 0:
+            return end, 0
+        block = end

@@ -11,15 +11,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from openwebtext.errors import CorpusError
+from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import (
     DOCUMENTS,
     EpochShares,
     Share,
+    advance,
     even_end,
     pass_end,
     permutation,
@@ -30,14 +32,16 @@ from openwebtext.stream.state import Counters
 
 __all__ = [
     "EvenEpoch",
+    "EvenLosses",
     "block_permutation",
+    "block_size",
+    "check_position",
+    "check_resumed",
     "epoch_shares",
     "even_counts",
     "members_in_run",
     "nothing_read",
-    "share_counts",
     "share_target",
-    "warn_losses",
 ]
 
 log = logging.getLogger("openwebtext")
@@ -122,16 +126,33 @@ def share_target(share: Share, options: Options) -> int | None:
     return None if options.even_mode is None else share.documents
 
 
-def share_counts(shares: EpochShares, options: Options) -> tuple[int, int]:
-    """``(left out, read twice)``: what evening out costs ``options.rank``'s share
-    (``plan.share_losses``); nothing for one share, or without even sharding."""
-    if options.world_size == 1 or options.even_mode is None:
-        return 0, 0
-    return share_losses(shares.total, options.rank, options.world_size, options.even_mode)
+class EvenLosses:
+    """What evening out the shares costs one share each epoch (``plan.share_losses``):
+    ``drop``'s left-out documents on the last share, ``pad``'s repeats on the share that
+    reaches into the next; counted when the epoch ends, said once per iterator."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.said = False
+
+    def count(self, shares: EpochShares, epoch: int, counters: Counters) -> Counters:
+        """``counters`` with this epoch's losses added (said the first time there are any)."""
+        opts = self.options
+        if opts.world_size == 1 or opts.even_mode is None:
+            return counters
+        dropped, repeated = share_losses(shares.total, opts.rank, opts.world_size, opts.even_mode)
+        if (dropped or repeated) and not self.said:
+            self.said = True
+            _warn_losses(opts, epoch, dropped, repeated)
+        return replace(
+            counters,
+            dropped_documents=counters.dropped_documents + dropped,
+            repeated_documents=counters.repeated_documents + repeated,
+        )
 
 
-def warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> None:
-    """Say once what evening out leaves out or repeats (counted in ``Stats`` too)."""
+def _warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> None:
+    """Say what evening out leaves out or repeats (counted in ``Stats`` too)."""
     if dropped:
         log.warning(
             "epoch %d: %d documents left out so that the %d shares are even (even_rule='drop'; "
@@ -144,6 +165,30 @@ def warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> No
             "%d shares are even (even_rule='pad'; counted in stats.repeated_documents)",
             epoch, options.rank, repeated, options.world_size,
         )  # fmt: skip
+
+
+def block_size(options: Options) -> int:
+    """Documents a shuffle block holds at least."""
+    return max(1, options.shuffle_buffer if options.shuffle else 0)
+
+
+def check_resumed(
+    share: Share, target: int | None, at: tuple[int, int], counters: Counters, options: Options
+) -> None:
+    """Check a resumed stream's position ``(block, in_block)`` and counters against its share
+    (``check_position``: exactly, when its counters show no skip). Without counts (one share,
+    not evened out) only the block's size is checked, when it is read.
+
+    Raises:
+        StateError: naming the field that disagrees.
+    """
+    if share.counts is None:
+        return
+    skipped = counters.skipped_members + counters.skipped_documents + counters.partial_members
+    check_position(
+        share.counts, block_size(options), target, (*at, counters.epoch_documents),
+        exact=skipped == 0, whose=f"rank {options.rank}'s share",
+    )  # fmt: skip
 
 
 def block_permutation(
@@ -193,3 +238,57 @@ def members_in_run(corpus: Corpus, options: Options, state: Mapping[str, Any] | 
         shares = epoch_shares(len(corpus.units), counts, options, epoch)
         total += len(shares.share(options.rank, options.world_size, options.even_mode).units)
     return max(0, total - block)
+
+
+def check_position(
+    counts: Sequence[int],
+    size: int,
+    target: int | None,
+    position: tuple[int, int, int],
+    *,
+    exact: bool,
+    whose: str,
+) -> None:
+    """Check a position ``(block, in_block, epoch documents)`` against the share it is in
+    (``counts``: its documents per plan position; ``size``: documents a block holds at least;
+    ``target``: its even target, or None), so that no state makes a stream hand out nothing
+    without a word, repeat documents or wait for a block that cannot come.
+
+    ``exact``: no document was skipped, so the position is exactly where that many documents
+    of the share end (as ``plan.advance`` finds it); else only its bounds are checked.
+
+    Raises:
+        StateError: naming the field that disagrees and ``whose`` share it is.
+    """
+    block, in_block, handed = position
+    n, total = len(counts), sum(counts)
+    limit = total if target is None else target
+    if handed > limit:
+        raise StateError(
+            f"bad state: counters.epoch_documents={handed} is past the {limit} documents "
+            f"{whose} hands out in the epoch"
+        )
+    if target is None and (block > n or (block == n and in_block > 0)):
+        raise StateError(
+            f"bad state: position block={block}, in_block={in_block} lies past the end of "
+            f"the {n} members of {whose}"
+        )
+    if n == 0:
+        return
+    docs, q = 0, block  # the block that starts at ``block``, cut as the stream cuts it
+    while q < block + n and docs < size:
+        docs += counts[q % n]
+        q += 1
+    if in_block > docs:
+        raise StateError(
+            f"bad state: position.in_block={in_block} lies past the end of the block at "
+            f"position.block={block} ({docs} documents) of {whose}"
+        )
+    if exact:
+        from_start = advance(counts, size, (0, 0, 0), handed, target)
+        if from_start != ((q, 0) if in_block == docs and docs else (block, in_block)):
+            raise StateError(
+                f"bad state: position block={block}, in_block={in_block} does not agree with "
+                f"counters.epoch_documents={handed}: {handed} documents into {whose} are "
+                f"block={from_start[0]}, in_block={from_start[1]}"
+            )

@@ -19,7 +19,7 @@ from openwebtext.stream.state import STATE_FORMAT, Counters, check_shape
 __all__ = ["FINISHED", "reshard"]
 
 #: The keys of a ``reshard`` section that describe the old ranks (the same for every share).
-BASE = ("world_size", "epoch", "even", "ranks", "levels", "window", "windows")
+BASE = ("world_size", "epoch", "even", "ranks", "levels", "window", "windows", "exact")
 
 
 def reshard(
@@ -82,6 +82,8 @@ def reshard(
                 for s, cut in zip(ordered, cuts, strict=True)
             ],
             "levels": [],
+            # Whose position must agree exactly with its count (no skip): checked when read.
+            "exact": [_skipped(s) == 0 for s in ordered],
         }
         if fit is not None:  # the windows old ranks had begun, each to be packed again
             window, numbers = fit
@@ -248,6 +250,13 @@ def _handed(state: Mapping[str, Any], epoch: int | None = None) -> int:
     handed = state.get("counters", {}).get("epoch_documents", 0)
     assert isinstance(handed, int)
     return handed
+
+
+def _skipped(state: Mapping[str, Any]) -> int:
+    """What a state's counters say was skipped (documents, members, members cut short)."""
+    counters = state.get("counters", {})
+    keys = ("skipped_members", "skipped_documents", "partial_members")
+    return sum(int(counters.get(key, 0)) for key in keys)
 
 
 def _cut(state: Mapping[str, Any]) -> int:

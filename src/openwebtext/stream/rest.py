@@ -29,10 +29,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from openwebtext.errors import StateError
-from openwebtext.options import Options, int_at_least
-from openwebtext.plan import EpochShares, Rule, Share, pass_end, plan
+from openwebtext.options import Options
+from openwebtext.plan import EpochShares, Rule, Share, advance, plan
+from openwebtext.stream.epochs import check_position
 
-__all__ = ["Piece", "Rest", "Window", "advance", "check_section", "cut_share"]
+__all__ = ["Piece", "Rest", "Window", "cut_share"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
@@ -75,41 +76,6 @@ class Piece(NamedTuple):
     """Handed out again (``pad``): counted in ``repeated_documents``."""
     trim: int
     """Ids of the piece's first document to leave out (delivered before the checkpoint)."""
-
-
-def advance(
-    counts: Sequence[int],
-    size: int,
-    position: tuple[int, int, int],
-    k: int,
-    target: int | None,
-) -> tuple[int, int]:
-    """The ``(block, in_block)`` a stream at ``position`` (block, in_block, epoch documents)
-    reaches after ``k`` more documents of its share (``counts``: documents per plan
-    position), its blocks cut as a stream cuts them (no skips).
-
-    ``target``: the even target of the epoch (passes as ``plan.pass_end`` cuts them), or
-    None (one pass to the end of the share).
-    """
-    block, in_block, handed = position
-    n = len(counts)
-    while True:
-        end = n if target is None else pass_end(counts, block, target - handed + in_block)
-        p = block
-        while p < end:
-            q, docs = p, 0
-            while q < end and docs < size:
-                docs += counts[q % n]
-                q += 1
-            left = docs - in_block
-            if k < left:
-                return p, in_block + k
-            k -= left
-            handed += left
-            in_block, p = 0, q
-        if end == block or k == 0:
-            return end, 0
-        block = end
 
 
 def cut_share(
@@ -169,55 +135,6 @@ def _drop_front(spans: Sequence[Span], k: int) -> list[Span]:
     return out
 
 
-def check_section(section: Any) -> None:
-    """Check the shape of a state's ``reshard`` section (``reshard.reshard`` writes it).
-
-    Raises:
-        StateError: a field is missing or of the wrong type.
-    """
-
-    def ints(value: Any, n: int | None = None) -> bool:
-        return (
-            isinstance(value, list)
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-            and (n is None or len(value) == n)
-        )
-
-    problems = []
-    if not isinstance(section, dict):
-        raise StateError(f"bad state: reshard is {type(section).__name__}, not an object")
-    for key in ("world_size", "epoch"):
-        if not int_at_least(section.get(key), 0):
-            problems.append(key)
-    ranks = section.get("ranks")
-    if not isinstance(ranks, list) or not all(ints(r, 4) for r in ranks):
-        problems.append("ranks")
-    levels = section.get("levels")
-    if not isinstance(levels, list) or not all(
-        isinstance(v, dict) and ints(v.get("done")) and ints(v.get("cuts")) for v in levels
-    ):
-        problems.append("levels")
-    share: Any = section.get("share")
-    if not ints(share, 2) or not 0 <= share[0] < share[1]:
-        problems.append("share")
-    if "windows" in section:  # best-fit batches: the windows old ranks had begun
-        windows = section["windows"]
-        if not isinstance(windows, list) or not all(ints(w, 3) for w in windows):
-            problems.append("windows")
-        if not int_at_least(section.get("window"), 1):
-            problems.append("window")
-        if not int_at_least(section.get("next_window"), 0):
-            problems.append("next_window")
-        if isinstance(levels, list) and not all(
-            isinstance(v, dict) and isinstance(v.get("windows"), list)
-            and all(ints(w, 2) for w in v["windows"])
-            for v in levels
-        ):  # fmt: skip
-            problems.append("levels")
-    if problems:
-        raise StateError(f"bad state: reshard.{', reshard.'.join(problems)} malformed")
-
-
 class Rest:
     """One new rank's share of the rest of a resharded epoch.
 
@@ -244,8 +161,16 @@ class Rest:
         begun = {r: (number, skip) for r, number, skip in section.get("windows", [])}
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
-        for r, (_, _, handed, cut) in enumerate(section["ranks"]):
+        exact = section.get("exact", [False] * world)  # old ranks without skips
+        for r, (block, in_block, handed, cut) in enumerate(section["ranks"]):
             whole = self.shares[r].documents
+            if handed >= 0:  # the same check as a stream resumed on the old rank
+                counts_r = self.shares[r].counts
+                assert counts_r is not None
+                check_position(
+                    counts_r, self.size, self.targets[r], (block, in_block, handed),
+                    exact=exact[r], whose=f"old rank {r}'s share of epoch {self.epoch}",
+                )  # fmt: skip
             left = 0 if handed < 0 else max(0, whole - handed)  # < 0: the rank finished
             self.starts.append(at)
             first = at

@@ -24,7 +24,6 @@ from typing import Any, NamedTuple
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options, int_at_least
-from openwebtext.stream.rest import check_section
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -34,6 +33,7 @@ __all__ = [
     "Stats",
     "check_block",
     "check_in_block",
+    "check_section",
     "check_state",
     "config_of",
     "handed_sum",
@@ -257,7 +257,37 @@ def check_shape(state: Any) -> dict[str, Any]:
             raise StateError(f"bad state: counters.{key} is {value!r}, not an int >= 0")
     if "reshard" in state:
         check_section(state["reshard"])
+    else:
+        _check_fields(state)
     return state
+
+
+def _check_fields(state: Mapping[str, Any]) -> None:
+    """The fields of a state against each other (what needs no corpus; ``epochs.check_position``
+    checks the position against the share it is in, with the counts).
+
+    Raises:
+        StateError: naming the first field that disagrees.
+    """
+    position, counters = state["position"], state.get("counters", {})
+    config = state.get("config", {})
+    handed = counters.get("epoch_documents", 0)
+    if position["in_block"] > handed:
+        raise StateError(
+            f"bad state: position.in_block={position['in_block']} is more than the "
+            f"counters.epoch_documents={handed} handed out in the epoch"
+        )
+    if handed > counters.get("documents", handed):
+        raise StateError(
+            f"bad state: counters.epoch_documents={handed} is more than "
+            f"counters.documents={counters['documents']}"
+        )
+    units = config.get("units")
+    evened = config.get("even") is not None
+    if isinstance(units, int) and not evened and position["block"] > units:
+        raise StateError(
+            f"bad state: position.block={position['block']} is past the corpus's {units} members"
+        )
 
 
 def check_state(state: Any, config: dict[str, Any]) -> dict[str, Any]:
@@ -363,3 +393,57 @@ def resume_options(given: Mapping[str, Any], state: Mapping[str, Any] | None) ->
         else:
             values[name] = saved[name]
     return Options(**values)
+
+
+def check_section(section: Any) -> None:
+    """Check the shape of a state's ``reshard`` section (``reshard.reshard`` writes it).
+
+    Raises:
+        StateError: a field is missing or of the wrong type.
+    """
+
+    def ints(value: Any, n: int | None = None) -> bool:
+        return (
+            isinstance(value, list)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and (n is None or len(value) == n)
+        )
+
+    problems = []
+    if not isinstance(section, dict):
+        raise StateError(f"bad state: reshard is {type(section).__name__}, not an object")
+    for key in ("world_size", "epoch"):
+        if not int_at_least(section.get(key), 0):
+            problems.append(key)
+    ranks = section.get("ranks")
+    if not isinstance(ranks, list) or not all(ints(r, 4) for r in ranks):
+        problems.append("ranks")
+    levels = section.get("levels")
+    if not isinstance(levels, list) or not all(
+        isinstance(v, dict) and ints(v.get("done")) and ints(v.get("cuts")) for v in levels
+    ):
+        problems.append("levels")
+    exact = section.get("exact", [])
+    n_ranks = len(ranks) if isinstance(ranks, list) else None
+    bools = isinstance(exact, list) and all(isinstance(e, bool) for e in exact)
+    if not bools or (exact and n_ranks is not None and len(exact) != n_ranks):
+        problems.append("exact")
+    share: Any = section.get("share")
+    if not ints(share, 2) or not 0 <= share[0] < share[1]:
+        problems.append("share")
+    if "windows" in section:  # best-fit batches: the windows old ranks had begun
+        windows = section["windows"]
+        if not isinstance(windows, list) or not all(ints(w, 3) for w in windows):
+            problems.append("windows")
+        if not int_at_least(section.get("window"), 1):
+            problems.append("window")
+        if not int_at_least(section.get("next_window"), 0):
+            problems.append("next_window")
+        if isinstance(levels, list) and not all(
+            isinstance(v, dict) and isinstance(v.get("windows"), list)
+            and all(ints(w, 2) for w in v["windows"])
+            for v in levels
+        ):  # fmt: skip
+            problems.append("levels")
+    if problems:
+        raise StateError(f"bad state: reshard.{', reshard.'.join(problems)} malformed")

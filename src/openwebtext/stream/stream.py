@@ -34,13 +34,14 @@ from openwebtext.stream import blocks
 from openwebtext.stream.counts import ExpectedCounts
 from openwebtext.stream.epochs import (
     EvenEpoch,
+    EvenLosses,
     block_permutation,
+    block_size,
+    check_resumed,
     epoch_shares,
     even_counts,
     nothing_read,
-    share_counts,
     share_target,
-    warn_losses,
 )
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.state import (
@@ -190,7 +191,8 @@ class Stream:
         self._policy = ErrorPolicy(options, corpus.skipped_files)
         self._even_counts: tuple[int, ...] | None = None
         self._expected: ExpectedCounts | None = None  # when counted: checked as read
-        self._warned_losses = False
+        self._losses = EvenLosses(options)  # what evening out costs: counted, said once
+        self._resumed = state is not None and self._reshard is None
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
         self._rest = (
@@ -290,19 +292,14 @@ class Stream:
         share = shares.share(opts.rank, opts.world_size, opts.even_mode)
         target = share_target(share, opts)
         handed = self._counters.epoch_documents
+        if self._resumed:  # a saved position, checked once
+            check_resumed(share, target, (self._block, self._in_block), self._counters, opts)
+        self._resumed = False
         piece = Piece(opts.rank, share, self._block, self._in_block, handed, 0, target, False, 0)
         yield from self._piece_documents(pool, piece, target, take)
         if take is not None and self._yielded() >= take:
             return
-        dropped, repeated = share_counts(shares, opts)
-        if (dropped or repeated) and not self._warned_losses:
-            self._warned_losses = True
-            warn_losses(opts, self._epoch, dropped, repeated)
-        self._counters = replace(
-            self._counters,
-            dropped_documents=self._counters.dropped_documents + dropped,
-            repeated_documents=self._counters.repeated_documents + repeated,
-        )
+        self._counters = self._losses.count(shares, self._epoch, self._counters)
 
     def _epoch_shares(self, epoch: int) -> EpochShares:
         """The epoch laid out for cutting shares (counted only when there are several)."""
@@ -388,7 +385,7 @@ class Stream:
             pool,
             units=self.corpus.units,
             start=start,
-            size=max(1, opts.shuffle_buffer if opts.shuffle else 0),
+            size=block_size(opts),
             dtype=self._dtype,
             on_unit=self._count_unit,
             trims=(lambda p: trims.get(p % n)) if trims else None,
