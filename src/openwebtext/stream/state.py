@@ -44,6 +44,9 @@ __all__ = [
 
 STATE_FORMAT = "openwebtext-state/1"
 
+#: How a sharded state's shares are cut (``plan.EpochShares``): intervals of documents.
+SHARES = "documents"
+
 
 @dataclass(frozen=True, slots=True)
 class Counters:
@@ -210,6 +213,8 @@ def stream_config(
         config[name] = getattr(options, name)
     config["even"] = options.even_mode  # the rule, while ranks are evened out
     config["tokenizer"] = tokenizer
+    if options.world_size > 1:  # shares cut at documents: a state of whole-member shares
+        config["shares"] = SHARES  # (before 0.2) is refused, not read from the wrong place
     return config
 
 
@@ -424,7 +429,7 @@ def check_section(section: Any) -> None:
     ):
         problems.append("levels")
     exact = section.get("exact", [])
-    n_ranks = len(ranks) if isinstance(ranks, list) else None
+    n_ranks = len(ranks) if "ranks" not in problems and isinstance(ranks, list) else None
     bools = isinstance(exact, list) and all(isinstance(e, bool) for e in exact)
     if not bools or (exact and n_ranks is not None and len(exact) != n_ranks):
         problems.append("exact")
