@@ -23,7 +23,7 @@ from openwebtext.prepare.config import (
     run_config,
     unit_order,
 )
-from openwebtext.prepare.lock import hold
+from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import build_meta, is_finished, read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Run, open_record
@@ -127,6 +127,7 @@ def written(
         if not restart and is_finished(target, config, store):  # the run waited for did it
             return Report(target, read_meta(target, store), already=True)
         report = build(folder)
+        confirm(folder)  # the staged files are still this run's
         meta = outputs.publish(folder, target, store)
     return dataclasses.replace(report, out=target, meta=meta, already=False)
 
@@ -148,7 +149,7 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     """``prepare`` into the local folder ``folder``."""
     corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds = work
     whole = "slice" not in config
-    workdir = Workdir(folder)
+    workdir = Workdir(folder, lambda: confirm(folder))
     names = BINS if options.split == "hash" else CORPUS_ORDER
     finals = names if (options.split == "hash" or not whole) else BINS
     files = corpus.skipped_files
