@@ -115,13 +115,17 @@ def written(
 ) -> Report:
     """``build`` the files of ``config`` in ``target``: in place for a local folder; for a
     URL, in its staging folder (which resumes a staged run), then published there, unless
-    the URL already holds them. The folder built in is locked for the while (``lock``):
-    another run into it is refused at once, or waited for (``wait``)."""
+    the target already holds them. The folder built in is locked for the while (``lock``):
+    another run into it is refused at once, or waited for (``wait``).
+
+    A finished target is seen before the lock is taken, so a finished run on a read-only
+    folder (a dataset on a read-only share) is "nothing to do", not a failure to create the
+    lock file; when there is something to write, ``build`` checks again under the lock."""
+    if not restart and is_finished(target, config, store):
+        return Report(target, read_meta(target, store), already=True)
     if isinstance(target, Path):
         with hold(target, wait):
             return build(target)
-    if not restart and is_finished(target, config, store):
-        return Report(target, read_meta(target, store), already=True)
     folder = outputs.staging(target)
     with hold(folder, wait):
         if not restart and is_finished(target, config, store):  # the run waited for did it
