@@ -202,6 +202,9 @@ def _check_tiling(
             missing = f"units [{end}, {piece['start']}){_missing(metas, end)}"
             raise PrepareError(f"a slice is missing: {missing}")
         end = piece["stop"]
+    if end > units:  # check_meta refuses this: a slice's positions lie within its units
+        shown = outputs.shown(ordered[-1][0])
+        raise PrepareError(f"{shown} ({_describe(ordered[-1][1])}) ends past the {units} units")
     if end != units:
         raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(metas, end)}")
     return ordered
