@@ -1,5 +1,5 @@
 """A corpus is known by its members' content, not only their sizes (issue 31): a member
-rewritten with other text at the same compressed size changes ``content_fingerprint``, the
+rewritten with other text at the same compressed size changes ``content_fingerprint()``, the
 fingerprint a prepared run's files are of, so ``owt tokenize`` does not take the old run
 for finished and ``owt merge`` refuses a slice of each. Its checks are the xz checks read at
 each member's end (every block's, every stream's index); other members are hashed whole."""
@@ -78,16 +78,18 @@ def test_a_same_size_rewrite_changes_the_content_fingerprint(
     a, b = (Corpus.open(p) for p in rewritten)
     assert [u[1:] for u in a.units] == [u[1:] for u in b.units]  # names, offsets, sizes
     assert a.fingerprint() == b.fingerprint()  # the stream's: names, sizes, formats
-    assert a.content_fingerprint != b.content_fingerprint
+    assert a.content_fingerprint() != b.content_fingerprint()
     again = Corpus.open(rewritten[0])
-    assert again.content_fingerprint == a.content_fingerprint  # stable, and not the mtime's
+    assert again.content_fingerprint() == a.content_fingerprint()  # stable, and not the mtime's
 
 
 def test_a_copy_elsewhere_has_the_same_content_fingerprint(
     small_corpus: Path, tmp_path: Path
 ) -> None:
     copy = Path(shutil.copytree(small_corpus, tmp_path / "copy", copy_function=shutil.copy))
-    assert Corpus.open(copy).content_fingerprint == Corpus.open(small_corpus).content_fingerprint
+    assert (
+        Corpus.open(copy).content_fingerprint() == Corpus.open(small_corpus).content_fingerprint()
+    )
 
 
 def test_tokenize_and_merge_do_not_trust_a_same_size_rewrite(
@@ -174,8 +176,23 @@ def test_a_remote_file_without_validators_is_known_by_its_members_checks(
         with RangeServer(root) as server:
             server.misbehave.validators = False
             remote = Corpus.open(server.url + "/")
-            found.append(remote.content_fingerprint)
+            found.append(remote.content_fingerprint())
             gets = server.gets
-    assert found[0] == Corpus.open(rewritten[0]).content_fingerprint
-    assert found[1] == Corpus.open(rewritten[1]).content_fingerprint != found[0]
+    assert found[0] == Corpus.open(rewritten[0]).content_fingerprint()
+    assert found[1] == Corpus.open(rewritten[1]).content_fingerprint() != found[0]
     assert gets > 0
+
+
+def test_the_content_fingerprint_is_worked_out_once_and_kept_when_pickled(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray tasks get the corpus pickled: they must not read every member's end again."""
+    import pickle
+
+    from openwebtext.index import corpus as corpus_module
+
+    corpus = Corpus.open(small_corpus)
+    first = corpus.content_fingerprint()
+    monkeypatch.setattr(corpus_module, "member_check", lambda *a: pytest.fail("read again"))
+    assert corpus.content_fingerprint() == first
+    assert pickle.loads(pickle.dumps(corpus)).content_fingerprint() == first

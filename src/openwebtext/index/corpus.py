@@ -9,7 +9,6 @@ cache folder (``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``) otherwise.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -153,7 +152,6 @@ class Corpus:
             h.update(line.encode("utf-8", "surrogateescape"))  # names need not be UTF-8
         return h.hexdigest()[:16]
 
-    @functools.cached_property
     def content_fingerprint(self) -> str:
         """A short hash of what the units hold: ``fingerprint`` (names, sizes, formats) and
         each member's integrity checks (``checks.member_check``: an xz member's block checks
@@ -163,12 +161,17 @@ class Corpus:
         the same one. What a prepared run's files are of (``owt tokenize``, ``owt merge``).
 
         Costs a few reads at the end of every member (the full corpus: ~20,600 members),
-        one ranged request each for a remote file; worked out once per ``Corpus``.
+        one ranged request each for a remote file; worked out once per ``Corpus`` (kept with
+        it when it is pickled, as for Ray tasks).
         """
-        h = hashlib.sha256(self.fingerprint().encode())
-        for check in self._member_checks():
-            h.update(len(check).to_bytes(4, "little") + check)
-        return h.hexdigest()[:16]
+        known = self.__dict__.get("_content_fingerprint")
+        if known is None:
+            h = hashlib.sha256(self.fingerprint().encode())
+            for check in self._member_checks():
+                h.update(len(check).to_bytes(4, "little") + check)
+            known = h.hexdigest()[:16]
+            object.__setattr__(self, "_content_fingerprint", known)  # frozen: a cache only
+        return str(known)
 
     def _member_checks(self) -> Iterator[bytes]:
         """``member_check`` of every unit, in corpus order."""
