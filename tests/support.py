@@ -3,7 +3,9 @@ running a loader to its end (``run``), and the leak guard (``no_leaks``)."""
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import gc
 import io
 import lzma
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import termios
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -89,6 +92,67 @@ def group_pids(pgid: int) -> list[int]:
     return [p for p, state, _, group in _processes() if group == pgid and state != "Z"]
 
 
+def _signal_masks(pid: int) -> tuple[int, int]:
+    """(ignored, caught) signal masks of ``pid``, from /proc (0, 0 once it is gone)."""
+    masks = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("SigIgn", "SigCgt"):
+                    masks[key] = int(value, 16)
+    except OSError:
+        return 0, 0
+    return masks.get("SigIgn", 0), masks.get("SigCgt", 0)
+
+
+def _has(mask: int, signum: int) -> bool:
+    return bool(mask & (1 << (signum - 1)))
+
+
+def ready_for_signals(pgid: int, processes: int) -> bool:
+    """Whether the ``owt`` command leading group ``pgid`` is where a test may signal it: at
+    least ``processes`` live processes, the command's handler in place (it catches SIGTERM,
+    which Python alone never does), and every other process (its workers) ignoring SIGINT.
+
+    A count of processes alone is not enough: a worker is counted from its fork, but takes
+    the default SIGINT (the command's handler is not inherited) until it sets it ignored,
+    and a Ctrl-C to the group in between kills it; on a busy machine that lasted longer than
+    any sleep a test could choose.
+    """
+    pids = group_pids(pgid)
+    if len(pids) < processes or not _has(_signal_masks(pgid)[1], signal.SIGTERM):
+        return False
+    return all(_has(_signal_masks(pid)[0], signal.SIGINT) for pid in pids if pid != pgid)
+
+
+def pipe_bytes(fd: int) -> int:
+    """Bytes waiting to be read in the pipe ``fd`` (``FIONREAD``)."""
+    found = array.array("i", [0])
+    fcntl.ioctl(fd, termios.FIONREAD, found, True)
+    return found[0]
+
+
+def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False): a bound on a
+    wait for a state, never a pace."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def gone(pgid: int, seconds: float = 30.0) -> list[int]:
+    """The live processes of group ``pgid`` once they are all gone or ``seconds`` passed.
+
+    A process's pipes close before the kernel has made it a zombie: a test that read EOF
+    from them may still see it alive for a moment (longer on a busy machine)."""
+    wait_until(lambda: group_pids(pgid) == [], seconds)
+    return group_pids(pgid)
+
+
 def inner_tar(docs: dict[str, bytes], fmt: int = tarfile.GNU_FORMAT) -> bytes:
     """A tar of documents, as inside a member."""
     bio = io.BytesIO()
@@ -152,8 +216,9 @@ def damage(path: Path, offset: int, data: bytes) -> None:
 
 
 def interrupt_owt(args: list[str], processes: int) -> tuple[int, str, list[int]]:
-    """Run ``owt ARGS`` in its own session, wait until it has ``processes`` processes, then
-    send SIGINT to the whole group as Ctrl-C would.
+    """Run ``owt ARGS`` in its own session, wait until it is under way (``processes``
+    processes ready for signals, output in the pipe), then send SIGINT to the whole group as
+    Ctrl-C would.
 
     Its stdout is a pipe nobody reads, so a ``--jsonl`` stream blocks mid-way with its workers
     alive. Returns the exit code, stderr, and the group's processes left afterwards.
@@ -167,18 +232,20 @@ def interrupt_owt(args: list[str], processes: int) -> tuple[int, str, list[int]]
         # that: the Ctrl-C this sends must find the default disposition, whatever ours is.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    assert proc.stdout is not None
     try:
-        deadline = time.monotonic() + 60
-        while len(group_pids(proc.pid)) < processes and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert len(group_pids(proc.pid)) >= processes, f"owt {args} should have {processes}"
-        time.sleep(0.3)
+        # Under way: its handler and workers in place, and its first lines in the pipe.
+        under_way = wait_until(
+            lambda: ready_for_signals(proc.pid, processes) and pipe_bytes(proc.stdout.fileno()) > 0,
+            60,
+        )
+        assert under_way, f"owt {args} should have {processes} processes and some output"
         os.killpg(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, err.decode(), group_pids(proc.pid)
+    return proc.returncode, err.decode(), gone(proc.pid)
 
 
 def docs_before_cut(compressed: bytes) -> dict[str, str]:

@@ -11,8 +11,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,12 @@ from support import (
     Members,
     all_but,
     child_pids,
+    gone,
     group_pids,
+    pipe_bytes,
+    ready_for_signals,
     run,
+    wait_until,
 )
 
 #: The reliability suite's leak guard: nothing a test starts or makes outlives it.
@@ -38,6 +41,19 @@ pytestmark = pytest.mark.usefixtures("leaves_nothing_behind")
 # -- signals and vanished consumers --------------------------------------------------------
 
 
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in this process, as in a program started from a
+    terminal: a test run started as a background job has it ignored, and Python then
+    installs no handler (the signal raised below would do nothing)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("sigint_raises")
 def test_ctrl_c_in_a_program_stops_the_workers(small_corpus: Path) -> None:
     """SIGINT in a consumer's own loop: KeyboardInterrupt, and the with-block stops the workers."""
     with pytest.raises(KeyboardInterrupt), Loader(str(small_corpus), workers=2).iter() as it:
@@ -82,14 +98,10 @@ def _owt(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
     return start_in_session([sys.executable, "-m", "openwebtext.cli", *args], **popen)
 
 
-def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
-    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False)."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def _under_way(proc: subprocess.Popen[bytes]) -> bool:
+    """owt and its 2 workers are ready for a signal, and its first lines are in the pipe."""
+    assert proc.stdout is not None
+    return ready_for_signals(proc.pid, 3) and pipe_bytes(proc.stdout.fileno()) > 0
 
 
 def _kill_group(pgid: int) -> None:
@@ -111,8 +123,7 @@ def test_sigint_stops_owt_stream(
         "--on-error", policy, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        assert _wait_until(lambda: len(group_pids(proc.pid)) >= 3, 60), "owt did not start"
-        time.sleep(0.3)
+        assert wait_until(lambda: _under_way(proc), 60), "owt did not start"
         (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=HANG_BOUND)
     finally:
@@ -123,7 +134,7 @@ def test_sigint_stops_owt_stream(
     assert "Traceback" not in text
     assert text.rstrip().endswith("interrupted")
     assert re.search(r"^\d+ documents, ", text, re.M)
-    assert group_pids(proc.pid) == []
+    assert gone(proc.pid) == []
     # Whole records only (an interrupted write may drop some, never garble one).
     delivered = [json.loads(line) for line in out.split(b"\n") if line]
     texts = all_but(pristine)
@@ -140,7 +151,7 @@ def test_sigint_while_a_worker_hangs(small_corpus: Path, tmp_path: Path) -> None
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
     try:
-        assert _wait_until(marker.exists, 60), "the worker never reached the member"
+        assert wait_until(marker.exists, 60), "the worker never reached the member"
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=HANG_BOUND)
     finally:
@@ -148,7 +159,7 @@ def test_sigint_while_a_worker_hangs(small_corpus: Path, tmp_path: Path) -> None
         proc.wait()
     assert proc.returncode == 130
     assert "Traceback" not in err.decode() and "interrupted" in err.decode()
-    assert group_pids(proc.pid) == []
+    assert gone(proc.pid) == []
 
 
 def test_sigterm_ends_owt_stream_and_its_workers(small_corpus: Path) -> None:
@@ -159,11 +170,10 @@ def test_sigterm_ends_owt_stream_and_its_workers(small_corpus: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        assert _wait_until(lambda: len(group_pids(proc.pid)) >= 3, 60), "owt did not start"
-        time.sleep(0.3)
+        assert wait_until(lambda: _under_way(proc), 60), "owt did not start"
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=HANG_BOUND) == 143
-        assert _wait_until(lambda: group_pids(proc.pid) == [], 10), group_pids(proc.pid)
+        assert gone(proc.pid) == []
     finally:
         _kill_group(proc.pid)
         proc.wait()
@@ -183,20 +193,30 @@ def consumer_killed(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
-        assert _wait_until(marker.exists, 60), "the worker never reached the member"
-        time.sleep(0.5)  # worker 0 reads its other units and waits for more
+        assert wait_until(marker.exists, 60), "the worker never reached the member"
         workers = [pid for pid in group_pids(proc.pid) if pid != proc.pid]
         hung = int(marker.read_text())
         assert hung in workers and len(workers) == 2
+        (idle,) = set(workers) - {hung}
+        # Worker 0 reads its other units, then waits for more (asleep on its task pipe).
+        assert wait_until(lambda: _state(idle) == "S", 60), "worker 0 never went idle"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        _wait_until(lambda: group_pids(proc.pid) == [], 3)
-        alive = set(group_pids(proc.pid))
+        alive = set(gone(proc.pid, HANG_BOUND))  # a bound on the wait, not a pace
         return {"hung": hung in alive, "idle": bool(alive - {hung})}
     finally:
         _kill_group(proc.pid)
         proc.wait()
-        _wait_until(lambda: group_pids(proc.pid) == [], 10)
+        gone(proc.pid)
+
+
+def _state(pid: int) -> str:
+    """``pid``'s state letter in /proc (R running, S asleep, ...; "" once gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
 
 
 def test_idle_worker_exits_when_its_consumer_dies(consumer_killed: dict[str, bool]) -> None:

@@ -85,6 +85,35 @@ def test_merge_into_one_of_its_slices_is_refused(small_corpus: Path, tmp_path: P
     assert _files(slices[0]) == before
 
 
+@pytest.mark.parametrize(
+    ("inputs", "out"),
+    [
+        (["file://{d}/s0", "file://{d}/s1"], "{d}/s1"),
+        (["{d}/s0", "{d}/s1"], "file://{d}/s1"),
+        (["{d}/s0", "{d}/s1"], "file://{d}/s1/"),
+        (["file://s0", "file://s1"], "s0"),  # fsspec: file://NAME is a path relative to cwd
+        (["s0", "s1"], "local://s1"),
+        (["file://{d}/s0", "file://{d}/s1"], "file://{d}/s2/../s0"),
+    ],
+)
+def test_merge_into_one_of_its_slices_named_as_a_file_url_is_refused(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    inputs: list[str], out: str,
+) -> None:  # fmt: skip
+    """The refusal compared plain paths only: ``owt merge file://D/s0 file://D/s1 --out D/s1``
+    overwrote slice s1 with the whole run (issue 31)."""
+    corpus = Corpus.open(small_corpus)
+    slices = [tmp_path / f"s{i}" for i in range(2)]
+    for i, folder in enumerate(slices):
+        prepare(corpus, folder, _opts(), shard=(i, 2))
+    before = [_files(folder) for folder in slices]
+    monkeypatch.chdir(tmp_path)
+    named = [f.format(d=tmp_path) for f in inputs]
+    with pytest.raises(PrepareError, match="one of the slices being merged"):
+        merge(named, out.format(d=tmp_path))
+    assert [_files(folder) for folder in slices] == before
+
+
 def test_to_s3_a_slice_is_not_a_finished_run_nor_a_merge_target(
     small_corpus: Path, s3_endpoint: str, tmp_path: Path
 ) -> None:

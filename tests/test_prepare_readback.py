@@ -188,3 +188,45 @@ def test_a_remote_slice_changed_in_place_is_not_merged(
     finally:
         for url in urls:
             outputs.remove(outputs.staging(url, "fetch"))
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda m: m["slice"].update(stop=9, shard=None), r"slice \[3, 9\) is not within"),
+        (lambda m: m["slice"].update(start=4, stop=9), r"slice \[4, 9\) is not within"),
+        (lambda m: m["slice"].update(shard=[0, 2]), r"slice \[3, 6\) is not shard 0/2"),
+    ],
+)
+def test_a_slice_whose_positions_do_not_fit_its_units_is_named_as_damaged(
+    slices: list[Path], tmp_path: Path, change: Callable[[dict[str, Any]], None], said: str
+) -> None:
+    """Not "a slice is missing: units [9, 6)", nor an overlap of two shards 0/2 (issue 27)."""
+    _edit(slices[1] / "meta.json", change)
+    with pytest.raises(PrepareError, match=rf"{slices[1] / 'meta.json'} is damaged: {said}"):
+        merge(slices, tmp_path / "out")
+    assert not (tmp_path / "out" / "train.bin").exists()
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+def test_a_slice_file_whose_bytes_are_not_its_count_of_items_is_refused(
+    small_corpus: Path, tmp_path: Path, split: str
+) -> None:
+    """A file with one byte more, its meta.json's size and sha256 edited to fit: merged, it
+    made a train.bin that ``np.memmap(dtype=uint16)`` refuses (issue 31)."""
+    import hashlib
+
+    corpus = Corpus.open(small_corpus)
+    options = _opts(split=split, tokenizer="gpt2")
+    folders = [tmp_path / f"s{i}" for i in range(2)]
+    for i, folder in enumerate(folders):
+        prepare(corpus, folder, options, shard=(i, 2))
+    name = "train.bin" if split == "hash" else "tokens.bin"
+    damaged = folders[1] / name
+    damaged.write_bytes(damaged.read_bytes() + b"\0")
+    sha = hashlib.sha256(damaged.read_bytes()).hexdigest()
+    size = damaged.stat().st_size
+    _edit(folders[1] / "meta.json", lambda m: m["files"][name].update(bytes=size, sha256=sha))
+    with pytest.raises(PrepareError, match=rf"is damaged: files\.{name}\.bytes is {size}, not"):
+        merge(folders, tmp_path / "out")
+    assert not (tmp_path / "out" / "train.bin").exists()

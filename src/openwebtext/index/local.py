@@ -24,10 +24,10 @@ from openwebtext.formats import TAR
 from openwebtext.index.outer import file_kind, walk_outer_tar
 from openwebtext.records import Unit
 
-__all__ = ["index_file", "index_file_before_damage"]
+__all__ = ["LocalFile", "index_file", "index_file_before_damage"]
 
 
-class _LocalFile:
+class LocalFile:
     """A local file read by offset (``outer.Readable``)."""
 
     def __init__(self, fd: int, size: int):
@@ -66,7 +66,7 @@ def index_file_before_damage(path: Path) -> tuple[list[Unit], CorpusError | None
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            local = _LocalFile(f.fileno(), size)
+            local = LocalFile(f.fileno(), size)
             kind = file_kind(local, name)
             if kind != TAR:
                 return [Unit(name, path.name, 0, size, kind, subset, 0)], None

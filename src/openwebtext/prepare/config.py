@@ -150,7 +150,7 @@ def run_config(corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer) ->
     config: dict[str, Any] = {
         "format": FORMAT,
         "split": options.split,
-        "corpus": corpus.fingerprint(),
+        "corpus": corpus.content_fingerprint(),  # its members' content, not only their sizes
         "units": len(corpus.units),
         "tokenizer": tokenizer.spec,
         "fingerprint": tokenizer.fingerprint,

@@ -7,6 +7,13 @@ however it ends: the lock of a run killed with SIGKILL is taken over by the next
 nothing to clean. The file names its holder (pid, host, start time) for the message of the
 run that finds it held, and is removed when the holder is done. A URL output is locked
 through its local staging folder, which every run of that URL on this machine shares.
+
+A lock is of a file, not of a name: the holder before us removes the file as it lets go,
+and a file removed while held (a temporary-file cleaner, ``rm .owt-*``, NFS) lets another
+run create and lock a new one. So a lock counts only while the file locked is the one at
+the path (same device and inode): a waiter that gets a removed file's lock tries again on
+the new one, a holder removes the file only if it is still its own, and a run calls
+``confirm`` before it commits, refusing to when another run may be writing the folder.
 """
 
 from __future__ import annotations
@@ -25,15 +32,33 @@ from pathlib import Path
 
 from openwebtext.prepare.workdir import PrepareError
 
-__all__ = ["LOCK", "hold"]
+__all__ = ["LOCK", "confirm", "hold"]
 
 #: The lock file's name in an output folder.
 LOCK = ".owt-lock"
 
 _log = logging.getLogger("openwebtext")
-#: The folders each thread holds (``folders``): holding one again is a no-op. Another
-#: thread of the same process is another run, and is refused as any other.
+#: The folders each thread holds (``folders``: resolved folder -> the locked file's
+#: ``_identity``, None where the file system cannot lock): holding one again is a no-op.
+#: Another thread of the same process is another run, and is refused as any other.
 _held = threading.local()
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
+def _is_ours(path: Path, fd: int) -> bool:
+    """Whether the file at ``path`` is still the one ``fd`` locks."""
+    try:
+        return _identity(os.stat(path)) == _identity(os.fstat(fd))
+    except FileNotFoundError:
+        return False
+
+
+def _folders() -> dict[str, tuple[int, int] | None]:
+    folders: dict[str, tuple[int, int] | None] = _held.__dict__.setdefault("folders", {})
+    return folders
 
 
 def _holder(fd: int) -> str:
@@ -61,12 +86,10 @@ def _open_locked(path: Path, wait: bool) -> int:
                     raise
                 _log.warning("%s is in use by another run (%s): waiting", path.parent, _holder(fd))
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            # The holder before us may have removed the file between our open and our lock:
-            # then the lock we hold is of a file nobody else will see; take the new one's.
-            try:
-                same = os.stat(path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
+            # The holder before us may have removed the file between our open and our lock
+            # (and a third run locked a new one): the lock we hold is then of a file nobody
+            # else will see; take the new one's.
+            same = _is_ours(path, fd)
         except BlockingIOError:
             holder = _holder(fd)
             os.close(fd)
@@ -99,7 +122,7 @@ def hold(folder: Path, wait: bool = False) -> Iterator[None]:
         raise PrepareError(f"cannot create the output folder {folder}: {exc}") from exc
     path = folder / LOCK
     key = str(folder.resolve())
-    held = _held.__dict__.setdefault("folders", set())
+    held = _folders()
     if key in held:  # this thread holds it already (a Ray run's merge, in its own run)
         yield
         return
@@ -109,17 +132,47 @@ def hold(folder: Path, wait: bool = False) -> Iterator[None]:
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.EINVAL):
             raise PrepareError(f"cannot lock {path}: {exc}") from exc
         _log.warning("%s: this file system cannot lock files; not locked", folder)
-        yield
+        held[key] = None
+        try:
+            yield
+        finally:
+            del held[key]
         return
     try:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
         body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": since})
         os.ftruncate(fd, 0)
         os.pwrite(fd, body.encode(), 0)
-        held.add(key)
+        held[key] = _identity(os.fstat(fd))
         yield
     finally:
-        held.discard(key)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # while still holding it: a waiter then retries on a new file
+        held.pop(key, None)
+        if _is_ours(path, fd):  # another run's lock file (ours was removed) stays
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()  # while still holding it: a waiter then retries on a new file
         os.close(fd)
+
+
+def confirm(folder: Path) -> None:
+    """Check, before committing, that this thread's lock of ``folder`` still counts: the
+    file at ``folder/.owt-lock`` is the one it locked (a no-op where it holds no lock).
+
+    Raises:
+        PrepareError: the lock file was removed or replaced: another run may be writing
+            the folder, and this one must not commit.
+    """
+    locked = _folders().get(str(folder.resolve()))
+    if locked is None:
+        return
+    path = folder / LOCK
+    try:
+        now: tuple[int, int] | None = _identity(os.stat(path))
+    except FileNotFoundError:
+        now = None
+    if now != locked:
+        what = "was removed" if now is None else "was replaced by another run's"
+        raise PrepareError(
+            f"{path} {what} while this run held it (a temporary-file cleaner?): another run "
+            f"may be writing {folder}, so this one stops before committing; run again "
+            "(with --wait) once the folder is free"
+        )

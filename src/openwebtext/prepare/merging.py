@@ -15,7 +15,7 @@ import numpy as np
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import BINS, CONFIG_KEYS, FORMAT, Progress, Report, difference
-from openwebtext.prepare.lock import hold
+from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import build_meta, read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Run, new_counts, open_record
@@ -106,7 +106,7 @@ def _merge_in(
     verify: bool,
 ) -> Report:
     """``merge`` into the local folder ``folder``."""
-    workdir = Workdir(folder)
+    workdir = Workdir(folder, lambda: confirm(folder))
 
     # Remote slices are read from local copies (a copy already made of the same meta.json
     # is kept if it still matches it), made only when they are read; with ``verify``, every
@@ -202,6 +202,9 @@ def _check_tiling(
             missing = f"units [{end}, {piece['start']}){_missing(metas, end)}"
             raise PrepareError(f"a slice is missing: {missing}")
         end = piece["stop"]
+    if end > units:  # check_meta refuses this: a slice's positions lie within its units
+        shown = outputs.shown(ordered[-1][0])
+        raise PrepareError(f"{shown} ({_describe(ordered[-1][1])}) ends past the {units} units")
     if end != units:
         raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(metas, end)}")
     return ordered

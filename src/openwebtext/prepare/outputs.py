@@ -73,12 +73,29 @@ def join(folder: Location, name: str) -> Location:
     return folder / name
 
 
+#: The URL schemes of local files (fsspec's ``LocalFileSystem``): what follows ``://`` is a
+#: path, relative to the working folder unless it starts with ``/``.
+_LOCAL_SCHEMES = ("file://", "local://")
+
+
+def _local(folder: Location) -> Path | None:
+    """Where ``folder`` is on this machine's disk, resolved (symlinks, ``..``), if it is a
+    path or a ``file://`` URL; None for any other URL."""
+    if isinstance(folder, Path):
+        return folder.resolve()
+    for scheme in _LOCAL_SCHEMES:
+        if folder.lower().startswith(scheme):
+            return Path(folder[len(scheme) :] or ".").resolve()
+    return None
+
+
 def same_place(a: Location, b: Location) -> bool:
-    """Whether two locations are the same folder (local ones resolved, URLs without a final
-    ``/``)."""
-    if isinstance(a, str) or isinstance(b, str):
-        return isinstance(a, str) and isinstance(b, str) and a.rstrip("/") == b.rstrip("/")
-    return a.resolve() == b.resolve()
+    """Whether two locations are the same folder: local ones (paths and ``file://`` URLs)
+    resolved, other URLs compared without a final ``/``."""
+    local_a, local_b = _local(a), _local(b)
+    if local_a is not None or local_b is not None:
+        return local_a == local_b
+    return str(a).rstrip("/") == str(b).rstrip("/")
 
 
 def shown(folder: Location, resolve: bool = False) -> str:

@@ -23,7 +23,7 @@ from openwebtext.prepare.config import (
     run_config,
     unit_order,
 )
-from openwebtext.prepare.lock import hold
+from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import build_meta, is_finished, read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Run, open_record
@@ -115,18 +115,23 @@ def written(
 ) -> Report:
     """``build`` the files of ``config`` in ``target``: in place for a local folder; for a
     URL, in its staging folder (which resumes a staged run), then published there, unless
-    the URL already holds them. The folder built in is locked for the while (``lock``):
-    another run into it is refused at once, or waited for (``wait``)."""
+    the target already holds them. The folder built in is locked for the while (``lock``):
+    another run into it is refused at once, or waited for (``wait``).
+
+    A finished target is seen before the lock is taken, so a finished run on a read-only
+    folder (a dataset on a read-only share) is "nothing to do", not a failure to create the
+    lock file; when there is something to write, ``build`` checks again under the lock."""
+    if not restart and is_finished(target, config, store):
+        return Report(target, read_meta(target, store), already=True)
     if isinstance(target, Path):
         with hold(target, wait):
             return build(target)
-    if not restart and is_finished(target, config, store):
-        return Report(target, read_meta(target, store), already=True)
     folder = outputs.staging(target)
     with hold(folder, wait):
         if not restart and is_finished(target, config, store):  # the run waited for did it
             return Report(target, read_meta(target, store), already=True)
         report = build(folder)
+        confirm(folder)  # the staged files are still this run's
         meta = outputs.publish(folder, target, store)
     return dataclasses.replace(report, out=target, meta=meta, already=False)
 
@@ -148,7 +153,7 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     """``prepare`` into the local folder ``folder``."""
     corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds = work
     whole = "slice" not in config
-    workdir = Workdir(folder)
+    workdir = Workdir(folder, lambda: confirm(folder))
     names = BINS if options.split == "hash" else CORPUS_ORDER
     finals = names if (options.split == "hash" or not whole) else BINS
     files = corpus.skipped_files

@@ -13,7 +13,9 @@ from typing import Any
 import numpy as np
 
 from openwebtext.options import int_at_least
+from openwebtext.plan import shard_range
 from openwebtext.policy import MEMBER_COUNTERS
+from openwebtext.prepare.config import LENGTH
 
 __all__ = ["check_meta", "check_record"]
 
@@ -95,12 +97,40 @@ def _slice(value: object, units: int) -> None:
     index, count = _count(shard[0], "slice.shard[0]"), _count(shard[1], "slice.shard[1]")
     if not index < count:
         raise ValueError(f"slice.shard must be [i, n] with 0 <= i < n, not {shard!r}")
+    if shard_range(units, index, count) != (start, stop):
+        first, end = shard_range(units, index, count)
+        raise ValueError(
+            f"slice [{start}, {stop}) is not shard {index}/{count} of the {units} units "
+            f"([{first}, {end}))"
+        )
+
+
+def _bytes_per_count(meta: Mapping[str, Any]) -> dict[str, tuple[str, str, int]]:
+    """For each file of ``meta``'s kind: the count it holds one item per, and the item's
+    size (a file's bytes are its tokens times the dtype's size, or its documents' lengths)."""
+    itemsize = np.dtype(meta["dtype"]).itemsize
+    if "slice" in meta and meta["split"] == "nanogpt":
+        return {"tokens.bin": ("tokens", "all", itemsize),
+                "lengths.bin": ("documents", "all", LENGTH.itemsize)}  # fmt: skip
+    return {f"{split}.bin": ("tokens", split, itemsize) for split in ("train", "val")}
+
+
+def _sizes_agree(meta: Mapping[str, Any]) -> None:
+    """Each file's ``bytes`` are what its count makes them (a hand-edited meta.json whose
+    sha256 was made to fit an odd-sized file is refused: numpy could not map it)."""
+    for name, (part, key, size) in _bytes_per_count(meta).items():
+        count, found = meta[part][key], meta["files"][name]["bytes"]
+        if found != count * size:
+            raise ValueError(
+                f"files.{name}.bytes is {found}, not the {count} {part}.{key} times "
+                f"{size} bytes ({count * size})"
+            )
 
 
 def check_meta(meta: Mapping[str, Any]) -> None:
     """Check a ``meta.json`` (a whole run's, or a slice's when it has ``slice``) field by
     field: the config a reader uses, the counts, and ``files`` (each ``bytes`` and
-    ``sha256``; the very files the run's kind writes).
+    ``sha256``; the very files the run's kind writes; their bytes the counts' items).
 
     Raises:
         ValueError: naming the first wrong field.
@@ -114,6 +144,7 @@ def check_meta(meta: Mapping[str, Any]) -> None:
             names, keys = ["tokens.bin", "lengths.bin"], ["all"]
     _counts(meta, keys)
     _files(meta.get("files"), names)
+    _sizes_agree(meta)
 
 
 def check_record(record: Mapping[str, Any]) -> None:

@@ -26,7 +26,11 @@ __all__ = ["finished_report", "lock_output", "remove_folder", "slice_folders", "
 
 
 def slice_sizes(corpus: Corpus, options: PrepareOptions, count: int) -> list[int]:
-    """The compressed bytes of the units of each of ``count`` slices of a run."""
+    """The compressed bytes of the units of each of ``count`` slices of a run.
+
+    Works out ``corpus.content_fingerprint()`` (a read at every member's end) here, once: the
+    engine's tasks get the corpus pickled with it, and each would read them all again."""
+    _ = corpus.content_fingerprint()
     order = unit_order(corpus, options)
     units = corpus.units
     sizes = []

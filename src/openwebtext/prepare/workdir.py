@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,17 @@ class Part:
 
 
 class Workdir:
-    """The output folder: its progress record, its parts, and the commit step."""
+    """The output folder: its progress record, its parts, and the commit step.
 
-    def __init__(self, folder: str | os.PathLike[str]) -> None:
+    ``guard`` is called before the commit step changes anything and again before it writes
+    ``meta.json``; it raises to stop a run that no longer owns the folder (``lock.confirm``).
+    """
+
+    def __init__(
+        self, folder: str | os.PathLike[str], guard: Callable[[], None] | None = None
+    ) -> None:
         self.folder = Path(folder)
+        self.guard = guard or (lambda: None)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -159,6 +167,7 @@ class Workdir:
         ``record`` is saved (phase ``commit``) before anything is renamed, so a run cut short
         here is finished by the next one. ``drop``: parts that are only temporary.
         """
+        self.guard()
         record = {**record, "phase": "commit"}
         self.save(record)
         with contextlib.suppress(FileNotFoundError):
@@ -176,6 +185,7 @@ class Workdir:
             if stale not in names:
                 (self.folder / stale).unlink(missing_ok=True)
         sync_folder(self.folder)
+        self.guard()  # no meta.json over files another run may have replaced meanwhile
         self.write_json("meta.json", record["meta"])
         for name in drop:
             self.part_path(name).unlink(missing_ok=True)
