@@ -59,6 +59,7 @@ def worker_main(
     storage: Storage | None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the fork
     # terminate() ends us at once, whatever SIGTERM handler the consumer's program has.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent(parent)

@@ -12,6 +12,7 @@ import mmap
 import multiprocessing as mp
 import os
 import selectors
+import signal
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
@@ -91,12 +92,18 @@ class WorkerPool:
             name=f"owt-worker-{self._next_number}",
             daemon=True,
         )
+        # SIGINT is blocked from the fork until the worker ignores it (``worker_main``): a
+        # Ctrl-C to the process group in between would kill the new worker, not reach the
+        # consumer. A signal that arrives meanwhile reaches this process once unblocked.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             process.start()
         except OSError as exc:
             for conn in (task_r, task_w, result_r, result_w):
                 conn.close()
             raise WorkerError(f"cannot start a worker process: {exc}") from exc
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         task_r.close()
         result_w.close()
         worker = _Worker(self._next_number, process, task_w, result_r)
