@@ -29,6 +29,7 @@ from openwebtext.source.settings import (
     real_url,
     resolve,
 )
+from openwebtext.source.validators import CHANGED, same_file, strong_etag
 
 __all__ = ["WHOLE_FILE_BYTES", "RangeFile", "fetch"]
 
@@ -121,9 +122,6 @@ class _WholeFile(Exception):
         self.body = body
 
 
-_CHANGED = "the file changed since it was indexed (index it again)"
-
-
 async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
     """Bytes ``[start, end)`` by one GET on ``fs``'s (fsspec HTTP) session: never more than
     asked for, and only of the content indexed (``If-Match`` its ETag: 412 if it changed)."""
@@ -131,7 +129,7 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
     headers = dict(kwargs.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
     headers["Accept-Encoding"] = "identity"
-    etag = _strong_etag(known)
+    etag = strong_etag(known)
     if etag is not None:
         headers["If-Match"] = etag
     session = await fs.set_session()
@@ -140,9 +138,13 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
         if status == 404:
             raise FileNotFoundError(url)
         if status == 412:
-            raise Fatal(_CHANGED)
+            raise Fatal(CHANGED)
         if status >= 400:
             raise HTTPStatus(status, response.headers.get("Retry-After"))
+        if not same_file(
+            known, response.headers.get("ETag"), response.headers.get("Last-Modified")
+        ):
+            raise Fatal(CHANGED)  # a server that ignores If-Match
         whole = start == 0 and known is not None and end == known.size
         if status != 206 and not whole:
             length = response.headers.get("Content-Length")
@@ -162,14 +164,6 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
         return await _capped(response, end - start)
 
 
-def _strong_etag(known: FileInfo | None) -> str | None:
-    """The indexed ETag, quoted, if it is a strong one (``If-Match`` compares those only)."""
-    kind, _, value = known.identity.partition(":") if known else ("", "", "")
-    if kind in ("ETag", "etag") and value and not value.startswith("W/"):
-        return f'"{value}"'
-    return None
-
-
 async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
     """Bytes ``[start, end)`` of an S3 object by one ``GetObject`` on ``fs`` (s3fs), with
     ``IfMatch`` its indexed ETag: an object replaced since it was indexed is an error."""
@@ -177,7 +171,7 @@ async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | N
     kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
     if version:
         kwargs["VersionId"] = version
-    etag = _strong_etag(known)
+    etag = strong_etag(known)
     if etag is not None:
         kwargs["IfMatch"] = etag
     try:
@@ -186,10 +180,12 @@ async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | N
         cause = getattr(exc.__cause__ or exc.__context__, "response", None)
         code = cause.get("Error", {}).get("Code") if isinstance(cause, dict) else None
         if code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower():
-            raise Fatal(_CHANGED) from None
+            raise Fatal(CHANGED) from None
         raise
     body = response["Body"]
     try:
+        if not same_file(known, response.get("ETag"), response.get("LastModified")):
+            raise Fatal(CHANGED)  # an S3-compatible store that ignores IfMatch
         data: bytes = await body.read()
     finally:
         body.close()
