@@ -245,3 +245,26 @@ def test_an_s3_object_replaced_between_index_and_read_is_an_error_never_a_misrea
         assert "corrupt" not in str(info.value)
     finally:
         client.delete_object(Bucket="owt", Key="changing/urlsf_subset00.tar")
+
+
+def test_watched_hands_back_every_result_in_order_none_and_empty_ones_too() -> None:
+    def call(k: int) -> object:
+        if k == 3:
+            raise ValueError("three")
+        return {1: None, 2: []}.get(k, k)
+
+    got = watchdog.watched(call, [0, 1, 2, 3, 4], "http://127.0.0.1:9/x", threads=3)
+    assert got[:3] == [0, None, []] and got[4] == 4
+    assert isinstance(got[3], ValueError)
+    assert watchdog.watched(call, [], "http://127.0.0.1:9/x") == []
+
+
+def test_an_empty_listing_is_the_no_documents_error(
+    http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openwebtext.index import remote
+
+    for listing in ([], None):  # None: a listing library that answers nothing at all
+        monkeypatch.setattr(remote, "expand_url", lambda url, storage, listed=listing: listed)
+        with pytest.raises(CorpusError, match="no documents"):
+            Corpus.open(http.url + "/")

@@ -70,10 +70,11 @@ def index_url(url: str, storage: Storage | None = None) -> list[list[Unit] | Cor
     Raises:
         CorpusError: nothing there (no such file, a folder or pattern that holds none).
     """
-    (listed,) = watched(lambda _: expand_url(url, storage), [url], url)
+    listed = watched(lambda _: expand_url(url, storage), [url], url)[0]
     if isinstance(listed, BaseException):
         raise listed
-    results = watched(lambda file: index_remote_file(file, storage), listed, url, INDEX_THREADS)
+    files = list(listed or [])  # nothing listed: the caller's "no documents"
+    results = watched(lambda file: index_remote_file(file, storage), files, url, INDEX_THREADS)
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, CorpusError):
             raise result
