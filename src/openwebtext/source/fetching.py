@@ -3,11 +3,13 @@
 both fsspec and the Hub: ``hf://`` reads go to ``hub.hub_read`` (the signed CDN URL the Hub
 redirects to), ``http(s)://`` to :func:`_http_range` (one GET on fsspec's session, its body
 capped at the bytes asked for, ``If-Match`` the indexed ETag), ``s3://`` to
-:func:`_s3_range` (``GetObject`` with ``IfMatch``), every other URL to its fsspec
-filesystem's ``cat_file``; all under ``with_retries``, each attempt within its ``deadline``.
-A server that answers a ranged request with the whole file is told at once ("ignores byte
-ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is read
-whole once, kept in the ``Storage``, and every range of it cut from that copy.
+:func:`_s3_range` (``GetObject`` with ``IfMatch``), ``gs://`` to gcsfs's ``cat_file`` of the
+indexed ``generation=``, every other URL to its fsspec filesystem's ``cat_file``; all under
+``with_retries``, each attempt within its ``deadline``. Every HTTP and S3 response's ETag or
+Last-Modified is compared with the indexed one (``validators``).
+A server that answers a ranged request with the whole file is told at once ("ignores
+byte ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is
+read whole once, kept in the ``Storage``, and every range of it cut from that copy.
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ from openwebtext.source.settings import (
     real_url,
     resolve,
 )
-from openwebtext.source.validators import CHANGED, same_file, strong_etag
+from openwebtext.source.validators import (
+    CHANGED,
+    CHANGED_OR_GONE,
+    indexed_generation,
+    same_file,
+    strong_etag,
+)
 
 __all__ = ["WHOLE_FILE_BYTES", "RangeFile", "fetch"]
 
@@ -60,6 +68,18 @@ def fetch(
         data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
         return _exactly(data, start, end)
 
+    def through_gcs() -> bytes:
+        # gcsfs's cat_file takes no ETag condition: the read names the indexed generation,
+        # which a replaced object no longer has (404), unless the bucket keeps versions
+        # (then the bytes are the indexed ones).
+        try:
+            data: bytes = within(
+                fs, end - start, fs.cat_file, real, start=start, end=end, generation=generation
+            )
+        except FileNotFoundError:
+            raise Fatal(CHANGED_OR_GONE) from None
+        return _exactly(data, start, end)
+
     def through_http() -> bytes:
         store = resolve(storage)
         body = store.bodies.get(real)
@@ -83,6 +103,9 @@ def fetch(
         return _exactly(data, start, end)
 
     call = through_fs
+    generation = indexed_generation(known)
+    if proto in ("gs", "gcs") and generation is not None:
+        call = through_gcs
     if proto in ("http", "https"):
         call = through_http
     if proto in ("s3", "s3a") and hasattr(fs, "_call_s3"):

@@ -102,9 +102,9 @@ def within(
 
 
 _IDENTITY_KEYS = (
+    "generation",  # GCS: before its etag, which changes with metadata too; reads pin it
     "ETag",
     "etag",
-    "generation",
     "blob_id",
     "sha256",
     "LastModified",

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from openwebtext.source.settings import FileInfo
 
-__all__ = ["CHANGED", "same_file", "strong_etag"]
+__all__ = ["CHANGED", "CHANGED_OR_GONE", "indexed_generation", "same_file", "strong_etag"]
 
 CHANGED = "the file changed since it was indexed (index it again)"
+CHANGED_OR_GONE = "the file changed since it was indexed, or is gone (index it again)"
 
 #: The identity kinds ``filesystems.file_info`` notes, by the validator that carries them.
 _ETAG = frozenset({"ETag", "etag"})
@@ -33,6 +34,12 @@ def strong_etag(known: FileInfo | None) -> str | None:
     if kind in _ETAG and value and not value.startswith("W/"):
         return f'"{value}"'
     return None
+
+
+def indexed_generation(known: FileInfo | None) -> str | None:
+    """The GCS generation noted at indexing, if that is what identifies the file."""
+    kind, _, value = known.identity.partition(":") if known else ("", "", "")
+    return value.strip() or None if kind == "generation" else None
 
 
 def same_file(
