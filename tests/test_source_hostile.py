@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -268,3 +269,68 @@ def test_an_empty_listing_is_the_no_documents_error(
         monkeypatch.setattr(remote, "expand_url", lambda url, storage, listed=listing: listed)
         with pytest.raises(CorpusError, match="no documents"):
             Corpus.open(http.url + "/")
+
+
+class _Clock:
+    """``time.monotonic`` and ``time.sleep`` of the retry module, where sleeping moves the
+    clock on at once: a test of who waits for what, with no real waiting."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        self.slept = 0.0
+        self.on_sleep: list[object] = []
+        monkeypatch.setattr(retry.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(retry.time, "sleep", self.sleep)
+        monkeypatch.setattr(retry.random, "uniform", lambda a, b: 0.0)  # no jitter
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+        while self.on_sleep:
+            self.on_sleep.pop(0)()  # type: ignore[operator]
+
+
+def test_retry_after_holds_back_every_request_to_its_host_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(monkeypatch)
+    host = retry.host_of("http://127.0.0.1:9/a.tar")
+    other = retry.host_of("http://127.0.0.2:9/a.tar")
+    started: list[tuple[str, float]] = []
+    waited_before = retry.waited()
+
+    def request(name: str, refusals: list[str]) -> Callable[[], str]:
+        def call() -> str:
+            started.append((name, clock.now))
+            if refusals:
+                raise retry.HTTPStatus(429, refusals.pop())
+            return name
+
+        return call
+
+    # A is refused with Retry-After: 5. While A waits, B (another thread's request to the same
+    # host) and C (another host) start: B must wait for the same time, once; C must not.
+    def others() -> None:
+        assert retry.with_retries(request("C", []), "GET", other) == "C"
+        assert retry.with_retries(request("B", []), "GET", host) == "B"
+
+    clock.on_sleep.append(others)
+    assert retry.with_retries(request("A", ["5"]), "GET", host) == "A"
+    times = dict((name, t) for name, t in started)
+    assert [name for name, _ in started] == ["A", "C", "B", "A"]
+    assert times["C"] == 1000.0  # another host: not held back
+    assert times["B"] == 1005.0  # held back until the host's time
+    assert retry.waited() - waited_before == pytest.approx(5.0)  # one wait of 5 s, not two
+
+
+def test_the_host_s_wait_counts_in_the_request_s_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(monkeypatch)
+    host = retry.host_of("http://127.0.0.3:9/a.tar")
+    monkeypatch.setattr(retry, "RETRY_ATTEMPTS", 3)
+
+    def refused() -> None:
+        raise retry.HTTPStatus(429, "4")
+
+    with pytest.raises(retry.Fatal, match=r"failed 3 times in 8\.0 s"):
+        retry.with_retries(refused, "GET", host)
+    assert clock.slept == pytest.approx(8.0)

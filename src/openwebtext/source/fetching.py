@@ -21,7 +21,7 @@ from openwebtext.errors import CorruptMember
 from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
-from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, with_retries
+from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, host_of, with_retries
 from openwebtext.source.settings import (
     LOCK,
     FileInfo,
@@ -115,7 +115,8 @@ def fetch(
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
 
     try:
-        return with_retries(call, f"GET bytes {start}-{end - 1}")
+        host = host_of(real, resolve(storage).place)
+        return with_retries(call, f"GET bytes {start}-{end - 1}", host)
     except Fatal as exc:
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
 
