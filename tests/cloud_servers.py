@@ -315,7 +315,8 @@ class FakeHub(_Server):
                 self.count("cdn-refused")
                 self.send_empty(h, 403)
                 return
-            self.send_file(h, target, head, {"ETag": f'"{sha}"'})
+            # The CDN's ETag is of what it serves (a truthful CDN, whatever its URL says).
+            self.send_file(h, target, head, {"ETag": f'"{_sha256(target)}"'})
         else:
             self.count("other")
             self.send_json(h, {"error": "not served by the fake Hub"}, status=404, head=head)
