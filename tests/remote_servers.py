@@ -89,6 +89,9 @@ class Misbehaviour:
     weak_etag: bool = False
     """Send the ETag weak (``W/"…"``, as many CDNs do), and answer 412 to an ``If-Match``
     of anything but the strong tag (weak tags never match: RFC 9110's strong comparison)."""
+    weak_etag_on_get: bool = False
+    """Send the ETag strong to a HEAD and weak with a GET's body (a CDN that weakens what it
+    passes on); ``If-Match`` of the strong tag is still honoured."""
     ignore_if_match: bool = False
     """Serve whatever the file holds now, whatever ``If-Match`` says."""
 
@@ -304,8 +307,9 @@ class RangeServer(Loopback):
                 self.refused_if_match += 1
             self._empty(h, 412)
             return
+        weakened = self.misbehave.weak_etag_on_get and not head
         headers = {
-            "ETag": f"W/{etag}" if self.misbehave.weak_etag else etag,
+            "ETag": f"W/{etag}" if self.misbehave.weak_etag or weakened else etag,
             "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
         }
         if not self.misbehave.etag:

@@ -146,6 +146,11 @@ def _overlap(raw: dict[str, Any]) -> None:
     raw["units"][1][1] = raw["units"][0][1] + 512
 
 
+def _no_room_for_a_header(raw: dict[str, Any]) -> None:  # right after the one before
+    first = raw["units"][0]
+    raw["units"][1][1] = first[1] + -(-first[2] // 512) * 512
+
+
 def _renumbered(raw: dict[str, Any]) -> None:  # the middle one left out, the rest renumbered
     raw["units"].pop(1)
     for k, row in enumerate(raw["units"]):
@@ -159,6 +164,7 @@ def _renumbered(raw: dict[str, Any]) -> None:  # the middle one left out, the re
         (_drop_middle, True),
         (_past_the_end, True),
         (_overlap, True),
+        (_no_room_for_a_header, True),
         # Told by its digest only (the shape of a real index):
         (_drop_last, False),
         (_renumbered, False),

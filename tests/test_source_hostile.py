@@ -334,3 +334,15 @@ def test_the_host_s_wait_counts_in_the_request_s_time(monkeypatch: pytest.Monkey
     with pytest.raises(retry.Fatal, match=r"failed 3 times in 8\.0 s"):
         retry.with_retries(refused, "GET", host)
     assert clock.slept == pytest.approx(8.0)
+
+
+def test_whole_file_bytes_is_the_largest_file_read_whole(
+    http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = (http.root / "urlsf_subset00.tar").stat().st_size
+    http.misbehave.ignore_range = True
+    monkeypatch.setattr(fetching, "WHOLE_FILE_BYTES", size - 1)
+    with pytest.raises(CorpusError, match="server ignores byte ranges"):
+        Corpus.open(http.url + "/urlsf_subset00.tar")
+    monkeypatch.setattr(fetching, "WHOLE_FILE_BYTES", size)
+    assert Corpus.open(http.url + "/urlsf_subset00.tar").units

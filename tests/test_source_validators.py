@@ -98,3 +98,12 @@ def test_an_s3_object_replaced_on_a_store_that_ignores_ifmatch_is_an_error(
         assert "corrupt" not in str(info.value)
     finally:
         client.delete_object(Bucket="owt", Key=key)
+
+
+def test_an_etag_weakened_on_the_way_is_the_same_tag(small_corpus: Path, http: RangeServer) -> None:
+    """A CDN may send a HEAD's ETag strong and a GET's weak (or the other way): RFC 9110's
+    weak comparison makes them the same file, not a changed one."""
+    http.misbehave.weak_etag_on_get = True
+    corpus = Corpus.open(http.url + "/")
+    assert texts(corpus, seed=2, workers=0) == local_stream(small_corpus, seed=2)
+    assert http.refused_if_match == 0
