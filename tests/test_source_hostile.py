@@ -346,3 +346,33 @@ def test_whole_file_bytes_is_the_largest_file_read_whole(
         Corpus.open(http.url + "/urlsf_subset00.tar")
     monkeypatch.setattr(fetching, "WHOLE_FILE_BYTES", size)
     assert Corpus.open(http.url + "/urlsf_subset00.tar").units
+
+
+class _Aborted(BaseException):
+    """Ends a request mid-wait (a thread the test no longer needs)."""
+
+
+def test_a_shorter_retry_after_never_cuts_a_host_s_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B was in flight when A was told to wait 10 s; B's own answer says 1 s: the host's
+    time stays the later one."""
+    clock = _Clock(monkeypatch)
+    host = retry.host_of("http://127.0.0.4:9/a.tar")
+    started: list[float] = []
+
+    def stop() -> None:
+        raise _Aborted
+
+    def refused_for_ten() -> None:
+        clock.on_sleep.append(stop)  # A's part ends once its refusal is noted
+        raise retry.HTTPStatus(429, "10")
+
+    def b() -> str:
+        started.append(clock.now)
+        if len(started) == 1:  # in flight: meanwhile A is refused for 10 s
+            with pytest.raises(_Aborted):
+                retry.with_retries(refused_for_ten, "GET", host)
+            raise retry.HTTPStatus(429, "1")
+        return "B"
+
+    assert retry.with_retries(b, "GET", host) == "B"
+    assert started == [1000.0, 1010.0]
