@@ -19,7 +19,8 @@ calls, and nothing more (read from the libraries' own sources):
   ``prefix``, ``maxResults`` and ``pageToken``), ``GET
   /storage/v1/b/<bucket>/o/<object>`` (an object's metadata: size, etag,
   generation, md5Hash), ``GET /storage/v1/b/<bucket>`` and ``GET
-  /download/storage/v1/b/<bucket>/o/<object>?alt=media`` with one ``Range``.
+  /download/storage/v1/b/<bucket>/o/<object>?alt=media`` with one ``Range`` (and
+  ``generation=``: 404 unless it is the object's, as a bucket without versioning answers).
 
 Both count requests (by kind) and bytes sent, keep a log of ``(method, path)``,
 and inject faults on the requests that send file bytes (``remote_servers.Faults``:
@@ -314,7 +315,8 @@ class FakeHub(_Server):
                 self.count("cdn-refused")
                 self.send_empty(h, 403)
                 return
-            self.send_file(h, target, head, {"ETag": f'"{sha}"'})
+            # The CDN's ETag is of what it serves (a truthful CDN, whatever its URL says).
+            self.send_file(h, target, head, {"ETag": f'"{_sha256(target)}"'})
         else:
             self.count("other")
             self.send_json(h, {"error": "not served by the fake Hub"}, status=404, head=head)
@@ -442,6 +444,11 @@ class FakeGCS(_Server):
                 self._missing(h, "object")
                 return
             obj = self._object(bucket, root, target)
+            wanted = query.get("generation")
+            if wanted is not None and wanted != obj["generation"]:
+                self.count("media-other-generation")
+                self._missing(h, "object")  # a bucket without versioning keeps the last only
+                return
             self.send_file(
                 h,
                 target,

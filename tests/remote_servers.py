@@ -9,9 +9,10 @@ bodies cut short of their ``Content-Length``. It counts requests and bytes sent.
 
 It can also misbehave as hostile servers do (``Misbehaviour``, the server's ``misbehave``):
 drip a body one byte every N s, stall after the headers, ignore ``Range`` (200 with the
-whole file), answer 429 with ``Retry-After``, send neither ``ETag`` nor ``Last-Modified``;
+whole file), answer 429 with ``Retry-After``, send neither ``ETag`` nor ``Last-Modified``, send
+a weak ``ETag`` (and refuse every ``If-Match`` but the strong tag), or ignore ``If-Match``;
 a file changed between index and read is one the test rewrites (``If-Match`` is honoured:
-412 when the ETag is not the file's).
+412 when the ETag is not the file's, unless told to ignore it).
 """
 
 from __future__ import annotations
@@ -83,6 +84,16 @@ class Misbehaviour:
     """The ``Retry-After`` header of a 429 (None: none)."""
     validators: bool = True
     """Send ``ETag`` and ``Last-Modified``."""
+    etag: bool = True
+    """Send ``ETag`` (False: ``Last-Modified`` alone)."""
+    weak_etag: bool = False
+    """Send the ETag weak (``W/"…"``, as many CDNs do), and answer 412 to an ``If-Match``
+    of anything but the strong tag (weak tags never match: RFC 9110's strong comparison)."""
+    weak_etag_on_get: bool = False
+    """Send the ETag strong to a HEAD and weak with a GET's body (a CDN that weakens what it
+    passes on); ``If-Match`` of the strong tag is still honoured."""
+    ignore_if_match: bool = False
+    """Serve whatever the file holds now, whatever ``If-Match`` says."""
 
     def throttled(self) -> bool:
         if self.throttle > 0:
@@ -212,6 +223,7 @@ class RangeServer(Loopback):
         self.injected = 0
         self.in_flight = 0
         self.max_in_flight = 0  # GETs being answered at once, at most
+        self.refused_if_match = 0  # 412s answered
         self._lock = threading.Lock()
         server = self
 
@@ -237,6 +249,7 @@ class RangeServer(Loopback):
         with self._lock:
             self.requests = self.gets = self.bytes_sent = self.injected = 0
             self.max_in_flight = 0
+            self.refused_if_match = 0
 
     def _handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         with self._lock:
@@ -288,13 +301,19 @@ class RangeServer(Loopback):
         st = path.stat()
         etag = f'"{st.st_size:x}-{st.st_mtime_ns:x}"'
         wanted = h.headers.get("If-Match")
-        if wanted is not None and wanted.strip() not in ("*", etag):
+        honoured = not self.misbehave.ignore_if_match
+        if honoured and wanted is not None and wanted.strip() not in ("*", etag):
+            with self._lock:
+                self.refused_if_match += 1
             self._empty(h, 412)
             return
+        weakened = self.misbehave.weak_etag_on_get and not head
         headers = {
-            "ETag": etag,
+            "ETag": f"W/{etag}" if self.misbehave.weak_etag or weakened else etag,
             "Last-Modified": email.utils.formatdate(st.st_mtime, usegmt=True),
         }
+        if not self.misbehave.etag:
+            del headers["ETag"]
         if not self.misbehave.validators:
             headers = {}
         try:

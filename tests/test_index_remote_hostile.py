@@ -5,6 +5,7 @@ that drips its body."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,3 +128,70 @@ def test_owt_index_against_a_dripping_server_ends_with_a_clear_error(
     assert run.returncode == 1, run.stderr
     assert url in run.stderr and "no complete answer within" in run.stderr
     assert "Task was destroyed" not in run.stderr and "Traceback" not in run.stderr
+
+
+def _drop_middle(raw: dict[str, Any]) -> None:
+    raw["units"].pop(1)
+
+
+def _drop_last(raw: dict[str, Any]) -> None:
+    raw["units"].pop()
+
+
+def _past_the_end(raw: dict[str, Any]) -> None:
+    raw["units"][0][1] = raw["size"] + 512
+
+
+def _overlap(raw: dict[str, Any]) -> None:
+    raw["units"][1][1] = raw["units"][0][1] + 512
+
+
+def _no_room_for_a_header(raw: dict[str, Any]) -> None:  # right after the one before
+    first = raw["units"][0]
+    raw["units"][1][1] = first[1] + -(-first[2] // 512) * 512
+
+
+def _renumbered(raw: dict[str, Any]) -> None:  # the middle one left out, the rest renumbered
+    raw["units"].pop(1)
+    for k, row in enumerate(raw["units"]):
+        row[4] = k
+
+
+@pytest.mark.parametrize(
+    ("wrong", "digest_again"),
+    [
+        # Told by the entry's shape, even with its digest made again to fit:
+        (_drop_middle, True),
+        (_past_the_end, True),
+        (_overlap, True),
+        (_no_room_for_a_header, True),
+        # Told by its digest only (the shape of a real index):
+        (_drop_last, False),
+        (_renumbered, False),
+    ],
+)
+def test_a_remote_index_cache_entry_that_is_json_but_wrong_is_indexed_again(
+    small_corpus: Path,
+    http: RangeServer,
+    caplog: pytest.LogCaptureFixture,
+    wrong: Any,
+    digest_again: bool,
+) -> None:
+    url = http.url + "/urlsf_subset00.tar"
+    first = Corpus.open(url)
+    assert len(first.units) == 3
+    path = cache_path(url)
+    raw = json.loads(path.read_text())
+    wrong(raw)
+    if digest_again:
+        rows = json.dumps(raw["units"], separators=(",", ":"))
+        raw["digest"] = hashlib.sha256(rows.encode()).hexdigest()
+    path.write_text(json.dumps(raw))
+    http.reset_counts()
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        again = Corpus.open(url)
+    assert again.units == first.units
+    assert http.gets > 0  # walked again
+    said = [r.getMessage() for r in caplog.records if "cached index is wrong" in r.getMessage()]
+    assert len(said) == 1 and "indexed again" in said[0]
+    assert json.loads(path.read_text())["units"] != raw["units"]  # and written again whole

@@ -31,7 +31,7 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 
 from cloud_servers import REVISION, FakeGCS, FakeHub
 from openwebtext import Corpus, Loader
-from openwebtext.errors import CorpusError, CorruptMember
+from openwebtext.errors import CorpusError, CorruptMember, OWTError
 from openwebtext.source import THREADS, RangeReader, configure, retry
 from openwebtext.synth import write_corpus
 
@@ -532,3 +532,64 @@ def test_cli_missing_repo_and_bucket_are_one_line(hub: FakeHub, gcs: FakeGCS) ->
     assert run.returncode == 1
     assert run.stderr.strip() == f"owt: error: {missing_bucket}: no such file, key or bucket"
     assert run.stdout == ""
+
+
+def test_gcs_object_replaced_after_indexing_is_an_error_never_a_misread(tmp_path: Path) -> None:
+    """gcsfs's reads take no ETag condition: they name the indexed generation."""
+    pytest.importorskip("gcsfs")
+    root = tmp_path / "bucket"
+    write_corpus(root / "owt", subsets=1, members=2, docs=5, seed=0, workers=1)
+    with FakeGCS({"owt-bucket": root}) as server:
+        corpus = Corpus.open(GS_URL + "urlsf_subset00.tar", storage_options=gs_options(server))
+        path = root / "owt" / "urlsf_subset00.tar"
+        data = bytearray(path.read_bytes())
+        unit = corpus.units[0]
+        for k in range(unit.offset + 64, unit.offset + unit.size - 64, 97):
+            data[k] ^= 0x5A  # other bytes, the same size: a new generation
+        path.write_bytes(bytes(data))
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        with pytest.raises(OWTError, match="changed since it was indexed") as info:
+            texts(corpus, seed=0, workers=0)
+        assert "corrupt" not in str(info.value)
+        assert server.counts["media-other-generation"] == 1  # not retried
+
+
+def test_hub_cdn_serving_other_content_than_resolved_is_an_error(tmp_path: Path) -> None:
+    """The CDN's answer is checked too: an ETag that is another sha256 than the one the Hub
+    resolved is other content (a CDN that serves a replaced object under the old URL)."""
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "repo"
+    write_corpus(root / "subsets", subsets=1, members=2, docs=5, seed=0, workers=1)
+    with FakeHub({REPO: root}) as server:
+        corpus = Corpus.open(HF_URL + "urlsf_subset00.tar", storage_options=hf_options(server))
+        (blob,) = server.blobs.iterdir()  # what the signed URL serves
+        data = bytearray(blob.read_bytes())
+        unit = corpus.units[0]
+        for k in range(unit.offset + 64, unit.offset + unit.size - 64, 97):
+            data[k] ^= 0x5A  # other bytes, the same size, at the same URL
+        blob.write_bytes(bytes(data))
+        with pytest.raises(CorruptMember, match="changed since it was indexed") as info:
+            list(Loader(corpus, seed=0, workers=0))
+        assert "corrupt" not in str(info.value)
+
+
+def test_hub_file_replaced_by_one_of_the_same_size_is_an_error_in_a_new_process(
+    tmp_path: Path,
+) -> None:
+    """A process that resolves the file for the first time (a pickled corpus: Ray) compares
+    the Hub's sha256 with the indexed one: the same size is not the same file."""
+    pytest.importorskip("huggingface_hub")
+    root = tmp_path / "repo"
+    write_corpus(root / "subsets", subsets=1, members=2, docs=5, seed=0, workers=1)
+    with FakeHub({REPO: root}) as server:
+        opened = Corpus.open(HF_URL + "urlsf_subset00.tar", storage_options=hf_options(server))
+        corpus = pickle.loads(pickle.dumps(opened))  # its resolutions stay behind
+        path = root / "subsets" / "urlsf_subset00.tar"
+        data = bytearray(path.read_bytes())
+        unit = corpus.units[0]
+        for k in range(unit.offset + 64, unit.offset + unit.size - 64, 97):
+            data[k] ^= 0x5A  # other bytes, the same size
+        path.write_bytes(bytes(data))
+        with pytest.raises(CorruptMember, match="changed since it was indexed"):
+            list(Loader(corpus, seed=0, workers=0))

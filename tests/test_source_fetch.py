@@ -198,3 +198,24 @@ def test_a_request_s_deadline_grows_with_its_size_from_a_floor() -> None:
     sixteen = retry.deadline(16 << 20)
     assert sixteen == retry.REQUEST_FLOOR + 16 * (1 << 20) / retry.REQUEST_RATE
     assert sixteen < 60  # a merged request ends before the pool's default timeout
+
+
+def test_fetch_gives_a_request_the_deadline_of_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 16 MiB merged range gets 30 s + 16 s, not a HEAD's 30 s (slow links)."""
+    from openwebtext.source import filesystems, retry
+
+    root = tmp_path / "big"
+    root.mkdir()
+    (root / "blob.bin").write_bytes(os.urandom(1 << 20) * 16)
+    limits: list[float] = []
+    real = filesystems.deadline
+    monkeypatch.setattr(
+        filesystems, "deadline", lambda size=0: limits.append(real(size)) or real(size)
+    )
+    with RangeServer(root) as server:
+        url = server.url + "/blob.bin"
+        data = source.fetch(url, 0, 16 << 20)
+    assert len(data) == 16 << 20
+    assert limits == [retry.REQUEST_FLOOR + 16.0] == [46.0]

@@ -8,6 +8,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -245,3 +246,133 @@ def test_an_s3_object_replaced_between_index_and_read_is_an_error_never_a_misrea
         assert "corrupt" not in str(info.value)
     finally:
         client.delete_object(Bucket="owt", Key="changing/urlsf_subset00.tar")
+
+
+def test_watched_hands_back_every_result_in_order_none_and_empty_ones_too() -> None:
+    def call(k: int) -> object:
+        if k == 3:
+            raise ValueError("three")
+        return {1: None, 2: []}.get(k, k)
+
+    got = watchdog.watched(call, [0, 1, 2, 3, 4], "http://127.0.0.1:9/x", threads=3)
+    assert got[:3] == [0, None, []] and got[4] == 4
+    assert isinstance(got[3], ValueError)
+    assert watchdog.watched(call, [], "http://127.0.0.1:9/x") == []
+
+
+def test_an_empty_listing_is_the_no_documents_error(
+    http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openwebtext.index import remote
+
+    for listing in ([], None):  # None: a listing library that answers nothing at all
+        monkeypatch.setattr(remote, "expand_url", lambda url, storage, listed=listing: listed)
+        with pytest.raises(CorpusError, match="no documents"):
+            Corpus.open(http.url + "/")
+
+
+class _Clock:
+    """``time.monotonic`` and ``time.sleep`` of the retry module, where sleeping moves the
+    clock on at once: a test of who waits for what, with no real waiting."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = 1000.0
+        self.slept = 0.0
+        self.on_sleep: list[object] = []
+        monkeypatch.setattr(retry.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(retry.time, "sleep", self.sleep)
+        monkeypatch.setattr(retry.random, "uniform", lambda a, b: 0.0)  # no jitter
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+        while self.on_sleep:
+            self.on_sleep.pop(0)()  # type: ignore[operator]
+
+
+def test_retry_after_holds_back_every_request_to_its_host_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock(monkeypatch)
+    host = retry.host_of("http://127.0.0.1:9/a.tar")
+    other = retry.host_of("http://127.0.0.2:9/a.tar")
+    started: list[tuple[str, float]] = []
+    waited_before = retry.waited()
+
+    def request(name: str, refusals: list[str]) -> Callable[[], str]:
+        def call() -> str:
+            started.append((name, clock.now))
+            if refusals:
+                raise retry.HTTPStatus(429, refusals.pop())
+            return name
+
+        return call
+
+    # A is refused with Retry-After: 5. While A waits, B (another thread's request to the same
+    # host) and C (another host) start: B must wait for the same time, once; C must not.
+    def others() -> None:
+        assert retry.with_retries(request("C", []), "GET", other) == "C"
+        assert retry.with_retries(request("B", []), "GET", host) == "B"
+
+    clock.on_sleep.append(others)
+    assert retry.with_retries(request("A", ["5"]), "GET", host) == "A"
+    times = dict((name, t) for name, t in started)
+    assert [name for name, _ in started] == ["A", "C", "B", "A"]
+    assert times["C"] == 1000.0  # another host: not held back
+    assert times["B"] == 1005.0  # held back until the host's time
+    assert retry.waited() - waited_before == pytest.approx(5.0)  # one wait of 5 s, not two
+
+
+def test_the_host_s_wait_counts_in_the_request_s_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = _Clock(monkeypatch)
+    host = retry.host_of("http://127.0.0.3:9/a.tar")
+    monkeypatch.setattr(retry, "RETRY_ATTEMPTS", 3)
+
+    def refused() -> None:
+        raise retry.HTTPStatus(429, "4")
+
+    with pytest.raises(retry.Fatal, match=r"failed 3 times in 8\.0 s"):
+        retry.with_retries(refused, "GET", host)
+    assert clock.slept == pytest.approx(8.0)
+
+
+def test_whole_file_bytes_is_the_largest_file_read_whole(
+    http: RangeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = (http.root / "urlsf_subset00.tar").stat().st_size
+    http.misbehave.ignore_range = True
+    monkeypatch.setattr(fetching, "WHOLE_FILE_BYTES", size - 1)
+    with pytest.raises(CorpusError, match="server ignores byte ranges"):
+        Corpus.open(http.url + "/urlsf_subset00.tar")
+    monkeypatch.setattr(fetching, "WHOLE_FILE_BYTES", size)
+    assert Corpus.open(http.url + "/urlsf_subset00.tar").units
+
+
+class _Aborted(BaseException):
+    """Ends a request mid-wait (a thread the test no longer needs)."""
+
+
+def test_a_shorter_retry_after_never_cuts_a_host_s_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """B was in flight when A was told to wait 10 s; B's own answer says 1 s: the host's
+    time stays the later one."""
+    clock = _Clock(monkeypatch)
+    host = retry.host_of("http://127.0.0.4:9/a.tar")
+    started: list[float] = []
+
+    def stop() -> None:
+        raise _Aborted
+
+    def refused_for_ten() -> None:
+        clock.on_sleep.append(stop)  # A's part ends once its refusal is noted
+        raise retry.HTTPStatus(429, "10")
+
+    def b() -> str:
+        started.append(clock.now)
+        if len(started) == 1:  # in flight: meanwhile A is refused for 10 s
+            with pytest.raises(_Aborted):
+                retry.with_retries(refused_for_ten, "GET", host)
+            raise retry.HTTPStatus(429, "1")
+        return "B"
+
+    assert retry.with_retries(b, "GET", host) == "B"
+    assert started == [1000.0, 1010.0]

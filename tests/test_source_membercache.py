@@ -96,3 +96,68 @@ def test_sizes_parse() -> None:
     assert parse_size("1000") == 1000
     with pytest.raises(ValueError, match="not a size"):
         parse_size("lots")
+
+
+def _outer_tar(path: Path, letters: str) -> None:
+    """An outer tar of one xz member per letter, each of 3 documents of that letter: other
+    letters give other bytes with the same member offsets and sizes."""
+    import io
+    import lzma
+    import tarfile
+
+    def add(t: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime = len(data), 0
+        t.addfile(info, io.BytesIO(data))
+
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as outer:
+        for i, letter in enumerate(letters):
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as inner:
+                for k in range(3):
+                    add(inner, f"doc{k}.txt", f"{letter * 50} {k}".encode())
+            add(outer, f"openwebtext/urlsf_subset00-{i}_data.xz", lzma.compress(buf.getvalue()))
+
+
+def _layout(path: Path) -> list[tuple[int, int]]:
+    import tarfile
+
+    with tarfile.open(path) as t:
+        return [(m.offset_data, m.size) for m in t.getmembers()]
+
+
+def test_a_file_replaced_with_the_same_offsets_never_serves_old_cached_members(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    root = tmp_path / "served"
+    root.mkdir()
+    tar = root / "urlsf_subset00.tar"
+    _outer_tar(tar, "ab")
+    before = _layout(tar)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    members = tmp_path / "members"
+
+    with RangeServer(root) as server:
+        url = server.url + "/urlsf_subset00.tar"
+
+        def stream(jobs: str) -> list[str]:
+            run = subprocess.run(
+                [sys.executable, "-m", "openwebtext.cli", "stream", url, "--cache-dir",
+                 str(members), "--jsonl", "-q", "--no-shuffle", "-j", jobs],
+                env=env, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert run.returncode == 0, run.stderr
+            return [json.loads(line)["text"][0] for line in run.stdout.splitlines()]
+
+        assert stream("0") == list("aaabbb")
+        assert any(members.glob("*/*"))
+        _outer_tar(tar, "cd")  # other bytes, the same offsets and sizes, a new ETag
+        st = tar.stat()
+        os.utime(tar, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        assert _layout(tar) == before
+        server.reset_counts()
+        assert stream("0") == list("cccddd")
+        assert server.gets >= 2  # indexed again and the members fetched, not taken from disk
+        assert stream("2") == list("cccddd")

@@ -11,7 +11,9 @@ code as for local files (``outer.walk_outer_tar``) reads the headers, through a
 The result (members, offsets, sizes, formats) is kept in
 ``<cache folder>/remote-index/`` with the file's size and identity (ETag,
 generation or last-modified). Opening again costs one metadata request per
-file; a file whose size or identity changed is indexed again, never misread.
+file; a file whose size or identity changed is indexed again, never misread. An entry
+that does not hold together (members left out, overlapping, past the end of the file, or
+rows other than those its digest was made of) is indexed again, with a warning.
 It is named by the URL and the storage's ``place`` (``Storage.place``: its
 options without secrets), so the same ``s3://bucket/key`` on two endpoints
 has two entries, and no credential is ever written.
@@ -47,7 +49,8 @@ __all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
 
 log = logging.getLogger("openwebtext")
 
-INDEX_FORMAT = "openwebtext-remote-index/1"
+INDEX_FORMAT = "openwebtext-remote-index/2"  # /2: with the digest of its units
+BLOCK = 512  # a tar header, and the unit members are padded to
 INDEX_THREADS = 32  # one per file for OpenWebText's 21 subset tars
 
 
@@ -70,10 +73,11 @@ def index_url(url: str, storage: Storage | None = None) -> list[list[Unit] | Cor
     Raises:
         CorpusError: nothing there (no such file, a folder or pattern that holds none).
     """
-    (listed,) = watched(lambda _: expand_url(url, storage), [url], url)
+    listed = watched(lambda _: expand_url(url, storage), [url], url)[0]
     if isinstance(listed, BaseException):
         raise listed
-    results = watched(lambda file: index_remote_file(file, storage), listed, url, INDEX_THREADS)
+    files = list(listed or [])  # nothing listed: the caller's "no documents"
+    results = watched(lambda file: index_remote_file(file, storage), files, url, INDEX_THREADS)
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, CorpusError):
             raise result
@@ -149,7 +153,14 @@ def _load(url: str, info: FileInfo, place: str) -> list[Unit] | None:
         or not info.identity  # nothing to notice a change by: walk again
     ):
         return None
-    return _units(url, raw.get("subset"), raw.get("units"), info.size)
+    units = _units(url, raw.get("subset"), raw.get("units"), info.size)
+    wrong = "a field is not what the index writes" if units is None else _inconsistent(units, info)
+    if wrong is None and raw.get("digest") != _digest(raw.get("units")):
+        wrong = "its members are not those it was written with"
+    if wrong is not None:
+        log.warning("%s: the cached index is wrong (%s): the file is indexed again", url, wrong)
+        return None
+    return units
 
 
 def _units(url: str, subset: object, rows: object, size: int) -> list[Unit] | None:
@@ -166,11 +177,35 @@ def _units(url: str, subset: object, rows: object, size: int) -> list[Unit] | No
             isinstance(member, str)
             and isinstance(kind, str)
             and all(type(n) is int and n >= 0 for n in (offset, length, index))
-            and offset <= size  # a member may run past the end (cut): it stays a unit
         ):
             return None
         units.append(Unit(url, member, offset, length, kind, subset, index))
     return units
+
+
+def _inconsistent(units: list[Unit], info: FileInfo) -> str | None:
+    """Why ``units`` cannot be what the walk (``outer.walk_outer_tar``) found in a file of
+    ``info.size`` bytes, or None: members numbered 0, 1, 2…, each after its own header and
+    after the one before, none past the end of the file but the last (a member cut short)."""
+    if units[0].offset == 0:  # the file is one unit (a tar of documents, or no tar)
+        whole = len(units) == 1 and units[0].size == info.size and units[0].member_index == 0
+        return None if whole else "a unit of the whole file beside others"
+    end = 0
+    for k, unit in enumerate(units):
+        if unit.member_index != k:
+            return f"member {k} is numbered {unit.member_index} (one left out, or repeated)"
+        if unit.offset < end + BLOCK:
+            return f"{unit.member} overlaps the member before it, or its own header"
+        if unit.offset > info.size or (k < len(units) - 1 and unit.offset + unit.size > info.size):
+            return f"{unit.member} lies past the end of the file ({info.size} bytes)"
+        end = unit.offset + -(-unit.size // BLOCK) * BLOCK
+    return None
+
+
+def _digest(rows: object) -> str:
+    """A checksum of the rows of units as written: an entry edited since is never taken."""
+    text = json.dumps(rows, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _save(url: str, info: FileInfo, units: list[Unit], place: str) -> None:
@@ -186,6 +221,7 @@ def _save(url: str, info: FileInfo, units: list[Unit], place: str) -> None:
         "subset": units[0].subset,
         "units": [[u.member, u.offset, u.size, u.kind, u.member_index] for u in units],
     }
+    body["digest"] = _digest(body["units"])
     path = cache_path(url, place)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

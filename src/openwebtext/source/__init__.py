@@ -4,10 +4,11 @@ fsspec filesystems, the Hub, ranged reads and the member cache.
 Rule: imports only the leaves (errors, files, formats, records, ...). Knows nothing of units'
 meaning, processes or streams. Modules, bottom to top: ``redaction``; ``retry``; ``settings``
 (``Storage``, aliases, identities); ``filesystems`` (fsspec per process, file info,
-listing); ``hub`` (``hf://`` by its signed CDN URL); ``fetching`` (the one module that knows
-both fsspec and the Hub; ``RangeFile``); ``membercache``; ``ranges`` (``RangeReader``);
-``watchdog`` (the main process's "nothing for a minute" over remote I/O); ``flags``
-(command-line options).
+listing); ``validators`` (a response's ETag, Last-Modified or generation against the
+indexed identity); ``hub`` (``hf://`` by its signed CDN URL); ``fetching`` (the one
+module that knows both fsspec and the Hub; ``RangeFile``); ``membercache``; ``ranges``
+(``RangeReader``); ``watchdog`` (the main process's "nothing for a minute" over remote
+I/O); ``flags`` (command-line options).
 """
 
 from __future__ import annotations

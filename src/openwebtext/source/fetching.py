@@ -3,11 +3,13 @@
 both fsspec and the Hub: ``hf://`` reads go to ``hub.hub_read`` (the signed CDN URL the Hub
 redirects to), ``http(s)://`` to :func:`_http_range` (one GET on fsspec's session, its body
 capped at the bytes asked for, ``If-Match`` the indexed ETag), ``s3://`` to
-:func:`_s3_range` (``GetObject`` with ``IfMatch``), every other URL to its fsspec
-filesystem's ``cat_file``; all under ``with_retries``, each attempt within its ``deadline``.
-A server that answers a ranged request with the whole file is told at once ("ignores byte
-ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is read
-whole once, kept in the ``Storage``, and every range of it cut from that copy.
+:func:`_s3_range` (``GetObject`` with ``IfMatch``), ``gs://`` to gcsfs's ``cat_file`` of the
+indexed ``generation=``, every other URL to its fsspec filesystem's ``cat_file``; all under
+``with_retries``, each attempt within its ``deadline``. Every HTTP and S3 response's ETag or
+Last-Modified is compared with the indexed one (``validators``).
+A server that answers a ranged request with the whole file is told at once ("ignores
+byte ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is
+read whole once, kept in the ``Storage``, and every range of it cut from that copy.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from openwebtext.errors import CorruptMember
 from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
-from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, with_retries
+from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, host_of, with_retries
 from openwebtext.source.settings import (
     LOCK,
     FileInfo,
@@ -28,6 +30,13 @@ from openwebtext.source.settings import (
     protocol,
     real_url,
     resolve,
+)
+from openwebtext.source.validators import (
+    CHANGED,
+    CHANGED_OR_GONE,
+    indexed_generation,
+    same_file,
+    strong_etag,
 )
 
 __all__ = ["WHOLE_FILE_BYTES", "RangeFile", "fetch"]
@@ -59,6 +68,18 @@ def fetch(
         data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
         return _exactly(data, start, end)
 
+    def through_gcs() -> bytes:
+        # gcsfs's cat_file takes no ETag condition: the read names the indexed generation,
+        # which a replaced object no longer has (404), unless the bucket keeps versions
+        # (then the bytes are the indexed ones).
+        try:
+            data: bytes = within(
+                fs, end - start, fs.cat_file, real, start=start, end=end, generation=generation
+            )
+        except FileNotFoundError:
+            raise Fatal(CHANGED_OR_GONE) from None
+        return _exactly(data, start, end)
+
     def through_http() -> bytes:
         store = resolve(storage)
         body = store.bodies.get(real)
@@ -82,6 +103,9 @@ def fetch(
         return _exactly(data, start, end)
 
     call = through_fs
+    generation = indexed_generation(known)
+    if proto in ("gs", "gcs") and generation is not None:
+        call = through_gcs
     if proto in ("http", "https"):
         call = through_http
     if proto in ("s3", "s3a") and hasattr(fs, "_call_s3"):
@@ -91,7 +115,8 @@ def fetch(
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
 
     try:
-        return with_retries(call, f"GET bytes {start}-{end - 1}")
+        host = host_of(real, resolve(storage).place)
+        return with_retries(call, f"GET bytes {start}-{end - 1}", host)
     except Fatal as exc:
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
 
@@ -121,9 +146,6 @@ class _WholeFile(Exception):
         self.body = body
 
 
-_CHANGED = "the file changed since it was indexed (index it again)"
-
-
 async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
     """Bytes ``[start, end)`` by one GET on ``fs``'s (fsspec HTTP) session: never more than
     asked for, and only of the content indexed (``If-Match`` its ETag: 412 if it changed)."""
@@ -131,7 +153,7 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
     headers = dict(kwargs.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
     headers["Accept-Encoding"] = "identity"
-    etag = _strong_etag(known)
+    etag = strong_etag(known)
     if etag is not None:
         headers["If-Match"] = etag
     session = await fs.set_session()
@@ -140,9 +162,13 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
         if status == 404:
             raise FileNotFoundError(url)
         if status == 412:
-            raise Fatal(_CHANGED)
+            raise Fatal(CHANGED)
         if status >= 400:
             raise HTTPStatus(status, response.headers.get("Retry-After"))
+        if not same_file(
+            known, response.headers.get("ETag"), response.headers.get("Last-Modified")
+        ):
+            raise Fatal(CHANGED)  # a server that ignores If-Match
         whole = start == 0 and known is not None and end == known.size
         if status != 206 and not whole:
             length = response.headers.get("Content-Length")
@@ -162,14 +188,6 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
         return await _capped(response, end - start)
 
 
-def _strong_etag(known: FileInfo | None) -> str | None:
-    """The indexed ETag, quoted, if it is a strong one (``If-Match`` compares those only)."""
-    kind, _, value = known.identity.partition(":") if known else ("", "", "")
-    if kind in ("ETag", "etag") and value and not value.startswith("W/"):
-        return f'"{value}"'
-    return None
-
-
 async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
     """Bytes ``[start, end)`` of an S3 object by one ``GetObject`` on ``fs`` (s3fs), with
     ``IfMatch`` its indexed ETag: an object replaced since it was indexed is an error."""
@@ -177,7 +195,7 @@ async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | N
     kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
     if version:
         kwargs["VersionId"] = version
-    etag = _strong_etag(known)
+    etag = strong_etag(known)
     if etag is not None:
         kwargs["IfMatch"] = etag
     try:
@@ -186,10 +204,12 @@ async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | N
         cause = getattr(exc.__cause__ or exc.__context__, "response", None)
         code = cause.get("Error", {}).get("Code") if isinstance(cause, dict) else None
         if code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower():
-            raise Fatal(_CHANGED) from None
+            raise Fatal(CHANGED) from None
         raise
     body = response["Body"]
     try:
+        if not same_file(known, response.get("ETag"), response.get("LastModified")):
+            raise Fatal(CHANGED)  # an S3-compatible store that ignores IfMatch
         data: bytes = await body.read()
     finally:
         body.close()

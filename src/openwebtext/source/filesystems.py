@@ -17,7 +17,7 @@ from typing import Any
 
 from openwebtext.errors import CorpusError
 from openwebtext.source.redaction import redact
-from openwebtext.source.retry import Fatal, deadline, with_retries
+from openwebtext.source.retry import Fatal, deadline, host_of, with_retries
 from openwebtext.source.settings import LOCK, FileInfo, Storage, is_url, protocol, resolve
 
 __all__ = ["REMOTE_EXTRA", "expand_url", "file_info", "filesystem", "is_pattern", "within"]
@@ -102,9 +102,9 @@ def within(
 
 
 _IDENTITY_KEYS = (
+    "generation",  # GCS: before its etag, which changes with metadata too; reads pin it
     "ETag",
     "etag",
-    "generation",
     "blob_id",
     "sha256",
     "LastModified",
@@ -127,6 +127,10 @@ def _identity(info: dict[str, Any]) -> str:
     return ""
 
 
+def _host(url: str, storage: Storage | None) -> str:
+    return host_of(url, resolve(storage).place)
+
+
 def file_info(url: str, storage: Storage | None = None) -> FileInfo:
     """The size and identity of a remote file (one request, retried).
 
@@ -135,7 +139,7 @@ def file_info(url: str, storage: Storage | None = None) -> FileInfo:
     """
     fs = filesystem(url, storage)
     try:
-        info = with_retries(lambda: within(fs, 0, fs.info, url), "HEAD")
+        info = with_retries(lambda: within(fs, 0, fs.info, url), "HEAD", _host(url, storage))
     except Fatal as exc:
         raise CorpusError(exc.reason, path=redact(url)) from None
     if info.get("type") == "directory":
@@ -165,7 +169,7 @@ def expand_url(url: str, storage: Storage | None = None) -> list[str]:
 
     def entries(call: Callable[[], Any], what: str) -> Any:
         try:
-            return with_retries(call, what)
+            return with_retries(call, what, _host(url, storage))
         except Fatal as exc:
             raise CorpusError(exc.reason, path=shown) from None
 

@@ -31,6 +31,7 @@ from openwebtext.source.filesystems import filesystem
 from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, deadline
 from openwebtext.source.settings import LOCK, FileInfo, Storage
+from openwebtext.source.validators import CHANGED
 
 __all__ = ["Resolved", "hub_read", "resolve_hub"]
 
@@ -73,7 +74,7 @@ def hub_read(
         if resolved.location is None:
             return through_fs()
         try:
-            return _cdn_get(resolved.location, start, end, resolved.size)
+            return _cdn_get(resolved.location, start, end, resolved)
         except _Stale as exc:
             if fresh:  # a URL signed a moment ago: the refusal is real
                 raise HTTPStatus(exc.status) from None
@@ -107,7 +108,7 @@ def _resolution(
         if not _same(fresh, known) or (
             stale is not None and stale.etag and fresh.etag and stale.etag != fresh.etag
         ):
-            raise Fatal("the file changed since it was indexed (index it again)")
+            raise Fatal(CHANGED)
         with LOCK:
             store.resolved[real] = fresh
         return fresh
@@ -161,13 +162,15 @@ def _origin(url: str) -> tuple[str, str, int | None]:
     return (parts.scheme, (parts.hostname or "").lower(), parts.port)
 
 
-def _cdn_get(location: str, start: int, end: int, size: int | None) -> bytes:
+def _cdn_get(location: str, start: int, end: int, resolved: Resolved) -> bytes:
     """Bytes ``[start, end)`` from a signed URL, with huggingface_hub's HTTP client (its
-    proxies, certificates and offline mode), without the token (the signature is the key)."""
+    proxies, certificates and offline mode), without the token (the signature is the key).
+    A response whose ETag is a sha256 other than the resolved content's is refused."""
     from huggingface_hub import constants, get_session
 
     headers = {"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"}
     timeout = constants.HF_HUB_DOWNLOAD_TIMEOUT
+    size = resolved.size
     with get_session().stream("GET", location, headers=headers, timeout=timeout) as response:
         status = response.status_code
         if status in _STALE:
@@ -177,6 +180,10 @@ def _cdn_get(location: str, start: int, end: int, size: int | None) -> bytes:
             raise _NoRanges  # closed unread: it would be the whole file
         if status not in (200, 206):
             raise HTTPStatus(status, response.headers.get("Retry-After"))
+        served = (response.headers.get("ETag") or "").strip().removeprefix("W/").strip('"')
+        expected = resolved.etag or ""
+        if _SHA256.match(served) and _SHA256.match(expected) and served != expected:
+            raise Fatal(CHANGED)  # the CDN serves other content than the Hub resolved
         data = bytearray()
         limit = deadline(end - start)
         began = time.monotonic()

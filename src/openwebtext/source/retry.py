@@ -1,8 +1,12 @@
 """Faults: every request is retried with exponential backoff and full jitter, within
 ``RETRY_ATTEMPTS`` attempts and ``RETRY_SECONDS`` seconds, on what may pass (connection
 refused or reset, timeouts, HTTP 429 and 5xx, a body shorter than asked for: a short read is
-never taken as data). A 429 or 503 that says ``Retry-After`` waits that long (at most
-``RETRY_AFTER_CAP``) before the next attempt. A missing bucket, key or file, or a refused
+never taken as data). A 429 or 503 that says ``Retry-After`` is the server's word for its host, not
+for one request: until that time (at most ``RETRY_AFTER_CAP`` on) no request to the host
+starts, from any thread (``host_of``: one "not before" time per host), so the waiting is
+done once, not again by every request in flight or queued (a walk of tar headers, 2 KB
+each); the time waited counts in the request's own time (its budget and its message) and in
+``waited``. A missing bucket, key or file, or a refused
 credential, is a :class:`Fatal` error at once; library errors are shown as one redacted line
 (``describe``). Every request also has a deadline for its whole answer (``deadline``), so a
 server that drips its body or stalls ends as a timeout, never a hang.
@@ -12,7 +16,9 @@ from __future__ import annotations
 
 import email.utils
 import random
+import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,10 +38,12 @@ __all__ = [
     "classify",
     "deadline",
     "describe",
+    "host_of",
     "http_status",
     "idle",
     "retry_after",
     "touch",
+    "waited",
     "with_retries",
 ]
 
@@ -67,6 +75,43 @@ def touch() -> None:
 def idle() -> float:
     """Seconds since this process's last remote I/O (``touch``)."""
     return time.monotonic() - _activity[0]
+
+
+#: Per host (``host_of``): the ``time.monotonic()`` before which no request to it starts.
+_not_before: dict[str, float] = {}
+_hosts = threading.Lock()
+_waited = [0.0]
+
+
+def host_of(url: str, place: str = "") -> str:
+    """What requests share a ``Retry-After`` by: ``url``'s scheme and host, and the storage's
+    ``place`` (the same bucket name on two endpoints is two hosts)."""
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme.lower()}://{(parts.netloc.rpartition('@')[2]).lower()}\0{place}"
+
+
+def waited() -> float:
+    """Seconds this process's requests have waited for their hosts' ``Retry-After``."""
+    return _waited[0]
+
+
+def _hold_off(host: str, seconds: float) -> None:
+    """No request to ``host`` starts for ``seconds`` from now (a later time already set stays)."""
+    with _hosts:
+        _not_before[host] = max(_not_before.get(host, 0.0), time.monotonic() + seconds)
+
+
+def _wait_for(host: str, until: float) -> None:
+    """Wait until ``host`` may be asked again, but not past ``until``."""
+    while True:
+        with _hosts:
+            left = min(_not_before.get(host, 0.0), until) - time.monotonic()
+        if left <= 0:
+            return
+        touch()  # waiting for the server's word is not a stall
+        time.sleep(left)
+        with _hosts:
+            _waited[0] += left
 
 
 def deadline(size: int = 0) -> float:
@@ -181,8 +226,11 @@ def describe(exc: BaseException) -> str:
     return redact(f"{name}: {text}" if text else name)
 
 
-def with_retries(call: Callable[[], T], what: str) -> T:
+def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T:
     """Run ``call`` until it succeeds, a fatal error, or the attempts or time run out.
+
+    ``host`` (``host_of``): the server's ``Retry-After`` holds back every request to it,
+    and each attempt first waits for the time its host was given.
 
     Raises:
         Fatal: a missing file or refused credential (at once), or retries ran
@@ -192,6 +240,8 @@ def with_retries(call: Callable[[], T], what: str) -> T:
     attempt = 0
     while True:
         attempt += 1
+        if host is not None:
+            _wait_for(host, start + RETRY_SECONDS)
         touch()
         try:
             return call()
@@ -206,8 +256,12 @@ def with_retries(call: Callable[[], T], what: str) -> T:
                 ) from None
             delay = random.uniform(0, min(RETRY_CAP, RETRY_BASE * 2**attempt))
             asked = retry_after(exc)
-            if asked is not None:  # the server said when: a 429 is not a fault to rush
+            if asked is not None and host is not None:  # the host's wait, for every request
+                _hold_off(host, min(RETRY_AFTER_CAP, asked))
+            elif asked is not None:  # the server said when: a 429 is not a fault to rush
                 delay = max(delay, min(RETRY_AFTER_CAP, asked))
+                with _hosts:
+                    _waited[0] += delay
             time.sleep(min(delay, max(0.0, RETRY_SECONDS - elapsed)))
         finally:
             touch()

@@ -37,7 +37,8 @@ def watched(
         CorpusError: no remote I/O for ``IDLE_SECONDS`` before every call ended; names
             ``url`` (redacted).
     """
-    results: list[R | BaseException | None] = [None] * len(items)
+    # By position, whatever a result is (None, an empty list): every one is handed back.
+    results: dict[int, R | BaseException] = {}
     queue = list(enumerate(items))
     lock = threading.Lock()
     finished = threading.Event()
@@ -49,11 +50,13 @@ def watched(
                 if not queue:
                     return
                 k, item = queue.pop(0)
+            result: R | BaseException
             try:
-                results[k] = call(item)
+                result = call(item)
             except BaseException as exc:  # a value, for the caller to raise or keep
-                results[k] = exc
+                result = exc
             with lock:
+                results[k] = result
                 left[0] -= 1
                 if left[0] == 0:
                     finished.set()
@@ -67,4 +70,4 @@ def watched(
             raise CorpusError(
                 f"nothing received for {IDLE_SECONDS:.0f} s (the server stalls)", path=redact(url)
             )
-    return [r for r in results if r is not None]
+    return [results[k] for k in range(len(items))]

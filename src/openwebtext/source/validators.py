@@ -1,0 +1,62 @@
+"""Whether a response comes from the file as it was indexed: the validators it carries
+(``ETag``, ``Last-Modified``, a GCS generation) against the identity noted then.
+
+A server that honours ``If-Match`` refuses a changed file with a 412; one that ignores it
+(many proxies and CDNs) serves the new bytes with their new validators. So every response's
+validators are compared, whatever the request asked. ETags are compared weakly (RFC 9110
+§8.8.3.2: ``W/"x"`` and ``"x"`` are the same tag), as a CDN may weaken a tag it passes on;
+``If-Match`` itself carries only a strong tag (:func:`strong_etag`): a weak one never
+matches there, and a server that follows the standard would answer 412 to every range.
+"""
+
+from __future__ import annotations
+
+from openwebtext.source.settings import FileInfo
+
+__all__ = ["CHANGED", "CHANGED_OR_GONE", "indexed_generation", "same_file", "strong_etag"]
+
+CHANGED = "the file changed since it was indexed (index it again)"
+CHANGED_OR_GONE = "the file changed since it was indexed, or is gone (index it again)"
+
+#: The identity kinds ``filesystems.file_info`` notes, by the validator that carries them.
+_ETAG = frozenset({"ETag", "etag"})
+_MODIFIED = frozenset({"LastModified", "Last-Modified", "last_modified"})
+
+
+def _tag(value: str) -> str:
+    """An ETag without quotes or weakness mark: what a weak comparison compares."""
+    return value.strip().removeprefix("W/").replace('"', "")
+
+
+def strong_etag(known: FileInfo | None) -> str | None:
+    """The indexed ETag, quoted, if it is a strong one (``If-Match`` compares those only)."""
+    kind, _, value = known.identity.partition(":") if known else ("", "", "")
+    if kind in _ETAG and value and not value.startswith("W/"):
+        return f'"{value}"'
+    return None
+
+
+def indexed_generation(known: FileInfo | None) -> str | None:
+    """The GCS generation noted at indexing, if that is what identifies the file."""
+    kind, _, value = known.identity.partition(":") if known else ("", "", "")
+    return value.strip() or None if kind == "generation" else None
+
+
+def same_file(
+    known: FileInfo | None,
+    etag: object = None,
+    modified: object = None,
+    generation: object = None,
+) -> bool:
+    """False if a response's validators say it is not the file ``known`` describes; True
+    when they agree, or when the response carries none of the kind that was indexed."""
+    if known is None:
+        return True
+    kind, _, value = known.identity.partition(":")
+    if kind in _ETAG and etag:
+        return _tag(str(etag)) == _tag(value)
+    if kind in _MODIFIED and modified:
+        return str(modified).replace('"', "").strip() == value.strip()
+    if kind == "generation" and generation:
+        return str(generation).strip() == value.strip()
+    return True
