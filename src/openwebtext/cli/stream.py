@@ -28,7 +28,7 @@ from openwebtext.errors import OutputError, OWTError, StateError
 from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
-from openwebtext.source import add_storage_options
+from openwebtext.source import add_storage_options, retry_waited
 from openwebtext.stream import Mark, load_state, members_in_run, resume_options
 
 __all__ = ["add_parser", "run"]
@@ -93,7 +93,7 @@ def _show_progress(
         update()
 
 
-def _summary(stats: Stats, before: Stats, seconds: float) -> None:
+def _summary(stats: Stats, before: Stats, seconds: float, opening: tuple[float, float]) -> None:
     documents = stats.documents - before.documents
     text_bytes = stats.text_bytes - before.text_bytes
     seconds = max(seconds, 1e-9)
@@ -114,6 +114,11 @@ def _summary(stats: Stats, before: Stats, seconds: float) -> None:
             f"; to keep the ranks even, left out {dropped} documents and read {repeated} "
             "twice (stats.dropped_documents, stats.repeated_documents)"
         )
+    opened, waited = opening  # the corpus's open: its index walk, and the servers' Retry-After
+    if opened >= 1.0 or waited > 0:
+        line += f"; opening the corpus took {opened:.2f} s"
+        if waited > 0:
+            line += f" ({waited:.2f} s of it waiting for the servers' Retry-After)"
     print(line, file=sys.stderr)
     for name in stats.skipped[:20]:
         print(f"  skipped: {name}", file=sys.stderr)
@@ -157,7 +162,9 @@ def run(args: argparse.Namespace) -> int:
     state_out = output_path(args.state_out) if args.state_out else None
     if args.jsonl and CLOSED_AT_START.get(1):
         raise OutputError("standard output is closed: nowhere to write --jsonl")
+    opening, waited_before = time.perf_counter(), retry_waited()
     corpus = open_corpus(args)
+    opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
     if state is not None:
@@ -174,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
         finished = True
     except KeyboardInterrupt:
         sunk = _delivered(iterator, written[0] if args.jsonl else None)
-        _summary(sunk, before, time.perf_counter() - start)
+        _summary(sunk, before, time.perf_counter() - start, opening_s)
         raise
     finally:
         if state_out is not None:
@@ -183,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
                 _save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
     sunk = _delivered(iterator, written[0] if args.jsonl else None)
-    _summary(sunk, before, time.perf_counter() - start)
+    _summary(sunk, before, time.perf_counter() - start, opening_s)
     return 0
 
 

@@ -20,6 +20,7 @@ from openwebtext.source.membercache import MemberCache, parse_size
 from openwebtext.source.ranges import THREADS, ByteSpan, RangeReader, Span
 from openwebtext.source.redaction import redact, redact_options
 from openwebtext.source.retry import Fatal, describe, with_retries
+from openwebtext.source.retry import waited as retry_waited
 from openwebtext.source.settings import (
     FileInfo,
     Storage,
@@ -61,6 +62,7 @@ __all__ = [
     "redact_options",
     "remember",
     "resolve",
+    "retry_waited",
     "storage_kwargs",
     "watched",
     "with_retries",

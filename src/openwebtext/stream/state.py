@@ -39,6 +39,7 @@ __all__ = [
     "handed_sum",
     "load_state",
     "resume_options",
+    "resume_point",
     "stream_config",
 ]
 
@@ -326,6 +327,22 @@ def check_state(state: Any, config: dict[str, Any]) -> dict[str, Any]:
         check_block(position["block"], position["in_block"], config["units"], config["rank"])
     checked: dict[str, Any] = state
     return checked
+
+
+def resume_point(
+    state: dict[str, Any] | None, config: dict[str, Any], epoch: int
+) -> tuple[dict[str, int], Counters, dict[str, Any] | None]:
+    """Where a stream of ``config`` starts: the position, the counters and the ``reshard``
+    section of ``state`` (checked first), or the start of ``epoch`` without a state.
+
+    Raises:
+        StateError: as ``check_state``.
+    """
+    if state is None:
+        return {"epoch": epoch, "block": 0, "in_block": 0}, Counters(), None
+    check_state(state, config)
+    counters = Counters.from_state(state.get("counters", {}))
+    return state["position"], counters, state.get("reshard")
 
 
 def _resume_hint(key: str, saved: Mapping[str, Any]) -> str | None:

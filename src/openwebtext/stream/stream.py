@@ -27,7 +27,7 @@ from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
 from openwebtext.errors import OWTError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import EpochShares, Share, Split, block_stop
+from openwebtext.plan import Share, Split, block_stop
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
@@ -49,9 +49,9 @@ from openwebtext.stream.state import (
     Mark,
     Stats,
     check_in_block,
-    check_state,
     config_of,
     handed_sum,
+    resume_point,
 )
 from openwebtext.tokenizer import Tokenizer
 
@@ -72,8 +72,11 @@ class ErrorPolicy:
         skipped_files: The corpus's files skipped at open (named first).
     """
 
-    def __init__(self, options: Options, skipped_files: Sequence[OWTError] = ()) -> None:
+    def __init__(
+        self, options: Options, skipped_files: Sequence[OWTError] = (), units: Sequence[Any] = ()
+    ) -> None:
         self.policy = SkipPolicy(options.on_error, options.max_errors)
+        self.units = units
         self.files = len(skipped_files)
         self.skipped: list[str] = [str(error) for error in skipped_files]
         """What was skipped, by name (the first 10,000)."""
@@ -92,6 +95,20 @@ class ErrorPolicy:
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
         self.check(counters, error)
+        return counters
+
+    def unit_read(
+        self, loaded: Loaded, kept: Loaded, counters: Counters, expected: ExpectedCounts | None
+    ) -> Counters:
+        """``counters`` after a unit read, the policy applied to the errors of what is kept of
+        it (all of it, or a share's part of a unit on its boundary); a member read whole is
+        checked against the counts (``expected``)."""
+        counters = counters.unit_read(kept.replace)
+        for error in kept.errors:
+            counters = self.skip(error, counters)
+        cut = any(isinstance(e, TruncatedMember) for e in loaded.errors) and bool(loaded.names)
+        if expected is not None and not cut and (loaded.names or not loaded.errors):
+            expected.check(self.units[loaded.unit], loaded)
         return counters
 
     def check(self, counters: Counters, error: OWTError | None) -> None:
@@ -163,15 +180,7 @@ class Stream:
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
         # In the rest of a resharded epoch: the state's section (this rank's share: ``_rest``).
-        self._reshard: dict[str, Any] | None = None
-        if state is not None:
-            check_state(state, self._config)
-            position = state["position"]
-            counters = Counters.from_state(state.get("counters", {}))
-            self._reshard = state.get("reshard")
-        else:
-            position = {"epoch": options.epoch, "block": 0, "in_block": 0}
-            counters = Counters()
+        position, counters, self._reshard = resume_point(state, self._config, options.epoch)
         # Where the stream is: the block being handed out and how far into it.
         self._epoch: int = position["epoch"]
         self._block: int = position["block"]
@@ -188,7 +197,7 @@ class Stream:
         self._counters = counters
         self._yielded_before = 0  # by this iterator, for ``take``
         # Files skipped at open are the corpus's: named here, counted by every iterator.
-        self._policy = ErrorPolicy(options, corpus.skipped_files)
+        self._policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)
         self._even_counts: tuple[int, ...] | None = None
         self._expected: ExpectedCounts | None = None  # when counted: checked as read
         self._losses = EvenLosses(options)  # what evening out costs: counted, said once
@@ -288,7 +297,8 @@ class Stream:
         """Hand out the rest of the current epoch, from the current block on; at its end,
         count what evening the shares out left out or read twice."""
         opts = self.options
-        shares = self._epoch_shares(self._epoch)
+        counts = self._counts_per_unit() if opts.world_size > 1 or opts.even_mode else None
+        shares = epoch_shares(len(self.corpus.units), counts, opts, self._epoch)
         share = shares.share(opts.rank, opts.world_size, opts.even_mode)
         target = share_target(share, opts)
         handed = self._counters.epoch_documents
@@ -300,12 +310,6 @@ class Stream:
         if take is not None and self._yielded() >= take:
             return
         self._counters = self._losses.count(shares, self._epoch, self._counters)
-
-    def _epoch_shares(self, epoch: int) -> EpochShares:
-        """The epoch laid out for cutting shares (counted only when there are several)."""
-        opts = self.options
-        counts = self._counts_per_unit() if opts.world_size > 1 or opts.even_mode else None
-        return epoch_shares(len(self.corpus.units), counts, opts, epoch)
 
     def _even_passes(
         self, pool: Pool, share: Share, even: EvenEpoch, shift: int, stop: int, take: int | None
@@ -441,14 +445,7 @@ class Stream:
             gathered.close()
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
-        """Count a unit read, and apply the error policy to the errors of what is kept of it
-        (all of it, or this share's part of a unit on its boundary)."""
-        self._counters = self._counters.unit_read(kept.replace)
-        for error in kept.errors:
-            self._counters = self._policy.skip(error, self._counters)
-        cut = any(isinstance(e, TruncatedMember) for e in loaded.errors) and bool(loaded.names)
-        if self._expected is not None and not cut and (loaded.names or not loaded.errors):
-            self._expected.check(self.corpus.units[loaded.unit], loaded)
+        self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)
 
 
 def _left(bound: int | None, used: int) -> int | None:
