@@ -161,3 +161,29 @@ def test_a_file_replaced_with_the_same_offsets_never_serves_old_cached_members(
         assert stream("0") == list("cccddd")
         assert server.gets >= 2  # indexed again and the members fetched, not taken from disk
         assert stream("2") == list("cccddd")
+
+
+def test_a_cached_member_that_fails_to_decode_says_the_remote_copy_is_bad(
+    tmp_path: Path,
+) -> None:
+    """The cache's copy is checksummed and is what the server sent: a member that does not
+    decode from it is damaged on the server, and the error says so in words."""
+    from openwebtext import Loader
+    from support import corrupt_member, outer_tar, sample_docs, xz_member
+
+    root = tmp_path / "served"
+    root.mkdir()
+    members = [
+        ("openwebtext/urlsf_subset00-1_data.xz", xz_member(sample_docs("a", 5))),
+        ("openwebtext/urlsf_subset00-2_data.xz", corrupt_member(sample_docs("b", 5))),
+    ]
+    outer_tar(root / "urlsf_subset00.tar", members)
+    with RangeServer(root) as server:
+        corpus = Corpus.open(server.url + "/", cache_dir=tmp_path / "members")
+        loader = Loader(corpus, workers=0, on_error="skip", shuffle=False)
+        for epoch in range(2):
+            with loader.iter() as it:
+                assert len(list(it)) == 5
+                (skipped,) = it.stats.skipped
+            said = "the remote file itself is damaged" in skipped
+            assert said == (epoch == 1), skipped  # fetched the first time, cached the second

@@ -131,6 +131,16 @@ class Reader:
             return self._ranges().read(unit)
         return os.pread(self._fd(unit.path), unit.size, unit.offset)
 
+    def _cached_note(self, unit: Unit) -> str:
+        """Words for a member that fails to decode from the member cache: its copy there is
+        intact (checksummed) and is what the server sent, so the remote file is bad."""
+        if not (is_url(unit.path) and self._remote is not None and self._remote.from_cache):
+            return ""
+        return (
+            " (read from the member cache, whose copy is intact and is what the server sent: "
+            "the remote file itself is damaged)"
+        )
+
     def read(self, unit: Unit) -> Member:
         """Read, decompress and walk one unit (and, with ``texts``, decode its documents).
 
@@ -173,18 +183,18 @@ class Reader:
             data = exc.data
             cut = cut or f"corrupt {unit.kind} data: {exc}"
         except _DECOMPRESS_ERRORS as exc:
-            raise CorruptMember(
-                cut or f"corrupt {unit.kind} data: {exc}", unit.path, unit.member
-            ) from exc
+            why = cut or f"corrupt {unit.kind} data: {exc}"
+            raise CorruptMember(why + self._cached_note(unit), unit.path, unit.member) from exc
         del raw
         try:
             names, offsets, sizes = walk(data, partial=cut is not None)
         except TarFormatError as exc:
-            raise CorruptMember(f"not a valid tar: {exc}", unit.path, unit.member) from exc
+            why = f"not a valid tar: {exc}{self._cached_note(unit)}"
+            raise CorruptMember(why, unit.path, unit.member) from exc
         dropped: list[CorruptMember] = []
         if cut is not None:
             if not names:
-                raise CorruptMember(cut, unit.path, unit.member)
+                raise CorruptMember(cut + self._cached_note(unit), unit.path, unit.member)
             dropped.append(
                 TruncatedMember(
                     f"{cut}: partial, {len(names)} documents end before the cut",

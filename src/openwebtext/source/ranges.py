@@ -82,6 +82,8 @@ class RangeReader:
         if cache is None and (settings := self.storage.cache) is not None:
             cache = MemberCache(settings.root, settings.cap)
         self.cache = cache
+        self.from_cache = False
+        """Whether the last ``read`` was served by the member cache (its copy intact)."""
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[_Key, tuple[Future[bytes], int]] = {}
         self.requests = 0
@@ -146,6 +148,7 @@ class RangeReader:
             cached = self.cache.get(key, span.size)
             if cached is not None:
                 self._pending.pop(_key(span), None)
+                self.from_cache = True
                 return cached
             if self.cache.dropped != dropped:
                 log.warning(
@@ -154,6 +157,7 @@ class RangeReader:
                     span.member,
                     span.path,
                 )
+        self.from_cache = False
         pending = self._pending.pop(_key(span), None)
         if pending is None:
             data = self._fetch(span.path, span.offset, span.offset + span.size, span.member)
