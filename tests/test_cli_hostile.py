@@ -29,7 +29,7 @@ from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
 from openwebtext.cli import stream as cli_stream
 from openwebtext.engine import parent as owt_workers
-from support import cut_member, group_pids, outer_tar, sample_docs, xz_member
+from support import cut_member, group_pids, outer_tar, sample_docs, wait_until, xz_member
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]
 
@@ -61,15 +61,6 @@ def owt(*args: str, **run: Any) -> subprocess.CompletedProcess[bytes]:
 def start(argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
     """A child in its own session (its group is ours to check), default signal handling."""
     return subprocess.Popen(argv, start_new_session=True, preexec_fn=_default_signals, **popen)
-
-
-def wait_until(condition: Callable[[], bool], seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
