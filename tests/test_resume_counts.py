@@ -30,13 +30,13 @@ def test_batches_count_what_they_handed_out_across_a_resume(small_corpus: Path) 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_dataset_resumed_then_iterated_again_reads_a_whole_epoch(
-    small_corpus: Path, workers: int
+    indexed: Path, workers: int
 ) -> None:
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
     from openwebtext.torch import OpenWebTextDataset
 
     def make() -> object:
-        dataset = OpenWebTextDataset(small_corpus, seed=3, shuffle_buffer=30)
+        dataset = OpenWebTextDataset(indexed, seed=3, shuffle_buffer=30)
         return stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=workers)
 
     full = [doc.name for doc in make()]  # type: ignore[attr-defined]
