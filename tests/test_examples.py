@@ -41,11 +41,11 @@ def train(corpus: Path, steps: int, checkpoint: Path, log: Path) -> str:
 
 
 @pytest.mark.slow  # trains a small model twice: its own CI step
-def test_interrupted_training_sees_the_same_documents(small_corpus: Path, tmp_path: Path) -> None:
-    train(small_corpus, 6, tmp_path / "a.pt", tmp_path / "a.log")
-    out = train(small_corpus, 20, tmp_path / "a.pt", tmp_path / "a.log")  # 160 docs: 2nd epoch
+def test_interrupted_training_sees_the_same_documents(indexed: Path, tmp_path: Path) -> None:
+    train(indexed, 6, tmp_path / "a.pt", tmp_path / "a.log")
+    out = train(indexed, 20, tmp_path / "a.pt", tmp_path / "a.log")  # 160 docs: 2nd epoch
     assert "resumed at step 6" in out
-    whole = train(small_corpus, 20, tmp_path / "b.pt", tmp_path / "b.log")
+    whole = train(indexed, 20, tmp_path / "b.pt", tmp_path / "b.log")
     assert (tmp_path / "a.log").read_text() == (tmp_path / "b.log").read_text()
     assert out.splitlines()[-1] == whole.splitlines()[-1]  # same final loss, to the digit
     assert len((tmp_path / "a.log").read_text().splitlines()) == 160
@@ -72,20 +72,20 @@ def train_gpt(corpus: Path, checkpoint: Path, log: Path, *extra: str) -> list[st
 
 @pytest.mark.slow  # trains a small model twice: its own CI step
 def test_gpt_interrupted_and_resumed_reaches_the_same_loss(
-    small_corpus: Path, tmp_path: Path
+    indexed: Path, tmp_path: Path
 ) -> None:
     pytest.importorskip("tiktoken")
     torch = pytest.importorskip("torch")
     a, b = tmp_path / "a.pt", tmp_path / "b.pt"
     # Interrupted after step 6: the last checkpoint is step 4's, so steps 5 and 6 are redone.
-    first = train_gpt(small_corpus, a, tmp_path / "a.log", "--interrupt-at", "6")
+    first = train_gpt(indexed, a, tmp_path / "a.log", "--interrupt-at", "6")
     assert first[-1] == "interrupted after step 6"
     assert torch.load(a, weights_only=False)["step"] == 4
     before = (tmp_path / "a.log").read_text().splitlines()
     assert [line.split()[0] for line in before] == ["1", "2", "3", "4", "5", "6"]
-    resumed = train_gpt(small_corpus, a, tmp_path / "a.log")
+    resumed = train_gpt(indexed, a, tmp_path / "a.log")
     assert resumed[0] == "resumed at step 4"
-    whole = train_gpt(small_corpus, b, tmp_path / "b.log")
+    whole = train_gpt(indexed, b, tmp_path / "b.log")
 
     losses = (tmp_path / "a.log").read_text().splitlines()
     assert before[4:6] == losses[4:6]  # the redone steps repeat their losses exactly
