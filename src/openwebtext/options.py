@@ -183,6 +183,12 @@ class Options:
         """``drop`` or ``pad`` when ranks are evened out, else None."""
         return self.even_rule if self.even_sharding else None
 
+    @property
+    def needs_counts(self) -> bool:
+        """Whether the stream needs every member's document count: to cut the epoch into
+        shares at documents (``world_size > 1``) or to even ranks out."""
+        return self.world_size > 1 or self.even_mode is not None
+
 
 def _shaping_fields() -> tuple[str, ...]:
     found: tuple[Field[Any], ...] = fields(Options)

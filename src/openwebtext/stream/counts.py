@@ -92,7 +92,7 @@ def ensure_counts(
     The count reads every member once, with ``options.workers``, under a progress
     bar on stderr when it is a terminal.
     """
-    if options.even_mode is None and options.world_size == 1:
+    if not options.needs_counts:
         return corpus
     split = (options.split, options.val_fraction, options.val_seed)
     if corpus.counts is not None and corpus.counts.per_unit(*split) is not None:

@@ -228,7 +228,7 @@ def members_in_run(corpus: Corpus, options: Options, state: Mapping[str, Any] | 
     if options.epochs is None or (state is not None and "reshard" in state):
         return None
     counts = None
-    if options.world_size > 1 or options.even_mode is not None:
+    if options.needs_counts:
         counts = even_counts(corpus, options)
     at_epoch, block = options.epoch, 0
     if state is not None:

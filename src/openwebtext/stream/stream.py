@@ -260,7 +260,7 @@ class Stream:
         last = None if opts.epochs is None else opts.epoch + opts.epochs
         files = self.corpus.skipped_files
         self._policy.check(self._counters, files[-1] if files else None)
-        if (opts.even_mode is not None or opts.world_size > 1) and self.corpus.counts is not None:
+        if opts.needs_counts and self.corpus.counts is not None:
             in_split = None if opts.split == "all" else self._counts_per_unit()
             self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
         pool = self._pool = open_pool(
@@ -297,7 +297,7 @@ class Stream:
         """Hand out the rest of the current epoch, from the current block on; at its end,
         count what evening the shares out left out or read twice."""
         opts = self.options
-        counts = self._counts_per_unit() if opts.world_size > 1 or opts.even_mode else None
+        counts = self._counts_per_unit() if opts.needs_counts else None
         shares = epoch_shares(len(self.corpus.units), counts, opts, self._epoch)
         share = shares.share(opts.rank, opts.world_size, opts.even_mode)
         target = share_target(share, opts)
