@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 from openwebtext import bench
+from openwebtext.bench import process
+from openwebtext.interrupts import interruptible
 from openwebtext.synth import write_corpus
 
 PYTHON = shlex.quote(sys.executable)
@@ -262,6 +264,31 @@ def test_ctrl_c_exits_promptly_and_leaves_no_child(
     if signum == signal.SIGINT:
         assert err.rstrip().endswith("interrupted")
     assert not processes_mentioning("time.sleep(60)", str(tiny))
+
+
+def test_a_signal_inside_popen_still_kills_the_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal lands after the fork, before Popen returns (the race a busy machine hit):
+    the child it started must not be left running."""
+    marker = str(tmp_path / "signal-inside-popen")
+    real = subprocess.Popen
+    started: list[int] = []
+
+    def popen_then_signal(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proc = real(*args, **kwargs)
+        started.append(proc.pid)
+        signal.raise_signal(signal.SIGTERM)  # the handler runs here, inside the call
+        return proc
+
+    monkeypatch.setattr(process.subprocess, "Popen", popen_then_signal)
+    with pytest.raises(KeyboardInterrupt), interruptible():
+        process.run_child([sys.executable, "-c", "import time; time.sleep(60)", marker], timeout=60)
+    assert started
+    deadline = time.monotonic() + 10
+    while processes_mentioning(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not processes_mentioning(marker)
 
 
 def test_without_matplotlib_csv_and_json_are_written(

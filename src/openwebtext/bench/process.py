@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from openwebtext.bench.common import OK, STARTED_ENV, TIMEOUT, now
+from openwebtext.interrupts import deferred
 
 #: How often the memory of a running child's process group is sampled.
 SAMPLE_SECONDS = 0.1
@@ -138,24 +139,29 @@ def run_child(
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         env = {**os.environ, **(env or {}), STARTED_ENV: repr(now())}
         start = now()
-        proc = subprocess.Popen(
-            command,
-            shell=isinstance(command, str),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+        proc: subprocess.Popen[bytes] | None = None
         try:
+            # A signal that arrives inside Popen (after the fork, before it returns) would
+            # leave a child that no ``finally`` knows of: it is held until ``proc`` is set.
+            with deferred:
+                proc = subprocess.Popen(
+                    command,
+                    shell=isinstance(command, str),
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=err,
+                    env=env,
+                    start_new_session=True,
+                )
             status, usage, peak = _watch(proc.pid, start + timeout)
             wall = now() - start
             if status is not None:
                 proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by _watch
         finally:
-            _kill_group(proc.pid)
-            if proc.returncode is None:
-                proc.wait()
+            if proc is not None:
+                _kill_group(proc.pid)
+                if proc.returncode is None:
+                    proc.wait()
         out.seek(0)
         err.seek(0)
         return Finished(
