@@ -17,8 +17,8 @@ saved states keep loading.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Literal, TypeAlias
 
 from openwebtext.errors import StateError
@@ -61,17 +61,36 @@ def _is_int(value: Any, least: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
-def _int(
-    obj: Mapping[str, Any], key: str, where: str, *, least: int = 0, default: Any = ...
-) -> Any:
-    value = obj.get(key, default)
-    if value is ... or not _is_int(value, least):
-        raise StateError(f"bad state: {where}{key} is {value!r}, not an int >= {least}")
-    return value
+#: The JSON scalars a record's fields hold, by annotation: the check, and what it says.
+_SCALARS: dict[str, tuple[Callable[[Any, int], bool], str]] = {
+    "int": (_is_int, "an int >= {least}"),
+    "int | None": (lambda v, least: v is None or _is_int(v, least), "null or an int >= {least}"),
+    "bool": (lambda v, least: isinstance(v, bool), "true or false"),
+    "Rule | None": (lambda v, least: v in (None, *_RULES), "'drop', 'pad' or null"),
+    "Packing": (lambda v, least: v in _PACKINGS, "'concat' or 'bestfit'"),
+}
 
 
-def _ints(value: Any, n: int | None = None) -> bool:
-    return isinstance(value, list) and all(_is_int(v) for v in value) and n in (None, len(value))
+def _scalars(cls: Any, obj: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The scalar fields of record ``cls`` read from ``obj`` (a missing one: its default;
+    ``least`` in a field's metadata: its smallest int).
+
+    Raises:
+        StateError: a field missing without a default, or of the wrong type, named.
+    """
+    out = {}
+    for f in fields(cls):
+        if f.type not in _SCALARS:
+            continue
+        check, says = _SCALARS[f.type]
+        least = f.metadata.get("least", 0)
+        value = obj.get(f.name, f.default)
+        if value is MISSING or not check(value, least):
+            shown = "missing" if value is MISSING else repr(value)
+            says = says.format(least=least)
+            raise StateError(f"bad {where}{f.name} is {shown}, not {says}")
+        out[f.name] = value
+    return out
 
 
 def _object(value: Any, where: str) -> Mapping[str, Any]:
@@ -81,10 +100,20 @@ def _object(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def _rule(value: Any, where: str) -> Rule | None:
-    if value is not None and value not in _RULES:
-        raise StateError(f"bad state: {where} is {value!r}, not 'drop', 'pad' or null")
-    return value  # type: ignore[no-any-return]
+def _ints(value: Any, n: int | None = None, least: int = 0) -> bool:
+    ok = isinstance(value, list) and all(_is_int(v, least) for v in value)
+    return ok and n in (None, len(value))
+
+
+def _tuples(value: Any, n: int, where: str) -> tuple[tuple[int, ...], ...]:
+    """A list of lists of ``n`` ints >= 0, as tuples."""
+    if not isinstance(value, list) or not all(_ints(v, n) for v in value):
+        raise StateError(f"bad state: {where} malformed")
+    return tuple(tuple(v) for v in value)
+
+
+#: A field of ints of at least 1.
+_POSITIVE = {"least": 1}
 
 
 # -- the records -------------------------------------------------------------------------
@@ -102,8 +131,7 @@ class Position:
     @classmethod
     def from_json(cls, position: Any) -> Position:
         """Raises: StateError: not an object, or a field that is not an int >= 0."""
-        position = _object(position, "position")
-        return cls(*(_int(position, f.name, "position.") for f in fields(Position)))
+        return cls(**_scalars(cls, _object(position, "position"), "state: position."))
 
     def to_json(self) -> dict[str, int]:
         return {"epoch": self.epoch, "block": self.block, "in_block": self.in_block}
@@ -122,11 +150,9 @@ class OldRank:
 
     @classmethod
     def from_json(cls, value: Any) -> OldRank:
-        if not (isinstance(value, list) and len(value) == 4 and all(_is_int(v, -1) for v in value)):
+        if not _ints(value, 4, least=-1) or min(value[0], value[1], value[3]) < 0:
             raise StateError("bad state: reshard.ranks malformed")
         block, in_block, handed, cut = value
-        if min(block, in_block, cut) < 0:
-            raise StateError("bad state: reshard.ranks malformed")
         return cls(block, in_block, None if handed < 0 else handed, cut)
 
     def to_json(self) -> list[int]:
@@ -138,7 +164,7 @@ class Level:
     """One earlier reshard of the epoch: its shares' world size and rule, and what each share
     handed out before this reshard."""
 
-    world_size: int
+    world_size: int = field(metadata=_POSITIVE)
     rule: Rule | None
     done: tuple[int, ...]
     """Documents each share handed out."""
@@ -149,17 +175,15 @@ class Level:
 
     @classmethod
     def from_json(cls, value: Any) -> Level:
-        ok = isinstance(value, dict) and _ints(value.get("done")) and _ints(value.get("cuts"))
-        windows = value.get("windows") if isinstance(value, dict) else None
-        if not ok or (windows is not None and not all(_ints(w, 2) for w in _list(windows))):
+        level = _object(value, "reshard.levels")
+        if not (_ints(level.get("done")) and _ints(level.get("cuts"))):
             raise StateError("bad state: reshard.levels malformed")
-        world = _int(value, "world_size", "reshard.levels.", least=1)
+        windows = level.get("windows")
         return cls(
-            world,
-            _rule(value.get("rule"), "reshard.levels.rule"),
-            tuple(value["done"]),
-            tuple(value["cuts"]),
-            None if windows is None else tuple((n, row) for n, row in windows),
+            **_scalars(cls, level, "state: reshard.levels."),
+            done=tuple(level["done"]),
+            cuts=tuple(level["cuts"]),
+            windows=None if windows is None else _tuples(windows, 2, "reshard.levels"),  # type: ignore[arg-type]
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -174,12 +198,6 @@ class Level:
         return out
 
 
-def _list(value: Any) -> list[Any]:
-    if not isinstance(value, list):
-        raise StateError("bad state: reshard.levels malformed")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class Reshard:
     """The ``reshard`` section of a state in the rest of a resharded epoch (``reshard``
@@ -188,7 +206,7 @@ class Reshard:
     O(old ranks) integers, never a list of documents.
     """
 
-    world_size: int
+    world_size: int = field(metadata=_POSITIVE)
     """The old world size."""
     epoch: int
     even: Rule | None
@@ -203,7 +221,7 @@ class Reshard:
     """Whether this share's losses were counted (the last share counts ``drop``'s)."""
     exact: tuple[bool, ...] | None = None
     """Old ranks whose position must agree exactly with their count (no skip)."""
-    window: int | None = None
+    window: int | None = field(default=None, metadata=_POSITIVE)
     """Best fit: documents a window holds."""
     windows: tuple[tuple[int, int, int], ...] | None = None
     """Best fit: ``(old rank, window number, rows handed out)`` of the windows old ranks had
@@ -213,62 +231,39 @@ class Reshard:
 
     @classmethod
     def from_json(cls, section: Any) -> Reshard:
-        """Raises: StateError: naming every field that is missing or of the wrong type."""
-        if not isinstance(section, dict):
-            raise StateError(f"bad state: reshard is {type(section).__name__}, not an object")
-        problems = [key for key in ("world_size", "epoch") if not _is_int(section.get(key))]
-        parsed: dict[str, Any] = {}
-        for key, parse in (("ranks", OldRank.from_json), ("levels", Level.from_json)):
-            try:
-                parsed[key] = tuple(parse(v) for v in section[key])
-            except (StateError, KeyError, TypeError):
-                problems.append(key)
+        """Raises: StateError: naming the first field that is missing or of the wrong type."""
+        section = _object(section, "reshard")
+        scalars = _scalars(cls, section, "state: reshard.")
+        if not isinstance(section.get("ranks"), list):
+            raise StateError("bad state: reshard.ranks malformed")
+        ranks = tuple(OldRank.from_json(r) for r in section["ranks"])
+        if not isinstance(section.get("levels"), list):
+            raise StateError("bad state: reshard.levels malformed")
+        levels = tuple(Level.from_json(v) for v in section["levels"])
         exact = section.get("exact")
-        n_ranks = len(parsed["ranks"]) if "ranks" in parsed else None
         if exact is not None and not (
             isinstance(exact, list)
             and all(isinstance(e, bool) for e in exact)
-            and (not exact or n_ranks is None or len(exact) == n_ranks)
+            and len(exact) in (0, len(ranks))
         ):
-            problems.append("exact")
-        share: Any = section.get("share")
-        if not _ints(share, 2) or not 0 <= share[0] < share[1]:
-            problems.append("share")
-        best_fit = cls._best_fit(section, parsed.get("levels", ()), problems)
-        if problems:
-            raise StateError(f"bad state: reshard.{', reshard.'.join(problems)} malformed")
+            raise StateError("bad state: reshard.exact malformed")
+        share = section.get("share")
+        if not _ints(share, 2) or not share[0] < share[1]:
+            raise StateError("bad state: reshard.share malformed")
+        windows = section.get("windows")
+        best_fit = windows is not None
+        if best_fit and (scalars["window"] is None or scalars["next_window"] is None):
+            raise StateError("bad state: reshard.window and reshard.next_window are needed")
+        if any((level.windows is not None) != best_fit for level in levels):
+            raise StateError("bad state: reshard.levels malformed")
         return cls(
-            section["world_size"],
-            section["epoch"],
-            _rule(section.get("even"), "reshard.even"),
-            parsed["ranks"],
-            parsed["levels"],
-            (share[0], share[1]),
-            _rule(section.get("rule"), "reshard.rule"),
-            _bool(section.get("counted", True), "reshard.counted"),
-            None if exact is None else tuple(exact),
-            *best_fit,
+            **scalars,
+            ranks=ranks,
+            levels=levels,
+            share=(share[0], share[1]),
+            exact=None if exact is None else tuple(exact),
+            windows=_tuples(windows, 3, "reshard.windows") if best_fit else None,  # type: ignore[arg-type]
         )
-
-    @staticmethod
-    def _best_fit(
-        section: Mapping[str, Any], levels: tuple[Level, ...], problems: list[str]
-    ) -> tuple[int | None, tuple[tuple[int, int, int], ...] | None, int | None]:
-        if "windows" not in section:  # concat batches, or documents
-            return None, None, section.get("next_window")
-        windows = section["windows"]
-        if not isinstance(windows, list) or not all(_ints(w, 3) for w in windows):
-            problems.append("windows")
-        if not _is_int(section.get("window"), 1):
-            problems.append("window")
-        if not _is_int(section.get("next_window")):
-            problems.append("next_window")
-        if any(level.windows is None for level in levels):
-            problems.append("levels")
-        if problems:
-            return None, None, None
-        triples = tuple((r, n, row) for r, n, row in windows)
-        return section["window"], triples, section["next_window"]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -292,12 +287,6 @@ class Reshard:
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""
         return replace(self, share=(0, 1), rule=None, counted=True)
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise StateError(f"bad state: {where} is {value!r}, not true or false")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,15 +362,15 @@ class BatchesState:
     """A ``Loader.batches`` state: the state of the documents it packs (before the document
     the next batch starts in), and where in them the next batch starts."""
 
-    seq_len: int
-    batch_size: int
+    seq_len: int = field(metadata=_POSITIVE)
+    batch_size: int = field(metadata=_POSITIVE)
     documents: DocumentState
     offset: int = 0
     """Ids of the next document already in batches (concat)."""
     batches: int = 0
     """Batches handed out before."""
     packing: Packing = "concat"
-    window: int | None = None
+    window: int | None = field(default=None, metadata=_POSITIVE)
     """Best fit: documents packed at a time."""
     window_number: int = 0
     """Best fit: the window the next batch is in."""
@@ -396,30 +385,13 @@ class BatchesState:
         if not isinstance(state, dict) or state.get("format") != BATCHES_FORMAT:
             found = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise StateError(f"not a batches state of format {BATCHES_FORMAT!r} (found {found!r})")
-        where = "batches state: "
         if not isinstance(state.get("documents"), dict):
             kind = type(state.get("documents")).__name__
-            raise StateError(f"bad {where}documents is {kind}")
-        packing = state.get("packing", "concat")
-        if packing not in _PACKINGS:
-            raise StateError(f"bad {where}packing is {packing!r}, not one of {_PACKINGS}")
-        best = packing == "bestfit"
-        window = _int(state, "window", where, least=1) if best else state.get("window")
-        epoch = state.get("window_epoch")
-        if epoch is not None and not _is_int(epoch):
-            raise StateError(f"bad {where}window_epoch is {epoch!r}")
-        return cls(
-            _int(state, "seq_len", where, least=1),
-            _int(state, "batch_size", where, least=1),
-            DocumentState.from_json(state["documents"]),
-            _int(state, "offset", where),
-            _int(state, "batches", where, default=0),
-            packing,
-            window,
-            _int(state, "window_number", where, default=0),
-            _int(state, "row", where, default=0),
-            epoch,
-        )
+            raise StateError(f"bad batches state: documents is {kind}")
+        scalars = _scalars(cls, state, "batches state: ")
+        if scalars["packing"] == "bestfit" and scalars["window"] is None:
+            raise StateError("bad batches state: window is missing, not an int >= 1")
+        return cls(**scalars, documents=DocumentState.from_json(state["documents"]))
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
