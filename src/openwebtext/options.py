@@ -205,7 +205,7 @@ class Options:
 
 
 def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated: pass {new}", DeprecationWarning, stacklevel=4)
+    warnings.warn(f"{old} is deprecated: pass {new}", DeprecationWarning, stacklevel=5)
 
 
 def _shaping_fields() -> tuple[str, ...]:
