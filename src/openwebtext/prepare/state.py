@@ -13,7 +13,8 @@ file is one clear line, never a ``KeyError`` deep inside a merge.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import Field, dataclass, field, fields
 from enum import Enum
 from typing import Any, Literal, get_args
 
@@ -90,10 +91,39 @@ def _text(value: object, what: str) -> str:
     return value
 
 
-def _choice(value: object, what: str, choices: tuple[str, ...]) -> Any:
-    if value not in choices:
-        raise _wrong(what, f"must be {' or '.join(map(repr, choices))}, not {value!r}")
+def _one_of(*choices: str) -> Callable[[object, str], Any]:
+    def check(value: object, what: str) -> Any:
+        if value not in choices:
+            raise _wrong(what, f"must be {' or '.join(map(repr, choices))}, not {value!r}")
+        return value
+
+    return check
+
+
+def _dtype(value: object, what: str) -> str:
+    try:
+        ok = isinstance(value, str) and np.dtype(value).kind in "ui"
+    except TypeError:
+        ok = False
+    if not ok:
+        raise _wrong(what, f"must name an integer dtype, not {value!r}")
+    return value  # type: ignore[return-value]  # a str: checked above
+
+
+def _fraction(value: object, what: str) -> float:
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1):
+        raise _wrong(what, f"must be between 0 and 1, not {value!r}")
     return value
+
+
+def _flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise _wrong(what, f"must be true or false, not {value!r}")
+    return value
+
+
+def _or_none(check: Callable[[object, str], Any]) -> Callable[[object, str], Any]:
+    return lambda value, what: None if value is None else check(value, what)
 
 
 def _path(where: str, key: str) -> str:
@@ -181,29 +211,44 @@ def _merge_of(value: object, where: str) -> tuple[tuple[str, dict[str, FileInfo]
     return tuple(pieces)
 
 
+_SPLIT_RULE = _one_of(*get_args(SplitRule))
+_ERROR_POLICY = _one_of(*get_args(ErrorPolicy))
+_PHASE = _one_of(*(p.value for p in Phase))
+
+
+def _read(check: Callable[[object, str], Any], key: str | None = None) -> dict[str, Any]:
+    """A config field's metadata: read by ``check`` from JSON key ``key`` (None: its name)."""
+    return {"check": check, "key": key}
+
+
+def _key(spec: Field[Any]) -> str:
+    key: str | None = spec.metadata["key"]
+    return key or spec.name
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """What a run's files depend on (``config.run_config``): two runs of the same config write
-    the same bytes. ``seed`` and ``shuffle`` are ``hash``'s only (None for ``nanogpt``);
-    ``slice`` a slice's (None: a whole run); ``merge_of`` a merge's progress record's only
-    (the slices it reads, never in ``meta.json``).
+    the same bytes. Each field says how its JSON value is checked (the one list of them);
+    ``seed`` and ``shuffle`` are ``hash``'s only (None and left out for ``nanogpt``), ``slice``
+    a slice's (None: a whole run), ``merge_of`` a merge's progress record's only (the slices
+    it reads, never in ``meta.json``). ``split_rule``'s JSON key is ``split``, as it always
+    was; ``format`` is always ``FORMAT``."""
 
-    The JSON key of ``split_rule`` is ``split``, as in every earlier release."""
-
-    split_rule: SplitRule
-    corpus: str
-    units: int
-    tokenizer: str
-    fingerprint: str
-    dtype: str
-    eot: int
-    n_vocab: int
-    val_fraction: float
-    val_seed: int
-    take: int | None
-    on_error: ErrorPolicy
-    seed: int | None = None
-    shuffle: bool | None = None
+    split_rule: SplitRule = field(metadata=_read(_SPLIT_RULE, "split"))
+    corpus: str = field(metadata=_read(_text))
+    units: int = field(metadata=_read(_count))
+    tokenizer: str = field(metadata=_read(_text))
+    fingerprint: str = field(metadata=_read(_text))
+    dtype: str = field(metadata=_read(_dtype))
+    eot: int = field(metadata=_read(_count))
+    n_vocab: int = field(metadata=_read(_count))
+    val_fraction: float = field(metadata=_read(_fraction))
+    val_seed: int = field(metadata=_read(_count))
+    take: int | None = field(metadata=_read(_or_none(_count)))
+    on_error: ErrorPolicy = field(metadata=_read(_ERROR_POLICY))
+    seed: int | None = field(metadata=_read(_or_none(_count)))
+    shuffle: bool | None = field(metadata=_read(_or_none(_flag)))
     slice: Slice | None = None
     merge_of: tuple[tuple[str, dict[str, FileInfo]], ...] | None = None
 
@@ -222,15 +267,12 @@ class RunConfig:
         return ("tokens.bin", "lengths.bin") if self.in_corpus_order else ("train.bin", "val.bin")
 
     def to_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "format": FORMAT, "split": self.split_rule, "corpus": self.corpus,
-            "units": self.units, "tokenizer": self.tokenizer, "fingerprint": self.fingerprint,
-            "dtype": self.dtype, "eot": self.eot, "n_vocab": self.n_vocab,
-            "val_fraction": self.val_fraction, "val_seed": self.val_seed, "take": self.take,
-            "on_error": self.on_error,
-        }  # fmt: skip
-        if self.seed is not None or self.shuffle is not None:
-            body.update(seed=self.seed, shuffle=self.shuffle)
+        body: dict[str, Any] = {"format": FORMAT}
+        for spec in fields(self):
+            if "check" in spec.metadata:
+                body[_key(spec)] = getattr(self, spec.name)
+        if self.split_rule != "hash":
+            del body["seed"], body["shuffle"]
         if self.slice is not None:
             body["slice"] = self.slice.to_json()
         if self.merge_of is not None:
@@ -250,54 +292,20 @@ class RunConfig:
         for key in body:
             if key not in CONFIG_KEYS:
                 raise _wrong(_path(where, key), "is not a field of a run's config")
-
-        def at(key: str) -> str:
-            return _path(where, key)
-
         if body.get("format") != FORMAT:
-            raise _wrong(at("format"), f"must be {FORMAT!r}, not {body.get('format')!r}")
-        rule = _choice(body.get("split"), at("split"), get_args(SplitRule))
-        units = _count(body.get("units"), at("units"))
-        corpus = body.get("corpus")
-        if not isinstance(corpus, str):
-            raise _wrong(at("corpus"), f"must be a fingerprint, not {corpus!r}")
-        dtype = body.get("dtype")
-        try:
-            ok = isinstance(dtype, str) and np.dtype(dtype).kind in "ui"
-        except TypeError:
-            ok = False
-        if not ok:
-            raise _wrong(at("dtype"), f"must name an integer dtype, not {dtype!r}")
-        fraction = body.get("val_fraction")
-        if not (isinstance(fraction, (int, float)) and not isinstance(fraction, bool)
-                and 0 < fraction < 1):  # fmt: skip
-            raise _wrong(at("val_fraction"), f"must be between 0 and 1, not {fraction!r}")
-        take = body.get("take")
-        seed, shuffle = body.get("seed"), body.get("shuffle")
-        if rule == "hash":
-            seed = _count(seed, at("seed"))
-            if not isinstance(shuffle, bool):
-                raise _wrong(at("shuffle"), f"must be true or false, not {shuffle!r}")
-        elif "seed" in body or "shuffle" in body:
-            raise _wrong(at("seed"), "and shuffle are the hash rule's only, not nanogpt's")
-        return cls(
-            split_rule=rule,
-            corpus=corpus,
-            units=units,
-            tokenizer=_text(body.get("tokenizer"), at("tokenizer")),
-            fingerprint=_text(body.get("fingerprint"), at("fingerprint")),
-            dtype=dtype,  # type: ignore[arg-type]  # checked above
-            eot=_count(body.get("eot"), at("eot")),
-            n_vocab=_count(body.get("n_vocab"), at("n_vocab")),
-            val_fraction=fraction,
-            val_seed=_count(body.get("val_seed"), at("val_seed")),
-            take=None if take is None else _count(take, at("take")),
-            on_error=_choice(body.get("on_error"), at("on_error"), get_args(ErrorPolicy)),
-            seed=seed,
-            shuffle=shuffle,
-            slice=Slice.from_json(body["slice"], units, at("slice")) if "slice" in body else None,
-            merge_of=_merge_of(body["merge_of"], at("merge_of")) if "merge_of" in body else None,
-        )
+            raise _wrong(_path(where, "format"), f"must be {FORMAT!r}, not {body.get('format')!r}")
+        values = {spec.name: spec.metadata["check"](body.get(_key(spec)), _path(where, _key(spec)))
+                  for spec in fields(cls) if "check" in spec.metadata}  # fmt: skip
+        for key in ("seed", "shuffle"):  # the hash rule's, and only its
+            if values["split_rule"] == "hash" and values[key] is None:
+                raise _wrong(_path(where, key), "must be given for the hash rule, not null")
+            if values["split_rule"] != "hash" and key in body:
+                raise _wrong(_path(where, key), "is the hash rule's only, not nanogpt's")
+        if "slice" in body:
+            values["slice"] = Slice.from_json(body["slice"], values["units"], _path(where, "slice"))
+        if "merge_of" in body:
+            values["merge_of"] = _merge_of(body["merge_of"], _path(where, "merge_of"))
+        return cls(**values)
 
 
 @dataclass
@@ -422,7 +430,7 @@ class ProgressRecord:
         """
         body = _object(value, "the record")
         config = RunConfig.from_json(body.get("config"), "config")
-        phase = Phase(_choice(body.get("phase"), "phase", tuple(p.value for p in Phase)))
+        phase = Phase(_PHASE(body.get("phase"), "phase"))
         meta = None
         if phase is Phase.COMMIT:
             meta = Meta.from_json(body.get("meta"), "meta")
