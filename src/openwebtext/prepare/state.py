@@ -12,6 +12,7 @@ file is one clear line, never a ``KeyError`` deep inside a merge.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import Field, dataclass, field, fields
@@ -43,7 +44,7 @@ FORMAT = "openwebtext-prepare/1"
 SplitRule = Literal["hash", "nanogpt"]
 #: The dtype of ``lengths.bin``: each document's token count.
 LENGTH = np.dtype("<i8")
-#: Every field of a run's config, in the order messages name them.
+#: The JSON keys of a run's config (any other is refused), in the order messages name them.
 CONFIG_KEYS = ("format", "split", "corpus", "units", "tokenizer", "fingerprint", "dtype", "eot",
                "n_vocab", "val_fraction", "val_seed", "take", "on_error", "seed", "shuffle",
                "slice", "merge_of")  # fmt: skip
@@ -101,13 +102,11 @@ def _one_of(*choices: str) -> Callable[[object, str], Any]:
 
 
 def _dtype(value: object, what: str) -> str:
-    try:
-        ok = isinstance(value, str) and np.dtype(value).kind in "ui"
-    except TypeError:
-        ok = False
-    if not ok:
-        raise _wrong(what, f"must name an integer dtype, not {value!r}")
-    return value  # type: ignore[return-value]  # a str: checked above
+    if isinstance(value, str):
+        with contextlib.suppress(TypeError):
+            if np.dtype(value).kind in "ui":
+                return value
+    raise _wrong(what, f"must name an integer dtype, not {value!r}")
 
 
 def _fraction(value: object, what: str) -> float:
