@@ -109,3 +109,10 @@ def test_a_record_in_a_phase_its_run_does_not_have_is_refused(
     (out / PROGRESS).write_text(json.dumps({**body, "phase": "permute"}))
     with pytest.raises(PrepareError, match=r"is in phase permute, which a run of its config"):
         prepare(corpus, out, _options("hash"))
+
+
+def test_a_complete_run_is_not_merged_as_a_slice(tmp_path: Path) -> None:
+    (tmp_path / "whole").mkdir()
+    shutil.copy(GOLDEN / "meta-hash.json", tmp_path / "whole" / "meta.json")
+    with pytest.raises(PrepareError, match=r"whole is not a slice of .*\(a complete run\)$"):
+        merge([tmp_path / "whole"], tmp_path / "out")

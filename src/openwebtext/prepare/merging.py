@@ -72,9 +72,10 @@ def merge(
         TooManyErrors: more skips in all than ``max_errors``.
     """
     locations = [outputs.location(f) for f in folders]
-    metas = [_slice_meta(f, storage) for f in locations]
-    if not metas:
+    found = [_slice_meta(f, storage) for f in locations]
+    if not found:
         raise PrepareError("no slice to merge")
+    metas = [meta for meta, _ in found]
     config = dataclasses.replace(metas[0].config, slice=None)
     for folder, meta in zip(locations[1:], metas[1:], strict=True):
         other = dataclasses.replace(meta.config, slice=None)
@@ -84,7 +85,7 @@ def merge(
             raise PrepareError(
                 f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
             )
-    ordered = _check_tiling(locations, metas, config.units)
+    ordered = _check_tiling(locations, found, config.units)
     target = outputs.location(out)
     for folder in locations:
         if outputs.same_place(folder, target):
@@ -163,18 +164,23 @@ def _skips(metas: list[Meta]) -> dict[str, int]:
     return {**skips, "skipped_files": max(m.counts.skips["skipped_files"] for m in metas)}
 
 
-def _slice_meta(folder: outputs.Location, store: Storage | None) -> Meta:
+def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, Slice]:
+    """A slice's meta.json, checked, and its positions."""
     body = read_meta(folder, store)
-    if body.get("format") != FORMAT or "slice" not in body:
-        what = "a complete run" if body.get("format") == FORMAT else "no meta.json of one"
+    shown = outputs.shown(folder)
+    if body.get("format") != FORMAT:
         raise PrepareError(
-            f"{outputs.shown(folder)} is not a slice of `owt tokenize --shard i/n` ({what})"
+            f"{shown} is not a slice of `owt tokenize --shard i/n` (no meta.json of one)"
         )
     try:
         meta = Meta.from_json(body)
     except RecordError as exc:
-        shown = outputs.shown(outputs.join(folder, "meta.json"))
-        raise PrepareError(f"{shown} is damaged: {exc}") from None
+        raise PrepareError(
+            f"{outputs.shown(outputs.join(folder, 'meta.json'))} is damaged: {exc}"
+        ) from None
+    piece = meta.config.slice
+    if piece is None:
+        raise PrepareError(f"{shown} is not a slice of `owt tokenize --shard i/n` (a complete run)")
     found = outputs.sizes(folder, list(meta.files), store)
     for name, info in meta.files.items():
         if found[name] != info.bytes:
@@ -182,52 +188,45 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> Meta:
                 f"{outputs.shown(outputs.join(folder, name))} holds {found[name]} bytes, not the "
                 f"{info.bytes} of its meta.json"
             )
-    return meta
+    return meta, piece
 
 
-def _piece(meta: Meta) -> Slice:
-    """A slice's positions (``_slice_meta`` kept only metas that have them)."""
-    if meta.config.slice is None:
-        raise PrepareError("a whole run's meta.json is not a slice")
-    return meta.config.slice
-
-
-def _describe(meta: Meta) -> str:
-    piece = _piece(meta)
+def _describe(piece: Slice) -> str:
     if piece.shard:
         return f"shard {piece.shard[0]}/{piece.shard[1]}"
     return f"units [{piece.start}, {piece.stop})"
 
 
 def _check_tiling(
-    folders: list[outputs.Location], metas: list[Meta], units: int
+    folders: list[outputs.Location], found: list[tuple[Meta, Slice]], units: int
 ) -> list[tuple[outputs.Location, Meta]]:
     """The slices in position order, if they cover ``[0, units)`` exactly once."""
-    ordered = sorted(zip(folders, metas, strict=True), key=lambda fm: _piece(fm[1]).start)
+    ordered = sorted(zip(folders, found, strict=True), key=lambda fs: fs[1][1].start)
+    pieces = [piece for _, (_, piece) in ordered]
     end = 0
-    for k, (folder, meta) in enumerate(ordered):
-        piece = _piece(meta)
+    for k, (folder, (_, piece)) in enumerate(ordered):
         if piece.start < end:
             earlier = ordered[k - 1]
-            if _piece(earlier[1]) == piece:
+            if pieces[k - 1] == piece:
                 first, shown = outputs.shown(earlier[0]), outputs.shown(folder)
-                raise PrepareError(f"{_describe(meta)} is given twice: {first} and {shown}")
+                raise PrepareError(f"{_describe(piece)} is given twice: {first} and {shown}")
             shown, first = outputs.shown(folder), outputs.shown(earlier[0])
-            raise PrepareError(f"{shown} ({_describe(meta)}) overlaps {first}")
+            raise PrepareError(f"{shown} ({_describe(piece)}) overlaps {first}")
         if piece.start > end:
-            missing = f"units [{end}, {piece.start}){_missing(metas, end)}"
+            missing = f"units [{end}, {piece.start}){_missing(pieces)}"
             raise PrepareError(f"a slice is missing: {missing}")
         end = piece.stop
     if end > units:  # Meta.from_json refuses this: a slice's positions lie within its units
         shown = outputs.shown(ordered[-1][0])
-        raise PrepareError(f"{shown} ({_describe(ordered[-1][1])}) ends past the {units} units")
+        raise PrepareError(f"{shown} ({_describe(pieces[-1])}) ends past the {units} units")
     if end != units:
-        raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(metas, end)}")
-    return ordered
+        raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(pieces)}")
+    return [(folder, meta) for folder, (meta, _) in ordered]
 
 
-def _missing(metas: list[Meta], start: int) -> str:
-    shards = {shard for m in metas if (shard := _piece(m).shard) is not None}
+def _missing(pieces: list[Slice]) -> str:
+    """Which shards ``--shard i/n`` did not give, when every slice is a shard of the same n."""
+    shards = {piece.shard for piece in pieces if piece.shard is not None}
     counts = {n for _, n in shards}
     if len(counts) != 1:
         return ""
