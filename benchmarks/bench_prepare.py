@@ -5,9 +5,10 @@ No path means the built-in generated corpus. Every measurement runs in a fresh c
 (this script with ``--child KIND``), rounds interleaved (every kind once, in a rotating
 order, ``--repeat`` times); the page cache is warmed first.
 
-- hash: ``prepare(corpus, out, PrepareOptions(split="hash", workers=2))``, i.e. ``owt tokenize
-  -j 2`` without the CLI's start-up: decompress, tokenize, write train.bin/val.bin, sha256.
-- nanogpt: the same with ``split="nanogpt"``: normalise, tokenize in corpus order into a
+- hash: ``prepare(corpus, out, PrepareOptions(split_rule="hash", workers=2))``, i.e.
+  ``owt tokenize -j 2`` without the CLI's start-up: decompress, tokenize, write
+  train.bin/val.bin, sha256.
+- nanogpt: the same with ``split_rule="nanogpt"``: normalise, tokenize in corpus order into a
   temporary file, then copy in ``default_rng(2357).permutation`` order, sha256.
 - tiktoken: every document's text read into memory first (untimed), then GPT-2
   ``encode_ordinary`` on 2 threads (tiktoken releases the GIL), each thread half the documents;
@@ -56,7 +57,7 @@ def _child_prepare(paths: list[str], split: str, out: str) -> dict[str, Any]:
     corpus = Corpus.open(paths)
     load_tokenizer("gpt2")  # loaded before the clock, as in the tiktoken kind
     wall = time.perf_counter()
-    report = prepare(corpus, out, PrepareOptions(split=split, workers=2))  # type: ignore[arg-type]
+    report = prepare(corpus, out, PrepareOptions(split_rule=split, workers=2))  # type: ignore[arg-type]
     wall = time.perf_counter() - wall
     meta = report.meta
     return {

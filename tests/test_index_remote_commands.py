@@ -144,7 +144,7 @@ def test_tokenize_to_s3_writes_the_local_files(
     from openwebtext.prepare import PrepareOptions, outputs, prepare
 
     corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
-    options = PrepareOptions(split=split, workers=2, val_fraction=0.1)  # type: ignore[arg-type]
+    options = PrepareOptions(split_rule=split, workers=2, val_fraction=0.1)  # type: ignore[arg-type]
     url = f"s3://owt/out-{split}/"
     report = prepare(corpus, url, options)
     local = prepare(corpus, tmp_path / "local", options)
@@ -240,7 +240,7 @@ def test_interrupted_merge_from_s3_goes_on(
     from openwebtext.prepare import PrepareOptions, Progress, merge, outputs, prepare
 
     corpus = Corpus.open(str(small_corpus), storage_options={"endpoint_url": s3_endpoint})
-    options = PrepareOptions(split="nanogpt", workers=0, val_fraction=0.1)
+    options = PrepareOptions(split_rule="nanogpt", workers=0, val_fraction=0.1)
     slices = [f"s3://owt/nano/{i}" for i in range(3)]
     for i, url in enumerate(slices):
         prepare(corpus, url, options, shard=(i, 3))

@@ -139,7 +139,7 @@ def test_empty_documents_become_a_lone_end_of_text(tmp_path: Path) -> None:
 
 
 def _opts(split: str, **overrides: object) -> PrepareOptions:
-    base: dict[str, object] = {"split": split, "tokenizer": "gpt2", "workers": 0}
+    base: dict[str, object] = {"split_rule": split, "tokenizer": "gpt2", "workers": 0}
     return PrepareOptions(**{**base, **overrides})  # type: ignore[arg-type]
 
 

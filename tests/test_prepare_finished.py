@@ -40,7 +40,7 @@ def test_a_slice_is_not_a_finished_whole_run(
     small_corpus: Path, tmp_path: Path, split: str
 ) -> None:
     corpus = Corpus.open(small_corpus)
-    options = _opts(split=split)
+    options = _opts(split_rule=split)
     whole = prepare(corpus, tmp_path / "whole", options)
     prepare(corpus, tmp_path / "x", options, shard=(0, 2))
     report = prepare(corpus, tmp_path / "x", options)

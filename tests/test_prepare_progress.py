@@ -19,7 +19,7 @@ def test_a_run_resumed_in_its_permutation_counts_only_the_tokens_it_copies(
     small_corpus: Path, tmp_path: Path
 ) -> None:
     corpus = Corpus.open(small_corpus)
-    options = PrepareOptions(split="nanogpt", tokenizer="bytes", workers=0, val_fraction=0.1)
+    options = PrepareOptions(split_rule="nanogpt", tokenizer="bytes", workers=0, val_fraction=0.1)
 
     def stop_after_val(event: Progress) -> None:
         if event.phase == "permute":  # the first chunk copied is val.bin's

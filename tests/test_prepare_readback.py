@@ -131,7 +131,7 @@ def test_a_slice_changed_in_place_is_not_merged(
 def _s3_slices(corpus: Corpus, prefix: str) -> list[str]:
     urls = [f"s3://owt/{prefix}/{i}" for i in range(2)]
     for i, url in enumerate(urls):
-        prepare(corpus, url, _opts(split="nanogpt"), shard=(i, 2))
+        prepare(corpus, url, _opts(split_rule="nanogpt"), shard=(i, 2))
     return urls
 
 
@@ -165,7 +165,7 @@ def test_a_bad_local_copy_of_a_remote_slice_is_fetched_again(
         for url in [out, *urls]:
             outputs.remove(outputs.staging(url))
             outputs.remove(outputs.staging(url, "fetch"))
-    prepare(corpus, tmp_path / "local", _opts(split="nanogpt"))
+    prepare(corpus, tmp_path / "local", _opts(split_rule="nanogpt"))
     assert s3_objects(s3_endpoint, out.split("/", 3)[3]) == local_files(tmp_path / "local")
 
 
@@ -217,7 +217,7 @@ def test_a_slice_file_whose_bytes_are_not_its_count_of_items_is_refused(
     import hashlib
 
     corpus = Corpus.open(small_corpus)
-    options = _opts(split=split, tokenizer="gpt2")
+    options = _opts(split_rule=split, tokenizer="gpt2")
     folders = [tmp_path / f"s{i}" for i in range(2)]
     for i, folder in enumerate(folders):
         prepare(corpus, folder, options, shard=(i, 2))

@@ -76,7 +76,7 @@ def test_ray_engine_writes_the_local_engines_files(
     ray_instance: None, small_corpus: Path, tmp_path: Path, split: str
 ) -> None:
     corpus = Corpus.open(small_corpus)
-    options = PrepareOptions(split=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
+    options = PrepareOptions(split_rule=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
     local = prepare(corpus, tmp_path / "local", options)
     # 6 units in slices of 4: two tasks of unequal size.
     report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
@@ -462,7 +462,7 @@ def test_ray_engine_to_s3_writes_the_local_engines_files(
     """Each task uploads its slice; the merge reads them from S3 and uploads the files: the
     local engine's, byte for byte, and nothing else left under the prefix."""
     corpus = Corpus.open(small_corpus)
-    options = PrepareOptions(split=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
+    options = PrepareOptions(split_rule=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
     url = f"s3://owt/ray-{split}"
     report = owt_ray.tokenize(corpus, url, options, units_per_task=4, storage_options=s3_options)
     slices = owt_ray.slice_folders(url, 2)

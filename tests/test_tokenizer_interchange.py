@@ -80,7 +80,7 @@ def test_prepare_resumes_a_run_of_the_other_backend(
     corpus = Corpus.open(small_corpus)
 
     def options(spec: str) -> PrepareOptions:
-        return PrepareOptions(split=split, tokenizer=spec, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
+        return PrepareOptions(split_rule=split, tokenizer=spec, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
 
     straight = prepare(corpus, tmp_path / "straight", options(REFERENCE))
     with pytest.raises(_Stop):

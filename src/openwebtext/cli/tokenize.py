@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from openwebtext.prepare import PrepareOptions, prepare
 
     options = PrepareOptions(
-        split=args.split,
+        split_rule=args.split,
         tokenizer=args.tokenizer,
         workers=args.jobs,
         seed=args.seed,

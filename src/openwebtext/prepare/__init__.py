@@ -4,7 +4,7 @@ A run writes ``OUT/train.bin`` and ``OUT/val.bin`` (every document's ids, then t
 end-of-text id, as flat arrays of the tokenizer's dtype: uint16 for GPT-2) and
 ``OUT/meta.json`` (the options, the counts, and each file's size and sha256).
 
-Two split rules (``PrepareOptions.split``):
+Two split rules (``PrepareOptions.split_rule``, ``owt tokenize --split``):
 
 - ``hash`` (the default): a document is held out when a keyed hash of its name falls below
   ``val_fraction`` (``plan.in_validation``, the same rule as ``Options(split="val")``).
@@ -29,28 +29,21 @@ and val.bin; ``nanogpt``: ``tokens.bin`` and ``lengths.bin`` in corpus order, si
 permutation needs every document). ``merge`` joins slices that tile every position into
 exactly the files one run would have written.
 
-The modules: ``config`` (options, the run's config, the unit order), ``run`` (the driver),
-``record`` (one run's progress record, checkpoints and skips), ``writers`` (pass 1, the
-split writers), ``permute`` (pass 2 of ``nanogpt``), ``merging`` (``merge``: joining
-slices), ``meta`` (``meta.json``), ``slices`` (what an engine running slices elsewhere
+The modules: ``config`` (options, the run's config, the unit order), ``state`` (the typed
+records of the JSON a run reads back: config, counts, ``meta.json``, progress record, phase),
+``run`` (``prepare``), ``record`` (one run's checkpoints and skips, and ``drive``, the one
+phase driver of prepare and merge), ``writers`` (pass 1, the split writers), ``permute``
+(pass 2 of ``nanogpt``), ``merging`` (``merge``: joining slices), ``meta`` (``meta.json``,
+and whether a run is already finished), ``slices`` (what an engine running slices elsewhere
 needs), ``workdir`` (the folder's parts and commit step) and ``outputs`` (a folder or a URL).
 """
 
 from __future__ import annotations
 
-from openwebtext.plan import shard_range
-from openwebtext.prepare.config import (
-    FORMAT,
-    SPLITS,
-    PrepareOptions,
-    Progress,
-    Report,
-    SplitRule,
-    unit_order,
-)
+from openwebtext.prepare.config import PrepareOptions, Progress, Report
 from openwebtext.prepare.merging import merge
 from openwebtext.prepare.outputs import Location
-from openwebtext.prepare.run import finished, prepare
+from openwebtext.prepare.run import prepare
 from openwebtext.prepare.slices import (
     finished_report,
     lock_output,
@@ -58,25 +51,21 @@ from openwebtext.prepare.slices import (
     slice_folders,
     slice_sizes,
 )
+from openwebtext.prepare.state import SplitRule
 from openwebtext.prepare.workdir import PrepareError
 
 __all__ = [
-    "FORMAT",
-    "SPLITS",
     "Location",
     "PrepareError",
     "PrepareOptions",
     "Progress",
     "Report",
     "SplitRule",
-    "finished",
     "finished_report",
     "lock_output",
     "merge",
     "prepare",
     "remove_folder",
-    "shard_range",
     "slice_folders",
     "slice_sizes",
-    "unit_order",
 ]

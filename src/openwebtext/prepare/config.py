@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
-
-import numpy as np
+from typing import Any, Literal, NamedTuple, get_args
 
 from openwebtext.index import Corpus
 from openwebtext.options import (
@@ -26,34 +24,25 @@ from openwebtext.options import (
     check_workers,
 )
 from openwebtext.plan import plan
+from openwebtext.prepare.state import CONFIG_KEYS, LENGTH, RunConfig, Slice, SplitRule
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
     "BINS",
-    "CONFIG_KEYS",
     "CORPUS_ORDER",
-    "FORMAT",
     "LENGTH",
-    "SPLITS",
     "PrepareOptions",
     "Progress",
     "Report",
-    "SplitRule",
     "difference",
     "run_config",
     "unit_order",
 ]
 
-FORMAT = "openwebtext-prepare/1"
-SPLITS = ("hash", "nanogpt")
-SplitRule = Literal["hash", "nanogpt"]
-
 #: The files of a finished run (and of a ``hash`` slice).
-BINS = ["train.bin", "val.bin"]
+BINS = ("train.bin", "val.bin")
 #: A nanogpt slice's files, or pass 1 of a whole nanogpt run.
-CORPUS_ORDER = ["tokens.bin", "lengths.bin"]
-#: The dtype of ``lengths.bin``: each document's token count.
-LENGTH = np.dtype("<i8")
+CORPUS_ORDER = ("tokens.bin", "lengths.bin")
 
 
 @dataclass(frozen=True)
@@ -61,7 +50,9 @@ class PrepareOptions:
     """What a prepare run writes. Every field but ``workers`` shapes the files.
 
     Attributes:
-        split: ``hash`` (keyed hash of the name) or ``nanogpt`` (byte-identical to nanoGPT).
+        split_rule: ``hash`` (keyed hash of the name) or ``nanogpt`` (byte-identical to
+            nanoGPT); ``owt tokenize --split``. (``Options.split`` is another thing: which
+            documents a stream reads, all, train or val.)
         tokenizer: A tokenizer spec (``openwebtext.tokenizer``).
         workers: Worker processes (0: in this process).
         seed: ``hash``: the unit order's seed.
@@ -73,7 +64,7 @@ class PrepareOptions:
         max_errors: With skip or warn, fail past this many skips (None: no bound).
     """
 
-    split: SplitRule = "hash"
+    split_rule: SplitRule = "hash"
     tokenizer: str = "gpt2"
     workers: int = 2
     seed: int = 0
@@ -85,8 +76,8 @@ class PrepareOptions:
     max_errors: int | None = None
 
     def __post_init__(self) -> None:
-        if self.split not in SPLITS:
-            raise ValueError(f"split must be 'hash' or 'nanogpt', not {self.split!r}")
+        if self.split_rule not in get_args(SplitRule):
+            raise ValueError(f"split_rule must be 'hash' or 'nanogpt', not {self.split_rule!r}")
         check_workers(self.workers)
         check_seed(self.seed)
         check_val_fraction(self.val_fraction)
@@ -102,7 +93,7 @@ class Progress(NamedTuple):
     did too); ``tokens`` written in this phase by this run only (a rate is this run's
     tokens over this run's seconds, even when it goes on from an earlier run's progress)."""
 
-    phase: str
+    phase: Literal["tokenize", "permute", "copy"]
     done: int
     total: int
     tokens: int
@@ -137,7 +128,7 @@ def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
     script reads ``urlsf_subset00.tar`` … ``urlsf_subset20.tar``. ``hash``: ``plan.plan``.
     """
     units = corpus.units
-    if options.split == "nanogpt":
+    if options.split_rule == "nanogpt":
         return sorted(
             range(len(units)),
             key=lambda u: (os.path.basename(units[u].path), units[u].path, units[u].member_index),
@@ -145,31 +136,29 @@ def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
     return plan(len(units), shuffle=options.shuffle, seed=options.seed)
 
 
-def run_config(corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer) -> dict[str, Any]:
-    """What the files depend on: two runs with the same config write the same bytes."""
-    config: dict[str, Any] = {
-        "format": FORMAT,
-        "split": options.split,
-        "corpus": corpus.content_fingerprint(),  # its members' content, not only their sizes
-        "units": len(corpus.units),
-        "tokenizer": tokenizer.spec,
-        "fingerprint": tokenizer.fingerprint,
-        "dtype": tokenizer.dtype.name,
-        "eot": tokenizer.eot,
-        "n_vocab": tokenizer.n_vocab,
-        "val_fraction": options.val_fraction,
-        "val_seed": options.val_seed,
-        "take": options.take,
-        "on_error": options.on_error,
-    }
-    if options.split == "hash":
-        config.update(seed=options.seed, shuffle=options.shuffle)
-    return config
-
-
-CONFIG_KEYS = ("format", "split", "corpus", "units", "tokenizer", "fingerprint", "dtype", "eot",
-                "n_vocab", "val_fraction", "val_seed", "take", "on_error", "seed", "shuffle",
-                "slice", "merge_of")  # fmt: skip
+def run_config(
+    corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer, piece: Slice | None = None
+) -> RunConfig:
+    """What the files depend on: two runs with the same config write the same bytes.
+    ``piece``: the slice of ``unit_order`` a slice run does (None: a whole run)."""
+    hashed = options.split_rule == "hash"
+    return RunConfig(
+        split_rule=options.split_rule,
+        corpus=corpus.content_fingerprint(),  # its members' content, not only their sizes
+        units=len(corpus.units),
+        tokenizer=tokenizer.spec,
+        fingerprint=tokenizer.fingerprint,
+        dtype=tokenizer.dtype.name,
+        eot=tokenizer.eot,
+        n_vocab=tokenizer.n_vocab,
+        val_fraction=options.val_fraction,
+        val_seed=options.val_seed,
+        take=options.take,
+        on_error=options.on_error,
+        seed=options.seed if hashed else None,
+        shuffle=options.shuffle if hashed else None,
+        slice=piece,
+    )
 
 
 def difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now") -> str:

@@ -4,23 +4,32 @@ run would write, once their configs agree and their positions tile every unit on
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.prepare import outputs
-from openwebtext.prepare.config import BINS, CONFIG_KEYS, FORMAT, Progress, Report, difference
+from openwebtext.prepare.config import BINS, Progress, Report, difference
 from openwebtext.prepare.lock import confirm, hold
-from openwebtext.prepare.meta import build_meta, read_meta
+from openwebtext.prepare.meta import read_meta
 from openwebtext.prepare.permute import permute
-from openwebtext.prepare.record import Run, new_counts, open_record
+from openwebtext.prepare.record import Passes, Run, drive, open_record
 from openwebtext.prepare.run import written
-from openwebtext.prepare.schema import check_meta
+from openwebtext.prepare.state import (
+    FORMAT,
+    Counts,
+    Meta,
+    Phase,
+    ProgressRecord,
+    RecordError,
+    RunConfig,
+    Slice,
+)
 from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
 
@@ -63,18 +72,20 @@ def merge(
         TooManyErrors: more skips in all than ``max_errors``.
     """
     locations = [outputs.location(f) for f in folders]
-    metas = [_slice_meta(f, storage) for f in locations]
-    if not metas:
+    found = [_slice_meta(f, storage) for f in locations]
+    if not found:
         raise PrepareError("no slice to merge")
-    config = {k: v for k, v in metas[0].items() if k in CONFIG_KEYS and k != "slice"}
+    metas = [meta for meta, _ in found]
+    config = dataclasses.replace(metas[0].config, slice=None)
     for folder, meta in zip(locations[1:], metas[1:], strict=True):
-        other = {k: v for k, v in meta.items() if k in CONFIG_KEYS and k != "slice"}
+        other = dataclasses.replace(meta.config, slice=None)
         if other != config:
-            what = difference(other, config, f"in {outputs.shown(locations[0])}")
+            first = f"in {outputs.shown(locations[0])}"
+            what = difference(other.to_json(), config.to_json(), first)
             raise PrepareError(
                 f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
             )
-    ordered = _check_tiling(locations, metas, config["units"])
+    ordered = _check_tiling(locations, found, config.units)
     target = outputs.location(out)
     for folder in locations:
         if outputs.same_place(folder, target):
@@ -97,8 +108,8 @@ def merge(
 
 def _merge_in(
     folder: Path,
-    config: dict[str, Any],
-    ordered: list[tuple[outputs.Location, dict[str, Any]]],
+    config: RunConfig,
+    ordered: list[tuple[outputs.Location, Meta]],
     restart: bool,
     progress: Callable[[Progress], None] | None,
     checkpoint_seconds: float,
@@ -111,13 +122,13 @@ def _merge_in(
     # Remote slices are read from local copies (a copy already made of the same meta.json
     # is kept if it still matches it), made only when they are read; with ``verify``, every
     # slice's files are checked against their sha256 first.
-    def local() -> list[tuple[Path, dict[str, Any]]]:
+    def local() -> list[tuple[Path, Meta]]:
         copies = []
         for f, m in ordered:
             if isinstance(f, str):
-                copies.append((outputs.fetch(f, m, storage, verify), m))
+                copies.append((outputs.fetch(f, m.to_json(), storage, verify), m))
                 continue
-            for name in outputs.mismatched(f, m) if verify else []:
+            for name in outputs.mismatched(f, m.to_json()) if verify else []:
                 raise PrepareError(
                     f"{f / name}: its sha256 is not the one its meta.json records (the file "
                     "changed after the slice was written); --no-verify skips this check"
@@ -125,93 +136,97 @@ def _merge_in(
             copies.append((f, m))
         return copies
 
-    if config["split"] == "hash":
+    if config.split_rule == "hash":
         return _merge_hashed(workdir, config, local(), progress)
-    shown = [[outputs.shown(f, resolve=True), m["files"]] for f, m in ordered]
-    record_config = {**config, "merge_of": shown}
-    record, resumed = open_record(workdir, record_config, restart, BINS)
-    if record is None:
-        return Report(workdir.folder, read_meta(workdir.folder), already=True)
-    if record["phase"] == "tokenize":
-        counts = {**new_counts(["train", "val"]), **_skips([m for _, m in ordered])}
-        record = {**record, "phase": "permute", "position": 0, "sizes": {}, "counts": counts}
-        workdir.save(record)
-    run = Run(workdir, record, progress, checkpoint_seconds)
-    if record["phase"] == "permute":
+    shown = tuple((outputs.shown(f, resolve=True), m.files) for f, m in ordered)
+    record_config = dataclasses.replace(config, merge_of=shown)
+    counts = Counts.new(("train", "val"))
+    fresh = lambda: ProgressRecord(record_config, Phase.TOKENIZE, counts)  # noqa: E731
+    record, resumed = open_record(workdir, record_config, restart, BINS, fresh)
+
+    def gather(run: Run) -> None:  # pass 1 was the slices': only their skips add up here
+        run.counts.skips.update(_skips([m for _, m in ordered]))
+
+    def second(run: Run) -> None:
         pairs = [(f / "tokens.bin", f / "lengths.bin") for f, _ in local()]
-        itemsize = np.dtype(config["dtype"]).itemsize
-        permute(run, pairs, itemsize, config["val_fraction"], config["val_seed"])
-    if run.record["phase"] != "commit":
-        run.record["meta"] = build_meta(workdir, run.record, BINS)
-    workdir.commit(run.record, BINS, [])
-    return Report(workdir.folder, run.record["meta"], resumed)
+        itemsize = np.dtype(config.dtype).itemsize
+        permute(run, pairs, itemsize, config.val_fraction, config.val_seed)
+
+    run = Run(workdir, record, progress, checkpoint_seconds)
+    meta = drive(run, Passes(tokenize=gather, permute=second, finals=BINS))
+    return Report(workdir.folder, meta.to_json(), resumed)
 
 
-def _skips(metas: list[dict[str, Any]]) -> dict[str, int]:
+def _skips(metas: list[Meta]) -> dict[str, int]:
     """The skips of the whole run the slices are of: their members' and documents' added up;
     the corpus's skipped files once (every slice counts the same ones)."""
-    skips = {key: sum(m[key] for m in metas) for key in MEMBER_COUNTERS}
-    return {**skips, "skipped_files": max(m.get("skipped_files", 0) for m in metas)}
+    skips = {key: sum(m.counts.skips[key] for m in metas) for key in MEMBER_COUNTERS}
+    return {**skips, "skipped_files": max(m.counts.skips["skipped_files"] for m in metas)}
 
 
-def _slice_meta(folder: outputs.Location, store: Storage | None) -> dict[str, Any]:
-    meta = read_meta(folder, store)
-    if meta.get("format") != FORMAT or not isinstance(meta.get("slice"), dict):
-        what = "a complete run" if meta.get("format") == FORMAT else "no meta.json of one"
+def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, Slice]:
+    """A slice's meta.json, checked, and its positions."""
+    body = read_meta(folder, store)
+    shown = outputs.shown(folder)
+    if body.get("format") != FORMAT:
         raise PrepareError(
-            f"{outputs.shown(folder)} is not a slice of `owt tokenize --shard i/n` ({what})"
+            f"{shown} is not a slice of `owt tokenize --shard i/n` (no meta.json of one)"
         )
     try:
-        check_meta(meta)
-    except ValueError as exc:
-        shown = outputs.shown(outputs.join(folder, "meta.json"))
-        raise PrepareError(f"{shown} is damaged: {exc}") from None
-    found = outputs.sizes(folder, list(meta["files"]), store)
-    for name, info in meta["files"].items():
-        if found[name] != info["bytes"]:
+        meta = Meta.from_json(body)
+    except RecordError as exc:
+        raise PrepareError(
+            f"{outputs.shown(outputs.join(folder, 'meta.json'))} is damaged: {exc}"
+        ) from None
+    piece = meta.config.slice
+    if piece is None:
+        raise PrepareError(f"{shown} is not a slice of `owt tokenize --shard i/n` (a complete run)")
+    found = outputs.sizes(folder, list(meta.files), store)
+    for name, info in meta.files.items():
+        if found[name] != info.bytes:
             raise PrepareError(
                 f"{outputs.shown(outputs.join(folder, name))} holds {found[name]} bytes, not the "
-                f"{info['bytes']} of its meta.json"
+                f"{info.bytes} of its meta.json"
             )
-    return meta
+    return meta, piece
 
 
-def _describe(meta: dict[str, Any]) -> str:
-    piece = meta["slice"]
-    if piece.get("shard"):
-        return f"shard {piece['shard'][0]}/{piece['shard'][1]}"
-    return f"units [{piece['start']}, {piece['stop']})"
+def _describe(piece: Slice) -> str:
+    if piece.shard:
+        return f"shard {piece.shard[0]}/{piece.shard[1]}"
+    return f"units [{piece.start}, {piece.stop})"
 
 
 def _check_tiling(
-    folders: list[outputs.Location], metas: list[dict[str, Any]], units: int
-) -> list[tuple[outputs.Location, dict[str, Any]]]:
+    folders: list[outputs.Location], found: list[tuple[Meta, Slice]], units: int
+) -> list[tuple[outputs.Location, Meta]]:
     """The slices in position order, if they cover ``[0, units)`` exactly once."""
-    ordered = sorted(zip(folders, metas, strict=True), key=lambda fm: fm[1]["slice"]["start"])
+    ordered = sorted(zip(folders, found, strict=True), key=lambda fs: fs[1][1].start)
+    pieces = [piece for _, (_, piece) in ordered]
     end = 0
-    for k, (folder, meta) in enumerate(ordered):
-        piece = meta["slice"]
-        if piece["start"] < end:
+    for k, (folder, (_, piece)) in enumerate(ordered):
+        if piece.start < end:
             earlier = ordered[k - 1]
-            if earlier[1]["slice"] == piece:
+            if pieces[k - 1] == piece:
                 first, shown = outputs.shown(earlier[0]), outputs.shown(folder)
-                raise PrepareError(f"{_describe(meta)} is given twice: {first} and {shown}")
+                raise PrepareError(f"{_describe(piece)} is given twice: {first} and {shown}")
             shown, first = outputs.shown(folder), outputs.shown(earlier[0])
-            raise PrepareError(f"{shown} ({_describe(meta)}) overlaps {first}")
-        if piece["start"] > end:
-            missing = f"units [{end}, {piece['start']}){_missing(metas, end)}"
+            raise PrepareError(f"{shown} ({_describe(piece)}) overlaps {first}")
+        if piece.start > end:
+            missing = f"units [{end}, {piece.start}){_missing(pieces)}"
             raise PrepareError(f"a slice is missing: {missing}")
-        end = piece["stop"]
-    if end > units:  # check_meta refuses this: a slice's positions lie within its units
+        end = piece.stop
+    if end > units:  # Meta.from_json refuses this: a slice's positions lie within its units
         shown = outputs.shown(ordered[-1][0])
-        raise PrepareError(f"{shown} ({_describe(ordered[-1][1])}) ends past the {units} units")
+        raise PrepareError(f"{shown} ({_describe(pieces[-1])}) ends past the {units} units")
     if end != units:
-        raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(metas, end)}")
-    return ordered
+        raise PrepareError(f"a slice is missing: units [{end}, {units}){_missing(pieces)}")
+    return [(folder, meta) for folder, (meta, _) in ordered]
 
 
-def _missing(metas: list[dict[str, Any]], start: int) -> str:
-    shards = {tuple(m["slice"]["shard"]) for m in metas if m["slice"].get("shard")}
+def _missing(pieces: list[Slice]) -> str:
+    """Which shards ``--shard i/n`` did not give, when every slice is a shard of the same n."""
+    shards = {piece.shard for piece in pieces if piece.shard is not None}
     counts = {n for _, n in shards}
     if len(counts) != 1:
         return ""
@@ -222,36 +237,40 @@ def _missing(metas: list[dict[str, Any]], start: int) -> str:
 
 def _merge_hashed(
     workdir: Workdir,
-    config: dict[str, Any],
-    ordered: list[tuple[Path, dict[str, Any]]],
+    config: RunConfig,
+    ordered: list[tuple[Path, Meta]],
     progress: Callable[[Progress], None] | None,
 ) -> Report:
-    """Concatenate the slices' train.bin and val.bin (a hash split is decided per document)."""
-    counts = {**new_counts(["train", "val"]), **_skips([m for _, m in ordered])}
+    """Concatenate the slices' train.bin and val.bin (a hash split is decided per document).
+    A copy is quick to redo: it is never resumed, and leaves nothing behind when it fails."""
+    counts = Counts.new(("train", "val"))
+    counts.skips.update(_skips([m for _, m in ordered]))
     for _, meta in ordered:
-        for key in ("documents", "tokens"):
-            for split in ("train", "val"):
-                counts[key][split] += meta[key][split]
-    total = sum(m["files"][n]["bytes"] for _, m in ordered for n in BINS)
-    done = 0
-    workdir.clear(BINS)
-    try:
-        for name in BINS:
-            part = workdir.part(name)
-            try:
-                for folder, _ in ordered:
-                    with open(folder / name, "rb") as f:
-                        shutil.copyfileobj(f, part.file, 8 << 20)
-                    done += (folder / name).stat().st_size
-                    if progress is not None:
-                        progress(Progress("copy", done, total, 0))
-                part.sync()
-            finally:
-                part.close()
-    except BaseException:
-        workdir.clear(BINS)  # a copy is quick to redo: leave nothing behind
-        raise
-    record: dict[str, Any] = {"config": config, "phase": "commit", "counts": counts}
-    record["meta"] = build_meta(workdir, record, BINS)
-    workdir.commit(record, BINS, [])
-    return Report(workdir.folder, record["meta"])
+        for split in ("train", "val"):
+            counts.documents[split] += meta.counts.documents[split]
+            counts.tokens[split] += meta.counts.tokens[split]
+    total = sum(m.files[n].bytes for _, m in ordered for n in BINS)
+
+    def copy(run: Run) -> None:
+        done = 0
+        workdir.clear(BINS)
+        try:
+            for name in BINS:
+                part = workdir.part(name)
+                try:
+                    for folder, _ in ordered:
+                        with open(folder / name, "rb") as f:
+                            shutil.copyfileobj(f, part.file, 8 << 20)
+                        done += (folder / name).stat().st_size
+                        if progress is not None:
+                            progress(Progress("copy", done, total, 0))
+                    part.sync()
+                finally:
+                    part.close()
+        except BaseException:
+            workdir.clear(BINS)
+            raise
+
+    run = Run(workdir, ProgressRecord(config, Phase.TOKENIZE, counts), progress, 0)
+    meta = drive(run, Passes(tokenize=copy, permute=None, finals=BINS))
+    return Report(workdir.folder, meta.to_json())

@@ -1,17 +1,19 @@
 """``meta.json``, the marker of a finished run: how it is built (the config, the counts and
-each file's size and sha256), read, and checked against the run a caller wants."""
+each file's size and sha256), read, and the one place that decides whether a folder already
+holds the finished files of a run (``finished_run``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from openwebtext.prepare import outputs
-from openwebtext.prepare.config import CONFIG_KEYS
-from openwebtext.prepare.schema import check_meta
+from openwebtext.prepare.config import Report
+from openwebtext.prepare.state import FileInfo, Meta, ProgressRecord, RecordError, RunConfig
 from openwebtext.prepare.workdir import Workdir, sha256_file
 from openwebtext.source import Storage
 
-__all__ = ["build_meta", "is_finished", "read_meta", "same_run"]
+__all__ = ["build_meta", "finished_run", "read_meta"]
 
 
 def read_meta(folder: outputs.Location, store: Storage | None = None) -> dict[str, Any]:
@@ -19,41 +21,35 @@ def read_meta(folder: outputs.Location, store: Storage | None = None) -> dict[st
     return outputs.read_json(folder, "meta.json", store) or {}
 
 
-def same_run(meta: dict[str, Any], config: dict[str, Any]) -> bool:
-    """Whether ``meta`` is of exactly the run of ``config``: its kind (a whole run, or which
-    slice), every option that changes a byte of the files, the tokenizer and the corpus.
-
-    Every key of ``CONFIG_KEYS`` is compared, a missing one included: a slice's meta.json
-    (which has ``slice``) is never a whole run's, nor one slice another's. A merge's is a
-    whole run's (its files are byte for byte those of one run).
-    """
-    return all(meta.get(k) == config.get(k) for k in CONFIG_KEYS if k != "merge_of")
-
-
-def is_finished(
-    folder: outputs.Location, config: dict[str, Any], store: Storage | None = None
-) -> bool:
-    """Whether ``folder`` holds the finished files of exactly ``config``'s run (``same_run``;
-    their sizes checked)."""
-    meta = read_meta(folder, store)
-    if not same_run(meta, config):
-        return False
+def finished_run(
+    folder: outputs.Location, config: RunConfig, store: Storage | None = None
+) -> Report | None:
+    """The report of the finished files of exactly ``config``'s run that ``folder`` holds
+    (``Report.already``), or None: its ``meta.json`` parses (a damaged one is not finished,
+    and is written again), is of the same kind (a whole run, or which slice), every option
+    that changes a byte, the tokenizer and the corpus; and the files have its sizes. A
+    merge's is a whole run's (its files are byte for byte those of one run)."""
+    body = read_meta(folder, store)
     try:
-        check_meta(meta)
-    except ValueError:  # damaged: not finished, and written again
-        return False
+        meta = Meta.from_json(body)
+    except RecordError:
+        return None
+    if meta.config != dataclasses.replace(config, merge_of=None):
+        return None
     try:
-        found = outputs.sizes(folder, list(meta["files"]), store)
-        return all(found[name] == info["bytes"] for name, info in meta["files"].items())
+        found = outputs.sizes(folder, list(meta.files), store)
     except (OSError, KeyError, TypeError):
-        return False
+        return None
+    if any(found[name] != info.bytes for name, info in meta.files.items()):
+        return None
+    return Report(folder, body, already=True)
 
 
-def build_meta(workdir: Workdir, record: dict[str, Any], names: list[str]) -> dict[str, Any]:
+def build_meta(workdir: Workdir, record: ProgressRecord, names: tuple[str, ...]) -> Meta:
     """meta.json: the config (of a whole run, after a merge), the counts, each file's sha256."""
     files = {}
     for name in names:
         path = workdir.part_path(name)
-        files[name] = {"bytes": path.stat().st_size, "sha256": sha256_file(path)}
-    config = {k: v for k, v in record["config"].items() if k != "merge_of"}
-    return {**config, **record["counts"], "files": files}
+        files[name] = FileInfo(path.stat().st_size, sha256_file(path))
+    config = dataclasses.replace(record.config, merge_of=None)
+    return Meta(config, record.counts.copy(), files)

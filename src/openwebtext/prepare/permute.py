@@ -45,14 +45,11 @@ def permute(
     first_doc = np.cumsum([0] + [len(x) for x in lengths_per])
     first_byte = starts[np.minimum(first_doc[:-1], max(n - 1, 0))] if n else np.zeros(1, np.int64)
     val_tokens = int(lengths[perm[:n_val]].sum())
-    run.record["counts"] = {
-        **run.counts,
-        "documents": {"train": n - n_val, "val": n_val},
-        "tokens": {"train": int(lengths.sum()) - val_tokens, "val": val_tokens},
-    }
+    run.counts.documents = {"train": n - n_val, "val": n_val}
+    run.counts.tokens = {"train": int(lengths.sum()) - val_tokens, "val": val_tokens}
     total = int(nbytes.sum())
-    position: int = run.record["position"]
-    parts = {n: run.workdir.part(n, run.record["sizes"].get(n, 0)) for n in BINS}
+    position = run.record.position
+    parts = {n: run.workdir.part(n, run.record.sizes.get(n, 0)) for n in BINS}
     fds = [os.open(tokens, os.O_RDONLY) for tokens, _ in sources]
     done = first = sum(parts[n].size for n in BINS)
     try:

@@ -1,18 +1,22 @@
 """One prepare or merge run in its folder: the progress record it goes on from, its
-checkpoints, its counts, and the skip policy applied to its bad members and documents."""
+checkpoints, its counts, the skip policy applied to its bad members and documents, and the
+one phase driver of both (``drive``: tokenize → permute → commit)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from openwebtext.errors import OWTError
-from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy
+from openwebtext.policy import SkipPolicy
 from openwebtext.prepare.config import Progress, difference
-from openwebtext.prepare.meta import is_finished
+from openwebtext.prepare.meta import build_meta
+from openwebtext.prepare.state import Counts, Meta, Phase, ProgressRecord, RunConfig
 from openwebtext.prepare.workdir import PrepareError, Workdir
 
-__all__ = ["Run", "new_counts", "open_record"]
+__all__ = ["Passes", "Run", "drive", "open_record"]
 
 
 class Run:
@@ -20,7 +24,7 @@ class Run:
 
     Args:
         workdir: The folder the run works in.
-        record: The progress record it goes on from (``start``).
+        record: The progress record it goes on from (``open_record``).
         progress: Called with each ``Progress`` event (None: nothing).
         checkpoint_seconds: Seconds between two checkpoints.
         policy: What to do with a bad member or document (None: raise it).
@@ -29,7 +33,7 @@ class Run:
     def __init__(
         self,
         workdir: Workdir,
-        record: dict[str, Any],
+        record: ProgressRecord,
         progress: Callable[[Progress], None] | None,
         checkpoint_seconds: float,
         policy: SkipPolicy | None = None,
@@ -44,52 +48,94 @@ class Run:
         """Tokens tokenized by this run (pass 1), not by the earlier run it goes on from."""
 
     @property
-    def counts(self) -> dict[str, Any]:
-        counts: dict[str, Any] = self.record["counts"]
-        return counts
+    def counts(self) -> Counts:
+        return self.record.counts
 
-    def checkpoint(self, parts: dict[str, Any], **fields: Any) -> None:
-        """Sync ``parts``, then record their sizes with ``fields`` (never the other order)."""
+    def checkpoint(self, parts: dict[str, Any], position: int) -> None:
+        """Sync ``parts``, then record their sizes and ``position`` (never the other order)."""
         sizes = {name: part.sync() for name, part in parts.items()}
-        self.record = {**self.record, **fields, "sizes": sizes}
+        self.record = dataclasses.replace(self.record, position=position, sizes=sizes)
+        self.workdir.save(self.record)
+
+    def begin(self, phase: Phase) -> None:
+        """Go on to ``phase`` from its start (no part written in it yet), and record it."""
+        self.record = dataclasses.replace(self.record, phase=phase, position=0, sizes={})
         self.workdir.save(self.record)
 
     def error(self, error: OWTError) -> None:
         """Apply the skip policy to one bad member or document (``policy.SkipPolicy``)."""
-        self.policy.count(error, self.counts)
+        self.policy.count(error, self.counts.skips)
         self.skipped.append(str(error))
 
 
-def new_counts(keys: Sequence[str], files: int = 0) -> dict[str, Any]:
-    """The counts of a new run: documents and tokens per key, every skip counter at 0 but
-    ``skipped_files``, the corpus's files left out when it was opened."""
-    return {"documents": dict.fromkeys(keys, 0), "tokens": dict.fromkeys(keys, 0),
-            **dict.fromkeys(MEMBER_COUNTERS, 0), "skipped_files": files}  # fmt: skip
-
-
 def open_record(
-    workdir: Workdir, config: dict[str, Any], restart: bool, names: list[str], files: int = 0
-) -> tuple[dict[str, Any] | None, bool]:
-    """The record to go on from (a new one if none, counting ``files`` skipped files), and
-    whether it is an earlier run's.
+    workdir: Workdir,
+    config: RunConfig,
+    restart: bool,
+    names: tuple[str, ...],
+    fresh: Callable[[], ProgressRecord],
+) -> tuple[ProgressRecord, bool]:
+    """The record to go on from (``fresh()`` if there is none), and whether it is an earlier
+    run's. ``restart``: forget the folder's progress and the parts ``names`` first.
 
-    None: the folder already holds the finished files of this config.
+    Raises:
+        PrepareError: the folder holds the progress of another config.
     """
     if restart:
         workdir.clear(names)
     record = workdir.load()
-    if record is not None:
-        if record["config"] != config:
-            what = difference(record["config"], config)
+    if record is None:
+        return fresh(), False
+    if record.config != config:
+        what = difference(record.config.to_json(), config.to_json())
+        raise PrepareError(
+            f"{workdir.folder} holds the progress of a run of {what}: run the same command "
+            "as before to go on, or add --restart to throw that progress away"
+        )
+    return record, True
+
+
+@dataclass(frozen=True)
+class Passes:
+    """What a run does in each phase.
+
+    Attributes:
+        tokenize: Pass 1 (prepare: tokenize the units; merge: gather what the slices counted).
+        permute: Pass 2, copying pass 1's parts in permutation order (None: pass 1's parts
+            are the files, as in a ``hash`` run or a slice).
+        finals: The files of the finished run.
+        drop: Parts that are only temporary (pass 1's, once permuted).
+    """
+
+    tokenize: Callable[[Run], None]
+    permute: Callable[[Run], None] | None
+    finals: tuple[str, ...]
+    drop: tuple[str, ...] = ()
+
+
+def drive(run: Run, passes: Passes) -> Meta:
+    """Take ``run`` from the phase its record is in to its commit: tokenize, then permute
+    (if it has that pass), then build ``meta.json`` and commit (``Workdir.commit``). Each
+    phase begins with the record saying so, so an interrupted run goes on where it was.
+    Returns the ``meta.json`` committed.
+
+    Raises:
+        PrepareError: the record is in a phase this kind of run does not have (damaged).
+    """
+    if run.record.phase is Phase.TOKENIZE:
+        passes.tokenize(run)
+        if passes.permute is not None:
+            run.begin(Phase.PERMUTE)
+    if run.record.phase is Phase.PERMUTE:
+        if passes.permute is None:
             raise PrepareError(
-                f"{workdir.folder} holds the progress of a run of {what}: run the same command "
-                "as before to go on, or add --restart to throw that progress away"
+                f"{run.workdir.progress_path} is in phase permute, which a run of its config "
+                "does not have: run again with --restart"
             )
-        return record, True
-    if not restart and is_finished(workdir.folder, config):
-        return None, False
-    keys = ["all"] if config["split"] == "nanogpt" and "slice" in config else ["train", "val"]
-    first = config.get("slice", {}).get("start", 0)
-    fresh = {"config": config, "phase": "tokenize", "position": first, "sizes": {},
-             "counts": new_counts(keys, files)}  # fmt: skip
-    return fresh, False
+        passes.permute(run)
+    meta = run.record.meta
+    if run.record.phase is not Phase.COMMIT or meta is None:
+        meta = build_meta(run.workdir, run.record, passes.finals)
+        run.record = dataclasses.replace(run.record, meta=meta)
+    run.workdir.commit(run.record, passes.finals, passes.drop)
+    return meta

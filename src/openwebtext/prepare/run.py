@@ -1,6 +1,6 @@
-"""``prepare``, the run driver: a whole run or one slice of ``unit_order``, into a local
-folder in place or into the staging folder of a URL (then published); and ``finished``,
-whether a folder already holds a run's files."""
+"""``prepare``: a whole run or one slice of ``unit_order``, into a local folder in place or
+into the staging folder of a URL (then published); ``written``, that choice, shared with
+``merge``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from openwebtext.index import Corpus
 from openwebtext.plan import shard_range
@@ -24,15 +24,16 @@ from openwebtext.prepare.config import (
     unit_order,
 )
 from openwebtext.prepare.lock import confirm, hold
-from openwebtext.prepare.meta import build_meta, is_finished, read_meta
+from openwebtext.prepare.meta import finished_run
 from openwebtext.prepare.permute import permute
-from openwebtext.prepare.record import Run, open_record
+from openwebtext.prepare.record import Passes, Run, drive, open_record
+from openwebtext.prepare.state import Counts, Phase, ProgressRecord, RunConfig, Slice
 from openwebtext.prepare.workdir import Workdir
 from openwebtext.prepare.writers import tokenize_units
 from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["finished", "prepare", "written"]
+__all__ = ["prepare", "written"]
 
 
 def prepare(
@@ -90,9 +91,7 @@ def prepare(
     whole = shard is None and (start, stop) == (0, len(order))  # "--shard 0/1" is a slice
     if not whole and options.take is not None:
         raise ValueError("take applies to a whole run, not to a slice")
-    config = run_config(corpus, options, tokenizer)
-    if not whole:
-        config["slice"] = {"start": start, "stop": stop, "shard": list(shard) if shard else None}
+    config = run_config(corpus, options, tokenizer, None if whole else Slice(start, stop, shard))
     work = _Work(corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds)
     # The output is written with the options the input was opened with.
     return written(
@@ -107,7 +106,7 @@ def prepare(
 
 def written(
     target: outputs.Location,
-    config: dict[str, Any],
+    config: RunConfig,
     restart: bool,
     store: Storage | None,
     build: Callable[[Path], Report],
@@ -120,17 +119,18 @@ def written(
 
     A finished target is seen before the lock is taken, so a finished run on a read-only
     folder (a dataset on a read-only share) is "nothing to do", not a failure to create the
-    lock file; when there is something to write, ``build`` checks again under the lock."""
-    if not restart and is_finished(target, config, store):
-        return Report(target, read_meta(target, store), already=True)
-    if isinstance(target, Path):
-        with hold(target, wait):
-            return build(target)
-    folder = outputs.staging(target)
+    lock file; it is looked at again under the lock (the run waited for may have done it),
+    and so is a staging folder whose finished files were not published yet."""
+    if not restart and (done := finished_run(target, config, store)) is not None:
+        return done
+    folder = target if isinstance(target, Path) else outputs.staging(target)
     with hold(folder, wait):
-        if not restart and is_finished(target, config, store):  # the run waited for did it
-            return Report(target, read_meta(target, store), already=True)
-        report = build(folder)
+        if not restart and (done := finished_run(target, config, store)) is not None:
+            return done
+        staged = None if restart or folder == target else finished_run(folder, config)
+        report = build(folder) if staged is None else staged
+        if isinstance(target, Path):
+            return report
         confirm(folder)  # the staged files are still this run's
         meta = outputs.publish(folder, target, store)
     return dataclasses.replace(report, out=target, meta=meta, already=False)
@@ -144,7 +144,7 @@ class _Work(NamedTuple):
     tokenizer: Tokenizer
     order: list[int]
     stop: int
-    config: dict[str, Any]
+    config: RunConfig
     progress: Callable[[Progress], None] | None
     checkpoint_seconds: float
 
@@ -152,43 +152,37 @@ class _Work(NamedTuple):
 def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     """``prepare`` into the local folder ``folder``."""
     corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds = work
-    whole = "slice" not in config
     workdir = Workdir(folder, lambda: confirm(folder))
-    names = BINS if options.split == "hash" else CORPUS_ORDER
-    finals = names if (options.split == "hash" or not whole) else BINS
+    # Pass 1 writes the split's files (``hash``) or the documents in corpus order
+    # (``nanogpt``); a whole ``nanogpt`` run permutes those, a slice leaves that to ``merge``.
+    names = BINS if options.split_rule == "hash" else CORPUS_ORDER
+    permutes = options.split_rule == "nanogpt" and config.slice is None
     files = corpus.skipped_files
-    record, resumed = open_record(workdir, config, restart, names + BINS, len(files))
-    if record is None:
-        return Report(workdir.folder, read_meta(workdir.folder), already=True)
+    keys = ("all",) if config.in_corpus_order else ("train", "val")
+    fresh = lambda: ProgressRecord(  # noqa: E731
+        config, Phase.TOKENIZE, Counts.new(keys, len(files)), position=config.first
+    )
+    record, resumed = open_record(workdir, config, restart, names + BINS, fresh)
     policy = SkipPolicy(options.on_error, options.max_errors)
     run = Run(workdir, record, progress, checkpoint_seconds, policy)
     run.skipped += [str(error) for error in files]  # the files count as skips too
-    policy.check(skips_in(run.counts), files[-1] if files else None)
-    if record["phase"] == "tokenize":
-        tokenize_units(run, corpus, options, tokenizer, order, stop, names)
-        if finals is BINS and names is CORPUS_ORDER:
-            run.record = {**run.record, "phase": "permute", "position": 0, "sizes": {}}
-            workdir.save(run.record)
-    if run.record["phase"] == "permute":
+    policy.check(skips_in(run.counts.skips), files[-1] if files else None)
+
+    def second(run: Run) -> None:
         sources = [(workdir.part_path("tokens.bin"), workdir.part_path("lengths.bin"))]
         permute(run, sources, tokenizer.dtype.itemsize, options.val_fraction, options.val_seed)
-    if run.record["phase"] != "commit":
-        run.record["meta"] = build_meta(workdir, run.record, finals)
-    drop = [n for n in names if n not in finals]
-    workdir.commit(run.record, finals, drop)
+
+    passes = Passes(
+        tokenize=lambda run: tokenize_units(run, corpus, options, tokenizer, order, stop, names),
+        permute=second if permutes else None,
+        finals=config.finals(),
+        drop=names if permutes else (),
+    )
+    meta = drive(run, passes)
     return Report(
         workdir.folder,
-        run.record["meta"],
+        meta.to_json(),
         resumed,
         skipped=tuple(run.skipped),
         tokenized=run.tokenized,
     )
-
-
-def finished(corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions) -> bool:
-    """Whether ``out`` already holds the finished files of a whole run of ``corpus``/``options``.
-
-    Lets an engine that prepares slices elsewhere (``openwebtext.ray``) skip a run already done.
-    """
-    config = run_config(corpus, options, load_tokenizer(options.tokenizer))
-    return is_finished(outputs.location(out), config, corpus.storage)

@@ -18,7 +18,7 @@ from openwebtext.plan import shard_range
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import PrepareOptions, Report, run_config, unit_order
 from openwebtext.prepare.lock import hold
-from openwebtext.prepare.meta import is_finished, read_meta
+from openwebtext.prepare.meta import finished_run
 from openwebtext.source import Storage
 from openwebtext.tokenizer import load_tokenizer
 
@@ -72,7 +72,4 @@ def finished_report(
     """The report of a whole run of ``corpus``/``options`` that ``out`` already holds the
     finished files of (``Report.already``), or None."""
     config = run_config(corpus, options, load_tokenizer(options.tokenizer))
-    target = outputs.location(out)
-    if not is_finished(target, config, corpus.storage):
-        return None
-    return Report(target, read_meta(target, corpus.storage), already=True)
+    return finished_run(outputs.location(out), config, corpus.storage)

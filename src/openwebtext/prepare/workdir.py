@@ -18,6 +18,7 @@ Files are created with mode 0666 less the umask, like any file a program writes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ from typing import Any
 
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_file, sync_folder
-from openwebtext.prepare.schema import check_record
+from openwebtext.prepare.state import Phase, ProgressRecord, RecordError
 
 __all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
@@ -109,15 +110,15 @@ class Workdir:
     def progress_path(self) -> Path:
         return self.folder / PROGRESS
 
-    def load(self) -> dict[str, Any] | None:
+    def load(self) -> ProgressRecord | None:
         """The progress record, or None if there is none.
 
         Raises:
-            PrepareError: the record cannot be read as one.
+            PrepareError: the record cannot be read as one (naming the file and the field).
         """
         path = self.progress_path
         try:
-            record = json.loads(path.read_text())
+            body = json.loads(path.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -125,18 +126,15 @@ class Workdir:
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
         try:
-            if not isinstance(record, dict):
-                raise ValueError(f"a {type(record).__name__}, not an object")
-            check_record(record)
-        except ValueError as exc:
+            return ProgressRecord.from_json(body)
+        except RecordError as exc:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from None
-        return record
 
-    def save(self, record: dict[str, Any]) -> None:
+    def save(self, record: ProgressRecord) -> None:
         """Replace the progress record atomically (call after syncing the parts it describes)."""
-        self.write_json(PROGRESS, record)
+        self.write_json(PROGRESS, record.to_json())
 
     def write_json(self, name: str, body: dict[str, Any]) -> None:
         """Write ``name`` atomically and durably (``files.atomic_file``): a temporary file,
@@ -150,7 +148,7 @@ class Workdir:
     def part_path(self, name: str) -> Path:
         return self.folder / f".{name}.part"
 
-    def clear(self, names: list[str]) -> None:
+    def clear(self, names: tuple[str, ...]) -> None:
         """Forget a run: its progress record and the parts of ``names``."""
         for name in [*names, "meta.json"]:
             self.part_path(name).unlink(missing_ok=True)
@@ -161,14 +159,17 @@ class Workdir:
             stale.unlink(missing_ok=True)  # a record written when the run was killed
         self.progress_path.unlink(missing_ok=True)
 
-    def commit(self, record: dict[str, Any], names: list[str], drop: list[str]) -> None:
-        """Make the parts ``names`` appear with ``record["meta"]``, then forget the run.
+    def commit(self, record: ProgressRecord, names: tuple[str, ...], drop: tuple[str, ...]) -> None:
+        """Make the parts ``names`` appear with ``record.meta``, then forget the run.
 
         ``record`` is saved (phase ``commit``) before anything is renamed, so a run cut short
         here is finished by the next one. ``drop``: parts that are only temporary.
         """
+        meta = record.meta
+        if meta is None:
+            raise ValueError("a record is committed with its meta")
         self.guard()
-        record = {**record, "phase": "commit"}
+        record = dataclasses.replace(record, phase=Phase.COMMIT)
         self.save(record)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / "meta.json").unlink()
@@ -186,7 +187,7 @@ class Workdir:
                 (self.folder / stale).unlink(missing_ok=True)
         sync_folder(self.folder)
         self.guard()  # no meta.json over files another run may have replaced meanwhile
-        self.write_json("meta.json", record["meta"])
+        self.write_json("meta.json", meta.to_json())
         for name in drop:
             self.part_path(name).unlink(missing_ok=True)
         self.progress_path.unlink(missing_ok=True)

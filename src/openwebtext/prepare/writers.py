@@ -27,7 +27,7 @@ def _open_pool(corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer) ->
         workers=options.workers,
         retries=0 if options.on_error == "raise" else 1,
         tokenizer=tokenizer,  # ``options.tokenizer``, resolved once by ``prepare``
-        normalise=options.split == "nanogpt",
+        normalise=options.split_rule == "nanogpt",
     )
     return open_pool(corpus.units, pool_options, corpus.storage)
 
@@ -39,16 +39,16 @@ def tokenize_units(
     tokenizer: Tokenizer,
     order: list[int],
     stop: int,
-    names: list[str],
+    names: tuple[str, ...],
 ) -> None:
     """Pass 1: tokenize units ``order[position:stop]`` in order, appending to the parts."""
     record = run.record
-    position: int = record["position"]
-    parts = {n: run.workdir.part(n, record["sizes"].get(n, 0)) for n in names}
+    position = record.position
+    parts = {n: run.workdir.part(n, record.sizes.get(n, 0)) for n in names}
     itemsize = tokenizer.dtype.itemsize
     counts = run.counts
     units = corpus.units
-    first = record["config"].get("slice", {}).get("start", 0)
+    first = record.config.first
     total = sum(units[u].size for u in order[first:stop])
     done = total - sum(units[u].size for u in order[position:stop])
     take = options.take
@@ -59,14 +59,14 @@ def tokenize_units(
         last = time.monotonic()
         for loaded in pool.run(order[position:stop]):
             consistent = False
-            budget = None if take is None else take - sum(counts["documents"].values())
+            budget = None if take is None else take - sum(counts.documents.values())
             written = _write_unit(run, loaded, parts, itemsize, options, budget)
             tokens_now += written
             run.tokenized += written
             position += 1
             done += units[loaded.unit].size
             consistent = True
-            taken = take is not None and sum(counts["documents"].values()) >= take
+            taken = take is not None and sum(counts.documents.values()) >= take
             if taken or time.monotonic() - last >= run.checkpoint_seconds:
                 run.checkpoint(parts, position=stop if taken else position)
                 last = time.monotonic()
@@ -99,7 +99,7 @@ def _write_unit(
         run.error(error)
     if loaded.counts is None:  # the whole unit failed, and was skipped
         return 0
-    if options.split == "hash":
+    if options.split_rule == "hash":
         return _write_hashed(run, loaded, loaded.counts, parts, itemsize, options, budget)
     return _write_in_order(run, loaded, loaded.counts, parts, itemsize, budget)
 
@@ -127,8 +127,8 @@ def _write_hashed(
             budget -= 1
         split = "val" if in_validation(name, fraction, seed) else "train"
         parts[f"{split}.bin"].write(data[offset : offset + count * itemsize])
-        counts["documents"][split] += 1
-        counts["tokens"][split] += count
+        counts.documents[split] += 1
+        counts.tokens[split] += count
         tokens += count
     return tokens
 
@@ -149,7 +149,7 @@ def _write_in_order(
     parts["tokens.bin"].write(loaded.data[: tokens * itemsize])
     parts["lengths.bin"].write(np.array(lengths, dtype=LENGTH).tobytes())
     counts = run.counts
-    key = next(iter(counts["documents"]))
-    counts["documents"][key] += len(lengths)
-    counts["tokens"][key] += tokens
+    key = next(iter(counts.documents))  # "all" in a slice; a whole run's pass 1: "train"
+    counts.documents[key] += len(lengths)
+    counts.tokens[key] += tokens
     return tokens

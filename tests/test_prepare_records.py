@@ -1,0 +1,118 @@
+"""The prepare side's typed records: folders written by the release before them still load,
+resume and finish to the same bytes (golden fixtures), every record round-trips, and a
+damaged record is one clear error naming its file and field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Corpus
+from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
+from openwebtext.prepare.workdir import PROGRESS
+
+GOLDEN = Path(__file__).parent / "fixtures" / "prepare-v1"
+
+
+def _options(rule: str) -> PrepareOptions:
+    return PrepareOptions(split_rule=rule, tokenizer="gpt2", workers=0, val_fraction=0.25)  # type: ignore[arg-type]
+
+
+def _golden_meta(name: str) -> dict[str, object]:
+    meta: dict[str, object] = json.loads((GOLDEN / name).read_text())
+    return meta
+
+
+def _hidden(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Corpus:
+    return Corpus.open(shutil.copytree(GOLDEN / "corpus", tmp_path / "corpus"))
+
+
+@pytest.mark.parametrize(
+    ("run", "rule"),
+    [("hash-tokenize", "hash"), ("nanogpt-tokenize", "nanogpt"),
+     ("nanogpt-permute", "nanogpt"), ("nanogpt-commit", "nanogpt")],
+)  # fmt: skip
+def test_a_folder_of_the_last_release_resumes_to_its_files(
+    corpus: Corpus, tmp_path: Path, run: str, rule: str
+) -> None:
+    out = shutil.copytree(GOLDEN / "runs" / run, tmp_path / "out")
+    report = prepare(corpus, out, _options(rule))
+    assert report.resumed
+    assert json.loads((out / "meta.json").read_text()) == _golden_meta(f"meta-{rule}.json")
+    assert _hidden(out) == []
+
+
+def test_a_merge_of_the_last_release_resumes_to_its_files(tmp_path: Path) -> None:
+    slices = shutil.copytree(GOLDEN / "runs" / "slices", tmp_path / "slices").resolve()
+    out = shutil.copytree(GOLDEN / "runs" / "merge-permute", tmp_path / "out")
+    record = out / PROGRESS
+    record.write_text(record.read_text().replace("{SLICES}", str(slices)))
+    report = merge([slices / "s1", slices / "s0"], out)
+    assert report.resumed
+    assert json.loads((out / "meta.json").read_text()) == _golden_meta("meta-nanogpt.json")
+    assert _hidden(out) == []
+
+
+@pytest.mark.parametrize("rule", ["hash", "nanogpt"])
+def test_meta_json_is_the_last_release_s(corpus: Corpus, tmp_path: Path, rule: str) -> None:
+    """Pinned: the same options write the same meta.json, byte for byte in its fields."""
+    whole = prepare(corpus, tmp_path / "whole", _options(rule))
+    assert whole.meta == _golden_meta(f"meta-{rule}.json")
+    piece = prepare(corpus, tmp_path / "piece", _options(rule), shard=(1, 2))
+    assert piece.meta == _golden_meta(f"meta-{rule}-slice.json")
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("config.eot", lambda r: r["config"].update(eot="50256")),
+        ("config.take", lambda r: r["config"].update(take=-1)),
+        ("config.formats", lambda r: r["config"].update(formats=["megatron"])),
+        ("counts.documents.val", lambda r: r["counts"]["documents"].update(val=[])),
+        ("phase", lambda r: r.update(phase="Permute")),
+    ],
+)  # fmt: skip
+def test_a_damaged_record_of_the_last_release_is_one_line_naming_file_and_field(
+    corpus: Corpus, tmp_path: Path, field: str, change: Callable[[dict[str, Any]], None]
+) -> None:
+    """Before the typed record, a damaged config read as "another run's options" (or, for an
+    unknown key, as this run's own); now it is the record's own field."""
+    out = shutil.copytree(GOLDEN / "runs" / "hash-tokenize", tmp_path / "out")
+    body = json.loads((out / PROGRESS).read_text())
+    change(body)
+    (out / PROGRESS).write_text(json.dumps(body))
+    with pytest.raises(PrepareError) as caught:
+        prepare(corpus, out, _options("hash"))
+    message = str(caught.value)
+    assert message.startswith(f"{out / PROGRESS} is not a progress record ({field} "), message
+    assert message.endswith("run again with --restart") and "\n" not in message
+    assert prepare(corpus, out, _options("hash"), restart=True).meta == _golden_meta(
+        "meta-hash.json"
+    )
+
+
+def test_a_record_in_a_phase_its_run_does_not_have_is_refused(
+    corpus: Corpus, tmp_path: Path
+) -> None:
+    out = shutil.copytree(GOLDEN / "runs" / "hash-tokenize", tmp_path / "out")
+    body = json.loads((out / PROGRESS).read_text())
+    (out / PROGRESS).write_text(json.dumps({**body, "phase": "permute"}))
+    with pytest.raises(PrepareError, match=r"is in phase permute, which a run of its config"):
+        prepare(corpus, out, _options("hash"))
+
+
+def test_a_complete_run_is_not_merged_as_a_slice(tmp_path: Path) -> None:
+    (tmp_path / "whole").mkdir()
+    shutil.copy(GOLDEN / "meta-hash.json", tmp_path / "whole" / "meta.json")
+    with pytest.raises(PrepareError, match=r"whole is not a slice of .*\(a complete run\)$"):
+        merge([tmp_path / "whole"], tmp_path / "out")
