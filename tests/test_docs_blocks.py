@@ -92,8 +92,11 @@ THEIRS = [block for block in ALL if not block.language and block.file in NOT_OUR
 
 def params() -> list[object]:
     out = [
-        pytest.param(block, marks=pytest.mark.skip(reason=f"{block.name}: {NOT_OURS[block.file]}"),
-                     id=block.name)  # fmt: skip
+        pytest.param(
+            block,
+            marks=pytest.mark.skip(reason=f"{block.name}: {NOT_OURS[block.file]}"),
+            id=block.name,
+        )
         for block in THEIRS
     ]
     for block in CODE:
@@ -122,9 +125,7 @@ def place(tmp_path_factory: pytest.TempPathFactory, indexed: Path) -> dict[str, 
     owt.chmod(0o755)
     python = bin_dir / "python"  # `python` in a block is this interpreter
     python.symlink_to(sys.executable)
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_", "OWT_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_", "OWT_"))}
     env.update(
         CORPUS=str(corpus),
         OWT_CACHE_DIR=str(cache),
