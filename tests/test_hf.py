@@ -14,7 +14,6 @@ import sys
 import textwrap
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +77,7 @@ def test_dataloader_workers_read_the_epoch_exactly_once(
     assert Counter(got) == Counter(list(small_docs))  # every document, each once
     # Worker i reads its shard, i.e. rank i of 2 of the loader, in that rank's order.
     shards = [
-        loader_names(indexed, seed=4, shuffle_buffer=30, rank=i, world_size=2, even=False)
+        loader_names(indexed, seed=4, shuffle_buffer=30, rank=i, world_size=2, even=None)
         for i in range(2)
     ]
     assert all(shards) and got == round_robin(*shards)
@@ -96,7 +95,7 @@ def test_split_dataset_by_node_gives_each_node_its_shards(indexed: Path) -> None
         shares = [
             name
             for share in (rank, rank + 2)
-            for name in loader_names(indexed, seed=6, rank=share, world_size=4, even=False)
+            for name in loader_names(indexed, seed=6, rank=share, world_size=4, even=None)
         ]
         assert sorted(node) == sorted(shares)
         seen += node
@@ -114,7 +113,7 @@ def test_options_pass_through(indexed: Path) -> None:
     ranked = {"seed": 2, "rank": 1, "world_size": 2, "workers": 0}
     assert names(iterable_dataset(indexed, **ranked)) == loader_names(indexed, **ranked)
     # Shards of a rank are that rank's documents, split further.
-    plain = {**ranked, "even": False}
+    plain = {**ranked, "even": None}
     shards = names(iterable_dataset(indexed, num_shards=3, **plain))
     assert sorted(shards) == sorted(loader_names(indexed, **plain))
     options = Options(seed=2, tokenizer="bytes", epochs=2, workers=0)
@@ -143,17 +142,17 @@ def test_even_shards_are_counted_once_in_the_main_process(
     got = names(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2))
     # even across the 2 x 2 shares (drop): every shard yields the smallest share's count
     shares = [
-        loader_names(corpus, seed=1, rank=r, world_size=4, even=False, workers=0) for r in range(4)
+        loader_names(corpus, seed=1, rank=r, world_size=4, even=None, workers=0) for r in range(4)
     ]
     assert len(got) == 2 * min(len(share) for share in shares) > 0
 
 
 def test_shard_options_nest_under_the_rank() -> None:
     options = Options(seed=3, rank=1, world_size=2)
-    assert shard_options(options, 0, 1) == replace(options, even=True)
+    assert shard_options(options, 0, 1) == options
     second = shard_options(options, 1, 3)  # the 2nd of 3 intervals cut from rank 1's
-    assert (second.rank, second.world_size, second.even) == (4, 6, True)
-    assert shard_options(Options(), 1, 2).even is False
+    assert (second.rank, second.world_size, second.even) == (4, 6, "drop")
+    assert shard_options(Options(), 1, 2).even is None  # one training rank: not evened out
     with pytest.raises(ValueError, match=r"shard must be in 0\.\.2"):
         shard_options(options, 3, 3)
 
@@ -185,7 +184,7 @@ def test_num_shards_must_be_a_positive_int(indexed: Path) -> None:
 def test_set_epoch_of_datasets_reorders_the_shards_only(indexed: Path) -> None:
     dataset = iterable_dataset(indexed, seed=3, workers=0, num_shards=3)
     shards = [
-        loader_names(indexed, seed=3, workers=0, rank=s, world_size=3, even=False) for s in range(3)
+        loader_names(indexed, seed=3, workers=0, rank=s, world_size=3, even=None) for s in range(3)
     ]
     assert names(dataset) == chained(shards)
     orders = set()
@@ -214,7 +213,7 @@ def test_datasets_resume_is_exact_by_reading_the_shard_again(
     indexed: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     full = names(iterable_dataset(indexed, seed=8, workers=0, num_shards=2))
-    first_shard = len(loader_names(indexed, seed=8, rank=0, world_size=2, even=False))
+    first_shard = len(loader_names(indexed, seed=8, rank=0, world_size=2, even=None))
     for stop in (7, first_shard + 9):  # inside the first shard, inside the second
         dataset = iterable_dataset(indexed, seed=8, workers=0, num_shards=2)
         running = iter(dataset)

@@ -85,7 +85,7 @@ def test_counting_for_even_sharding_leaves_the_warnings_to_the_stream(
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
     tar, _ = three_faults
     with caplog.at_level(logging.WARNING, logger="openwebtext"):
-        counted = ensure_counts(Corpus.open(tar), Options(on_error="warn", even=True))
+        counted = ensure_counts(Corpus.open(tar), Options(on_error="warn"), always=True)
     assert counted.counts is not None and counted.counts.documents == (len(A) + 1, 0, len(B), 3)
     assert [r.getMessage() for r in caplog.records if r.name == "openwebtext"] == []
 

@@ -40,7 +40,7 @@ def varied(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Path
 def options(rule: str, world: int, rank: int, **extra: Any) -> dict[str, Any]:
     base: dict[str, Any] = dict(
         seed=3, shuffle_buffer=30, split="train", val_fraction=0.2, val_seed=7, workers=0,
-        rank=rank, world_size=world, even=True, even_rule=rule,
+        rank=rank, world_size=world, even=rule,
     )  # fmt: skip  # even on one rank too: a reshard keeps the run's rule
     return {**base, **extra}
 
@@ -320,7 +320,7 @@ def test_batches_of_a_resharded_state_resume_exactly(varied: Path) -> None:
 
 def test_without_even_sharding_the_shares_differ_by_one_at_most(varied: Path) -> None:
     def opts(rank: int, world: int) -> dict[str, Any]:
-        return options("drop", world, rank, even=False)
+        return options("drop", world, rank, even=None)
 
     epoch = [name for r in range(4) for name in read(varied, None, **opts(r, 4))[0]]
     delivered, states = [], []
@@ -329,7 +329,7 @@ def test_without_even_sharding_the_shares_differ_by_one_at_most(varied: Path) ->
         delivered += names
         states.append(state)
     for new_world in (3, 1):
-        new = reshard(states, new_world, even=False)
+        new = reshard(states, new_world, even=None)
         shares = [read(varied, new[r], **opts(r, new_world))[0] for r in range(new_world)]
         assert max(map(len, shares)) - min(map(len, shares)) <= 1
         got = delivered + [name for share in shares for name in share]

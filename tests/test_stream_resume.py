@@ -115,11 +115,11 @@ VAL = {"val_fraction": 0.2, "val_seed": 7}  # counted in the ``indexed`` corpus
 @pytest.mark.parametrize(
     "options",
     [
-        pytest.param({"world_size": 4, "rank": 1, "even_rule": "drop"}, id="drop"),
-        pytest.param({"world_size": 4, "rank": 3, "even_rule": "pad"}, id="pad"),
-        pytest.param({"world_size": 3, "rank": 2, "even_rule": "pad", "split": "train", **VAL},
+        pytest.param({"world_size": 4, "rank": 1, "even": "drop"}, id="drop"),
+        pytest.param({"world_size": 4, "rank": 3, "even": "pad"}, id="pad"),
+        pytest.param({"world_size": 3, "rank": 2, "even": "pad", "split": "train", **VAL},
                      id="pad-train"),
-        pytest.param({"world_size": 2, "rank": 1, "even_rule": "drop", "split": "val", **VAL},
+        pytest.param({"world_size": 2, "rank": 1, "even": "drop", "split": "val", **VAL},
                      id="drop-val"),
     ],
 )  # fmt: skip
@@ -173,7 +173,7 @@ def test_gpt2_batches_resume_exactly(small_corpus: Path) -> None:
 
 def test_evened_out_batches_resume_exactly(indexed: Path) -> None:
     loader = Loader(indexed, workers=0, seed=5, shuffle_buffer=30, tokenizer="bytes",
-                    world_size=3, rank=1, even_rule="pad")  # fmt: skip
+                    world_size=3, rank=1, even="pad")  # fmt: skip
     check_save_load(batches(loader, 200, 2), key=as_list)
 
 
@@ -298,7 +298,7 @@ NOT_SHAPING = {
     "epoch": "where a fresh run starts; a state carries its own epoch",
     "epochs": "how far a run goes, not what comes",
     "take": "how far a run goes, not what comes",
-    "even_rule": "saved as the value of even while ranks are evened out (tested apart)",
+    "even_rule": "a deprecated spelling of even (tested apart)",
     "tokenizer": "saved as the vocabulary's fingerprint (tested apart)",
 }
 
@@ -309,7 +309,7 @@ SHAPED = Options(
     shuffle_buffer=30,
     world_size=2,
     rank=0,
-    even=False,
+    even=None,
     split="train",
     max_document_bytes=1 << 20,
     **VAL,
@@ -318,6 +318,8 @@ SHAPED = Options(
 
 def other_value(name: str, value: Any) -> Any:
     """A valid value of option ``name`` other than ``value``."""
+    if name == "even":
+        return "pad" if value != "pad" else None
     if isinstance(value, bool) or value is None:
         return not value
     if isinstance(value, int):
@@ -346,15 +348,14 @@ def test_resume_with_another_shaping_option_is_refused(indexed: Path, option: st
 
 
 def test_a_state_that_does_not_fit_is_refused_before_counting(
-    small_corpus: Path, tmp_path: Path
+    indexed: Path, small_corpus: Path, tmp_path: Path
 ) -> None:
-    # Even sharding counts every member first (a long read of a big corpus): a state saved
+    # Sharding counts every member first (a long read of a big corpus): a state saved
     # under other options must be refused at once, not after the count.
-    corpus = shutil.copytree(small_corpus, tmp_path / "c")
-    one = replace(SHAPED, world_size=1)  # one share: nothing to count
-    _, state = run(Loader(corpus, one), n=10)
-    evened = Loader(corpus, one).replace(even=True)
-    with pytest.raises(StateError, match=r"even: saved None, now 'drop'.*pass even=False"):
+    _, state = run(Loader(indexed, SHAPED), n=10)  # the counted copy: the same fingerprint
+    corpus = shutil.copytree(small_corpus, tmp_path / "c")  # not counted
+    evened = Loader(corpus, SHAPED).replace(even="drop")
+    with pytest.raises(StateError, match=r"even: saved None, now 'drop'.*pass even=None"):
         evened.iter(state=state)
     assert not list(Path(corpus).glob(".owt-counts-*"))  # nothing was counted
 
@@ -376,26 +377,28 @@ def test_resume_with_another_harmless_option_gives_the_same_documents(
     assert other[:n] == rest[:n]
 
 
-def test_even_rule_is_refused_only_while_ranks_are_evened_out(indexed: Path) -> None:
-    loader = Loader(indexed, SHAPED, even=True, even_rule="drop")
+def test_the_even_rule_is_refused_only_while_there_are_shares(indexed: Path) -> None:
+    loader = Loader(indexed, SHAPED, even="drop")
     _, state = run(loader, n=5)
     with pytest.raises(StateError, match="even: saved 'drop', now 'pad'"):
-        loader.replace(even_rule="pad").iter(state=state)
-    _, uneven = run(Loader(indexed, SHAPED), n=5)
-    Loader(indexed, SHAPED, even_rule="pad").iter(state=uneven).close()
+        loader.replace(even="pad").iter(state=state)
+    one = replace(SHAPED, world_size=1, even="drop")  # one share is even by itself
+    _, alone = run(Loader(indexed, one), n=5)
+    assert alone["config"]["even"] is None
+    Loader(indexed, one, even="pad").iter(state=alone).close()
 
 
 def test_resume_options_take_the_shaping_options_from_the_state(indexed: Path) -> None:
     """What ``owt stream --resume`` does: shaping options not given again come from the state."""
-    saved = replace(SHAPED, even=True, even_rule="pad", workers=2)
+    saved = replace(SHAPED, even="pad", workers=2)
     _, state = run(Loader(indexed, saved), n=5)
     options = resume_options({"workers": 1, "take": 3}, state)
     assert {n: getattr(options, n) for n in SHAPING} == {n: getattr(saved, n) for n in SHAPING}
-    assert (options.even_rule, options.workers, options.take) == ("pad", 1, 3)
+    assert (options.even, options.workers, options.take) == ("pad", 1, 3)
     assert resume_options({"seed": 9}, state).seed == 9  # given again: refused on resume
     assert resume_options({}, None) == Options()
     unevened = resume_options({}, run(Loader(indexed, SHAPED), n=5)[1])
-    assert unevened.even is False and unevened.even_mode is None
+    assert unevened.even is None and unevened.even_mode is None
 
 
 def test_resume_with_other_corpus_is_refused(small_corpus: Path, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ def test_uneven_ranks_are_disjoint_and_cover(
     seen: list[str] = []
     sizes = []
     for rank in range(world_size):
-        loader = Loader(indexed, workers=2, seed=5, rank=rank, world_size=world_size, even=False)
+        loader = Loader(indexed, workers=2, seed=5, rank=rank, world_size=world_size, even=None)
         names = [d.name for d in loader]
         sizes.append(len(names))
         seen += names
@@ -79,7 +79,7 @@ def test_more_ranks_than_members(indexed: Path, caplog: pytest.LogCaptureFixture
     assert [len(list(it)) for it in its] == [0] * 200
     assert [it.stats.dropped_documents for it in its] == [0] * 199 + [120]
     assert "120 documents left out" in caplog.text
-    padded = [[d.name for d in Loader(indexed, rank=r, world_size=200, even_rule="pad")]
+    padded = [[d.name for d in Loader(indexed, rank=r, world_size=200, even="pad")]
               for r in range(200)]  # fmt: skip
     assert {len(names) for names in padded} == {1}
     assert len({n for names in padded for n in names}) == 120
@@ -105,7 +105,7 @@ def test_even_ranks_yield_equal_counts(
             seed=5,
             rank=rank,
             world_size=world_size,
-            even_rule=rule,
+            even=rule,
             epoch=epoch,
             split=split,
         )
@@ -124,7 +124,7 @@ def test_even_ranks_yield_equal_counts(
 def test_pad_reads_into_the_next_share_and_counts_it(indexed: Path) -> None:
     """120 documents over 7 ranks: pad gives each 18 (ceil), every document at least once,
     126 - 120 = 6 read twice, each by the share that reaches into the next one's start."""
-    its = [Loader(indexed, seed=5, rank=r, world_size=7, even_rule="pad").iter() for r in range(7)]
+    its = [Loader(indexed, seed=5, rank=r, world_size=7, even="pad").iter() for r in range(7)]
     names = [[d.name for d in it] for it in its]
     assert {len(n) for n in names} == {18}
     assert len({n for ns in names for n in ns}) == 120
@@ -169,7 +169,7 @@ def test_pad_resumes_exactly_across_units_cut_at_both_ends(tmp_path: Path) -> No
     corpus = Corpus.open(path)  # now with its counts
     # 13 units of 5 over 3 ranks: rank 1 takes documents 21..43 (22, reaching one into
     # rank 2's share), cut inside units at both ends; blocks of 3 units.
-    loader = Loader(corpus, workers=0, seed=2, rank=1, world_size=3, even_rule="pad",
+    loader = Loader(corpus, workers=0, seed=2, rank=1, world_size=3, even="pad",
                     shuffle_buffer=12)  # fmt: skip
     whole = check_save_load(
         lambda state, epochs: loader.replace(epochs=epochs).iter(state=state),

@@ -69,7 +69,7 @@ def test_eight_ranks_read_all_but_seven_documents_each_once(
 def test_a_boundary_member_is_read_by_the_two_shares_that_meet_in_it(thirty: Path) -> None:
     """390 over 7 without even sharding: 55 or 56 each, every document once; at most the
     6 boundary members are read twice (units counts the members each share read)."""
-    names, stats = names_by_rank(thirty, 7, even=False)
+    names, stats = names_by_rank(thirty, 7, even=None)
     flat = [n for ns in names for n in ns]
     assert sorted(flat) == sorted(set(flat)) and len(flat) == 390
     assert {len(ns) for ns in names} <= {55, 56}
@@ -105,7 +105,7 @@ def test_a_bad_document_on_a_boundary_is_counted_by_its_own_share_only(tmp_path:
     members = [("openwebtext/urlsf_subset00-1_data.xz", xz_member(docs))]
     members.append(("openwebtext/urlsf_subset00-2_data.xz", xz_member(sample_docs("m1", 10))))
     path = counted(outer_tar(tmp_path / "urlsf_subset00.tar", members).parent)
-    options = {"even": False, "on_error": "skip", "shuffle": False}
+    options = {"even": None, "on_error": "skip", "shuffle": False}
     names, stats = names_by_rank(path, 4, **options)  # shares of 5: 0-4, 5-9, 10-14, 15-19
     assert [s.skipped_documents for s in stats] == [1, 0, 0, 0]
     assert sum(map(len, names)) == 19
@@ -164,10 +164,10 @@ def test_two_passes_after_load_resharded(six: Path, num_workers: int) -> None:
 
 
 def test_reshard_keeps_a_run_without_even_sharding_uneven(thirty: Path) -> None:
-    """It returned states that said even 'drop', which Loader(even=False) refused."""
+    """It returned states that said even 'drop', which Loader(even=None) refused."""
     states = []
     for rank in range(3):
-        with Loader(thirty, rank=rank, world_size=3, even=False, workers=0).iter() as it:
+        with Loader(thirty, rank=rank, world_size=3, even=None, workers=0).iter() as it:
             for _ in range(10 * rank):
                 next(it)
             states.append(it.state_dict())
@@ -175,12 +175,12 @@ def test_reshard_keeps_a_run_without_even_sharding_uneven(thirty: Path) -> None:
     assert {s["config"]["even"] for s in new} == {None}
     rest = []
     for r in range(2):
-        loader = Loader(thirty, rank=r, world_size=2, even=False, workers=0)
+        loader = Loader(thirty, rank=r, world_size=2, even=None, workers=0)
         rest += [d.name for d in loader.iter(state=new[r])]
     assert len(rest) == len(set(rest)) == 390 - 30
-    evened = reshard(states, 2, even=True)
-    with pytest.raises(Exception, match=r"pass even=True, even_rule='drop'"):
-        Loader(thirty, rank=0, world_size=2, even=False).iter(state=evened[0])
+    evened = reshard(states, 2, even="drop")
+    with pytest.raises(Exception, match=r"pass even='drop'"):
+        Loader(thirty, rank=0, world_size=2, even=None).iter(state=evened[0])
 
 
 def test_drop_of_a_reshard_is_counted_on_the_last_new_rank(thirty: Path) -> None:
@@ -242,7 +242,7 @@ def test_a_state_whose_fields_disagree_is_refused_by_iter_and_reshard(
     thirty: Path, field: str, value: int, message: str
 ) -> None:
     """Hand-edited or damaged: today's stream yielded nothing with no word, or repeated."""
-    options = {"rank": 1, "world_size": 4, "seed": 0, "shuffle_buffer": 20, "even": False}
+    options = {"rank": 1, "world_size": 4, "seed": 0, "shuffle_buffer": 20, "even": None}
     state = saved(thirty, 30, **options)
     if field == "both":
         state["counters"].update(epoch_documents=value, documents=value)

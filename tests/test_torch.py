@@ -111,7 +111,7 @@ def reference(corpus: Path, num_workers: int, rank: int = 0, world: int = 1) -> 
     n = max(num_workers, 1)
     shares = []
     for w in range(n):
-        share = Loader(corpus, workers=0, rank=rank * n + w, world_size=world * n, even=False)
+        share = Loader(corpus, workers=0, rank=rank * n + w, world_size=world * n, even=None)
         shares.append([b.tolist() for b in share.replace(**PACKED).batches(SEQ, ROWS)])
     out: list[object] = []
     for turn in range(max(map(len, shares))):
@@ -131,7 +131,7 @@ def test_packed_batches_are_the_loaders_batches(
     indexed: Path, num_workers: int, rank: int, world: int
 ) -> None:
     dataset = PackedBatchDataset(
-        indexed, SEQ, ROWS, workers=2, rank=rank, world_size=world, even=False, **PACKED
+        indexed, SEQ, ROWS, workers=2, rank=rank, world_size=world, even=None, **PACKED
     )
     got = batches(DataLoader(dataset, batch_size=None, num_workers=num_workers))
     assert len(got) > 20
@@ -146,7 +146,7 @@ def test_ranks_pack_disjoint_documents_and_every_id_is_a_target_once(
     packed: list[str] = []  # documents packed whole into some rank's batches
     read: list[str] = []  # documents of the ranks' streams
     for rank in range(2):
-        options = {"rank": rank, "world_size": 2, "even": False, **PACKED}
+        options = {"rank": rank, "world_size": 2, "even": None, **PACKED}
         dataset = PackedBatchDataset(indexed, SEQ, ROWS, workers=2, **options)
         ids = id_stream(batches(DataLoader(dataset, batch_size=None)))
         docs = list(Loader(indexed, **options))
@@ -225,7 +225,7 @@ def test_even_sharding_counts_the_corpus_once_in_the_main_process(
         return count(*args, **kwargs)
 
     monkeypatch.setattr(counts, "count_documents", spy)
-    options = {"rank": 0, "world_size": 2, "even": True, "even_rule": "pad", "workers": 1}
+    options = {"rank": 0, "world_size": 2, "even": "pad", "workers": 1}
     dataset: Any
     if dataset_class == "documents":
         dataset = OpenWebTextDataset(corpus, **options)

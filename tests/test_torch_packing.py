@@ -31,7 +31,7 @@ from openwebtext.torch import (  # noqa: E402
 S, B = 32, 2
 OPTIONS: dict[str, Any] = dict(
     tokenizer="bytes", seed=3, shuffle_buffer=30, split="train", val_fraction=0.2, val_seed=7,
-    even=True,
+    even="drop",
 )  # fmt: skip
 
 

@@ -52,7 +52,7 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
 
     Rank ``r`` of ``W`` holds an interval of each epoch's documents; its shard ``s`` of ``n``
     the ``s``-th of ``n`` intervals cut from it: share ``r * n + s`` of ``W * n``. ``even``
-    is decided by the training ranks (``options.even_sharding``), as a ``Loader`` of
+    is decided by the training ranks (``options.even_mode``), as a ``Loader`` of
     ``options`` decides it, and then holds across all ``W * n`` shares: every shard yields
     the same count.
     With one shard these are ``options`` themselves (``even`` resolved).
@@ -67,7 +67,7 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
         options,
         rank=options.rank * num_shards + shard,
         world_size=world * num_shards,
-        even=options.even_sharding,
+        even=options.even_mode,
     )
 
 

@@ -24,6 +24,7 @@ from openwebtext.stream import (
     WINDOW,
     Batches,
     BestFitBatches,
+    DocumentState,
     Mark,
     PackedBatch,
     Stats,
@@ -33,7 +34,6 @@ from openwebtext.stream import (
     config_of,
     cu_seqlens,
     ensure_counts,
-    packing_start,
 )
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
@@ -137,10 +137,12 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
-        documents_state, offset, done = batches_start(state, seq_len, batch_size)
-        number, row, window_epoch = packing_start(state, packing, window)
-        documents = self.iter(state=documents_state)
+        start = batches_start(state, seq_len, batch_size, packing, window)
+        documents = DocumentIterator(
+            self.corpus, self.options, state=None if start is None else start.documents
+        )
         assert documents.tokenizer is not None
+        done = 0 if start is None else start.batches
         if packing == "bestfit":
             return BestFitBatches(
                 documents,
@@ -151,7 +153,9 @@ class Loader:
                 dtype=dtype,
                 segments=segments,
                 window=window,
-                start=(number, row, done, window_epoch),
+                start=(0, 0, 0, None)
+                if start is None
+                else (start.window_number, start.row, done, start.window_epoch),
             )
         return Batches(
             documents,
@@ -159,7 +163,7 @@ class Loader:
             seq_len,
             batch_size,
             dtype=dtype,
-            offset=offset,
+            offset=0 if start is None else start.offset,
             batches=done,
             segments=segments,
         )
@@ -192,17 +196,17 @@ class DocumentIterator:
         corpus: Corpus,
         options: Options,
         *,
-        state: dict[str, Any] | None = None,
+        state: dict[str, Any] | DocumentState | None = None,
         as_tuples: bool = False,
         tokenizer: Tokenizer | None = None,
     ) -> None:
         if tokenizer is None and options.tokenizer is not None:
             tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
         if state is not None:  # a state that does not fit is refused before any counting
-            check_state(state, config_of(corpus, options, tokenizer))
+            state = check_state(state, config_of(corpus, options, tokenizer))
         # The rest of a resharded epoch is cut with the document counts, evened out or not.
-        resharded = state is not None and "reshard" in state
-        corpus = ensure_counts(corpus, replace(options, even=True) if resharded else options)
+        resharded = state is not None and state.reshard is not None
+        corpus = ensure_counts(corpus, options, always=resharded)
         self.corpus = corpus
         self.options = options
         self.tokenizer: Tokenizer | None = tokenizer

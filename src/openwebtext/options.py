@@ -8,6 +8,7 @@ check, the command line's resume and the tests all read that one list.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, TypeGuard
 
@@ -70,11 +71,15 @@ class Options:
         epochs: How many epochs to run, from ``epoch`` (None: without end).
         rank: This process's rank among ``world_size`` readers.
         world_size: How many ranks split the corpus (disjoint, covering).
-        even: Every rank yields the same number of documents per epoch (None:
-            True when ``world_size > 1``). Needs the counts of ``owt index``.
-        even_rule: With ``even``: ``drop`` yields the smallest rank's count on
-            every rank (the others stop early); ``pad`` yields the largest
-            (the others wrap around to the start of their own shard).
+        even: How shares are evened out when there is more than one
+            (``world_size > 1``): ``drop`` (the default) gives every share
+            ``N // S`` documents of an epoch, leaving out at most ``S - 1``;
+            ``pad`` gives every share ``ceil(N / S)``, repeating at most
+            ``S - 1``; None: shares differ by at most one document. Both are
+            counted in ``Stats`` and said once. Sharded runs need the counts
+            of ``owt index`` (taken on first use).
+        even_rule: Deprecated: pass the rule as ``even``. (``even=True`` and
+            ``even=False`` are deprecated spellings of ``"drop"`` and None.)
         split: ``all`` documents, or the held-out ``val`` split, or the
             ``train`` rest; decided per document name by a keyed hash.
         val_fraction: The share of documents held out (nanoGPT: 0.0005).
@@ -104,8 +109,8 @@ class Options:
     epochs: int | None = 1
     rank: int = field(default=0, metadata=SHAPES)
     world_size: int = field(default=1, metadata=SHAPES)
-    even: bool | None = field(default=None, metadata=SHAPES)
-    even_rule: EvenRule = "drop"
+    even: EvenRule | None = field(default="drop", metadata=SHAPES)
+    even_rule: EvenRule | None = None
     split: SplitName = field(default="all", metadata=SHAPES)
     val_fraction: float = field(default=0.0005, metadata=SHAPES)
     val_seed: int = field(default=2357, metadata=SHAPES)
@@ -135,10 +140,7 @@ class Options:
             self.epochs is None or (_is_int(self.epochs) and self.epochs >= 1),
             f"epochs must be None or >= 1, not {self.epochs!r}",
         )
-        need(
-            self.even_rule in ("drop", "pad"),
-            f"even_rule must be 'drop' or 'pad', not {self.even_rule!r}",
-        )
+        self._spell_even()
         need(
             self.split in ("all", "train", "val"),
             f"split must be 'all', 'train' or 'val', not {self.split!r}",
@@ -173,21 +175,37 @@ class Options:
             f"tokenizer must be None or a tokenizer spec such as 'gpt2', not {self.tokenizer!r}",
         )
 
-    @property
-    def even_sharding(self) -> bool:
-        """Whether ranks are evened out (``even``, or by default when ``world_size > 1``)."""
-        return self.world_size > 1 if self.even is None else self.even
+    def _spell_even(self) -> None:
+        """Turn the deprecated spellings (``even=True/False``, ``even_rule=``) into the one."""
+        even, rule = self.even, self.even_rule
+        if isinstance(even, bool):
+            _deprecated(f"even={even}", f"even={(rule or 'drop')!r}" if even else "even=None")
+            even = (rule or "drop") if even else None
+        elif rule is not None:
+            _deprecated(f"even_rule={rule!r}", f"even={rule!r}")
+            even = rule if even is not None else None
+        if even not in ("drop", "pad", None):
+            raise ValueError(f"even must be 'drop', 'pad' or None, not {even!r}")
+        if rule is not None and rule not in ("drop", "pad"):
+            raise ValueError(f"even_rule must be 'drop' or 'pad', not {rule!r}")
+        object.__setattr__(self, "even", even)
+        object.__setattr__(self, "even_rule", None)
 
     @property
     def even_mode(self) -> EvenRule | None:
-        """``drop`` or ``pad`` when ranks are evened out, else None."""
-        return self.even_rule if self.even_sharding else None
+        """The rule in force: ``even`` when there is more than one share, else None (one
+        share is even by itself)."""
+        return self.even if self.world_size > 1 else None
 
     @property
     def needs_counts(self) -> bool:
         """Whether the stream needs every member's document count: to cut the epoch into
-        shares at documents (``world_size > 1``) or to even ranks out."""
-        return self.world_size > 1 or self.even_mode is not None
+        shares at documents (``world_size > 1``)."""
+        return self.world_size > 1
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated: pass {new}", DeprecationWarning, stacklevel=4)
 
 
 def _shaping_fields() -> tuple[str, ...]:
@@ -196,7 +214,7 @@ def _shaping_fields() -> tuple[str, ...]:
 
 
 #: The options that shape the stream, in declaration order. ``even`` stands for
-#: ``even_mode``: the rule counts only while ranks are evened out.
+#: ``even_mode``: the rule counts only while there is more than one share.
 SHAPING: tuple[str, ...] = _shaping_fields()
 
 

@@ -72,7 +72,7 @@ from openwebtext.loader import (
     PackedBatch,
     cu_seqlens,
 )
-from openwebtext.options import Options
+from openwebtext.options import EvenRule, Options
 from openwebtext.stream import WINDOW, check_sizes, ensure_counts, reshard
 
 __all__ = [
@@ -119,8 +119,8 @@ class _ShardedDataset(IterableDataset[T]):
         if world == 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
         # Equal counts matter across training ranks; DataLoader workers of one
-        # rank are merged again, so by default they need no evening out.
-        even = opts.even if opts.even is not None else world > 1
+        # rank are merged again, so they need no evening out.
+        even = opts.even if world > 1 else None
         return replace(opts, rank=rank, world_size=world, even=even)
 
     def shard_options(self) -> Options:
@@ -143,7 +143,7 @@ class _ShardedDataset(IterableDataset[T]):
         whatever the options. Nothing happens in a DataLoader worker, or once counted.
         """
         if get_worker_info() is None:  # workers are shares too: cut at documents, counted
-            self.corpus = ensure_counts(self.corpus, replace(self._rank_options(), even=True))
+            self.corpus = ensure_counts(self.corpus, self._rank_options(), always=True)
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> Any:
         raise NotImplementedError
@@ -208,7 +208,7 @@ class _ShardedDataset(IterableDataset[T]):
         self._shares = list(states)
         self._taken = multiprocessing.RawArray("b", len(self._shares))
         # The rest of the resharded epoch is cut with the counts: counted here, once.
-        self.corpus = ensure_counts(self.corpus, replace(self._rank_options(), even=True))
+        self.corpus = ensure_counts(self.corpus, self._rank_options(), always=True)
 
 
 class OpenWebTextDataset(_ShardedDataset[Document]):
@@ -356,7 +356,11 @@ def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def reshard_loader_states(
-    states: Sequence[dict[str, Any]], world_size: int, num_workers: int, *, even: bool | None = None
+    states: Sequence[dict[str, Any]],
+    world_size: int,
+    num_workers: int,
+    *,
+    even: EvenRule | None = "drop",
 ) -> list[list[dict[str, Any]]]:
     """From every old rank's ``StatefulDataLoader.state_dict()`` (e.g. gathered with
     ``torch.distributed.all_gather_object``), the dataset states of each new rank's
@@ -364,12 +368,12 @@ def reshard_loader_states(
 
     Every old rank x worker is one share of the stream (rank ``rank * N + worker``), so
     the shares are resharded to ``world_size * max(1, num_workers)``; ``even`` is the new
-    ranks' even sharding (None: ``world_size > 1``, as the datasets decide it).
+    datasets' ``even`` (it holds across training ranks, so with one rank it is None, as
+    the datasets decide it).
     """
     shares = [share for state in states for share in loader_dataset_states(state)]
     per_rank = max(1, num_workers)
-    evened = world_size > 1 if even is None else even
-    new = reshard(shares, world_size * per_rank, even=evened)
+    new = reshard(shares, world_size * per_rank, even=even if world_size > 1 else None)
     return [new[r * per_rank : (r + 1) * per_rank] for r in range(world_size)]
 
 

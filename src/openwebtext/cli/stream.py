@@ -39,7 +39,7 @@ def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> O
     flags = {name: getattr(args, name, None) for name in (*SHAPING, "max_member_bytes", "timeout")}
     flags["even"] = None  # its flag says the rule too
     if args.even is not None:
-        flags.update(even=args.even != "off", even_rule=None if args.even == "off" else args.even)
+        flags.update(even=None if args.even == "off" else args.even)
     given = {name: value for name, value in flags.items() if value is not None}
     return resume_options(
         {

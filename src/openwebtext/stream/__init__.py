@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from openwebtext.stream.batches import Batches, batches_start, check_sizes
 from openwebtext.stream.blocks import Block, gather
+from openwebtext.stream.counters import Counters
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import members_in_run
 from openwebtext.stream.packing import (
@@ -18,9 +19,9 @@ from openwebtext.stream.packing import (
     PackedBatch,
     best_fit,
     cu_seqlens,
-    packing_start,
 )
-from openwebtext.stream.reshard import reshard
+from openwebtext.stream.reshard import KEEP, reshard
+from openwebtext.stream.schema import BatchesState, DocumentState, Position, Reshard
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -32,13 +33,19 @@ from openwebtext.stream.state import (
 from openwebtext.stream.stream import Stream
 
 __all__ = [
+    "KEEP",
     "PACKING",
     "WINDOW",
     "Batches",
+    "BatchesState",
     "BestFitBatches",
     "Block",
+    "Counters",
+    "DocumentState",
     "Mark",
     "PackedBatch",
+    "Position",
+    "Reshard",
     "Stats",
     "Stream",
     "batches_start",
@@ -52,7 +59,6 @@ __all__ = [
     "gather",
     "load_state",
     "members_in_run",
-    "packing_start",
     "reshard",
     "resume_options",
 ]

@@ -26,12 +26,11 @@ from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.records import TokenDocument
 from openwebtext.stream.packing import PackedBatch, segmented
+from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BATCHES_FORMAT", "Batches", "TokenDocuments", "batches_start", "check_sizes"]
-
-BATCHES_FORMAT = "openwebtext-batches/1"
+__all__ = ["Batches", "TokenDocuments", "batches_start", "check_sizes"]
 
 
 class TokenDocuments(Protocol):
@@ -223,34 +222,34 @@ def check_sizes(seq_len: int, batch_size: int) -> None:
 
 
 def batches_start(
-    state: Any, seq_len: int, batch_size: int
-) -> tuple[dict[str, Any] | None, int, int]:
-    """Where packing starts: ``(documents state, offset, batches before)`` of a saved
-    ``Batches.state_dict()``, or of a fresh start when ``state`` is None.
+    state: Any, seq_len: int, batch_size: int, packing: str = "concat", window: int = 1
+) -> BatchesState | None:
+    """A saved ``state_dict()`` of batches, parsed and checked against the batches about to
+    start from it (None: a fresh start).
 
     Raises:
-        ValueError: a size is not positive.
-        StateError: ``state`` is not a batches state of these sizes.
+        ValueError: a size is not positive, an unknown packing, or a window that is not a
+            positive int.
+        StateError: ``state`` is not a batches state, or was saved for other sizes, another
+            packing or window.
     """
     check_sizes(seq_len, batch_size)
+    if packing not in ("concat", "bestfit"):
+        raise ValueError(f"packing must be one of ('concat', 'bestfit'), not {packing!r}")
+    if not int_at_least(window, 1):
+        raise ValueError(f"window must be an int >= 1, not {window!r}")
     if state is None:
-        return None, 0, 0
-    if not isinstance(state, dict) or state.get("format") != BATCHES_FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise StateError(f"not a batches state of format {BATCHES_FORMAT!r} (found {found!r})")
-    saved = (state.get("seq_len"), state.get("batch_size"))
-    if saved != (seq_len, batch_size):
+        return None
+    parsed = BatchesState.from_json(state)
+    if (parsed.seq_len, parsed.batch_size) != (seq_len, batch_size):
         raise StateError(
-            f"the state was saved for seq_len={saved[0]}, batch_size={saved[1]}; "
+            f"the state was saved for seq_len={parsed.seq_len}, batch_size={parsed.batch_size}; "
             f"now seq_len={seq_len}, batch_size={batch_size}"
         )
-    offset = state.get("offset")
-    if not isinstance(offset, int) or offset < 0:
-        raise StateError(f"bad batches state: offset is {offset!r}")
-    documents = state.get("documents")
-    if not isinstance(documents, dict):
-        raise StateError(f"bad batches state: documents is {type(documents).__name__}")
-    batches = state.get("batches", 0)
-    if not isinstance(batches, int) or batches < 0:
-        raise StateError(f"bad batches state: batches is {batches!r}")
-    return documents, offset, batches
+    if parsed.packing != packing or (packing == "bestfit" and parsed.window != window):
+        saved_window = parsed.window if parsed.packing == "bestfit" else window
+        raise StateError(
+            f"the state was saved for packing={parsed.packing!r}, window={saved_window}; now "
+            f"packing={packing!r}, window={window}"
+        )
+    return parsed

@@ -83,16 +83,20 @@ def count_documents(
 
 
 def ensure_counts(
-    corpus: Corpus, options: Options, *, progress: Callable[[int], None] | None = None
+    corpus: Corpus,
+    options: Options,
+    *,
+    always: bool = False,
+    progress: Callable[[int], None] | None = None,
 ) -> Corpus:
-    """``corpus`` with the counts that ``options`` need (shares cut at documents, even
-    sharding), counting them now if no cache holds them, and caching them (``owt index``
-    does it ahead of time).
+    """``corpus`` with the counts that ``options`` need (shares cut at documents), or with
+    them ``always`` (a resharded epoch's rest, shares of which a process is one), counting
+    them now if no cache holds them, and caching them (``owt index`` does it ahead of time).
 
     The count reads every member once, with ``options.workers``, under a progress
     bar on stderr when it is a terminal.
     """
-    if not options.needs_counts:
+    if not (always or options.needs_counts):
         return corpus
     split = (options.split, options.val_fraction, options.val_seed)
     if corpus.counts is not None and corpus.counts.per_unit(*split) is not None:

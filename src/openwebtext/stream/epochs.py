@@ -28,7 +28,8 @@ from openwebtext.plan import (
     plan,
     share_losses,
 )
-from openwebtext.stream.state import Counters
+from openwebtext.stream.counters import Counters
+from openwebtext.stream.schema import DocumentState
 
 __all__ = [
     "EvenEpoch",
@@ -63,7 +64,7 @@ def even_counts(corpus: Corpus, options: Options) -> tuple[int, ...]:
             f"sharding (world_size={options.world_size}, even={options.even_mode!r})"
             f" needs the number of documents of every member"
             + (f" in split {options.split!r}" if options.split != "all" else "")
-            + ": run `owt index` on the corpus once, or pass even=False",
+            + ": run `owt index` on the corpus once, or pass even=None",
             path=os.path.dirname(corpus.units[0].path),
         )
     return per_unit
@@ -225,14 +226,15 @@ def members_in_run(corpus: Corpus, options: Options, state: Mapping[str, Any] | 
     from ``state`` (or from the start), for a progress bar: None without end, or in the rest
     of a resharded epoch (its pieces are cut when it starts). Passes that repeat documents
     after skips are not counted."""
-    if options.epochs is None or (state is not None and "reshard" in state):
+    parsed = None if state is None else DocumentState.from_json(state)
+    if options.epochs is None or (parsed is not None and parsed.reshard is not None):
         return None
     counts = None
     if options.needs_counts:
         counts = even_counts(corpus, options)
     at_epoch, block = options.epoch, 0
-    if state is not None:
-        at_epoch, block = state["position"]["epoch"], state["position"]["block"]
+    if parsed is not None:
+        at_epoch, block = parsed.position.epoch, parsed.position.block
     total = 0
     for epoch in range(at_epoch, options.epoch + options.epochs):
         shares = epoch_shares(len(corpus.units), counts, options, epoch)

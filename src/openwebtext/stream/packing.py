@@ -26,7 +26,6 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
-from openwebtext.options import int_at_least
 from openwebtext.plan import permutation
 from openwebtext.stream.state import Mark, Stats
 
@@ -37,7 +36,6 @@ __all__ = [
     "PackedBatch",
     "best_fit",
     "cu_seqlens",
-    "packing_start",
     "segmented",
 ]
 
@@ -111,36 +109,6 @@ def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def packing_start(state: Any, packing: str, window: int) -> tuple[int, int, int | None]:
-    """``(window number, rows of it handed out, the epoch of the number)`` of a saved batches
-    state of ``packing`` (the epoch None: the documents state's).
-
-    Raises:
-        ValueError: an unknown packing, or a window that is not a positive int.
-        StateError: the state was saved with another packing or window.
-    """
-    if packing not in PACKING:
-        raise ValueError(f"packing must be one of {PACKING}, not {packing!r}")
-    if not int_at_least(window, 1):
-        raise ValueError(f"window must be an int >= 1, not {window!r}")
-    if state is None:
-        return 0, 0, None
-    saved = (state.get("packing", "concat"), state.get("window", WINDOW))
-    if saved[0] != packing or (packing == "bestfit" and saved[1] != window):
-        raise StateError(
-            f"the state was saved for packing={saved[0]!r}, window={saved[1]}; now "
-            f"packing={packing!r}, window={window}"
-        )
-    number, row = state.get("window_number", 0), state.get("row", 0)
-    epoch = state.get("window_epoch")
-    for name, value in (("window_number", number), ("row", row)):
-        if not int_at_least(value, 0):
-            raise StateError(f"bad batches state: {name} is {value!r}")
-    if epoch is not None and not int_at_least(epoch, 0):
-        raise StateError(f"bad batches state: window_epoch is {epoch!r}")
-    return number, row, epoch
-
-
 @dataclass
 class _Reading:
     """A window of documents being read (``BestFitBatches``), packed once whole."""
@@ -170,7 +138,7 @@ class BestFitBatches:
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         window: Documents packed at a time.
         start: ``(window number, its rows handed out, batches before, the epoch of the
-            number)`` of a saved state (``packing_start``; the epoch None: the documents').
+            number)`` of a saved state (``batches_start``; the epoch None: the documents').
     """
 
     def __init__(

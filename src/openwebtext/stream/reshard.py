@@ -9,21 +9,32 @@ counts). The section is O(old ranks) integers, never a list of documents.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal, TypeAlias
 
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
-from openwebtext.stream.batches import BATCHES_FORMAT
-from openwebtext.stream.state import STATE_FORMAT, Counters, check_shape
+from openwebtext.stream.schema import (
+    BATCHES_FORMAT,
+    STATE_FORMAT,
+    BatchesState,
+    DocumentState,
+    Level,
+    OldRank,
+    Position,
+    Reshard,
+    Rule,
+)
 
-__all__ = ["FINISHED", "reshard"]
+__all__ = ["KEEP", "reshard"]
 
-#: The keys of a ``reshard`` section that describe the old ranks (the same for every share).
-BASE = ("world_size", "epoch", "even", "ranks", "levels", "window", "windows", "exact")
+#: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
+KEEP: Literal["keep"] = "keep"
+Even: TypeAlias = Rule | Literal["keep"] | bool | None
 
 
 def reshard(
-    states: Sequence[Mapping[str, Any]], world_size: int, *, even: bool | None = None
+    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP
 ) -> list[dict[str, Any]]:
     """One state per rank of ``world_size`` from the states of every rank of a run.
 
@@ -32,7 +43,7 @@ def reshard(
     order. State ``r`` of the result resumes ``Loader(..., rank=r, world_size=world_size)``
     (``.iter(state=…)`` or ``.batches(..., state=…)``): the old ranks' documents up to their
     states, plus what the new ranks hand out to the end of that epoch, are the epoch's
-    documents once each. Every new rank hands out the same number: under ``even_rule="drop"``
+    documents once each. Every new rank hands out the same number: under ``even="drop"``
     the last few of the rest are left out (``stats.dropped_documents``, on the last rank),
     under ``"pad"`` the first few are repeated (``stats.repeated_documents``); without even
     sharding the shares differ by at most one. With concat batches, a document cut across the
@@ -45,10 +56,11 @@ def reshard(
     Args:
         states: The states of all ranks of one run.
         world_size: The new number of ranks.
-        even: Even sharding of the new ranks (None: the run's own rule, evened out or
-            not; True: the old rule, ``drop`` if there was none; False: not evened out).
-            The new ranks' ``Loader`` must say the same (``even=``, ``even_rule=``): a
-            state that disagrees is refused with the argument to pass.
+        even: How the new ranks are evened out: ``"drop"``, ``"pad"``, None (not evened
+            out), or ``"keep"`` (the default: the run's own rule). The new ranks'
+            ``Loader`` must say the same (``even=``): a state that disagrees is refused
+            with the argument to pass. (``True``/``False`` are deprecated spellings of the
+            old rule, ``drop`` if there was none, and None.)
 
     Raises:
         StateError: a state is not a state, ranks are missing or given twice, the states
@@ -59,78 +71,94 @@ def reshard(
         raise ValueError(f"world_size must be an int >= 1, not {world_size!r}")
     if not states:
         raise StateError("nothing to reshard: no state given")
-    batches = _batches_sizes(states)
-    documents = [s["documents"] if batches else s for s in states]
-    for state in documents:
-        check_shape(state)
-    configs = [dict(s.get("config", {})) for s in documents]
-    old_world, by_rank = _by_rank(configs)
-    first = documents[by_rank[0]]
-    _same_run(configs, by_rank)
+    batches = _parse_batches(states)
+    documents = (
+        [b.documents for b in batches] if batches else [DocumentState.from_json(s) for s in states]
+    )
+    old_world, by_rank = _by_rank([d.config for d in documents])
+    _same_run([d.config for d in documents], by_rank)
     epoch = _same_epoch(documents, by_rank)
     ordered = [documents[by_rank[r]] for r in range(old_world)]
-    fit = _best_fit(states, by_rank, old_world) if batches else None
-    cuts = [_cut(states[by_rank[r]]) if batches and fit is None else 0 for r in range(old_world)]
-    sections = [s.get("reshard") for s in ordered]
+    first = ordered[0]
+    fit = _best_fit(batches, by_rank, old_world) if batches else None
+    cuts = [
+        batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)
+    ]
+    sections = [d.reshard for d in ordered]
+    old_rule = _rule_of(first.config.get("even"))
     if all(section is None for section in sections):
-        base: dict[str, Any] = {
-            "world_size": old_world,
-            "epoch": epoch,
-            "even": first["config"].get("even"),
-            "ranks": [
-                [s["position"]["block"], s["position"]["in_block"], _handed(s, epoch), cut]
-                for s, cut in zip(ordered, cuts, strict=True)
-            ],
-            "levels": [],
+        base = Reshard(
+            world_size=old_world,
+            epoch=epoch,
+            even=old_rule,
+            ranks=tuple(
+                OldRank(d.position.block, d.position.in_block, _handed(d, epoch), cut)
+                for d, cut in zip(ordered, cuts, strict=True)
+            ),
+            levels=(),
+            share=(0, 1),
+            rule=None,
             # Whose position must agree exactly with its count (no skip): checked when read.
-            "exact": [_skipped(s) == 0 for s in ordered],
-        }
+            exact=tuple(d.counters.skips == 0 for d in ordered),
+        )
         if fit is not None:  # the windows old ranks had begun, each to be packed again
             window, numbers = fit
-            base["window"] = window
-            base["windows"] = [[r, n, row] for r, (n, row) in enumerate(numbers) if row > 0]
+            begun = tuple((r, n, row) for r, (n, row) in enumerate(numbers) if row > 0)
+            base = replace(base, window=window, windows=begun)
     else:
         base = _next_level(ordered, sections, cuts, old_world, fit)
     if fit is not None:  # the new ranks number their own windows past every old one
-        base["next_window"] = 1 + max(n for n, _ in fit[1])
-    old_rule = first["config"].get("even")
-    rule = old_rule if even is None else (old_rule or "drop") if even else None
+        base = replace(base, next_window=1 + max(n for n, _ in fit[1]))
+    rule = _new_rule(even, old_rule) if world_size > 1 else None  # one share: even by itself
     out = []
     for rank in range(world_size):
-        config = {**first["config"], "rank": rank, "world_size": world_size, "even": rule}
-        section = {**base, "share": [rank, world_size], "rule": rule, "counted": False}
-        state = {
-            "format": STATE_FORMAT,
-            "config": config,
-            "position": {"epoch": base["epoch"], "block": 0, "in_block": 0},
-            "counters": Counters().to_state(),
-            "reshard": section,
-        }
-        if batches:
-            seq_len, batch_size = batches
-            state = {
-                "format": BATCHES_FORMAT,
-                "seq_len": seq_len,
-                "batch_size": batch_size,
-                "documents": state,
-                "offset": 0,
-                "batches": 0,
-            }
-            if fit is not None:
-                state.update(
-                    packing="bestfit",
-                    window=fit[0],
-                    window_number=base["next_window"],
-                    window_epoch=base["epoch"],
-                    row=0,
-                )
-        out.append(state)
+        config = {**first.config, "rank": rank, "world_size": world_size, "even": rule}
+        section = replace(base, share=(rank, world_size), rule=rule, counted=False)
+        state = DocumentState(config, Position(base.epoch), reshard=section)
+        if not batches:
+            out.append(state.to_json())
+            continue
+        like = batches[0]
+        packed = BatchesState(like.seq_len, like.batch_size, state)
+        if fit is not None:
+            assert base.next_window is not None
+            packed = replace(
+                packed,
+                packing="bestfit",
+                window=fit[0],
+                window_number=base.next_window,
+                window_epoch=base.epoch,
+            )
+        out.append(packed.to_json())
     return out
 
 
-def _batches_sizes(states: Sequence[Mapping[str, Any]]) -> tuple[int, int] | None:
-    """``(seq_len, batch_size)`` of batches states (of one packing), or None for document
-    states."""
+def _rule_of(value: Any) -> Rule | None:
+    if value not in ("drop", "pad", None):
+        raise StateError(f"bad state: config.even is {value!r}, not 'drop', 'pad' or null")
+    rule: Rule | None = value
+    return rule
+
+
+def _new_rule(even: Even, old: Rule | None) -> Rule | None:
+    """The new ranks' rule for ``reshard(even=…)``."""
+    if even == KEEP:
+        return old
+    if isinstance(even, bool):  # deprecated spellings
+        import warnings
+
+        new = repr(old or "drop") if even else "None"
+        warnings.warn(
+            f"reshard(even={even}) is deprecated: pass even={new}", DeprecationWarning, 3
+        )
+        return (old or "drop") if even else None
+    if even not in ("drop", "pad", None):
+        raise ValueError(f"even must be 'drop', 'pad', None or 'keep', not {even!r}")
+    return even
+
+
+def _parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | None:
+    """The states as batches states (of one packing and size), or None for document states."""
     kinds = set()
     for k, state in enumerate(states):
         if not isinstance(state, Mapping):
@@ -144,39 +172,26 @@ def _batches_sizes(states: Sequence[Mapping[str, Any]]) -> tuple[int, int] | Non
             f"every rank's document iterator ({STATE_FORMAT!r}) or of every rank's batches "
             f"({BATCHES_FORMAT!r})"
         )
-    packings = {(s.get("packing", "concat"), s.get("window")) for s in states}
+    parsed = [BatchesState.from_json(s) for s in states]
+    packings = {(b.packing, b.window if b.packing == "bestfit" else None) for b in parsed}
     if len(packings) > 1:
         raise StateError(f"batches states of different (packing, window): {sorted(packings)}")
-    sizes = {(s.get("seq_len"), s.get("batch_size")) for s in states}
+    sizes = {(b.seq_len, b.batch_size) for b in parsed}
     if len(sizes) > 1:
         raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}")
-    for k, state in enumerate(states):
-        if not isinstance(state.get("documents"), Mapping):
-            raise StateError(f"batches state {k} has no documents state")
-    seq_len, batch_size = next(iter(sizes))
-    assert isinstance(seq_len, int) and isinstance(batch_size, int)
-    return seq_len, batch_size
+    return parsed
 
 
 def _best_fit(
-    states: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int], world: int
+    states: Sequence[BatchesState], by_rank: Mapping[int, int], world: int
 ) -> tuple[int, list[tuple[int, int]]] | None:
     """Best-fit batches: the window size, and each old rank's ``(window number, rows of it
     handed out)``; None for concat batches."""
-    if states[0].get("packing", "concat") != "bestfit":
+    if states[0].packing != "bestfit":
         return None
-    window = states[0].get("window")
-    if not int_at_least(window, 1):
-        raise StateError(f"bad batches state: window is {window!r}")
-    numbers = []
-    for r in range(world):
-        state = states[by_rank[r]]
-        number, row = state.get("window_number", 0), state.get("row", 0)
-        if not (int_at_least(number, 0) and int_at_least(row, 0)):
-            raise StateError(
-                f"bad batches state of rank {r}: window_number {number!r}, row {row!r}"
-            )
-        numbers.append((number, row))
+    window = states[0].window
+    assert window is not None  # a best-fit state has one (``BatchesState.from_json``)
+    numbers = [(states[by_rank[r]].window_number, states[by_rank[r]].row) for r in range(world)]
     return window, numbers
 
 
@@ -220,11 +235,10 @@ def _same_run(configs: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int]) 
             raise StateError("states of different runs: " + "; ".join(differ))
 
 
-def _same_epoch(documents: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int]) -> int:
+def _same_epoch(documents: Sequence[DocumentState], by_rank: Mapping[int, int]) -> int:
     """The epoch the states are in; a state at the very start of the next one (a finished
     iterator's) counts as having handed out all of it."""
-    epochs: dict[int, int] = {r: documents[k]["position"]["epoch"] for r, k in by_rank.items()}
-    epochs = dict(sorted(epochs.items()))
+    epochs = {r: documents[k].position.epoch for r, k in sorted(by_rank.items())}
     epoch = min(epochs.values())
     late = {r for r, e in epochs.items() if e == epoch + 1 and _at_start(documents[by_rank[r]])}
     if any(e != epoch for r, e in epochs.items() if r not in late):
@@ -234,76 +248,51 @@ def _same_epoch(documents: Sequence[Mapping[str, Any]], by_rank: Mapping[int, in
     return epoch
 
 
-def _at_start(state: Mapping[str, Any]) -> bool:
-    position = state["position"]
-    return bool(position["block"] == position["in_block"] == _handed(state) == 0)
+def _at_start(state: DocumentState) -> bool:
+    position = state.position
+    return position.block == position.in_block == state.counters.epoch_documents == 0
 
 
-#: The documents handed out of a rank that finished the epoch (``stream.rest``: none left).
-FINISHED = -1
-
-
-def _handed(state: Mapping[str, Any], epoch: int | None = None) -> int:
-    """The state's documents of the epoch (``FINISHED``: it is past ``epoch``)."""
-    if epoch is not None and state["position"]["epoch"] > epoch:
-        return FINISHED
-    handed = state.get("counters", {}).get("epoch_documents", 0)
-    assert isinstance(handed, int)
-    return handed
-
-
-def _skipped(state: Mapping[str, Any]) -> int:
-    """What a state's counters say was skipped (documents, members, members cut short)."""
-    counters = state.get("counters", {})
-    keys = ("skipped_members", "skipped_documents", "partial_members")
-    return sum(int(counters.get(key, 0)) for key in keys)
-
-
-def _cut(state: Mapping[str, Any]) -> int:
-    """Ids of a batches state's next document already targets (0: none)."""
-    offset, done = state.get("offset"), state.get("batches", 0)
-    if not isinstance(offset, int) or offset < 0 or not isinstance(done, int):
-        raise StateError(f"bad batches state: offset {offset!r}, batches {done!r}")
-    return offset + 1 if done > 0 else 0
+def _handed(state: DocumentState, epoch: int) -> int | None:
+    """The state's documents of the epoch (None: it is past ``epoch``, finished)."""
+    return None if state.position.epoch > epoch else state.counters.epoch_documents
 
 
 def _next_level(
-    ordered: Sequence[Mapping[str, Any]],
-    sections: Sequence[Any],
+    ordered: Sequence[DocumentState],
+    sections: Sequence[Reshard | None],
     cuts: Sequence[int],
     world: int,
     fit: tuple[int, list[tuple[int, int]]] | None,
-) -> dict[str, Any]:
+) -> Reshard:
     """The section of states that are shares of a resharded epoch, one level deeper."""
-    if any(section is None for section in sections):
+    present = [s for s in sections if s is not None]
+    if len(present) < len(sections):
         raise StateError(
             "some states are in a resharded epoch and some are not: reshard states taken in "
             "one epoch"
         )
-    bases = [{key: s.get(key) for key in BASE} for s in sections]
+    bases = [s.base() for s in present]
     if any(b != bases[0] for b in bases):
         raise StateError("states of different reshards (their old ranks differ)")
-    for rank, section in enumerate(sections):
-        if section.get("share") != [rank, world]:
-            raise StateError(f"rank {rank}'s state is share {section.get('share')!r}")
-    level = {
-        "world_size": world,
-        "rule": sections[0].get("rule"),
-        "done": [_handed(s) for s in ordered],
-        "cuts": list(cuts),
-    }
-    packed_best = bases[0].get("windows") is not None
+    for rank, section in enumerate(present):
+        if section.share != (rank, world):
+            raise StateError(f"rank {rank}'s state is share {list(section.share)!r}")
+    packed_best = bases[0].windows is not None
     if packed_best != (fit is not None):
         raise StateError(
             "batches states of different packings: the resharded epoch was packed "
             f"{'by best fit' if packed_best else 'end to end'}"
         )
-    if fit is not None:
-        if fit[0] != bases[0].get("window"):
-            raise StateError(
-                f"best-fit windows of {fit[0]} documents, resharded with {bases[0].get('window')}"
-            )
-        level["windows"] = [list(numbers) for numbers in fit[1]]
-    base = {key: value for key, value in sections[0].items() if key in BASE}
-    base["levels"] = [*base["levels"], level]
-    return base
+    if fit is not None and fit[0] != bases[0].window:
+        raise StateError(
+            f"best-fit windows of {fit[0]} documents, resharded with {bases[0].window}"
+        )
+    level = Level(
+        world_size=world,
+        rule=present[0].rule,
+        done=tuple(d.counters.epoch_documents for d in ordered),
+        cuts=tuple(cuts),
+        windows=None if fit is None else tuple(fit[1]),
+    )
+    return replace(bases[0], levels=(*bases[0].levels, level), next_window=None)

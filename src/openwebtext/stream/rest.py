@@ -26,12 +26,13 @@ finished into the next level the same way.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import EpochShares, Rule, Share, advance, plan
 from openwebtext.stream.epochs import check_position
+from openwebtext.stream.schema import Reshard
 
 __all__ = ["Piece", "Rest", "Window", "cut_share"]
 
@@ -144,11 +145,11 @@ class Rest:
         options: The new rank's options (seed, shuffle, block size).
     """
 
-    def __init__(self, section: Mapping[str, Any], counts: Sequence[int], options: Options):
-        self.section = dict(section)
-        self.epoch: int = section["epoch"]
-        world: int = section["world_size"]
-        rule: Rule | None = section["even"]
+    def __init__(self, section: Reshard, counts: Sequence[int], options: Options):
+        self.section = section
+        self.epoch = section.epoch
+        world = section.world_size
+        rule: Rule | None = section.even
         full = plan(len(counts), shuffle=options.shuffle, seed=options.seed, epoch=self.epoch)
         epoch = EpochShares(full, counts)
         self.shares = [epoch.share(r, world, rule) for r in range(world)]
@@ -158,43 +159,43 @@ class Rest:
         self.starts: list[int] = []
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
-        begun = {r: (number, skip) for r, number, skip in section.get("windows", [])}
+        begun = {r: (number, skip) for r, number, skip in section.windows or ()}
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
-        exact = section.get("exact", [False] * world)  # old ranks without skips
-        for r, (block, in_block, handed, cut) in enumerate(section["ranks"]):
+        exact = section.exact or (False,) * world  # old ranks without skips
+        size = section.window or 0
+        for r, old in enumerate(section.ranks):
             whole = self.shares[r].documents
-            if handed >= 0:  # the same check as a stream resumed on the old rank
+            if old.handed is not None:  # the same check as a stream resumed on the old rank
                 counts_r = self.shares[r].counts
                 assert counts_r is not None
                 check_position(
-                    counts_r, self.size, self.targets[r], (block, in_block, handed),
+                    counts_r, self.size, self.targets[r], (old.block, old.in_block, old.handed),
                     exact=exact[r], whose=f"old rank {r}'s share of epoch {self.epoch}",
                 )  # fmt: skip
-            left = 0 if handed < 0 else max(0, whole - handed)  # < 0: the rank finished
+            remaining = 0 if old.handed is None else max(0, whole - old.handed)
             self.starts.append(at)
             first = at
-            if r in begun and left:  # its window's documents: a window, not the sequence
-                m = min(section["window"], left)
+            if r in begun and remaining:  # its window's documents: a window, not the sequence
+                m = min(size, remaining)
                 windows.append(Window([(at, at + m, False)], *begun[r]))
                 first = at + m
-            if at + left > first:
-                spans.append((first, at + left, False))
-                if cut:
-                    mid[at] = cut
-            at += left
-        size = section.get("window", 0)
+            if at + remaining > first:
+                spans.append((first, at + remaining, False))
+                if old.cut:
+                    mid[at] = old.cut
+            at += remaining
         # Each level: the shares of a reshard, minus what their ranks handed out.
-        for level in section["levels"]:
+        for level in section.levels:
             joined: list[Span] = []
             carried: list[Window] = []
             new_mid = dict(mid)
-            for s in range(level["world_size"]):
-                share, _ = cut_share(spans, s, level["world_size"], level["rule"])
-                done, cut = level["done"][s], level["cuts"][s]
-                if "windows" in level:  # best fit: what of its windows and share is left
-                    number, row = level["windows"][s]
-                    dealt = windows[s :: level["world_size"]]
+            for s in range(level.world_size):
+                share, _ = cut_share(spans, s, level.world_size, level.rule)
+                done, cut = level.done[s], level.cuts[s]
+                if level.windows is not None:  # best fit: what of its windows and share is left
+                    number, row = level.windows[s]
+                    dealt = windows[s :: level.world_size]
                     left_windows, left = _windows_left(dealt, share, done, number, row, size)
                     carried += left_windows
                     joined += left
@@ -206,8 +207,8 @@ class Rest:
                     new_mid[x] = applied + cut
                 joined += left
             spans, mid, windows = joined, new_mid, carried
-        share_rank, share_world = section["share"]
-        plain, dropped = cut_share(spans, share_rank, share_world, section["rule"])
+        share_rank, share_world = section.share
+        plain, dropped = cut_share(spans, share_rank, share_world, section.rule)
         self.windows: list[Window] = windows[share_rank::share_world]
         """The windows this share hands out first (best fit), in order."""
         self.spans = [span for window in self.windows for span in window.spans] + plain
@@ -229,17 +230,18 @@ class Rest:
     def pieces(self, progress: int) -> Iterator[Piece]:
         """The pieces of this share after its first ``progress`` documents."""
         first = self.spans[0][0] if self.spans else -1
-        ranks = self.section["ranks"]
+        ranks = self.section.ranks
         for a, b, repeat in _drop_front(self.spans, progress):
             while a < b:
                 r = _rank_of(self.starts, a)
                 end = self.starts[r + 1] if r + 1 < len(self.starts) else b
                 stop = min(b, end)
                 k = a - self.starts[r]
-                block, in_block, handed, _ = ranks[r]
+                old = ranks[r]
+                handed = -1 if old.handed is None else old.handed
                 share, target = self.shares[r], self.targets[r]
                 assert share.counts is not None
-                at = advance(share.counts, self.size, (block, in_block, handed), k, target)
+                at = advance(share.counts, self.size, (old.block, old.in_block, handed), k, target)
                 trim = 0
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)

@@ -44,6 +44,7 @@ from openwebtext.stream.epochs import (
     share_target,
 )
 from openwebtext.stream.rest import Piece, Rest
+from openwebtext.stream.schema import DocumentState
 from openwebtext.stream.state import (
     Counters,
     Mark,
@@ -168,7 +169,7 @@ class Stream:
         options: Options,
         tokenizer: Tokenizer | None,
         *,
-        state: dict[str, Any] | None = None,
+        state: dict[str, Any] | DocumentState | None = None,
         as_tuples: bool = False,
     ) -> None:
         if (tokenizer is None) != (options.tokenizer is None):
@@ -182,11 +183,10 @@ class Stream:
         # In the rest of a resharded epoch: the state's section (this rank's share: ``_rest``).
         position, counters, self._reshard = resume_point(state, self._config, options.epoch)
         # Where the stream is: the block being handed out and how far into it.
-        self._epoch: int = position["epoch"]
-        self._block: int = position["block"]
-        self._block_end: int = position["block"]
+        self._epoch = position.epoch
+        self._block = self._block_end = position.block
         self._block_len = 0
-        self._in_block: int = position["in_block"]
+        self._in_block = position.in_block
         self._first_in_block = self._in_block  # handed out before this iterator started
         self._finished_pass: int | None = None  # the last epoch's count, once the run ended
         self._block_order: list[int] | None = None
@@ -239,7 +239,7 @@ class Stream:
         if self._finished_pass is not None:  # the state is at the next epoch's start; not Stats
             counted = replace(counted, epoch_documents=self._finished_pass)
         return Stats(
-            **counted.to_state(),
+            **counted.to_json(),
             skipped=tuple(self._policy.skipped[: m.skipped]),
             skipped_files=self._policy.files,
         )
@@ -331,8 +331,8 @@ class Stream:
         """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
         section, rest = self._reshard, self._rest
         assert section is not None and rest is not None
-        if not section.get("counted", True):  # the last share counts what drop left out
-            self._reshard = {**section, "counted": True}
+        if not section.counted:  # the last share counts what drop left out
+            self._reshard = replace(section, counted=True)
             self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
         for piece in rest.pieces(self._counters.epoch_documents):
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
