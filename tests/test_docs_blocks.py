@@ -132,7 +132,7 @@ def place(tmp_path_factory: pytest.TempPathFactory, indexed: Path) -> dict[str, 
         PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
         PATH=os.pathsep.join([str(bin_dir), env.get("PATH", "")]),
         TQDM_DISABLE="1",
-        PYTHONWARNINGS="ignore",
+        PYTHONWARNINGS="ignore,default::DeprecationWarning",  # to see our deprecations
     )
     return env
 
@@ -163,6 +163,8 @@ def test_block_runs(block: Block, place: dict[str, str], tmp_path: Path) -> None
         f"{block.name} failed (exit {done.returncode}):\n{block.code}\n"
         f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
     )
+    deprecated = [line for line in done.stderr.splitlines() if "is deprecated: pass" in line]
+    assert not deprecated, f"{block.name} uses a deprecated spelling: {deprecated}"
 
 
 @pytest.mark.parametrize("block", [pytest.param(b, id=b.name) for b in CODE])
