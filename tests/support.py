@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 
 from openwebtext import Loader, OWTError, Stats
-from openwebtext.engine import Member, Reader
+from openwebtext.engine import Reader
+from openwebtext.engine.read import Member
 from openwebtext.records import Unit
 
 MiB = 1 << 20

@@ -74,7 +74,9 @@ marker, member = Path(sys.argv[1]), sys.argv[2]
 real = Reader.read
 def read(self, unit):
     if unit.member.endswith(member):
-        marker.write_text(str(os.getpid()))
+        part = marker.with_suffix(".part")  # whole when it appears: the test reads the pid
+        part.write_text(str(os.getpid()))
+        os.replace(part, marker)
         time.sleep(3600)
     return real(self, unit)
 Reader.read = read

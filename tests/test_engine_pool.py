@@ -23,18 +23,11 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus, CorruptMember, Loader, WorkerError
-from openwebtext.engine import (
-    InlinePool,
-    Loaded,
-    Member,
-    Pool,
-    PoolOptions,
-    Reader,
-    State,
-    WorkerPool,
-    WorkerTraceback,
-    open_pool,
-)
+from openwebtext.engine import Loaded, Pool, PoolOptions, Reader, State, open_pool
+from openwebtext.engine.inline import InlinePool
+from openwebtext.engine.parent import WorkerPool
+from openwebtext.engine.read import Member
+from openwebtext.engine.tasks import WorkerTraceback
 from openwebtext.records import Unit
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 from support import child_pids, damage, member_offset, read_members

@@ -18,7 +18,8 @@ from openwebtext import (
     Loader,
     WorkerError,
 )
-from openwebtext.engine import Member, Reader
+from openwebtext.engine import Reader
+from openwebtext.engine.read import Member
 from openwebtext.records import Unit
 from support import (
     HANG_BOUND,

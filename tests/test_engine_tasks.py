@@ -11,7 +11,8 @@ import traceback
 import pytest
 
 from openwebtext import CorruptDocument, CorruptMember, WorkerError
-from openwebtext.engine import Done, Failed, Request, State, Tasks, WorkerTraceback, failed
+from openwebtext.engine import Done, Request, State, failed
+from openwebtext.engine.tasks import Failed, Tasks, WorkerTraceback
 from openwebtext.records import Unit
 
 SENT, QUEUED, DONE, HELD, ABANDONED = State

@@ -22,7 +22,8 @@ import pytest
 import remote_servers
 from openwebtext import Corpus, Loader, source
 from openwebtext.errors import CorpusError
-from openwebtext.index import cache_path, remote
+from openwebtext.index import remote
+from openwebtext.index.remote import cache_path
 from openwebtext.synth import write_corpus
 from remote_servers import RangeServer, local_stream, texts
 

@@ -21,7 +21,7 @@ import pytest
 import remote_servers
 from openwebtext import Corpus
 from openwebtext.errors import CorpusError
-from openwebtext.index import cache_path
+from openwebtext.index.remote import cache_path
 from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")

@@ -11,7 +11,8 @@ import pytest
 
 import openwebtext
 from openwebtext import Corpus, Document, Loader, Options, WorkerError
-from openwebtext.engine import Loaded, PoolOptions, WorkerPool
+from openwebtext.engine import Loaded, PoolOptions
+from openwebtext.engine.parent import WorkerPool
 from openwebtext.plan import in_validation
 from openwebtext.records import Unit
 from openwebtext.stream import blocks

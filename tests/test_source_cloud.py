@@ -32,7 +32,8 @@ os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
 from cloud_servers import REVISION, FakeGCS, FakeHub
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember, OWTError
-from openwebtext.source import THREADS, RangeReader, configure, retry
+from openwebtext.source import RangeReader, configure, retry
+from openwebtext.source.ranges import THREADS
 from openwebtext.synth import write_corpus
 
 pytest.importorskip("fsspec")

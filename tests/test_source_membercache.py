@@ -11,8 +11,8 @@ import pytest
 
 import remote_servers
 from openwebtext import Corpus
-from openwebtext.source import MemberCache, configure, parse_size
-from openwebtext.source.membercache import CHECKSUM_BYTES
+from openwebtext.source import configure
+from openwebtext.source.membercache import CHECKSUM_BYTES, MemberCache, parse_size
 from remote_servers import RangeServer, local_stream, texts
 
 pytest.importorskip("fsspec")

@@ -9,7 +9,8 @@ import pytest
 
 from openwebtext.engine import Loaded
 from openwebtext.records import Unit
-from openwebtext.stream import Block, blocks, gather
+from openwebtext.stream import blocks, gather
+from openwebtext.stream.blocks import Block
 
 UNITS = tuple(
     Unit(f"/c/s{u // 4}.tar", f"s{u // 4}-{u}_data.xz", 0, 1, "xz", f"s{u // 4}", u % 4)

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from openwebtext import Loader
-from openwebtext.stream import PackedBatch, best_fit, cu_seqlens
+from openwebtext.stream import PackedBatch, cu_seqlens
+from openwebtext.stream.packing import best_fit
 from resumable import check_save_load
 
 EOT = 256  # the bytes tokenizer's end-of-text id (the only id above 255)

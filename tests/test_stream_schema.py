@@ -14,8 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from openwebtext import Loader, Options, StateError, reshard
-from openwebtext.stream import BatchesState, Counters, DocumentState, Position, Reshard
-from openwebtext.stream.schema import BATCHES_FORMAT, Level, OldRank
+from openwebtext.stream import DocumentState, Position
+from openwebtext.stream.counters import Counters
+from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState, Level, OldRank, Reshard
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "states-0.1.json").read_text())
 

@@ -25,7 +25,17 @@ from openwebtext.errors import (
     WorkerError,
 )
 from openwebtext.index import Corpus, Counts
-from openwebtext.loader import Batches, Document, DocumentIterator, Loader, Stats, TokenDocument
+from openwebtext.loader import (
+    Batches,
+    BatchIterator,
+    BestFitBatches,
+    Document,
+    DocumentIterator,
+    Loader,
+    PackedBatch,
+    Stats,
+    TokenDocument,
+)
 from openwebtext.options import Options
 from openwebtext.records import Unit
 from openwebtext.stream import Mark, reshard
@@ -34,7 +44,9 @@ from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchIterator",
     "Batches",
+    "BestFitBatches",
     "Corpus",
     "CorpusError",
     "CorruptDocument",
@@ -49,6 +61,7 @@ __all__ = [
     "OpenWebTextLoader",
     "Options",
     "OutputError",
+    "PackedBatch",
     "StateError",
     "Stats",
     "TokenDocument",

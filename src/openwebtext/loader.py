@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -23,10 +23,12 @@ from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
     WINDOW,
     Batches,
+    BatchIterator,
     BestFitBatches,
     DocumentState,
     Mark,
     PackedBatch,
+    Packing,
     Stats,
     Stream,
     batches_start,
@@ -38,6 +40,7 @@ from openwebtext.stream import (
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
+    "BatchIterator",
     "Batches",
     "BestFitBatches",
     "Document",
@@ -95,6 +98,48 @@ class Loader:
         """
         return DocumentIterator(self.corpus, self.options, state=state)
 
+    @overload
+    def batches(
+        self,
+        seq_len: int,
+        batch_size: int,
+        *,
+        dtype: DTypeLike = ...,
+        state: dict[str, Any] | None = ...,
+        segments: Literal[False] = ...,
+        packing: Packing = ...,
+        window: int = ...,
+        pad_id: int | None = ...,
+    ) -> BatchIterator[np.ndarray[Any, Any]]: ...
+
+    @overload
+    def batches(
+        self,
+        seq_len: int,
+        batch_size: int,
+        *,
+        dtype: DTypeLike = ...,
+        state: dict[str, Any] | None = ...,
+        segments: Literal[True],
+        packing: Packing = ...,
+        window: int = ...,
+        pad_id: int | None = ...,
+    ) -> BatchIterator[PackedBatch]: ...
+
+    @overload
+    def batches(
+        self,
+        seq_len: int,
+        batch_size: int,
+        *,
+        dtype: DTypeLike = ...,
+        state: dict[str, Any] | None = ...,
+        segments: bool = ...,
+        packing: Packing = ...,
+        window: int = ...,
+        pad_id: int | None = ...,
+    ) -> BatchIterator[Any]: ...
+
     def batches(
         self,
         seq_len: int,
@@ -103,10 +148,10 @@ class Loader:
         dtype: DTypeLike = np.int64,
         state: dict[str, Any] | None = None,
         segments: bool = False,
-        packing: str = "concat",
+        packing: Packing = "concat",
         window: int = WINDOW,
         pad_id: int | None = None,
-    ) -> Batches | BestFitBatches:
+    ) -> BatchIterator[Any]:
         """Start reading packed batches: arrays of ``batch_size`` rows of ``seq_len + 1`` ids.
 
         Needs ``tokenizer``. ``concat`` (the default) puts documents end to end, rows
@@ -222,13 +267,13 @@ class DocumentIterator:
     def __next__(self) -> Any:
         return next(self._gen)
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def _windows_ahead(self) -> list[tuple[int, int, int]]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that this
         share hands out first, from here on, as ``(documents, number, rows handed out)``."""
         return self._stream.windows_ahead()
 
     @property
-    def start(self) -> int:
+    def _start(self) -> int:
         """Where the last document handed out begins in its document's ids: 0, but for one
         cut across a resharded checkpoint of batches (its first ids were targets before)."""
         return self._stream.start

@@ -64,8 +64,7 @@ except ImportError as exc:  # pragma: no cover - depends on the extra
 
 from openwebtext.index import Corpus
 from openwebtext.loader import (
-    Batches,
-    BestFitBatches,
+    BatchIterator,
     Document,
     DocumentIterator,
     Loader,
@@ -73,7 +72,7 @@ from openwebtext.loader import (
     cu_seqlens,
 )
 from openwebtext.options import EvenRule, Options
-from openwebtext.stream import WINDOW, check_sizes, ensure_counts, reshard
+from openwebtext.stream import WINDOW, Packing, check_sizes, ensure_counts, reshard
 
 __all__ = [
     "OpenWebTextDataset",
@@ -291,7 +290,7 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         *,
         dtype: DTypeLike = np.int64,
         segments: bool = False,
-        packing: str = "concat",
+        packing: Packing = "concat",
         window: int = WINDOW,
         pad_id: int | None = None,
         **overrides: Any,
@@ -306,7 +305,7 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         self.dtype = np.dtype(dtype)
         self.segments, self.packing, self.window, self.pad_id = segments, packing, window, pad_id
 
-    def _start(self, options: Options, state: dict[str, Any] | None) -> Batches | BestFitBatches:
+    def _start(self, options: Options, state: dict[str, Any] | None) -> BatchIterator[Any]:
         return Loader(self.corpus, options).batches(
             self.seq_len,
             self.batch_size,
@@ -318,7 +317,7 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
             pad_id=self.pad_id,
         )
 
-    def _items(self, running: Batches | BestFitBatches) -> Iterator[Any]:
+    def _items(self, running: BatchIterator[Any]) -> Iterator[Any]:
         for batch in running:  # no copy: every batch is a fresh array
             if isinstance(batch, PackedBatch):
                 yield {name: torch.from_numpy(a) for name, a in batch._asdict().items()}

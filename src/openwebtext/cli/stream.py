@@ -29,12 +29,12 @@ from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited
-from openwebtext.stream import Mark, load_state, members_in_run, resume_options
+from openwebtext.stream import DocumentState, Mark, load_state, members_in_run, resume_options
 
 __all__ = ["add_parser", "run"]
 
 
-def _stream_options(args: argparse.Namespace, state: dict[str, Any] | None) -> Options:
+def _stream_options(args: argparse.Namespace, state: DocumentState | None) -> Options:
     """The stream command's flags as options; the library fills in the state's shaping ones."""
     flags = {name: getattr(args, name, None) for name in (*SHAPING, "max_member_bytes", "timeout")}
     flags["even"] = None  # its flag says the rule too
@@ -134,9 +134,9 @@ def _delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
     return dataclasses.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
 
 
-def _check_not_finished(path: str, state: dict[str, Any], options: Options) -> None:
+def _check_not_finished(path: str, state: DocumentState, options: Options) -> None:
     """Refuse a state at or past the end of the epochs this run would read."""
-    epoch = state["position"]["epoch"]
+    epoch = state.position.epoch
     if options.epochs is not None and epoch >= options.epoch + options.epochs:
         raise StateError(
             f"{path}: nothing left to read: the state is at epoch {epoch}, and this run "

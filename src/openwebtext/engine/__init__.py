@@ -7,37 +7,25 @@ Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 
 from __future__ import annotations
 
-from openwebtext.engine.inline import InlinePool
-from openwebtext.engine.options import SLOT_BYTES, PoolOptions
-from openwebtext.engine.parent import WorkerPool
+from openwebtext.engine.options import PoolOptions
 from openwebtext.engine.pool import Pool, cpu_count, open_pool
-from openwebtext.engine.read import Member, Reader, encode_member, nanogpt_text
+from openwebtext.engine.read import Reader, encode_member, nanogpt_text
 from openwebtext.engine.tasks import (
     Done,
-    Failed,
     Loaded,
     Request,
     State,
-    Tasks,
-    WorkerTraceback,
     failed,
 )
 
 __all__ = [
-    "SLOT_BYTES",
     "Done",
-    "Failed",
-    "InlinePool",
     "Loaded",
-    "Member",
     "Pool",
     "PoolOptions",
     "Reader",
     "Request",
     "State",
-    "Tasks",
-    "WorkerPool",
-    "WorkerTraceback",
     "cpu_count",
     "encode_member",
     "failed",

@@ -7,11 +7,9 @@ Rule: imports the leaves and ``openwebtext.source``; nothing above.
 from __future__ import annotations
 
 from openwebtext.index.corpus import Corpus, Counts, split_key
-from openwebtext.index.remote import cache_path
 
 __all__ = [
     "Corpus",
     "Counts",
-    "cache_path",
     "split_key",
 ]

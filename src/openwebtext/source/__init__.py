@@ -14,12 +14,11 @@ I/O); ``flags`` (command-line options).
 from __future__ import annotations
 
 from openwebtext.source.fetching import RangeFile, fetch
-from openwebtext.source.filesystems import REMOTE_EXTRA, expand_url, file_info, filesystem
+from openwebtext.source.filesystems import expand_url, file_info, filesystem
 from openwebtext.source.flags import add_storage_option, add_storage_options, storage_kwargs
-from openwebtext.source.membercache import MemberCache, parse_size
-from openwebtext.source.ranges import THREADS, ByteSpan, RangeReader, Span
+from openwebtext.source.ranges import RangeReader, Span
 from openwebtext.source.redaction import redact, redact_options
-from openwebtext.source.retry import Fatal, describe, with_retries
+from openwebtext.source.retry import describe, with_retries
 from openwebtext.source.retry import waited as retry_waited
 from openwebtext.source.settings import (
     FileInfo,
@@ -35,12 +34,7 @@ from openwebtext.source.settings import (
 from openwebtext.source.watchdog import watched
 
 __all__ = [
-    "REMOTE_EXTRA",
-    "THREADS",
-    "ByteSpan",
-    "Fatal",
     "FileInfo",
-    "MemberCache",
     "RangeFile",
     "RangeReader",
     "Span",
@@ -56,7 +50,6 @@ __all__ = [
     "filesystem",
     "identity",
     "is_url",
-    "parse_size",
     "placed",
     "redact",
     "redact_options",

@@ -7,21 +7,23 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.batches import Batches, batches_start, check_sizes
-from openwebtext.stream.blocks import Block, gather
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
+from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import members_in_run
 from openwebtext.stream.packing import (
-    PACKING,
     WINDOW,
     BestFitBatches,
     PackedBatch,
-    best_fit,
     cu_seqlens,
 )
-from openwebtext.stream.reshard import KEEP, reshard
-from openwebtext.stream.schema import BatchesState, DocumentState, Position, Reshard
+from openwebtext.stream.reshard import reshard
+from openwebtext.stream.schema import (
+    DocumentState,
+    Packing,
+    Position,
+    Rule,
+)
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -33,23 +35,19 @@ from openwebtext.stream.state import (
 from openwebtext.stream.stream import Stream
 
 __all__ = [
-    "KEEP",
-    "PACKING",
     "WINDOW",
+    "BatchIterator",
     "Batches",
-    "BatchesState",
     "BestFitBatches",
-    "Block",
-    "Counters",
     "DocumentState",
     "Mark",
     "PackedBatch",
+    "Packing",
     "Position",
-    "Reshard",
+    "Rule",
     "Stats",
     "Stream",
     "batches_start",
-    "best_fit",
     "check_sizes",
     "check_state",
     "config_of",

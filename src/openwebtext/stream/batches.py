@@ -17,7 +17,7 @@ stream ends (fewer than a batch) are dropped.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -30,7 +30,7 @@ from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["Batches", "TokenDocuments", "batches_start", "check_sizes"]
+__all__ = ["BatchIterator", "Batches", "TokenDocuments", "batches_start", "check_sizes"]
 
 
 class TokenDocuments(Protocol):
@@ -42,15 +42,45 @@ class TokenDocuments(Protocol):
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]: ...
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]: ...
+    # The packers' own view of the stream (private to the library, not the iterator's API):
+    def _windows_ahead(self) -> list[tuple[int, int, int]]: ...
 
     @property
-    def start(self) -> int: ...
+    def _start(self) -> int: ...
 
     @property
     def stats(self) -> Stats: ...
 
     def close(self) -> None: ...
+
+
+Item = TypeVar("Item", covariant=True)
+
+
+class BatchIterator(Protocol[Item]):
+    """What ``Loader.batches`` returns, whatever the packing: an iterator of batches (arrays,
+    or ``PackedBatch`` records with ``segments=True``) with a state, to use in ``with``."""
+
+    def __iter__(self) -> BatchIterator[Item]: ...
+
+    def __next__(self) -> Item: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        ...
+
+    @property
+    def stats(self) -> Stats:
+        """The document stream's counts."""
+        ...
+
+    def close(self) -> None:
+        """Stop the workers now. Safe to call twice."""
+        ...
+
+    def __enter__(self) -> BatchIterator[Item]: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 class Batches:
@@ -117,7 +147,7 @@ class Batches:
             except StopIteration:
                 self.close()
                 raise
-            self._pending.append((before, document.tokens, self._docs.start))
+            self._pending.append((before, document.tokens, self._docs._start))
             self._available += len(document.tokens)
         if self.segments:
             return self._segmented(need)

@@ -221,12 +221,14 @@ def nothing_read(
     )
 
 
-def members_in_run(corpus: Corpus, options: Options, state: Mapping[str, Any] | None) -> int | None:
+def members_in_run(
+    corpus: Corpus, options: Options, state: DocumentState | Mapping[str, Any] | None
+) -> int | None:
     """How many members ``options.rank``'s share reads in a run of ``options.epochs`` epochs
     from ``state`` (or from the start), for a progress bar: None without end, or in the rest
     of a resharded epoch (its pieces are cut when it starts). Passes that repeat documents
     after skips are not counted."""
-    parsed = None if state is None else DocumentState.from_json(state)
+    parsed = state if isinstance(state, DocumentState | None) else DocumentState.from_json(state)
     if options.epochs is None or (parsed is not None and parsed.reshard is not None):
         return None
     counts = None

@@ -11,7 +11,7 @@ handed out in an order seeded by the window's epoch and number in it. A state is
 stream's state at the start of a window and the rows of that window already handed out:
 resuming reads the window again and packs it the same way (the window is rebuilt, never
 stored). A resharded epoch's share first packs the windows old ranks had begun (their
-documents, numbers and rows handed out come from the stream: ``windows_ahead``), skipping
+documents, numbers and rows handed out come from the stream: ``_windows_ahead``), skipping
 those rows, then its own windows.
 """
 
@@ -129,7 +129,7 @@ class BestFitBatches:
 
     Args:
         documents: The running token documents (``batches.TokenDocuments``, with
-            ``windows_ahead``), started from the ``documents`` state of a saved state.
+            ``_windows_ahead``), started from the ``documents`` state of a saved state.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         seed: Seeds the order of each window's rows.
@@ -162,7 +162,7 @@ class BestFitBatches:
         self._next, self._skip, self._batches, epoch = start
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
-        self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
+        self._ahead: deque[tuple[int, int, int]] = deque(documents._windows_ahead())
         # Rows packed and not handed out: (window id, its row number, [(ids, first position)]).
         self._rows: deque[tuple[int, int, list[tuple[np.ndarray[Any, Any], int]]]] = deque()
         # Where each window with rows left starts, and the own number the state then says.

@@ -141,8 +141,8 @@ def stream_config(
     return config
 
 
-def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a state saved as JSON (``owt stream --state-out``) and check it.
+def load_state(path: str | os.PathLike[str]) -> DocumentState:
+    """Read a state saved as JSON (``owt stream --state-out``), parsed and checked.
 
     Raises:
         StateError: the file cannot be read, is not JSON, or is not a state; the
@@ -158,11 +158,9 @@ def load_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     except ValueError as exc:  # not JSON, or not UTF-8
         raise StateError(f"{os.fspath(path)}: not a JSON state file: {exc}") from exc
     try:
-        DocumentState.from_json(state)
+        return DocumentState.from_json(state)
     except StateError as exc:
         raise StateError(f"{os.fspath(path)}: {exc}") from None
-    checked: dict[str, Any] = state
-    return checked
 
 
 def parse_state(state: Any) -> DocumentState:
@@ -247,20 +245,20 @@ def check_in_block(in_block: int, n: int) -> None:
         )
 
 
-def resume_options(given: Mapping[str, Any], state: Mapping[str, Any] | None) -> Options:
+def resume_options(given: Mapping[str, Any], state: Any) -> Options:
     """Options to resume ``state`` with: those ``given``, and the shaping ones not given
     taken from the state's ``config`` (as ``owt stream --resume`` does).
 
     Args:
         given: The option values given (a shaping one left out: the state's, else
             the default).
-        state: A saved state, or None (then only ``given`` counts).
+        state: A saved state (JSON or its record), or None (then only ``given`` counts).
 
     Raises:
         ValueError: an option value is not valid.
     """
     values = dict(given)
-    saved = state.get("config", {}) if state else {}
+    saved = parse_state(state).config if state is not None else {}
     for name in SHAPING:
         if name in values or name not in saved:
             continue
