@@ -189,32 +189,41 @@ def small_corpus() -> str:
     return str(path)
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,  # every default in --help
+    )
     add = parser.add_argument
-    add("corpus", nargs="*", help="corpus paths (default: a small generated corpus)")
+    add("corpus", nargs="*", help="corpus paths (none: a small generated corpus)")
     add("--steps", type=int, default=300, help="train until this step (the schedule's length)")
     add("--seq-len", type=int, default=128, help="ids each row predicts")
     add("--batch-size", type=int, default=8, help="rows per batch")
-    add("--layers", type=int, default=2)
-    add("--heads", type=int, default=2)
-    add("--width", type=int, default=64)
+    add("--layers", type=int, default=2, help="transformer blocks")
+    add("--heads", type=int, default=2, help="attention heads per block")
+    add("--width", type=int, default=64, help="model width (a multiple of --heads)")
     add("--lr", type=float, default=3e-3, help="peak learning rate")
     add("--warmup", type=int, default=20, help="warmup steps")
     add("--val-fraction", type=float, default=0.01, help="held-out share (nanoGPT: 0.0005)")
     add("--eval-every", type=int, default=50, help="evaluate on the val split every N steps")
     add("--eval-batches", type=int, default=8, help="val batches per evaluation")
-    add("--checkpoint", type=Path, default=Path("gpt-ckpt.pt"))
-    add("--checkpoint-every", type=int, help="default: --eval-every")
+    add("--checkpoint", type=Path, default=Path("gpt-ckpt.pt"), help="the checkpoint file")
+    add(
+        "--checkpoint-every",
+        type=int,
+        help="save every N steps and at the end (None: --eval-every, at most --steps // 4, "
+        "so that a short run saves before its end too)",
+    )
     add("--num-workers", type=int, default=2, help="DataLoader workers (each packs its own share)")
-    add("--seed", type=int, default=0)
+    add("--seed", type=int, default=0, help="seed of the model's weights and the data order")
     add("--segments", action="store_true", help="mask attention at document boundaries")
     add("--packing", choices=["concat", "bestfit"], default="concat", help="how rows are filled")
     add("--log", type=Path, help="'step loss' of every step (a resume cuts it to its step)")
     add("--interrupt-at", type=int, help="stop after this step without saving (to try resuming)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.corpus = args.corpus or [small_corpus()]
-    args.checkpoint_every = args.checkpoint_every or args.eval_every
+    if args.checkpoint_every is None:
+        args.checkpoint_every = max(1, min(args.eval_every, args.steps // 4))
     return args
 
 
@@ -281,7 +290,7 @@ def main() -> None:
                 f.write(f"{step} {loss.item()!r}\n")
         line, show = f"step {step}: loss {loss.item():.4f}", step % 10 == 0
         if step % args.eval_every == 0 or step == args.steps:
-            line, show = f"{line}, val loss {evaluate(model, val)!r}", True
+            line, show = f"{line}, val loss {evaluate(model, val):.4f}", True
         if step % args.checkpoint_every == 0 or step == args.steps:
             state = {
                 "model": model.state_dict(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,13 +56,16 @@ GPT = EXAMPLE.with_name("train_gpt.py")
 TINY_GPT = [
     *("--steps", "12", "--seq-len", "32", "--batch-size", "4", "--layers", "1", "--width", "32"),
     *("--eval-every", "4", "--eval-batches", "2", "--val-fraction", "0.1", "--num-workers", "2"),
+    *("--checkpoint-every", "4"),
 ]
 
 
-def train_gpt(corpus: Path, checkpoint: Path, log: Path, *extra: str) -> list[str]:
+def train_gpt(
+    corpus: Path, checkpoint: Path, log: Path, *extra: str, size: list[str] = TINY_GPT
+) -> list[str]:
     files = ["--checkpoint", str(checkpoint), "--log", str(log)]
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore", str(GPT), str(corpus), *TINY_GPT, *files, *extra],
+        [sys.executable, "-W", "ignore", str(GPT), str(corpus), *size, *files, *extra],
         capture_output=True,
         text=True,
         timeout=300,
@@ -98,3 +102,36 @@ def test_gpt_interrupted_and_resumed_reaches_the_same_loss(
     model_a = torch.load(a, weights_only=False)["model"]
     model_b = torch.load(b, weights_only=False)["model"]
     assert all(torch.equal(model_a[k], model_b[k]) for k in model_b)
+
+
+def test_gpt_help_shows_every_default() -> None:
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", str(GPT), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # argparse wraps lines
+    for default in ("(default: 300)", "(default: 0.003)", "(default: gpt-ckpt.pt)"):
+        assert default in text
+    assert "--layers LAYERS transformer blocks (default: 2)" in text
+
+
+@pytest.mark.slow  # trains a small model: its own CI step
+def test_gpt_short_run_saves_before_its_end(indexed: Path, tmp_path: Path) -> None:
+    """Without --checkpoint-every, a run of 8 steps (--eval-every 50) still saves every
+    8 // 4 = 2 steps, so an interruption after step 7 keeps step 6; val losses are rounded."""
+    pytest.importorskip("tiktoken")
+    torch = pytest.importorskip("torch")
+    short = [*TINY_GPT[: TINY_GPT.index("--eval-every")], "--steps", "8"]
+    short += ["--eval-batches", "2", "--val-fraction", "0.1", "--num-workers", "0"]
+    lines = train_gpt(indexed, tmp_path / "a.pt", tmp_path / "a.log", "--interrupt-at", "7",
+                      size=short)  # fmt: skip
+    assert lines[-1] == "interrupted after step 7"
+    assert torch.load(tmp_path / "a.pt", weights_only=False)["step"] == 6
+    finished = train_gpt(indexed, tmp_path / "a.pt", tmp_path / "a.log", size=short)
+    assert finished[0] == "resumed at step 6"
+    assert re.fullmatch(r"step 8: loss \d+\.\d{4}, val loss \d+\.\d{4} \(checkpoint saved\)",
+                        finished[-1]), finished[-1]  # fmt: skip

@@ -1,0 +1,200 @@
+"""Every Python and shell block of README.md and docs/*.md runs, on the small corpus.
+
+A block is a fenced block tagged ``python`` or ``bash``; ``text`` blocks are not code. HTML
+comments on the lines right above a block say how it runs:
+
+- ``<!-- skip: why -->``: not run (an S3 URL, a checkout of nanoGPT, an install), reported as
+  skipped with its file, line and reason; its syntax is still checked;
+- ``<!-- slow: why -->``: run only in the slow group (``-m slow``);
+- ``<!-- ray: why -->``: run only in the Ray group (``-m ray``, the ``ray`` extra);
+- ``<!-- needs: torch tiktoken -->``: run where those modules import, else skipped.
+
+Each block runs alone, in a fresh process and an empty folder, with ``CORPUS`` (a Python
+variable of a hidden first line, and a shell variable) the path of a counted copy of the small
+corpus. That copy is also the built-in corpus of the run (``OWT_CACHE_DIR`` points to a cache
+folder that holds it as the default corpus), so ``owt stream`` with no path,
+``owt synth --where`` and ``default_corpus()`` read it. ``owt`` is this checkout's. A block has
+``BLOCK_SECONDS`` to finish: one that loops forever fails, named, instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+import openwebtext
+from openwebtext.synth import COMPLETE_MARKER, default_corpus_path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = Path(openwebtext.__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Files whose blocks are not ours to mark: they are run only when tagged, and this says why
+#: the untagged ones are not (their content is kept as its owner wrote it).
+NOT_OURS = {"docs/benchmarks.md": "owt bench and benchmarks/ runs take minutes"}
+RUNNABLE = {"python", "bash"}
+BLOCK_SECONDS = 120
+
+FENCE = re.compile(r"^```(\S*)\s*$")
+NOTE = re.compile(r"^<!--\s*(skip|slow|ray|needs)\s*:\s*(.*?)\s*-->\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    file: str  # relative to the repository
+    line: int  # of the opening fence, from 1
+    language: str
+    code: str
+    notes: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def note(self, kind: str) -> str | None:
+        return next((why for k, why in self.notes if k == kind), None)
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """The fenced blocks of a Markdown file, with the notes on the lines right above each."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            i += 1
+            continue
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
+        assert end is not None, f"{path.name}:{i + 1}: a block that never closes"
+        notes, k = [], i - 1
+        while k >= 0 and (note := NOTE.match(lines[k])):
+            notes.insert(0, (note.group(1), note.group(2)))
+            k -= 1
+        rel = path.relative_to(ROOT).as_posix()
+        found.append(Block(rel, i + 1, fence.group(1), "\n".join(lines[i + 1 : end]) + "\n",
+                           tuple(notes)))  # fmt: skip
+        i = end + 1
+    return found
+
+
+ALL = [block for path in DOCS for block in blocks_of(path)]
+CODE = [block for block in ALL if block.language in RUNNABLE]
+THEIRS = [block for block in ALL if not block.language and block.file in NOT_OURS]
+
+
+def params() -> list[object]:
+    out = [
+        pytest.param(
+            block,
+            marks=pytest.mark.skip(reason=f"{block.name}: {NOT_OURS[block.file]}"),
+            id=block.name,
+        )
+        for block in THEIRS
+    ]
+    for block in CODE:
+        marks: list[pytest.MarkDecorator] = []
+        if why := block.note("skip"):
+            marks.append(pytest.mark.skip(reason=f"{block.name}: {why}"))
+        if block.note("slow") is not None:
+            marks.append(pytest.mark.slow)
+        if block.note("ray") is not None:
+            marks.append(pytest.mark.ray)
+        out.append(pytest.param(block, marks=marks, id=block.name))
+    return out
+
+
+@pytest.fixture(scope="module")
+def place(tmp_path_factory: pytest.TempPathFactory, indexed: Path) -> dict[str, str]:
+    """The environment of a block: the corpus (a counted copy, also the run's built-in
+    corpus), this checkout's package and ``owt``."""
+    cache = tmp_path_factory.mktemp("owt-cache")
+    corpus = default_corpus_path(cache)
+    shutil.copytree(indexed, corpus)
+    (corpus / COMPLETE_MARKER).touch()
+    bin_dir = tmp_path_factory.mktemp("bin")
+    owt = bin_dir / "owt"
+    owt.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m openwebtext.cli "$@"\n')
+    owt.chmod(0o755)
+    python = bin_dir / "python"  # `python` in a block is this interpreter
+    python.symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_", "OWT_"))}
+    env.update(
+        CORPUS=str(corpus),
+        OWT_CACHE_DIR=str(cache),
+        PYTHONPATH=os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        PATH=os.pathsep.join([str(bin_dir), env.get("PATH", "")]),
+        TQDM_DISABLE="1",
+        PYTHONWARNINGS="ignore,default::DeprecationWarning",  # to see our deprecations
+    )
+    return env
+
+
+def run(block: Block, env: dict[str, str], folder: Path) -> subprocess.CompletedProcess[str]:
+    for name in ("examples", "benchmarks"):  # blocks run commands from the repository root
+        (folder / name).symlink_to(ROOT / name)
+    if block.language == "python":
+        script = folder / "block.py"
+        script.write_text(f"import os; CORPUS = os.environ['CORPUS']\n{block.code}")
+        command = [sys.executable, str(script)]
+    else:
+        command = ["bash", "-e", "-u", "-o", "pipefail", "-c", block.code]
+    try:
+        return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=BLOCK_SECONDS, stdin=subprocess.DEVNULL)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{block.name} ran for more than {BLOCK_SECONDS} s (endless?)")
+
+
+@pytest.mark.parametrize("block", params())
+def test_block_runs(block: Block, place: dict[str, str], tmp_path: Path) -> None:
+    missing = [m for m in (block.note("needs") or "").split() if find_spec(m) is None]
+    if missing:
+        pytest.skip(f"{block.name}: needs {', '.join(missing)}")
+    done = run(block, place, tmp_path)
+    assert done.returncode == 0, (
+        f"{block.name} failed (exit {done.returncode}):\n{block.code}\n"
+        f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    )
+    deprecated = [line for line in done.stderr.splitlines() if "is deprecated: pass" in line]
+    assert not deprecated, f"{block.name} uses a deprecated spelling: {deprecated}"
+
+
+@pytest.mark.parametrize("block", [pytest.param(b, id=b.name) for b in CODE])
+def test_block_parses(block: Block, tmp_path: Path) -> None:
+    """Skipped blocks too: each is complete code of its language."""
+    if block.language == "python":
+        compile(block.code, block.name, "exec")
+    else:
+        done = subprocess.run(["bash", "-n", "-c", block.code], capture_output=True, text=True)
+        assert done.returncode == 0, f"{block.name}: {done.stderr}"
+
+
+def test_every_block_says_what_it_is() -> None:
+    """A block of our files is python, bash (run) or text (not code): none is left untagged,
+    which would leave a command that nothing runs; every note belongs to a block of code."""
+    untagged = [b.name for b in ALL if not b.language and b.file not in NOT_OURS]
+    assert not untagged, f"tag these blocks python, bash or text: {untagged}"
+    stray = [b.name for b in ALL if b.notes and b.language not in RUNNABLE]
+    assert not stray, f"notes above blocks that are not code: {stray}"
+    assert CODE and any(b.file == "README.md" for b in CODE)
+
+
+def test_ci_runs_the_test_command_of_the_readme() -> None:
+    """The README's contributor command installs what ``.ci/run`` installs and runs what it
+    runs: ``.ci/run`` calls the test command written in README.md."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    command = re.search(r"^pip install (torch\S* -e '\.\[[^\]]*test[^\]]*\]') && (.*)$",
+                        readme, re.MULTILINE)  # fmt: skip
+    assert command, "README.md: no `pip install ... -e '.[test,...]' && TEST` line"
+    install, test = command.groups()
+    assert any(line.startswith("python3 -m pip install") and line.endswith(install) for line in ci)
+    assert test in ci, f".ci/run does not run the README's test command {test!r}"
