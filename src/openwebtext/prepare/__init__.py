@@ -33,7 +33,8 @@ The modules: ``config`` (options, the run's config, the unit order), ``run`` (th
 ``record`` (one run's progress record, checkpoints and skips), ``writers`` (pass 1, the
 split writers), ``permute`` (pass 2 of ``nanogpt``), ``merging`` (``merge``: joining
 slices), ``meta`` (``meta.json``), ``slices`` (what an engine running slices elsewhere
-needs), ``workdir`` (the folder's parts and commit step) and ``outputs`` (a folder or a URL).
+needs), ``workdir`` (the folder's parts and commit step), ``outputs`` (a folder or a URL) and
+``convert`` (``write_format``: a finished run's files again as Megatron, llm.c or datatrove's).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from openwebtext.prepare.config import (
     SplitRule,
     unit_order,
 )
+from openwebtext.prepare.convert import format_files, write_format
 from openwebtext.prepare.merging import merge
 from openwebtext.prepare.outputs import Location
 from openwebtext.prepare.run import finished, prepare
@@ -71,6 +73,7 @@ __all__ = [
     "SplitRule",
     "finished",
     "finished_report",
+    "format_files",
     "lock_output",
     "merge",
     "prepare",
@@ -79,4 +82,5 @@ __all__ = [
     "slice_folders",
     "slice_sizes",
     "unit_order",
+    "write_format",
 ]
