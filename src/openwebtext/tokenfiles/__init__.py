@@ -23,7 +23,16 @@ document. A damaged header, index or size is one :class:`TokenFileError` naming 
 
 from __future__ import annotations
 
-from openwebtext.tokenfiles.common import FORMATS, TokenFile, TokenFileError, TokenFormat, eot_ends
+from openwebtext.tokenfiles.common import (
+    FORMATS,
+    TOKENS,
+    TokenFile,
+    TokenFileError,
+    TokenFormat,
+    document_range,
+    eot_ends,
+    unit_member,
+)
 from openwebtext.tokenfiles.datatrove import datatrove_index, read_datatrove_index
 from openwebtext.tokenfiles.llmc import (
     LLMC_HEADER_BYTES,
@@ -41,7 +50,7 @@ from openwebtext.tokenfiles.megatron import (
     megatron_index,
     read_megatron_index,
 )
-from openwebtext.tokenfiles.opening import open_token_file
+from openwebtext.tokenfiles.opening import open_token_file, opened
 
 __all__ = [
     "FORMATS",
@@ -51,17 +60,21 @@ __all__ = [
     "LLMC_VERSION",
     "MEGATRON_DTYPES",
     "MEGATRON_MAGIC",
+    "TOKENS",
     "TokenFile",
     "TokenFileError",
     "TokenFormat",
     "datatrove_index",
+    "document_range",
     "eot_ends",
     "llmc_cuts",
     "llmc_header",
     "megatron_code",
     "megatron_index",
     "open_token_file",
+    "opened",
     "read_datatrove_index",
     "read_llmc_header",
     "read_megatron_index",
+    "unit_member",
 ]

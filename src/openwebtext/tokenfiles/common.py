@@ -9,10 +9,22 @@ import numpy as np
 
 from openwebtext.errors import CorpusError
 
-__all__ = ["FORMATS", "TokenFile", "TokenFileError", "TokenFormat", "damaged", "eot_ends"]
+__all__ = [
+    "FORMATS",
+    "TOKENS",
+    "TokenFile",
+    "TokenFileError",
+    "TokenFormat",
+    "damaged",
+    "document_range",
+    "eot_ends",
+    "unit_member",
+]
 
 FORMATS = ("nanogpt", "megatron", "llmc", "datatrove")
 TokenFormat = Literal["nanogpt", "megatron", "llmc", "datatrove"]
+#: The ``Unit.kind`` of a run of documents of a token file (a token corpus's unit).
+TOKENS = "tokens"
 
 #: Ids scanned at a time for end-of-text (bounds the memory of a scan: 2 bytes each).
 _SCAN = 1 << 26
@@ -48,3 +60,14 @@ def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndar
     if len(ids) and (not ends.size or ends[-1] != len(ids)):
         raise damaged(path, f"its {len(ids)} ids do not end with the end-of-text id {eot}")
     return ends
+
+
+def unit_member(first: int, stop: int) -> str:
+    """The member name of a token unit: documents ``[first, stop)`` of its file."""
+    return f"docs {first}-{stop}"
+
+
+def document_range(member: str) -> tuple[int, int]:
+    """The documents ``[first, stop)`` a token unit's member name says."""
+    first, stop = member.removeprefix("docs ").split("-")
+    return int(first), int(stop)

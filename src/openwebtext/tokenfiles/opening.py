@@ -13,7 +13,11 @@ from openwebtext.tokenfiles.datatrove import read_datatrove_index
 from openwebtext.tokenfiles.llmc import LLMC_HEADER_BYTES, LLMC_MAGIC, read_llmc_header
 from openwebtext.tokenfiles.megatron import read_megatron_index
 
-__all__ = ["open_token_file"]
+__all__ = ["open_token_file", "opened"]
+
+#: Files opened by ``opened``, by (path, size, mtime_ns): a forked worker inherits what
+#: the main process opened when it indexed the corpus.
+_OPENED: dict[tuple[str, int, int], TokenFile] = {}
 
 
 def _ids(path: str | os.PathLike[str], dtype: np.dtype, offset: int = 0) -> np.ndarray:
@@ -71,3 +75,18 @@ def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np
     if tokens != len(ids):
         raise damaged(name, f"{len(ids)} ids, not the {tokens} its header announces")
     return eot_ends(ids, eot, name)
+
+
+def opened(
+    path: str | os.PathLike[str], *, eot: int | None = None, dtype: str = "uint16"
+) -> TokenFile:
+    """``open_token_file``, once per process for a file as it is now (size and mtime): a
+    token corpus's index opens every file in the main process, and forked workers find them
+    here, end-of-text scan and index done (``eot`` and ``dtype`` count on a first open only)."""
+    name = os.fspath(path)
+    stat = os.stat(name)
+    key = (name, stat.st_size, stat.st_mtime_ns)
+    known = _OPENED.get(key)
+    if known is None:
+        known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype)
+    return known
