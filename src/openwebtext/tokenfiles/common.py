@@ -44,7 +44,7 @@ class TokenFile(NamedTuple):
 
 def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
     """The error for ``path``, damaged as ``why`` says."""
-    return TokenFileError(f"{os.fspath(path)}: {why}", os.fspath(path))
+    return TokenFileError(why, os.fspath(path))
 
 
 def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndarray:
