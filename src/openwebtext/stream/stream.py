@@ -398,8 +398,7 @@ class Stream:
         new = tuple.__new__
         try:
             for block_start, block_end, block in gathered:
-                # Not ``n``: ``feed`` above reads ``n`` (the share's units) as it runs.
-                block_len = len(block.sizes)
+                block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
                 check_in_block(skip, block_len)  # only a resumed state's first block has skip > 0
                 self._block, self._block_end = block_start, block_end
                 self._block_len = block_len
