@@ -16,6 +16,8 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from openwebtext.errors import (
     CorruptDocument,
     CorruptMember,
@@ -258,9 +260,9 @@ class Reader:
             why = f"file is truncated: {len(data)} of {unit.size} bytes"
             raise CorruptMember(why, unit.path, unit.member)
         start = int(ends[first - 1]) if first else 0
-        bounds = [(int(end) - start) * itemsize for end in ends[first:stop]]
-        offsets = [0, *bounds[:-1]]
-        sizes = [b - o for b, o in zip(bounds, offsets, strict=True)]
+        bounds = (ends[first:stop] - start) * itemsize
+        offsets = [0, *bounds[:-1].tolist()]
+        sizes = np.diff(bounds, prepend=0).tolist()
         names = [str(k) for k in range(first, stop)]
         if self.split is not None:
             which, fraction, seed = self.split
