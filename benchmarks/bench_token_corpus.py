@@ -18,6 +18,7 @@ batches of ``batch_size x (seq_len + 1)`` int64 ids handed to the caller):
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import tempfile
 import time
@@ -113,10 +114,10 @@ def main() -> None:
         for workers in args.workers:
             for packing in ("concat", "bestfit"):
                 name = f"Loader.batches {packing}{' +segments' if packing == 'bestfit' else ''}"
-                cases.append((f"{name}, workers={workers}",
-                              lambda w=workers, p=packing: loader_batches(path, s, b, w, p)))  # fmt: skip
+                case = functools.partial(loader_batches, path, s, b, workers, packing)
+                cases.append((f"{name}, workers={workers}", case))
         floor = None
-        print(f"| case | s | M tokens/s | ÷ memmap sequential |\n|---|---|---|---|")
+        print("| case | s | M tokens/s | ÷ memmap sequential |\n|---|---|---|---|")
         for name, run in cases:
             seconds, tokens = timed(run, args.rounds)
             rate = tokens / seconds
