@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -267,3 +272,25 @@ def test_a_url_gets_the_files_and_the_marker(
     finally:
         outputs.remove(outputs.staging(url))
         outputs.remove(outputs.staging(url, "fetch"))
+
+
+@pytest.mark.ray
+def test_the_ray_engine_writes_the_same_format(small_corpus: Path, tmp_path: Path) -> None:
+    """``--engine ray --format llmc``: the local engine's files, format included (a private
+    Ray instance, started and stopped by the command, in a temporary folder)."""
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    temp = Path(tempfile.mkdtemp(prefix="owt-T", dir="/tmp"))  # short: Ray's socket paths
+    try:
+        env = {**os.environ, "HOME": str(temp / "home"), "TMPDIR": str(temp)}
+        for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
+            env.pop(key, None)
+        base = [sys.executable, "-m", "openwebtext.cli", "tokenize", str(small_corpus), "-j", "2",
+                "--tokenizer", "bytes", "--format", "llmc", "-q"]  # fmt: skip
+        subprocess.run([*base, "--out", str(tmp_path / "local")], env=env, check=True)
+        run = subprocess.run([*base, "--out", str(tmp_path / "ray"), "--engine", "ray"],
+                             env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert local_files(tmp_path / "ray") == local_files(tmp_path / "local")
+        assert (tmp_path / "ray" / "llmc.json").is_file()
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
