@@ -294,3 +294,18 @@ def test_the_ray_engine_writes_the_same_format(small_corpus: Path, tmp_path: Pat
         assert (tmp_path / "ray" / "llmc.json").is_file()
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_another_shard_size_writes_the_shards_again_and_leaves_no_stale_one(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    prepare(Corpus.open(small_corpus), tmp_path, _opts())
+    write_format(tmp_path, "llmc", shard_tokens=20_000)
+    many = sorted(p.name for p in tmp_path.glob("train_*.bin"))
+    marker = write_format(tmp_path, "llmc", shard_tokens=10**8)
+    assert (
+        marker is not None
+        and sorted(p.name for p in tmp_path.glob("train_*.bin")) == ["train_000000.bin"] != many
+    )
+    whole = _modded_nanogpt_shard(tmp_path / "train_000000.bin")
+    assert whole.tolist() == np.fromfile(tmp_path / "train.bin", "<u2").tolist()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,7 @@ def write_format(
         with hold(target, wait):
             return _convert(target, fmt, meta, shard_tokens, progress)
     marker = outputs.read_json(target, f"{fmt}.json", store)
-    if marker is not None and marker.get("source") == _sources(meta):
+    if marker is not None and marker.get("source") == _sources(meta, fmt, shard_tokens):
         return marker
     folder = outputs.fetch(target, meta, store, verify=False)
     with hold(folder, wait):
@@ -128,8 +129,11 @@ def _finished_meta(target: outputs.Location, store: Storage | None) -> dict[str,
     return meta
 
 
-def _sources(meta: dict[str, Any]) -> dict[str, str]:
-    return {f"{s}.bin": meta["files"][f"{s}.bin"]["sha256"] for s in _SPLITS}
+def _sources(meta: dict[str, Any], fmt: str, shard_tokens: int) -> dict[str, Any]:
+    """What the files are made of: the run's ``train.bin`` and ``val.bin`` (by sha256), and
+    for llm.c the shard size."""
+    made: dict[str, Any] = {f"{s}.bin": meta["files"][f"{s}.bin"]["sha256"] for s in _SPLITS}
+    return {**made, "shard_tokens": shard_tokens} if fmt == "llmc" else made
 
 
 def _convert(
@@ -140,7 +144,7 @@ def _convert(
     progress: Callable[[Progress], None] | None,
 ) -> dict[str, Any]:
     """Write ``fmt``'s files in the local ``folder``, going on from a killed pass's record."""
-    sources = _sources(meta)
+    sources = _sources(meta, fmt, shard_tokens)
     name = f"{fmt}.json"
     if (marker := outputs.read_json(folder, name)) is not None and marker.get("source") == sources:
         sizes = outputs.sizes(folder, list(marker["files"]))
@@ -174,7 +178,18 @@ def _convert(
     with atomic_file(folder / name, durable=True) as f:
         f.write(json.dumps(marker, indent=1).encode())
     record_path.unlink(missing_ok=True)
+    for stale in _stale_shards(folder, fmt, done):  # of an earlier pass with more shards
+        stale.unlink(missing_ok=True)
     return marker
+
+
+def _stale_shards(folder: Path, fmt: str, files: dict[str, Any]) -> list[Path]:
+    """llm.c shards in ``folder`` that this pass did not write (a trainer's glob would take
+    them)."""
+    if fmt != "llmc":
+        return []
+    pattern = re.compile(r"(train|val)_\d{6}\.bin")
+    return [p for p in folder.iterdir() if pattern.fullmatch(p.name) and p.name not in files]
 
 
 def _kept(path: Path, info: dict[str, Any] | None) -> bool:
