@@ -188,3 +188,20 @@ def test_ids_of_another_width_than_the_tokenizer_s_are_refused(run: Path, tmp_pa
     corpus = Corpus.open_tokens(tmp_path / "val.ds", dtype="uint32")
     with pytest.raises(CorpusError, match="ids of 4 bytes, not the 2 of the tokenizer 'bytes'"):
         list(_loader(corpus))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_remote_token_corpus_reads_by_range(run: Path, s3_endpoint: str, workers: int) -> None:
+    boto3 = pytest.importorskip("boto3")
+    client = boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1")
+    for name in ("train.bin", "train.idx", "train.ds", "train.ds.index", "train_000000.bin"):
+        client.upload_file(str(run / name), "owt", f"tok/{name}")
+    options = {"endpoint_url": s3_endpoint}
+    want = _documents(run / "train.bin")
+    for name in ("train.bin", "train.ds"):
+        corpus = Corpus.open_tokens(f"s3://owt/tok/{name}", unit_tokens=UNIT,
+                                    storage_options=options)  # fmt: skip
+        got = [d.tokens.tolist() for d in _loader(corpus, shuffle=False, workers=workers)]
+        assert got == want
+    with pytest.raises(CorpusError, match="read with its index beside it"):
+        Corpus.open_tokens("s3://owt/tok/train_000000.bin", storage_options=options)

@@ -134,6 +134,7 @@ class Corpus:
         eot: int | None = None,
         dtype: str | None = None,
         unit_tokens: int = UNIT_TOKENS,
+        storage_options: dict[str, Any] | None = None,
     ) -> Corpus:
         """A token corpus: files of ids (``train.bin`` with or without ``train.idx``, llm.c
         shards, datatrove ``.ds``; see ``openwebtext.tokenfiles``), each cut into units of
@@ -146,18 +147,23 @@ class Corpus:
             eot: The end-of-text id (default: a ``meta.json`` beside the file, else 50256).
             dtype: The ids' type (default: ``meta.json``'s, else uint16; an idx gives its own).
             unit_tokens: Ids a unit holds, about.
+            storage_options: For URLs (``X.bin`` with ``X.idx``, or ``X.ds`` with
+                ``X.ds.index``), as ``Corpus.open`` takes them.
 
         Raises:
-            CorpusError: no file, a URL, or no document in them.
+            CorpusError: no file, a URL without an index, or no document in them.
             TokenFileError: a damaged header or index (naming the file).
         """
         names = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else list(paths)
-        units, counts = token_units(names, eot=eot, dtype=dtype, unit_tokens=unit_tokens)
+        store = None if storage_options is None else Storage(storage_options)
+        units, counts = token_units(
+            names, eot=eot, dtype=dtype, unit_tokens=unit_tokens, storage=store
+        )
         if not units:
             where = os.fspath(names[0]) if names else None
             raise CorpusError("no document in these token files", where)
-        versions = tuple(file_version(path, None) for path in dict.fromkeys(u.path for u in units))
-        return cls(tuple(units), Counts(tuple(counts)), (), versions, None)
+        versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
+        return cls(tuple(units), Counts(tuple(counts)), (), versions, store)
 
     def files(self) -> list[str]:
         """The corpus's files, in order, once each."""

@@ -50,7 +50,7 @@ from openwebtext.tokenfiles.megatron import (
     megatron_index,
     read_megatron_index,
 )
-from openwebtext.tokenfiles.opening import open_token_file, opened
+from openwebtext.tokenfiles.opening import open_token_file, opened, remember
 
 __all__ = [
     "FORMATS",
@@ -76,5 +76,6 @@ __all__ = [
     "read_datatrove_index",
     "read_llmc_header",
     "read_megatron_index",
+    "remember",
     "unit_member",
 ]

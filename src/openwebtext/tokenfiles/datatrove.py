@@ -16,14 +16,17 @@ def datatrove_index(ends: np.ndarray) -> bytes:
     return np.asarray(ends, dtype="<u8").tobytes()
 
 
-def read_datatrove_index(path: str | os.PathLike[str], tokens: int) -> np.ndarray:
-    """The document ends of a ``.ds.index`` for a ``.ds`` of ``tokens`` ids, checked.
+def read_datatrove_index(
+    path: str | os.PathLike[str], tokens: int, body: bytes | None = None
+) -> np.ndarray:
+    """The document ends of a ``.ds.index`` (its ``body`` if given) for a ``.ds`` of
+    ``tokens`` ids, checked.
 
     Raises:
         TokenFileError: a size not a multiple of 8, ends that go back or do not reach
             ``tokens``.
     """
-    data = np.fromfile(path, dtype=np.uint8)
+    data = np.fromfile(path, dtype=np.uint8) if body is None else np.frombuffer(body, np.uint8)
     if data.size % 8:
         raise damaged(path, f"{data.size} bytes, not a whole number of uint64 document ends")
     ends = data.view("<u8").astype(np.int64)

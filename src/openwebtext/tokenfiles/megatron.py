@@ -59,14 +59,17 @@ def megatron_index(ends: np.ndarray, dtype: np.dtype) -> bytes:
     )
 
 
-def read_megatron_index(path: str | os.PathLike[str]) -> tuple[np.dtype, np.ndarray]:
-    """The ids' dtype and the document ends (in ids) of a megatron ``.idx``, checked whole.
+def read_megatron_index(
+    path: str | os.PathLike[str], body: bytes | None = None
+) -> tuple[np.dtype, np.ndarray]:
+    """The ids' dtype and the document ends (in ids) of a megatron ``.idx`` (its ``body``
+    if given: a remote one, fetched), checked whole.
 
     Raises:
         TokenFileError: not a version-1 index, a count its size does not hold, pointers or
             document indices that do not follow from the sizes.
     """
-    data = np.fromfile(path, dtype=np.uint8)
+    data = np.fromfile(path, dtype=np.uint8) if body is None else np.frombuffer(body, np.uint8)
     if data.size < _MEGATRON_HEAD.size:
         raise damaged(path, f"{data.size} bytes, shorter than a megatron index header")
     magic, version, code, sequences, documents = _MEGATRON_HEAD.unpack(

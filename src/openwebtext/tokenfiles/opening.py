@@ -13,7 +13,7 @@ from openwebtext.tokenfiles.datatrove import read_datatrove_index
 from openwebtext.tokenfiles.llmc import LLMC_HEADER_BYTES, LLMC_MAGIC, read_llmc_header
 from openwebtext.tokenfiles.megatron import read_megatron_index
 
-__all__ = ["open_token_file", "opened"]
+__all__ = ["open_token_file", "opened", "remember"]
 
 #: Files opened by ``opened``, by (path, size, mtime_ns): a forked worker inherits what
 #: the main process opened when it indexed the corpus.
@@ -62,8 +62,9 @@ def open_token_file(
     if idx.is_file():
         idx_dtype, ends = read_megatron_index(idx)
         ids = _ids(name, idx_dtype)
-        if (ends[-1] if ends.size else 0) != len(ids):
-            raise damaged(name, f"{len(ids)} ids, not the {ends[-1] if ends.size else 0} of {idx}")
+        want = int(ends[-1]) if ends.size else 0
+        if want != len(ids):
+            raise damaged(name, f"{len(ids)} ids, not the {want} of its {idx.name}")
         return TokenFile(name, ids, ends)
     ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
     return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids)))
@@ -84,9 +85,20 @@ def opened(
     token corpus's index opens every file in the main process, and forked workers find them
     here, end-of-text scan and index done (``eot`` and ``dtype`` count on a first open only)."""
     name = os.fspath(path)
+    if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
+        remote = _OPENED.get((name, -1, -1))
+        if remote is None:
+            raise damaged(name, "a remote token file's index was not read in this process")
+        return remote
     stat = os.stat(name)
     key = (name, stat.st_size, stat.st_mtime_ns)
     known = _OPENED.get(key)
     if known is None:
         known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype)
     return known
+
+
+def remember(url: str, token_file: TokenFile) -> None:
+    """Keep a remote token file's ends (its index fetched) for ``opened`` in this process
+    and the workers it forks."""
+    _OPENED[(url, -1, -1)] = token_file
