@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from openwebtext import Loader
 from openwebtext.engine import Loaded
 from openwebtext.records import Unit
 from openwebtext.stream import blocks, gather
 from openwebtext.stream.blocks import Block
+from openwebtext.synth import write_corpus
 
 UNITS = tuple(
     Unit(f"/c/s{u // 4}.tar", f"s{u // 4}-{u}_data.xz", 0, 1, "xz", f"s{u // 4}", u % 4)
@@ -179,3 +182,17 @@ def test_a_yielded_block_s_lists_never_change() -> None:
     assert len({id(block) for block, *_ in seen}) == 6  # a new Block each time
     for block, sizes, offsets, names in seen:
         assert (block.sizes, block.offsets, block.names) == (sizes, offsets, names)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_more_units_than_a_block_holds_documents_are_each_read_once(
+    tmp_path: Path, workers: int
+) -> None:
+    """Ten members of 3 documents, blocks of 5: the plan's units past the first block were
+    fed as ``order[p % documents in the block]`` (a generator reading a rebound name), so
+    units 0..5 came round again and 21 of the 30 documents never did (issue 30)."""
+    write_corpus(tmp_path / "c", subsets=1, members=10, docs=3, seed=0, workers=1)
+    for shuffle in (False, True):
+        names = [d.name for d in Loader(tmp_path / "c", workers=workers, shuffle=shuffle,
+                                        shuffle_buffer=5)]  # fmt: skip
+        assert len(names) == len(set(names)) == 30

@@ -7,6 +7,7 @@ import argparse
 from collections.abc import Callable
 
 from openwebtext.cli.args import Subparsers, add_quiet, add_wait
+from openwebtext.cli.formats import add_format, formatted
 from openwebtext.cli.prepared import with_progress
 from openwebtext.prepare import Progress, Report
 from openwebtext.source import add_storage_option, configure
@@ -22,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
         configure(dict(args.storage_options))
 
     def work(update: Callable[[Progress], None]) -> Report:
-        return merge(
+        report = merge(
             args.slices,
             args.out,
             restart=args.restart,
@@ -31,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
             verify=not args.no_verify,
             wait=args.wait,
         )
+        return formatted(args, report, None, update)
 
     return with_progress(work, args.quiet)
 
@@ -59,6 +61,7 @@ def add_parser(sub: Subparsers) -> None:
         "reads every slice once more, about 30 s for the 17 GB of a full GPT-2 run); sizes "
         "are checked either way",
     )
+    add_format(merge)
     add_wait(merge)
     merge.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)
     add_quiet(merge)

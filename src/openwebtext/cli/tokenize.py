@@ -18,6 +18,7 @@ from openwebtext.cli.args import (
     option_type,
     parse_shard,
 )
+from openwebtext.cli.formats import add_format, check_format, formatted
 from openwebtext.cli.prepared import with_progress
 from openwebtext.index import Corpus
 from openwebtext.prepare import Progress, Report
@@ -47,7 +48,7 @@ _DESCRIPTION = (
 
 def run(args: argparse.Namespace) -> int:
     """Write nanoGPT-style ``train.bin`` / ``val.bin`` (see ``openwebtext.prepare``)."""
-    from openwebtext.prepare import PrepareOptions, prepare
+    from openwebtext.prepare import PrepareOptions
 
     options = PrepareOptions(
         split_rule=args.split,
@@ -61,23 +62,39 @@ def run(args: argparse.Namespace) -> int:
         on_error=args.on_error,
     )
     shard = parse_shard(args.shard)
+    check_format(args, shard)
     corpus = open_corpus(args)
 
     def work(update: Callable[[Progress], None]) -> Report:
         if args.engine == "ray":
-            return _tokenize_on_ray(args, corpus, options, shard, update)
-        return prepare(
-            corpus,
-            args.out,
-            options,
-            shard=shard,
-            restart=args.restart,
-            progress=update,
-            checkpoint_seconds=args.checkpoint_seconds,
-            wait=args.wait,
-        )
+            report = _tokenize_on_ray(args, corpus, options, shard, update)
+        else:
+            report = _tokenize_here(args, corpus, options, shard, update)
+        return formatted(args, report, corpus.storage, update)
 
     return with_progress(work, args.quiet)
+
+
+def _tokenize_here(
+    args: argparse.Namespace,
+    corpus: Corpus,
+    options: Any,
+    shard: tuple[int, int] | None,
+    update: Callable[[Progress], None],
+) -> Report:
+    """The local engine: ``prepare`` with worker processes here."""
+    from openwebtext.prepare import prepare
+
+    return prepare(
+        corpus,
+        args.out,
+        options,
+        shard=shard,
+        restart=args.restart,
+        progress=update,
+        checkpoint_seconds=args.checkpoint_seconds,
+        wait=args.wait,
+    )
 
 
 def _tokenize_on_ray(
@@ -154,6 +171,7 @@ def add_parser(sub: Subparsers) -> None:
         "--take", type=option_type("take"), default=None, help="stop after N documents"
     )
     add_on_error(tokenize)
+    add_format(tokenize)
     tokenize.add_argument(
         "--shard",
         metavar="I/N",

@@ -21,9 +21,10 @@ from multiprocessing.connection import Connection
 from openwebtext.engine.options import PoolOptions
 from openwebtext.engine.read import Member, Reader, encode_member
 from openwebtext.engine.tasks import Done, Failed, Request, failed
-from openwebtext.errors import WorkerError
+from openwebtext.errors import CorpusError, WorkerError
 from openwebtext.records import Unit
 from openwebtext.source import Storage
+from openwebtext.tokenfiles import TOKENS, opened
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["open_reader", "read_unit", "worker_main"]
@@ -146,10 +147,32 @@ def read_unit(
 ) -> tuple[Member, bytes, list[int], list[int] | None]:
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
     member = reader.read(unit)
+    if unit.kind == TOKENS:  # ids already: they ride in the member's bytes
+        return member, member.data, member.offsets, token_counts(member, tokenizer, unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
     encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
+
+
+def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> list[int]:
+    """The ids of each document of a token unit (0: left out), its ids checked to be the
+    tokenizer's width."""
+    if tokenizer is None:
+        raise CorpusError(
+            "a token corpus is read with the tokenizer its ids were written with: give "
+            "Options(tokenizer=...)",
+            unit.path,
+            unit.member,
+        )
+    itemsize = tokenizer.dtype.itemsize
+    width = opened(unit.path, eot=tokenizer.eot).ids.dtype.itemsize  # the reader opened it
+    if width != itemsize:
+        why = f"ids of {width} bytes, not the {itemsize} of the tokenizer {tokenizer.spec!r}"
+        raise CorpusError(why, unit.path, unit.member)
+    return [
+        s // itemsize if o >= 0 else 0 for o, s in zip(member.offsets, member.sizes, strict=True)
+    ]
 
 
 def open_reader(options: PoolOptions, storage: Storage | None) -> Reader:
@@ -161,4 +184,5 @@ def open_reader(options: PoolOptions, storage: Storage | None) -> Reader:
         decode_errors=options.decode_errors,
         storage=storage,
         texts=options.tokenizer is not None,  # encode_member's texts, decoded by the check
+        token_eot=None if options.tokenizer is None else options.tokenizer.eot,
     )

@@ -16,6 +16,8 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from openwebtext.errors import (
     CorruptDocument,
     CorruptMember,
@@ -28,6 +30,7 @@ from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
 from openwebtext.tarwalk import TarFormatError, walk
+from openwebtext.tokenfiles import TOKENS, TokenFileError, document_range, opened
 
 if TYPE_CHECKING:
     from openwebtext.tokenizer import Tokenizer
@@ -87,7 +90,10 @@ class Reader:
         decode_errors: str | None = "strict",
         storage: Storage | None = None,
         texts: bool = False,
+        token_eot: int | None = None,
     ):
+        self.token_eot = token_eot
+        """A token corpus's end-of-text id, should a worker open its file anew (spawned)."""
         self.storage = storage
         """What URLs are read with (the corpus's; None: the process's default)."""
         self.max_member_bytes = max_member_bytes
@@ -151,6 +157,8 @@ class Reader:
                 listed with a ``TruncatedMember`` in ``dropped``.
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
+        if unit.kind == TOKENS:
+            return self._read_tokens(unit)
         if not unit.kind:
             what = "empty" if unit.size == 0 else "not a tar, or xz, gzip, bzip2 or zstd data"
             raise UnknownFormat(f"member is {what}", unit.path, unit.member)
@@ -233,6 +241,35 @@ class Reader:
             return Member(data, names, offsets, sizes, dropped, replace, decoded)
         replace = self._check_text(data, unit, names, offsets, sizes, dropped)
         return Member(data, names, offsets, sizes, dropped, replace)
+
+    def _read_tokens(self, unit: Unit) -> Member:
+        """A token unit: its documents' ids as they lie in the file (no decoding, no tar),
+        each document's place in them from the file's ends (``tokenfiles.opened``: a forked
+        worker has them from the main process's index). Names are document indices."""
+        try:
+            token_file = opened(unit.path, eot=self.token_eot)
+            data = self._raw(unit)
+        except TokenFileError as exc:
+            raise CorruptMember(exc.message, unit.path, unit.member) from exc
+        except OSError as exc:
+            why = f"cannot read: {exc.strerror or exc}"
+            raise CorruptMember(why, unit.path, unit.member) from exc
+        first, stop = document_range(unit.member)
+        ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
+        if len(data) != unit.size or stop > len(ends):
+            why = f"file is truncated: {len(data)} of {unit.size} bytes"
+            raise CorruptMember(why, unit.path, unit.member)
+        start = int(ends[first - 1]) if first else 0
+        bounds = (ends[first:stop] - start) * itemsize
+        offsets = [0, *bounds[:-1].tolist()]
+        sizes = np.diff(bounds, prepend=0).tolist()
+        names = [str(k) for k in range(first, stop)]
+        if self.split is not None:
+            which, fraction, seed = self.split
+            for k, name in enumerate(names):
+                if in_validation(name, fraction, seed) is not (which == "val"):
+                    offsets[k] = -1
+        return Member(data, names, offsets, sizes, [], 0)
 
     def _check_text(
         self,

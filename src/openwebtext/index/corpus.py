@@ -25,6 +25,7 @@ from openwebtext.index.checks import member_check
 from openwebtext.index.inputs import file_version
 from openwebtext.index.local import LocalFile
 from openwebtext.index.paths import index_inputs
+from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.records import Unit
 from openwebtext.source import RangeFile, Storage, file_info, identity, is_url
 
@@ -124,6 +125,45 @@ class Corpus:
         corpus = cls(units, None, tuple(indexed.skipped), versions, store)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus
+
+    @classmethod
+    def open_tokens(
+        cls,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        eot: int | None = None,
+        dtype: str | None = None,
+        unit_tokens: int = UNIT_TOKENS,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Corpus:
+        """A token corpus: files of ids (``train.bin`` with or without ``train.idx``, llm.c
+        shards, datatrove ``.ds``; see ``openwebtext.tokenfiles``), each cut into units of
+        whole documents (about ``unit_tokens`` ids), its counts known at once. Read with
+        ``Options(tokenizer=)`` the ids were written with: its documents are
+        ``TokenDocument``s, read from the files, never tokenized again.
+
+        Args:
+            paths: Local token files, in order.
+            eot: The end-of-text id (default: a ``meta.json`` beside the file, else 50256).
+            dtype: The ids' type (default: ``meta.json``'s, else uint16; an idx gives its own).
+            unit_tokens: Ids a unit holds, about.
+            storage_options: For URLs (``X.bin`` with ``X.idx``, or ``X.ds`` with
+                ``X.ds.index``), as ``Corpus.open`` takes them.
+
+        Raises:
+            CorpusError: no file, a URL without an index, or no document in them.
+            TokenFileError: a damaged header or index (naming the file).
+        """
+        names = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        store = None if storage_options is None else Storage(storage_options)
+        units, counts = token_units(
+            names, eot=eot, dtype=dtype, unit_tokens=unit_tokens, storage=store
+        )
+        if not units:
+            where = os.fspath(names[0]) if names else None
+            raise CorpusError("no document in these token files", where)
+        versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
+        return cls(tuple(units), Counts(tuple(counts)), (), versions, store)
 
     def files(self) -> list[str]:
         """The corpus's files, in order, once each."""

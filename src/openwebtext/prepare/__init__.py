@@ -35,12 +35,14 @@ records of the JSON a run reads back: config, counts, ``meta.json``, progress re
 phase driver of prepare and merge), ``writers`` (pass 1, the split writers), ``permute``
 (pass 2 of ``nanogpt``), ``merging`` (``merge``: joining slices), ``meta`` (``meta.json``,
 and whether a run is already finished), ``slices`` (what an engine running slices elsewhere
-needs), ``workdir`` (the folder's parts and commit step) and ``outputs`` (a folder or a URL).
+needs), ``workdir`` (the folder's parts and commit step), ``outputs`` (a folder or a URL) and
+``convert`` (``write_format``: a finished run's files again as Megatron, llm.c or datatrove's).
 """
 
 from __future__ import annotations
 
 from openwebtext.prepare.config import PrepareOptions, Progress, Report
+from openwebtext.prepare.convert import format_files, write_format
 from openwebtext.prepare.merging import merge
 from openwebtext.prepare.outputs import Location
 from openwebtext.prepare.run import prepare
@@ -62,10 +64,12 @@ __all__ = [
     "Report",
     "SplitRule",
     "finished_report",
+    "format_files",
     "lock_output",
     "merge",
     "prepare",
     "remove_folder",
     "slice_folders",
     "slice_sizes",
+    "write_format",
 ]

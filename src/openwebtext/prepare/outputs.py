@@ -48,6 +48,7 @@ __all__ = [
     "shown",
     "sizes",
     "staging",
+    "upload",
 ]
 
 #: A local folder (a ``Path``) or a URL (a ``str``).
@@ -210,6 +211,18 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
         _remote(functools.partial(fs.put_file, source, target), "PUT", target)
     shutil.rmtree(folder, ignore_errors=True)
     return meta
+
+
+def upload(folder: Path, url: str, names: list[str], store: Storage | None = None) -> None:
+    """Upload ``names`` of the local ``folder`` to ``url``, in order (a marker last).
+
+    Raises:
+        PrepareError: an upload failed.
+    """
+    fs = filesystem(url, store)
+    for name in names:
+        target = str(join(url, name))
+        _remote(functools.partial(fs.put_file, str(folder / name), target), "PUT", target)
 
 
 def fetch(

@@ -398,18 +398,18 @@ class Stream:
         new = tuple.__new__
         try:
             for block_start, block_end, block in gathered:
-                n = len(block.sizes)
-                check_in_block(skip, n)  # only a resumed state's first block has skip > 0
+                block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
+                check_in_block(skip, block_len)  # only a resumed state's first block has skip > 0
                 self._block, self._block_end = block_start, block_end
-                self._block_len = n
+                self._block_len = block_len
                 self._block_sizes = sizes = block.sizes
                 self._block_counts = counts = block.counts
                 self._block_order = order_ = block_permutation(
-                    n, opts, self._epoch, self._rank, block_start
+                    block_len, opts, self._epoch, self._rank, block_start
                 )
                 self._in_block = self._first_in_block = skip
                 handed = self._counters.epoch_documents
-                stop = block_stop(n, skip, target_left=_left(target, handed))
+                stop = block_stop(block_len, skip, target_left=_left(target, handed))
                 stop = block_stop(stop, skip, take_left=_left(take, self._yielded_before))
                 # The loop target is the attribute itself: the position is exact
                 # whenever the consumer looks, at no cost per document.
@@ -439,7 +439,7 @@ class Stream:
                 )
                 self._yielded_before += handed
                 self._first_in_block = self._in_block
-                if stop < n:
+                if stop < block_len:
                     return  # take or the target stopped us mid-block
         finally:
             gathered.close()

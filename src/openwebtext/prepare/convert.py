@@ -1,0 +1,259 @@
+"""The format pass: a finished run's ``train.bin`` / ``val.bin`` written again as the files
+another trainer reads (``tokenfiles``: Megatron, llm.c, datatrove), beside them.
+
+It runs after ``prepare`` or ``merge`` (either engine, any split rule, sharded or not), so
+the tokenize pass, its resume and its merge are untouched and ``train.bin`` keeps its bytes.
+Document boundaries come from the end-of-text ids (``tokenfiles.eot_ends``), and their count
+is checked against the documents ``meta.json`` records: a tokenizer that ever wrote an
+end-of-text inside a document fails here, it is never silently misread.
+
+What each format adds: ``megatron`` ``train.idx`` and ``val.idx`` (``train.bin`` *is* its
+``.bin``; also the document-offset sidecar of a nanoGPT run); ``datatrove`` ``train.ds``
+(a hard link to ``train.bin`` where the file system allows, else a copy) and
+``train.ds.index``; ``llmc`` ``train_000000.bin`` … (header + ids, a copy). Then
+``FORMAT.json`` (the marker: which ``train.bin``/``val.bin`` by sha256, and each file
+written, its size and sha256), written last. A pass killed midway goes on: the files
+recorded in ``.FORMAT.progress.json`` for the same sources are kept, the others written.
+A URL is fetched to its staging folder, converted there, and the new files uploaded,
+the marker last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from openwebtext.files import atomic_file
+from openwebtext.prepare import outputs
+from openwebtext.prepare.config import Progress
+from openwebtext.prepare.lock import confirm, hold
+from openwebtext.prepare.meta import read_meta
+from openwebtext.prepare.schema import check_meta
+from openwebtext.prepare.workdir import PrepareError
+from openwebtext.source import Storage
+from openwebtext.tokenfiles import (
+    FORMATS,
+    LLMC_SHARD_TOKENS,
+    datatrove_index,
+    eot_ends,
+    llmc_cuts,
+    llmc_header,
+    megatron_index,
+)
+
+__all__ = ["format_files", "write_format"]
+
+_SPLITS = ("train", "val")
+_COPY = 1 << 24  # ids copied at a time into an llm.c shard
+
+
+def write_format(
+    out: str | os.PathLike[str],
+    fmt: str,
+    store: Storage | None = None,
+    *,
+    shard_tokens: int = LLMC_SHARD_TOKENS,
+    progress: Callable[[Progress], None] | None = None,
+    wait: bool = False,
+) -> dict[str, Any] | None:
+    """Write ``fmt``'s files beside the finished run in ``out`` (a folder or a URL).
+
+    Args:
+        out: A folder (or URL) holding a finished run: ``meta.json``, ``train.bin``, ``val.bin``.
+        fmt: ``nanogpt`` (nothing to add), ``megatron``, ``llmc`` or ``datatrove``.
+        store: The storage a URL's filesystem is made with (None: the process default).
+        shard_tokens: ``llmc``: ids a shard holds at most (whole documents).
+        progress: Called with a ``Progress("format", …)`` after each file.
+        wait: Wait for another run writing into the folder rather than fail.
+
+    Returns:
+        The marker ``FORMAT.json`` (None for ``nanogpt``).
+
+    Raises:
+        PrepareError: ``out`` holds no finished run; its files and ``meta.json`` disagree
+            (documents found at end-of-text ids are not those it records); an upload failed.
+        ValueError: an unknown format, or ``llmc`` for ids wider than uint16.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if fmt == "nanogpt":
+        return None
+    target = outputs.location(out)
+    meta = _finished_meta(target, store)
+    if fmt == "llmc" and meta["dtype"] != "uint16":
+        raise ValueError(f"llm.c shards hold uint16 ids; this run's ids are {meta['dtype']}")
+    if isinstance(target, Path):
+        with hold(target, wait):
+            return _convert(target, fmt, meta, shard_tokens, progress)
+    marker = outputs.read_json(target, f"{fmt}.json", store)
+    if marker is not None and marker.get("source") == _sources(meta, fmt, shard_tokens):
+        return marker
+    folder = outputs.fetch(target, meta, store, verify=False)
+    with hold(folder, wait):
+        marker = _convert(folder, fmt, meta, shard_tokens, progress)
+        confirm(folder)
+        outputs.upload(folder, target, [*marker["files"], f"{fmt}.json"], store)
+    return marker
+
+
+def format_files(meta: dict[str, Any], fmt: str) -> list[str]:
+    """The names ``fmt`` adds to a run (llm.c's: those of its marker, known once written)."""
+    if fmt == "megatron":
+        return ["train.idx", "val.idx"]
+    if fmt == "datatrove":
+        return [n for s in _SPLITS for n in (f"{s}.ds", f"{s}.ds.index")]
+    return []
+
+
+def _finished_meta(target: outputs.Location, store: Storage | None) -> dict[str, Any]:
+    meta = read_meta(target, store)
+    try:
+        check_meta(meta)
+    except ValueError as exc:
+        raise PrepareError(
+            f"{outputs.shown(target)} holds no finished run of owt tokenize or owt merge "
+            f"({exc}): write it first, then its format"
+        ) from None
+    if "slice" in meta or not all(f"{s}.bin" in meta["files"] for s in _SPLITS):
+        raise PrepareError(
+            f"{outputs.shown(target)} holds a slice: give the format to owt merge, which "
+            "writes the whole run"
+        )
+    return meta
+
+
+def _sources(meta: dict[str, Any], fmt: str, shard_tokens: int) -> dict[str, Any]:
+    """What the files are made of: the run's ``train.bin`` and ``val.bin`` (by sha256), and
+    for llm.c the shard size."""
+    made: dict[str, Any] = {f"{s}.bin": meta["files"][f"{s}.bin"]["sha256"] for s in _SPLITS}
+    return {**made, "shard_tokens": shard_tokens} if fmt == "llmc" else made
+
+
+def _convert(
+    folder: Path,
+    fmt: str,
+    meta: dict[str, Any],
+    shard_tokens: int,
+    progress: Callable[[Progress], None] | None,
+) -> dict[str, Any]:
+    """Write ``fmt``'s files in the local ``folder``, going on from a killed pass's record."""
+    sources = _sources(meta, fmt, shard_tokens)
+    name = f"{fmt}.json"
+    if (marker := outputs.read_json(folder, name)) is not None and marker.get("source") == sources:
+        sizes = outputs.sizes(folder, list(marker["files"]))
+        if all(sizes[n] == info["bytes"] for n, info in marker["files"].items()):
+            return marker
+    record_path = folder / f".{fmt}.progress.json"
+    record = outputs.read_json(folder, record_path.name) or {}
+    done: dict[str, Any] = record.get("files", {}) if record.get("source") == sources else {}
+    dtype = np.dtype(meta["dtype"]).newbyteorder("<")
+    written = 0
+    total = sum(meta["files"][f"{s}.bin"]["bytes"] for s in _SPLITS)
+    for split in _SPLITS:
+        path = folder / f"{split}.bin"
+        ids = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
+        ends = eot_ends(ids, int(meta["eot"]), path)
+        if len(ends) != meta["documents"][split]:
+            raise PrepareError(
+                f"{path}: {len(ends)} documents end at the end-of-text id {meta['eot']}, not "
+                f"the {meta['documents'][split]} its meta.json records: the tokenizer wrote an "
+                "end-of-text inside a document, or the file is not this run's"
+            )
+        for file, write in _files(fmt, folder, split, ids, ends, shard_tokens):
+            if not _kept(folder / file, done.get(file)):
+                done[file] = write()
+                confirm(folder)
+                _save(record_path, {"source": sources, "files": done})
+        written += int(ids.nbytes)
+        if progress is not None:
+            progress(Progress("format", written, total, len(ids)))
+    marker = {"format": fmt, "source": sources, "files": done}
+    with atomic_file(folder / name, durable=True) as f:
+        f.write(json.dumps(marker, indent=1).encode())
+    record_path.unlink(missing_ok=True)
+    for stale in _stale_shards(folder, fmt, done):  # of an earlier pass with more shards
+        stale.unlink(missing_ok=True)
+    return marker
+
+
+def _stale_shards(folder: Path, fmt: str, files: dict[str, Any]) -> list[Path]:
+    """llm.c shards in ``folder`` that this pass did not write (a trainer's glob would take
+    them)."""
+    if fmt != "llmc":
+        return []
+    pattern = re.compile(r"(train|val)_\d{6}\.bin")
+    return [p for p in folder.iterdir() if pattern.fullmatch(p.name) and p.name not in files]
+
+
+def _kept(path: Path, info: dict[str, Any] | None) -> bool:
+    """Whether a killed pass wrote ``path`` whole (its record names it, at that size)."""
+    return info is not None and path.is_file() and path.stat().st_size == info.get("bytes")
+
+
+def _save(path: Path, body: dict[str, Any]) -> None:
+    with atomic_file(path, durable=True) as f:
+        f.write(json.dumps(body).encode())
+
+
+Writer = Callable[[], dict[str, Any]]
+
+
+def _files(
+    fmt: str, folder: Path, split: str, ids: np.ndarray, ends: np.ndarray, shard_tokens: int
+) -> Iterator[tuple[str, Writer]]:
+    """Each file ``fmt`` writes for ``split``, with the call that writes it."""
+    if fmt == "megatron":
+        body = megatron_index(ends, ids.dtype)
+        yield f"{split}.idx", lambda: _write(folder / f"{split}.idx", [body])
+    elif fmt == "datatrove":
+        yield f"{split}.ds", lambda: _link(folder / f"{split}.bin", folder / f"{split}.ds")
+        index = f"{split}.ds.index"
+        yield index, lambda: _write(folder / index, [datatrove_index(ends)])
+    else:
+        for k, (first, stop) in enumerate(llmc_cuts(ends, shard_tokens)):
+            start = int(ends[first - 1]) if first else 0
+            end = int(ends[stop - 1]) if stop else 0
+            shard = folder / f"{split}_{k:06d}.bin"
+            yield shard.name, _shard_writer(shard, ids, start, end)
+
+
+def _shard_writer(shard: Path, ids: np.ndarray, start: int, end: int) -> Writer:
+    def write() -> dict[str, Any]:
+        chunks = (ids[at : min(at + _COPY, end)] for at in range(start, end, _COPY))
+        return _write(shard, [llmc_header(end - start), *(bytes(c.data) for c in chunks)])
+
+    return write
+
+
+def _write(path: Path, parts: Iterator[bytes] | list[bytes]) -> dict[str, Any]:
+    """Write ``parts`` as ``path`` (whole or not at all); its size and sha256."""
+    digest = hashlib.sha256()
+    size = 0
+    with atomic_file(path, durable=True) as f:
+        for part in parts:
+            f.write(part)
+            digest.update(part)
+            size += len(part)
+    return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def _link(source: Path, path: Path) -> dict[str, Any]:
+    """``path`` as a hard link to ``source`` (same bytes), or a copy where links fail."""
+    tmp = path.with_name(f".{path.name}.link")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        with open(source, "rb") as f:
+            return _write(path, iter(lambda: f.read(_COPY), b""))
+    os.replace(tmp, path)
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    return {"bytes": path.stat().st_size, "sha256": digest}

@@ -1,0 +1,73 @@
+"""What every token format shares: the error, an opened file, the end-of-text scan."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal, NamedTuple
+
+import numpy as np
+
+from openwebtext.errors import CorpusError
+
+__all__ = [
+    "FORMATS",
+    "TOKENS",
+    "TokenFile",
+    "TokenFileError",
+    "TokenFormat",
+    "damaged",
+    "document_range",
+    "eot_ends",
+    "unit_member",
+]
+
+FORMATS = ("nanogpt", "megatron", "llmc", "datatrove")
+TokenFormat = Literal["nanogpt", "megatron", "llmc", "datatrove"]
+#: The ``Unit.kind`` of a run of documents of a token file (a token corpus's unit).
+TOKENS = "tokens"
+
+#: Ids scanned at a time for end-of-text (bounds the memory of a scan: 2 bytes each).
+_SCAN = 1 << 26
+
+
+class TokenFileError(CorpusError):
+    """A token file whose header, index or size is not its format's (``path`` names it)."""
+
+
+class TokenFile(NamedTuple):
+    """One file of ids and its documents: document ``i`` is ``ids[ends[i-1]:ends[i]]``."""
+
+    path: str
+    ids: np.ndarray
+    ends: np.ndarray
+
+
+def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
+    """The error for ``path``, damaged as ``why`` says."""
+    return TokenFileError(why, os.fspath(path))
+
+
+def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndarray:
+    """The document ends of ``ids`` laid out as ``doc, eot, doc, eot, …`` (scanned in chunks).
+
+    Raises:
+        TokenFileError: the ids do not end with ``eot`` (a cut file, or another layout).
+    """
+    found = [
+        np.flatnonzero(ids[at : at + _SCAN] == eot) + (at + 1) for at in range(0, len(ids), _SCAN)
+    ]
+    ends = np.concatenate(found).astype(np.int64) if found else np.zeros(0, np.int64)
+    if len(ids) and (not ends.size or ends[-1] != len(ids)):
+        raise damaged(path, f"its {len(ids)} ids do not end with the end-of-text id {eot}")
+    return ends
+
+
+def unit_member(first: int, stop: int) -> str:
+    """The member name of a token unit: documents ``[first, stop)`` of its file."""
+    return f"docs {first}-{stop}"
+
+
+def document_range(member: str) -> tuple[int, int]:
+    """The documents ``[first, stop)`` a token unit's member name says."""
+    first, stop = member.removeprefix("docs ").split("-")
+    return int(first), int(stop)

@@ -1,0 +1,104 @@
+"""Any token file opened as a memory map and its documents, its format told by the file."""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from openwebtext.tokenfiles.common import TokenFile, damaged, eot_ends
+from openwebtext.tokenfiles.datatrove import read_datatrove_index
+from openwebtext.tokenfiles.llmc import LLMC_HEADER_BYTES, LLMC_MAGIC, read_llmc_header
+from openwebtext.tokenfiles.megatron import read_megatron_index
+
+__all__ = ["open_token_file", "opened", "remember"]
+
+#: Files opened by ``opened``, by (path, size, mtime_ns): a forked worker inherits what
+#: the main process opened when it indexed the corpus.
+_OPENED: dict[tuple[str, int, int], TokenFile] = {}
+
+
+def _ids(path: str | os.PathLike[str], dtype: np.dtype, offset: int = 0) -> np.ndarray:
+    size = os.path.getsize(path) - offset
+    if size % dtype.itemsize:
+        raise damaged(path, f"{size} bytes of ids, not a whole number of {dtype} ids")
+    if size == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset)
+
+
+def open_token_file(
+    path: str | os.PathLike[str], *, eot: int | None = None, dtype: str = "uint16"
+) -> TokenFile:
+    """Open one token file of any of the four formats as a memory map and its documents.
+
+    The format is the file's: ``X.ds`` is datatrove's (``X.ds.index`` beside it); a file
+    that starts with llm.c's magic is a shard; ``X.bin`` with ``X.idx`` beside it is
+    megatron's (the idx gives the dtype); any other ``X.bin`` is nanoGPT's, of ``dtype``.
+
+    Args:
+        path: The file of ids.
+        eot: The end-of-text id, for the formats whose boundaries are end-of-text
+            (nanoGPT without an idx, llm.c).
+        dtype: A nanoGPT file's and a datatrove ``.ds``'s id type.
+
+    Raises:
+        TokenFileError: a damaged header or index, or ids that do not fit it.
+        ValueError: boundaries needed from end-of-text and no ``eot`` given.
+    """
+    name = os.fspath(path)
+    if name.endswith(".ds"):
+        ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
+        return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids)))
+    with open(name, "rb") as f:
+        magic = f.read(4)
+    if len(magic) == 4 and struct.unpack("<i", magic)[0] == LLMC_MAGIC:
+        tokens = read_llmc_header(name)
+        ids = _ids(name, np.dtype("<u2"), LLMC_HEADER_BYTES)
+        return TokenFile(name, ids, _eot_ends_of(ids, eot, name, tokens))
+    idx = Path(name).with_suffix(".idx")
+    if idx.is_file():
+        idx_dtype, ends = read_megatron_index(idx)
+        ids = _ids(name, idx_dtype)
+        want = int(ends[-1]) if ends.size else 0
+        if want != len(ids):
+            raise damaged(name, f"{len(ids)} ids, not the {want} of its {idx.name}")
+        return TokenFile(name, ids, ends)
+    ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
+    return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids)))
+
+
+def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np.ndarray:
+    if eot is None:
+        raise ValueError(f"{name}: its documents end at end-of-text: give eot=")
+    if tokens != len(ids):
+        raise damaged(name, f"{len(ids)} ids, not the {tokens} its header announces")
+    return eot_ends(ids, eot, name)
+
+
+def opened(
+    path: str | os.PathLike[str], *, eot: int | None = None, dtype: str = "uint16"
+) -> TokenFile:
+    """``open_token_file``, once per process for a file as it is now (size and mtime): a
+    token corpus's index opens every file in the main process, and forked workers find them
+    here, end-of-text scan and index done (``eot`` and ``dtype`` count on a first open only)."""
+    name = os.fspath(path)
+    if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
+        remote = _OPENED.get((name, -1, -1))
+        if remote is None:
+            raise damaged(name, "a remote token file's index was not read in this process")
+        return remote
+    stat = os.stat(name)
+    key = (name, stat.st_size, stat.st_mtime_ns)
+    known = _OPENED.get(key)
+    if known is None:
+        known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype)
+    return known
+
+
+def remember(url: str, token_file: TokenFile) -> None:
+    """Keep a remote token file's ends (its index fetched) for ``opened`` in this process
+    and the workers it forks."""
+    _OPENED[(url, -1, -1)] = token_file
