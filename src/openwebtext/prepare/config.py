@@ -93,7 +93,7 @@ class Progress(NamedTuple):
     did too); ``tokens`` written in this phase by this run only (a rate is this run's
     tokens over this run's seconds, even when it goes on from an earlier run's progress)."""
 
-    phase: Literal["tokenize", "permute", "copy"]
+    phase: Literal["tokenize", "permute", "copy", "format"]
     done: int
     total: int
     tokens: int

@@ -35,7 +35,7 @@ from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
-from openwebtext.prepare.schema import check_meta
+from openwebtext.prepare.state import Meta
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
@@ -115,7 +115,7 @@ def format_files(meta: dict[str, Any], fmt: str) -> list[str]:
 def _finished_meta(target: outputs.Location, store: Storage | None) -> dict[str, Any]:
     meta = read_meta(target, store)
     try:
-        check_meta(meta)
+        Meta.from_json(meta)
     except ValueError as exc:
         raise PrepareError(
             f"{outputs.shown(target)} holds no finished run of owt tokenize or owt merge "
