@@ -22,6 +22,7 @@ from openwebtext.plan import (
     share_losses,
 )
 from openwebtext.stream.rest import Rest, cut_share
+from openwebtext.stream.schema import Reshard
 
 RULES = st.sampled_from([None, "drop", "pad"])
 
@@ -321,7 +322,7 @@ def test_the_rest_of_an_epoch_matches_a_list_model(
         spans, _ = cut_share([(0, len(flat), False)], j, new_world, new_rule)
         expected = [flat[i % len(flat)] for a, b, _ in spans for i in range(a, b)]
         mine: list[tuple[int, int]] = []
-        for piece in Rest(section, counts, options).pieces(0):
+        for piece in Rest(Reshard.from_json(section), counts, options).pieces(0):
             docs, _ = hand_out(piece.share, size)
             k = index_of(piece.share, size, piece.block, piece.in_block)
             mine += docs[k : k + piece.documents]
