@@ -39,6 +39,7 @@ from openwebtext.loader import (
 from openwebtext.options import Options
 from openwebtext.records import Unit
 from openwebtext.stream import Mark, reshard
+from openwebtext.tokenfiles import TokenFileError
 from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
 __version__ = "0.1.0"
@@ -65,6 +66,7 @@ __all__ = [
     "StateError",
     "Stats",
     "TokenDocument",
+    "TokenFileError",
     "Tokenizer",
     "TokenizerError",
     "TooManyErrors",

@@ -6,7 +6,9 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
 
     OWTError
     ├── CorpusError            no corpus at a path, unreadable file, bad outer tar
-    │   └── UnknownFormat      a file or member whose magic bytes are not ours
+    │   ├── UnknownFormat      a file or member whose magic bytes are not ours
+    │   └── TokenFileError     a token file whose header, index or size is not its format's
+    │                          (defined in ``tokenfiles``)
     ├── CorruptMember          an inner member that fails to decompress or parse
     │   ├── MemberTooLarge     decompressed past ``max_member_bytes``
     │   ├── TruncatedMember    cut short (an interrupted download); what precedes the cut is kept
