@@ -53,7 +53,7 @@ def run(
 ) -> Path:
     """A finished run of the small corpus under each split rule, every format written."""
     out = tmp_path_factory.mktemp(f"run-{request.param}")
-    prepare(Corpus.open(small_corpus), out, _opts(split=request.param))
+    prepare(Corpus.open(small_corpus), out, _opts(split_rule=request.param))
     for fmt in ("megatron", "llmc", "datatrove"):
         write_format(out, fmt, shard_tokens=20_000)
     return out

@@ -97,7 +97,7 @@ def test_even_shares(run: Path, rule: str) -> None:
     corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
     n = sum(corpus.counts.documents) if corpus.counts else 0
     shares = [
-        [d.name for d in _loader(corpus, seed=2, rank=r, world_size=3, even=True, even_rule=rule)]
+        [d.name for d in _loader(corpus, seed=2, rank=r, world_size=3, even=rule)]
         for r in range(3)
     ]
     assert len({len(s) for s in shares}) == 1
@@ -108,7 +108,7 @@ def test_even_shares(run: Path, rule: str) -> None:
 
 def test_reshard_hands_out_the_rest_once(run: Path) -> None:
     corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
-    opts: dict[str, Any] = {"seed": 3, "world_size": 4, "even": True}
+    opts: dict[str, Any] = {"seed": 3, "world_size": 4, "even": "drop"}
     epoch = [d.name for r in range(4) for d in _loader(corpus, rank=r, **opts)]
     delivered, states = [], []
     for r, point in enumerate((0, 3, 7, 11)):
@@ -120,7 +120,7 @@ def test_reshard_hands_out_the_rest_once(run: Path) -> None:
             states.append(json.loads(json.dumps(it.state_dict())))
     rest, dropped = [], 0
     for r, state in enumerate(reshard(states, 2)):
-        with _loader(corpus, seed=3, rank=r, world_size=2, even=True).iter(state=state) as it:
+        with _loader(corpus, seed=3, rank=r, world_size=2, even="drop").iter(state=state) as it:
             rest += [d.name for d in it]
             dropped += it.stats.dropped_documents
     got = collections.Counter(delivered + rest)
