@@ -16,14 +16,25 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+from openwebtext.engine.tables import Footer, Records, jsonl_records, parquet_records
 from openwebtext.errors import (
+    CorpusError,
     CorruptDocument,
     CorruptMember,
     MemberTooLarge,
     TruncatedMember,
     UnknownFormat,
 )
-from openwebtext.formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
+from openwebtext.formats import (
+    MAGIC_BYTES,
+    PARQUET,
+    TAR,
+    LimitExceeded,
+    Truncated,
+    decompress,
+    detect,
+)
+from openwebtext.index import footer_of, split_jsonl_kind
 from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
@@ -99,6 +110,7 @@ class Reader:
         self.max_open = max_open
         self._files: dict[str, int] = {}
         self._remote: RangeReader | None = None  # made on first use: after the fork
+        self._footers: dict[str, Footer] = {}  # parquet files' parsed footers
 
     def _fd(self, path: str) -> int:
         fd = self._files.get(path)
@@ -166,6 +178,8 @@ class Reader:
             raise CorruptMember(
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
             ) from exc
+        if unit.kind == PARQUET or split_jsonl_kind(unit.kind) is not None:
+            return self._keep(unit, *self._records(unit, raw))  # ``tables``
         # A cut (the file, or the compressed stream, ends early) keeps what precedes it;
         # corruption (a decoder error) keeps nothing.
         cut = None
@@ -209,6 +223,44 @@ class Reader:
                 unit.path,
                 unit.member,
             )
+        return self._keep(unit, data, names, offsets, sizes, dropped)
+
+    def _records(self, unit: Unit, raw: bytes) -> Records:
+        """The documents of a parquet row group or a JSON lines unit (``tables``)."""
+        if unit.kind != PARQUET:
+            truncated = len(raw) != unit.size
+            return jsonl_records(raw, unit, self.max_member_bytes, truncated)
+        if len(raw) != unit.size:
+            why = f"file is truncated: {len(raw)} of {unit.size} bytes of row group"
+            raise CorruptMember(why, unit.path, unit.member)
+        if "#rg" not in unit.member:
+            raise UnknownFormat("a parquet member of a tar is not read: extract it first",
+                                unit.path, unit.member)  # fmt: skip
+        footer = self._footers.get(unit.path)
+        if footer is None:
+            if len(self._footers) >= self.max_open:
+                self._footers.pop(next(iter(self._footers)))
+            try:
+                footer = Footer(footer_of(unit.path, self.storage), unit.path)
+            except CorpusError as exc:
+                raise CorruptMember(exc.message, unit.path, unit.member) from exc
+            except OSError as exc:
+                why = f"cannot read its footer: {exc.strerror or exc}"
+                raise CorruptMember(why, unit.path, unit.member) from exc
+            self._footers[unit.path] = footer
+        # The file seen as ending with the chunk: pyarrow then reads nothing past it.
+        return parquet_records(raw, unit, footer, unit.offset + unit.size)
+
+    def _keep(
+        self,
+        unit: Unit,
+        data: bytes,
+        names: list[str],
+        offsets: list[int],
+        sizes: list[int],
+        dropped: list[CorruptMember],
+    ) -> Member:
+        """What of a unit's documents is kept: its split, the size limit, the UTF-8 check."""
         if self.split is not None:
             which, fraction, seed = self.split
             held_out = which == "val"
