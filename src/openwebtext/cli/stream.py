@@ -18,6 +18,7 @@ from openwebtext.cli.args import (
     add_on_error,
     add_paths,
     add_quiet,
+    add_text_column,
     at_least,
     open_corpus,
     option_type,
@@ -204,6 +205,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_paths(stream)
     add_storage_options(stream)
+    add_text_column(stream)
     add_jobs(stream)
     stream.add_argument("--seed", type=option_type("seed"), default=None, help="default 0")
     stream.add_argument(

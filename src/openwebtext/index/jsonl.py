@@ -68,7 +68,7 @@ def split_jsonl_kind(kind: str) -> tuple[str, str] | None:
 
 
 def jsonl_units(
-    f: Readable, name: str, subset: str, base: str, field: str, chunk: int = CHUNK_BYTES
+    f: Readable, name: str, subset: str, base: str, field: str, chunk: int | None = None
 ) -> list[Unit]:
     """The units of one JSON lines file (see the module docstring).
 
@@ -88,6 +88,7 @@ def jsonl_units(
                 path=name,
             )
         return [Unit(name, base, 0, size, kind, subset, 0)]
+    chunk = chunk or CHUNK_BYTES
     units: list[Unit] = []
     start = 0
     while start < size:
