@@ -32,3 +32,13 @@ def test_every_unit_is_read_once(many: Path, options: dict[str, object], workers
     docs = list(Loader(many, workers=workers, **options))  # type: ignore[arg-type]
     assert len({d.member for d in docs}) == 30
     assert len({(d.member, d.name) for d in docs}) == len(docs) == 90
+
+
+def test_even_shares_cut_inside_units_read_each_document_once(many: Path) -> None:
+    """The trims of a share's first and last units were looked up by the same late ``n``."""
+    shares = [
+        [d.name for d in Loader(many, rank=r, world_size=4, seed=3, shuffle_buffer=4, workers=0)]
+        for r in range(4)
+    ]
+    assert [len(s) for s in shares] == [22] * 4
+    assert len({n for s in shares for n in s}) == 88

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -171,7 +172,7 @@ def jsonl_records(raw: bytes, unit: Unit, limit: int, truncated: bool) -> Record
             ) from None
         except Truncated as exc:
             text, cut = exc.data, cut or f"corrupt {compression} data: {exc}"
-        except (OSError, EOFError, ValueError) as exc:
+        except (zlib.error, OSError, EOFError, ValueError) as exc:
             why = cut or f"corrupt {compression} data: {exc}"
             raise CorruptMember(why, unit.path, unit.member) from exc
     if cut is not None:

@@ -380,6 +380,7 @@ class Stream:
         """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping
         around its units)."""
         feed = _wrapped(share.units, start, end)
+        units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
         skip = self._in_block
         opts = self.options
         trims = share.trims
@@ -391,7 +392,7 @@ class Stream:
             size=block_size(opts),
             dtype=self._dtype,
             on_unit=self._count_unit,
-            trims=(lambda p: trims.get(p % n)) if trims else None,
+            trims=(lambda p: trims.get(p % units)) if trims else None,
             split=split_of(opts),
         )
         new = tuple.__new__
@@ -450,7 +451,8 @@ class Stream:
 def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:
     """The units at plan positions ``start..end`` of ``order``, wrapping around it. A function
     of its own: a generator expression in ``_pass`` read ``n`` lazily, after the loop had
-    rebound it to a block's size, and fed the wrong units once positions passed it."""
+    rebound it to a block's size, and fed the wrong units once positions passed it (the
+    trims' lambda read the same ``n``)."""
     n = len(order)
     return (order[p % n] for p in range(start, end))
 
