@@ -77,8 +77,9 @@ def gpt2() -> Any:
         str(data / "vocab.bpe"), str(data / "encoder.json")
     )
     pattern = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+    eot = {"<|endoftext|>": 50256}
     return tiktoken.Encoding("gpt2", pat_str=pattern, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": 50256}, explicit_n_vocab=50257)  # fmt: skip
+                             special_tokens=eot, explicit_n_vocab=50257)  # fmt: skip
 
 
 _ENCODER: list[Any] = []
@@ -286,8 +287,8 @@ def make_data(data: Path, documents: int) -> None:
     (data / "parquet").mkdir(parents=True, exist_ok=True)
     for k in range(4):
         part = texts[k * len(texts) // 4 : (k + 1) * len(texts) // 4]
-        pq.write_table(pa.table({"text": part}), data / "parquet" / f"train-0000{k}-of-00004.parquet",
-                       row_group_size=1000)  # fmt: skip
+        name = data / "parquet" / f"train-0000{k}-of-00004.parquet"
+        pq.write_table(pa.table({"text": part}), name, row_group_size=1000)
 
 
 def measure(peer: str, data: Path, python: str) -> dict[str, Any]:
