@@ -2,7 +2,7 @@
 packed into (8, 1025) rows, one pass, 2 workers.
 
 Usage: python benchmarks/bench_peers.py [--data DIR] [--documents N] [--peer-python PY]
-[--only NAME,...] [--json FILE]
+[--only NAME,...] [--repeat N] [--json FILE]
 
 The data: a synthetic corpus in OpenWebText's layout (``synth.write_corpus``), and the same
 documents in the same order written to parquet (4 files, row groups of 1,000 rows, one ``text``
@@ -24,7 +24,9 @@ process group, peak RSS/PSS), with 2 workers where the loader has workers:
 - ``mosaicml-streaming``: the parquet written once to MDS (``MDSWriter``; its time apart), then
   ``StreamingDataset`` tokenizing in ``DataLoader(num_workers=2)``'s workers;
 - ``owt-parquet`` and ``owt-tar``: ``Loader(files, tokenizer="gpt2", workers=2).batches(1024,
-  8)`` on the parquet files and on the tar corpus.
+  8)`` on the parquet files and on the tar corpus (its default GPT-2 backend, splintr-rs, whose
+  ids are tiktoken's); ``owt-parquet-tiktoken``: the same with ``gpt2@tiktoken``, the peers'
+  tokenizer.
 
 The peers are not dependencies of openwebtext: run with ``--peer-python`` naming a venv's
 python that has them (``pip install datasets litdata grain mosaicml-streaming``); a peer that
@@ -48,15 +50,16 @@ import numpy as np
 
 SEQ, ROWS, WORKERS = 1025, 8, 2
 PEERS = ("hf-streaming", "nanochat", "litdata", "grain", "mosaicml-streaming",
-         "owt-parquet", "owt-tar")  # fmt: skip
+         "owt-parquet", "owt-tar", "owt-parquet-tiktoken")  # fmt: skip
 _PACKAGES = {
     "hf-streaming": ["datasets", "torch", "tiktoken"],
     "nanochat": ["pyarrow", "tiktoken"],
     "litdata": ["litdata", "torch", "tiktoken"],
     "grain": ["grain", "tiktoken"],
     "mosaicml-streaming": ["mosaicml-streaming", "torch", "tiktoken"],
-    "owt-parquet": ["openwebtext", "pyarrow", "tiktoken"],
-    "owt-tar": ["openwebtext", "tiktoken"],
+    "owt-parquet": ["openwebtext", "pyarrow", "splintr-rs"],
+    "owt-tar": ["openwebtext", "splintr-rs"],
+    "owt-parquet-tiktoken": ["openwebtext", "pyarrow", "tiktoken"],
 }
 
 
@@ -223,10 +226,10 @@ def mosaic(files: list[str], mds: str) -> dict[str, Any]:
     return {**_drain(loader), "conversion_s": conversion}
 
 
-def owt(paths: list[str]) -> dict[str, Any]:
+def owt(paths: list[str], tokenizer: str = "gpt2") -> dict[str, Any]:
     from openwebtext import Loader
 
-    loader = Loader(paths, tokenizer="gpt2", workers=WORKERS)
+    loader = Loader(paths, tokenizer=tokenizer, workers=WORKERS)
     batches = 0
     for _ in loader.batches(SEQ - 1, ROWS):
         batches += 1
@@ -256,6 +259,8 @@ def child(peer: str, data: Path) -> None:
         result = mosaic(files, str(data / "mds"))
     elif peer == "owt-parquet":
         result = owt(files)
+    elif peer == "owt-parquet-tiktoken":
+        result = owt(files, "gpt2@tiktoken")  # the peers' tokenizer, not our fast backend
     else:
         result = owt(sorted(str(p) for p in (data / "tar").glob("*.tar")))
     versions = {}
@@ -351,13 +356,17 @@ def main() -> None:
         return
     make_data(args.data, args.documents)
     pythons = dict(item.split("=", 1) for item in args.python_for)
+    peers = args.only.split(",")
+    runs: dict[str, list[dict[str, Any]]] = {peer: [] for peer in peers}
+    for _ in range(args.repeat):  # rounds: every peer once a round, so they share the load
+        for peer in peers:
+            default = sys.executable if peer.startswith("owt") else args.peer_python
+            runs[peer].append(measure(peer, args.data, pythons.get(peer, default)))
+            print(json.dumps(runs[peer][-1]), file=sys.stderr)
     results = []
-    for peer in args.only.split(","):
-        python = pythons.get(peer, sys.executable if peer.startswith("owt") else args.peer_python)
-        runs = [measure(peer, args.data, python) for _ in range(args.repeat)]
-        good = [r for r in runs if "failed" not in r]
-        results.append(sorted(good, key=lambda r: r["wall_s"])[len(good) // 2] if good else runs[0])
-        print(json.dumps(results[-1]), file=sys.stderr)
+    for peer in peers:
+        good = sorted((r for r in runs[peer] if "failed" not in r), key=lambda r: r["wall_s"])
+        results.append(good[len(good) // 2] if good else runs[peer][0])  # the median run
     print(table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

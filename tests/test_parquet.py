@@ -193,3 +193,15 @@ def test_a_truncated_file_is_a_clear_error(tmp_path: Path, folder: Path) -> None
     path.write_bytes((folder / "a.parquet").read_bytes()[:-100])
     with pytest.raises(CorpusError, match=r"does not end with PAR1"):
         Corpus.open(path)
+
+
+def test_the_bench_ceiling_is_pyarrow_reading_the_same_row_groups(folder: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "openwebtext.bench", "ceiling-one", "--workers", "2", "--",
+         str(folder / "a.parquet"), str(folder / "b.parquet")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["decoder"] == "pyarrow read_row_group" and report["units"] == 9
+    assert report["decompressed_bytes"] == sum(len(t.encode()) for t in TEXTS)

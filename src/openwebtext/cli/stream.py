@@ -201,7 +201,8 @@ def add_parser(sub: Subparsers) -> None:
         "stream",
         help="read documents (progress bar and summary, or --jsonl to stdout)",
         description="Read a corpus: urlsf_subsetNN.tar files, folders of them, globs, or "
-        "extracted *_data.xz members. No path: the built-in generated corpus.",
+        "extracted *_data.xz members; parquet or JSON lines files (docs/parquet.md). "
+        "No path: the built-in generated corpus.",
     )
     add_paths(stream)
     add_storage_options(stream)
