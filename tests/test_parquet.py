@@ -205,3 +205,24 @@ def test_the_bench_ceiling_is_pyarrow_reading_the_same_row_groups(folder: Path) 
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["decoder"] == "pyarrow read_row_group" and report["units"] == 9
     assert report["decompressed_bytes"] == sum(len(t.encode()) for t in TEXTS)
+
+
+def test_reshard_four_ranks_to_three_reads_the_rest_once(tmp_path: Path, folder: Path) -> None:
+    from openwebtext import reshard
+
+    root = Path(shutil.copytree(folder, tmp_path / "r"))
+    options: dict[str, Any] = {"seed": 5, "shuffle_buffer": 20, "workers": 0, "even_rule": "pad"}
+    delivered, states = [], []
+    for rank in range(4):
+        with Loader(root, rank=rank, world_size=4, **options).iter() as it:
+            delivered += [next(it).name for _ in range(10 + rank)]
+            states.append(it.state_dict())
+    rest = []
+    for rank, state in enumerate(reshard(states, 3)):
+        with Loader(root, rank=rank, world_size=3, **options).iter(state=state) as it:
+            rest += [d.name for d in it]
+    everything = delivered + rest
+    assert set(everything) == {f"a.parquet#{k}" for k in range(100)} | {
+        f"b.parquet#{k}" for k in range(50)
+    }
+    assert len(everything) - 150 <= 3 + 2  # pad repeats < 4 on the old ranks, < 3 on the new
