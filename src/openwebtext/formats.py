@@ -11,6 +11,7 @@ from typing import Any
 __all__ = [
     "FORMATS",
     "MAGIC_BYTES",
+    "PARQUET",
     "LimitExceeded",
     "Truncated",
     "decompress",
@@ -20,6 +21,8 @@ __all__ = [
 
 XZ, GZIP, BZIP2, ZSTD, TAR = "xz", "gzip", "bzip2", "zstd", "tar"
 FORMATS = (XZ, GZIP, BZIP2, ZSTD, TAR)
+#: A parquet file (``PAR1``): a file of row groups, never a member (``index.parquet``).
+PARQUET = "parquet"
 
 #: How many leading bytes ``detect`` needs to see.
 MAGIC_BYTES = 512
@@ -29,6 +32,7 @@ _MAGIC = (
     (b"\x1f\x8b", GZIP),
     (b"BZh", BZIP2),
     (b"\x28\xb5\x2f\xfd", ZSTD),
+    (b"PAR1", PARQUET),
 )
 
 

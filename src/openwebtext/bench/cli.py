@@ -108,7 +108,18 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_storage_options(p)
+    _add_text_column(p)
     p.set_defaults(run=_bench)
+
+
+def _add_text_column(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--text-column",
+        default="text",
+        metavar="NAME",
+        help="the column of parquet files, or the field of JSON lines, that holds each "
+        "document's text (default text)",
+    )
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -126,6 +137,7 @@ def _bench(args: argparse.Namespace) -> int:
         storage_options=dict(args.storage_options),
         cache_dir=args.cache_dir,
         cache_size=args.cache_size,
+        text_column=args.text_column,
     )
     try:
         result = run_bench(settings)
@@ -147,6 +159,7 @@ def _child_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         p.add_argument("--cache-size", type=int, default=None)
         p.add_argument("--workers", type=_positive_int, required=True)
         p.add_argument("--seed", type=int, default=0)
+        _add_text_column(p)
         p.add_argument("paths", nargs="+")
         p.set_defaults(run=run)
 

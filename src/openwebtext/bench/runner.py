@@ -49,6 +49,8 @@ def _command(
         argv += ["--cache-dir", settings.cache_dir]
     if settings.cache_size is not None:
         argv += ["--cache-size", str(settings.cache_size)]
+    if settings.text_column != "text":
+        argv += ["--text-column", settings.text_column]
     return [*argv, "--", *paths]
 
 
@@ -214,6 +216,7 @@ def run_bench(settings: Settings) -> BenchResult:
         storage_options=settings.storage_options or None,
         cache_dir=settings.cache_dir,
         cache_size=settings.cache_size,
+        text_column=settings.text_column,
     )
     settings.out.mkdir(parents=True, exist_ok=True)
     for name in OUTPUTS:  # refused now (a FIFO, a folder, a device), not after every run

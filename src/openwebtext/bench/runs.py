@@ -27,6 +27,7 @@ class Settings:
             in the loader and the ceiling; never written out unredacted.
         cache_dir: For URLs: the member cache folder (``--cache-dir``).
         cache_size: Its cap in bytes (``--cache-size``).
+        text_column: The text column of parquet files (field of JSON lines).
     """
 
     paths: tuple[str, ...] = ()
@@ -42,6 +43,7 @@ class Settings:
     storage_options: dict[str, Any] = field(default_factory=dict)
     cache_dir: str | None = None
     cache_size: int | None = None
+    text_column: str = "text"
 
 
 @dataclass(frozen=True)

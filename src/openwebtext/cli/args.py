@@ -19,6 +19,7 @@ __all__ = [
     "add_on_error",
     "add_paths",
     "add_quiet",
+    "add_text_column",
     "at_least",
     "open_corpus",
     "option_type",
@@ -111,7 +112,24 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
 def open_corpus(args: argparse.Namespace) -> Corpus:
     """The corpus of the command's paths (the built-in one without), with its storage flags."""
     on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
-    return Corpus.open(paths_or_default(args.paths), on_error=on_error, **storage_kwargs(args))
+    text_column = getattr(args, "text_column", "text")
+    return Corpus.open(
+        paths_or_default(args.paths),
+        on_error=on_error,
+        text_column=text_column,
+        **storage_kwargs(args),
+    )
+
+
+def add_text_column(parser: argparse.ArgumentParser) -> None:
+    """``--text-column``: the column of parquet files (field of JSON lines) read as text."""
+    parser.add_argument(
+        "--text-column",
+        default="text",
+        metavar="NAME",
+        help="the column of parquet files, or the field of JSON lines, that holds each "
+        "document's text (default text)",
+    )
 
 
 def add_wait(parser: argparse.ArgumentParser) -> None:

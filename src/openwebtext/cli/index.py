@@ -12,6 +12,7 @@ from openwebtext.cli.args import (
     add_on_error,
     add_paths,
     add_quiet,
+    add_text_column,
     open_corpus,
     option_type,
 )
@@ -81,6 +82,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_paths(index)
     add_storage_options(index)
+    add_text_column(index)
     add_jobs(index)
     index.add_argument(
         "--val-fraction",

@@ -18,6 +18,7 @@ from openwebtext.cli.args import (
     add_on_error,
     add_paths,
     add_quiet,
+    add_text_column,
     at_least,
     open_corpus,
     option_type,
@@ -200,10 +201,12 @@ def add_parser(sub: Subparsers) -> None:
         "stream",
         help="read documents (progress bar and summary, or --jsonl to stdout)",
         description="Read a corpus: urlsf_subsetNN.tar files, folders of them, globs, or "
-        "extracted *_data.xz members. No path: the built-in generated corpus.",
+        "extracted *_data.xz members; parquet or JSON lines files (docs/parquet.md). "
+        "No path: the built-in generated corpus.",
     )
     add_paths(stream)
     add_storage_options(stream)
+    add_text_column(stream)
     add_jobs(stream)
     stream.add_argument("--seed", type=option_type("seed"), default=None, help="default 0")
     stream.add_argument(

@@ -13,6 +13,7 @@ from openwebtext.cli.args import (
     add_on_error,
     add_paths,
     add_quiet,
+    add_text_column,
     add_wait,
     open_corpus,
     option_type,
@@ -134,6 +135,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_paths(tokenize)
     add_storage_options(tokenize)
+    add_text_column(tokenize)
     tokenize.add_argument(
         "--out", required=True, help="output folder, or URL (s3://bucket/prefix/, any fsspec URL)"
     )

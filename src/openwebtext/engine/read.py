@@ -18,14 +18,25 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from openwebtext.engine.tables import Footer, Records, jsonl_records, parquet_records
 from openwebtext.errors import (
+    CorpusError,
     CorruptDocument,
     CorruptMember,
     MemberTooLarge,
     TruncatedMember,
     UnknownFormat,
 )
-from openwebtext.formats import MAGIC_BYTES, TAR, LimitExceeded, Truncated, decompress, detect
+from openwebtext.formats import (
+    MAGIC_BYTES,
+    PARQUET,
+    TAR,
+    LimitExceeded,
+    Truncated,
+    decompress,
+    detect,
+)
+from openwebtext.index import footer_of, split_jsonl_kind
 from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
@@ -105,6 +116,7 @@ class Reader:
         self.max_open = max_open
         self._files: dict[str, int] = {}
         self._remote: RangeReader | None = None  # made on first use: after the fork
+        self._footers: dict[str, Footer] = {}  # parquet files' parsed footers
 
     def _fd(self, path: str) -> int:
         fd = self._files.get(path)
@@ -158,7 +170,7 @@ class Reader:
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
         if unit.kind == TOKENS:
-            return self._read_tokens(unit)
+            return _read_tokens(self, unit)
         if not unit.kind:
             what = "empty" if unit.size == 0 else "not a tar, or xz, gzip, bzip2 or zstd data"
             raise UnknownFormat(f"member is {what}", unit.path, unit.member)
@@ -174,6 +186,8 @@ class Reader:
             raise CorruptMember(
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
             ) from exc
+        if unit.kind == PARQUET or split_jsonl_kind(unit.kind) is not None:
+            return self._keep(unit, *self._records(unit, raw))  # ``tables``
         # A cut (the file, or the compressed stream, ends early) keeps what precedes it;
         # corruption (a decoder error) keeps nothing.
         cut = None
@@ -217,6 +231,44 @@ class Reader:
                 unit.path,
                 unit.member,
             )
+        return self._keep(unit, data, names, offsets, sizes, dropped)
+
+    def _records(self, unit: Unit, raw: bytes) -> Records:
+        """The documents of a parquet row group or a JSON lines unit (``tables``)."""
+        if unit.kind != PARQUET:
+            truncated = len(raw) != unit.size
+            return jsonl_records(raw, unit, self.max_member_bytes, truncated)
+        if len(raw) != unit.size:
+            why = f"file is truncated: {len(raw)} of {unit.size} bytes of row group"
+            raise CorruptMember(why, unit.path, unit.member)
+        if "#rg" not in unit.member:
+            raise UnknownFormat("a parquet member of a tar is not read: extract it first",
+                                unit.path, unit.member)  # fmt: skip
+        footer = self._footers.get(unit.path)
+        if footer is None:
+            if len(self._footers) >= self.max_open:
+                self._footers.pop(next(iter(self._footers)))
+            try:
+                footer = Footer(footer_of(unit.path, self.storage), unit.path)
+            except CorpusError as exc:
+                raise CorruptMember(exc.message, unit.path, unit.member) from exc
+            except OSError as exc:
+                why = f"cannot read its footer: {exc.strerror or exc}"
+                raise CorruptMember(why, unit.path, unit.member) from exc
+            self._footers[unit.path] = footer
+        # The file seen as ending with the chunk: pyarrow then reads nothing past it.
+        return parquet_records(raw, unit, footer, unit.offset + unit.size)
+
+    def _keep(
+        self,
+        unit: Unit,
+        data: bytes,
+        names: list[str],
+        offsets: list[int],
+        sizes: list[int],
+        dropped: list[CorruptMember],
+    ) -> Member:
+        """What of a unit's documents is kept: its split, the size limit, the UTF-8 check."""
         if self.split is not None:
             which, fraction, seed = self.split
             held_out = which == "val"
@@ -241,35 +293,6 @@ class Reader:
             return Member(data, names, offsets, sizes, dropped, replace, decoded)
         replace = self._check_text(data, unit, names, offsets, sizes, dropped)
         return Member(data, names, offsets, sizes, dropped, replace)
-
-    def _read_tokens(self, unit: Unit) -> Member:
-        """A token unit: its documents' ids as they lie in the file (no decoding, no tar),
-        each document's place in them from the file's ends (``tokenfiles.opened``: a forked
-        worker has them from the main process's index). Names are document indices."""
-        try:
-            token_file = opened(unit.path, eot=self.token_eot)
-            data = self._raw(unit)
-        except TokenFileError as exc:
-            raise CorruptMember(exc.message, unit.path, unit.member) from exc
-        except OSError as exc:
-            why = f"cannot read: {exc.strerror or exc}"
-            raise CorruptMember(why, unit.path, unit.member) from exc
-        first, stop = document_range(unit.member)
-        ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
-        if len(data) != unit.size or stop > len(ends):
-            why = f"file is truncated: {len(data)} of {unit.size} bytes"
-            raise CorruptMember(why, unit.path, unit.member)
-        start = int(ends[first - 1]) if first else 0
-        bounds = (ends[first:stop] - start) * itemsize
-        offsets = [0, *bounds[:-1].tolist()]
-        sizes = np.diff(bounds, prepend=0).tolist()
-        names = [str(k) for k in range(first, stop)]
-        if self.split is not None:
-            which, fraction, seed = self.split
-            for k, name in enumerate(names):
-                if in_validation(name, fraction, seed) is not (which == "val"):
-                    offsets[k] = -1
-        return Member(data, names, offsets, sizes, [], 0)
 
     def _check_text(
         self,
@@ -340,6 +363,36 @@ class Reader:
                 dropped.append(bad_utf8(exc, unit, names[k]))
                 offsets[k] = -1
         return texts, replace
+
+
+def _read_tokens(reader: Reader, unit: Unit) -> Member:
+    """A token unit: its documents' ids as they lie in the file (no decoding, no tar),
+    each document's place in them from the file's ends (``tokenfiles.opened``: a forked
+    worker has them from the main process's index). Names are document indices."""
+    try:
+        token_file = opened(unit.path, eot=reader.token_eot)
+        data = reader._raw(unit)
+    except TokenFileError as exc:
+        raise CorruptMember(exc.message, unit.path, unit.member) from exc
+    except OSError as exc:
+        why = f"cannot read: {exc.strerror or exc}"
+        raise CorruptMember(why, unit.path, unit.member) from exc
+    first, stop = document_range(unit.member)
+    ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
+    if len(data) != unit.size or stop > len(ends):
+        why = f"file is truncated: {len(data)} of {unit.size} bytes"
+        raise CorruptMember(why, unit.path, unit.member)
+    start = int(ends[first - 1]) if first else 0
+    bounds = (ends[first:stop] - start) * itemsize
+    offsets = [0, *bounds[:-1].tolist()]
+    sizes = np.diff(bounds, prepend=0).tolist()
+    names = [str(k) for k in range(first, stop)]
+    if reader.split is not None:
+        which, fraction, seed = reader.split
+        for k, name in enumerate(names):
+            if in_validation(name, fraction, seed) is not (which == "val"):
+                offsets[k] = -1
+    return Member(data, names, offsets, sizes, [], 0)
 
 
 def bad_utf8(error: UnicodeDecodeError, unit: Unit, name: str) -> CorruptDocument:

@@ -1,5 +1,5 @@
 """What the units are: inputs (dataset folders, patterns), the outer-tar walk, local and
-remote indexing, and ``Corpus`` with its counts file.
+remote indexing, parquet and JSON lines files, and ``Corpus`` with its counts file.
 
 Rule: imports the leaves and ``openwebtext.source``; nothing above.
 """
@@ -7,9 +7,16 @@ Rule: imports the leaves and ``openwebtext.source``; nothing above.
 from __future__ import annotations
 
 from openwebtext.index.corpus import Corpus, Counts, split_key
+from openwebtext.index.jsonl import split_jsonl_kind
+from openwebtext.index.parquet import PARQUET_EXTRA, TEXT_COLUMN, footer_of, parse_footer
 
 __all__ = [
+    "PARQUET_EXTRA",
+    "TEXT_COLUMN",
     "Corpus",
     "Counts",
+    "footer_of",
+    "parse_footer",
+    "split_jsonl_kind",
     "split_key",
 ]

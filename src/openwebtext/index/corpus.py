@@ -24,6 +24,7 @@ from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.checks import member_check
 from openwebtext.index.inputs import file_version
 from openwebtext.index.local import LocalFile
+from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.records import Unit
@@ -94,6 +95,7 @@ class Corpus:
         storage_options: dict[str, Any] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
         cache_size: int | None = None,
+        text_column: str = TEXT_COLUMN,
     ) -> Corpus:
         """Index paths, folders or glob patterns (see ``openwebtext.index.paths``).
 
@@ -109,6 +111,8 @@ class Corpus:
             cache_dir: Keep the remote members read in this folder (off by
                 default), so that a second epoch reads them from disk.
             cache_size: The cache's cap in bytes (least recently used first out).
+            text_column: The column of parquet files (the field of JSON lines) that holds
+                each document's text (``docs/parquet.md``).
 
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
@@ -119,7 +123,9 @@ class Corpus:
         store = None  # without options: the process's default (``source.configure``)
         if storage_options is not None or cache_dir is not None:
             store = Storage(storage_options, cache_dir, cache_size)
-        indexed = index_inputs(list(paths), on_error=on_error, storage=store)
+        indexed = index_inputs(
+            list(paths), on_error=on_error, storage=store, text_column=text_column
+        )
         units = tuple(indexed.units)
         versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
         corpus = cls(units, None, tuple(indexed.skipped), versions, store)

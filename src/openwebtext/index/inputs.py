@@ -23,6 +23,7 @@ from typing import NamedTuple
 
 from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
+from openwebtext.index.jsonl import is_jsonl
 from openwebtext.source import Storage, identity, is_url
 
 __all__ = ["Found", "expand_paths", "file_version", "find_files"]
@@ -88,8 +89,9 @@ def _classify(path: str) -> tuple[str, os.stat_result | None, str]:
 
 def _is_corpus_file(path: str) -> bool | CorpusError:
     """Whether a file found in a folder or pattern belongs to the corpus: its magic bytes
-    (as members are recognised) or an OpenWebText name. An unreadable one is an error."""
-    if _OPENWEBTEXT_NAME.match(os.path.basename(path)):
+    (as members are recognised, and parquet's ``PAR1``), an OpenWebText name or a JSON lines
+    name (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``). An unreadable one is an error."""
+    if _OPENWEBTEXT_NAME.match(os.path.basename(path)) or is_jsonl(os.path.basename(path)):
         return True
     try:
         with open(path, "rb") as f:

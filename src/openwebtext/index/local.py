@@ -9,6 +9,8 @@ Accepted inputs (paths, folders or glob patterns):
   (``urlsf_subsetNN.tar``, or ``openwebtext.tar`` after ``xz -d``);
 - a compressed inner member on its own (``urlsf_subset00-1_data.xz``);
 - a plain tar of documents (an inner tar that was never compressed);
+- a parquet file (a unit per row group, ``index.parquet``) or a JSON lines file (``.jsonl``,
+  ``.jsonl.gz``, ``.jsonl.zst``: a unit per file or per chunk of lines, ``index.jsonl``);
 - a folder or a glob pattern of any of these (``paths.index_inputs``, with
   ``inputs.find_files``: other files there, such as README.md or checksums, are left out
   and mentioned).
@@ -21,24 +23,14 @@ from pathlib import Path
 
 from openwebtext.errors import CorpusError
 from openwebtext.formats import TAR
-from openwebtext.index.outer import file_kind, walk_outer_tar
+from openwebtext.index.outer import LocalFile, file_kind, walk_outer_tar
+from openwebtext.index.tables import table_units
 from openwebtext.records import Unit
 
 __all__ = ["LocalFile", "index_file", "index_file_before_damage"]
 
 
-class LocalFile:
-    """A local file read by offset (``outer.Readable``)."""
-
-    def __init__(self, fd: int, size: int):
-        self.fd = fd
-        self.size = size
-
-    def pread(self, n: int, offset: int) -> bytes:
-        return os.pread(self.fd, n, offset)
-
-
-def index_file(path: Path) -> list[Unit]:
+def index_file(path: Path, text_column: str = "text") -> list[Unit]:
     """List the units of one file (see the module docstring for what it may be).
 
     Raises:
@@ -46,13 +38,15 @@ def index_file(path: Path) -> list[Unit]:
         UnknownFormat: the file is none of the formats (a member in none of them
             becomes a unit that fails when it is read).
     """
-    units, damage = index_file_before_damage(path)
+    units, damage = index_file_before_damage(path, text_column)
     if damage is not None:
         raise damage
     return units
 
 
-def index_file_before_damage(path: Path) -> tuple[list[Unit], CorpusError | None]:
+def index_file_before_damage(
+    path: Path, text_column: str = "text"
+) -> tuple[list[Unit], CorpusError | None]:
     """The units of one file, and the damage to its outer tar headers that ended the
     listing, if any: the members before a damaged header are intact (each is checked
     when read), so ``on_error="skip"`` keeps them.
@@ -67,6 +61,9 @@ def index_file_before_damage(path: Path) -> tuple[list[Unit], CorpusError | None
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             local = LocalFile(f.fileno(), size)
+            table = table_units(local, name, subset, path.name, text_column)
+            if table is not None:
+                return table, None
             kind = file_kind(local, name)
             if kind != TAR:
                 return [Unit(name, path.name, 0, size, kind, subset, 0)], None

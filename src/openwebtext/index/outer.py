@@ -6,6 +6,7 @@ remote indexing both call :func:`walk_outer_tar`.
 
 from __future__ import annotations
 
+import os
 import tarfile
 from typing import Protocol
 
@@ -13,7 +14,7 @@ from openwebtext.errors import CorpusError, UnknownFormat
 from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.records import Unit
 
-__all__ = ["KNOWN", "Readable", "file_kind", "walk_outer_tar"]
+__all__ = ["KNOWN", "LocalFile", "Readable", "file_kind", "walk_outer_tar"]
 
 #: The formats a corpus file (or member) may be in, as messages name them.
 KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
@@ -28,6 +29,17 @@ class Readable(Protocol):
     def pread(self, n: int, offset: int) -> bytes:
         """``n`` bytes at ``offset`` (fewer at the end of the file)."""
         ...
+
+
+class LocalFile:
+    """A local file read by offset (``Readable``)."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd = fd
+        self.size = size
+
+    def pread(self, n: int, offset: int) -> bytes:
+        return os.pread(self.fd, n, offset)
 
 
 class _Cursor:

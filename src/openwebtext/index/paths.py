@@ -15,6 +15,7 @@ from typing import NamedTuple
 from openwebtext.errors import CorpusError
 from openwebtext.index.inputs import find_files
 from openwebtext.index.local import index_file_before_damage
+from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.remote import index_url
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url
@@ -39,6 +40,7 @@ def index_inputs(
     *,
     on_error: str = "raise",
     storage: Storage | None = None,
+    text_column: str = TEXT_COLUMN,
 ) -> Indexed:
     """Index every file named by ``paths`` (files, folders, globs, URLs), in order.
 
@@ -47,6 +49,8 @@ def index_inputs(
         on_error: ``raise``: the first bad file is an error; ``skip`` or
             ``warn``: bad files are left out and listed in ``skipped``.
         storage: What URLs are read with (None: the process's default).
+        text_column: The column of parquet files, or the field of JSON lines, that holds
+            each document's text.
 
     Raises:
         CorpusError: a bad file (under ``raise``), the same file twice, or no
@@ -55,11 +59,11 @@ def index_inputs(
     indexed = Indexed([], [], [])
     for local, group in itertools.groupby(paths, key=lambda p: not is_url(p)):
         if local:
-            _index_local(list(group), on_error, indexed)
+            _index_local(list(group), on_error, indexed, text_column)
             continue
         for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
             try:
-                results = index_url(os.fspath(url), storage)
+                results = index_url(os.fspath(url), storage, text_column)
             except CorpusError as exc:
                 results = [exc]
             for file in results:
@@ -88,7 +92,9 @@ def index_inputs(
     return indexed
 
 
-def _index_local(paths: list[str | os.PathLike[str]], on_error: str, indexed: Indexed) -> None:
+def _index_local(
+    paths: list[str | os.PathLike[str]], on_error: str, indexed: Indexed, text_column: str
+) -> None:
     """Index local paths, folders and globs into ``indexed`` (see ``index_inputs``)."""
     found = find_files(paths)
     if on_error == "raise" and found.problems:
@@ -98,7 +104,7 @@ def _index_local(paths: list[str | os.PathLike[str]], on_error: str, indexed: In
         try:
             if isinstance(item, CorpusError):
                 raise item
-            before, damage = index_file_before_damage(item)
+            before, damage = index_file_before_damage(item, text_column)
         except CorpusError as exc:
             if on_error == "raise":
                 raise

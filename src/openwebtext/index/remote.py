@@ -29,8 +29,11 @@ from typing import Any
 
 from openwebtext.errors import CorpusError, OutputError
 from openwebtext.files import atomic_write, cache_root
-from openwebtext.formats import TAR
+from openwebtext.formats import PARQUET, TAR
+from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import file_kind, walk_outer_tar
+from openwebtext.index.parquet import TEXT_COLUMN, save_footer
+from openwebtext.index.tables import table_units
 from openwebtext.records import Unit
 from openwebtext.source import (
     FileInfo,
@@ -58,14 +61,16 @@ def _cache_root() -> Path:
     return cache_root() / "remote-index"
 
 
-def cache_path(url: str, place: str = "") -> Path:
+def cache_path(url: str, place: str = "", column: str = TEXT_COLUMN) -> Path:
     """Where the index of ``url`` read from ``place`` is kept (``Storage.place``; named by a
-    hash: URLs may hold anything)."""
-    key = placed(url, place)
+    hash: URLs may hold anything); a text ``column`` other than ``text`` is another entry."""
+    key = placed(url, place) + ("" if column == TEXT_COLUMN else f"\0column={column}")
     return _cache_root() / (hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
 
 
-def index_url(url: str, storage: Storage | None = None) -> list[list[Unit] | CorpusError]:
+def index_url(
+    url: str, storage: Storage | None = None, text_column: str = TEXT_COLUMN
+) -> list[list[Unit] | CorpusError]:
     """The units of every file named by ``url`` (a file, a folder or a glob), in order: per
     file, its units, or the error that says why it cannot be indexed (unreadable, in none of
     the formats, a damaged tar), for the caller's ``on_error`` to decide, file by file.
@@ -77,14 +82,18 @@ def index_url(url: str, storage: Storage | None = None) -> list[list[Unit] | Cor
     if isinstance(listed, BaseException):
         raise listed
     files = list(listed or [])  # nothing listed: the caller's "no documents"
-    results = watched(lambda file: index_remote_file(file, storage), files, url, INDEX_THREADS)
+    results = watched(
+        lambda file: index_remote_file(file, storage, text_column), files, url, INDEX_THREADS
+    )
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, CorpusError):
             raise result
     return [r for r in results if not isinstance(r, BaseException) or isinstance(r, CorpusError)]
 
 
-def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:
+def index_remote_file(
+    url: str, storage: Storage | None = None, text_column: str = TEXT_COLUMN
+) -> list[Unit]:
     """The units of one remote file: from the cache if it still describes the file.
 
     The units' path is ``storage.alias(url)``: the URL without credentials or
@@ -99,11 +108,11 @@ def index_remote_file(url: str, storage: Storage | None = None) -> list[Unit]:
     if storage.cache is not None and not info.identity:
         _say_cache_off(name)
     place = storage.place
-    cached = _load(name, info, place)
+    cached = _load(name, info, place, text_column)
     if cached is not None:
         return cached
-    units = _walk(url, name, info, storage)
-    _save(name, info, units, place)
+    units = _walk(url, name, info, storage, text_column)
+    _save(name, info, units, place, text_column)
     return units
 
 
@@ -122,11 +131,17 @@ def _say_cache_off(name: str) -> None:
     )
 
 
-def _walk(url: str, name: str, info: FileInfo, storage: Storage | None) -> list[Unit]:
+def _walk(
+    url: str, name: str, info: FileInfo, storage: Storage | None, text_column: str
+) -> list[Unit]:
     base = name.rstrip("/").rsplit("/", 1)[-1]
     subset = base.split(".", 1)[0]
     f = RangeFile(url, info.size, storage=storage)
     try:
+        table = table_units(f, name, subset, base, text_column)
+        if table is not None:
+            save_footer(name, storage)  # a parquet file's, for the workers
+            return table
         kind = file_kind(f, name)
         if kind != TAR:
             return [Unit(name, base, 0, info.size, kind, subset, 0)]
@@ -138,9 +153,9 @@ def _walk(url: str, name: str, info: FileInfo, storage: Storage | None) -> list[
         f.close()
 
 
-def _load(url: str, info: FileInfo, place: str) -> list[Unit] | None:
+def _load(url: str, info: FileInfo, place: str, column: str) -> list[Unit] | None:
     try:
-        raw = json.loads(cache_path(url, place).read_text())
+        raw = json.loads(cache_path(url, place, column).read_text())
     except (OSError, ValueError):
         return None
     if (
@@ -187,6 +202,8 @@ def _inconsistent(units: list[Unit], info: FileInfo) -> str | None:
     """Why ``units`` cannot be what the walk (``outer.walk_outer_tar``) found in a file of
     ``info.size`` bytes, or None: members numbered 0, 1, 2…, each after its own header and
     after the one before, none past the end of the file but the last (a member cut short)."""
+    if not _is_tar_member(units[0].kind):  # row groups' column chunks, or lines
+        return _spans_inconsistent(units, info)
     if units[0].offset == 0:  # the file is one unit (a tar of documents, or no tar)
         whole = len(units) == 1 and units[0].size == info.size and units[0].member_index == 0
         return None if whole else "a unit of the whole file beside others"
@@ -208,7 +225,7 @@ def _digest(rows: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _save(url: str, info: FileInfo, units: list[Unit], place: str) -> None:
+def _save(url: str, info: FileInfo, units: list[Unit], place: str, column: str) -> None:
     """Keep the index (atomically; a cache folder that cannot be written is not an error)."""
     if not units or not info.identity:
         return
@@ -222,9 +239,26 @@ def _save(url: str, info: FileInfo, units: list[Unit], place: str) -> None:
         "units": [[u.member, u.offset, u.size, u.kind, u.member_index] for u in units],
     }
     body["digest"] = _digest(body["units"])
-    path = cache_path(url, place)
+    path = cache_path(url, place, column)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(body))
     except (OSError, OutputError):  # a cache that cannot be written is only a slower open
         pass
+
+
+def _is_tar_member(kind: str) -> bool:
+    return kind != PARQUET and split_jsonl_kind(kind) is None
+
+
+def _spans_inconsistent(units: list[Unit], info: FileInfo) -> str | None:
+    """Why ``units`` cannot be a parquet file's row groups or a JSON lines file's chunks:
+    numbered 0, 1, 2…, in order, none overlapping the one before or past the file's end."""
+    end = 0
+    for k, unit in enumerate(units):
+        if unit.member_index != k or unit.kind != units[0].kind:
+            return f"unit {k} is numbered {unit.member_index} or of another kind"
+        if unit.offset < end or unit.offset + unit.size > info.size:
+            return f"{unit.member} overlaps the unit before it, or lies past the file's end"
+        end = unit.offset + unit.size
+    return None

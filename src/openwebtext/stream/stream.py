@@ -17,7 +17,7 @@ tuple, and keeps its position in an attribute as the loop's own target.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -379,8 +379,8 @@ class Stream:
     ) -> Generator[Any, None, None]:
         """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping
         around its units)."""
-        order, n = share.units, len(share.units)
-        feed = (order[p % n] for p in range(start, end))
+        feed = _wrapped(share.units, start, end)
+        units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
         skip = self._in_block
         opts = self.options
         trims = share.trims
@@ -392,7 +392,7 @@ class Stream:
             size=block_size(opts),
             dtype=self._dtype,
             on_unit=self._count_unit,
-            trims=(lambda p: trims.get(p % n)) if trims else None,
+            trims=(lambda p: trims.get(p % units)) if trims else None,
             split=split_of(opts),
         )
         new = tuple.__new__
@@ -446,6 +446,15 @@ class Stream:
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)
+
+
+def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:
+    """The units at plan positions ``start..end`` of ``order``, wrapping around it. A function
+    of its own: a generator expression in ``_pass`` read ``n`` lazily, after the loop had
+    rebound it to a block's size, and fed the wrong units once positions passed it (the
+    trims' lambda read the same ``n``)."""
+    n = len(order)
+    return (order[p % n] for p in range(start, end))
 
 
 def _left(bound: int | None, used: int) -> int | None:

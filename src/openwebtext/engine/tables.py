@@ -1,0 +1,218 @@
+"""Reading units of record files: a parquet row group's text column, or JSON lines.
+
+Both give what a tar member gives (``read.Member``'s fields): one ``bytes`` buffer of every
+document's UTF-8 text end to end, and the name, offset and size of each document in it, plus
+the documents left out (a null text, a line that is not JSON or lacks the field). Runs in
+the workers, after the unit's bytes were read (by ``pread``, or by range for a URL).
+
+A row group is decoded by pyarrow from the column chunk's bytes alone: pyarrow reads the
+file through ``_Spans``, which holds those bytes at their offset, against the footer
+(``index.footer_of``), so nothing else of the file is read. Its text column's values are
+already one buffer with offsets: the member's bytes are that buffer, copied once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zlib
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from openwebtext.errors import CorruptDocument, CorruptMember, MemberTooLarge, TruncatedMember
+from openwebtext.formats import LimitExceeded, Truncated, decompress
+from openwebtext.index import parse_footer, split_jsonl_kind
+from openwebtext.records import Unit
+
+__all__ = ["Footer", "Records", "jsonl_records", "parquet_records"]
+
+
+class Records(NamedTuple):
+    """A unit's documents: their bytes end to end, names, offsets, sizes, and those left out
+    (their offset -1)."""
+
+    data: bytes
+    names: list[str]
+    offsets: list[int]
+    sizes: list[int]
+    dropped: list[CorruptMember]
+
+
+class Footer:
+    """A parquet file's parsed footer, and the first row of each row group."""
+
+    def __init__(self, footer: bytes, path: str):
+        self.meta = parse_footer(footer, path)
+        rows = [self.meta.row_group(k).num_rows for k in range(self.meta.num_row_groups)]
+        self.first_rows = np.concatenate([[0], np.cumsum(rows)]).tolist()
+
+    def column_at(self, group: int, offset: int) -> str | None:
+        """The column whose chunk in row group ``group`` starts at byte ``offset``."""
+        if group >= self.meta.num_row_groups:
+            return None
+        row_group = self.meta.row_group(group)
+        for k in range(row_group.num_columns):
+            chunk = row_group.column(k)
+            dictionary = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
+            start = min(chunk.data_page_offset, dictionary or chunk.data_page_offset)
+            if start == offset:
+                return str(chunk.path_in_schema)
+        return None
+
+
+class _Spans(io.RawIOBase):
+    """A file of ``size`` bytes of which only ``data`` at ``offset`` is there: what pyarrow
+    reads a column chunk through. A read elsewhere is an ``OSError``."""
+
+    def __init__(self, size: int, offset: int, data: bytes):
+        self.size = size
+        self.start = offset
+        self.data = data
+        self.position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, position: int, whence: int = 0) -> int:
+        self.position = {0: 0, 1: self.position, 2: self.size}[whence] + position
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def readinto(self, buffer: Any) -> int:
+        at = self.position - self.start
+        if at < 0 or at > len(self.data):
+            raise OSError(f"read at byte {self.position}, outside the column chunk")
+        chunk = self.data[at : at + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        self.position += len(chunk)
+        return len(chunk)
+
+
+def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int) -> Records:
+    """The documents of one row group, from its text column's chunk (``raw``).
+
+    Raises:
+        CorruptMember: the chunk does not decode (naming the row group), or the file is no
+            longer the one indexed (no column chunk where the unit says).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    group = unit.member_index
+    column = footer.column_at(group, unit.offset)
+    if column is None:
+        raise CorruptMember(
+            f"no column chunk of row group {group} at byte {unit.offset}: the file changed "
+            "since it was indexed (owt index --force)",
+            unit.path,
+            unit.member,
+        )
+    try:
+        source = pq.ParquetFile(_Spans(file_size, unit.offset, raw), metadata=footer.meta)
+        array = source.read_row_group(group, columns=[column]).column(0).combine_chunks()
+        if array.type == pa.string_view():
+            array = array.cast(pa.large_string())
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise CorruptMember(
+            f"corrupt parquet row group {group} (column {column!r}): {exc}", unit.path, unit.member
+        ) from exc
+    wide = array.type in (pa.large_string(), pa.large_binary())
+    _, value_offsets, values = array.buffers()
+    n = len(array)
+    ends = np.frombuffer(value_offsets, dtype=np.int64 if wide else np.int32)
+    ends = ends[array.offset : array.offset + n + 1]
+    start, stop = (int(ends[0]), int(ends[-1])) if n else (0, 0)
+    data = values[start:stop].to_pybytes() if n and values is not None else b""
+    offsets = (ends[:-1] - start).tolist()
+    sizes = np.diff(ends).tolist()
+    base = unit.member.rsplit("#rg", 1)[0]
+    first = footer.first_rows[group]
+    names = [f"{base}#{first + k}" for k in range(n)]
+    dropped: list[CorruptMember] = []
+    if array.null_count:
+        for k in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)).tolist():
+            offsets[k] = -1
+            dropped.append(
+                CorruptDocument(
+                    f"row {first + k}: its {column!r} is null", unit.path, unit.member, names[k]
+                )
+            )
+    return Records(data, names, offsets, sizes, dropped)
+
+
+def jsonl_records(raw: bytes, unit: Unit, limit: int, truncated: bool) -> Records:
+    """The documents of a JSON lines unit: the field of each non-blank line's object.
+
+    A line that is not a JSON object, or whose field is missing or not a string, is left out
+    as a ``CorruptDocument`` naming its line. A compressed file cut short keeps the lines
+    before the cut (a ``TruncatedMember`` in ``dropped``).
+
+    Raises:
+        CorruptMember: compressed data that does not decompress.
+        MemberTooLarge: a compressed file past ``limit`` bytes once decompressed.
+    """
+    kind = split_jsonl_kind(unit.kind)
+    assert kind is not None
+    compression, field = kind
+    dropped: list[CorruptMember] = []
+    cut = f"file is truncated: {len(raw)} of {unit.size} bytes" if truncated else None
+    text = raw
+    if compression:
+        try:
+            text = decompress(raw, compression, limit)
+        except LimitExceeded:
+            raise MemberTooLarge(
+                f"decompresses to more than max_member_bytes={limit}", unit.path, unit.member
+            ) from None
+        except Truncated as exc:
+            text, cut = exc.data, cut or f"corrupt {compression} data: {exc}"
+        except (zlib.error, OSError, EOFError, ValueError) as exc:
+            why = cut or f"corrupt {compression} data: {exc}"
+            raise CorruptMember(why, unit.path, unit.member) from exc
+    if cut is not None:
+        text = text[: text.rfind(b"\n") + 1]  # the lines before the cut, whole
+        dropped.append(
+            TruncatedMember(f"{cut}: the lines before it are kept", unit.path, unit.member)
+        )
+    return _lines(text, unit, field, 0 if compression else unit.offset, dropped)
+
+
+def _lines(text: bytes, unit: Unit, field: str, at: int, dropped: list[CorruptMember]) -> Records:
+    base = unit.member.split("@", 1)[0]
+    where = f" of the chunk at byte {unit.offset}" if at else ""
+    parts: list[bytes] = []
+    names: list[str] = []
+    offsets: list[int] = []
+    sizes: list[int] = []
+    position = 0
+    line_start = 0
+    for number, line in enumerate(text.split(b"\n"), 1):
+        start, line_start = line_start, line_start + len(line) + 1
+        if not line.strip():
+            continue
+        name = f"{base}@{at + start}"
+        try:
+            value = json.loads(line)
+            document = value[field] if isinstance(value, dict) else None
+            if not isinstance(document, str):
+                raise ValueError(f"no string field {field!r}")
+            encoded = document.encode()
+        except (ValueError, KeyError, UnicodeEncodeError) as exc:
+            reason = f"line {number}{where}: not a JSON object with a string {field!r}: {exc}"
+            dropped.append(CorruptDocument(reason, unit.path, unit.member, name))
+            names.append(name)
+            offsets.append(-1)
+            sizes.append(0)
+            continue
+        names.append(name)
+        offsets.append(position)
+        sizes.append(len(encoded))
+        parts.append(encoded)
+        position += len(encoded)
+    return Records(b"".join(parts), names, offsets, sizes, dropped)

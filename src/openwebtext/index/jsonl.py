@@ -1,0 +1,113 @@
+"""JSON lines files as units: a compressed file is one unit, a plain one is cut at lines.
+
+A JSON lines file is known by its name (``.jsonl``, ``.ndjson``, each optionally ``.gz`` or
+``.zst``): plain JSON has no magic bytes. Each non-blank line is one object, and its field
+``text`` (or the one named, ``--text-column``) one document. A compressed file is read whole
+(a stream cannot be entered in the middle), under ``max_member_bytes``; a plain file is cut
+into units of about ``CHUNK_BYTES``, each ending at a line's end, found by reading a little
+at each cut (locally or by range).
+
+The unit's ``kind`` is the format (``jsonl``, ``jsonl.gz``, ``jsonl.zst``), followed by
+``:FIELD`` when the field is not ``text``: the field is part of how the bytes are read, so
+a stream state of one field never resumes on another (``Corpus.fingerprint`` holds kinds).
+A unit's ``member`` is the file's name (``<file>@<byte>`` for the chunks after the first);
+a document's name is ``<file>@<byte>``, where its line starts in the (decompressed) file.
+"""
+
+from __future__ import annotations
+
+from openwebtext.errors import CorpusError
+from openwebtext.formats import GZIP, ZSTD, detect
+from openwebtext.index.outer import Readable
+from openwebtext.records import Unit
+
+__all__ = [
+    "CHUNK_BYTES",
+    "JSONL",
+    "is_jsonl",
+    "jsonl_kind",
+    "jsonl_units",
+    "split_jsonl_kind",
+]
+
+JSONL = "jsonl"
+#: A plain file's units hold about this many bytes (cut at the next line's end).
+CHUNK_BYTES = 64 << 20
+_SEARCH = 64 << 10
+_SUFFIXES = {".jsonl": "", ".ndjson": "", ".jsonl.gz": GZIP, ".ndjson.gz": GZIP,
+             ".jsonl.zst": ZSTD, ".ndjson.zst": ZSTD}  # fmt: skip
+_KINDS = {"": JSONL, GZIP: "jsonl.gz", ZSTD: "jsonl.zst"}
+_COMPRESSION = {kind: compression for compression, kind in _KINDS.items()}
+
+
+def _compression(name: str) -> str | None:
+    lower = name.lower()
+    for suffix, compression in _SUFFIXES.items():
+        if lower.endswith(suffix):
+            return compression
+    return None
+
+
+def is_jsonl(name: str) -> bool:
+    """Whether a file's name says it is JSON lines (plain, ``.gz`` or ``.zst``)."""
+    return _compression(name) is not None
+
+
+def jsonl_kind(name: str, field: str) -> str:
+    """The units' kind of the JSON lines file ``name`` whose documents are ``field``."""
+    kind = _KINDS[_compression(name) or ""]
+    return kind if field == "text" else f"{kind}:{field}"
+
+
+def split_jsonl_kind(kind: str) -> tuple[str, str] | None:
+    """``(compression, field)`` of a JSON lines unit's kind ("" plain), or None: not one."""
+    base, _, field = kind.partition(":")
+    if base not in _COMPRESSION:
+        return None
+    return _COMPRESSION[base], field or "text"
+
+
+def jsonl_units(
+    f: Readable, name: str, subset: str, base: str, field: str, chunk: int | None = None
+) -> list[Unit]:
+    """The units of one JSON lines file (see the module docstring).
+
+    Raises:
+        CorpusError: an empty file, or one whose bytes are not the compression its name says.
+    """
+    size = f.size
+    if size == 0:
+        raise CorpusError("empty file", path=name)
+    kind = jsonl_kind(base, field)
+    compression = _compression(base) or ""
+    if compression:
+        found = detect(f.pread(512, 0))
+        if found != compression:
+            raise CorpusError(
+                f"named {compression} JSON lines, but its bytes are {found or 'not compressed'}",
+                path=name,
+            )
+        return [Unit(name, base, 0, size, kind, subset, 0)]
+    chunk = chunk or CHUNK_BYTES
+    units: list[Unit] = []
+    start = 0
+    while start < size:
+        end = _line_end(f, start + chunk) if start + chunk < size else size
+        member = base if start == 0 else f"{base}@{start}"
+        units.append(Unit(name, member, start, end - start, kind, subset, len(units)))
+        start = end
+    return units
+
+
+def _line_end(f: Readable, at: int) -> int:
+    """Just past the first newline at or after byte ``at - 1`` (the file's end if none)."""
+    position = at - 1
+    while position < f.size:
+        window = f.pread(_SEARCH, position)
+        if not window:
+            break
+        newline = window.find(b"\n")
+        if newline >= 0:
+            return position + newline + 1
+        position += len(window)
+    return f.size

@@ -1,0 +1,230 @@
+"""Parquet files as units: one unit per row group, its bytes the text column's chunk.
+
+A parquet file ends with its footer (Thrift ``FileMetaData``, its length, ``PAR1``): where
+every row group's column chunks lie. Indexing reads only the footer (one ranged read of the
+file's last ``FOOTER_GUESS`` bytes, a second one if the footer is larger) and lists, for each
+row group, the byte span of the text column's chunk (dictionary page included): that span is
+the unit's ``offset`` and ``size``, so the workers read it as any member, locally by
+``pread`` and remotely through ``source``'s ranged reads (validators, retries, member cache).
+The reader then decodes the chunk with pyarrow against the same footer (``footer_of``), which
+it also uses to find which column the span is.
+
+A remote file's footer is kept in ``<cache folder>/parquet-footers/`` beside the remote index,
+named the same way (URL and storage ``place``) and stamped with the file's size and identity,
+so the workers of a second run read no footer at all; a changed file is read again.
+
+A unit's ``member`` is ``<file>#rg<N>``; a document's name is ``<file>#<row>``, its row in the
+whole file (stable however the file's row groups are read).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from openwebtext.errors import CorpusError, OutputError
+from openwebtext.files import atomic_write, cache_root
+from openwebtext.formats import PARQUET
+from openwebtext.index.outer import LocalFile, Readable
+from openwebtext.records import Unit
+from openwebtext.source import RangeFile, Storage, identity, is_url, placed, resolve
+
+__all__ = [
+    "FOOTER_GUESS",
+    "PARQUET_EXTRA",
+    "TEXT_COLUMN",
+    "column_of",
+    "footer_of",
+    "parquet_units",
+    "parse_footer",
+    "read_footer",
+    "save_footer",
+]
+
+#: The column (or JSON field) documents are read from unless told otherwise.
+TEXT_COLUMN = "text"
+#: Bytes read from a file's end to find its footer in one request (most footers fit).
+FOOTER_GUESS = 64 << 10
+PARQUET_EXTRA = "parquet files need pyarrow: pip install 'openwebtext[parquet]'"
+_MAGIC = b"PAR1"
+_TEXT_TYPES = ("string", "large_string", "binary", "large_binary", "string_view")
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise ModuleNotFoundError(PARQUET_EXTRA) from exc
+    return pyarrow
+
+
+def read_footer(f: Readable, name: str) -> bytes:
+    """The footer of a parquet file (its Thrift metadata, then its length and ``PAR1``).
+
+    Raises:
+        CorpusError: the file does not end as a parquet file does (truncated, or not parquet).
+    """
+    size = f.size
+    if size < 12:
+        raise CorpusError(f"not a parquet file: {size} bytes", path=name)
+    guess = min(size, FOOTER_GUESS)
+    tail = f.pread(guess, size - guess)
+    if len(tail) != guess or tail[-4:] != _MAGIC:
+        raise CorpusError(
+            "parquet file without its footer (it does not end with PAR1): truncated?", path=name
+        )
+    length = int.from_bytes(tail[-8:-4], "little")
+    if length + 12 > size:
+        raise CorpusError(f"parquet footer of {length} bytes passes the file's size", path=name)
+    if length + 8 > len(tail):
+        tail = f.pread(length + 8, size - length - 8)
+    return tail[-(length + 8) :]
+
+
+def parse_footer(footer: bytes, name: str) -> Any:
+    """The ``pyarrow.parquet.FileMetaData`` of a footer (``read_footer``).
+
+    Raises:
+        CorpusError: the footer does not parse.
+    """
+    pa = _pyarrow()
+    try:
+        return pa.parquet.read_metadata(pa.BufferReader(footer))
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise CorpusError(f"parquet footer does not parse: {exc}", path=name) from exc
+
+
+def column_of(meta: Any, column: str, name: str) -> int:
+    """The index of the top-level text column ``column`` among ``meta``'s leaf columns.
+
+    Raises:
+        CorpusError: no such column (naming the ones there are), or one that is not text.
+    """
+    schema = meta.schema.to_arrow_schema()
+    if column not in schema.names:
+        there = ", ".join(schema.names) or "none"
+        raise CorpusError(
+            f"parquet file has no column {column!r} (its columns: {there}); "
+            "name the text column with --text-column (Corpus.open(text_column=))",
+            path=name,
+        )
+    kind = str(schema.field(column).type)
+    if kind not in _TEXT_TYPES:
+        raise CorpusError(f"parquet column {column!r} is {kind}, not text", path=name)
+    paths = [meta.schema.column(k).path for k in range(meta.num_columns)]
+    return paths.index(column)
+
+
+def _chunk_span(chunk: Any) -> tuple[int, int]:
+    """Where a column chunk's pages lie: its dictionary page (if any) then its data pages."""
+    start = chunk.data_page_offset
+    dictionary = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
+    if dictionary:  # some writers leave 0 here with no dictionary page
+        start = min(start, dictionary)
+    return start, chunk.total_compressed_size
+
+
+def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -> list[Unit]:
+    """The units of one parquet file: one per row group, the span of ``column``'s chunk.
+
+    Raises:
+        CorpusError: no footer, a footer that does not parse, no such column, a column
+            chunk past the file's end.
+    """
+    footer = read_footer(f, name)
+    meta = parse_footer(footer, name)
+    index = column_of(meta, column, name)
+    units = []
+    for k in range(meta.num_row_groups):
+        start, size = _chunk_span(meta.row_group(k).column(index))
+        if start < 4 or start + size > f.size - len(footer):
+            raise CorpusError(
+                f"row group {k}'s column {column!r} lies outside the file's data", path=name
+            )
+        units.append(Unit(name, f"{base}#rg{k}", start, size, PARQUET, subset, k))
+    if not units:
+        raise CorpusError("parquet file without row groups: it holds no document", path=name)
+    if is_url(name):
+        _FOOTERS[name] = footer
+    return units
+
+
+# -- footers in the workers ----------------------------------------------------------------
+
+#: Footers this process read or indexed, by path (forked workers inherit them).
+_FOOTERS: dict[str, bytes] = {}
+
+
+def _footer_path(url: str, place: str) -> Any:
+    key = placed(url, place)
+    return cache_root() / "parquet-footers" / (hashlib.sha256(key.encode()).hexdigest()[:32])
+
+
+def save_footer(url: str, storage: Storage | None) -> None:
+    """Keep the footer this process read of the remote file ``url`` (if it is parquet) with
+    the file's identity (a cache that cannot be written is only a slower read)."""
+    footer = _FOOTERS.get(url)
+    if footer is None:
+        return
+    store = resolve(storage)
+    info = identity(url, store)
+    if info is None or not info.identity:
+        return
+    stamp = json.dumps({"url": url, "size": info.size, "identity": info.identity})
+    path = _footer_path(url, store.place)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, stamp + "\n" + footer.hex())
+    except (OSError, OutputError):
+        pass
+
+
+def _load_footer(url: str, store: Storage) -> bytes | None:
+    info = identity(url, store)
+    if info is None or not info.identity:
+        return None
+    try:
+        stamp, body = _footer_path(url, store.place).read_text().split("\n", 1)
+        known = json.loads(stamp)
+        footer = bytes.fromhex(body)
+    except (OSError, ValueError):
+        return None
+    if known != {"url": url, "size": info.size, "identity": info.identity}:
+        return None
+    if footer[-4:] != _MAGIC or int.from_bytes(footer[-8:-4], "little") + 8 != len(footer):
+        return None
+    return footer
+
+
+def footer_of(path: str, storage: Storage | None) -> bytes:
+    """The footer of the parquet file at ``path``, read once per process: a local file's
+    end, or a remote one's from this process, the footer cache, or one ranged read.
+
+    Raises:
+        CorpusError: the file has no footer (it changed since it was indexed).
+        OSError: a local file that cannot be read.
+    """
+    footer = _FOOTERS.get(path)
+    if footer is not None:
+        return footer
+    if not is_url(path):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            footer = read_footer(LocalFile(fd, os.fstat(fd).st_size), path)
+        finally:
+            os.close(fd)
+        return footer  # a local file's footer is cheap: not kept (the file may change)
+    store = resolve(storage)
+    footer = _load_footer(path, store)
+    if footer is None:
+        info = identity(path, store)
+        if info is None:
+            raise CorpusError("parquet file read before it was indexed", path=path)
+        footer = read_footer(RangeFile(path, info.size, window=FOOTER_GUESS, storage=store), path)
+        _FOOTERS[path] = footer
+        save_footer(path, store)
+    _FOOTERS[path] = footer
+    return footer
