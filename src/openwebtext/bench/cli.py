@@ -17,7 +17,7 @@ from openwebtext.bench.runs import Settings
 from openwebtext.engine import cpu_count
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from openwebtext.interrupts import exit_code, interruptible
-from openwebtext.source import add_storage_options
+from openwebtext.source import add_storage_options, add_text_column
 
 
 def _positive_int(text: str) -> int:
@@ -108,18 +108,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_storage_options(p)
-    _add_text_column(p)
+    add_text_column(p)
     p.set_defaults(run=_bench)
-
-
-def _add_text_column(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--text-column",
-        default="text",
-        metavar="NAME",
-        help="the column of parquet files, or the field of JSON lines, that holds each "
-        "document's text (default text)",
-    )
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -159,7 +149,7 @@ def _child_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         p.add_argument("--cache-size", type=int, default=None)
         p.add_argument("--workers", type=_positive_int, required=True)
         p.add_argument("--seed", type=int, default=0)
-        _add_text_column(p)
+        add_text_column(p)
         p.add_argument("paths", nargs="+")
         p.set_defaults(run=run)
 

@@ -10,7 +10,7 @@ from typing import Any, TypeAlias
 from openwebtext.engine import cpu_count
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.source import storage_kwargs
+from openwebtext.source import add_text_column, storage_kwargs
 from openwebtext.synth import paths_or_default
 
 __all__ = [
@@ -121,15 +121,6 @@ def open_corpus(args: argparse.Namespace) -> Corpus:
     )
 
 
-def add_text_column(parser: argparse.ArgumentParser) -> None:
-    """``--text-column``: the column of parquet files (field of JSON lines) read as text."""
-    parser.add_argument(
-        "--text-column",
-        default="text",
-        metavar="NAME",
-        help="the column of parquet files, or the field of JSON lines, that holds each "
-        "document's text (default text)",
-    )
 
 
 def add_wait(parser: argparse.ArgumentParser) -> None:

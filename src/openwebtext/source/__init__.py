@@ -15,7 +15,12 @@ from __future__ import annotations
 
 from openwebtext.source.fetching import RangeFile, fetch
 from openwebtext.source.filesystems import expand_url, file_info, filesystem
-from openwebtext.source.flags import add_storage_option, add_storage_options, storage_kwargs
+from openwebtext.source.flags import (
+    add_storage_option,
+    add_storage_options,
+    add_text_column,
+    storage_kwargs,
+)
 from openwebtext.source.ranges import RangeReader, Span
 from openwebtext.source.redaction import redact, redact_options
 from openwebtext.source.retry import describe, with_retries
@@ -41,6 +46,7 @@ __all__ = [
     "Storage",
     "add_storage_option",
     "add_storage_options",
+    "add_text_column",
     "alias",
     "configure",
     "describe",

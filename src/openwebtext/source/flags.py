@@ -1,5 +1,6 @@
 """Command-line arguments shared by ``owt``'s commands and ``owt bench``: where a corpus
-behind URLs is read from (``--storage-option``, ``--cache-dir``, ``--cache-size``).
+behind URLs is read from (``--storage-option``, ``--cache-dir``, ``--cache-size``), and which
+column or field of a table holds the text (``--text-column``).
 
 Here rather than in ``cli`` because ``owt bench`` (``openwebtext.bench``), which ``cli``
 imports, takes them too.
@@ -16,6 +17,7 @@ from openwebtext.source.membercache import parse_size
 __all__ = [
     "add_storage_option",
     "add_storage_options",
+    "add_text_column",
     "size",
     "storage_kwargs",
     "storage_option",
@@ -79,3 +81,14 @@ def storage_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "cache_dir": getattr(args, "cache_dir", None),
         "cache_size": getattr(args, "cache_size", None),
     }
+
+
+def add_text_column(parser: argparse.ArgumentParser) -> None:
+    """``--text-column``: the column of parquet files (field of JSON lines) read as text."""
+    parser.add_argument(
+        "--text-column",
+        default="text",
+        metavar="NAME",
+        help="the column of parquet files, or the field of JSON lines, that holds each "
+        "document's text (default text)",
+    )
