@@ -90,7 +90,7 @@ def test_even_shares_cut_at_rows(tmp_path: Path, folder: Path) -> None:
     assert [len(s) for s in shares] == [37] * 4  # 150 // 4; drop leaves out 2
     everything = [n for s in shares for n in s]
     assert len(set(everything)) == 148
-    padded = [names(Loader(root, rank=r, world_size=4, seed=2, even_rule="pad", workers=0))
+    padded = [names(Loader(root, rank=r, world_size=4, seed=2, even="pad", workers=0))
               for r in range(4)]  # fmt: skip
     assert [len(s) for s in padded] == [38] * 4
     assert len({n for s in padded for n in s}) == 150
@@ -211,7 +211,7 @@ def test_reshard_four_ranks_to_three_reads_the_rest_once(tmp_path: Path, folder:
     from openwebtext import reshard
 
     root = Path(shutil.copytree(folder, tmp_path / "r"))
-    options: dict[str, Any] = {"seed": 5, "shuffle_buffer": 20, "workers": 0, "even_rule": "pad"}
+    options: dict[str, Any] = {"seed": 5, "shuffle_buffer": 20, "workers": 0, "even": "pad"}
     delivered, states = [], []
     for rank in range(4):
         with Loader(root, rank=rank, world_size=4, **options).iter() as it:
