@@ -533,3 +533,42 @@ def test_ray_engine_to_s3_restart_drops_a_nodes_staged_progress(
     got = s3_objects(s3_options["endpoint_url"], "ray-restart/")
     assert got == local_files(tmp_path / "local")
     assert not outputs.staging(str(only)).exists()
+
+
+# -- parquet inputs: the same engine, units are row groups ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def parquet_folder(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from openwebtext import Loader
+    from tables_support import write_parquet
+
+    texts = [d.text for d in Loader(small_corpus, shuffle=False, workers=0)]
+    folder = tmp_path_factory.mktemp("parquet")
+    write_parquet(folder / "train-00000-of-00002.parquet", texts[:70], row_group=9)
+    write_parquet(folder / "train-00001-of-00002.parquet", texts[70:], row_group=9)
+    return folder
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+def test_ray_engine_on_parquet_writes_the_local_engines_files(
+    ray_instance: None, parquet_folder: Path, tmp_path: Path, split: str
+) -> None:
+    corpus = Corpus.open(parquet_folder)
+    assert len(corpus.units) == 14  # row groups: 8 + 6
+    options = PrepareOptions(split_rule=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
+    local = prepare(corpus, tmp_path / "local", options)
+    report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
+    assert _files(tmp_path / "ray") == _files(tmp_path / "local")
+    assert report.meta == local.meta and local.meta["documents"]["train"] > 0
+
+
+def test_read_openwebtext_on_parquet_every_row_once(
+    ray_instance: None, parquet_folder: Path, small_corpus: Path
+) -> None:
+    from openwebtext import Loader
+
+    rows = owt_ray.read_openwebtext(parquet_folder, units_per_task=3).take_all()
+    texts = [d.text for d in Loader(small_corpus, shuffle=False, workers=0)]
+    assert sorted(r["text"] for r in rows) == sorted(texts)
+    assert len({r["name"] for r in rows}) == len(texts) == 120
