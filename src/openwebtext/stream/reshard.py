@@ -109,7 +109,9 @@ def reshard(
         base = _next_level(ordered, sections, cuts, old_world, fit)
     if fit is not None:  # the new ranks number their own windows past every old one
         base = replace(base, next_window=1 + max(n for n, _ in fit[1]))
-    rule = _new_rule(even, old_rule) if world_size > 1 else None  # one share: even by itself
+    rule = _new_rule(even, old_rule)
+    if world_size == 1:  # one share is even by itself
+        rule = None
     out = []
     for rank in range(world_size):
         config = {**first.config, "rank": rank, "world_size": world_size, "even": rule}
