@@ -25,7 +25,7 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.records import TokenDocument
-from openwebtext.stream.packing import PackedBatch, segmented
+from openwebtext.stream.packing import PACKING, PackedBatch, segmented
 from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
@@ -264,8 +264,8 @@ def batches_start(
             packing or window.
     """
     check_sizes(seq_len, batch_size)
-    if packing not in ("concat", "bestfit"):
-        raise ValueError(f"packing must be one of ('concat', 'bestfit'), not {packing!r}")
+    if packing not in PACKING:
+        raise ValueError(f"packing must be one of {PACKING}, not {packing!r}")
     if not int_at_least(window, 1):
         raise ValueError(f"window must be an int >= 1, not {window!r}")
     if state is None:
