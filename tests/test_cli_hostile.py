@@ -29,6 +29,7 @@ from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
 from openwebtext.cli import stream as cli_stream
 from openwebtext.engine import parent as owt_workers
+from openwebtext.stream.schema import STATE_FORMAT
 from support import cut_member, group_pids, outer_tar, sample_docs, wait_until, xz_member
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]
@@ -291,7 +292,6 @@ def test_a_failed_state_write_does_not_hide_the_error_of_the_run(
 # -- 4. messages, not tracebacks ----------------------------------------------------------
 
 
-STATE_FORMAT = "openwebtext-state/1"
 GOOD_POSITION = {"epoch": 0, "block": 0, "in_block": 0}
 
 

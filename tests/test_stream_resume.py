@@ -268,7 +268,7 @@ def test_resume_does_not_reread_finished_units(small_corpus: Path) -> None:
 
 def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     _, state = run(Loader(small_corpus, seed=4), n=10)
-    assert state["format"] == "openwebtext-state/1"
+    assert state["format"] == "openwebtext-state/2"
     assert len(json.dumps(state)) < 2000
     assert state["counters"]["documents"] == 10
     # Saved states of format 1 carry exactly these keys: renaming one breaks them.

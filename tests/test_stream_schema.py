@@ -1,24 +1,34 @@
-"""The typed state records: every kind round-trips through its record, the states the
-release before them saved still load (and this code writes them byte for byte the same),
-a damaged field is one ``StateError`` naming it, and the old spellings of ``even`` still
-work with a warning."""
+"""The state records of format 2: every kind round-trips through its record, this code writes
+the golden states of ``tests/data/states-2.json`` byte for byte (changing them breaks every
+saved checkpoint), and any damaged field at any depth is one ``StateError`` naming its path."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openwebtext import Loader, Options, StateError, reshard
+from openwebtext.codec import Record, replace
 from openwebtext.stream import DocumentState, Position
 from openwebtext.stream.counters import Counters
-from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState, Level, OldRank, Reshard
+from openwebtext.stream.schema import (
+    BATCHES_FORMAT,
+    BatchesState,
+    Begun,
+    Level,
+    OldRank,
+    Reshard,
+    StreamConfig,
+    WindowAt,
+)
 
-GOLDEN = json.loads((Path(__file__).parent / "data" / "states-0.1.json").read_text())
+GOLDEN = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
 
 
 def parse(state: dict[str, Any]) -> DocumentState | BatchesState:
@@ -27,7 +37,7 @@ def parse(state: dict[str, Any]) -> DocumentState | BatchesState:
     return DocumentState.from_json(state)
 
 
-# -- the states of the release before typed states -----------------------------------------
+# -- the golden states of format 2 -----------------------------------------
 
 
 def _doc_state(corpus: Path, n: int, **kw: Any) -> dict[str, Any]:
@@ -47,7 +57,7 @@ def _batch_state(corpus: Path, n: int, packing: str, state: Any = None, **kw: An
 
 
 def written_now(corpus: Path) -> dict[str, Any]:
-    """The states of ``tests/data/states-0.1.json``, taken the same way with this code."""
+    """The states of ``tests/data/states-2.json``, taken the same way with this code."""
     states = {
         "documents": _doc_state(corpus, 17),
         "documents_rank": _doc_state(corpus, 9, rank=1, world_size=3),
@@ -75,8 +85,14 @@ def test_a_saved_state_round_trips_through_its_record(kind: str) -> None:
     assert parse(json.loads(json.dumps(parse(state).to_json()))) == parse(state)
 
 
-def test_this_code_writes_the_states_the_release_before_wrote(indexed: Path) -> None:
-    assert written_now(indexed) == GOLDEN
+def test_this_code_writes_the_golden_states(indexed: Path) -> None:
+    """``OWT_WRITE_GOLDEN=1`` writes them anew: only with a new state format."""
+    now = written_now(indexed)
+    if os.environ.get("OWT_WRITE_GOLDEN") == "1":
+        (Path(__file__).parent / "data" / "states-2.json").write_text(
+            json.dumps(now, indent=1, sort_keys=True) + "\n"
+        )
+    assert now == GOLDEN
 
 
 @pytest.mark.parametrize("kind", ["documents", "documents_rank", "resharded"])
@@ -94,17 +110,19 @@ def test_a_saved_document_state_resumes(indexed: Path, kind: str) -> None:
 # -- every record round-trips ---------------------------------------------------------------
 
 counts = st.integers(0, 2**40)
+positive = st.integers(1, 2**40)
 rules = st.sampled_from(["drop", "pad", None])
 positions = st.builds(Position, counts, counts, counts)
 counters = st.builds(Counters, *([counts] * 11))
-old_ranks = st.builds(OldRank, counts, counts, st.none() | counts, counts)
+old_ranks = st.builds(OldRank, counts, counts, counts, st.booleans(), counts)
 
 
 @st.composite
 def levels(draw: Any, best_fit: bool) -> Level:
     n = draw(st.integers(1, 5))
     ints = st.lists(counts, min_size=n, max_size=n).map(tuple)
-    windows = st.lists(st.tuples(counts, counts), min_size=n, max_size=n).map(tuple)
+    at = st.builds(WindowAt, counts, counts)
+    windows = st.lists(at, min_size=n, max_size=n).map(tuple)
     return Level(n, draw(rules), draw(ints), draw(ints), draw(windows) if best_fit else None)
 
 
@@ -114,7 +132,7 @@ def sections(draw: Any) -> Reshard:
     ranks = draw(st.lists(old_ranks, min_size=1, max_size=6).map(tuple))
     world = draw(st.integers(1, 8))
     exact = draw(st.none() | st.lists(st.booleans(), min_size=len(ranks), max_size=len(ranks)))
-    windows = st.lists(st.tuples(counts, counts, counts), max_size=4).map(tuple)
+    begun = st.builds(Begun, st.integers(0, len(ranks) - 1), counts, counts)
     return Reshard(
         world_size=len(ranks),
         epoch=draw(counts),
@@ -125,15 +143,23 @@ def sections(draw: Any) -> Reshard:
         rule=draw(rules),
         counted=draw(st.booleans()),
         exact=None if exact is None else tuple(exact),
-        window=draw(st.integers(1, 10**6)) if best_fit else None,
-        windows=draw(windows) if best_fit else None,
+        window=draw(positive) if best_fit else None,
+        windows=tuple(draw(st.lists(begun, max_size=4))) if best_fit else None,
         next_window=draw(counts) if best_fit else None,
     )
 
 
-configs = st.fixed_dictionaries(
-    {"corpus": st.text(max_size=16), "units": counts, "even": rules, "rank": counts}
-)
+@st.composite
+def configs(draw: Any, units: int = 0) -> StreamConfig:
+    world = draw(st.integers(1, 64))
+    return StreamConfig(
+        corpus=draw(st.text(max_size=16)), units=max(units, draw(counts)),
+        shuffle=draw(st.booleans()), seed=draw(counts), shuffle_buffer=draw(counts),
+        rank=draw(st.integers(0, world - 1)), world_size=world, even=draw(rules),
+        split=draw(st.sampled_from(["all", "train", "val"])),
+        val_fraction=draw(st.floats(1e-9, 1 - 1e-9)), val_seed=draw(counts),
+        max_document_bytes=draw(positive), tokenizer=draw(st.none() | st.text(max_size=8)),
+    )  # fmt: skip
 
 
 @st.composite
@@ -143,22 +169,19 @@ def document_states(draw: Any) -> DocumentState:
     counted = draw(counters)
     if section is None:  # fields that agree: what is handed out covers the position
         handed = max(counted.epoch_documents, position.in_block)
-        counted = Counters(**{**counted.to_json(), "epoch_documents": handed,
-                              "documents": max(handed, counted.documents)})  # fmt: skip
-        config = draw(configs)
-        config["units"] = max(config["units"], position.block)
-        return DocumentState(config, position, counted)
-    return DocumentState(draw(configs), position, counted, section)
+        documents = max(handed, counted.documents)
+        counted = replace(counted, epoch_documents=handed, documents=documents)
+        return DocumentState(draw(configs(units=position.block)), position, counted)
+    return DocumentState(draw(configs()), position, counted, section)
 
 
 @st.composite
 def batches_states(draw: Any) -> BatchesState:
     best_fit = draw(st.booleans())
-    sizes = st.integers(1, 10**6)
     return BatchesState(
-        draw(sizes), draw(sizes), draw(document_states()), draw(counts), draw(counts),
+        draw(positive), draw(positive), draw(document_states()), draw(counts), draw(counts),
         "bestfit" if best_fit else "concat",
-        draw(sizes) if best_fit else None,
+        draw(positive) if best_fit else None,
         draw(counts) if best_fit else 0,
         draw(counts) if best_fit else 0,
         draw(st.none() | counts) if best_fit else None,
@@ -178,70 +201,127 @@ def test_every_batches_state_round_trips(state: BatchesState) -> None:
     assert BatchesState.from_json(saved) == state
 
 
-# -- a damaged field is named -------------------------------------------------------------
-
-DOCS = GOLDEN["documents"]
-RESHARDED = GOLDEN["resharded"]
-BATCHES = GOLDEN["batches_bestfit"]
+# -- a damaged field, at any depth, is one error naming its path ---------------------------
 
 
-def damaged(state: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = json.loads(json.dumps(state))
-    *parents, key = path.split(".")
-    node = out
-    for parent in parents:
-        node = node[parent]
-    node[key] = value
+def _paths(node: Any, at: str = "") -> list[tuple[str, tuple[Any, ...]]]:
+    """Every ``(dotted path, key path)`` of a JSON tree below its root."""
+    out: list[tuple[str, tuple[Any, ...]]] = []
+    items = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, child in items:
+        path = f"{at}[{key}]" if isinstance(key, int) else f"{at}.{key}" if at else key
+        out.append((path, (key,)))
+        if isinstance(child, (dict, list)):
+            out += [(p, (key, *keys)) for p, keys in _paths(child, path)]
     return out
+
+
+def _wrong_values(value: Any) -> list[Any]:
+    """Values no field holding ``value`` accepts (every int field of a state is >= 0)."""
+    if isinstance(value, bool):
+        return [0, "true", None if value else 1.5]
+    if isinstance(value, int):
+        return [True, str(value), -1, 0.5 + value]
+    if isinstance(value, float):
+        return ["x", True]
+    if isinstance(value, str):
+        return [3, False, ["x"]]
+    if value is None:
+        return [{"x": 1}, -1]
+    return [7, "x"] if value else [7]
+
+
+def _mutants(state: dict[str, Any]) -> st.SearchStrategy[tuple[str, dict[str, Any], str]]:
+    """``(what, damaged state, the path the error must name)``."""
+    cases: list[tuple[str, dict[str, Any], str]] = []
+    for path, keys in _paths(state):
+        last = keys[-1]
+        for wrong in _wrong_values(_get(state, keys)):
+            cases.append((f"{path}={wrong!r}", _set(state, keys, wrong), path))
+        if isinstance(last, str) and last != "format":
+            cases.append((f"{path} missing", _set(state, keys, _DELETE), path))
+    for path, keys in [("", ()), *_paths(state)]:
+        if isinstance(_get(state, keys), dict):
+            extra = f"{path}.extra" if path else "extra"
+            cases.append((f"{extra} added", _set(state, (*keys, "extra"), 1), extra))
+    return st.sampled_from(cases)
+
+
+_DELETE = object()
+
+
+def _get(node: Any, keys: tuple[Any, ...]) -> Any:
+    for key in keys:
+        node = node[key]
+    return node
+
+
+def _set(state: dict[str, Any], keys: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(state))
+    *parents, last = keys
+    node = _get(out, tuple(parents))
+    if value is _DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(GOLDEN))
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: Any) -> None:
+    state = GOLDEN[kind]
+    what, bad, path = data.draw(_mutants(state))
+    try:
+        parsed = parse(bad)
+    except StateError as exc:
+        assert exc.field is not None and exc.field in str(exc), (what, str(exc))
+        if what.endswith("missing") and exc.field != path:
+            # A key with a default is read at it; the record's check then names the field
+            # that disagrees with it: one of the record's own, or of a record around it.
+            record = path.rpartition(".")[0]
+            assert record.startswith(exc.field.rpartition(".")[0]), (what, str(exc))
+            return
+        assert exc.field == path, (what, str(exc))
+        return
+    # Only a field with a default may be left out: the record reads it at its default.
+    assert what.endswith("missing"), what
+    assert isinstance(parsed, Record)
 
 
 @pytest.mark.parametrize(
     ("state", "path", "value", "message"),
     [
-        (DOCS, "position.block", "3", r"position\.block is '3', not an int >= 0"),
-        (DOCS, "position.in_block", True, r"position\.in_block is True"),
-        (DOCS, "counters.tokens", -1, r"counters\.tokens is -1"),
-        (DOCS, "counters", [], r"counters is list, not an object"),
-        (DOCS, "config", None, r"config is null, not an object"),
-        (DOCS, "position.in_block", 10**6, r"in_block=1000000 is more than the counters"),
-        (RESHARDED, "reshard.ranks", [[0, 1, 2]], r"reshard\.ranks malformed"),
-        (RESHARDED, "reshard.share", [2, 2], r"reshard\.share malformed"),
-        (RESHARDED, "reshard.exact", [True], r"reshard\.exact malformed"),
-        (RESHARDED, "reshard.rule", "even", r"reshard\.rule is 'even'"),
-        (RESHARDED, "reshard.counted", 0, r"reshard\.counted is 0, not true or false"),
-        (BATCHES, "window", 0, r"bad batches state: window is 0, not null or an int >= 1"),
-        (BATCHES, "packing", "greedy", r"packing is 'greedy'"),
-        (BATCHES, "row", -2, r"row is -2"),
-        (BATCHES, "documents.position.epoch", None, r"position\.epoch is None"),
+        (GOLDEN["documents"], "position.in_block", 10**6, r"in_block=1000000 is more than"),
+        (GOLDEN["resharded"], "reshard.share", [2, 2], r"reshard\.share: \[2, 2\] is not"),
+        (GOLDEN["resharded"], "reshard.exact", [True], r"reshard\.exact: must hold one flag"),
+        (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
     ],
 )
-def test_a_damaged_field_is_one_error_naming_it(
+def test_fields_that_disagree_name_their_record(
     state: dict[str, Any], path: str, value: Any, message: str
 ) -> None:
-    assert parse(state) is not None  # the golden state itself is good
+    keys = tuple(path.split("."))
     with pytest.raises(StateError, match=message):
-        parse(damaged(state, path, value))
+        parse(_set(state, keys, value))
 
 
-# -- one spelling of even; the old ones still work, with a warning -----------------------------
+def test_what_is_not_a_state_is_said() -> None:
+    with pytest.raises(StateError, match="not an openwebtext state of format"):
+        DocumentState.from_json(GOLDEN["batches_concat"])
+    with pytest.raises(StateError, match="found 'list'"):
+        BatchesState.from_json([])
 
 
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ({"even": True}, {"even": "drop"}),
-        ({"even": True, "even_rule": "pad"}, {"even": "pad"}),
-        ({"even": False}, {"even": None}),
-        ({"even_rule": "pad"}, {"even": "pad"}),
-    ],
-)
-def test_the_old_spellings_of_even_warn_and_mean_the_same(
-    old: dict[str, Any], new: dict[str, Any]
-) -> None:
-    with pytest.warns(DeprecationWarning, match="is deprecated: pass even="):
-        options = Options(world_size=2, **old)
-    assert options == Options(world_size=2, **new)
-    assert options.even_rule is None
+# -- one spelling of even ------------------------------------------------------------------
+
+
+def test_the_old_spellings_of_even_are_refused() -> None:
+    with pytest.raises(ValueError, match="even must be 'drop', 'pad' or None, not True"):
+        Options(world_size=2, even=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="even_rule"):
+        Options(world_size=2, even_rule="pad")  # type: ignore[call-arg]
 
 
 def test_even_is_a_rule_or_none() -> None:
@@ -252,11 +332,8 @@ def test_even_is_a_rule_or_none() -> None:
         Options(even="yes")  # type: ignore[arg-type]
 
 
-def test_reshard_old_spelling_warns() -> None:
+def test_reshard_takes_a_rule() -> None:
     states = [GOLDEN["documents"]]
-    with pytest.warns(DeprecationWarning, match=r"reshard\(even=True\) is deprecated"):
-        new = reshard(states, 2, even=True)
-    assert new == reshard(states, 2, even="drop")
     assert reshard(states, 2)[0]["config"]["even"] is None  # the run's own: one share
     with pytest.raises(ValueError, match="even must be 'drop', 'pad', None or 'keep'"):
         reshard(states, 2, even="yes")  # type: ignore[arg-type]

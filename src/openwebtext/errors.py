@@ -137,7 +137,16 @@ class OutputError(OWTError):
 
 
 class StateError(OWTError):
-    """A saved state that cannot resume this loader (other corpus, seed, options)."""
+    """A saved state or record that cannot be read, or cannot resume this loader (other
+    corpus, seed, options). ``field`` is the dotted path of the first wrong field of a record
+    (``reshard.ranks[1].handed``), or None when the record as a whole does not fit."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.field))
 
 
 class TooManyErrors(OWTError):

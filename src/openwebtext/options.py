@@ -8,7 +8,6 @@ check, the command line's resume and the tests all read that one list.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, Literal, TypeGuard
 
@@ -78,8 +77,6 @@ class Options:
             ``S - 1``; None: shares differ by at most one document. Both are
             counted in ``Stats`` and said once. Sharded runs need the counts
             of ``owt index`` (taken on first use).
-        even_rule: Deprecated: pass the rule as ``even``. (``even=True`` and
-            ``even=False`` are deprecated spellings of ``"drop"`` and None.)
         split: ``all`` documents, or the held-out ``val`` split, or the
             ``train`` rest; decided per document name by a keyed hash.
         val_fraction: The share of documents held out (nanoGPT: 0.0005).
@@ -110,7 +107,6 @@ class Options:
     rank: int = field(default=0, metadata=SHAPES)
     world_size: int = field(default=1, metadata=SHAPES)
     even: EvenRule | None = field(default="drop", metadata=SHAPES)
-    even_rule: EvenRule | None = None
     split: SplitName = field(default="all", metadata=SHAPES)
     val_fraction: float = field(default=0.0005, metadata=SHAPES)
     val_seed: int = field(default=2357, metadata=SHAPES)
@@ -140,7 +136,10 @@ class Options:
             self.epochs is None or (_is_int(self.epochs) and self.epochs >= 1),
             f"epochs must be None or >= 1, not {self.epochs!r}",
         )
-        self._spell_even()
+        need(
+            self.even in ("drop", "pad", None),
+            f"even must be 'drop', 'pad' or None, not {self.even!r}",
+        )
         need(
             self.split in ("all", "train", "val"),
             f"split must be 'all', 'train' or 'val', not {self.split!r}",
@@ -175,22 +174,6 @@ class Options:
             f"tokenizer must be None or a tokenizer spec such as 'gpt2', not {self.tokenizer!r}",
         )
 
-    def _spell_even(self) -> None:
-        """Turn the deprecated spellings (``even=True/False``, ``even_rule=``) into the one."""
-        even, rule = self.even, self.even_rule
-        if isinstance(even, bool):
-            _deprecated(f"even={even}", f"even={(rule or 'drop')!r}" if even else "even=None")
-            even = (rule or "drop") if even else None
-        elif rule is not None:
-            _deprecated(f"even_rule={rule!r}", f"even={rule!r}")
-            even = rule if even is not None else None
-        if even not in ("drop", "pad", None):
-            raise ValueError(f"even must be 'drop', 'pad' or None, not {even!r}")
-        if rule is not None and rule not in ("drop", "pad"):
-            raise ValueError(f"even_rule must be 'drop' or 'pad', not {rule!r}")
-        object.__setattr__(self, "even", even)
-        object.__setattr__(self, "even_rule", None)
-
     @property
     def even_mode(self) -> EvenRule | None:
         """The rule in force: ``even`` when there is more than one share, else None (one
@@ -202,10 +185,6 @@ class Options:
         """Whether the stream needs every member's document count: to cut the epoch into
         shares at documents (``world_size > 1``)."""
         return self.world_size > 1
-
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} is deprecated: pass {new}", DeprecationWarning, stacklevel=5)
 
 
 def _shaping_fields() -> tuple[str, ...]:

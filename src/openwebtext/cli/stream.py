@@ -4,14 +4,13 @@ lines on stdout (``jsonl``); ``--state-out`` and ``--resume`` save and continue 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from openwebtext import interrupts
+from openwebtext import codec, interrupts
 from openwebtext.cli.args import (
     Subparsers,
     add_jobs,
@@ -132,7 +131,7 @@ def _delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
     if written is None:
         return stats
     counted = written.counted()
-    return dataclasses.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
+    return codec.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
 
 
 def _check_not_finished(path: str, state: DocumentState, options: Options) -> None:

@@ -26,7 +26,7 @@ from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.records import TokenDocument
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
-from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
+from openwebtext.stream.schema import BatchesState, DocumentState
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -205,14 +205,10 @@ class Batches:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         mark = self._pending[0][0] if self._pending else None
         documents, offset = self._docs.state_dict(mark), self._head
-        return {
-            "format": BATCHES_FORMAT,
-            "seq_len": self.seq_len,
-            "batch_size": self.batch_size,
-            "documents": documents,
-            "offset": offset,
-            "batches": self._batches,
-        }
+        state = BatchesState(
+            self.seq_len, self.batch_size, DocumentState.from_json(documents), offset, self._batches
+        )
+        return state.to_json()
 
     @property
     def stats(self) -> Stats:

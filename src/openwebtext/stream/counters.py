@@ -2,79 +2,57 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any
-
-from openwebtext.errors import StateError
+from openwebtext import codec
+from openwebtext.codec import Count, Record
 
 __all__ = ["Counters"]
 
 
-@dataclass(frozen=True, slots=True)
-class Counters:
+class Counters(Record, frozen=True):
     """Running counts of a stream: the ``counters`` of its state, under the same names.
 
     The one record of counts: the stream keeps one, a ``Mark`` holds one, and
     ``Stats`` is one (plus the names of what was skipped).
     """
 
-    documents: int = 0
+    documents: Count = 0
     """Documents handed out."""
-    text_bytes: int = 0
+    text_bytes: Count = 0
     """UTF-8 bytes of the documents handed out."""
-    epoch_documents: int = 0
+    epoch_documents: Count = 0
     """Documents handed out in the current epoch (even sharding stops at its target)."""
-    units: int = 0
+    units: Count = 0
     """Units (members) read."""
-    skipped_members: int = 0
-    skipped_documents: int = 0
-    replaced_documents: int = 0
+    skipped_members: Count = 0
+    skipped_documents: Count = 0
+    replaced_documents: Count = 0
     """Documents whose invalid UTF-8 became U+FFFD (``decode_errors="replace"``)."""
-    tokens: int = 0
+    tokens: Count = 0
     """Token ids handed out, end-of-text ids included (with a ``tokenizer``)."""
-    partial_members: int = 0
+    partial_members: Count = 0
     """Members cut short whose documents before the cut were delivered (named in ``skipped``)."""
-    repeated_documents: int = 0
+    repeated_documents: Count = 0
     """Documents handed out again to keep ranks even (under ``pad``: a pass past the share's
     end after skips, or the first documents of the next share), counted when each ends."""
-    dropped_documents: int = 0
+    dropped_documents: Count = 0
     """Documents of an epoch left out under ``drop`` so that the shares stay even (counted
     by the last share when its epoch ends, or starts in a resharded epoch)."""
-
-    @classmethod
-    def from_json(cls, counters: Any) -> Counters:
-        """The counters of a state's ``counters`` object (missing ones are 0).
-
-        Raises:
-            StateError: not an object, or a count that is not an int >= 0.
-        """
-        if not isinstance(counters, dict):
-            kind = "null" if counters is None else type(counters).__name__
-            raise StateError(f"bad state: counters is {kind}, not an object")
-        for key, value in counters.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise StateError(f"bad state: counters.{key} is {value!r}, not an int >= 0")
-        return cls(*(counters.get(f.name, 0) for f in fields(Counters)))
-
-    def to_json(self) -> dict[str, int]:
-        """The ``counters`` object of a state."""
-        return {f.name: getattr(self, f.name) for f in fields(Counters)}
 
     def unit_read(self, replaced: int) -> Counters:
         """These counts after reading one more unit (``replaced``: its documents decoded with
         ``errors="replace"``)."""
-        return replace(
+        return codec.replace(
             self, units=self.units + 1, replaced_documents=self.replaced_documents + replaced
         )
 
     def repeated(self, before: int) -> Counters:
         """These counts with the documents of the epoch since ``before`` counted as repeated."""
         repeated = self.repeated_documents + self.epoch_documents - before
-        return replace(self, repeated_documents=repeated)
+        return codec.replace(self, repeated_documents=repeated)
 
     def handed(self, documents: int, text_bytes: int, tokens: int) -> Counters:
         """These counts after handing out ``documents`` more (of these sizes)."""
-        return replace(
+        return codec.replace(
             self,
             documents=self.documents + documents,
             text_bytes=self.text_bytes + text_bytes,

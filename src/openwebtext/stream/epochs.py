@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
+from openwebtext.codec import replace
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
 from openwebtext.options import Options

@@ -27,6 +27,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
+from openwebtext.stream.schema import BatchesState, DocumentState
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
@@ -319,19 +320,11 @@ class BestFitBatches:
                 documents = self._docs.state_dict(self._reading.mark)
             else:
                 documents = self._docs.state_dict(None if self._carry is None else self._carry[0])
-        return {
-            "format": "openwebtext-batches/1",
-            "seq_len": self.seq_len,
-            "batch_size": self.batch_size,
-            "documents": documents,
-            "offset": 0,
-            "batches": self._batches,
-            "packing": "bestfit",
-            "window": self.window,
-            "window_number": number,
-            "window_epoch": epoch,
-            "row": row,
-        }
+        state = BatchesState(
+            self.seq_len, self.batch_size, DocumentState.from_json(documents), 0, self._batches,
+            "bestfit", self.window, number, row, epoch,
+        )  # fmt: skip
+        return state.to_json()
 
     @property
     def stats(self) -> Stats:

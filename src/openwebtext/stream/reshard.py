@@ -9,28 +9,32 @@ counts). The section is O(old ranks) integers, never a list of documents.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any, Literal, TypeAlias
 
+from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
     STATE_FORMAT,
     BatchesState,
+    Begun,
+    Counters,
     DocumentState,
     Level,
     OldRank,
     Position,
     Reshard,
     Rule,
+    StreamConfig,
+    WindowAt,
 )
 
 __all__ = ["KEEP", "reshard"]
 
 #: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
 KEEP: Literal["keep"] = "keep"
-Even: TypeAlias = Rule | Literal["keep"] | bool | None
+Even: TypeAlias = Rule | Literal["keep"] | None
 
 
 def reshard(
@@ -59,8 +63,7 @@ def reshard(
         even: How the new ranks are evened out: ``"drop"``, ``"pad"``, None (not evened
             out), or ``"keep"`` (the default: the run's own rule). The new ranks'
             ``Loader`` must say the same (``even=``): a state that disagrees is refused
-            with the argument to pass. (``True``/``False`` are deprecated spellings of the
-            old rule, ``drop`` if there was none, and None.)
+            with the argument to pass.
 
     Raises:
         StateError: a state is not a state, ranks are missing or given twice, the states
@@ -85,16 +88,13 @@ def reshard(
         batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)
     ]
     sections = [d.reshard for d in ordered]
-    old_rule = _rule_of(first.config.get("even"))
+    old_rule = first.config.even
     if all(section is None for section in sections):
         base = Reshard(
             world_size=old_world,
             epoch=epoch,
             even=old_rule,
-            ranks=tuple(
-                OldRank(d.position.block, d.position.in_block, _handed(d, epoch), cut)
-                for d, cut in zip(ordered, cuts, strict=True)
-            ),
+            ranks=tuple(_old_rank(d, epoch, cut) for d, cut in zip(ordered, cuts, strict=True)),
             levels=(),
             share=(0, 1),
             rule=None,
@@ -103,20 +103,21 @@ def reshard(
         )
         if fit is not None:  # the windows old ranks had begun, each to be packed again
             window, numbers = fit
-            begun = tuple((r, n, row) for r, (n, row) in enumerate(numbers) if row > 0)
-            base = replace(base, window=window, windows=begun)
+            begun = tuple(Begun(r, w.number, w.rows) for r, w in enumerate(numbers) if w.rows)
+            next_window = 1 + max(w.number for w in numbers)
+            base = replace(base, window=window, windows=begun, next_window=next_window)
     else:
         base = _next_level(ordered, sections, cuts, old_world, fit)
     if fit is not None:  # the new ranks number their own windows past every old one
-        base = replace(base, next_window=1 + max(n for n, _ in fit[1]))
+        base = replace(base, next_window=1 + max(w.number for w in fit[1]))
     rule = _new_rule(even, old_rule)
     if world_size == 1:  # one share is even by itself
         rule = None
     out = []
     for rank in range(world_size):
-        config = {**first.config, "rank": rank, "world_size": world_size, "even": rule}
+        config = replace(first.config, rank=rank, world_size=world_size, even=rule)
         section = replace(base, share=(rank, world_size), rule=rule, counted=False)
-        state = DocumentState(config, Position(base.epoch), reshard=section)
+        state = DocumentState(config, Position(base.epoch), Counters(), section)
         if not batches:
             out.append(state.to_json())
             continue
@@ -135,25 +136,10 @@ def reshard(
     return out
 
 
-def _rule_of(value: Any) -> Rule | None:
-    if value not in ("drop", "pad", None):
-        raise StateError(f"bad state: config.even is {value!r}, not 'drop', 'pad' or null")
-    rule: Rule | None = value
-    return rule
-
-
 def _new_rule(even: Even, old: Rule | None) -> Rule | None:
     """The new ranks' rule for ``reshard(even=…)``."""
     if even == KEEP:
         return old
-    if isinstance(even, bool):  # deprecated spellings
-        import warnings
-
-        new = repr(old or "drop") if even else "None"
-        warnings.warn(
-            f"reshard(even={even}) is deprecated: pass even={new}", DeprecationWarning, 3
-        )
-        return (old or "drop") if even else None
     if even not in ("drop", "pad", None):
         raise ValueError(f"even must be 'drop', 'pad', None or 'keep', not {even!r}")
     return even
@@ -186,30 +172,27 @@ def _parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | 
 
 def _best_fit(
     states: Sequence[BatchesState], by_rank: Mapping[int, int], world: int
-) -> tuple[int, list[tuple[int, int]]] | None:
+) -> tuple[int, list[WindowAt]] | None:
     """Best-fit batches: the window size, and each old rank's ``(window number, rows of it
     handed out)``; None for concat batches."""
     if states[0].packing != "bestfit":
         return None
     window = states[0].window
     assert window is not None  # a best-fit state has one (``BatchesState.from_json``)
-    numbers = [(states[by_rank[r]].window_number, states[by_rank[r]].row) for r in range(world)]
+    ordered = [states[by_rank[r]] for r in range(world)]
+    numbers = [WindowAt(s.window_number, s.row) for s in ordered]
     return window, numbers
 
 
-def _by_rank(configs: Sequence[Mapping[str, Any]]) -> tuple[int, dict[int, int]]:
+def _by_rank(configs: Sequence[StreamConfig]) -> tuple[int, dict[int, int]]:
     """The old world size, and the index of each rank's state; refuse gaps and doubles."""
-    worlds = {c.get("world_size") for c in configs}
+    worlds = {c.world_size for c in configs}
     if len(worlds) > 1:
-        raise StateError(f"states of different runs: world sizes {sorted(map(str, worlds))}")
+        raise StateError(f"states of different runs: world sizes {sorted(worlds)}")
     world = next(iter(worlds))
-    if not int_at_least(world, 1):
-        raise StateError(f"bad state: config.world_size is {world!r}")
     by_rank: dict[int, int] = {}
     for k, config in enumerate(configs):
-        rank = config.get("rank")
-        if not isinstance(rank, int) or not 0 <= rank < world:
-            raise StateError(f"bad state {k}: rank {rank!r} of world_size {world}")
+        rank = config.rank
         if rank in by_rank:
             raise StateError(
                 f"two states of rank {rank} (states {by_rank[rank]} and {k}): give each "
@@ -225,13 +208,14 @@ def _by_rank(configs: Sequence[Mapping[str, Any]]) -> tuple[int, dict[int, int]]
     return world, by_rank
 
 
-def _same_run(configs: Sequence[Mapping[str, Any]], by_rank: Mapping[int, int]) -> None:
-    reference = configs[by_rank[0]]
+def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> None:
+    reference = replace(configs[by_rank[0]], rank=0)
     for rank, k in sorted(by_rank.items()):
+        other = replace(configs[k], rank=0)
         differ = [
-            f"{key}: rank 0 {reference.get(key)!r}, rank {rank} {configs[k].get(key)!r}"
-            for key in sorted(set(reference) | set(configs[k]))
-            if key != "rank" and reference.get(key) != configs[k].get(key)
+            f"{key}: rank 0 {getattr(reference, key)!r}, rank {rank} {getattr(other, key)!r}"
+            for key in reference.__struct_fields__
+            if getattr(reference, key) != getattr(other, key)
         ]
         if differ:
             raise StateError("states of different runs: " + "; ".join(differ))
@@ -255,9 +239,12 @@ def _at_start(state: DocumentState) -> bool:
     return position.block == position.in_block == state.counters.epoch_documents == 0
 
 
-def _handed(state: DocumentState, epoch: int) -> int | None:
-    """The state's documents of the epoch (None: it is past ``epoch``, finished)."""
-    return None if state.position.epoch > epoch else state.counters.epoch_documents
+def _old_rank(state: DocumentState, epoch: int, cut: int) -> OldRank:
+    """An old rank at ``state``: finished if it is past ``epoch``."""
+    position = state.position
+    if position.epoch > epoch:
+        return OldRank(position.block, position.in_block, finished=True, cut=cut)
+    return OldRank(position.block, position.in_block, state.counters.epoch_documents, cut=cut)
 
 
 def _next_level(
@@ -265,7 +252,7 @@ def _next_level(
     sections: Sequence[Reshard | None],
     cuts: Sequence[int],
     world: int,
-    fit: tuple[int, list[tuple[int, int]]] | None,
+    fit: tuple[int, list[WindowAt]] | None,
 ) -> Reshard:
     """The section of states that are shares of a resharded epoch, one level deeper."""
     present = [s for s in sections if s is not None]
@@ -297,4 +284,4 @@ def _next_level(
         cuts=tuple(cuts),
         windows=None if fit is None else tuple(fit[1]),
     )
-    return replace(bases[0], levels=(*bases[0].levels, level), next_window=None)
+    return replace(bases[0], levels=(*bases[0].levels, level))

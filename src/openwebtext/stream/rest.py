@@ -159,21 +159,21 @@ class Rest:
         self.starts: list[int] = []
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
-        begun = {r: (number, skip) for r, number, skip in section.windows or ()}
+        begun = {b.rank: (b.number, b.rows) for b in section.windows or ()}
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
         size = section.window or 0
         for r, old in enumerate(section.ranks):
             whole = self.shares[r].documents
-            if old.handed is not None:  # the same check as a stream resumed on the old rank
+            if not old.finished:  # the same check as a stream resumed on the old rank
                 counts_r = self.shares[r].counts
                 assert counts_r is not None
                 check_position(
                     counts_r, self.size, self.targets[r], (old.block, old.in_block, old.handed),
                     exact=exact[r], whose=f"old rank {r}'s share of epoch {self.epoch}",
                 )  # fmt: skip
-            remaining = 0 if old.handed is None else max(0, whole - old.handed)
+            remaining = 0 if old.finished else max(0, whole - old.handed)
             self.starts.append(at)
             first = at
             if r in begun and remaining:  # its window's documents: a window, not the sequence
@@ -194,7 +194,7 @@ class Rest:
                 share, _ = cut_share(spans, s, level.world_size, level.rule)
                 done, cut = level.done[s], level.cuts[s]
                 if level.windows is not None:  # best fit: what of its windows and share is left
-                    number, row = level.windows[s]
+                    number, row = level.windows[s].number, level.windows[s].rows
                     dealt = windows[s :: level.world_size]
                     left_windows, left = _windows_left(dealt, share, done, number, row, size)
                     carried += left_windows
@@ -238,7 +238,7 @@ class Rest:
                 stop = min(b, end)
                 k = a - self.starts[r]
                 old = ranks[r]
-                handed = -1 if old.handed is None else old.handed
+                handed = -1 if old.finished else old.handed
                 share, target = self.shares[r], self.targets[r]
                 assert share.counts is not None
                 at = advance(share.counts, self.size, (old.block, old.in_block, handed), k, target)

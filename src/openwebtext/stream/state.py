@@ -15,21 +15,26 @@ documents that follow.
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import msgspec
+
+from openwebtext.codec import Count
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
 from openwebtext.stream.counters import Counters
-from openwebtext.stream.schema import SHARES, STATE_FORMAT, DocumentState, Position, Reshard
+from openwebtext.stream.schema import (
+    STATE_FORMAT,
+    DocumentState,
+    Position,
+    Reshard,
+    StreamConfig,
+)
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
-    "SHARES",
     "STATE_FORMAT",
     "Counters",
     "Mark",
@@ -47,13 +52,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class Stats(Counters):
+class Stats(Counters, frozen=True):
     """What an iterator has delivered and left out so far (``DocumentIterator.stats``)."""
 
     skipped: tuple[str, ...] = ()
     """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
-    skipped_files: int = 0
+    skipped_files: Count = 0
     """Files left out when the corpus was opened under ``skip`` (named in ``skipped``)."""
 
 
@@ -97,7 +101,7 @@ class Mark(NamedTuple):
             return Position(self.epoch, self.block_end, 0)
         return Position(self.epoch, self.block, self.in_block)
 
-    def state(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def state(self, config: StreamConfig) -> dict[str, Any]:
         """The state at this mark, for a stream of ``config``.
 
         In the rest of a resharded epoch the position is the share's documents handed out
@@ -116,7 +120,7 @@ def handed_sum(order: list[int] | None, first: int, end: int, values: list[int])
     return sum([values[k] for k in order[first:end]])
 
 
-def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> dict[str, Any]:
+def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> StreamConfig:
     """What a state of this stream must agree with (``state.stream_config``)."""
     vocabulary = None if tokenizer is None else tokenizer.fingerprint
     return stream_config(corpus.fingerprint(), len(corpus.units), options, tokenizer=vocabulary)
@@ -124,21 +128,14 @@ def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> 
 
 def stream_config(
     fingerprint: str, units: int, options: Options, *, tokenizer: str | None = None
-) -> dict[str, Any]:
-    """What a state must agree with to resume a stream.
-
-    ``tokenizer`` is the vocabulary's fingerprint when the
-    stream hands out token ids: a state counts tokens, and a packer's state
-    cuts inside a document's ids.
+) -> StreamConfig:
+    """What a state must agree with to resume a stream: the corpus, the options that shape
+    the stream (``even``: the rule in force), and ``tokenizer``, the vocabulary's fingerprint
+    when the stream hands out ids (a state counts tokens, a packer's cuts inside a document).
     """
-    config: dict[str, Any] = {"corpus": fingerprint, "units": units}
-    for name in SHAPING:
-        config[name] = getattr(options, name)
-    config["even"] = options.even_mode  # the rule, while ranks are evened out
-    config["tokenizer"] = tokenizer
-    if options.world_size > 1:  # shares cut at documents: a state of whole-member shares
-        config["shares"] = SHARES  # (before 0.2) is refused, not read from the wrong place
-    return config
+    shaping = {name: getattr(options, name) for name in SHAPING}
+    shaping["even"] = options.even_mode
+    return StreamConfig(corpus=fingerprint, units=units, tokenizer=tokenizer, **shaping)
 
 
 def load_state(path: str | os.PathLike[str]) -> DocumentState:
@@ -150,17 +147,17 @@ def load_state(path: str | os.PathLike[str]) -> DocumentState:
     """
     try:
         with open(path, "rb") as f:
-            state = json.loads(f.read())
+            state = msgspec.json.decode(f.read())
     except OSError as exc:
         raise StateError(
             f"{os.fspath(path)}: cannot read the state: {exc.strerror or exc}"
         ) from exc
-    except ValueError as exc:  # not JSON, or not UTF-8
+    except msgspec.DecodeError as exc:  # not JSON, or not UTF-8
         raise StateError(f"{os.fspath(path)}: not a JSON state file: {exc}") from exc
     try:
         return DocumentState.from_json(state)
     except StateError as exc:
-        raise StateError(f"{os.fspath(path)}: {exc}") from None
+        raise StateError(f"{os.fspath(path)}: {exc}", exc.field) from None
 
 
 def parse_state(state: Any) -> DocumentState:
@@ -172,7 +169,7 @@ def parse_state(state: Any) -> DocumentState:
     return state if isinstance(state, DocumentState) else DocumentState.from_json(state)
 
 
-def check_state(state: Any, config: Mapping[str, Any]) -> DocumentState:
+def check_state(state: Any, config: StreamConfig) -> DocumentState:
     """Parse a saved state and check it against this stream's ``config``.
 
     Raises:
@@ -181,23 +178,23 @@ def check_state(state: Any, config: Mapping[str, Any]) -> DocumentState:
             position past the end of the plan.
     """
     parsed = parse_state(state)
-    saved = parsed.config
-    differ = [key for key, value in config.items() if saved.get(key) != value]
+    saved, now = msgspec.structs.asdict(parsed.config), msgspec.structs.asdict(config)
+    differ = [key for key, value in now.items() if saved[key] != value]
     if differ:
-        hints = [hint for key in differ if (hint := _resume_hint(key, saved)) is not None]
+        hints = [f"{key}={saved[key]!r}" for key in differ if key in SHAPING]
         raise StateError(
             "the state was saved for another stream; "
-            + "; ".join(f"{key}: saved {saved.get(key)!r}, now {config[key]!r}" for key in differ)
+            + "; ".join(f"{key}: saved {saved[key]!r}, now {now[key]!r}" for key in differ)
             + (f" (to resume it, pass {', '.join(hints)})" if hints else "")
         )
     position = parsed.position
-    if config.get("even") is None:  # evened-out ranks may wrap around their share
-        check_block(position.block, position.in_block, config["units"], config["rank"])
+    if config.even is None:  # evened-out ranks may wrap around their share
+        check_block(position.block, position.in_block, config.units, config.rank)
     return parsed
 
 
 def resume_point(
-    state: Any, config: Mapping[str, Any], epoch: int
+    state: Any, config: StreamConfig, epoch: int
 ) -> tuple[Position, Counters, Reshard | None]:
     """Where a stream of ``config`` starts: the position, the counters and the ``reshard``
     section of ``state`` (checked first), or the start of ``epoch`` without a state.
@@ -209,13 +206,6 @@ def resume_point(
         return Position(epoch), Counters(), None
     parsed = check_state(state, config)
     return parsed.position, parsed.counters, parsed.reshard
-
-
-def _resume_hint(key: str, saved: Mapping[str, Any]) -> str | None:
-    """The argument that makes an option agree with a saved state's ``key``, if one does."""
-    if key not in SHAPING or key not in saved:
-        return None
-    return f"{key}={saved[key]!r}"  # ``even``: the rule, or None when not evened out
 
 
 def check_block(block: int, in_block: int, units: int, rank: int) -> None:
@@ -245,7 +235,7 @@ def check_in_block(in_block: int, n: int) -> None:
         )
 
 
-def resume_options(given: Mapping[str, Any], state: Any) -> Options:
+def resume_options(given: dict[str, Any], state: Any) -> Options:
     """Options to resume ``state`` with: those ``given``, and the shaping ones not given
     taken from the state's ``config`` (as ``owt stream --resume`` does).
 
@@ -258,9 +248,8 @@ def resume_options(given: Mapping[str, Any], state: Any) -> Options:
         ValueError: an option value is not valid.
     """
     values = dict(given)
-    saved = parse_state(state).config if state is not None else {}
-    for name in SHAPING:
-        if name in values or name not in saved:
-            continue
-        values[name] = saved[name]  # ``even``: the rule in force (None: not evened out)
+    if state is not None:
+        saved = parse_state(state).config
+        for name in SHAPING:  # ``even``: the rule in force (None: not evened out)
+            values.setdefault(name, getattr(saved, name))
     return Options(**values)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import replace
 from typing import Any
 
+import msgspec
 import numpy as np
 
+from openwebtext.codec import replace
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
 from openwebtext.errors import OWTError, TruncatedMember
 from openwebtext.index import Corpus
@@ -239,7 +240,7 @@ class Stream:
         if self._finished_pass is not None:  # the state is at the next epoch's start; not Stats
             counted = replace(counted, epoch_documents=self._finished_pass)
         return Stats(
-            **counted.to_json(),
+            **msgspec.structs.asdict(counted),
             skipped=tuple(self._policy.skipped[: m.skipped]),
             skipped_files=self._policy.files,
         )

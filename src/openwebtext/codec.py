@@ -1,0 +1,117 @@
+"""The one codec of every record this project persists: stream and batches states, and
+``owt tokenize``'s config, progress and ``meta.json``.
+
+A record is a frozen ``msgspec.Struct`` subclassing ``Record``. Its fields' annotations are
+the whole schema: ``decode`` checks every field at every depth by them (an ``int`` never
+takes a ``bool``; ``Literal``, ``X | None``, tuples, nested records, ``Annotated`` bounds such
+as ``Count``), refuses a missing or an unknown key, then runs each record's own ``check``
+(what its fields must say of each other). The first wrong field is one ``StateError`` whose
+``field`` is its dotted path (``reshard.ranks[1].handed``). ``encode`` is the inverse: JSON
+objects and lists only, ``decode(encode(r), type(r)) == r``.
+
+msgspec, not a converter of our own: strict by default, frozen structs, tagged unions, error
+paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+from openwebtext.errors import StateError
+
+__all__ = [
+    "Count",
+    "Disagree",
+    "Fraction",
+    "Positive",
+    "Record",
+    "decode",
+    "decode_json",
+    "encode",
+    "replace",
+]
+
+#: An int >= 0 (a count, an index).
+Count = Annotated[int, msgspec.Meta(ge=0)]
+#: An int >= 1 (a size, a world size).
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+#: A float strictly between 0 and 1.
+Fraction = Annotated[float, msgspec.Meta(gt=0, lt=1)]
+
+R = TypeVar("R", bound="Record")
+
+
+class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A persisted record: frozen, every field checked by its annotation when decoded.
+
+    A subclass overrides ``check`` to test its fields against each other; it runs when the
+    record is built, by ``decode`` or by code, so a record that exists is a valid one.
+    """
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Raise ``Disagree`` naming the field that disagrees with the others (none here)."""
+
+
+class Disagree(ValueError):
+    """What a record's ``check`` raises: ``field`` (of that record) disagrees with the others."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"field `{field}` {why}")
+
+
+_AT = re.compile(r"^(?P<says>.*?)(?: - at `\$(?P<at>[^`]*)`)?$", re.DOTALL)
+_KEY = re.compile(r"^(?:Object (?:missing required|contains unknown) )?field `(?P<key>[^`]*)`")
+
+
+def decode(value: Any, cls: type[R], what: str = "state") -> R:
+    """``value`` (JSON objects, lists and scalars, as ``json.loads`` gives) as record ``cls``.
+
+    Raises:
+        StateError: the first field that is missing, unknown, of the wrong type or out of its
+            bounds, or a record whose ``check`` failed; ``field`` is its dotted path.
+    """
+    try:
+        return msgspec.convert(value, cls)
+    except msgspec.ValidationError as exc:
+        raise _state_error(str(exc), what) from None
+
+
+def decode_json(body: bytes | str, cls: type[R], what: str = "state") -> R:
+    """The record of JSON text ``body`` (not JSON: a ``StateError`` too)."""
+    try:
+        return msgspec.json.decode(body, type=cls)
+    except msgspec.ValidationError as exc:
+        raise _state_error(str(exc), what) from None
+    except msgspec.DecodeError as exc:
+        raise StateError(f"bad {what}: not JSON ({exc})") from None
+
+
+def _state_error(message: str, what: str) -> StateError:
+    match = _AT.match(message)
+    assert match is not None  # the pattern matches any text
+    says, at = match["says"], (match["at"] or "")
+    key = _KEY.match(says)
+    if key is not None:
+        at = f"{at}.{key['key']}"
+        if says.startswith("field"):  # a record's check: what it says after the name
+            says = says[key.end() :].strip()
+    path = at.lstrip(".")
+    return StateError(f"bad {what}: {path or 'the record'}: {says}", field=path)
+
+
+def encode(record: Record) -> dict[str, Any]:
+    """The JSON-safe dict of ``record`` (objects and lists; a record declared with
+    ``omit_defaults=True`` leaves out its fields at their default)."""
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(record))
+    return out
+
+
+def replace(record: R, **changes: Any) -> R:
+    """A copy of ``record`` with ``changes`` (checked as a new record is)."""
+    return msgspec.structs.replace(record, **changes)
