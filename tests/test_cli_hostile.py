@@ -336,7 +336,7 @@ def _saved_state(small_corpus: Path, tmp_path: Path, *extra: str) -> dict[str, A
 @pytest.mark.parametrize(
     ("position", "message"),
     [
-        ({"block": 999}, "position.block=999 is past the corpus's 6 members"),
+        ({"block": 999}, "position: block=999 is past the corpus's 6 units"),
         ({"block": 6, "in_block": 1}, "lies past the end of the plan"),
         ({"in_block": 10**6}, "in_block=1000000 is more than the counters.epoch_documents"),
         ({"epoch": 5, "block": 0}, "nothing left to read"),

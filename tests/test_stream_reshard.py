@@ -175,8 +175,9 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
 
 
 def test_the_state_stays_small(varied: Path) -> None:
-    """O(old ranks) integers: for the full corpus (20,610 members) at W = 1,024, well under
-    64 KB per new rank's state, whatever the corpus size."""
+    """O(old ranks) integers: for the full corpus (20,610 members) at W = 1,024, under 128 KB
+    per new rank's state, whatever the corpus size (format 2 names every old rank's fields:
+    ~99 KB here, where format 1's positional lists took ~50 KB)."""
     state = read(varied, None, 1, **options("drop", 4, 0))[1]
     states = []
     for r in range(1024):
@@ -186,7 +187,7 @@ def test_the_state_stays_small(varied: Path) -> None:
         fake["counters"].update(epoch_documents=7_999, documents=7_999)  # agreeing fields
         states.append(fake)
     size = len(json.dumps(reshard(states, 1000)[999]))
-    assert size < 64 * 1024, size
+    assert size < 128 * 1024, size
     # Best-fit batches: a window begun by every old rank adds three integers each.
     fit = [
         {"format": BATCHES_FORMAT, "seq_len": 1024, "batch_size": 8, "documents": st,
@@ -195,7 +196,7 @@ def test_the_state_stays_small(varied: Path) -> None:
         for st in states
     ]  # fmt: skip
     size = len(json.dumps(reshard(fit, 1000)[999]))
-    assert size < 64 * 1024, size
+    assert size < 128 * 1024, size
 
 
 def test_advance_matches_the_stream_and_shares_are_even() -> None:

@@ -298,7 +298,6 @@ NOT_SHAPING = {
     "epoch": "where a fresh run starts; a state carries its own epoch",
     "epochs": "how far a run goes, not what comes",
     "take": "how far a run goes, not what comes",
-    "even_rule": "a deprecated spelling of even (tested apart)",
     "tokenizer": "saved as the vocabulary's fingerprint (tested apart)",
 }
 
@@ -360,7 +359,7 @@ def test_a_state_that_does_not_fit_is_refused_before_counting(
     assert not list(Path(corpus).glob(".owt-counts-*"))  # nothing was counted
 
 
-@pytest.mark.parametrize("option", sorted(set(NOT_SHAPING) - {"even_rule", "tokenizer"}))
+@pytest.mark.parametrize("option", sorted(set(NOT_SHAPING) - {"tokenizer"}))
 def test_resume_with_another_harmless_option_gives_the_same_documents(
     indexed: Path, option: str
 ) -> None:

@@ -30,7 +30,6 @@ NOT_SHAPING = {
     "decode_errors": "what to do with bad data",
     "max_member_bytes": "a guard against bombs; a member over it is an error, never reordered",
     "tokenizer": "checked apart: the state carries the vocabulary's fingerprint",
-    "even_rule": "a deprecated spelling of even",
 }
 
 # The base run evens out two ranks, so that every option has a say.
