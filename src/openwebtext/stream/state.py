@@ -194,18 +194,13 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
 
 
 def resume_point(
-    state: Any, config: StreamConfig, epoch: int
+    state: DocumentState | None, epoch: int
 ) -> tuple[Position, Counters, Reshard | None]:
-    """Where a stream of ``config`` starts: the position, the counters and the ``reshard``
-    section of ``state`` (checked first), or the start of ``epoch`` without a state.
-
-    Raises:
-        StateError: as ``check_state``.
-    """
+    """Where a stream starts: the position, the counters and the ``reshard`` section of
+    ``state`` (checked where it entered: ``check_state``), or the start of ``epoch``."""
     if state is None:
         return Position(epoch), Counters(), None
-    parsed = check_state(state, config)
-    return parsed.position, parsed.counters, parsed.reshard
+    return state.position, state.counters, state.reshard
 
 
 def check_block(block: int, in_block: int, units: int, rank: int) -> None:

@@ -170,7 +170,7 @@ class Stream:
         options: Options,
         tokenizer: Tokenizer | None,
         *,
-        state: dict[str, Any] | DocumentState | None = None,
+        state: DocumentState | None = None,
         as_tuples: bool = False,
     ) -> None:
         if (tokenizer is None) != (options.tokenizer is None):
@@ -182,7 +182,8 @@ class Stream:
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
         # In the rest of a resharded epoch: the state's section (this rank's share: ``_rest``).
-        position, counters, self._reshard = resume_point(state, self._config, options.epoch)
+        # ``state`` was checked against this stream's config where it entered (``check_state``).
+        position, counters, self._reshard = resume_point(state, options.epoch)
         # Where the stream is: the block being handed out and how far into it.
         self._epoch = position.epoch
         self._block = self._block_end = position.block
