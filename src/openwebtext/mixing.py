@@ -1,0 +1,79 @@
+"""The order in which the parts of a mixture take turns: a pure function of the weights, the
+sizes of the documents and what was handed out, with no I/O (the plan of a mixture).
+
+Stratified, not sampled: ``Interleave`` is weighted fair queueing (WF2Q) with every part always
+backlogged. A part is *eligible* when it has not run ahead of its share (``served_i <= w_i *
+total``); among the eligible ones the part whose next document would end earliest on its own
+clock (``(served_i + size_i) / w_i``) goes next, ties to the lower index. Counted by documents
+(every size 1), after any ``n`` documents part ``i`` has handed out within one document of ``w_i
+* n``; counted by tokens, within one document's ids of ``w_i * T``. ``tests/test_mixing.py``
+checks both bounds with Hypothesis for 1 to 64 parts, weights of 0 included.
+
+Weights change at a position (a schedule) or when the training loop says so (``set_weights``);
+the proportions count from the change: ``served`` and ``total`` start again at 0, so the new
+weights hold within one document from there, whatever came before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["Interleave", "check_weights"]
+
+
+def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
+    """``weights`` normalised to sum to 1.
+
+    Raises:
+        ValueError: not ``parts`` finite numbers >= 0 with a positive sum.
+    """
+    if len(weights) != parts:
+        raise ValueError(f"{len(weights)} weights for {parts} parts")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"a weight must be a finite number >= 0, not {w!r}")
+    total = math.fsum(weights)
+    if total <= 0:
+        raise ValueError("at least one weight must be positive")
+    return tuple(w / total for w in weights)
+
+
+class Interleave:
+    """Which part hands out the next document (see the module's docstring).
+
+    Args:
+        weights: One per part, >= 0, normalised here.
+        served: What each part handed out since the weights were set (documents, or ids).
+    """
+
+    def __init__(self, weights: Sequence[float], served: Sequence[int] | None = None) -> None:
+        self.weights = check_weights(weights, len(weights))
+        self.served = [0] * len(weights) if served is None else list(served)
+        if len(self.served) != len(self.weights) or any(s < 0 for s in self.served):
+            raise ValueError(f"served must be {len(self.weights)} counts >= 0")
+        self.total = sum(self.served)
+
+    def choose(self, sizes: Sequence[int] | None = None) -> int:
+        """The part whose document comes next; ``sizes``: each part's next document's size (by
+        tokens), None: by documents. A part of weight 0 is never chosen."""
+        best, best_end = -1, math.inf
+        for i, w in enumerate(self.weights):
+            if w == 0 or self.served[i] > w * self.total + 1e-9 * (1 + self.total):
+                continue
+            end = (self.served[i] + (1 if sizes is None else sizes[i])) / w
+            if end < best_end:
+                best, best_end = i, end
+        assert best >= 0  # some positive part is never ahead: the shares sum to the total
+        return best
+
+    def take(self, part: int, size: int = 1) -> None:
+        """Count a document of ``size`` (1 by documents) handed out by ``part``."""
+        self.served[part] += size
+        self.total += size
+
+    def set_weights(self, weights: Sequence[float]) -> None:
+        """New weights, counted from here."""
+        self.weights = check_weights(weights, len(self.weights))
+        self.served = [0] * len(self.weights)
+        self.total = 0
