@@ -228,7 +228,7 @@ def saved(path: Path, n: int, **options: Any) -> dict[str, Any]:
         (
             "epoch_documents",
             10_000,
-            r"counters\.epoch_documents=10000 is more than counters\.documents",
+            r"counters: epoch_documents=10000 is more than documents",
         ),
         ("both", 300, r"counters\.epoch_documents=300 is past the 98 documents"),
         ("epoch_documents", 2, r"in_block=\d+ is more than the counters\.epoch_documents=2"),
