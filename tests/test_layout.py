@@ -240,3 +240,19 @@ def test_the_layers_contract_fails_when_a_lower_layer_imports_a_higher_one(tmp_p
     assert result.returncode != 0
     assert "openwebtext.source" in result.stdout and "openwebtext.stream" in result.stdout
     assert "BROKEN" in result.stdout
+
+
+def test_nanogpts_split_is_written_once() -> None:
+    """0.0005 and 2357 are ``options.NANOGPT_SPLIT``: every default and help text reads it."""
+    from openwebtext.options import NANOGPT_SPLIT
+
+    typed = [
+        f"{name}:{node.lineno}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float)
+        and node.value in tuple(NANOGPT_SPLIT)
+    ]
+    line = next(n for n, text in enumerate(MODULES["openwebtext.options"].read_text().splitlines(), 1)
+                if text.startswith("NANOGPT_SPLIT ="))
+    assert typed == [f"openwebtext.options:{line}"] * 2
