@@ -21,6 +21,7 @@ from openwebtext.cli.args import (
 )
 from openwebtext.cli.formats import add_format, check_format, formatted
 from openwebtext.cli.prepared import with_progress
+from openwebtext.errors import install_hint
 from openwebtext.index import Corpus
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
@@ -189,7 +190,7 @@ def add_parser(sub: Subparsers) -> None:
         "--engine",
         choices=("local", "ray"),
         default="local",
-        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]') "
+        help=f"local: worker processes here; ray: Ray tasks ({install_hint('ray')}) "
         "(default local)",
     )
     tokenize.add_argument(
