@@ -82,6 +82,22 @@ def _definition(module: object, name: str) -> tuple[Path, str]:
     return source, name
 
 
+def _shadowed(door: object, name: str) -> bool:
+    """Whether ``from pkg import name`` somewhere on the way to ``name``'s definition names a
+    package that also has a submodule ``name``: griffe then documents the module, not it."""
+    source = Path(inspect.getfile(door))  # type: ignore[arg-type]
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if (alias.asname or alias.name) == name:
+                    package = importlib.import_module(node.module)
+                    where = Path(inspect.getfile(package))
+                    if where.name == "__init__.py" and (where.parent / f"{alias.name}.py").exists():
+                        return True
+                    return _shadowed(package, alias.name)
+    return False
+
+
 def _docstring(path: Path, name: str) -> str | None:
     """What griffe reads as ``name``'s docstring: a def's or class's, or the string right
     after a module-level assignment."""
@@ -112,3 +128,21 @@ def test_every_exported_name_is_documented_on_the_api_pages(door: str) -> None:
         if not (_docstring(*_definition(module, name)) or "").strip()
     ]
     assert undocumented == []
+    assert [name for name in module.__all__ if _shadowed(module, name)] == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("door", sorted(DOORS))
+def test_a_door_defines_no_public_name_it_does_not_export(door: str) -> None:
+    """mkdocstrings renders every documented public name a door's own module defines, in
+    ``__all__`` or not: a helper defined there would be on the API page as if it were public."""
+    module = _door(door)
+    path = Path(inspect.getfile(module))  # type: ignore[arg-type]
+    defined = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {t.id for t in targets if isinstance(t, ast.Name)}
+    shown = {name for name in defined if not name.startswith("_") and _docstring(path, name)}
+    assert sorted(shown - set(module.__all__)) == []  # type: ignore[attr-defined]
