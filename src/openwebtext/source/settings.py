@@ -3,10 +3,11 @@ fsspec options, passed as they are, and its member cache) and what indexing lear
 real URL behind each alias, each file's identity). ``Corpus.open(..., storage_options=...)``
 makes one and the corpus carries it to its pools and readers; forked workers inherit it with
 their units. Two corpora opened with different options never share a filesystem, an alias or
-an identity. Every function here takes the ``storage`` to use; None means the process's
-default one, which ``configure`` sets. What is kept on disk about a remote file is keyed on
-the URL and the storage's ``place``: a hash of its options without anything that looks like
-a secret, so ``endpoint_url`` tells two servers apart and no credential is ever written.
+an identity. Every function of ``source`` takes the ``storage`` to use; None means the
+process's default one (``resolve``), which ``configure`` sets. What is kept on disk about a
+remote file is keyed on the URL and the storage's ``place``: a hash of its options without
+anything that looks like a secret, so ``endpoint_url`` tells two servers apart and no
+credential is ever written.
 
 What a process makes for a storage (fsspec filesystems, Hub resolutions, small files read
 whole) belongs to the backend module that makes it, in a :class:`PerStorage` table of that
