@@ -87,11 +87,12 @@ from typing import Any
 
 from common import OtherLoad, cpu_model, run_child, warm_page_cache
 
-from openwebtext import Corpus, Loader, Options, Unit
+from openwebtext import Corpus, Loader, Options
 from openwebtext.engine import Reader
 from openwebtext.formats import XZ, decompress
 from openwebtext.plan import plan
 from openwebtext.prepare import PrepareOptions, prepare
+from openwebtext.records import Unit
 from openwebtext.tarwalk import walk
 from openwebtext.tokenizer import load_tokenizer
 

@@ -20,6 +20,7 @@ import pytest
 
 from openwebtext import bench
 from openwebtext.bench import process
+from openwebtext.errors import install_hint
 from openwebtext.interrupts import interruptible
 from openwebtext.synth import write_corpus
 
@@ -303,7 +304,7 @@ def test_without_matplotlib_csv_and_json_are_written(
     assert result.plot is None
     assert (tmp_path / "timings.csv").is_file() and (tmp_path / "bench.json").is_file()
     assert not (tmp_path / "scaling.png").exists()
-    assert bench.PLOT_HINT in bench.summary_text(result)
+    assert install_hint("bench") in bench.summary_text(result)
 
 
 def test_add_parser_registers_bench_on_any_parser() -> None:

@@ -137,8 +137,9 @@ def test_interrupted_and_resumed_jsonl_equals_one_run(small_corpus: Path, tmp_pa
 #: than in the other tests, so that it takes a few seconds).
 DEFAULT_CORPUS_OWT = """
 import sys
-from openwebtext import cli, synth
-synth._DEFAULT_SHAPE = (1, 16, 400, 0)
+from openwebtext import cli
+from openwebtext.synth import builtin
+builtin._DEFAULT_SHAPE = (1, 16, 400, 0)
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -21,7 +21,7 @@ import pytest
 
 from openwebtext import Corpus
 from openwebtext.errors import CorruptMember, TooManyErrors
-from openwebtext.prepare import PrepareOptions, outputs, prepare
+from openwebtext.prepare import PrepareOptions, outputs, prepare, slice_folders
 from support import (
     corrupt_member,
     cut_member,
@@ -40,6 +40,7 @@ ray = pytest.importorskip(
 )
 
 from openwebtext import ray as owt_ray  # noqa: E402
+from openwebtext.ray.slices import SLICES  # noqa: E402
 
 pytestmark = [
     pytest.mark.ray,
@@ -82,7 +83,7 @@ def test_ray_engine_writes_the_local_engines_files(
     report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
     assert report.meta == local.meta
-    assert not (tmp_path / "ray" / owt_ray.SLICES).exists()
+    assert not (tmp_path / "ray" / SLICES).exists()
     again = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
     assert again.already
 
@@ -95,7 +96,7 @@ def test_ray_engine_keeps_the_slices_already_done(
     corpus = Corpus.open(small_corpus)
     options = PrepareOptions(workers=0, val_fraction=0.1)
     local = prepare(corpus, tmp_path / "local", options)
-    first = owt_ray.slice_folders(tmp_path / "ray", 3)[0]
+    first = slice_folders(tmp_path / "ray", SLICES, 3)[0]
     prepare(corpus, first, options, shard=(0, 3))
     kept = (first / "train.bin").read_bytes()
     out = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=2)
@@ -416,7 +417,7 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )  # fmt: skip
         try:
-            done = out / owt_ray.SLICES / "*" / "meta.json"
+            done = out / SLICES / "*" / "meta.json"
             while len(glob.glob(str(done))) < 2 and left("two slices were done") > 0:
                 time.sleep(0.05)
             os.killpg(proc.pid, signal.SIGINT)
@@ -465,7 +466,7 @@ def test_ray_engine_to_s3_writes_the_local_engines_files(
     options = PrepareOptions(split_rule=split, workers=0, val_fraction=0.1)  # type: ignore[arg-type]
     url = f"s3://owt/ray-{split}"
     report = owt_ray.tokenize(corpus, url, options, units_per_task=4, storage_options=s3_options)
-    slices = owt_ray.slice_folders(url, 2)
+    slices = slice_folders(url, SLICES, 2)
     local = prepare(corpus, tmp_path / "local", options)
     assert s3_objects(s3_options["endpoint_url"], f"ray-{split}/") == local_files(
         tmp_path / "local"
@@ -486,7 +487,7 @@ def test_ray_engine_to_s3_keeps_the_slices_already_there(
     corpus = Corpus.open(small_corpus)
     options = PrepareOptions(workers=0, val_fraction=0.1)
     url = "s3://owt/ray-resume"
-    first, second, _ = owt_ray.slice_folders(url, 3)
+    first, second, _ = slice_folders(url, SLICES, 3)
     prepare(corpus, first, options, shard=(0, 3))
     client = boto3.client("s3", endpoint_url=s3_options["endpoint_url"], region_name="us-east-1")
     key = f"{str(first).removeprefix('s3://owt/')}/train.bin"
@@ -516,7 +517,7 @@ def test_ray_engine_to_s3_restart_drops_a_nodes_staged_progress(
 
     corpus = Corpus.open(small_corpus)
     url = "s3://owt/ray-restart"
-    (only,) = owt_ray.slice_folders(url, 1)
+    (only,) = slice_folders(url, SLICES, 1)
 
     def stop(event: Progress) -> None:
         raise KeyboardInterrupt

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from openwebtext import Batches, Loader, StateError, TokenDocument
+from openwebtext import Loader, StateError, TokenDocument
 from openwebtext.errors import CorruptDocument, CorruptMember
+from openwebtext.loader import Batches
 from openwebtext.plan import in_validation
 from openwebtext.tokenizer import load_tokenizer
 from support import damage, inner_tar, member_offset, outer_tar, sample_docs

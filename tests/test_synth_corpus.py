@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from openwebtext import synth
+from openwebtext.synth import builtin
 
 TAR_RE = re.compile(r"^urlsf_subset(\d{2})\.tar$")
 MEMBER_RE = re.compile(r"^openwebtext/urlsf_subset(\d{2})-(\d+)_data\.xz$")
@@ -348,18 +349,18 @@ def test_default_corpus_name() -> None:
     assert synth.corpus_dirname(3, 60, 390, 0) == (
         f"synth-v{synth.GENERATOR_VERSION}-s3-m60-d390-seed0"
     )
-    assert synth._BENCH_SHAPE == (3, 60, 390, 0)
-    assert synth._DEFAULT_SHAPE == (1, 30, 390, 0)  # the first run: well under a minute
+    assert builtin._BENCH_SHAPE == (3, 60, 390, 0)
+    assert builtin._DEFAULT_SHAPE == (1, 30, 390, 0)  # the first run: well under a minute
     # Announced before generating as the size every other place gives: 335 MB of text.
-    assert f"{3 * 60 * 390 * synth._MEAN_DOC_BYTES / 1e6:.0f} MB" == "335 MB"
-    assert f"{synth._TEXT_BYTES[synth._DEFAULT_SHAPE] / 1e6:.0f} MB" == "55 MB"
-    assert f"{synth._TEXT_BYTES[synth._BENCH_SHAPE] / 1e6:.0f} MB" == "335 MB"
+    assert f"{3 * 60 * 390 * builtin._MEAN_DOC_BYTES / 1e6:.0f} MB" == "335 MB"
+    assert f"{builtin._TEXT_BYTES[builtin._DEFAULT_SHAPE] / 1e6:.0f} MB" == "55 MB"
+    assert f"{builtin._TEXT_BYTES[builtin._BENCH_SHAPE] / 1e6:.0f} MB" == "335 MB"
 
 
 def test_default_corpus_generates_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 2, 5, 0))
+    monkeypatch.setattr(builtin, "_DEFAULT_SHAPE", (1, 2, 5, 0))
     calls: list[Path] = []
     real = synth.write_corpus
 
@@ -367,7 +368,7 @@ def test_default_corpus_generates_once(
         calls.append(out)
         return real(out, *args, **kwargs)
 
-    monkeypatch.setattr(synth, "write_corpus", counting)
+    monkeypatch.setattr(builtin, "write_corpus", counting)
     path = synth.default_corpus(tmp_path, progress=False)
     assert path == tmp_path / f"synth-v{synth.GENERATOR_VERSION}-s1-m2-d5-seed0"
     assert calls == [path]
@@ -391,7 +392,7 @@ def test_default_corpus_path_is_where_it_goes_and_generates_nothing(
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
     assert synth.default_corpus_path() == tmp_path / "cache" / synth.corpus_dirname(1, 30, 390, 0)
     assert list(tmp_path.iterdir()) == []  # nothing made, not even the cache folder
-    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    monkeypatch.setattr(builtin, "_DEFAULT_SHAPE", (1, 1, 2, 0))
     assert synth.default_corpus(progress=False) == synth.default_corpus_path()
     assert "default_corpus_path" in synth.__all__
 
@@ -401,8 +402,8 @@ def test_the_default_corpus_is_the_bench_corpus_first_members(
 ) -> None:
     """A member's bytes depend only on its place: the small corpus a first run makes is the
     start of the one benchmarks measure (shapes made small here)."""
-    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 2, 5, 0))
-    monkeypatch.setattr(synth, "_BENCH_SHAPE", (2, 3, 5, 0))
+    monkeypatch.setattr(builtin, "_DEFAULT_SHAPE", (1, 2, 5, 0))
+    monkeypatch.setattr(builtin, "_BENCH_SHAPE", (2, 3, 5, 0))
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path))
     small, big = synth.paths_or_default([]), synth.paths_or_default([], bench=True)
     assert small == [str(synth.default_corpus_path())] and big == [str(synth.bench_corpus_path())]
@@ -419,7 +420,7 @@ def test_the_default_corpus_is_the_bench_corpus_first_members(
 def test_default_corpus_cache_dir_from_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    monkeypatch.setattr(builtin, "_DEFAULT_SHAPE", (1, 1, 2, 0))
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
     path = synth.default_corpus(progress=False)
     assert path.parent == tmp_path / "cache"
@@ -429,14 +430,14 @@ def test_default_corpus_cache_dir_from_environment(
 def test_default_corpus_uses_the_one_another_process_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    monkeypatch.setattr(builtin, "_DEFAULT_SHAPE", (1, 1, 2, 0))
     real = synth.write_corpus
 
     def racing(out: Path, *args: Any, **kwargs: Any) -> synth.SynthReport:
         real(out, *args, **kwargs)  # "the other process" finishes first ...
         return real(out, *args, **kwargs)  # ... so our own rename fails
 
-    monkeypatch.setattr(synth, "write_corpus", racing)
+    monkeypatch.setattr(builtin, "write_corpus", racing)
     path = synth.default_corpus(tmp_path, progress=False)
     assert (path / synth.COMPLETE_MARKER).is_file()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")) == [path.name]
@@ -445,7 +446,7 @@ def test_default_corpus_uses_the_one_another_process_finished(
 def test_default_corpus_refuses_a_foreign_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(synth, "_DEFAULT_SHAPE", (1, 1, 2, 0))
+    monkeypatch.setattr(builtin, "_DEFAULT_SHAPE", (1, 1, 2, 0))
     path = tmp_path / synth.corpus_dirname(1, 1, 2, 0)
     path.mkdir()
     (path / "urlsf_subset00.tar").write_bytes(b"half")

@@ -24,11 +24,9 @@ from openwebtext.errors import (
     UnknownFormat,
     WorkerError,
 )
-from openwebtext.index import Corpus, Counts
+from openwebtext.index import Corpus
 from openwebtext.loader import (
-    Batches,
     BatchIterator,
-    BestFitBatches,
     Document,
     DocumentIterator,
     Loader,
@@ -37,8 +35,7 @@ from openwebtext.loader import (
     TokenDocument,
 )
 from openwebtext.options import Options
-from openwebtext.records import Unit
-from openwebtext.stream import Mark, reshard
+from openwebtext.stream import reshard
 from openwebtext.tokenfiles import TokenFileError
 from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 
@@ -46,17 +43,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchIterator",
-    "Batches",
-    "BestFitBatches",
     "Corpus",
     "CorpusError",
     "CorruptDocument",
     "CorruptMember",
-    "Counts",
     "Document",
     "DocumentIterator",
     "Loader",
-    "Mark",
     "MemberTooLarge",
     "OWTError",
     "OpenWebTextLoader",
@@ -71,7 +64,6 @@ __all__ = [
     "TokenizerError",
     "TooManyErrors",
     "TruncatedMember",
-    "Unit",
     "UnknownFormat",
     "WorkerError",
     "load_tokenizer",

@@ -41,6 +41,7 @@ __all__ = [
     "TruncatedMember",
     "UnknownFormat",
     "WorkerError",
+    "install_hint",
 ]
 
 
@@ -151,3 +152,9 @@ class StateError(OWTError):
 
 class TooManyErrors(OWTError):
     """The skip policy skipped more than ``max_errors`` members or documents."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install one of the package's extras (``pip install 'openwebtext[EXTRA]'``): the
+    one spelling of every "this needs the X extra" message."""
+    return f"pip install 'openwebtext[{extra}]'"

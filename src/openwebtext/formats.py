@@ -8,6 +8,8 @@ import re
 import zlib
 from typing import Any
 
+from openwebtext.errors import install_hint
+
 __all__ = [
     "FORMATS",
     "MAGIC_BYTES",
@@ -143,7 +145,7 @@ def _zstd(data: bytes, limit: int) -> bytes:
         import zstandard
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ModuleNotFoundError(
-            "zstd members need the zstandard package: pip install 'openwebtext[zstd]'"
+            f"zstd members need the zstandard package: {install_hint('zstd')}"
         ) from exc
     reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
     chunks: list[bytes] = []

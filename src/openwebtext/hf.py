@@ -24,6 +24,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from openwebtext.errors import install_hint
 from openwebtext.index import Corpus
 from openwebtext.loader import Loader
 from openwebtext.options import Options
@@ -31,10 +32,9 @@ from openwebtext.options import Options
 if TYPE_CHECKING:
     import datasets
 
-__all__ = ["INSTALL", "iterable_dataset", "shard_options"]
+__all__ = ["iterable_dataset", "shard_options"]
 
 #: How to get what this module needs.
-INSTALL = "pip install 'openwebtext[hf]'"
 
 CorpusLike = Corpus | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -44,7 +44,8 @@ def _require_datasets() -> ModuleType:
     try:
         return importlib.import_module("datasets")
     except ImportError as exc:
-        raise ImportError(f"openwebtext.hf needs Hugging Face datasets: {INSTALL}") from exc
+        needs = f"openwebtext.hf needs Hugging Face datasets: {install_hint('hf')}"
+        raise ImportError(needs) from exc
 
 
 def shard_options(options: Options, shard: int, num_shards: int) -> Options:

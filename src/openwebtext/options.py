@@ -9,13 +9,15 @@ check, the command line's resume and the tests all read that one list.
 from __future__ import annotations
 
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal, NamedTuple, TypeGuard
 
 __all__ = [
+    "NANOGPT_SPLIT",
     "SHAPING",
     "DecodePolicy",
     "ErrorPolicy",
     "EvenRule",
+    "HeldOut",
     "Options",
     "SplitName",
     "check_max_errors",
@@ -46,6 +48,18 @@ TIMEOUT = 60.0
 MAX_DOCUMENT_BYTES = 64 * MiB
 MAX_MEMBER_BYTES = 1024 * MiB
 DECODE_ERRORS: DecodePolicy = "strict"
+
+
+class HeldOut(NamedTuple):
+    """A held-out split: the share of documents it holds and the key (or seed) it is drawn with."""
+
+    fraction: float
+    seed: int
+
+
+#: nanoGPT's split (data/openwebtext/prepare.py: ``train_test_split(test_size=0.0005,
+#: seed=2357)``): the default of every ``val_fraction``/``val_seed`` and of their help texts.
+NANOGPT_SPLIT = HeldOut(0.0005, 2357)
 
 
 #: Field metadata of an option that shapes the stream: a state saved under another
@@ -108,8 +122,8 @@ class Options:
     world_size: int = field(default=1, metadata=SHAPES)
     even: EvenRule | None = field(default="drop", metadata=SHAPES)
     split: SplitName = field(default="all", metadata=SHAPES)
-    val_fraction: float = field(default=0.0005, metadata=SHAPES)
-    val_seed: int = field(default=2357, metadata=SHAPES)
+    val_fraction: float = field(default=NANOGPT_SPLIT.fraction, metadata=SHAPES)
+    val_seed: int = field(default=NANOGPT_SPLIT.seed, metadata=SHAPES)
     take: int | None = None
     on_error: ErrorPolicy = "raise"
     max_errors: int | None = None

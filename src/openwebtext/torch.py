@@ -56,11 +56,13 @@ from typing import Any, Protocol, TypeVar, cast
 import numpy as np
 from numpy.typing import DTypeLike
 
+from openwebtext.errors import install_hint
+
 try:
     import torch
     from torch.utils.data import IterableDataset, get_worker_info
 except ImportError as exc:  # pragma: no cover - depends on the extra
-    raise ImportError("openwebtext.torch needs PyTorch: pip install 'openwebtext[torch]'") from exc
+    raise ImportError(f"openwebtext.torch needs PyTorch: {install_hint('torch')}") from exc
 
 from openwebtext.index import Corpus
 from openwebtext.loader import (

@@ -21,7 +21,6 @@ from openwebtext.bench.process import SAMPLE_SECONDS as SAMPLE_SECONDS
 from openwebtext.bench.process import Finished as Finished
 from openwebtext.bench.process import run_child as run_child
 from openwebtext.bench.report import CSV_COLUMNS as CSV_COLUMNS
-from openwebtext.bench.report import PLOT_HINT as PLOT_HINT
 from openwebtext.bench.report import BenchResult
 from openwebtext.bench.report import summary_text as summary_text
 from openwebtext.bench.report import table as table

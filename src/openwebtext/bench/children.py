@@ -31,11 +31,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from openwebtext import Corpus, Loader, Options, Unit
+from openwebtext import Corpus, Loader, Options
 from openwebtext.bench.common import STARTED_ENV, STORAGE_ENV, now
 from openwebtext.bench.tables import table_decoders
 from openwebtext.formats import XZ, decompress
 from openwebtext.plan import plan
+from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from openwebtext.bench.common import CEILING, LOADER, TIMEOUT, VS
 from openwebtext.bench.runs import Run
 from openwebtext.bench.summary import GOOD_ENOUGH, Scaling, Summary
+from openwebtext.errors import install_hint
 from openwebtext.files import atomic_write
 from openwebtext.source import is_url
 
@@ -38,7 +39,6 @@ CSV_COLUMNS = (
     "consumer_cpu_s",
     "decoder",
 )
-PLOT_HINT = "pip install 'openwebtext[bench]'"
 
 
 @dataclass(frozen=True)
@@ -198,5 +198,5 @@ def _verdict(result: BenchResult) -> list[str]:
     written = ["timings.csv", "bench.json"] + (["scaling.png"] if result.plot else [])
     lines.append(f"wrote {', '.join(str(result.out / name) for name in written)}")
     if result.plot is None:
-        lines.append(f"no plot: matplotlib is not installed ({PLOT_HINT})")
+        lines.append(f"no plot: matplotlib is not installed ({install_hint('bench')})")
     return lines

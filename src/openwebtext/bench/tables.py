@@ -14,9 +14,10 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from openwebtext import Options, Unit
+from openwebtext import Options
 from openwebtext.formats import PARQUET, decompress
 from openwebtext.index import split_jsonl_kind
+from openwebtext.records import Unit
 
 __all__ = ["JSON_LOADS", "PYARROW", "table_decoders"]
 

@@ -17,6 +17,7 @@ from openwebtext.cli.args import (
     option_type,
 )
 from openwebtext.errors import OWTError, TruncatedMember
+from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.source import add_storage_options
 from openwebtext.stream import count_documents
 
@@ -35,7 +36,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 0
-    splits = tuple((fraction, args.val_seed) for fraction in args.val_fraction or [0.0005])
+    fractions = args.val_fraction or [NANOGPT_SPLIT.fraction]
+    splits = tuple((fraction, args.val_seed) for fraction in fractions)
     skipped: list[OWTError] = []
     with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
         counts = count_documents(
@@ -89,13 +91,13 @@ def add_parser(sub: Subparsers) -> None:
         type=option_type("val_fraction", float),
         action="append",
         default=None,
-        help="also count this held-out split (default 0.0005; repeatable)",
+        help=f"also count this held-out split (default {NANOGPT_SPLIT.fraction}; repeatable)",
     )
     index.add_argument(
         "--val-seed",
         type=option_type("val_seed"),
-        default=2357,
-        help="the key of the held-out split's hash (default 2357)",
+        default=NANOGPT_SPLIT.seed,
+        help=f"the key of the held-out split's hash (default {NANOGPT_SPLIT.seed})",
     )
     index.add_argument("--force", action="store_true", help="count again even if cached")
     add_on_error(index)

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
 
 __all__ = ["with_progress"]
@@ -120,7 +121,7 @@ def _warn_small_splits(meta: dict[str, Any]) -> None:
             line += (
                 f"; hold out more with --val-fraction {wanted:.2g} (now "
                 f"{meta.get('val_fraction')}), or use --split nanogpt, which always holds out "
-                "ceil(0.0005 n) >= 1 documents"
+                f"ceil({NANOGPT_SPLIT.fraction} n) >= 1 documents"
             )
         elif total < 2 * BLOCK_TOKENS:
             line += "; the corpus is too small for both splits"

@@ -27,7 +27,7 @@ from openwebtext.cli.standard import CLOSED_AT_START
 from openwebtext.errors import OutputError, OWTError, StateError
 from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
-from openwebtext.options import SHAPING, Options
+from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited
 from openwebtext.stream import DocumentState, Mark, load_state, members_in_run, resume_options
 
@@ -249,10 +249,13 @@ def add_parser(sub: Subparsers) -> None:
         "--val-fraction",
         type=option_type("val_fraction", float),
         default=None,
-        help="default 0.0005",
+        help=f"default {NANOGPT_SPLIT.fraction}",
     )
     stream.add_argument(
-        "--val-seed", type=option_type("val_seed"), default=None, help="default 2357"
+        "--val-seed",
+        type=option_type("val_seed"),
+        default=None,
+        help=f"default {NANOGPT_SPLIT.seed}",
     )
     stream.add_argument(
         "--state-out",

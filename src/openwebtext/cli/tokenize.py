@@ -21,7 +21,9 @@ from openwebtext.cli.args import (
 )
 from openwebtext.cli.formats import add_format, check_format, formatted
 from openwebtext.cli.prepared import with_progress
+from openwebtext.errors import install_hint
 from openwebtext.index import Corpus
+from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
 from openwebtext.source import add_storage_options
 
@@ -38,7 +40,8 @@ _DESCRIPTION = (
     "           the order of --seed (or corpus order with --no-shuffle).\n"
     "  nanogpt  byte-identical to nanoGPT's data/openwebtext/prepare.py over the same\n"
     "           archives through the Hugging Face loading script: its text normalisation,\n"
-    "           train_test_split(test_size=0.0005, seed=2357) and its file order.\n\n"
+    f"           train_test_split(test_size={NANOGPT_SPLIT.fraction}, seed={NANOGPT_SPLIT.seed}) "
+    "and its file order.\n\n"
     "Interrupted (Ctrl-C, SIGTERM, SIGKILL, power loss)? Run the same command again: it goes\n"
     "on from the progress recorded in OUT (--restart starts over). Across machines: run\n"
     "--shard i/n for every i into separate folders, then `owt merge`. OUT may be a URL\n"
@@ -160,14 +163,14 @@ def add_parser(sub: Subparsers) -> None:
     tokenize.add_argument(
         "--val-fraction",
         type=option_type("val_fraction", float),
-        default=0.0005,
-        help="held-out share (default 0.0005)",
+        default=NANOGPT_SPLIT.fraction,
+        help=f"held-out share (default {NANOGPT_SPLIT.fraction})",
     )
     tokenize.add_argument(
         "--val-seed",
         type=option_type("val_seed"),
-        default=2357,
-        help="hash key / nanogpt permutation seed (default 2357)",
+        default=NANOGPT_SPLIT.seed,
+        help=f"hash key / nanogpt permutation seed (default {NANOGPT_SPLIT.seed})",
     )
     tokenize.add_argument(
         "--take", type=option_type("take"), default=None, help="stop after N documents"
@@ -187,7 +190,7 @@ def add_parser(sub: Subparsers) -> None:
         "--engine",
         choices=("local", "ray"),
         default="local",
-        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]') "
+        help=f"local: worker processes here; ray: Ray tasks ({install_hint('ray')}) "
         "(default local)",
     )
     tokenize.add_argument(

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from openwebtext.index.corpus import Corpus, Counts, split_key
 from openwebtext.index.jsonl import split_jsonl_kind
-from openwebtext.index.parquet import PARQUET_EXTRA, TEXT_COLUMN, footer_of, parse_footer
+from openwebtext.index.parquet import TEXT_COLUMN, footer_of, parse_footer
 
 __all__ = [
-    "PARQUET_EXTRA",
     "TEXT_COLUMN",
     "Corpus",
     "Counts",

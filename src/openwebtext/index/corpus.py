@@ -28,7 +28,7 @@ from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.records import Unit
-from openwebtext.source import RangeFile, Storage, file_info, identity, is_url
+from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "split_key"]
 
@@ -233,7 +233,7 @@ class Corpus:
                 except OSError as exc:
                     raise CorpusError(f"cannot read: {exc.strerror or exc}", path=path) from exc
                 continue
-            known = identity(path, self.storage) or file_info(path, self.storage)
+            known = resolve(self.storage).identity(path) or file_info(path, self.storage)
 
             def check(unit: Unit, size: int = known.size) -> bytes:  # a request or two each
                 return member_check(RangeFile(unit.path, size, storage=self.storage), unit)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
-from openwebtext.source import Storage, identity, is_url
+from openwebtext.source import Storage, is_url, resolve
 
 __all__ = ["Found", "expand_paths", "file_version", "find_files"]
 
@@ -190,7 +190,7 @@ def file_version(path: str, storage: Storage | None = None) -> str:
     generation, or last-modified) as indexed (``storage.identity``).
     """
     if is_url(path):
-        info = identity(path, storage)  # remembered when the file was indexed
+        info = resolve(storage).identity(path)  # remembered when the file was indexed
         return f"{info.size}:{info.identity}" if info else "unknown"
     st = os.stat(path)
     return f"{st.st_size}:{st.st_mtime_ns}"

@@ -24,16 +24,15 @@ import json
 import os
 from typing import Any
 
-from openwebtext.errors import CorpusError, OutputError
+from openwebtext.errors import CorpusError, OutputError, install_hint
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET
 from openwebtext.index.outer import LocalFile, Readable
 from openwebtext.records import Unit
-from openwebtext.source import RangeFile, Storage, identity, is_url, placed, resolve
+from openwebtext.source import RangeFile, Storage, is_url, placed, resolve
 
 __all__ = [
     "FOOTER_GUESS",
-    "PARQUET_EXTRA",
     "TEXT_COLUMN",
     "column_of",
     "footer_of",
@@ -47,7 +46,6 @@ __all__ = [
 TEXT_COLUMN = "text"
 #: Bytes read from a file's end to find its footer in one request (most footers fit).
 FOOTER_GUESS = 64 << 10
-PARQUET_EXTRA = "parquet files need pyarrow: pip install 'openwebtext[parquet]'"
 _MAGIC = b"PAR1"
 _TEXT_TYPES = ("string", "large_string", "binary", "large_binary", "string_view")
 
@@ -57,7 +55,9 @@ def _pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet
     except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ModuleNotFoundError(PARQUET_EXTRA) from exc
+        raise ModuleNotFoundError(
+            f"parquet files need pyarrow: {install_hint('parquet')}"
+        ) from exc
     return pyarrow
 
 
@@ -170,7 +170,7 @@ def save_footer(url: str, storage: Storage | None) -> None:
     if footer is None:
         return
     store = resolve(storage)
-    info = identity(url, store)
+    info = store.identity(url)
     if info is None or not info.identity:
         return
     stamp = json.dumps({"url": url, "size": info.size, "identity": info.identity})
@@ -183,7 +183,7 @@ def save_footer(url: str, storage: Storage | None) -> None:
 
 
 def _load_footer(url: str, store: Storage) -> bytes | None:
-    info = identity(url, store)
+    info = store.identity(url)
     if info is None or not info.identity:
         return None
     try:
@@ -220,7 +220,7 @@ def footer_of(path: str, storage: Storage | None) -> bytes:
     store = resolve(storage)
     footer = _load_footer(path, store)
     if footer is None:
-        info = identity(path, store)
+        info = store.identity(path)
         if info is None:
             raise CorpusError("parquet file read before it was indexed", path=path)
         footer = read_footer(RangeFile(path, info.size, window=FOOTER_GUESS, storage=store), path)

@@ -39,11 +39,9 @@ from openwebtext.source import (
     FileInfo,
     RangeFile,
     Storage,
-    alias,
     expand_url,
     file_info,
     placed,
-    remember,
     resolve,
     watched,
 )
@@ -102,9 +100,9 @@ def index_remote_file(
     and what it learns (alias, identity) is kept there.
     """
     storage = resolve(storage)
-    name = alias(url, storage)
+    name = storage.alias(url)
     info = file_info(url, storage)
-    remember(name, info, storage)
+    storage.remember(name, info)
     if storage.cache is not None and not info.identity:
         _say_cache_off(name)
     place = storage.place

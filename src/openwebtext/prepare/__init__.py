@@ -37,39 +37,35 @@ phase driver of prepare and merge), ``writers`` (pass 1, the split writers), ``p
 and whether a run is already finished), ``slices`` (what an engine running slices elsewhere
 needs), ``workdir`` (the folder's parts and commit step), ``outputs`` (a folder or a URL) and
 ``convert`` (``write_format``: a finished run's files again as Megatron, llm.c or datatrove's).
+
+Users call what ``__all__`` names; what the Ray engine and the command line need besides
+(``finished_report``, ``lock_output``, ``remove_folder``, ``slice_sizes``, ``Location``…) is
+re-exported here (``import X as X``), outside ``__all__``: nothing outside a folder reaches
+into it.
 """
 
 from __future__ import annotations
 
 from openwebtext.prepare.config import PrepareOptions, Progress, Report
-from openwebtext.prepare.convert import format_files, write_format
+from openwebtext.prepare.convert import format_files as format_files
+from openwebtext.prepare.convert import write_format
 from openwebtext.prepare.merging import merge
-from openwebtext.prepare.outputs import Location
+from openwebtext.prepare.outputs import Location as Location
 from openwebtext.prepare.run import prepare
-from openwebtext.prepare.slices import (
-    finished_report,
-    lock_output,
-    remove_folder,
-    slice_folders,
-    slice_sizes,
-)
-from openwebtext.prepare.state import SplitRule
+from openwebtext.prepare.slices import finished_report as finished_report
+from openwebtext.prepare.slices import lock_output as lock_output
+from openwebtext.prepare.slices import remove_folder as remove_folder
+from openwebtext.prepare.slices import slice_folders
+from openwebtext.prepare.slices import slice_sizes as slice_sizes
 from openwebtext.prepare.workdir import PrepareError
 
 __all__ = [
-    "Location",
     "PrepareError",
     "PrepareOptions",
     "Progress",
     "Report",
-    "SplitRule",
-    "finished_report",
-    "format_files",
-    "lock_output",
     "merge",
     "prepare",
-    "remove_folder",
     "slice_folders",
-    "slice_sizes",
     "write_format",
 ]

@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple, get_args
 
 from openwebtext.index import Corpus
 from openwebtext.options import (
+    NANOGPT_SPLIT,
     ErrorPolicy,
     check_max_errors,
     check_on_error,
@@ -69,8 +70,8 @@ class PrepareOptions:
     workers: int = 2
     seed: int = 0
     shuffle: bool = True
-    val_fraction: float = 0.0005
-    val_seed: int = 2357
+    val_fraction: float = NANOGPT_SPLIT.fraction
+    val_seed: int = NANOGPT_SPLIT.seed
     take: int | None = None
     on_error: ErrorPolicy = "raise"
     max_errors: int | None = None

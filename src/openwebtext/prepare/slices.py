@@ -41,7 +41,20 @@ def slice_sizes(corpus: Corpus, options: PrepareOptions, count: int) -> list[int
 
 
 def slice_folders(out: str | os.PathLike[str], under: str, count: int) -> list[outputs.Location]:
-    """The folders (or URLs) ``out/under/IIIII-of-NNNNN`` of ``count`` slices."""
+    """The folders (or URLs) of ``count`` slices of one run into ``out``.
+
+    Write slice ``i`` with ``prepare(corpus, folders[i], options, shard=(i, count))`` (on
+    any machine), then join them with ``merge(folders, out)``. The Ray engine keeps its
+    slices so, under ``.owt-ray``.
+
+    Args:
+        out: The run's output folder or URL.
+        under: The folder under ``out`` that holds the slices.
+        count: How many slices.
+
+    Returns:
+        ``out/under/IIIII-of-NNNNN`` for each slice, in order.
+    """
     root = outputs.join(outputs.location(out), under)
     return [outputs.join(root, f"{i:05d}-of-{count:05d}") for i in range(count)]
 

@@ -21,22 +21,17 @@ dashboard, its files in a temporary folder removed at the end, nothing under ``~
 stopped when the work ends. On a cluster, the corpus must be where every node can read it
 (object storage or a shared file system), and ``OUT`` a URL or a folder on a file system
 every node shares.
+
+Users call what ``__all__`` names; ``local_ray`` (the private instance ``tokenize`` starts)
+and ``SLICES`` (where a run keeps its slices) are re-exported for the tests and benchmarks.
 """
 
 from __future__ import annotations
 
-from openwebtext.ray.cluster import EXTRA, EngineError, library_errors, local_ray
+from openwebtext.ray.cluster import EngineError, library_errors
+from openwebtext.ray.cluster import local_ray as local_ray
 from openwebtext.ray.dataset import SkipLog, read_openwebtext
-from openwebtext.ray.slices import SLICES, slice_folders, tokenize
+from openwebtext.ray.slices import SLICES as SLICES
+from openwebtext.ray.slices import tokenize
 
-__all__ = [
-    "EXTRA",
-    "SLICES",
-    "EngineError",
-    "SkipLog",
-    "library_errors",
-    "local_ray",
-    "read_openwebtext",
-    "slice_folders",
-    "tokenize",
-]
+__all__ = ["EngineError", "SkipLog", "library_errors", "read_openwebtext", "tokenize"]

@@ -18,11 +18,10 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from openwebtext.errors import OWTError
+from openwebtext.errors import OWTError, install_hint
 from openwebtext.source import configure
 
 __all__ = [
-    "EXTRA",
     "EngineError",
     "configure_storage",
     "library_errors",
@@ -33,7 +32,6 @@ __all__ = [
 ]
 
 #: How to install what this module needs.
-EXTRA = "pip install 'openwebtext[ray]'"
 
 
 class EngineError(OWTError):
@@ -44,7 +42,7 @@ def ray_module() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise EngineError(f"the Ray engine needs Ray: {EXTRA}") from exc
+        raise EngineError(f"the Ray engine needs Ray: {install_hint('ray')}") from exc
     return ray
 
 

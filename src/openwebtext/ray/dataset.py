@@ -193,7 +193,7 @@ def read_openwebtext(
     Rows: ``subset``, ``member``, ``name`` and ``text`` (or ``ids``, the token ids followed by
     the end-of-text id, with ``tokenizer=``), in archive order within a member. One read task
     per ``units_per_task`` units of the same index as the local loader. Ray must be
-    initialised (``ray.init`` or ``local_ray``) before the dataset is consumed.
+    initialised (``ray.init``) before the dataset is consumed.
 
     Args:
         paths: Files, folders or glob patterns readable by every node, or URLs.

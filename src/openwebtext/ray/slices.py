@@ -1,6 +1,6 @@
 """``owt tokenize --engine ray``: the slices of one prepare run as Ray tasks, then the merge.
 
-The work is cut by ``openwebtext.prepare``'s public interface only: ``slice_sizes`` and
+The work is cut by what ``openwebtext.prepare`` exports only: ``slice_sizes`` and
 ``slice_folders`` (bounds from ``plan.shard_range``), ``prepare(..., shard=(i, n))`` for one
 slice in a task, ``merge`` (which bounds the whole run's skips by ``max_errors``),
 ``finished_report`` for a run already done, and ``remove_folder`` for the merged slices.
@@ -27,12 +27,12 @@ from openwebtext.prepare import (
     merge,
     prepare,
     remove_folder,
+    slice_folders,
     slice_sizes,
 )
-from openwebtext.prepare import slice_folders as prepare_slice_folders
 from openwebtext.ray.cluster import configure_storage, local_ray, ray_module, unwrap
 
-__all__ = ["SLICES", "slice_folders", "tokenize"]
+__all__ = ["SLICES", "tokenize"]
 
 #: The folder under ``OUT`` that holds the slices of a Ray run.
 SLICES = ".owt-ray"
@@ -66,11 +66,6 @@ def _slice_task(
         wait=wait,
     )
     return report.tokenized, list(report.skipped)
-
-
-def slice_folders(out: str | os.PathLike[str], count: int) -> list[Location]:
-    """The folders (or URLs) of the ``count`` slices of a Ray run into ``out``."""
-    return prepare_slice_folders(out, SLICES, count)
 
 
 def tokenize(
@@ -141,7 +136,7 @@ def _tokenize(
 ) -> Report:
     """``tokenize``, holding the lock of ``out``."""
     count = shard_count(len(corpus.units), units_per_task)
-    folders = slice_folders(out, count)
+    folders = slice_folders(out, SLICES, count)
     store = corpus.storage
     if restart:
         remove_folder(out, SLICES, store)

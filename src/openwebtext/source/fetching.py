@@ -22,15 +22,7 @@ from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, host_of, with_retries
-from openwebtext.source.settings import (
-    LOCK,
-    FileInfo,
-    Storage,
-    identity,
-    protocol,
-    real_url,
-    resolve,
-)
+from openwebtext.source.settings import LOCK, FileInfo, PerStorage, Storage, protocol, resolve
 from openwebtext.source.validators import (
     CHANGED,
     CHANGED_OR_GONE,
@@ -48,6 +40,9 @@ log = logging.getLogger("openwebtext")
 #: past the range: several times a member's own bytes, for every member.
 _RANGE_OPTIONS: dict[str, dict[str, Any]] = {"hf": {"cache_type": "none"}}
 
+#: Small files of servers that ignore byte ranges, read whole once per storage (by real URL).
+_bodies: PerStorage[str, bytes] = PerStorage()
+
 
 def fetch(
     url: str, start: int, end: int, member: str | None = None, storage: Storage | None = None
@@ -58,11 +53,12 @@ def fetch(
         CorruptMember: the file is missing, access is refused, it changed since
             it was indexed, or retries ran out; names the URL (redacted) and ``member``.
     """
-    real = real_url(url, storage)
-    fs = filesystem(real, storage)
+    store = resolve(storage)
+    real = store.real_url(url)
+    fs = filesystem(real, store)
     proto = protocol(real)
     options = _RANGE_OPTIONS.get(proto, {})
-    known = identity(url, storage)
+    known = store.identity(url)
 
     def through_fs() -> bytes:
         data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
@@ -81,8 +77,9 @@ def fetch(
         return _exactly(data, start, end)
 
     def through_http() -> bytes:
-        store = resolve(storage)
-        body = store.bodies.get(real)
+        bodies = _bodies.of(store)
+        with LOCK:
+            body = bodies.get(real)
         if body is None:
             try:
                 data = within(fs, end - start, _http_range, fs, real, start, end, known, sync=True)
@@ -95,7 +92,7 @@ def fetch(
                 len(body),
             )
             with LOCK:
-                store.bodies[real] = body
+                bodies[real] = body
         return _exactly(body[start:end], start, end)
 
     def through_s3() -> bytes:
@@ -111,11 +108,10 @@ def fetch(
     if proto in ("s3", "s3a") and hasattr(fs, "_call_s3"):
         call = through_s3
     if proto == "hf":
-        store = resolve(storage)
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
 
     try:
-        host = host_of(real, resolve(storage).place)
+        host = host_of(real, store.place)
         return with_retries(call, f"GET bytes {start}-{end - 1}", host)
     except Fatal as exc:
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None

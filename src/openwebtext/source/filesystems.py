@@ -15,14 +15,23 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from openwebtext.errors import CorpusError
+from openwebtext.errors import CorpusError, install_hint
 from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, deadline, host_of, with_retries
-from openwebtext.source.settings import LOCK, FileInfo, Storage, is_url, protocol, resolve
+from openwebtext.source.settings import (
+    LOCK,
+    FileInfo,
+    PerStorage,
+    Storage,
+    is_url,
+    protocol,
+    resolve,
+)
 
-__all__ = ["REMOTE_EXTRA", "expand_url", "file_info", "filesystem", "is_pattern", "within"]
+__all__ = ["expand_url", "file_info", "filesystem", "is_pattern", "within"]
 
-REMOTE_EXTRA = "openwebtext[remote]"
+#: Each storage's filesystems in this process, by (pid, protocol): a forked worker makes its own.
+_filesystems: PerStorage[tuple[int, str], Any] = PerStorage()
 
 
 def _fsspec() -> Any:
@@ -30,7 +39,7 @@ def _fsspec() -> Any:
         import fsspec
     except ImportError:
         raise CorpusError(
-            f"reading URLs needs the remote extra: pip install '{REMOTE_EXTRA}'"
+            f"reading URLs needs the remote extra: {install_hint('remote')}"
         ) from None
     return fsspec
 
@@ -45,8 +54,9 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
     proto = protocol(url)
     key = (os.getpid(), proto)
     store = resolve(storage)
+    made = _filesystems.of(store)
     with LOCK:
-        fs = store.filesystems.get(key)
+        fs = made.get(key)
         if fs is None:
             options = dict(store.options)
             if proto in ("http", "https") and "client_kwargs" not in options:
@@ -55,12 +65,12 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
                 fs = fsspec.filesystem(proto, skip_instance_cache=True, **options)
             except ImportError as exc:
                 raise CorpusError(
-                    f"reading {proto}:// URLs needs the remote extra: pip install "
-                    f"'{REMOTE_EXTRA}' ({exc})"
+                    f"reading {proto}:// URLs needs the remote extra: "
+                    f"{install_hint('remote')} ({exc})"
                 ) from None
             except ValueError as exc:
                 raise CorpusError(f"unknown protocol {proto}://: {exc}") from None
-            store.filesystems[key] = fs
+            made[key] = fs
     return fs
 
 

@@ -5,7 +5,8 @@ Every ranged read through ``HfFileSystem`` is one ``resolve/`` request, which th
 rate-limits (~3,000 per 5 minutes anonymous): indexing OpenWebText's 21 tars walks ~21,000
 member headers. So :func:`resolve_hub` asks once per file (huggingface_hub's
 ``get_hf_file_metadata``: a HEAD that stops at the redirect, the token never sent to the
-CDN), ``Storage.resolved`` keeps the answer (forked workers inherit it), and reads go to the
+CDN), this module's table for the storage keeps the answer (forked workers inherit it; a
+``Storage`` pickled for Ray does not carry it), and reads go to the
 signed URL; a URL that stops working (401/403/404/410) is resolved again once, and content
 other than what was indexed (ETag, size) is an error, never a misread. Signed URLs are kept
 out of messages and of the HTTP libraries' request logs (:class:`_HideQueries`). Without a
@@ -30,7 +31,7 @@ from typing import NamedTuple, TypeGuard
 from openwebtext.source.filesystems import filesystem
 from openwebtext.source.redaction import redact
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, deadline
-from openwebtext.source.settings import LOCK, FileInfo, Storage
+from openwebtext.source.settings import LOCK, FileInfo, PerStorage, Storage
 from openwebtext.source.validators import CHANGED
 
 __all__ = ["Resolved", "hub_read", "resolve_hub"]
@@ -59,6 +60,11 @@ class _NoRanges(Exception):
 _STALE = (401, 403, 404, 410)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
+#: Each storage's resolutions, by real URL; forked workers inherit them.
+_resolutions: PerStorage[str, Resolved] = PerStorage()
+#: One lock per file and process: one resolve at a time, however many threads ask.
+_locks: PerStorage[tuple[int, str], threading.Lock] = PerStorage()
+
 
 def hub_read(
     real: str,
@@ -81,7 +87,7 @@ def hub_read(
             resolved = _resolution(real, store, known, stale=resolved)
         except _NoRanges:
             with LOCK:
-                store.resolved[real] = resolved._replace(location=None)
+                _resolutions.of(store)[real] = resolved._replace(location=None)
             return through_fs()
     raise AssertionError("unreachable: the second attempt returns or raises")
 
@@ -95,13 +101,15 @@ def _resolution(
     def usable(current: Resolved | None) -> TypeGuard[Resolved]:
         return current is not None and current is not stale and _same(current, known)
 
+    resolutions, locks = _resolutions.of(store), _locks.of(store)
     with LOCK:
-        current = store.resolved.get(real)
-        lock = store.locks.setdefault((os.getpid(), real), threading.Lock())
+        current = resolutions.get(real)
+        lock = locks.setdefault((os.getpid(), real), threading.Lock())
     if usable(current):
         return current
     with lock:  # one resolve per file, however many threads find it missing or stale
-        current = store.resolved.get(real)
+        with LOCK:
+            current = resolutions.get(real)
         if usable(current):
             return current
         fresh = resolve_hub(real, store)
@@ -110,7 +118,7 @@ def _resolution(
         ):
             raise Fatal(CHANGED)
         with LOCK:
-            store.resolved[real] = fresh
+            resolutions[real] = fresh
         return fresh
 
 

@@ -25,7 +25,7 @@ from typing import NamedTuple, Protocol
 from openwebtext.errors import CorruptMember
 from openwebtext.source.fetching import fetch
 from openwebtext.source.membercache import MemberCache
-from openwebtext.source.settings import Storage, identity, is_url, placed, resolve
+from openwebtext.source.settings import Storage, is_url, placed, resolve
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "THREADS", "ByteSpan", "RangeReader", "Span"]
 
@@ -98,7 +98,7 @@ class RangeReader:
         # A span past the end of the file as indexed (a tar header claiming more than the
         # file holds): only what the file holds is asked for, and the reader sees a member
         # cut short ("file is truncated"), as it would of a local file; past its end, nothing.
-        info = identity(path, self.storage)
+        info = self.storage.identity(path)
         if info is not None:
             end = min(end, info.size)
             if end <= start:
@@ -177,7 +177,7 @@ class RangeReader:
         """The member's key in the cache; None without a cache or a known file identity."""
         if self.cache is None:
             return None
-        info = identity(span.path, self.storage)
+        info = self.storage.identity(span.path)
         if info is None or not info.identity:
             return None
         where = placed(span.path, self.storage.place)

@@ -3,10 +3,16 @@ fsspec options, passed as they are, and its member cache) and what indexing lear
 real URL behind each alias, each file's identity). ``Corpus.open(..., storage_options=...)``
 makes one and the corpus carries it to its pools and readers; forked workers inherit it with
 their units. Two corpora opened with different options never share a filesystem, an alias or
-an identity. Every function here takes the ``storage`` to use; None means the process's
-default one, which ``configure`` sets. What is kept on disk about a remote file is keyed on
-the URL and the storage's ``place``: a hash of its options without anything that looks like
-a secret, so ``endpoint_url`` tells two servers apart and no credential is ever written.
+an identity. Every function of ``source`` takes the ``storage`` to use; None means the
+process's default one (``resolve``), which ``configure`` sets. What is kept on disk about a
+remote file is keyed on the URL and the storage's ``place``: a hash of its options without
+anything that looks like a secret, so ``endpoint_url`` tells two servers apart and no
+credential is ever written.
+
+What a process makes for a storage (fsspec filesystems, Hub resolutions, small files read
+whole) belongs to the backend module that makes it, in a :class:`PerStorage` table of that
+module keyed by the storage (as an HTTP client routes to transports that own their pools):
+a ``Storage`` holds only what travels with it, so pickling it (Ray) needs no exceptions.
 """
 
 from __future__ import annotations
@@ -16,33 +22,30 @@ import json
 import os
 import re
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+import weakref
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from openwebtext.source.redaction import public_options, redact
-
-if TYPE_CHECKING:
-    from openwebtext.source.hub import Resolved
 
 __all__ = [
     "LOCK",
     "CacheSettings",
     "FileInfo",
+    "PerStorage",
     "Storage",
-    "alias",
     "configure",
-    "identity",
     "is_url",
-    "member_cache",
     "place",
     "placed",
     "protocol",
-    "real_url",
-    "remember",
     "resolve",
 ]
 
+K = TypeVar("K")
+V = TypeVar("V")
+
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://")
-#: Guards every ``Storage``'s shared tables (aliases, filesystems, resolutions) across threads.
+#: Guards every ``Storage``'s tables and the backends' ``PerStorage`` tables across threads.
 LOCK = threading.Lock()
 
 
@@ -93,8 +96,9 @@ class Storage:
 
     It also keeps what indexing learnt about the corpus's files: the real URL
     behind each alias and each file's identity. Workers forked from the process
-    inherit it; pickling it (Ray) keeps all that but the filesystems, which are
-    made again where they are used. Its ``repr`` shows no option.
+    inherit it, and pickling it (Ray) keeps all of it; what a process makes for it
+    (filesystems, Hub resolutions) is its backends' (``PerStorage``). Its ``repr``
+    shows no option.
 
     Args:
         options: Passed as they are to ``fsspec.filesystem`` (for S3:
@@ -115,50 +119,68 @@ class Storage:
         """What caches on disk are keyed on besides the URL (``place``)."""
         self.aliases: dict[str, str] = {}
         self.identities: dict[str, FileInfo] = {}
-        self.filesystems: dict[tuple[int, str], Any] = {}
-        self.resolved: dict[str, Resolved] = {}
-        """Each ``hf://`` file's signed CDN URL (``hub.resolve_hub``); forked workers inherit it."""
-        self.locks: dict[tuple[int, str], threading.Lock] = {}
-        self.bodies: dict[str, bytes] = {}
-        """Small files of servers that ignore byte ranges, downloaded whole once (``fetching``)."""
 
     def __repr__(self) -> str:
         return f"Storage(place={self.place!r}, cache={self.cache})"
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["filesystems"] = {}  # event loops and sockets do not travel
-        state["resolved"] = {}  # signed URLs stay in the process that asked for them
-        state["locks"] = {}
-        state["bodies"] = {}  # fetched again where needed
-        return state
+    def alias(self, url: str) -> str:
+        """The name units carry for ``url``: without credentials or query string.
+
+        Units' paths end up in errors, skip lists and states, so a signed URL's
+        signature must not be one. The real URL stays here (in this process and
+        the workers it forks), and ``fetch`` goes back to it (``real_url``).
+        """
+        shown = redact(url)
+        if shown != url:
+            with LOCK:
+                self.aliases[shown] = url
+        return shown
+
+    def real_url(self, url: str) -> str:
+        """The URL behind an ``alias`` (``url`` itself if it is none)."""
+        return self.aliases.get(url, url)
+
+    def remember(self, url: str, info: FileInfo) -> None:
+        """Note what identifies ``url``'s content (the index does, before the workers fork)."""
+        self.identities[url] = info
+
+    def identity(self, url: str) -> FileInfo | None:
+        """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
+
+        What a cache of anything read from ``url`` (members, counts) should be keyed on.
+        """
+        return self.identities.get(url)
 
 
 _default = Storage()
+_registered: list[PerStorage[Any, Any]] = []
+
+
+class PerStorage(Generic[K, V]):
+    """One backend module's table for each ``Storage`` in this process (its filesystems, its
+    Hub resolutions…), held by that module, not by the storage: it is never pickled with
+    the storage, forked workers inherit it with the module, and ``configure`` empties the
+    default storage's (it was made with the old options)."""
+
+    def __init__(self) -> None:
+        self._tables: weakref.WeakKeyDictionary[Storage, dict[K, V]] = weakref.WeakKeyDictionary()
+        _registered.append(self)
+
+    def of(self, storage: Storage | None) -> dict[K, V]:
+        """The table of ``storage`` (None: the default one); read and change it under ``LOCK``."""
+        store = resolve(storage)
+        with LOCK:
+            return self._tables.setdefault(store, {})
+
+    def forget(self, storage: Storage) -> None:
+        """Drop ``storage``'s table: the next use makes everything again."""
+        with LOCK:
+            self._tables.pop(storage, None)
 
 
 def resolve(storage: Storage | None) -> Storage:
     """``storage``, or the process's default one (set by ``configure``) when None."""
     return _default if storage is None else storage
-
-
-def alias(url: str, storage: Storage | None = None) -> str:
-    """The name units carry for ``url``: without credentials or query string.
-
-    Units' paths end up in errors, skip lists and states, so a signed URL's
-    signature must not be one. The real URL stays in ``storage`` (in this
-    process and the workers it forks), and ``fetch`` goes back to it.
-    """
-    shown = redact(url)
-    if shown != url:
-        with LOCK:
-            resolve(storage).aliases[shown] = url
-    return shown
-
-
-def real_url(url: str, storage: Storage | None = None) -> str:
-    """The URL behind an ``alias`` (``url`` itself if it is none)."""
-    return resolve(storage).aliases.get(url, url)
 
 
 def configure(
@@ -172,31 +194,13 @@ def configure(
     ``storage_options`` go to ``fsspec.filesystem`` as they are (for S3:
     ``endpoint_url``, ``anon``, ``key``…). ``cache_dir`` turns on the local
     cache of remote members (``cache_size`` bytes at most; None: no cap).
-    Workers forked afterwards inherit it. Filesystems already made are
-    dropped, so the next request uses the new options. A corpus opened with
+    Workers forked afterwards inherit it. Filesystems (and all else made
+    with the old options) are dropped, so the next request uses the new ones. A corpus opened with
     its own ``storage_options`` or ``cache_dir`` (``Corpus.open``) is not
     affected: it carries its own ``Storage``.
     """
     fresh = Storage(storage_options, cache_dir, cache_size)
     with LOCK:  # what indexing learnt (aliases, identities) stays
         _default.options, _default.cache, _default.place = fresh.options, fresh.cache, fresh.place
-        _default.filesystems.clear()
-        _default.resolved.clear()  # resolved with the old options (endpoint, token)
-
-
-def member_cache(storage: Storage | None = None) -> CacheSettings | None:
-    """The member cache of ``storage`` (None: the default one, set by ``configure``)."""
-    return resolve(storage).cache
-
-
-def remember(url: str, info: FileInfo, storage: Storage | None = None) -> None:
-    """Note what identifies ``url``'s content (the index does, before the workers fork)."""
-    resolve(storage).identities[url] = info
-
-
-def identity(url: str, storage: Storage | None = None) -> FileInfo | None:
-    """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
-
-    What a cache of anything read from ``url`` (members, counts) should be keyed on.
-    """
-    return resolve(storage).identities.get(url)
+    for table in _registered:  # filesystems and resolutions made with the old endpoint, token…
+        table.forget(_default)

@@ -17,7 +17,7 @@ from openwebtext.stream.packing import (
     PackedBatch,
     cu_seqlens,
 )
-from openwebtext.stream.reshard import reshard
+from openwebtext.stream.resharding import reshard
 from openwebtext.stream.schema import (
     DocumentState,
     Packing,

