@@ -112,11 +112,12 @@ class Producer:
             if self.stream is not None:
                 torch.cuda.set_device(self.device)
             batches = iter(self.source)
-            for batch in batches:
-                state = self.source.state_dict()
-                if not self.put(self.moved(batch, state)):
+            while not self.stopping.is_set():  # checked before reading on: a close reads no more
+                batch = next(batches, END)
+                if batch is END:
+                    self.put(END)
                     return
-            self.put(END)
+                self.put(self.moved(batch, self.source.state_dict()))
         except BaseException as error:  # handed to the consumer, raised there
             self.put(Failed(error))
         finally:
@@ -262,7 +263,9 @@ class DeviceBatches:
         self.close()
 
     def __del__(self) -> None:
-        self._producer.stopping.set()  # an abandoned stage: the thread closes the source
+        producer = getattr(self, "_producer", None)  # None: __init__ refused its arguments
+        if producer is not None:
+            producer.stopping.set()  # an abandoned stage: the thread closes the source
 
 
 def to_device(
