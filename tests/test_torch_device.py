@@ -6,6 +6,8 @@ in the tests marked ``cuda``, skipped without a CUDA device."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -266,3 +268,23 @@ def test_on_cuda_a_slow_consumer_sees_every_batch_intact() -> None:
                 work = work @ work
                 work = work / work.norm()
             assert int(batch.min()) == int(batch.max()) == k
+
+
+@pytest.mark.slow  # trains a tiny model twice: with the examples, in CI's slow step
+def test_the_gpu_feed_benchmark_runs_its_smoke_mode_on_a_cpu(small_corpus: Path) -> None:
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_gpu_feed.py"
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", str(script), str(small_corpus), "--smoke"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1  # one JSON line, the progress on stderr
+    report = json.loads(lines[0])
+    assert report["device"] == "cpu" and report["timer"] == "perf_counter"
+    for feed in ("plain", "stage"):
+        assert report[feed]["tokens_per_s"] > 0
+        assert 0 <= report[feed]["data_wait_share"] <= 1
+    # The same batches in the same order: the two feeds train the same model to the same loss.
+    assert report["plain"]["mean_loss"] == report["stage"]["mean_loss"]
+    assert report["first_batch_ms"]["cold"] > 0 and report["first_batch_ms"]["started"] > 0

@@ -109,3 +109,17 @@ def test_varlen_gives_the_sequences_and_the_longest() -> None:
         seq = flat[a:b].transpose(0, 1)[None]
         alone = torch.nn.functional.scaled_dot_product_attention(seq, seq, seq, is_causal=True)
         assert torch.allclose(alone[0, 0], dense[row, 0, at : at + b - a], atol=1e-6)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the compiled kernel")
+def test_on_cuda_compiled_flex_attention_under_the_block_mask_is_sdpa_under_the_dense_mask() -> None:
+    segment_ids = random_rows(4, 512, seed=5, pad=True).cuda()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(4, 2, 512, 64, device="cuda") for _ in range(3))
+    dense = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=document_mask(segment_ids)
+    )
+    block_mask = document_block_mask(segment_ids, compile=True)
+    got = torch.compile(flex.flex_attention)(q, k, v, block_mask=block_mask)
+    assert torch.allclose(got, dense, atol=2e-3)
