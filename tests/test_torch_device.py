@@ -21,7 +21,6 @@ stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
 from openwebtext import Loader  # noqa: E402
 from openwebtext.torch import DeviceBatches, PackedBatchDataset, to_device  # noqa: E402
-
 from resumable import check_save_load  # noqa: E402
 
 S, B = 256, 4  # a few hundred batches a pass of the small corpus
@@ -236,9 +235,10 @@ def test_on_cuda_the_batches_are_the_plain_ones_on_the_device(
     want = [as_lists(b) for b in plain(small_corpus, packing, segments, epochs=3)]
     side = torch.cuda.Stream()  # the consumer on a stream of its own: it waits on the event
     got = []
-    with torch.cuda.stream(side), to_device(
-        plain(small_corpus, packing, segments, epochs=3), "cuda", depth=depth
-    ) as stage:
+    with (
+        torch.cuda.stream(side),
+        to_device(plain(small_corpus, packing, segments, epochs=3), "cuda", depth=depth) as stage,
+    ):
         for batch in stage:
             for t in tensors(batch):
                 assert t.device.type == "cuda"

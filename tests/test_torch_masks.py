@@ -6,6 +6,7 @@ scores and warns so): the same mask semantics as the compiled kernel of a GPU, a
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -102,7 +103,7 @@ def test_varlen_gives_the_sequences_and_the_longest() -> None:
     )
     flat = q.transpose(1, 2).reshape(12, 1, 8)  # (B*L, H, D), as the varlen kernels take it
     starts = layout.cu_seqlens.tolist()
-    for a, b in zip(starts[:-1], starts[1:]):
+    for a, b in itertools.pairwise(starts):
         row, at = divmod(a, 6)
         if int(segments[row, at]) == 0:
             continue  # padding: its outputs are not trained on
@@ -113,7 +114,7 @@ def test_varlen_gives_the_sequences_and_the_longest() -> None:
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the compiled kernel")
-def test_on_cuda_compiled_flex_attention_under_the_block_mask_is_sdpa_under_the_dense_mask() -> None:
+def test_on_cuda_compiled_flex_attention_under_the_block_mask_is_sdpa_dense() -> None:
     segment_ids = random_rows(4, 512, seed=5, pad=True).cuda()
     torch.manual_seed(0)
     q, k, v = (torch.randn(4, 2, 512, 64, device="cuda") for _ in range(3))

@@ -67,12 +67,10 @@ class Slot:
     def fill(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         if self.copied is not None:
             self.copied.synchronize()  # the copy that read these buffers has finished
-        fits = len(self.buffers) == len(tensors) and all(
-            b.shape == t.shape and b.dtype == t.dtype for b, t in zip(self.buffers, tensors)
-        )
+        fits = [(b.shape, b.dtype) for b in self.buffers] == [(t.shape, t.dtype) for t in tensors]
         if not fits:
             self.buffers = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
-        for buffer, t in zip(self.buffers, tensors):
+        for buffer, t in zip(self.buffers, tensors, strict=True):
             buffer.copy_(t)
         return self.buffers
 
@@ -102,7 +100,7 @@ class Producer:
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
         cuda = device.type == "cuda"
-        self.stream = torch.cuda.Stream(device) if cuda else None
+        self.stream = torch.cuda.Stream(device) if cuda else None  # type: ignore[no-untyped-call]
         self.ring = [Slot() for _ in range(depth + 1)] if cuda else []
         self.turn = 0
         self.thread = threading.Thread(target=self.run, name="openwebtext-to-device", daemon=True)
@@ -132,7 +130,7 @@ class Producer:
         host = slot.fill(tensors)
         with torch.cuda.stream(self.stream):
             moved = [b.to(self.device, non_blocking=True) for b in host]
-            copied = torch.cuda.Event()
+            copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
             copied.record(self.stream)
         slot.copied = copied
         return Ready(names, moved, copied, state)
@@ -220,11 +218,12 @@ class DeviceBatches:
             raise StopIteration
         self.start()
         item = self._producer.ready.get()
-        if item is END or isinstance(item, Failed):
+        if isinstance(item, Failed):
             self.close()
-            if item is END:
-                raise StopIteration
             raise item.error
+        if item is END:
+            self.close()
+            raise StopIteration
         if item.copied is not None:
             current = torch.cuda.current_stream(self.device)
             current.wait_event(item.copied)
@@ -233,7 +232,7 @@ class DeviceBatches:
         self._state = item.state
         if item.names is None:
             return item.tensors[0]
-        return dict(zip(item.names, item.tensors))
+        return dict(zip(item.names, item.tensors, strict=True))
 
     @property
     def ready(self) -> int:
@@ -248,8 +247,9 @@ class DeviceBatches:
 
     @property
     def stats(self) -> Any:
-        """The source's ``stats``, read ahead included (the batches in flight)."""
-        return getattr(self._source, "stats")
+        """The source's ``stats`` (``Loader.batches``'), read ahead included (the batches in
+        flight)."""
+        return self._source.stats  # type: ignore[attr-defined]
 
     def close(self) -> None:
         """Stop the thread and the source now. Safe to call twice."""
