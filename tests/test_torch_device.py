@@ -5,6 +5,7 @@ in the tests marked ``cuda``, skipped without a CUDA device."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -60,12 +61,13 @@ def test_the_device_stage_hands_out_the_plain_batches_in_order(
     want = [as_lists(b) for b in plain(small_corpus, packing, segments)]
     with to_device(plain(small_corpus, packing, segments), "cpu", depth=2) as stage:
         got = [as_lists(b) for b in stage]
-        state = stage.state_dict()
+        state, stats = stage.state_dict(), stage.stats
     assert got == want and len(want) > 3
     with plain(small_corpus, packing, segments) as batches:
         for _ in batches:
             pass
         assert state == batches.state_dict()  # after the last batch: the plain one's end
+        assert stats == batches.stats  # the source's counts, the whole pass read
 
 
 def tensors(batch: Any) -> list[Any]:
@@ -187,6 +189,17 @@ def test_close_stops_the_thread_and_closes_the_source_at_once() -> None:
     unstarted = Source(5)
     to_device(unstarted, "cpu").close()
     assert unstarted.closed and unstarted.taken == 0
+
+
+def test_an_abandoned_stage_stops_its_thread_and_closes_its_source() -> None:
+    source = Source(10**9)
+    stage = to_device(source, "cpu", depth=2)
+    next(stage)
+    thread = stage._producer.thread
+    del stage
+    gc.collect()
+    thread.join(60)
+    assert not thread.is_alive() and source.closed
 
 
 def test_what_the_stage_refuses() -> None:
