@@ -20,7 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
-from openwebtext import Loader  # noqa: E402
+from openwebtext import Loader, ahead  # noqa: E402
 from openwebtext.torch import DeviceBatches, PackedBatchDataset, to_device  # noqa: E402
 from resumable import check_save_load  # noqa: E402
 
@@ -126,6 +126,22 @@ def test_the_device_stage_resumes_from_any_state(small_corpus: Path) -> None:
     check_save_load(start, key=as_lists)
 
 
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_ahead_hands_out_each_batch_with_its_own_state(small_corpus: Path, packing: str) -> None:
+    """``ahead`` (the device stage's thread, without torch): the arrays themselves, and after
+    each the state the plain batches have after it, whatever the thread read ahead."""
+    with plain(small_corpus, packing, True) as batches:
+        want = [(as_lists(b), batches.state_dict()) for b in batches]
+    with ahead(plain(small_corpus, packing, True), depth=3) as made:
+        made.start()
+        wait_ready(made, 3)
+        got = []
+        for batch in made:
+            assert type(batch).__name__ == "PackedBatch"
+            got.append((as_lists(batch), made.state_dict()))
+    assert got == want
+
+
 def test_start_fills_the_queue_and_changes_nothing(small_corpus: Path) -> None:
     want = [as_lists(b) for b in plain(small_corpus, "bestfit", True)]
     with plain(small_corpus, "bestfit", True) as fresh:
@@ -205,7 +221,7 @@ def test_an_abandoned_stage_stops_its_thread_and_closes_its_source() -> None:
 def test_what_the_stage_refuses() -> None:
     with pytest.raises(ValueError, match="depth must be an int >= 1, not 0"):
         to_device(Source(1), "cpu", depth=0)
-    with pytest.raises(TypeError, match="needs batches with a state_dict"):
+    with pytest.raises(TypeError, match="need a state_dict"):
         to_device([np.zeros(3)], "cpu")
     with to_device(iter_of([["not", "arrays"]]), "cpu") as stage, pytest.raises(TypeError):
         next(stage)

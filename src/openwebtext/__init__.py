@@ -26,6 +26,7 @@ from openwebtext.errors import (
 )
 from openwebtext.index import Corpus, Counts
 from openwebtext.loader import (
+    Ahead,
     Batches,
     BatchIterator,
     BestFitBatches,
@@ -35,6 +36,7 @@ from openwebtext.loader import (
     PackedBatch,
     Stats,
     TokenDocument,
+    ahead,
 )
 from openwebtext.options import Options
 from openwebtext.records import Unit
@@ -45,6 +47,7 @@ from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 __version__ = "0.1.0"
 
 __all__ = [
+    "Ahead",
     "BatchIterator",
     "Batches",
     "BestFitBatches",
@@ -74,6 +77,7 @@ __all__ = [
     "Unit",
     "UnknownFormat",
     "WorkerError",
+    "ahead",
     "load_tokenizer",
     "reshard",
     "shuffle",

@@ -22,6 +22,7 @@ from openwebtext.options import Options
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
     WINDOW,
+    Ahead,
     Batches,
     BatchIterator,
     BestFitBatches,
@@ -29,8 +30,10 @@ from openwebtext.stream import (
     Mark,
     PackedBatch,
     Packing,
+    Stateful,
     Stats,
     Stream,
+    ahead,
     batches_start,
     check_state,
     config_of,
@@ -40,6 +43,7 @@ from openwebtext.stream import (
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
+    "Ahead",
     "BatchIterator",
     "Batches",
     "BestFitBatches",
@@ -47,8 +51,10 @@ __all__ = [
     "DocumentIterator",
     "Loader",
     "PackedBatch",
+    "Stateful",
     "Stats",
     "TokenDocument",
+    "ahead",
     "cu_seqlens",
 ]
 
