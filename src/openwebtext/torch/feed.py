@@ -67,11 +67,11 @@ def as_tensors(batch: Any) -> tuple[tuple[str, ...] | None, list[torch.Tensor]]:
 class Mover:
     """How batches reach ``device``: ``move`` in the thread, ``receive`` in the consumer."""
 
-    def __init__(self, device: torch.device, depth: int) -> None:
+    def __init__(self, device: torch.device) -> None:
         self.device = device
         cuda = device.type == "cuda"
         self.stream = torch.cuda.Stream(device) if cuda else None  # type: ignore[no-untyped-call]
-        self.ring = [Slot() for _ in range(depth + 1)] if cuda else []
+        self.ring: list[Slot] = []  # CUDA: depth + 1 slots (``depth`` queued, one being made)
         self.turn = 0
 
     def move(self, batch: Any) -> Moved:
@@ -126,8 +126,10 @@ class DeviceBatches(Ahead):
         if place.type == "cuda" and place.index is None:
             place = torch.device("cuda", torch.cuda.current_device())
         self.device = place
-        mover = Mover(place, depth if isinstance(depth, int) and depth > 0 else 1)
+        mover = Mover(place)
         super().__init__(batches, depth, move=mover.move, receive=mover.receive)
+        if mover.stream is not None:
+            mover.ring = [Slot() for _ in range(self.depth + 1)]
 
 
 def to_device(
