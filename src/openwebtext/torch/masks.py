@@ -1,17 +1,25 @@
 """Attention layouts of packed rows from their segment ids (``PackedBatch.segment_ids``:
 documents numbered from 1 within a row, 0 for padding): SDPA's dense mask, FlexAttention's
 ``BlockMask``, and FlashAttention's varlen ``cu_seqlens``. All of them let a position attend to
-itself and the earlier positions of its own document; a padding position attends to itself only
-(so that no row is all masked)."""
+itself and the earlier positions of its own document. A padding position attends to itself only
+under the masks (so that no row is all masked), and to its run of padding under varlen (a
+sequence of its own); either way its output is not trained on."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 
 from openwebtext.loader import cu_seqlens
+
+try:  # FlexAttention came with torch 2.5; the rest of this module needs less
+    from torch.nn.attention.flex_attention import create_block_mask
+except ImportError:  # pragma: no cover - depends on the installed torch
+    create_block_mask = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from torch.nn.attention.flex_attention import BlockMask
 
 __all__ = ["Varlen", "document_block_mask", "document_cu_seqlens", "document_mask", "varlen"]
 
@@ -44,7 +52,14 @@ def document_block_mask(
         block_size: FlexAttention's block (128 by default, as ``create_block_mask``).
         compile: Build the mask with ``torch.compile`` (``create_block_mask(_compile=True)``):
             worth it on a GPU for long rows, where the eager build materialises (B, L, L).
+
+    Raises:
+        ImportError: torch has no FlexAttention (before 2.5).
     """
+    if create_block_mask is None:
+        raise ImportError(
+            f"document_block_mask needs FlexAttention (torch >= 2.5): {torch.__version__}"
+        )
     rows, length = segment_ids.shape
 
     def document_causal(b: Any, h: Any, q: Any, kv: Any) -> Any:
