@@ -10,6 +10,11 @@ state are saved together in one checkpoint file, replaced atomically; run the sa
 again after an interruption and it continues from the last checkpoint, reaching exactly the
 losses of a run that was never interrupted (one thread, deterministic kernels).
 
+With CUDA, the model trains on the GPU and the batches reach it through the device stage
+(``openwebtext.torch.to_device``): made ahead on a thread, copied from pinned buffers on a side
+stream, started while the checkpoint loads; the checkpoint holds the state of the batch last
+trained on. Without CUDA, on the CPU as before.
+
     python examples/train_gpt.py CORPUS --steps 300 --checkpoint gpt.pt
     python examples/train_gpt.py CORPUS --steps 300 --checkpoint gpt.pt   # continues
 
@@ -34,7 +39,7 @@ from torch.nn import functional as F
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from openwebtext import Corpus, Loader
-from openwebtext.torch import PackedBatchDataset, document_mask
+from openwebtext.torch import PackedBatchDataset, document_mask, to_device
 
 VOCAB = 50304  # GPT-2's 50257 ids, padded to a multiple of 64 as nanoGPT does
 
@@ -108,7 +113,7 @@ class GPT(nn.Module):
     ) -> torch.Tensor:
         """The mean cross-entropy of predicting ``y`` from ``x`` (both ``(batch, seq_len)``;
         targets -100 are ignored), attention under ``mask`` (None: causal)."""
-        h = self.tokens(x) + self.positions(torch.arange(x.shape[1]))
+        h = self.tokens(x) + self.positions(torch.arange(x.shape[1], device=x.device))
         for block in self.blocks:
             h = block(h, mask)
         logits = self.head(self.ln(h))
@@ -125,11 +130,11 @@ def inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
     return tokens[:, :-1], y, document_mask(segments[:, :-1])
 
 
-def as_tensors(batch: Any) -> Any:
-    """A batch of ``Loader.batches`` as the train DataLoader gives it: tensors."""
+def as_tensors(batch: Any, device: torch.device) -> Any:
+    """A batch of ``Loader.batches`` as the train DataLoader gives it: tensors (on ``device``)."""
     if isinstance(batch, tuple):  # a PackedBatch (--segments)
-        return {name: torch.from_numpy(a) for name, a in batch._asdict().items()}
-    return torch.from_numpy(batch)
+        return {name: torch.from_numpy(a).to(device) for name, a in batch._asdict().items()}
+    return torch.from_numpy(batch).to(device)
 
 
 def cut_log(path: Path, step: int) -> None:
@@ -229,10 +234,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    # Deterministic: the same seed, one thread, and kernels that never vary between runs.
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = device.type == "cuda"
+    if cuda:  # cuBLAS is deterministic only with a fixed workspace, set before it starts
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # Deterministic: the same seed, one thread, and kernels that never vary between runs (on
+    # a GPU, where some attention kernels have no deterministic version, as far as it goes).
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
+    torch.use_deterministic_algorithms(True, warn_only=cuda)
 
     corpus = Corpus.open(args.corpus)
     read = {"seed": args.seed, "tokenizer": "gpt2", "val_fraction": args.val_fraction}
@@ -243,11 +253,11 @@ def main() -> None:
     loader = StatefulDataLoader(train, batch_size=None, num_workers=args.num_workers)
     val_loader = Loader(corpus, split="val", workers=0, **read)
     with val_loader.batches(args.seq_len, args.batch_size, **packed) as val_batches:
-        val = [as_tensors(b) for b in islice(val_batches, args.eval_batches)]
+        val = [as_tensors(b, device) for b in islice(val_batches, args.eval_batches)]
     if not val:
         raise SystemExit("the val split holds less than one batch: raise --val-fraction")
 
-    model = GPT(args.seq_len, args.layers, args.heads, args.width)
+    model = GPT(args.seq_len, args.layers, args.heads, args.width).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices; not norms and biases
     rest = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -257,56 +267,64 @@ def main() -> None:
     )
     run = {name: getattr(args, name) for name in RUN_ARGS}
     step = 0
+    checkpoint = None
     if args.checkpoint.exists():
-        checkpoint = torch.load(args.checkpoint, weights_only=False)
+        checkpoint = torch.load(args.checkpoint, weights_only=False, map_location=device)
         if checkpoint["run"] != run:
             changed = sorted(k for k in run if checkpoint["run"].get(k) != run[k])
             raise SystemExit(f"{args.checkpoint} was saved with other {', '.join(changed)}")
+        loader.load_state_dict(checkpoint["data"])
+    # On a GPU: the device stage, started now: its first batches are made while the model loads.
+    feed: Any = to_device(loader, device).start() if cuda else loader
+    if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
-        loader.load_state_dict(checkpoint["data"])
-        torch.set_rng_state(checkpoint["rng"])
+        torch.set_rng_state(checkpoint["rng"].cpu())
         step = checkpoint["step"]
         print(f"resumed at step {step}", flush=True)
     if args.log:
         cut_log(args.log, step)
 
     print(f"{sum(p.numel() for p in model.parameters()):,} parameters", flush=True)
-    batches: Iterator[Any] = iter(loader)
-    while step < args.steps:
-        batch = next(batches, None)
-        if batch is None:  # only with no train batch at all: the stream is endless
-            raise SystemExit("the train split holds less than one batch")
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, args)
-        loss = model(*inputs(batch))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        step += 1
-        if args.log:
-            with args.log.open("a") as f:
-                f.write(f"{step} {loss.item()!r}\n")
-        line, show = f"step {step}: loss {loss.item():.4f}", step % 10 == 0
-        if step % args.eval_every == 0 or step == args.steps:
-            line, show = f"{line}, val loss {evaluate(model, val):.4f}", True
-        if step % args.checkpoint_every == 0 or step == args.steps:
-            state = {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "data": loader.state_dict(),  # after the batch just trained on
-                "rng": torch.get_rng_state(),
-                "step": step,
-                "run": run,
-            }
-            save_atomically(state, args.checkpoint)
-            line, show = f"{line} (checkpoint saved)", True
-        if show:
-            print(line, flush=True)
-        if step == args.interrupt_at:
-            print(f"interrupted after step {step}", flush=True)
-            return
+    try:
+        batches: Iterator[Any] = iter(feed)
+        while step < args.steps:
+            batch = next(batches, None)
+            if batch is None:  # only with no train batch at all: the stream is endless
+                raise SystemExit("the train split holds less than one batch")
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(step, args)
+            loss = model(*inputs(batch))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            step += 1
+            if args.log:
+                with args.log.open("a") as f:
+                    f.write(f"{step} {loss.item()!r}\n")
+            line, show = f"step {step}: loss {loss.item():.4f}", step % 10 == 0
+            if step % args.eval_every == 0 or step == args.steps:
+                line, show = f"{line}, val loss {evaluate(model, val):.4f}", True
+            if step % args.checkpoint_every == 0 or step == args.steps:
+                state = {
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "data": feed.state_dict(),  # after the batch just trained on
+                    "rng": torch.get_rng_state(),
+                    "step": step,
+                    "run": run,
+                }
+                save_atomically(state, args.checkpoint)
+                line, show = f"{line} (checkpoint saved)", True
+            if show:
+                print(line, flush=True)
+            if step == args.interrupt_at:
+                print(f"interrupted after step {step}", flush=True)
+                return
+    finally:
+        if cuda:  # the device stage's thread, and the DataLoader under it
+            feed.close()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from openwebtext.errors import (
 )
 from openwebtext.index import Corpus
 from openwebtext.loader import (
+    Ahead,
     BatchIterator,
     Document,
     DocumentIterator,
@@ -33,6 +34,7 @@ from openwebtext.loader import (
     PackedBatch,
     Stats,
     TokenDocument,
+    ahead,
 )
 from openwebtext.options import Options
 from openwebtext.stream import reshard
@@ -42,6 +44,7 @@ from openwebtext.tokenizer import Tokenizer, TokenizerError, load_tokenizer
 __version__ = "0.1.0"
 
 __all__ = [
+    "Ahead",
     "BatchIterator",
     "Corpus",
     "CorpusError",
@@ -66,6 +69,7 @@ __all__ = [
     "TruncatedMember",
     "UnknownFormat",
     "WorkerError",
+    "ahead",
     "load_tokenizer",
     "reshard",
     "shuffle",

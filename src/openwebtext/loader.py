@@ -22,6 +22,7 @@ from openwebtext.options import Options
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
     WINDOW,
+    Ahead,
     Batches,
     BatchIterator,
     BestFitBatches,
@@ -29,8 +30,10 @@ from openwebtext.stream import (
     Mark,
     PackedBatch,
     Packing,
+    Stateful,
     Stats,
     Stream,
+    ahead,
     batches_start,
     check_state,
     config_of,
@@ -40,6 +43,7 @@ from openwebtext.stream import (
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = [
+    "Ahead",
     "BatchIterator",
     "Batches",
     "BestFitBatches",
@@ -47,8 +51,10 @@ __all__ = [
     "DocumentIterator",
     "Loader",
     "PackedBatch",
+    "Stateful",
     "Stats",
     "TokenDocument",
+    "ahead",
     "cu_seqlens",
 ]
 
@@ -159,6 +165,8 @@ class Loader:
         documents into rows by best fit over ``window`` documents at a time (a document
         longer than a row is split into row-sized pieces, the rest of a row is ``pad_id``),
         rows not overlapping. Both resume exactly, and every batch has ``batch_size`` rows.
+        ``ahead(batches)`` makes them on a thread ahead of the loop (``start()`` before the
+        first), ``openwebtext.torch.to_device`` puts them on the accelerator ahead of it.
 
         Args:
             seq_len: Ids each row predicts.

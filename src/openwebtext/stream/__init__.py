@@ -1,5 +1,5 @@
 """The running stream: blocks, epochs, state, ``Stream``, counting for even sharding, and
-packed ``Batches``.
+packed ``Batches``, made ahead on a thread (``ahead``).
 
 Rule: imports the leaves, ``source``, ``index`` and ``engine``; never ``prepare`` (its
 sibling).
@@ -7,6 +7,7 @@ sibling).
 
 from __future__ import annotations
 
+from openwebtext.stream.ahead import Ahead, Stateful, ahead
 from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
@@ -36,6 +37,7 @@ from openwebtext.stream.stream import Stream
 
 __all__ = [
     "WINDOW",
+    "Ahead",
     "BatchIterator",
     "Batches",
     "BestFitBatches",
@@ -45,8 +47,10 @@ __all__ = [
     "Packing",
     "Position",
     "Rule",
+    "Stateful",
     "Stats",
     "Stream",
+    "ahead",
     "batches_start",
     "check_sizes",
     "check_state",

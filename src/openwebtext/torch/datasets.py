@@ -1,49 +1,5 @@
-"""PyTorch integration: ``IterableDataset``s that shard themselves and resume exactly.
-
-Install with ``pip install 'openwebtext[torch]'``.
-
-- ``OpenWebTextDataset`` yields documents; ``PackedBatchDataset`` yields packed
-  token batches (``Loader.batches``), already batched: use ``batch_size=None``.
-- Inside ``torch.utils.data.DataLoader(num_workers=N)`` every DataLoader worker
-  takes its own share of the documents (rank ``rank * N + worker``, world
-  ``world_size * N``) and reads in its own process (DataLoader workers are
-  daemonic and may not start processes of their own); with ``num_workers=0``
-  the dataset reads with ``options.workers`` worker processes.
-- ``rank`` and ``world_size`` come from ``torch.distributed`` when it is
-  initialised and the options leave them at their defaults.
-- Shares (ranks x DataLoader workers) are intervals of each epoch's documents, cut at
-  documents, so they need the documents per unit: the dataset counts them (or reads the
-  cached counts) once, in the main process, when it is built or at ``set_epoch``;
-  DataLoader workers inherit the counts. Build it after
-  ``torch.distributed.init_process_group`` when ``even`` follows the world size.
-- ``state_dict()`` / ``load_state_dict()`` follow the protocol of
-  ``torchdata.stateful_dataloader.StatefulDataLoader``, which calls them in each
-  worker, so a training loop checkpoints and resumes exactly.
-- Another world size or ``num_workers`` (``reshard_loader_states``): gather every rank's
-  ``StatefulDataLoader.state_dict()`` (``torch.distributed.all_gather_object``), reshard the
-  shares' dataset states for the new ranks x workers, and give each new rank its own with
-  ``dataset.load_resharded(...)`` before a fresh ``StatefulDataLoader`` iterates it.
-  torchdata itself refuses this: its multi-process state must hold one snapshot per worker,
-  numbered ``worker_0..``, and it restores them by number (a state of 2 workers loaded into 4
-  starts two of them from scratch; into 1, one worker's position is lost), and its
-  single-process and multi-process states have different shapes. So the resharded states go
-  to the dataset, not through ``StatefulDataLoader.load_state_dict``::
-
-      state = loader.state_dict()                      # on every old rank, at its own step
-      gathered = [None] * world_size
-      torch.distributed.all_gather_object(gathered, state)
-      ...                                              # restart on W' ranks, N' workers
-      shares = reshard_loader_states(gathered, new_world_size, new_num_workers)
-      dataset = PackedBatchDataset("data/", 1024, 8, tokenizer="gpt2", seed=0)
-      dataset.load_resharded(shares[torch.distributed.get_rank()])
-      loader = StatefulDataLoader(dataset, batch_size=None, num_workers=new_num_workers)
-
-- Equal steps on every rank (``same_steps``): ranks hand out the same number of documents,
-  but not of ids, so over a finite number of epochs their packed batches differ in number
-  (a few per epoch) and the rank with more would wait for ever in its next all-reduce.
-  ``for batch in same_steps(loader):`` stops every rank at the step the first one runs out
-  of batches, for one all-reduce of one integer per step.
-"""
+"""The datasets: ``OpenWebTextDataset`` and ``PackedBatchDataset`` (rank and DataLoader-worker
+sharding, ``StatefulDataLoader`` states, resharding them), and ``same_steps``."""
 
 from __future__ import annotations
 
@@ -71,7 +27,6 @@ from openwebtext.loader import (
     DocumentIterator,
     Loader,
     PackedBatch,
-    cu_seqlens,
 )
 from openwebtext.options import EvenRule, Options
 from openwebtext.stream import WINDOW, Packing, check_sizes, ensure_counts, reshard
@@ -79,8 +34,6 @@ from openwebtext.stream import WINDOW, Packing, check_sizes, ensure_counts, resh
 __all__ = [
     "OpenWebTextDataset",
     "PackedBatchDataset",
-    "document_cu_seqlens",
-    "document_mask",
     "loader_dataset_states",
     "reshard_loader_states",
     "same_steps",
@@ -325,26 +278,6 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
                 yield {name: torch.from_numpy(a) for name, a in batch._asdict().items()}
             else:
                 yield torch.from_numpy(batch)
-
-
-def document_mask(segment_ids: torch.Tensor) -> torch.Tensor:
-    """The block-diagonal causal mask of ``segment_ids`` (B, L) for
-    ``torch.nn.functional.scaled_dot_product_attention(attn_mask=…)``: (B, 1, L, L), True where
-    a position may attend, i.e. to itself and the earlier positions of its own document; a
-    padding position (segment 0) attends to itself only (so that no row is all masked)."""
-    length = segment_ids.shape[-1]
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
-    eye = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
-    mask = torch.where((segment_ids == 0)[:, :, None], eye, same & causal)
-    return mask[:, None]
-
-
-def document_cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
-    """``cu_seqlens`` (int32, on the device of ``segment_ids``) of the rows (B, L) flattened,
-    for FlashAttention's varlen kernels: every run of one segment in a row is a sequence."""
-    starts = cu_seqlens(segment_ids.detach().cpu().numpy())
-    return torch.from_numpy(starts).to(segment_ids.device)
 
 
 def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:

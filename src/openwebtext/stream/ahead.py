@@ -1,0 +1,228 @@
+"""Batches made ahead on a thread, each handed out with the state after it (``ahead``).
+
+A thread takes batches from a source (``Loader.batches``, a ``StatefulDataLoader``, ...), notes
+the source's ``state_dict()`` after each, optionally moves it (``move``: the device stage copies
+it to the accelerator there), and queues up to ``depth`` of them. The state handed out is the
+batch's: ``state_dict()`` is the source's state after the last batch the consumer took, never
+where the thread has read ahead to (the batches in flight are read again on resume), as grain's
+prefetch and torchdata's nodes do. ``start()`` starts the thread before the first batch is asked
+for, so that the workers start and the first batches are made while a checkpoint loads.
+
+The thread owns the source from its start to its end: it closes the source when the batches run
+out, when one raises (the error is raised to the consumer, after the batches before it), and when
+the consumer closes or drops the iterator.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+from openwebtext.options import int_at_least
+
+__all__ = ["Ahead", "Stateful", "ahead"]
+
+#: How often (seconds) a thread waiting on a full queue checks whether it should stop.
+POLL = 0.05
+
+
+class Stateful(Protocol):
+    """What ``ahead`` reads from: batches (an iterator or an iterable) with a state."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+
+class Made(NamedTuple):
+    """A batch (as ``move`` made it), with the source's state after it."""
+
+    batch: Any
+    state: dict[str, Any]
+
+
+class Failed(NamedTuple):
+    error: BaseException
+
+
+END = object()
+
+
+A = TypeVar("A", bound="Ahead")
+
+
+def unchanged(batch: Any) -> Any:
+    return batch
+
+
+class Producer:
+    """The thread's side: owns the source from its start to its close."""
+
+    def __init__(self, source: Stateful, depth: int, move: Callable[[Any], Any]) -> None:
+        self.source = source
+        self.move = move
+        self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="openwebtext-ahead", daemon=True)
+
+    def run(self) -> None:
+        try:
+            batches = iter(self.source)
+            while not self.stopping.is_set():  # checked before reading on: a close reads no more
+                batch = next(batches, END)
+                if batch is END:
+                    self.put(END)
+                    return
+                state = self.source.state_dict()
+                self.put(Made(self.move(batch), state))
+        except BaseException as error:  # handed to the consumer, raised there
+            self.put(Failed(error))
+        finally:
+            close_source(self.source)
+
+    def put(self, item: Any) -> bool:
+        """Queue ``item``, waiting for room; False if the stage is stopping."""
+        while not self.stopping.is_set():
+            try:
+                self.ready.put(item, timeout=POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def stop(self) -> None:
+        """Ask the thread to end, and wait until it has (it closes the source)."""
+        self.stopping.set()
+        if self.thread.ident is None:
+            close_source(self.source)
+            return
+        while self.thread.is_alive():
+            self.drain()
+            self.thread.join(POLL)
+        self.drain()
+
+    def drain(self) -> None:
+        try:
+            while True:
+                self.ready.get_nowait()
+        except queue.Empty:
+            pass
+
+
+def close_source(source: Any) -> None:
+    close = getattr(source, "close", None)
+    if close is not None:
+        close()
+
+
+class Ahead:
+    """Batches of a source made ahead on a thread, up to ``depth`` (``ahead``).
+
+    Args:
+        batches: ``Loader.batches(...)``, a ``StatefulDataLoader``, or any iterable of batches
+            with a ``state_dict()`` (its state after the last batch it gave).
+        depth: Batches made ahead (at most; the source's own read ahead aside).
+        move: Applied to each batch in the thread (e.g. a copy to a device).
+        receive: Applied to each batch as it is handed out (e.g. a wait for that copy).
+
+    Raises:
+        ValueError: ``depth`` is not an int >= 1.
+        TypeError: ``batches`` has no ``state_dict()``.
+    """
+
+    def __init__(
+        self,
+        batches: Stateful,
+        depth: int = 2,
+        *,
+        move: Callable[[Any], Any] = unchanged,
+        receive: Callable[[Any], Any] = unchanged,
+    ) -> None:
+        if not int_at_least(depth, 1):
+            raise ValueError(f"depth must be an int >= 1, not {depth!r}")
+        if not callable(getattr(batches, "state_dict", None)):
+            raise TypeError(f"batches made ahead need a state_dict(), not {batches!r}")
+        self.depth = depth
+        self._source = batches
+        self._receive = receive
+        self._producer = Producer(batches, depth, move)
+        self._state: dict[str, Any] | None = None  # after the last batch handed out
+        self._ended = False
+
+    def start(self: A) -> A:
+        """Start the source and make the first ``depth`` batches now, in the background (e.g.
+        while a checkpoint loads). Safe to call again; ``next()`` starts it too."""
+        producer = self._producer
+        if producer.thread.ident is None and not producer.stopping.is_set():
+            self._state = self._source.state_dict()  # nothing handed out: the state at start
+            producer.thread.start()
+        return self
+
+    def __iter__(self: A) -> A:
+        return self
+
+    def __next__(self) -> Any:
+        if self._ended:
+            raise StopIteration
+        self.start()
+        item = self._producer.ready.get()
+        if isinstance(item, Failed):
+            self.close()
+            raise item.error
+        if item is END:
+            self.close()
+            raise StopIteration
+        batch = self._receive(item.batch)
+        self._state = item.state
+        return batch
+
+    @property
+    def ready(self) -> int:
+        """Batches made ahead, not yet handed out."""
+        return self._producer.ready.qsize()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The source's state after the last batch handed out (before any: where it starts)."""
+        if self._state is None:
+            return self._source.state_dict()
+        return self._state
+
+    @property
+    def stats(self) -> Any:
+        """The source's ``stats`` (``Loader.batches``'), read ahead included (the batches in
+        flight)."""
+        return self._source.stats  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        """Stop the thread and the source now. Safe to call twice."""
+        self._ended = True
+        self._producer.stop()
+
+    def __enter__(self: A) -> A:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        producer = getattr(self, "_producer", None)  # None: __init__ refused its arguments
+        if producer is not None:
+            producer.stopping.set()  # an abandoned iterator: the thread closes the source
+
+
+def ahead(batches: Stateful, depth: int = 2) -> Ahead:
+    """``batches`` (e.g. ``Loader.batches(...)``) made ``depth`` ahead on a thread, with the
+    state of the batch handed out and ``start()``: see ``Ahead``.
+
+    Example::
+
+        batches = ahead(loader.batches(1024, 8, packing="bestfit", segments=True))
+        batches.start()                    # the workers start while the model loads
+        restore_model(path)
+        for batch in batches:
+            ...
+            save(model, batches.state_dict())
+    """
+    return Ahead(batches, depth)
