@@ -19,7 +19,7 @@ NOT_CODE = {
     "Annotated", "Literal", "Generator", "SeedSequence", "random", "concurrent", "HfFileSystem",
     "hf_hub_url", "get_hf_file_metadata", "StatefulDataLoader", "mtime_ns", "__cause__",
     "layers", "Range", "S", "_private", "datasets", "lzma", "msgspec", "tarfile", "ray.data",
-    "TYPE_CHECKING",
+    "TYPE_CHECKING", "depth",
 }  # fmt: skip
 FILES = (".py", ".json", ".toml", ".md", ".bin", ".idx")
 

@@ -24,9 +24,9 @@ ERRORS = [
 ]  # fmt: skip
 DOORS = {
     "openwebtext": sorted([
-        *ERRORS, "BatchIterator", "Corpus", "Document", "DocumentIterator", "Loader",
+        *ERRORS, "Ahead", "BatchIterator", "Corpus", "Document", "DocumentIterator", "Loader",
         "OpenWebTextLoader", "Options", "PackedBatch", "Stats", "TokenDocument", "Tokenizer",
-        "load_tokenizer", "reshard", "shuffle", "take",
+        "ahead", "load_tokenizer", "reshard", "shuffle", "take",
     ]),
     "openwebtext.synth": [
         "SynthReport", "bench_corpus", "bench_corpus_path", "default_corpus",
@@ -38,8 +38,9 @@ DOORS = {
     ],
     "openwebtext.ray": ["EngineError", "SkipLog", "library_errors", "read_openwebtext", "tokenize"],
     "openwebtext.torch": [
-        "OpenWebTextDataset", "PackedBatchDataset", "document_cu_seqlens", "document_mask",
-        "loader_dataset_states", "reshard_loader_states", "same_steps",
+        "DeviceBatches", "OpenWebTextDataset", "PackedBatchDataset", "Varlen",
+        "document_block_mask", "document_cu_seqlens", "document_mask", "loader_dataset_states",
+        "reshard_loader_states", "same_steps", "to_device", "varlen",
     ],
     "openwebtext.hf": ["iterable_dataset", "shard_options"],
 }  # fmt: skip

@@ -7,7 +7,7 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.ahead import Ahead, Stateful, ahead
+from openwebtext.stream.readahead import Ahead, Stateful, ahead
 from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
