@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 37, unattended, on a machine with a CUDA device (one GPU, 16 cores:
-# about five minutes). From the repository's root, after `pip install -e '.[torch,tokenize,test]'`:
+# about five minutes), from a fresh clone: it installs what it needs first (the machine's own
+# CUDA build of torch is kept: pip only adds what is missing; OWT_NO_INSTALL=1 skips this):
 #
 #     bash benchmarks/gpu_checks.sh
 #
@@ -15,6 +16,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 failed=()
+if [[ "${OWT_NO_INSTALL:-}" != 1 ]]; then
+    python3 -m pip install --quiet -e '.[torch,tokenize,test]' || exit 3
+fi
 
 step() {
     local name=$1
