@@ -122,7 +122,7 @@ def test_ray_engine_corrupt_member(ray_instance: None, small_corpus: Path, tmp_p
     skip = PrepareOptions(workers=0, on_error="skip")
     report = owt_ray.tokenize(corpus, tmp_path / "skip", skip, units_per_task=2, restart=True)
     local = prepare(corpus, tmp_path / "local", skip)
-    assert report.meta["skipped_members"] == 1 and report.meta == local.meta
+    assert report.meta["counts"]["skipped_members"] == 1 and report.meta == local.meta
     assert len(report.skipped) == 1 and member in report.skipped[0]
 
 
@@ -159,7 +159,8 @@ def test_both_engines_bound_skips_alike(
         return
     local = prepare(corpus, tmp_path / "local", options)
     report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=3)
-    assert local.meta["partial_members"] == 1 and local.meta["skipped_members"] == 1
+    counts = local.meta["counts"]
+    assert counts["partial_members"] == 1 and counts["skipped_members"] == 1
     assert report.meta == local.meta
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
 
@@ -377,7 +378,8 @@ def test_remote_corpus_over_http(
     local = prepare(Corpus.open(small_corpus), tmp_path / "local", prepare_options)
     assert _files(tmp_path / "ray")["train.bin"] == _files(tmp_path / "local")["train.bin"]
     assert _files(tmp_path / "ray")["val.bin"] == _files(tmp_path / "local")["val.bin"]
-    assert local.meta["tokens"] == json.loads(_files(tmp_path / "ray")["meta.json"])["tokens"]
+    ray_meta = json.loads(_files(tmp_path / "ray")["meta.json"])
+    assert local.meta["counts"]["tokens"] == ray_meta["counts"]["tokens"]
 
 
 def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) -> None:
@@ -504,7 +506,7 @@ def test_ray_engine_to_s3_keeps_the_slices_already_there(
     train = (tmp_path / "local" / "train.bin").read_bytes()
     assert got["train.bin"] == bytes([train[0] ^ 0xFF]) + train[1:]
     assert got["val.bin"] == (tmp_path / "local" / "val.bin").read_bytes()
-    assert json.loads(got["meta.json"])["tokens"] == local.meta["tokens"]
+    assert json.loads(got["meta.json"])["counts"] == local.meta["counts"]
 
 
 def test_ray_engine_to_s3_restart_drops_a_nodes_staged_progress(
@@ -560,7 +562,7 @@ def test_ray_engine_on_parquet_writes_the_local_engines_files(
     local = prepare(corpus, tmp_path / "local", options)
     report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
-    assert report.meta == local.meta and local.meta["documents"]["train"] > 0
+    assert report.meta == local.meta and local.meta["counts"]["documents"]["train"] > 0
 
 
 def test_read_openwebtext_on_parquet_every_row_once(
