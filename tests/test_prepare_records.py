@@ -1,6 +1,6 @@
-"""The prepare side's typed records: folders written by the release before them still load,
-resume and finish to the same bytes (golden fixtures), every record round-trips, and a
-damaged record is one clear error naming its file and field."""
+"""The prepare side's records on real folders: runs interrupted at each phase (golden
+fixtures, their records in format 2) resume and finish to the same bytes, the same options
+write the same meta.json, and a damaged record is one clear error naming its file and field."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from openwebtext import Corpus
 from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
 from openwebtext.prepare.workdir import PROGRESS
 
-GOLDEN = Path(__file__).parent / "fixtures" / "prepare-v1"
+GOLDEN = Path(__file__).parent / "fixtures" / "prepare-2"
 
 
 def _options(rule: str) -> PrepareOptions:
@@ -94,7 +94,8 @@ def test_a_damaged_record_of_the_last_release_is_one_line_naming_file_and_field(
     with pytest.raises(PrepareError) as caught:
         prepare(corpus, out, _options("hash"))
     message = str(caught.value)
-    assert message.startswith(f"{out / PROGRESS} is not a progress record ({field} "), message
+    said = f"{out / PROGRESS} is not a progress record (bad progress record: {field}: "
+    assert message.startswith(said), message
     assert message.endswith("run again with --restart") and "\n" not in message
     assert prepare(corpus, out, _options("hash"), restart=True).meta == _golden_meta(
         "meta-hash.json"

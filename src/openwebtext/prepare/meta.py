@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from openwebtext import codec
+from openwebtext.codec import Disagree
 from openwebtext.errors import StateError
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Report
 from openwebtext.prepare.state import FileInfo, Meta, PerFile, ProgressRecord, RunConfig, read
-from openwebtext.prepare.workdir import Workdir, sha256_file
+from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
 from openwebtext.source import Storage
 
 __all__ = ["build_meta", "finished_run", "read_meta"]
@@ -47,10 +48,21 @@ def finished_run(
 
 
 def build_meta(workdir: Workdir, record: ProgressRecord, names: tuple[str, ...]) -> Meta:
-    """meta.json: the config (of a whole run, after a merge), the counts, each file's sha256."""
+    """meta.json: the config (of a whole run, after a merge), the counts, each file's sha256.
+
+    Raises:
+        PrepareError: the parts do not hold what the run counted (another run's now).
+    """
+    workdir.guard()  # the parts are still this run's
     files = {}
     for name in names:
         path = workdir.part_path(name)
         files[name] = FileInfo(path.stat().st_size, sha256_file(path))
     config = codec.replace(record.config, merge_of=None)
-    return Meta(config, record.counts, PerFile.of(files))
+    try:
+        return Meta(config, record.counts, PerFile.of(files))
+    except Disagree as exc:
+        raise PrepareError(
+            f"{workdir.folder}: the files do not hold what the run counted ({exc}): run again "
+            "with --restart"
+        ) from None
