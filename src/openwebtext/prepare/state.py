@@ -269,7 +269,7 @@ class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
                 )
 
 
-class ProgressRecord(Record, frozen=True, tag_field="format", tag=FORMAT):
+class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format", tag=FORMAT):
     """How far a run got (``.owt-progress.json``): its config, its phase, the position in
     that phase (a unit of the order, or a document of the permutation), the sizes of the
     parts it wrote (synced before the record says them), its counts, and (phase ``commit``)
