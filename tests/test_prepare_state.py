@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
@@ -225,8 +225,8 @@ def metas(draw: st.DrawFn) -> Meta:
 
 @st.composite
 def records(draw: st.DrawFn) -> ProgressRecord:
-    phase = draw(st.sampled_from(list(Phase)))
-    meta = draw(st.none() | metas()) if phase is not Phase.COMMIT else draw(metas())
+    phase = draw(st.sampled_from(get_args(Phase)))
+    meta = draw(st.none() | metas()) if phase != "commit" else draw(metas())
     splits = draw(st.sampled_from([("train", "val"), ("all",), ("train",)]))
     return ProgressRecord(draw(configs()), phase, _counts(draw, splits), draw(counts_),
                           draw(per_file(counts_)), meta)  # fmt: skip
@@ -311,7 +311,7 @@ def test_a_record_built_by_code_is_checked_too() -> None:
     with pytest.raises(Disagree, match=r"files\.train\.bin\.bytes"):
         codec.replace(meta, counts=meta.counts.add("train", 0, 1))
     with pytest.raises(Disagree, match="meta"):
-        ProgressRecord(meta.config, Phase.COMMIT, meta.counts)
+        ProgressRecord(meta.config, "commit", meta.counts)
 
 
 def test_counts_are_replaced_never_changed() -> None:
@@ -329,9 +329,3 @@ def test_what_is_not_a_record_is_said() -> None:
         read([], ProgressRecord, "progress record")
     with pytest.raises(StateError, match=r"^bad meta.json: format: not 'openwebtext-prepare/2'"):
         read({"format": "openwebtext-prepare/1"}, Meta, "meta.json")
-
-
-def test_phase_keeps_its_strings() -> None:
-    assert [p.value for p in Phase] == ["tokenize", "permute", "commit"]
-    assert json.dumps(Phase.PERMUTE) == '"permute"'
-    assert Phase("commit") is Phase.COMMIT

@@ -25,7 +25,6 @@ from openwebtext.prepare.state import (
     FORMAT,
     Counts,
     Meta,
-    Phase,
     Piece,
     ProgressRecord,
     RunConfig,
@@ -143,7 +142,7 @@ def _merge_in(
     shown = tuple(Piece(outputs.shown(f, resolve=True), m.files) for f, m in ordered)
     record_config = codec.replace(config, merge_of=shown)
     counts = Counts.new(("train", "val"))
-    fresh = lambda: ProgressRecord(record_config, Phase.TOKENIZE, counts)  # noqa: E731
+    fresh = lambda: ProgressRecord(record_config, "tokenize", counts)  # noqa: E731
     record, resumed = open_record(workdir, record_config, restart, BINS, fresh)
 
     def gather(run: Run) -> None:  # pass 1 was the slices': only their skips add up here
@@ -275,6 +274,6 @@ def _merge_hashed(
             workdir.clear(BINS)
             raise
 
-    run = Run(workdir, ProgressRecord(config, Phase.TOKENIZE, counts), progress, 0)
+    run = Run(workdir, ProgressRecord(config, "tokenize", counts), progress, 0)
     meta = drive(run, Passes(tokenize=copy, permute=None, finals=BINS))
     return Report(workdir.folder, codec.encode(meta))

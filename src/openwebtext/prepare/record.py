@@ -128,11 +128,11 @@ def drive(run: Run, passes: Passes) -> Meta:
     Raises:
         PrepareError: the record is in a phase this kind of run does not have (damaged).
     """
-    if run.record.phase is Phase.TOKENIZE:
+    if run.record.phase == "tokenize":
         passes.tokenize(run)
         if passes.permute is not None:
-            run.begin(Phase.PERMUTE)
-    if run.record.phase is Phase.PERMUTE:
+            run.begin("permute")
+    if run.record.phase == "permute":
         if passes.permute is None:
             raise PrepareError(
                 f"{run.workdir.progress_path} is in phase permute, which a run of its config "
@@ -140,7 +140,7 @@ def drive(run: Run, passes: Passes) -> Meta:
             )
         passes.permute(run)
     meta = run.record.meta
-    if run.record.phase is not Phase.COMMIT or meta is None:
+    if run.record.phase != "commit" or meta is None:
         meta = build_meta(run.workdir, run.record, passes.finals)
         run.record = codec.replace(run.record, meta=meta)
     run.workdir.commit(run.record, passes.finals, passes.drop)

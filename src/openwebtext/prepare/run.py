@@ -28,7 +28,7 @@ from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import finished_run
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
-from openwebtext.prepare.state import Counts, Phase, ProgressRecord, RunConfig, Shard, Slice
+from openwebtext.prepare.state import Counts, ProgressRecord, RunConfig, Shard, Slice
 from openwebtext.prepare.workdir import Workdir
 from openwebtext.prepare.writers import tokenize_units
 from openwebtext.source import Storage
@@ -161,7 +161,7 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     permutes = options.split_rule == "nanogpt" and config.slice is None
     files = corpus.skipped_files
     fresh = lambda: ProgressRecord(  # noqa: E731
-        config, Phase.TOKENIZE, Counts.new(config.splits(), len(files)), position=config.first
+        config, "tokenize", Counts.new(config.splits(), len(files)), position=config.first
     )
     record, resumed = open_record(workdir, config, restart, names + BINS, fresh)
     policy = SkipPolicy(options.on_error, options.max_errors)

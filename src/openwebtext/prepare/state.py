@@ -11,7 +11,6 @@ naming its dotted path (``files.train.bin.bytes``); the caller names the file.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 import msgspec
@@ -30,6 +29,7 @@ __all__ = [
     "LENGTH",
     "Counts",
     "FileInfo",
+    "Keyed",
     "Meta",
     "PerFile",
     "Phase",
@@ -45,40 +45,37 @@ __all__ = [
 
 FORMAT = "openwebtext-prepare/2"
 SplitRule = Literal["hash", "nanogpt"]
+#: Where a run is: pass 1, pass 2 (``nanogpt`` only), or the commit step.
+Phase = Literal["tokenize", "permute", "commit"]
 #: The dtype of ``lengths.bin``: each document's token count.
 LENGTH = np.dtype("<i8")
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 IntDtype = Annotated[str, msgspec.Meta(pattern="^u?int(8|16|32|64)$")]
 T = TypeVar("T")
 R = TypeVar("R", bound=Record)
+K = TypeVar("K", bound="Keyed")
 
 
-class Phase(str, Enum):
-    """Where a run is: pass 1, pass 2 (``nanogpt`` only), or the commit step."""
+class Keyed(Record, frozen=True):
+    """A record whose fields may each be left out (never null), seen by ``of`` and ``items``
+    as ``{JSON key: value}`` of the fields it has."""
 
-    TOKENIZE = "tokenize"
-    PERMUTE = "permute"
-    COMMIT = "commit"
+    @classmethod
+    def of(cls: type[K], values: dict[str, Any]) -> K:
+        return codec.decode(values, cls)
+
+    def items(self) -> dict[str, Any]:
+        found = {f.encode_name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
+        return {key: value for key, value in found.items() if value is not UNSET}
 
 
-class PerFile(Record, Generic[T], frozen=True):
-    """A value per file a run writes; the JSON keys are the files' names (a file it does not
-    have: left out, never null)."""
+class PerFile(Keyed, Generic[T], frozen=True):
+    """A value per file a run writes, keyed by the file's name."""
 
     train: T | UnsetType = msgspec.field(default=UNSET, name="train.bin")
     val: T | UnsetType = msgspec.field(default=UNSET, name="val.bin")
     tokens: T | UnsetType = msgspec.field(default=UNSET, name="tokens.bin")
     lengths: T | UnsetType = msgspec.field(default=UNSET, name="lengths.bin")
-
-    @classmethod
-    def of(cls, values: dict[str, T]) -> PerFile[T]:
-        """The record of ``{file name: value}``."""
-        return cls(**{name.removesuffix(".bin"): value for name, value in values.items()})
-
-    def items(self) -> dict[str, T]:
-        """``{file name: value}`` of the files it has."""
-        found = {f"{key}.bin": getattr(self, key) for key in self.__struct_fields__}
-        return {name: value for name, value in found.items() if value is not UNSET}
 
 
 class FileInfo(Record, frozen=True):
@@ -150,17 +147,12 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
         piece = self.slice
         if piece is None:
             return
-        where = f"[{piece.start}, {piece.stop})"
+        shard, where = piece.shard, f"[{piece.start}, {piece.stop})"
         if piece.stop > self.units:
             raise Disagree("slice", f"{where} is not within the {self.units} units")
-        shard = piece.shard
-        if shard is not None:
-            first, end = shard_range(self.units, shard.index, shard.count)
-            if (first, end) != (piece.start, piece.stop):
-                raise Disagree(
-                    "slice", f"{where} is not shard {shard.index}/{shard.count} of the "
-                    f"{self.units} units ([{first}, {end}))"
-                )  # fmt: skip
+        if shard and shard_range(self.units, shard.index, shard.count) != (piece.start, piece.stop):
+            of = f"shard {shard.index}/{shard.count} of the {self.units} units"
+            raise Disagree("slice", f"{where} is not {of}")
 
     @property
     def first(self) -> int:
@@ -181,17 +173,12 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
         return ("all",) if self.in_corpus_order else ("train", "val")
 
 
-class Splits(Record, frozen=True):
+class Splits(Keyed, frozen=True):
     """A count per split: ``train`` and ``val``, or ``all`` (a ``nanogpt`` slice)."""
 
     train: Count | UnsetType = UNSET
     val: Count | UnsetType = UNSET
     all: Count | UnsetType = UNSET
-
-    def items(self) -> dict[str, int]:
-        """``{split: count}`` of the splits it has."""
-        found = {key: getattr(self, key) for key in self.__struct_fields__}
-        return {key: value for key, value in found.items() if value is not UNSET}
 
     def plus(self, split: str, count: int) -> Splits:
         """These counts with ``count`` more in ``split``."""
@@ -216,7 +203,7 @@ class Counts(Record, frozen=True):
     @classmethod
     def new(cls, splits: tuple[str, ...], files: int = 0) -> Counts:
         """A new run's: 0 everywhere but ``skipped_files``, the corpus's files left out."""
-        zero = Splits(**dict.fromkeys(splits, 0))
+        zero = Splits.of(dict.fromkeys(splits, 0))
         return cls(0, 0, 0, files, zero, zero)
 
     def add(self, split: str, documents: int, tokens: int) -> Counts:
@@ -254,19 +241,17 @@ class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
             raise Disagree("counts", f"must count {' and '.join(config.splits())} only")
         if tuple(files) != config.finals():
             raise Disagree("files", f"must be {' and '.join(config.finals())}, not {list(files)}")
-        itemsize = np.dtype(config.dtype).itemsize
-        per_item = {"tokens.bin": ("all", "tokens", itemsize),
-                    "lengths.bin": ("all", "documents", LENGTH.itemsize),
-                    "train.bin": ("train", "tokens", itemsize),
-                    "val.bin": ("val", "tokens", itemsize)}  # fmt: skip
+        item, tokens = np.dtype(config.dtype).itemsize, counts.tokens.items()
+        lengths = counts.documents.items().get("all", 0) * LENGTH.itemsize
+        sizes = {
+            "tokens.bin": tokens.get("all", 0) * item,
+            "lengths.bin": lengths,
+            "train.bin": tokens.get("train", 0) * item,
+            "val.bin": tokens.get("val", 0) * item,
+        }
         for name, info in files.items():
-            split, part, size = per_item[name]
-            count = getattr(getattr(counts, part), split)
-            if info.bytes != count * size:
-                raise Disagree(
-                    f"files.{name}.bytes",
-                    f"is {info.bytes}, not {count} {split} {part} times {size} bytes",
-                )
+            if info.bytes != sizes[name]:
+                raise Disagree(f"files.{name}.bytes", f"is {info.bytes}, not {sizes[name]}")
 
 
 class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format", tag=FORMAT):
@@ -283,7 +268,7 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
     meta: Meta | None = None
 
     def check(self) -> None:
-        if self.phase is Phase.COMMIT and self.meta is None:
+        if self.phase == "commit" and self.meta is None:
             raise Disagree("meta", "is needed in phase commit")
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from openwebtext import codec
 from openwebtext.errors import OWTError, StateError
 from openwebtext.files import atomic_file, sync_folder
-from openwebtext.prepare.state import Phase, ProgressRecord, read
+from openwebtext.prepare.state import ProgressRecord, read
 
 __all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
@@ -169,7 +169,7 @@ class Workdir:
         if meta is None:
             raise ValueError("a record is committed with its meta")
         self.guard()
-        record = codec.replace(record, phase=Phase.COMMIT)
+        record = codec.replace(record, phase="commit")
         self.save(record)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / "meta.json").unlink()
