@@ -1,8 +1,9 @@
 """The JSON a prepare or merge run writes and reads back (format ``openwebtext-prepare/2``),
 as records of the one codec (``openwebtext.codec``): the run's config (``RunConfig``, with its
-``Slice`` and, for a merge, the slices it reads as ``Piece`` records), its counts (``Counts``,
-one ``Tally`` per split), a finished run's ``meta.json`` (``Meta``) and the progress record
-(``ProgressRecord``, its ``Phase``). Files are ``PerFile`` records keyed by their names.
+``Slice`` and, for a merge, the slices it reads as ``Piece`` records), its counts (``Counts``:
+the skips, and documents and tokens as ``Splits``), a finished run's ``meta.json`` (``Meta``:
+``format``, ``config``, ``counts``, ``files``) and the progress record (``ProgressRecord``).
+Files are ``PerFile`` records keyed by their names.
 
 Every field is checked by its annotation; each record's ``check`` says only what its fields
 must say of each other. ``read`` is the boundary: the first wrong field is one ``StateError``
@@ -198,7 +199,7 @@ class Counts(Record, frozen=True):
 
     def check(self) -> None:
         if self.documents.items().keys() != self.tokens.items().keys():
-            raise Disagree("tokens", "must count the splits documents counts")
+            raise Disagree("tokens", "must count the same splits as documents")
 
     @classmethod
     def new(cls, splits: tuple[str, ...], files: int = 0) -> Counts:
