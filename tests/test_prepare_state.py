@@ -213,7 +213,7 @@ def metas(draw: st.DrawFn) -> Meta:
     counts = _counts(draw, config.splits())
     tokens, documents = counts.tokens.items(), counts.documents.items()
     itemsize = np.dtype(config.dtype).itemsize
-    if config.in_corpus_order:
+    if config.splits() == ("all",):
         sizes = {"tokens.bin": tokens["all"] * itemsize,
                  "lengths.bin": documents["all"] * LENGTH.itemsize}  # fmt: skip
     else:

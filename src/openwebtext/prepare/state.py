@@ -30,7 +30,6 @@ __all__ = [
     "LENGTH",
     "Counts",
     "FileInfo",
-    "Keyed",
     "Meta",
     "PerFile",
     "Phase",
@@ -160,18 +159,16 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
         """The first position of the unit order this run does."""
         return 0 if self.slice is None else self.slice.start
 
-    @property
-    def in_corpus_order(self) -> bool:
-        """A ``nanogpt`` slice: its files are ``tokens.bin`` and ``lengths.bin``."""
-        return self.split_rule == "nanogpt" and self.slice is not None
+    def splits(self) -> tuple[str, ...]:
+        """What a finished run counts: ``all`` (a ``nanogpt`` slice, in corpus order), or the
+        splits."""
+        in_corpus_order = self.split_rule == "nanogpt" and self.slice is not None
+        return ("all",) if in_corpus_order else ("train", "val")
 
     def finals(self) -> tuple[str, ...]:
         """The files a finished run of this config holds."""
-        return ("tokens.bin", "lengths.bin") if self.in_corpus_order else ("train.bin", "val.bin")
-
-    def splits(self) -> tuple[str, ...]:
-        """What a finished run counts: ``all`` (a ``nanogpt`` slice), or the splits."""
-        return ("all",) if self.in_corpus_order else ("train", "val")
+        in_corpus_order = self.splits() == ("all",)
+        return ("tokens.bin", "lengths.bin") if in_corpus_order else ("train.bin", "val.bin")
 
 
 class Splits(Keyed, frozen=True):
