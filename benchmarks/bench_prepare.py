@@ -62,8 +62,8 @@ def _child_prepare(paths: list[str], split: str, out: str) -> dict[str, Any]:
     meta = report.meta
     return {
         "wall_s": wall,
-        "documents": sum(meta["documents"].values()),
-        "tokens": sum(meta["tokens"].values()),
+        "documents": sum(meta["counts"]["documents"].values()),
+        "tokens": sum(meta["counts"]["tokens"].values()),
         "rss_mb": _peak_rss_mb(),
     }
 

@@ -44,7 +44,7 @@ def _digest(folder: Path) -> str:
 
 
 def _tokens(meta: dict[str, Any]) -> int:
-    return int(sum(meta["tokens"].values()))
+    return int(sum(meta["counts"]["tokens"].values()))
 
 
 def _child_local(paths: list[str], out: Path, cpus: int) -> dict[str, Any]:

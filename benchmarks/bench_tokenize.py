@@ -290,8 +290,8 @@ def _child_owt_tokenize(paths: list[str], out: str) -> dict[str, Any]:
     return {
         "wall_s": wall,
         "cpu_s": _cpu_of_children(),
-        "documents": sum(meta["documents"].values()),
-        "tokens": sum(meta["tokens"].values()),
+        "documents": sum(meta["counts"]["documents"].values()),
+        "tokens": sum(meta["counts"]["tokens"].values()),
     }
 
 
@@ -306,8 +306,8 @@ def _child_prepare(paths: list[str], out: str) -> dict[str, Any]:
     return {
         "wall_s": wall,
         "cpu_s": time.process_time() - cpu + _cpu_of_children(),
-        "documents": sum(meta["documents"].values()),
-        "tokens": sum(meta["tokens"].values()),
+        "documents": sum(meta["counts"]["documents"].values()),
+        "tokens": sum(meta["counts"]["tokens"].values()),
         "backend": backend,
     }
 

@@ -119,7 +119,8 @@ def test_owt_tokenize_of_a_rewritten_corpus_is_not_nothing_to_do(
     assert result.returncode == 0, result.stderr
     assert "nothing to do" not in result.stdout + result.stderr
     b_meta = json.loads((tmp_path / "out" / "meta.json").read_text())
-    assert b_meta["corpus"] != a_meta["corpus"] and b_meta["files"] != a_meta["files"]
+    assert b_meta["config"]["corpus"] != a_meta["config"]["corpus"]
+    assert b_meta["files"] != a_meta["files"]
 
 
 def _xz_blocks(data: bytes) -> bytes:

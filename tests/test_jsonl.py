@@ -103,8 +103,8 @@ def test_tokenize(folder: Path, tmp_path: Path) -> None:
                  "--val-fraction", "0.2", "-j", "2", "-q")  # fmt: skip
     assert result.returncode == 0, result.stderr
     meta = json.loads((out / "meta.json").read_text())
-    assert sum(meta["documents"].values()) == 120
-    assert sum(meta["tokens"].values()) == sum(len(t.encode()) + 1 for t in TEXTS)
+    assert sum(meta["counts"]["documents"].values()) == 120
+    assert sum(meta["counts"]["tokens"].values()) == sum(len(t.encode()) + 1 for t in TEXTS)
 
 
 def test_the_field_is_named_by_text_column(tmp_path: Path) -> None:

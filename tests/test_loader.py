@@ -285,5 +285,5 @@ def test_prepare_resolves_its_tokenizer_spec_once(
 
     options = PrepareOptions(tokenizer="bytes", workers=2)
     report = prepare(Corpus.open(small_corpus), tmp_path / "out", options)
-    assert sum(report.meta["documents"].values()) == 120
+    assert sum(report.meta["counts"]["documents"].values()) == 120
     assert resolved.read_text().split() == [str(os.getpid())]

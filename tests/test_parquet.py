@@ -102,8 +102,8 @@ def test_tokenize_hash_split_writes_every_document(tmp_path: Path, folder: Path)
                  "--val-fraction", "0.2", "-j", "2", "-q")  # fmt: skip
     assert result.returncode == 0, result.stderr
     meta = json.loads((out / "meta.json").read_text())
-    assert sum(meta["documents"].values()) == 150
-    assert sum(meta["tokens"].values()) == sum(len(t.encode()) + 1 for t in TEXTS)
+    assert sum(meta["counts"]["documents"].values()) == 150
+    assert sum(meta["counts"]["tokens"].values()) == sum(len(t.encode()) + 1 for t in TEXTS)
 
 
 def _nanogpt_order(tars: list[Path]) -> list[str]:

@@ -109,7 +109,7 @@ def test_tokenize_remotely_writes_the_local_bins(
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         bins.append([(out / n).read_bytes() for n in ("train.bin", "val.bin")])
-        assert json.loads((out / "meta.json").read_text())["documents"]["train"] > 0
+        assert json.loads((out / "meta.json").read_text())["counts"]["documents"]["train"] > 0
     assert bins[0] == bins[1]
 
 

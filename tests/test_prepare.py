@@ -120,8 +120,8 @@ def test_nanogpt_split_is_byte_identical_to_a_plain_reimplementation(
     assert int((ids == 50256).sum()) == n  # the empty documents still get their end-of-text
     meta = json.loads((out / "meta.json").read_text())
     n_val = math.ceil(float(val_fraction) * n)
-    assert meta["documents"] == {"train": n - n_val, "val": n_val}
-    assert meta["split"] == "nanogpt"
+    assert meta["counts"]["documents"] == {"train": n - n_val, "val": n_val}
+    assert meta["config"]["split_rule"] == "nanogpt"
     assert _hidden(out) == []
 
 
@@ -135,7 +135,7 @@ def test_empty_documents_become_a_lone_end_of_text(tmp_path: Path) -> None:
     a, b = load_tokenizer("gpt2").encode("a\n\nb"), 50256
     assert ids == [b, b, *a, b]
     assert np.fromfile(tmp_path / "out" / "lengths.bin", dtype="<i8").tolist() == [1, 1, len(a) + 1]
-    assert report.meta["documents"] == {"all": 3}
+    assert report.meta["counts"]["documents"] == {"all": 3}
 
 
 def _opts(split: str, **overrides: object) -> PrepareOptions:
@@ -197,7 +197,7 @@ def test_merge_refuses_missing_duplicated_and_foreign_slices(
     with pytest.raises(PrepareError, match=r"different options: val_seed 7"):
         merge([s0, tmp_path / "other", s2], tmp_path / "m")
     prepare(corpus, tmp_path / "hashed", _opts("hash"), shard=(1, 3))
-    with pytest.raises(PrepareError, match=r"different options: split 'hash'"):
+    with pytest.raises(PrepareError, match=r"different options: split_rule 'hash'"):
         merge([s0, tmp_path / "hashed", s2], tmp_path / "m")
     one = Corpus.open(sorted(small_corpus.glob("*.tar"))[:1])
     prepare(one, tmp_path / "foreign", _opts("nanogpt"), shard=(1, 3))
@@ -262,7 +262,7 @@ def test_progress_of_other_options_or_corpus_is_refused(small_corpus: Path, tmp_
                 checkpoint_seconds=0)  # fmt: skip
     with pytest.raises(PrepareError, match=r"options: val_seed 2357 \(now: 1\).*--restart"):
         prepare(corpus, tmp_path, _opts("hash", val_seed=1))
-    with pytest.raises(PrepareError, match="different options: split 'hash'"):
+    with pytest.raises(PrepareError, match="different options: split_rule 'hash'"):
         prepare(corpus, tmp_path, _opts("nanogpt"))
     one = Corpus.open(sorted(small_corpus.glob("*.tar"))[:1])
     with pytest.raises(PrepareError, match="a different corpus"):
@@ -271,7 +271,7 @@ def test_progress_of_other_options_or_corpus_is_refused(small_corpus: Path, tmp_
                  "--tokenizer", "gpt2", "-q")  # fmt: skip
     assert result.returncode == 1 and "different corpus" in result.stderr, result.stderr
     report = prepare(corpus, tmp_path, _opts("hash", val_seed=1), restart=True)
-    assert not report.resumed and report.meta["val_seed"] == 1
+    assert not report.resumed and report.meta["config"]["val_seed"] == 1
     assert _hidden(tmp_path) == []
 
 
@@ -422,7 +422,8 @@ def test_a_corrupt_member_is_named_or_skipped_and_counted(tmp_path: Path, split:
     assert result.returncode == 0, result.stderr
     assert "skipped 1 members" in result.stderr and "m1_data.xz" in result.stderr
     meta = json.loads((tmp_path / "b" / "meta.json").read_text())
-    assert meta["skipped_members"] == 1 and sum(meta["documents"].values()) == 6
+    counts = meta["counts"]
+    assert counts["skipped_members"] == 1 and sum(counts["documents"].values()) == 6
 
 
 def test_progress_bar_shows_tokens_per_second_and_time_left(
@@ -453,8 +454,8 @@ def test_a_member_cut_short_keeps_its_documents_before_the_cut_under_skip(
                  "--on-error", "skip", "-q")  # fmt: skip
     assert result.returncode == 0, result.stderr
     meta = json.loads((tmp_path / "b" / "meta.json").read_text())
-    assert meta["partial_members"] == 1 and meta["skipped_members"] == 0
-    assert 3 < sum(meta["documents"].values()) < 43
+    assert meta["counts"]["partial_members"] == 1 and meta["counts"]["skipped_members"] == 0
+    assert 3 < sum(meta["counts"]["documents"].values()) < 43
 
 
 @pytest.mark.parametrize(

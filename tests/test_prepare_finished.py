@@ -49,7 +49,7 @@ def test_a_slice_is_not_a_finished_whole_run(
     assert _files(tmp_path / "x") == _files(tmp_path / "whole")  # no tokens.bin left behind
     # and back: the whole run's folder is not slice 1/2's
     again = prepare(corpus, tmp_path / "x", options, shard=(1, 2))
-    assert not again.already and again.meta["slice"]["shard"] == [1, 2]
+    assert not again.already and again.meta["config"]["slice"]["shard"] == {"index": 1, "count": 2}
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,8 @@ def test_to_s3_a_slice_is_not_a_finished_run_nor_a_merge_target(
         with pytest.raises(PrepareError, match="one of the slices being merged"):
             merge(slices, "s3://owt/finished-s0", storage=corpus.storage)
         assert s3_objects(s3_endpoint, "finished-s0/") == before
-        assert json.loads(before["meta.json"])["slice"]["shard"] == [0, 2]
+        shard = json.loads(before["meta.json"])["config"]["slice"]["shard"]
+        assert shard == {"index": 0, "count": 2}
     finally:
         for u in [url, *slices]:
             outputs.remove(outputs.staging(u))

@@ -63,7 +63,7 @@ def test_train_bin_keeps_its_bytes(run: Path) -> None:
     meta = json.loads((run / "meta.json").read_text())
     for split in ("train", "val"):
         assert _sha(run / f"{split}.bin") == meta["files"][f"{split}.bin"]["sha256"]
-        assert meta["documents"][split] > 0
+        assert meta["counts"]["documents"][split] > 0
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
@@ -182,7 +182,7 @@ def test_a_killed_pass_goes_on(
 def test_documents_that_disagree_with_meta_are_refused(small_corpus: Path, tmp_path: Path) -> None:
     prepare(Corpus.open(small_corpus), tmp_path, _opts())
     meta = json.loads((tmp_path / "meta.json").read_text())
-    meta["documents"]["train"] += 1
+    meta["counts"]["documents"]["train"] += 1
     (tmp_path / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(
         PrepareError, match=r"train.bin: \d+ documents end at the end-of-text id 256"

@@ -32,7 +32,7 @@ def test_a_run_resumed_in_its_permutation_counts_only_the_tokens_it_copies(
     assert report.resumed
     permuted = [e for e in events if e.phase == "permute"]
     assert permuted and permuted[-1].done == permuted[-1].total  # val.bin's bytes included
-    assert permuted[-1].tokens == report.meta["tokens"]["train"]  # but not its tokens
+    assert permuted[-1].tokens == report.meta["counts"]["tokens"]["train"]  # but not its tokens
 
 
 def test_a_resumed_run_reports_only_the_tokens_it_tokenized(
@@ -51,7 +51,7 @@ def test_a_resumed_run_reports_only_the_tokens_it_tokenized(
         prepare(corpus, tmp_path, options, progress=stop_after_two_units, checkpoint_seconds=0)
     events: list[Progress] = []
     report = prepare(corpus, tmp_path, options, progress=events.append)
-    total = sum(report.meta["tokens"].values())
+    total = sum(report.meta["counts"]["tokens"].values())
     assert report.resumed and 0 < events[-1].tokens == report.tokenized < total
     assert report.tokenized + seen[-1].tokens == total  # the two runs' shares
     fresh = prepare(corpus, tmp_path / "fresh", options)

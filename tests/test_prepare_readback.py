@@ -44,13 +44,13 @@ DAMAGES: dict[str, Callable[[dict[str, Any]], None]] = {
     "files must be an object": lambda m: m.update(files=["train.bin"]),
     "files.train.bin.bytes": lambda m: m["files"]["train.bin"].update(bytes="12"),
     "files.val.bin.sha256": lambda m: m["files"]["val.bin"].update(sha256=None),
-    "documents": lambda m: m.update(documents=None),
-    "tokens.train": lambda m: m["tokens"].update(train=1.5),
-    "slice.start": lambda m: m["slice"].update(start="0"),
-    "slice.shard": lambda m: m["slice"].update(shard=[3, 2]),
-    "skipped_members": lambda m: m.update(skipped_members=-1),
-    "dtype": lambda m: m.update(dtype="float32"),
-    "units": lambda m: m.pop("units"),
+    "counts.documents": lambda m: m["counts"].update(documents=None),
+    "counts.tokens.train": lambda m: m["counts"]["tokens"].update(train=1.5),
+    "config.slice.start": lambda m: m["config"]["slice"].update(start="0"),
+    "config.slice.shard.index": lambda m: m["config"]["slice"]["shard"].update(index=3),
+    "counts.skipped_members": lambda m: m["counts"].update(skipped_members=-1),
+    "config.dtype": lambda m: m["config"].update(dtype="float32"),
+    "config.units": lambda m: m["config"].pop("units"),
 }
 
 
@@ -193,17 +193,18 @@ def test_a_remote_slice_changed_in_place_is_not_merged(
 @pytest.mark.parametrize(
     ("change", "said"),
     [
-        (lambda m: m["slice"].update(stop=9, shard=None), r"slice \[3, 9\) is not within"),
-        (lambda m: m["slice"].update(start=4, stop=9), r"slice \[4, 9\) is not within"),
-        (lambda m: m["slice"].update(shard=[0, 2]), r"slice \[3, 6\) is not shard 0/2"),
+        (lambda m: m["slice"].update(stop=9, shard=None), r"slice: \[3, 9\) is not within"),
+        (lambda m: m["slice"].update(start=4, stop=9), r"slice: \[4, 9\) is not within"),
+        (lambda m: m["slice"]["shard"].update(index=0), r"slice: \[3, 6\) is not shard 0/2"),
     ],
 )
 def test_a_slice_whose_positions_do_not_fit_its_units_is_named_as_damaged(
     slices: list[Path], tmp_path: Path, change: Callable[[dict[str, Any]], None], said: str
 ) -> None:
     """Not "a slice is missing: units [9, 6)", nor an overlap of two shards 0/2 (issue 27)."""
-    _edit(slices[1] / "meta.json", change)
-    with pytest.raises(PrepareError, match=rf"{slices[1] / 'meta.json'} is damaged: {said}"):
+    _edit(slices[1] / "meta.json", lambda m: change(m["config"]))
+    damaged = f"{slices[1] / 'meta.json'} is damaged: bad meta.json: config"
+    with pytest.raises(PrepareError, match=rf"{damaged}\.{said}"):
         merge(slices, tmp_path / "out")
     assert not (tmp_path / "out" / "train.bin").exists()
 
@@ -227,6 +228,7 @@ def test_a_slice_file_whose_bytes_are_not_its_count_of_items_is_refused(
     sha = hashlib.sha256(damaged.read_bytes()).hexdigest()
     size = damaged.stat().st_size
     _edit(folders[1] / "meta.json", lambda m: m["files"][name].update(bytes=size, sha256=sha))
-    with pytest.raises(PrepareError, match=rf"is damaged: files\.{name}\.bytes is {size}, not"):
+    damaged = rf"is damaged: bad meta.json: files\.{name}\.bytes: is {size}, not"
+    with pytest.raises(PrepareError, match=damaged):
         merge(folders, tmp_path / "out")
     assert not (tmp_path / "out" / "train.bin").exists()

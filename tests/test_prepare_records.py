@@ -1,6 +1,6 @@
-"""The prepare side's typed records: folders written by the release before them still load,
-resume and finish to the same bytes (golden fixtures), every record round-trips, and a
-damaged record is one clear error naming its file and field."""
+"""The prepare side's records on real folders: runs interrupted at each phase (golden
+fixtures, their records in format 2) resume and finish to the same bytes, the same options
+write the same meta.json, and a damaged record is one clear error naming its file and field."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from openwebtext import Corpus
 from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
 from openwebtext.prepare.workdir import PROGRESS
 
-GOLDEN = Path(__file__).parent / "fixtures" / "prepare-v1"
+GOLDEN = Path(__file__).parent / "fixtures" / "prepare-2"
+METAS = json.loads((Path(__file__).parent / "data" / "prepare-2.json").read_text())
 
 
 def _options(rule: str) -> PrepareOptions:
@@ -24,7 +25,8 @@ def _options(rule: str) -> PrepareOptions:
 
 
 def _golden_meta(name: str) -> dict[str, object]:
-    meta: dict[str, object] = json.loads((GOLDEN / name).read_text())
+    """A ``meta.json`` pinned in ``tests/data/prepare-2.json`` (``meta_hash_slice``, ...)."""
+    meta: dict[str, object] = METAS[name]
     return meta
 
 
@@ -48,7 +50,7 @@ def test_a_folder_of_the_last_release_resumes_to_its_files(
     out = shutil.copytree(GOLDEN / "runs" / run, tmp_path / "out")
     report = prepare(corpus, out, _options(rule))
     assert report.resumed
-    assert json.loads((out / "meta.json").read_text()) == _golden_meta(f"meta-{rule}.json")
+    assert json.loads((out / "meta.json").read_text()) == _golden_meta(f"meta_{rule}")
     assert _hidden(out) == []
 
 
@@ -59,7 +61,7 @@ def test_a_merge_of_the_last_release_resumes_to_its_files(tmp_path: Path) -> Non
     record.write_text(record.read_text().replace("{SLICES}", str(slices)))
     report = merge([slices / "s1", slices / "s0"], out)
     assert report.resumed
-    assert json.loads((out / "meta.json").read_text()) == _golden_meta("meta-nanogpt.json")
+    assert json.loads((out / "meta.json").read_text()) == _golden_meta("meta_nanogpt")
     assert _hidden(out) == []
 
 
@@ -67,9 +69,9 @@ def test_a_merge_of_the_last_release_resumes_to_its_files(tmp_path: Path) -> Non
 def test_meta_json_is_the_last_release_s(corpus: Corpus, tmp_path: Path, rule: str) -> None:
     """Pinned: the same options write the same meta.json, byte for byte in its fields."""
     whole = prepare(corpus, tmp_path / "whole", _options(rule))
-    assert whole.meta == _golden_meta(f"meta-{rule}.json")
+    assert whole.meta == _golden_meta(f"meta_{rule}")
     piece = prepare(corpus, tmp_path / "piece", _options(rule), shard=(1, 2))
-    assert piece.meta == _golden_meta(f"meta-{rule}-slice.json")
+    assert piece.meta == _golden_meta(f"meta_{rule}_slice")
 
 
 @pytest.mark.parametrize(
@@ -94,11 +96,10 @@ def test_a_damaged_record_of_the_last_release_is_one_line_naming_file_and_field(
     with pytest.raises(PrepareError) as caught:
         prepare(corpus, out, _options("hash"))
     message = str(caught.value)
-    assert message.startswith(f"{out / PROGRESS} is not a progress record ({field} "), message
+    said = f"{out / PROGRESS} is not a progress record (bad progress record: {field}: "
+    assert message.startswith(said), message
     assert message.endswith("run again with --restart") and "\n" not in message
-    assert prepare(corpus, out, _options("hash"), restart=True).meta == _golden_meta(
-        "meta-hash.json"
-    )
+    assert prepare(corpus, out, _options("hash"), restart=True).meta == _golden_meta("meta_hash")
 
 
 def test_a_record_in_a_phase_its_run_does_not_have_is_refused(
@@ -113,6 +114,6 @@ def test_a_record_in_a_phase_its_run_does_not_have_is_refused(
 
 def test_a_complete_run_is_not_merged_as_a_slice(tmp_path: Path) -> None:
     (tmp_path / "whole").mkdir()
-    shutil.copy(GOLDEN / "meta-hash.json", tmp_path / "whole" / "meta.json")
+    (tmp_path / "whole" / "meta.json").write_text(json.dumps(METAS["meta_hash"]))
     with pytest.raises(PrepareError, match=r"whole is not a slice of .*\(a complete run\)$"):
         merge([tmp_path / "whole"], tmp_path / "out")

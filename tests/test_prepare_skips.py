@@ -37,7 +37,7 @@ def test_a_skipped_file_counts_against_max_errors_as_in_the_stream(
     with pytest.raises(TooManyErrors, match="1 skipped, more than max_errors=0"):
         prepare(corpus, tmp_path / "zero", _opts(0))
     report = prepare(corpus, tmp_path / "one", _opts(1))
-    assert report.meta["skipped_files"] == 1
+    assert report.meta["counts"]["skipped_files"] == 1
     assert any("urlsf_subset09.tar" in message for message in report.skipped)
     slices = [tmp_path / f"s{i}" for i in range(3)]
     for i, folder in enumerate(slices):

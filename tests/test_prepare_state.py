@@ -1,44 +1,160 @@
-"""``prepare.state``: every record round-trips through its JSON (Hypothesis), the JSON of a
-record is stable (the golden records of the last release are written back byte for byte),
-and a damaged record is one ``RecordError`` naming the field."""
+"""``prepare.state`` (format ``openwebtext-prepare/2``): every record round-trips through the
+codec (Hypothesis), this code writes the golden records of ``tests/data/prepare-2.json`` (a
+meta.json of each kind of run, a progress record of each phase: changing them breaks every
+folder a run left behind), and any damaged field at any depth of a config, a meta.json or a
+progress record is one ``StateError`` naming its path."""
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Callable
+import os
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from openwebtext import Corpus, StateError, codec
+from openwebtext.codec import Disagree
 from openwebtext.plan import shard_range
-from openwebtext.policy import COUNTERS
+from openwebtext.prepare import PrepareOptions, Progress, merge, prepare
 from openwebtext.prepare.state import (
+    FORMAT,
     LENGTH,
     Counts,
     FileInfo,
     Meta,
+    PerFile,
     Phase,
+    Piece,
     ProgressRecord,
-    RecordError,
     RunConfig,
+    Shard,
     Slice,
+    Splits,
+    read,
 )
+from openwebtext.prepare.workdir import PROGRESS, Workdir
+from records import changed, check_one_error, mutants
 
-GOLDEN = Path(__file__).parent / "fixtures" / "prepare-v1"
-RECORDS = sorted(GOLDEN.glob("runs/*/.owt-progress.json"))
-METAS = sorted([*GOLDEN.glob("meta-*.json"), *GOLDEN.glob("runs/**/meta.json")])
+HERE = Path(__file__).parent
+GOLDEN_PATH = HERE / "data" / "prepare-2.json"
+GOLDEN: dict[str, dict[str, Any]] = json.loads(GOLDEN_PATH.read_text())
+METAS = sorted(k for k in GOLDEN if k.startswith("meta"))
+PROGRESSES = sorted(k for k in GOLDEN if k.startswith("progress"))
+#: Configs of every shape: a whole run, a shard, a merge's (with the slices it reads).
+CONFIGS = {"hash": GOLDEN["meta_hash"]["config"],
+           "nanogpt_slice": GOLDEN["meta_nanogpt_slice"]["config"],
+           "merge": GOLDEN["progress_merge_permute"]["config"]}  # fmt: skip
+
+
+def parse(kind: str, body: Any) -> Any:
+    """``body`` as the record of golden ``kind`` (``config_…`` entries: a bare config)."""
+    if kind.startswith("meta"):
+        return read(body, Meta, "meta.json")
+    if kind.startswith("progress"):
+        return read(body, ProgressRecord, "progress record")
+    return codec.decode(body, RunConfig, "config")
+
+
+# -- the golden records of format 2 --------------------------------------------------------
+
+
+class _Stop(KeyboardInterrupt):
+    pass
+
+
+def _stop_at(phase: str, done: int = 0) -> Any:
+    def progress(event: Progress) -> None:
+        if event.phase == phase and event.done > done:
+            raise _Stop
+
+    return progress
+
+
+def _options(rule: str) -> PrepareOptions:
+    return PrepareOptions(split_rule=rule, tokenizer="gpt2", workers=0, val_fraction=0.25)  # type: ignore[arg-type]
+
+
+def _record(folder: Path) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((folder / PROGRESS).read_text())
+    return body
+
+
+def written_now(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The records of ``tests/data/prepare-2.json``, made the same way with this code, on the
+    corpus of ``tests/fixtures/prepare-2``."""
+    corpus = Corpus.open(shutil.copytree(HERE / "fixtures" / "prepare-2" / "corpus", tmp / "c"))
+    out: dict[str, Any] = {}
+    for rule in ("hash", "nanogpt"):
+        out[f"meta_{rule}"] = prepare(corpus, tmp / rule, _options(rule)).meta
+        piece = prepare(corpus, tmp / f"{rule}-slice", _options(rule), shard=(1, 2))
+        out[f"meta_{rule}_slice"] = piece.meta
+    with pytest.raises(_Stop):  # after the first unit's checkpoint
+        prepare(corpus, tmp / "t", _options("hash"), progress=_stop_at("tokenize"),
+                checkpoint_seconds=0)  # fmt: skip
+    out["progress_hash_tokenize"] = _record(tmp / "t")
+    with pytest.raises(_Stop):  # the val documents copied
+        prepare(corpus, tmp / "p", _options("nanogpt"), progress=_stop_at("permute"))
+    out["progress_nanogpt_permute"] = _record(tmp / "p")
+    slices = [tmp / "s0", tmp / "s1"]
+    for i, folder in enumerate(slices):
+        prepare(corpus, folder, _options("nanogpt"), shard=(i, 2))
+    with pytest.raises(_Stop):
+        merge(slices, tmp / "m", progress=_stop_at("permute"))
+    out["progress_merge_permute"] = json.loads(
+        (tmp / "m" / PROGRESS).read_text().replace(str(tmp.resolve()), "{SLICES}")
+    )
+    write_json = Workdir.write_json
+
+    def cut_before_meta(self: Workdir, name: str, body: dict[str, Any]) -> None:
+        if name == "meta.json":
+            raise _Stop
+        write_json(self, name, body)
+
+    monkeypatch.setattr(Workdir, "write_json", cut_before_meta)
+    with pytest.raises(_Stop):
+        prepare(corpus, tmp / "c2", _options("nanogpt"))
+    out["progress_nanogpt_commit"] = _record(tmp / "c2")
+    return out
+
+
+def test_this_code_writes_the_golden_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``OWT_WRITE_GOLDEN=1`` writes them anew: only with a new prepare format."""
+    now = written_now(tmp_path, monkeypatch)
+    if os.environ.get("OWT_WRITE_GOLDEN") == "1":
+        GOLDEN_PATH.write_text(json.dumps(now, indent=1, sort_keys=True) + "\n")
+    assert now == GOLDEN
+
+
+def test_the_golden_records_are_of_every_kind() -> None:
+    assert [GOLDEN[k]["phase"] for k in PROGRESSES] == ["tokenize", "permute", "commit", "permute"]
+    assert GOLDEN["progress_nanogpt_commit"]["meta"] == GOLDEN["meta_nanogpt"]
+    assert sorted(GOLDEN["meta_nanogpt_slice"]["files"]) == ["lengths.bin", "tokens.bin"]
+    assert {GOLDEN[k]["format"] for k in GOLDEN} == {FORMAT}
+
+
+@pytest.mark.parametrize("kind", sorted(GOLDEN))
+def test_a_golden_record_round_trips(kind: str) -> None:
+    body = GOLDEN[kind]
+    assert codec.encode(parse(kind, body)) == body
+
+
+# -- every record round-trips -----------------------------------------------------------------
 
 counts_ = st.integers(0, 2**40)
-names = st.text("abcdefghijklmnopqrstuvwxyz0123456789_.-", min_size=1, max_size=12).filter(
-    lambda n: n[0] not in ".-"
-)
 sha256s = st.text("0123456789abcdef", min_size=64, max_size=64)
 file_infos = st.builds(FileInfo, counts_, sha256s)
+NAMES = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
+
+
+def per_file(values: st.SearchStrategy[Any]) -> st.SearchStrategy[PerFile[Any]]:
+    return st.dictionaries(st.sampled_from(NAMES), values).map(PerFile.of)
 
 
 @st.composite
@@ -46,14 +162,14 @@ def slices(draw: st.DrawFn, units: int) -> Slice:
     if draw(st.booleans()):
         count = draw(st.integers(1, 64))
         index = draw(st.integers(0, count - 1))
-        return Slice(*shard_range(units, index, count), (index, count))
+        return Slice(*shard_range(units, index, count), Shard(index, count))
     start = draw(st.integers(0, units))
     return Slice(start, draw(st.integers(start, units)))
 
 
 @st.composite
 def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
-    """Any config; ``kind``: "whole" (no slice), "slice", or None (either)."""
+    """Any config; ``kind``: "whole" (no slice), "slice", or None (either, or a merge's)."""
     rule = draw(st.sampled_from(["hash", "nanogpt"]))
     units = draw(st.integers(0, 30_000))
     piece = None
@@ -62,9 +178,9 @@ def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
     hashed = rule == "hash"
     merge_of = None
     if kind is None and draw(st.booleans()):
-        merge_of = tuple(draw(st.lists(st.tuples(st.text(max_size=20),
-                                                 st.dictionaries(names, file_infos, max_size=3)),
-                                       max_size=3)))  # fmt: skip
+        pieces = st.builds(Piece, st.text(max_size=20), per_file(file_infos))
+        merge_of = tuple(draw(st.lists(pieces, max_size=3)))
+    n_vocab = draw(st.integers(1, 2**20))
     return RunConfig(
         split_rule=rule,  # type: ignore[arg-type]
         corpus=draw(st.text("0123456789abcdef", min_size=16, max_size=16)),
@@ -72,12 +188,12 @@ def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
         tokenizer=draw(st.sampled_from(["gpt2", "bytes", "hf:gpt2", "tiktoken:cl100k_base"])),
         fingerprint=draw(st.text(max_size=16)),
         dtype=draw(st.sampled_from(["uint16", "uint32", "int32", "int64"])),
-        eot=draw(counts_),
-        n_vocab=draw(counts_),
+        eot=draw(st.integers(0, n_vocab - 1)),
+        n_vocab=n_vocab,
         val_fraction=draw(st.floats(0, 1, exclude_min=True, exclude_max=True)),
         val_seed=draw(counts_),
-        take=draw(st.none() | counts_),
         on_error=draw(st.sampled_from(["raise", "skip", "warn"])),  # type: ignore[arg-type]
+        take=draw(st.none() | counts_),
         seed=draw(counts_) if hashed else None,
         shuffle=draw(st.booleans()) if hashed else None,
         slice=piece,
@@ -85,158 +201,131 @@ def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
     )
 
 
-def _counts(draw: st.DrawFn, keys: list[str]) -> Counts:
-    per = st.fixed_dictionaries(dict.fromkeys(keys, counts_))
-    skips = st.fixed_dictionaries(dict.fromkeys(COUNTERS, counts_))
-    return Counts(draw(per), draw(per), draw(skips))
-
-
-@st.composite
-def any_counts(draw: st.DrawFn) -> Counts:
-    return _counts(draw, draw(st.lists(names, max_size=3, unique=True)))
+def _counts(draw: st.DrawFn, splits: tuple[str, ...]) -> Counts:
+    per = st.fixed_dictionaries(dict.fromkeys(splits, counts_)).map(lambda d: Splits(**d))
+    return Counts(*(draw(counts_) for _ in range(4)), draw(per), draw(per))
 
 
 @st.composite
 def metas(draw: st.DrawFn) -> Meta:
     """A meta.json as a run writes it: its kind's files, their bytes its counts' items."""
     config = draw(configs(kind=draw(st.sampled_from(["whole", "slice"]))))
-    corpus_order = config.in_corpus_order
-    counts = _counts(draw, ["all"] if corpus_order else ["train", "val"])
+    counts = _counts(draw, config.splits())
+    tokens, documents = counts.tokens.items(), counts.documents.items()
     itemsize = np.dtype(config.dtype).itemsize
-    if corpus_order:
-        sizes = {"tokens.bin": counts.tokens["all"] * itemsize,
-                 "lengths.bin": counts.documents["all"] * LENGTH.itemsize}  # fmt: skip
+    if config.splits() == ("all",):
+        sizes = {"tokens.bin": tokens["all"] * itemsize,
+                 "lengths.bin": documents["all"] * LENGTH.itemsize}  # fmt: skip
     else:
-        sizes = {f"{s}.bin": counts.tokens[s] * itemsize for s in ("train", "val")}
-    files = {name: FileInfo(size, draw(sha256s)) for name, size in sizes.items()}
-    return Meta(config, counts, files)
+        sizes = {f"{s}.bin": tokens[s] * itemsize for s in ("train", "val")}
+    return Meta(
+        config, counts, PerFile.of({n: FileInfo(b, draw(sha256s)) for n, b in sizes.items()})
+    )
 
 
 @st.composite
 def records(draw: st.DrawFn) -> ProgressRecord:
-    phase = draw(st.sampled_from(list(Phase)))
-    meta = draw(metas()) if phase is Phase.COMMIT else None
-    sizes = draw(st.dictionaries(names, counts_, max_size=4))
-    config = draw(configs())
-    return ProgressRecord(config, phase, draw(any_counts()), draw(counts_), sizes, meta)
+    phase = draw(st.sampled_from(get_args(Phase)))
+    meta = draw(st.none() | metas()) if phase != "commit" else draw(metas())
+    splits = draw(st.sampled_from([("train", "val"), ("all",), ("train",)]))
+    return ProgressRecord(draw(configs()), phase, _counts(draw, splits), draw(counts_),
+                          draw(per_file(counts_)), meta)  # fmt: skip
 
 
-def _through_json(body: dict[str, Any]) -> Any:
-    return json.loads(json.dumps(body, indent=1, sort_keys=True))
+def _through_json(record: Any) -> Any:
+    return json.loads(json.dumps(codec.encode(record), indent=1, sort_keys=True))
 
 
 @given(configs())
 def test_a_config_round_trips(config: RunConfig) -> None:
-    body = _through_json(config.to_json())
-    assert RunConfig.from_json(body) == config
-    assert RunConfig.from_json(body).to_json() == body  # its JSON is stable
-
-
-@given(any_counts())
-def test_counts_round_trip(counts: Counts) -> None:
-    body = _through_json(counts.to_json())
-    assert Counts.from_json(body) == counts
-    assert Counts.from_json(body).to_json() == body
+    assert codec.decode(_through_json(config), RunConfig) == config
 
 
 @given(metas())
 def test_a_meta_round_trips(meta: Meta) -> None:
-    body = _through_json(meta.to_json())
-    assert Meta.from_json(body) == meta
-    assert Meta.from_json(body).to_json() == body
+    body = _through_json(meta)
+    assert read(body, Meta, "meta.json") == meta
+    assert codec.encode(read(body, Meta, "meta.json")) == body  # its JSON is stable
 
 
 @given(records())
 def test_a_progress_record_round_trips(record: ProgressRecord) -> None:
-    body = _through_json(record.to_json())
-    assert ProgressRecord.from_json(body) == record
-    assert ProgressRecord.from_json(body).to_json() == body
+    body = _through_json(record)
+    assert read(body, ProgressRecord, "progress record") == record
+    assert codec.encode(read(body, ProgressRecord, "progress record")) == body
 
 
-def _written(body: dict[str, Any]) -> str:
-    """As ``Workdir.write_json`` writes a record or a meta.json."""
-    return json.dumps(body, indent=1, sort_keys=True) + "\n"
+# -- a damaged field, at any depth, is one error naming its path ---------------------------
 
 
-@pytest.mark.parametrize("path", RECORDS, ids=lambda p: p.parent.name)
-def test_a_record_of_the_last_release_is_written_back_byte_for_byte(path: Path) -> None:
-    text = path.read_text()
-    record = ProgressRecord.from_json(json.loads(text))
-    assert _written(record.to_json()) == text
+@pytest.mark.parametrize("kind", sorted(CONFIGS))
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_damaged_config_field_is_one_error_naming_it(kind: str, data: Any) -> None:
+    check_one_error(lambda body: parse("config", body), data.draw(mutants(CONFIGS[kind])))
 
 
-@pytest.mark.parametrize("path", METAS, ids=lambda p: str(p.relative_to(GOLDEN)))
-def test_a_meta_json_of_the_last_release_is_written_back_byte_for_byte(path: Path) -> None:
-    text = path.read_text()
-    assert _written(Meta.from_json(json.loads(text)).to_json()) == text
+@pytest.mark.parametrize("kind", METAS)
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_damaged_meta_json_field_is_one_error_naming_it(kind: str, data: Any) -> None:
+    check_one_error(lambda body: parse(kind, body), data.draw(mutants(GOLDEN[kind])))
 
 
-def _golden(name: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((GOLDEN / "runs" / name / ".owt-progress.json").read_text())
-    return body
+@pytest.mark.parametrize("kind", PROGRESSES)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_damaged_progress_field_is_one_error_naming_it(kind: str, data: Any) -> None:
+    check_one_error(lambda body: parse(kind, body), data.draw(mutants(GOLDEN[kind])))
 
 
-RECORD_DAMAGES: dict[str, Callable[[dict[str, Any]], object]] = {
-    "config": lambda r: r.update(config=[]),
-    "config.format": lambda r: r["config"].update(format="openwebtext-prepare/2"),
-    "config.split": lambda r: r["config"].update(split="random"),
-    "config.units": lambda r: r["config"].update(units=-1),
-    "config.corpus": lambda r: r["config"].update(corpus=3),
-    "config.dtype": lambda r: r["config"].update(dtype="float32"),
-    "config.eot": lambda r: r["config"].update(eot="50256"),
-    "config.tokenizer": lambda r: r["config"].update(tokenizer=None),
-    "config.val_fraction": lambda r: r["config"].update(val_fraction=1.5),
-    "config.take": lambda r: r["config"].update(take=-1),
-    "config.on_error": lambda r: r["config"].update(on_error="ignore"),
-    "config.shuffle": lambda r: r["config"].update(shuffle=None),
-    "config.seed": lambda r: r["config"].pop("seed"),
-    "config.formats": lambda r: r["config"].update(formats=["megatron"]),  # a newer release's
-    "phase": lambda r: r.update(phase="done"),
-    "position": lambda r: r.update(position=1.0),
-    "sizes.train.bin": lambda r: r["sizes"].update({"train.bin": -3}),
-    "counts": lambda r: r.pop("counts"),
-    "counts.documents.train": lambda r: r["counts"]["documents"].update(train=None),
-    "counts.partial_members": lambda r: r["counts"].pop("partial_members"),
-}
+@pytest.mark.parametrize(
+    ("kind", "keys", "value", "message"),
+    [
+        ("meta_hash", ("config", "seed"), None, r"config\.seed: is needed by the hash rule"),
+        ("meta_nanogpt", ("config", "seed"), 0, r"config\.seed: is hash's only"),
+        ("meta_hash", ("config", "eot"), 50257, r"config\.eot: is 50257, not below n_vocab"),
+        ("meta_hash_slice", ("config", "slice", "stop"), 9, r"config\.slice: \[2, 9\) is not wi"),
+        ("meta_hash_slice", ("config", "slice", "start"), 1, r"slice: \[1, 4\) is not shard 1/2"),
+        ("meta_hash_slice", ("config", "slice", "start"), 5, r"slice\.stop: is 4, before start 5"),
+        ("meta_hash_slice", ("config", "slice", "shard", "index"), 2, r"shard\.index: is 2, not"),
+        ("meta_hash", ("files", "val.bin", "bytes"), 2, r"files\.val\.bin\.bytes: is 2, not"),
+        ("meta_hash", ("counts", "documents", "all"), 2, r"counts\.tokens: must count the same"),
+        ("meta_nanogpt", ("files", "tokens.bin"), GOLDEN["meta_hash"]["files"]["val.bin"],
+         r"files: must be train\.bin and val\.bin, not \['train\.bin', 'val\.bin', 'tokens"),
+        ("meta_nanogpt", ("config", "merge_of"), [], r"config\.merge_of: is a merge's progress"),
+        ("progress_nanogpt_commit", ("meta",), None, r"meta: is needed in phase commit"),
+        ("progress_hash_tokenize", ("format",), "openwebtext-prepare/1", r"format: not 'openw"),
+    ],
+)  # fmt: skip
+def test_fields_that_disagree_are_named(
+    kind: str, keys: tuple[str, ...], value: Any, message: str
+) -> None:
+    with pytest.raises(StateError, match=message) as caught:
+        parse(kind, changed(GOLDEN[kind], keys, value))
+    assert caught.value.field is not None and caught.value.field in str(caught.value)
 
 
-@pytest.mark.parametrize("field", list(RECORD_DAMAGES))
-def test_a_damaged_record_names_its_field(field: str) -> None:
-    body = _golden("hash-tokenize")
-    RECORD_DAMAGES[field](body)
-    with pytest.raises(RecordError) as caught:
-        ProgressRecord.from_json(body)
-    assert caught.value.field == field
-    assert str(caught.value).startswith(field), caught.value
+def test_a_record_built_by_code_is_checked_too() -> None:
+    meta = parse("meta_hash", GOLDEN["meta_hash"])
+    with pytest.raises(Disagree, match=r"files\.train\.bin\.bytes"):
+        codec.replace(meta, counts=meta.counts.add("train", 0, 1))
+    with pytest.raises(Disagree, match="meta"):
+        ProgressRecord(meta.config, "commit", meta.counts)
 
 
-def test_a_record_that_is_not_an_object_says_so() -> None:
-    with pytest.raises(RecordError, match=r"^the record must be an object, not list"):
-        ProgressRecord.from_json([])
+def test_counts_are_replaced_never_changed() -> None:
+    counts = Counts.new(("train", "val"), files=2)
+    more = counts.add("val", 3, 40).skipped("partial_members")
+    assert counts == Counts.new(("train", "val"), files=2)  # as it was
+    assert more.documents.items() == {"train": 0, "val": 3} and more.tokens.items()["val"] == 40
+    assert (more.skips, more.partial_members) == (3, 1)
+    with pytest.raises(AttributeError):
+        more.skipped_files = 0  # type: ignore[misc]
 
 
-def test_a_commit_record_s_meta_is_checked_under_its_key() -> None:
-    body = _golden("nanogpt-commit")
-    body["meta"]["files"]["val.bin"]["sha256"] = "x"
-    with pytest.raises(RecordError, match=r"^meta\.files\.val\.bin\.sha256 must be 64 hex"):
-        ProgressRecord.from_json(body)
-    body["meta"] = None
-    with pytest.raises(RecordError, match=r"^meta must be an object"):
-        ProgressRecord.from_json(body)
-
-
-def test_a_merge_record_s_slices_are_checked() -> None:
-    body = _golden("merge-permute")
-    damaged = copy.deepcopy(body)
-    damaged["config"]["merge_of"][1] = "s1"
-    with pytest.raises(RecordError, match=r"^config\.merge_of\[1\] must be \[folder, files\]"):
-        ProgressRecord.from_json(damaged)
-    body["config"]["merge_of"][0][1]["tokens.bin"]["bytes"] = "17460"
-    with pytest.raises(RecordError, match=r"^config\.merge_of\[0\]\.tokens\.bin\.bytes must be"):
-        ProgressRecord.from_json(body)
-
-
-def test_phase_keeps_its_strings() -> None:
-    assert [p.value for p in Phase] == ["tokenize", "permute", "commit"]
-    assert json.dumps(Phase.PERMUTE) == '"permute"'
-    assert Phase("commit") is Phase.COMMIT
+def test_what_is_not_a_record_is_said() -> None:
+    with pytest.raises(StateError, match=r"the record: Expected `object`, got `array`"):
+        read([], ProgressRecord, "progress record")
+    with pytest.raises(StateError, match=r"^bad meta.json: format: not 'openwebtext-prepare/2'"):
+        read({"format": "openwebtext-prepare/1"}, Meta, "meta.json")

@@ -123,7 +123,7 @@ def test_ray_engine_corrupt_member(ray_instance: None, small_corpus: Path, tmp_p
     skip = PrepareOptions(workers=0, on_error="skip")
     report = owt_ray.tokenize(corpus, tmp_path / "skip", skip, units_per_task=2, restart=True)
     local = prepare(corpus, tmp_path / "local", skip)
-    assert report.meta["skipped_members"] == 1 and report.meta == local.meta
+    assert report.meta["counts"]["skipped_members"] == 1 and report.meta == local.meta
     assert len(report.skipped) == 1 and member in report.skipped[0]
 
 
@@ -160,7 +160,8 @@ def test_both_engines_bound_skips_alike(
         return
     local = prepare(corpus, tmp_path / "local", options)
     report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=3)
-    assert local.meta["partial_members"] == 1 and local.meta["skipped_members"] == 1
+    counts = local.meta["counts"]
+    assert counts["partial_members"] == 1 and counts["skipped_members"] == 1
     assert report.meta == local.meta
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
 
@@ -378,7 +379,8 @@ def test_remote_corpus_over_http(
     local = prepare(Corpus.open(small_corpus), tmp_path / "local", prepare_options)
     assert _files(tmp_path / "ray")["train.bin"] == _files(tmp_path / "local")["train.bin"]
     assert _files(tmp_path / "ray")["val.bin"] == _files(tmp_path / "local")["val.bin"]
-    assert local.meta["tokens"] == json.loads(_files(tmp_path / "ray")["meta.json"])["tokens"]
+    ray_meta = json.loads(_files(tmp_path / "ray")["meta.json"])
+    assert local.meta["counts"]["tokens"] == ray_meta["counts"]["tokens"]
 
 
 def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) -> None:
@@ -505,7 +507,7 @@ def test_ray_engine_to_s3_keeps_the_slices_already_there(
     train = (tmp_path / "local" / "train.bin").read_bytes()
     assert got["train.bin"] == bytes([train[0] ^ 0xFF]) + train[1:]
     assert got["val.bin"] == (tmp_path / "local" / "val.bin").read_bytes()
-    assert json.loads(got["meta.json"])["tokens"] == local.meta["tokens"]
+    assert json.loads(got["meta.json"])["counts"] == local.meta["counts"]
 
 
 def test_ray_engine_to_s3_restart_drops_a_nodes_staged_progress(
@@ -561,7 +563,7 @@ def test_ray_engine_on_parquet_writes_the_local_engines_files(
     local = prepare(corpus, tmp_path / "local", options)
     report = owt_ray.tokenize(corpus, tmp_path / "ray", options, units_per_task=4)
     assert _files(tmp_path / "ray") == _files(tmp_path / "local")
-    assert report.meta == local.meta and local.meta["documents"]["train"] > 0
+    assert report.meta == local.meta and local.meta["counts"]["documents"]["train"] > 0
 
 
 def test_read_openwebtext_on_parquet_every_row_once(

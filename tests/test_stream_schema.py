@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openwebtext import Loader, Options, StateError, reshard
-from openwebtext.codec import Record, replace
+from openwebtext.codec import replace
 from openwebtext.stream import DocumentState, Position
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.schema import (
@@ -27,6 +27,7 @@ from openwebtext.stream.schema import (
     StreamConfig,
     WindowAt,
 )
+from records import changed, check_one_error, mutants
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
 
@@ -204,90 +205,11 @@ def test_every_batches_state_round_trips(state: BatchesState) -> None:
 # -- a damaged field, at any depth, is one error naming its path ---------------------------
 
 
-def _paths(node: Any, at: str = "") -> list[tuple[str, tuple[Any, ...]]]:
-    """Every ``(dotted path, key path)`` of a JSON tree below its root."""
-    out: list[tuple[str, tuple[Any, ...]]] = []
-    items = node.items() if isinstance(node, dict) else enumerate(node)
-    for key, child in items:
-        path = f"{at}[{key}]" if isinstance(key, int) else f"{at}.{key}" if at else key
-        out.append((path, (key,)))
-        if isinstance(child, (dict, list)):
-            out += [(p, (key, *keys)) for p, keys in _paths(child, path)]
-    return out
-
-
-def _wrong_values(value: Any) -> list[Any]:
-    """Values no field holding ``value`` accepts (every int field of a state is >= 0)."""
-    if isinstance(value, bool):
-        return [0, "true", None if value else 1.5]
-    if isinstance(value, int):
-        return [True, str(value), -1, 0.5 + value]
-    if isinstance(value, float):
-        return ["x", True]
-    if isinstance(value, str):
-        return [3, False, ["x"]]
-    if value is None:
-        return [{"x": 1}, -1]
-    return [7, "x"] if value else [7]
-
-
-def _mutants(state: dict[str, Any]) -> st.SearchStrategy[tuple[str, dict[str, Any], str]]:
-    """``(what, damaged state, the path the error must name)``."""
-    cases: list[tuple[str, dict[str, Any], str]] = []
-    for path, keys in _paths(state):
-        last = keys[-1]
-        for wrong in _wrong_values(_get(state, keys)):
-            cases.append((f"{path}={wrong!r}", _set(state, keys, wrong), path))
-        if isinstance(last, str) and last != "format":
-            cases.append((f"{path} missing", _set(state, keys, _DELETE), path))
-    for path, keys in [("", ()), *_paths(state)]:
-        if isinstance(_get(state, keys), dict):
-            extra = f"{path}.extra" if path else "extra"
-            cases.append((f"{extra} added", _set(state, (*keys, "extra"), 1), extra))
-    return st.sampled_from(cases)
-
-
-_DELETE = object()
-
-
-def _get(node: Any, keys: tuple[Any, ...]) -> Any:
-    for key in keys:
-        node = node[key]
-    return node
-
-
-def _set(state: dict[str, Any], keys: tuple[Any, ...], value: Any) -> dict[str, Any]:
-    out = json.loads(json.dumps(state))
-    *parents, last = keys
-    node = _get(out, tuple(parents))
-    if value is _DELETE:
-        del node[last]
-    else:
-        node[last] = value
-    return out
-
-
 @pytest.mark.parametrize("kind", sorted(GOLDEN))
 @settings(max_examples=150, deadline=None)
 @given(data=st.data())
 def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: Any) -> None:
-    state = GOLDEN[kind]
-    what, bad, path = data.draw(_mutants(state))
-    try:
-        parsed = parse(bad)
-    except StateError as exc:
-        assert exc.field is not None and exc.field in str(exc), (what, str(exc))
-        if what.endswith("missing") and exc.field != path:
-            # A key with a default is read at it; the record's check then names the field
-            # that disagrees with it: one of the record's own, or of a record around it.
-            record = path.rpartition(".")[0]
-            assert record.startswith(exc.field.rpartition(".")[0]), (what, str(exc))
-            return
-        assert exc.field == path, (what, str(exc))
-        return
-    # Only a field with a default may be left out: the record reads it at its default.
-    assert what.endswith("missing"), what
-    assert isinstance(parsed, Record)
+    check_one_error(parse, data.draw(mutants(GOLDEN[kind])))
 
 
 @pytest.mark.parametrize(
@@ -304,7 +226,7 @@ def test_fields_that_disagree_name_their_record(
 ) -> None:
     keys = tuple(path.split("."))
     with pytest.raises(StateError, match=message):
-        parse(_set(state, keys, value))
+        parse(changed(state, keys, value))
 
 
 def test_what_is_not_a_state_is_said() -> None:

@@ -151,12 +151,12 @@ def test_owt_tokenize_writes_nanogpt_bins(small_corpus: Path, tmp_path: Path) ->
     meta = json.loads((out / "meta.json").read_text())
     train = np.memmap(out / "train.bin", dtype=np.uint16, mode="r")
     val = np.memmap(out / "val.bin", dtype=np.uint16, mode="r")
-    assert meta["dtype"] == "uint16" and meta["eot"] == BYTES_EOT
-    assert meta["tokens"] == {"train": len(train), "val": len(val)}
+    assert meta["config"]["dtype"] == "uint16" and meta["config"]["eot"] == BYTES_EOT
+    assert meta["counts"]["tokens"] == {"train": len(train), "val": len(val)}
     docs = {d.name: d.text for d in Loader(small_corpus, workers=0)}
     held = {n for n in docs if in_validation(n, 0.2, 2357)}
     assert 0 < len(held) < len(docs)
-    assert meta["documents"] == {"train": len(docs) - len(held), "val": len(held)}
+    assert meta["counts"]["documents"] == {"train": len(docs) - len(held), "val": len(held)}
     assert int((val == BYTES_EOT).sum()) == len(held)
     assert len(val) == sum(len(docs[n].encode()) + 1 for n in held)
     assert len(train) == sum(len(t.encode()) + 1 for n, t in docs.items() if n not in held)

@@ -63,7 +63,8 @@ def _print_prepared(report: Report, seconds: float) -> None:
     if report.already:
         print(f"{report.out} already holds these files (meta.json): nothing to do", file=sys.stderr)
         return
-    documents, tokens = meta["documents"], meta["tokens"]
+    counts, config = meta["counts"], meta["config"]
+    documents, tokens = counts["documents"], counts["tokens"]
     total = sum(tokens.values())
     files = ", ".join(f"{name} {tokens[name.split('.')[0]]:,}" for name in meta["files"]
                       if name.split(".")[0] in tokens)  # fmt: skip
@@ -80,14 +81,15 @@ def _print_prepared(report: Report, seconds: float) -> None:
             )
     print(
         f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s ({rate}): "
-        f"{files} ({meta['dtype']}) in {report.out}",
+        f"{files} ({config['dtype']}) in {report.out}",
         file=sys.stderr,
     )
-    skipped = meta["skipped_members"] + meta["skipped_documents"] + meta["partial_members"]
+    skipped = counts["skipped_members"] + counts["skipped_documents"] + counts["partial_members"]
     if skipped:
         print(
-            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents; "
-            f"{meta['partial_members']} members cut short (their documents before the cut kept)",
+            f"skipped {counts['skipped_members']} members, {counts['skipped_documents']} "
+            f"documents; {counts['partial_members']} members cut short (their documents before "
+            "the cut kept)",
             file=sys.stderr,
         )
         for line in report.skipped[:20]:
@@ -102,7 +104,8 @@ BLOCK_TOKENS = 1024
 
 def _warn_small_splits(meta: dict[str, Any]) -> None:
     """Say when train.bin or val.bin holds fewer tokens than one block, and how to get more."""
-    tokens, documents = meta["tokens"], meta["documents"]
+    counts, config = meta["counts"], meta["config"]
+    tokens, documents = counts["tokens"], counts["documents"]
     if "all" in tokens:  # a slice: its splits are made by the merge
         return
     total = sum(tokens.values())
@@ -114,13 +117,13 @@ def _warn_small_splits(meta: dict[str, Any]) -> None:
             f"warning: {name}.bin {size} ({documents.get(name, 0)} documents), less than one "
             f"block of {BLOCK_TOKENS:,} tokens: a trainer cannot take a batch from it"
         )
-        if name == "val" and meta.get("split") == "hash" and total:
+        if name == "val" and config["split_rule"] == "hash" and total:
             # A keyed hash holds out each document by chance: aim at a few blocks and documents.
             n = sum(documents.values())
             wanted = min(0.5, max(4 * BLOCK_TOKENS / total, 5 / max(n, 1)))
             line += (
                 f"; hold out more with --val-fraction {wanted:.2g} (now "
-                f"{meta.get('val_fraction')}), or use --split nanogpt, which always holds out "
+                f"{config['val_fraction']}), or use --split nanogpt, which always holds out "
                 f"ceil({NANOGPT_SPLIT.fraction} n) >= 1 documents"
             )
         elif total < 2 * BLOCK_TOKENS:

@@ -37,12 +37,14 @@ UNIT_TOKENS = 1 << 20
 
 
 def _run_meta(path: Path) -> dict[str, object]:
-    """The ``meta.json`` of the run beside ``path``, if there is one (its eot and dtype)."""
+    """The config of the ``meta.json`` of the run beside ``path``, if there is one (its eot
+    and dtype)."""
     try:
         body = json.loads((path.parent / "meta.json").read_text())
     except (OSError, ValueError):
         return {}
-    return body if isinstance(body, dict) else {}
+    config = body.get("config") if isinstance(body, dict) else None
+    return config if isinstance(config, dict) else {}
 
 
 def token_units(

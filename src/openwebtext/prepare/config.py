@@ -25,7 +25,7 @@ from openwebtext.options import (
     check_workers,
 )
 from openwebtext.plan import plan
-from openwebtext.prepare.state import CONFIG_KEYS, LENGTH, RunConfig, Slice, SplitRule
+from openwebtext.prepare.state import LENGTH, RunConfig, Slice, SplitRule
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -162,13 +162,13 @@ def run_config(
     )
 
 
-def difference(saved: dict[str, Any], wanted: dict[str, Any], other: str = "now") -> str:
+def difference(saved: RunConfig, wanted: RunConfig, other: str = "now") -> str:
     """Say how two configs differ, in words (``other`` names where ``wanted`` comes from)."""
-    if saved.get("corpus") != wanted.get("corpus") or saved.get("units") != wanted.get("units"):
+    if (saved.corpus, saved.units) != (wanted.corpus, wanted.units):
         return (
-            f"a different corpus (fingerprint {saved.get('corpus')}, {saved.get('units')} "
-            f"members; {other}: {wanted.get('corpus')}, {wanted.get('units')} members)"
+            f"a different corpus (fingerprint {saved.corpus}, {saved.units} "
+            f"members; {other}: {wanted.corpus}, {wanted.units} members)"
         )
-    keys = [k for k in CONFIG_KEYS if saved.get(k) != wanted.get(k)]
-    what = ", ".join(f"{k} {saved.get(k)!r} ({other}: {wanted.get(k)!r})" for k in keys)
+    keys = [k for k in saved.__struct_fields__ if getattr(saved, k) != getattr(wanted, k)]
+    what = ", ".join(f"{k} {getattr(saved, k)!r} ({other}: {getattr(wanted, k)!r})" for k in keys)
     return f"different options: {what}"

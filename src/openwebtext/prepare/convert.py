@@ -30,12 +30,14 @@ from typing import Any
 
 import numpy as np
 
+from openwebtext import codec
+from openwebtext.errors import StateError
 from openwebtext.files import atomic_file
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
-from openwebtext.prepare.state import Meta
+from openwebtext.prepare.state import Meta, read
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
@@ -87,15 +89,15 @@ def write_format(
         return None
     target = outputs.location(out)
     meta = _finished_meta(target, store)
-    if fmt == "llmc" and meta["dtype"] != "uint16":
-        raise ValueError(f"llm.c shards hold uint16 ids; this run's ids are {meta['dtype']}")
+    if fmt == "llmc" and meta.config.dtype != "uint16":
+        raise ValueError(f"llm.c shards hold uint16 ids; this run's ids are {meta.config.dtype}")
     if isinstance(target, Path):
         with hold(target, wait):
             return _convert(target, fmt, meta, shard_tokens, progress)
     marker = outputs.read_json(target, f"{fmt}.json", store)
     if marker is not None and marker.get("source") == _sources(meta, fmt, shard_tokens):
         return marker
-    folder = outputs.fetch(target, meta, store, verify=False)
+    folder = outputs.fetch(target, codec.encode(meta), store, verify=False)
     with hold(folder, wait):
         marker = _convert(folder, fmt, meta, shard_tokens, progress)
         confirm(folder)
@@ -112,16 +114,15 @@ def format_files(meta: dict[str, Any], fmt: str) -> list[str]:
     return []
 
 
-def _finished_meta(target: outputs.Location, store: Storage | None) -> dict[str, Any]:
-    meta = read_meta(target, store)
+def _finished_meta(target: outputs.Location, store: Storage | None) -> Meta:
     try:
-        Meta.from_json(meta)
-    except ValueError as exc:
+        meta = read(read_meta(target, store), Meta, "meta.json")
+    except StateError as exc:
         raise PrepareError(
             f"{outputs.shown(target)} holds no finished run of owt tokenize or owt merge "
             f"({exc}): write it first, then its format"
         ) from None
-    if "slice" in meta or not all(f"{s}.bin" in meta["files"] for s in _SPLITS):
+    if meta.config.slice is not None:
         raise PrepareError(
             f"{outputs.shown(target)} holds a slice: give the format to owt merge, which "
             "writes the whole run"
@@ -129,17 +130,17 @@ def _finished_meta(target: outputs.Location, store: Storage | None) -> dict[str,
     return meta
 
 
-def _sources(meta: dict[str, Any], fmt: str, shard_tokens: int) -> dict[str, Any]:
+def _sources(meta: Meta, fmt: str, shard_tokens: int) -> dict[str, Any]:
     """What the files are made of: the run's ``train.bin`` and ``val.bin`` (by sha256), and
     for llm.c the shard size."""
-    made: dict[str, Any] = {f"{s}.bin": meta["files"][f"{s}.bin"]["sha256"] for s in _SPLITS}
+    made: dict[str, Any] = {name: info.sha256 for name, info in meta.files.items().items()}
     return {**made, "shard_tokens": shard_tokens} if fmt == "llmc" else made
 
 
 def _convert(
     folder: Path,
     fmt: str,
-    meta: dict[str, Any],
+    meta: Meta,
     shard_tokens: int,
     progress: Callable[[Progress], None] | None,
 ) -> dict[str, Any]:
@@ -153,17 +154,18 @@ def _convert(
     record_path = folder / f".{fmt}.progress.json"
     record = outputs.read_json(folder, record_path.name) or {}
     done: dict[str, Any] = record.get("files", {}) if record.get("source") == sources else {}
-    dtype = np.dtype(meta["dtype"]).newbyteorder("<")
+    dtype = np.dtype(meta.config.dtype).newbyteorder("<")
     written = 0
-    total = sum(meta["files"][f"{s}.bin"]["bytes"] for s in _SPLITS)
+    total = sum(info.bytes for info in meta.files.items().values())
+    eot = meta.config.eot
     for split in _SPLITS:
         path = folder / f"{split}.bin"
         ids = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
-        ends = eot_ends(ids, int(meta["eot"]), path)
-        if len(ends) != meta["documents"][split]:
+        ends = eot_ends(ids, eot, path)
+        if len(ends) != (documents := meta.counts.documents.items()[split]):
             raise PrepareError(
-                f"{path}: {len(ends)} documents end at the end-of-text id {meta['eot']}, not "
-                f"the {meta['documents'][split]} its meta.json records: the tokenizer wrote an "
+                f"{path}: {len(ends)} documents end at the end-of-text id {eot}, not "
+                f"the {documents} its meta.json records: the tokenizer wrote an "
                 "end-of-text inside a document, or the file is not this run's"
             )
         for file, write in _files(fmt, folder, split, ids, ends, shard_tokens):

@@ -4,7 +4,6 @@ run would write, once their configs agree and their positions tile every unit on
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Sequence
@@ -12,7 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
+from openwebtext import codec
+from openwebtext.errors import StateError
+from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import BINS, Progress, Report, difference
 from openwebtext.prepare.lock import confirm, hold
@@ -24,11 +25,11 @@ from openwebtext.prepare.state import (
     FORMAT,
     Counts,
     Meta,
-    Phase,
+    Piece,
     ProgressRecord,
-    RecordError,
     RunConfig,
     Slice,
+    read,
 )
 from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
@@ -76,12 +77,12 @@ def merge(
     if not found:
         raise PrepareError("no slice to merge")
     metas = [meta for meta, _ in found]
-    config = dataclasses.replace(metas[0].config, slice=None)
+    config = codec.replace(metas[0].config, slice=None)
     for folder, meta in zip(locations[1:], metas[1:], strict=True):
-        other = dataclasses.replace(meta.config, slice=None)
+        other = codec.replace(meta.config, slice=None)
         if other != config:
             first = f"in {outputs.shown(locations[0])}"
-            what = difference(other.to_json(), config.to_json(), first)
+            what = difference(other, config, first)
             raise PrepareError(
                 f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
             )
@@ -93,7 +94,7 @@ def merge(
                 f"cannot merge into {outputs.shown(target)}: it is one of the slices being "
                 "merged; give another --out"
             )
-    SkipPolicy("skip", max_errors).check(skips_in(_skips(metas)))
+    SkipPolicy("skip", max_errors).check(_skips(metas).skips)
     run = (config, ordered, restart, progress, checkpoint_seconds, storage, verify)
     build = lambda folder: _merge_in(folder, *run)  # noqa: E731
     copies = [outputs.staging(f, "fetch") for f, _ in ordered if isinstance(f, str)]
@@ -126,9 +127,9 @@ def _merge_in(
         copies = []
         for f, m in ordered:
             if isinstance(f, str):
-                copies.append((outputs.fetch(f, m.to_json(), storage, verify), m))
+                copies.append((outputs.fetch(f, codec.encode(m), storage, verify), m))
                 continue
-            for name in outputs.mismatched(f, m.to_json()) if verify else []:
+            for name in outputs.mismatched(f, codec.encode(m)) if verify else []:
                 raise PrepareError(
                     f"{f / name}: its sha256 is not the one its meta.json records (the file "
                     "changed after the slice was written); --no-verify skips this check"
@@ -138,14 +139,14 @@ def _merge_in(
 
     if config.split_rule == "hash":
         return _merge_hashed(workdir, config, local(), progress)
-    shown = tuple((outputs.shown(f, resolve=True), m.files) for f, m in ordered)
-    record_config = dataclasses.replace(config, merge_of=shown)
+    shown = tuple(Piece(outputs.shown(f, resolve=True), m.files) for f, m in ordered)
+    record_config = codec.replace(config, merge_of=shown)
     counts = Counts.new(("train", "val"))
-    fresh = lambda: ProgressRecord(record_config, Phase.TOKENIZE, counts)  # noqa: E731
+    fresh = lambda: ProgressRecord(record_config, "tokenize", counts)  # noqa: E731
     record, resumed = open_record(workdir, record_config, restart, BINS, fresh)
 
     def gather(run: Run) -> None:  # pass 1 was the slices': only their skips add up here
-        run.counts.skips.update(_skips([m for _, m in ordered]))
+        run.counts = _skips([m for _, m in ordered])
 
     def second(run: Run) -> None:
         pairs = [(f / "tokens.bin", f / "lengths.bin") for f, _ in local()]
@@ -154,14 +155,16 @@ def _merge_in(
 
     run = Run(workdir, record, progress, checkpoint_seconds)
     meta = drive(run, Passes(tokenize=gather, permute=second, finals=BINS))
-    return Report(workdir.folder, meta.to_json(), resumed)
+    return Report(workdir.folder, codec.encode(meta), resumed)
 
 
-def _skips(metas: list[Meta]) -> dict[str, int]:
-    """The skips of the whole run the slices are of: their members' and documents' added up;
-    the corpus's skipped files once (every slice counts the same ones)."""
-    skips = {key: sum(m.counts.skips[key] for m in metas) for key in MEMBER_COUNTERS}
-    return {**skips, "skipped_files": max(m.counts.skips["skipped_files"] for m in metas)}
+def _skips(metas: list[Meta]) -> Counts:
+    """A merge's new counts, with the skips of the whole run the slices are of: their
+    members' and documents' added up; the corpus's skipped files once (every slice counts the
+    same ones)."""
+    skips = {key: sum(getattr(m.counts, key) for m in metas) for key in MEMBER_COUNTERS}
+    files = max(m.counts.skipped_files for m in metas)
+    return codec.replace(Counts.new(("train", "val"), files), **skips)
 
 
 def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, Slice]:
@@ -173,16 +176,17 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, 
             f"{shown} is not a slice of `owt tokenize --shard i/n` (no meta.json of one)"
         )
     try:
-        meta = Meta.from_json(body)
-    except RecordError as exc:
+        meta = read(body, Meta, "meta.json")
+    except StateError as exc:
         raise PrepareError(
             f"{outputs.shown(outputs.join(folder, 'meta.json'))} is damaged: {exc}"
         ) from None
     piece = meta.config.slice
     if piece is None:
         raise PrepareError(f"{shown} is not a slice of `owt tokenize --shard i/n` (a complete run)")
-    found = outputs.sizes(folder, list(meta.files), store)
-    for name, info in meta.files.items():
+    files = meta.files.items()
+    found = outputs.sizes(folder, list(files), store)
+    for name, info in files.items():
         if found[name] != info.bytes:
             raise PrepareError(
                 f"{outputs.shown(outputs.join(folder, name))} holds {found[name]} bytes, not the "
@@ -193,7 +197,7 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, 
 
 def _describe(piece: Slice) -> str:
     if piece.shard:
-        return f"shard {piece.shard[0]}/{piece.shard[1]}"
+        return f"shard {piece.shard.index}/{piece.shard.count}"
     return f"units [{piece.start}, {piece.stop})"
 
 
@@ -226,12 +230,12 @@ def _check_tiling(
 
 def _missing(pieces: list[Slice]) -> str:
     """Which shards ``--shard i/n`` did not give, when every slice is a shard of the same n."""
-    shards = {piece.shard for piece in pieces if piece.shard is not None}
-    counts = {n for _, n in shards}
+    shards = [piece.shard for piece in pieces if piece.shard is not None]
+    counts = {shard.count for shard in shards}
     if len(counts) != 1:
         return ""
     (count,) = counts
-    missing = sorted(set(range(count)) - {i for i, _ in shards})
+    missing = sorted(set(range(count)) - {shard.index for shard in shards})
     return f" (shard {', '.join(f'{i}/{count}' for i in missing)} of {count})" if missing else ""
 
 
@@ -243,13 +247,12 @@ def _merge_hashed(
 ) -> Report:
     """Concatenate the slices' train.bin and val.bin (a hash split is decided per document).
     A copy is quick to redo: it is never resumed, and leaves nothing behind when it fails."""
-    counts = Counts.new(("train", "val"))
-    counts.skips.update(_skips([m for _, m in ordered]))
+    counts = _skips([m for _, m in ordered])
     for _, meta in ordered:
         for split in ("train", "val"):
-            counts.documents[split] += meta.counts.documents[split]
-            counts.tokens[split] += meta.counts.tokens[split]
-    total = sum(m.files[n].bytes for _, m in ordered for n in BINS)
+            documents, tokens = meta.counts.documents.items(), meta.counts.tokens.items()
+            counts = counts.add(split, documents[split], tokens[split])
+    total = sum(m.files.items()[n].bytes for _, m in ordered for n in BINS)
 
     def copy(run: Run) -> None:
         done = 0
@@ -271,6 +274,6 @@ def _merge_hashed(
             workdir.clear(BINS)
             raise
 
-    run = Run(workdir, ProgressRecord(config, Phase.TOKENIZE, counts), progress, 0)
+    run = Run(workdir, ProgressRecord(config, "tokenize", counts), progress, 0)
     meta = drive(run, Passes(tokenize=copy, permute=None, finals=BINS))
-    return Report(workdir.folder, meta.to_json())
+    return Report(workdir.folder, codec.encode(meta))

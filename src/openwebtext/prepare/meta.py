@@ -4,13 +4,15 @@ holds the finished files of a run (``finished_run``)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
+from openwebtext import codec
+from openwebtext.codec import Disagree
+from openwebtext.errors import StateError
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Report
-from openwebtext.prepare.state import FileInfo, Meta, ProgressRecord, RecordError, RunConfig
-from openwebtext.prepare.workdir import Workdir, sha256_file
+from openwebtext.prepare.state import FileInfo, Meta, PerFile, ProgressRecord, RunConfig, read
+from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
 from openwebtext.source import Storage
 
 __all__ = ["build_meta", "finished_run", "read_meta"]
@@ -31,25 +33,36 @@ def finished_run(
     merge's is a whole run's (its files are byte for byte those of one run)."""
     body = read_meta(folder, store)
     try:
-        meta = Meta.from_json(body)
-    except RecordError:
+        meta = read(body, Meta, "meta.json")
+    except StateError:
         return None
-    if meta.config != dataclasses.replace(config, merge_of=None):
+    if meta.config != codec.replace(config, merge_of=None):
         return None
     try:
-        found = outputs.sizes(folder, list(meta.files), store)
+        found = outputs.sizes(folder, list(meta.files.items()), store)
     except (OSError, KeyError, TypeError):
         return None
-    if any(found[name] != info.bytes for name, info in meta.files.items()):
+    if any(found[name] != info.bytes for name, info in meta.files.items().items()):
         return None
     return Report(folder, body, already=True)
 
 
 def build_meta(workdir: Workdir, record: ProgressRecord, names: tuple[str, ...]) -> Meta:
-    """meta.json: the config (of a whole run, after a merge), the counts, each file's sha256."""
+    """meta.json: the config (of a whole run, after a merge), the counts, each file's sha256.
+
+    Raises:
+        PrepareError: the parts do not hold what the run counted (another run's now).
+    """
+    workdir.guard()  # the parts are still this run's
     files = {}
     for name in names:
         path = workdir.part_path(name)
         files[name] = FileInfo(path.stat().st_size, sha256_file(path))
-    config = dataclasses.replace(record.config, merge_of=None)
-    return Meta(config, record.counts.copy(), files)
+    config = codec.replace(record.config, merge_of=None)
+    try:
+        return Meta(config, record.counts, PerFile.of(files))
+    except Disagree as exc:
+        raise PrepareError(
+            f"{workdir.folder}: the files do not hold what the run counted ({exc}): run again "
+            "with --restart"
+        ) from None

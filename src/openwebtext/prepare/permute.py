@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from openwebtext import codec
 from openwebtext.prepare.config import BINS, LENGTH, Progress
 from openwebtext.prepare.record import Run
+from openwebtext.prepare.state import Splits
 
 __all__ = ["permute"]
 
@@ -45,11 +47,12 @@ def permute(
     first_doc = np.cumsum([0] + [len(x) for x in lengths_per])
     first_byte = starts[np.minimum(first_doc[:-1], max(n - 1, 0))] if n else np.zeros(1, np.int64)
     val_tokens = int(lengths[perm[:n_val]].sum())
-    run.counts.documents = {"train": n - n_val, "val": n_val}
-    run.counts.tokens = {"train": int(lengths.sum()) - val_tokens, "val": val_tokens}
+    tokens = Splits(int(lengths.sum()) - val_tokens, val_tokens)
+    run.counts = codec.replace(run.counts, documents=Splits(n - n_val, n_val), tokens=tokens)
     total = int(nbytes.sum())
     position = run.record.position
-    parts = {n: run.workdir.part(n, run.record.sizes.get(n, 0)) for n in BINS}
+    sizes = run.record.sizes.items()
+    parts = {n: run.workdir.part(n, sizes.get(n, 0)) for n in BINS}
     fds = [os.open(tokens, os.O_RDONLY) for tokens, _ in sources]
     done = first = sum(parts[n].size for n in BINS)
     try:

@@ -4,16 +4,16 @@ one phase driver of both (``drive``: tokenize → permute → commit)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from openwebtext import codec
 from openwebtext.errors import OWTError
 from openwebtext.policy import SkipPolicy
 from openwebtext.prepare.config import Progress, difference
 from openwebtext.prepare.meta import build_meta
-from openwebtext.prepare.state import Counts, Meta, Phase, ProgressRecord, RunConfig
+from openwebtext.prepare.state import Counts, Meta, PerFile, Phase, ProgressRecord, RunConfig
 from openwebtext.prepare.workdir import PrepareError, Workdir
 
 __all__ = ["Passes", "Run", "drive", "open_record"]
@@ -49,22 +49,28 @@ class Run:
 
     @property
     def counts(self) -> Counts:
+        """The counts so far (set: the record with new counts)."""
         return self.record.counts
+
+    @counts.setter
+    def counts(self, counts: Counts) -> None:
+        self.record = codec.replace(self.record, counts=counts)
 
     def checkpoint(self, parts: dict[str, Any], position: int) -> None:
         """Sync ``parts``, then record their sizes and ``position`` (never the other order)."""
         sizes = {name: part.sync() for name, part in parts.items()}
-        self.record = dataclasses.replace(self.record, position=position, sizes=sizes)
+        self.record = codec.replace(self.record, position=position, sizes=PerFile.of(sizes))
         self.workdir.save(self.record)
 
     def begin(self, phase: Phase) -> None:
         """Go on to ``phase`` from its start (no part written in it yet), and record it."""
-        self.record = dataclasses.replace(self.record, phase=phase, position=0, sizes={})
+        self.record = codec.replace(self.record, phase=phase, position=0, sizes=PerFile())
         self.workdir.save(self.record)
 
     def error(self, error: OWTError) -> None:
         """Apply the skip policy to one bad member or document (``policy.SkipPolicy``)."""
-        self.policy.count(error, self.counts.skips)
+        self.counts = self.counts.skipped(self.policy.take(error))
+        self.policy.check(self.counts.skips, error)
         self.skipped.append(str(error))
 
 
@@ -87,7 +93,7 @@ def open_record(
     if record is None:
         return fresh(), False
     if record.config != config:
-        what = difference(record.config.to_json(), config.to_json())
+        what = difference(record.config, config)
         raise PrepareError(
             f"{workdir.folder} holds the progress of a run of {what}: run the same command "
             "as before to go on, or add --restart to throw that progress away"
@@ -122,11 +128,11 @@ def drive(run: Run, passes: Passes) -> Meta:
     Raises:
         PrepareError: the record is in a phase this kind of run does not have (damaged).
     """
-    if run.record.phase is Phase.TOKENIZE:
+    if run.record.phase == "tokenize":
         passes.tokenize(run)
         if passes.permute is not None:
-            run.begin(Phase.PERMUTE)
-    if run.record.phase is Phase.PERMUTE:
+            run.begin("permute")
+    if run.record.phase == "permute":
         if passes.permute is None:
             raise PrepareError(
                 f"{run.workdir.progress_path} is in phase permute, which a run of its config "
@@ -134,8 +140,8 @@ def drive(run: Run, passes: Passes) -> Meta:
             )
         passes.permute(run)
     meta = run.record.meta
-    if run.record.phase is not Phase.COMMIT or meta is None:
+    if run.record.phase != "commit" or meta is None:
         meta = build_meta(run.workdir, run.record, passes.finals)
-        run.record = dataclasses.replace(run.record, meta=meta)
+        run.record = codec.replace(run.record, meta=meta)
     run.workdir.commit(run.record, passes.finals, passes.drop)
     return meta

@@ -10,9 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from openwebtext import codec
 from openwebtext.index import Corpus
 from openwebtext.plan import shard_range
-from openwebtext.policy import SkipPolicy, skips_in
+from openwebtext.policy import SkipPolicy
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import (
     BINS,
@@ -27,7 +28,7 @@ from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import finished_run
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
-from openwebtext.prepare.state import Counts, Phase, ProgressRecord, RunConfig, Slice
+from openwebtext.prepare.state import Counts, ProgressRecord, RunConfig, Shard, Slice
 from openwebtext.prepare.workdir import Workdir
 from openwebtext.prepare.writers import tokenize_units
 from openwebtext.source import Storage
@@ -91,7 +92,8 @@ def prepare(
     whole = shard is None and (start, stop) == (0, len(order))  # "--shard 0/1" is a slice
     if not whole and options.take is not None:
         raise ValueError("take applies to a whole run, not to a slice")
-    config = run_config(corpus, options, tokenizer, None if whole else Slice(start, stop, shard))
+    piece = Slice(start, stop, None if shard is None else Shard(*shard))
+    config = run_config(corpus, options, tokenizer, None if whole else piece)
     work = _Work(corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds)
     # The output is written with the options the input was opened with.
     return written(
@@ -158,15 +160,14 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     names = BINS if options.split_rule == "hash" else CORPUS_ORDER
     permutes = options.split_rule == "nanogpt" and config.slice is None
     files = corpus.skipped_files
-    keys = ("all",) if config.in_corpus_order else ("train", "val")
     fresh = lambda: ProgressRecord(  # noqa: E731
-        config, Phase.TOKENIZE, Counts.new(keys, len(files)), position=config.first
+        config, "tokenize", Counts.new(config.splits(), len(files)), position=config.first
     )
     record, resumed = open_record(workdir, config, restart, names + BINS, fresh)
     policy = SkipPolicy(options.on_error, options.max_errors)
     run = Run(workdir, record, progress, checkpoint_seconds, policy)
     run.skipped += [str(error) for error in files]  # the files count as skips too
-    policy.check(skips_in(run.counts.skips), files[-1] if files else None)
+    policy.check(run.counts.skips, files[-1] if files else None)
 
     def second(run: Run) -> None:
         sources = [(workdir.part_path("tokens.bin"), workdir.part_path("lengths.bin"))]
@@ -181,7 +182,7 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     meta = drive(run, passes)
     return Report(
         workdir.folder,
-        meta.to_json(),
+        codec.encode(meta),
         resumed,
         skipped=tuple(run.skipped),
         tokenized=run.tokenized,

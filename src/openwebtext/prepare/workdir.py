@@ -18,7 +18,6 @@ Files are created with mode 0666 less the umask, like any file a program writes.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -26,9 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from openwebtext.errors import OWTError
+from openwebtext import codec
+from openwebtext.errors import OWTError, StateError
 from openwebtext.files import atomic_file, sync_folder
-from openwebtext.prepare.state import Phase, ProgressRecord, RecordError
+from openwebtext.prepare.state import ProgressRecord, read
 
 __all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
 
@@ -126,15 +126,15 @@ class Workdir:
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
         try:
-            return ProgressRecord.from_json(body)
-        except RecordError as exc:
+            return read(body, ProgressRecord, "progress record")
+        except StateError as exc:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from None
 
     def save(self, record: ProgressRecord) -> None:
         """Replace the progress record atomically (call after syncing the parts it describes)."""
-        self.write_json(PROGRESS, record.to_json())
+        self.write_json(PROGRESS, codec.encode(record))
 
     def write_json(self, name: str, body: dict[str, Any]) -> None:
         """Write ``name`` atomically and durably (``files.atomic_file``): a temporary file,
@@ -169,7 +169,7 @@ class Workdir:
         if meta is None:
             raise ValueError("a record is committed with its meta")
         self.guard()
-        record = dataclasses.replace(record, phase=Phase.COMMIT)
+        record = codec.replace(record, phase="commit")
         self.save(record)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / "meta.json").unlink()
@@ -187,7 +187,7 @@ class Workdir:
                 (self.folder / stale).unlink(missing_ok=True)
         sync_folder(self.folder)
         self.guard()  # no meta.json over files another run may have replaced meanwhile
-        self.write_json("meta.json", meta.to_json())
+        self.write_json("meta.json", codec.encode(meta))
         for name in drop:
             self.part_path(name).unlink(missing_ok=True)
         self.progress_path.unlink(missing_ok=True)

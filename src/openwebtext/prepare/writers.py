@@ -16,6 +16,7 @@ from openwebtext.index import Corpus
 from openwebtext.plan import in_validation
 from openwebtext.prepare.config import LENGTH, PrepareOptions, Progress
 from openwebtext.prepare.record import Run
+from openwebtext.prepare.state import Counts
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["tokenize_units"]
@@ -44,9 +45,9 @@ def tokenize_units(
     """Pass 1: tokenize units ``order[position:stop]`` in order, appending to the parts."""
     record = run.record
     position = record.position
-    parts = {n: run.workdir.part(n, record.sizes.get(n, 0)) for n in names}
+    sizes = record.sizes.items()
+    parts = {n: run.workdir.part(n, sizes.get(n, 0)) for n in names}
     itemsize = tokenizer.dtype.itemsize
-    counts = run.counts
     units = corpus.units
     first = record.config.first
     total = sum(units[u].size for u in order[first:stop])
@@ -59,14 +60,14 @@ def tokenize_units(
         last = time.monotonic()
         for loaded in pool.run(order[position:stop]):
             consistent = False
-            budget = None if take is None else take - sum(counts.documents.values())
+            budget = None if take is None else take - _documents(run.counts)
             written = _write_unit(run, loaded, parts, itemsize, options, budget)
             tokens_now += written
             run.tokenized += written
             position += 1
             done += units[loaded.unit].size
             consistent = True
-            taken = take is not None and sum(counts.documents.values()) >= take
+            taken = take is not None and _documents(run.counts) >= take
             if taken or time.monotonic() - last >= run.checkpoint_seconds:
                 run.checkpoint(parts, position=stop if taken else position)
                 last = time.monotonic()
@@ -114,9 +115,9 @@ def _write_hashed(
     budget: int | None,
 ) -> int:
     """Append a unit's documents to train.bin or val.bin by the hash of their names."""
-    counts = run.counts
     data = loaded.data
     tokens = 0
+    written = {"train": [0, 0], "val": [0, 0]}  # documents, tokens
     fraction, seed = options.val_fraction, options.val_seed
     for name, offset, count in zip(loaded.names, loaded.offsets, id_counts, strict=True):
         if offset < 0:
@@ -127,9 +128,11 @@ def _write_hashed(
             budget -= 1
         split = "val" if in_validation(name, fraction, seed) else "train"
         parts[f"{split}.bin"].write(data[offset : offset + count * itemsize])
-        counts.documents[split] += 1
-        counts.tokens[split] += count
+        written[split][0] += 1
+        written[split][1] += count
         tokens += count
+    for split, (documents, ids) in written.items():
+        run.counts = run.counts.add(split, documents, ids)
     return tokens
 
 
@@ -148,8 +151,11 @@ def _write_in_order(
     tokens = sum(lengths)
     parts["tokens.bin"].write(loaded.data[: tokens * itemsize])
     parts["lengths.bin"].write(np.array(lengths, dtype=LENGTH).tobytes())
-    counts = run.counts
-    key = next(iter(counts.documents))  # "all" in a slice; a whole run's pass 1: "train"
-    counts.documents[key] += len(lengths)
-    counts.tokens[key] += tokens
+    split = next(iter(run.counts.documents.items()))  # "all" in a slice; else "train"
+    run.counts = run.counts.add(split, len(lengths), tokens)
     return tokens
+
+
+def _documents(counts: Counts) -> int:
+    """The documents ``counts`` holds, in every split."""
+    return sum(counts.documents.items().values())

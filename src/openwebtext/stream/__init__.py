@@ -7,7 +7,6 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.readahead import Ahead, Stateful, ahead
 from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
@@ -18,6 +17,7 @@ from openwebtext.stream.packing import (
     PackedBatch,
     cu_seqlens,
 )
+from openwebtext.stream.readahead import Ahead, Stateful, ahead
 from openwebtext.stream.resharding import reshard
 from openwebtext.stream.schema import (
     DocumentState,
