@@ -22,7 +22,7 @@ from openwebtext.plan import (
     share_losses,
 )
 from openwebtext.stream.rest import Rest, cut_share
-from openwebtext.stream.schema import Reshard
+from openwebtext.stream.schema import OldRank, Reshard
 
 RULES = st.sampled_from([None, "drop", "pad"])
 
@@ -310,19 +310,19 @@ def test_the_rest_of_an_epoch_matches_a_list_model(
         assert share.counts is not None
         block, in_block = advance(share.counts, size, (0, 0, 0), handed, target)
         assert index_of(share, size, block, in_block) == handed
-        ranks.append([block, in_block, handed, 0])
+        ranks.append(OldRank(block, in_block, handed))
         rest.append(docs[handed:])
     flat = [d for docs in rest for d in docs]
     got: list[tuple[int, int]] = []
     for j in range(new_world):
-        section = {
-            "world_size": old_world, "epoch": 0, "even": old_rule, "ranks": ranks,
-            "levels": [], "share": [j, new_world], "rule": new_rule,
-        }  # fmt: skip
+        section = Reshard(
+            world_size=old_world, epoch=0, even=old_rule, ranks=tuple(ranks),  # type: ignore[arg-type]
+            share=(j, new_world), rule=new_rule,  # type: ignore[arg-type]
+        )  # fmt: skip
         spans, _ = cut_share([(0, len(flat), False)], j, new_world, new_rule)
         expected = [flat[i % len(flat)] for a, b, _ in spans for i in range(a, b)]
         mine: list[tuple[int, int]] = []
-        for piece in Rest(Reshard.from_json(section), counts, options).pieces(0):
+        for piece in Rest(section, counts, options).pieces(0):
             docs, _ = hand_out(piece.share, size)
             k = index_of(piece.share, size, piece.block, piece.in_block)
             mine += docs[k : k + piece.documents]
