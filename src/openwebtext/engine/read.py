@@ -102,9 +102,13 @@ class Reader:
         storage: Storage | None = None,
         texts: bool = False,
         token_eot: int | None = None,
+        token_vocab: int | None = None,
     ):
         self.token_eot = token_eot
         """A token corpus's end-of-text id, should a worker open its file anew (spawned)."""
+        self.token_vocab = token_vocab
+        """A token corpus's tokenizer's vocabulary size: a document holding an id at or past
+        it is a ``CorruptDocument`` (never handed to a model's embedding)."""
         self.storage = storage
         """What URLs are read with (the corpus's; None: the process's default)."""
         self.max_member_bytes = max_member_bytes
@@ -392,7 +396,20 @@ def _read_tokens(reader: Reader, unit: Unit) -> Member:
         for k, name in enumerate(names):
             if in_validation(name, fraction, seed) is not (which == "val"):
                 offsets[k] = -1
-    return Member(data, names, offsets, sizes, [], 0)
+    dropped: list[CorruptMember] = []
+    if reader.token_vocab is not None:
+        ids = np.frombuffer(data, dtype=token_file.ids.dtype)
+        past = np.flatnonzero(ids >= reader.token_vocab)
+        if past.size:  # rare: the documents that hold them, found by their ends
+            for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
+                if offsets[k] >= 0:
+                    offsets[k] = -1
+                    dropped.append(CorruptDocument(
+                        f"holds ids at or past the tokenizer's vocabulary of "
+                        f"{reader.token_vocab} (e.g. {int(ids[past[0]])}): ids of another "
+                        "tokenizer, or a damaged file", unit.path, unit.member, names[k],
+                    ))  # fmt: skip
+    return Member(data, names, offsets, sizes, dropped, 0)
 
 
 def bad_utf8(error: UnicodeDecodeError, unit: Unit, name: str) -> CorruptDocument:

@@ -31,6 +31,7 @@ from openwebtext.tokenfiles.common import (
     TokenFormat,
     document_range,
     eot_ends,
+    recorded_tokenizer,
     unit_member,
 )
 from openwebtext.tokenfiles.datatrove import datatrove_index, read_datatrove_index
@@ -76,6 +77,7 @@ __all__ = [
     "read_datatrove_index",
     "read_llmc_header",
     "read_megatron_index",
+    "recorded_tokenizer",
     "remember",
     "unit_member",
 ]

@@ -18,6 +18,7 @@ __all__ = [
     "damaged",
     "document_range",
     "eot_ends",
+    "recorded_tokenizer",
     "unit_member",
 ]
 
@@ -40,6 +41,19 @@ class TokenFile(NamedTuple):
     path: str
     ids: np.ndarray
     ends: np.ndarray
+    tokenizer: tuple[str, str] | None = None
+    """``(spec, fingerprint)`` of the tokenizer the ids were written with, as the run's
+    ``meta.json`` beside the file records it (None: nothing recorded)."""
+
+
+def recorded_tokenizer(meta: object) -> tuple[str, str] | None:
+    """``(spec, fingerprint)`` a run's ``meta.json`` (parsed) records, or None."""
+    if not isinstance(meta, dict):
+        return None
+    spec, fingerprint = meta.get("tokenizer"), meta.get("fingerprint")
+    if isinstance(spec, str) and isinstance(fingerprint, str):
+        return spec, fingerprint
+    return None
 
 
 def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
