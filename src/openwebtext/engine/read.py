@@ -191,7 +191,11 @@ class Reader:
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
             ) from exc
         if unit.kind == PARQUET or split_jsonl_kind(unit.kind) is not None:
-            return self._keep(unit, *self._records(unit, raw))  # ``tables``
+            records = self._records(unit, raw)  # ``tables``
+            member = self._keep(unit, *records[:5])
+            if self.decode_errors != "replace":
+                return member
+            return member._replace(replace=member.replace + records.replaced)
         # A cut (the file, or the compressed stream, ends early) keeps what precedes it;
         # corruption (a decoder error) keeps nothing.
         cut = None
@@ -241,7 +245,10 @@ class Reader:
         """The documents of a parquet row group or a JSON lines unit (``tables``)."""
         if unit.kind != PARQUET:
             truncated = len(raw) != unit.size
-            return jsonl_records(raw, unit, self.max_member_bytes, truncated)
+            errors = self.decode_errors or "replace"  # JSON is text: always decoded
+            return jsonl_records(raw, unit, self.max_member_bytes, truncated, errors)
+        if unit.size == 0:  # a row group of no rows
+            return Records(b"", [], [], [], [])
         if len(raw) != unit.size:
             why = f"file is truncated: {len(raw)} of {unit.size} bytes of row group"
             raise CorruptMember(why, unit.path, unit.member)
@@ -261,7 +268,7 @@ class Reader:
                 raise CorruptMember(why, unit.path, unit.member) from exc
             self._footers[unit.path] = footer
         # The file seen as ending with the chunk: pyarrow then reads nothing past it.
-        return parquet_records(raw, unit, footer, unit.offset + unit.size)
+        return parquet_records(raw, unit, footer, unit.offset + unit.size, self.max_member_bytes)
 
     def _keep(
         self,
