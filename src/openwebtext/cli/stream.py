@@ -30,7 +30,14 @@ from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited
-from openwebtext.stream import DocumentState, Mark, load_state, members_in_run, resume_options
+from openwebtext.stream import (
+    DocumentState,
+    Mark,
+    check_in_run,
+    load_state,
+    members_in_run,
+    resume_options,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -135,17 +142,6 @@ def _delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
     return dataclasses.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
 
 
-def _check_not_finished(path: str, state: DocumentState, options: Options) -> None:
-    """Refuse a state at or past the end of the epochs this run would read."""
-    epoch = state.position.epoch
-    if options.epochs is not None and epoch >= options.epoch + options.epochs:
-        raise StateError(
-            f"{path}: nothing left to read: the state is at epoch {epoch}, and this run "
-            f"reads epochs {options.epoch}..{options.epoch + options.epochs - 1}; give "
-            f"--epochs {epoch - options.epoch + 1} to read epoch {epoch}"
-        )
-
-
 def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
     """Write the state; a failure to do so never hides the error that ended the run."""
     try:
@@ -167,9 +163,9 @@ def run(args: argparse.Namespace) -> int:
     corpus = open_corpus(args)
     opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
     options = _stream_options(args, state)
-    iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
-    if state is not None:
-        _check_not_finished(args.resume, state, options)
+    if state is not None:  # in the command's words (--epochs); the iterator checks the rest
+        check_in_run(state, options, whose=args.resume, cli=True)
+    iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
     before = iterator.stats
     written = [iterator.mark()]  # --jsonl: the state of the last line written whole
