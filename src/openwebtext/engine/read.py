@@ -41,7 +41,13 @@ from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
 from openwebtext.tarwalk import TarFormatError, walk
-from openwebtext.tokenfiles import TOKENS, TokenFileError, document_range, opened
+from openwebtext.tokenfiles import (
+    TOKENS,
+    TokenFileError,
+    document_names,
+    document_range,
+    opened,
+)
 
 if TYPE_CHECKING:
     from openwebtext.tokenizer import Tokenizer
@@ -397,7 +403,7 @@ def _read_tokens(reader: Reader, unit: Unit) -> Member:
     bounds = (ends[first:stop] - start) * itemsize
     offsets = [0, *bounds[:-1].tolist()]
     sizes = np.diff(bounds, prepend=0).tolist()
-    names = [str(k) for k in range(first, stop)]
+    names = document_names(unit.member, first, stop)
     if reader.split is not None:
         which, fraction, seed = reader.split
         for k, name in enumerate(names):

@@ -247,7 +247,8 @@ def _is_utf8(line: bytes) -> bool:
 def _lines(
     text: bytes, unit: Unit, field: str, at: int, dropped: list[CorruptMember], errors: str
 ) -> Records:
-    base = unit.member.split("@", 1)[0]
+    # The first chunk's member is the file's name; the others', ``<name>@<byte>``.
+    base = unit.member if unit.offset == 0 else unit.member.rsplit("@", 1)[0]
     where = f" of the chunk at byte {unit.offset}" if at else ""
     parts: list[bytes] = []
     names: list[str] = []

@@ -28,7 +28,7 @@ from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
 from openwebtext.source import Storage, identity, is_url
 
-__all__ = ["Found", "expand_paths", "file_version", "find_files"]
+__all__ = ["Found", "distinct_names", "expand_paths", "file_version", "find_files"]
 
 
 class Found(NamedTuple):
@@ -191,6 +191,25 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     if found.problems:
         raise found.problems[0]
     return found.files
+
+
+def distinct_names(paths: Iterable[str]) -> dict[str, str]:
+    """Each path's (or URL's) shortest trailing part — ``name``, ``folder/name``… — that no
+    other of ``paths`` ends with: what names its documents, so that files of one base name in
+    different folders (the Hub's ``en/train-00000-of-00001.parquet``, ``de/…``) never give
+    two documents one name (the held-out split hashes names)."""
+    parts = {path: path.rstrip("/").split("/") for path in dict.fromkeys(paths)}
+    depth = dict.fromkeys(parts, 1)
+    while True:
+        tails = {p: "/".join(parts[p][-depth[p] :]) for p in parts}
+        seen: dict[str, int] = {}
+        for tail in tails.values():
+            seen[tail] = seen.get(tail, 0) + 1
+        clashing = [p for p in parts if seen[tails[p]] > 1 and depth[p] < len(parts[p])]
+        if not clashing:
+            return tails
+        for p in clashing:
+            depth[p] += 1
 
 
 def file_version(path: str, storage: Storage | None = None) -> str:

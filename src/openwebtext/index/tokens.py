@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from openwebtext.errors import CorpusError
+from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
 from openwebtext.source import Storage, fetch, file_info, is_url
 from openwebtext.tokenfiles import (
@@ -70,8 +71,11 @@ def token_units(
     units: list[Unit] = []
     counts: list[int] = []
     seen: dict[object, str] = {}
-    for given in paths:
-        name = os.fspath(given)
+    given_names = [os.fspath(p) for p in paths]
+    # Documents are named by their index in the file, after the file's name when there are
+    # several (llm.c's shards each start at 0): the held-out split hashes the names.
+    files = distinct_names(given_names) if len(given_names) > 1 else {}
+    for name in given_names:
         if is_url(name):
             _once(seen, name.rstrip("/"), name)
             token_file = _remote(name, dtype or "uint16", storage)
@@ -96,7 +100,7 @@ def token_units(
             start = int(ends[first - 1]) if first else 0
             stop = max(int(np.searchsorted(ends, start + unit_tokens, side="right")), first + 1)
             end = int(ends[stop - 1])
-            member = unit_member(first, stop)
+            member = unit_member(first, stop, files.get(name, ""))
             offset, size = base + start * itemsize, (end - start) * itemsize
             units.append(Unit(name, member, offset, size, TOKENS, subset, index))
             index += 1

@@ -16,6 +16,7 @@ __all__ = [
     "TokenFileError",
     "TokenFormat",
     "damaged",
+    "document_names",
     "document_range",
     "eot_ends",
     "recorded_tokenizer",
@@ -76,12 +77,23 @@ def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndar
     return ends
 
 
-def unit_member(first: int, stop: int) -> str:
-    """The member name of a token unit: documents ``[first, stop)`` of its file."""
-    return f"docs {first}-{stop}"
+def unit_member(first: int, stop: int, file: str = "") -> str:
+    """The member name of a token unit: documents ``[first, stop)`` of its file, after the
+    file's name in a corpus of several files (``document_names``)."""
+    return f"{file} docs {first}-{stop}" if file else f"docs {first}-{stop}"
 
 
 def document_range(member: str) -> tuple[int, int]:
     """The documents ``[first, stop)`` a token unit's member name says."""
-    first, stop = member.removeprefix("docs ").split("-")
+    first, stop = member.rsplit("docs ", 1)[1].split("-")
     return int(first), int(stop)
+
+
+def document_names(member: str, first: int, stop: int) -> list[str]:
+    """The names of documents ``[first, stop)`` of a token unit: their index in the file,
+    after the file's name when the member carries it (a corpus of several files, whose
+    names must differ: the held-out split hashes them)."""
+    file = member.rsplit(" docs ", 1)[0] if " docs " in member else ""
+    return [f"{file}#{k}" for k in range(first, stop)] if file else [
+        str(k) for k in range(first, stop)
+    ]
