@@ -38,7 +38,7 @@ CSV_COLUMNS = (
     "consumer_cpu_s",
     "decoder",
 )
-PLOT_HINT = "pip install 'openwebtext[bench]'"
+PLOT_HINT = "from the clone: pip install -e '.[bench]'"
 
 
 @dataclass(frozen=True)

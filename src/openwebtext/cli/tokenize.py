@@ -187,7 +187,7 @@ def add_parser(sub: Subparsers) -> None:
         "--engine",
         choices=("local", "ray"),
         default="local",
-        help="local: worker processes here; ray: Ray tasks (pip install 'openwebtext[ray]') "
+        help="local: worker processes here; ray: Ray tasks (from the clone: pip install -e '.[ray]') "
         "(default local)",
     )
     tokenize.add_argument(

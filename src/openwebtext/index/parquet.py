@@ -47,7 +47,7 @@ __all__ = [
 TEXT_COLUMN = "text"
 #: Bytes read from a file's end to find its footer in one request (most footers fit).
 FOOTER_GUESS = 64 << 10
-PARQUET_EXTRA = "parquet files need pyarrow: pip install 'openwebtext[parquet]'"
+PARQUET_EXTRA = "parquet files need pyarrow: from the clone, pip install -e '.[parquet]'"
 _MAGIC = b"PAR1"
 _TEXT_TYPES = ("string", "large_string", "binary", "large_binary", "string_view")
 

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: How to install what this module needs.
-EXTRA = "pip install 'openwebtext[ray]'"
+EXTRA = "from the clone: pip install -e '.[ray]'"
 
 
 class EngineError(OWTError):

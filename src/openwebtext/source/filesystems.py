@@ -22,7 +22,7 @@ from openwebtext.source.settings import LOCK, FileInfo, Storage, is_url, protoco
 
 __all__ = ["REMOTE_EXTRA", "expand_url", "file_info", "filesystem", "is_pattern", "within"]
 
-REMOTE_EXTRA = "openwebtext[remote]"
+REMOTE_EXTRA = ".[remote]"  # installed from the clone: the package is not on PyPI yet
 
 
 def _fsspec() -> Any:
@@ -30,7 +30,7 @@ def _fsspec() -> Any:
         import fsspec
     except ImportError:
         raise CorpusError(
-            f"reading URLs needs the remote extra: pip install '{REMOTE_EXTRA}'"
+            f"reading URLs needs the remote extra: from the clone, pip install -e '{REMOTE_EXTRA}'"
         ) from None
     return fsspec
 
@@ -55,8 +55,8 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
                 fs = fsspec.filesystem(proto, skip_instance_cache=True, **options)
             except ImportError as exc:
                 raise CorpusError(
-                    f"reading {proto}:// URLs needs the remote extra: pip install "
-                    f"'{REMOTE_EXTRA}' ({exc})"
+                    f"reading {proto}:// URLs needs the remote extra: from the clone, pip install "
+                    f"-e '{REMOTE_EXTRA}' ({exc})"
                 ) from None
             except ValueError as exc:
                 raise CorpusError(f"unknown protocol {proto}://: {exc}") from None

@@ -153,7 +153,7 @@ def load_tokenizer(spec: str) -> Tokenizer:
     """Load the tokenizer that ``spec`` names (see the package's docstring); cached per process.
 
     Raises:
-        TokenizerError: Unknown spec, a missing extra (``pip install 'openwebtext[tokenize]'``),
+        TokenizerError: Unknown spec, a missing extra (from the clone: ``pip install -e '.[tokenize]'``),
             an unreadable or unsuitable file, a tiktoken encoding that cannot be downloaded, or
             ``@splintr`` where splintr is missing or fails the exactness check.
     Warns:

@@ -34,7 +34,7 @@ SPECS = ("bytes", "gpt2", "tiktoken:NAME", "hf:PATH")
 #: The backends a spec may name after an ``@``: the two references and the fast one.
 BACKENDS = ("tiktoken", "tokenizers", "splintr")
 
-INSTALL_HINT = "pip install 'openwebtext[tokenize]'"
+INSTALL_HINT = "from the clone: pip install -e '.[tokenize]'"
 
 # A text's ids as little-endian uint32, in any object with the buffer protocol (bytes, an
 # array): what the fast paths of ``encode_packed`` join without making Python ints.
