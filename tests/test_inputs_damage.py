@@ -78,7 +78,7 @@ def test_owt_index_refuses_then_says_the_skip(folder: tuple[Path, str]) -> None:
     assert not list(data.glob("*counts*")) and not list(data.glob(".owt*"))
     skipped = owt("index", str(data), "-q", "--on-error", "skip")
     assert skipped.returncode == 0, skipped.stderr
-    assert "skipped 1 files" in skipped.stderr and name in skipped.stderr
+    assert "skipped 1 file (not read at all" in skipped.stderr and name in skipped.stderr
 
 
 def _zstd(data: bytes, frames: int = 1) -> bytes:
@@ -103,7 +103,7 @@ def test_zstd_cut_short_is_truncated(frames: int, cut: int) -> None:
 def test_a_truncated_jsonl_zst_keeps_its_whole_lines(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "t.jsonl.zst", TEXTS)
     path.write_bytes(path.read_bytes()[:-300])
-    with pytest.raises(TruncatedMember, match="t.jsonl.zst"):
+    with pytest.raises(TruncatedMember, match=r"t\.jsonl\.zst"):
         list(Loader(path, workers=0))
     with Loader(path, workers=0, on_error="skip", shuffle=False).iter() as it:
         got = [d.text for d in it]
@@ -123,7 +123,7 @@ def test_a_truncated_zstd_member_of_a_tar_is_a_truncated_member(tmp_path: Path) 
     member = _zstd(inner.getvalue())[:-50]
     path = tmp_path / "sub_data.zst"
     path.write_bytes(member)
-    with pytest.raises(TruncatedMember, match="sub_data.zst"):
+    with pytest.raises(TruncatedMember, match=r"sub_data\.zst"):
         list(Loader(path, workers=0))
     with Loader(path, workers=0, on_error="skip", shuffle=False).iter() as it:
         got = [d.text for d in it]

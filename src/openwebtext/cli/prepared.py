@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from openwebtext.cli.args import plural
 from openwebtext.prepare import Progress, Report
 
 __all__ = ["with_progress"]
@@ -78,7 +79,8 @@ def _print_prepared(report: Report, seconds: float) -> None:
                 "tokens/s, resumed"
             )
     print(
-        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s ({rate}): "
+        f"{plural(sum(documents.values()), 'document')}, {total:,} tokens in {seconds:.1f} s "
+        f"({rate}): "
         f"{files} ({meta['dtype']}) in {report.out}",
         file=sys.stderr,
     )

@@ -22,10 +22,11 @@ from openwebtext.cli.args import (
     at_least,
     open_corpus,
     option_type,
+    plural,
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
-from openwebtext.errors import OutputError, OWTError, StateError
+from openwebtext.errors import OutputError, OWTError
 from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import SHAPING, Options
@@ -106,21 +107,24 @@ def _summary(stats: Stats, before: Stats, seconds: float, opening: tuple[float, 
     text_bytes = stats.text_bytes - before.text_bytes
     seconds = max(seconds, 1e-9)
     line = (
-        f"{documents} documents, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{plural(documents, 'document')}, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
         f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
     )
     skipped = stats.skipped_members + stats.skipped_documents
     if skipped or stats.replaced_documents:
         line += (
-            f"; skipped {stats.skipped_members} members, {stats.skipped_documents} documents"
-            f"; replaced invalid UTF-8 in {stats.replaced_documents} documents"
+            f"; skipped {plural(stats.skipped_members, 'member')}, "
+            f"{plural(stats.skipped_documents, 'document')}"
+            f"; replaced invalid UTF-8 in {plural(stats.replaced_documents, 'document')}"
         )
+    if stats.skipped_files:  # left out when the corpus was opened (--on-error skip)
+        line += f"; skipped {plural(stats.skipped_files, 'file')} (not read at all)"
     dropped = stats.dropped_documents - before.dropped_documents
     repeated = stats.repeated_documents - before.repeated_documents
     if dropped or repeated:
         line += (
-            f"; to keep the ranks even, left out {dropped} documents and read {repeated} "
-            "twice (stats.dropped_documents, stats.repeated_documents)"
+            f"; to keep the ranks even, left out {plural(dropped, 'document')} and read "
+            f"{repeated:,} twice (stats.dropped_documents, stats.repeated_documents)"
         )
     opened, waited = opening  # the corpus's open: its index walk, and the servers' Retry-After
     if opened >= 1.0 or waited > 0:
@@ -163,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
     corpus = open_corpus(args)
     opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
     options = _stream_options(args, state)
-    if state is not None:  # in the command's words (--epochs); the iterator checks the rest
+    iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
+    if state is not None:  # and a finished run's state: nothing left to read
         check_in_run(state, options, whose=args.resume, cli=True)
-    iterator = DocumentIterator(corpus, options, state=state)
     start = time.perf_counter()
     before = iterator.stats
     written = [iterator.mark()]  # --jsonl: the state of the last line written whole

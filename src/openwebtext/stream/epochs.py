@@ -211,9 +211,8 @@ def check_in_run(
     at_start = state.position.block == 0 and state.position.in_block == 0
     if epoch < last or (epoch == last and at_start and not cli):
         return
-    fix = f"--epochs {epoch - options.epoch + 1}" if cli else (
-        f"epochs={epoch - options.epoch + 1} (or epochs=None)"
-    )
+    n = epoch - options.epoch + 1
+    fix = f"--epochs {n}" if cli else f"epochs={n} (owt stream: --epochs {n}), or epochs=None"
     raise StateError(
         f"{whose}: nothing left to read: the state is at epoch {epoch}, and this run reads "
         f"epochs {options.epoch}..{last - 1}; give {fix} to read epoch {epoch}"
