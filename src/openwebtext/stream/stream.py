@@ -331,9 +331,16 @@ class Stream:
         """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
         section, rest = self._reshard, self._rest
         assert section is not None and rest is not None
-        if not section.counted:  # the last share counts what drop left out
+        if not section.counted:  # the last share counts what drop left out, and says it
             self._reshard = replace(section, counted=True)
             self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
+            if rest.dropped_here:  # as a plain sharded epoch's drop is said (``EvenLosses``)
+                log.warning(
+                    "epoch %d, resharded: %d documents of its rest left out so that the %d "
+                    "new shares are even (even_rule='drop'; counted in stats.dropped_documents "
+                    "of rank %d)", self._epoch, rest.dropped_here, self.options.world_size,
+                    self.options.rank,
+                )  # fmt: skip
         for piece in rest.pieces(self._counters.epoch_documents):
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
             before = self._counters.epoch_documents
