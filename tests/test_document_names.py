@@ -42,15 +42,22 @@ def test_one_base_name_in_two_folders(tmp_path: Path, suffix: str) -> None:
 def test_distinct_base_names_keep_their_names(tmp_path: Path) -> None:
     write_parquet(tmp_path / "a" / "x.parquet", TEXTS[:3])
     write_parquet(tmp_path / "b" / "y.parquet", TEXTS[3:6])
-    assert _names(Corpus.open([tmp_path / "a", tmp_path / "b"]))[:2] == ["x.parquet#0",
-                                                                        "x.parquet#1"]
+    assert _names(Corpus.open([tmp_path / "a", tmp_path / "b"]))[:2] == [
+        "x.parquet#0",
+        "x.parquet#1",
+    ]
 
 
 def test_distinct_names() -> None:
     got = distinct_names(["/d/en/t.parquet", "/d/de/t.parquet", "/d/u.parquet",
                           "s3://b/a/x", "s3://b/c/a/x"])  # fmt: skip
-    assert got == {"/d/en/t.parquet": "en/t.parquet", "/d/de/t.parquet": "de/t.parquet",
-                   "/d/u.parquet": "u.parquet", "s3://b/a/x": "b/a/x", "s3://b/c/a/x": "c/a/x"}
+    assert got == {
+        "/d/en/t.parquet": "en/t.parquet",
+        "/d/de/t.parquet": "de/t.parquet",
+        "/d/u.parquet": "u.parquet",
+        "s3://b/a/x": "b/a/x",
+        "s3://b/c/a/x": "c/a/x",
+    }
 
 
 def test_llmc_shards_name_their_documents_apart(small_corpus: Path, tmp_path: Path) -> None:

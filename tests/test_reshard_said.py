@@ -35,10 +35,13 @@ def test_the_drop_of_a_reshard_is_warned_on_the_rank_that_counts_it(
         new = reshard(states, world)
         for rank in range(world):
             caplog.clear()
-            with caplog.at_level(logging.WARNING, logger="openwebtext"):
-                with Loader(path, **_options(world, rank)).iter(state=new[rank]) as it:
-                    list(it)
-                    dropped = it.stats.dropped_documents
+            loader = Loader(path, **_options(world, rank))
+            with (
+                caplog.at_level(logging.WARNING, logger="openwebtext"),
+                loader.iter(state=new[rank]) as it,
+            ):
+                list(it)
+                dropped = it.stats.dropped_documents
             said = [r.getMessage() for r in caplog.records if "resharded" in r.getMessage()]
             drops += dropped
             if dropped:

@@ -44,7 +44,7 @@ def test_an_llmc_shard_with_a_damaged_magic_is_refused(tmp_path: Path, magic: in
     with pytest.raises(TokenFileError, match="magic") as raised:
         open_token_file(path, eot=EOT)
     assert raised.value.path == str(path)
-    with pytest.raises(TokenFileError, match="train_000000.bin"):
+    with pytest.raises(TokenFileError, match=r"train_000000\.bin"):
         Corpus.open_tokens(path, eot=EOT)
 
 

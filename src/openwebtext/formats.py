@@ -151,8 +151,7 @@ def _zstd(data: bytes, limit: int) -> bytes:
         import zstandard
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ModuleNotFoundError(
-            "zstd members need the zstandard package: from the clone, "
-            "pip install -e '.[zstd]'"
+            "zstd members need the zstandard package: from the clone, pip install -e '.[zstd]'"
         ) from exc
     view = memoryview(data)
     parts: list[bytes] = []

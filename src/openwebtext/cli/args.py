@@ -127,8 +127,6 @@ def open_corpus(args: argparse.Namespace) -> Corpus:
     )
 
 
-
-
 def add_wait(parser: argparse.ArgumentParser) -> None:
     """``--wait``: one run per output folder; a second waits instead of stopping at once."""
     parser.add_argument(

@@ -187,8 +187,8 @@ def add_parser(sub: Subparsers) -> None:
         "--engine",
         choices=("local", "ray"),
         default="local",
-        help="local: worker processes here; ray: Ray tasks (from the clone: pip install -e '.[ray]') "
-        "(default local)",
+        help="local: worker processes here; ray: Ray tasks (from the clone: "
+        "pip install -e '.[ray]') (default local)",
     )
     tokenize.add_argument(
         "--address",

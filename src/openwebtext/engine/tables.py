@@ -104,9 +104,7 @@ class _Spans(io.RawIOBase):
         return len(chunk)
 
 
-def parquet_records(
-    raw: bytes, unit: Unit, footer: Footer, file_size: int, limit: int
-) -> Records:
+def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limit: int) -> Records:
     """The documents of one row group, from its text column's chunk (``raw``).
 
     Raises:

@@ -230,7 +230,8 @@ class Corpus:
         and index, read at its end; any other member's bytes hashed), so that it changes
         whenever a member's content does, even at the same size. Where the files lie, their
         mtimes and ETags do not count (``_shape``, not ``fingerprint``): the same corpus
-        copied elsewhere, or read by URL, has the same one. What a prepared run's files are of (``owt tokenize``, ``owt merge``).
+        copied elsewhere, or read by URL, has the same one. What a prepared run's files are
+        of (``owt tokenize``, ``owt merge``).
 
         Costs a few reads at the end of every member (the full corpus: ~20,600 members),
         one ranged request each for a remote file; worked out once per ``Corpus`` (kept with

@@ -14,7 +14,15 @@ from openwebtext.errors import CorpusError, UnknownFormat
 from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.records import Unit
 
-__all__ = ["KNOWN", "LFS_POINTER", "LocalFile", "Readable", "file_kind", "placeholder", "walk_outer_tar"]
+__all__ = [
+    "KNOWN",
+    "LFS_POINTER",
+    "LocalFile",
+    "Readable",
+    "file_kind",
+    "placeholder",
+    "walk_outer_tar",
+]
 
 #: The formats a corpus file (or member) may be in, as messages name them.
 KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"

@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from openwebtext.errors import CorpusError
+from openwebtext.formats import PARQUET
 from openwebtext.index.inputs import distinct_names, find_files
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.local import index_file_before_damage
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.remote import index_url
-from openwebtext.formats import PARQUET
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url
 

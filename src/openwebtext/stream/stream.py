@@ -41,6 +41,7 @@ from openwebtext.stream.epochs import (
     epoch_shares,
     even_counts,
     nothing_read,
+    say_rest_dropped,
     share_target,
 )
 from openwebtext.stream.rest import Piece, Rest
@@ -334,13 +335,7 @@ class Stream:
         if not section.counted:  # the last share counts what drop left out, and says it
             self._reshard = replace(section, counted=True)
             self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
-            if rest.dropped_here:  # as a plain sharded epoch's drop is said (``EvenLosses``)
-                log.warning(
-                    "epoch %d, resharded: %d documents of its rest left out so that the %d "
-                    "new shares are even (even_rule='drop'; counted in stats.dropped_documents "
-                    "of rank %d)", self._epoch, rest.dropped_here, self.options.world_size,
-                    self.options.rank,
-                )  # fmt: skip
+            say_rest_dropped(self.options, self._epoch, rest.dropped_here)
         for piece in rest.pieces(self._counters.epoch_documents):
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
             before = self._counters.epoch_documents

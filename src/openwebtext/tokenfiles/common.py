@@ -94,6 +94,8 @@ def document_names(member: str, first: int, stop: int) -> list[str]:
     after the file's name when the member carries it (a corpus of several files, whose
     names must differ: the held-out split hashes them)."""
     file = member.rsplit(" docs ", 1)[0] if " docs " in member else ""
-    return [f"{file}#{k}" for k in range(first, stop)] if file else [
-        str(k) for k in range(first, stop)
-    ]
+    return (
+        [f"{file}#{k}" for k in range(first, stop)]
+        if file
+        else [str(k) for k in range(first, stop)]
+    )

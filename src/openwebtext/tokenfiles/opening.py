@@ -61,7 +61,7 @@ def open_token_file(
         return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids)), tokenizer)
     with open(name, "rb") as f:
         head = f.read(LLMC_HEADER_BYTES)
-    if len(head) >= 4 and struct.unpack("<i", head[:4])[0] == LLMC_MAGIC or _damaged_llmc(
+    if (len(head) >= 4 and struct.unpack("<i", head[:4])[0] == LLMC_MAGIC) or _damaged_llmc(
         head, os.path.getsize(name)
     ):
         tokens = read_llmc_header(name)  # a damaged magic is said there, naming the file
