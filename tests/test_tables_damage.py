@@ -117,3 +117,25 @@ def test_decode_errors_replace_keeps_a_line_that_is_not_utf8(tmp_path: Path, bad
     assert texts[0] == TEXTS[0] and texts[2] == TEXTS[1]
     assert texts[1].startswith("a") and texts[1].endswith("b") and "\ufffd" in texts[1]
     assert stats.replaced_documents == 1 and stats.skipped_documents == 0  # type: ignore[attr-defined]
+
+
+def test_a_plain_jsonl_chunk_past_the_limit_is_a_member_error(tmp_path: Path) -> None:
+    """One line longer than max_member_bytes makes its chunk that long: bounded too."""
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"\n".join([GOOD[0], json.dumps({"text": "x" * 50_000}).encode()]) + b"\n")
+    with pytest.raises(MemberTooLarge, match="JSON lines pass max_member_bytes"):
+        list(Loader(path, workers=0, max_member_bytes=20_000, max_document_bytes=20_000))
+    texts, stats = _stream(path, max_member_bytes=20_000, max_document_bytes=20_000)
+    assert texts == [] and stats.skipped_members == 1  # type: ignore[attr-defined]
+
+
+def test_a_token_unit_past_the_limit_is_a_member_error(tmp_path: Path) -> None:
+    import numpy as np
+
+    path = tmp_path / "train.bin"
+    path.write_bytes(np.array([1] * 30_000 + [256], "<u2").tobytes())  # one document, 60 KB
+    corpus = Corpus.open_tokens(path, eot=256)
+    loader = Loader(corpus, tokenizer="bytes", workers=0, max_member_bytes=20_000,
+                    max_document_bytes=20_000)  # fmt: skip
+    with pytest.raises(MemberTooLarge, match="token ids pass max_member_bytes"):
+        list(loader)

@@ -179,17 +179,18 @@ class Reader:
                 listed with a ``TruncatedMember`` in ``dropped``.
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
+        if unit.size > self.max_member_bytes and _read_as_is(unit.kind):
+            what = {TAR: "tar", TOKENS: "token ids"}.get(unit.kind, "JSON lines")
+            raise MemberTooLarge(
+                f"{unit.size} bytes of {what} pass max_member_bytes={self.max_member_bytes}",
+                unit.path,
+                unit.member,
+            )
         if unit.kind == TOKENS:
             return _read_tokens(self, unit)
         if not unit.kind:
             what = "empty" if unit.size == 0 else "not a tar, or xz, gzip, bzip2 or zstd data"
             raise UnknownFormat(f"member is {what}", unit.path, unit.member)
-        if unit.kind == TAR and unit.size > self.max_member_bytes:
-            raise MemberTooLarge(
-                f"{unit.size} bytes of tar pass max_member_bytes={self.max_member_bytes}",
-                unit.path,
-                unit.member,
-            )
         try:
             raw = self._raw(unit)
         except OSError as exc:
@@ -380,6 +381,13 @@ class Reader:
                 dropped.append(bad_utf8(exc, unit, names[k]))
                 offsets[k] = -1
         return texts, replace
+
+
+def _read_as_is(kind: str) -> bool:
+    """Whether a unit of ``kind`` is read into memory as it lies (a tar, token ids, a plain
+    JSON lines chunk, one long line of which makes it long): its size is what it costs."""
+    jsonl = split_jsonl_kind(kind)
+    return kind in (TAR, TOKENS) or (jsonl is not None and not jsonl[0])
 
 
 def _read_tokens(reader: Reader, unit: Unit) -> Member:
