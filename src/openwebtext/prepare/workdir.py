@@ -176,12 +176,18 @@ class Workdir:
         """Forget a run: its progress record and the parts of ``names``."""
         for name in [*names, "meta.json"]:
             self.part_path(name).unlink(missing_ok=True)
+        self._remove_interrupted_writes()
+        self.progress_path.unlink(missing_ok=True)
+
+    def _remove_interrupted_writes(self) -> None:
+        """The temporary files of a record or ``meta.json`` whose write was killed
+        (``files.atomic_file`` names them ``.NAME.XXXX.tmp``)."""
         for stale in [
+            *self.folder.glob(f".{PROGRESS}.*.tmp"),
             *self.folder.glob(f".{PROGRESS.lstrip('.')}.*"),
             *self.folder.glob(".meta.json.*"),
         ]:
-            stale.unlink(missing_ok=True)  # a record written when the run was killed
-        self.progress_path.unlink(missing_ok=True)
+            stale.unlink(missing_ok=True)
 
     def commit(self, record: ProgressRecord, names: tuple[str, ...], drop: tuple[str, ...]) -> None:
         """Make the parts ``names`` appear with ``record.meta``, then forget the run.
@@ -216,5 +222,6 @@ class Workdir:
         self.write_json("meta.json", meta.to_json())
         for name in drop:
             self.part_path(name).unlink(missing_ok=True)
+        self._remove_interrupted_writes()  # a record's write a kill cut short
         self.progress_path.unlink(missing_ok=True)
         sync_folder(self.folder)
