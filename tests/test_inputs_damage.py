@@ -129,3 +129,14 @@ def test_a_truncated_zstd_member_of_a_tar_is_a_truncated_member(tmp_path: Path) 
         got = [d.text for d in it]
         assert it.stats.partial_members == 1
     assert 0 < len(got) < len(texts) and got == texts[: len(got)]
+
+
+def test_owt_tokenize_says_the_skipped_file(folder: tuple[Path, str], tmp_path: Path) -> None:
+    data, name = folder
+    out = tmp_path / "out"
+    refused = owt("tokenize", str(data), "--out", str(out), "--tokenizer", "bytes", "-q")
+    assert refused.returncode != 0 and name in refused.stderr
+    done = owt("tokenize", str(data), "--out", str(out), "--tokenizer", "bytes", "-q",
+               "--on-error", "skip")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "skipped 1 file (not read at all)" in done.stderr and name in done.stderr

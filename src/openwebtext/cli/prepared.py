@@ -84,11 +84,15 @@ def _print_prepared(report: Report, seconds: float) -> None:
         f"{files} ({meta['dtype']}) in {report.out}",
         file=sys.stderr,
     )
+    files = meta.get("skipped_files", 0)  # left out when the corpus was opened
     skipped = meta["skipped_members"] + meta["skipped_documents"] + meta["partial_members"]
-    if skipped:
+    if skipped or files:
         print(
-            f"skipped {meta['skipped_members']} members, {meta['skipped_documents']} documents; "
-            f"{meta['partial_members']} members cut short (their documents before the cut kept)",
+            f"skipped {plural(files, 'file')} (not read at all), "
+            f"{plural(meta['skipped_members'], 'member')}, "
+            f"{plural(meta['skipped_documents'], 'document')}; "
+            f"{plural(meta['partial_members'], 'member')} cut short (their documents before "
+            "the cut kept)",
             file=sys.stderr,
         )
         for line in report.skipped[:20]:
