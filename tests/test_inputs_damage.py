@@ -39,6 +39,7 @@ IMPOSTORS = {
     "part-1.jsonl.zst": LFS,
     "part-1.jsonl": LFS,
     "extra.tar.xz": b"",
+    "page.parquet": b"<html>not found</html>\n",
 }
 
 
@@ -60,6 +61,8 @@ def test_an_impostor_is_an_error_naming_it(folder: tuple[Path, str]) -> None:
     assert raised.value.path is not None and raised.value.path.endswith(name)
     if IMPOSTORS[name] == LFS:
         assert "Git LFS pointer" in str(raised.value)
+    if name.endswith(".parquet"):  # what it was taken for, not "not a tar, or xz…"
+        assert "named parquet" in str(raised.value)
 
 
 def test_under_skip_an_impostor_is_a_counted_skip(folder: tuple[Path, str]) -> None:
@@ -79,6 +82,9 @@ def test_owt_index_refuses_then_says_the_skip(folder: tuple[Path, str]) -> None:
     skipped = owt("index", str(data), "-q", "--on-error", "skip")
     assert skipped.returncode == 0, skipped.stderr
     assert "skipped 1 file (not read at all" in skipped.stderr and name in skipped.stderr
+    streamed = owt("stream", str(data), "-q", "--on-error", "skip", "--no-shuffle")
+    assert streamed.returncode == 0, streamed.stderr
+    assert "skipped 1 file (not read at all)" in streamed.stderr and name in streamed.stderr
 
 
 def _zstd(data: bytes, frames: int = 1) -> bytes:
