@@ -277,4 +277,4 @@ def test_without_datasets_import_works_and_the_call_says_what_to_install(
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "pip install 'openwebtext[hf]'" in proc.stdout, proc.stdout
+    assert "pip install -e '.[hf]'" in proc.stdout, proc.stdout

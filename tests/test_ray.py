@@ -36,7 +36,7 @@ from support import (
 )
 
 ray = pytest.importorskip(
-    "ray", reason="the ray extra is not installed (pip install 'openwebtext[ray]')"
+    "ray", reason="the ray extra is not installed (from the clone: pip install -e '.[ray]')"
 )
 
 from openwebtext import ray as owt_ray  # noqa: E402

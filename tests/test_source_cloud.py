@@ -516,7 +516,7 @@ def test_without_gcsfs_a_gs_url_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "gcsfs", None)
     for name in ("gs", "gcs"):  # forget the class imported by the tests above
         monkeypatch.delitem(_registry, name, raising=False)
-    extra = r"gs:// URLs needs the remote extra: pip install 'openwebtext\[remote\]'"
+    extra = r"gs:// URLs needs the remote extra: from the clone: pip install -e '\.\[remote\]'"
     with pytest.raises(CorpusError, match=extra):
         Corpus.open("gs://bucket/owt/")
     assert _LOOKUPS == []

@@ -131,7 +131,7 @@ def test_owt_stream_reports_errors_and_skips(
         return
     assert code == 0
     assert f"{len(good)} documents, " in err
-    assert "skipped 1 members, 1 documents" in err
+    assert "skipped 1 member, 1 document" in err
     skipped = [line for line in err.splitlines() if line.startswith("  skipped: ")]
     assert len(skipped) == 3
     assert all(f"{tar}[" in line for line in skipped)

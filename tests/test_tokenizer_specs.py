@@ -279,7 +279,7 @@ def test_missing_dependency_names_the_extra(
     fresh_cache: None, monkeypatch: pytest.MonkeyPatch, spec: str, module: str
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` fail
-    with pytest.raises(TokenizerError, match=r"pip install 'openwebtext\[tokenize\]'"):
+    with pytest.raises(TokenizerError, match=r"pip install -e '\.\[tokenize\]'"):
         load_tokenizer(spec)
 
 
@@ -287,7 +287,7 @@ def test_missing_tokenizers_names_the_extra(
     fresh_cache: None, monkeypatch: pytest.MonkeyPatch, hf_file: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)
-    with pytest.raises(TokenizerError, match=r"pip install 'openwebtext\[tokenize\]'"):
+    with pytest.raises(TokenizerError, match=r"pip install -e '\.\[tokenize\]'"):
         load_tokenizer(f"hf:{hf_file}")
 
 

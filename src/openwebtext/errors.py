@@ -155,6 +155,6 @@ class TooManyErrors(OWTError):
 
 
 def install_hint(extra: str) -> str:
-    """How to install one of the package's extras (``pip install 'openwebtext[EXTRA]'``): the
-    one spelling of every "this needs the X extra" message."""
-    return f"pip install 'openwebtext[{extra}]'"
+    """How to install one of the package's extras: the one spelling of every "this needs the X
+    extra" message. The package is not on PyPI yet: from the clone, ``pip install -e '.[X]'``."""
+    return f"from the clone: pip install -e '.[{extra}]'"

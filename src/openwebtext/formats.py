@@ -79,7 +79,7 @@ def decompress(data: bytes, kind: str, limit: int) -> bytes:
     Raises:
         LimitExceeded: the output is larger than ``limit`` (a bomb is stopped
             here, having allocated at most ``limit + 1`` bytes).
-        Truncated: xz, gzip or bzip2 data that ends early, with what came before.
+        Truncated: xz, gzip, bzip2 or zstd data that ends early, with what came before.
         lzma.LZMAError, zlib.error, OSError, EOFError, ValueError: corrupt or
             truncated data; the caller wraps these with the member's name.
     """
@@ -141,21 +141,43 @@ def _decompressor(kind: str) -> Any:
 
 
 def _zstd(data: bytes, limit: int) -> bytes:
+    """Every zstd frame of ``data`` under one limit, its end checked (as ``_streams``).
+
+    ``zstandard``'s stream reader stops quietly where the data stops, so a file cut in a
+    frame would read as a short, whole one: each frame is decoded by a ``decompressobj``,
+    whose ``eof`` says that frame reached its end. It has no output bound, so its input is
+    fed in slices small enough that even zstd's largest ratio (a 128 KiB block from 4 bytes)
+    cannot pass the limit by more than half what is left of it.
+    """
     try:
         import zstandard
     except ImportError as exc:  # pragma: no cover - depends on the extra
         raise ModuleNotFoundError(
             f"zstd members need the zstandard package: {install_hint('zstd')}"
         ) from exc
-    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
-    chunks: list[bytes] = []
-    total = 0
+    view = memoryview(data)
+    parts: list[bytes] = []
+    total = pos = 0
+    inside = False  # a frame has begun and not yet ended
+    decomp = zstandard.ZstdDecompressor().decompressobj()
     try:
-        while chunk := reader.read(min(limit + 1 - total, 1 << 24)):
-            chunks.append(chunk)
-            total += len(chunk)
+        while pos < len(view):
+            step = min(max((limit + 1 - total) >> 16, 1 << 10), 1 << 20)
+            chunk = view[pos : pos + step]
+            out: bytes = decomp.decompress(chunk)
+            inside = True
+            total += len(out)
+            parts.append(out)
             if total > limit:
                 raise LimitExceeded
+            if decomp.eof:
+                pos += len(chunk) - len(decomp.unused_data)
+                decomp = zstandard.ZstdDecompressor().decompressobj()
+                inside = False
+            else:
+                pos += len(chunk)
     except zstandard.ZstdError as exc:
         raise ValueError(str(exc)) from exc
-    return b"".join(chunks)
+    if inside:
+        raise Truncated("compressed data ends before the end of its zstd frame", b"".join(parts))
+    return b"".join(parts)

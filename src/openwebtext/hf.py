@@ -1,6 +1,6 @@
 """Hugging Face ``datasets`` integration: a corpus's documents as a sharded ``IterableDataset``.
 
-Install with ``pip install 'openwebtext[hf]'``; this module imports without ``datasets``,
+Install from the clone with ``pip install -e '.[hf]'``; this module imports without ``datasets``,
 and ``iterable_dataset`` raises an ``ImportError`` that says so.
 
 A shard is one share of every epoch's documents: shard ``s`` of ``num_shards`` of rank ``r``
@@ -139,7 +139,7 @@ def iterable_dataset(
         num_shards: Shards of this rank's units (>= 1).
 
     Raises:
-        ImportError: ``datasets`` is not installed (``pip install 'openwebtext[hf]'``).
+        ImportError: ``datasets`` is not installed (from the clone: ``pip install -e '.[hf]'``).
         ValueError: ``num_shards`` is not an int >= 1, or an option is invalid.
 
     Example::

@@ -35,6 +35,7 @@ from openwebtext.stream import (
     Stream,
     ahead,
     batches_start,
+    check_in_run,
     check_state,
     config_of,
     cu_seqlens,
@@ -257,6 +258,7 @@ class DocumentIterator:
             tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
         if state is not None:  # a state that does not fit is refused before any counting
             state = check_state(state, config_of(corpus, options, tokenizer))
+            check_in_run(state, options)
         # The rest of a resharded epoch is cut with the document counts, evened out or not.
         resharded = state is not None and state.reshard is not None
         corpus = ensure_counts(corpus, options, always=resharded)

@@ -24,10 +24,16 @@ __all__ = [
     "open_corpus",
     "option_type",
     "parse_shard",
+    "plural",
 ]
 
 #: What ``add_subparsers`` returns: each command module adds its parser to it.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def plural(n: int, noun: str) -> str:
+    """``n`` and ``noun``, in the plural unless ``n`` is 1: "1 document", "2 documents"."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
 
 def option_type(name: str, convert: type = int) -> Any:
@@ -119,8 +125,6 @@ def open_corpus(args: argparse.Namespace) -> Corpus:
         text_column=text_column,
         **storage_kwargs(args),
     )
-
-
 
 
 def add_wait(parser: argparse.ArgumentParser) -> None:

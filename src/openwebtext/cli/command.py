@@ -36,22 +36,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``owt`` with ``argv`` (default: the command line); its exit code."""
-    open_standard_streams()
-    with interrupts.interruptible():
-        parser = build_parser()
-        args = parser.parse_args(argv)
-        try:
-            code: int = args.run(args)
-            return code
-        except KeyboardInterrupt as interrupt:
-            code = interrupts.exit_code(interrupt)
-            print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
-            return code
-        except BrokenPipeError:
-            # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            return 0
-        except (OWTError, ValueError, OSError) as exc:
-            print(f"owt: error: {exc}", file=sys.stderr)
-            return 1
+    try:
+        open_standard_streams()
+        with interrupts.interruptible():
+            parser = build_parser()  # interrupted here too: the commands' parsers import
+            args = parser.parse_args(argv)
+            return _run(args)
+    except KeyboardInterrupt as interrupt:  # before the handler was in place, or in parsing
+        code = interrupts.exit_code(interrupt)
+        print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
+        return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command ``args`` names, its errors said in one line each."""
+    try:
+        code: int = args.run(args)
+        return code
+    except KeyboardInterrupt as interrupt:
+        code = interrupts.exit_code(interrupt)
+        print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
+        return code
+    except BrokenPipeError:
+        # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except (OWTError, ValueError, OSError) as exc:
+        print(f"owt: error: {exc}", file=sys.stderr)
+        return 1

@@ -48,5 +48,7 @@ def formatted(
     if marker is not None and not args.quiet:
         names = list(marker["files"])
         shown = ", ".join(names if len(names) <= 4 else [*names[:2], "...", names[-1]])
-        print(f"{args.format}: {shown} in {report.out}", file=sys.stderr)
+        from tqdm import tqdm  # the format's bar is still open: the line goes above it
+
+        tqdm.write(f"{args.format}: {shown} in {report.out}", file=sys.stderr)
     return report

@@ -15,6 +15,7 @@ from openwebtext.cli.args import (
     add_text_column,
     open_corpus,
     option_type,
+    plural,
 )
 from openwebtext.errors import OWTError, TruncatedMember
 from openwebtext.options import NANOGPT_SPLIT
@@ -31,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     corpus = open_corpus(args)
     if corpus.counts is not None and not args.force:
         print(
-            f"already indexed: {sum(corpus.counts.documents)} documents in "
-            f"{len(corpus.units)} members ({corpus.counts_paths()[0].name})",
+            f"already indexed: {plural(sum(corpus.counts.documents), 'document')} in "
+            f"{plural(len(corpus.units), 'member')} ({corpus.counts_paths()[0].name})",
             file=sys.stderr,
         )
         return 0
@@ -50,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
         )
     path = corpus.save_counts(counts)
     print(
-        f"{sum(counts.documents)} documents in {len(corpus.units)} members; counts in {path}",
+        f"{plural(sum(counts.documents), 'document')} in {plural(len(corpus.units), 'member')}; "
+        f"counts in {path}",
         file=sys.stderr,
     )
     if skipped:
@@ -65,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
         for error in skipped[:20]:
             print(f"  skipped: {error}", file=sys.stderr)
     if corpus.skipped_files:
-        print(f"skipped {len(corpus.skipped_files)} files (not read at all)", file=sys.stderr)
+        files = plural(len(corpus.skipped_files), "file")
+        print(f"skipped {files} (not read at all; counts written for the rest)", file=sys.stderr)
         for error in corpus.skipped_files[:20]:
             print(f"  skipped: {error}", file=sys.stderr)
     return 0

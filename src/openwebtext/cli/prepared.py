@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from openwebtext.cli.args import plural
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
 
@@ -80,15 +81,18 @@ def _print_prepared(report: Report, seconds: float) -> None:
                 "tokens/s, resumed"
             )
     print(
-        f"{sum(documents.values())} documents, {total:,} tokens in {seconds:.1f} s ({rate}): "
-        f"{files} ({config['dtype']}) in {report.out}",
+        f"{plural(sum(documents.values()), 'document')}, {total:,} tokens in {seconds:.1f} s "
+        f"({rate}): {files} ({config['dtype']}) in {report.out}",
         file=sys.stderr,
     )
+    files = counts.get("skipped_files", 0)  # left out when the corpus was opened
     skipped = counts["skipped_members"] + counts["skipped_documents"] + counts["partial_members"]
-    if skipped:
+    if skipped or files:
         print(
-            f"skipped {counts['skipped_members']} members, {counts['skipped_documents']} "
-            f"documents; {counts['partial_members']} members cut short (their documents before "
+            f"skipped {plural(files, 'file')} (not read at all), "
+            f"{plural(counts['skipped_members'], 'member')}, "
+            f"{plural(counts['skipped_documents'], 'document')}; "
+            f"{plural(counts['partial_members'], 'member')} cut short (their documents before "
             "the cut kept)",
             file=sys.stderr,
         )

@@ -21,15 +21,23 @@ from openwebtext.cli.args import (
     at_least,
     open_corpus,
     option_type,
+    plural,
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
-from openwebtext.errors import OutputError, OWTError, StateError
+from openwebtext.errors import OutputError, OWTError
 from openwebtext.files import atomic_write, output_path
 from openwebtext.loader import DocumentIterator, Stats
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited
-from openwebtext.stream import DocumentState, Mark, load_state, members_in_run, resume_options
+from openwebtext.stream import (
+    DocumentState,
+    Mark,
+    check_in_run,
+    load_state,
+    members_in_run,
+    resume_options,
+)
 
 __all__ = ["add_parser", "run"]
 
@@ -98,21 +106,24 @@ def _summary(stats: Stats, before: Stats, seconds: float, opening: tuple[float, 
     text_bytes = stats.text_bytes - before.text_bytes
     seconds = max(seconds, 1e-9)
     line = (
-        f"{documents} documents, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{plural(documents, 'document')}, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
         f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
     )
     skipped = stats.skipped_members + stats.skipped_documents
     if skipped or stats.replaced_documents:
         line += (
-            f"; skipped {stats.skipped_members} members, {stats.skipped_documents} documents"
-            f"; replaced invalid UTF-8 in {stats.replaced_documents} documents"
+            f"; skipped {plural(stats.skipped_members, 'member')}, "
+            f"{plural(stats.skipped_documents, 'document')}"
+            f"; replaced invalid UTF-8 in {plural(stats.replaced_documents, 'document')}"
         )
+    if stats.skipped_files:  # left out when the corpus was opened (--on-error skip)
+        line += f"; skipped {plural(stats.skipped_files, 'file')} (not read at all)"
     dropped = stats.dropped_documents - before.dropped_documents
     repeated = stats.repeated_documents - before.repeated_documents
     if dropped or repeated:
         line += (
-            f"; to keep the ranks even, left out {dropped} documents and read {repeated} "
-            "twice (stats.dropped_documents, stats.repeated_documents)"
+            f"; to keep the ranks even, left out {plural(dropped, 'document')} and read "
+            f"{repeated:,} twice (stats.dropped_documents, stats.repeated_documents)"
         )
     opened, waited = opening  # the corpus's open: its index walk, and the servers' Retry-After
     if opened >= 1.0 or waited > 0:
@@ -132,17 +143,6 @@ def _delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
         return stats
     counted = written.counted()
     return codec.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
-
-
-def _check_not_finished(path: str, state: DocumentState, options: Options) -> None:
-    """Refuse a state at or past the end of the epochs this run would read."""
-    epoch = state.position.epoch
-    if options.epochs is not None and epoch >= options.epoch + options.epochs:
-        raise StateError(
-            f"{path}: nothing left to read: the state is at epoch {epoch}, and this run "
-            f"reads epochs {options.epoch}..{options.epoch + options.epochs - 1}; give "
-            f"--epochs {epoch - options.epoch + 1} to read epoch {epoch}"
-        )
 
 
 def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
@@ -167,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
     opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
     options = _stream_options(args, state)
     iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
-    if state is not None:
-        _check_not_finished(args.resume, state, options)
+    if state is not None:  # and a finished run's state: nothing left to read
+        check_in_run(state, options, whose=args.resume, cli=True)
     start = time.perf_counter()
     before = iterator.stats
     written = [iterator.mark()]  # --jsonl: the state of the last line written whole

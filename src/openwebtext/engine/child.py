@@ -166,9 +166,18 @@ def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> lis
             unit.member,
         )
     itemsize = tokenizer.dtype.itemsize
-    width = opened(unit.path, eot=tokenizer.eot).ids.dtype.itemsize  # the reader opened it
+    token_file = opened(unit.path, eot=tokenizer.eot)  # the reader opened it
+    width = token_file.ids.dtype.itemsize
     if width != itemsize:
         why = f"ids of {width} bytes, not the {itemsize} of the tokenizer {tokenizer.spec!r}"
+        raise CorpusError(why, unit.path, unit.member)
+    recorded = token_file.tokenizer  # the meta.json beside it: ids of the same width differ
+    if recorded is not None and recorded[1] != tokenizer.fingerprint:
+        why = (
+            f"its ids were written with the tokenizer {recorded[0]!r} (fingerprint "
+            f"{recorded[1]}, its meta.json), not read with {tokenizer.spec!r} (fingerprint "
+            f"{tokenizer.fingerprint}): read it with {recorded[0]!r}"
+        )
         raise CorpusError(why, unit.path, unit.member)
     return [
         s // itemsize if o >= 0 else 0 for o, s in zip(member.offsets, member.sizes, strict=True)
@@ -185,4 +194,5 @@ def open_reader(options: PoolOptions, storage: Storage | None) -> Reader:
         storage=storage,
         texts=options.tokenizer is not None,  # encode_member's texts, decoded by the check
         token_eot=None if options.tokenizer is None else options.tokenizer.eot,
+        token_vocab=None if options.tokenizer is None else options.tokenizer.n_vocab,
     )

@@ -41,7 +41,13 @@ from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
 from openwebtext.tarwalk import TarFormatError, walk
-from openwebtext.tokenfiles import TOKENS, TokenFileError, document_range, opened
+from openwebtext.tokenfiles import (
+    TOKENS,
+    TokenFileError,
+    document_names,
+    document_range,
+    opened,
+)
 
 if TYPE_CHECKING:
     from openwebtext.tokenizer import Tokenizer
@@ -102,9 +108,13 @@ class Reader:
         storage: Storage | None = None,
         texts: bool = False,
         token_eot: int | None = None,
+        token_vocab: int | None = None,
     ):
         self.token_eot = token_eot
         """A token corpus's end-of-text id, should a worker open its file anew (spawned)."""
+        self.token_vocab = token_vocab
+        """A token corpus's tokenizer's vocabulary size: a document holding an id at or past
+        it is a ``CorruptDocument`` (never handed to a model's embedding)."""
         self.storage = storage
         """What URLs are read with (the corpus's; None: the process's default)."""
         self.max_member_bytes = max_member_bytes
@@ -169,17 +179,18 @@ class Reader:
                 listed with a ``TruncatedMember`` in ``dropped``.
             MemberTooLarge: the member decompresses past ``max_member_bytes``.
         """
+        if unit.size > self.max_member_bytes and _read_as_is(unit.kind):
+            what = {TAR: "tar", TOKENS: "token ids"}.get(unit.kind, "JSON lines")
+            raise MemberTooLarge(
+                f"{unit.size} bytes of {what} pass max_member_bytes={self.max_member_bytes}",
+                unit.path,
+                unit.member,
+            )
         if unit.kind == TOKENS:
             return _read_tokens(self, unit)
         if not unit.kind:
             what = "empty" if unit.size == 0 else "not a tar, or xz, gzip, bzip2 or zstd data"
             raise UnknownFormat(f"member is {what}", unit.path, unit.member)
-        if unit.kind == TAR and unit.size > self.max_member_bytes:
-            raise MemberTooLarge(
-                f"{unit.size} bytes of tar pass max_member_bytes={self.max_member_bytes}",
-                unit.path,
-                unit.member,
-            )
         try:
             raw = self._raw(unit)
         except OSError as exc:
@@ -187,7 +198,11 @@ class Reader:
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
             ) from exc
         if unit.kind == PARQUET or split_jsonl_kind(unit.kind) is not None:
-            return self._keep(unit, *self._records(unit, raw))  # ``tables``
+            records = self._records(unit, raw)  # ``tables``
+            member = self._keep(unit, *records[:5])
+            if self.decode_errors != "replace":
+                return member
+            return member._replace(replace=member.replace + records.replaced)
         # A cut (the file, or the compressed stream, ends early) keeps what precedes it;
         # corruption (a decoder error) keeps nothing.
         cut = None
@@ -237,7 +252,10 @@ class Reader:
         """The documents of a parquet row group or a JSON lines unit (``tables``)."""
         if unit.kind != PARQUET:
             truncated = len(raw) != unit.size
-            return jsonl_records(raw, unit, self.max_member_bytes, truncated)
+            errors = self.decode_errors or "replace"  # JSON is text: always decoded
+            return jsonl_records(raw, unit, self.max_member_bytes, truncated, errors)
+        if unit.size == 0:  # a row group of no rows
+            return Records(b"", [], [], [], [])
         if len(raw) != unit.size:
             why = f"file is truncated: {len(raw)} of {unit.size} bytes of row group"
             raise CorruptMember(why, unit.path, unit.member)
@@ -257,7 +275,7 @@ class Reader:
                 raise CorruptMember(why, unit.path, unit.member) from exc
             self._footers[unit.path] = footer
         # The file seen as ending with the chunk: pyarrow then reads nothing past it.
-        return parquet_records(raw, unit, footer, unit.offset + unit.size)
+        return parquet_records(raw, unit, footer, unit.offset + unit.size, self.max_member_bytes)
 
     def _keep(
         self,
@@ -365,6 +383,13 @@ class Reader:
         return texts, replace
 
 
+def _read_as_is(kind: str) -> bool:
+    """Whether a unit of ``kind`` is read into memory as it lies (a tar, token ids, a plain
+    JSON lines chunk, one long line of which makes it long): its size is what it costs."""
+    jsonl = split_jsonl_kind(kind)
+    return kind in (TAR, TOKENS) or (jsonl is not None and not jsonl[0])
+
+
 def _read_tokens(reader: Reader, unit: Unit) -> Member:
     """A token unit: its documents' ids as they lie in the file (no decoding, no tar),
     each document's place in them from the file's ends (``tokenfiles.opened``: a forked
@@ -386,13 +411,26 @@ def _read_tokens(reader: Reader, unit: Unit) -> Member:
     bounds = (ends[first:stop] - start) * itemsize
     offsets = [0, *bounds[:-1].tolist()]
     sizes = np.diff(bounds, prepend=0).tolist()
-    names = [str(k) for k in range(first, stop)]
+    names = document_names(unit.member, first, stop)
     if reader.split is not None:
         which, fraction, seed = reader.split
         for k, name in enumerate(names):
             if in_validation(name, fraction, seed) is not (which == "val"):
                 offsets[k] = -1
-    return Member(data, names, offsets, sizes, [], 0)
+    dropped: list[CorruptMember] = []
+    if reader.token_vocab is not None:
+        ids = np.frombuffer(data, dtype=token_file.ids.dtype)
+        past = np.flatnonzero(ids >= reader.token_vocab)
+        if past.size:  # rare: the documents that hold them, found by their ends
+            for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
+                if offsets[k] >= 0:
+                    offsets[k] = -1
+                    dropped.append(CorruptDocument(
+                        f"holds ids at or past the tokenizer's vocabulary of "
+                        f"{reader.token_vocab} (e.g. {int(ids[past[0]])}): ids of another "
+                        "tokenizer, or a damaged file", unit.path, unit.member, names[k],
+                    ))  # fmt: skip
+    return Member(data, names, offsets, sizes, dropped, 0)
 
 
 def bad_utf8(error: UnicodeDecodeError, unit: Unit, name: str) -> CorruptDocument:

@@ -37,6 +37,8 @@ class Records(NamedTuple):
     offsets: list[int]
     sizes: list[int]
     dropped: list[CorruptMember]
+    replaced: int = 0
+    """Documents kept with U+FFFD in place of bytes that are not UTF-8 (``replace``)."""
 
 
 class Footer:
@@ -46,6 +48,14 @@ class Footer:
         self.meta = parse_footer(footer, path)
         rows = [self.meta.row_group(k).num_rows for k in range(self.meta.num_row_groups)]
         self.first_rows = np.concatenate([[0], np.cumsum(rows)]).tolist()
+
+    def chunk(self, group: int, column: str) -> Any:
+        """The metadata of ``column``'s chunk in row group ``group`` (``column_at``'s)."""
+        row_group = self.meta.row_group(group)
+        for k in range(row_group.num_columns):
+            if str(row_group.column(k).path_in_schema) == column:
+                return row_group.column(k)
+        raise ValueError(f"no column {column!r} in row group {group}")  # column_at found it
 
     def column_at(self, group: int, offset: int) -> str | None:
         """The column whose chunk in row group ``group`` starts at byte ``offset``."""
@@ -94,12 +104,14 @@ class _Spans(io.RawIOBase):
         return len(chunk)
 
 
-def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int) -> Records:
+def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limit: int) -> Records:
     """The documents of one row group, from its text column's chunk (``raw``).
 
     Raises:
         CorruptMember: the chunk does not decode (naming the row group), or the file is no
             longer the one indexed (no column chunk where the unit says).
+        MemberTooLarge: its text passes ``limit`` bytes once decoded (a dictionary page
+            of one long value repeated: a few hundred bytes of file, gigabytes of text).
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -113,9 +125,18 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int) -> R
             unit.path,
             unit.member,
         )
+    chunk = footer.chunk(group, column)
+    if chunk.total_uncompressed_size > limit:
+        raise MemberTooLarge(
+            f"row group {group}'s {column!r} holds {chunk.total_uncompressed_size} bytes "
+            f"uncompressed, past max_member_bytes={limit}", unit.path, unit.member,
+        )  # fmt: skip
     try:
         source = pq.ParquetFile(_Spans(file_size, unit.offset, raw), metadata=footer.meta)
-        array = source.read_row_group(group, columns=[column]).column(0).combine_chunks()
+        if chunk.has_dictionary_page or "DELTA_BYTE_ARRAY" in chunk.encodings:
+            array = _bounded(source, group, column, chunk.total_uncompressed_size, limit, unit)
+        else:  # plain values: no longer decoded than their pages, bounded above
+            array = source.read_row_group(group, columns=[column]).column(0).combine_chunks()
         if array.type == pa.string_view():
             array = array.cast(pa.large_string())
     except (OSError, ValueError, pa.ArrowException) as exc:
@@ -146,12 +167,42 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int) -> R
     return Records(data, names, offsets, sizes, dropped)
 
 
-def jsonl_records(raw: bytes, unit: Unit, limit: int, truncated: bool) -> Records:
+def _bounded(source: Any, group: int, column: str, pages: int, limit: int, unit: Unit) -> Any:
+    """A row group's column decoded a few rows at a time, stopped past ``limit`` bytes: a
+    dictionary (or a delta of prefixes) may repeat a value of up to ``pages`` bytes on every
+    row, so each batch holds at most ``limit // pages`` rows, and the most ever decoded is
+    about twice the limit."""
+    import pyarrow as pa
+
+    rows = max(1, min(1 << 16, limit // max(pages, 1)))
+    parts: list[Any] = []
+    total = 0
+    for batch in source.iter_batches(rows, row_groups=[group], columns=[column]):
+        array = batch.column(0)
+        total += array.nbytes
+        if total > limit:
+            raise MemberTooLarge(
+                f"row group {group}'s {column!r} decodes to more than max_member_bytes={limit}",
+                unit.path,
+                unit.member,
+            )
+        parts.append(array)
+    if not parts:
+        return pa.array([], pa.string())
+    return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
+
+
+def jsonl_records(
+    raw: bytes, unit: Unit, limit: int, truncated: bool, errors: str = "strict"
+) -> Records:
     """The documents of a JSON lines unit: the field of each non-blank line's object.
 
-    A line that is not a JSON object, or whose field is missing or not a string, is left out
-    as a ``CorruptDocument`` naming its line. A compressed file cut short keeps the lines
-    before the cut (a ``TruncatedMember`` in ``dropped``).
+    A line that is not a JSON object (nested too deep to parse, only whitespace), or whose
+    field is missing or not a string, is left out as a ``CorruptDocument`` naming its line;
+    an empty line is no document. A line that is not UTF-8 is left out under ``errors=
+    "strict"``, or read with U+FFFD in place of its bad bytes under ``"replace"`` (counted in
+    ``Records.replaced``). A compressed file cut short keeps the lines before the cut (a
+    ``TruncatedMember`` in ``dropped``).
 
     Raises:
         CorruptMember: compressed data that does not decompress.
@@ -180,11 +231,22 @@ def jsonl_records(raw: bytes, unit: Unit, limit: int, truncated: bool) -> Record
         dropped.append(
             TruncatedMember(f"{cut}: the lines before it are kept", unit.path, unit.member)
         )
-    return _lines(text, unit, field, 0 if compression else unit.offset, dropped)
+    return _lines(text, unit, field, 0 if compression else unit.offset, dropped, errors)
 
 
-def _lines(text: bytes, unit: Unit, field: str, at: int, dropped: list[CorruptMember]) -> Records:
-    base = unit.member.split("@", 1)[0]
+def _is_utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _lines(
+    text: bytes, unit: Unit, field: str, at: int, dropped: list[CorruptMember], errors: str
+) -> Records:
+    # The first chunk's member is the file's name; the others', ``<name>@<byte>``.
+    base = unit.member if unit.offset == 0 else unit.member.rsplit("@", 1)[0]
     where = f" of the chunk at byte {unit.offset}" if at else ""
     parts: list[bytes] = []
     names: list[str] = []
@@ -192,27 +254,36 @@ def _lines(text: bytes, unit: Unit, field: str, at: int, dropped: list[CorruptMe
     sizes: list[int] = []
     position = 0
     line_start = 0
+    replaced = 0
     for number, line in enumerate(text.split(b"\n"), 1):
         start, line_start = line_start, line_start + len(line) + 1
-        if not line.strip():
+        if line in (b"", b"\r"):  # an empty line (or the file's last newline): no document
             continue
         name = f"{base}@{at + start}"
         try:
-            value = json.loads(line)
-            document = value[field] if isinstance(value, dict) else None
+            if not line.strip():
+                raise ValueError("a line of whitespace only")
+            bad = errors == "replace" and not line.isascii() and not _is_utf8(line)
+            value = json.loads(line.decode("utf-8", "replace") if bad else line)
+            if not isinstance(value, dict):
+                raise ValueError(f"a JSON {type(value).__name__}, not an object")
+            document = value[field]
             if not isinstance(document, str):
                 raise ValueError(f"no string field {field!r}")
-            encoded = document.encode()
-        except (ValueError, KeyError, UnicodeEncodeError) as exc:
+            encoded = document.encode("utf-8", "strict" if errors != "replace" else "replace")
+        except (ValueError, KeyError, UnicodeEncodeError, RecursionError) as exc:
+            if isinstance(exc, RecursionError):
+                exc = ValueError("nested too deep to parse")
             reason = f"line {number}{where}: not a JSON object with a string {field!r}: {exc}"
             dropped.append(CorruptDocument(reason, unit.path, unit.member, name))
             names.append(name)
             offsets.append(-1)
             sizes.append(0)
             continue
+        replaced += bad
         names.append(name)
         offsets.append(position)
         sizes.append(len(encoded))
         parts.append(encoded)
         position += len(encoded)
-    return Records(b"".join(parts), names, offsets, sizes, dropped)
+    return Records(b"".join(parts), names, offsets, sizes, dropped, replaced)

@@ -85,6 +85,10 @@ class Corpus:
     storage: Storage | None = field(default=None, compare=False, repr=False)
     """What its URLs are read with (``Corpus.open``'s options and member cache), carried
     to its pools and readers; None: the process's default (``source.configure``)."""
+    text_column: str = TEXT_COLUMN
+    """The parquet column (JSON lines field) its documents are read from: part of what
+    the documents are, so part of ``fingerprint`` (a parquet unit's size is its chunk's,
+    which another column may share)."""
 
     @classmethod
     def open(
@@ -128,7 +132,7 @@ class Corpus:
         )
         units = tuple(indexed.units)
         versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
-        corpus = cls(units, None, tuple(indexed.skipped), versions, store)
+        corpus = cls(units, None, tuple(indexed.skipped), versions, store, text_column)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus
 
@@ -190,12 +194,34 @@ class Corpus:
     def compressed_bytes(self) -> int:
         return sum(u.size for u in self.units)
 
-    def fingerprint(self) -> str:
-        """A short hash of what the units are (names, sizes, formats), not where they lie."""
+    def _shape(self) -> str:
+        """A short hash of what the units are (names, sizes, formats) and the column they
+        are read from, not where they lie."""
         h = hashlib.sha256()
         for u in self.units:
             line = f"{os.path.basename(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n"
             h.update(line.encode("utf-8", "surrogateescape"))  # names need not be UTF-8
+        if self.text_column != TEXT_COLUMN:  # "text" adds nothing: older states still fit
+            h.update(f"column\0{self.text_column}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()[:16]
+
+    def fingerprint(self) -> str:
+        """A short hash of what the units are (names, sizes, formats), the column they are
+        read from, and each remote file's validator as indexed (its ETag, generation or
+        Last-Modified): an object replaced by one of the same size and layout is another
+        corpus, so a state or a count of the old one is never taken for it. A local file's
+        place and mtime do not count (a corpus copied elsewhere is the same)."""
+        shape = self._shape()
+        files = self.files()
+        remote = [k for k, path in enumerate(files) if is_url(path)]
+        if not remote:
+            return shape
+        versions = self.versions if len(self.versions) == len(files) else None
+        h = hashlib.sha256(shape.encode())
+        for k in remote:
+            version = versions[k] if versions is not None else file_version(files[k], self.storage)
+            line = f"{os.path.basename(files[k])}\0{version}\n"
+            h.update(line.encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:16]
 
     def content_fingerprint(self) -> str:
@@ -203,8 +229,9 @@ class Corpus:
         each member's integrity checks (``checks.member_check``: an xz member's block checks
         and index, read at its end; any other member's bytes hashed), so that it changes
         whenever a member's content does, even at the same size. Where the files lie, their
-        mtimes and ETags do not count: the same corpus copied elsewhere, or read by URL, has
-        the same one. What a prepared run's files are of (``owt tokenize``, ``owt merge``).
+        mtimes and ETags do not count (``_shape``, not ``fingerprint``): the same corpus
+        copied elsewhere, or read by URL, has the same one. What a prepared run's files are
+        of (``owt tokenize``, ``owt merge``).
 
         Costs a few reads at the end of every member (the full corpus: ~20,600 members),
         one ranged request each for a remote file; worked out once per ``Corpus`` (kept with
@@ -212,7 +239,7 @@ class Corpus:
         """
         known = self.__dict__.get("_content_fingerprint")
         if known is None:
-            h = hashlib.sha256(self.fingerprint().encode())
+            h = hashlib.sha256(self._shape().encode())
             for check in self._member_checks():
                 h.update(len(check).to_bytes(4, "little") + check)
             known = h.hexdigest()[:16]
@@ -301,7 +328,9 @@ class Corpus:
         raise CorpusError("cannot write the counts file: " + "; ".join(errors))
 
     def with_counts(self, counts: Counts) -> Corpus:
-        return Corpus(self.units, counts, self.skipped_files, self.versions, self.storage)
+        return Corpus(
+            self.units, counts, self.skipped_files, self.versions, self.storage, self.text_column
+        )
 
 
 def _counts_list(value: object, n_units: int) -> tuple[int, ...] | None:

@@ -2,8 +2,10 @@
 
 A folder is a dataset folder: it may hold README.md, .gitattributes, checksums
 or manifests beside the corpus. It (or a pattern) keeps the files that are
-corpus files by their magic bytes (as members are recognised) or their
-OpenWebText names, and the others are listed as ``ignored``. A path that
+corpus files by their magic bytes (as members are recognised) or by a corpus
+file's name (``.parquet``, ``.jsonl``, ``.tar``, ``.xz``…: indexed whatever their bytes, so
+that a Git LFS pointer in their place is an error naming it, or a counted skip), and the
+others are listed as ``ignored``. A path that
 cannot be read (a dangling symlink, a symlink loop, a FIFO or device, a file
 without permission) is a problem, said as such: ``index`` raises it, or
 counts it as skipped under ``on_error="skip"``. The same file named twice, by
@@ -26,7 +28,7 @@ from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
 from openwebtext.source import Storage, is_url, resolve
 
-__all__ = ["Found", "expand_paths", "file_version", "find_files"]
+__all__ = ["Found", "distinct_names", "expand_paths", "file_version", "find_files"]
 
 
 class Found(NamedTuple):
@@ -47,8 +49,15 @@ class Found(NamedTuple):
         return [item for item in self.items if isinstance(item, CorpusError)]
 
 
-#: File names of the OpenWebText release: kept in a folder even when their bytes are damaged.
-_OPENWEBTEXT_NAME = re.compile(r"^(urlsf_subset\d+.*\.tar|.*_data\.xz|openwebtext\.tar.*)$")
+#: Names a corpus file goes by (the OpenWebText release's, parquet, tars and compressed
+#: members): such a file is kept in a folder whatever its bytes, so that indexing reads it
+#: or says what is wrong with it (a Git LFS pointer named ``train-00000-of-00001.parquet``),
+#: never left out as "not a corpus file".
+_CORPUS_NAME = re.compile(
+    r"^(urlsf_subset\d+.*\.tar|.*_data\.xz|openwebtext\.tar.*"
+    r"|.*\.(parquet|tar|tgz|txz|xz|gz|bz2|zst|zstd))$",
+    re.IGNORECASE,
+)
 
 _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
@@ -89,9 +98,10 @@ def _classify(path: str) -> tuple[str, os.stat_result | None, str]:
 
 def _is_corpus_file(path: str) -> bool | CorpusError:
     """Whether a file found in a folder or pattern belongs to the corpus: its magic bytes
-    (as members are recognised, and parquet's ``PAR1``), an OpenWebText name or a JSON lines
-    name (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``). An unreadable one is an error."""
-    if _OPENWEBTEXT_NAME.match(os.path.basename(path)) or is_jsonl(os.path.basename(path)):
+    (as members are recognised, and parquet's ``PAR1``), or a corpus file's name
+    (``_CORPUS_NAME``, JSON lines: ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) whatever its
+    bytes. An unreadable one is an error."""
+    if _CORPUS_NAME.match(os.path.basename(path)) or is_jsonl(os.path.basename(path)):
         return True
     try:
         with open(path, "rb") as f:
@@ -181,6 +191,25 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     if found.problems:
         raise found.problems[0]
     return found.files
+
+
+def distinct_names(paths: Iterable[str]) -> dict[str, str]:
+    """Each path's (or URL's) shortest trailing part — ``name``, ``folder/name``… — that no
+    other of ``paths`` ends with: what names its documents, so that files of one base name in
+    different folders (the Hub's ``en/train-00000-of-00001.parquet``, ``de/…``) never give
+    two documents one name (the held-out split hashes names)."""
+    parts = {path: path.rstrip("/").split("/") for path in dict.fromkeys(paths)}
+    depth = dict.fromkeys(parts, 1)
+    while True:
+        tails = {p: "/".join(parts[p][-depth[p] :]) for p in parts}
+        seen: dict[str, int] = {}
+        for tail in tails.values():
+            seen[tail] = seen.get(tail, 0) + 1
+        clashing = [p for p in parts if seen[tails[p]] > 1 and depth[p] < len(parts[p])]
+        if not clashing:
+            return tails
+        for p in clashing:
+            depth[p] += 1
 
 
 def file_version(path: str, storage: Storage | None = None) -> str:

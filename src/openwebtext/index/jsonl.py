@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from openwebtext.errors import CorpusError
 from openwebtext.formats import GZIP, ZSTD, detect
-from openwebtext.index.outer import Readable
+from openwebtext.index.outer import LFS_POINTER, Readable, placeholder
 from openwebtext.records import Unit
 
 __all__ = [
@@ -73,15 +73,19 @@ def jsonl_units(
     """The units of one JSON lines file (see the module docstring).
 
     Raises:
-        CorpusError: an empty file, or one whose bytes are not the compression its name says.
+        CorpusError: an empty file, a Git LFS pointer, or one whose bytes are not the
+            compression its name says.
     """
     size = f.size
     if size == 0:
         raise CorpusError("empty file", path=name)
     kind = jsonl_kind(base, field)
     compression = _compression(base) or ""
+    head = f.pread(512, 0)
+    if head.startswith(LFS_POINTER):
+        raise CorpusError(f"named JSON lines, but{placeholder(head)[1:]}", path=name)
     if compression:
-        found = detect(f.pread(512, 0))
+        found = detect(head)
         if found != compression:
             raise CorpusError(
                 f"named {compression} JSON lines, but its bytes are {found or 'not compressed'}",

@@ -14,7 +14,15 @@ from openwebtext.errors import CorpusError, UnknownFormat
 from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.records import Unit
 
-__all__ = ["KNOWN", "LocalFile", "Readable", "file_kind", "walk_outer_tar"]
+__all__ = [
+    "KNOWN",
+    "LFS_POINTER",
+    "LocalFile",
+    "Readable",
+    "file_kind",
+    "placeholder",
+    "walk_outer_tar",
+]
 
 #: The formats a corpus file (or member) may be in, as messages name them.
 KNOWN = "a tar, or xz, gzip, bzip2 or zstd data"
@@ -87,8 +95,24 @@ def file_kind(f: Readable, name: str) -> str:
     if kind is None and is_empty_tar(head):
         raise CorpusError("empty tar: it holds no member", path=name)
     if kind is None:
-        raise UnknownFormat(f"not {KNOWN}", path=name)
+        raise UnknownFormat(f"not {KNOWN}{placeholder(head)}", path=name)
     return kind
+
+
+#: What a Git LFS pointer file begins with: a clone without git-lfs leaves these in place
+#: of the files (``train-00000-of-00001.parquet`` of 130 bytes).
+LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+
+
+def placeholder(head: bytes) -> str:
+    """Words for a file that stands in for the corpus file it is named as (a Git LFS
+    pointer), to follow an error's message; "" for any other bytes."""
+    if head.startswith(LFS_POINTER):
+        return (
+            ": it is a Git LFS pointer, not the file itself (fetch the files: "
+            "git lfs install && git lfs pull)"
+        )
+    return ""
 
 
 def walk_outer_tar(

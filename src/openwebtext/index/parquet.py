@@ -128,7 +128,8 @@ def _chunk_span(chunk: Any) -> tuple[int, int]:
 
 
 def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -> list[Unit]:
-    """The units of one parquet file: one per row group, the span of ``column``'s chunk.
+    """The units of one parquet file: one per row group, the span of ``column``'s chunk (a
+    row group of no rows: a unit of 0 bytes and no document, where the one before ends).
 
     Raises:
         CorpusError: no footer, a footer that does not parse, no such column, a column
@@ -137,8 +138,12 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
     footer = read_footer(f, name)
     meta = parse_footer(footer, name)
     index = column_of(meta, column, name)
-    units = []
+    units: list[Unit] = []
     for k in range(meta.num_row_groups):
+        if meta.row_group(k).num_rows == 0:  # a unit of no document (writers leave such)
+            at = units[-1].offset + units[-1].size if units else 4
+            units.append(Unit(name, f"{base}#rg{k}", at, 0, PARQUET, subset, k))
+            continue
         start, size = _chunk_span(meta.row_group(k).column(index))
         if start < 4 or start + size > f.size - len(footer):
             raise CorpusError(

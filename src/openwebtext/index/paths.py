@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from openwebtext.errors import CorpusError
-from openwebtext.index.inputs import find_files
+from openwebtext.formats import PARQUET
+from openwebtext.index.inputs import distinct_names, find_files
+from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.local import index_file_before_damage
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.remote import index_url
@@ -73,6 +75,7 @@ def index_inputs(
                     indexed.skipped.append(file)
                 else:
                     indexed.units.extend(file)
+    indexed.units[:] = _named_apart(indexed.units)
     units, skipped, ignored = indexed
     if not units:
         why = f" ({len(skipped)} files skipped; first: {skipped[0]})" if skipped else ""
@@ -90,6 +93,23 @@ def index_inputs(
         )
         log.warning("left out %d %s: %s%s", len(ignored), files, shown, more)
     return indexed
+
+
+def _named_apart(units: list[Unit]) -> list[Unit]:
+    """Units whose documents are named after their file (parquet rows, JSON lines) with the
+    file's name made distinct within the corpus (``inputs.distinct_names``): a member
+    ``train.parquet#rg0`` of ``en/`` and of ``de/`` becomes ``en/train.parquet#rg0``. Files
+    whose names differ keep their members (and their documents' names) as they were."""
+    named = [u for u in units if u.kind == PARQUET or split_jsonl_kind(u.kind) is not None]
+    names = distinct_names(u.path for u in named)
+    renamed = []
+    for unit in units:
+        base = unit.path.rstrip("/").rsplit("/", 1)[-1]
+        name = names.get(unit.path, base)
+        if name != base and unit.member.startswith(base):
+            unit = unit._replace(member=name + unit.member[len(base) :])
+        renamed.append(unit)
+    return renamed
 
 
 def _index_local(

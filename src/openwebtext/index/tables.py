@@ -3,9 +3,10 @@ name), local or remote alike (anything ``outer.Readable``)."""
 
 from __future__ import annotations
 
-from openwebtext.formats import PARQUET, detect
+from openwebtext.errors import CorpusError
+from openwebtext.formats import MAGIC_BYTES, PARQUET, detect
 from openwebtext.index.jsonl import is_jsonl, jsonl_units
-from openwebtext.index.outer import Readable
+from openwebtext.index.outer import Readable, placeholder
 from openwebtext.index.parquet import parquet_units
 from openwebtext.records import Unit
 
@@ -18,10 +19,15 @@ def table_units(
     """The units of a parquet or JSON lines file, or None: it is neither.
 
     Raises:
-        CorpusError: a damaged footer, no such column, an empty file.
+        CorpusError: a damaged footer, no such column, an empty file, a file named
+            ``.parquet`` whose bytes are not (a Git LFS pointer, say).
     """
     if is_jsonl(base):
         return jsonl_units(f, name, subset, base, text_column)
-    if f.size >= 4 and detect(f.pread(4, 0)) == PARQUET:
+    head = f.pread(MAGIC_BYTES, 0) if f.size else b""
+    if detect(head) == PARQUET:
         return parquet_units(f, name, subset, base, text_column)
+    if base.lower().endswith(".parquet"):  # never read as a tar, nor left out as "not parquet"
+        what = "empty" if not head else "not parquet (no PAR1 magic)"
+        raise CorpusError(f"named parquet, but its bytes are {what}{placeholder(head)}", path=name)
     return None

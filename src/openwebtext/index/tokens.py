@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from openwebtext.errors import CorpusError
+from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
 from openwebtext.source import Storage, fetch, file_info, is_url
 from openwebtext.tokenfiles import (
@@ -26,6 +27,7 @@ from openwebtext.tokenfiles import (
     opened,
     read_datatrove_index,
     read_megatron_index,
+    recorded_tokenizer,
     remember,
     unit_member,
 )
@@ -63,19 +65,27 @@ def token_units(
     or ``X.ds`` and ``X.ds.index``): the index is fetched here, the ids by range later.
 
     Raises:
-        CorpusError: a file missing; a URL without an index (llm.c shards, a bare
-            ``train.bin``: their documents are found only by reading every id).
+        CorpusError: a file missing; the same file twice (by any path, a symlink or a hard
+            link such as a ``.ds`` beside its ``train.bin``); a URL without an index (llm.c
+            shards, a bare ``train.bin``: their documents are found only by reading every id).
         TokenFileError: a damaged header or index.
     """
     units: list[Unit] = []
     counts: list[int] = []
-    for given in paths:
-        name = os.fspath(given)
+    seen: dict[object, str] = {}
+    given_names = [os.fspath(p) for p in paths]
+    # Documents are named by their index in the file, after the file's name when there are
+    # several (llm.c's shards each start at 0): the held-out split hashes the names.
+    files = distinct_names(given_names) if len(given_names) > 1 else {}
+    for name in given_names:
         if is_url(name):
+            _once(seen, name.rstrip("/"), name)
             token_file = _remote(name, dtype or "uint16", storage)
         else:
             if not os.path.isfile(name):
                 raise CorpusError("no such token file", name)
+            st = os.stat(name)
+            _once(seen, (st.st_dev, st.st_ino), name)
             meta = _run_meta(Path(name))
             known_eot, known_dtype = meta.get("eot"), meta.get("dtype")
             file_eot = (
@@ -92,13 +102,25 @@ def token_units(
             start = int(ends[first - 1]) if first else 0
             stop = max(int(np.searchsorted(ends, start + unit_tokens, side="right")), first + 1)
             end = int(ends[stop - 1])
-            member = unit_member(first, stop)
+            member = unit_member(first, stop, files.get(name, ""))
             offset, size = base + start * itemsize, (end - start) * itemsize
             units.append(Unit(name, member, offset, size, TOKENS, subset, index))
             index += 1
             counts.append(stop - first)
             first = stop
     return units, counts
+
+
+def _once(seen: dict[object, str], key: object, name: str) -> None:
+    """Refuse a file given twice (``key``: its device and inode, or its URL), as
+    ``Corpus.open`` refuses a text file twice: its documents would be read twice."""
+    if key in seen:
+        raise CorpusError(
+            f"the same token file is given twice (also as {seen[key]}): its documents would "
+            "be read twice; name each file once",
+            name,
+        )
+    seen[key] = name
 
 
 def _remote(url: str, dtype: str, storage: Storage | None) -> TokenFile:
@@ -131,6 +153,16 @@ def _remote(url: str, dtype: str, storage: Storage | None) -> TokenFile:
             raise CorpusError(f"{size} bytes, not the ids of {index}", url)
     else:
         raise CorpusError("not a token file this reads remotely (X.bin with X.idx, X.ds)", url)
-    token_file = TokenFile(url, np.zeros(0, ids_dtype), ends)
+    token_file = TokenFile(url, np.zeros(0, ids_dtype), ends, _remote_tokenizer(url, storage))
     remember(url, token_file)
     return token_file
+
+
+def _remote_tokenizer(url: str, storage: Storage | None) -> tuple[str, str] | None:
+    """The tokenizer the ``meta.json`` beside a remote token file records, if it has one."""
+    meta_url = url.rsplit("/", 1)[0] + "/meta.json"
+    try:
+        body = fetch(meta_url, 0, file_info(meta_url, storage).size, None, storage)
+        return recorded_tokenizer(json.loads(body))
+    except (CorpusError, OSError, ValueError):
+        return None

@@ -3,7 +3,8 @@
 A local folder is written in place (``workdir``). A URL (``s3://bucket/prefix/``, any
 fsspec URL; the ``remote`` extra) is written through a local *staging* folder: the run works
 there exactly as in a local folder (checkpoints, fsync, the commit step), then ``publish``
-uploads the finished files: first the old ``meta.json`` goes, then each file, then the new
+uploads the finished files: first the old ``meta.json`` goes, then the token files of an
+earlier run that this one does not write (``workdir.owned``), then each file, then the new
 ``meta.json``. A remote folder's ``meta.json`` is thus its marker: it is there only when
 every file it lists was uploaded in full, and readers check the sizes it records. A run
 killed before the end leaves no ``meta.json`` and is done again.
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from openwebtext.files import atomic_file
-from openwebtext.prepare.workdir import PrepareError, sha256_file
+from openwebtext.prepare.workdir import PrepareError, owned, sha256_file
 from openwebtext.source import Storage, describe, filesystem, is_url, redact, with_retries
 
 __all__ = [
@@ -205,12 +206,34 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
             fs.rm_file(marker)
 
     _remote(unmark, "DELETE", marker)
+    _remove_stale(fs, url, set(meta["files"]))
     for name in [*meta["files"], "meta.json"]:
         target = str(join(url, name))
         source = str(folder / name)
         _remote(functools.partial(fs.put_file, source, target), "PUT", target)
     shutil.rmtree(folder, ignore_errors=True)
     return meta
+
+
+def _remove_stale(fs: Any, url: str, keep: set[str]) -> None:
+    """Delete the token files an earlier run left at ``url`` that this one does not write
+    (``workdir.owned``: its ``train.idx``, llm.c shards, ``.ds`` files), as a local commit
+    does: a trainer reading the folder would take them with the new ``train.bin``."""
+    folder = url.rstrip("/")
+
+    def listing() -> list[str]:
+        fs.invalidate_cache(folder)
+        try:
+            entries = fs.ls(folder, detail=True)
+        except FileNotFoundError:
+            return []
+        return [str(e["name"]) for e in entries if e.get("type") != "directory"]
+
+    for entry in _remote(listing, "listing", folder):
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if owned(name) and name not in keep:
+            target = str(join(url, name))
+            _remote(functools.partial(fs.rm_file, target), "DELETE", target)
 
 
 def upload(folder: Path, url: str, names: list[str], store: Storage | None = None) -> None:

@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,35 @@ from openwebtext.errors import OWTError, StateError
 from openwebtext.files import atomic_file, sync_folder
 from openwebtext.prepare.state import ProgressRecord, read
 
-__all__ = ["OUTPUTS", "PROGRESS", "Part", "PrepareError", "Workdir", "sha256_file"]
+__all__ = [
+    "OUTPUTS",
+    "PROGRESS",
+    "Part",
+    "PrepareError",
+    "Workdir",
+    "owned",
+    "sha256_file",
+]
 
 #: The progress record's name in the output folder.
 PROGRESS = ".owt-progress.json"
 #: Every finished file a run of any kind leaves (a whole run, a slice of either split).
 OUTPUTS = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
+#: Every token file a run, or a format pass over it, may leave (``prepare.convert``):
+#: Megatron's ``.idx``, datatrove's ``.ds`` and ``.ds.index``, llm.c's shards, and each
+#: format's marker and progress record. A trainer (and ``open_tokens``) reads them beside
+#: ``train.bin``, so those of an earlier run must go when a new run commits.
+_DERIVED = re.compile(
+    r"(train|val)(\.idx|\.ds|\.ds\.index|_\d{6}\.bin)"
+    r"|\.?(megatron|llmc|datatrove)(\.json|\.progress\.json)"
+)
+
+
+def owned(name: str) -> bool:
+    """Whether a file named ``name`` in an output folder is a run's (``OUTPUTS``) or a
+    format pass's (``_DERIVED``): what a new run of the folder removes if it does not
+    write it, locally (``Workdir.commit``) and behind a URL (``outputs.publish``)."""
+    return name in OUTPUTS or _DERIVED.fullmatch(name) is not None
 
 
 class PrepareError(OWTError):
@@ -152,12 +176,18 @@ class Workdir:
         """Forget a run: its progress record and the parts of ``names``."""
         for name in [*names, "meta.json"]:
             self.part_path(name).unlink(missing_ok=True)
+        self._remove_interrupted_writes()
+        self.progress_path.unlink(missing_ok=True)
+
+    def _remove_interrupted_writes(self) -> None:
+        """The temporary files of a record or ``meta.json`` whose write was killed
+        (``files.atomic_file`` names them ``.NAME.XXXX.tmp``)."""
         for stale in [
+            *self.folder.glob(f".{PROGRESS}.*.tmp"),
             *self.folder.glob(f".{PROGRESS.lstrip('.')}.*"),
             *self.folder.glob(".meta.json.*"),
         ]:
-            stale.unlink(missing_ok=True)  # a record written when the run was killed
-        self.progress_path.unlink(missing_ok=True)
+            stale.unlink(missing_ok=True)
 
     def commit(self, record: ProgressRecord, names: tuple[str, ...], drop: tuple[str, ...]) -> None:
         """Make the parts ``names`` appear with ``record.meta``, then forget the run.
@@ -182,13 +212,16 @@ class Workdir:
                     f"{self.folder}: neither {part.name} nor {name} exists: run again with "
                     "--restart"
                 )
-        for stale in OUTPUTS:  # another kind of run's files (a slice's tokens.bin, ...)
-            if stale not in names:
-                (self.folder / stale).unlink(missing_ok=True)
+        # Another run's files (a slice's tokens.bin, an earlier run's train.idx or llm.c
+        # shards): a trainer would read them beside this run's train.bin.
+        for stale in self.folder.iterdir():
+            if owned(stale.name) and stale.name not in names:
+                stale.unlink(missing_ok=True)
         sync_folder(self.folder)
         self.guard()  # no meta.json over files another run may have replaced meanwhile
         self.write_json("meta.json", codec.encode(meta))
         for name in drop:
             self.part_path(name).unlink(missing_ok=True)
+        self._remove_interrupted_writes()  # a record's write a kill cut short
         self.progress_path.unlink(missing_ok=True)
         sync_folder(self.folder)

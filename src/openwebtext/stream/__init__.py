@@ -10,7 +10,7 @@ from __future__ import annotations
 from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
-from openwebtext.stream.epochs import members_in_run
+from openwebtext.stream.epochs import check_in_run, members_in_run
 from openwebtext.stream.packing import (
     WINDOW,
     BestFitBatches,
@@ -52,6 +52,7 @@ __all__ = [
     "Stream",
     "ahead",
     "batches_start",
+    "check_in_run",
     "check_sizes",
     "check_state",
     "config_of",

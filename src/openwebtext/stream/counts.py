@@ -103,6 +103,11 @@ def ensure_counts(
     if cached is not None and cached.per_unit(*split) is not None:
         return corpus.with_counts(cached)
     splits = tuple(dict.fromkeys([NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]))
+    if not _interactive() and progress is None:  # no bar to show it: one line says the wait
+        log.warning(
+            "counting the documents of %d members for even shares (once: cached beside the "
+            "corpus; owt index counts ahead of time)", len(corpus.units),
+        )  # fmt: skip
     from tqdm import tqdm
 
     with tqdm(

@@ -37,12 +37,14 @@ __all__ = [
     "EvenLosses",
     "block_permutation",
     "block_size",
+    "check_in_run",
     "check_position",
     "check_resumed",
     "epoch_shares",
     "even_counts",
     "members_in_run",
     "nothing_read",
+    "say_rest_dropped",
     "share_target",
 ]
 
@@ -169,6 +171,17 @@ def _warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> N
         )  # fmt: skip
 
 
+def say_rest_dropped(options: Options, epoch: int, dropped: int) -> None:
+    """Say what ``drop`` leaves out of a resharded epoch's rest, on the rank that counts it
+    (as ``EvenLosses`` says a plain sharded epoch's)."""
+    if dropped:
+        log.warning(
+            "epoch %d, resharded: %d documents of its rest left out so that the %d new shares "
+            "are even (even_rule='drop'; counted in stats.dropped_documents of rank %d)",
+            epoch, dropped, options.world_size, options.rank,
+        )  # fmt: skip
+
+
 def block_size(options: Options) -> int:
     """Documents a shuffle block holds at least."""
     return max(1, options.shuffle_buffer if options.shuffle else 0)
@@ -191,6 +204,31 @@ def check_resumed(
         share.counts, block_size(options), target, (*at, counters.epoch_documents),
         exact=skipped == 0, whose=f"rank {options.rank}'s share",
     )  # fmt: skip
+
+
+def check_in_run(
+    state: DocumentState, options: Options, *, whose: str = "the state", cli: bool = False
+) -> None:
+    """Refuse a state that lies past the epochs a run of ``options`` reads: it would yield
+    nothing, silently (an endless run's state of epoch 2 resumed with ``epochs=1``). A state
+    at the very start of the epoch after the last (a finished run's) reads nothing and is
+    taken, unless ``cli`` (``owt stream --resume``: there, nothing left to read is refused).
+
+    Raises:
+        StateError: naming the state's epoch, the run's and the option that would read it.
+    """
+    if options.epochs is None:
+        return
+    epoch, last = state.position.epoch, options.epoch + options.epochs
+    at_start = state.position.block == 0 and state.position.in_block == 0
+    if epoch < last or (epoch == last and at_start and not cli):
+        return
+    n = epoch - options.epoch + 1
+    fix = f"--epochs {n}" if cli else f"epochs={n} (owt stream: --epochs {n}), or epochs=None"
+    raise StateError(
+        f"{whose}: nothing left to read: the state is at epoch {epoch}, and this run reads "
+        f"epochs {options.epoch}..{last - 1}; give {fix} to read epoch {epoch}"
+    )
 
 
 def block_permutation(

@@ -42,6 +42,7 @@ from openwebtext.stream.epochs import (
     epoch_shares,
     even_counts,
     nothing_read,
+    say_rest_dropped,
     share_target,
 )
 from openwebtext.stream.rest import Piece, Rest
@@ -333,9 +334,10 @@ class Stream:
         """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
         section, rest = self._reshard, self._rest
         assert section is not None and rest is not None
-        if not section.counted:  # the last share counts what drop left out
+        if not section.counted:  # the last share counts what drop left out, and says it
             self._reshard = replace(section, counted=True)
             self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
+            say_rest_dropped(self.options, self._epoch, rest.dropped_here)
         for piece in rest.pieces(self._counters.epoch_documents):
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
             before = self._counters.epoch_documents

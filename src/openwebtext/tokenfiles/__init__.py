@@ -29,8 +29,10 @@ from openwebtext.tokenfiles.common import (
     TokenFile,
     TokenFileError,
     TokenFormat,
+    document_names,
     document_range,
     eot_ends,
+    recorded_tokenizer,
     unit_member,
 )
 from openwebtext.tokenfiles.datatrove import datatrove_index, read_datatrove_index
@@ -65,6 +67,7 @@ __all__ = [
     "TokenFileError",
     "TokenFormat",
     "datatrove_index",
+    "document_names",
     "document_range",
     "eot_ends",
     "llmc_cuts",
@@ -76,6 +79,7 @@ __all__ = [
     "read_datatrove_index",
     "read_llmc_header",
     "read_megatron_index",
+    "recorded_tokenizer",
     "remember",
     "unit_member",
 ]

@@ -16,8 +16,10 @@ __all__ = [
     "TokenFileError",
     "TokenFormat",
     "damaged",
+    "document_names",
     "document_range",
     "eot_ends",
+    "recorded_tokenizer",
     "unit_member",
 ]
 
@@ -40,6 +42,19 @@ class TokenFile(NamedTuple):
     path: str
     ids: np.ndarray
     ends: np.ndarray
+    tokenizer: tuple[str, str] | None = None
+    """``(spec, fingerprint)`` of the tokenizer the ids were written with, as the run's
+    ``meta.json`` beside the file records it (None: nothing recorded)."""
+
+
+def recorded_tokenizer(meta: object) -> tuple[str, str] | None:
+    """``(spec, fingerprint)`` a run's ``meta.json`` (parsed) records, or None."""
+    if not isinstance(meta, dict):
+        return None
+    spec, fingerprint = meta.get("tokenizer"), meta.get("fingerprint")
+    if isinstance(spec, str) and isinstance(fingerprint, str):
+        return spec, fingerprint
+    return None
 
 
 def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
@@ -62,12 +77,25 @@ def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndar
     return ends
 
 
-def unit_member(first: int, stop: int) -> str:
-    """The member name of a token unit: documents ``[first, stop)`` of its file."""
-    return f"docs {first}-{stop}"
+def unit_member(first: int, stop: int, file: str = "") -> str:
+    """The member name of a token unit: documents ``[first, stop)`` of its file, after the
+    file's name in a corpus of several files (``document_names``)."""
+    return f"{file} docs {first}-{stop}" if file else f"docs {first}-{stop}"
 
 
 def document_range(member: str) -> tuple[int, int]:
     """The documents ``[first, stop)`` a token unit's member name says."""
-    first, stop = member.removeprefix("docs ").split("-")
+    first, stop = member.rsplit("docs ", 1)[1].split("-")
     return int(first), int(stop)
+
+
+def document_names(member: str, first: int, stop: int) -> list[str]:
+    """The names of documents ``[first, stop)`` of a token unit: their index in the file,
+    after the file's name when the member carries it (a corpus of several files, whose
+    names must differ: the held-out split hashes them)."""
+    file = member.rsplit(" docs ", 1)[0] if " docs " in member else ""
+    return (
+        [f"{file}#{k}" for k in range(first, stop)]
+        if file
+        else [str(k) for k in range(first, stop)]
+    )

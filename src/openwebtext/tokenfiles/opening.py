@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from pathlib import Path
 
 import numpy as np
 
-from openwebtext.tokenfiles.common import TokenFile, damaged, eot_ends
+from openwebtext.tokenfiles.common import TokenFile, damaged, eot_ends, recorded_tokenizer
 from openwebtext.tokenfiles.datatrove import read_datatrove_index
-from openwebtext.tokenfiles.llmc import LLMC_HEADER_BYTES, LLMC_MAGIC, read_llmc_header
+from openwebtext.tokenfiles.llmc import (
+    LLMC_HEADER_BYTES,
+    LLMC_MAGIC,
+    LLMC_VERSION,
+    read_llmc_header,
+)
 from openwebtext.tokenfiles.megatron import read_megatron_index
 
 __all__ = ["open_token_file", "opened", "remember"]
@@ -49,15 +55,18 @@ def open_token_file(
         ValueError: boundaries needed from end-of-text and no ``eot`` given.
     """
     name = os.fspath(path)
+    tokenizer = _recorded(name)
     if name.endswith(".ds"):
         ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
-        return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids)))
+        return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids)), tokenizer)
     with open(name, "rb") as f:
-        magic = f.read(4)
-    if len(magic) == 4 and struct.unpack("<i", magic)[0] == LLMC_MAGIC:
-        tokens = read_llmc_header(name)
+        head = f.read(LLMC_HEADER_BYTES)
+    if (len(head) >= 4 and struct.unpack("<i", head[:4])[0] == LLMC_MAGIC) or _damaged_llmc(
+        head, os.path.getsize(name)
+    ):
+        tokens = read_llmc_header(name)  # a damaged magic is said there, naming the file
         ids = _ids(name, np.dtype("<u2"), LLMC_HEADER_BYTES)
-        return TokenFile(name, ids, _eot_ends_of(ids, eot, name, tokens))
+        return TokenFile(name, ids, _eot_ends_of(ids, eot, name, tokens), tokenizer)
     idx = Path(name).with_suffix(".idx")
     if idx.is_file():
         idx_dtype, ends = read_megatron_index(idx)
@@ -65,9 +74,29 @@ def open_token_file(
         want = int(ends[-1]) if ends.size else 0
         if want != len(ids):
             raise damaged(name, f"{len(ids)} ids, not the {want} of its {idx.name}")
-        return TokenFile(name, ids, ends)
+        return TokenFile(name, ids, ends, tokenizer)
     ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
-    return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids)))
+    return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids)), tokenizer)
+
+
+def _damaged_llmc(head: bytes, size: int) -> bool:
+    """Whether a header whose magic is not llm.c's is otherwise one: the rest of its 256
+    int32s are llm.c's (a version, a count the file's size holds, then zeros). Read as a bare
+    ``train.bin``, its header would become 512 ids, some past any vocabulary."""
+    if len(head) < LLMC_HEADER_BYTES:
+        return False
+    words = np.frombuffer(head, dtype="<i4")
+    fits = int(words[2]) >= 0 and size == LLMC_HEADER_BYTES + 2 * int(words[2])
+    return not words[3:].any() and (fits or int(words[1]) == LLMC_VERSION)
+
+
+def _recorded(name: str) -> tuple[str, str] | None:
+    """The tokenizer the ``meta.json`` beside a local token file records (``owt tokenize``)."""
+    try:
+        meta = json.loads((Path(name).parent / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return recorded_tokenizer(meta)
 
 
 def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np.ndarray:

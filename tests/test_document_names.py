@@ -1,0 +1,73 @@
+"""Document names are unique within a corpus (the held-out split hashes them): files of one
+base name in different folders (the Hub's per-config layout), and llm.c's shards, whose
+documents each count from 0."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Corpus, Loader
+from openwebtext.index.inputs import distinct_names
+from openwebtext.prepare import PrepareOptions, prepare, write_format
+from tables_support import sample_texts, write_jsonl, write_parquet
+
+TEXTS = sample_texts(40, seed=11)
+
+
+def _names(corpus: Corpus, **options: object) -> list[str]:
+    loader = Loader(corpus, workers=0, shuffle=False, **options)  # type: ignore[arg-type]
+    return [d.name for d in loader]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".jsonl", ".jsonl.gz"])
+def test_one_base_name_in_two_folders(tmp_path: Path, suffix: str) -> None:
+    for config in ("en", "de"):
+        if suffix == ".parquet":
+            write_parquet(tmp_path / config / f"train-00000-of-00001{suffix}", TEXTS)
+        else:
+            write_jsonl(tmp_path / config / f"train-00000-of-00001{suffix}", TEXTS)
+    corpus = Corpus.open([tmp_path / "en", tmp_path / "de"])
+    names = _names(corpus)
+    assert len(names) == 80 and len(set(names)) == 80
+    assert names[0].startswith("en/train-00000-of-00001") and names[40].startswith("de/")
+    # The held-out split is drawn per document, not the same rows of each file.
+    val = _names(corpus, split="val", val_fraction=0.3, val_seed=1)
+    rows = Counter(name.split("/", 1)[1] for name in val)
+    assert any(n == 1 for n in rows.values())
+
+
+def test_distinct_base_names_keep_their_names(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "a" / "x.parquet", TEXTS[:3])
+    write_parquet(tmp_path / "b" / "y.parquet", TEXTS[3:6])
+    assert _names(Corpus.open([tmp_path / "a", tmp_path / "b"]))[:2] == [
+        "x.parquet#0",
+        "x.parquet#1",
+    ]
+
+
+def test_distinct_names() -> None:
+    got = distinct_names(["/d/en/t.parquet", "/d/de/t.parquet", "/d/u.parquet",
+                          "s3://b/a/x", "s3://b/c/a/x"])  # fmt: skip
+    assert got == {
+        "/d/en/t.parquet": "en/t.parquet",
+        "/d/de/t.parquet": "de/t.parquet",
+        "/d/u.parquet": "u.parquet",
+        "s3://b/a/x": "b/a/x",
+        "s3://b/c/a/x": "c/a/x",
+    }
+
+
+def test_llmc_shards_name_their_documents_apart(small_corpus: Path, tmp_path: Path) -> None:
+    prepare(Corpus.open(small_corpus), tmp_path, PrepareOptions(tokenizer="bytes", workers=0))
+    write_format(tmp_path, "llmc", shard_tokens=10_000)
+    shards = sorted(tmp_path.glob("train_*.bin"))
+    assert len(shards) > 2
+    corpus = Corpus.open_tokens(shards)
+    names = _names(corpus, tokenizer="bytes")
+    assert len(names) == len(set(names)) == sum(corpus.counts.documents)  # type: ignore[union-attr]
+    assert names[0] == "train_000000.bin#0"
+    single = _names(Corpus.open_tokens(tmp_path / "train.bin"), tokenizer="bytes")
+    assert single[:2] == ["0", "1"]  # one file: its documents' names as before

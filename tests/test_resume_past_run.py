@@ -1,0 +1,52 @@
+"""A state that lies past the epochs a run reads is refused, by the library as by ``owt
+stream --resume`` (one check, ``stream.check_in_run``): never a run that yields nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader
+from openwebtext.errors import StateError
+
+
+def _endless_state(corpus: Path, documents: int, **options: Any) -> dict[str, Any]:
+    loader = Loader(corpus, workers=0, epochs=None, **options)
+    with loader.iter() as it:
+        for _ in range(documents):
+            next(it)
+        return it.state_dict()
+
+
+@pytest.mark.parametrize("epochs_in", [1, 2])
+def test_an_endless_state_of_a_later_epoch_is_refused(small_corpus: Path, epochs_in: int) -> None:
+    state = _endless_state(small_corpus, 120 * epochs_in + 7)  # 120 documents an epoch
+    assert state["position"]["epoch"] == epochs_in
+    with pytest.raises(StateError, match=rf"epoch {epochs_in}.*epochs={epochs_in + 1}"):
+        Loader(small_corpus, workers=0).iter(state=state)
+    resumed = Loader(small_corpus, workers=0, epochs=epochs_in + 1).iter(state=state)
+    assert len(list(resumed)) == 120 - 7
+
+
+def test_a_finished_run_s_state_reads_nothing(small_corpus: Path) -> None:
+    with Loader(small_corpus, workers=0).iter() as it:
+        assert len(list(it)) == 120
+        state = it.state_dict()
+    assert list(Loader(small_corpus, workers=0).iter(state=state)) == []
+
+
+def test_the_command_line_says_the_same(small_corpus: Path, tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(_endless_state(small_corpus, 130)))
+    done = subprocess.run(
+        [sys.executable, "-m", "openwebtext.cli", "stream", str(small_corpus), "--resume",
+         str(path), "-q"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "nothing left to read" in done.stderr and "--epochs 2" in done.stderr

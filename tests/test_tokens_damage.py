@@ -1,0 +1,112 @@
+"""Token files that are damaged, given twice, or read with the wrong tokenizer: each an
+error naming the file (or, for ids past the vocabulary, a counted skip), never ids read as
+something they are not."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from openwebtext import Corpus, Loader
+from openwebtext.errors import CorpusError, CorruptDocument
+from openwebtext.prepare import PrepareOptions, prepare, write_format
+from openwebtext.tokenfiles import TokenFileError, llmc_header, open_token_file
+
+EOT = 256  # the bytes tokenizer's
+
+
+@pytest.fixture(scope="module")
+def run(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("token-run")
+    prepare(Corpus.open(small_corpus), out, PrepareOptions(tokenizer="bytes", workers=0))
+    for fmt in ("llmc", "datatrove"):
+        write_format(out, fmt, shard_tokens=40_000)
+    return out
+
+
+def _docs(*docs: list[int]) -> np.ndarray:
+    return np.concatenate([np.array([*d, EOT], dtype="<u2") for d in docs])
+
+
+# -- a damaged llm.c header is an error, never a bare train.bin ------------------------------
+
+
+@pytest.mark.parametrize("magic", [0, 20240521, -1, 0x20240520])
+def test_an_llmc_shard_with_a_damaged_magic_is_refused(tmp_path: Path, magic: int) -> None:
+    ids = _docs([1, 2, 3], [4, 5])
+    header = np.frombuffer(llmc_header(len(ids)), dtype="<i4").copy()
+    header[0] = magic
+    path = tmp_path / "train_000000.bin"
+    path.write_bytes(header.tobytes() + ids.tobytes())
+    with pytest.raises(TokenFileError, match="magic") as raised:
+        open_token_file(path, eot=EOT)
+    assert raised.value.path == str(path)
+    with pytest.raises(TokenFileError, match=r"train_000000\.bin"):
+        Corpus.open_tokens(path, eot=EOT)
+
+
+def test_a_bare_train_bin_is_still_read(tmp_path: Path) -> None:
+    path = tmp_path / "train.bin"
+    ids = _docs(*[[k % 250 + 1] * 300 for k in range(10)])
+    path.write_bytes(ids.tobytes())
+    assert len(open_token_file(path, eot=EOT).ends) == 10
+
+
+# -- ids past the vocabulary are never handed out ------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [257, 300, 65535])
+def test_ids_past_the_vocabulary_are_a_document_error(tmp_path: Path, bad: int) -> None:
+    path = tmp_path / "train.bin"
+    path.write_bytes(_docs([1, 2, 3], [4, bad, 6], [7, 8]).tobytes())
+    corpus = Corpus.open_tokens(path, eot=EOT)
+    with pytest.raises(CorruptDocument, match="vocabulary") as raised:
+        list(Loader(corpus, tokenizer="bytes", workers=0, shuffle=False))
+    assert raised.value.path == str(path) and raised.value.document == "1"
+    loader = Loader(corpus, tokenizer="bytes", workers=0, shuffle=False, on_error="skip")
+    with loader.iter() as it:
+        got = [d.tokens.tolist() for d in it]  # type: ignore[union-attr]
+        assert it.stats.skipped_documents == 1
+    assert got == [[1, 2, 3, EOT], [7, 8, EOT]]
+
+
+# -- the same token file twice --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["same", "spelling", "symlink", "hardlink"])
+def test_the_same_token_file_twice_is_refused(run: Path, tmp_path: Path, how: str) -> None:
+    train = run / "train.bin"
+    other = {
+        "same": train,
+        "spelling": run / ".." / run.name / "train.bin",
+        "symlink": tmp_path / "link.bin",
+        "hardlink": tmp_path / "hard.bin",
+    }[how]
+    if how == "symlink":
+        other.symlink_to(train)
+    elif how == "hardlink":
+        os.link(train, other)
+    with pytest.raises(CorpusError, match="given twice"):
+        Corpus.open_tokens([train, other])
+
+
+def test_the_ds_beside_its_train_bin_is_the_same_file(run: Path) -> None:
+    if (run / "train.ds").stat().st_ino != (run / "train.bin").stat().st_ino:
+        pytest.skip("this file system copies rather than links")
+    with pytest.raises(CorpusError, match="given twice"):
+        Corpus.open_tokens([run / "train.bin", run / "train.ds"])
+
+
+# -- the tokenizer recorded beside the file -------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["train.bin", "train.ds", "train_000000.bin"])
+def test_another_tokenizer_of_the_same_width_is_refused(run: Path, name: str) -> None:
+    corpus = Corpus.open_tokens(run / name)
+    with pytest.raises(CorpusError, match=r"'bytes'.*'gpt2'") as raised:
+        list(Loader(corpus, tokenizer="gpt2", workers=0))
+    assert raised.value.path == str(run / name)
+    assert list(Loader(corpus, tokenizer="bytes", workers=0))  # its own is read
