@@ -294,7 +294,6 @@ NOT_SHAPING = {
     "max_member_bytes": "a limit on members read, not on documents kept",
     "on_error": "a clean stream has nothing to skip; a state counts what was skipped",
     "max_errors": "likewise",
-    "decode_errors": "likewise: only invalid UTF-8 differs",
     "epoch": "where a fresh run starts; a state carries its own epoch",
     "epochs": "how far a run goes, not what comes",
     "take": "how far a run goes, not what comes",
@@ -311,6 +310,7 @@ SHAPED = Options(
     even=None,
     split="train",
     max_document_bytes=1 << 20,
+    decode_errors="replace",
     **VAL,
 )
 

@@ -159,7 +159,9 @@ def configs(draw: Any, units: int = 0) -> StreamConfig:
         rank=draw(st.integers(0, world - 1)), world_size=world, even=draw(rules),
         split=draw(st.sampled_from(["all", "train", "val"])),
         val_fraction=draw(st.floats(1e-9, 1 - 1e-9)), val_seed=draw(counts),
-        max_document_bytes=draw(positive), tokenizer=draw(st.none() | st.text(max_size=8)),
+        max_document_bytes=draw(positive),
+        decode_errors=draw(st.sampled_from(["strict", "replace"])),
+        tokenizer=draw(st.none() | st.text(max_size=8)),
     )  # fmt: skip
 
 

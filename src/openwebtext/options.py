@@ -127,7 +127,7 @@ class Options:
     take: int | None = None
     on_error: ErrorPolicy = "raise"
     max_errors: int | None = None
-    decode_errors: DecodePolicy = DECODE_ERRORS
+    decode_errors: DecodePolicy = field(default=DECODE_ERRORS, metadata=SHAPES)
     max_document_bytes: int = field(default=MAX_DOCUMENT_BYTES, metadata=SHAPES)
     max_member_bytes: int = MAX_MEMBER_BYTES
     prefetch: int = PREFETCH

@@ -61,6 +61,7 @@ class StreamConfig(Record, frozen=True):
     val_fraction: Fraction
     val_seed: Count
     max_document_bytes: Positive
+    decode_errors: Literal["strict", "replace"]
     tokenizer: str | None = None
     """The vocabulary's fingerprint when the stream hands out ids."""
 
