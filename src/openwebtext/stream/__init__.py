@@ -32,6 +32,7 @@ from openwebtext.stream.state import (
     load_state,
     resume_options,
 )
+from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.stream import Stream
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "BatchIterator",
     "Batches",
     "BestFitBatches",
+    "DocumentSource",
     "DocumentState",
     "Mark",
     "PackedBatch",
@@ -47,6 +49,7 @@ __all__ = [
     "Rule",
     "Stats",
     "Stream",
+    "TokenRun",
     "batches_start",
     "check_sizes",
     "check_state",

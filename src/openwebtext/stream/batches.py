@@ -27,31 +27,11 @@ from openwebtext.options import int_at_least
 from openwebtext.records import TokenDocument
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
 from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
+from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "TokenDocuments", "batches_start", "check_sizes"]
-
-
-class TokenDocuments(Protocol):
-    """A running iterator of ``TokenDocument`` records with a state (``DocumentIterator``)."""
-
-    def __next__(self) -> Any: ...
-
-    def mark(self) -> Mark: ...
-
-    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]: ...
-
-    # The packers' own view of the stream (private to the library, not the iterator's API):
-    def _windows_ahead(self) -> list[tuple[int, int, int]]: ...
-
-    @property
-    def _start(self) -> int: ...
-
-    @property
-    def stats(self) -> Stats: ...
-
-    def close(self) -> None: ...
+__all__ = ["BatchIterator", "Batches", "batches_start", "check_sizes"]
 
 
 Item = TypeVar("Item", covariant=True)
@@ -87,15 +67,14 @@ class Batches:
     """The running iterator of packed batches (``Loader.batches``); owns its documents.
 
     Args:
-        documents: The running token documents to pack, started from the
-            ``documents`` state of ``batches_start(state, …)`` when resuming.
+        documents: The running token documents to pack, started from the ``documents`` of
+            ``start``.
         vocabulary: The tokenizer that made their ids.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         dtype: The dtype of the yielded arrays (int64 suits embeddings).
-        offset: Where the first batch starts in the first document's ids
-            (``batches_start``).
-        batches: Batches handed out before (``batches_start``).
+        segments: Yield ``PackedBatch`` records instead of plain arrays.
+        start: The saved state to go on from (``batches_start``; None: a fresh start).
 
     Raises:
         ValueError: a size is not positive, or ``dtype`` cannot hold every id
@@ -104,15 +83,14 @@ class Batches:
 
     def __init__(
         self,
-        documents: TokenDocuments,
+        documents: DocumentSource,
         vocabulary: Tokenizer,
         seq_len: int,
         batch_size: int,
         *,
         dtype: DTypeLike = np.int64,
-        offset: int = 0,
-        batches: int = 0,
         segments: bool = False,
+        start: BatchesState | None = None,
     ) -> None:
         self._docs = documents
         self.segments = segments
@@ -127,12 +105,13 @@ class Batches:
             raise
         self.seq_len = seq_len
         self.batch_size = batch_size
-        # Documents not yet fully handed out in batches: (the stream's mark before it, its ids,
-        # where they begin in the document: not 0 for one cut across a resharded checkpoint).
-        self._pending: deque[tuple[Mark, np.ndarray[Any, Any], int]] = deque()
-        self._head = offset  # where the next batch starts in the first pending document
-        self._available = -offset  # ids pending from the next batch's start on
-        self._batches = batches
+        # Runs of documents not yet fully handed out in batches, each with where its ids begin
+        # among the ids read by this iterator and the number of its first document.
+        self._pending: deque[tuple[TokenRun, int, int]] = deque()
+        offset = 0 if start is None else start.offset
+        self._head = offset  # where the next batch starts among the ids read
+        self._read = self._numbered = 0  # ids and documents read
+        self._batches = 0 if start is None else start.batches
 
     def __iter__(self) -> Batches:
         return self
@@ -140,71 +119,82 @@ class Batches:
     def __next__(self) -> Any:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
         need = self.seq_len * self.batch_size + 1
-        while self._available < need:
-            before = self._docs.mark()
+        while self._read - self._head < need:
             try:
-                document: TokenDocument = next(self._docs)
+                run = self._docs.next_run()
             except StopIteration:
                 self.close()
                 raise
-            self._pending.append((before, document.tokens, self._docs._start))
-            self._available += len(document.tokens)
-        if self.segments:
-            return self._segmented(need)
-        rows = overlapping_rows(self._take(need), self.seq_len, self.dtype)
+            self._pending.append((run, self._read, self._numbered))
+            self._read += len(run.ids)
+            self._numbered += len(run)
+        spans = self._spans(need)
+        run, lo, hi, _ = spans[0]
+        flat = run.ids[lo:hi]
+        if len(spans) > 1:
+            flat = np.concatenate([run.ids[lo:hi] for run, lo, hi, _ in spans])
+        tokens = overlapping_rows(flat, self.seq_len, self.dtype)
+        batch = self._segmented(tokens, spans) if self.segments else tokens
+        # Drop the runs whose ids all lie before the next batch's start.
+        self._head += need - 1
+        while self._pending and self._pending[0][1] + len(self._pending[0][0].ids) <= self._head:
+            self._pending.popleft()
         self._batches += 1
-        return rows
+        return batch
 
-    def _segmented(self, need: int) -> PackedBatch:
-        """The next batch with its documents and positions (``segments=True``)."""
-        lengths, firsts = [], []  # of each document's piece in this batch, and its first id
-        head, got = self._head, 0
-        for _, ids, start in self._pending:
-            n = min(len(ids) - head, need - got)
-            lengths.append(n)
-            firsts.append(start + head)
-            got += n
-            head = 0
-            if got == need:
+    def _spans(self, need: int) -> list[tuple[TokenRun, int, int, int]]:
+        """The next ``need`` ids: ``(run, from, to, its first document's number)`` in its
+        ids, one after another."""
+        spans = []
+        at, left = self._head, need
+        for run, first, number in self._pending:
+            lo = at - first
+            hi = min(len(run.ids), lo + left)
+            if hi > lo:
+                spans.append((run, lo, hi, number))
+                left, at = left - (hi - lo), hi + first
+            if not left:
                 break
-        # One array op per batch, not two per document: piece k's ids are document k at
-        # positions firsts[k], firsts[k] + 1, ...
-        counts = np.asarray(lengths)
-        documents = np.repeat(np.arange(len(lengths), dtype=np.int32), counts)
+        return spans
+
+    def _segmented(
+        self, tokens: np.ndarray[Any, Any], spans: list[tuple[TokenRun, int, int, int]]
+    ) -> PackedBatch:
+        """The batch of ``tokens`` with its documents and positions (``segments=True``)."""
+        lengths, firsts, numbers = [], [], []  # of each document's piece in this batch
+        for run, lo, hi, number in spans:
+            ends = run.ends
+            j0 = int(np.searchsorted(ends, lo, "right"))  # the documents of ids lo..hi
+            j1 = int(np.searchsorted(ends, hi - 1, "right")) + 1
+            begins = np.empty(j1 - j0, np.int64)  # where they begin in the run's ids
+            begins[0], begins[1:] = run.first_id(j0), ends[j0 : j1 - 1]
+            pieces = np.maximum(begins, lo)
+            lengths.append(np.minimum(ends[j0:j1], hi) - pieces)
+            firsts.append(pieces - begins)
+            if j0 == 0:  # a document cut across a resharded checkpoint goes on
+                firsts[-1][0] += run.start
+            numbers.append(np.arange(number + j0, number + j1))
+        # A few array ops per batch: piece k's ids are document k at positions firsts[k], ...
+        counts = np.concatenate(lengths)
+        number = np.concatenate(numbers)
+        documents = np.repeat((number - number[0]).astype(np.int32), counts)
         starts = np.cumsum(counts) - counts  # where each piece begins in the batch
-        shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
-        positions = np.arange(need, dtype=np.int32) - shift
-        tokens = overlapping_rows(self._take(need), self.seq_len, self.dtype)
-        self._batches += 1
+        shift = np.repeat((starts - np.concatenate(firsts)).astype(np.int32), counts)
+        positions = np.arange(len(documents), dtype=np.int32) - shift
         return segmented(
             tokens,
             overlapping_rows(documents, self.seq_len),
             overlapping_rows(positions, self.seq_len),
         )
 
-    def _take(self, need: int) -> np.ndarray[Any, Any]:
-        """The next ``need`` ids; keep the last one for the next batch."""
-        parts = []
-        head, got = self._head, 0
-        for _, ids, _ in self._pending:
-            part = ids[head : head + need - got]
-            parts.append(part)
-            got += len(part)
-            head = 0
-            if got == need:
-                break
-        # Advance by need - 1: drop documents whose ids all lie before the new start.
-        advance = self._head + need - 1
-        while advance >= len(self._pending[0][1]):
-            advance -= len(self._pending.popleft()[1])
-        self._head = advance
-        self._available -= need - 1
-        return np.concatenate(parts)
-
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        mark = self._pending[0][0] if self._pending else None
-        documents, offset = self._docs.state_dict(mark), self._head
+        mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
+        if self._pending:  # the document the next batch starts in
+            run, first, _ = self._pending[0]
+            j = int(np.searchsorted(run.ends, self._head - first, "right"))
+            mark, offset = run.mark_before(j), self._head - first - run.first_id(j)
+        documents = self._docs.state_dict(mark)
         return {
             "format": BATCHES_FORMAT,
             "seq_len": self.seq_len,

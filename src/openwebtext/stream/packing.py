@@ -27,6 +27,8 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
+from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
+from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
@@ -88,25 +90,39 @@ def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     """Rows of item indices: items longest first, each into the open row with the least room
     that holds it (a new row if none does). ``lengths`` are at most ``capacity``."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable
-    rows: list[list[int]] = []
+    row_of, order = best_fit_rows(np.asarray(lengths, dtype=np.int64), capacity)
+    rows: list[list[int]] = [[] for _ in range(int(row_of.max()) + 1 if len(row_of) else 0)]
+    for k in order.tolist():
+        rows[row_of[k]].append(k)
+    return rows
+
+
+def best_fit_rows(
+    lengths: np.ndarray[Any, Any], capacity: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``best_fit`` as arrays: the row of each item (rows numbered as opened) and the order
+    the items were placed in (a row holds its items in that order)."""
+    order = np.argsort(-lengths, kind="stable")  # longest first, ties in their order
+    row_of = np.empty(len(lengths), dtype=np.int64)
     # The open rows as room left * m + row, sorted: least room first, then the first row
     # (the order of (room, row) pairs, as ints: there are fewer than m rows).
     m = len(lengths) + 1
     room: list[int] = []
-    for k in order:
-        n = lengths[k]
-        at = bisect.bisect_left(room, n * m)
+    rows = 0
+    bisect_left, insort = bisect.bisect_left, bisect.insort
+    placed = []
+    for n in lengths[order].tolist():
+        at = bisect_left(room, n * m)
         if at == len(room):
-            rows.append([k])
-            left, row = capacity - n, len(rows) - 1
+            row, left, rows = rows, capacity - n, rows + 1
         else:
             left, row = divmod(room.pop(at), m)
-            rows[row].append(k)
             left -= n
+        placed.append(row)
         if left > 0:
-            bisect.insort(room, left * m + row)
-    return rows
+            insort(room, left * m + row)
+    row_of[order] = placed
+    return row_of, order
 
 
 @dataclass
@@ -115,7 +131,9 @@ class _Reading:
 
     mark: Mark
     """Where the stream was before its first document."""
-    ids: list[np.ndarray[Any, Any]]
+    parts: list[tuple[TokenRun, int, int]]
+    """Its documents: ``(run, first, end)``, documents first..end of each run."""
+    documents: int
     count: int
     """Ids read into it."""
     epoch: int | None
@@ -124,12 +142,39 @@ class _Reading:
     """Documents it holds when whole."""
 
 
+@dataclass
+class _Window:
+    """A packed window's rows not yet handed out (``BestFitBatches``): each row a run of
+    chunks of ``ids`` (its documents' pieces, then its padding), as arrays over the chunks."""
+
+    mark: Mark
+    """Where the stream was before its first document."""
+    number: int
+    """The own window number a state at it says (and its epoch)."""
+    epoch: int
+    row: int
+    """The next row to hand out (of the window's rows, in their seeded order)."""
+    rows: int
+    ids: np.ndarray[Any, Any]
+    """Its documents' ids end to end, then a row of padding."""
+    starts: np.ndarray[Any, Any]
+    """Chunk k is ``ids[starts[k]:ends[k]]``."""
+    ends: np.ndarray[Any, Any]
+    numbers: np.ndarray[Any, Any]
+    """Of the chunk's document in its row, from 1 (0: padding)."""
+    firsts: np.ndarray[Any, Any]
+    """Where the chunk begins in its document (0: padding)."""
+    row_chunks: np.ndarray[Any, Any]
+    """The chunks of row ``skip + r`` are ``row_chunks[r]..row_chunks[r + 1]`` (``skip``:
+    the window's first row not handed out when it was packed)."""
+    skip: int
+
+
 class BestFitBatches:
     """The running iterator of best-fit packed batches (``Loader.batches(packing="bestfit")``).
 
     Args:
-        documents: The running token documents (``batches.TokenDocuments``, with
-            ``_windows_ahead``), started from the ``documents`` state of a saved state.
+        documents: The running token documents, started from the ``documents`` of ``start``.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         seed: Seeds the order of each window's rows.
@@ -137,13 +182,12 @@ class BestFitBatches:
         dtype: The dtype of the yielded arrays.
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         window: Documents packed at a time.
-        start: ``(window number, its rows handed out, batches before, the epoch of the
-            number)`` of a saved state (``batches_start``; the epoch None: the documents').
+        start: The saved state to go on from (``batches_start``; None: a fresh start).
     """
 
     def __init__(
         self,
-        documents: Any,
+        documents: DocumentSource,
         seq_len: int,
         batch_size: int,
         *,
@@ -152,27 +196,27 @@ class BestFitBatches:
         dtype: DTypeLike = np.int64,
         segments: bool = False,
         window: int = WINDOW,
-        start: tuple[int, int, int, int | None] = (0, 0, 0, None),
+        start: BatchesState | None = None,
     ) -> None:
         self._docs = documents
         self.seq_len, self.batch_size = seq_len, batch_size
         self.dtype = np.dtype(dtype)
         self.seed, self.pad_id, self.segments, self.window = seed, pad_id, segments, window
-        # The number the next own window gets, counted within its epoch.
-        self._next, self._skip, self._batches, epoch = start
+        # The number the next own window gets, counted within its epoch; the rows of the
+        # first window already handed out; batches handed out before.
+        self._next, self._skip, self._batches = 0, 0, 0
+        epoch = None
+        if start is not None:
+            self._next, self._skip, self._batches = start.window_number, start.row, start.batches
+            epoch = start.window_epoch
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
-        self._ahead: deque[tuple[int, int, int]] = deque(documents._windows_ahead())
-        # Rows packed and not handed out: (window id, its row number, [(ids, first position)]).
-        self._rows: deque[tuple[int, int, list[tuple[np.ndarray[Any, Any], int]]]] = deque()
-        # Where each window with rows left starts, and the own number the state then says.
-        self._marks: dict[int, tuple[Mark, int, int]] = {}
-        self._packed = 0  # windows packed by this iterator (their ids)
-        self._carry: tuple[Mark, Any, int] | None = None  # read, and the next window's first
+        self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
+        self._windows: deque[_Window] = deque()  # packed, with rows not handed out
+        self._left: tuple[TokenRun, int] | None = None  # a run read, from its document j on
         self._ended = False
         self._reading: _Reading | None = None  # the window being read, not yet packed
         self._since = 0  # batches handed out since the last window was packed
-        self._pad: np.ndarray[Any, Any] | None = None  # a row of padding ids
         if self._skip:
             try:
                 self._fill()
@@ -194,41 +238,42 @@ class BestFitBatches:
         own count), or fewer at the end of its epoch, so that an epoch packs the same whatever
         follows it. True when the window being read is whole (False: nothing left to read)."""
         if self._reading is None:
-            if self._ended and self._carry is None:
+            if self._ended and self._left is None:
                 return False
             size = self._ahead[0][0] if self._ahead else self.window
-            if self._carry is not None:  # the next epoch's first document, read already
-                mark, first, epoch = self._carry
-                self._reading = _Reading(mark, [first.tokens], len(first.tokens), epoch, size)
+            if self._left is not None:  # documents read already: the window starts at them
+                mark = self._left[0].mark_before(self._left[1])
             else:
-                self._reading = _Reading(self._docs.mark(), [], 0, None, size)
-            self._carry = None
+                mark = self._docs.mark()
+            self._reading = _Reading(mark, [], 0, 0, None, size)
         reading = self._reading
-        while len(reading.ids) < reading.size and (enough is None or reading.count < enough):
-            before = self._docs.mark()
-            try:
-                doc = next(self._docs)
-            except StopIteration:
-                self._ended = True
+        while reading.documents < reading.size and (enough is None or reading.count < enough):
+            if self._left is None:
+                try:
+                    self._left = (self._docs.next_run(), 0)
+                except StopIteration:
+                    self._ended = True
+                    return True
+            run, j = self._left
+            if reading.epoch is not None and run.epoch != reading.epoch:  # the next epoch's
+                reading.size = reading.documents
                 return True
-            now = self._docs.mark().epoch
-            if reading.epoch is not None and now != reading.epoch:  # the next epoch's first
-                self._carry = (before, doc, now)
-                reading.size = len(reading.ids)
-                return True
-            reading.epoch = now
-            reading.ids.append(doc.tokens)
-            reading.count += len(doc.tokens)
-        return len(reading.ids) >= reading.size
+            reading.epoch = run.epoch
+            end = min(len(run), j + reading.size - reading.documents)
+            reading.parts.append((run, j, end))
+            reading.documents += end - j
+            reading.count += run.first_id(end) - run.first_id(j)
+            self._left = (run, end) if end < len(run) else None
+        return reading.documents >= reading.size
 
     def _pack(self) -> None:
         """Pack the window read into rows, in its seeded order, less the rows handed out."""
         assert self._reading is not None
-        mark, ids, epoch = self._reading.mark, self._reading.ids, self._reading.epoch
-        self._reading, self._since = None, 0
-        if not ids:
+        reading, self._reading, self._since = self._reading, None, 0
+        if not reading.documents:
             return
-        assert epoch is not None
+        assert reading.epoch is not None
+        epoch = reading.epoch
         own = (self._next, self._epoch)  # what a state at this window says
         if self._ahead:  # a window an old rank had begun: its number and rows handed out
             _, number, skip = self._ahead.popleft()
@@ -239,88 +284,132 @@ class BestFitBatches:
             number, skip, self._next = self._next, 0, self._next + 1
         skip, self._skip = max(skip, self._skip), 0
         cap = self.seq_len + 1
-        pieces: list[tuple[np.ndarray[Any, Any], int]] = []
-        for doc in ids:  # a document longer than a row: row-sized pieces
-            if len(doc) <= cap:
-                pieces.append((doc, 0))
-            else:
-                pieces += [(doc[p : p + cap], p) for p in range(0, len(doc), cap)]
-        rows = best_fit([len(piece) for piece, _ in pieces], cap)
-        if len(rows) < skip:
+        ids, lengths = _window_ids(reading.parts, self.pad_id, cap)
+        # A document longer than a row: row-sized pieces (one piece per shorter document).
+        pieces = np.maximum(-(-lengths // cap), 1)
+        document = np.repeat(np.arange(len(lengths)), pieces)
+        firsts = (np.arange(len(document)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * cap
+        piece_lengths = np.minimum(lengths[document] - firsts, cap)
+        starts = (np.cumsum(lengths) - lengths)[document] + firsts
+        row_of, order = best_fit_rows(piece_lengths, cap)
+        rows = int(row_of.max()) + 1
+        if rows < skip:
             self.close()
-            raise StateError(f"bad batches state: row {skip} of a window of {len(rows)} rows")
-        shuffled = permutation(len(rows), self.seed, ROWS, epoch, number)
-        wid, self._packed = self._packed, self._packed + 1
-        if len(rows) > skip:
-            self._marks[wid] = (mark, *own)
-        for r in range(skip, len(rows)):  # the rows before ``skip`` were handed out
-            self._rows.append((wid, r, [pieces[j] for j in rows[shuffled[r]]]))
+            raise StateError(f"bad batches state: row {skip} of a window of {rows} rows")
+        if rows == skip:
+            return
+        # Row r in the window's seeded order is row shuffled[r] as best fit opened them.
+        shuffled = permutation(rows, self.seed, ROWS, epoch, number)
+        at = np.empty(rows, dtype=np.int64)
+        at[np.asarray(shuffled)] = np.arange(rows)
+        placed = np.empty(len(order), dtype=np.int64)
+        placed[order] = np.arange(len(order))
+        kept = np.flatnonzero(at[row_of] >= skip)
+        kept = kept[np.lexsort((placed[kept], at[row_of[kept]]))]  # by row, then as placed
+        row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
+        pieces = (row, starts[kept], piece_lengths[kept], firsts[kept])
+        self._windows.append(self._window(reading.mark, own, skip, rows, ids, pieces))
+
+    def _window(
+        self,
+        mark: Mark,
+        own: tuple[int, int],
+        skip: int,
+        rows: int,
+        ids: np.ndarray[Any, Any],
+        pieces: tuple[np.ndarray[Any, Any], ...],
+    ) -> _Window:
+        """The ``_Window`` of rows ``skip..rows`` of the pieces ``(row, start, length, first)``
+        in ``ids``, row by row: each row's pieces, then its padding (the last ``cap`` ids)."""
+        row, start, length, first = pieces
+        cap = self.seq_len + 1
+        n = rows - skip
+        per_row = np.bincount(row, minlength=n)
+        used = np.bincount(row, weights=length, minlength=n).astype(np.int64)
+        row_chunks = np.zeros(n + 1, dtype=np.int64)  # a row's chunks: its pieces and a pad
+        np.cumsum(per_row + 1, out=row_chunks[1:])
+        chunk = np.arange(len(row)) + row  # piece i: after the pads of the rows before it
+        in_row = chunk - row_chunks[row]
+        chunks = int(row_chunks[-1])
+        starts = np.full(chunks, len(ids) - cap, dtype=np.int64)  # padding, unless a piece
+        ends = starts + cap
+        numbers = np.zeros(chunks, dtype=np.int32)
+        firsts = np.zeros(chunks, dtype=np.int64)
+        starts[chunk], ends[chunk], numbers[chunk], firsts[chunk] = (
+            start, start + length, in_row + 1, first
+        )
+        pads = row_chunks[1:] - 1
+        ends[pads] = starts[pads] + cap - used
+        return _Window(mark, *own, skip, rows, ids, starts, ends, numbers, firsts, row_chunks, skip)
 
     def __next__(self) -> Any:
-        while len(self._rows) < self.batch_size and (
-            self._reading is not None or not self._ended or self._carry
+        while self._rows_left() < self.batch_size and (
+            self._reading is not None or not self._ended or self._left is not None
         ):
             self._fill()
-        if len(self._rows) < self.batch_size:  # fewer rows than a batch left: dropped
+        if self._rows_left() < self.batch_size:  # fewer rows than a batch left: dropped
             self.close()
             raise StopIteration
-        rows = [self._rows.popleft()[2] for _ in range(self.batch_size)]
-        for wid in [w for w in self._marks if not self._rows or w < self._rows[0][0]]:
-            del self._marks[wid]
+        spans = []  # (window, first chunk, end chunk) of the batch's rows
+        need = self.batch_size
+        while need:
+            window = self._windows[0]
+            take = min(need, window.rows - window.row)
+            r = window.row - window.skip
+            spans.append((window, int(window.row_chunks[r]), int(window.row_chunks[r + take])))
+            window.row += take
+            need -= take
+            if window.row == window.rows:
+                self._windows.popleft()
         self._batches += 1
         # Read the next window as the rows go, an id read for each id handed out, so that the
         # workers never wait for a whole window to be asked for at once.
         self._since += 1
         if self._read(self._since * self.batch_size * (self.seq_len + 1)):
             self._pack()
-        return self._batch(rows)
+        return self._batch(spans)
 
-    def _batch(self, rows: list[list[tuple[np.ndarray[Any, Any], int]]]) -> Any:
-        """The batch of ``rows``: every row's pieces and padding one after another, made
-        with a few array operations over the whole batch (not three per piece)."""
-        cap = self.seq_len + 1
-        if self._pad is None:
-            self._pad = np.full(cap, self.pad_id, dtype=self.dtype)
-        chunks, lengths, numbers, firsts = [], [], [], []
-        for row in rows:
-            used = 0
-            for s, (piece, first) in enumerate(row, 1):
-                chunks.append(piece)
-                lengths.append(len(piece))
-                numbers.append(s)
-                firsts.append(first)
-                used += len(piece)
-            if used < cap:  # padding: segment 0, position 0
-                chunks.append(self._pad[: cap - used])
-                lengths += [cap - used]
-                numbers += [0]
-                firsts += [0]
-        shape = (self.batch_size, cap)
+    def _rows_left(self) -> int:
+        return sum(w.rows - w.row for w in self._windows)
+
+    def _batch(self, spans: list[tuple[_Window, int, int]]) -> Any:
+        """The batch of the rows of ``spans``: their chunks one after another, made with one
+        concatenation (and, with segments, a few array operations over the whole batch)."""
+        chunks = []
+        for window, a, b in spans:
+            ids = window.ids
+            begin, end = window.starts[a:b].tolist(), window.ends[a:b].tolist()
+            chunks += [ids[i:j] for i, j in zip(begin, end, strict=True)]
+        shape = (self.batch_size, self.seq_len + 1)
         tokens = np.concatenate(chunks, dtype=self.dtype).reshape(shape)
         if not self.segments:
             return tokens
-        counts = np.asarray(lengths)
-        segment_ids = np.repeat(np.asarray(numbers, dtype=np.int32), counts)
+        counts = np.concatenate([w.ends[a:b] - w.starts[a:b] for w, a, b in spans])
+        numbers = np.concatenate([w.numbers[a:b] for w, a, b in spans])
+        firsts = np.concatenate([w.firsts[a:b] for w, a, b in spans])
+        segment_ids = np.repeat(numbers, counts)
         starts = np.cumsum(counts) - counts  # chunk k's ids are positions firsts[k], ...
-        shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
+        shift = np.repeat((starts - firsts).astype(np.int32), counts)
         positions = np.arange(tokens.size, dtype=np.int32) - shift
         positions *= segment_ids > 0
         return PackedBatch(tokens, segment_ids.reshape(shape), positions.reshape(shape))
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        if self._rows:
-            wid, row, _ = self._rows[0]
-            at, number, epoch = self._marks[wid]
-            documents = self._docs.state_dict(at)
+        if self._windows:
+            window = self._windows[0]
+            number, row, epoch = window.number, window.row, window.epoch
+            documents = self._docs.state_dict(window.mark)
         else:  # every packed row handed out: the next window starts here
             number, row, epoch = self._next, 0, self._epoch
             if self._reading is not None:  # read again on resume
                 documents = self._docs.state_dict(self._reading.mark)
+            elif self._left is not None:  # documents read, in no window yet
+                documents = self._docs.state_dict(self._left[0].mark_before(self._left[1]))
             else:
-                documents = self._docs.state_dict(None if self._carry is None else self._carry[0])
+                documents = self._docs.state_dict()
         return {
-            "format": "openwebtext-batches/1",
+            "format": BATCHES_FORMAT,
             "seq_len": self.seq_len,
             "batch_size": self.batch_size,
             "documents": documents,
@@ -348,3 +437,18 @@ class BestFitBatches:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _window_ids(
+    parts: list[tuple[TokenRun, int, int]], pad_id: int, cap: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The ids of a window's documents end to end, then ``cap`` ids of padding (in a dtype
+    that holds both), and the documents' lengths."""
+    ids, lengths = [], []
+    for run, j, end in parts:
+        first = run.first_id(j)
+        ids.append(run.ids[first : run.first_id(end)])
+        lengths.append(np.diff(run.ends[j:end], prepend=first))
+    kind = np.result_type(*[a.dtype for a in ids], np.min_scalar_type(pad_id))
+    ids.append(np.full(cap, pad_id, dtype=kind))
+    return np.concatenate(ids, dtype=kind), np.concatenate(lengths)

@@ -204,6 +204,7 @@ class Stream:
         self._resumed = state is not None and self._reshard is None
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
+        self._runs = False  # token documents handed out a block's rest at a time
         self._rest = (
             None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
         )
@@ -251,8 +252,14 @@ class Stream:
 
     # -- the pipeline -----------------------------------------------------------
 
-    def documents(self) -> Generator[Any, None, None]:
-        """The documents, in order; closes the workers when done or closed."""
+    def documents(self, runs: bool = False) -> Generator[Any, None, None]:
+        """The documents, in order; closes the workers when done or closed.
+
+        Args:
+            runs: Token documents the rest of a block at a time, as ``(ids end to end, their
+                ends, where the first begins in its document)`` (the packers' ``TokenRun``).
+        """
+        self._runs = runs and self._dtype is not None
         opts = self.options
         take = opts.take
         if take == 0 or not self.corpus.units:
@@ -338,7 +345,11 @@ class Stream:
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
             before = self._counters.epoch_documents
             documents = self._piece_documents(pool, piece, before + piece.documents, take)
-            if piece.trim:  # a document cut across the checkpoint goes on from its offset
+            if piece.trim and self._runs:  # the run's first document is cut
+                for ids, ends, _ in documents:
+                    yield ids[piece.trim :], ends - piece.trim, piece.trim
+                    break
+            elif piece.trim:  # a document cut across the checkpoint goes on from its offset
                 for document in documents:
                     self.start = piece.trim
                     yield document._replace(tokens=document.tokens[piece.trim :])
@@ -416,7 +427,10 @@ class Stream:
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
                 sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
-                if self._dtype is not None:  # token ids: copied, since the slot will be reused
+                if self._runs:  # the block's rest at once, ids end to end (one copy)
+                    if stop > self._in_block:
+                        yield self._run(sources, offsets, counts, picks)
+                elif self._dtype is not None:  # token ids: copied, since the slot will be reused
                     frombuffer = np.frombuffer
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, dtype = sources[k]
@@ -443,6 +457,16 @@ class Stream:
                     return  # take or the target stopped us mid-block
         finally:
             gathered.close()
+
+    def _run(
+        self, sources: list[Any], offsets: list[int], counts: list[int], picks: Sequence[int]
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
+        """The ids of ``picks`` end to end, their ends, 0; moves the position past them."""
+        frombuffer = np.frombuffer
+        parts = [frombuffer(sources[k][0], sources[k][4], counts[k], offsets[k]) for k in picks]
+        ends = np.cumsum([counts[k] for k in picks], dtype=np.int64)
+        self._in_block += len(picks)
+        return np.concatenate(parts), ends, 0
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)

@@ -1,0 +1,87 @@
+"""What a packer needs of a running stream of token documents (``DocumentSource``), and the
+runs of documents it hands them out in (``TokenRun``).
+
+A packer (``Batches``, ``BestFitBatches``) never takes documents one by one: the stream hands
+out the rest of a block's documents at once, their ids end to end in one array, so that the
+packers' work is a few array operations per batch or window, not Python per document. A run
+knows the stream's mark before each of its documents (only the position in the block differs
+between them), so a packer's state is the same as if it had read them one at a time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+
+from openwebtext.stream.state import Mark, Stats
+
+__all__ = ["DocumentSource", "TokenRun"]
+
+
+class TokenRun(NamedTuple):
+    """Token documents handed out together, in stream order (``DocumentSource.next_run``).
+
+    All of them lie in one block of one epoch.
+    """
+
+    ids: np.ndarray[Any, Any]
+    """Their ids, end to end."""
+    ends: np.ndarray[Any, Any]
+    """Where each document ends in ``ids`` (int64, cumulative): document ``j`` is
+    ``ids[ends[j - 1]:ends[j]]``."""
+    start: int
+    """Where the first document's ids begin in that document: 0, but for one cut across a
+    resharded checkpoint of batches (its first ids were targets before)."""
+    before: Mark
+    """The stream's mark before the first document."""
+    after: Mark
+    """The stream's mark after the last document."""
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the documents."""
+        return self.after.epoch
+
+    def mark_before(self, j: int) -> Mark:
+        """The stream's mark before document ``j``: what ``mark()`` said just before it."""
+        if j == 0:
+            return self.before
+        return self.after._replace(in_block=self.after.in_block - len(self.ends) + j)
+
+    def first_id(self, j: int) -> int:
+        """Where document ``j`` begins in ``ids``."""
+        return 0 if j == 0 else int(self.ends[j - 1])
+
+
+class DocumentSource(Protocol):
+    """A running stream of token documents, as the packers read it (``DocumentIterator``)."""
+
+    def next_run(self) -> TokenRun:
+        """The next documents (``StopIteration`` at the end of the stream)."""
+        ...
+
+    def mark(self) -> Mark:
+        """Where the stream is now, after the last document handed out."""
+        ...
+
+    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
+        """The stream's state now, or at ``mark``."""
+        ...
+
+    def windows_ahead(self) -> list[tuple[int, int, int]]:
+        """In a resharded epoch of best-fit batches: the windows old ranks had begun that
+        this share hands out first, as ``(documents, number, rows handed out)``."""
+        ...
+
+    @property
+    def stats(self) -> Stats:
+        """The stream's counts so far."""
+        ...
+
+    def close(self) -> None:
+        """Stop the workers now."""
+        ...
