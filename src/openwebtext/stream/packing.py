@@ -50,6 +50,9 @@ WINDOW = 4096
 #: The stream of randomness of the row order (``plan`` uses 0 and 1).
 ROWS = 2
 
+#: Rows best fit makes at a time (batches are views of them).
+MADE_ROWS = 256
+
 
 class PackedBatch(NamedTuple):
     """A batch with its documents marked (``Loader.batches(segments=True)``), all (B, L + 1).
@@ -108,10 +111,11 @@ def best_fit_rows(
     # (the order of (room, row) pairs, as ints: there are fewer than m rows).
     m = len(lengths) + 1
     room: list[int] = []
-    rows = 0
+    # Items that fill a row come first (none smaller is placed before them): a row each.
+    rows = int(np.count_nonzero(lengths >= capacity))
     bisect_left, insort = bisect.bisect_left, bisect.insort
-    placed = []
-    for n in lengths[order].tolist():
+    placed = list(range(rows))
+    for n in lengths[order[rows:]].tolist():
         at = bisect_left(room, n * m)
         if at == len(room):
             row, left, rows = rows, capacity - n, rows + 1
@@ -155,10 +159,11 @@ class _Window:
     row: int
     """The next row to hand out (of the window's rows, in their seeded order)."""
     rows: int
-    ids: np.ndarray[Any, Any]
-    """Its documents' ids end to end, then a row of padding."""
+    sources: list[np.ndarray[Any, Any]]
+    """The ids of the runs its documents are in, then a row of padding."""
+    sourced: np.ndarray[Any, Any]
     starts: np.ndarray[Any, Any]
-    """Chunk k is ``ids[starts[k]:ends[k]]``."""
+    """Chunk k is ``sources[sourced[k]][starts[k]:ends[k]]``."""
     ends: np.ndarray[Any, Any]
     numbers: np.ndarray[Any, Any]
     """Of the chunk's document in its row, from 1 (0: padding)."""
@@ -168,6 +173,12 @@ class _Window:
     """The chunks of row ``skip + r`` are ``row_chunks[r]..row_chunks[r + 1]`` (``skip``:
     the window's first row not handed out when it was packed)."""
     skip: int
+    made: tuple[np.ndarray[Any, Any], ...] = ()
+    """Rows made ahead (tokens, and with segments their segment ids and positions)..."""
+    made_from: int = 0
+    """... from this row ..."""
+    made_to: int = 0
+    """... to this one."""
 
 
 class BestFitBatches:
@@ -213,10 +224,12 @@ class BestFitBatches:
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
         self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
         self._windows: deque[_Window] = deque()  # packed, with rows not handed out
+        self._rows_left = 0  # in them
         self._left: tuple[TokenRun, int] | None = None  # a run read, from its document j on
         self._ended = False
         self._reading: _Reading | None = None  # the window being read, not yet packed
         self._since = 0  # batches handed out since the last window was packed
+        self._ramp: np.ndarray[Any, Any] = np.zeros(0, np.int32)  # zeros, then 0, 1, 2, ...
         if self._skip:
             try:
                 self._fill()
@@ -284,7 +297,8 @@ class BestFitBatches:
             number, skip, self._next = self._next, 0, self._next + 1
         skip, self._skip = max(skip, self._skip), 0
         cap = self.seq_len + 1
-        ids, lengths = _window_ids(reading.parts, self.pad_id, cap)
+        sources, at_run, lengths = _window_sources(reading.parts)
+        sources.append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
         # A document longer than a row: row-sized pieces (one piece per shorter document).
         pieces = np.maximum(-(-lengths // cap), 1)
         document = np.repeat(np.arange(len(lengths)), pieces)
@@ -307,8 +321,13 @@ class BestFitBatches:
         kept = np.flatnonzero(at[row_of] >= skip)
         kept = kept[np.lexsort((placed[kept], at[row_of[kept]]))]  # by row, then as placed
         row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
-        pieces = (row, starts[kept], piece_lengths[kept], firsts[kept])
-        self._windows.append(self._window(reading.mark, own, skip, rows, ids, pieces))
+        # Where each piece is: its run's ids, and where in them.
+        starts = starts[kept]
+        which = np.searchsorted(at_run[0], starts, "right") - 1
+        starts += at_run[1][which] - at_run[0][which]
+        pieces = (row, which, starts, piece_lengths[kept], firsts[kept])
+        self._windows.append(self._window(reading.mark, own, skip, rows, sources, pieces))
+        self._rows_left += rows - skip
 
     def _window(
         self,
@@ -316,12 +335,12 @@ class BestFitBatches:
         own: tuple[int, int],
         skip: int,
         rows: int,
-        ids: np.ndarray[Any, Any],
+        sources: list[np.ndarray[Any, Any]],
         pieces: tuple[np.ndarray[Any, Any], ...],
     ) -> _Window:
-        """The ``_Window`` of rows ``skip..rows`` of the pieces ``(row, start, length, first)``
-        in ``ids``, row by row: each row's pieces, then its padding (the last ``cap`` ids)."""
-        row, start, length, first = pieces
+        """The ``_Window`` of rows ``skip..rows`` of the pieces ``(row, source, start, length,
+        first)``, row by row: each row's pieces, then its padding (``sources[-1]``)."""
+        row, which, start, length, first = pieces
         cap = self.seq_len + 1
         n = rows - skip
         per_row = np.bincount(row, minlength=n)
@@ -331,33 +350,33 @@ class BestFitBatches:
         chunk = np.arange(len(row)) + row  # piece i: after the pads of the rows before it
         in_row = chunk - row_chunks[row]
         chunks = int(row_chunks[-1])
-        starts = np.full(chunks, len(ids) - cap, dtype=np.int64)  # padding, unless a piece
-        ends = starts + cap
+        sourced = np.full(chunks, len(sources) - 1, dtype=np.int64)  # padding, unless a piece
+        starts = np.zeros(chunks, dtype=np.int64)
+        ends = np.full(chunks, cap, dtype=np.int64)
         numbers = np.zeros(chunks, dtype=np.int32)
         firsts = np.zeros(chunks, dtype=np.int64)
-        starts[chunk], ends[chunk], numbers[chunk], firsts[chunk] = (
-            start, start + length, in_row + 1, first
-        )
-        pads = row_chunks[1:] - 1
-        ends[pads] = starts[pads] + cap - used
-        return _Window(mark, *own, skip, rows, ids, starts, ends, numbers, firsts, row_chunks, skip)
+        sourced[chunk], starts[chunk], ends[chunk] = which, start, start + length
+        numbers[chunk], firsts[chunk] = in_row + 1, first
+        ends[row_chunks[1:] - 1] = cap - used
+        return _Window(
+            mark, *own, skip, rows, sources, sourced, starts, ends, numbers, firsts, row_chunks,
+            skip,
+        )  # fmt: skip
 
     def __next__(self) -> Any:
-        while self._rows_left() < self.batch_size and (
+        while self._rows_left < self.batch_size and (
             self._reading is not None or not self._ended or self._left is not None
         ):
             self._fill()
-        if self._rows_left() < self.batch_size:  # fewer rows than a batch left: dropped
+        if self._rows_left < self.batch_size:  # fewer rows than a batch left: dropped
             self.close()
             raise StopIteration
-        spans = []  # (window, first chunk, end chunk) of the batch's rows
+        parts = []  # the batch's rows, from one window or two
         need = self.batch_size
         while need:
             window = self._windows[0]
             take = min(need, window.rows - window.row)
-            r = window.row - window.skip
-            spans.append((window, int(window.row_chunks[r]), int(window.row_chunks[r + take])))
-            window.row += take
+            parts.append(self._rows(window, take))
             need -= take
             if window.row == window.rows:
                 self._windows.popleft()
@@ -367,32 +386,48 @@ class BestFitBatches:
         self._since += 1
         if self._read(self._since * self.batch_size * (self.seq_len + 1)):
             self._pack()
-        return self._batch(spans)
+        arrays = parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts)]
+        return PackedBatch(*arrays) if self.segments else arrays[0]
 
-    def _rows_left(self) -> int:
-        return sum(w.rows - w.row for w in self._windows)
+    def _rows(self, window: _Window, take: int) -> tuple[np.ndarray[Any, Any], ...]:
+        """The next ``take`` rows of ``window``, from the rows it made ahead."""
+        row = window.row
+        if row + take > window.made_to:  # make the next rows, a batch's at least
+            end = min(window.rows, row + max(take, MADE_ROWS))
+            window.made, window.made_from, window.made_to = self._make(window, row, end), row, end
+        window.row += take
+        self._rows_left -= take
+        at = row - window.made_from
+        return tuple(a[at : at + take] for a in window.made)
 
-    def _batch(self, spans: list[tuple[_Window, int, int]]) -> Any:
-        """The batch of the rows of ``spans``: their chunks one after another, made with one
-        concatenation (and, with segments, a few array operations over the whole batch)."""
-        chunks = []
-        for window, a, b in spans:
-            ids = window.ids
-            begin, end = window.starts[a:b].tolist(), window.ends[a:b].tolist()
-            chunks += [ids[i:j] for i, j in zip(begin, end, strict=True)]
-        shape = (self.batch_size, self.seq_len + 1)
+    def _make(self, window: _Window, row: int, end: int) -> tuple[np.ndarray[Any, Any], ...]:
+        """Rows ``row..end`` of ``window``: their chunks one after another, made with one
+        concatenation each (ids, and with segments positions) and one repeat (segment ids)."""
+        a, b = window.row_chunks[row - window.skip], window.row_chunks[end - window.skip]
+        shape = (end - row, self.seq_len + 1)
+        starts, ends = window.starts[a:b], window.ends[a:b]
+        ids, which = window.sources, window.sourced[a:b].tolist()
+        chunks = [
+            ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
+        ]
         tokens = np.concatenate(chunks, dtype=self.dtype).reshape(shape)
         if not self.segments:
-            return tokens
-        counts = np.concatenate([w.ends[a:b] - w.starts[a:b] for w, a, b in spans])
-        numbers = np.concatenate([w.numbers[a:b] for w, a, b in spans])
-        firsts = np.concatenate([w.firsts[a:b] for w, a, b in spans])
-        segment_ids = np.repeat(numbers, counts)
-        starts = np.cumsum(counts) - counts  # chunk k's ids are positions firsts[k], ...
-        shift = np.repeat((starts - firsts).astype(np.int32), counts)
-        positions = np.arange(tokens.size, dtype=np.int32) - shift
-        positions *= segment_ids > 0
-        return PackedBatch(tokens, segment_ids.reshape(shape), positions.reshape(shape))
+            return (tokens,)
+        counts, numbers = ends - starts, window.numbers[a:b]
+        segment_ids = np.repeat(numbers, counts).reshape(shape)
+        # Positions: slices of a ramp 0, 1, 2, ... (after a run of zeros for the padding).
+        cap = self.seq_len + 1
+        firsts = np.where(numbers > 0, window.firsts[a:b] + cap, 0)
+        longest = int(firsts.max()) + cap
+        if len(self._ramp) < longest:
+            self._ramp = np.concatenate(
+                [np.zeros(cap, np.int32), np.arange(longest - cap, dtype=np.int32)]
+            )
+        ramp = self._ramp
+        ends = firsts + counts
+        pieces = [ramp[i:j] for i, j in zip(firsts.tolist(), ends.tolist(), strict=True)]
+        positions = np.concatenate(pieces).reshape(shape)
+        return tokens, segment_ids, positions
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
@@ -439,16 +474,19 @@ class BestFitBatches:
         self.close()
 
 
-def _window_ids(
-    parts: list[tuple[TokenRun, int, int]], pad_id: int, cap: int
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """The ids of a window's documents end to end, then ``cap`` ids of padding (in a dtype
-    that holds both), and the documents' lengths."""
-    ids, lengths = [], []
+def _window_sources(
+    parts: list[tuple[TokenRun, int, int]],
+) -> tuple[list[np.ndarray[Any, Any]], tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]], Any]:
+    """The ids of the runs a window's documents are in; where each part begins among the
+    window's ids end to end and in its run's ids; the documents' lengths."""
+    sources, lengths, begins, firsts = [], [], [], []
+    at = 0
     for run, j, end in parts:
         first = run.first_id(j)
-        ids.append(run.ids[first : run.first_id(end)])
+        sources.append(run.ids)
         lengths.append(np.diff(run.ends[j:end], prepend=first))
-    kind = np.result_type(*[a.dtype for a in ids], np.min_scalar_type(pad_id))
-    ids.append(np.full(cap, pad_id, dtype=kind))
-    return np.concatenate(ids, dtype=kind), np.concatenate(lengths)
+        begins.append(at)
+        firsts.append(first)
+        at += run.first_id(end) - first
+    at_run = (np.asarray(begins, dtype=np.int64), np.asarray(firsts, dtype=np.int64))
+    return sources, at_run, np.concatenate(lengths)

@@ -462,8 +462,16 @@ class Stream:
         self, sources: list[Any], offsets: list[int], counts: list[int], picks: Sequence[int]
     ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
         """The ids of ``picks`` end to end, their ends, 0; moves the position past them."""
-        frombuffer = np.frombuffer
-        parts = [frombuffer(sources[k][0], sources[k][4], counts[k], offsets[k]) for k in picks]
+        units: dict[int, np.ndarray[Any, Any]] = {}  # a unit's ids, by its source (one tuple)
+        parts = []
+        for k in picks:
+            source = sources[k]
+            ids = units.get(id(source))
+            if ids is None:
+                view, dtype = source[0], source[4]
+                ids = units[id(source)] = np.frombuffer(view, dtype, len(view) // dtype.itemsize)
+            first = offsets[k] // ids.itemsize
+            parts.append(ids[first : first + counts[k]])
         ends = np.cumsum([counts[k] for k in picks], dtype=np.int64)
         self._in_block += len(picks)
         return np.concatenate(parts), ends, 0
