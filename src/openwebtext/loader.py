@@ -30,6 +30,7 @@ from openwebtext.stream import (
     Mark,
     PackedBatch,
     Packing,
+    RunParts,
     Stats,
     Stream,
     TokenRun,
@@ -256,7 +257,7 @@ class DocumentIterator:
         """The loaded ``options.tokenizer`` (None: the iterator hands out text)."""
         self._stream = Stream(corpus, options, tokenizer, state=state, as_tuples=as_tuples)
         self._gen = self._stream.documents()
-        self._runs: Generator[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int], None, None] | None = None
+        self._runs: Generator[RunParts, None, None] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         # The generator itself: ``for`` then resumes it directly, with no

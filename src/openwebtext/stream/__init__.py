@@ -24,6 +24,7 @@ from openwebtext.stream.schema import (
     Position,
     Rule,
 )
+from openwebtext.stream.source import DocumentSource, RunParts, TokenRun
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -32,7 +33,6 @@ from openwebtext.stream.state import (
     load_state,
     resume_options,
 )
-from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.stream import Stream
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "Packing",
     "Position",
     "Rule",
+    "RunParts",
     "Stats",
     "Stream",
     "TokenRun",

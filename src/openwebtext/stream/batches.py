@@ -24,11 +24,10 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
-from openwebtext.records import TokenDocument
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
 from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
-from openwebtext.stream.state import Mark, Stats
+from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["BatchIterator", "Batches", "batches_start", "check_sizes"]
@@ -176,8 +175,8 @@ class Batches:
             numbers.append(np.arange(number + j0, number + j1))
         # A few array ops per batch: piece k's ids are document k at positions firsts[k], ...
         counts = np.concatenate(lengths)
-        number = np.concatenate(numbers)
-        documents = np.repeat((number - number[0]).astype(np.int32), counts)
+        numbered = np.concatenate(numbers)
+        documents = np.repeat((numbered - numbered[0]).astype(np.int32), counts)
         starts = np.cumsum(counts) - counts  # where each piece begins in the batch
         shift = np.repeat((starts - np.concatenate(firsts)).astype(np.int32), counts)
         positions = np.arange(len(documents), dtype=np.int32) - shift

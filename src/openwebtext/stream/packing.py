@@ -386,7 +386,9 @@ class BestFitBatches:
         self._since += 1
         if self._read(self._since * self.batch_size * (self.seq_len + 1)):
             self._pack()
-        arrays = parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts)]
+        arrays = (
+            parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts, strict=True)]
+        )
         return PackedBatch(*arrays) if self.segments else arrays[0]
 
     def _rows(self, window: _Window, take: int) -> tuple[np.ndarray[Any, Any], ...]:

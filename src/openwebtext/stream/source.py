@@ -16,7 +16,10 @@ import numpy as np
 
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = ["DocumentSource", "TokenRun"]
+__all__ = ["DocumentSource", "RunParts", "TokenRun"]
+
+#: What a stream hands out a run as: its ids end to end, their ends, where the first begins.
+RunParts = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]
 
 
 class TokenRun(NamedTuple):
