@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from openwebtext.stream import BestFitBatches, TokenRun
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.counters import Counters
-from openwebtext.stream.packing import best_fit, best_fit_rows
+from openwebtext.stream.fitting import best_fit, best_fit_rows
 from openwebtext.stream.state import Mark, Stats
 from packing_oracle import best_fit_batches, best_fit_lists, concat_batches
 

@@ -11,14 +11,19 @@ handed out in an order seeded by the window's epoch and number in it. A state is
 stream's state at the start of a window and the rows of that window already handed out:
 resuming reads the window again and packs it the same way (the window is rebuilt, never
 stored). A resharded epoch's share first packs the windows old ranks had begun (their
-documents, numbers and rows handed out come from the stream: ``_windows_ahead``), skipping
+documents, numbers and rows handed out come from the stream: ``windows_ahead``), skipping
 those rows, then its own windows.
+
+The work is a few array operations per window and per 256 rows, none per document: the stream
+hands documents out in runs (``source.TokenRun``), the bins are chosen on the pieces' lengths
+alone (``best_fit_rows``, the one loop left in Python, per piece), and the rows are made by
+one concatenation of their pieces' slices (and of slices of a ramp for the positions).
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -27,6 +32,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
+from openwebtext.stream.fitting import Rows, best_fit, fit
 from openwebtext.stream.schema import BATCHES_FORMAT, BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
@@ -90,45 +96,6 @@ def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.append(where, rows * length).astype(np.int32)
 
 
-def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
-    """Rows of item indices: items longest first, each into the open row with the least room
-    that holds it (a new row if none does). ``lengths`` are at most ``capacity``."""
-    row_of, order = best_fit_rows(np.asarray(lengths, dtype=np.int64), capacity)
-    rows: list[list[int]] = [[] for _ in range(int(row_of.max()) + 1 if len(row_of) else 0)]
-    for k in order.tolist():
-        rows[row_of[k]].append(k)
-    return rows
-
-
-def best_fit_rows(
-    lengths: np.ndarray[Any, Any], capacity: int
-) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``best_fit`` as arrays: the row of each item (rows numbered as opened) and the order
-    the items were placed in (a row holds its items in that order)."""
-    order = np.argsort(-lengths, kind="stable")  # longest first, ties in their order
-    row_of = np.empty(len(lengths), dtype=np.int64)
-    # The open rows as room left * m + row, sorted: least room first, then the first row
-    # (the order of (room, row) pairs, as ints: there are fewer than m rows).
-    m = len(lengths) + 1
-    room: list[int] = []
-    # Items that fill a row come first (none smaller is placed before them): a row each.
-    rows = int(np.count_nonzero(lengths >= capacity))
-    bisect_left, insort = bisect.bisect_left, bisect.insort
-    placed = list(range(rows))
-    for n in lengths[order[rows:]].tolist():
-        at = bisect_left(room, n * m)
-        if at == len(room):
-            row, left, rows = rows, capacity - n, rows + 1
-        else:
-            left, row = divmod(room.pop(at), m)
-            left -= n
-        placed.append(row)
-        if left > 0:
-            insort(room, left * m + row)
-    row_of[order] = placed
-    return row_of, order
-
-
 @dataclass
 class _Reading:
     """A window of documents being read (``BestFitBatches``), packed once whole."""
@@ -148,31 +115,16 @@ class _Reading:
 
 @dataclass
 class _Window:
-    """A packed window's rows not yet handed out (``BestFitBatches``): each row a run of
-    chunks of ``ids`` (its documents' pieces, then its padding), as arrays over the chunks."""
+    """A packed window with rows not handed out (``BestFitBatches``)."""
 
     mark: Mark
     """Where the stream was before its first document."""
     number: int
     """The own window number a state at it says (and its epoch)."""
     epoch: int
+    fitted: Rows
     row: int
     """The next row to hand out (of the window's rows, in their seeded order)."""
-    rows: int
-    sources: list[np.ndarray[Any, Any]]
-    """The ids of the runs its documents are in, then a row of padding."""
-    sourced: np.ndarray[Any, Any]
-    starts: np.ndarray[Any, Any]
-    """Chunk k is ``sources[sourced[k]][starts[k]:ends[k]]``."""
-    ends: np.ndarray[Any, Any]
-    numbers: np.ndarray[Any, Any]
-    """Of the chunk's document in its row, from 1 (0: padding)."""
-    firsts: np.ndarray[Any, Any]
-    """Where the chunk begins in its document (0: padding)."""
-    row_chunks: np.ndarray[Any, Any]
-    """The chunks of row ``skip + r`` are ``row_chunks[r]..row_chunks[r + 1]`` (``skip``:
-    the window's first row not handed out when it was packed)."""
-    skip: int
     made: tuple[np.ndarray[Any, Any], ...] = ()
     """Rows made ahead (tokens, and with segments their segment ids and positions)..."""
     made_from: int = 0
@@ -229,7 +181,6 @@ class BestFitBatches:
         self._ended = False
         self._reading: _Reading | None = None  # the window being read, not yet packed
         self._since = 0  # batches handed out since the last window was packed
-        self._ramp: np.ndarray[Any, Any] = np.zeros(0, np.int32)  # zeros, then 0, 1, 2, ...
         if self._skip:
             try:
                 self._fill()
@@ -297,71 +248,20 @@ class BestFitBatches:
             number, skip, self._next = self._next, 0, self._next + 1
         skip, self._skip = max(skip, self._skip), 0
         cap = self.seq_len + 1
-        sources, at_run, lengths = _window_sources(reading.parts)
-        sources.append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
-        # A document longer than a row: row-sized pieces (one piece per shorter document).
-        pieces = np.maximum(-(-lengths // cap), 1)
-        document = np.repeat(np.arange(len(lengths)), pieces)
-        firsts = (np.arange(len(document)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * cap
-        piece_lengths = np.minimum(lengths[document] - firsts, cap)
-        starts = (np.cumsum(lengths) - lengths)[document] + firsts
-        row_of, order = best_fit_rows(piece_lengths, cap)
-        rows = int(row_of.max()) + 1
-        if rows < skip:
+        documents, lengths = _documents(reading.parts)
+        documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
+        try:
+            fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip)
+        except StateError:
             self.close()
-            raise StateError(f"bad batches state: row {skip} of a window of {rows} rows")
-        if rows == skip:
-            return
-        # Row r in the window's seeded order is row shuffled[r] as best fit opened them.
-        shuffled = permutation(rows, self.seed, ROWS, epoch, number)
-        at = np.empty(rows, dtype=np.int64)
-        at[np.asarray(shuffled)] = np.arange(rows)
-        placed = np.empty(len(order), dtype=np.int64)
-        placed[order] = np.arange(len(order))
-        kept = np.flatnonzero(at[row_of] >= skip)
-        kept = kept[np.lexsort((placed[kept], at[row_of[kept]]))]  # by row, then as placed
-        row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
-        # Where each piece is: its run's ids, and where in them.
-        starts = starts[kept]
-        which = np.searchsorted(at_run[0], starts, "right") - 1
-        starts += at_run[1][which] - at_run[0][which]
-        pieces = (row, which, starts, piece_lengths[kept], firsts[kept])
-        self._windows.append(self._window(reading.mark, own, skip, rows, sources, pieces))
-        self._rows_left += rows - skip
+            raise
+        if fitted is not None:
+            self._windows.append(_Window(reading.mark, *own, fitted, skip))
+            self._rows_left += fitted.rows - skip
 
-    def _window(
-        self,
-        mark: Mark,
-        own: tuple[int, int],
-        skip: int,
-        rows: int,
-        sources: list[np.ndarray[Any, Any]],
-        pieces: tuple[np.ndarray[Any, Any], ...],
-    ) -> _Window:
-        """The ``_Window`` of rows ``skip..rows`` of the pieces ``(row, source, start, length,
-        first)``, row by row: each row's pieces, then its padding (``sources[-1]``)."""
-        row, which, start, length, first = pieces
-        cap = self.seq_len + 1
-        n = rows - skip
-        per_row = np.bincount(row, minlength=n)
-        used = np.bincount(row, weights=length, minlength=n).astype(np.int64)
-        row_chunks = np.zeros(n + 1, dtype=np.int64)  # a row's chunks: its pieces and a pad
-        np.cumsum(per_row + 1, out=row_chunks[1:])
-        chunk = np.arange(len(row)) + row  # piece i: after the pads of the rows before it
-        in_row = chunk - row_chunks[row]
-        chunks = int(row_chunks[-1])
-        sourced = np.full(chunks, len(sources) - 1, dtype=np.int64)  # padding, unless a piece
-        starts = np.zeros(chunks, dtype=np.int64)
-        ends = np.full(chunks, cap, dtype=np.int64)
-        numbers = np.zeros(chunks, dtype=np.int32)
-        firsts = np.zeros(chunks, dtype=np.int64)
-        sourced[chunk], starts[chunk], ends[chunk] = which, start, start + length
-        numbers[chunk], firsts[chunk] = in_row + 1, first
-        ends[row_chunks[1:] - 1] = cap - used
-        return _Window(
-            mark, *own, skip, rows, sources, sourced, starts, ends, numbers, firsts, row_chunks,
-            skip,
-        )  # fmt: skip
+    def _seeded(self, epoch: int, number: int) -> Callable[[int], Sequence[int]]:
+        """The order of the rows of window ``number`` of ``epoch``, given their count."""
+        return lambda rows: permutation(rows, self.seed, ROWS, epoch, number)
 
     def __next__(self) -> Any:
         while self._rows_left < self.batch_size and (
@@ -375,10 +275,10 @@ class BestFitBatches:
         need = self.batch_size
         while need:
             window = self._windows[0]
-            take = min(need, window.rows - window.row)
+            take = min(need, window.fitted.rows - window.row)
             parts.append(self._rows(window, take))
             need -= take
-            if window.row == window.rows:
+            if window.row == window.fitted.rows:
                 self._windows.popleft()
         self._batches += 1
         # Read the next window as the rows go, an id read for each id handed out, so that the
@@ -395,41 +295,13 @@ class BestFitBatches:
         """The next ``take`` rows of ``window``, from the rows it made ahead."""
         row = window.row
         if row + take > window.made_to:  # make the next rows, a batch's at least
-            end = min(window.rows, row + max(take, MADE_ROWS))
-            window.made, window.made_from, window.made_to = self._make(window, row, end), row, end
+            end = min(window.fitted.rows, row + max(take, MADE_ROWS))
+            window.made = window.fitted.make(row, end, self.dtype, self.segments)
+            window.made_from, window.made_to = row, end
         window.row += take
         self._rows_left -= take
         at = row - window.made_from
         return tuple(a[at : at + take] for a in window.made)
-
-    def _make(self, window: _Window, row: int, end: int) -> tuple[np.ndarray[Any, Any], ...]:
-        """Rows ``row..end`` of ``window``: their chunks one after another, made with one
-        concatenation each (ids, and with segments positions) and one repeat (segment ids)."""
-        a, b = window.row_chunks[row - window.skip], window.row_chunks[end - window.skip]
-        shape = (end - row, self.seq_len + 1)
-        starts, ends = window.starts[a:b], window.ends[a:b]
-        ids, which = window.sources, window.sourced[a:b].tolist()
-        chunks = [
-            ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
-        ]
-        tokens = np.concatenate(chunks, dtype=self.dtype).reshape(shape)
-        if not self.segments:
-            return (tokens,)
-        counts, numbers = ends - starts, window.numbers[a:b]
-        segment_ids = np.repeat(numbers, counts).reshape(shape)
-        # Positions: slices of a ramp 0, 1, 2, ... (after a run of zeros for the padding).
-        cap = self.seq_len + 1
-        firsts = np.where(numbers > 0, window.firsts[a:b] + cap, 0)
-        longest = int(firsts.max()) + cap
-        if len(self._ramp) < longest:
-            self._ramp = np.concatenate(
-                [np.zeros(cap, np.int32), np.arange(longest - cap, dtype=np.int32)]
-            )
-        ramp = self._ramp
-        ends = firsts + counts
-        pieces = [ramp[i:j] for i, j in zip(firsts.tolist(), ends.tolist(), strict=True)]
-        positions = np.concatenate(pieces).reshape(shape)
-        return tokens, segment_ids, positions
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
@@ -476,19 +348,21 @@ class BestFitBatches:
         self.close()
 
 
-def _window_sources(
+def _documents(
     parts: list[tuple[TokenRun, int, int]],
-) -> tuple[list[np.ndarray[Any, Any]], tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]], Any]:
-    """The ids of the runs a window's documents are in; where each part begins among the
-    window's ids end to end and in its run's ids; the documents' lengths."""
-    sources, lengths, begins, firsts = [], [], [], []
-    at = 0
-    for run, j, end in parts:
-        first = run.first_id(j)
+) -> tuple[
+    tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    np.ndarray[Any, Any],
+]:
+    """A window's documents as ``fitting.fit`` takes them: ``(the runs' ids, the run of each
+    document, where it begins in the run's ids)``, and their lengths."""
+    sources, source, starts, lengths = [], [], [], []
+    for k, (run, j, end) in enumerate(parts):
         sources.append(run.ids)
-        lengths.append(np.diff(run.ends[j:end], prepend=first))
-        begins.append(at)
-        firsts.append(first)
-        at += run.first_id(end) - first
-    at_run = (np.asarray(begins, dtype=np.int64), np.asarray(firsts, dtype=np.int64))
-    return sources, at_run, np.concatenate(lengths)
+        begins = np.empty(end - j, dtype=np.int64)
+        begins[0], begins[1:] = run.first_id(j), run.ends[j : end - 1]
+        starts.append(begins)
+        lengths.append(run.ends[j:end] - begins)
+        source.append(np.full(end - j, k, dtype=np.int64))
+    located = (sources, np.concatenate(source), np.concatenate(starts))
+    return located, np.concatenate(lengths)
