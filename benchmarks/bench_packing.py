@@ -68,18 +68,19 @@ class MemoryRuns:
     and ``BestFitBatches`` call on their document iterator, at the cost of a list index
     (``state_dict`` is not needed here)."""
 
-    def __init__(self, runs: list[TokenRun], mark: Mark) -> None:
-        self._runs, self._at, self._end = runs, 0, mark
+    def __init__(self, runs: tuple[list[TokenRun], list[TokenRun]], mark: Mark) -> None:
+        self._runs, self._at, self._end = runs, 0, mark  # (as the units lie, in order)
 
-    def next_run(self) -> TokenRun:
-        at = self._at
-        if at == len(self._runs):
+    def next_run(self, in_order: bool = False) -> TokenRun:
+        at, runs = self._at, self._runs[in_order]
+        if at == len(runs):
             raise StopIteration
         self._at = at + 1
-        return self._runs[at]
+        return runs[at]
 
     def mark(self) -> Mark:
-        return self._runs[self._at].before if self._at < len(self._runs) else self._end
+        runs = self._runs[0]
+        return runs[self._at].before if self._at < len(runs) else self._end
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
         return {}
@@ -139,15 +140,17 @@ def cost_child(args: argparse.Namespace) -> None:
     """Read the documents once, then time every packing's consumer CPU; one line of JSON."""
     start = time.perf_counter()
     loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0)
-    runs = []
-    with loader.iter() as stream:
-        tokenizer = stream.tokenizer
-        while True:
-            try:
-                runs.append(stream.next_run())
-            except StopIteration:
-                break
-        end = stream.mark()
+    laid: tuple[list[TokenRun], list[TokenRun]] = ([], [])
+    for in_order, runs in enumerate(laid):
+        with loader.iter() as stream:
+            tokenizer = stream.tokenizer
+            while True:
+                try:
+                    runs.append(stream.next_run(in_order=bool(in_order)))
+                except StopIteration:
+                    break
+            end = stream.mark()
+    runs = laid[0]
     report: dict[str, Any] = {
         "documents": sum(len(run) for run in runs),
         "ids": sum(len(run.ids) for run in runs),
@@ -159,7 +162,7 @@ def cost_child(args: argparse.Namespace) -> None:
     for seq_len, packing, segments in configs:  # untimed: batch counts, shares, hashes
         entry = report["runs"].setdefault(str(seq_len), {})[run_name(packing, segments)] = {}
         shares, digest, count = Shares(), hashlib.sha256(), 0
-        for batch in packer(MemoryRuns(runs, end), tokenizer, seq_len, args,
+        for batch in packer(MemoryRuns(laid, end), tokenizer, seq_len, args,
                             packing, segments):  # fmt: skip
             count += 1
             if segments:
@@ -174,7 +177,7 @@ def cost_child(args: argparse.Namespace) -> None:
             entry["sha256"] = digest.hexdigest()
     for round_number in range(args.cost_rounds):
         for seq_len, packing, segments in rotated(configs, round_number):
-            packed = packer(MemoryRuns(runs, end), tokenizer, seq_len, args,
+            packed = packer(MemoryRuns(laid, end), tokenizer, seq_len, args,
                             packing, segments)  # fmt: skip
             gc.collect()
             began = time.process_time()

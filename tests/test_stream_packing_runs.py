@@ -39,16 +39,22 @@ class Runs:
         self.documents, self.cuts, self.at = documents, cuts, 0
         self.closed = False
 
-    def next_run(self) -> TokenRun:
+    def next_run(self, in_order: bool = False) -> TokenRun:
         if self.at >= len(self.documents):
             raise StopIteration
         size = max(1, self.cuts.pop(0) if self.cuts else len(self.documents))
         docs = self.documents[self.at : self.at + size]
         before = mark_at(self.at)
         self.at += len(docs)
+        # The ids as a block's units hold them: not in the order the documents go out.
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
-        ids = np.concatenate([*docs, np.zeros(0, np.uint16)]).astype(np.uint16)
-        return TokenRun(ids, np.cumsum(lengths), 0, before, mark_at(self.at))
+        laid = list(range(len(docs)))
+        if not in_order:
+            laid.sort(key=lambda j: (j * 7) % (len(docs) + 1))
+        ids = np.concatenate([np.zeros(3, np.uint16), *[docs[j] for j in laid]])
+        starts = np.empty(len(docs), dtype=np.int64)
+        starts[laid] = 3 + np.cumsum(lengths[laid]) - lengths[laid]
+        return TokenRun(ids, starts, lengths, 0, before, mark_at(self.at))
 
     def mark(self) -> Mark:
         return mark_at(self.at)
@@ -134,6 +140,16 @@ def test_best_fit_rows_is_the_bisect_over_lists(sizes: list[int], capacity: int)
     row_of, order = best_fit_rows(np.asarray(sizes, dtype=np.int64), capacity)
     assert sorted(order.tolist()) == list(range(len(sizes)))
     assert all(row_of.tolist().count(r) for r in set(row_of.tolist()))
+
+
+def test_a_run_laid_out_of_order_gives_its_documents_end_to_end() -> None:
+    documents = documents_of([3, 0, 5, 2])
+    run = Runs(documents, [4]).next_run()
+    assert run.starts.tolist() != [3, 6, 6, 11]  # not in order
+    ids, ends = run.end_to_end()
+    assert ids.tolist() == list(range(10)) and ends.tolist() == [3, 3, 8, 10]
+    ordered = Runs(documents, [4]).next_run(in_order=True)
+    assert ordered.end_to_end()[0].tolist() == list(range(10))
 
 
 @pytest.mark.parametrize("cut", [1, 3, 100])

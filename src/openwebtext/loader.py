@@ -267,10 +267,14 @@ class DocumentIterator:
     def __next__(self) -> Any:
         return next(self._gen)
 
-    def next_run(self) -> TokenRun:
-        """The next token documents, the rest of a block at a time, their ids end to end (what
-        the packers read: ``stream.DocumentSource``). An iterator hands out its documents
+    def next_run(self, in_order: bool = False) -> TokenRun:
+        """The next token documents, the rest of a block at a time, their ids in one array
+        (what the packers read: ``stream.DocumentSource``). An iterator hands out its documents
         either one by one or in runs: once ``next_run`` is called, ``next()`` is over.
+
+        Args:
+            in_order: Lay the ids out one document after another, in the order they go out
+                (else as the block's units hold them: one copy less).
 
         Raises:
             StopIteration: the stream ended.
@@ -285,8 +289,9 @@ class DocumentIterator:
             self._gen.close()  # never started: its workers were never opened
             self._runs = self._stream.documents(runs=True)
         before = self._stream.mark()
-        ids, ends, start = next(self._runs)
-        return TokenRun(ids, ends, start, before, self._stream.mark())
+        self._stream.runs_in_order = in_order
+        ids, starts, lengths, start = next(self._runs)
+        return TokenRun(ids, starts, lengths, start, before, self._stream.mark())
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that this

@@ -17,7 +17,7 @@ stream ends (fewer than a batch) are dropped.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -104,9 +104,10 @@ class Batches:
             raise
         self.seq_len = seq_len
         self.batch_size = batch_size
-        # Runs of documents not yet fully handed out in batches, each with where its ids begin
-        # among the ids read by this iterator and the number of its first document.
-        self._pending: deque[tuple[TokenRun, int, int]] = deque()
+        # Runs of documents not yet fully handed out in batches: each run's ids end to end,
+        # where each document ends in them, where they begin among the ids read by this
+        # iterator, and the number of its first document.
+        self._pending: deque[_Run] = deque()
         offset = 0 if start is None else start.offset
         self._head = offset  # where the next batch starts among the ids read
         self._read = self._numbered = 0  # ids and documents read
@@ -120,33 +121,35 @@ class Batches:
         need = self.seq_len * self.batch_size + 1
         while self._read - self._head < need:
             try:
-                run = self._docs.next_run()
+                run = self._docs.next_run(in_order=True)
             except StopIteration:
                 self.close()
                 raise
-            self._pending.append((run, self._read, self._numbered))
-            self._read += len(run.ids)
+            ids, ends = run.end_to_end()
+            self._pending.append(_Run(run, ids, ends, self._read, self._numbered))
+            self._read += len(ids)
             self._numbered += len(run)
         spans = self._spans(need)
-        run, lo, hi, _ = spans[0]
-        flat = run.ids[lo:hi]
+        first, lo, hi, _ = spans[0]
+        flat = first.ids[lo:hi]
         if len(spans) > 1:
-            flat = np.concatenate([run.ids[lo:hi] for run, lo, hi, _ in spans])
+            flat = np.concatenate([span.ids[lo:hi] for span, lo, hi, _ in spans])
         tokens = overlapping_rows(flat, self.seq_len, self.dtype)
         batch = self._segmented(tokens, spans) if self.segments else tokens
         # Drop the runs whose ids all lie before the next batch's start.
         self._head += need - 1
-        while self._pending and self._pending[0][1] + len(self._pending[0][0].ids) <= self._head:
+        while self._pending and self._pending[0].first + len(self._pending[0].ids) <= self._head:
             self._pending.popleft()
         self._batches += 1
         return batch
 
-    def _spans(self, need: int) -> list[tuple[TokenRun, int, int, int]]:
+    def _spans(self, need: int) -> list[tuple[_Run, int, int, int]]:
         """The next ``need`` ids: ``(run, from, to, its first document's number)`` in its
         ids, one after another."""
         spans = []
         at, left = self._head, need
-        for run, first, number in self._pending:
+        for run in self._pending:
+            first, number = run.first, run.number
             lo = at - first
             hi = min(len(run.ids), lo + left)
             if hi > lo:
@@ -157,7 +160,7 @@ class Batches:
         return spans
 
     def _segmented(
-        self, tokens: np.ndarray[Any, Any], spans: list[tuple[TokenRun, int, int, int]]
+        self, tokens: np.ndarray[Any, Any], spans: list[tuple[_Run, int, int, int]]
     ) -> PackedBatch:
         """The batch of ``tokens`` with its documents and positions (``segments=True``)."""
         lengths, firsts, numbers = [], [], []  # of each document's piece in this batch
@@ -166,12 +169,12 @@ class Batches:
             j0 = int(np.searchsorted(ends, lo, "right"))  # the documents of ids lo..hi
             j1 = int(np.searchsorted(ends, hi - 1, "right")) + 1
             begins = np.empty(j1 - j0, np.int64)  # where they begin in the run's ids
-            begins[0], begins[1:] = run.first_id(j0), ends[j0 : j1 - 1]
+            begins[0], begins[1:] = run.begin(j0), ends[j0 : j1 - 1]
             pieces = np.maximum(begins, lo)
             lengths.append(np.minimum(ends[j0:j1], hi) - pieces)
             firsts.append(pieces - begins)
             if j0 == 0:  # a document cut across a resharded checkpoint goes on
-                firsts[-1][0] += run.start
+                firsts[-1][0] += run.run.start
             numbers.append(np.arange(number + j0, number + j1))
         # A few array ops per batch: piece k's ids are document k at positions firsts[k], ...
         counts = np.concatenate(lengths)
@@ -190,9 +193,9 @@ class Batches:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
         if self._pending:  # the document the next batch starts in
-            run, first, _ = self._pending[0]
-            j = int(np.searchsorted(run.ends, self._head - first, "right"))
-            mark, offset = run.mark_before(j), self._head - first - run.first_id(j)
+            run = self._pending[0]
+            j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
+            mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
         documents = self._docs.state_dict(mark)
         return {
             "format": BATCHES_FORMAT,
@@ -217,6 +220,23 @@ class Batches:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Run(NamedTuple):
+    """A run of documents read by ``Batches``, their ids end to end."""
+
+    run: TokenRun
+    ids: np.ndarray[Any, Any]
+    ends: np.ndarray[Any, Any]
+    """Where each document ends in ``ids``."""
+    first: int
+    """Where ``ids`` begin among the ids read."""
+    number: int
+    """Of the first document, among the documents read."""
+
+    def begin(self, j: int) -> int:
+        """Where document ``j`` begins in ``ids``."""
+        return 0 if j == 0 else int(self.ends[j - 1])
 
 
 def overlapping_rows(

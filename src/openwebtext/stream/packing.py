@@ -226,7 +226,7 @@ class BestFitBatches:
             end = min(len(run), j + reading.size - reading.documents)
             reading.parts.append((run, j, end))
             reading.documents += end - j
-            reading.count += run.first_id(end) - run.first_id(j)
+            reading.count += int(run.lengths[j:end].sum())
             self._left = (run, end) if end < len(run) else None
         return reading.documents >= reading.size
 
@@ -356,13 +356,8 @@ def _documents(
 ]:
     """A window's documents as ``fitting.fit`` takes them: ``(the runs' ids, the run of each
     document, where it begins in the run's ids)``, and their lengths."""
-    sources, source, starts, lengths = [], [], [], []
-    for k, (run, j, end) in enumerate(parts):
-        sources.append(run.ids)
-        begins = np.empty(end - j, dtype=np.int64)
-        begins[0], begins[1:] = run.first_id(j), run.ends[j : end - 1]
-        starts.append(begins)
-        lengths.append(run.ends[j:end] - begins)
-        source.append(np.full(end - j, k, dtype=np.int64))
-    located = (sources, np.concatenate(source), np.concatenate(starts))
-    return located, np.concatenate(lengths)
+    sources = [run.ids for run, _, _ in parts]
+    source = np.repeat(np.arange(len(parts)), [end - j for _, j, end in parts])
+    starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
+    lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
+    return (sources, source, starts), lengths

@@ -18,21 +18,23 @@ from openwebtext.stream.state import Mark, Stats
 
 __all__ = ["DocumentSource", "RunParts", "TokenRun"]
 
-#: What a stream hands out a run as: its ids end to end, their ends, where the first begins.
-RunParts = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]
+#: What a stream hands out a run as: ``TokenRun``'s ids, starts, lengths and start.
+RunParts = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], int]
 
 
 class TokenRun(NamedTuple):
     """Token documents handed out together, in stream order (``DocumentSource.next_run``).
 
-    All of them lie in one block of one epoch.
+    All of them lie in one block of one epoch. Their ids are copied out of the block's units
+    as the units hold them (not in the order the documents are handed out): document ``j``
+    is ``ids[starts[j]:starts[j] + lengths[j]]``.
     """
 
     ids: np.ndarray[Any, Any]
-    """Their ids, end to end."""
-    ends: np.ndarray[Any, Any]
-    """Where each document ends in ``ids`` (int64, cumulative): document ``j`` is
-    ``ids[ends[j - 1]:ends[j]]``."""
+    starts: np.ndarray[Any, Any]
+    """Where each document begins in ``ids`` (int64)."""
+    lengths: np.ndarray[Any, Any]
+    """Each document's ids (int64)."""
     start: int
     """Where the first document's ids begin in that document: 0, but for one cut across a
     resharded checkpoint of batches (its first ids were targets before)."""
@@ -42,7 +44,7 @@ class TokenRun(NamedTuple):
     """The stream's mark after the last document."""
 
     def __len__(self) -> int:
-        return len(self.ends)
+        return len(self.lengths)
 
     @property
     def epoch(self) -> int:
@@ -53,18 +55,24 @@ class TokenRun(NamedTuple):
         """The stream's mark before document ``j``: what ``mark()`` said just before it."""
         if j == 0:
             return self.before
-        return self.after._replace(in_block=self.after.in_block - len(self.ends) + j)
+        return self.after._replace(in_block=self.after.in_block - len(self.lengths) + j)
 
-    def first_id(self, j: int) -> int:
-        """Where document ``j`` begins in ``ids``."""
-        return 0 if j == 0 else int(self.ends[j - 1])
+    def end_to_end(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The documents' ids one after another, and where each ends in them."""
+        starts, lengths = self.starts, self.lengths
+        ends = np.cumsum(lengths)
+        if len(starts) and (starts[1:] == starts[:-1] + lengths[:-1]).all():  # in order
+            return self.ids[starts[0] : starts[0] + (ends[-1] if len(ends) else 0)], ends
+        bounds = zip(starts.tolist(), (starts + lengths).tolist(), strict=True)
+        return np.concatenate([self.ids[:0], *[self.ids[a:b] for a, b in bounds]]), ends
 
 
 class DocumentSource(Protocol):
     """A running stream of token documents, as the packers read it (``DocumentIterator``)."""
 
-    def next_run(self) -> TokenRun:
-        """The next documents (``StopIteration`` at the end of the stream)."""
+    def next_run(self, in_order: bool = False) -> TokenRun:
+        """The next documents (``StopIteration`` at the end of the stream); with
+        ``in_order``, their ids one after another in the order they go out."""
         ...
 
     def mark(self) -> Mark:

@@ -16,6 +16,7 @@ tuple, and keeps its position in an attribute as the loop's own target.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
@@ -45,6 +46,7 @@ from openwebtext.stream.epochs import (
 )
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.source import RunParts
 from openwebtext.stream.state import (
     Counters,
     Mark,
@@ -205,6 +207,7 @@ class Stream:
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
         self._runs = False  # token documents handed out a block's rest at a time
+        self.runs_in_order = False  # ... their ids one after another as they go out
         self._rest = (
             None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
         )
@@ -346,8 +349,10 @@ class Stream:
             before = self._counters.epoch_documents
             documents = self._piece_documents(pool, piece, before + piece.documents, take)
             if piece.trim and self._runs:  # the run's first document is cut
-                for ids, ends, _ in documents:
-                    yield ids[piece.trim :], ends - piece.trim, piece.trim
+                for ids, starts, lengths, _ in documents:
+                    starts[0] += piece.trim
+                    lengths[0] -= piece.trim
+                    yield ids, starts, lengths, piece.trim
                     break
             elif piece.trim:  # a document cut across the checkpoint goes on from its offset
                 for document in documents:
@@ -429,7 +434,7 @@ class Stream:
                 sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
                 if self._runs:  # the block's rest at once, ids end to end (one copy)
                     if stop > self._in_block:
-                        yield self._run(sources, offsets, counts, picks)
+                        yield self._run(block, picks)
                 elif self._dtype is not None:  # token ids: copied, since the slot will be reused
                     frombuffer = np.frombuffer
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
@@ -458,23 +463,35 @@ class Stream:
         finally:
             gathered.close()
 
-    def _run(
-        self, sources: list[Any], offsets: list[int], counts: list[int], picks: Sequence[int]
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], int]:
-        """The ids of ``picks`` end to end, their ends, 0; moves the position past them."""
-        units: dict[int, np.ndarray[Any, Any]] = {}  # a unit's ids, by its source (one tuple)
-        parts = []
-        for k in picks:
-            source = sources[k]
-            ids = units.get(id(source))
-            if ids is None:
-                view, dtype = source[0], source[4]
-                ids = units[id(source)] = np.frombuffer(view, dtype, len(view) // dtype.itemsize)
-            first = offsets[k] // ids.itemsize
-            parts.append(ids[first : first + counts[k]])
-        ends = np.cumsum([counts[k] for k in picks], dtype=np.int64)
+    def _run(self, block: blocks.Block, picks: Sequence[int]) -> RunParts:
+        """The documents ``picks`` of ``block`` (copied: the slots will be reused), as their
+        ids, where each begins in them, their lengths, 0; moves the position past them. The
+        ids are the units' as they lie (one copy), or with ``runs_in_order`` the documents'
+        one after another in the order they go out (one gather)."""
+        sources, counts, itemsize = block.sources, block.counts, block.dtype.itemsize
+        offsets = np.asarray(block.offsets, dtype=np.int64)
+        ends = offsets + np.asarray(counts, dtype=np.int64) * itemsize
+        # A unit's documents are consecutive and share its source tuple.
+        ident = np.fromiter(map(id, sources), dtype=np.int64, count=len(sources))
+        firsts = np.flatnonzero(np.diff(ident, prepend=ident[0] - 1)).tolist()
+        units, at = [], 0
+        unit = np.empty(len(sources), dtype=np.int64)  # each document's unit
+        begins = np.empty(len(sources), dtype=np.int64)  # and where it begins in it
+        for u, (a, b) in enumerate(zip(firsts, [*firsts[1:], len(sources)], strict=True)):
+            view, dtype = sources[a][0], sources[a][4]
+            low, high = int(offsets[a:b].min()), int(ends[a:b].max())
+            units.append(np.frombuffer(view, dtype, (high - low) // itemsize, low))
+            unit[a:b], begins[a:b] = u, (offsets[a:b] - low) // itemsize + at
+            at += (high - low) // itemsize
         self._in_block += len(picks)
-        return np.concatenate(parts), ends, 0
+        chosen = np.asarray(picks, dtype=np.int64)
+        lengths = np.asarray(counts, dtype=np.int64)[chosen]
+        if not self.runs_in_order:
+            return np.concatenate(units), begins[chosen], lengths, 0
+        begins -= np.asarray([0, *itertools.accumulate(len(u) for u in units)])[unit]
+        where = zip(unit[chosen].tolist(), begins[chosen].tolist(), lengths.tolist(), strict=True)
+        ids = np.concatenate([units[0][:0], *[units[u][b : b + n] for u, b, n in where]])
+        return ids, np.cumsum(lengths) - lengths, lengths, 0
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)
