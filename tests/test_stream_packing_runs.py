@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openwebtext.stream import BestFitBatches, TokenRun
+from openwebtext.stream import BestFitBatches, TokenRun, packing
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.fitting import best_fit, best_fit_rows
@@ -182,3 +182,16 @@ def _start(state: dict[str, Any]) -> Any:
         window_epoch = state["window_epoch"]
 
     return Start()
+
+
+def test_best_fit_packs_a_window_ahead_at_most(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Documents go into a window as rows go (an id read for one handed out), not a run at a
+    time: a long run is not packed window after window ahead of the batches."""
+    packed = []
+    seeded = packing.permutation
+    monkeypatch.setattr(packing, "permutation", lambda *a: packed.append(a) or seeded(*a))
+    documents = documents_of([11] * 400)  # a row each (seq_len 10), 8 rows a window
+    packer = BestFitBatches(Runs(documents, [400]), 10, 2, seed=0, pad_id=PAD, window=8)
+    for k, _ in enumerate(packer, 1):
+        assert len(packed) <= k * 2 // 8 + 2
+    assert k == 200 and len(packed) == 50

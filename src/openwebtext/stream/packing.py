@@ -177,7 +177,8 @@ class BestFitBatches:
         self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
         self._windows: deque[_Window] = deque()  # packed, with rows not handed out
         self._rows_left = 0  # in them
-        self._left: tuple[TokenRun, int] | None = None  # a run read, from its document j on
+        # A run read, from its document j on (and where each of its documents ends).
+        self._left: tuple[TokenRun, int, np.ndarray[Any, Any]] | None = None
         self._ended = False
         self._reading: _Reading | None = None  # the window being read, not yet packed
         self._since = 0  # batches handed out since the last window was packed
@@ -214,20 +215,24 @@ class BestFitBatches:
         while reading.documents < reading.size and (enough is None or reading.count < enough):
             if self._left is None:
                 try:
-                    self._left = (self._docs.next_run(), 0)
+                    run = self._docs.next_run()
+                    self._left = (run, 0, np.cumsum(run.lengths))
                 except StopIteration:
                     self._ended = True
                     return True
-            run, j = self._left
+            run, j, ends = self._left
             if reading.epoch is not None and run.epoch != reading.epoch:  # the next epoch's
                 reading.size = reading.documents
                 return True
             reading.epoch = run.epoch
             end = min(len(run), j + reading.size - reading.documents)
+            begin = int(ends[j - 1]) if j else 0
+            if enough is not None:  # as many as hold enough ids, an id read for one handed out
+                end = min(end, int(np.searchsorted(ends, begin + enough - reading.count)) + 1)
             reading.parts.append((run, j, end))
             reading.documents += end - j
-            reading.count += int(run.lengths[j:end].sum())
-            self._left = (run, end) if end < len(run) else None
+            reading.count += int(ends[end - 1]) - begin
+            self._left = (run, end, ends) if end < len(run) else None
         return reading.documents >= reading.size
 
     def _pack(self) -> None:
