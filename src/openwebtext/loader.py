@@ -274,7 +274,8 @@ class DocumentIterator:
 
         Args:
             in_order: Lay the ids out one document after another, in the order they go out
-                (else as the block's units hold them: one copy less).
+                (else as the block's units hold them: one copy less). The first call's
+                choice holds for the iterator's life.
 
         Raises:
             StopIteration: the stream ended.
@@ -287,9 +288,8 @@ class DocumentIterator:
             if inspect.getgeneratorstate(self._gen) != inspect.GEN_CREATED:
                 raise ValueError("documents were taken one by one: runs cannot follow")
             self._gen.close()  # never started: its workers were never opened
-            self._runs = self._stream.documents(runs=True)
+            self._runs = self._stream.documents(runs="in order" if in_order else "units")
         before = self._stream.mark()
-        self._stream.runs_in_order = in_order
         ids, starts, lengths, start = next(self._runs)
         return TokenRun(ids, starts, lengths, start, before, self._stream.mark())
 

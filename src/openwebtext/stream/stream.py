@@ -16,7 +16,6 @@ tuple, and keeps its position in an attribute as the loop's own target.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
@@ -46,7 +45,6 @@ from openwebtext.stream.epochs import (
 )
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.schema import DocumentState
-from openwebtext.stream.source import RunParts
 from openwebtext.stream.state import (
     Counters,
     Mark,
@@ -206,8 +204,7 @@ class Stream:
         self._resumed = state is not None and self._reshard is None
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
-        self._runs = False  # token documents handed out a block's rest at a time
-        self.runs_in_order = False  # ... their ids one after another as they go out
+        self._runs: str | None = None  # token documents handed out a block's rest at a time
         self._rest = (
             None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
         )
@@ -255,14 +252,9 @@ class Stream:
 
     # -- the pipeline -----------------------------------------------------------
 
-    def documents(self, runs: bool = False) -> Generator[Any, None, None]:
-        """The documents, in order; closes the workers when done or closed.
-
-        Args:
-            runs: Token documents the rest of a block at a time, as ``(ids end to end, their
-                ends, where the first begins in its document)`` (the packers' ``TokenRun``).
-        """
-        self._runs = runs and self._dtype is not None
+    def documents(self, runs: str | None = None) -> Generator[Any, None, None]:
+        """The documents in order (``runs``: "units" or "in order", see ``Block.token_run``)."""
+        self._runs = runs if self._dtype is not None else None
         opts = self.options
         take = opts.take
         if take == 0 or not self.corpus.units:
@@ -348,18 +340,8 @@ class Stream:
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
             before = self._counters.epoch_documents
             documents = self._piece_documents(pool, piece, before + piece.documents, take)
-            if piece.trim and self._runs:  # the run's first document is cut
-                for ids, starts, lengths, _ in documents:
-                    starts[0] += piece.trim
-                    lengths[0] -= piece.trim
-                    yield ids, starts, lengths, piece.trim
-                    break
-            elif piece.trim:  # a document cut across the checkpoint goes on from its offset
-                for document in documents:
-                    self.start = piece.trim
-                    yield document._replace(tokens=document.tokens[piece.trim :])
-                    self.start = 0
-                    break
+            if piece.trim:  # a document cut across the checkpoint goes on from its offset
+                yield from _cut_first(documents, piece.trim, self)
             yield from documents
             if piece.repeat:
                 self._counters = self._counters.repeated(before)
@@ -432,9 +414,9 @@ class Stream:
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
                 sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
-                if self._runs:  # the block's rest at once, ids end to end (one copy)
-                    if stop > self._in_block:
-                        yield self._run(block, picks)
+                if self._runs and stop > self._in_block:  # the block's rest at once
+                    self._in_block = stop  # (as if its documents went out one by one)
+                    yield block.token_run(picks, self._runs == "in order")
                 elif self._dtype is not None:  # token ids: copied, since the slot will be reused
                     frombuffer = np.frombuffer
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
@@ -463,38 +445,23 @@ class Stream:
         finally:
             gathered.close()
 
-    def _run(self, block: blocks.Block, picks: Sequence[int]) -> RunParts:
-        """The documents ``picks`` of ``block`` (copied: the slots will be reused), as their
-        ids, where each begins in them, their lengths, 0; moves the position past them. The
-        ids are the units' as they lie (one copy), or with ``runs_in_order`` the documents'
-        one after another in the order they go out (one gather)."""
-        sources, counts, itemsize = block.sources, block.counts, block.dtype.itemsize
-        offsets = np.asarray(block.offsets, dtype=np.int64)
-        ends = offsets + np.asarray(counts, dtype=np.int64) * itemsize
-        # A unit's documents are consecutive and share its source tuple.
-        ident = np.fromiter(map(id, sources), dtype=np.int64, count=len(sources))
-        firsts = np.flatnonzero(np.diff(ident, prepend=ident[0] - 1)).tolist()
-        units, at = [], 0
-        unit = np.empty(len(sources), dtype=np.int64)  # each document's unit
-        begins = np.empty(len(sources), dtype=np.int64)  # and where it begins in it
-        for u, (a, b) in enumerate(zip(firsts, [*firsts[1:], len(sources)], strict=True)):
-            view, dtype = sources[a][0], sources[a][4]
-            low, high = int(offsets[a:b].min()), int(ends[a:b].max())
-            units.append(np.frombuffer(view, dtype, (high - low) // itemsize, low))
-            unit[a:b], begins[a:b] = u, (offsets[a:b] - low) // itemsize + at
-            at += (high - low) // itemsize
-        self._in_block += len(picks)
-        chosen = np.asarray(picks, dtype=np.int64)
-        lengths = np.asarray(counts, dtype=np.int64)[chosen]
-        if not self.runs_in_order:
-            return np.concatenate(units), begins[chosen], lengths, 0
-        begins -= np.asarray([0, *itertools.accumulate(len(u) for u in units)])[unit]
-        where = zip(unit[chosen].tolist(), begins[chosen].tolist(), lengths.tolist(), strict=True)
-        ids = np.concatenate([units[0][:0], *[units[u][b : b + n] for u, b, n in where]])
-        return ids, np.cumsum(lengths) - lengths, lengths, 0
-
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)
+
+
+def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:
+    """The first of ``documents`` (or of a run's) less its first ``trim`` ids (``stream.start``
+    says so while it is handed out)."""
+    for document in documents:
+        if stream._runs:  # a run (RunParts)
+            ids, starts, lengths, _ = document
+            starts[0], lengths[0] = starts[0] + trim, lengths[0] - trim
+            yield ids, starts, lengths, trim
+        else:
+            stream.start = trim
+            yield document._replace(tokens=document.tokens[trim:])
+            stream.start = 0
+        break
 
 
 def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:
