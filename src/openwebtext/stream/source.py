@@ -2,8 +2,9 @@
 runs of documents it hands them out in (``TokenRun``).
 
 A packer (``Batches``, ``BestFitBatches``) never takes documents one by one: the stream hands
-out the rest of a block's documents at once, their ids end to end in one array, so that the
-packers' work is a few array operations per batch or window, not Python per document. A run
+out the rest of a block's documents at once, their ids copied out of the block in one array
+(as its units hold them, or in hand-out order), so that the packers' work is a few array
+operations per batch or window, not Python per document. A run
 knows the stream's mark before each of its documents (only the position in the block differs
 between them), so a packer's state is the same as if it had read them one at a time.
 """
