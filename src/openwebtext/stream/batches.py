@@ -126,7 +126,8 @@ class Batches:
                 self.close()
                 raise
             ids, ends = run.end_to_end()
-            self._pending.append(_Run(run, ids, ends, self._read, self._numbered))
+            marked = _marked(ends, run.start) if self.segments else ()
+            self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))
             self._read += len(ids)
             self._numbered += len(run)
         spans = self._spans(need)
@@ -162,27 +163,15 @@ class Batches:
     def _segmented(
         self, tokens: np.ndarray[Any, Any], spans: list[tuple[_Run, int, int, int]]
     ) -> PackedBatch:
-        """The batch of ``tokens`` with its documents and positions (``segments=True``)."""
-        lengths, firsts, numbers = [], [], []  # of each document's piece in this batch
-        for run, lo, hi, number in spans:
-            ends = run.ends
-            j0 = int(np.searchsorted(ends, lo, "right"))  # the documents of ids lo..hi
-            j1 = int(np.searchsorted(ends, hi - 1, "right")) + 1
-            begins = np.empty(j1 - j0, np.int64)  # where they begin in the run's ids
-            begins[0], begins[1:] = run.begin(j0), ends[j0 : j1 - 1]
-            pieces = np.maximum(begins, lo)
-            lengths.append(np.minimum(ends[j0:j1], hi) - pieces)
-            firsts.append(pieces - begins)
-            if j0 == 0:  # a document cut across a resharded checkpoint goes on
-                firsts[-1][0] += run.run.start
-            numbers.append(np.arange(number + j0, number + j1))
-        # A few array ops per batch: piece k's ids are document k at positions firsts[k], ...
-        counts = np.concatenate(lengths)
-        numbered = np.concatenate(numbers)
-        documents = np.repeat((numbered - numbered[0]).astype(np.int32), counts)
-        starts = np.cumsum(counts) - counts  # where each piece begins in the batch
-        shift = np.repeat((starts - np.concatenate(firsts)).astype(np.int32), counts)
-        positions = np.arange(len(documents), dtype=np.int32) - shift
+        """The batch of ``tokens`` with its documents and positions (``segments=True``): slices
+        of its runs' (``_Run.marked``)."""
+        if len(spans) == 1:
+            run, lo, hi, _ = spans[0]
+            documents, positions = run.marked[0][lo:hi], run.marked[1][lo:hi]
+        else:  # documents numbered on from one run to the next
+            first = spans[0][3]
+            documents = np.concatenate([r.marked[0][a:b] + (n - first) for r, a, b, n in spans])
+            positions = np.concatenate([r.marked[1][a:b] for r, a, b, _ in spans])
         return segmented(
             tokens,
             overlapping_rows(documents, self.seq_len),
@@ -233,10 +222,24 @@ class _Run(NamedTuple):
     """Where ``ids`` begin among the ids read."""
     number: int
     """Of the first document, among the documents read."""
+    marked: tuple[np.ndarray[Any, Any], ...]
+    """With segments: each id's document (from 0 in the run) and position in it (int32)."""
 
     def begin(self, j: int) -> int:
         """Where document ``j`` begins in ``ids``."""
         return 0 if j == 0 else int(self.ends[j - 1])
+
+
+def _marked(ends: np.ndarray[Any, Any], start: int) -> tuple[np.ndarray[Any, Any], ...]:
+    """Each id's document and its position in it, of documents ending at ``ends`` (the
+    first's ids begin at ``start`` in it)."""
+    lengths = np.diff(ends, prepend=0)
+    documents = np.repeat(np.arange(len(ends), dtype=np.int32), lengths)
+    positions = np.arange(len(documents), dtype=np.int32)
+    positions -= np.repeat((ends - lengths).astype(np.int32), lengths)
+    if len(ends):
+        positions[: ends[0]] += start
+    return documents, positions
 
 
 def overlapping_rows(
