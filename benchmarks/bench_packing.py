@@ -3,9 +3,9 @@
 Two measurements, for each seq_len (1024, 2048) and packing:
 
 - **cost** (packing alone): one child reads the corpus's GPT-2 token documents once into
-  memory (``Loader.iter()``, with the marks the stream took before each of them), then packs
+  memory (the runs ``DocumentIterator.next_run`` hands out, with their marks), then packs
   them through ``Batches`` / ``BestFitBatches`` over a stand-in for the document iterator that
-  hands out the held documents (``MemoryDocuments``): no worker, no reading, no tokenizing.
+  hands out the held runs (``MemoryRuns``): no worker, no reading, no tokenizing.
   The consumer's CPU time (``time.process_time``) of a whole epoch of batches is taken for
   every packing in turn, ``--cost-rounds`` rounds, the order rotated each round. Reported per
   batch (median and range over rounds) and as a ratio to plain concat in the same round. The
@@ -46,7 +46,8 @@ import numpy as np
 from openwebtext import Loader
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.packing import BestFitBatches
-from openwebtext.stream.state import Stats
+from openwebtext.stream.source import TokenRun
+from openwebtext.stream.state import Mark, Stats
 
 RUNS = (("concat", False), ("concat", True), ("bestfit", False), ("bestfit", True))
 EOT = 50256  # GPT-2's end-of-text id
@@ -62,36 +63,30 @@ def rotated(runs: list[Any], round_number: int) -> list[Any]:
     return runs[k:] + runs[:k]
 
 
-class MemoryDocuments:
-    """``batches.TokenDocuments`` over documents held in memory: what ``Batches`` and
-    ``BestFitBatches`` call on their document iterator, at the cost of a list index.
+class MemoryRuns:
+    """A ``stream.DocumentSource`` over runs of documents held in memory: what ``Batches``
+    and ``BestFitBatches`` call on their document iterator, at the cost of a list index
+    (``state_dict`` is not needed here)."""
 
-    ``marks[k]`` is the mark the stream took before document ``k`` (``marks[-1]``: after the
-    last), so best fit sees the epochs it would; ``state_dict`` is not needed here.
-    """
+    def __init__(self, runs: tuple[list[TokenRun], list[TokenRun]], mark: Mark) -> None:
+        self._runs, self._at, self._end = runs, 0, mark  # (as the units lie, in order)
 
-    def __init__(self, documents: list[Any], marks: list[Any]) -> None:
-        self._documents, self._marks, self._at = documents, marks, 0
-
-    def __next__(self) -> Any:
-        at = self._at
-        if at == len(self._documents):
+    def next_run(self, in_order: bool = False) -> TokenRun:
+        at, runs = self._at, self._runs[in_order]
+        if at == len(runs):
             raise StopIteration
         self._at = at + 1
-        return self._documents[at]
+        return runs[at]
 
-    def mark(self) -> Any:
-        return self._marks[self._at]
+    def mark(self) -> Mark:
+        runs = self._runs[0]
+        return runs[self._at].before if self._at < len(runs) else self._end
 
-    def state_dict(self, mark: Any = None) -> dict[str, Any]:
+    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
         return {}
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:
         return []  # not a resharded epoch
-
-    @property
-    def start(self) -> int:
-        return 0
 
     @property
     def stats(self) -> Stats:
@@ -102,7 +97,7 @@ class MemoryDocuments:
 
 
 def packer(
-    documents: MemoryDocuments, tokenizer: Any, seq_len: int, args: argparse.Namespace,
+    documents: MemoryRuns, tokenizer: Any, seq_len: int, args: argparse.Namespace,
     packing: str, segments: bool,
 ) -> Batches | BestFitBatches:  # fmt: skip
     """What ``Loader.batches`` makes (seed 0, int64, pad_id the end-of-text id)."""
@@ -145,18 +140,20 @@ def cost_child(args: argparse.Namespace) -> None:
     """Read the documents once, then time every packing's consumer CPU; one line of JSON."""
     start = time.perf_counter()
     loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0)
-    documents, marks = [], []
-    with loader.iter() as stream:
-        tokenizer = stream.tokenizer
-        while True:
-            marks.append(stream.mark())
-            try:
-                documents.append(next(stream))
-            except StopIteration:
-                break
+    laid: tuple[list[TokenRun], list[TokenRun]] = ([], [])
+    for in_order, runs in enumerate(laid):
+        with loader.iter() as stream:
+            tokenizer = stream.tokenizer
+            while True:
+                try:
+                    runs.append(stream.next_run(in_order=bool(in_order)))
+                except StopIteration:
+                    break
+            end = stream.mark()
+    runs = laid[0]
     report: dict[str, Any] = {
-        "documents": len(documents),
-        "ids": sum(len(d.tokens) for d in documents),
+        "documents": sum(len(run) for run in runs),
+        "ids": sum(len(run.ids) for run in runs),
         "read_s": time.perf_counter() - start,
         "runs": {},
     }
@@ -165,7 +162,7 @@ def cost_child(args: argparse.Namespace) -> None:
     for seq_len, packing, segments in configs:  # untimed: batch counts, shares, hashes
         entry = report["runs"].setdefault(str(seq_len), {})[run_name(packing, segments)] = {}
         shares, digest, count = Shares(), hashlib.sha256(), 0
-        for batch in packer(MemoryDocuments(documents, marks), tokenizer, seq_len, args,
+        for batch in packer(MemoryRuns(laid, end), tokenizer, seq_len, args,
                             packing, segments):  # fmt: skip
             count += 1
             if segments:
@@ -180,7 +177,7 @@ def cost_child(args: argparse.Namespace) -> None:
             entry["sha256"] = digest.hexdigest()
     for round_number in range(args.cost_rounds):
         for seq_len, packing, segments in rotated(configs, round_number):
-            packed = packer(MemoryDocuments(documents, marks), tokenizer, seq_len, args,
+            packed = packer(MemoryRuns(laid, end), tokenizer, seq_len, args,
                             packing, segments)  # fmt: skip
             gc.collect()
             began = time.process_time()

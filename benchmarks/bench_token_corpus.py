@@ -1,29 +1,37 @@
 """``Loader.batches`` over a token corpus against ``np.memmap`` slicing of the same file.
 
 Usage: python benchmarks/bench_token_corpus.py [TRAIN_BIN] [--tokens 50_000_000]
-    [--seq-len 1024] [--batch-size 8] [--rounds 3] [--workers 0 2]
+    [--seq-len 1024] [--batch-size 8] [--rounds 5] [--workers 0 2] [--json]
 
 Without a file, writes one: ``--tokens`` GPT-2-sized ids (uint16) in documents of a
 log-normal length (median ~700, mean ~1,100 ids, as OpenWebText's), each ending with 50256,
-plus its Megatron ``.idx``. Times, per round, whole passes over the file (tokens/s of
-batches of ``batch_size x (seq_len + 1)`` int64 ids handed to the caller):
+plus its Megatron ``.idx``. Times whole passes over the file (the loader's set-up included)
+handing int64 batches of ``batch_size x (seq_len + 1)`` ids to the caller:
 
-- memmap, sequential: nanoGPT-style rows cut from ``np.memmap`` in file order (``astype``
-  int64), the floor of any loader of this file;
+- memmap rows (the floor, issue 37): rows cut from ``np.memmap`` in file order, each converted
+  to int64 on its own (``np.asarray(ids[i*L : i*L+L+1], dtype=np.int64)``);
+- memmap batches: the same rows a batch at a time (``sliding_window_view``, ``astype``);
 - memmap, random: nanoGPT's ``get_batch`` (random offsets, rows stacked);
 - ``Loader.batches`` concat, and best fit with segments, ``workers`` 0 and 2: seeded
   shuffle, exact resume and shares included.
+
+Rounds alternate the cases (the order rotated each round); each case's time is divided by the
+floor's of the same round, and the median of those ratios is printed, of wall time and of the
+process's CPU time (steadier on a shared machine). To compare two versions of the library, run
+this script alternately with ``PYTHONPATH`` pointing at each one's ``src``.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import json
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +53,15 @@ def write_tokens(folder: Path, tokens: int, seed: int = 0) -> Path:
     ids.tofile(path)
     (folder / "train.idx").write_bytes(megatron_index(ends, ids.dtype))
     return path
+
+
+def memmap_rows(path: Path, seq_len: int, batch: int) -> int:
+    """The floor: rows cut from the memory map in file order, converted one by one."""
+    ids = np.memmap(path, dtype=np.uint16, mode="r")
+    tokens = 0
+    for i in range((len(ids) - 1) // seq_len):
+        tokens += np.asarray(ids[i * seq_len : i * seq_len + seq_len + 1], dtype=np.int64).size
+    return tokens
 
 
 def memmap_sequential(path: Path, seq_len: int, batch: int) -> int:
@@ -82,15 +99,26 @@ def loader_batches(path: Path, seq_len: int, batch: int, workers: int, packing: 
     return tokens
 
 
-def timed(run: Callable[[], int], rounds: int) -> tuple[float, int]:
-    """The median seconds of ``rounds`` runs (after one warm-up) and the tokens of one."""
-    tokens = run()
-    seconds = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        seconds.append(time.perf_counter() - start)
-    return statistics.median(seconds), tokens
+def rounds(cases: list[tuple[str, Callable[[], int]]], count: int) -> dict[str, dict[str, Any]]:
+    """Each case once per round (after one warm-up each), the order rotated; per case the
+    median wall and CPU seconds, its ids, and the medians of its ratios to the first case
+    (the floor) of the same round."""
+    runs: dict[str, dict[str, Any]] = {
+        name: {"ids": run(), "wall": [], "cpu": []} for name, run in cases
+    }
+    for r in range(count):
+        for name, run in cases[r % len(cases) :] + cases[: r % len(cases)]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            runs[name]["wall"].append(time.perf_counter() - wall)
+            runs[name]["cpu"].append(time.process_time() - cpu)
+    floor = {kind: list(runs[cases[0][0]][kind]) for kind in ("wall", "cpu")}
+    for entry in runs.values():
+        for kind in ("wall", "cpu"):
+            ratios = [a / b for a, b in zip(entry[kind], floor[kind], strict=True)]
+            entry[f"{kind}_ratio"] = statistics.median(ratios)
+            entry[kind] = statistics.median(entry[kind])
+    return runs
 
 
 def main() -> None:
@@ -99,8 +127,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=50_000_000)
     parser.add_argument("--seq-len", type=int, default=1024)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--json", action="store_true", help="also print one line of JSON")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.train_bin or write_tokens(Path(tmp), args.tokens)
@@ -108,7 +137,8 @@ def main() -> None:
         print(f"{path}: {size // 2:,} ids, seq_len {args.seq_len}, batch {args.batch_size}")
         s, b = args.seq_len, args.batch_size
         cases: list[tuple[str, Callable[[], int]]] = [
-            ("memmap, sequential", lambda: memmap_sequential(path, s, b)),
+            ("memmap rows, int64 one by one (the floor)", lambda: memmap_rows(path, s, b)),
+            ("memmap batches (sliding_window_view)", lambda: memmap_sequential(path, s, b)),
             ("memmap, random (nanoGPT)", lambda: memmap_random(path, s, b)),
         ]
         for workers in args.workers:
@@ -116,14 +146,15 @@ def main() -> None:
                 name = f"Loader.batches {packing}{' +segments' if packing == 'bestfit' else ''}"
                 case = functools.partial(loader_batches, path, s, b, workers, packing)
                 cases.append((f"{name}, workers={workers}", case))
-        floor = None
-        print("| case | s | M tokens/s | ÷ memmap sequential |\n|---|---|---|---|")
-        for name, run in cases:
-            seconds, tokens = timed(run, args.rounds)
-            rate = tokens / seconds
-            floor = floor or seconds
-            print(f"| {name} | {seconds:.2f} | {rate / 1e6:.1f} | {seconds / floor:.2f} |",
-                  flush=True)  # fmt: skip
+        runs = rounds(cases, args.rounds)
+        print("| case | wall s | CPU s | M ids/s (wall) | wall ÷ floor | CPU ÷ floor |")
+        print("|---|---|---|---|---|---|")
+        for name, entry in runs.items():
+            rate = entry["ids"] / entry["wall"] / 1e6
+            print(f"| {name} | {entry['wall']:.3f} | {entry['cpu']:.3f} | {rate:.1f} | "
+                  f"{entry['wall_ratio']:.2f} | {entry['cpu_ratio']:.2f} |")  # fmt: skip
+        if args.json:
+            print(json.dumps(runs))
 
 
 if __name__ == "__main__":

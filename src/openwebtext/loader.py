@@ -9,8 +9,9 @@ the workers early.
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Literal, overload
 
@@ -30,9 +31,11 @@ from openwebtext.stream import (
     Mark,
     PackedBatch,
     Packing,
+    RunParts,
     Stateful,
     Stats,
     Stream,
+    TokenRun,
     ahead,
     batches_start,
     check_in_run,
@@ -196,7 +199,6 @@ class Loader:
             self.corpus, self.options, state=None if start is None else start.documents
         )
         assert documents.tokenizer is not None
-        done = 0 if start is None else start.batches
         if packing == "bestfit":
             return BestFitBatches(
                 documents,
@@ -207,9 +209,7 @@ class Loader:
                 dtype=dtype,
                 segments=segments,
                 window=window,
-                start=(0, 0, 0, None)
-                if start is None
-                else (start.window_number, start.row, done, start.window_epoch),
+                start=start,
             )
         return Batches(
             documents,
@@ -217,9 +217,8 @@ class Loader:
             seq_len,
             batch_size,
             dtype=dtype,
-            offset=0 if start is None else start.offset,
-            batches=done,
             segments=segments,
+            start=start,
         )
 
     def __iter__(self) -> Iterator[Document]:
@@ -268,6 +267,7 @@ class DocumentIterator:
         """The loaded ``options.tokenizer`` (None: the iterator hands out text)."""
         self._stream = Stream(corpus, options, tokenizer, state=state, as_tuples=as_tuples)
         self._gen = self._stream.documents()
+        self._runs: Generator[RunParts, None, None] | None = None
 
     def __iter__(self) -> Iterator[Any]:
         # The generator itself: ``for`` then resumes it directly, with no
@@ -277,20 +277,42 @@ class DocumentIterator:
     def __next__(self) -> Any:
         return next(self._gen)
 
-    def _windows_ahead(self) -> list[tuple[int, int, int]]:
+    def next_run(self, in_order: bool = False) -> TokenRun:
+        """The next token documents, the rest of a block at a time, their ids in one array
+        (what the packers read: ``stream.DocumentSource``). An iterator hands out its documents
+        either one by one or in runs: once ``next_run`` is called, ``next()`` is over.
+
+        Args:
+            in_order: Lay the ids out one document after another, in the order they go out
+                (else as the block's units hold them: one copy less). The first call's
+                choice holds for the iterator's life.
+
+        Raises:
+            StopIteration: the stream ended.
+            ValueError: documents were taken one by one before, or the iterator has no
+                tokenizer.
+        """
+        if self._runs is None:
+            if self.tokenizer is None:
+                raise ValueError("runs of token documents need a tokenizer")
+            if inspect.getgeneratorstate(self._gen) != inspect.GEN_CREATED:
+                raise ValueError("documents were taken one by one: runs cannot follow")
+            self._gen.close()  # never started: its workers were never opened
+            self._runs = self._stream.documents(runs="in order" if in_order else "units")
+        before = self._stream.mark()
+        ids, starts, lengths, start = next(self._runs)
+        return TokenRun(ids, starts, lengths, start, before, self._stream.mark())
+
+    def windows_ahead(self) -> list[tuple[int, int, int]]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that this
         share hands out first, from here on, as ``(documents, number, rows handed out)``."""
         return self._stream.windows_ahead()
 
-    @property
-    def _start(self) -> int:
-        """Where the last document handed out begins in its document's ids: 0, but for one
-        cut across a resharded checkpoint of batches (its first ids were targets before)."""
-        return self._stream.start
-
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""
         self._gen.close()
+        if self._runs is not None:
+            self._runs.close()
         self._stream.close()
 
     def __enter__(self) -> DocumentIterator:

@@ -25,6 +25,7 @@ from openwebtext.stream.schema import (
     Position,
     Rule,
 )
+from openwebtext.stream.source import DocumentSource, RunParts, TokenRun
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -41,15 +42,18 @@ __all__ = [
     "BatchIterator",
     "Batches",
     "BestFitBatches",
+    "DocumentSource",
     "DocumentState",
     "Mark",
     "PackedBatch",
     "Packing",
     "Position",
     "Rule",
+    "RunParts",
     "Stateful",
     "Stats",
     "Stream",
+    "TokenRun",
     "ahead",
     "batches_start",
     "check_in_run",

@@ -17,41 +17,20 @@ stream ends (fewer than a batch) are dropped.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
-from openwebtext.records import TokenDocument
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
 from openwebtext.stream.schema import BatchesState, DocumentState
-from openwebtext.stream.state import Mark, Stats
+from openwebtext.stream.source import DocumentSource, TokenRun
+from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "TokenDocuments", "batches_start", "check_sizes"]
-
-
-class TokenDocuments(Protocol):
-    """A running iterator of ``TokenDocument`` records with a state (``DocumentIterator``)."""
-
-    def __next__(self) -> Any: ...
-
-    def mark(self) -> Mark: ...
-
-    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]: ...
-
-    # The packers' own view of the stream (private to the library, not the iterator's API):
-    def _windows_ahead(self) -> list[tuple[int, int, int]]: ...
-
-    @property
-    def _start(self) -> int: ...
-
-    @property
-    def stats(self) -> Stats: ...
-
-    def close(self) -> None: ...
+__all__ = ["BatchIterator", "Batches", "batches_start", "check_sizes"]
 
 
 Item = TypeVar("Item", covariant=True)
@@ -87,15 +66,14 @@ class Batches:
     """The running iterator of packed batches (``Loader.batches``); owns its documents.
 
     Args:
-        documents: The running token documents to pack, started from the
-            ``documents`` state of ``batches_start(state, …)`` when resuming.
+        documents: The running token documents to pack, started from the ``documents`` of
+            ``start``.
         vocabulary: The tokenizer that made their ids.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         dtype: The dtype of the yielded arrays (int64 suits embeddings).
-        offset: Where the first batch starts in the first document's ids
-            (``batches_start``).
-        batches: Batches handed out before (``batches_start``).
+        segments: Yield ``PackedBatch`` records instead of plain arrays.
+        start: The saved state to go on from (``batches_start``; None: a fresh start).
 
     Raises:
         ValueError: a size is not positive, or ``dtype`` cannot hold every id
@@ -104,15 +82,14 @@ class Batches:
 
     def __init__(
         self,
-        documents: TokenDocuments,
+        documents: DocumentSource,
         vocabulary: Tokenizer,
         seq_len: int,
         batch_size: int,
         *,
         dtype: DTypeLike = np.int64,
-        offset: int = 0,
-        batches: int = 0,
         segments: bool = False,
+        start: BatchesState | None = None,
     ) -> None:
         self._docs = documents
         self.segments = segments
@@ -127,12 +104,14 @@ class Batches:
             raise
         self.seq_len = seq_len
         self.batch_size = batch_size
-        # Documents not yet fully handed out in batches: (the stream's mark before it, its ids,
-        # where they begin in the document: not 0 for one cut across a resharded checkpoint).
-        self._pending: deque[tuple[Mark, np.ndarray[Any, Any], int]] = deque()
-        self._head = offset  # where the next batch starts in the first pending document
-        self._available = -offset  # ids pending from the next batch's start on
-        self._batches = batches
+        # Runs of documents not yet fully handed out in batches: each run's ids end to end,
+        # where each document ends in them, where they begin among the ids read by this
+        # iterator, and the number of its first document.
+        self._pending: deque[_Run] = deque()
+        offset = 0 if start is None else start.offset
+        self._head = offset  # where the next batch starts among the ids read
+        self._read = self._numbered = 0  # ids and documents read
+        self._batches = 0 if start is None else start.batches
 
     def __iter__(self) -> Batches:
         return self
@@ -140,71 +119,73 @@ class Batches:
     def __next__(self) -> Any:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
         need = self.seq_len * self.batch_size + 1
-        while self._available < need:
-            before = self._docs.mark()
+        while self._read - self._head < need:
             try:
-                document: TokenDocument = next(self._docs)
+                run = self._docs.next_run(in_order=True)
             except StopIteration:
                 self.close()
                 raise
-            self._pending.append((before, document.tokens, self._docs._start))
-            self._available += len(document.tokens)
-        if self.segments:
-            return self._segmented(need)
-        rows = overlapping_rows(self._take(need), self.seq_len, self.dtype)
+            ids, ends = run.end_to_end()
+            marked = _marked(ends, run.start) if self.segments else ()
+            self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))
+            self._read += len(ids)
+            self._numbered += len(run)
+        spans = self._spans(need)
+        first, lo, hi, _ = spans[0]
+        flat = first.ids[lo:hi]
+        if len(spans) > 1:
+            flat = np.concatenate([span.ids[lo:hi] for span, lo, hi, _ in spans])
+        tokens = overlapping_rows(flat, self.seq_len, self.dtype)
+        batch = self._segmented(tokens, spans) if self.segments else tokens
+        # Drop the runs whose ids all lie before the next batch's start.
+        self._head += need - 1
+        while self._pending and self._pending[0].first + len(self._pending[0].ids) <= self._head:
+            self._pending.popleft()
         self._batches += 1
-        return rows
+        return batch
 
-    def _segmented(self, need: int) -> PackedBatch:
-        """The next batch with its documents and positions (``segments=True``)."""
-        lengths, firsts = [], []  # of each document's piece in this batch, and its first id
-        head, got = self._head, 0
-        for _, ids, start in self._pending:
-            n = min(len(ids) - head, need - got)
-            lengths.append(n)
-            firsts.append(start + head)
-            got += n
-            head = 0
-            if got == need:
+    def _spans(self, need: int) -> list[tuple[_Run, int, int, int]]:
+        """The next ``need`` ids: ``(run, from, to, its first document's number)`` in its
+        ids, one after another."""
+        spans = []
+        at, left = self._head, need
+        for run in self._pending:
+            first, number = run.first, run.number
+            lo = at - first
+            hi = min(len(run.ids), lo + left)
+            if hi > lo:
+                spans.append((run, lo, hi, number))
+                left, at = left - (hi - lo), hi + first
+            if not left:
                 break
-        # One array op per batch, not two per document: piece k's ids are document k at
-        # positions firsts[k], firsts[k] + 1, ...
-        counts = np.asarray(lengths)
-        documents = np.repeat(np.arange(len(lengths), dtype=np.int32), counts)
-        starts = np.cumsum(counts) - counts  # where each piece begins in the batch
-        shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
-        positions = np.arange(need, dtype=np.int32) - shift
-        tokens = overlapping_rows(self._take(need), self.seq_len, self.dtype)
-        self._batches += 1
+        return spans
+
+    def _segmented(
+        self, tokens: np.ndarray[Any, Any], spans: list[tuple[_Run, int, int, int]]
+    ) -> PackedBatch:
+        """The batch of ``tokens`` with its documents and positions (``segments=True``): slices
+        of its runs' (``_Run.marked``)."""
+        if len(spans) == 1:
+            run, lo, hi, _ = spans[0]
+            documents, positions = run.marked[0][lo:hi], run.marked[1][lo:hi]
+        else:  # documents numbered on from one run to the next
+            first = spans[0][3]
+            documents = np.concatenate([r.marked[0][a:b] + (n - first) for r, a, b, n in spans])
+            positions = np.concatenate([r.marked[1][a:b] for r, a, b, _ in spans])
         return segmented(
             tokens,
             overlapping_rows(documents, self.seq_len),
             overlapping_rows(positions, self.seq_len),
         )
 
-    def _take(self, need: int) -> np.ndarray[Any, Any]:
-        """The next ``need`` ids; keep the last one for the next batch."""
-        parts = []
-        head, got = self._head, 0
-        for _, ids, _ in self._pending:
-            part = ids[head : head + need - got]
-            parts.append(part)
-            got += len(part)
-            head = 0
-            if got == need:
-                break
-        # Advance by need - 1: drop documents whose ids all lie before the new start.
-        advance = self._head + need - 1
-        while advance >= len(self._pending[0][1]):
-            advance -= len(self._pending.popleft()[1])
-        self._head = advance
-        self._available -= need - 1
-        return np.concatenate(parts)
-
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        mark = self._pending[0][0] if self._pending else None
-        documents, offset = self._docs.state_dict(mark), self._head
+        mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
+        if self._pending:  # the document the next batch starts in
+            run = self._pending[0]
+            j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
+            mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
+        documents = self._docs.state_dict(mark)
         state = BatchesState(
             self.seq_len, self.batch_size, DocumentState.from_json(documents), offset, self._batches
         )
@@ -224,6 +205,37 @@ class Batches:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Run(NamedTuple):
+    """A run of documents read by ``Batches``, their ids end to end."""
+
+    run: TokenRun
+    ids: np.ndarray[Any, Any]
+    ends: np.ndarray[Any, Any]
+    """Where each document ends in ``ids``."""
+    first: int
+    """Where ``ids`` begin among the ids read."""
+    number: int
+    """Of the first document, among the documents read."""
+    marked: tuple[np.ndarray[Any, Any], ...]
+    """With segments: each id's document (from 0 in the run) and position in it (int32)."""
+
+    def begin(self, j: int) -> int:
+        """Where document ``j`` begins in ``ids``."""
+        return 0 if j == 0 else int(self.ends[j - 1])
+
+
+def _marked(ends: np.ndarray[Any, Any], start: int) -> tuple[np.ndarray[Any, Any], ...]:
+    """Each id's document and its position in it, of documents ending at ``ends`` (the
+    first's ids begin at ``start`` in it)."""
+    lengths = np.diff(ends, prepend=0)
+    documents = np.repeat(np.arange(len(ends), dtype=np.int32), lengths)
+    positions = np.arange(len(documents), dtype=np.int32)
+    positions -= np.repeat((ends - lengths).astype(np.int32), lengths)
+    if len(ends):
+        positions[: ends[0]] += start
+    return documents, positions
 
 
 def overlapping_rows(

@@ -22,10 +22,13 @@ import os
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
 from openwebtext.engine import Loaded
 from openwebtext.errors import CorruptDocument, OWTError, TruncatedMember
 from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
+from openwebtext.stream.source import RunParts
 
 __all__ = ["HOLD_UNITS", "Block", "Slots", "gather", "trimmed"]
 
@@ -117,6 +120,35 @@ class Block:
         self.names += names
         self.js += js
         self.sources += [source] * len(offsets)
+
+    def token_run(self, picks: Sequence[int], in_order: bool = False) -> RunParts:
+        """The token documents ``picks`` (copied: the slots will be reused), as their ids,
+        where each begins in them, their lengths, 0 (``source.TokenRun``'s fields). The ids
+        are the units' as they lie (one copy), or ``in_order`` the documents' one after
+        another in the order of ``picks`` (one gather)."""
+        sources, counts, itemsize = self.sources, self.counts, self.dtype.itemsize
+        offsets = np.asarray(self.offsets, dtype=np.int64)
+        ends = offsets + np.asarray(counts, dtype=np.int64) * itemsize
+        # A unit's documents are consecutive and share its source tuple.
+        ident = np.fromiter(map(id, sources), dtype=np.int64, count=len(sources))
+        firsts = np.flatnonzero(np.diff(ident, prepend=ident[0] - 1)).tolist()
+        units, at = [], 0
+        unit = np.empty(len(sources), dtype=np.int64)  # each document's unit
+        begins = np.empty(len(sources), dtype=np.int64)  # and where it begins in the copy
+        for u, (a, b) in enumerate(zip(firsts, [*firsts[1:], len(sources)], strict=True)):
+            view, dtype = sources[a][0], sources[a][4]
+            low, high = int(offsets[a:b].min()), int(ends[a:b].max())
+            units.append(np.frombuffer(view, dtype, (high - low) // itemsize, low))
+            unit[a:b], begins[a:b] = u, (offsets[a:b] - low) // itemsize + at
+            at += (high - low) // itemsize
+        chosen = np.asarray(picks, dtype=np.int64)
+        lengths = np.asarray(counts, dtype=np.int64)[chosen]
+        if not in_order:
+            return np.concatenate(units), begins[chosen], lengths, 0
+        begins -= np.asarray([0, *itertools.accumulate(len(u) for u in units)])[unit]
+        where = zip(unit[chosen].tolist(), begins[chosen].tolist(), lengths.tolist(), strict=True)
+        ids = np.concatenate([units[0][:0], *[units[u][b : b + n] for u, b, n in where]])
+        return ids, np.cumsum(lengths) - lengths, lengths, 0
 
     def _keep(self, slots: Slots) -> None:
         """Make room to keep one more unit's slot: past ``HOLD_UNITS``, copy the oldest out."""

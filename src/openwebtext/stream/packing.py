@@ -11,14 +11,19 @@ handed out in an order seeded by the window's epoch and number in it. A state is
 stream's state at the start of a window and the rows of that window already handed out:
 resuming reads the window again and packs it the same way (the window is rebuilt, never
 stored). A resharded epoch's share first packs the windows old ranks had begun (their
-documents, numbers and rows handed out come from the stream: ``_windows_ahead``), skipping
+documents, numbers and rows handed out come from the stream: ``windows_ahead``), skipping
 those rows, then its own windows.
+
+The work is a few array operations per window and per 256 rows, none per document: the stream
+hands documents out in runs (``source.TokenRun``), the bins are chosen on the pieces' lengths
+alone (``best_fit_rows``, the one loop left in Python, per piece), and the rows are made by
+one concatenation of their pieces' slices (and of slices of a ramp for the positions).
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -27,7 +32,9 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
+from openwebtext.stream.fitting import Rows, best_fit, fit
 from openwebtext.stream.schema import BatchesState, DocumentState
+from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
@@ -48,6 +55,9 @@ WINDOW = 4096
 
 #: The stream of randomness of the row order (``plan`` uses 0 and 1).
 ROWS = 2
+
+#: Rows best fit makes at a time (batches are views of them).
+MADE_ROWS = 256
 
 
 class PackedBatch(NamedTuple):
@@ -86,37 +96,15 @@ def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.append(where, rows * length).astype(np.int32)
 
 
-def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
-    """Rows of item indices: items longest first, each into the open row with the least room
-    that holds it (a new row if none does). ``lengths`` are at most ``capacity``."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)  # stable
-    rows: list[list[int]] = []
-    # The open rows as room left * m + row, sorted: least room first, then the first row
-    # (the order of (room, row) pairs, as ints: there are fewer than m rows).
-    m = len(lengths) + 1
-    room: list[int] = []
-    for k in order:
-        n = lengths[k]
-        at = bisect.bisect_left(room, n * m)
-        if at == len(room):
-            rows.append([k])
-            left, row = capacity - n, len(rows) - 1
-        else:
-            left, row = divmod(room.pop(at), m)
-            rows[row].append(k)
-            left -= n
-        if left > 0:
-            bisect.insort(room, left * m + row)
-    return rows
-
-
 @dataclass
 class _Reading:
     """A window of documents being read (``BestFitBatches``), packed once whole."""
 
     mark: Mark
     """Where the stream was before its first document."""
-    ids: list[np.ndarray[Any, Any]]
+    parts: list[tuple[TokenRun, int, int]]
+    """Its documents: ``(run, first, end)``, documents first..end of each run."""
+    documents: int
     count: int
     """Ids read into it."""
     epoch: int | None
@@ -125,12 +113,31 @@ class _Reading:
     """Documents it holds when whole."""
 
 
+@dataclass
+class _Window:
+    """A packed window with rows not handed out (``BestFitBatches``)."""
+
+    mark: Mark
+    """Where the stream was before its first document."""
+    number: int
+    """The own window number a state at it says (and its epoch)."""
+    epoch: int
+    fitted: Rows
+    row: int
+    """The next row to hand out (of the window's rows, in their seeded order)."""
+    made: tuple[np.ndarray[Any, Any], ...] = ()
+    """Rows made ahead (tokens, and with segments their segment ids and positions)..."""
+    made_from: int = 0
+    """... from this row ..."""
+    made_to: int = 0
+    """... to this one."""
+
+
 class BestFitBatches:
     """The running iterator of best-fit packed batches (``Loader.batches(packing="bestfit")``).
 
     Args:
-        documents: The running token documents (``batches.TokenDocuments``, with
-            ``_windows_ahead``), started from the ``documents`` state of a saved state.
+        documents: The running token documents, started from the ``documents`` of ``start``.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         seed: Seeds the order of each window's rows.
@@ -138,13 +145,12 @@ class BestFitBatches:
         dtype: The dtype of the yielded arrays.
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         window: Documents packed at a time.
-        start: ``(window number, its rows handed out, batches before, the epoch of the
-            number)`` of a saved state (``batches_start``; the epoch None: the documents').
+        start: The saved state to go on from (``batches_start``; None: a fresh start).
     """
 
     def __init__(
         self,
-        documents: Any,
+        documents: DocumentSource,
         seq_len: int,
         batch_size: int,
         *,
@@ -153,27 +159,29 @@ class BestFitBatches:
         dtype: DTypeLike = np.int64,
         segments: bool = False,
         window: int = WINDOW,
-        start: tuple[int, int, int, int | None] = (0, 0, 0, None),
+        start: BatchesState | None = None,
     ) -> None:
         self._docs = documents
         self.seq_len, self.batch_size = seq_len, batch_size
         self.dtype = np.dtype(dtype)
         self.seed, self.pad_id, self.segments, self.window = seed, pad_id, segments, window
-        # The number the next own window gets, counted within its epoch.
-        self._next, self._skip, self._batches, epoch = start
+        # The number the next own window gets, counted within its epoch; the rows of the
+        # first window already handed out; batches handed out before.
+        self._next, self._skip, self._batches = 0, 0, 0
+        epoch = None
+        if start is not None:
+            self._next, self._skip, self._batches = start.window_number, start.row, start.batches
+            epoch = start.window_epoch
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
-        self._ahead: deque[tuple[int, int, int]] = deque(documents._windows_ahead())
-        # Rows packed and not handed out: (window id, its row number, [(ids, first position)]).
-        self._rows: deque[tuple[int, int, list[tuple[np.ndarray[Any, Any], int]]]] = deque()
-        # Where each window with rows left starts, and the own number the state then says.
-        self._marks: dict[int, tuple[Mark, int, int]] = {}
-        self._packed = 0  # windows packed by this iterator (their ids)
-        self._carry: tuple[Mark, Any, int] | None = None  # read, and the next window's first
+        self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
+        self._windows: deque[_Window] = deque()  # packed, with rows not handed out
+        self._rows_left = 0  # in them
+        # A run read, from its document j on (and where each of its documents ends).
+        self._left: tuple[TokenRun, int, np.ndarray[Any, Any]] | None = None
         self._ended = False
         self._reading: _Reading | None = None  # the window being read, not yet packed
         self._since = 0  # batches handed out since the last window was packed
-        self._pad: np.ndarray[Any, Any] | None = None  # a row of padding ids
         if self._skip:
             try:
                 self._fill()
@@ -195,41 +203,46 @@ class BestFitBatches:
         own count), or fewer at the end of its epoch, so that an epoch packs the same whatever
         follows it. True when the window being read is whole (False: nothing left to read)."""
         if self._reading is None:
-            if self._ended and self._carry is None:
+            if self._ended and self._left is None:
                 return False
             size = self._ahead[0][0] if self._ahead else self.window
-            if self._carry is not None:  # the next epoch's first document, read already
-                mark, first, epoch = self._carry
-                self._reading = _Reading(mark, [first.tokens], len(first.tokens), epoch, size)
+            if self._left is not None:  # documents read already: the window starts at them
+                mark = self._left[0].mark_before(self._left[1])
             else:
-                self._reading = _Reading(self._docs.mark(), [], 0, None, size)
-            self._carry = None
+                mark = self._docs.mark()
+            self._reading = _Reading(mark, [], 0, 0, None, size)
         reading = self._reading
-        while len(reading.ids) < reading.size and (enough is None or reading.count < enough):
-            before = self._docs.mark()
-            try:
-                doc = next(self._docs)
-            except StopIteration:
-                self._ended = True
+        while reading.documents < reading.size and (enough is None or reading.count < enough):
+            if self._left is None:
+                try:
+                    run = self._docs.next_run()
+                    self._left = (run, 0, np.cumsum(run.lengths))
+                except StopIteration:
+                    self._ended = True
+                    return True
+            run, j, ends = self._left
+            if reading.epoch is not None and run.epoch != reading.epoch:  # the next epoch's
+                reading.size = reading.documents
                 return True
-            now = self._docs.mark().epoch
-            if reading.epoch is not None and now != reading.epoch:  # the next epoch's first
-                self._carry = (before, doc, now)
-                reading.size = len(reading.ids)
-                return True
-            reading.epoch = now
-            reading.ids.append(doc.tokens)
-            reading.count += len(doc.tokens)
-        return len(reading.ids) >= reading.size
+            reading.epoch = run.epoch
+            end = min(len(run), j + reading.size - reading.documents)
+            begin = int(ends[j - 1]) if j else 0
+            if enough is not None:  # as many as hold enough ids, an id read for one handed out
+                end = min(end, int(np.searchsorted(ends, begin + enough - reading.count)) + 1)
+            reading.parts.append((run, j, end))
+            reading.documents += end - j
+            reading.count += int(ends[end - 1]) - begin
+            self._left = (run, end, ends) if end < len(run) else None
+        return reading.documents >= reading.size
 
     def _pack(self) -> None:
         """Pack the window read into rows, in its seeded order, less the rows handed out."""
         assert self._reading is not None
-        mark, ids, epoch = self._reading.mark, self._reading.ids, self._reading.epoch
-        self._reading, self._since = None, 0
-        if not ids:
+        reading, self._reading, self._since = self._reading, None, 0
+        if not reading.documents:
             return
-        assert epoch is not None
+        assert reading.epoch is not None
+        epoch = reading.epoch
         own = (self._next, self._epoch)  # what a state at this window says
         if self._ahead:  # a window an old rank had begun: its number and rows handed out
             _, number, skip = self._ahead.popleft()
@@ -240,86 +253,75 @@ class BestFitBatches:
             number, skip, self._next = self._next, 0, self._next + 1
         skip, self._skip = max(skip, self._skip), 0
         cap = self.seq_len + 1
-        pieces: list[tuple[np.ndarray[Any, Any], int]] = []
-        for doc in ids:  # a document longer than a row: row-sized pieces
-            if len(doc) <= cap:
-                pieces.append((doc, 0))
-            else:
-                pieces += [(doc[p : p + cap], p) for p in range(0, len(doc), cap)]
-        rows = best_fit([len(piece) for piece, _ in pieces], cap)
-        if len(rows) < skip:
+        documents, lengths = _documents(reading.parts)
+        documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
+        try:
+            fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip)
+        except StateError:
             self.close()
-            raise StateError(f"bad batches state: row {skip} of a window of {len(rows)} rows")
-        shuffled = permutation(len(rows), self.seed, ROWS, epoch, number)
-        wid, self._packed = self._packed, self._packed + 1
-        if len(rows) > skip:
-            self._marks[wid] = (mark, *own)
-        for r in range(skip, len(rows)):  # the rows before ``skip`` were handed out
-            self._rows.append((wid, r, [pieces[j] for j in rows[shuffled[r]]]))
+            raise
+        if fitted is not None:
+            self._windows.append(_Window(reading.mark, *own, fitted, skip))
+            self._rows_left += fitted.rows - skip
+
+    def _seeded(self, epoch: int, number: int) -> Callable[[int], Sequence[int]]:
+        """The order of the rows of window ``number`` of ``epoch``, given their count."""
+        return lambda rows: permutation(rows, self.seed, ROWS, epoch, number)
 
     def __next__(self) -> Any:
-        while len(self._rows) < self.batch_size and (
-            self._reading is not None or not self._ended or self._carry
+        while self._rows_left < self.batch_size and (
+            self._reading is not None or not self._ended or self._left is not None
         ):
             self._fill()
-        if len(self._rows) < self.batch_size:  # fewer rows than a batch left: dropped
+        if self._rows_left < self.batch_size:  # fewer rows than a batch left: dropped
             self.close()
             raise StopIteration
-        rows = [self._rows.popleft()[2] for _ in range(self.batch_size)]
-        for wid in [w for w in self._marks if not self._rows or w < self._rows[0][0]]:
-            del self._marks[wid]
+        parts = []  # the batch's rows, from one window or two
+        need = self.batch_size
+        while need:
+            window = self._windows[0]
+            take = min(need, window.fitted.rows - window.row)
+            parts.append(self._rows(window, take))
+            need -= take
+            if window.row == window.fitted.rows:
+                self._windows.popleft()
         self._batches += 1
         # Read the next window as the rows go, an id read for each id handed out, so that the
         # workers never wait for a whole window to be asked for at once.
         self._since += 1
         if self._read(self._since * self.batch_size * (self.seq_len + 1)):
             self._pack()
-        return self._batch(rows)
+        arrays = (
+            parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts, strict=True)]
+        )
+        return PackedBatch(*arrays) if self.segments else arrays[0]
 
-    def _batch(self, rows: list[list[tuple[np.ndarray[Any, Any], int]]]) -> Any:
-        """The batch of ``rows``: every row's pieces and padding one after another, made
-        with a few array operations over the whole batch (not three per piece)."""
-        cap = self.seq_len + 1
-        if self._pad is None:
-            self._pad = np.full(cap, self.pad_id, dtype=self.dtype)
-        chunks, lengths, numbers, firsts = [], [], [], []
-        for row in rows:
-            used = 0
-            for s, (piece, first) in enumerate(row, 1):
-                chunks.append(piece)
-                lengths.append(len(piece))
-                numbers.append(s)
-                firsts.append(first)
-                used += len(piece)
-            if used < cap:  # padding: segment 0, position 0
-                chunks.append(self._pad[: cap - used])
-                lengths += [cap - used]
-                numbers += [0]
-                firsts += [0]
-        shape = (self.batch_size, cap)
-        tokens = np.concatenate(chunks, dtype=self.dtype).reshape(shape)
-        if not self.segments:
-            return tokens
-        counts = np.asarray(lengths)
-        segment_ids = np.repeat(np.asarray(numbers, dtype=np.int32), counts)
-        starts = np.cumsum(counts) - counts  # chunk k's ids are positions firsts[k], ...
-        shift = np.repeat((starts - np.asarray(firsts)).astype(np.int32), counts)
-        positions = np.arange(tokens.size, dtype=np.int32) - shift
-        positions *= segment_ids > 0
-        return PackedBatch(tokens, segment_ids.reshape(shape), positions.reshape(shape))
+    def _rows(self, window: _Window, take: int) -> tuple[np.ndarray[Any, Any], ...]:
+        """The next ``take`` rows of ``window``, from the rows it made ahead."""
+        row = window.row
+        if row + take > window.made_to:  # make the next rows, a batch's at least
+            end = min(window.fitted.rows, row + max(take, MADE_ROWS))
+            window.made = window.fitted.make(row, end, self.dtype, self.segments)
+            window.made_from, window.made_to = row, end
+        window.row += take
+        self._rows_left -= take
+        at = row - window.made_from
+        return tuple(a[at : at + take] for a in window.made)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        if self._rows:
-            wid, row, _ = self._rows[0]
-            at, number, epoch = self._marks[wid]
-            documents = self._docs.state_dict(at)
+        if self._windows:
+            window = self._windows[0]
+            number, row, epoch = window.number, window.row, window.epoch
+            documents = self._docs.state_dict(window.mark)
         else:  # every packed row handed out: the next window starts here
             number, row, epoch = self._next, 0, self._epoch
             if self._reading is not None:  # read again on resume
                 documents = self._docs.state_dict(self._reading.mark)
+            elif self._left is not None:  # documents read, in no window yet
+                documents = self._docs.state_dict(self._left[0].mark_before(self._left[1]))
             else:
-                documents = self._docs.state_dict(None if self._carry is None else self._carry[0])
+                documents = self._docs.state_dict()
         state = BatchesState(
             self.seq_len, self.batch_size, DocumentState.from_json(documents), 0, self._batches,
             "bestfit", self.window, number, row, epoch,
@@ -341,3 +343,18 @@ class BestFitBatches:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _documents(
+    parts: list[tuple[TokenRun, int, int]],
+) -> tuple[
+    tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    np.ndarray[Any, Any],
+]:
+    """A window's documents as ``fitting.fit`` takes them: ``(the runs' ids, the run of each
+    document, where it begins in the run's ids)``, and their lengths."""
+    sources = [run.ids for run, _, _ in parts]
+    source = np.repeat(np.arange(len(parts)), [end - j for _, j, end in parts])
+    starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
+    lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
+    return (sources, source, starts), lengths

@@ -207,6 +207,7 @@ class Stream:
         self._resumed = state is not None and self._reshard is None
         self._pool: Pool | None = None
         self.start = 0  # where the last document handed out begins in its ids
+        self._runs: str | None = None  # token documents handed out a block's rest at a time
         self._rest = (
             None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
         )
@@ -254,8 +255,9 @@ class Stream:
 
     # -- the pipeline -----------------------------------------------------------
 
-    def documents(self) -> Generator[Any, None, None]:
-        """The documents, in order; closes the workers when done or closed."""
+    def documents(self, runs: str | None = None) -> Generator[Any, None, None]:
+        """The documents in order (``runs``: "units" or "in order", see ``Block.token_run``)."""
+        self._runs = runs if self._dtype is not None else None
         opts = self.options
         take = opts.take
         if take == 0 or not self.corpus.units:
@@ -343,11 +345,7 @@ class Stream:
             before = self._counters.epoch_documents
             documents = self._piece_documents(pool, piece, before + piece.documents, take)
             if piece.trim:  # a document cut across the checkpoint goes on from its offset
-                for document in documents:
-                    self.start = piece.trim
-                    yield document._replace(tokens=document.tokens[piece.trim :])
-                    self.start = 0
-                    break
+                yield from _cut_first(documents, piece.trim, self)
             yield from documents
             if piece.repeat:
                 self._counters = self._counters.repeated(before)
@@ -420,7 +418,10 @@ class Stream:
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
                 sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
-                if self._dtype is not None:  # token ids: copied, since the slot will be reused
+                if self._runs and stop > self._in_block:  # the block's rest at once
+                    self._in_block = stop  # (as if its documents went out one by one)
+                    yield block.token_run(picks, self._runs == "in order")
+                elif self._dtype is not None:  # token ids: copied, since the slot will be reused
                     frombuffer = np.frombuffer
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, dtype = sources[k]
@@ -450,6 +451,21 @@ class Stream:
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)
+
+
+def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:
+    """The first of ``documents`` (or of a run's) less its first ``trim`` ids (``stream.start``
+    says so while it is handed out)."""
+    for document in documents:
+        if stream._runs:  # a run (RunParts)
+            ids, starts, lengths, _ = document
+            starts[0], lengths[0] = starts[0] + trim, lengths[0] - trim
+            yield ids, starts, lengths, trim
+        else:
+            stream.start = trim
+            yield document._replace(tokens=document.tokens[trim:])
+            stream.start = 0
+        break
 
 
 def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:

@@ -1,0 +1,174 @@
+"""Best fit's arithmetic over one window: rows chosen on the documents' lengths alone, then
+made from slices of their ids (``BestFitBatches`` reads the windows and keeps the state).
+
+A document longer than a row is cut into row-sized pieces; the pieces are placed longest first,
+each into the open row with the least room that still holds it (``best_fit_rows``: the one
+loop in Python, per piece); the rows are put in their seeded order, and each row is a run of
+chunks (its pieces, then its padding) described by arrays, so that a block of rows is made by
+one concatenation of slices (``Rows.make``), not by Python per document.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from openwebtext.errors import StateError
+
+__all__ = ["Rows", "best_fit", "best_fit_rows", "fit"]
+
+
+def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Rows of item indices: items longest first, each into the open row with the least room
+    that holds it (a new row if none does). ``lengths`` are at most ``capacity``."""
+    row_of, order = best_fit_rows(np.asarray(lengths, dtype=np.int64), capacity)
+    rows: list[list[int]] = [[] for _ in range(int(row_of.max()) + 1 if len(row_of) else 0)]
+    for k in order.tolist():
+        rows[row_of[k]].append(k)
+    return rows
+
+
+def best_fit_rows(
+    lengths: np.ndarray[Any, Any], capacity: int
+) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """``best_fit`` as arrays: the row of each item (rows numbered as opened) and the order
+    the items were placed in (a row holds its items in that order)."""
+    order = np.argsort(-lengths, kind="stable")  # longest first, ties in their order
+    row_of = np.empty(len(lengths), dtype=np.int64)
+    # The open rows as room left * m + row, sorted: least room first, then the first row
+    # (the order of (room, row) pairs, as ints: there are fewer than m rows).
+    m = len(lengths) + 1
+    room: list[int] = []
+    # Items that fill a row come first (none smaller is placed before them): a row each.
+    rows = int(np.count_nonzero(lengths >= capacity))
+    bisect_left, insort = bisect.bisect_left, bisect.insort
+    placed = list(range(rows))
+    for n in lengths[order[rows:]].tolist():
+        at = bisect_left(room, n * m)
+        if at == len(room):
+            row, left, rows = rows, capacity - n, rows + 1
+        else:
+            left, row = divmod(room.pop(at), m)
+            left -= n
+        placed.append(row)
+        if left > 0:
+            insort(room, left * m + row)
+    row_of[order] = placed
+    return row_of, order
+
+
+@dataclass
+class Rows:
+    """A packed window's rows, from row ``skip`` on in their seeded order: row ``skip + r`` is
+    chunks ``row_chunks[r]..row_chunks[r + 1]``, chunk ``k`` the ids
+    ``sources[sourced[k]][starts[k]:ends[k]]``."""
+
+    rows: int
+    """Rows of the window (those before ``skip`` were handed out before)."""
+    skip: int
+    sources: list[np.ndarray[Any, Any]]
+    """The ids the documents are in, then a row of padding."""
+    sourced: np.ndarray[Any, Any]
+    starts: np.ndarray[Any, Any]
+    ends: np.ndarray[Any, Any]
+    numbers: np.ndarray[Any, Any]
+    """Of the chunk's document in its row, from 1 (0: padding)."""
+    firsts: np.ndarray[Any, Any]
+    """Where the chunk's ids begin in its document, plus a row (0: padding): the chunk's
+    positions are ``ramp[firsts[k]:firsts[k] + ends[k] - starts[k]]``."""
+    row_chunks: np.ndarray[Any, Any]
+    ramp: np.ndarray[Any, Any]
+    """A row of zeros, then 0, 1, 2, ... (int32)."""
+
+    def make(
+        self, row: int, end: int, dtype: DTypeLike, segments: bool
+    ) -> tuple[np.ndarray[Any, Any], ...]:
+        """Rows ``row..end`` (of the window's): their ids, and with ``segments`` their segment
+        ids and positions, each made by one concatenation (or one repeat)."""
+        a, b = self.row_chunks[row - self.skip], self.row_chunks[end - self.skip]
+        shape = (end - row, -1)
+        starts, ends = self.starts[a:b], self.ends[a:b]
+        ids, which = self.sources, self.sourced[a:b].tolist()
+        chunks = [
+            ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
+        ]
+        tokens = np.concatenate(chunks, dtype=dtype).reshape(shape)
+        if not segments:
+            return (tokens,)
+        counts = ends - starts
+        segment_ids = np.repeat(self.numbers[a:b], counts).reshape(shape)
+        ramp, firsts = self.ramp, self.firsts[a:b]
+        pieces = [
+            ramp[i:j] for i, j in zip(firsts.tolist(), (firsts + counts).tolist(), strict=True)
+        ]
+        return tokens, segment_ids, np.concatenate(pieces).reshape(shape)
+
+
+def fit(
+    documents: tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    lengths: np.ndarray[Any, Any],
+    cap: int,
+    seeded: Callable[[int], Sequence[int]],
+    skip: int,
+) -> Rows | None:
+    """The rows of a window of documents, from row ``skip`` on (None: no row left).
+
+    Args:
+        documents: ``(sources, source, start)``: document ``d`` begins at
+            ``sources[source[d]][start[d]]``; ``sources[-1]`` is a row of padding.
+        lengths: The documents' lengths.
+        cap: Ids a row holds.
+        seeded: The rows' order, given their count: row ``r`` is the ``seeded(n)[r]``-th row
+            best fit opened.
+        skip: Rows handed out before.
+
+    Raises:
+        StateError: there are fewer than ``skip`` rows (a damaged state).
+    """
+    sources, source, start = documents
+    # A document longer than a row: row-sized pieces (one piece per shorter document).
+    pieces = np.maximum(-(-lengths // cap), 1)
+    document = np.repeat(np.arange(len(lengths)), pieces)
+    firsts = (np.arange(len(document)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * cap
+    piece_lengths = np.minimum(lengths[document] - firsts, cap)
+    row_of, order = best_fit_rows(piece_lengths, cap)
+    rows = int(row_of.max()) + 1 if len(row_of) else 0
+    if rows < skip:
+        raise StateError(f"bad batches state: row {skip} of a window of {rows} rows")
+    if rows == skip:
+        return None
+    at = np.empty(rows, dtype=np.int64)  # each row's place in the seeded order
+    at[np.asarray(seeded(rows))] = np.arange(rows)
+    placed = np.empty(len(order), dtype=np.int64)
+    placed[order] = np.arange(len(order))
+    kept = np.flatnonzero(at[row_of] >= skip)
+    kept = kept[np.lexsort((placed[kept], at[row_of[kept]]))]  # by row, then as placed
+    row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
+    document, length, first = document[kept], piece_lengths[kept], firsts[kept]
+    # Row r's chunks: its pieces, then its padding (a chunk from the row of padding).
+    n = rows - skip
+    per_row = np.bincount(row, minlength=n)
+    used = np.bincount(row, weights=length, minlength=n).astype(np.int64)
+    row_chunks = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(per_row + 1, out=row_chunks[1:])
+    chunk = np.arange(len(row)) + row  # piece i: after the padding of the rows before it
+    chunks = int(row_chunks[-1])
+    sourced = np.full(chunks, len(sources) - 1, dtype=np.int64)
+    starts = np.zeros(chunks, dtype=np.int64)
+    ends = np.full(chunks, cap, dtype=np.int64)
+    numbers = np.zeros(chunks, dtype=np.int32)
+    firsts = np.zeros(chunks, dtype=np.int64)
+    sourced[chunk] = source[document]
+    starts[chunk] = start[document] + first
+    ends[chunk] = starts[chunk] + length
+    numbers[chunk] = chunk - row_chunks[row] + 1
+    firsts[chunk] = first + cap
+    ends[row_chunks[1:] - 1] = cap - used
+    longest = int(first.max()) + cap if len(first) else cap
+    ramp = np.concatenate([np.zeros(cap, np.int32), np.arange(longest, dtype=np.int32)])
+    return Rows(rows, skip, sources, sourced, starts, ends, numbers, firsts, row_chunks, ramp)
