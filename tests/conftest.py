@@ -24,7 +24,7 @@ from openwebtext import Corpus
 from openwebtext.engine import Reader
 from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
-from support import Members, fault_on, no_leaks, plain_read, read_members
+from support import Members, Ran, fault_on, no_leaks, plain_read, read_members, run_owt
 
 settings.register_profile(
     "ci",
@@ -110,6 +110,13 @@ def _small_corpus_stays_as_made(request: pytest.FixtureRequest) -> Iterator[None
     )
 
 
+@pytest.fixture
+def owt(capsys: pytest.CaptureFixture[str]) -> Callable[..., Ran]:
+    """``owt(*args)``: the ``owt`` command run in this process (``support.run_owt``), its
+    exit code, stdout and stderr."""
+    return lambda *args: run_owt(capsys, *args)
+
+
 @pytest.fixture(scope="session")
 def small_docs(small_corpus: Path) -> dict[str, str]:
     return plain_read(sorted(small_corpus.glob("*.tar")))
@@ -129,6 +136,20 @@ def indexed(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Pat
     corpus = Corpus.open(path)
     corpus.save_counts(count_documents(corpus, workers=2, splits=((0.0005, 2357), (0.2, 7))))
     return path
+
+
+@pytest.fixture(scope="session")
+def token_run(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``owt tokenize`` of the small corpus (bytes tokenizer, val_fraction 0.2) in all four
+    formats: train.bin/val.bin with their .idx, llm.c shards, datatrove .ds. Read-only."""
+    from openwebtext.prepare import PrepareOptions, prepare, write_format
+
+    out = tmp_path_factory.mktemp("token-run")
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.2)
+    prepare(Corpus.open(small_corpus), out, options)
+    for fmt in ("megatron", "llmc", "datatrove"):
+        write_format(out, fmt, shard_tokens=40_000)
+    return out
 
 
 @pytest.fixture(scope="module")

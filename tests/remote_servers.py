@@ -370,15 +370,9 @@ def http(small_corpus: Path) -> Iterator[RangeServer]:
         yield server
 
 
-def texts(corpus: Any, **options: Any) -> list[str]:
-    """The texts a ``Loader`` over ``corpus`` (a ``Corpus`` or a path) hands out."""
-    from openwebtext import Loader
-
-    return [doc.text for doc in Loader(corpus, **options)]
-
-
 def local_stream(small_corpus: Path, **options: Any) -> list[str]:
     """The stream of the local copy, to compare a remote one with."""
     from openwebtext import Corpus
+    from support import texts
 
     return texts(Corpus.open(str(small_corpus)), **options)

@@ -1,5 +1,7 @@
 """Test helpers: reference reader, process checks, corpus builders, worker faults (``fault_on``),
-running a loader to its end (``run``), and the leak guard (``no_leaks``)."""
+running a loader to its end (``run``), what a stream hands out (``names``, ``texts``), ``owt``
+run in this process (``run_owt``; the ``owt`` fixture of conftest.py), and the leak guard
+(``no_leaks``)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import contextlib
 import fcntl
 import gc
 import io
+import json
 import lzma
 import multiprocessing
 import os
@@ -29,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, OWTError, Stats
+from openwebtext import Loader, OWTError, Stats, cli
 from openwebtext.engine import Reader
 from openwebtext.engine.read import Member
 from openwebtext.records import Unit
@@ -468,6 +471,50 @@ def run(paths: Path | list[Path], **options: Any) -> Outcome:
     finally:
         it.close()
     return Outcome(docs, it.stats, None, False)
+
+
+def names(documents: Iterable[Any]) -> list[str]:
+    """The names of what ``documents`` (a loader, its iterator, a list) hands out, in order."""
+    return [doc.name for doc in documents]
+
+
+def texts(corpus: Any, **options: Any) -> list[str]:
+    """The texts a ``Loader`` over ``corpus`` (a ``Corpus``, a path or a URL) hands out."""
+    return [doc.text for doc in Loader(corpus, **options)]
+
+
+def jsonl_names(stdout: str) -> list[str]:
+    """The document names of ``owt stream --jsonl``'s lines."""
+    return [json.loads(line)["name"] for line in stdout.splitlines()]
+
+
+# -- owt in this process ----------------------------------------------------------------
+
+
+@dataclass
+class Ran:
+    """How one ``owt`` run ended (the fields of ``subprocess.CompletedProcess`` the tests read)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+#: The ``owt`` fixture: ``owt(*args)`` runs the command in this process.
+Owt = Callable[..., Ran]
+
+
+def run_owt(capsys: pytest.CaptureFixture[str], *args: str) -> Ran:
+    """``owt ARGS`` through ``cli.main`` in this process: its exit code (argparse's too) and
+    what it printed. For tests of what a command does; a test of exit by signal, of the
+    process tree or of the standard streams at start runs ``owt`` as a process."""
+    capsys.readouterr()  # what the test printed before is not the command's
+    try:
+        code = cli.main(list(args))
+    except SystemExit as exit:  # argparse: a bad argument, --help
+        code = exit.code if isinstance(exit.code, int) else 1
+    out, err = capsys.readouterr()
+    return Ran(code, out, err)
 
 
 def where(path: str, member: str | None) -> str:

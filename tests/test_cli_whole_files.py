@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from support import outer_tar, sample_docs, xz_member
-from test_cli_commands import owt
+from support import Owt, outer_tar, sample_docs, xz_member
 
 BAD = {
     "urlsf_subset01.tar": os.urandom(20_000),  # random bytes
@@ -32,7 +31,7 @@ def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.mark.parametrize("command", ["stream", "index"])
 def test_bad_whole_files_are_skipped_counted_and_named(
-    command: str, folder: Path
+    owt: Owt, command: str, folder: Path
 ) -> None:
     result = owt(command, str(folder), "--on-error", "skip", "-j", "1", "-q")
     assert result.returncode == 0, result.stderr
@@ -42,7 +41,7 @@ def test_bad_whole_files_are_skipped_counted_and_named(
         assert "3 documents" in result.stderr
 
 
-def test_a_bad_whole_file_is_one_error_line_by_default(folder: Path) -> None:
+def test_a_bad_whole_file_is_one_error_line_by_default(owt: Owt, folder: Path) -> None:
     result = owt("stream", str(folder), "-j", "1", "-q")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Loader
-from support import inner_tar, outer_tar
+from support import inner_tar, names, outer_tar
 
 #: Short, so the pauses stay short; long enough that a loaded machine does not starve a
 #: worker of the CPU for this long while it reads a 20-document member.
@@ -30,10 +30,6 @@ TIMEOUT = 1.0
 PAUSE = 2.2 * TIMEOUT
 
 pytestmark = pytest.mark.waits_on_workers
-
-
-def names(loader: Loader) -> list[str]:
-    return [doc.name for doc in loader]
 
 
 #: Documents per member of ``slow_corpus``, and its members.

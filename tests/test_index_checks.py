@@ -11,7 +11,6 @@ import json
 import lzma
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from openwebtext import Corpus
 from openwebtext.index.checks import member_check
 from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
 from openwebtext.records import Unit
-from support import damage, member_offset, varint, xz_zeros
+from support import Owt, damage, member_offset, varint, xz_zeros
 
 OPTIONS = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
 
@@ -108,14 +107,12 @@ def test_tokenize_and_merge_do_not_trust_a_same_size_rewrite(
 
 
 def test_owt_tokenize_of_a_rewritten_corpus_is_not_nothing_to_do(
-    rewritten: tuple[Path, Path], tmp_path: Path
+    owt: Owt, rewritten: tuple[Path, Path], tmp_path: Path
 ) -> None:
-    owt = [sys.executable, "-m", "openwebtext.cli", "tokenize", "-j", "0", "--tokenizer",
-           "bytes", "--out", str(tmp_path / "out")]  # fmt: skip
-    subprocess.run([*owt, str(rewritten[0]), "-q"], check=True, timeout=120)
+    tokenize = ["tokenize", "-j", "0", "--tokenizer", "bytes", "--out", str(tmp_path / "out")]
+    assert owt(*tokenize, str(rewritten[0]), "-q").returncode == 0
     a_meta = json.loads((tmp_path / "out" / "meta.json").read_text())
-    result = subprocess.run([*owt, str(rewritten[1])], capture_output=True, text=True,
-                            timeout=120, check=False)  # fmt: skip
+    result = owt(*tokenize, str(rewritten[1]))
     assert result.returncode == 0, result.stderr
     assert "nothing to do" not in result.stdout + result.stderr
     b_meta = json.loads((tmp_path / "out" / "meta.json").read_text())

@@ -19,6 +19,7 @@ from support import (
     docs_before_cut,
     inner_tar,
     member_offset,
+    names,
     outer_tar,
     read_members,
     sample_docs,
@@ -39,10 +40,6 @@ def index(path: Path) -> Path:
     """Write the counts file of ``path`` as `owt index` does; return the file."""
     corpus = Corpus.open(path)
     return corpus.save_counts(count_documents(corpus, workers=0))
-
-
-def names(loader: Loader) -> list[str]:
-    return [d.name for d in loader]
 
 
 def xz_member(docs: dict[str, bytes]) -> bytes:

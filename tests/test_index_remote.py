@@ -25,7 +25,8 @@ from openwebtext.errors import CorpusError
 from openwebtext.index import remote
 from openwebtext.index.remote import cache_path
 from openwebtext.synth import write_corpus
-from remote_servers import RangeServer, local_stream, texts
+from remote_servers import RangeServer, local_stream
+from support import texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

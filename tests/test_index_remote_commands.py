@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import remote_servers
 from openwebtext import Corpus, Loader, source
 from openwebtext.prepare.workdir import PrepareError
 from remote_servers import RangeServer
-from support import local_files, s3_objects
+from support import Owt, Ran, local_files, s3_objects
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -29,24 +27,16 @@ isolated_storage = remote_servers.isolated_storage
 
 
 def test_cli_index_and_stream_over_http(
-    small_corpus: Path, http: RangeServer, tmp_path: Path
+    owt: Owt, small_corpus: Path, http: RangeServer, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     url = http.url + "/"
-    index = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "index", url, "-j", "1", "-q",
-         "--storage-option", "block_size=0"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    index = owt("index", url, "-j", "1", "-q", "--storage-option", "block_size=0")
     assert index.returncode == 0, index.stderr
     assert "120 documents in 6 members" in index.stderr
     counts = list((Path(os.environ["OWT_CACHE_DIR"]) / "counts").glob("owt-counts-*.json"))
     assert len(counts) == 1 and json.loads(counts[0].read_text())["total"] == 120
-    stream = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "stream", url, "--jsonl", "-q", "-j", "2",
-         "--seed", "3", "--world-size", "2", "--rank", "1"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    stream = owt("stream", url, "--jsonl", "-q", "-j", "2",
+                 "--seed", "3", "--world-size", "2", "--rank", "1")  # fmt: skip
     assert stream.returncode == 0, stream.stderr
     remote = [json.loads(line)["text"] for line in stream.stdout.splitlines()]
     copy = shutil.copytree(small_corpus, tmp_path / "c")  # its counts are cached beside it
@@ -54,12 +44,8 @@ def test_cli_index_and_stream_over_http(
     assert remote == local and remote
 
 
-def test_cli_missing_url_is_one_line(http: RangeServer) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    run = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "index", http.url + "/nothing.tar", "-q"],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+def test_cli_missing_url_is_one_line(owt: Owt, http: RangeServer) -> None:
+    run = owt("index", http.url + "/nothing.tar", "-q")
     assert run.returncode == 1
     assert run.stderr.strip() == f"owt: error: {http.url}/nothing.tar: no such file, key or bucket"
 
@@ -67,11 +53,9 @@ def test_cli_missing_url_is_one_line(http: RangeServer) -> None:
 # -- owt bench on URLs --------------------------------------------------------------
 
 
-def owt_bench(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [sys.executable, "-m", "openwebtext.cli", "bench", *args]
-    argv += ["--workers", "1", "--repeat", "1", "--warmup", "0", "--take", "25", "-q"]
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+def owt_bench(owt: Owt, *args: str) -> Ran:
+    return owt("bench", *args, "--workers", "1", "--repeat", "1", "--warmup", "0",
+               "--take", "25", "-q")  # fmt: skip
 
 
 def bench_rows(out: Path) -> tuple[list[dict[str, str]], dict[str, Any]]:
@@ -101,10 +85,14 @@ def check_bench(out: Path, local: str) -> tuple[list[dict[str, str]], dict[str, 
     return rows, data
 
 
-def test_owt_bench_over_http(small_corpus: Path, http: RangeServer, tmp_path: Path) -> None:
+def test_owt_bench_over_http(
+    owt: Owt, small_corpus: Path, http: RangeServer, tmp_path: Path
+) -> None:
     url = http.url + "/urlsf_subset00.tar?X-Amz-Signature=s3cr3t"
     out = tmp_path / "out"
-    done = owt_bench(url, "--out", str(out), "--storage-option", 'headers={"X-Token": "hunter2"}')
+    done = owt_bench(
+        owt, url, "--out", str(out), "--storage-option", 'headers={"X-Token": "hunter2"}'
+    )
     assert done.returncode == 0, done.stderr
     _, data = check_bench(out, str(small_corpus / "urlsf_subset00.tar"))
     assert data["corpus"]["paths"] == [http.url + "/urlsf_subset00.tar"]
@@ -117,10 +105,11 @@ def test_owt_bench_over_http(small_corpus: Path, http: RangeServer, tmp_path: Pa
 
 
 def test_owt_bench_on_s3_with_storage_options(
-    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+    owt: Owt, small_corpus: Path, s3_endpoint: str, tmp_path: Path
 ) -> None:
     out, members = tmp_path / "out", tmp_path / "members"
     done = owt_bench(
+        owt,
         "s3://owt/data/",
         "--out", str(out),
         "--storage-option", f"endpoint_url={s3_endpoint}",
@@ -206,29 +195,21 @@ def test_interrupted_tokenize_to_s3_goes_on(
 
 
 def test_cli_shards_to_s3_and_merge_from_s3(
-    small_corpus: Path, s3_endpoint: str, tmp_path: Path
+    owt: Owt, small_corpus: Path, s3_endpoint: str, tmp_path: Path
 ) -> None:
     """`owt tokenize --shard i/n --out s3://…` for every i, then `owt merge s3://… --out
     s3://…` (the endpoint given by --storage-option): the files of one local run."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    owt = [sys.executable, "-m", "openwebtext.cli"]
     endpoint = ["--storage-option", f"endpoint_url={s3_endpoint}"]
     common = ["--split", "nanogpt", "--val-fraction", "0.1", "-j", "1", "-q", *endpoint]
     for i in range(2):
-        run = subprocess.run(
-            [*owt, "tokenize", str(small_corpus), "--shard", f"{i}/2",
-             "--out", f"s3://owt/shards/{i}", *common],
-            env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        run = owt("tokenize", str(small_corpus), "--shard", f"{i}/2",
+                  "--out", f"s3://owt/shards/{i}", *common)  # fmt: skip
         assert run.returncode == 0, run.stderr
     slices = [f"s3://owt/shards/{i}/" for i in (1, 0)]
-    run = subprocess.run(
-        [*owt, "merge", *slices, "--out", "s3://owt/merged/", "-q", *endpoint],
-        env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    run = owt("merge", *slices, "--out", "s3://owt/merged/", "-q", *endpoint)
     assert run.returncode == 0, run.stderr
-    local = [*owt, "tokenize", str(small_corpus), "--out", str(tmp_path / "local"), *common]
-    subprocess.run(local, env=env, check=True, timeout=60)
+    local = owt("tokenize", str(small_corpus), "--out", str(tmp_path / "local"), *common)
+    assert local.returncode == 0, local.stderr
     assert s3_objects(s3_endpoint, "merged/") == local_files(tmp_path / "local")
 
 

@@ -22,7 +22,8 @@ import remote_servers
 from openwebtext import Corpus
 from openwebtext.errors import CorpusError
 from openwebtext.index.remote import cache_path
-from remote_servers import RangeServer, local_stream, texts
+from remote_servers import RangeServer, local_stream
+from support import texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

@@ -1,33 +1,24 @@
-"""JSON lines inputs, local: plain (cut at lines), gzip and zstd; order, resume, even shares,
-tokenize, the field, bad lines under skip and raise."""
+"""JSON lines inputs, local: plain (cut at lines), gzip and zstd; units and names, the field,
+bad lines under skip and raise. The guarantees every kind gives (seeded order, exact resume,
+even shares, reshard, tokenize, the text column): test_corpus_contract.py."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorruptDocument, CorruptMember
 from openwebtext.index import jsonl
-from resumable import check_save_load
+from support import names
 from tables_support import jsonl_bytes, sample_texts, write_jsonl
 
 TEXTS = sample_texts(120, seed=2)
 SUFFIXES = [".jsonl", ".jsonl.gz", ".jsonl.zst"]
-
-
-def owt(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
 
 
 @pytest.fixture(params=SUFFIXES, ids=lambda s: s.lstrip("."))
@@ -43,10 +34,6 @@ def folder(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain files cut into units of about 4 KB (the workers fork after it is set)."""
     monkeypatch.setattr(jsonl, "CHUNK_BYTES", 4096)
-
-
-def names(loader: Loader) -> list[str]:
-    return [d.name for d in loader]
 
 
 def test_every_line_in_corpus_order(folder: Path, small_chunks: None) -> None:
@@ -67,54 +54,9 @@ def test_document_names_are_file_and_byte(tmp_path: Path) -> None:
     assert names(Loader(path, shuffle=False, workers=0)) == ["d.jsonl@0", f"d.jsonl@{second}"]
 
 
-def test_seeded_order_is_the_same_for_any_worker_count(folder: Path, small_chunks: None) -> None:
-    got = names(Loader(folder, seed=4, shuffle_buffer=30, workers=0))
-    assert got == names(Loader(folder, seed=4, shuffle_buffer=30, workers=2))
-    assert len(set(got)) == 120
-
-
-def test_golden_order_of_a_plain_file(tmp_path: Path, small_chunks: None) -> None:
-    # Golden values: changing them breaks every saved checkpoint of a JSON lines corpus.
-    path = write_jsonl(tmp_path / "g.jsonl", TEXTS)
-    assert names(Loader(path, seed=0, shuffle_buffer=40, workers=0))[:3] == GOLDEN
-
-
-GOLDEN = ["g.jsonl@7583", "g.jsonl@8649", "g.jsonl@38865"]
-
-
-def test_resume_exactly(folder: Path, small_chunks: None) -> None:
-    loader = Loader(folder, seed=1, shuffle_buffer=25, workers=0)
-
-    def start(loader: Loader) -> Any:
-        return lambda state, epochs: loader.replace(epochs=epochs).iter(state=state)
-
-    check_save_load(start(loader), key=lambda d: d.name, resumed=start(loader.replace(workers=2)))
-
-
-def test_even_shares(folder: Path, small_chunks: None) -> None:
-    shares = [names(Loader(folder, rank=r, world_size=7, seed=2, workers=2)) for r in range(7)]
-    assert [len(s) for s in shares] == [120 // 7] * 7
-    assert len({n for s in shares for n in s}) == 7 * (120 // 7)
-
-
-def test_tokenize(folder: Path, tmp_path: Path) -> None:
-    out = tmp_path / "bins"
-    result = owt("tokenize", str(folder), "--out", str(out), "--tokenizer", "bytes",
-                 "--val-fraction", "0.2", "-j", "2", "-q")  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    meta = json.loads((out / "meta.json").read_text())
-    assert sum(meta["counts"]["documents"].values()) == 120
-    assert sum(meta["counts"]["tokens"].values()) == sum(len(t.encode()) + 1 for t in TEXTS)
-
-
-def test_the_field_is_named_by_text_column(tmp_path: Path) -> None:
+def test_a_line_without_the_field_is_a_bad_document(tmp_path: Path) -> None:
+    """(The field named by text_column: test_corpus_contract.py.)"""
     path = write_jsonl(tmp_path / "b.jsonl.gz", TEXTS[:10], field="body")
-    corpus = Corpus.open(path, text_column="body")
-    assert corpus.units[0].kind == "jsonl.gz:body"
-    assert [d.text for d in Loader(corpus, shuffle=False, workers=0)] == TEXTS[:10]
-    result = owt("stream", str(path), "--text-column", "body", "--no-shuffle", "--jsonl", "-q")
-    assert result.returncode == 0, result.stderr
-    assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == TEXTS[:10]
     with pytest.raises(CorruptDocument, match=r"line 1: not a JSON object with a string 'text'"):
         list(Loader(path, workers=0))
 

@@ -1,5 +1,6 @@
-"""Parquet inputs, local: a unit per row group, every guarantee of the tar corpus (seeded order,
-exact resume, even shares, tokenize, nanoGPT's bins), the text column, damaged row groups."""
+"""Parquet inputs, local: a unit per row group, nanoGPT's bins, a missing column, damaged row
+groups. The guarantees every kind gives (seeded order, exact resume, even shares, reshard,
+tokenize, the text column): test_corpus_contract.py."""
 
 from __future__ import annotations
 
@@ -17,19 +18,12 @@ import pytest
 
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
-from resumable import check_save_load
+from support import Owt
 from tables_support import sample_texts, write_parquet
 
 pytest.importorskip("pyarrow")
 
 TEXTS = sample_texts(150, seed=1)
-
-
-def owt(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +34,6 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_parquet(root / "b.parquet", TEXTS[100:], compression="zstd")
     (root / "README.md").write_text("# a dataset card\n")
     return root
-
-
-def names(loader: Loader) -> list[str]:
-    return [d.name for d in loader]
 
 
 def test_units_are_row_groups_and_documents_are_named_by_file_and_row(folder: Path) -> None:
@@ -58,52 +48,6 @@ def test_units_are_row_groups_and_documents_are_named_by_file_and_row(folder: Pa
     assert [d.text for d in docs] == TEXTS
     assert docs[20].name == "a.parquet#20" and docs[20].member == "a.parquet#rg1"
     assert docs[20].document_index == 3 and docs[120].name == "b.parquet#20"
-
-
-def test_seeded_order_is_pinned_and_the_same_for_any_worker_count(folder: Path) -> None:
-    # Golden values: changing them breaks every saved checkpoint of a parquet corpus.
-    got = names(Loader(folder, seed=3, shuffle_buffer=40, workers=0))
-    assert got[:4] == GOLDEN
-    assert got == names(Loader(folder, seed=3, shuffle_buffer=40, workers=2))
-    every = [f"a.parquet#{k}" for k in range(100)] + [f"b.parquet#{k}" for k in range(50)]
-    assert sorted(got) == sorted(every)
-
-
-GOLDEN = ["b.parquet#23", "b.parquet#21", "a.parquet#71", "a.parquet#83"]
-
-
-@pytest.mark.parametrize("workers_after", [0, 2])
-def test_resume_exactly(folder: Path, workers_after: int) -> None:
-    loader = Loader(folder, seed=1, shuffle_buffer=30, workers=0)
-
-    def start(loader: Loader) -> Any:
-        return lambda state, epochs: loader.replace(epochs=epochs).iter(state=state)
-
-    check_save_load(
-        start(loader), key=lambda d: d.name, resumed=start(loader.replace(workers=workers_after))
-    )
-
-
-def test_even_shares_cut_at_rows(tmp_path: Path, folder: Path) -> None:
-    root = Path(shutil.copytree(folder, tmp_path / "c"))
-    shares = [names(Loader(root, rank=r, world_size=4, seed=2, workers=2)) for r in range(4)]
-    assert [len(s) for s in shares] == [37] * 4  # 150 // 4; drop leaves out 2
-    everything = [n for s in shares for n in s]
-    assert len(set(everything)) == 148
-    padded = [names(Loader(root, rank=r, world_size=4, seed=2, even="pad", workers=0))
-              for r in range(4)]  # fmt: skip
-    assert [len(s) for s in padded] == [38] * 4
-    assert len({n for s in padded for n in s}) == 150
-
-
-def test_tokenize_hash_split_writes_every_document(tmp_path: Path, folder: Path) -> None:
-    out = tmp_path / "bins"
-    result = owt("tokenize", str(folder), "--out", str(out), "--tokenizer", "bytes",
-                 "--val-fraction", "0.2", "-j", "2", "-q")  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    meta = json.loads((out / "meta.json").read_text())
-    assert sum(meta["counts"]["documents"].values()) == 150
-    assert sum(meta["counts"]["tokens"].values()) == sum(len(t.encode()) + 1 for t in TEXTS)
 
 
 def _nanogpt_order(tars: list[Path]) -> list[str]:
@@ -122,7 +66,7 @@ def _nanogpt_order(tars: list[Path]) -> list[str]:
 
 
 def test_nanogpt_bins_of_parquet_are_those_of_the_tar_corpus(
-    small_corpus: Path, tmp_path: Path
+    owt: Owt, small_corpus: Path, tmp_path: Path
 ) -> None:
     texts = _nanogpt_order(list(small_corpus.glob("*.tar")))
     write_parquet(tmp_path / "pq" / "train-00000-of-00002.parquet", texts[:70], row_group=9)
@@ -138,22 +82,13 @@ def test_nanogpt_bins_of_parquet_are_those_of_the_tar_corpus(
     assert len(bins["tar"][1]) > 0
 
 
-def test_a_file_without_the_column_is_one_clear_error(tmp_path: Path, folder: Path) -> None:
+def test_a_file_without_the_column_is_one_clear_error(owt: Owt, folder: Path) -> None:
     with pytest.raises(CorpusError, match=r"no column 'body' \(its columns: id, text, url\)"):
         Corpus.open(folder, text_column="body")
     result = owt("stream", str(folder / "a.parquet"), "--text-column", "body", "-q")
     assert result.returncode != 0
     assert "a.parquet" in result.stderr and "its columns: id, text, url" in result.stderr
     assert "Traceback" not in result.stderr
-
-
-def test_text_column_names_another_column(tmp_path: Path) -> None:
-    path = write_parquet(tmp_path / "body.parquet", TEXTS[:30], column="body")
-    docs = list(Loader(Corpus.open(path, text_column="body"), shuffle=False, workers=0))
-    assert [d.text for d in docs] == TEXTS[:30]
-    result = owt("stream", str(path), "--text-column", "body", "--no-shuffle", "--jsonl", "-q")
-    assert result.returncode == 0, result.stderr
-    assert [json.loads(line)["text"] for line in result.stdout.splitlines()] == TEXTS[:30]
 
 
 def _damage_row_group(path: Path, group: int) -> None:
@@ -205,24 +140,3 @@ def test_the_bench_ceiling_is_pyarrow_reading_the_same_row_groups(folder: Path) 
     report = json.loads(result.stdout.splitlines()[-1])
     assert report["decoder"] == "pyarrow read_row_group" and report["units"] == 9
     assert report["decompressed_bytes"] == sum(len(t.encode()) for t in TEXTS)
-
-
-def test_reshard_four_ranks_to_three_reads_the_rest_once(tmp_path: Path, folder: Path) -> None:
-    from openwebtext import reshard
-
-    root = Path(shutil.copytree(folder, tmp_path / "r"))
-    options: dict[str, Any] = {"seed": 5, "shuffle_buffer": 20, "workers": 0, "even": "pad"}
-    delivered, states = [], []
-    for rank in range(4):
-        with Loader(root, rank=rank, world_size=4, **options).iter() as it:
-            delivered += [next(it).name for _ in range(10 + rank)]
-            states.append(it.state_dict())
-    rest = []
-    for rank, state in enumerate(reshard(states, 3)):
-        with Loader(root, rank=rank, world_size=3, **options).iter(state=state) as it:
-            rest += [d.name for d in it]
-    everything = delivered + rest
-    assert set(everything) == {f"a.parquet#{k}" for k in range(100)} | {
-        f"b.parquet#{k}" for k in range(50)
-    }
-    assert len(everything) - 150 <= 3 + 2  # pad repeats < 4 on the old ranks, < 3 on the new

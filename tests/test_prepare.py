@@ -28,7 +28,7 @@ from openwebtext.prepare.lock import LOCK
 from openwebtext.prepare.workdir import PROGRESS
 from openwebtext.synth import write_corpus
 from openwebtext.tokenizer import load_tokenizer
-from support import group_pids, inner_tar, outer_tar
+from support import Owt, group_pids, inner_tar, outer_tar
 
 # Documents whose text the loading script's rule changes; "" and whitespace-only ones too.
 EDGE_DOCS = {
@@ -77,13 +77,6 @@ def nanogpt_reference(tars: list[Path], test_size: float, seed: int) -> tuple[by
     return train, val
 
 
-def owt(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", *args],
-        capture_output=True, text=True, timeout=120, check=False, **kwargs,  # type: ignore[call-overload]
-    )  # fmt: skip
-
-
 def _bins(folder: Path) -> dict[str, bytes]:
     return {n: (folder / n).read_bytes() for n in ("train.bin", "val.bin", "meta.json")}
 
@@ -104,7 +97,7 @@ def test_nanogpt_text_rule() -> None:
 
 @pytest.mark.parametrize("val_fraction", ["0.0005", "0.1"])
 def test_nanogpt_split_is_byte_identical_to_a_plain_reimplementation(
-    small_corpus: Path, tmp_path: Path, val_fraction: str
+    owt: Owt, small_corpus: Path, tmp_path: Path, val_fraction: str
 ) -> None:
     corpus = _edge_corpus(tmp_path / "corpus", small_corpus)
     tars = sorted(corpus.glob("*.tar"), reverse=True)  # given out of order: sorted by name
@@ -180,7 +173,7 @@ def test_shards_merge_into_the_files_of_one_run(
 
 
 def test_merge_refuses_missing_duplicated_and_foreign_slices(
-    small_corpus: Path, tmp_path: Path
+    owt: Owt, small_corpus: Path, tmp_path: Path
 ) -> None:
     corpus = Corpus.open(small_corpus)
     for i in range(3):
@@ -255,7 +248,9 @@ def test_interrupted_run_goes_on_to_the_same_files(
     assert _hidden(tmp_path) == []
 
 
-def test_progress_of_other_options_or_corpus_is_refused(small_corpus: Path, tmp_path: Path) -> None:
+def test_progress_of_other_options_or_corpus_is_refused(
+    owt: Owt, small_corpus: Path, tmp_path: Path
+) -> None:
     corpus = Corpus.open(small_corpus)
     with pytest.raises(_Stop):
         prepare(corpus, tmp_path, _opts("hash"), progress=_stop_after(2, "tokenize"),
@@ -370,7 +365,13 @@ def _start_and_catch(cmd: list[str], out: Path) -> subprocess.Popen[bytes] | Non
      ("hash", signal.SIGINT, 130), ("nanogpt", signal.SIGTERM, 143)],
 )  # fmt: skip
 def test_killed_run_goes_on_when_run_again(
-    slow_corpus: Path, slow_runs: dict[str, Path], tmp_path: Path, split: str, how: int, code: int
+    owt: Owt,
+    slow_corpus: Path,
+    slow_runs: dict[str, Path],
+    tmp_path: Path,
+    split: str,
+    how: int,
+    code: int,
 ) -> None:
     whole = slow_runs[split]
     for attempt in range(5):
@@ -405,7 +406,9 @@ def test_killed_run_goes_on_when_run_again(
 
 
 @pytest.mark.parametrize("split", ["hash", "nanogpt"])
-def test_a_corrupt_member_is_named_or_skipped_and_counted(tmp_path: Path, split: str) -> None:
+def test_a_corrupt_member_is_named_or_skipped_and_counted(
+    owt: Owt, tmp_path: Path, split: str
+) -> None:
     good = {f"{k}-g.txt": f"good document {k}\n".encode() for k in range(3)}
     members = [(f"m{i}_data.xz", lzma.compress(inner_tar(good if i != 1 else {"x.txt": b"x"})))
                for i in range(3)]  # fmt: skip
@@ -427,7 +430,7 @@ def test_a_corrupt_member_is_named_or_skipped_and_counted(tmp_path: Path, split:
 
 
 def test_progress_bar_shows_tokens_per_second_and_time_left(
-    small_corpus: Path, tmp_path: Path
+    owt: Owt, small_corpus: Path, tmp_path: Path
 ) -> None:
     result = owt("tokenize", str(small_corpus), "--out", str(tmp_path), "--split", "nanogpt")
     assert result.returncode == 0, result.stderr
@@ -437,6 +440,7 @@ def test_progress_bar_shows_tokens_per_second_and_time_left(
 
 
 def test_a_member_cut_short_keeps_its_documents_before_the_cut_under_skip(
+    owt: Owt,
     tmp_path: Path,
 ) -> None:
     first = {f"{k}-a.txt": f"first member {k}\n".encode() for k in range(3)}

@@ -6,8 +6,6 @@ is fetched again, never merged."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import pytest
 from openwebtext import Corpus
 from openwebtext.prepare import PrepareError, PrepareOptions, Progress, merge, prepare
 from openwebtext.prepare.workdir import PROGRESS
+from support import Owt
 
 
 def _opts(**overrides: object) -> PrepareOptions:
@@ -67,14 +66,10 @@ def test_a_damaged_slice_meta_is_one_clear_error(
 
 
 def test_owt_merge_of_a_meta_without_files_says_so_in_one_line(
-    slices: list[Path], tmp_path: Path
+    owt: Owt, slices: list[Path], tmp_path: Path
 ) -> None:
     _edit(slices[0] / "meta.json", DAMAGES["files"])
-    result = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "merge", *map(str, slices),
-         "--out", str(tmp_path / "out"), "-q"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    result = owt("merge", *map(str, slices), "--out", str(tmp_path / "out"), "-q")
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr and "KeyError" not in result.stderr
     lines = result.stderr.strip().splitlines()

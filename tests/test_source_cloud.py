@@ -35,6 +35,7 @@ from openwebtext.errors import CorpusError, CorruptMember, OWTError
 from openwebtext.source import RangeReader, configure, retry
 from openwebtext.source.ranges import THREADS
 from openwebtext.synth import write_corpus
+from support import texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")
@@ -112,10 +113,6 @@ def hf_options(hub: FakeHub, **more: Any) -> dict[str, Any]:
 
 def gs_options(gcs: FakeGCS) -> dict[str, Any]:
     return {"endpoint_url": gcs.url, "token": "anon"}
-
-
-def texts(corpus: Corpus | str, **options: Any) -> list[str]:
-    return [doc.text for doc in Loader(corpus, **options)]
 
 
 def local_units(small_corpus: Path) -> list[tuple[Any, ...]]:

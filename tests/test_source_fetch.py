@@ -16,7 +16,8 @@ from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader
 from openwebtext.synth import write_corpus
-from remote_servers import RangeServer, local_stream, texts
+from remote_servers import RangeServer, local_stream
+from support import texts
 
 fetch_module = importlib.import_module("openwebtext.source.fetching")
 

@@ -17,7 +17,8 @@ import remote_servers
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, OWTError
 from openwebtext.source import fetching, retry, watchdog
-from remote_servers import RangeServer, local_stream, texts
+from remote_servers import RangeServer, local_stream
+from support import texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

@@ -13,7 +13,8 @@ import remote_servers
 from openwebtext import Corpus
 from openwebtext.source import configure
 from openwebtext.source.membercache import CHECKSUM_BYTES, MemberCache, parse_size
-from remote_servers import RangeServer, local_stream, texts
+from remote_servers import RangeServer, local_stream
+from support import texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

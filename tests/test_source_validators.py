@@ -13,7 +13,8 @@ import pytest
 import remote_servers
 from openwebtext import Corpus
 from openwebtext.errors import OWTError
-from remote_servers import RangeServer, local_stream, texts
+from remote_servers import RangeServer, local_stream
+from support import texts
 
 pytest.importorskip("fsspec")
 pytest.importorskip("aiohttp")

@@ -112,7 +112,14 @@ def key(batch: Any) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("packing", "segments"), [("concat", True), ("bestfit", True), ("bestfit", False)]
+    ("packing", "segments"),
+    [
+        ("concat", True),
+        # ~20 s; best fit's state with segments resumes in test_token_corpus.py's
+        # test_packed_batches_resume_exactly[bestfit-True], best fit over text in [bestfit-False]:
+        pytest.param("bestfit", True, marks=pytest.mark.slow),
+        ("bestfit", False),
+    ],
 )
 def test_packed_batches_resume_exactly(packing: str, segments: bool, small_corpus: Path) -> None:
     def start(state: dict[str, Any] | None, epochs: int) -> Any:

@@ -7,8 +7,6 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ import pytest
 from openwebtext import Corpus, Loader, StateError, reshard
 from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
-from support import outer_tar, sample_docs, xz_member
+from support import Owt, outer_tar, sample_docs, xz_member
 
 
 def counted(path: Path) -> Path:
@@ -111,12 +109,8 @@ def test_a_bad_document_on_a_boundary_is_counted_by_its_own_share_only(tmp_path:
     assert sum(map(len, names)) == 19
 
 
-def test_owt_stream_says_what_evening_out_left_out(thirty: Path) -> None:
-    run = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "stream", str(thirty),
-         "--rank", "7", "--world-size", "8", "-j", "1"],
-        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+def test_owt_stream_says_what_evening_out_left_out(owt: Owt, thirty: Path) -> None:
+    run = owt("stream", str(thirty), "--rank", "7", "--world-size", "8", "-j", "1")
     assert run.returncode == 0, run.stderr
     assert "48 documents" in run.stderr
     assert "left out 6 documents" in run.stderr

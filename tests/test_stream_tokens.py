@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import lzma
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +14,7 @@ from openwebtext.errors import CorruptDocument, CorruptMember
 from openwebtext.loader import Batches
 from openwebtext.plan import in_validation
 from openwebtext.tokenizer import load_tokenizer
-from support import damage, inner_tar, member_offset, outer_tar, sample_docs
+from support import Owt, damage, inner_tar, member_offset, outer_tar, sample_docs
 
 BYTES_EOT = 256
 
@@ -140,13 +138,10 @@ def test_corrupt_member_names_itself_in_token_mode(tmp_path: Path) -> None:
         list(Loader(outer, workers=2, tokenizer="bytes"))
 
 
-def test_owt_tokenize_writes_nanogpt_bins(small_corpus: Path, tmp_path: Path) -> None:
+def test_owt_tokenize_writes_nanogpt_bins(owt: Owt, small_corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "bins"
-    result = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "tokenize", str(small_corpus), "--out", str(out),
-         "--tokenizer", "bytes", "-j", "2", "--val-fraction", "0.2", "-q"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    result = owt("tokenize", str(small_corpus), "--out", str(out),
+                 "--tokenizer", "bytes", "-j", "2", "--val-fraction", "0.2", "-q")  # fmt: skip
     assert result.returncode == 0, result.stderr
     meta = json.loads((out / "meta.json").read_text())
     train = np.memmap(out / "train.bin", dtype=np.uint16, mode="r")

@@ -1,20 +1,18 @@
 """A token corpus (``Corpus.open_tokens``, issue 30): the files of ``owt tokenize`` in any of
-the four formats read back as ``TokenDocument``s, with every guarantee of the text path:
-seeded order, exact resume, even shares, reshard, ``Loader.batches`` (segments, best fit)."""
+the four formats read back as ``TokenDocument``s, ``Loader.batches`` (segments, best fit), and
+damaged files. The guarantees every kind gives (seeded order, exact resume, even shares,
+reshard; locally and over HTTP): test_corpus_contract.py."""
 
 from __future__ import annotations
 
-import collections
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from openwebtext import Corpus, Loader, TokenDocument, reshard
+from openwebtext import Corpus, Loader, TokenDocument
 from openwebtext.errors import CorpusError, CorruptMember
-from openwebtext.prepare import PrepareOptions, prepare, write_format
 from openwebtext.tokenfiles import TokenFileError
 from resumable import check_save_load
 
@@ -22,14 +20,10 @@ EOT = 256  # the bytes tokenizer's
 UNIT = 3_000  # ids a unit holds: ~20 units of the small corpus's train.bin
 
 
-@pytest.fixture(scope="module")
-def run(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("token-run")
-    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.2)
-    prepare(Corpus.open(small_corpus), out, options)
-    for fmt in ("megatron", "llmc", "datatrove"):
-        write_format(out, fmt, shard_tokens=40_000)
-    return out
+@pytest.fixture
+def run(token_run: Path) -> Path:
+    """The small corpus tokenized in all four formats (conftest.py's ``token_run``)."""
+    return token_run
 
 
 def _documents(path: Path) -> list[list[int]]:
@@ -68,64 +62,6 @@ def test_every_format_reads_back_train_bin_document_for_document(
     docs = list(_loader(corpus, shuffle=False))
     assert all(isinstance(d, TokenDocument) and d.tokens.dtype == np.uint16 for d in docs)
     assert [d.tokens.tolist() for d in docs] == _documents(run / "train.bin")
-
-
-@pytest.mark.parametrize("workers", [0, 2])
-def test_seeded_order_is_pinned_and_the_same_for_any_worker_count(run: Path, workers: int) -> None:
-    corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
-    names = [d.name for d in _loader(corpus, seed=5, workers=workers)]
-    # Golden: seed 5's first documents. Changing it breaks every saved state of a token corpus.
-    assert names[:6] == GOLDEN_FIRST
-    assert sorted(names, key=int) == [str(k) for k in range(len(names))]  # each once
-    assert names != [d.name for d in _loader(corpus, seed=6)]
-
-
-GOLDEN_FIRST = ["4", "6", "5", "59", "44", "7"]
-
-
-def test_exact_resume(run: Path) -> None:
-    corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
-
-    def start(state: dict[str, Any] | None, epochs: int) -> Any:
-        return _loader(corpus, seed=1, epochs=epochs).iter(state=state)
-
-    check_save_load(start, key=lambda doc: (doc.name, doc.tokens.tolist()))
-
-
-@pytest.mark.parametrize("rule", ["drop", "pad"])
-def test_even_shares(run: Path, rule: str) -> None:
-    corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
-    n = sum(corpus.counts.documents) if corpus.counts else 0
-    shares = [
-        [d.name for d in _loader(corpus, seed=2, rank=r, world_size=3, even=rule)]
-        for r in range(3)
-    ]
-    assert len({len(s) for s in shares}) == 1
-    assert len(shares[0]) == (n // 3 if rule == "drop" else -(-n // 3))
-    got = collections.Counter(name for share in shares for name in share)
-    assert set(got) <= {str(k) for k in range(n)} and len(got) >= n - 2
-
-
-def test_reshard_hands_out_the_rest_once(run: Path) -> None:
-    corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
-    opts: dict[str, Any] = {"seed": 3, "world_size": 4, "even": "drop"}
-    epoch = [d.name for r in range(4) for d in _loader(corpus, rank=r, **opts)]
-    delivered, states = [], []
-    for r, point in enumerate((0, 3, 7, 11)):
-        with _loader(corpus, rank=r, **opts).iter() as it:
-            for doc in it if point else ():
-                delivered.append(doc.name)
-                if len(delivered) - sum((0, 3, 7, 11)[:r]) >= point:
-                    break
-            states.append(json.loads(json.dumps(it.state_dict())))
-    rest, dropped = [], 0
-    for r, state in enumerate(reshard(states, 2)):
-        with _loader(corpus, seed=3, rank=r, world_size=2, even="drop").iter(state=state) as it:
-            rest += [d.name for d in it]
-            dropped += it.stats.dropped_documents
-    got = collections.Counter(delivered + rest)
-    assert not got - collections.Counter(epoch)  # nothing twice
-    assert sum((collections.Counter(epoch) - got).values()) == dropped
 
 
 def test_concat_batches_hold_every_id_once(run: Path) -> None:

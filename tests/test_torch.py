@@ -18,12 +18,9 @@ stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
 from openwebtext import Loader  # noqa: E402
 from openwebtext.torch import OpenWebTextDataset, PackedBatchDataset  # noqa: E402
+from support import names  # noqa: E402
 
 DataLoader = torch.utils.data.DataLoader
-
-
-def names(loader: object) -> list[str]:
-    return [doc.name for doc in loader]  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

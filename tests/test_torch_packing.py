@@ -102,7 +102,13 @@ def run_ranks(
 
 @pytest.mark.parametrize(
     ("world", "num_workers", "new_workers", "packing"),
-    [(4, 0, 2, "concat"), (2, 2, 0, "concat"), (4, 0, 2, "bestfit"), (2, 2, 0, "bestfit")],
+    [
+        (4, 0, 2, "concat"),
+        (2, 2, 0, "concat"),
+        # ~30 s; 4 -> 3 ranks onto workers is the concat case's, best fit the 2-2-0 case's:
+        pytest.param(4, 0, 2, "bestfit", marks=pytest.mark.slow),
+        (2, 2, 0, "bestfit"),
+    ],
 )
 def test_stateful_dataloader_resumes_on_another_world_and_num_workers(
     world: int, num_workers: int, new_workers: int, packing: str, varied: Path
