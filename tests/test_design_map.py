@@ -19,33 +19,33 @@ NOT_CODE = {
     "Annotated", "Literal", "Generator", "SeedSequence", "random", "concurrent", "HfFileSystem",
     "hf_hub_url", "get_hf_file_metadata", "StatefulDataLoader", "mtime_ns", "__cause__",
     "layers", "Range", "S", "_private", "datasets", "lzma", "msgspec", "tarfile", "ray.data",
-    "TYPE_CHECKING", "depth",
+    "TYPE_CHECKING", "depth", "typing", "format",
 }  # fmt: skip
 FILES = (".py", ".json", ".toml", ".md", ".bin", ".idx")
 
 
+def _names_of(node: ast.AST) -> set[str]:
+    """The names a statement defines: a function, a class, a field or a constant."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return {node.target.id}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return set()
+
+
 def _defined() -> tuple[set[str], dict[str, set[str]]]:
-    """Every name a module of src/ defines (functions, classes, methods, fields, constants),
-    and each class's own names."""
+    """Every name a module of src/ defines, and each class's own names."""
     names: set[str] = set()
     members: dict[str, set[str]] = {}
     for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
+            names |= _names_of(node)
             if isinstance(node, ast.ClassDef):
                 own = members.setdefault(node.name, set())
                 for item in node.body:
-                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        own.add(item.name)
-                    elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                        own.add(item.target.id)
-                    elif isinstance(item, ast.Assign):
-                        own |= {t.id for t in item.targets if isinstance(t, ast.Name)}
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                names.add(node.target.id)
-            elif isinstance(node, ast.Assign):
-                names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+                    own |= _names_of(item)
     return names, members
 
 

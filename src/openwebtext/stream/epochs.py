@@ -159,14 +159,14 @@ def _warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> N
     """Say what evening out leaves out or repeats (counted in ``Stats`` too)."""
     if dropped:
         log.warning(
-            "epoch %d: %d documents left out so that the %d shares are even (even_rule='drop'; "
+            "epoch %d: %d documents left out so that the %d shares are even (even='drop'; "
             "counted in stats.dropped_documents of rank %d)",
             epoch, dropped, options.world_size, options.rank,
         )  # fmt: skip
     if repeated:
         log.warning(
             "epoch %d: rank %d reads %d documents of the next rank's share again so that the "
-            "%d shares are even (even_rule='pad'; counted in stats.repeated_documents)",
+            "%d shares are even (even='pad'; counted in stats.repeated_documents)",
             epoch, options.rank, repeated, options.world_size,
         )  # fmt: skip
 
@@ -177,7 +177,7 @@ def say_rest_dropped(options: Options, epoch: int, dropped: int) -> None:
     if dropped:
         log.warning(
             "epoch %d, resharded: %d documents of its rest left out so that the %d new shares "
-            "are even (even_rule='drop'; counted in stats.dropped_documents of rank %d)",
+            "are even (even='drop'; counted in stats.dropped_documents of rank %d)",
             epoch, dropped, options.world_size, options.rank,
         )  # fmt: skip
 
