@@ -69,9 +69,10 @@ def test_the_bar_s_rate_leaves_out_earlier_runs_tokens(
     done = 9_000_000
     events = [Progress("permute", 2 * (done + k * 250), 2 * 10_000_000, done + k * 250)
               for k in range(5)]  # fmt: skip
-    meta = {"documents": {"train": 1, "val": 1}, "tokens": {"train": 5, "val": 5},
-            "files": ["train.bin", "val.bin"], "dtype": "uint16", "skipped_members": 0,
-            "skipped_documents": 0, "partial_members": 0}  # fmt: skip
+    meta = {"config": {"dtype": "uint16", "split_rule": "hash", "val_fraction": 0.0005},
+            "counts": {"documents": {"train": 1, "val": 1}, "tokens": {"train": 5, "val": 5},
+                       "skipped_members": 0, "skipped_documents": 0, "partial_members": 0},
+            "files": ["train.bin", "val.bin"]}  # fmt: skip
     assert with_progress(_fake_run(events, meta), quiet=False) == 0
     err = capsys.readouterr().err
     rates = [float(r) for r in re.findall(r"([\d.]+) M tokens/s", err)]
@@ -113,10 +114,11 @@ def test_nanogpt_s_split_keeps_a_val_document(
 def test_a_split_shorter_than_a_block_is_said(
     train: int, val: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    meta = {"documents": {"train": 1, "val": 1}, "tokens": {"train": train, "val": val},
-            "files": ["train.bin", "val.bin"], "dtype": "uint16", "skipped_members": 0,
-            "skipped_documents": 0, "partial_members": 0, "split": "hash",
-            "val_fraction": 0.0005}  # fmt: skip
+    meta = {"config": {"dtype": "uint16", "split_rule": "hash", "val_fraction": 0.0005},
+            "counts": {"documents": {"train": 1, "val": 1},
+                       "tokens": {"train": train, "val": val}, "skipped_members": 0,
+                       "skipped_documents": 0, "partial_members": 0},
+            "files": ["train.bin", "val.bin"]}  # fmt: skip
 
     def run(update: Callable[[Progress], None]) -> Report:
         return Report(Path("OUT"), meta)
