@@ -192,10 +192,6 @@ FOREIGN_PRIVATES = {
     # s3fs has no public coroutine for GetObject with IfMatch (its call_s3 is the sync wrapper
     # of this one, and the body must be read on the filesystem's event loop).
     ("openwebtext.source.fetching", "fs._call_s3"),
-    # Issue 35: the packers read DocumentIterator's internals; a stream-layer protocol (being
-    # written beside this change) replaces both.
-    ("openwebtext.stream.packing", "documents._windows_ahead"),
-    ("openwebtext.stream.batches", "self._docs._start"),
 }
 
 

@@ -343,7 +343,7 @@ def test_the_folder_of_a_killed_driver_is_swept_at_the_next_start(home: Path) ->
 
 def test_missing_ray_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    with pytest.raises(owt_ray.EngineError, match=r"openwebtext\[ray\]"):
+    with pytest.raises(owt_ray.EngineError, match=r"pip install -e '\.\[ray\]'"):
         owt_ray.read_openwebtext("nowhere")
 
 

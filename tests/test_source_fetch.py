@@ -175,7 +175,7 @@ def test_prefetch_of_far_members_keeps_them_separate(http: RangeServer) -> None:
 
 def test_without_fsspec_a_url_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fsspec", None)
-    with pytest.raises(CorpusError, match=r"openwebtext\[remote\]"):
+    with pytest.raises(CorpusError, match=r"pip install -e '\.\[remote\]'"):
         Corpus.open("s3://bucket/owt/")
 
 

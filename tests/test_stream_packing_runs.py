@@ -16,6 +16,7 @@ from openwebtext.stream import BestFitBatches, TokenRun, packing
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.fitting import best_fit, best_fit_rows
+from openwebtext.stream.schema import StreamConfig
 from openwebtext.stream.state import Mark, Stats
 from packing_oracle import best_fit_batches, best_fit_lists, concat_batches
 
@@ -24,6 +25,14 @@ PAD = 7
 
 class Vocabulary:
     n_vocab = 1 << 16
+
+
+#: The config of the stand-in's states (a state is the index of the next document).
+CONFIG = StreamConfig(
+    corpus="runs", units=1, shuffle=False, seed=0, shuffle_buffer=0, rank=0, world_size=1,
+    even=None, split="all", val_fraction=0.5, val_seed=0, max_document_bytes=1,
+    decode_errors="strict",
+)
 
 
 def mark_at(document: int) -> Mark:
@@ -60,7 +69,7 @@ class Runs:
         return mark_at(self.at)
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
-        return {"document": (mark or self.mark()).in_block}
+        return (mark or self.mark()).state(CONFIG)
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:
         return []
@@ -122,7 +131,7 @@ def test_concat_of_runs_is_concat_of_documents(
         # The state names the document the next batch starts in, and where in it.
         state = packer.state_dict()
         start = len(got) * seq_len * batch_size
-        document, offset = state["documents"]["document"], state["offset"]
+        document, offset = state["documents"]["position"]["in_block"], state["offset"]
         assert sum(sizes[:document]) + offset == start
         assert offset < sizes[document] if document < len(sizes) else offset == 0
     assert len(got) == len(want)
@@ -163,7 +172,7 @@ def test_a_best_fit_state_between_batches_resumes_at_its_window(cut: int) -> Non
     for n in range(len(whole)):
         state = packer.state_dict()
         assert state["batches"] == n
-        first = state["documents"]["document"]
+        first = state["documents"]["position"]["in_block"]
         assert first % 8 == 0 and state["window_number"] == first // 8
         rest = list(BestFitBatches(Runs(documents[first:], [cut] * 200), 10, 2, **options,
                                    start=_start(state)))  # fmt: skip

@@ -87,7 +87,8 @@ def test_counting_for_even_sharding_leaves_the_warnings_to_the_stream(
     with caplog.at_level(logging.WARNING, logger="openwebtext"):
         counted = ensure_counts(Corpus.open(tar), Options(on_error="warn"), always=True)
     assert counted.counts is not None and counted.counts.documents == (len(A) + 1, 0, len(B), 3)
-    assert [r.getMessage() for r in caplog.records if r.name == "openwebtext"] == []
+    said = [r.getMessage() for r in caplog.records if r.name == "openwebtext"]
+    assert [m for m in said if not m.startswith("counting the documents of")] == []
 
 
 def test_max_errors_turns_too_many_skips_into_an_error(three_faults: tuple[Path, Docs]) -> None:

@@ -182,8 +182,7 @@ class Stream:
         self._as_tuples = as_tuples
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
-        # In the rest of a resharded epoch: the state's section (this rank's share: ``_rest``).
-        # ``state`` was checked against this stream's config where it entered (``check_state``).
+        # ``state`` was checked where it entered (``check_state``); ``_reshard``: its section.
         position, counters, self._reshard = resume_point(state, options.epoch)
         # Where the stream is: the block being handed out and how far into it.
         self._epoch = position.epoch
@@ -196,8 +195,7 @@ class Stream:
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
-        # Counts of documents, bytes and tokens exclude the current block.
-        self._counters = counters
+        self._counters = counters  # documents, bytes and tokens before the current block
         self._yielded_before = 0  # by this iterator, for ``take``
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self._policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)

@@ -1,7 +1,7 @@
 """PyTorch integration: ``IterableDataset``s that shard themselves and resume exactly, a device
 stage that puts batches on the accelerator ahead of time, and the attention layouts of packed rows.
 
-Install with ``pip install 'openwebtext[torch]'``.
+Install from the clone with ``pip install -e '.[torch]'``.
 
 - ``OpenWebTextDataset`` yields documents; ``PackedBatchDataset`` yields packed
   token batches (``Loader.batches``), already batched: use ``batch_size=None``.
@@ -57,10 +57,12 @@ Install with ``pip install 'openwebtext[torch]'``.
 
 from __future__ import annotations
 
+from openwebtext.errors import install_hint
+
 try:
     import torch  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the extra
-    raise ImportError("openwebtext.torch needs PyTorch: pip install 'openwebtext[torch]'") from exc
+    raise ImportError(f"openwebtext.torch needs PyTorch: {install_hint('torch')}") from exc
 
 from openwebtext.torch.datasets import (
     OpenWebTextDataset,
