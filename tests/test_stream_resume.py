@@ -281,7 +281,7 @@ def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     }  # fmt: skip
     assert set(state["config"]) == {
         "corpus", "units", "shuffle", "seed", "shuffle_buffer", "rank", "world_size", "even",
-        "split", "val_fraction", "val_seed", "max_document_bytes", "tokenizer",
+        "split", "val_fraction", "val_seed", "max_document_bytes", "decode_errors", "tokenizer",
     }  # fmt: skip
 
 

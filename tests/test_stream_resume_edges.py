@@ -27,7 +27,6 @@ NOT_SHAPING = {
     "take": "where to stop",
     "on_error": "what to do with bad data; the clean stream is the same",
     "max_errors": "what to do with bad data",
-    "decode_errors": "what to do with bad data",
     "max_member_bytes": "a guard against bombs; a member over it is an error, never reordered",
     "tokenizer": "checked apart: the state carries the vocabulary's fingerprint",
 }
@@ -47,6 +46,7 @@ OTHER: dict[str, tuple[str, Any]] = {
     "val_fraction": ("val_fraction", 0.5),
     "val_seed": ("val_seed", 1),
     "max_document_bytes": ("max_document_bytes", 1 << 20),
+    "decode_errors": ("decode_errors", "replace"),
 }
 
 

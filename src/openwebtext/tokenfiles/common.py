@@ -48,10 +48,11 @@ class TokenFile(NamedTuple):
 
 
 def recorded_tokenizer(meta: object) -> tuple[str, str] | None:
-    """``(spec, fingerprint)`` a run's ``meta.json`` (parsed) records, or None."""
-    if not isinstance(meta, dict):
+    """``(spec, fingerprint)`` a run's ``meta.json`` (parsed: its ``config``) records, or None."""
+    config = meta.get("config") if isinstance(meta, dict) else None
+    if not isinstance(config, dict):
         return None
-    spec, fingerprint = meta.get("tokenizer"), meta.get("fingerprint")
+    spec, fingerprint = config.get("tokenizer"), config.get("fingerprint")
     if isinstance(spec, str) and isinstance(fingerprint, str):
         return spec, fingerprint
     return None
