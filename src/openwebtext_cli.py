@@ -21,13 +21,33 @@ _EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 def main() -> int:
-    """Run ``owt`` (``openwebtext.cli.main``); 130 if interrupted while it loads."""
+    """Run ``owt`` (``openwebtext.cli.main``); 130 if interrupted while it loads.
+
+    SIGINT is held (blocked) while the package imports: an interrupt inside an extension
+    module's import can surface as an ``ImportError`` (numpy's), not a KeyboardInterrupt.
+    A SIGINT that came meanwhile is taken, said, and ends the command with 130.
+    """
+    hold = hasattr(signal, "pthread_sigmask")
+    if hold:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         from openwebtext.cli import main as run
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return _EXIT_INTERRUPTED
+        return _interrupted()
+    finally:
+        if hold:
+            came = signal.SIGINT in signal.sigpending()
+            if came:
+                signal.sigwait({signal.SIGINT})  # taken here, not raised at the unblock
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if hold and came:
+        return _interrupted()
     return run()
+
+
+def _interrupted() -> int:
+    print("interrupted", file=sys.stderr)
+    return _EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
