@@ -159,7 +159,7 @@ def test_sigint_while_a_worker_hangs(small_corpus: Path, tmp_path: Path) -> None
     finally:
         _kill_group(proc.pid)
         proc.wait()
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err.decode()
     assert "Traceback" not in err.decode() and "interrupted" in err.decode()
     assert gone(proc.pid) == []
 
