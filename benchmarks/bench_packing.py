@@ -46,6 +46,7 @@ import numpy as np
 from openwebtext import Loader
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.packing import BestFitBatches
+from openwebtext.stream.schema import DocumentState
 from openwebtext.stream.source import TokenRun
 from openwebtext.stream.state import Mark, Stats
 
@@ -66,7 +67,7 @@ def rotated(runs: list[Any], round_number: int) -> list[Any]:
 class MemoryRuns:
     """A ``stream.DocumentSource`` over runs of documents held in memory: what ``Batches``
     and ``BestFitBatches`` call on their document iterator, at the cost of a list index
-    (``state_dict`` is not needed here)."""
+    (``state`` is not needed here)."""
 
     def __init__(self, runs: tuple[list[TokenRun], list[TokenRun]], mark: Mark) -> None:
         self._runs, self._at, self._end = runs, 0, mark  # (as the units lie, in order)
@@ -82,8 +83,8 @@ class MemoryRuns:
         runs = self._runs[0]
         return runs[self._at].before if self._at < len(runs) else self._end
 
-    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
-        return {}
+    def state(self, mark: Mark | None = None) -> DocumentState:
+        raise NotImplementedError("the cost mode takes no state")
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:
         return []  # not a resharded epoch

@@ -16,7 +16,7 @@ from openwebtext.stream import BestFitBatches, TokenRun, packing
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.fitting import best_fit, best_fit_rows
-from openwebtext.stream.schema import StreamConfig
+from openwebtext.stream.schema import DocumentState, StreamConfig
 from openwebtext.stream.state import Mark, Stats
 from packing_oracle import best_fit_batches, best_fit_lists, concat_batches
 
@@ -68,7 +68,7 @@ class Runs:
     def mark(self) -> Mark:
         return mark_at(self.at)
 
-    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
+    def state(self, mark: Mark | None = None) -> DocumentState:
         return (mark or self.mark()).state(CONFIG)
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:

@@ -332,7 +332,11 @@ class DocumentIterator:
         Args:
             mark: A ``mark()`` taken earlier: the state as it was then.
         """
-        return self._stream.state_dict(mark)
+        return self._stream.state(mark).to_json()
+
+    def state(self, mark: Mark | None = None) -> DocumentState:
+        """``state_dict(mark)`` as its record (what a packer nests in its own state)."""
+        return self._stream.state(mark)
 
     def mark(self) -> Mark:
         """Where the iterator is, cheaply (e.g. before every document); see ``state_dict``."""

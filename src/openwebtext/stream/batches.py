@@ -25,7 +25,7 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
-from openwebtext.stream.schema import BatchesState, DocumentState
+from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
@@ -185,9 +185,9 @@ class Batches:
             run = self._pending[0]
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
-        documents = self._docs.state_dict(mark)
+        documents = self._docs.state(mark)
         state = BatchesState(
-            self.seq_len, self.batch_size, DocumentState.from_json(documents), offset, self._batches
+            self.seq_len, self.batch_size, documents, offset, self._batches
         )
         return state.to_json()
 

@@ -33,7 +33,7 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.fitting import Rows, best_fit, fit
-from openwebtext.stream.schema import BatchesState, DocumentState
+from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
 
@@ -313,17 +313,17 @@ class BestFitBatches:
         if self._windows:
             window = self._windows[0]
             number, row, epoch = window.number, window.row, window.epoch
-            documents = self._docs.state_dict(window.mark)
+            documents = self._docs.state(window.mark)
         else:  # every packed row handed out: the next window starts here
             number, row, epoch = self._next, 0, self._epoch
             if self._reading is not None:  # read again on resume
-                documents = self._docs.state_dict(self._reading.mark)
+                documents = self._docs.state(self._reading.mark)
             elif self._left is not None:  # documents read, in no window yet
-                documents = self._docs.state_dict(self._left[0].mark_before(self._left[1]))
+                documents = self._docs.state(self._left[0].mark_before(self._left[1]))
             else:
-                documents = self._docs.state_dict()
+                documents = self._docs.state()
         state = BatchesState(
-            self.seq_len, self.batch_size, DocumentState.from_json(documents), 0, self._batches,
+            self.seq_len, self.batch_size, documents, 0, self._batches,
             "bestfit", self.window, number, row, epoch,
         )  # fmt: skip
         return state.to_json()

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from openwebtext.stream.schema import DocumentState
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = ["DocumentSource", "RunParts", "TokenRun"]
@@ -80,8 +81,8 @@ class DocumentSource(Protocol):
         """Where the stream is now, after the last document handed out."""
         ...
 
-    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
-        """The stream's state now, or at ``mark``."""
+    def state(self, mark: Mark | None = None) -> DocumentState:
+        """The stream's state now, or at ``mark``, as its record."""
         ...
 
     def windows_ahead(self) -> list[tuple[int, int, int]]:

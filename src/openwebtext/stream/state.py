@@ -101,14 +101,14 @@ class Mark(NamedTuple):
             return Position(self.epoch, self.block_end, 0)
         return Position(self.epoch, self.block, self.in_block)
 
-    def state(self, config: StreamConfig) -> dict[str, Any]:
+    def state(self, config: StreamConfig) -> DocumentState:
         """The state at this mark, for a stream of ``config``.
 
         In the rest of a resharded epoch the position is the share's documents handed out
         (``counters.epoch_documents``) and the ``reshard`` section.
         """
         position = self.position() if self.reshard is None else Position(self.epoch)
-        return DocumentState(config, position, self.counted(), self.reshard).to_json()
+        return DocumentState(config, position, self.counted(), self.reshard)
 
 
 def handed_sum(order: list[int] | None, first: int, end: int, values: list[int]) -> int:

@@ -246,9 +246,9 @@ class Stream:
             skipped_files=self._policy.files,
         )
 
-    def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
-        """The state after the last document handed out (or at ``mark``): resume with
-        ``Loader.iter(state=…)``."""
+    def state(self, mark: Mark | None = None) -> DocumentState:
+        """The state after the last document handed out (or at ``mark``), as its record:
+        ``state_dict`` is its JSON, to resume with ``Loader.iter(state=…)``."""
         return (self.mark() if mark is None else mark).state(self._config)
 
     # -- the pipeline -----------------------------------------------------------
