@@ -29,7 +29,6 @@ __all__ = [
     "Positive",
     "Record",
     "decode",
-    "decode_json",
     "encode",
     "replace",
 ]
@@ -80,16 +79,6 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
         return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
         raise _state_error(str(exc), what) from None
-
-
-def decode_json(body: bytes | str, cls: type[R], what: str = "state") -> R:
-    """The record of JSON text ``body`` (not JSON: a ``StateError`` too)."""
-    try:
-        return msgspec.json.decode(body, type=cls)
-    except msgspec.ValidationError as exc:
-        raise _state_error(str(exc), what) from None
-    except msgspec.DecodeError as exc:
-        raise StateError(f"bad {what}: not JSON ({exc})") from None
 
 
 def _state_error(message: str, what: str) -> StateError:

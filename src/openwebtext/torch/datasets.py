@@ -10,15 +10,9 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
+import torch  # the package's ``__init__`` says what to install when it is missing
 from numpy.typing import DTypeLike
-
-from openwebtext.errors import install_hint
-
-try:
-    import torch
-    from torch.utils.data import IterableDataset, get_worker_info
-except ImportError as exc:  # pragma: no cover - depends on the extra
-    raise ImportError(f"openwebtext.torch needs PyTorch: {install_hint('torch')}") from exc
+from torch.utils.data import IterableDataset, get_worker_info
 
 from openwebtext.index import Corpus
 from openwebtext.loader import (
