@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from openwebtext.errors import install_hint
 from openwebtext.index import Corpus
-from openwebtext.loader import Loader
+from openwebtext.loader import DocumentIterator, Loader, Mixture
 from openwebtext.options import Options
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ __all__ = ["iterable_dataset", "shard_options"]
 
 #: How to get what this module needs.
 
-CorpusLike = Corpus | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+CorpusLike = Corpus | Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def _require_datasets() -> ModuleType:
@@ -154,8 +154,9 @@ def iterable_dataset(
     loader = Loader(paths, options, **overrides)
     # Opened once here, not in every worker: a bad tokenizer fails now, and even sharding's
     # counts are counted (or read) once, for the workers to inherit.
-    with Loader(loader.corpus, shard_options(loader.options, 0, num_shards)).iter() as first:
-        loader = Loader(first.corpus, loader.options)
+    if isinstance(loader.corpus, Corpus):
+        with DocumentIterator(loader.corpus, shard_options(loader.options, 0, num_shards)) as first:
+            loader = Loader(first.corpus, loader.options)
     kwargs = {"shards": list(range(num_shards)), "loader": loader, "num_shards": num_shards}
     dataset: datasets.IterableDataset = hf.IterableDataset.from_generator(
         _shard_documents, gen_kwargs=kwargs

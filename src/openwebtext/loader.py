@@ -29,6 +29,10 @@ from openwebtext.stream import (
     BestFitBatches,
     DocumentState,
     Mark,
+    MixedStream,
+    Mixture,
+    MixtureState,
+    MixtureStats,
     PackedBatch,
     Packing,
     RunParts,
@@ -54,6 +58,8 @@ __all__ = [
     "Document",
     "DocumentIterator",
     "Loader",
+    "Mixture",
+    "MixtureIterator",
     "PackedBatch",
     "Stateful",
     "Stats",
@@ -80,13 +86,17 @@ class Loader:
 
     def __init__(
         self,
-        corpus: Corpus | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        corpus: Corpus | Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
         base = options or Options()
         self.options = replace(base, **overrides) if overrides else base
         on_error = self.options.on_error
+        self.corpus: Corpus | Mixture
+        if isinstance(corpus, Mixture):
+            self.corpus = corpus
+            return
         if not isinstance(corpus, Corpus):
             corpus = Corpus.open(corpus, on_error=on_error)
         elif corpus.skipped_files and on_error == "raise":
@@ -97,15 +107,18 @@ class Loader:
         """A loader of the same corpus with some options changed."""
         return Loader(self.corpus, self.options, **overrides)
 
-    def iter(self, state: dict[str, Any] | None = None) -> DocumentIterator:
-        """Start reading: a new iterator with its own workers.
+    def iter(self, state: dict[str, Any] | None = None) -> DocumentIterator | MixtureIterator:
+        """Start reading: a new iterator with its own workers (of a ``Mixture``: a
+        ``MixtureIterator``).
 
         Args:
-            state: A ``DocumentIterator.state_dict()`` to continue from.
+            state: A ``state_dict()`` of an iterator of this loader to continue from.
 
         Raises:
             StateError: ``state`` belongs to another corpus or other options.
         """
+        if isinstance(self.corpus, Mixture):
+            return MixtureIterator(self.corpus, self.options, state=state)
         return DocumentIterator(self.corpus, self.options, state=state)
 
     @overload
@@ -194,6 +207,8 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
+        if isinstance(self.corpus, Mixture):
+            raise ValueError("batches of a mixture are not built yet: iterate its documents")
         start = batches_start(state, seq_len, batch_size, packing, window)
         documents = DocumentIterator(
             self.corpus, self.options, state=None if start is None else start.documents
@@ -225,6 +240,8 @@ class Loader:
         return iter(self.iter())
 
     def __repr__(self) -> str:
+        if isinstance(self.corpus, Mixture):
+            return f"Loader({self.corpus!r}, {self.options})"
         return f"Loader({len(self.corpus.units)} units, {self.options})"
 
 
@@ -341,3 +358,66 @@ class DocumentIterator:
     def mark(self) -> Mark:
         """Where the iterator is, cheaply (e.g. before every document); see ``state_dict``."""
         return self._stream.mark()
+
+
+class MixtureIterator:
+    """The running iterator of a ``Loader`` of a ``Mixture``: its documents in turn, each with
+    ``Document.source`` the name of its part; ``set_weights`` between documents.
+
+    Raises:
+        StateError: ``state`` belongs to another mixture, a part's to another corpus or
+            other options (the field names the part).
+        TokenizerError: ``options.tokenizer`` cannot be loaded.
+    """
+
+    def __init__(
+        self,
+        mixture: Mixture,
+        options: Options,
+        *,
+        state: dict[str, Any] | MixtureState | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        if tokenizer is None and options.tokenizer is not None:
+            tokenizer = load_tokenizer(options.tokenizer)
+        self.mixture = mixture
+        self.options = options
+        self.tokenizer = tokenizer
+        self._stream = MixedStream(mixture, options, tokenizer, state=state)
+        self._gen = self._stream.documents()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._gen
+
+    def __next__(self) -> Any:
+        return next(self._gen)
+
+    def set_weights(self, weights: dict[str, float]) -> None:
+        """New weights from the next document on, by part name (a part left out: 0). The
+        proportions count from here; the change is in the state, so a resume replays it."""
+        self._stream.set_weights(weights)
+
+    @property
+    def weights(self) -> dict[str, float]:
+        """The weights in force, normalised."""
+        return dict(zip(self.mixture.names, self._stream.interleave.weights, strict=True))
+
+    @property
+    def stats(self) -> MixtureStats:
+        """Counts so far, summed and per part (``stats.parts[name]``)."""
+        return self._stream.stats
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state after the last document handed out: resume with ``Loader.iter(state=…)``."""
+        return self._stream.state().to_json()
+
+    def close(self) -> None:
+        """Stop the workers now. Safe to call twice."""
+        self._gen.close()
+        self._stream.close()
+
+    def __enter__(self) -> MixtureIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -45,6 +45,8 @@ class Document(NamedTuple):
     """Index of the member in its file (``i`` of the reference API)."""
     document_index: int
     """Index of the document in its member (``j`` of the reference API)."""
+    source: str | None = None
+    """The name of the mixture's part it came from (``Mixture``); None: a single corpus."""
 
 
 class TokenDocument(NamedTuple):
@@ -57,3 +59,5 @@ class TokenDocument(NamedTuple):
     name: str
     member_index: int
     document_index: int
+    source: str | None = None
+    """The name of the mixture's part it came from (``Mixture``); None: a single corpus."""

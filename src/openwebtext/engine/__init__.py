@@ -7,8 +7,8 @@ Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 
 from __future__ import annotations
 
-from openwebtext.engine.options import PoolOptions
-from openwebtext.engine.pool import Pool, cpu_count, open_pool
+from openwebtext.engine.options import Lane, PoolOptions
+from openwebtext.engine.pool import LanePool, Pool, cpu_count, open_lanes, open_pool
 from openwebtext.engine.read import Reader, encode_member, nanogpt_text
 from openwebtext.engine.tasks import (
     Done,
@@ -20,6 +20,8 @@ from openwebtext.engine.tasks import (
 
 __all__ = [
     "Done",
+    "Lane",
+    "LanePool",
     "Loaded",
     "Pool",
     "PoolOptions",
@@ -30,5 +32,6 @@ __all__ = [
     "encode_member",
     "failed",
     "nanogpt_text",
+    "open_lanes",
     "open_pool",
 ]

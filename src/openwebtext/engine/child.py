@@ -18,7 +18,7 @@ import signal
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
-from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.options import Lanes, PoolOptions
 from openwebtext.engine.read import Member, Reader, encode_member
 from openwebtext.engine.tasks import Done, Failed, Request, failed
 from openwebtext.errors import CorpusError, WorkerError
@@ -50,14 +50,13 @@ _PR_SET_PDEATHSIG = 1
 
 
 def worker_main(
-    units: Sequence[Unit],
+    lanes: Lanes,
     tasks: Connection,
     results: Connection,
     shared: mmap.mmap | None,
     options: PoolOptions,
     inherited: list[Connection],
     parent: int,
-    storage: Storage | None,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the fork
@@ -66,22 +65,23 @@ def worker_main(
     _die_with_parent(parent)
     for conn in inherited:
         conn.close()
-    reader = open_reader(options, storage)
-    tokenizer = options.tokenizer
+    readers = _Readers(lanes)
+    units = lanes.units
     slot_bytes = options.slot_bytes
     queued: collections.deque[Request | None] = collections.deque()
     try:
         while True:
             try:
-                request = _next_task(tasks, queued, reader, units)
+                request = _next_task(tasks, queued, readers)
             except EOFError:
                 return
             if request is None:
                 return
             seq, unit, slot = request
             try:
+                reader, lane = readers.of(unit)
                 member, payload, offsets, counts = read_unit(
-                    reader, tokenizer, units[unit], options.normalise
+                    reader, lane.tokenizer, units[unit], lane.normalise
                 )
             except Exception as exc:  # every failure is the unit's, sent as a value
                 _send_failure(results, failed(seq, exc, units[unit]))
@@ -107,7 +107,40 @@ def worker_main(
     except (BrokenPipeError, EOFError, KeyboardInterrupt):
         return
     finally:
-        reader.close()
+        readers.close()
+
+
+class _Readers:
+    """A worker's reader of each lane, opened when the lane's first unit comes."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+        self.readers: dict[int, Reader] = {}
+
+    def of(self, unit: int) -> tuple[Reader, PoolOptions]:
+        """The reader of pool unit ``unit``, and its lane's options."""
+        number = self.lanes.of(unit)
+        return self.reader(number), self.lanes.lanes[number].options
+
+    def reader(self, number: int) -> Reader:
+        """Lane ``number``'s reader."""
+        reader = self.readers.get(number)
+        if reader is None:
+            lane = self.lanes.lanes[number]
+            reader = self.readers[number] = open_reader(lane.options, lane.storage)
+        return reader
+
+    def prefetch(self, queued: Sequence[int]) -> None:
+        """Tell each lane's reader which of its units are queued (remote ones fetch ahead)."""
+        by_lane: dict[int, list[Unit]] = {}
+        for unit in queued:
+            by_lane.setdefault(self.lanes.of(unit), []).append(self.lanes.units[unit])
+        for number, units in by_lane.items():
+            self.reader(number).prefetch(units)
+
+    def close(self) -> None:
+        for reader in self.readers.values():
+            reader.close()
 
 
 def _send_failure(results: Connection, message: Failed) -> None:
@@ -126,8 +159,7 @@ def _send_failure(results: Connection, message: Failed) -> None:
 def _next_task(
     tasks: Connection,
     queued: collections.deque[Request | None],
-    reader: Reader,
-    units: Sequence[Unit],
+    readers: _Readers,
 ) -> Request | None:
     """The next task; every task already sent is taken off the pipe and told to the reader.
 
@@ -138,7 +170,7 @@ def _next_task(
         queued.append(tasks.recv())
     while queued[-1] is not None and tasks.poll():
         queued.append(tasks.recv())
-    reader.prefetch([units[t.unit] for t in queued if t is not None])
+    readers.prefetch([t.unit for t in queued if t is not None])
     return queued.popleft()
 
 

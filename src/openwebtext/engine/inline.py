@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Sequence
 
 from openwebtext.engine.child import open_reader, read_unit
-from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.options import Lane, Lanes, PoolOptions
+from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import Loaded, failure
 from openwebtext.records import Unit
 from openwebtext.source import Storage
@@ -21,23 +22,35 @@ class InlinePool:
     worker would send; their cause is the real exception, traceback and all.
     """
 
-    def __init__(self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None):
-        self.units = units
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        options: PoolOptions,
+        storage: Storage | None = None,
+        *,
+        lanes: Sequence[Lane] | None = None,
+    ):
+        self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
+        self.units = self.lanes.units
         self.options = options
-        self.reader = open_reader(options, storage)
-        self.tokenizer = options.tokenizer
-        self.normalise = options.normalise
+        self.readers: dict[int, Reader] = {}
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
         """Yield every unit of ``order``, in order."""
+        return self.run_lane(0, order)
+
+    def run_lane(self, lane: int, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        """Yield every unit of lane ``lane``'s ``order``, in order."""
+        units = self.lanes.lanes[lane].units
+        options = self.lanes.lanes[lane].options
         for unit in order:
             try:
                 member, payload, offsets, counts = read_unit(
-                    self.reader, self.tokenizer, self.units[unit], self.normalise
+                    self._reader(lane), options.tokenizer, units[unit], options.normalise
                 )
             except Exception as exc:  # as a worker reports it
-                error = failure(exc, self.units[unit])
+                error = failure(exc, units[unit])
                 if error is not exc:
                     error.__cause__ = exc
                 yield Loaded(unit, b"", [], [], [], [error])
@@ -54,12 +67,20 @@ class InlinePool:
                 counts,
             )
 
+    def _reader(self, lane: int) -> Reader:
+        reader = self.readers.get(lane)
+        if reader is None:
+            options, storage = self.lanes.lanes[lane].options, self.lanes.lanes[lane].storage
+            reader = self.readers[lane] = open_reader(options, storage)
+        return reader
+
     def release(self, ticket: int) -> None:
         """Nothing to free: each unit's data is its own ``bytes``."""
 
     def close(self) -> None:
         self.closed = True
-        self.reader.close()
+        for reader in self.readers.values():
+            reader.close()
 
     def __enter__(self) -> InlinePool:
         return self

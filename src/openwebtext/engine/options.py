@@ -6,7 +6,10 @@ this module reads nothing above the engine.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from openwebtext.engine.read import Split
 from openwebtext.options import (
@@ -17,9 +20,11 @@ from openwebtext.options import (
     TIMEOUT,
     WORKERS,
 )
+from openwebtext.records import Unit
+from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["SLOT_BYTES", "PoolOptions"]
+__all__ = ["SLOT_BYTES", "Lane", "Lanes", "PoolOptions"]
 
 #: Largest decompressed member that travels through shared memory (larger: through the pipe).
 SLOT_BYTES = 16 << 20
@@ -65,3 +70,40 @@ class PoolOptions:
                 raise ValueError(f"{name} must be an int >= {least}, not {value!r}")
         if not self.timeout > 0:
             raise ValueError(f"timeout must be > 0 seconds, not {self.timeout!r}")
+
+
+class Lane(NamedTuple):
+    """The units of one corpus of a pool that reads several (a mixture's parts), each read as its
+    own ``options`` say (split, limits, UTF-8 check, tokenizer) from its own ``storage``; the
+    pool's own options (workers, prefetch, timeout, retries, hold, slots) are the first lane's."""
+
+    units: Sequence[Unit]
+    options: PoolOptions
+    storage: Storage | None = None
+
+
+class Lanes:
+    """A pool's lanes, their units numbered one after another (the pool's unit table)."""
+
+    def __init__(self, lanes: Sequence[Lane]) -> None:
+        if not lanes:
+            raise ValueError("a pool reads at least one lane")
+        self.lanes = tuple(lanes)
+        self.offsets: list[int] = []
+        """Where each lane's units begin in ``units``."""
+        total = 0
+        for lane in self.lanes:
+            self.offsets.append(total)
+            total += len(lane.units)
+        self.units: Sequence[Unit] = (
+            self.lanes[0].units
+            if len(self.lanes) == 1
+            else [unit for lane in self.lanes for unit in lane.units]
+        )
+
+    def __len__(self) -> int:
+        return len(self.lanes)
+
+    def of(self, unit: int) -> int:
+        """The lane of the pool's unit number ``unit``."""
+        return 0 if len(self.lanes) == 1 else bisect.bisect_right(self.offsets, unit) - 1

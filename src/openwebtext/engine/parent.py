@@ -7,6 +7,7 @@ room and slots are free, waits on the workers' pipes and exit sentinels, reorder
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import mmap
 import multiprocessing as mp
@@ -19,7 +20,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from openwebtext.engine.child import worker_main
-from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.options import Lane, Lanes, PoolOptions
 from openwebtext.engine.tasks import Done, Failed, Loaded, Request, Task, Tasks
 from openwebtext.errors import WorkerError
 from openwebtext.records import Unit
@@ -41,21 +42,57 @@ class _Worker:
         """When it last answered, or was given work while it had none (its hang clock)."""
 
 
-class WorkerPool:
-    """Runs units on worker processes and hands them back in plan order."""
+class _Run:
+    """One lane's run (``WorkerPool.run_lane``): its units still to send, and the sequence
+    numbers sent for it, in its order (what it hands out next is the first)."""
 
-    def __init__(self, units: Sequence[Unit], options: PoolOptions, storage: Storage | None = None):
-        self.units = units
+    __slots__ = ("exhausted", "lane", "offset", "order", "pending")
+
+    def __init__(self, lane: int, offset: int, order: Iterator[int]) -> None:
+        self.lane = lane
+        self.offset = offset
+        self.order = order
+        self.exhausted = False
+        self.pending: collections.deque[int] = collections.deque()
+
+
+#: Shared memory reserved for the slots of a pool of several lanes at most (past it, units
+#: travel through the pipes: a mixture of many parts keeps a shuffle block of each).
+MAX_SHARED_BYTES = 8 << 30
+
+
+class WorkerPool:
+    """Runs units on worker processes and hands them back in plan order.
+
+    Args:
+        units: The units to read, with ``options`` and ``storage``; or
+        lanes: several corpora, each with its own options (a mixture's parts): one run of
+            each may go on at once (``run_lane``), their units sent to the same workers.
+    """
+
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        options: PoolOptions,
+        storage: Storage | None = None,
+        *,
+        lanes: Sequence[Lane] | None = None,
+    ):
+        self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
+        self.units = self.lanes.units
         self.options = options
-        self.storage = storage
         methods = mp.get_all_start_methods()
         self._ctx = mp.get_context("fork" if "fork" in methods else None)
         # More workers than units would only wait, each with its slots reserved.
-        self._n_workers = max(1, min(options.workers, len(units)))
-        self.slots = max(2, self._n_workers * (options.prefetch + 1)) + options.hold
+        self._n_workers = max(1, min(options.workers, len(self.units)))
+        # A lane's run may hold this many slots: what the workers read ahead, and a block.
+        self.budget = max(2, self._n_workers * (options.prefetch + 1)) + options.hold
+        self.slots = self.budget * len(self.lanes)
         self._shared: mmap.mmap | None = None
-        if self._ctx.get_start_method() == "fork":
-            size = self.slots * options.slot_bytes
+        size = self.slots * options.slot_bytes
+        if self._ctx.get_start_method() == "fork" and (
+            len(self.lanes) == 1 or size <= MAX_SHARED_BYTES
+        ):
             try:
                 self._shared = mmap.mmap(-1, size)
             except OSError as exc:
@@ -69,6 +106,7 @@ class WorkerPool:
         self._next_number = 0
         self.closed = False
         self.tasks = Tasks(self.slots)  # they live across runs
+        self._runs: dict[int, _Run] = {}  # the run of each lane going on
         self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
 
     # -- processes ---------------------------------------------------------
@@ -80,14 +118,13 @@ class WorkerPool:
         process = self._ctx.Process(
             target=worker_main,
             args=(
-                self.units,
+                self.lanes,
                 task_r,
                 result_w,
                 self._shared,
                 self.options,
                 inherited,
                 os.getpid(),
-                self.storage,
             ),
             name=f"owt-worker-{self._next_number}",
             daemon=True,
@@ -143,7 +180,7 @@ class WorkerPool:
     # -- the run -----------------------------------------------------------
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
-        """Yield every unit of ``order``, in order.
+        """Yield every unit of ``order``, in order (the first lane's; see ``run_lane``).
 
         The pool outlives a run: call ``run`` again for the next epoch. A run
         left early abandons its units in flight; their results are dropped
@@ -152,15 +189,28 @@ class WorkerPool:
         Raises:
             WorkerError: the pool is closed, or a worker cannot be started.
         """
+        return self.run_lane(0, order)
+
+    def run_lane(self, lane: int, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        """``run`` of lane ``lane``'s units (numbered within the lane, as ``Loaded.unit`` is).
+
+        Runs of different lanes go on at once, interleaved as their consumers ask: units are
+        sent for each while the workers have room, the one asked for first, and a run holds
+        at most ``budget`` slots, so no lane can starve another of them.
+        """
         if self.closed:
             raise WorkerError("this worker pool is closed")
+        if lane in self._runs:
+            raise WorkerError(f"lane {lane} is already running")
         while len(self._workers) < self._n_workers:
             # One at a time: each new worker must see (and close) its elders' pipes.
             self._add_worker()
+        run = self._runs[lane] = _Run(lane, self.lanes.offsets[lane], iter(order))
         try:
-            yield from self._run(iter(order))
+            yield from self._run(run)
         finally:
-            self.tasks.abandon()
+            del self._runs[lane]
+            self.tasks.abandon(lane)
 
     def release(self, ticket: int) -> None:
         """Free the slot of a unit kept under ``hold`` (its ``data`` is then invalid).
@@ -170,22 +220,36 @@ class WorkerPool:
         if self.options.hold:
             self.tasks.release(ticket)
 
-    def _dispatch(self, order: Iterator[int], exhausted: bool) -> bool:
-        """Send work while workers have room and slots are free; True once ``order`` ran out."""
+    def _dispatch(self, first: _Run) -> None:
+        """Send work while workers have room and slots are free: tasks to send again, then
+        the next units of ``first``, then of the other runs, in turn."""
         tasks = self.tasks
         while True:
             idle = min(self._workers, key=lambda w: len(w.inflight))
             if len(idle.inflight) >= self.options.prefetch:
-                return exhausted
+                return
             task = tasks.resend()
             if task is None:
-                if exhausted or not tasks.free:
-                    return exhausted
-                unit = next(order, None)
-                if unit is None:
-                    return True
-                task = tasks.new(unit)
+                task = self._new_task(first)
+                if task is None:
+                    return
             self._send(idle, task)
+
+    def _new_task(self, first: _Run) -> Task | None:
+        """A task for the next unit of ``first``, or else of another run with room."""
+        tasks = self.tasks
+        for run in (first, *self._runs.values()):
+            while not run.exhausted and tasks.free and tasks.owned.get(run.lane, 0) < self.budget:
+                unit = next(run.order, None)
+                if unit is None:
+                    run.exhausted = True
+                    break
+                task = tasks.new(run.offset + unit, run.lane)
+                run.pending.append(task.seq)
+                if len(self._runs) > 1:  # the others' turn next time
+                    self._runs[run.lane] = self._runs.pop(run.lane)
+                return task
+        return None
 
     def _send(self, worker: _Worker, task: Task) -> None:
         if not worker.inflight:  # idle until now: its hang clock starts with this task
@@ -195,17 +259,15 @@ class WorkerPool:
         with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
             worker.tasks.send(Request(task.seq, task.unit, slot))
 
-    def _run(self, order: Iterator[int]) -> Iterator[Loaded]:
+    def _run(self, run: _Run) -> Iterator[Loaded]:
         tasks = self.tasks
-        seq = tasks.next_seq
-        exhausted = False
+        pending = run.pending
         while True:
-            exhausted = self._dispatch(order, exhausted)
-            result = tasks.ready(seq)
+            self._dispatch(run)
+            result = tasks.ready(pending[0]) if pending else None
             if result is not None:
-                task = tasks.hand_out(seq)
-                loaded = self._loaded(task, result)
-                seq += 1
+                task = tasks.hand_out(pending.popleft())
+                loaded = self._loaded(task, result, run.offset)
                 if self.options.hold:
                     yield loaded  # the consumer releases it
                     continue
@@ -216,19 +278,20 @@ class WorkerPool:
                         loaded.data.release()
                     tasks.release(task.seq)
                 continue
-            if exhausted and seq == tasks.next_seq:
+            if run.exhausted and not pending:
                 return
-            if not tasks.free and not any(w.inflight for w in self._workers):
-                # Every slot is kept by the consumer: nothing could ever arrive.
+            if not pending and not any(w.inflight for w in self._workers):
+                # Every slot of this run is kept by the consumer: nothing could ever arrive.
                 raise WorkerError(
-                    f"the consumer keeps all {self.slots} slots (hold={self.options.hold}): "
+                    f"the consumer keeps all {self.budget} slots (hold={self.options.hold}): "
                     "release units before asking for more"
                 )
             self._wait()
 
-    def _loaded(self, task: Task, result: Done | Failed) -> Loaded:
+    def _loaded(self, task: Task, result: Done | Failed, offset: int) -> Loaded:
+        unit = task.unit - offset
         if isinstance(result, Failed):
-            return Loaded(task.unit, b"", [], [], [], [result.exception()], 0, task.seq)
+            return Loaded(unit, b"", [], [], [], [result.exception()], 0, task.seq)
         data: memoryview | bytes
         if result.data is None and self._shared is not None:
             start = task.slot * self.options.slot_bytes
@@ -237,7 +300,7 @@ class WorkerPool:
             assert result.data is not None
             data = result.data
         return Loaded(
-            task.unit,
+            unit,
             data,
             result.names,
             result.offsets,

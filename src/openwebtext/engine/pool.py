@@ -37,13 +37,13 @@ from collections.abc import Generator, Iterable, Sequence
 from typing import Protocol
 
 from openwebtext.engine.inline import InlinePool
-from openwebtext.engine.options import PoolOptions
+from openwebtext.engine.options import Lane, PoolOptions
 from openwebtext.engine.parent import WorkerPool
 from openwebtext.engine.tasks import Loaded
 from openwebtext.records import Unit
 from openwebtext.source import Storage
 
-__all__ = ["Pool", "cpu_count", "open_pool"]
+__all__ = ["LanePool", "Pool", "cpu_count", "open_lanes", "open_pool"]
 
 
 class Pool(Protocol):
@@ -78,6 +78,58 @@ def open_pool(units: Sequence[Unit], options: PoolOptions, storage: Storage | No
     if options.workers == 0:
         return InlinePool(units, options, storage)
     return WorkerPool(units, options, storage)
+
+
+def open_lanes(lanes: Sequence[Lane], options: PoolOptions) -> LanePool:
+    """One pool for several corpora (a mixture's parts): ``options`` says how many workers
+    (or none), the prefetch, timeout, retries and hold; each lane how its units are read.
+    ``LanePool.lane(i)`` is lane ``i`` as a ``Pool`` of its own."""
+    if options.workers == 0:
+        return LanePool(InlinePool((), options, lanes=lanes))
+    return LanePool(WorkerPool((), options, lanes=lanes))
+
+
+class LanePool:
+    """A pool of several lanes: the workers are shared, each lane is read as a ``Pool``."""
+
+    def __init__(self, pool: WorkerPool | InlinePool) -> None:
+        self.pool = pool
+
+    def lane(self, number: int) -> Pool:
+        """Lane ``number`` as a pool: its runs go on beside the other lanes' (one each at a
+        time); closing it leaves the workers to the others."""
+        return _OneLane(self.pool, number)
+
+    def close(self) -> None:
+        """Stop every worker now."""
+        self.pool.close()
+
+    def __enter__(self) -> LanePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _OneLane:
+    def __init__(self, pool: WorkerPool | InlinePool, number: int) -> None:
+        self.pool = pool
+        self.number = number
+
+    def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
+        return self.pool.run_lane(self.number, order)
+
+    def release(self, ticket: int) -> None:
+        self.pool.release(ticket)
+
+    def close(self) -> None:
+        """Nothing: the workers are the ``LanePool``'s (a run left early abandons its own)."""
+
+    def __enter__(self) -> _OneLane:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def cpu_count() -> int:

@@ -177,12 +177,14 @@ SENT, QUEUED, DONE, HELD, ABANDONED = State
 class Task:
     """One unit requested from the workers."""
 
-    __slots__ = ("attempts", "result", "seq", "slot", "state", "unit")
+    __slots__ = ("attempts", "lane", "result", "seq", "slot", "state", "unit")
 
-    def __init__(self, seq: int, unit: int, slot: int) -> None:
+    def __init__(self, seq: int, unit: int, slot: int, lane: int = 0) -> None:
         self.seq = seq
         self.unit = unit
         self.slot = slot
+        self.lane = lane
+        """The lane (a part of a mixture) whose run asked for it: its slots are counted apart."""
         self.state = SENT
         self.attempts = 0
         """Retries spent (a blamed task sent again to a fresh worker)."""
@@ -205,6 +207,8 @@ class Tasks:
         self._tasks: dict[int, Task] = {}
         self._free = list(range(slots - 1, -1, -1))
         self._queued: list[int] = []  # a heap: the lowest seq is sent again first
+        self.owned: dict[int, int] = {}
+        """Slots the tasks of each lane hold (a lane's run may hold at most its budget)."""
 
     def __len__(self) -> int:
         return len(self._tasks)
@@ -223,10 +227,11 @@ class Tasks:
 
     # -- transitions ----------------------------------------------------------
 
-    def new(self, unit: int) -> Task:
-        """A task for ``unit`` in a free slot, to send now: SENT."""
-        task = Task(self.next_seq, unit, self._free.pop())
+    def new(self, unit: int, lane: int = 0) -> Task:
+        """A task for ``unit`` (of ``lane``) in a free slot, to send now: SENT."""
+        task = Task(self.next_seq, unit, self._free.pop(), lane)
         self._tasks[task.seq] = task
+        self.owned[lane] = self.owned.get(lane, 0) + 1
         self.next_seq += 1
         return task
 
@@ -293,16 +298,21 @@ class Tasks:
         task.result = Failed(seq, error, "")
         return None
 
-    def abandon(self) -> None:
-        """The run was left: SENT → ABANDONED; DONE and QUEUED → finished; HELD stays."""
+    def abandon(self, lane: int | None = None) -> None:
+        """The run (of ``lane``; None: of every lane) was left: SENT → ABANDONED; DONE and
+        QUEUED → finished; HELD stays."""
         for task in list(self._tasks.values()):
+            if lane is not None and task.lane != lane:
+                continue
             if task.state is SENT:
                 task.state = ABANDONED
             elif task.state is DONE or task.state is QUEUED:
                 self._finish(task)
-        if self._queued:
-            self._queued.clear()  # every QUEUED task was just finished
+        if self._queued:  # the QUEUED tasks just finished are no longer sent again
+            self._queued = [seq for seq in self._queued if seq in self._tasks]
+            heapq.heapify(self._queued)
 
     def _finish(self, task: Task) -> None:
         del self._tasks[task.seq]
         self._free.append(task.slot)
+        self.owned[task.lane] -= 1

@@ -11,6 +11,9 @@ from openwebtext.stream.batches import Batches, BatchIterator, batches_start, ch
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
+from openwebtext.stream.mixed import MixedStream
+from openwebtext.stream.mixschema import MixtureState, MixtureStats
+from openwebtext.stream.mixture import Mixture, reshard
 from openwebtext.stream.packing import (
     WINDOW,
     BestFitBatches,
@@ -18,7 +21,6 @@ from openwebtext.stream.packing import (
     cu_seqlens,
 )
 from openwebtext.stream.readahead import Ahead, Stateful, ahead
-from openwebtext.stream.resharding import reshard
 from openwebtext.stream.schema import (
     DocumentState,
     Packing,
@@ -45,6 +47,10 @@ __all__ = [
     "DocumentSource",
     "DocumentState",
     "Mark",
+    "MixedStream",
+    "Mixture",
+    "MixtureState",
+    "MixtureStats",
     "PackedBatch",
     "Packing",
     "Position",

@@ -173,6 +173,8 @@ class Stream:
         *,
         state: DocumentState | None = None,
         as_tuples: bool = False,
+        pool: Pool | None = None,
+        source: str | None = None,
     ) -> None:
         if (tokenizer is None) != (options.tokenizer is None):
             raise ValueError(f"tokenizer {tokenizer!r} for options.tokenizer={options.tokenizer!r}")
@@ -180,6 +182,9 @@ class Stream:
         self.options = options
         self.tokenizer = tokenizer
         self._as_tuples = as_tuples
+        self._given_pool = pool  # a lane of a mixture's pool (None: open one)
+        self.source = source
+        """The name of the mixture's part this stream reads (``Document.source``)."""
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
         # ``state`` was checked where it entered (``check_state``); ``_reshard``: its section.
@@ -266,7 +271,7 @@ class Stream:
         if opts.needs_counts and self.corpus.counts is not None:
             in_split = None if opts.split == "all" else self._counts_per_unit()
             self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
-        pool = self._pool = open_pool(
+        pool = self._pool = self._given_pool or open_pool(
             self.corpus.units, pool_options(opts, self.tokenizer), self.corpus.storage
         )
         try:
@@ -396,6 +401,7 @@ class Stream:
             split=split_of(opts),
         )
         new = tuple.__new__
+        source = self.source
         try:
             for block_start, block_end, block in gathered:
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
@@ -424,7 +430,9 @@ class Stream:
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, dtype = sources[k]
                         ids = frombuffer(view, dtype, counts[k], offsets[k]).copy()
-                        yield new(TokenDocument, (ids, subset, member, names[k], i, js[k]))
+                        yield new(
+                            TokenDocument, (ids, subset, member, names[k], i, js[k], source)
+                        )
                 else:
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, errors = sources[k]
@@ -433,7 +441,9 @@ class Stream:
                         if self._as_tuples:
                             yield ((i, js[k]), (member, names[k]), text)
                         else:
-                            yield new(Document, (text, subset, member, names[k], i, js[k]))
+                            yield new(
+                                Document, (text, subset, member, names[k], i, js[k], source)
+                            )
                 first, handed = self._first_in_block, self._in_block - self._first_in_block
                 self._counters = self._counters.handed(
                     handed,

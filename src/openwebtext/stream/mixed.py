@@ -1,0 +1,283 @@
+"""The running stream of a ``Mixture``: one ``Stream`` per part over one pool, in turns.
+
+A mixture runs one ``Stream`` per part, so that every part keeps every guarantee of a corpus
+of its own: its seeded order and shuffle, its epochs (each part is endless: a small one is
+repeated, each epoch in a new order), its share of every rank, exact resume and resharding.
+The parts' streams read through one pool (``engine.open_lanes``: one lane per part, the same
+workers), and the order in which they take turns is ``mixing.Interleave``'s (stratified: after
+any ``n`` documents a rank has handed out, part ``i`` has handed out within one document of
+``w_i * n``; by tokens, within one document's ids of ``w_i * T``), or a seeded draw per position
+(``sampling="random"``). Weights change at positions of a schedule, or when ``set_weights`` is
+called; both are in the state, and the proportions count from each change.
+
+A part's state is taken before the document it has read ahead (by tokens, every part peeks at
+its next document to know its size), so resuming hands that document out again, in its turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any
+
+import msgspec
+
+from openwebtext.engine import Lane, LanePool, open_lanes
+from openwebtext.errors import CorpusError, StateError
+from openwebtext.index import Corpus
+from openwebtext.mixing import Interleave
+from openwebtext.options import Options
+from openwebtext.stream.counts import ensure_counts
+from openwebtext.stream.mixschema import Change, MixMark, MixtureConfig, MixtureState, MixtureStats
+from openwebtext.stream.mixture import Mixture
+from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.state import Mark, Stats, check_state, config_of
+from openwebtext.stream.stream import Stream, pool_options
+from openwebtext.tokenizer import Tokenizer
+
+__all__ = ["MixedStream"]
+
+
+class _Part:
+    """One part of a running mixture: its stream, and the document it has read ahead."""
+
+    __slots__ = ("before", "documents", "finished", "head", "name", "stream")
+
+    def __init__(self, name: str, stream: Stream) -> None:
+        self.name = name
+        self.stream = stream
+        self.documents = stream.documents()
+        self.head: Any = None
+        self.before: Any = None  # the stream's mark before ``head``
+        self.finished = False
+        """Its head is of an epoch past the run's last (it goes on, repeated, meanwhile)."""
+
+    def peek(self, last: int | None) -> Any:
+        """The part's next document (read ahead once), ``finished`` updated."""
+        if self.head is None:
+            self.before = self.stream.mark()
+            try:
+                self.head = next(self.documents)
+            except StopIteration:
+                raise CorpusError(f"the mixture's part {self.name!r} has no documents") from None
+            if last is not None and self.stream.mark().epoch >= last:
+                self.finished = True
+        return self.head
+
+    def mark(self) -> Mark:
+        """The stream's mark after the last document the part handed out."""
+        return self.before if self.head is not None else self.stream.mark()
+
+
+class MixedStream:
+    """The running stream of a ``Mixture``: one ``Stream`` per part over one pool.
+
+    Args:
+        mixture: What to read.
+        options: How (every part; a part's own ``Mixture.options`` over them). ``epochs``:
+            the run ends when every part of positive weight has handed out that many epochs
+            (the others go on meanwhile, repeated); None: endless. ``take``: documents in all.
+        tokenizer: ``options.tokenizer``, loaded.
+        state: A ``state_dict()`` of this mixture, checked here.
+    """
+
+    def __init__(
+        self,
+        mixture: Mixture,
+        options: Options,
+        tokenizer: Tokenizer | None,
+        *,
+        state: Any = None,
+    ) -> None:
+        if mixture.by == "tokens" and tokenizer is None:
+            raise ValueError("a mixture by tokens needs the loader's tokenizer")
+        self.mixture = mixture
+        self.options = options
+        self.tokenizer = tokenizer
+        config = mixture.config()
+        saved = None if state is None else _check(MixtureState.from_json(state), config)
+        opened = {name: mixture.part_options(name, options) for name in mixture.names}
+        states: dict[str, DocumentState | None] = {}
+        corpora: dict[str, Corpus] = {}
+        for name in mixture.names:
+            corpus, opts = mixture.corpora[name], opened[name]
+            part_state = None if saved is None else saved.parts[name]
+            if part_state is not None:
+                part_state = _part_state(name, part_state, config_of(corpus, opts, tokenizer))
+            resharded = part_state is not None and part_state.reshard is not None
+            corpora[name] = ensure_counts(corpus, opts, always=resharded)
+            states[name] = part_state
+        lanes = [
+            Lane(corpora[n].units, pool_options(opened[n], tokenizer), corpora[n].storage)
+            for n in mixture.names
+        ]
+        self._pool: LanePool = open_lanes(lanes, pool_options(options, tokenizer))
+        self.parts = [
+            _Part(name, Stream(
+                corpora[name], opened[name], tokenizer, state=states[name],
+                pool=self._pool.lane(number), source=name,
+            ))
+            for number, name in enumerate(mixture.names)
+        ]  # fmt: skip
+        weights = mixture.weights if saved is None else saved.weights
+        self.interleave = Interleave(weights, None if saved is None else saved.served)
+        self.handed = 0 if saved is None else saved.handed
+        self.changes: list[Change] = [] if saved is None else list(saved.changes)
+        self._schedule = {c.at: c.weights for c in mixture.schedule}
+        self._applied: int | None = None  # the position whose schedule step was applied
+        self._last = None if options.epochs is None else options.epoch + options.epochs
+        self._taken = 0
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        """New weights from the next document on (the proportions count from here)."""
+        values = self.mixture._weights(weights, "set_weights")
+        self.interleave.set_weights(values)
+        self.changes.append(Change(self.handed, values))
+
+    def documents(self) -> Generator[Any, None, None]:
+        """The mixture's documents in order (``Document.source``: the part's name)."""
+        parts, interleave = self.parts, self.interleave
+        take = self.options.take
+        choose = self._chooser()
+        try:
+            while take is None or self._taken < take:
+                step = self._schedule.get(self.handed)
+                if step is not None and self._applied != self.handed:
+                    interleave.set_weights(step)  # before the document at its position
+                    self._applied = self.handed
+                part = choose()
+                if part is None:
+                    return
+                document = parts[part].head
+                parts[part].head = None
+                interleave.take(part, 1 if self.mixture.by == "documents" else _size(document))
+                self.handed += 1
+                self._taken += 1
+                yield document
+        finally:
+            self.close()
+
+    def _chooser(self) -> Callable[[], int | None]:
+        """The next part to hand a document out (its head read), or None: the run's end."""
+        parts, interleave = self.parts, self.interleave
+        tokens = self.mixture.by == "tokens"
+        random = self.mixture.sampling == "random"
+        seed = (self.options.seed, self.options.rank)
+
+        last = self._last
+
+        def choose() -> int | None:
+            weights = interleave.weights
+            if tokens:
+                sizes = [_size(p.peek(last)) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)]
+            if random:
+                part = _draw(weights, seed, self.handed)
+            else:
+                part = interleave.choose(sizes if tokens else None)
+            parts[part].peek(last)
+            if (
+                last is not None
+                and parts[part].finished
+                and all(p.finished for p, w in zip(parts, weights, strict=True) if w > 0)
+            ):
+                return None  # every part of positive weight handed out the run's epochs
+            return part
+
+        return choose
+
+    def mark(self) -> MixMark:
+        """Where the mixture is now, after the last document handed out."""
+        it = self.interleave
+        marks = tuple(p.mark() for p in self.parts)
+        return MixMark(marks, self.handed, it.weights, tuple(it.served), len(self.changes))
+
+    def state(self, mark: MixMark | None = None) -> MixtureState:
+        """The state after the last document handed out (or at ``mark``)."""
+        m = self.mark() if mark is None else mark
+        return MixtureState(
+            self.mixture.config(),
+            {p.name: p.stream.state(pm) for p, pm in zip(self.parts, m.parts, strict=True)},
+            m.handed,
+            m.weights,
+            m.served,
+            tuple(self.changes[: m.changes]),
+        )
+
+    @property
+    def stats(self) -> MixtureStats:
+        """Counts so far: the parts' summed, and each part's (``parts``); a part's document
+        read ahead and not handed out is not counted."""
+        each = {p.name: _stats_before(p) for p in self.parts}
+        sums = {
+            field: sum(getattr(s, field) for s in each.values())
+            for field in ("documents", "text_bytes", "units", "skipped_members",
+                          "skipped_documents", "replaced_documents", "tokens",
+                          "partial_members", "repeated_documents", "dropped_documents",
+                          "skipped_files")
+        }  # fmt: skip
+        skipped = tuple(name for s in each.values() for name in s.skipped)
+        epochs = {p.name: p.mark().epoch for p in self.parts}
+        return MixtureStats(**sums, skipped=skipped, parts=each, epochs=epochs)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.documents.close()
+        if self._pool is not None:
+            self._pool.close()
+
+
+def _stats_before(part: _Part) -> Stats:
+    stats = part.stream.stats
+    if part.head is None:
+        return stats
+    counted = part.before.counted()
+    return msgspec.structs.replace(
+        stats,
+        documents=counted.documents,
+        text_bytes=counted.text_bytes,
+        epoch_documents=counted.epoch_documents,
+        tokens=counted.tokens,
+    )
+
+
+def _size(document: Any) -> int:
+    return len(document.tokens)
+
+
+def _draw(weights: Sequence[float], seed: tuple[int, int], position: int) -> int:
+    """A seeded draw of a part for ``position`` (``sampling="random"``): a pure function of
+    the seed, the rank and the position, so that a resumed run draws the same."""
+    x = _mix64(_mix64(_mix64(seed[0]) ^ seed[1]) ^ position)
+    u = (x >> 11) / float(1 << 53)
+    total = 0.0
+    last = 0
+    for i, w in enumerate(weights):
+        if w > 0:
+            total += w
+            last = i
+            if u < total:
+                return i
+    return last
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)
+
+
+def _check(state: MixtureState, config: MixtureConfig) -> MixtureState:
+    if state.config != config:
+        saved, now = msgspec.structs.asdict(state.config), msgspec.structs.asdict(config)
+        differ = [f"{k}: saved {saved[k]!r}, now {now[k]!r}" for k in now if saved[k] != now[k]]
+        raise StateError("the state was saved for another mixture; " + "; ".join(differ))
+    return state
+
+
+def _part_state(name: str, state: DocumentState, config: Any) -> DocumentState:
+    try:
+        return check_state(state, config)
+    except StateError as exc:
+        field = f"parts.{name}" + ("" if exc.field is None else f".{exc.field}")
+        raise StateError(f"part {name!r}: {exc}", field) from None

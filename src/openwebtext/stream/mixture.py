@@ -1,0 +1,186 @@
+"""Weighted mixtures of corpora: the description (``Mixture``), checked as it is made, and
+``reshard`` for their states (and, passed on, for a single corpus's).
+
+The running stream is ``mixed.MixedStream``; the state's records are in ``mixschema``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace as replace_options
+from typing import Any
+
+from openwebtext.errors import StateError
+from openwebtext.index import Corpus
+from openwebtext.mixing import check_weights
+from openwebtext.options import Options
+from openwebtext.stream.mixschema import (
+    MIXTURE_FORMAT,
+    By,
+    Change,
+    MixtureConfig,
+    MixtureState,
+    Sampling,
+)
+from openwebtext.stream.resharding import KEEP, Even
+from openwebtext.stream.resharding import reshard as reshard_stream
+from openwebtext.stream.schema import DocumentState
+
+__all__ = ["PART_OPTIONS", "Mixture", "reshard"]
+
+#: The options a part may set for itself (``Mixture(options={name: {...}})``); the rest are
+#: the loader's, for every part.
+PART_OPTIONS = frozenset({"split", "val_fraction", "val_seed", "seed", "shuffle", "shuffle_buffer"})
+
+
+class Mixture:
+    """Corpora mixed by weights: accepted wherever a corpus is (``Loader``, the PyTorch
+    datasets, ``owt stream --mix``).
+
+    Args:
+        parts: Names (the user's) and corpora: a ``Corpus``, or paths, folders, globs or URLs
+            to open (tars, parquet, JSON lines, token files).
+        weights: Each part's weight (>= 0, at least one positive; normalised). None: equal.
+        by: Proportions of ``documents``, or of ``tokens`` (needs the loader's tokenizer).
+        sampling: ``stratified`` (the default: a deterministic low-discrepancy order, within
+            one document of the weights after any number of documents), or ``random`` (a
+            seeded draw per position).
+        schedule: ``(documents handed out by the rank, weights)`` steps: the weights in force
+            from each position on (the first may be 0, replacing ``weights``).
+        options: Per part, the options it reads with besides the loader's (``PART_OPTIONS``:
+            ``split``, ``val_fraction``, ``val_seed``, ``seed``, ``shuffle``, ``shuffle_buffer``).
+        text_column: For parquet and JSON-lines parts opened here: the field of the text.
+
+    Raises:
+        ValueError: no parts, a bad weight or schedule, an unknown part name, an option a part
+            cannot set, or a file in two parts.
+    """
+
+    def __init__(
+        self,
+        parts: Mapping[str, Any],
+        weights: Mapping[str, float] | None = None,
+        *,
+        by: By = "documents",
+        sampling: Sampling = "stratified",
+        schedule: Iterable[tuple[int, Mapping[str, float]]] = (),
+        options: Mapping[str, Mapping[str, Any]] | None = None,
+        text_column: str | None = None,
+    ) -> None:
+        if not parts:
+            raise ValueError("a mixture needs at least one part")
+        for name in parts:
+            if not isinstance(name, str) or not name or "=" in name or ":" in name:
+                raise ValueError(f"a part's name must be a non-empty str without = or :: {name!r}")
+        if by not in ("documents", "tokens"):
+            raise ValueError(f"by must be 'documents' or 'tokens', not {by!r}")
+        if sampling not in ("stratified", "random"):
+            raise ValueError(f"sampling must be 'stratified' or 'random', not {sampling!r}")
+        self.names: tuple[str, ...] = tuple(parts)
+        self.by: By = by
+        self.sampling: Sampling = sampling
+        self.weights = self._weights(weights or dict.fromkeys(self.names, 1.0), "weights")
+        steps = sorted(((at, self._weights(w, f"schedule at {at}")) for at, w in schedule))
+        if any(isinstance(at, bool) or not isinstance(at, int) or at < 0 for at, _ in steps):
+            raise ValueError("a schedule's positions must be ints >= 0 (documents handed out)")
+        if len({at for at, _ in steps}) != len(steps):
+            raise ValueError("a schedule has two steps at one position")
+        self.schedule = tuple(Change(at, w) for at, w in steps)
+        self.options: dict[str, dict[str, Any]] = {}
+        for name, given in (options or {}).items():
+            if name not in self.names:
+                raise ValueError(f"options for {name!r}, which is not a part ({self.names})")
+            wrong = sorted(set(given) - PART_OPTIONS)
+            if wrong:
+                raise ValueError(
+                    f"a part sets only {sorted(PART_OPTIONS)} of its own, not {wrong}: the "
+                    "others are the loader's, for every part"
+                )
+            self.options[name] = dict(given)
+        opened = {}
+        for name, corpus in parts.items():
+            if not isinstance(corpus, Corpus):
+                given = {} if text_column is None else {"text_column": text_column}
+                corpus = Corpus.open(corpus, **given)
+            opened[name] = corpus
+        self.corpora: dict[str, Corpus] = opened
+        _refuse_shared_files(opened)
+        empty = [name for name, corpus in opened.items() if not corpus.units]
+        if empty:
+            raise ValueError(f"the mixture's parts {empty} have no corpus files")
+
+    def _weights(self, weights: Mapping[str, float], what: str) -> tuple[float, ...]:
+        unknown = sorted(set(weights) - set(self.names))
+        if unknown:
+            raise ValueError(f"{what}: {unknown} are not parts of the mixture {list(self.names)}")
+        values = [weights.get(name, 0.0) for name in self.names]
+        try:
+            return check_weights(values, len(values))
+        except ValueError as exc:
+            raise ValueError(f"{what}: {exc}") from None
+
+    def part_options(self, name: str, options: Options) -> Options:
+        """The options part ``name`` reads with under the loader's ``options``: endless (the
+        mixture decides when the run ends), its own settings over the loader's."""
+        return replace_options(options, epochs=None, take=None, **self.options.get(name, {}))
+
+    def config(self) -> MixtureConfig:
+        return MixtureConfig(self.names, self.weights, self.by, self.sampling, self.schedule)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(
+            f"{n}: {len(self.corpora[n].units)} units @ {w:.3g}"
+            for n, w in zip(self.names, self.weights, strict=True)
+        )
+        return f"Mixture({{{parts}}}, by={self.by!r}, sampling={self.sampling!r})"
+
+
+def _refuse_shared_files(corpora: Mapping[str, Corpus]) -> None:
+    owner: dict[str, str] = {}
+    for name, corpus in corpora.items():
+        for path in dict.fromkeys(u.path for u in corpus.units):
+            key = path if "://" in path else os.path.realpath(path)
+            if owner.setdefault(key, name) != name:
+                raise ValueError(
+                    f"{path} is in two parts of the mixture ({owner[key]!r} and {name!r}): "
+                    "a file belongs to one part"
+                )
+
+
+def reshard(
+    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP
+) -> list[dict[str, Any]]:
+    """``resharding.reshard`` for states of single corpora, and for mixtures: each part's
+    states resharded as a corpus's, each new rank with the weights in force on old rank 0
+    (and its schedule position); the proportions count again from the reshard."""
+    if not states or not all(
+        isinstance(s, Mapping) and s.get("format") == MIXTURE_FORMAT for s in states
+    ):
+        if any(isinstance(s, Mapping) and s.get("format") == MIXTURE_FORMAT for s in states):
+            raise StateError(
+                "states of a mixture and of a single corpus cannot be resharded together"
+            )
+        return reshard_stream(states, world_size, even=even)
+    parsed = [MixtureState.from_json(s) for s in states]
+    first = min(parsed, key=lambda s: next(iter(s.parts.values())).config.rank)
+    for s in parsed:
+        if s.config != first.config:
+            raise StateError("the states are of different mixtures (their configs differ)")
+    names = first.config.parts
+    new_parts = {
+        name: reshard_stream([s.parts[name].to_json() for s in parsed], world_size, even=even)
+        for name in names
+    }
+    zeros = (0,) * len(names)
+    return [
+        MixtureState(
+            first.config,
+            {name: DocumentState.from_json(new_parts[name][rank]) for name in names},
+            first.handed,
+            first.weights,
+            zeros,
+            first.changes,
+        ).to_json()
+        for rank in range(world_size)
+    ]
