@@ -168,7 +168,9 @@ class MixedStream:
         def choose() -> int | None:
             weights = interleave.weights
             if tokens:
-                sizes = [_size(p.peek(last)) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)]
+                sizes = [
+                    _size(p.peek(last)) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)
+                ]
             if random:
                 part = _draw(weights, seed, self.handed)
             else:
