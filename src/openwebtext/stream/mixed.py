@@ -40,27 +40,27 @@ __all__ = ["MixedStream"]
 class _Part:
     """One part of a running mixture: its stream, and the document it has read ahead."""
 
-    __slots__ = ("before", "documents", "finished", "head", "name", "stream")
+    __slots__ = ("before", "documents", "head", "name", "seen", "stream")
 
-    def __init__(self, name: str, stream: Stream) -> None:
+    def __init__(self, name: str, stream: Stream, seen: int | None) -> None:
         self.name = name
         self.stream = stream
         self.documents = stream.documents()
         self.head: Any = None
         self.before: Any = None  # the stream's mark before ``head``
-        self.finished = False
-        """Its head is of an epoch past the run's last (it goes on, repeated, meanwhile)."""
+        self.seen = stream.mark().epoch if seen is None else seen
+        """The epoch of the last document read (handed out or ahead): once past the run's last
+        epoch, the part has done its epochs (it goes on, repeated, meanwhile)."""
 
-    def peek(self, last: int | None) -> Any:
-        """The part's next document (read ahead once), ``finished`` updated."""
+    def peek(self) -> Any:
+        """The part's next document (read ahead once)."""
         if self.head is None:
             self.before = self.stream.mark()
             try:
                 self.head = next(self.documents)
             except StopIteration:
                 raise CorpusError(f"the mixture's part {self.name!r} has no documents") from None
-            if last is not None and self.stream.mark().epoch >= last:
-                self.finished = True
+            self.seen = self.stream.mark().epoch
         return self.head
 
     def mark(self) -> Mark:
@@ -115,7 +115,7 @@ class MixedStream:
             _Part(name, Stream(
                 corpora[name], opened[name], tokenizer, state=states[name],
                 pool=self._pool.lane(number), source=name,
-            ))
+            ), None if saved is None else saved.seen[number])
             for number, name in enumerate(mixture.names)
         ]  # fmt: skip
         weights = mixture.weights if saved is None else saved.weights
@@ -169,17 +169,17 @@ class MixedStream:
             weights = interleave.weights
             if tokens:
                 sizes = [
-                    _size(p.peek(last)) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)
+                    _size(p.peek()) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)
                 ]
             if random:
                 part = _draw(weights, seed, self.handed)
             else:
                 part = interleave.choose(sizes if tokens else None)
-            parts[part].peek(last)
+            parts[part].peek()
             if (
                 last is not None
-                and parts[part].finished
-                and all(p.finished for p, w in zip(parts, weights, strict=True) if w > 0)
+                and parts[part].seen >= last
+                and all(p.seen >= last for p, w in zip(parts, weights, strict=True) if w > 0)
             ):
                 return None  # every part of positive weight handed out the run's epochs
             return part
@@ -190,7 +190,8 @@ class MixedStream:
         """Where the mixture is now, after the last document handed out."""
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
-        return MixMark(marks, self.handed, it.weights, tuple(it.served), len(self.changes))
+        seen = tuple(p.seen for p in self.parts)
+        return MixMark(marks, self.handed, it.weights, tuple(it.served), len(self.changes), seen)
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """The state after the last document handed out (or at ``mark``)."""
@@ -201,6 +202,7 @@ class MixedStream:
             m.handed,
             m.weights,
             m.served,
+            m.seen,
             tuple(self.changes[: m.changes]),
         )
 

@@ -76,6 +76,9 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     """The weights in force."""
     served: tuple[Count, ...]
     """What each part has handed out since the weights were last set (documents or ids)."""
+    seen: tuple[Count, ...]
+    """Each part's epoch of the last document it read (handed out, or read ahead): the run
+    ends when every part of positive weight has read past its last epoch."""
     changes: tuple[Change, ...] = ()
     """Every ``set_weights``, in order."""
 
@@ -83,7 +86,7 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         names = self.config.parts
         if tuple(self.parts) != names:
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
-        for field in ("weights", "served"):
+        for field in ("weights", "served", "seen"):
             if len(getattr(self, field)) != len(names):
                 raise Disagree(field, f"must have one value per part ({len(names)})")
         try:
@@ -103,6 +106,14 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         if not isinstance(state, Mapping) or state.get("format") != MIXTURE_FORMAT:
             what = state.get("format") if isinstance(state, Mapping) else type(state).__name__
             raise StateError(f"not a mixture's state (format {what!r}, not {MIXTURE_FORMAT!r})")
+        parts = state.get("parts")
+        if isinstance(parts, Mapping):  # each part first: an error names the part's field
+            for name, part in parts.items():
+                try:
+                    decode(part, DocumentState, f"state of the part {name!r}")
+                except StateError as exc:
+                    field = f"parts.{name}" + ("" if exc.field is None else f".{exc.field}")
+                    raise StateError(str(exc), field) from None
         return decode(dict(state), cls, "mixture state")
 
     def to_json(self) -> dict[str, Any]:
@@ -126,6 +137,7 @@ class MixMark(NamedTuple):
     weights: tuple[float, ...]
     served: tuple[int, ...]
     changes: int
+    seen: tuple[int, ...]
 
     def counted(self) -> Counters:
         """The parts' counts at this mark, summed (documents, text bytes, ids)."""

@@ -180,6 +180,7 @@ def reshard(
             first.handed,
             first.weights,
             zeros,
+            tuple(new_parts[name][rank]["position"]["epoch"] for name in names),
             first.changes,
         ).to_json()
         for rank in range(world_size)

@@ -1,0 +1,251 @@
+"""Weighted mixtures end to end (``Mixture``): three input kinds at once (a tar corpus, a parquet
+folder, a JSON-lines folder), every part's epoch every document once, proportions within one
+document at every prefix (by documents and by ids), exact resume with 0 and 2 workers, weights
+changed by a schedule and by ``set_weights`` (replayed on resume), resharding 4 ranks to 3 and
+to 1, one pool whatever the number of parts, and what a mixture refuses. The interleaving's
+arithmetic alone is tested in test_mixing.py (Hypothesis, 1 to 64 parts)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, StateError, reshard
+from openwebtext.loader import Mixture
+from support import child_pids, names
+from tables_support import sample_texts, write_jsonl, write_parquet
+
+WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
+
+
+@pytest.fixture(scope="module")
+def parts(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """web: the small tar corpus (120 documents); pq: 50 parquet rows in 3 row groups; js: 30
+    JSON lines."""
+    root = tmp_path_factory.mktemp("mix")
+    shutil.copytree(small_corpus, root / "web")
+    (root / "pq").mkdir()
+    write_parquet(root / "pq" / "a.parquet", sample_texts(50, seed=1))
+    (root / "js").mkdir()
+    write_jsonl(root / "js" / "a.jsonl", sample_texts(30, seed=2))
+    return {name: str(root / name) for name in ("web", "pq", "js")}
+
+
+SIZES = {"web": 120, "pq": 50, "js": 30}
+
+
+def mixture(parts: dict[str, str], weights: dict[str, float] = WEIGHTS, **kw: Any) -> Mixture:
+    return Mixture(parts, weights, **kw)
+
+
+def with_epochs(iterator: Any) -> list[tuple[Any, int]]:
+    """Each document with its part's epoch (``stats.epochs``), read one by one."""
+    out = []
+    for document in iterator:
+        out.append((document, iterator.stats.epochs[document.source]))
+    return out
+
+
+def test_every_part_every_document_once_per_epoch(parts: dict[str, str]) -> None:
+    """web at 0.2 ends the run (epochs=1): pq and js repeat epoch after epoch meanwhile, each
+    epoch every document once, in a new order."""
+    weights = {"web": 0.2, "pq": 0.5, "js": 0.3}
+    with Loader(mixture(parts, weights), workers=0, seed=3).iter() as it:
+        read = with_epochs(it)
+    by_part: dict[str, dict[int, list[str]]] = collections.defaultdict(
+        lambda: collections.defaultdict(list)
+    )
+    for document, epoch in read:
+        by_part[document.source][epoch].append(document.name)
+    assert sorted(by_part["web"]) == [0]
+    assert len(by_part["web"][0]) == len(set(by_part["web"][0])) == SIZES["web"]
+    for name in ("pq", "js"):
+        epochs = by_part[name]
+        full = [e for e in epochs if len(epochs[e]) == SIZES[name]]
+        assert len(full) >= 4, (name, {e: len(v) for e, v in epochs.items()})
+        first = set(epochs[0])
+        for e in full:
+            assert len(set(epochs[e])) == SIZES[name] and set(epochs[e]) == first
+        assert len({tuple(epochs[e]) for e in full}) == len(full)  # a new order each epoch
+        last = max(epochs)
+        assert len(set(epochs[last])) == len(epochs[last])  # the partial one: no repeat
+    # every prefix within one document of the weights
+    counts = collections.Counter[str]()
+    for n, (document, _) in enumerate(read, 1):
+        counts[document.source] += 1
+        for name, w in weights.items():
+            assert abs(counts[name] - w * n) <= 1, (n, name, counts)
+    # the run ends at web's first turn past its epoch: 120 documents at 0.2, then < 1/0.2 more
+    assert 600 <= len(read) < 605
+
+
+def test_documents_carry_their_part(parts: dict[str, str]) -> None:
+    with Loader(mixture(parts), workers=0, seed=0).iter() as it:
+        documents = list(it)
+        stats = it.stats
+    texts = {name: set(sample_texts(n, seed=s)) for name, n, s in (("pq", 50, 1), ("js", 30, 2))}
+    for document in documents:
+        if document.source in texts:
+            assert document.text in texts[document.source]
+        else:
+            assert document.source == "web" and document.subset.startswith("urlsf_subset")
+    per_part = collections.Counter(d.source for d in documents)
+    assert {name: stats.parts[name].documents for name in per_part} == dict(per_part)
+    assert stats.documents == len(documents)
+    with Loader(parts["js"], workers=0).iter() as single:
+        assert next(single).source is None
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_anywhere_equals_the_uninterrupted_run(parts: dict[str, str], workers: int) -> None:
+    loader = Loader(mixture(parts), workers=workers, seed=5)
+    with loader.iter() as it:
+        whole = names(it)
+    for stop in (1, 77, 239):
+        with loader.iter() as it:
+            first = [next(it).name for _ in range(stop)]
+            state = json.loads(json.dumps(it.state_dict()))
+        with loader.iter(state=state) as it:
+            assert first + names(it) == whole, stop
+
+
+def test_by_tokens_within_one_documents_ids(parts: dict[str, str]) -> None:
+    weights = {"web": 0.6, "pq": 0.25, "js": 0.15}
+    m = mixture(parts, weights, by="tokens")
+    with Loader(m, workers=0, seed=1, tokenizer="bytes").iter() as it:
+        documents = list(it)
+    ids = collections.Counter[str]()
+    total = 0
+    longest = max(len(d.tokens) for d in documents)  # the bound: one document's ids
+    for document in documents:
+        size = len(document.tokens)
+        ids[document.source] += size
+        total += size
+        for name, w in weights.items():
+            assert abs(ids[name] - w * total) <= longest, (name, ids, total)
+    with pytest.raises(ValueError, match="tokenizer"):
+        Loader(m, workers=0).iter()
+
+
+def test_schedule_and_set_weights_count_from_the_change(parts: dict[str, str]) -> None:
+    m = mixture(parts, schedule=[(40, {"web": 0.1, "pq": 0.9})])
+    loader = Loader(m, workers=0, seed=2, epochs=None)
+    with loader.iter() as it:
+        read = [next(it) for _ in range(100)]
+        it.set_weights({"js": 1.0})
+        read += [next(it) for _ in range(30)]
+        assert it.weights == {"web": 0.0, "pq": 0.0, "js": 1.0}
+        state = it.state_dict()
+        tail = [next(it).name for _ in range(20)]
+    assert collections.Counter(d.source for d in read[:40]) == {"web": 20, "pq": 12, "js": 8}
+    after = collections.Counter(d.source for d in read[40:100])
+    assert after == {"web": 6, "pq": 54}
+    assert {d.source for d in read[100:]} == {"js"}
+    assert state["changes"] == [{"at": 100, "weights": [0.0, 0.0, 1.0]}]
+    with loader.iter(state=state) as it:  # the set_weights replayed
+        assert [next(it).name for _ in range(20)] == tail
+
+
+def test_random_sampling_is_seeded_and_resumes(parts: dict[str, str]) -> None:
+    loader = Loader(mixture(parts, sampling="random"), workers=0, seed=4, take=150)
+    with loader.iter() as it:
+        whole = [(d.source, d.name) for d in it]
+    with loader.iter() as it:
+        assert [(d.source, d.name) for d in it] == whole
+    counts = collections.Counter(source for source, _ in whole)
+    assert counts["web"] > counts["js"] > 0
+    with loader.iter() as it:
+        first = [(d.source, d.name) for d in (next(it) for _ in range(60))]
+        state = it.state_dict()
+    with loader.replace(take=90).iter(state=state) as it:  # take: this iterator's documents
+        assert first + [(d.source, d.name) for d in it] == whole
+
+
+def test_reshard_four_ranks_to_three_and_to_one(parts: dict[str, str]) -> None:
+    """4 ranks stopped at different steps; their states resharded: per part, the epoch-0
+    documents of the old ranks and of the new ones are that part's epoch once each (even
+    sharding off), and each new rank's proportions are within one document from its start."""
+    m = mixture(parts, {"web": 0.5, "pq": 0.5})  # js at 0: never read
+    old_read: dict[str, list[str]] = collections.defaultdict(list)
+    states = []
+    for rank, stop in enumerate((3, 9, 13, 6)):
+        loader = Loader(m, workers=0, seed=6, rank=rank, world_size=4, even=None, epochs=None)
+        with loader.iter() as it:
+            for _ in range(stop):
+                document = next(it)
+                assert it.stats.epochs[document.source] == 0
+                old_read[document.source].append(document.name)
+            states.append(it.state_dict())
+    for world in (3, 1):
+        new_states = reshard(states, world)
+        new_read: dict[str, list[str]] = collections.defaultdict(list)
+        for rank, state in enumerate(new_states):
+            loader = Loader(m, workers=0, seed=6, rank=rank, world_size=world, even=None,
+                            epochs=None)  # fmt: skip
+            counts = collections.Counter[str]()
+            with loader.iter(state=state) as it:
+                for n in range(1, 400):
+                    document = next(it)
+                    counts[document.source] += 1
+                    assert all(abs(counts[k] - 0.5 * n) <= 1 for k in ("web", "pq")), counts
+                    if it.stats.epochs[document.source] == 0:
+                        new_read[document.source].append(document.name)
+                    if all(e >= 1 for k, e in it.stats.epochs.items() if k != "js"):
+                        break
+        for name in ("web", "pq"):
+            together = old_read[name] + new_read[name]
+            assert len(together) == len(set(together)) == SIZES[name], (world, name)
+
+
+def test_one_pool_whatever_the_number_of_parts(tmp_path: Path) -> None:
+    parts = {}
+    for k in range(8):
+        folder = tmp_path / f"p{k}"
+        folder.mkdir()
+        write_jsonl(folder / "a.jsonl", sample_texts(5, seed=k))
+        parts[f"p{k}"] = str(folder)
+    with Loader(Mixture(parts), workers=2, seed=0).iter() as it:
+        documents = [next(it) for _ in range(20)]
+        assert len(child_pids()) == 2
+        documents += list(it)
+    # equal weights: each part's epoch once, and the ones before the last in the last round
+    # once more (the run ends at the last part's first turn past its epoch)
+    counts = collections.Counter(d.source for d in documents)
+    assert set(counts) == set(parts) and set(counts.values()) <= {5, 6}
+    assert counts["p7"] == 5
+
+
+def test_what_a_mixture_refuses(parts: dict[str, str], tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="in two parts"):
+        Mixture({"a": parts["js"], "b": parts["js"]})
+    with pytest.raises(ValueError, match="not parts"):
+        Mixture(parts, {"code": 1.0})
+    with pytest.raises(ValueError, match="positive"):
+        Mixture(parts, {"web": 0.0})
+    with pytest.raises(ValueError, match="at least one part"):
+        Mixture({})
+    with pytest.raises(ValueError, match="sets only"):
+        Mixture(parts, options={"web": {"workers": 3}})
+    loader = Loader(mixture(parts), workers=0, seed=0)
+    with loader.iter() as it:
+        next(it)
+        state = it.state_dict()
+    other = Loader(mixture(parts, {"web": 1.0, "pq": 1.0, "js": 1.0}), workers=0, seed=0)
+    with pytest.raises(StateError, match="another mixture"):
+        other.iter(state=state)
+    with pytest.raises(StateError, match="part 'web'.*seed: saved 0, now 1") as caught:
+        loader.replace(seed=1).iter(state=state)
+    assert caught.value.field is None or caught.value.field.startswith("parts.web")
+    damaged = json.loads(json.dumps(state))
+    damaged["parts"]["js"]["position"]["in_block"] = True
+    with pytest.raises(StateError) as caught:
+        loader.iter(state=damaged)
+    assert caught.value.field is not None and "in_block" in caught.value.field
+    assert "js" in caught.value.field
+    with pytest.raises(StateError, match="corpus"):
+        reshard([state, Loader(parts["js"]).iter().state_dict()], 1)
