@@ -238,7 +238,7 @@ def test_what_a_mixture_refuses(parts: dict[str, str], tmp_path: Path) -> None:
     other = Loader(mixture(parts, {"web": 1.0, "pq": 1.0, "js": 1.0}), workers=0, seed=0)
     with pytest.raises(StateError, match="another mixture"):
         other.iter(state=state)
-    with pytest.raises(StateError, match="part 'web'.*seed: saved 0, now 1") as caught:
+    with pytest.raises(StateError, match=r"part 'web'.*seed: saved 0, now 1") as caught:
         loader.replace(seed=1).iter(state=state)
     assert caught.value.field is None or caught.value.field.startswith("parts.web")
     damaged = json.loads(json.dumps(state))

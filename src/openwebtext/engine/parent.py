@@ -267,7 +267,7 @@ class WorkerPool:
             result = tasks.ready(pending[0]) if pending else None
             if result is not None:
                 task = tasks.hand_out(pending.popleft())
-                loaded = self._loaded(task, result, run.offset)
+                loaded = _loaded(task, result, run.offset, self._shared, self.options.slot_bytes)
                 if self.options.hold:
                     yield loaded  # the consumer releases it
                     continue
@@ -287,29 +287,6 @@ class WorkerPool:
                     "release units before asking for more"
                 )
             self._wait()
-
-    def _loaded(self, task: Task, result: Done | Failed, offset: int) -> Loaded:
-        unit = task.unit - offset
-        if isinstance(result, Failed):
-            return Loaded(unit, b"", [], [], [], [result.exception()], 0, task.seq)
-        data: memoryview | bytes
-        if result.data is None and self._shared is not None:
-            start = task.slot * self.options.slot_bytes
-            data = memoryview(self._shared)[start : start + result.size]
-        else:
-            assert result.data is not None
-            data = result.data
-        return Loaded(
-            unit,
-            data,
-            result.names,
-            result.offsets,
-            result.sizes,
-            result.dropped,
-            result.replace,
-            task.seq,
-            result.counts,
-        )
 
     def _wait(self) -> None:
         """Wait for one message, a death or a hang, and record what happened."""
@@ -378,3 +355,31 @@ class WorkerPool:
             )
             if again is not None:
                 self._send(fresh, again)
+
+
+def _loaded(
+    task: Task, result: Done | Failed, offset: int, shared: mmap.mmap | None, slot_bytes: int
+) -> Loaded:
+    """What the consumer gets of a task's result: its slot's bytes as a view (or the bytes
+    that came inline), the unit numbered within its lane."""
+    unit = task.unit - offset
+    if isinstance(result, Failed):
+        return Loaded(unit, b"", [], [], [], [result.exception()], 0, task.seq)
+    data: memoryview | bytes
+    if result.data is None and shared is not None:
+        start = task.slot * slot_bytes
+        data = memoryview(shared)[start : start + result.size]
+    else:
+        assert result.data is not None
+        data = result.data
+    return Loaded(
+        unit,
+        data,
+        result.names,
+        result.offsets,
+        result.sizes,
+        result.dropped,
+        result.replace,
+        task.seq,
+        result.counts,
+    )

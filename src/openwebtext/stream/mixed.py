@@ -129,7 +129,7 @@ class MixedStream:
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """New weights from the next document on (the proportions count from here)."""
-        values = self.mixture._weights(weights, "set_weights")
+        values = self.mixture.weights_of(weights, "set_weights")
         self.interleave.set_weights(values)
         self.changes.append(Change(self.handed, values))
 

@@ -80,8 +80,8 @@ class Mixture:
         self.names: tuple[str, ...] = tuple(parts)
         self.by: By = by
         self.sampling: Sampling = sampling
-        self.weights = self._weights(weights or dict.fromkeys(self.names, 1.0), "weights")
-        steps = sorted(((at, self._weights(w, f"schedule at {at}")) for at, w in schedule))
+        self.weights = self.weights_of(weights or dict.fromkeys(self.names, 1.0), "weights")
+        steps = sorted(((at, self.weights_of(w, f"schedule at {at}")) for at, w in schedule))
         if any(isinstance(at, bool) or not isinstance(at, int) or at < 0 for at, _ in steps):
             raise ValueError("a schedule's positions must be ints >= 0 (documents handed out)")
         if len({at for at, _ in steps}) != len(steps):
@@ -110,7 +110,13 @@ class Mixture:
         if empty:
             raise ValueError(f"the mixture's parts {empty} have no corpus files")
 
-    def _weights(self, weights: Mapping[str, float], what: str) -> tuple[float, ...]:
+    def weights_of(self, weights: Mapping[str, float], what: str) -> tuple[float, ...]:
+        """``weights`` by part name as one normalised value per part (a part left out: 0).
+
+        Raises:
+            ValueError: a name that is not a part's, or weights ``check_weights`` refuses
+                (``what`` says whose).
+        """
         unknown = sorted(set(weights) - set(self.names))
         if unknown:
             raise ValueError(f"{what}: {unknown} are not parts of the mixture {list(self.names)}")

@@ -163,6 +163,8 @@ class Stream:
         state: A ``state_dict()`` of an earlier iterator of the same stream:
             continue right after the last document it handed out.
         as_tuples: Yield the reference API's ``((i, j), (member, name), text)``.
+        pool: A lane of a mixture's pool to read with (None: open a pool of its own).
+        source: The mixture's part it reads (``Document.source``).
     """
 
     def __init__(
@@ -173,8 +175,7 @@ class Stream:
         *,
         state: DocumentState | None = None,
         as_tuples: bool = False,
-        pool: Pool | None = None,
-        source: str | None = None,
+        pool: Pool | None = None, source: str | None = None,
     ) -> None:
         if (tokenizer is None) != (options.tokenizer is None):
             raise ValueError(f"tokenizer {tokenizer!r} for options.tokenizer={options.tokenizer!r}")
@@ -182,9 +183,7 @@ class Stream:
         self.options = options
         self.tokenizer = tokenizer
         self._as_tuples = as_tuples
-        self._given_pool = pool  # a lane of a mixture's pool (None: open one)
-        self.source = source
-        """The name of the mixture's part this stream reads (``Document.source``)."""
+        self.source = source  # the mixture's part this stream reads (``Document.source``)
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
         # ``state`` was checked where it entered (``check_state``); ``_reshard``: its section.
@@ -208,14 +207,12 @@ class Stream:
         self._expected: ExpectedCounts | None = None  # when counted: checked as read
         self._losses = EvenLosses(options)  # what evening out costs: counted, said once
         self._resumed = state is not None and self._reshard is None
-        self._pool: Pool | None = None
+        self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
         self._runs: str | None = None  # token documents handed out a block's rest at a time
         self._rest = (
             None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
         )
-
-    # -- what has been handed out ---------------------------------------------
 
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out.
@@ -256,8 +253,6 @@ class Stream:
         ``state_dict`` is its JSON, to resume with ``Loader.iter(state=…)``."""
         return (self.mark() if mark is None else mark).state(self._config)
 
-    # -- the pipeline -----------------------------------------------------------
-
     def documents(self, runs: str | None = None) -> Generator[Any, None, None]:
         """The documents in order (``runs``: "units" or "in order", see ``Block.token_run``)."""
         self._runs = runs if self._dtype is not None else None
@@ -271,7 +266,7 @@ class Stream:
         if opts.needs_counts and self.corpus.counts is not None:
             in_split = None if opts.split == "all" else self._counts_per_unit()
             self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
-        pool = self._pool = self._given_pool or open_pool(
+        pool = self._pool = self._pool or open_pool(
             self.corpus.units, pool_options(opts, self.tokenizer), self.corpus.storage
         )
         try:
@@ -298,8 +293,7 @@ class Stream:
             pool.close()
 
     def _yielded(self) -> int:
-        yielded: int = self._yielded_before + self._in_block - self._first_in_block
-        return yielded
+        return int(self._yielded_before + self._in_block - self._first_in_block)
 
     def _epoch_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
         """Hand out the rest of the current epoch, from the current block on; at its end,
@@ -400,8 +394,7 @@ class Stream:
             trims=(lambda p: trims.get(p % units)) if trims else None,
             split=split_of(opts),
         )
-        new = tuple.__new__
-        source = self.source
+        new, source = tuple.__new__, self.source
         try:
             for block_start, block_end, block in gathered:
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
@@ -430,9 +423,7 @@ class Stream:
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, dtype = sources[k]
                         ids = frombuffer(view, dtype, counts[k], offsets[k]).copy()
-                        yield new(
-                            TokenDocument, (ids, subset, member, names[k], i, js[k], source)
-                        )
+                        yield new(TokenDocument, (ids, subset, member, names[k], i, js[k], source))
                 else:
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, errors = sources[k]
@@ -441,9 +432,7 @@ class Stream:
                         if self._as_tuples:
                             yield ((i, js[k]), (member, names[k]), text)
                         else:
-                            yield new(
-                                Document, (text, subset, member, names[k], i, js[k], source)
-                            )
+                            yield new(Document, (text, subset, member, names[k], i, js[k], source))
                 first, handed = self._first_in_block, self._in_block - self._first_in_block
                 self._counters = self._counters.handed(
                     handed,
