@@ -17,7 +17,7 @@ import pytest
 
 from openwebtext import Loader, StateError, reshard
 from openwebtext.loader import Mixture
-from support import child_pids, names
+from support import Owt, child_pids, names
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
@@ -249,3 +249,24 @@ def test_what_a_mixture_refuses(parts: dict[str, str], tmp_path: Path) -> None:
     assert "js" in caught.value.field
     with pytest.raises(StateError, match="corpus"):
         reshard([state, Loader(parts["js"]).iter().state_dict()], 1)
+
+
+def test_owt_stream_mix_resumes_and_sums_up_per_part(
+    parts: dict[str, str], owt: Owt, tmp_path: Path
+) -> None:
+    mix = [f"--mix={name}={parts[name]}:{w}" for name, w in WEIGHTS.items()]
+    state = tmp_path / "state.json"
+    whole = owt("stream", *mix, "-j", "2", "--seed", "7", "--jsonl")
+    assert whole.returncode == 0, whole.stderr
+    lines = [json.loads(line) for line in whole.stdout.splitlines()]
+    with Loader(mixture(parts), workers=0, seed=7).iter() as it:
+        assert [(d["source"], d["name"]) for d in lines] == [(d.source, d.name) for d in it]
+    first = owt("stream", *mix, "-j", "2", "--seed", "7", "--take", "50",
+                "--state-out", str(state), "--jsonl")  # fmt: skip
+    rest = owt("stream", *mix, "-j", "2", "--resume", str(state), "--jsonl")
+    assert first.stdout + rest.stdout == whole.stdout
+    assert "web: 120 documents" in rest.stderr and "js: " in rest.stderr
+    bad = owt("stream", parts["web"], "--mix", f"js={parts['js']}:1")
+    assert bad.returncode == 1 and "either paths or --mix" in bad.stderr
+    bad = owt("stream", "--mix", f"js={parts['js']}")
+    assert bad.returncode == 2 and "NAME=PATH_OR_URL:WEIGHT" in bad.stderr

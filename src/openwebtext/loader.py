@@ -30,6 +30,7 @@ from openwebtext.stream import (
     DocumentState,
     Mark,
     MixedStream,
+    MixMark,
     Mixture,
     MixtureState,
     MixtureStats,
@@ -407,9 +408,14 @@ class MixtureIterator:
         """Counts so far, summed and per part (``stats.parts[name]``)."""
         return self._stream.stats
 
-    def state_dict(self) -> dict[str, Any]:
-        """The state after the last document handed out: resume with ``Loader.iter(state=…)``."""
-        return self._stream.state().to_json()
+    def state_dict(self, mark: MixMark | None = None) -> dict[str, Any]:
+        """The state after the last document handed out (or at ``mark``): resume with
+        ``Loader.iter(state=…)``."""
+        return self._stream.state(mark).to_json()
+
+    def mark(self) -> MixMark:
+        """Where the iterator is, cheaply (a mark per part); see ``state_dict``."""
+        return self._stream.mark()
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

@@ -12,8 +12,7 @@ from typing import Any
 
 from openwebtext import interrupts
 from openwebtext.errors import OWTError
-from openwebtext.loader import Document, DocumentIterator
-from openwebtext.stream import Mark
+from openwebtext.loader import Document, DocumentIterator, MixtureIterator
 
 __all__ = ["write_jsonl"]
 
@@ -53,13 +52,15 @@ def _writer() -> Any:
 
 def _json_line(doc: Document) -> bytes:
     record = {"subset": doc.subset, "member": doc.member, "name": doc.name, "text": doc.text}
+    if doc.source is not None:  # a mixture's part
+        record = {"source": doc.source, **record}
     try:
         return (json.dumps(record, ensure_ascii=False) + "\n").encode()
     except UnicodeEncodeError:  # a name that is not UTF-8 (surrogate escapes): JSON escapes
         return (json.dumps(record) + "\n").encode()
 
 
-def write_jsonl(iterator: DocumentIterator, written: list[Mark]) -> None:
+def write_jsonl(iterator: DocumentIterator | MixtureIterator, written: list[Any]) -> None:
     """Write one JSON line per document to stdout; ``written[0]`` follows what got out.
 
     Lines are written in chunks with signals held back (``interrupts.deferred``), and
@@ -71,7 +72,7 @@ def write_jsonl(iterator: DocumentIterator, written: list[Mark]) -> None:
     """
     write = _writer()
     lines: list[bytes] = []
-    marks: list[Mark] = []
+    marks: list[Any] = []
     size = 0
 
     def flush() -> None:

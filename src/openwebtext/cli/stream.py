@@ -27,12 +27,14 @@ from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
 from openwebtext.errors import OutputError, OWTError
 from openwebtext.files import atomic_write, output_path
-from openwebtext.loader import DocumentIterator, Stats
+from openwebtext.index import Corpus
+from openwebtext.loader import DocumentIterator, Mixture, MixtureIterator, Stats
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
-from openwebtext.source import add_storage_options, retry_waited
+from openwebtext.source import add_storage_options, retry_waited, storage_kwargs
 from openwebtext.stream import (
     DocumentState,
     Mark,
+    MixtureState,
     check_in_run,
     load_state,
     members_in_run,
@@ -59,13 +61,14 @@ def _stream_options(args: argparse.Namespace, state: DocumentState | None) -> Op
             "on_error": args.on_error,
             "max_errors": args.max_errors,
             "decode_errors": args.decode_errors,
+            "tokenizer": getattr(args, "tokenizer", None),
         },
         state,
     )
 
 
 def _show_progress(
-    iterator: DocumentIterator, args: argparse.Namespace, members: int | None
+    iterator: DocumentIterator | MixtureIterator, args: argparse.Namespace, members: int | None
 ) -> None:
     """Read everything, with a bar of members done of the total, time left, docs/s, MB/s."""
     from tqdm import tqdm
@@ -155,8 +158,99 @@ def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
         print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
 
 
+def _parse_mix(value: str) -> tuple[str, str, float]:
+    """``--mix NAME=PATH_OR_URL:WEIGHT`` as its three parts."""
+    name, eq, rest = value.partition("=")
+    where, colon, weight = rest.rpartition(":")
+    try:
+        number = float(weight)
+    except ValueError:
+        number = -1.0
+    if not eq or not name or not colon or not where or not number >= 0:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give NAME=PATH_OR_URL:WEIGHT, e.g. web=data/owt:0.7 (a weight >= 0)"
+        )
+    return name, where, number
+
+
+def _mixture(args: argparse.Namespace) -> Mixture:
+    """The ``--mix`` parts, each opened as a corpus with the storage flags."""
+    if args.paths:
+        raise ValueError("give either paths or --mix parts, not both")
+    names = [name for name, _, _ in args.mix]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--mix names a part twice: {names}")
+    parts = {
+        name: Corpus.open(
+            where, on_error=args.on_error, text_column=args.text_column, **storage_kwargs(args)
+        )
+        for name, where, _ in args.mix
+    }
+    return Mixture(parts, {name: w for name, _, w in args.mix}, by=args.mix_by)
+
+
+def _read_state(path: str) -> DocumentState | MixtureState:
+    """A ``--resume`` file: a corpus's state, or a mixture's."""
+    try:
+        with open(path, "rb") as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return load_state(path)  # says what is wrong with the file
+    if isinstance(raw, dict) and raw.get("format") == MixtureState.__struct_config__.tag:
+        try:
+            return MixtureState.from_json(raw)
+        except OWTError as exc:
+            raise type(exc)(f"{path}: {exc}") from None
+    return load_state(path)
+
+
+def _run_mixture(args: argparse.Namespace, state: DocumentState | MixtureState | None) -> int:
+    """``owt stream --mix``: the mixture's documents, its summary per part."""
+    if isinstance(state, DocumentState):
+        raise OWTError(f"{args.resume}: a corpus's state, not a mixture's: resume it without --mix")
+    state_out = output_path(args.state_out) if args.state_out else None
+    if args.jsonl and CLOSED_AT_START.get(1):
+        raise OutputError("standard output is closed: nowhere to write --jsonl")
+    opening = time.perf_counter()
+    mixture = _mixture(args)
+    opening_s = (time.perf_counter() - opening, 0.0)
+    first = None if state is None else next(iter(state.parts.values()))
+    options = _stream_options(args, first)
+    iterator = MixtureIterator(mixture, options, state=state)
+    start = time.perf_counter()
+    before = iterator.stats
+    written: list[Any] = [iterator.mark()]
+    finished = False
+    try:
+        if args.jsonl:
+            write_jsonl(iterator, written)
+        else:
+            _show_progress(iterator, args, None)
+        finished = True
+    finally:
+        if state_out is not None:
+            with interrupts.deferred:
+                state_now = iterator.state_dict(written[0] if args.jsonl else None)
+                _save_state(state_out, state_now, run_failed=not finished)
+        iterator.close()
+        stats = iterator.stats
+        _summary(stats, before, time.perf_counter() - start, opening_s)
+        for name, part in stats.parts.items():
+            print(
+                f"  {name}: {plural(part.documents, 'document')}, "
+                f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
+                + (f", {part.tokens:,} ids" if part.tokens else ""),
+                file=sys.stderr,
+            )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """``owt stream``: read, show or write, save the state, sum up."""
+    if args.jsonl and args.tokenizer:
+        raise ValueError("--jsonl writes text: leave --tokenizer out")
+    if args.mix:
+        return _run_mixture(args, _read_state(args.resume) if args.resume else None)
     state = load_state(args.resume) if args.resume else None
     # Checked now, not after the whole run; written only onto a regular file or a new path.
     state_out = output_path(args.state_out) if args.state_out else None
@@ -301,6 +395,26 @@ def add_parser(sub: Subparsers) -> None:
     )
     stream.add_argument(
         "--jsonl", action="store_true", help="write one JSON object per document to stdout"
+    )
+    stream.add_argument(
+        "--mix",
+        action="append",
+        type=_parse_mix,
+        default=[],
+        metavar="NAME=PATH_OR_URL:WEIGHT",
+        help="a part of a weighted mixture (repeat for each part; no paths then): its name, "
+        "its corpus (a file, folder, glob or URL), its weight (docs/mixtures.md)",
+    )
+    stream.add_argument(
+        "--mix-by",
+        choices=("documents", "tokens"),
+        default="documents",
+        help="the mixture's proportions count documents (default) or ids (needs --tokenizer)",
+    )
+    stream.add_argument(
+        "--tokenizer",
+        default=None,
+        help="hand out token ids (gpt2, tiktoken:NAME, hf:PATH, bytes): counted in the summary",
     )
     add_quiet(stream)
     stream.set_defaults(run=run)

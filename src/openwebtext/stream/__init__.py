@@ -12,7 +12,7 @@ from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
 from openwebtext.stream.mixed import MixedStream
-from openwebtext.stream.mixschema import MixtureState, MixtureStats
+from openwebtext.stream.mixschema import MixMark, MixtureState, MixtureStats
 from openwebtext.stream.mixture import Mixture, reshard
 from openwebtext.stream.packing import (
     WINDOW,
@@ -47,6 +47,7 @@ __all__ = [
     "DocumentSource",
     "DocumentState",
     "Mark",
+    "MixMark",
     "MixedStream",
     "Mixture",
     "MixtureState",
