@@ -270,3 +270,29 @@ def test_owt_stream_mix_resumes_and_sums_up_per_part(
     assert bad.returncode == 1 and "either paths or --mix" in bad.stderr
     bad = owt("stream", "--mix", f"js={parts['js']}")
     assert bad.returncode == 2 and "NAME=PATH_OR_URL:WEIGHT" in bad.stderr
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_batches_of_a_mixture_resume_exactly(
+    parts: dict[str, str], packing: str, workers: int
+) -> None:
+    """Packed across parts (a row may hold documents of several): a state after any batch
+    resumes to the same batches; the weights' changes come back at their positions."""
+    m = mixture(parts, by="tokens", schedule=[(60, {"web": 0.2, "pq": 0.4, "js": 0.4})])
+    loader = Loader(m, workers=workers, seed=1, tokenizer="bytes", epochs=None)
+
+    def batches(state: Any = None, n: int = 40) -> tuple[list[Any], Any]:
+        kw: Any = {"packing": packing, "segments": True, "state": state}
+        with loader.batches(64, 4, **kw) as it:
+            out = [next(it).tokens.copy() for _ in range(n)]
+            return out, json.loads(json.dumps(it.state_dict()))
+
+    whole, _ = batches()
+    for stop in (1, 13, 29):
+        first, state = batches(n=stop)
+        rest, _ = batches(state, 40 - stop)
+        assert all((a == b).all() for a, b in zip(first + rest, whole, strict=True)), stop
+    with pytest.raises(StateError, match="mixture"):
+        single = Loader(parts["js"], tokenizer="bytes", workers=0)
+        single.batches(64, 4, **{"packing": packing, "state": state})

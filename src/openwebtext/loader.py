@@ -18,6 +18,7 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import DTypeLike
 
+from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.records import Document, TokenDocument
@@ -31,6 +32,7 @@ from openwebtext.stream import (
     Mark,
     MixedStream,
     MixMark,
+    MixRun,
     Mixture,
     MixtureState,
     MixtureStats,
@@ -208,12 +210,17 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
-        if isinstance(self.corpus, Mixture):
-            raise ValueError("batches of a mixture are not built yet: iterate its documents")
         start = batches_start(state, seq_len, batch_size, packing, window)
-        documents = DocumentIterator(
-            self.corpus, self.options, state=None if start is None else start.documents
-        )
+        saved = None if start is None else start.documents
+        documents: DocumentIterator | MixtureIterator
+        if isinstance(self.corpus, Mixture):
+            if isinstance(saved, DocumentState):
+                raise StateError("a state of batches of a corpus, not of this mixture's")
+            documents = MixtureIterator(self.corpus, self.options, state=saved)
+        else:
+            if isinstance(saved, MixtureState):
+                raise StateError("a state of batches of a mixture, not of this corpus's")
+            documents = DocumentIterator(self.corpus, self.options, state=saved)
         assert documents.tokenizer is not None
         if packing == "bestfit":
             return BestFitBatches(
@@ -416,6 +423,27 @@ class MixtureIterator:
     def mark(self) -> MixMark:
         """Where the iterator is, cheaply (a mark per part); see ``state_dict``."""
         return self._stream.mark()
+
+    def next_run(self, in_order: bool = False) -> MixRun:
+        """The next token documents, their ids end to end in the order they go out, each with
+        its part (what the packers read: ``stream.DocumentSource``); once called, ``next()``
+        is over (``in_order``: always, for a mixture).
+
+        Raises:
+            StopIteration: the mixture ended.
+            ValueError: the iterator has no tokenizer.
+        """
+        if self.tokenizer is None:
+            raise ValueError("runs of token documents need a tokenizer")
+        return self._stream.next_run()
+
+    def windows_ahead(self) -> list[tuple[int, int, int]]:
+        """Nothing: a mixture's batches are not resharded (yet)."""
+        return []
+
+    def state(self, mark: MixMark | None = None) -> MixtureState:
+        """``state_dict(mark)`` as its record (what a packer nests in its own state)."""
+        return self._stream.state(mark)
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

@@ -396,6 +396,13 @@ def add_parser(sub: Subparsers) -> None:
     stream.add_argument(
         "--jsonl", action="store_true", help="write one JSON object per document to stdout"
     )
+    _add_mix_flags(stream)
+    add_quiet(stream)
+    stream.set_defaults(run=run)
+
+
+def _add_mix_flags(stream: argparse.ArgumentParser) -> None:
+    """``--mix``, ``--mix-by`` and ``--tokenizer``."""
     stream.add_argument(
         "--mix",
         action="append",
@@ -416,5 +423,3 @@ def add_parser(sub: Subparsers) -> None:
         default=None,
         help="hand out token ids (gpt2, tiktoken:NAME, hf:PATH, bytes): counted in the summary",
     )
-    add_quiet(stream)
-    stream.set_defaults(run=run)

@@ -12,7 +12,7 @@ from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
 from openwebtext.stream.mixed import MixedStream
-from openwebtext.stream.mixschema import MixMark, MixtureState, MixtureStats
+from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture, reshard
 from openwebtext.stream.packing import (
     WINDOW,
@@ -23,6 +23,7 @@ from openwebtext.stream.packing import (
 from openwebtext.stream.readahead import Ahead, Stateful, ahead
 from openwebtext.stream.schema import (
     DocumentState,
+    MixtureState,
     Packing,
     Position,
     Rule,
@@ -48,6 +49,7 @@ __all__ = [
     "DocumentState",
     "Mark",
     "MixMark",
+    "MixRun",
     "MixedStream",
     "Mixture",
     "MixtureState",

@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from openwebtext.engine import Lane, LanePool, open_lanes
 from openwebtext.errors import CorpusError, StateError
@@ -27,30 +28,35 @@ from openwebtext.index import Corpus
 from openwebtext.mixing import Interleave
 from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.mixschema import Change, MixMark, MixtureConfig, MixtureState, MixtureStats
+from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture
-from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState
 from openwebtext.stream.state import Mark, Stats, check_state, config_of
 from openwebtext.stream.stream import Stream, pool_options
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["MixedStream"]
+__all__ = ["RUN", "MixedStream"]
+
+#: Documents a run of a mixture (what the packers read) holds at most.
+RUN = 256
 
 
 class _Part:
     """One part of a running mixture: its stream, and the document it has read ahead."""
 
-    __slots__ = ("before", "documents", "head", "name", "seen", "stream")
+    __slots__ = ("after", "before", "documents", "head", "name", "seen", "stream")
 
-    def __init__(self, name: str, stream: Stream, seen: int | None) -> None:
+    def __init__(self, name: str, stream: Stream) -> None:
         self.name = name
         self.stream = stream
         self.documents = stream.documents()
         self.head: Any = None
         self.before: Any = None  # the stream's mark before ``head``
-        self.seen = stream.mark().epoch if seen is None else seen
+        self.after: Any = None  # and after it
+        self.seen = stream.mark().epoch
         """The epoch of the last document read (handed out or ahead): once past the run's last
-        epoch, the part has done its epochs (it goes on, repeated, meanwhile)."""
+        epoch, the part has done its epochs (it goes on, repeated, meanwhile). A state knows
+        it from the part's position (a document read ahead is read again on resume)."""
 
     def peek(self) -> Any:
         """The part's next document (read ahead once)."""
@@ -60,7 +66,8 @@ class _Part:
                 self.head = next(self.documents)
             except StopIteration:
                 raise CorpusError(f"the mixture's part {self.name!r} has no documents") from None
-            self.seen = self.stream.mark().epoch
+            self.after = self.stream.mark()
+            self.seen = self.after.epoch
         return self.head
 
     def mark(self) -> Mark:
@@ -115,46 +122,80 @@ class MixedStream:
             _Part(name, Stream(
                 corpora[name], opened[name], tokenizer, state=states[name],
                 pool=self._pool.lane(number), source=name,
-            ), None if saved is None else saved.seen[number])
+            ))
             for number, name in enumerate(mixture.names)
         ]  # fmt: skip
         weights = mixture.weights if saved is None else saved.weights
         self.interleave = Interleave(weights, None if saved is None else saved.served)
         self.handed = 0 if saved is None else saved.handed
         self.changes: list[Change] = [] if saved is None else list(saved.changes)
+        self.applied = 0 if saved is None else saved.applied  # changes in the weights now
         self._schedule = {c.at: c.weights for c in mixture.schedule}
-        self._applied: int | None = None  # the position whose schedule step was applied
         self._last = None if options.epochs is None else options.epoch + options.epochs
         self._taken = 0
+        self.part = -1  # the part of the last document handed out
+        self._documents = self.documents()
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
-        """New weights from the next document on (the proportions count from here)."""
+        """New weights from the next document the mixture chooses on (the proportions count
+        from there): recorded as a change at that position, so a resume applies it there."""
         values = self.mixture.weights_of(weights, "set_weights")
-        self.interleave.set_weights(values)
         self.changes.append(Change(self.handed, values))
+
+    def _due(self) -> bool:
+        """A change of weights applies before the next document."""
+        pending = self.changes[self.applied :]
+        return self.handed in self._schedule or bool(pending and pending[0].at <= self.handed)
+
+    def _apply_due(self) -> None:
+        """The schedule's step at this position, then every ``set_weights`` made up to it."""
+        step = self._schedule.get(self.handed)
+        if step is not None:
+            self.interleave.set_weights(step)
+        while self.applied < len(self.changes) and self.changes[self.applied].at <= self.handed:
+            self.interleave.set_weights(self.changes[self.applied].weights)
+            self.applied += 1
 
     def documents(self) -> Generator[Any, None, None]:
         """The mixture's documents in order (``Document.source``: the part's name)."""
         parts, interleave = self.parts, self.interleave
         take = self.options.take
         choose = self._chooser()
+        by_documents = self.mixture.by == "documents"
         try:
             while take is None or self._taken < take:
-                step = self._schedule.get(self.handed)
-                if step is not None and self._applied != self.handed:
-                    interleave.set_weights(step)  # before the document at its position
-                    self._applied = self.handed
+                if self._due():
+                    self._apply_due()
                 part = choose()
                 if part is None:
                     return
                 document = parts[part].head
                 parts[part].head = None
-                interleave.take(part, 1 if self.mixture.by == "documents" else _size(document))
+                interleave.take(part, 1 if by_documents else _size(document))
                 self.handed += 1
                 self._taken += 1
+                self.part = part
                 yield document
         finally:
             self.close()
+
+    def next_run(self) -> MixRun:
+        """The next documents handed out together (up to ``RUN``, never across a change of
+        weights), their ids end to end, each with its part (``StopIteration`` at the end)."""
+        before = self.mark()
+        documents, parts, afters = [], [], []
+        for document in self._documents:
+            documents.append(document.tokens)
+            parts.append(self.part)
+            afters.append(self.parts[self.part].after)
+            if len(documents) >= RUN or self._due():
+                break
+        if not documents:
+            raise StopIteration
+        lengths = np.fromiter(map(len, documents), np.int64, len(documents))
+        ids = np.concatenate(documents)
+        by_tokens = self.mixture.by == "tokens"
+        return MixRun(ids, lengths, np.array(parts, np.int32), afters, before, by_tokens)
 
     def _chooser(self) -> Callable[[], int | None]:
         """The next part to hand a document out (its head read), or None: the run's end."""
@@ -190,8 +231,7 @@ class MixedStream:
         """Where the mixture is now, after the last document handed out."""
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
-        seen = tuple(p.seen for p in self.parts)
-        return MixMark(marks, self.handed, it.weights, tuple(it.served), len(self.changes), seen)
+        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.applied)
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """The state after the last document handed out (or at ``mark``)."""
@@ -202,8 +242,8 @@ class MixedStream:
             m.handed,
             m.weights,
             m.served,
-            m.seen,
-            tuple(self.changes[: m.changes]),
+            tuple(self.changes),
+            m.applied,
         )
 
     @property

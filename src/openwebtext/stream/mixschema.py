@@ -1,123 +1,18 @@
-"""The records of a mixture's state, format ``openwebtext-mixture/2`` (on ``codec``): its
-``MixtureConfig`` (names, weights, by, sampling, schedule), each part's ``DocumentState`` by
-name, the rank's position and the turns' counts; ``MixtureStats``; ``MixMark``."""
+"""What a running mixture reports and remembers cheaply: ``MixtureStats`` (the parts' counts,
+summed and by name), ``MixMark`` (a mark per part; its state is ``schema.MixtureState``) and
+``MixRun`` (documents handed out together, what the packers read, with each one's part)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple, TypeAlias
+from typing import Any, NamedTuple
 
 import msgspec
+import numpy as np
 
-from openwebtext.codec import Count, Disagree, Record, decode, encode
-from openwebtext.errors import StateError
-from openwebtext.mixing import check_weights
 from openwebtext.stream.counters import Counters
-from openwebtext.stream.schema import DocumentState
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = [
-    "MIXTURE_FORMAT",
-    "By",
-    "Change",
-    "MixMark",
-    "MixtureConfig",
-    "MixtureState",
-    "MixtureStats",
-    "Sampling",
-]
-
-MIXTURE_FORMAT = "openwebtext-mixture/2"
-
-By: TypeAlias = Literal["documents", "tokens"]
-Sampling: TypeAlias = Literal["stratified", "random"]
-
-
-class Change(Record, frozen=True):
-    """Weights in force from ``at`` documents handed out by the rank on."""
-
-    at: Count
-    weights: tuple[float, ...]
-
-    def check(self) -> None:
-        try:
-            check_weights(self.weights, len(self.weights))
-        except ValueError as exc:
-            raise Disagree("weights", str(exc)) from None
-
-
-class MixtureConfig(Record, frozen=True):
-    """What a mixture's state must agree with, besides each part's own ``config``."""
-
-    parts: tuple[str, ...]
-    weights: tuple[float, ...]
-    by: By
-    sampling: Sampling
-    schedule: tuple[Change, ...] = ()
-
-    def check(self) -> None:
-        if len(set(self.parts)) != len(self.parts) or not self.parts:
-            raise Disagree("parts", "must be distinct names, at least one")
-        for field, weights in (("weights", self.weights), *(
-            (f"schedule[{k}].weights", c.weights) for k, c in enumerate(self.schedule)
-        )):  # fmt: skip
-            if len(weights) != len(self.parts):
-                raise Disagree(field, f"has {len(weights)} weights for {len(self.parts)} parts")
-
-
-class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
-    """A mixture's state: its config, each part's state by name, and where the turns are."""
-
-    config: MixtureConfig
-    parts: dict[str, DocumentState]
-    handed: Count
-    """Documents the rank has handed out (the positions of the schedule count these)."""
-    weights: tuple[float, ...]
-    """The weights in force."""
-    served: tuple[Count, ...]
-    """What each part has handed out since the weights were last set (documents or ids)."""
-    seen: tuple[Count, ...]
-    """Each part's epoch of the last document it read (handed out, or read ahead): the run
-    ends when every part of positive weight has read past its last epoch."""
-    changes: tuple[Change, ...] = ()
-    """Every ``set_weights``, in order."""
-
-    def check(self) -> None:
-        names = self.config.parts
-        if tuple(self.parts) != names:
-            raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
-        for field in ("weights", "served", "seen"):
-            if len(getattr(self, field)) != len(names):
-                raise Disagree(field, f"must have one value per part ({len(names)})")
-        try:
-            check_weights(self.weights, len(names))
-        except ValueError as exc:
-            raise Disagree("weights", str(exc)) from None
-
-    @classmethod
-    def from_json(cls, state: Any) -> MixtureState:
-        """A mixture's ``state_dict()`` as its record (every field checked).
-
-        Raises:
-            StateError: not a mixture's state; the first wrong field named.
-        """
-        if isinstance(state, MixtureState):
-            return state
-        if not isinstance(state, Mapping) or state.get("format") != MIXTURE_FORMAT:
-            what = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise StateError(f"not a mixture's state (format {what!r}, not {MIXTURE_FORMAT!r})")
-        parts = state.get("parts")
-        if isinstance(parts, Mapping):  # each part first: an error names the part's field
-            for name, part in parts.items():
-                try:
-                    decode(part, DocumentState, f"state of the part {name!r}")
-                except StateError as exc:
-                    field = f"parts.{name}" + ("" if exc.field is None else f".{exc.field}")
-                    raise StateError(str(exc), field) from None
-        return decode(dict(state), cls, "mixture state")
-
-    def to_json(self) -> dict[str, Any]:
-        return encode(self)
+__all__ = ["MixMark", "MixRun", "MixtureStats"]
 
 
 class MixtureStats(Stats, frozen=True):
@@ -136,8 +31,14 @@ class MixMark(NamedTuple):
     handed: int
     weights: tuple[float, ...]
     served: tuple[int, ...]
-    changes: int
-    seen: tuple[int, ...]
+    applied: int
+    """How many weight changes the weights and counts include."""
+
+    @property
+    def epoch(self) -> int:
+        """0: a mixture has no epoch of its own (its parts have theirs); best fit numbers its
+        windows from the mixture's start."""
+        return 0
 
     def counted(self) -> Counters:
         """The parts' counts at this mark, summed (documents, text bytes, ids)."""
@@ -147,3 +48,60 @@ class MixMark(NamedTuple):
             text_bytes=sum(c.text_bytes for c in each),
             tokens=sum(c.tokens for c in each),
         )
+
+
+class MixRun:
+    """Token documents of a mixture handed out together (``DocumentSource.next_run``), in the
+    order they go out, their ids end to end; never across a change of weights.
+
+    Args:
+        ids: The documents' ids, one after another.
+        lengths: Each document's ids.
+        parts: Each document's part (its index in the mixture).
+        afters: Each document's part's stream mark after it.
+        before: The mixture's mark before the first document.
+        by_tokens: The turns count ids (else documents).
+    """
+
+    start = 0  # a mixture's runs never begin inside a document
+
+    def __init__(
+        self,
+        ids: np.ndarray[Any, Any],
+        lengths: np.ndarray[Any, Any],
+        parts: np.ndarray[Any, Any],
+        afters: list[Mark],
+        before: MixMark,
+        by_tokens: bool,
+    ) -> None:
+        self.ids = ids
+        self.lengths = lengths
+        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self.parts = parts
+        """Each document's part, by its index in the mixture's parts."""
+        self._afters = afters
+        self.before = before
+        self._by_tokens = by_tokens
+        self.after = self.mark_before(len(lengths))
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def epoch(self) -> int:
+        return 0
+
+    def mark_before(self, j: int) -> MixMark:
+        """The mixture's mark before document ``j`` (``j == len(self)``: after the last)."""
+        b = self.before
+        marks = list(b.parts)
+        served = list(b.served)
+        for k in range(j):
+            part = int(self.parts[k])
+            marks[part] = self._afters[k]
+            served[part] += int(self.lengths[k]) if self._by_tokens else 1
+        return MixMark(tuple(marks), b.handed + j, b.weights, tuple(served), b.applied)
+
+    def end_to_end(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The documents' ids one after another, and where each ends in them."""
+        return self.ids, np.cumsum(self.lengths)

@@ -1,7 +1,7 @@
 """Weighted mixtures of corpora: the description (``Mixture``), checked as it is made, and
 ``reshard`` for their states (and, passed on, for a single corpus's).
 
-The running stream is ``mixed.MixedStream``; the state's records are in ``mixschema``.
+The running stream is ``mixed.MixedStream``; the state's records are in ``schema``.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options
-from openwebtext.stream.mixschema import (
+from openwebtext.stream.resharding import KEEP, Even
+from openwebtext.stream.resharding import reshard as reshard_stream
+from openwebtext.stream.schema import (
     MIXTURE_FORMAT,
     By,
     Change,
+    DocumentState,
     MixtureConfig,
     MixtureState,
     Sampling,
 )
-from openwebtext.stream.resharding import KEEP, Even
-from openwebtext.stream.resharding import reshard as reshard_stream
-from openwebtext.stream.schema import DocumentState
 
 __all__ = ["PART_OPTIONS", "Mixture", "reshard"]
 
@@ -186,8 +186,8 @@ def reshard(
             first.handed,
             first.weights,
             zeros,
-            tuple(new_parts[name][rank]["position"]["epoch"] for name in names),
             first.changes,
+            first.applied,
         ).to_json()
         for rank in range(world_size)
     ]

@@ -22,6 +22,7 @@ from openwebtext.stream.schema import (
     Counters,
     DocumentState,
     Level,
+    MixtureState,
     OldRank,
     Position,
     Reshard,
@@ -76,7 +77,9 @@ def reshard(
         raise StateError("nothing to reshard: no state given")
     batches = _parse_batches(states)
     documents = (
-        [b.documents for b in batches] if batches else [DocumentState.from_json(s) for s in states]
+        [_of_corpus(b.documents) for b in batches]
+        if batches
+        else [DocumentState.from_json(s) for s in states]
     )
     old_world, by_rank = _by_rank([d.config for d in documents])
     _same_run([d.config for d in documents], by_rank)
@@ -143,6 +146,16 @@ def _new_rule(even: Even, old: Rule | None) -> Rule | None:
     if even not in ("drop", "pad", None):
         raise ValueError(f"even must be 'drop', 'pad', None or 'keep', not {even!r}")
     return even
+
+
+def _of_corpus(state: DocumentState | MixtureState) -> DocumentState:
+    """The documents' state of batches of a corpus (batches of a mixture: not yet)."""
+    if isinstance(state, MixtureState):
+        raise StateError(
+            "resharding the batches of a mixture is not built yet: reshard the states of its "
+            "documents (MixtureIterator.state_dict()), or resume on the same world size"
+        )
+    return state
 
 
 def _parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | None:

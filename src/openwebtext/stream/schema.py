@@ -7,31 +7,41 @@ against each other (each record's ``check``), naming the first wrong one in a ``
 ``to_json`` is the inverse. The records nest as the streams do: a ``BatchesState`` holds the
 ``DocumentState`` of the documents it packs, which holds its ``StreamConfig``, ``Position``,
 ``Counters`` and, in the rest of a resharded epoch, its ``Reshard`` section (the old ranks as
-``OldRank`` records, one ``Level`` per earlier reshard).
+``OldRank`` records, one ``Level`` per earlier reshard). A mixture's state
+(``openwebtext-mixture/2``) holds its ``MixtureConfig`` and each part's ``DocumentState`` by
+name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
 from openwebtext.errors import StateError
+from openwebtext.mixing import check_weights
 from openwebtext.stream.counters import Counters
 
 __all__ = [
     "BATCHES_FORMAT",
+    "MIXTURE_FORMAT",
     "STATE_FORMAT",
     "BatchesState",
     "Begun",
+    "By",
+    "Change",
     "Counters",
     "DocumentState",
     "Level",
+    "MixtureConfig",
+    "MixtureState",
     "OldRank",
     "Packing",
     "Position",
     "Reshard",
     "Rule",
+    "Sampling",
     "StreamConfig",
     "WindowAt",
 ]
@@ -216,13 +226,112 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
         return codec.encode(self)
 
 
+MIXTURE_FORMAT = "openwebtext-mixture/2"
+
+By: TypeAlias = Literal["documents", "tokens"]
+Sampling: TypeAlias = Literal["stratified", "random"]
+
+
+class Change(Record, frozen=True):
+    """Weights in force from ``at`` documents handed out by the rank on."""
+
+    at: Count
+    weights: tuple[float, ...]
+
+    def check(self) -> None:
+        try:
+            check_weights(self.weights, len(self.weights))
+        except ValueError as exc:
+            raise Disagree("weights", str(exc)) from None
+
+
+class MixtureConfig(Record, frozen=True):
+    """What a mixture's state must agree with, besides each part's own ``config``."""
+
+    parts: tuple[str, ...]
+    weights: tuple[float, ...]
+    by: By
+    sampling: Sampling
+    schedule: tuple[Change, ...] = ()
+
+    def check(self) -> None:
+        if len(set(self.parts)) != len(self.parts) or not self.parts:
+            raise Disagree("parts", "must be distinct names, at least one")
+        for field, weights in (("weights", self.weights), *(
+            (f"schedule[{k}].weights", c.weights) for k, c in enumerate(self.schedule)
+        )):  # fmt: skip
+            if len(weights) != len(self.parts):
+                raise Disagree(field, f"has {len(weights)} weights for {len(self.parts)} parts")
+
+
+class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
+    """A mixture's state: its config, each part's state by name, and where the turns are."""
+
+    config: MixtureConfig
+    parts: dict[str, DocumentState]
+    handed: Count
+    """Documents the rank has handed out (the positions of the schedule count these)."""
+    weights: tuple[float, ...]
+    """The weights in force."""
+    served: tuple[Count, ...]
+    """What each part has handed out since the weights were last set (documents or ids)."""
+    changes: tuple[Change, ...] = ()
+    """Every ``set_weights``, in order, each applied when the rank reaches its ``at``."""
+    applied: Count = 0
+    """How many of ``changes`` the ``weights`` and ``served`` include (a batches state is
+    taken before documents its packer read ahead: later changes apply again when reached)."""
+
+    def check(self) -> None:
+        names = self.config.parts
+        if tuple(self.parts) != names:
+            raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
+        for field in ("weights", "served"):
+            if len(getattr(self, field)) != len(names):
+                raise Disagree(field, f"must have one value per part ({len(names)})")
+        try:
+            check_weights(self.weights, len(names))
+        except ValueError as exc:
+            raise Disagree("weights", str(exc)) from None
+        if self.applied > len(self.changes):
+            raise Disagree("applied", f"is more than the {len(self.changes)} changes")
+        for k, change in enumerate(self.changes):
+            if len(change.weights) != len(names):
+                raise Disagree(f"changes[{k}].weights", f"must have {len(names)} weights")
+
+    @classmethod
+    def from_json(cls, state: Any) -> MixtureState:
+        """A mixture's ``state_dict()`` as its record (every field checked).
+
+        Raises:
+            StateError: not a mixture's state; the first wrong field named.
+        """
+        if isinstance(state, MixtureState):
+            return state
+        if not isinstance(state, Mapping) or state.get("format") != MIXTURE_FORMAT:
+            what = state.get("format") if isinstance(state, Mapping) else type(state).__name__
+            raise StateError(f"not a mixture's state (format {what!r}, not {MIXTURE_FORMAT!r})")
+        parts = state.get("parts")
+        if isinstance(parts, Mapping):  # each part first: an error names the part's field
+            for name, part in parts.items():
+                try:
+                    codec.decode(part, DocumentState, f"state of the part {name!r}")
+                except StateError as exc:
+                    field = f"parts.{name}" + ("" if exc.field is None else f".{exc.field}")
+                    raise StateError(str(exc), field) from None
+        return codec.decode(dict(state), cls, "mixture state")
+
+    def to_json(self) -> dict[str, Any]:
+        return codec.encode(self)
+
+
 class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """A ``Loader.batches`` state: the state of the documents it packs (before the document
     the next batch starts in), and where in them the next batch starts."""
 
     seq_len: Positive
     batch_size: Positive
-    documents: DocumentState
+    documents: DocumentState | MixtureState
+    """The documents' state: a corpus's, or a mixture's."""
     offset: Count = 0
     """Ids of the next document already in batches (concat)."""
     batches: Count = 0

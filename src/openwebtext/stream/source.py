@@ -11,14 +11,15 @@ between them), so a packer's state is the same as if it had read them one at a t
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, TypeAlias
 
 import numpy as np
 
-from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.mixschema import MixMark, MixRun
+from openwebtext.stream.schema import DocumentState, MixtureState
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = ["DocumentSource", "RunParts", "TokenRun"]
+__all__ = ["AnyMark", "DocumentSource", "Run", "RunParts", "TokenRun"]
 
 #: What a stream hands out a run as: ``TokenRun``'s ids, starts, lengths and start.
 RunParts = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], int]
@@ -69,19 +70,26 @@ class TokenRun(NamedTuple):
         return np.concatenate([self.ids[:0], *[self.ids[a:b] for a, b in bounds]]), ends
 
 
-class DocumentSource(Protocol):
-    """A running stream of token documents, as the packers read it (``DocumentIterator``)."""
+#: A run of a corpus, or of a mixture (``mixschema.MixRun``: the same reading, marks per part).
+Run: TypeAlias = "TokenRun | MixRun"
+#: A corpus's mark, or a mixture's.
+AnyMark: TypeAlias = "Mark | MixMark"
 
-    def next_run(self, in_order: bool = False) -> TokenRun:
-        """The next documents (``StopIteration`` at the end of the stream); with
+
+class DocumentSource(Protocol):
+    """A running stream of token documents, as the packers read it (``DocumentIterator``, or
+    ``MixtureIterator``)."""
+
+    def next_run(self, in_order: bool = False) -> Any:
+        """The next documents, a ``Run`` (``StopIteration`` at the end of the stream); with
         ``in_order``, their ids one after another in the order they go out."""
         ...
 
-    def mark(self) -> Mark:
-        """Where the stream is now, after the last document handed out."""
+    def mark(self) -> Any:
+        """Where the stream is now, after the last document handed out (an ``AnyMark``)."""
         ...
 
-    def state(self, mark: Mark | None = None) -> DocumentState:
+    def state(self, mark: Any = None) -> DocumentState | MixtureState:
         """The stream's state now, or at ``mark``, as its record."""
         ...
 
