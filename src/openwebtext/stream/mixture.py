@@ -6,6 +6,7 @@ The running stream is ``mixed.MixedStream``; the state's records are in ``schema
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
@@ -15,6 +16,7 @@ from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options
+from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.resharding import KEEP, Even
 from openwebtext.stream.resharding import reshard as reshard_stream
 from openwebtext.stream.schema import (
@@ -130,6 +132,16 @@ class Mixture:
         """The options part ``name`` reads with under the loader's ``options``: endless (the
         mixture decides when the run ends), its own settings over the loader's."""
         return replace_options(options, epochs=None, take=None, **self.options.get(name, {}))
+
+    def with_counts(self, options: Options, *, always: bool = False) -> Mixture:
+        """This mixture with its parts counted as ``options`` need (``ensure_counts`` of each
+        part, with its own options): a DataLoader's workers then inherit the counts."""
+        counted = copy.copy(self)
+        counted.corpora = {
+            name: ensure_counts(corpus, self.part_options(name, options), always=always)
+            for name, corpus in self.corpora.items()
+        }
+        return counted
 
     def config(self) -> MixtureConfig:
         return MixtureConfig(self.names, self.weights, self.by, self.sampling, self.schedule)

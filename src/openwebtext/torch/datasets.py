@@ -20,6 +20,8 @@ from openwebtext.loader import (
     Document,
     DocumentIterator,
     Loader,
+    Mixture,
+    MixtureIterator,
     PackedBatch,
 )
 from openwebtext.options import EvenRule, Options
@@ -34,7 +36,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-CorpusLike = Corpus | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+CorpusLike = Corpus | Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 class _Running(Protocol):
@@ -51,7 +53,9 @@ class _ShardedDataset(IterableDataset[T]):
 
     def __init__(self, corpus: CorpusLike, options: Options | None, overrides: dict[str, Any]):
         super().__init__()
-        self.corpus = corpus if isinstance(corpus, Corpus) else Corpus.open(corpus)
+        self.corpus: Corpus | Mixture = (
+            corpus if isinstance(corpus, (Corpus, Mixture)) else Corpus.open(corpus)
+        )
         base = options or Options()
         self.options = replace(base, **overrides) if overrides else base
         self._state: dict[str, Any] | None = None
@@ -91,7 +95,7 @@ class _ShardedDataset(IterableDataset[T]):
         whatever the options. Nothing happens in a DataLoader worker, or once counted.
         """
         if get_worker_info() is None:  # workers are shares too: cut at documents, counted
-            self.corpus = ensure_counts(self.corpus, self._rank_options(), always=True)
+            self.corpus = _counted(self.corpus, self._rank_options(), always=True)
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> Any:
         raise NotImplementedError
@@ -107,7 +111,7 @@ class _ShardedDataset(IterableDataset[T]):
         state = self._state
         if self._shares is not None:  # resharded: this worker's share, in the first pass only
             state = self._take_share() or state
-        self.corpus = ensure_counts(self.corpus, options)
+        self.corpus = _counted(self.corpus, options)
         running = self._start(options, state)
         self._running, self._state = running, None
         return self._items(running)
@@ -156,7 +160,7 @@ class _ShardedDataset(IterableDataset[T]):
         self._shares = list(states)
         self._taken = multiprocessing.RawArray("b", len(self._shares))
         # The rest of the resharded epoch is cut with the counts: counted here, once.
-        self.corpus = ensure_counts(self.corpus, self._rank_options(), always=True)
+        self.corpus = _counted(self.corpus, self._rank_options(), always=True)
 
 
 class OpenWebTextDataset(_ShardedDataset[Document]):
@@ -179,10 +183,12 @@ class OpenWebTextDataset(_ShardedDataset[Document]):
     ) -> None:
         super().__init__(corpus, options, overrides)
 
-    def _start(self, options: Options, state: dict[str, Any] | None) -> DocumentIterator:
-        return DocumentIterator(self.corpus, options, state=state)
+    def _start(
+        self, options: Options, state: dict[str, Any] | None
+    ) -> DocumentIterator | MixtureIterator:
+        return Loader(self.corpus, options).iter(state=state)
 
-    def _items(self, running: DocumentIterator) -> Iterator[Document]:
+    def _items(self, running: DocumentIterator | MixtureIterator) -> Iterator[Document]:
         return iter(running)
 
 
@@ -335,3 +341,10 @@ def same_steps(batches: Iterable[T], group: Any = None, device: Any = None) -> I
         if not flag.item():
             return
         yield cast(T, batch)
+
+
+def _counted(corpus: Corpus | Mixture, options: Options, *, always: bool = False) -> Any:
+    """``corpus`` with the counts ``options`` need (a mixture's: each part's)."""
+    if isinstance(corpus, Mixture):
+        return corpus.with_counts(options, always=always)
+    return ensure_counts(corpus, options, always=always)
