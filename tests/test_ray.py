@@ -29,6 +29,7 @@ from support import (
     local_files,
     member_offset,
     outer_tar,
+    plain_read,
     read_members,
     s3_objects,
     sample_docs,
@@ -204,6 +205,20 @@ def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: 
     got = [((r["subset"], r["member"], r["name"]), r["text"]) for r in rows]
     assert len(got) == len(expected)
     assert dict(got) == expected
+
+
+def test_read_openwebtext_of_a_mixture_says_each_rows_part(
+    ray_instance: None, small_corpus: Path, tmp_path: Path
+) -> None:
+    from openwebtext import Mixture
+    from tables_support import sample_texts, write_jsonl
+
+    write_jsonl(tmp_path / "a.jsonl", sample_texts(30, seed=2))
+    mixture = Mixture({"web": small_corpus, "js": tmp_path / "a.jsonl"}, {"web": 0.9, "js": 0.1})
+    rows = owt_ray.read_openwebtext(mixture, units_per_task=2).take_all()
+    by_part = {n: sorted(r["name"] for r in rows if r["source"] == n) for n in mixture.names}
+    assert by_part["web"] == sorted(plain_read(sorted(small_corpus.glob("*.tar"))))
+    assert len(by_part["js"]) == len(set(by_part["js"])) == 30
 
 
 def test_read_openwebtext_token_ids(ray_instance: None, small_corpus: Path) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from openwebtext.errors import CorpusError
 from openwebtext.index import Corpus
+from openwebtext.loader import Mixture
 from openwebtext.options import ErrorPolicy, check_on_error
 from openwebtext.plan import unit_groups
 from openwebtext.policy import SkipPolicy
@@ -83,6 +84,8 @@ class _ReadGroup:
     skips: SkipLog | None
     max_member_bytes: int
     max_document_bytes: int
+    sources: tuple[str, ...] | None = None
+    """A mixture's: the part of each group (a column ``source``)."""
 
     def __call__(self, batch: dict[str, Any]) -> Any:
         import pyarrow as pa
@@ -96,10 +99,14 @@ class _ReadGroup:
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
         ids: list[Any] = []  # with a tokenizer: each member's packed ids ("value": the counts)
         skipped: list[str] = []
+        source: list[str] = []
         try:
             for group in batch["group"]:
+                before = len(columns["name"])
                 for unit in self.groups[int(group)]:
                     self._read(reader, unit, tokenizer, columns, ids, skipped)
+                if self.sources is not None:
+                    source += [self.sources[int(group)]] * (len(columns["name"]) - before)
         finally:
             reader.close()
         if self.skips is not None:
@@ -111,6 +118,8 @@ class _ReadGroup:
             value = _ids_column(ids, columns.pop("value"))
             key = "ids"
         arrays = {k: pa.array(v, pa.string()) for k, v in columns.items()}
+        if self.sources is not None:
+            arrays = {"source": pa.array(source, pa.string()), **arrays}
         return pa.table({**arrays, key: value})
 
     def _read(
@@ -178,7 +187,7 @@ def _ids_column(parts: list[Any], counts: list[int]) -> Any:
 
 
 def read_openwebtext(
-    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    paths: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     storage_options: dict[str, Any] | None = None,
     tokenizer: str | None = None,
@@ -195,8 +204,13 @@ def read_openwebtext(
     per ``units_per_task`` units of the same index as the local loader. Ray must be
     initialised (``ray.init``) before the dataset is consumed.
 
+    A ``Mixture``: every part read once, each row with its part's name (a column
+    ``source``). Ray Data is order-free bulk processing, so the weights do not shape it: a
+    weighted, ordered, resumable stream of a mixture is ``Loader``'s (or PyTorch's).
+
     Args:
-        paths: Files, folders or glob patterns readable by every node, or URLs.
+        paths: Files, folders or glob patterns readable by every node, or URLs; or a
+            ``Mixture``.
         storage_options: For URLs (``s3://``…, the ``remote`` extra): the options of their
             filesystems (``Corpus.open``), here and in every task.
         tokenizer: A tokenizer spec (``openwebtext.tokenizer``): rows carry ``ids``.
@@ -218,10 +232,28 @@ def read_openwebtext(
     ray = ray_module()
     # Resolved once: a bad spec fails here, not in every task.
     resolved = None if tokenizer is None else load_tokenizer(tokenizer)
-    units = Corpus.open(paths, storage_options=storage_options).units
-    groups = tuple(tuple(units[k] for k in cut) for cut in unit_groups(len(units), units_per_task))
+    if isinstance(paths, Mixture):
+        parts = paths.corpora
+        sources: tuple[str, ...] | None = ()
+    else:
+        parts = {"": Corpus.open(paths, storage_options=storage_options)}
+        sources = None
+    groups: tuple[tuple[Unit, ...], ...] = ()
+    for name, corpus in parts.items():
+        units = corpus.units
+        cuts = unit_groups(len(units), units_per_task)
+        groups += tuple(tuple(units[k] for k in cut) for cut in cuts)
+        if sources is not None:
+            sources += (name,) * len(cuts)
     read = _ReadGroup(
-        groups, storage_options, resolved, on_error, skips, max_member_bytes, max_document_bytes
+        groups,
+        storage_options,
+        resolved,
+        on_error,
+        skips,
+        max_member_bytes,
+        max_document_bytes,
+        sources,
     )
     items = [{"group": g} for g in range(len(groups))]
     dataset = ray.data.from_items(items, override_num_blocks=len(groups))
