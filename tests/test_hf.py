@@ -278,3 +278,19 @@ def test_without_datasets_import_works_and_the_call_says_what_to_install(
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "pip install -e '.[hf]'" in proc.stdout, proc.stdout
+
+
+def test_a_mixture_as_an_iterable_dataset(small_corpus: Path, tmp_path: Path) -> None:
+    """Each shard is a rank of the mixture: every part's share in it, each row with its part;
+    together the shards read web's epoch once (web ends each shard's run last)."""
+    from openwebtext import Mixture
+    from tables_support import sample_texts, write_jsonl
+
+    web_corpus = shutil.copytree(small_corpus, tmp_path / "web")  # counted: a copy
+    write_jsonl(tmp_path / "a.jsonl", sample_texts(30, seed=2))
+    mixture = Mixture({"web": web_corpus, "js": tmp_path / "a.jsonl"})  # equal weights
+    rows = list(iterable_dataset(mixture, num_shards=2, workers=0, seed=1, even=None))
+    web = [r["name"] for r in rows if r["source"] == "web"]
+    assert len(web) == len(set(web)) == 120
+    assert Counter(r["source"] for r in rows) == {"web": 120, "js": 120}
+    assert len({r["name"] for r in rows if r["source"] == "js"}) == 30
