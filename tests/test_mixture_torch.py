@@ -55,7 +55,7 @@ def test_packed_batches_of_a_mixture_resume_under_stateful_dataloader(
 ) -> None:
     def make() -> Any:
         dataset = PackedBatchDataset(
-            mixture, 256, 4, workers=0, seed=3, tokenizer="bytes", packing="bestfit"
+            mixture, 256, 4, workers=0, seed=3, tokenizer="bytes", packing="bestfit", window=64
         )
         return stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=num_workers)
 
