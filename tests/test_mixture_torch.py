@@ -49,7 +49,9 @@ def test_two_ranks_of_two_workers_share_every_part(mixture: Mixture) -> None:
     assert counts["pq"] > counts["js"]
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    "num_workers", [0, pytest.param(2, marks=pytest.mark.slow)]  # 2: ~15 s of DataLoader IPC
+)
 def test_packed_batches_of_a_mixture_resume_under_stateful_dataloader(
     mixture: Mixture, num_workers: int
 ) -> None:
