@@ -189,6 +189,7 @@ def _start(state: dict[str, Any]) -> Any:
         row = state["row"]
         batches = state["batches"]
         window_epoch = state["window_epoch"]
+        scheduled = None
 
     return Start()
 

@@ -32,6 +32,7 @@ from openwebtext.stream import (
     PackedBatch,
     Packing,
     RunParts,
+    Schedule,
     Stateful,
     Stats,
     Stream,
@@ -43,6 +44,7 @@ from openwebtext.stream import (
     config_of,
     cu_seqlens,
     ensure_counts,
+    schedule_of,
 )
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
@@ -55,6 +57,7 @@ __all__ = [
     "DocumentIterator",
     "Loader",
     "PackedBatch",
+    "Schedule",
     "Stateful",
     "Stats",
     "TokenDocument",
@@ -111,9 +114,10 @@ class Loader:
     @overload
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = ...,
+        batch_size: int | None = ...,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = ...,
         dtype: DTypeLike = ...,
         state: dict[str, Any] | None = ...,
         segments: Literal[False] = ...,
@@ -125,9 +129,10 @@ class Loader:
     @overload
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = ...,
+        batch_size: int | None = ...,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = ...,
         dtype: DTypeLike = ...,
         state: dict[str, Any] | None = ...,
         segments: Literal[True],
@@ -139,9 +144,10 @@ class Loader:
     @overload
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = ...,
+        batch_size: int | None = ...,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = ...,
         dtype: DTypeLike = ...,
         state: dict[str, Any] | None = ...,
         segments: bool = ...,
@@ -152,9 +158,10 @@ class Loader:
 
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = None,
+        batch_size: int | None = None,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = None,
         dtype: DTypeLike = np.int64,
         state: dict[str, Any] | None = None,
         segments: bool = False,
@@ -175,6 +182,9 @@ class Loader:
         Args:
             seq_len: Ids each row predicts.
             batch_size: Rows per batch.
+            schedule: Shapes that change during training, instead of ``seq_len`` and
+                ``batch_size``: a ``Schedule`` or its table of ``(batch_index, seq_len,
+                batch_size)`` steps (``Schedule.warmup`` makes the common ramps).
             dtype: dtype of the arrays.
             state: A ``state_dict()`` of batches of the same packing to continue from.
             segments: Yield ``PackedBatch`` records: ``tokens``, ``segment_ids`` (documents
@@ -194,7 +204,8 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
-        start = batches_start(state, seq_len, batch_size, packing, window)
+        shapes = schedule_of(seq_len, batch_size, schedule)
+        start = batches_start(state, shapes, packing, window)
         documents = DocumentIterator(
             self.corpus, self.options, state=None if start is None else start.documents
         )
@@ -202,8 +213,7 @@ class Loader:
         if packing == "bestfit":
             return BestFitBatches(
                 documents,
-                seq_len,
-                batch_size,
+                schedule=shapes,
                 seed=self.options.seed,
                 pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
                 dtype=dtype,
@@ -214,8 +224,7 @@ class Loader:
         return Batches(
             documents,
             documents.tokenizer,
-            seq_len,
-            batch_size,
+            schedule=shapes,
             dtype=dtype,
             segments=segments,
             start=start,

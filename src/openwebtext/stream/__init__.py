@@ -25,6 +25,7 @@ from openwebtext.stream.schema import (
     Position,
     Rule,
 )
+from openwebtext.stream.shapes import Schedule, schedule_of
 from openwebtext.stream.source import DocumentSource, RunParts, TokenRun
 from openwebtext.stream.state import (
     Mark,
@@ -50,6 +51,7 @@ __all__ = [
     "Position",
     "Rule",
     "RunParts",
+    "Schedule",
     "Stateful",
     "Stats",
     "Stream",
@@ -68,4 +70,5 @@ __all__ = [
     "members_in_run",
     "reshard",
     "resume_options",
+    "schedule_of",
 ]
