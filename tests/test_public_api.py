@@ -25,7 +25,8 @@ ERRORS = [
 DOORS = {
     "openwebtext": sorted([
         *ERRORS, "Ahead", "BatchIterator", "Corpus", "Document", "DocumentIterator", "Loader",
-        "OpenWebTextLoader", "Options", "PackedBatch", "Schedule", "Stats", "TokenDocument", "Tokenizer",
+        "OpenWebTextLoader", "Options", "PackedBatch", "Schedule",
+        "Stats", "TokenDocument", "Tokenizer",
         "ahead", "load_tokenizer", "reshard", "shuffle", "take",
     ]),
     "openwebtext.synth": [

@@ -4,6 +4,7 @@ a change, and a state at any batch resuming exactly (the packers over a stand-in
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from test_stream_packing_runs import PAD, Runs, Vocabulary
 def ids_documents(lengths: list[int]) -> list[np.ndarray[Any, Any]]:
     """Documents of ``lengths`` ids, every id of the run distinct (its place in the run)."""
     at = np.cumsum([0, *lengths])
-    return [np.arange(a, b, dtype=np.uint32) for a, b in zip(at[:-1], at[1:], strict=True)]
+    return [np.arange(a, b, dtype=np.uint32) for a, b in itertools.pairwise(at.tolist())]
 
 
 @st.composite
@@ -98,7 +99,8 @@ def test_a_state_is_refused_only_under_another_schedule() -> None:
     }  # fmt: skip
     assert batches_start(state, Schedule([(0, 8, 2), (3, 16, 1)])) is not None
     for other, says in [
-        (Schedule([(0, 8, 2), (4, 16, 1)]), "schedule=[(0, 8, 2), (3, 16, 1)]; now schedule=[(0, 8, 2), (4, 16, 1)]"),
+        (Schedule([(0, 8, 2), (4, 16, 1)]),
+         "schedule=[(0, 8, 2), (3, 16, 1)]; now schedule=[(0, 8, 2), (4, 16, 1)]"),
         (Schedule([(0, 8, 2)]), "schedule=[(0, 8, 2), (3, 16, 1)]; now seq_len=8, batch_size=2"),
     ]:  # fmt: skip
         with pytest.raises(StateError) as caught:

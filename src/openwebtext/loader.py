@@ -37,6 +37,7 @@ from openwebtext.stream import (
     Stats,
     Stream,
     TokenRun,
+    WindowAhead,
     ahead,
     batches_start,
     check_in_run,
@@ -312,9 +313,10 @@ class DocumentIterator:
         ids, starts, lengths, start = next(self._runs)
         return TokenRun(ids, starts, lengths, start, before, self._stream.mark())
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that this
-        share hands out first, from here on, as ``(documents, number, rows handed out)``."""
+        share hands out first, from here on, as ``(documents, number, rows handed out,
+        packings)``."""
         return self._stream.windows_ahead()
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from openwebtext.stream.schema import (
     Rule,
 )
 from openwebtext.stream.shapes import Schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, RunParts, TokenRun
+from openwebtext.stream.source import DocumentSource, RunParts, TokenRun, WindowAhead
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -56,6 +56,7 @@ __all__ = [
     "Stats",
     "Stream",
     "TokenRun",
+    "WindowAhead",
     "ahead",
     "batches_start",
     "check_in_run",

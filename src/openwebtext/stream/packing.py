@@ -41,7 +41,7 @@ from openwebtext.plan import permutation
 from openwebtext.stream.fitting import Rows, best_fit, fit
 from openwebtext.stream.schema import BatchesState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, TokenRun
+from openwebtext.stream.source import DocumentSource, TokenRun, WindowAhead
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
@@ -197,7 +197,7 @@ class BestFitBatches:
                 self._packings = start.scheduled.packings
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
-        self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
+        self._ahead: deque[WindowAhead] = deque(documents.windows_ahead())
         self._windows: deque[_Window] = deque()  # packed, with rows not handed out
         self._rows_left = 0  # in them
         # A run read, from its document j on (and where each of its documents ends).
@@ -277,15 +277,18 @@ class BestFitBatches:
         assert reading.epoch is not None
         epoch = reading.epoch
         own = (self._next, self._epoch)  # what a state at this window says
+        dealt: tuple[Packed, ...] = ()
         if self._ahead:  # a window an old rank had begun: its number and rows handed out
-            _, number, skip = self._ahead.popleft()
+            _, number, skip, dealt = self._ahead.popleft()
         else:  # an own window: numbered within its epoch
             if epoch != self._epoch:
                 self._next, self._epoch = 0, epoch
                 own = (0, epoch)
             number, skip, self._next = self._next, 0, self._next + 1
-        skip, self._skip = max(skip, self._skip), 0
-        packings, self._packings = self._packings, ()
+        # A state's own packings of the window go on from those of the rank it was dealt by.
+        packings = self._packings or dealt
+        skip = self._skip if self._packings else max(skip, self._skip)
+        self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = _documents(reading.parts)
         documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding

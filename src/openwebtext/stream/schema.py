@@ -12,6 +12,7 @@ against each other (each record's ``check``), naming the first wrong one in a ``
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Literal, TypeAlias
 
 import msgspec
@@ -97,19 +98,30 @@ class OldRank(Record, frozen=True, omit_defaults=True):
     """Concat batches: ids of its next document already targets, plus one (0: none)."""
 
 
-class WindowAt(Record, frozen=True):
+class Packed(Record, frozen=True):
+    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows."""
+
+    seq_len: Positive
+    rows: Positive
+
+
+class WindowAt(Record, frozen=True, omit_defaults=True):
     """A best-fit window: its number, and the rows of it handed out."""
 
     number: Count
     rows: Count
+    packings: tuple[Packed, ...] = ()
+    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
 
 
-class Begun(Record, frozen=True):
+class Begun(Record, frozen=True, omit_defaults=True):
     """A best-fit window an old rank had begun: the rank, the window's number, rows handed out."""
 
     rank: Count
     number: Count
     rows: Count
+    packings: tuple[Packed, ...] = ()
+    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
 
 
 class Level(Record, frozen=True, omit_defaults=True):
@@ -230,13 +242,6 @@ class Step(Record, frozen=True):
     batch_size: Positive
 
 
-class Packed(Record, frozen=True):
-    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows."""
-
-    seq_len: Positive
-    rows: Positive
-
-
 class Scheduled(Record, frozen=True, omit_defaults=True):
     """The schedule section of a batches state whose shapes change (absent for fixed sizes):
     the steps after the first (whose shape is the state's ``seq_len`` and ``batch_size``) and
@@ -254,7 +259,7 @@ class Scheduled(Record, frozen=True, omit_defaults=True):
         if not self.changes:
             raise Disagree("changes", "is empty: a schedule of one step is fixed sizes")
         batches = [step.batch for step in self.changes]
-        if batches[0] == 0 or any(b <= a for a, b in zip(batches, batches[1:], strict=False)):
+        if batches[0] == 0 or any(b <= a for a, b in itertools.pairwise(batches)):
             raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")
 
 

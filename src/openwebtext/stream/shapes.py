@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from openwebtext.errors import StateError
-from openwebtext.options import int_at_least
 import msgspec
 
+from openwebtext.errors import StateError
+from openwebtext.options import int_at_least
 from openwebtext.stream.schema import BatchesState, Packed, Scheduled, Step
 
 __all__ = ["Cursor", "Schedule", "check_schedule", "schedule_of"]

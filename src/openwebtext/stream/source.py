@@ -15,10 +15,14 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.schema import DocumentState, Packed
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = ["DocumentSource", "RunParts", "TokenRun"]
+__all__ = ["DocumentSource", "RunParts", "TokenRun", "WindowAhead"]
+
+#: A best-fit window an old rank had begun, as a resharded share hands it out first:
+#: ``(documents, number, rows handed out, packings)`` (packings: under a schedule).
+WindowAhead = tuple[int, int, int, tuple[Packed, ...]]
 
 #: What a stream hands out a run as: ``TokenRun``'s ids, starts, lengths and start.
 RunParts = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], int]
@@ -85,9 +89,9 @@ class DocumentSource(Protocol):
         """The stream's state now, or at ``mark``, as its record."""
         ...
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that
-        this share hands out first, as ``(documents, number, rows handed out)``."""
+        this share hands out first, as ``(documents, number, rows handed out, packings)``."""
         ...
 
     @property
