@@ -7,7 +7,7 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
+from openwebtext.stream.batches import Batches, BatchIterator, batches_start
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
@@ -25,7 +25,7 @@ from openwebtext.stream.schema import (
     Position,
     Rule,
 )
-from openwebtext.stream.shapes import Schedule, schedule_of
+from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of
 from openwebtext.stream.source import DocumentSource, RunParts, TokenRun, WindowAhead
 from openwebtext.stream.state import (
     Mark,

@@ -33,7 +33,7 @@ from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "batches_start", "check_sizes"]
+__all__ = ["BatchIterator", "Batches", "batches_start"]
 
 
 Item = TypeVar("Item", covariant=True)
@@ -266,13 +266,6 @@ def overlapping_rows(
     rows[:, :-1] = flat[:-1].reshape(-1, seq_len)
     rows[:, -1] = flat[seq_len::seq_len]
     return rows
-
-
-def check_sizes(seq_len: int, batch_size: int) -> None:
-    """Refuse a ``seq_len`` or ``batch_size`` that is not an int >= 1 (``ValueError``)."""
-    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
-        if not int_at_least(value, 1):
-            raise ValueError(f"{name} must be an int >= 1, not {value!r}")
 
 
 def batches_start(

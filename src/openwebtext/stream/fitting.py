@@ -110,8 +110,11 @@ class Rows:
 
     def pieces(
         self, row: int
-    ) -> tuple[tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
-               np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    ) -> tuple[
+        tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+    ]:
         """The pieces of rows ``row..`` (of the window's), in their order, as ``fit`` takes
         items: ``(sources without the row of padding, source, start)``, their lengths, and
         where each begins in its document (to pack them again at another length)."""

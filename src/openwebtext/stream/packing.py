@@ -312,7 +312,13 @@ class BestFitBatches:
             self._rows_left += fitted.rows - skip
 
     def _refit(
-        self, fitted: Rows | None, row: int, seq_len: int, skip: int, epoch: int, number: int,
+        self,
+        fitted: Rows | None,
+        row: int,
+        seq_len: int,
+        skip: int,
+        epoch: int,
+        number: int,
         again: int,
     ) -> Rows | None:
         """The rows of ``fitted`` from ``row`` on packed again at ``seq_len``, from row

@@ -22,7 +22,7 @@ from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.schema import BatchesState, Packed, Scheduled, Step
 
-__all__ = ["Cursor", "Schedule", "check_schedule", "schedule_of"]
+__all__ = ["Cursor", "Schedule", "check_schedule", "check_sizes", "saved_schedule", "schedule_of"]
 
 
 @dataclass(frozen=True)
@@ -161,10 +161,15 @@ def schedule_of(
         return schedule if isinstance(schedule, Schedule) else Schedule(schedule)
     if seq_len is None or batch_size is None:
         raise ValueError("batches need seq_len and batch_size, or a schedule")
+    check_sizes(seq_len, batch_size)
+    return Schedule([(0, seq_len, batch_size)])
+
+
+def check_sizes(seq_len: int, batch_size: int) -> None:
+    """Refuse a ``seq_len`` or ``batch_size`` that is not an int >= 1 (``ValueError``)."""
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if not int_at_least(value, 1):
             raise ValueError(f"{name} must be an int >= 1, not {value!r}")
-    return Schedule([(0, seq_len, batch_size)])
 
 
 def _described(schedule: Schedule) -> str:
@@ -189,9 +194,7 @@ def check_schedule(state: BatchesState, schedule: Schedule) -> None:
     """
     saved = saved_schedule(state)
     if saved != schedule:
-        raise StateError(
-            f"the state was saved for {_described(saved)}; now {_described(schedule)}"
-        )
+        raise StateError(f"the state was saved for {_described(saved)}; now {_described(schedule)}")
 
 
 class Cursor:
