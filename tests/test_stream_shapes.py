@@ -288,3 +288,21 @@ def test_best_fit_packs_the_rest_of_its_window_again_at_a_change() -> None:
                 assert (document == document[0]).all()
                 if length <= 16 and row[segments == s].min() >= ends[document[0]] - length:
                     assert (segments == s).sum() == length or document[0] in handed(first)
+
+
+def test_a_damaged_schedule_section_is_one_error_naming_it() -> None:
+    packer = Batches(Runs(ids_documents([50] * 9), []), Vocabulary(),  # type: ignore[arg-type]
+                     schedule=Schedule([(0, 8, 2), (3, 16, 1)]))  # fmt: skip
+    state = packer.state_dict()
+    for section, field in [
+        ({"changes": [], "at": 0}, "schedule.changes"),
+        ({"changes": [{"batch": 0, "seq_len": 8, "batch_size": 2}], "at": 0}, "schedule.changes"),
+        ({"changes": [{"batch": 3, "seq_len": 0, "batch_size": 2}], "at": 0},
+         "schedule.changes[0].seq_len"),
+        ({"changes": [{"batch": 3, "seq_len": 8, "batch_size": 2}], "at": -1}, "schedule.at"),
+        ({"changes": [{"batch": 3, "seq_len": 8, "batch_size": 2}], "at": 0,
+          "packings": [{"seq_len": 8, "rows": 2}]}, "schedule"),  # concat has no window
+    ]:  # fmt: skip
+        with pytest.raises(StateError) as caught:
+            BatchesState.from_json(state | {"schedule": section})
+        assert caught.value.field == field
