@@ -126,3 +126,87 @@ def test_the_torch_dataset_and_device_stage_take_a_schedule(indexed: Path) -> No
     with loader.batches(schedule=WARMUP, segments=True) as batches:
         tenth = [b for _, b in zip(range(10), batches, strict=False)][-1]
     assert np.array_equal(resumed.tokens, tenth.tokens)
+
+
+def _documents(corpus: Path) -> tuple[dict[tuple[int, bytes], list[str]], dict[str, bytes]]:
+    """Every document's ids (as bytes, ``tokenizer="bytes"``), and where a piece can be
+    looked up: ``(position, its first 8 ids)`` at every position of every document."""
+    with Loader(corpus, tokenizer="bytes", shuffle=False).iter() as docs:
+        ids = {doc.name: doc.tokens.astype(np.uint8).tobytes() for doc in docs}
+    at: dict[tuple[int, bytes], list[str]] = {}
+    for name, data in ids.items():
+        for p in range(len(data)):
+            at.setdefault((p, data[p : p + 8]), []).append(name)
+    return at, ids
+
+
+def test_a_window_dealt_by_an_old_rank_resumes_after_a_change(indexed: Path) -> None:
+    """Old ranks stop inside windows at 127 ids a row; each new rank packs the window it was
+    dealt at 127, then again at 63 at the change: a state there resumes exactly."""
+    schedule = Schedule([(0, 127, 2), (2, 63, 3)])
+
+    def run(rank: int, world: int, state: Any, n: int | None) -> tuple[list[Any], Any]:
+        loader = Loader(indexed, tokenizer="bytes", seed=5, shuffle_buffer=30, rank=rank,
+                        world_size=world, even="drop")  # fmt: skip
+        with loader.batches(schedule=schedule, state=state, segments=True, packing="bestfit",
+                            window=5) as batches:  # fmt: skip
+            out = [tuple(b) for _, b in zip(range(n or 10**9), batches, strict=False)]
+            return out, json.loads(json.dumps(batches.state_dict()))
+
+    old = [run(r, 4, None, 1)[1] for r in range(4)]
+    for r, state in enumerate(reshard(old, 3)):
+        first, saved = run(r, 3, state, 3)
+        assert len(saved["schedule"]["packings"]) == 2  # inside the dealt window, packed again
+        _same(first + run(r, 3, saved, None)[0], run(r, 3, state, None)[0])
+
+
+@pytest.mark.slow  # every id of the epoch looked up: ~15 s
+def test_best_fit_resharded_twice_across_changes_hands_out_every_id_once(indexed: Path) -> None:
+    """Four best-fit ranks stop before, at and past a change (inside windows packed again),
+    are resharded to three, which go on across the next change, then to two, which run to
+    the end of the epoch: every id of every document handed out once, but for the documents
+    ``drop`` leaves out whole and the rows each last rank cannot fill."""
+    schedule = Schedule([(0, 127, 2), (2, 63, 3), (5, 255, 1)])
+    at, ids = _documents(indexed)
+    seen = {name: np.zeros(len(data), dtype=np.int64) for name, data in ids.items()}
+
+    def run(
+        rank: int, world: int, state: Any, n: int | None, count: bool = True
+    ) -> tuple[list[Any], dict[str, Any]]:
+        loader = Loader(indexed, tokenizer="bytes", seed=5, shuffle_buffer=30, rank=rank,
+                        world_size=world, even="drop")  # fmt: skip
+        out = []
+        with loader.batches(schedule=schedule, state=state, segments=True, packing="bestfit",
+                            window=5) as batches:  # fmt: skip
+            for k, batch in enumerate(batches if n != 0 else (), 1):
+                out.append(tuple(batch))
+                if not count:
+                    continue
+                for tokens, segments, positions in zip(*batch, strict=True):
+                    for s in set(segments.tolist()) - {0}:
+                        where = np.flatnonzero(segments == s)
+                        p, piece = int(positions[where[0]]), tokens[where].astype(np.uint8)
+                        data = piece.tobytes()
+                        # A short piece may be in several documents: the first not seen there.
+                        names = [n for n in at[(p, data[:8])] if ids[n][p:].startswith(data)]
+                        fresh = [n for n in names if not seen[n][p : p + len(data)].any()]
+                        name = (fresh or names)[0]
+                        seen[name][p : p + len(data)] += 1
+                if k == n:
+                    break
+            return out, json.loads(json.dumps(batches.state_dict()))
+
+    old = [run(r, 4, None, stop)[1] for r, stop in enumerate((1, 2, 3, 4))]
+    assert any(s["schedule"].get("packings", [])[1:] for s in old), "no window packed again"
+    three = []
+    for r, state in enumerate(reshard(old, 3)):
+        first, saved = run(r, 3, state, 2)
+        three.append(saved)
+        # Resumed inside a window dealt by an old rank, packed again at the change: the same.
+        _same(first + run(r, 3, saved, None, count=False)[0], run(r, 3, state, None, False)[0])
+    assert {s["schedule"]["at"] for s in three} == {6}
+    for r, state in enumerate(reshard(three, 2)):
+        run(r, 2, state, None)
+    counts = np.concatenate([c for c in seen.values() if c.any()])  # drop: some left out whole
+    assert counts.max() == 1
+    assert (counts == 0).sum() < 2 * 256  # the row each last rank cannot fill

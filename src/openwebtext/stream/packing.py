@@ -144,6 +144,8 @@ class _Window:
     """Ids of its rows."""
     packings: tuple[Packed, ...] = ()
     """Its earlier packings rows were handed out of (packed again at changes of length)."""
+    seeded_by: tuple[int, int] = (0, 0)
+    """The epoch and number its rows' order is seeded by (a dealt window's: the old rank's)."""
 
 
 class BestFitBatches:
@@ -308,6 +310,7 @@ class BestFitBatches:
         if fitted is not None:
             window = _Window(reading.mark, *own, fitted, skip)
             window.parts, window.cap, window.packings = reading.parts, cap, packings[:-1]
+            window.seeded_by = (epoch, number)
             self._windows.append(window)
             self._rows_left += fitted.rows - skip
 
@@ -342,11 +345,11 @@ class BestFitBatches:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
                 documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
-                fitted = fit(documents, lengths, cap, self._seeded(window.epoch, window.number), 0)
+                fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0)
             else:
                 window.packings = (*window.packings, Packed(window.cap - 1, window.row))
                 fitted = self._refit(
-                    window.fitted, window.row, self.seq_len, 0, window.epoch, window.number,
+                    window.fitted, window.row, self.seq_len, 0, *window.seeded_by,
                     len(window.packings),
                 )  # fmt: skip
             assert fitted is not None  # rows not handed out hold pieces
