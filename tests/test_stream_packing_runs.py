@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from openwebtext.stream import BestFitBatches, TokenRun, packing
+from openwebtext.stream import BestFitBatches, TokenRun, WindowAhead, packing
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.fitting import best_fit, best_fit_rows
@@ -71,7 +71,7 @@ class Runs:
     def state(self, mark: Mark | None = None) -> DocumentState:
         return (mark or self.mark()).state(CONFIG)
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         return []
 
     @property
@@ -189,6 +189,7 @@ def _start(state: dict[str, Any]) -> Any:
         row = state["row"]
         batches = state["batches"]
         window_epoch = state["window_epoch"]
+        scheduled = None
 
     return Start()
 

@@ -443,7 +443,7 @@ def test_bestfit_resharded_state_resumes_and_reshards_again(varied: Path) -> Non
     for r in range(3):
         opts = options("drop", 3, r, tokenizer="bytes")
         with Loader(varied, **opts).iter(state=three[r]["documents"]) as docs:
-            dealt = sum(documents for documents, _, _ in docs.windows_ahead())
+            dealt = sum(ahead[0] for ahead in docs.windows_ahead())
         with Loader(varied, **opts).batches(
             FIT_S, FIT_B, state=three[r], packing="bestfit", window=FIT_WINDOW
         ) as batches:

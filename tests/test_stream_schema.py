@@ -48,10 +48,17 @@ def _doc_state(corpus: Path, n: int, **kw: Any) -> dict[str, Any]:
         return it.state_dict()
 
 
-def _batch_state(corpus: Path, n: int, packing: str, state: Any = None, **kw: Any) -> Any:
+#: The schedule of the scheduled states: from 32 ids a row to 16 at batch 2.
+SCHEDULE = [(0, 32, 2), (2, 16, 3)]
+
+
+def _batch_state(
+    corpus: Path, n: int, packing: str, state: Any = None, scheduled: bool = False, **kw: Any
+) -> Any:
     loader = Loader(corpus, workers=0, seed=3, shuffle_buffer=30, tokenizer="bytes", **kw)
-    extra = {"packing": packing, "window": 8} if packing == "bestfit" else {}
-    with loader.batches(32, 2, state=state, **extra) as b:
+    extra: dict[str, Any] = {"packing": packing, "window": 8} if packing == "bestfit" else {}
+    extra |= {"schedule": SCHEDULE} if scheduled else {"seq_len": 32, "batch_size": 2}
+    with loader.batches(state=state, **extra) as b:
         for _ in range(n):
             next(b)
         return b.state_dict()
@@ -76,6 +83,8 @@ def written_now(corpus: Path) -> dict[str, Any]:
         for r, s in enumerate(reshard(cat, 3))
     ]
     states["resharded_twice"] = reshard(again, 2)[0]
+    # Under a schedule: inside a best-fit window packed again at the change.
+    states["batches_scheduled"] = _batch_state(corpus, 3, "bestfit", scheduled=True)
     return states
 
 

@@ -39,10 +39,12 @@ from openwebtext.stream import (
     PackedBatch,
     Packing,
     RunParts,
+    Schedule,
     Stateful,
     Stats,
     Stream,
     TokenRun,
+    WindowAhead,
     ahead,
     batches_start,
     check_in_run,
@@ -50,6 +52,7 @@ from openwebtext.stream import (
     config_of,
     cu_seqlens,
     ensure_counts,
+    schedule_of,
 )
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
@@ -64,6 +67,7 @@ __all__ = [
     "Mixture",
     "MixtureIterator",
     "PackedBatch",
+    "Schedule",
     "Stateful",
     "Stats",
     "TokenDocument",
@@ -127,9 +131,10 @@ class Loader:
     @overload
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = ...,
+        batch_size: int | None = ...,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = ...,
         dtype: DTypeLike = ...,
         state: dict[str, Any] | None = ...,
         segments: Literal[False] = ...,
@@ -141,9 +146,10 @@ class Loader:
     @overload
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = ...,
+        batch_size: int | None = ...,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = ...,
         dtype: DTypeLike = ...,
         state: dict[str, Any] | None = ...,
         segments: Literal[True],
@@ -155,9 +161,10 @@ class Loader:
     @overload
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = ...,
+        batch_size: int | None = ...,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = ...,
         dtype: DTypeLike = ...,
         state: dict[str, Any] | None = ...,
         segments: bool = ...,
@@ -168,9 +175,10 @@ class Loader:
 
     def batches(
         self,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = None,
+        batch_size: int | None = None,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = None,
         dtype: DTypeLike = np.int64,
         state: dict[str, Any] | None = None,
         segments: bool = False,
@@ -191,6 +199,9 @@ class Loader:
         Args:
             seq_len: Ids each row predicts.
             batch_size: Rows per batch.
+            schedule: Shapes that change during training, instead of ``seq_len`` and
+                ``batch_size``: a ``Schedule`` or its table of ``(batch_index, seq_len,
+                batch_size)`` steps (``Schedule.warmup`` makes the common ramps).
             dtype: dtype of the arrays.
             state: A ``state_dict()`` of batches of the same packing to continue from.
             segments: Yield ``PackedBatch`` records: ``tokens``, ``segment_ids`` (documents
@@ -210,7 +221,8 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
-        start = batches_start(state, seq_len, batch_size, packing, window)
+        shapes = schedule_of(seq_len, batch_size, schedule)
+        start = batches_start(state, shapes, packing, window)
         saved = None if start is None else start.documents
         documents: DocumentIterator | MixtureIterator
         if isinstance(self.corpus, Mixture):
@@ -225,8 +237,7 @@ class Loader:
         if packing == "bestfit":
             return BestFitBatches(
                 documents,
-                seq_len,
-                batch_size,
+                schedule=shapes,
                 seed=self.options.seed,
                 pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
                 dtype=dtype,
@@ -237,8 +248,7 @@ class Loader:
         return Batches(
             documents,
             documents.tokenizer,
-            seq_len,
-            batch_size,
+            schedule=shapes,
             dtype=dtype,
             segments=segments,
             start=start,
@@ -328,9 +338,10 @@ class DocumentIterator:
         ids, starts, lengths, start = next(self._runs)
         return TokenRun(ids, starts, lengths, start, before, self._stream.mark())
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that this
-        share hands out first, from here on, as ``(documents, number, rows handed out)``."""
+        share hands out first, from here on, as ``(documents, number, rows handed out,
+        packings)``."""
         return self._stream.windows_ahead()
 
     def close(self) -> None:
@@ -437,7 +448,7 @@ class MixtureIterator:
             raise ValueError("runs of token documents need a tokenizer")
         return self._stream.next_run()
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         """Nothing: a mixture's batches are not resharded (yet)."""
         return []
 

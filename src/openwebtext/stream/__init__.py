@@ -7,7 +7,7 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.batches import Batches, BatchIterator, batches_start, check_sizes
+from openwebtext.stream.batches import Batches, BatchIterator, batches_start
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
@@ -28,7 +28,8 @@ from openwebtext.stream.schema import (
     Position,
     Rule,
 )
-from openwebtext.stream.source import DocumentSource, RunParts, TokenRun
+from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of
+from openwebtext.stream.source import DocumentSource, RunParts, TokenRun, WindowAhead
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -59,10 +60,12 @@ __all__ = [
     "Position",
     "Rule",
     "RunParts",
+    "Schedule",
     "Stateful",
     "Stats",
     "Stream",
     "TokenRun",
+    "WindowAhead",
     "ahead",
     "batches_start",
     "check_in_run",
@@ -77,4 +80,5 @@ __all__ = [
     "members_in_run",
     "reshard",
     "resume_options",
+    "schedule_of",
 ]

@@ -6,7 +6,9 @@ end-of-text id) and are concatenated in stream order; each batch is
 ``batch_size`` rows of ``seq_len + 1`` ids. Row ``r`` of a batch starting at
 token ``p`` is ``tokens[p + r*seq_len : p + (r+1)*seq_len + 1]``, so rows (and
 batches) overlap by one id and every id after the first is a target exactly
-once: ``x, y = batch[:, :-1], batch[:, 1:]``.
+once: ``x, y = batch[:, :-1], batch[:, 1:]``. Under a schedule (``shapes``) each
+batch has its own shape and starts where the last one ended: the ids are the same,
+cut differently, and none is left out at a change.
 
 A state is the document stream's state before the document in which the next
 batch starts, plus the offset of that start inside the document's ids: resuming
@@ -26,11 +28,12 @@ from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
 from openwebtext.stream.schema import BatchesState
+from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "batches_start", "check_sizes"]
+__all__ = ["BatchIterator", "Batches", "batches_start"]
 
 
 Item = TypeVar("Item", covariant=True)
@@ -71,6 +74,7 @@ class Batches:
         vocabulary: The tokenizer that made their ids.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
+        schedule: Shapes that change, instead of ``seq_len`` and ``batch_size``.
         dtype: The dtype of the yielded arrays (int64 suits embeddings).
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         start: The saved state to go on from (``batches_start``; None: a fresh start).
@@ -84,9 +88,10 @@ class Batches:
         self,
         documents: DocumentSource,
         vocabulary: Tokenizer,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = None,
+        batch_size: int | None = None,
         *,
+        schedule: Schedule | None = None,
         dtype: DTypeLike = np.int64,
         segments: bool = False,
         start: BatchesState | None = None,
@@ -94,7 +99,7 @@ class Batches:
         self._docs = documents
         self.segments = segments
         try:
-            check_sizes(seq_len, batch_size)
+            self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
             self.dtype = np.dtype(dtype)
             largest = vocabulary.n_vocab - 1
             if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < largest:
@@ -102,8 +107,6 @@ class Batches:
         except BaseException:
             documents.close()
             raise
-        self.seq_len = seq_len
-        self.batch_size = batch_size
         # Runs of documents not yet fully handed out in batches: each run's ids end to end,
         # where each document ends in them, where they begin among the ids read by this
         # iterator, and the number of its first document.
@@ -113,12 +116,23 @@ class Batches:
         self._read = self._numbered = 0  # ids and documents read
         self._batches = 0 if start is None else start.batches
 
+    @property
+    def seq_len(self) -> int:
+        """Ids a row of the next batch predicts."""
+        return self._shape.seq_len
+
+    @property
+    def batch_size(self) -> int:
+        """Rows of the next batch."""
+        return self._shape.batch_size
+
     def __iter__(self) -> Batches:
         return self
 
     def __next__(self) -> Any:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
-        need = self.seq_len * self.batch_size + 1
+        seq_len = self._shape.seq_len
+        need = seq_len * self._shape.batch_size + 1
         while self._read - self._head < need:
             try:
                 run = self._docs.next_run(in_order=True)
@@ -135,13 +149,14 @@ class Batches:
         flat = first.ids[lo:hi]
         if len(spans) > 1:
             flat = np.concatenate([span.ids[lo:hi] for span, lo, hi, _ in spans])
-        tokens = overlapping_rows(flat, self.seq_len, self.dtype)
-        batch = self._segmented(tokens, spans) if self.segments else tokens
+        tokens = overlapping_rows(flat, seq_len, self.dtype)
+        batch = self._segmented(tokens, spans, seq_len) if self.segments else tokens
         # Drop the runs whose ids all lie before the next batch's start.
         self._head += need - 1
         while self._pending and self._pending[0].first + len(self._pending[0].ids) <= self._head:
             self._pending.popleft()
         self._batches += 1
+        self._shape.advance()
         return batch
 
     def _spans(self, need: int) -> list[tuple[_Run, int, int, int]]:
@@ -161,7 +176,7 @@ class Batches:
         return spans
 
     def _segmented(
-        self, tokens: np.ndarray[Any, Any], spans: list[tuple[_Run, int, int, int]]
+        self, tokens: np.ndarray[Any, Any], spans: list[tuple[_Run, int, int, int]], seq_len: int
     ) -> PackedBatch:
         """The batch of ``tokens`` with its documents and positions (``segments=True``): slices
         of its runs' (``_Run.marked``)."""
@@ -174,8 +189,8 @@ class Batches:
             positions = np.concatenate([r.marked[1][a:b] for r, a, b, _ in spans])
         return segmented(
             tokens,
-            overlapping_rows(documents, self.seq_len),
-            overlapping_rows(positions, self.seq_len),
+            overlapping_rows(documents, seq_len),
+            overlapping_rows(positions, seq_len),
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -187,8 +202,9 @@ class Batches:
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
         documents = self._docs.state(mark)
         state = BatchesState(
-            self.seq_len, self.batch_size, documents, offset, self._batches
-        )
+            *self._shape.first(), documents, offset, self._batches,
+            schedule=self._shape.section(),
+        )  # fmt: skip
         return state.to_json()
 
     @property
@@ -252,26 +268,17 @@ def overlapping_rows(
     return rows
 
 
-def check_sizes(seq_len: int, batch_size: int) -> None:
-    """Refuse a ``seq_len`` or ``batch_size`` that is not an int >= 1 (``ValueError``)."""
-    for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
-        if not int_at_least(value, 1):
-            raise ValueError(f"{name} must be an int >= 1, not {value!r}")
-
-
 def batches_start(
-    state: Any, seq_len: int, batch_size: int, packing: str = "concat", window: int = 1
+    state: Any, schedule: Schedule, packing: str = "concat", window: int = 1
 ) -> BatchesState | None:
     """A saved ``state_dict()`` of batches, parsed and checked against the batches about to
     start from it (None: a fresh start).
 
     Raises:
-        ValueError: a size is not positive, an unknown packing, or a window that is not a
-            positive int.
-        StateError: ``state`` is not a batches state, or was saved for other sizes, another
-            packing or window.
+        ValueError: an unknown packing, or a window that is not a positive int.
+        StateError: ``state`` is not a batches state, or was saved for another schedule (or
+            other sizes), another packing or window.
     """
-    check_sizes(seq_len, batch_size)
     if packing not in PACKING:
         raise ValueError(f"packing must be one of {PACKING}, not {packing!r}")
     if not int_at_least(window, 1):
@@ -279,11 +286,7 @@ def batches_start(
     if state is None:
         return None
     parsed = BatchesState.from_json(state)
-    if (parsed.seq_len, parsed.batch_size) != (seq_len, batch_size):
-        raise StateError(
-            f"the state was saved for seq_len={parsed.seq_len}, batch_size={parsed.batch_size}; "
-            f"now seq_len={seq_len}, batch_size={batch_size}"
-        )
+    check_schedule(parsed, schedule)
     if parsed.packing != packing or (packing == "bestfit" and parsed.window != window):
         saved_window = parsed.window if parsed.packing == "bestfit" else window
         raise StateError(

@@ -108,6 +108,23 @@ class Rows:
         ]
         return tokens, segment_ids, np.concatenate(pieces).reshape(shape)
 
+    def pieces(
+        self, row: int
+    ) -> tuple[
+        tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+        np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
+    ]:
+        """The pieces of rows ``row..`` (of the window's), in their order, as ``fit`` takes
+        items: ``(sources without the row of padding, source, start)``, their lengths, and
+        where each begins in its document (to pack them again at another length)."""
+        cap = len(self.sources[-1])  # the row of padding is a row long
+        a = self.row_chunks[row - self.skip]
+        kept = a + np.flatnonzero(self.numbers[a:])
+        starts = self.starts[kept]
+        documents = (self.sources[:-1], self.sourced[kept], starts)
+        return documents, self.ends[kept] - starts, self.firsts[kept] - cap
+
 
 def fit(
     documents: tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
@@ -115,6 +132,7 @@ def fit(
     cap: int,
     seeded: Callable[[int], Sequence[int]],
     skip: int,
+    bases: np.ndarray[Any, Any] | None = None,
 ) -> Rows | None:
     """The rows of a window of documents, from row ``skip`` on (None: no row left).
 
@@ -126,6 +144,8 @@ def fit(
         seeded: The rows' order, given their count: row ``r`` is the ``seeded(n)[r]``-th row
             best fit opened.
         skip: Rows handed out before.
+        bases: Where each item begins in its document (None: at 0, whole documents); items
+            that are pieces of documents (``Rows.pieces``) go on at their positions.
 
     Raises:
         StateError: there are fewer than ``skip`` rows (a damaged state).
@@ -150,6 +170,7 @@ def fit(
     kept = kept[np.lexsort((placed[kept], at[row_of[kept]]))]  # by row, then as placed
     row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
     document, length, first = document[kept], piece_lengths[kept], firsts[kept]
+    position = first if bases is None else bases[document] + first
     # Row r's chunks: its pieces, then its padding (a chunk from the row of padding).
     n = rows - skip
     per_row = np.bincount(row, minlength=n)
@@ -167,8 +188,8 @@ def fit(
     starts[chunk] = start[document] + first
     ends[chunk] = starts[chunk] + length
     numbers[chunk] = chunk - row_chunks[row] + 1
-    firsts[chunk] = first + cap
+    firsts[chunk] = position + cap
     ends[row_chunks[1:] - 1] = cap - used
-    longest = int(first.max()) + cap if len(first) else cap
+    longest = int(position.max()) + cap if len(position) else cap
     ramp = np.concatenate([np.zeros(cap, np.int32), np.arange(longest, dtype=np.int32)])
     return Rows(rows, skip, sources, sourced, starts, ends, numbers, firsts, row_chunks, ramp)

@@ -12,7 +12,13 @@ stream's state at the start of a window and the rows of that window already hand
 resuming reads the window again and packs it the same way (the window is rebuilt, never
 stored). A resharded epoch's share first packs the windows old ranks had begun (their
 documents, numbers and rows handed out come from the stream: ``windows_ahead``), skipping
-those rows, then its own windows.
+those rows, then its own windows. Under a schedule (``shapes``) a window is packed at the
+``seq_len`` of the batch being made; at a change of ``seq_len`` the rows not handed out of
+the windows packed are packed again at the new length: a window not begun afresh from its
+documents, the window begun from the pieces of its rows left (``Rows.pieces``: documents
+whole, or pieces of one longer than the old row, each cut again if longer than the new row),
+its rows in an order seeded by the window and the number of times it was packed again. Its
+state then lists those packings (``Scheduled.packings``) and resuming packs it the same way.
 
 The work is a few array operations per window and per 256 rows, none per document: the stream
 hands documents out in runs (``source.TokenRun``), the bins are chosen on the pieces' lengths
@@ -33,8 +39,9 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.fitting import Rows, best_fit, fit
-from openwebtext.stream.schema import BatchesState
-from openwebtext.stream.source import DocumentSource, TokenRun
+from openwebtext.stream.schema import BatchesState, Packed
+from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
+from openwebtext.stream.source import DocumentSource, TokenRun, WindowAhead
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
@@ -131,6 +138,14 @@ class _Window:
     """... from this row ..."""
     made_to: int = 0
     """... to this one."""
+    parts: list[tuple[TokenRun, int, int]] | None = None
+    """Its documents (as ``_Reading.parts``), to pack it afresh at another length."""
+    cap: int = 0
+    """Ids of its rows."""
+    packings: tuple[Packed, ...] = ()
+    """Its earlier packings rows were handed out of (packed again at changes of length)."""
+    seeded_by: tuple[int, int] = (0, 0)
+    """The epoch and number its rows' order is seeded by (a dealt window's: the old rank's)."""
 
 
 class BestFitBatches:
@@ -140,6 +155,7 @@ class BestFitBatches:
         documents: The running token documents, started from the ``documents`` of ``start``.
         seq_len: Ids a row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
+        schedule: Shapes that change, instead of ``seq_len`` and ``batch_size``.
         seed: Seeds the order of each window's rows.
         pad_id: The id of padding.
         dtype: The dtype of the yielded arrays.
@@ -151,9 +167,10 @@ class BestFitBatches:
     def __init__(
         self,
         documents: DocumentSource,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = None,
+        batch_size: int | None = None,
         *,
+        schedule: Schedule | None = None,
         seed: int,
         pad_id: int,
         dtype: DTypeLike = np.int64,
@@ -162,19 +179,27 @@ class BestFitBatches:
         start: BatchesState | None = None,
     ) -> None:
         self._docs = documents
-        self.seq_len, self.batch_size = seq_len, batch_size
+        try:
+            self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
+        except BaseException:
+            documents.close()
+            raise
         self.dtype = np.dtype(dtype)
         self.seed, self.pad_id, self.segments, self.window = seed, pad_id, segments, window
         # The number the next own window gets, counted within its epoch; the rows of the
         # first window already handed out; batches handed out before.
         self._next, self._skip, self._batches = 0, 0, 0
+        # A state inside a window packed again at changes of length: its packings.
+        self._packings: tuple[Packed, ...] = ()
         epoch = None
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
             epoch = start.window_epoch
+            if start.scheduled is not None:
+                self._packings = start.scheduled.packings
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
-        self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
+        self._ahead: deque[WindowAhead] = deque(documents.windows_ahead())
         self._windows: deque[_Window] = deque()  # packed, with rows not handed out
         self._rows_left = 0  # in them
         # A run read, from its document j on (and where each of its documents ends).
@@ -188,6 +213,16 @@ class BestFitBatches:
             except BaseException:
                 documents.close()
                 raise
+
+    @property
+    def seq_len(self) -> int:
+        """Ids a row of the next batch predicts."""
+        return self._shape.seq_len
+
+    @property
+    def batch_size(self) -> int:
+        """Rows of the next batch."""
+        return self._shape.batch_size
 
     def __iter__(self) -> BestFitBatches:
         return self
@@ -244,31 +279,92 @@ class BestFitBatches:
         assert reading.epoch is not None
         epoch = reading.epoch
         own = (self._next, self._epoch)  # what a state at this window says
+        dealt: tuple[Packed, ...] = ()
         if self._ahead:  # a window an old rank had begun: its number and rows handed out
-            _, number, skip = self._ahead.popleft()
+            _, number, skip, dealt = self._ahead.popleft()
         else:  # an own window: numbered within its epoch
             if epoch != self._epoch:
                 self._next, self._epoch = 0, epoch
                 own = (0, epoch)
             number, skip, self._next = self._next, 0, self._next + 1
-        skip, self._skip = max(skip, self._skip), 0
-        cap = self.seq_len + 1
+        # A state's own packings of the window go on from those of the rank it was dealt by.
+        packings = self._packings or dealt
+        skip = self._skip if self._packings else max(skip, self._skip)
+        self._skip, self._packings = 0, ()
+        cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = _documents(reading.parts)
         documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
         try:
-            fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip)
+            if packings:  # packed at each of its lengths, as it was
+                fitted = fit(documents, lengths, cap, self._seeded(epoch, number), packings[0].rows)
+                for again, packed in enumerate(packings[1:], 1):
+                    row = packings[again - 1].rows
+                    fitted = self._refit(fitted, row, packed.seq_len, packed.rows, epoch, number,
+                                         again)  # fmt: skip
+                cap = packings[-1].seq_len + 1
+            else:
+                fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip)
         except StateError:
             self.close()
             raise
         if fitted is not None:
-            self._windows.append(_Window(reading.mark, *own, fitted, skip))
+            window = _Window(reading.mark, *own, fitted, skip)
+            window.parts, window.cap, window.packings = reading.parts, cap, packings[:-1]
+            window.seeded_by = (epoch, number)
+            self._windows.append(window)
             self._rows_left += fitted.rows - skip
 
-    def _seeded(self, epoch: int, number: int) -> Callable[[int], Sequence[int]]:
-        """The order of the rows of window ``number`` of ``epoch``, given their count."""
-        return lambda rows: permutation(rows, self.seed, ROWS, epoch, number)
+    def _refit(
+        self,
+        fitted: Rows | None,
+        row: int,
+        seq_len: int,
+        skip: int,
+        epoch: int,
+        number: int,
+        again: int,
+    ) -> Rows | None:
+        """The rows of ``fitted`` from ``row`` on packed again at ``seq_len``, from row
+        ``skip`` on; ``again``: the times the window was packed again, this one included."""
+        if fitted is None:
+            raise StateError("bad batches state: a window packed again has no row left")
+        documents, lengths, bases = fitted.pieces(row)
+        cap = seq_len + 1
+        documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
+        return fit(documents, lengths, cap, self._seeded(epoch, number, again), skip, bases)
+
+    def _reshape(self) -> None:
+        """Pack the windows' rows not handed out at the length of the next batch, if it is
+        another: a window not begun afresh, the one begun from the pieces of its rows left."""
+        cap = self.seq_len + 1
+        for window in self._windows:
+            if window.cap == cap:
+                continue
+            self._rows_left -= window.fitted.rows - window.row
+            if window.row == 0 and not window.packings:
+                assert window.parts is not None
+                documents, lengths = _documents(window.parts)
+                documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
+                fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0)
+            else:
+                window.packings = (*window.packings, Packed(window.cap - 1, window.row))
+                fitted = self._refit(
+                    window.fitted, window.row, self.seq_len, 0, *window.seeded_by,
+                    len(window.packings),
+                )  # fmt: skip
+            assert fitted is not None  # rows not handed out hold pieces
+            window.fitted, window.row, window.cap = fitted, 0, cap
+            window.made, window.made_from, window.made_to = (), 0, 0
+            self._rows_left += fitted.rows
+
+    def _seeded(self, epoch: int, number: int, again: int = 0) -> Callable[[int], Sequence[int]]:
+        """The order of the rows of window ``number`` of ``epoch`` (packed again ``again``
+        times), given their count."""
+        key = (epoch, number, again) if again else (epoch, number)
+        return lambda rows: permutation(rows, self.seed, ROWS, *key)
 
     def __next__(self) -> Any:
+        self._reshape()
         while self._rows_left < self.batch_size and (
             self._reading is not None or not self._ended or self._left is not None
         ):
@@ -289,7 +385,9 @@ class BestFitBatches:
         # Read the next window as the rows go, an id read for each id handed out, so that the
         # workers never wait for a whole window to be asked for at once.
         self._since += 1
-        if self._read(self._since * self.batch_size * (self.seq_len + 1)):
+        enough = self._since * self.batch_size * (self.seq_len + 1)
+        self._shape.advance()  # the next window is packed at the next batch's length
+        if self._read(enough):
             self._pack()
         arrays = (
             parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts, strict=True)]
@@ -310,10 +408,13 @@ class BestFitBatches:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        packings: tuple[Packed, ...] = ()
         if self._windows:
             window = self._windows[0]
             number, row, epoch = window.number, window.row, window.epoch
             documents = self._docs.state(window.mark)
+            if row:
+                packings = (*window.packings, Packed(window.cap - 1, row))
         else:  # every packed row handed out: the next window starts here
             number, row, epoch = self._next, 0, self._epoch
             if self._reading is not None:  # read again on resume
@@ -323,8 +424,8 @@ class BestFitBatches:
             else:
                 documents = self._docs.state()
         state = BatchesState(
-            self.seq_len, self.batch_size, documents, 0, self._batches,
-            "bestfit", self.window, number, row, epoch,
+            *self._shape.first(), documents, 0, self._batches,
+            "bestfit", self.window, number, row, epoch, self._shape.section(packings),
         )  # fmt: skip
         return state.to_json()
 

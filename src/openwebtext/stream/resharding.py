@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
+from msgspec import UNSET, UnsetType
+
 from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
@@ -27,9 +29,11 @@ from openwebtext.stream.schema import (
     Position,
     Reshard,
     Rule,
+    Scheduled,
     StreamConfig,
     WindowAt,
 )
+from openwebtext.stream.shapes import saved_schedule
 
 __all__ = ["KEEP", "reshard"]
 
@@ -106,7 +110,9 @@ def reshard(
         )
         if fit is not None:  # the windows old ranks had begun, each to be packed again
             window, numbers = fit
-            begun = tuple(Begun(r, w.number, w.rows) for r, w in enumerate(numbers) if w.rows)
+            begun = tuple(
+                Begun(r, w.number, w.rows, w.packings) for r, w in enumerate(numbers) if w.rows
+            )
             next_window = 1 + max(w.number for w in numbers)
             base = replace(base, window=window, windows=begun, next_window=next_window)
     else:
@@ -125,7 +131,7 @@ def reshard(
             out.append(state.to_json())
             continue
         like = batches[0]
-        packed = BatchesState(like.seq_len, like.batch_size, state)
+        packed = BatchesState(like.seq_len, like.batch_size, state, schedule=_schedule(batches))
         if fit is not None:
             assert base.next_window is not None
             packed = replace(
@@ -180,7 +186,20 @@ def _parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | 
     sizes = {(b.seq_len, b.batch_size) for b in parsed}
     if len(sizes) > 1:
         raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}")
+    schedules = {saved_schedule(b).steps for b in parsed}
+    if len(schedules) > 1:
+        raise StateError(f"batches states of different schedules: {sorted(schedules)}")
     return parsed
+
+
+def _schedule(states: Sequence[BatchesState]) -> Scheduled | UnsetType:
+    """The new ranks' schedule section: the old ranks' schedule, from the batch the furthest
+    of them had reached (none for fixed sizes)."""
+    sections = [s.scheduled for s in states]
+    if sections[0] is None:
+        return UNSET
+    at = max(s.at for s in sections if s is not None)
+    return Scheduled(sections[0].changes, at)
 
 
 def _best_fit(
@@ -193,7 +212,10 @@ def _best_fit(
     window = states[0].window
     assert window is not None  # a best-fit state has one (``BatchesState.from_json``)
     ordered = [states[by_rank[r]] for r in range(world)]
-    numbers = [WindowAt(s.window_number, s.row) for s in ordered]
+    numbers = [
+        WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings)
+        for s in ordered
+    ]
     return window, numbers
 
 

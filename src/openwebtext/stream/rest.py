@@ -32,7 +32,8 @@ from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import EpochShares, Rule, Share, advance, plan
 from openwebtext.stream.epochs import check_position
-from openwebtext.stream.schema import Reshard
+from openwebtext.stream.schema import Packed, Reshard, WindowAt
+from openwebtext.stream.source import WindowAhead
 
 __all__ = ["Piece", "Rest", "Window", "cut_share"]
 
@@ -54,6 +55,8 @@ class Window(NamedTuple):
     """The number its rows were shuffled with."""
     skip: int
     """Its rows already handed out (in their shuffled order)."""
+    packings: tuple[Packed, ...] = ()
+    """Under a schedule: its packings rows were handed out of (the last's rows: ``skip``)."""
 
     @property
     def documents(self) -> int:
@@ -159,7 +162,7 @@ class Rest:
         self.starts: list[int] = []
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
-        begun = {b.rank: (b.number, b.rows) for b in section.windows or ()}
+        begun = {b.rank: (b.number, b.rows, b.packings) for b in section.windows or ()}
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
@@ -194,9 +197,9 @@ class Rest:
                 share, _ = cut_share(spans, s, level.world_size, level.rule)
                 done, cut = level.done[s], level.cuts[s]
                 if level.windows is not None:  # best fit: what of its windows and share is left
-                    number, row = level.windows[s].number, level.windows[s].rows
+                    at_window = level.windows[s]
                     dealt = windows[s :: level.world_size]
-                    left_windows, left = _windows_left(dealt, share, done, number, row, size)
+                    left_windows, left = _windows_left(dealt, share, done, at_window, size)
                     carried += left_windows
                     joined += left
                     continue
@@ -217,13 +220,14 @@ class Rest:
         self.mid = mid
         self.length = _count(self.spans)
 
-    def windows_ahead(self, progress: int) -> list[tuple[int, int, int]]:
-        """``(documents, number, rows handed out)`` of the windows this share starts with
-        that begin at or after its first ``progress`` documents (best fit)."""
-        out, at = [], 0
+    def windows_ahead(self, progress: int) -> list[WindowAhead]:
+        """``(documents, number, rows handed out, packings)`` of the windows this share
+        starts with that begin at or after its first ``progress`` documents (best fit)."""
+        out: list[WindowAhead] = []
+        at = 0
         for window in self.windows:
             if at >= progress:
-                out.append((window.documents, window.number, window.skip))
+                out.append((window.documents, window.number, window.skip, window.packings))
             at += window.documents
         return out
 
@@ -255,23 +259,25 @@ def _windows_left(
     windows: Sequence[Window],
     share: Sequence[Span],
     done: int,
-    number: int,
-    row: int,
+    at_window: WindowAt,
     size: int,
 ) -> tuple[list[Window], list[Span]]:
-    """What a best-fit share left: the windows it had not finished (the one it was in with
-    ``row`` rows handed out) and the spans of its sequence after them.
+    """What a best-fit share left: the windows it had not finished (the one it was in,
+    ``at_window``: its number, rows handed out and packings) and the spans of its sequence
+    after them.
 
     The share's sequence is its ``windows``' documents, then ``share``; its state is at the
     start of the window it was in (``done`` documents before it): own windows are ``size``
     documents from the end of the dealt ones, each rank numbering its own.
     """
+    number, row, packings = at_window.number, at_window.rows, at_window.packings
     left: list[Window] = []
     at, inside = 0, False  # inside: the share was in one of the dealt windows
     for window in windows:
         n = window.documents
-        if at == done and row > 0:
-            left.append(window._replace(skip=max(row, window.skip)))
+        if at == done and row > 0:  # the share's packings of it go on from the old rank's
+            skip = row if packings else max(row, window.skip)
+            left.append(window._replace(skip=skip, packings=packings))
             inside = True
         elif at >= done:
             left.append(window)
@@ -286,7 +292,7 @@ def _windows_left(
         if into % size and into != total:
             raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
         m = min(size, total - into)
-        left.append(Window(_slice(share, into, into + m, repeat=False), number, row))
+        left.append(Window(_slice(share, into, into + m, repeat=False), number, row, packings))
         into += m
     return left, _drop_front(share, into)
 

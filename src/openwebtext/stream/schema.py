@@ -14,8 +14,11 @@ name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias
+
+import msgspec
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
@@ -37,11 +40,14 @@ __all__ = [
     "MixtureConfig",
     "MixtureState",
     "OldRank",
+    "Packed",
     "Packing",
     "Position",
     "Reshard",
     "Rule",
     "Sampling",
+    "Scheduled",
+    "Step",
     "StreamConfig",
     "WindowAt",
 ]
@@ -102,19 +108,30 @@ class OldRank(Record, frozen=True, omit_defaults=True):
     """Concat batches: ids of its next document already targets, plus one (0: none)."""
 
 
-class WindowAt(Record, frozen=True):
+class Packed(Record, frozen=True):
+    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows."""
+
+    seq_len: Positive
+    rows: Positive
+
+
+class WindowAt(Record, frozen=True, omit_defaults=True):
     """A best-fit window: its number, and the rows of it handed out."""
 
     number: Count
     rows: Count
+    packings: tuple[Packed, ...] = ()
+    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
 
 
-class Begun(Record, frozen=True):
+class Begun(Record, frozen=True, omit_defaults=True):
     """A best-fit window an old rank had begun: the rank, the window's number, rows handed out."""
 
     rank: Count
     number: Count
     rows: Count
+    packings: tuple[Packed, ...] = ()
+    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
 
 
 class Level(Record, frozen=True, omit_defaults=True):
@@ -322,6 +339,34 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
 
     def to_json(self) -> dict[str, Any]:
         return codec.encode(self)
+class Step(Record, frozen=True):
+    """A step of a schedule: from batch ``batch`` on, batches of ``batch_size`` rows of
+    ``seq_len + 1`` ids."""
+
+    batch: Count
+    seq_len: Positive
+    batch_size: Positive
+
+
+class Scheduled(Record, frozen=True, omit_defaults=True):
+    """The schedule section of a batches state whose shapes change (absent for fixed sizes):
+    the steps after the first (whose shape is the state's ``seq_len`` and ``batch_size``) and
+    where the run is in them."""
+
+    changes: tuple[Step, ...]
+    at: Count
+    """Batches of the schedule handed out before (a resharded state keeps the old ranks')."""
+    packings: tuple[Packed, ...] = ()
+    """Best fit: the packings of the window the next batch is in, oldest first, that rows were
+    handed out of (the window is packed again at a change of ``seq_len``); the last's rows are
+    the state's ``row``. Empty at a window's start."""
+
+    def check(self) -> None:
+        if not self.changes:
+            raise Disagree("changes", "is empty: a schedule of one step is fixed sizes")
+        batches = [step.batch for step in self.changes]
+        if batches[0] == 0 or any(b <= a for a, b in itertools.pairwise(batches)):
+            raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")
 
 
 class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
@@ -345,12 +390,22 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """Best fit: rows of that window handed out."""
     window_epoch: Count | None = None
     """Best fit: the epoch the window's number counts in (None: the documents')."""
+    schedule: Scheduled | msgspec.UnsetType = msgspec.UNSET
+    """Shapes that change: the schedule and where the run is in it (absent: fixed sizes)."""
 
     def check(self) -> None:
         if self.packing == "bestfit" and self.window is None:
             raise Disagree("window", "is needed by best fit")
         if self.packing == "concat" and self.window is not None:
             raise Disagree("packing", "is concat, but the state has a best-fit window")
+        packings = () if self.scheduled is None else self.scheduled.packings
+        if packings and (self.packing != "bestfit" or packings[-1].rows != self.row):
+            raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
+
+    @property
+    def scheduled(self) -> Scheduled | None:
+        """The schedule section (None: fixed sizes)."""
+        return self.schedule if isinstance(self.schedule, Scheduled) else None
 
     @classmethod
     def from_json(cls, state: Any) -> BatchesState:

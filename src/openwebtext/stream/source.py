@@ -16,10 +16,14 @@ from typing import Any, NamedTuple, Protocol, TypeAlias
 import numpy as np
 
 from openwebtext.stream.mixschema import MixMark, MixRun
-from openwebtext.stream.schema import DocumentState, MixtureState
+from openwebtext.stream.schema import DocumentState, MixtureState, Packed
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = ["AnyMark", "DocumentSource", "Run", "RunParts", "TokenRun"]
+__all__ = ["AnyMark", "DocumentSource", "Run", "RunParts", "TokenRun", "WindowAhead"]
+
+#: A best-fit window an old rank had begun, as a resharded share hands it out first:
+#: ``(documents, number, rows handed out, packings)`` (packings: under a schedule).
+WindowAhead = tuple[int, int, int, tuple[Packed, ...]]
 
 #: What a stream hands out a run as: ``TokenRun``'s ids, starts, lengths and start.
 RunParts = tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], int]
@@ -93,9 +97,9 @@ class DocumentSource(Protocol):
         """The stream's state now, or at ``mark``, as its record."""
         ...
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         """In a resharded epoch of best-fit batches: the windows old ranks had begun that
-        this share hands out first, as ``(documents, number, rows handed out)``."""
+        this share hands out first, as ``(documents, number, rows handed out, packings)``."""
         ...
 
     @property

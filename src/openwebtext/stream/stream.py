@@ -47,6 +47,7 @@ from openwebtext.stream.epochs import (
 )
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.state import (
     Counters,
     Mark,
@@ -230,7 +231,7 @@ class Stream:
         if self._pool is not None:
             self._pool.close()
 
-    def windows_ahead(self) -> list[tuple[int, int, int]]:
+    def windows_ahead(self) -> list[WindowAhead]:
         """The best-fit windows a resharded share still hands out first (``Rest``)."""
         rest, progress = self._rest, self._counters.epoch_documents
         return [] if rest is None else rest.windows_ahead(progress)

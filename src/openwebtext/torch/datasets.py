@@ -25,7 +25,7 @@ from openwebtext.loader import (
     PackedBatch,
 )
 from openwebtext.options import EvenRule, Options
-from openwebtext.stream import WINDOW, Packing, check_sizes, ensure_counts, reshard
+from openwebtext.stream import WINDOW, Packing, Schedule, ensure_counts, reshard, schedule_of
 
 __all__ = [
     "OpenWebTextDataset",
@@ -214,6 +214,8 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         corpus: A ``Corpus``, or paths, folders or glob patterns.
         seq_len: Ids each row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
+        schedule: Shapes that change during training, instead of ``seq_len`` and
+            ``batch_size`` (``Loader.batches(schedule=…)``).
         options: An ``Options`` with ``tokenizer`` set; keyword arguments override its fields.
         dtype: dtype of the batches (int64 suits ``nn.Embedding``).
         segments: Yield dicts of ``tokens``, ``segment_ids`` and ``positions`` tensors
@@ -239,10 +241,11 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
     def __init__(
         self,
         corpus: CorpusLike,
-        seq_len: int,
-        batch_size: int,
+        seq_len: int | None = None,
+        batch_size: int | None = None,
         options: Options | None = None,
         *,
+        schedule: Schedule | Sequence[tuple[int, int, int]] | None = None,
         dtype: DTypeLike = np.int64,
         segments: bool = False,
         packing: Packing = "concat",
@@ -254,16 +257,13 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         # Checked here too, so that a mistake surfaces in the main process, not in a worker.
         if self.options.tokenizer is None:
             raise ValueError("packed batches need token ids: pass tokenizer='gpt2' (or …)")
-        check_sizes(seq_len, batch_size)
-        self.seq_len = seq_len
-        self.batch_size = batch_size
+        self.schedule = schedule_of(seq_len, batch_size, schedule)
         self.dtype = np.dtype(dtype)
         self.segments, self.packing, self.window, self.pad_id = segments, packing, window, pad_id
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> BatchIterator[Any]:
         return Loader(self.corpus, options).batches(
-            self.seq_len,
-            self.batch_size,
+            schedule=self.schedule,
             dtype=self.dtype,
             state=state,
             segments=self.segments,
