@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, StateError, reshard
+from openwebtext import CorruptMember, Loader, StateError, reshard
 from openwebtext.loader import Mixture
-from support import Owt, child_pids, names
+from support import Owt, child_pids, corrupt_member, names, outer_tar, sample_docs, xz_member
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
@@ -299,3 +299,28 @@ def test_batches_of_a_mixture_resume_exactly(
         single = Loader(parts["js"], tokenizer="bytes", workers=0)
         window = {"window": 64} if packing == "bestfit" else {}
         single.batches(64, 4, packing=packing, state=state, **window)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_damaged_member_of_a_part_is_named_or_counted_in_its_part(
+    parts: dict[str, str], tmp_path: Path, workers: int
+) -> None:
+    """Under raise, the error names the part's file and member; under skip, it is counted in
+    that part's stats (the other parts read on, whole)."""
+    bad = outer_tar(tmp_path / "urlsf_subset09.tar", [
+        ("openwebtext/urlsf_subset09-1_data.xz", xz_member(sample_docs("a", 5))),
+        ("openwebtext/urlsf_subset09-2_data.xz", corrupt_member(sample_docs("b", 5))),
+    ])  # fmt: skip
+    m = Mixture({"bad": str(bad), "js": parts["js"]}, {"bad": 0.5, "js": 0.5})
+    with pytest.raises(CorruptMember) as caught, Loader(m, workers=workers, seed=0).iter() as it:
+        list(it)
+    assert caught.value.path == str(bad)
+    assert caught.value.member == "openwebtext/urlsf_subset09-2_data.xz"
+    with Loader(m, workers=workers, seed=0, on_error="skip").iter() as it:
+        documents = list(it)
+        stats = it.stats
+    # once per epoch of the small part that it read (an endless part reads it again)
+    assert 1 <= stats.parts["bad"].skipped_members <= stats.epochs["bad"] + 1
+    assert stats.parts["js"].skipped_members == 0
+    assert {d.name for d in documents if d.source == "bad"} == set(sample_docs("a", 5))
+    assert len({d.name for d in documents if d.source == "js"}) == 30

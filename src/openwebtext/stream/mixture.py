@@ -155,10 +155,14 @@ class Mixture:
 
 
 def _refuse_shared_files(corpora: Mapping[str, Corpus]) -> None:
-    owner: dict[str, str] = {}
+    """A file (by its device and inode; a URL by itself) in two parts is refused."""
+    owner: dict[object, str] = {}
     for name, corpus in corpora.items():
         for path in dict.fromkeys(u.path for u in corpus.units):
-            key = path if "://" in path else os.path.realpath(path)
+            key: object = path
+            if "://" not in path:
+                info = os.stat(path)
+                key = (info.st_dev, info.st_ino)
             if owner.setdefault(key, name) != name:
                 raise ValueError(
                     f"{path} is in two parts of the mixture ({owner[key]!r} and {name!r}): "
