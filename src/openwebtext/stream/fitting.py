@@ -5,14 +5,15 @@ A document longer than a row is cut into row-sized pieces; the pieces are placed
 each into the open row with the least room that still holds it (``best_fit_rows``: the one
 loop in Python, per piece); the rows are put in their seeded order, and each row is a run of
 chunks (its pieces, then its padding) described by arrays, so that a block of rows is made by
-one concatenation of slices (``Rows.make``), not by Python per document.
+one concatenation of slices (``Rows.make``; segment ids by one repeat, positions by a ramp
+less one repeat), not by Python per document.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,7 @@ def best_fit_rows(
 class Rows:
     """A packed window's rows, from row ``skip`` on in their seeded order: row ``skip + r`` is
     chunks ``row_chunks[r]..row_chunks[r + 1]``, chunk ``k`` the ids
-    ``sources[sourced[k]][starts[k]:ends[k]]``."""
+    ``sources[sourced[k]][starts[k]:ends[k]]`` (chunks without ids left out)."""
 
     rows: int
     """Rows of the window (those before ``skip`` were handed out before)."""
@@ -78,35 +79,47 @@ class Rows:
     ends: np.ndarray[Any, Any]
     numbers: np.ndarray[Any, Any]
     """Of the chunk's document in its row, from 1 (0: padding)."""
-    firsts: np.ndarray[Any, Any]
-    """Where the chunk's ids begin in its document, plus a row (0: padding): the chunk's
-    positions are ``ramp[firsts[k]:firsts[k] + ends[k] - starts[k]]``."""
+    bases: np.ndarray[Any, Any]
+    """Where the chunk's ids lie among the rows' (counted from row ``skip``) less where they
+    begin in its document: an id's position is its place less its chunk's base (padding's
+    are 0)."""
     row_chunks: np.ndarray[Any, Any]
-    ramp: np.ndarray[Any, Any]
-    """A row of zeros, then 0, 1, 2, ... (int32)."""
+    _ramp: np.ndarray[Any, Any] = field(default_factory=lambda: np.arange(0, dtype=np.int32))
+
+    def ramp(self, n: int) -> np.ndarray[Any, Any]:
+        """0, 1, ..., n - 1 (int32), kept for the next rows."""
+        if len(self._ramp) < n:
+            self._ramp = np.arange(n, dtype=np.int32)
+        return self._ramp[:n]
 
     def make(
         self, row: int, end: int, dtype: DTypeLike, segments: bool
     ) -> tuple[np.ndarray[Any, Any], ...]:
         """Rows ``row..end`` (of the window's): their ids, and with ``segments`` their segment
-        ids and positions, each made by one concatenation (or one repeat)."""
+        ids and positions, each made by one concatenation (or one repeat) and no Python per
+        chunk but the slices of the ids."""
         a, b = self.row_chunks[row - self.skip], self.row_chunks[end - self.skip]
-        shape = (end - row, -1)
         starts, ends = self.starts[a:b], self.ends[a:b]
         ids, which = self.sources, self.sourced[a:b].tolist()
         chunks = [
             ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
         ]
-        tokens = np.concatenate(chunks, dtype=dtype).reshape(shape)
+        tokens = np.concatenate(chunks, dtype=dtype)
+        shape = (end - row, -1)
         if not segments:
-            return (tokens,)
+            return (tokens.reshape(shape),)
         counts = ends - starts
-        segment_ids = np.repeat(self.numbers[a:b], counts).reshape(shape)
-        ramp, firsts = self.ramp, self.firsts[a:b]
-        pieces = [
-            ramp[i:j] for i, j in zip(firsts.tolist(), (firsts + counts).tolist(), strict=True)
-        ]
-        return tokens, segment_ids, np.concatenate(pieces).reshape(shape)
+        segment_ids = np.repeat(self.numbers[a:b], counts)
+        # Positions: each id's place less its chunk's base (a ramp less one repeat, int32:
+        # the bases counted from these rows' first place), then padding's set to 0.
+        first = (row - self.skip) * (len(tokens) // (end - row))
+        positions = np.repeat((self.bases[a:b] - first).astype(np.int32), counts)
+        np.subtract(self.ramp(len(tokens)), positions, out=positions)
+        padding = np.flatnonzero(self.numbers[a:b] == 0)
+        at = (np.cumsum(counts) - counts)[padding].tolist()
+        for i, n in zip(at, counts[padding].tolist(), strict=True):
+            positions[i : i + n] = 0
+        return tokens.reshape(shape), segment_ids.reshape(shape), positions.reshape(shape)
 
 
 def fit(
@@ -162,13 +175,21 @@ def fit(
     starts = np.zeros(chunks, dtype=np.int64)
     ends = np.full(chunks, cap, dtype=np.int64)
     numbers = np.zeros(chunks, dtype=np.int32)
-    firsts = np.zeros(chunks, dtype=np.int64)
     sourced[chunk] = source[document]
     starts[chunk] = start[document] + first
     ends[chunk] = starts[chunk] + length
     numbers[chunk] = chunk - row_chunks[row] + 1
-    firsts[chunk] = first + cap
-    ends[row_chunks[1:] - 1] = cap - used
-    longest = int(first.max()) + cap if len(first) else cap
-    ramp = np.concatenate([np.zeros(cap, np.int32), np.arange(longest, dtype=np.int32)])
-    return Rows(rows, skip, sources, sourced, starts, ends, numbers, firsts, row_chunks, ramp)
+    pads = row_chunks[1:] - 1
+    ends[pads] = cap - used
+    # Where each chunk's ids lie among the rows' (the rows are cap ids each), less where they
+    # begin in the document.
+    counts = ends - starts
+    bases = np.cumsum(counts) - counts
+    bases[chunk] -= first
+    kept = np.flatnonzero(counts)  # chunks without ids (most rows' padding) left out
+    chunk_rows = np.repeat(np.arange(n), per_row + 1)[kept]
+    row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
+    return Rows(
+        rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
+        bases[kept], row_chunks,
+    )  # fmt: skip

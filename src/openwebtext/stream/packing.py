@@ -286,10 +286,13 @@ class BestFitBatches:
             if window.row == window.fitted.rows:
                 self._windows.popleft()
         self._batches += 1
-        # Read the next window as the rows go, an id read for each id handed out, so that the
-        # workers never wait for a whole window to be asked for at once.
+        # Read the next window as the rows go, an id read for each id handed out (every
+        # MADE_ROWS rows, not at every batch), so that the workers never wait for a whole
+        # window to be asked for at once.
         self._since += 1
-        if self._read(self._since * self.batch_size * (self.seq_len + 1)):
+        if self._since % max(1, MADE_ROWS // self.batch_size) == 0 and self._read(
+            self._since * self.batch_size * (self.seq_len + 1)
+        ):
             self._pack()
         arrays = (
             parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts, strict=True)]
