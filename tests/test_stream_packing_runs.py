@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from openwebtext.stream import BestFitBatches, TokenRun, packing
 from openwebtext.stream.batches import Batches
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.counters import Counters, Packed
 from openwebtext.stream.fitting import best_fit, best_fit_rows
 from openwebtext.stream.schema import DocumentState, StreamConfig
 from openwebtext.stream.state import Mark, Stats
@@ -189,6 +189,7 @@ def _start(state: dict[str, Any]) -> Any:
         row = state["row"]
         batches = state["batches"]
         window_epoch = state["window_epoch"]
+        packed = Packed(**state["packed"])
 
     return Start()
 

@@ -25,6 +25,7 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
+from openwebtext.stream.counters import Packed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Stats
@@ -112,6 +113,10 @@ class Batches:
         self._head = offset  # where the next batch starts among the ids read
         self._read = self._numbered = 0  # ids and documents read
         self._batches = 0 if start is None else start.batches
+        # Documents cut by the rows' starts (one every seq_len ids from the first), counted
+        # up to ``_counted`` (among the ids read) as the runs are let go.
+        self._packed = Packed() if start is None else start.packed
+        self._counted = offset
 
     def __iter__(self) -> Batches:
         return self
@@ -140,6 +145,7 @@ class Batches:
         # Drop the runs whose ids all lie before the next batch's start.
         self._head += need - 1
         while self._pending and self._pending[0].first + len(self._pending[0].ids) <= self._head:
+            self._count_cuts()
             self._pending.popleft()
         self._batches += 1
         return batch
@@ -178,8 +184,28 @@ class Batches:
             overlapping_rows(positions, self.seq_len),
         )
 
+    def _count_cuts(self) -> None:
+        """Count the documents cut by the starts of the rows handed out not yet counted: a row
+        that starts inside a document cuts it (its first cut if the row before started at or
+        before its start: a cut document and two pieces; else one more piece)."""
+        lo, hi, cuts, firsts = self._counted, self._head, 0, 0
+        for run in self._pending:
+            a, b = max(lo, run.first), min(hi, run.first + len(run.ids))
+            if a >= b:
+                continue
+            starts = np.arange(a + (self._counted - a) % self.seq_len, b, self.seq_len)
+            starts -= run.first
+            j = np.searchsorted(run.ends, starts, "right")
+            begins = np.where(j > 0, run.ends[j - 1], 0)
+            cut = begins < starts
+            cuts += int(np.count_nonzero(cut))
+            firsts += int(np.count_nonzero(cut & (begins >= starts - self.seq_len)))
+        self._packed = self._packed.add(0, firsts, cuts + firsts)
+        self._counted = max(lo, hi)
+
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        self._count_cuts()
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
         if self._pending:  # the document the next batch starts in
             run = self._pending[0]
@@ -187,14 +213,16 @@ class Batches:
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
         documents = self._docs.state(mark)
         state = BatchesState(
-            self.seq_len, self.batch_size, documents, offset, self._batches
+            self.seq_len, self.batch_size, documents, offset, self._batches, packed=self._packed
         )
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
-        """The document stream's counts (documents read ahead into the pending batch included)."""
-        return self._docs.stats
+        """The document stream's counts (documents read ahead into the pending batch included),
+        and what packing did to the documents of the batches handed out."""
+        self._count_cuts()
+        return self._docs.stats.packed(self._packed)
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

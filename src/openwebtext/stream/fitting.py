@@ -84,7 +84,15 @@ class Rows:
     begin in its document: an id's position is its place less its chunk's base (padding's
     are 0)."""
     row_chunks: np.ndarray[Any, Any]
+    packed: np.ndarray[Any, Any]
+    """Per row from row ``skip`` on, what packing did to the documents in the rows before it
+    (``counters.Packed``'s padding ids, cut documents, pieces): shape (3, rows + 1)."""
     _ramp: np.ndarray[Any, Any] = field(default_factory=lambda: np.arange(0, dtype=np.int32))
+
+    def counted(self, row: int) -> tuple[int, int, int]:
+        """``Packed``'s counts of rows ``skip..row``."""
+        padding_ids, cut_documents, pieces = self.packed[:, row - self.skip].tolist()
+        return padding_ids, cut_documents, pieces
 
     def ramp(self, n: int) -> np.ndarray[Any, Any]:
         """0, 1, ..., n - 1 (int32), kept for the next rows."""
@@ -186,10 +194,17 @@ def fit(
     counts = ends - starts
     bases = np.cumsum(counts) - counts
     bases[chunk] -= first
+    # What packing did, per row: its padding, its first pieces of cut documents, its pieces.
+    cut = pieces[document] > 1
+    packed = np.zeros((3, n + 1), dtype=np.int64)
+    packed[0, 1:] = cap - used
+    packed[1, 1:] = np.bincount(row, weights=cut & (first == 0), minlength=n)
+    packed[2, 1:] = np.bincount(row, weights=cut, minlength=n)
+    np.cumsum(packed, axis=1, out=packed)
     kept = np.flatnonzero(counts)  # chunks without ids (most rows' padding) left out
     chunk_rows = np.repeat(np.arange(n), per_row + 1)[kept]
     row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
     return Rows(
         rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
-        bases[kept], row_chunks,
+        bases[kept], row_chunks, packed,
     )  # fmt: skip

@@ -33,6 +33,7 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.fitting import Rows, best_fit, fit
+from openwebtext.stream.counters import Packed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
@@ -169,9 +170,10 @@ class BestFitBatches:
         # first window already handed out; batches handed out before.
         self._next, self._skip, self._batches = 0, 0, 0
         epoch = None
+        self._packed = Packed()  # what packing did in the windows handed out whole
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
-            epoch = start.window_epoch
+            epoch, self._packed = start.window_epoch, start.packed
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
         # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
         self._ahead: deque[tuple[int, int, int]] = deque(documents.windows_ahead())
@@ -284,6 +286,7 @@ class BestFitBatches:
             parts.append(self._rows(window, take))
             need -= take
             if window.row == window.fitted.rows:
+                self._packed = self._packed.add(*window.fitted.counted(window.row))
                 self._windows.popleft()
         self._batches += 1
         # Read the next window as the rows go, an id read for each id handed out (every
@@ -327,15 +330,23 @@ class BestFitBatches:
                 documents = self._docs.state()
         state = BatchesState(
             self.seq_len, self.batch_size, documents, 0, self._batches,
-            "bestfit", self.window, number, row, epoch,
+            "bestfit", self.window, number, row, epoch, self._packed_now(),
         )  # fmt: skip
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
-        """The document stream's counts (documents read ahead into packed windows included)."""
+        """The document stream's counts (documents read ahead into packed windows included),
+        and what packing did to the documents of the batches handed out."""
         stats: Stats = self._docs.stats
-        return stats
+        return stats.packed(self._packed_now())
+
+    def _packed_now(self) -> Packed:
+        """What packing did to the documents of the batches handed out."""
+        packed = self._packed
+        for window in self._windows:  # begun (the first, and the next with a batch across)
+            packed = packed.add(*window.fitted.counted(window.row))
+        return packed
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
 from openwebtext.errors import StateError
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.counters import Counters, Packed
 
 __all__ = [
     "BATCHES_FORMAT",
@@ -236,6 +236,8 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """Best fit: rows of that window handed out."""
     window_epoch: Count | None = None
     """Best fit: the epoch the window's number counts in (None: the documents')."""
+    packed: Packed = Packed()
+    """What packing did to the documents of the batches handed out before."""
 
     def check(self) -> None:
         if self.packing == "bestfit" and self.window is None:
