@@ -24,8 +24,9 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
-from openwebtext.stream.packing import PACKING, PackedBatch, segmented
 from openwebtext.stream.counters import Packed
+from openwebtext.stream.packing import PACKING, PackedBatch, segmented
+from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Stats
@@ -47,6 +48,11 @@ class BatchIterator(Protocol[Item]):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        ...
+
+    def start(self) -> BatchIterator[Item]:
+        """Start the workers and make ready what the first batch needs, in the background
+        (while a model loads); ``next()`` then hands it out. Returns the iterator."""
         ...
 
     @property
@@ -121,6 +127,15 @@ class Batches:
     def __iter__(self) -> Batches:
         return self
 
+    def start(self) -> Batches:
+        """Start the workers and read the first batch's documents now, on a thread, while
+        the caller does something else (loads its model). The batches and states are those
+        without it."""
+        if not self._pending and not isinstance(self._docs, Primed):
+            need = self.seq_len * self.batch_size + 1 + self._head
+            self._docs = Primed(self._docs, True, until_documents=1 << 62, until_ids=need)
+        return self
+
     def __next__(self) -> Any:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
         need = self.seq_len * self.batch_size + 1
@@ -145,7 +160,7 @@ class Batches:
         # Drop the runs whose ids all lie before the next batch's start.
         self._head += need - 1
         while self._pending and self._pending[0].first + len(self._pending[0].ids) <= self._head:
-            self._count_cuts()
+            self._count_cuts()  # its rows' starts, before it goes
             self._pending.popleft()
         self._batches += 1
         return batch
@@ -185,27 +200,30 @@ class Batches:
         )
 
     def _count_cuts(self) -> None:
-        """Count the documents cut by the starts of the rows handed out not yet counted: a row
-        that starts inside a document cuts it (its first cut if the row before started at or
-        before its start: a cut document and two pieces; else one more piece)."""
+        """Count the documents cut by the rows handed out, up to the next batch's start."""
+        self._packed = self._packed_now()
+        self._counted = self._head
+
+    def _packed_now(self) -> Packed:
+        """What packing did to the documents of the batches handed out: a row that starts
+        inside a document cuts it (its first cut if the row before started at or before its
+        start: a cut document and two pieces; else one piece more). Changes nothing (``stats``
+        may be read from another thread, as ``ahead``'s is)."""
         lo, hi, cuts, firsts = self._counted, self._head, 0, 0
-        for run in self._pending:
+        for run in list(self._pending):
             a, b = max(lo, run.first), min(hi, run.first + len(run.ids))
             if a >= b:
                 continue
-            starts = np.arange(a + (self._counted - a) % self.seq_len, b, self.seq_len)
-            starts -= run.first
+            starts = np.arange(a + (lo - a) % self.seq_len, b, self.seq_len) - run.first
             j = np.searchsorted(run.ends, starts, "right")
             begins = np.where(j > 0, run.ends[j - 1], 0)
             cut = begins < starts
             cuts += int(np.count_nonzero(cut))
             firsts += int(np.count_nonzero(cut & (begins >= starts - self.seq_len)))
-        self._packed = self._packed.add(0, firsts, cuts + firsts)
-        self._counted = max(lo, hi)
+        return self._packed.add(0, firsts, cuts + firsts)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        self._count_cuts()
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
         if self._pending:  # the document the next batch starts in
             run = self._pending[0]
@@ -213,16 +231,16 @@ class Batches:
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
         documents = self._docs.state(mark)
         state = BatchesState(
-            self.seq_len, self.batch_size, documents, offset, self._batches, packed=self._packed
-        )
+            self.seq_len, self.batch_size, documents, offset, self._batches,
+            packed=self._packed_now(),
+        )  # fmt: skip
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
         """The document stream's counts (documents read ahead into the pending batch included),
         and what packing did to the documents of the batches handed out."""
-        self._count_cuts()
-        return self._docs.stats.packed(self._packed)
+        return self._docs.stats.packed(self._packed_now())
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

@@ -32,8 +32,9 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
-from openwebtext.stream.fitting import Rows, best_fit, fit
 from openwebtext.stream.counters import Packed
+from openwebtext.stream.fitting import Rows, best_fit, fit
+from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.source import DocumentSource, TokenRun
 from openwebtext.stream.state import Mark, Stats
@@ -194,6 +195,15 @@ class BestFitBatches:
     def __iter__(self) -> BestFitBatches:
         return self
 
+    def start(self) -> BestFitBatches:
+        """Start the workers and read the first window's documents now, on a thread, while
+        the caller does something else (loads its model); ``next()`` then only packs them.
+        The batches and states are those without it."""
+        if self._rows_left < self.batch_size and not isinstance(self._docs, Primed):
+            size = self._ahead[0][0] if self._ahead else self.window
+            self._docs = Primed(self._docs, False, until_documents=size, until_ids=1 << 62)
+        return self
+
     def _fill(self) -> None:
         """Read the rest of the window being read, and pack it."""
         if self._read(None):
@@ -344,7 +354,7 @@ class BestFitBatches:
     def _packed_now(self) -> Packed:
         """What packing did to the documents of the batches handed out."""
         packed = self._packed
-        for window in self._windows:  # begun (the first, and the next with a batch across)
+        for window in list(self._windows):  # begun: the first, and one a batch went into
             packed = packed.add(*window.fitted.counted(window.row))
         return packed
 
