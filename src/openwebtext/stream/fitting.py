@@ -44,9 +44,13 @@ def best_fit_rows(
     # The open rows as room left * m + row, sorted: least room first, then the first row
     # (the order of (room, row) pairs, as ints: there are fewer than m rows).
     m = len(lengths) + 1
-    room: list[int] = []
-    # Items that fill a row come first (none smaller is placed before them): a row each.
-    rows = int(np.count_nonzero(lengths >= capacity))
+    # Items that fill a row come first (none smaller is placed before them): a row each. So do
+    # the items longer than half a row after them: a row's room is then a row less an item at
+    # least as long, shorter than the item. Their rooms come in order (least first).
+    full = int(np.count_nonzero(lengths >= capacity))
+    rows = full + int(np.count_nonzero((lengths < capacity) & (2 * lengths > capacity)))
+    rooms = capacity - lengths[order[full:rows]]
+    room: list[int] = (rooms * m + np.arange(full, rows)).tolist()
     bisect_left, insort = bisect.bisect_left, bisect.insort
     placed = list(range(rows))
     for n in lengths[order[rows:]].tolist():
