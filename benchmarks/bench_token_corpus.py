@@ -17,8 +17,12 @@ handing int64 batches of ``batch_size x (seq_len + 1)`` ids to the caller:
 
 Rounds alternate the cases (the order rotated each round); each case's time is divided by the
 floor's of the same round, and the median of those ratios is printed, of wall time and of the
-process's CPU time (steadier on a shared machine). To compare two versions of the library, run
-this script alternately with ``PYTHONPATH`` pointing at each one's ``src``.
+process's CPU time (steadier on a shared machine).
+
+To compare versions of the library in one run: ``--versions before=/old/src after=src
+--alternations 4`` runs this script (on the same file) as a child with ``PYTHONPATH`` at each
+version's ``src`` in turn, ``--alternations`` times each, the order swapped every time, and
+prints each version's median ratios over all its rounds.
 """
 
 from __future__ import annotations
@@ -26,7 +30,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -116,9 +123,45 @@ def rounds(cases: list[tuple[str, Callable[[], int]]], count: int) -> dict[str, 
     for entry in runs.values():
         for kind in ("wall", "cpu"):
             ratios = [a / b for a, b in zip(entry[kind], floor[kind], strict=True)]
+            entry[f"{kind}_ratios"] = ratios
             entry[f"{kind}_ratio"] = statistics.median(ratios)
             entry[kind] = statistics.median(entry[kind])
     return runs
+
+
+def compare(path: Path, args: argparse.Namespace) -> None:
+    """Each version's run as a child, alternated; the median of its rounds' ratios."""
+    versions = dict(v.split("=", 1) for v in args.versions)
+    ratios: dict[str, dict[str, dict[str, list[float]]]] = {name: {} for name in versions}
+    argv = [sys.argv[0], str(path), "--seq-len", str(args.seq_len), "--batch-size",
+            str(args.batch_size), "--rounds", str(args.rounds), "--workers",
+            *map(str, args.workers), "--json"]  # fmt: skip
+    names = list(versions)
+    for k in range(args.alternations):
+        for name in names if k % 2 == 0 else names[::-1]:
+            env = {**os.environ, "PYTHONPATH": str(Path(versions[name]).resolve())}
+            out = subprocess.run([sys.executable, *argv], env=env, capture_output=True,
+                                 text=True, check=True).stdout  # fmt: skip
+            for case, entry in json.loads(out.splitlines()[-1]).items():
+                into = ratios[name].setdefault(case, {"wall": [], "cpu": []})
+                into["wall"] += entry["wall_ratios"]
+                into["cpu"] += entry["cpu_ratios"]
+    print(
+        f"{path}: medians of {args.alternations} x {args.rounds} rounds per version, "
+        "each a ratio to the floor of its round"
+    )
+    print("| case | " + " | ".join(f"{n}: wall ÷ floor | {n}: CPU ÷ floor" for n in names) + " |")
+    print("|---|" + "---|---|" * len(names))
+    for case in ratios[names[0]]:
+        cells = []
+        for name in names:
+            got = ratios[name].get(case)
+            cells += ["", ""] if got is None else [
+                f"{statistics.median(got['wall']):.2f}", f"{statistics.median(got['cpu']):.2f}"
+            ]  # fmt: skip
+        print(f"| {case} | " + " | ".join(cells) + " |")
+    if args.json:
+        print(json.dumps(ratios))
 
 
 def main() -> None:
@@ -130,9 +173,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--json", action="store_true", help="also print one line of JSON")
+    parser.add_argument(
+        "--versions",
+        nargs="+",
+        metavar="NAME=SRC",
+        help="compare these versions of the library (a src folder each)",
+    )
+    parser.add_argument("--alternations", type=int, default=4)  # fmt: skip
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.train_bin or write_tokens(Path(tmp), args.tokens)
+        if args.versions:
+            compare(path, args)
+            return
         size = path.stat().st_size
         print(f"{path}: {size // 2:,} ids, seq_len {args.seq_len}, batch {args.batch_size}")
         s, b = args.seq_len, args.batch_size

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from openwebtext.stream import BestFitBatches, TokenRun, WindowAhead, packing
 from openwebtext.stream.batches import Batches
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.counters import Counters, PackingCounts
 from openwebtext.stream.fitting import best_fit, best_fit_rows
 from openwebtext.stream.schema import DocumentState, StreamConfig
 from openwebtext.stream.state import Mark, Stats
@@ -190,6 +190,7 @@ def _start(state: dict[str, Any]) -> Any:
         batches = state["batches"]
         window_epoch = state["window_epoch"]
         scheduled = None
+        packed = PackingCounts(**state["packed"])
 
     return Start()
 

@@ -26,10 +26,12 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
+from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.packing import PACKING, PackedBatch, segmented
+from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, TokenRun
+from openwebtext.stream.source import DocumentSource, Run
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -49,6 +51,11 @@ class BatchIterator(Protocol[Item]):
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        ...
+
+    def start(self) -> BatchIterator[Item]:
+        """Start the workers and make ready what the first batch needs, in the background
+        (while a model loads); ``next()`` then hands it out. Returns the iterator."""
         ...
 
     @property
@@ -115,6 +122,10 @@ class Batches:
         self._head = offset  # where the next batch starts among the ids read
         self._read = self._numbered = 0  # ids and documents read
         self._batches = 0 if start is None else start.batches
+        # Documents cut by the rows' starts (one every seq_len ids from the first), counted
+        # up to ``_counted`` (among the ids read) as the runs are let go.
+        self._packed = PackingCounts() if start is None else start.packed
+        self._counted = offset
 
     @property
     def seq_len(self) -> int:
@@ -127,6 +138,15 @@ class Batches:
         return self._shape.batch_size
 
     def __iter__(self) -> Batches:
+        return self
+
+    def start(self) -> Batches:
+        """Start the workers and read the first batch's documents now, on a thread, while
+        the caller does something else (loads its model). The batches and states are those
+        without it."""
+        if not self._pending and not isinstance(self._docs, Primed):
+            need = self.seq_len * self.batch_size + 1 + self._head
+            self._docs = Primed(self._docs, True, until_documents=1 << 62, until_ids=need)
         return self
 
     def __next__(self) -> Any:
@@ -154,6 +174,7 @@ class Batches:
         # Drop the runs whose ids all lie before the next batch's start.
         self._head += need - 1
         while self._pending and self._pending[0].first + len(self._pending[0].ids) <= self._head:
+            self._count_cuts()  # its rows' starts, before it goes
             self._pending.popleft()
         self._batches += 1
         self._shape.advance()
@@ -193,6 +214,29 @@ class Batches:
             overlapping_rows(positions, seq_len),
         )
 
+    def _count_cuts(self) -> None:
+        """Count the documents cut by the rows handed out, up to the next batch's start."""
+        self._packed = self._packed_now()
+        self._counted = self._head
+
+    def _packed_now(self) -> PackingCounts:
+        """What packing did to the documents of the batches handed out: a row that starts
+        inside a document cuts it (its first cut if the row before started at or before its
+        start: a cut document and two pieces; else one piece more). Changes nothing (``stats``
+        may be read from another thread, as ``ahead``'s is)."""
+        lo, hi, cuts, firsts = self._counted, self._head, 0, 0
+        for run in list(self._pending):
+            a, b = max(lo, run.first), min(hi, run.first + len(run.ids))
+            if a >= b:
+                continue
+            starts = np.arange(a + (lo - a) % self.seq_len, b, self.seq_len) - run.first
+            j = np.searchsorted(run.ends, starts, "right")
+            begins = np.where(j > 0, run.ends[j - 1], 0)
+            cut = begins < starts
+            cuts += int(np.count_nonzero(cut))
+            firsts += int(np.count_nonzero(cut & (begins >= starts - self.seq_len)))
+        return self._packed.add(0, firsts, cuts + firsts)
+
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
@@ -203,14 +247,15 @@ class Batches:
         documents = self._docs.state(mark)
         state = BatchesState(
             *self._shape.first(), documents, offset, self._batches,
-            schedule=self._shape.section(),
+            schedule=self._shape.section(), packed=self._packed_now(),
         )  # fmt: skip
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
-        """The document stream's counts (documents read ahead into the pending batch included)."""
-        return self._docs.stats
+        """The document stream's counts (documents read ahead into the pending batch included),
+        and what packing did to the documents of the batches handed out."""
+        return self._docs.stats.packed(self._packed_now())
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""
@@ -226,7 +271,7 @@ class Batches:
 class _Run(NamedTuple):
     """A run of documents read by ``Batches``, their ids end to end."""
 
-    run: TokenRun
+    run: Run
     ids: np.ndarray[Any, Any]
     ends: np.ndarray[Any, Any]
     """Where each document ends in ``ids``."""

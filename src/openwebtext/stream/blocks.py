@@ -98,9 +98,10 @@ class Block:
         if not offsets:
             _free(view, ticket, slots)
             return
-        # Bytes of each document in ``view``: its text, or its ids.
-        spans = sizes if counts is None else [c * self.dtype.itemsize for c in counts]
-        if sum(spans) * SPARSE < len(view):
+        # Bytes of the documents in ``view``: their text, or their ids.
+        kept = sum(sizes) if counts is None else sum(counts) * self.dtype.itemsize
+        if kept * SPARSE < len(view):
+            spans = sizes if counts is None else [c * self.dtype.itemsize for c in counts]
             compact = b"".join([view[o : o + n] for o, n in zip(offsets, spans, strict=True)])
             _free(view, ticket, slots)
             view, ticket = memoryview(compact), -1

@@ -1,11 +1,12 @@
-"""``Counters``: the running counts of a stream, the ``counters`` object of its state."""
+"""``Counters``: the running counts of a stream, the ``counters`` object of its state;
+``PackingCounts``: what packing did to the documents, the ``packed`` object of a batches state."""
 
 from __future__ import annotations
 
 from openwebtext import codec
 from openwebtext.codec import Count, Record
 
-__all__ = ["Counters"]
+__all__ = ["Counters", "PackingCounts"]
 
 
 class Counters(Record, frozen=True):
@@ -64,3 +65,25 @@ class Counters(Record, frozen=True):
     def skips(self) -> int:
         """What was skipped: members, documents and members cut short."""
         return self.skipped_members + self.skipped_documents + self.partial_members
+
+
+class PackingCounts(Record, frozen=True):
+    """What packing did to the documents in the batches handed out (``Loader.batches``): the
+    ``packed`` of a batches state, and the same names in its ``stats``. Per rank; a resharded
+    rank's start at 0."""
+
+    padding_ids: Count = 0
+    """Padding ids in the rows (best fit; concat never pads)."""
+    cut_documents: Count = 0
+    """Documents cut across rows: best fit's longer than a row (counted with their first
+    piece); concat's cut by a row's start (counted at their first cut)."""
+    pieces: Count = 0
+    """The pieces of cut documents in the rows handed out."""
+
+    def add(self, padding_ids: int, cut_documents: int, pieces: int) -> PackingCounts:
+        """These counts, and more."""
+        return PackingCounts(
+            self.padding_ids + padding_ids,
+            self.cut_documents + cut_documents,
+            self.pieces + pieces,
+        )

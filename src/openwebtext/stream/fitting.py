@@ -5,14 +5,15 @@ A document longer than a row is cut into row-sized pieces; the pieces are placed
 each into the open row with the least room that still holds it (``best_fit_rows``: the one
 loop in Python, per piece); the rows are put in their seeded order, and each row is a run of
 chunks (its pieces, then its padding) described by arrays, so that a block of rows is made by
-one concatenation of slices (``Rows.make``), not by Python per document.
+one concatenation of slices (``Rows.make``; segment ids by one repeat, positions by a ramp
+less one repeat), not by Python per document.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,9 +44,13 @@ def best_fit_rows(
     # The open rows as room left * m + row, sorted: least room first, then the first row
     # (the order of (room, row) pairs, as ints: there are fewer than m rows).
     m = len(lengths) + 1
-    room: list[int] = []
-    # Items that fill a row come first (none smaller is placed before them): a row each.
-    rows = int(np.count_nonzero(lengths >= capacity))
+    # Items that fill a row come first (none smaller is placed before them): a row each. So do
+    # the items longer than half a row after them: a row's room is then a row less an item at
+    # least as long, shorter than the item. Their rooms come in order (least first).
+    full = int(np.count_nonzero(lengths >= capacity))
+    rows = full + int(np.count_nonzero((lengths < capacity) & (2 * lengths > capacity)))
+    rooms = capacity - lengths[order[full:rows]]
+    room: list[int] = (rooms * m + np.arange(full, rows)).tolist()
     bisect_left, insort = bisect.bisect_left, bisect.insort
     placed = list(range(rows))
     for n in lengths[order[rows:]].tolist():
@@ -66,7 +71,7 @@ def best_fit_rows(
 class Rows:
     """A packed window's rows, from row ``skip`` on in their seeded order: row ``skip + r`` is
     chunks ``row_chunks[r]..row_chunks[r + 1]``, chunk ``k`` the ids
-    ``sources[sourced[k]][starts[k]:ends[k]]``."""
+    ``sources[sourced[k]][starts[k]:ends[k]]`` (chunks without ids left out)."""
 
     rows: int
     """Rows of the window (those before ``skip`` were handed out before)."""
@@ -78,35 +83,55 @@ class Rows:
     ends: np.ndarray[Any, Any]
     numbers: np.ndarray[Any, Any]
     """Of the chunk's document in its row, from 1 (0: padding)."""
-    firsts: np.ndarray[Any, Any]
-    """Where the chunk's ids begin in its document, plus a row (0: padding): the chunk's
-    positions are ``ramp[firsts[k]:firsts[k] + ends[k] - starts[k]]``."""
+    bases: np.ndarray[Any, Any]
+    """Where the chunk's ids lie among the rows' (counted from row ``skip``) less where they
+    begin in its document: an id's position is its place less its chunk's base (padding's
+    are 0)."""
     row_chunks: np.ndarray[Any, Any]
-    ramp: np.ndarray[Any, Any]
-    """A row of zeros, then 0, 1, 2, ... (int32)."""
+    packed: np.ndarray[Any, Any]
+    """Per row from row ``skip`` on, what packing did to the documents in the rows before it
+    (``counters.PackingCounts``'s padding ids, cut documents, pieces): shape (3, rows + 1)."""
+    _ramp: np.ndarray[Any, Any] = field(default_factory=lambda: np.arange(0, dtype=np.int32))
+
+    def counted(self, row: int) -> tuple[int, int, int]:
+        """``PackingCounts``'s counts of rows ``skip..row``."""
+        padding_ids, cut_documents, pieces = self.packed[:, row - self.skip].tolist()
+        return padding_ids, cut_documents, pieces
+
+    def ramp(self, n: int) -> np.ndarray[Any, Any]:
+        """0, 1, ..., n - 1 (int32), kept for the next rows."""
+        if len(self._ramp) < n:
+            self._ramp = np.arange(n, dtype=np.int32)
+        return self._ramp[:n]
 
     def make(
         self, row: int, end: int, dtype: DTypeLike, segments: bool
     ) -> tuple[np.ndarray[Any, Any], ...]:
         """Rows ``row..end`` (of the window's): their ids, and with ``segments`` their segment
-        ids and positions, each made by one concatenation (or one repeat)."""
+        ids and positions, each made by one concatenation (or one repeat) and no Python per
+        chunk but the slices of the ids."""
         a, b = self.row_chunks[row - self.skip], self.row_chunks[end - self.skip]
-        shape = (end - row, -1)
         starts, ends = self.starts[a:b], self.ends[a:b]
         ids, which = self.sources, self.sourced[a:b].tolist()
         chunks = [
             ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
         ]
-        tokens = np.concatenate(chunks, dtype=dtype).reshape(shape)
+        tokens = np.concatenate(chunks, dtype=dtype)
+        shape = (end - row, -1)
         if not segments:
-            return (tokens,)
+            return (tokens.reshape(shape),)
         counts = ends - starts
-        segment_ids = np.repeat(self.numbers[a:b], counts).reshape(shape)
-        ramp, firsts = self.ramp, self.firsts[a:b]
-        pieces = [
-            ramp[i:j] for i, j in zip(firsts.tolist(), (firsts + counts).tolist(), strict=True)
-        ]
-        return tokens, segment_ids, np.concatenate(pieces).reshape(shape)
+        segment_ids = np.repeat(self.numbers[a:b], counts)
+        # Positions: each id's place less its chunk's base (a ramp less one repeat, int32:
+        # the bases counted from these rows' first place), then padding's set to 0.
+        first = (row - self.skip) * (len(tokens) // (end - row))
+        positions = np.repeat((self.bases[a:b] - first).astype(np.int32), counts)
+        np.subtract(self.ramp(len(tokens)), positions, out=positions)
+        padding = np.flatnonzero(self.numbers[a:b] == 0)
+        at = (np.cumsum(counts) - counts)[padding].tolist()
+        for i, n in zip(at, counts[padding].tolist(), strict=True):
+            positions[i : i + n] = 0
+        return tokens.reshape(shape), segment_ids.reshape(shape), positions.reshape(shape)
 
     def pieces(
         self, row: int
@@ -118,12 +143,13 @@ class Rows:
         """The pieces of rows ``row..`` (of the window's), in their order, as ``fit`` takes
         items: ``(sources without the row of padding, source, start)``, their lengths, and
         where each begins in its document (to pack them again at another length)."""
-        cap = len(self.sources[-1])  # the row of padding is a row long
         a = self.row_chunks[row - self.skip]
+        counts = self.ends - self.starts
+        places = np.cumsum(counts) - counts  # where each chunk's ids lie among the rows'
         kept = a + np.flatnonzero(self.numbers[a:])
         starts = self.starts[kept]
         documents = (self.sources[:-1], self.sourced[kept], starts)
-        return documents, self.ends[kept] - starts, self.firsts[kept] - cap
+        return documents, self.ends[kept] - starts, places[kept] - self.bases[kept]
 
 
 def fit(
@@ -170,7 +196,6 @@ def fit(
     kept = kept[np.lexsort((placed[kept], at[row_of[kept]]))]  # by row, then as placed
     row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
     document, length, first = document[kept], piece_lengths[kept], firsts[kept]
-    position = first if bases is None else bases[document] + first
     # Row r's chunks: its pieces, then its padding (a chunk from the row of padding).
     n = rows - skip
     per_row = np.bincount(row, minlength=n)
@@ -183,13 +208,29 @@ def fit(
     starts = np.zeros(chunks, dtype=np.int64)
     ends = np.full(chunks, cap, dtype=np.int64)
     numbers = np.zeros(chunks, dtype=np.int32)
-    firsts = np.zeros(chunks, dtype=np.int64)
     sourced[chunk] = source[document]
     starts[chunk] = start[document] + first
     ends[chunk] = starts[chunk] + length
     numbers[chunk] = chunk - row_chunks[row] + 1
-    firsts[chunk] = position + cap
-    ends[row_chunks[1:] - 1] = cap - used
-    longest = int(position.max()) + cap if len(position) else cap
-    ramp = np.concatenate([np.zeros(cap, np.int32), np.arange(longest, dtype=np.int32)])
-    return Rows(rows, skip, sources, sourced, starts, ends, numbers, firsts, row_chunks, ramp)
+    pads = row_chunks[1:] - 1
+    ends[pads] = cap - used
+    # Where each chunk's ids lie among the rows' (the rows are cap ids each), less where they
+    # begin in the document.
+    counts = ends - starts
+    places = np.cumsum(counts) - counts
+    places[chunk] -= first if bases is None else bases[document] + first
+    bases = places
+    # What packing did, per row: its padding, its first pieces of cut documents, its pieces.
+    cut = pieces[document] > 1
+    packed = np.zeros((3, n + 1), dtype=np.int64)
+    packed[0, 1:] = cap - used
+    packed[1, 1:] = np.bincount(row, weights=cut & (first == 0), minlength=n)
+    packed[2, 1:] = np.bincount(row, weights=cut, minlength=n)
+    np.cumsum(packed, axis=1, out=packed)
+    kept = np.flatnonzero(counts)  # chunks without ids (most rows' padding) left out
+    chunk_rows = np.repeat(np.arange(n), per_row + 1)[kept]
+    row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
+    return Rows(
+        rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
+        bases[kept], row_chunks, packed,
+    )  # fmt: skip

@@ -38,11 +38,13 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
+from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.fitting import Rows, best_fit, fit
+from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, TokenRun, WindowAhead
-from openwebtext.stream.state import Mark, Stats
+from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
+from openwebtext.stream.state import Stats
 
 __all__ = [
     "PACKING",
@@ -107,9 +109,9 @@ def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 class _Reading:
     """A window of documents being read (``BestFitBatches``), packed once whole."""
 
-    mark: Mark
+    mark: AnyMark
     """Where the stream was before its first document."""
-    parts: list[tuple[TokenRun, int, int]]
+    parts: list[tuple[Run, int, int]]
     """Its documents: ``(run, first, end)``, documents first..end of each run."""
     documents: int
     count: int
@@ -124,7 +126,7 @@ class _Reading:
 class _Window:
     """A packed window with rows not handed out (``BestFitBatches``)."""
 
-    mark: Mark
+    mark: AnyMark
     """Where the stream was before its first document."""
     number: int
     """The own window number a state at it says (and its epoch)."""
@@ -138,7 +140,7 @@ class _Window:
     """... from this row ..."""
     made_to: int = 0
     """... to this one."""
-    parts: list[tuple[TokenRun, int, int]] | None = None
+    parts: list[tuple[Run, int, int]] | None = None
     """Its documents (as ``_Reading.parts``), to pack it afresh at another length."""
     cap: int = 0
     """Ids of its rows."""
@@ -192,9 +194,10 @@ class BestFitBatches:
         # A state inside a window packed again at changes of length: its packings.
         self._packings: tuple[Packed, ...] = ()
         epoch = None
+        self._packed = PackingCounts()  # what packing did in the windows handed out whole
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
-            epoch = start.window_epoch
+            epoch, self._packed = start.window_epoch, start.packed
             if start.scheduled is not None:
                 self._packings = start.scheduled.packings
         self._epoch: int = documents.mark().epoch if epoch is None else epoch
@@ -203,7 +206,7 @@ class BestFitBatches:
         self._windows: deque[_Window] = deque()  # packed, with rows not handed out
         self._rows_left = 0  # in them
         # A run read, from its document j on (and where each of its documents ends).
-        self._left: tuple[TokenRun, int, np.ndarray[Any, Any]] | None = None
+        self._left: tuple[Run, int, np.ndarray[Any, Any]] | None = None
         self._ended = False
         self._reading: _Reading | None = None  # the window being read, not yet packed
         self._since = 0  # batches handed out since the last window was packed
@@ -225,6 +228,15 @@ class BestFitBatches:
         return self._shape.batch_size
 
     def __iter__(self) -> BestFitBatches:
+        return self
+
+    def start(self) -> BestFitBatches:
+        """Start the workers and read the first window's documents now, on a thread, while
+        the caller does something else (loads its model); ``next()`` then only packs them.
+        The batches and states are those without it."""
+        if self._rows_left < self.batch_size and not isinstance(self._docs, Primed):
+            size = self._ahead[0][0] if self._ahead else self.window
+            self._docs = Primed(self._docs, False, until_documents=size, until_ids=1 << 62)
         return self
 
     def _fill(self) -> None:
@@ -380,14 +392,19 @@ class BestFitBatches:
             parts.append(self._rows(window, take))
             need -= take
             if window.row == window.fitted.rows:
+                self._packed = self._packed.add(*window.fitted.counted(window.row))
                 self._windows.popleft()
         self._batches += 1
-        # Read the next window as the rows go, an id read for each id handed out, so that the
-        # workers never wait for a whole window to be asked for at once.
+        # Read the next window as the rows go, an id read for each id handed out (every
+        # MADE_ROWS rows, not at every batch), so that the workers never wait for a whole
+        # window to be asked for at once.
         self._since += 1
         enough = self._since * self.batch_size * (self.seq_len + 1)
         self._shape.advance()  # the next window is packed at the next batch's length
-        if self._read(enough):
+        # Fixed shapes read every MADE_ROWS rows; under a schedule at every batch, so that a
+        # window is packed at the length of the batch after which it was read.
+        every = 1 if not self._shape.fixed else max(1, MADE_ROWS // self.batch_size)
+        if self._since % every == 0 and self._read(enough):
             self._pack()
         arrays = (
             parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts, strict=True)]
@@ -426,14 +443,23 @@ class BestFitBatches:
         state = BatchesState(
             *self._shape.first(), documents, 0, self._batches,
             "bestfit", self.window, number, row, epoch, self._shape.section(packings),
+            self._packed_now(),
         )  # fmt: skip
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
-        """The document stream's counts (documents read ahead into packed windows included)."""
+        """The document stream's counts (documents read ahead into packed windows included),
+        and what packing did to the documents of the batches handed out."""
         stats: Stats = self._docs.stats
-        return stats
+        return stats.packed(self._packed_now())
+
+    def _packed_now(self) -> PackingCounts:
+        """What packing did to the documents of the batches handed out."""
+        packed = self._packed
+        for window in list(self._windows):  # begun: the first, and one a batch went into
+            packed = packed.add(*window.fitted.counted(window.row))
+        return packed
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""
@@ -447,7 +473,7 @@ class BestFitBatches:
 
 
 def _documents(
-    parts: list[tuple[TokenRun, int, int]],
+    parts: list[tuple[Run, int, int]],
 ) -> tuple[
     tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
     np.ndarray[Any, Any],

@@ -11,6 +11,11 @@ for, so that the workers start and the first batches are made while a checkpoint
 The thread owns the source from its start to its end: it closes the source when the batches run
 out, when one raises (the error is raised to the consumer, after the batches before it), and when
 the consumer closes or drops the iterator.
+
+``Primed`` is the same idea for ``Loader.batches(...).start()`` itself, without a thread for the
+batches: the first runs of documents a packer needs are read on a thread (the workers started,
+their prefetch filling) while the caller loads its model; the packer takes them as it would
+have, and its states are the same (the stream's mark is the one before them until it does).
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from openwebtext.options import int_at_least
+from openwebtext.stream.schema import DocumentState, MixtureState
+from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
+from openwebtext.stream.state import Stats
 
-__all__ = ["Ahead", "Stateful", "ahead"]
+__all__ = ["Ahead", "Primed", "Stateful", "ahead"]
 
 #: How often (seconds) a thread waiting on a full queue checks whether it should stop.
 POLL = 0.05
@@ -226,3 +234,78 @@ def ahead(batches: Stateful, depth: int = 2) -> Ahead:
             save(model, batches.state_dict())
     """
     return Ahead(batches, depth)
+
+
+class Primed:
+    """A packer's documents (``DocumentSource``) whose first runs are read on a thread now,
+    until they hold ``documents`` documents or ``ids`` ids (``Loader.batches(...).start()``).
+
+    The thread is the only one to touch the stream until it ends; every method but
+    ``windows_ahead`` waits for it first. Until the packer has taken the runs read ahead, the
+    stream's ``mark()`` is the one before them.
+    """
+
+    def __init__(
+        self, documents: DocumentSource, in_order: bool, *, until_documents: int, until_ids: int
+    ) -> None:
+        self._docs, self._in_order = documents, in_order
+        self._before = documents.mark()  # before the first run read ahead not taken
+        self._runs: list[Run] = []
+        self._error: BaseException | None = None
+        self._ended = False
+        self._thread = threading.Thread(
+            target=self._read, args=(until_documents, until_ids), name="openwebtext-start",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def _read(self, documents: int, ids: int) -> None:
+        read = count = 0
+        try:
+            while read < documents and count < ids:
+                run = self._docs.next_run(self._in_order)
+                self._runs.append(run)
+                read, count = read + len(run), count + int(run.lengths.sum())
+        except StopIteration:
+            self._ended = True
+        except BaseException as error:  # raised where the packer asks for the next run
+            self._error = error
+
+    def _wait(self) -> None:
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def next_run(self, in_order: bool = False) -> Run:
+        self._wait()
+        if self._runs:
+            assert in_order == self._in_order, "read ahead for another packing"
+            run: Run = self._runs.pop(0)
+            if self._runs:
+                self._before = self._runs[0].before
+            return run
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._ended:
+            raise StopIteration
+        return self._docs.next_run(in_order)
+
+    def mark(self) -> AnyMark:
+        self._wait()
+        return self._before if self._runs else self._docs.mark()
+
+    def state(self, mark: Any = None) -> DocumentState | MixtureState:
+        return self._docs.state(self.mark() if mark is None else mark)
+
+    def windows_ahead(self) -> list[WindowAhead]:
+        return self._docs.windows_ahead()
+
+    @property
+    def stats(self) -> Stats:
+        """The stream's counts, the runs read ahead included."""
+        self._wait()
+        return self._docs.stats
+
+    def close(self) -> None:
+        self._wait()
+        self._docs.close()

@@ -24,7 +24,7 @@ from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
 from openwebtext.errors import StateError
 from openwebtext.mixing import check_weights
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.counters import Counters, PackingCounts
 
 __all__ = [
     "BATCHES_FORMAT",
@@ -392,6 +392,8 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """Best fit: the epoch the window's number counts in (None: the documents')."""
     schedule: Scheduled | msgspec.UnsetType = msgspec.UNSET
     """Shapes that change: the schedule and where the run is in it (absent: fixed sizes)."""
+    packed: PackingCounts = PackingCounts()
+    """What packing did to the documents of the batches handed out before."""
 
     def check(self) -> None:
         if self.packing == "bestfit" and self.window is None:

@@ -84,13 +84,13 @@ class DocumentSource(Protocol):
     """A running stream of token documents, as the packers read it (``DocumentIterator``, or
     ``MixtureIterator``)."""
 
-    def next_run(self, in_order: bool = False) -> Any:
-        """The next documents, a ``Run`` (``StopIteration`` at the end of the stream); with
+    def next_run(self, in_order: bool = False) -> Run:
+        """The next documents (``StopIteration`` at the end of the stream); with
         ``in_order``, their ids one after another in the order they go out."""
         ...
 
-    def mark(self) -> Any:
-        """Where the stream is now, after the last document handed out (an ``AnyMark``)."""
+    def mark(self) -> AnyMark:
+        """Where the stream is now, after the last document handed out."""
         ...
 
     def state(self, mark: Any = None) -> DocumentState | MixtureState:

@@ -20,11 +20,12 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from openwebtext import codec
 from openwebtext.codec import Count
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.counters import Counters, PackingCounts
 from openwebtext.stream.schema import (
     STATE_FORMAT,
     DocumentState,
@@ -59,6 +60,21 @@ class Stats(Counters, frozen=True):
     """Names of what was skipped (``file[member]`` or ``file[member] (document …)``)."""
     skipped_files: Count = 0
     """Files left out when the corpus was opened under ``skip`` (named in ``skipped``)."""
+    padding_ids: Count = 0
+    """Batches (``Loader.batches``): padding ids in the rows made (``PackingCounts``)."""
+    cut_documents: Count = 0
+    """Batches: documents cut across rows."""
+    pieces: Count = 0
+    """Batches: the pieces those documents were cut into."""
+
+    def packed(self, counts: PackingCounts) -> Stats:
+        """These counts with what packing did (``Loader.batches(...).stats``)."""
+        return codec.replace(
+            self,
+            padding_ids=counts.padding_ids,
+            cut_documents=counts.cut_documents,
+            pieces=counts.pieces,
+        )
 
 
 class Mark(NamedTuple):
