@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from openwebtext import CorruptMember, Loader, StateError, reshard
@@ -324,3 +325,69 @@ def test_a_damaged_member_of_a_part_is_named_or_counted_in_its_part(
     assert stats.parts["js"].skipped_members == 0
     assert {d.name for d in documents if d.source == "bad"} == set(sample_docs("a", 5))
     assert len({d.name for d in documents if d.source == "js"}) == 30
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_packed_batches_say_the_part_of_every_id(parts: dict[str, str], packing: str) -> None:
+    """``PackedBatch.sources``: concat's are the parts of the ids end to end; best fit's are
+    constant over each piece of a document, whose ids are that part's document's at its
+    positions, and -1 over padding. A corpus's batches have none."""
+    m = mixture(parts)
+    loader = Loader(m, workers=0, seed=4, tokenizer="bytes", take=120)
+    with loader.iter() as it:
+        documents = list(it)
+    part_of = {name: k for k, name in enumerate(m.names)}
+    kw: Any = {"packing": packing, "segments": True}
+    if packing == "bestfit":
+        kw["window"] = 32
+    with loader.replace(take=None, epochs=None).batches(64, 3, **kw) as it:
+        batches = [next(it) for _ in range(6)]
+    if packing == "concat":
+        flat = np.concatenate([np.full(len(d.tokens), part_of[d.source]) for d in documents])
+        for k, batch in enumerate(batches):
+            for r in range(3):
+                at = (k * 3 + r) * 64
+                assert (batch.sources[r] == flat[at : at + 65]).all()
+    else:
+        by_part = collections.defaultdict(list)
+        for d in documents:
+            by_part[part_of[d.source]].append(d.tokens)
+        for batch in batches:
+            for row, seg, pos, src in zip(*batch, strict=True):
+                assert (src[seg == 0] == -1).all()
+                for s in set(seg[seg > 0].tolist()):
+                    where = seg == s
+                    (label,) = set(src[where].tolist())
+                    ids, first = row[where], int(pos[where][0])
+                    assert any(
+                        len(t) >= first + len(ids) and (t[first : first + len(ids)] == ids).all()
+                        for t in by_part[label]
+                    )
+    with Loader(parts["js"], workers=0, tokenizer="bytes").batches(64, 2, segments=True) as it:
+        assert next(it).sources is None
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_a_mixture_under_a_shape_schedule_resumes_at_the_change(
+    parts: dict[str, str], packing: str
+) -> None:
+    """A sequence-length warm-up over a mixture (issue 38): stopped at the change and after
+    it, resumed equal to the uninterrupted batches, each id's part said."""
+    schedule = [(0, 32, 4), (5, 128, 1)]
+    loader = Loader(mixture(parts), workers=0, seed=8, tokenizer="bytes", epochs=None)
+    kw: Any = {"packing": packing, "segments": True, "schedule": schedule}
+    if packing == "bestfit":
+        kw["window"] = 32
+
+    def run(state: Any = None, n: int = 10) -> tuple[list[Any], Any]:
+        with loader.batches(state=state, **kw) as it:
+            out = [next(it) for _ in range(n)]
+            return out, json.loads(json.dumps(it.state_dict()))
+
+    whole, _ = run()
+    assert [b.tokens.shape for b in whole] == [(4, 33)] * 5 + [(1, 129)] * 5
+    for stop in (5, 6):
+        first, state = run(n=stop)
+        rest, _ = run(state, 10 - stop)
+        for a, b in zip(first + rest, whole, strict=True):
+            assert (a.tokens == b.tokens).all() and (a.sources == b.sources).all()

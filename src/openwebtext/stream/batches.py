@@ -160,7 +160,7 @@ class Batches:
                 self.close()
                 raise
             ids, ends = run.end_to_end()
-            marked = _marked(ends, run.start) if self.segments else ()
+            marked = _marked(ends, run.start, getattr(run, "parts", None)) if self.segments else ()
             self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))
             self._read += len(ids)
             self._numbered += len(run)
@@ -201,17 +201,23 @@ class Batches:
     ) -> PackedBatch:
         """The batch of ``tokens`` with its documents and positions (``segments=True``): slices
         of its runs' (``_Run.marked``)."""
+        sources = None
         if len(spans) == 1:
             run, lo, hi, _ = spans[0]
             documents, positions = run.marked[0][lo:hi], run.marked[1][lo:hi]
+            if len(run.marked) > 2:  # a mixture's: each id's part
+                sources = run.marked[2][lo:hi]
         else:  # documents numbered on from one run to the next
             first = spans[0][3]
             documents = np.concatenate([r.marked[0][a:b] + (n - first) for r, a, b, n in spans])
             positions = np.concatenate([r.marked[1][a:b] for r, a, b, _ in spans])
+            if len(spans[0][0].marked) > 2:
+                sources = np.concatenate([r.marked[2][a:b] for r, a, b, _ in spans])
         return segmented(
             tokens,
             overlapping_rows(documents, seq_len),
             overlapping_rows(positions, seq_len),
+            None if sources is None else overlapping_rows(sources, seq_len),
         )
 
     def _count_cuts(self) -> None:
@@ -287,10 +293,16 @@ class _Run(NamedTuple):
         return 0 if j == 0 else int(self.ends[j - 1])
 
 
-def _marked(ends: np.ndarray[Any, Any], start: int) -> tuple[np.ndarray[Any, Any], ...]:
+def _marked(
+    ends: np.ndarray[Any, Any], start: int, parts: np.ndarray[Any, Any] | None = None
+) -> tuple[np.ndarray[Any, Any], ...]:
     """Each id's document and its position in it, of documents ending at ``ends`` (the
-    first's ids begin at ``start`` in it)."""
+    first's ids begin at ``start`` in it); a mixture's (``parts``, each document's): each
+    id's part too."""
     lengths = np.diff(ends, prepend=0)
+    if parts is not None:
+        documents, positions = _marked(ends, start)
+        return documents, positions, np.repeat(parts.astype(np.int16), lengths)
     documents = np.repeat(np.arange(len(ends), dtype=np.int32), lengths)
     positions = np.arange(len(documents), dtype=np.int32)
     positions -= np.repeat((ends - lengths).astype(np.int32), lengths)

@@ -92,6 +92,9 @@ class Rows:
     """Per row from row ``skip`` on, what packing did to the documents in the rows before it
     (``counters.PackingCounts``'s padding ids, cut documents, pieces): shape (3, rows + 1)."""
     _ramp: np.ndarray[Any, Any] = field(default_factory=lambda: np.arange(0, dtype=np.int32))
+    labels: list[np.ndarray[Any, Any]] | None = None
+    """A mixture's: beside each of ``sources``, its ids' parts (padding's -1); made into
+    ``PackedBatch.sources`` by the same slices."""
 
     def counted(self, row: int) -> tuple[int, int, int]:
         """``PackingCounts``'s counts of rows ``skip..row``."""
@@ -131,7 +134,12 @@ class Rows:
         at = (np.cumsum(counts) - counts)[padding].tolist()
         for i, n in zip(at, counts[padding].tolist(), strict=True):
             positions[i : i + n] = 0
-        return tokens.reshape(shape), segment_ids.reshape(shape), positions.reshape(shape)
+        made = (tokens.reshape(shape), segment_ids.reshape(shape), positions.reshape(shape))
+        if self.labels is None:
+            return made
+        labels, spans = self.labels, zip(which, starts.tolist(), ends.tolist(), strict=True)
+        parts = [labels[w][i:j] for w, i, j in spans]
+        return (*made, np.concatenate(parts).reshape(shape))
 
     def pieces(
         self, row: int
@@ -159,6 +167,8 @@ def fit(
     seeded: Callable[[int], Sequence[int]],
     skip: int,
     bases: np.ndarray[Any, Any] | None = None,
+    *,
+    labels: list[np.ndarray[Any, Any]] | None = None,
 ) -> Rows | None:
     """The rows of a window of documents, from row ``skip`` on (None: no row left).
 
@@ -172,6 +182,7 @@ def fit(
         skip: Rows handed out before.
         bases: Where each item begins in its document (None: at 0, whole documents); items
             that are pieces of documents (``Rows.pieces``) go on at their positions.
+        labels: A mixture's: each of the sources' ids' parts (``Rows.labels``).
 
     Raises:
         StateError: there are fewer than ``skip`` rows (a damaged state).
@@ -232,5 +243,5 @@ def fit(
     row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
     return Rows(
         rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
-        bases[kept], row_chunks, packed,
+        bases[kept], row_chunks, packed, labels=labels,
     )  # fmt: skip

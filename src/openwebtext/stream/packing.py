@@ -40,6 +40,7 @@ from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.fitting import Rows, best_fit, fit
+from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
@@ -81,15 +82,21 @@ class PackedBatch(NamedTuple):
     """Documents numbered from 1 within each row; 0: padding."""
     positions: np.ndarray[Any, Any]
     """Each id's position in its document (0 at its start; 0 for padding)."""
+    sources: np.ndarray[Any, Any] | None = None
+    """A mixture's: each id's part, its index in ``Mixture.names`` (int16; -1 for padding),
+    e.g. for a loss per part; None: one corpus."""
 
 
 def segmented(
-    tokens: np.ndarray[Any, Any], documents: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]
+    tokens: np.ndarray[Any, Any],
+    documents: np.ndarray[Any, Any],
+    positions: np.ndarray[Any, Any],
+    sources: np.ndarray[Any, Any] | None = None,
 ) -> PackedBatch:
     """The ``PackedBatch`` of rows whose ids belong to ``documents`` (any increasing numbers,
-    one per document of the stream) at ``positions``."""
+    one per document of the stream) at ``positions`` (of a mixture: from ``sources``)."""
     segment_ids = (documents - documents[:, :1] + 1).astype(np.int32)
-    return PackedBatch(tokens, segment_ids, positions.astype(np.int32))
+    return PackedBatch(tokens, segment_ids, positions.astype(np.int32), sources)
 
 
 def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -306,16 +313,19 @@ class BestFitBatches:
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = _documents(reading.parts)
         documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
+        labels = _labels(reading.parts, cap)
         try:
             if packings:  # packed at each of its lengths, as it was
-                fitted = fit(documents, lengths, cap, self._seeded(epoch, number), packings[0].rows)
+                fitted = fit(documents, lengths, cap, self._seeded(epoch, number), packings[0].rows,
+                             labels=labels)  # fmt: skip
                 for again, packed in enumerate(packings[1:], 1):
                     row = packings[again - 1].rows
                     fitted = self._refit(fitted, row, packed.seq_len, packed.rows, epoch, number,
                                          again)  # fmt: skip
                 cap = packings[-1].seq_len + 1
             else:
-                fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip)
+                fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip,
+                             labels=labels)  # fmt: skip
         except StateError:
             self.close()
             raise
@@ -343,7 +353,11 @@ class BestFitBatches:
         documents, lengths, bases = fitted.pieces(row)
         cap = seq_len + 1
         documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
-        return fit(documents, lengths, cap, self._seeded(epoch, number, again), skip, bases)
+        labels = fitted.labels
+        if labels is not None:  # the last is the old row of padding
+            labels = [*labels[:-1], np.full(cap, -1, np.int16)]
+        seeded = self._seeded(epoch, number, again)
+        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels)
 
     def _reshape(self) -> None:
         """Pack the windows' rows not handed out at the length of the next batch, if it is
@@ -357,7 +371,9 @@ class BestFitBatches:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
                 documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
-                fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0)
+                labels = _labels(window.parts, cap)
+                fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
+                             labels=labels)  # fmt: skip
             else:
                 window.packings = (*window.packings, Packed(window.cap - 1, window.row))
                 fitted = self._refit(
@@ -485,3 +501,13 @@ def _documents(
     starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
     lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
     return (sources, source, starts), lengths
+
+
+def _labels(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:
+    """A mixture's: each run's ids' parts (beside ``_documents``' sources), then padding's
+    (-1); None for a corpus."""
+    runs = [run for run, _, _ in parts if isinstance(run, MixRun)]
+    if not runs:
+        return None
+    labels = [np.repeat(run.parts.astype(np.int16), run.lengths) for run in runs]
+    return [*labels, np.full(cap, -1, np.int16)]

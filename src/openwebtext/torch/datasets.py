@@ -275,7 +275,8 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
     def _items(self, running: BatchIterator[Any]) -> Iterator[Any]:
         for batch in running:  # no copy: every batch is a fresh array
             if isinstance(batch, PackedBatch):
-                yield {name: torch.from_numpy(a) for name, a in batch._asdict().items()}
+                arrays = batch._asdict().items()
+                yield {name: torch.from_numpy(a) for name, a in arrays if a is not None}
             else:
                 yield torch.from_numpy(batch)
 

@@ -51,8 +51,9 @@ class Slot:
 def as_tensors(batch: Any) -> tuple[tuple[str, ...] | None, list[torch.Tensor]]:
     """The names (None for a bare array) and the tensors of a batch: an array or tensor, a
     ``PackedBatch`` or a dict of them."""
-    if isinstance(batch, PackedBatch):
-        names, values = batch._fields, list(batch)
+    if isinstance(batch, PackedBatch):  # without ``sources`` when it is None (one corpus)
+        fields = [(n, v) for n, v in zip(batch._fields, batch, strict=True) if v is not None]
+        names, values = tuple(n for n, _ in fields), [v for _, v in fields]
     elif isinstance(batch, dict):
         names, values = tuple(batch), list(batch.values())
     else:
