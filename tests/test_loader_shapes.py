@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Loader, Schedule, StateError, reshard
+from resumable import check_save_load
 
 #: 64 -> 256 -> 1024 ids a row, 1024 ids a batch: changes at batches 4 and 8.
 WARMUP = Schedule.warmup(64, 1024, tokens=1024, batches=8, stages=3, ramp="geometric")
@@ -210,3 +211,21 @@ def test_best_fit_resharded_twice_across_changes_hands_out_every_id_once(indexed
     counts = np.concatenate([c for c in seen.values() if c.any()])  # drop: some left out whole
     assert counts.max() == 1
     assert (counts == 0).sum() < 2 * 256  # the row each last rank cannot fill
+
+
+@pytest.mark.slow  # two epochs read ~25 times: ~20 s each
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_a_scheduled_run_passes_the_resume_checker(indexed: Path, packing: str) -> None:
+    """The one resume checker (``resumable``): cut anywhere over two epochs (a change in each),
+    at an epoch's end, resumed twice in a row; the same batches and the same final state."""
+    schedule = Schedule([(0, 1024, 4), (60, 512, 8), (190, 2048, 4)])
+
+    def start(state: dict[str, Any] | None, epochs: int) -> Any:
+        loader = Loader(indexed, tokenizer="bytes", seed=2, shuffle_buffer=30, epochs=epochs)
+        return loader.batches(schedule=schedule, state=state, packing=packing, window=40)
+
+    def cuts(first: int, whole: int) -> list[int]:  # around the changes and the epoch's end
+        return [0, 59, 60, 61, first - 1, first, 190, whole]
+
+    whole = check_save_load(start, key=lambda batch: (batch.shape, batch.tobytes()), cuts=cuts)
+    assert len(whole) > 190  # both changes, one in each epoch

@@ -174,6 +174,10 @@ def _resumed_equal(make: Any, documents: list[np.ndarray[Any, Any]], first_of: A
             assert all((a == b).all() for a, b in zip(got, want, strict=True))
         if n < len(whole):
             next(packer)
+    with pytest.raises(StopIteration):  # at the end (after a change, maybe): still a state
+        next(packer)
+    start = BatchesState.from_json(packer.state_dict())
+    assert list(make(Runs(documents[first_of(packer.state_dict()) :], []), start)) == []
     return len(whole)
 
 

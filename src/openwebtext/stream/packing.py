@@ -448,6 +448,8 @@ class BestFitBatches:
             documents = self._docs.state(window.mark)
             if row:
                 packings = (*window.packings, Packed(window.cap - 1, row))
+            elif window.packings:  # packed again, no row of it out (the run ended): as before
+                packings, row = window.packings, window.packings[-1].rows
         else:  # every packed row handed out: the next window starts here
             number, row, epoch = self._next, 0, self._epoch
             if self._reading is not None:  # read again on resume

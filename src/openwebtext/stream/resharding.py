@@ -60,7 +60,9 @@ def reshard(
     each old rank was in is packed again by one new rank (round robin), which hands out only
     the rows not handed out before. After that epoch, every epoch is
     the new world size's own. The new ranks' counters start at 0. States of a resharded
-    epoch can be resharded again.
+    epoch can be resharded again. Batches under a ``Schedule`` go on in it from the batch the
+    furthest old rank had reached (best fit: a window packed again at a change is packed the
+    same way by the new rank it is dealt to).
 
     Args:
         states: The states of all ranks of one run.
@@ -72,7 +74,7 @@ def reshard(
 
     Raises:
         StateError: a state is not a state, ranks are missing or given twice, the states
-            are of different runs, epochs or batch sizes; the message names what.
+            are of different runs, epochs, batch sizes or schedules; the message names what.
         ValueError: ``world_size`` is not an int >= 1.
     """
     if not int_at_least(world_size, 1):
