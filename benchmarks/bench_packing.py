@@ -117,7 +117,7 @@ class Shares:
         self.cut = self.starts = self.padding = self.ids = 0
 
     def add(self, batch: Any) -> None:
-        tokens, segments, positions = batch
+        tokens, segments, positions = batch[:3]
         self.padding += int((segments == 0).sum())
         self.ids += segments.size
         for row, seg, pos in zip(tokens, segments, positions, strict=True):

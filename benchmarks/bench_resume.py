@@ -46,7 +46,7 @@ def main() -> None:
         first_s = time.perf_counter() - start
         rest = 1 + sum(1 for _ in it)
         rest_s = time.perf_counter() - start
-        reread = it.stats.units - state["counters"]["units"]
+        reread = it.stats.units - state["counters"].get("units", 0)
     units = len(loader.corpus.units)
     block = state["position"]["block"]
     print(f"epoch: {total} documents, {units} units, {epoch_s:.2f} s")

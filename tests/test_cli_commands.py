@@ -51,7 +51,8 @@ def test_stream_stops_and_continues_exactly(owt: Owt, small_corpus: Path, tmp_pa
         "--state-out",
         str(state),
     )
-    assert first.returncode == 0 and json.loads(state.read_text())["counters"]["documents"] == 150
+    assert first.returncode == 0
+    assert json.loads(state.read_text())["counters"].get("documents", 0) == 150
     # The shaping options come back from the state; -j may change.
     rest = owt(
         "stream", str(small_corpus), "--resume", str(state), "--epochs", "2", "-j", "3", "--jsonl"
@@ -80,7 +81,7 @@ def test_ctrl_c_still_writes_the_state(small_corpus: Path, tmp_path: Path) -> No
     assert code == 130, err
     assert left == []
     saved = json.loads(state.read_text())
-    assert 0 < saved["counters"]["documents"] < 120
+    assert 0 < saved["counters"].get("documents", 0) < 120
 
 
 def test_index_then_even_ranks(owt: Owt, small_corpus: Path, tmp_path: Path) -> None:

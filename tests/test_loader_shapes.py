@@ -38,7 +38,7 @@ def _batches(loader: Loader, state: dict[str, Any] | None, n: int | None = None,
 def _same(got: list[Any], want: list[Any]) -> None:
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
-        assert all((x == y).all() for x, y in zip(a, b, strict=True))
+        assert all((x == y).all() for x, y in zip(a, b, strict=True) if x is not None)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,8 @@ def test_a_warmup_resharded_at_the_change_goes_on_in_its_schedule(
         # Its first row: old rank 0's next for new rank 0 (the rest begins with its rest); with
         # best fit old rank r's next for new rank r (the windows they were in, dealt round robin).
         if rank == 0 or (packing == "bestfit" and rank < 2):
-            assert all((x[0] == y[0]).all() for x, y in zip(whole[0], going_on[rank], strict=True))
+            pairs = zip(whole[0], going_on[rank], strict=True)
+            assert all((x[0] == y[0]).all() for x, y in pairs if x is not None)
         first, saved = _batches(loader(rank, 3), state, 8 - stop, **kwargs)
         assert saved["schedule"]["at"] == 8
         rest, _ = _batches(loader(rank, 3), saved, **kwargs)
@@ -183,7 +184,7 @@ def test_best_fit_resharded_twice_across_changes_hands_out_every_id_once(indexed
                 out.append(tuple(batch))
                 if not count:
                     continue
-                for tokens, segments, positions in zip(*batch, strict=True):
+                for tokens, segments, positions in zip(*batch[:3], strict=True):
                     for s in set(segments.tolist()) - {0}:
                         where = np.flatnonzero(segments == s)
                         p, piece = int(positions[where[0]]), tokens[where].astype(np.uint8)

@@ -177,7 +177,7 @@ def test_a_best_fit_state_between_batches_resumes_at_its_window(cut: int) -> Non
         rest = list(BestFitBatches(Runs(documents[first:], [cut] * 200), 10, 2, **options,
                                    start=_start(state)))  # fmt: skip
         for got, want in zip(rest, whole[n:], strict=False):
-            assert all((a == b).all() for a, b in zip(got, want, strict=True))
+            assert all((a == b).all() for a, b in zip(got, want, strict=True) if a is not None)
         next(packer)
 
 

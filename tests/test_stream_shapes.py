@@ -171,7 +171,7 @@ def _resumed_equal(make: Any, documents: list[np.ndarray[Any, Any]], first_of: A
         rest = list(make(Runs(documents[first:], [3] * 10**4), start))
         assert len(rest) == len(whole) - n
         for got, want in zip(rest, whole[n:], strict=True):
-            assert all((a == b).all() for a, b in zip(got, want, strict=True))
+            assert all((a == b).all() for a, b in zip(got, want, strict=True) if a is not None)
         if n < len(whole):
             next(packer)
     with pytest.raises(StopIteration):  # at the end (after a change, maybe): still a state

@@ -14,6 +14,7 @@ import pytest
 
 from openwebtext import Corpus, Loader, StateError, reshard
 from openwebtext.stream import count_documents
+from openwebtext.stream.counters import Counters
 from openwebtext.synth import write_corpus
 from support import Owt, outer_tar, sample_docs, xz_member
 
@@ -240,7 +241,7 @@ def test_a_state_whose_fields_disagree_is_refused_by_iter_and_reshard(
     state = saved(thirty, 30, **options)
     if field == "both":
         state["counters"].update(epoch_documents=value, documents=value)
-    elif field in state["counters"]:
+    elif field in Counters.__struct_fields__:  # at 0 a counter is left out of the JSON
         state["counters"][field] = value
     else:
         state["position"][field] = value

@@ -36,7 +36,7 @@ def as_lists(batch: Any) -> Any:
     if isinstance(batch, dict):
         return {name: as_lists(t) for name, t in batch.items()}
     if isinstance(batch, tuple):  # a PackedBatch of arrays
-        return {name: a.tolist() for name, a in batch._asdict().items()}
+        return {name: a.tolist() for name, a in batch._asdict().items() if a is not None}
     return batch.tolist()
 
 

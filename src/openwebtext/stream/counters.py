@@ -9,7 +9,7 @@ from openwebtext.codec import Count, Record
 __all__ = ["Counters", "PackingCounts"]
 
 
-class Counters(Record, frozen=True):
+class Counters(Record, frozen=True, omit_defaults=True):
     """Running counts of a stream: the ``counters`` of its state, under the same names.
 
     The one record of counts: the stream keeps one, a ``Mark`` holds one, and
