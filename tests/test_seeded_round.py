@@ -1,0 +1,114 @@
+"""What the seeded-bug round of issue 39 found unpinned (benchmarks/seeded_bugs.py): each
+test here fails with the mutant it names (docs/testing.md has the round's table)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from openwebtext import Corpus
+from openwebtext.errors import CorpusError
+from openwebtext.tokenfiles import TokenFileError, llmc_header, read_llmc_header
+from tables_support import sample_texts
+
+TEXTS = sample_texts(12, seed=21)
+
+
+def _parquet(path: Path, **options: object) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"text": TEXTS}), path, **options)
+    return path
+
+
+def test_a_footer_length_past_the_file_is_said_so(tmp_path: Path) -> None:
+    """P2: a footer length that leaves no room for the leading PAR1 (size - 11 bytes)."""
+    path = _parquet(tmp_path / "x.parquet")
+    data = bytearray(path.read_bytes())
+    data[-8:-4] = (len(data) - 11).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorpusError, match="passes the file's size") as caught:
+        Corpus.open(path)
+    assert caught.value.path == str(path)
+
+
+def test_the_llmc_header_alone_checks_the_file_size(tmp_path: Path) -> None:
+    """K2: ``read_llmc_header`` (public) says a shard whose ids are fewer than announced."""
+    ids = np.array([1, 2, 3, 9], "<u2")
+    path = tmp_path / "s_000000.bin"
+    path.write_bytes(llmc_header(len(ids)) + ids.tobytes())
+    assert read_llmc_header(path) == 4
+    path.write_bytes(llmc_header(len(ids) + 1) + ids.tobytes())
+    with pytest.raises(TokenFileError, match="not the header and 5 uint16 ids"):
+        read_llmc_header(path)
+
+
+@pytest.mark.parametrize("short", [1, 4, 7, 8])
+def test_a_footer_just_past_the_first_read_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short: int
+) -> None:
+    """P3: the first read of a file's end holds the footer's length but not all of the footer
+    and its 8-byte trailer (``short`` bytes of it missing)."""
+    from openwebtext import Loader
+    from openwebtext.index import parquet
+
+    path = _parquet(tmp_path / "x.parquet", row_group_size=5)
+    length = int.from_bytes(path.read_bytes()[-8:-4], "little")
+    monkeypatch.setattr(parquet, "FOOTER_GUESS", length + 8 - short)
+    corpus = Corpus.open(path)
+    assert len(corpus.units) == 3
+    assert [d.text for d in Loader(corpus, workers=0, shuffle=False)] == TEXTS
+
+
+def test_a_column_chunk_overlapping_the_footer_is_refused_at_index_time(tmp_path: Path) -> None:
+    """P5: the last row group's text chunk ends one byte into the footer (a byte of data cut
+    out before it: the footer's offsets still say where the chunk was)."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = _parquet(tmp_path / "x.parquet", row_group_size=6)
+    chunk = pq.read_metadata(path).row_group(1).column(0)
+    start = min(chunk.data_page_offset, chunk.dictionary_page_offset or chunk.data_page_offset)
+    end = start + chunk.total_compressed_size
+    data = path.read_bytes()
+    assert data[end:].startswith(data[-8 - int.from_bytes(data[-8:-4], "little") : -8][:16])
+    path.write_bytes(data[: end - 1] + data[end:])
+    with pytest.raises(CorpusError, match=r"row group 1's column 'text' lies outside"):
+        Corpus.open(path)
+
+
+def test_megatron_document_indices_that_stop_short_are_refused(tmp_path: Path) -> None:
+    """K7: document indices that end before the last sequence would leave its documents out."""
+    from openwebtext.tokenfiles import megatron_index, read_megatron_index
+
+    ends = np.array([3, 5, 9], np.int64)
+    body = bytearray(megatron_index(ends, np.dtype("<u2")))
+    assert read_megatron_index(tmp_path / "x.idx", bytes(body))[1].tolist() == [3, 5, 9]
+    body[-8:] = (2).to_bytes(8, "little")  # indices 0, 1, 2, 2: the last sequence left out
+    with pytest.raises(TokenFileError, match="document indices do not run from 0 to 3"):
+        read_megatron_index(tmp_path / "x.idx", bytes(body))
+
+
+@pytest.mark.parametrize("extra", [b"\0\0\0", (3).to_bytes(8, "little")])
+def test_a_megatron_index_with_bytes_past_its_end_is_refused(tmp_path: Path, extra: bytes) -> None:
+    """K8: bytes after the document indices (3 of them; or one more index, equal to the
+    sequences' count: an empty document more) are not the index's."""
+    from openwebtext.tokenfiles import megatron_index, read_megatron_index
+
+    body = megatron_index(np.array([3, 5, 9], np.int64), np.dtype("<u2")) + extra
+    with pytest.raises(TokenFileError, match="bytes, not the"):
+        read_megatron_index(tmp_path / "x.idx", body)
+
+
+def test_a_parquet_file_of_no_row_group_is_said(tmp_path: Path) -> None:
+    """P9: a parquet file without row groups (a writer opened and closed) beside a good one is
+    an error naming it, not a file of nothing left out without a word."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    _parquet(tmp_path / "a.parquet")
+    with pq.ParquetWriter(tmp_path / "b.parquet", pa.schema([("text", pa.string())])):
+        pass
+    assert pq.read_metadata(tmp_path / "b.parquet").num_row_groups == 0
+    with pytest.raises(CorpusError, match="without row groups") as caught:
+        Corpus.open(tmp_path)
+    assert caught.value.path is not None and caught.value.path.endswith("b.parquet")
