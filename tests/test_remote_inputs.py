@@ -93,3 +93,33 @@ def test_a_token_file_by_url_is_known_by_its_validator(tmp_path: Path, token_run
             (u.member, u.size) for u in after.units
         ]
         assert before.fingerprint() != after.fingerprint()
+
+
+def test_a_cached_footer_of_an_earlier_version_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Seeded-bug round, P8.) A remote parquet file's footer kept in the cache is stamped with
+    the file's identity: a process that knows the file as replaced since (another ETag) reads
+    the new footer, never the cached one of the old file."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from openwebtext.index import parquet
+    from openwebtext.source import file_info, resolve
+
+    root = tmp_path / "site"
+    root.mkdir()
+    pq.write_table(pa.table({"text": TEXTS}), root / "x.parquet", row_group_size=2)
+    with RangeServer(root) as server:
+        url = server.url + "/x.parquet"
+        Corpus.open(url)  # indexed: its footer kept in the cache, stamped
+        old = parquet.footer_of(url, None)
+        pq.write_table(pa.table({"text": TEXTS}), root / "x.parquet", row_group_size=3)
+        later = os.stat(root / "x.parquet").st_mtime_ns + 10**9
+        os.utime(root / "x.parquet", ns=(later, later))
+        new = (root / "x.parquet").read_bytes()
+        store = resolve(None)
+        # a process that did not index it (the footers this one read are not inherited)
+        monkeypatch.setattr(parquet, "_FOOTERS", {})
+        store.remember(store.alias(url), file_info(url, None))
+        footer = parquet.footer_of(url, None)
+        assert footer != old and new.endswith(footer)

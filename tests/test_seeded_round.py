@@ -112,3 +112,17 @@ def test_a_parquet_file_of_no_row_group_is_said(tmp_path: Path) -> None:
     with pytest.raises(CorpusError, match="without row groups") as caught:
         Corpus.open(tmp_path)
     assert caught.value.path is not None and caught.value.path.endswith("b.parquet")
+
+
+def test_a_megatron_bin_longer_than_its_index_is_refused(tmp_path: Path) -> None:
+    """K11: ids past what the .idx says (another run's .bin beside this .idx) are not left
+    out without a word."""
+    from openwebtext.tokenfiles import megatron_index, open_token_file
+
+    ids = np.array([1, 2, 9, 3, 9], "<u2")
+    (tmp_path / "m.idx").write_bytes(megatron_index(np.array([3, 5]), ids.dtype))
+    (tmp_path / "m.bin").write_bytes(ids.tobytes())
+    assert open_token_file(tmp_path / "m.bin").ends.tolist() == [3, 5]
+    (tmp_path / "m.bin").write_bytes(np.concatenate([ids, ids]).tobytes())
+    with pytest.raises(TokenFileError, match=r"10 ids, not the 5 of its m\.idx"):
+        open_token_file(tmp_path / "m.bin")
