@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "src/openwebtext"
 
-#: The test files each group of mutants runs: those of its own modules, then (``--wide``, only
-#: for a mutant none of them catches) the wider ones that also cover them (the corpus contract
-#: over every kind, the facades, the commands).
+#: The test files (or ``file::test`` nodes) each group of mutants runs: those of its own
+#: modules, then (``--wide``, only for a mutant none of them catches) the wider ones that also
+#: cover them (the corpus contract over every kind, the facades, the commands).
 GROUPS = {
     "parquet": (
         ["test_parquet.py", "test_tables_damage.py", "test_seeded_survivors.py",
@@ -53,14 +53,17 @@ GROUPS = {
          "test_remote_inputs.py"],
     ),
     "prepare": (
-        ["test_prepare_finished.py", "test_prepare_readback.py", "test_prepare_records.py",
-         "test_outputs_stale.py", "test_prepare_state.py", "test_prepare_formats.py",
-         "test_seeded_survivors.py"],
-        ["test_prepare.py", "test_prepare_skips.py", "test_prepare_lock.py",
-         "test_cli_tokenize.py"],
+        ["test_prepare.py::test_merge_refuses_missing_duplicated_and_foreign_slices",
+         "test_prepare.py::test_shards_merge_into_the_files_of_one_run",
+         "test_prepare_finished.py", "test_prepare_records.py", "test_prepare_state.py",
+         "test_outputs_stale.py", "test_prepare_readback.py", "test_seeded_survivors.py",
+         "test_seeded_round.py"],
+        ["test_prepare.py", "test_prepare_formats.py", "test_prepare_skips.py",
+         "test_prepare_lock.py", "test_cli_tokenize.py"],
     ),
     "stream": (
-        ["test_stream_shares.py", "test_stream_schema.py", "test_seeded_survivors.py"],
+        ["test_stream_shares.py", "test_stream_schema.py", "test_seeded_survivors.py",
+         "test_seeded_round.py"],
         ["test_stream_reshard.py", "test_stream_stats.py", "test_stream_policies.py",
          "test_stream_sharding.py"],
     ),

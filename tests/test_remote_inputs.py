@@ -123,3 +123,16 @@ def test_a_cached_footer_of_an_earlier_version_is_not_used(
         store.remember(store.alias(url), file_info(url, None))
         footer = parquet.footer_of(url, None)
         assert footer != old and new.endswith(footer)
+
+
+def test_a_remote_bin_longer_than_its_index_is_refused(tmp_path: Path, token_run: Path) -> None:
+    """(Seeded-bug round, X4.) Ids past what the .idx beside a remote .bin says are not left
+    out without a word."""
+    root = tmp_path / "tok"
+    root.mkdir()
+    for name in ("train.idx", "meta.json"):
+        shutil.copy(token_run / name, root / name)
+    data = (token_run / "train.bin").read_bytes()
+    (root / "train.bin").write_bytes(data + data[:4])
+    with RangeServer(root) as server, pytest.raises(CorpusError, match=r"not the ids of .*\.idx"):
+        Corpus.open_tokens(server.url + "/train.bin")

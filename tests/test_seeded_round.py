@@ -126,3 +126,46 @@ def test_a_megatron_bin_longer_than_its_index_is_refused(tmp_path: Path) -> None
     (tmp_path / "m.bin").write_bytes(np.concatenate([ids, ids]).tobytes())
     with pytest.raises(TokenFileError, match=r"10 ids, not the 5 of its m\.idx"):
         open_token_file(tmp_path / "m.bin")
+
+
+def test_plain_parquet_values_are_bounded_at_the_byte(tmp_path: Path) -> None:
+    """T1: a row group of plain values whose text chunk is one byte past max_member_bytes
+    uncompressed is too large; at the limit it is read."""
+    from openwebtext import Loader
+    from openwebtext.errors import MemberTooLarge
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    path = _parquet(tmp_path / "p.parquet", use_dictionary=False, compression="zstd")
+    size = pq.read_metadata(path).row_group(0).column(0).total_uncompressed_size
+    with pytest.raises(MemberTooLarge, match="past max_member_bytes") as raised:
+        list(Loader(path, workers=0, max_member_bytes=size - 1))
+    assert raised.value.path == str(path)
+    assert [d.text for d in Loader(path, workers=0, shuffle=False, max_member_bytes=size)] == TEXTS
+
+
+def test_a_cut_compressed_jsonl_is_one_partial_member_and_no_bad_document(tmp_path: Path) -> None:
+    """J1: the line the cut went through is not read (it would be a bad document more)."""
+    from openwebtext import Loader
+    from tables_support import write_jsonl
+
+    path = write_jsonl(tmp_path / "t.jsonl.gz", TEXTS)
+    path.write_bytes(path.read_bytes()[:-60])
+    with Loader(path, workers=0, on_error="skip", shuffle=False).iter() as it:
+        got = [d.text for d in it]
+        assert (it.stats.partial_members, it.stats.skipped_documents) == (1, 0)
+    assert 0 < len(got) < len(TEXTS) and got == TEXTS[: len(got)]
+
+
+def test_crlf_json_lines_with_blank_lines_read_whole(tmp_path: Path) -> None:
+    """J2: a file written with CRLF line ends; its blank lines (\\r\\n) are no documents, as
+    empty lines are, not bad ones."""
+    import json
+
+    from openwebtext import Loader
+
+    lines = [json.dumps({"text": t}) for t in TEXTS[:3]]
+    path = tmp_path / "w.jsonl"
+    path.write_bytes("\r\n".join([lines[0], "", lines[1], lines[2], "", ""]).encode())
+    with Loader(path, workers=0, shuffle=False).iter() as it:
+        assert [d.text for d in it] == TEXTS[:3]
+        assert it.stats.skipped_documents == 0
