@@ -241,7 +241,8 @@ MUTANTS = [
       "if len(ends) < (documents := meta.counts.documents.items()[split]):",
       "a format pass over ids holding more documents than counted", "prepare"),
     # -- the stream's pieces #39 named as unpinned --------------------------------------------
-    M("S1", "plan.py", "            trims[last - first] = (0, stop - begins[1])\n", "",
+    M("S1", "plan.py", "            trims[last - first] = (0, stop - begins[1])\n",
+      "            pass\n",
       "a share's last unit not trimmed", "stream"),
     M("S2", "stream/schema.py",
       "    cut: Count = 0\n    \"\"\"Concat batches: ids of its next document",
@@ -277,7 +278,12 @@ def apply(source: str, mutant: Mutant) -> str:
     found = source.count(mutant.old)
     if found != 1:
         raise SystemExit(f"{mutant.id}: {mutant.module} holds its line {found} times, not once")
-    return source.replace(mutant.old, mutant.new)
+    mutated = source.replace(mutant.old, mutant.new)
+    try:  # a mutant that does not compile is no behavioural mutant
+        compile(mutated, mutant.module, "exec")
+    except SyntaxError as exc:
+        raise SystemExit(f"{mutant.id}: {mutant.module} mutated does not compile: {exc}") from None
+    return mutated
 
 
 def diff(mutant: Mutant) -> str:

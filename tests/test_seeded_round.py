@@ -169,3 +169,34 @@ def test_crlf_json_lines_with_blank_lines_read_whole(tmp_path: Path) -> None:
     with Loader(path, workers=0, shuffle=False).iter() as it:
         assert [d.text for d in it] == TEXTS[:3]
         assert it.stats.skipped_documents == 0
+
+
+def test_a_plain_jsonl_cut_in_chunks_names_documents_by_their_byte_in_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """J5: a document of a later chunk is named by where its line starts in the file, not in
+    its chunk (names must stay distinct: the held-out split hashes them)."""
+    import json
+
+    from openwebtext import Loader
+    from openwebtext.index import jsonl
+
+    monkeypatch.setattr(jsonl, "CHUNK_BYTES", 256)
+    lines = [json.dumps({"text": t[:80]}).encode() + b"\n" for t in TEXTS]
+    path = tmp_path / "w.jsonl"
+    path.write_bytes(b"".join(lines))
+    starts = np.concatenate([[0], np.cumsum([len(line) for line in lines])[:-1]]).tolist()
+    corpus = Corpus.open(path)
+    assert len(corpus.units) > 2
+    names = [d.name for d in Loader(corpus, workers=0, shuffle=False)]
+    assert names == [f"w.jsonl@{s}" for s in starts]
+
+
+def test_a_token_unit_takes_a_document_that_ends_at_its_bound(tmp_path: Path) -> None:
+    """X5: units of ``unit_tokens`` ids hold every document that ends within the bound (one
+    ending at it included): the units, and so the seeded order, are the format's."""
+    ids = np.array([1, 9, 2, 9, 3, 9, 4, 9], "<u2")
+    path = tmp_path / "train.bin"
+    path.write_bytes(ids.tobytes())
+    corpus = Corpus.open_tokens(path, eot=9, unit_tokens=4)
+    assert [u.member for u in corpus.units] == ["docs 0-2", "docs 2-4"]
