@@ -55,12 +55,14 @@ GROUPS = {
     "prepare": (
         ["test_prepare.py::test_merge_refuses_missing_duplicated_and_foreign_slices",
          "test_prepare.py::test_shards_merge_into_the_files_of_one_run",
-         "test_prepare_finished.py", "test_prepare_records.py", "test_prepare_state.py",
+         "test_prepare_finished.py", "test_prepare_records.py",
          "test_outputs_stale.py", "test_prepare_readback.py", "test_seeded_survivors.py",
          "test_seeded_round.py"],
         ["test_prepare.py", "test_prepare_formats.py", "test_prepare_skips.py",
          "test_prepare_lock.py", "test_cli_tokenize.py"],
     ),
+    # (test_prepare_state.py is left out: its Hypothesis deadlines fail on a loaded machine,
+    # whatever the mutant.)
     "stream": (
         ["test_stream_shares.py", "test_stream_schema.py", "test_seeded_survivors.py",
          "test_seeded_round.py"],
@@ -316,7 +318,8 @@ def run(
 
 def _first_failure(files: list[str], copy: Path, timeout: float) -> str | None:
     """The first test of ``files`` that fails against the package in ``copy``, or None."""
-    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "PYTHONDONTWRITEBYTECODE": "1",
+           "HYPOTHESIS_PROFILE": "ci"}  # fmt: skip  # deadlines of 5 s: a loaded machine
     tests = [str(ROOT / "tests" / name) for name in files]
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     try:

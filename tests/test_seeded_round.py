@@ -200,3 +200,40 @@ def test_a_token_unit_takes_a_document_that_ends_at_its_bound(tmp_path: Path) ->
     path.write_bytes(ids.tobytes())
     corpus = Corpus.open_tokens(path, eot=9, unit_tokens=4)
     assert [u.member for u in corpus.units] == ["docs 0-2", "docs 2-4"]
+
+
+def test_a_finished_run_whose_file_changed_size_is_run_again(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """R4: a folder's meta.json says the run finished, but a file is no longer its size (cut
+    by a copy that failed): the run is not 'already finished', it writes the files again."""
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
+    corpus, out = Corpus.open(small_corpus), tmp_path / "out"
+    prepare(corpus, out, options)
+    whole = (out / "train.bin").read_bytes()
+    assert prepare(corpus, out, options).already
+    (out / "train.bin").write_bytes(whole[:-2])
+    again = prepare(corpus, out, options)
+    assert not again.already and (out / "train.bin").read_bytes() == whole
+
+
+@pytest.mark.parametrize("cut", [-1, True, "3"])
+def test_an_old_ranks_cut_below_zero_or_not_a_count_is_refused(cut: object) -> None:
+    """S2: a resharded state whose old rank's ``cut`` (concat batches: ids of its next
+    document already handed out, plus one) is negative names that field."""
+    import copy
+    import json
+
+    from openwebtext import StateError
+    from openwebtext.stream import DocumentState
+
+    golden = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
+    state = copy.deepcopy(golden["resharded"])
+    state["reshard"]["ranks"][1]["cut"] = 2
+    DocumentState.from_json(state)  # a count: read
+    state["reshard"]["ranks"][1]["cut"] = cut
+    with pytest.raises(StateError, match=r"reshard\.ranks\[1\]\.cut") as raised:
+        DocumentState.from_json(state)
+    assert raised.value.field == "reshard.ranks[1].cut"
