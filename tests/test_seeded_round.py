@@ -237,3 +237,48 @@ def test_an_old_ranks_cut_below_zero_or_not_a_count_is_refused(cut: object) -> N
     with pytest.raises(StateError, match=r"reshard\.ranks\[1\]\.cut") as raised:
         DocumentState.from_json(state)
     assert raised.value.field == "reshard.ranks[1].cut"
+
+
+def test_an_empty_jsonl_file_is_said(tmp_path: Path) -> None:
+    """J13: an empty ``.jsonl`` beside a good one (a download that failed) is an error naming
+    it, or a counted skip: not a file of nothing left out without a word."""
+    from tables_support import write_jsonl
+
+    write_jsonl(tmp_path / "a.jsonl", TEXTS)
+    (tmp_path / "b.jsonl").write_bytes(b"")
+    with pytest.raises(CorpusError, match="empty file") as raised:
+        Corpus.open(tmp_path)
+    assert raised.value.path == str(tmp_path / "b.jsonl")
+    assert len(Corpus.open(tmp_path, on_error="skip").skipped_files) == 1
+
+
+def test_a_jsonl_zst_of_plain_bytes_is_refused_at_index_time(tmp_path: Path) -> None:
+    """J10: a file named ``.jsonl.zst`` whose bytes are plain JSON lines (not zstd) is an
+    error naming it when the corpus is opened, not a member that fails later."""
+    from tables_support import jsonl_bytes
+
+    path = tmp_path / "a.jsonl.zst"
+    path.write_bytes(jsonl_bytes(TEXTS, "text"))
+    with pytest.raises(CorpusError, match="named zstd JSON lines, but its bytes are not") as raised:
+        Corpus.open(path)
+    assert raised.value.path == str(path)
+
+
+def test_a_meta_whose_counts_are_of_another_kind_of_run_is_refused() -> None:
+    """R8: a hash-split run's meta.json counting the splits of a slice (``all``) names
+    ``counts``: the counts must be of the run's own splits."""
+    import copy
+    import json
+
+    from openwebtext import StateError
+    from openwebtext.prepare.state import Meta, read
+
+    golden = json.loads((Path(__file__).parent / "data" / "prepare-2.json").read_text())
+    meta = copy.deepcopy(golden["meta_hash"])
+    read(meta, Meta, "meta.json")
+    for key in ("documents", "tokens"):
+        counts = meta["counts"][key]
+        meta["counts"][key] = {"all": counts["train"], "val": counts["val"]}
+    with pytest.raises(StateError, match="counts") as raised:
+        read(meta, Meta, "meta.json")
+    assert raised.value.field is not None and raised.value.field.startswith("counts")
