@@ -282,3 +282,18 @@ def test_a_meta_whose_counts_are_of_another_kind_of_run_is_refused() -> None:
     with pytest.raises(StateError, match="counts") as raised:
         read(meta, Meta, "meta.json")
     assert raised.value.field is not None and raised.value.field.startswith("counts")
+
+
+def test_slices_overlapping_by_one_unit_are_not_merged(small_corpus: Path, tmp_path: Path) -> None:
+    """R3: slices of different counts that overlap by exactly one unit (shard 0/2 holds units
+    [0, 3), shard 1/3 [2, 4)): that unit's documents would be in the run twice."""
+    from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
+
+    corpus = Corpus.open(small_corpus)
+    assert len(corpus.units) == 6
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
+    shards = [(0, 2), (1, 3), (2, 3)]
+    for i, n in shards:
+        prepare(corpus, tmp_path / f"s{i}-{n}", options, shard=(i, n))
+    with pytest.raises(PrepareError, match="overlaps"):
+        merge([tmp_path / f"s{i}-{n}" for i, n in shards], tmp_path / "m")
