@@ -297,3 +297,42 @@ def test_slices_overlapping_by_one_unit_are_not_merged(small_corpus: Path, tmp_p
         prepare(corpus, tmp_path / f"s{i}-{n}", options, shard=(i, n))
     with pytest.raises(PrepareError, match="overlaps"):
         merge([tmp_path / f"s{i}-{n}" for i, n in shards], tmp_path / "m")
+
+
+def test_a_jsonl_field_other_than_text_is_read_and_known(tmp_path: Path) -> None:
+    """J11: the field is part of how the bytes are read (the units' kind): a corpus read by
+    another field reads that field, and is another corpus (its fingerprint)."""
+    import json
+
+    from openwebtext import Loader
+
+    path = tmp_path / "b.jsonl"
+    rows = [{"text": "not this", "body": t} for t in TEXTS]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    corpus = Corpus.open(path, text_column="body")
+    assert [d.text for d in Loader(corpus, workers=0, shuffle=False)] == TEXTS
+    assert corpus.fingerprint() != Corpus.open(path).fingerprint()
+
+
+def test_no_meta_json_when_the_folder_is_lost_after_the_files_are_in_place(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """R6: the lock is checked again after the files are renamed into place and before
+    meta.json is written: a run that lost the folder meanwhile (another run took its lock)
+    leaves no meta.json saying files are finished that another run may have replaced."""
+    import importlib
+
+    from openwebtext.prepare import PrepareError, PrepareOptions, prepare
+
+    run = importlib.import_module("openwebtext.prepare.run")
+    out = tmp_path / "out"
+
+    def lost_once_files_are_in_place(folder: Path) -> None:
+        if (out / "train.bin").exists():
+            raise PrepareError(f"{folder}: the lock was replaced by another run's")
+
+    monkeypatch.setattr(run, "confirm", lost_once_files_are_in_place)
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
+    with pytest.raises(PrepareError, match="replaced by another run"):
+        prepare(Corpus.open(small_corpus), out, options)
+    assert (out / "train.bin").exists() and not (out / "meta.json").exists()
