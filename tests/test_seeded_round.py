@@ -336,3 +336,23 @@ def test_no_meta_json_when_the_folder_is_lost_after_the_files_are_in_place(
     with pytest.raises(PrepareError, match="replaced by another run"):
         prepare(Corpus.open(small_corpus), out, options)
     assert (out / "train.bin").exists() and not (out / "meta.json").exists()
+
+
+def test_an_evened_out_pass_never_crosses_its_laps_end() -> None:
+    """S4: a pass of a share short of its target wraps to the share's start, but a pass ends
+    at the end of the lap it started in (blocks cut where an uninterrupted run cuts them)."""
+    from openwebtext.plan import even_end, pass_end
+
+    counts = [2, 2, 2]
+    assert pass_end(counts, 2, 10) == 3  # the lap [0, 3) ends: 2 documents, not 10
+    assert pass_end(counts, 3, 3) == 5  # the next lap, from its start
+    assert even_end(counts, 10) == 5
+
+
+def test_a_member_cut_short_is_a_skip() -> None:
+    """S5: ``skips`` (what max_errors bounds, and whether an old rank skipped nothing when
+    resharded) counts members cut short as the skips they are."""
+    from openwebtext.stream.counters import Counters
+
+    assert Counters(partial_members=1).skips == 1
+    assert Counters(skipped_members=1, skipped_documents=2, partial_members=3).skips == 6
