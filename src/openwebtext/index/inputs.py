@@ -28,7 +28,14 @@ from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
 from openwebtext.source import Storage, is_url, resolve
 
-__all__ = ["Found", "distinct_names", "expand_paths", "file_version", "find_files"]
+__all__ = [
+    "Found",
+    "distinct_names",
+    "expand_paths",
+    "file_version",
+    "find_files",
+    "named_as_corpus_file",
+]
 
 
 class Found(NamedTuple):
@@ -96,12 +103,19 @@ def _classify(path: str) -> tuple[str, os.stat_result | None, str]:
     return "other", st, what
 
 
+def named_as_corpus_file(path: str) -> bool:
+    """Whether a file's name (of a path or URL) is a corpus file's (``_CORPUS_NAME``, JSON
+    lines): such a file is read, or is an error naming it, whatever its bytes."""
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return bool(_CORPUS_NAME.match(name)) or is_jsonl(name)
+
+
 def _is_corpus_file(path: str) -> bool | CorpusError:
     """Whether a file found in a folder or pattern belongs to the corpus: its magic bytes
     (as members are recognised, and parquet's ``PAR1``), or a corpus file's name
     (``_CORPUS_NAME``, JSON lines: ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``) whatever its
     bytes. An unreadable one is an error."""
-    if _CORPUS_NAME.match(os.path.basename(path)) or is_jsonl(os.path.basename(path)):
+    if named_as_corpus_file(os.path.basename(path)):
         return True
     try:
         with open(path, "rb") as f:

@@ -18,7 +18,7 @@ from openwebtext.index.inputs import distinct_names, find_files
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.local import index_file_before_damage
 from openwebtext.index.parquet import TEXT_COLUMN
-from openwebtext.index.remote import index_url
+from openwebtext.index.remote import Ignored, index_url
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url
 
@@ -69,7 +69,9 @@ def index_inputs(
             except CorpusError as exc:
                 results = [exc]
             for file in results:
-                if isinstance(file, CorpusError):
+                if isinstance(file, Ignored):
+                    indexed.ignored.append(file.url)
+                elif isinstance(file, CorpusError):
                     if on_error == "raise":
                         raise file
                     indexed.skipped.append(file)

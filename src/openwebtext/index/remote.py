@@ -25,11 +25,12 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from openwebtext.errors import CorpusError, OutputError
+from openwebtext.errors import CorpusError, OutputError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET, TAR
+from openwebtext.index.inputs import named_as_corpus_file
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import file_kind, walk_outer_tar
 from openwebtext.index.parquet import TEXT_COLUMN, save_footer
@@ -46,7 +47,7 @@ from openwebtext.source import (
     watched,
 )
 
-__all__ = ["INDEX_FORMAT", "cache_path", "index_remote_file", "index_url"]
+__all__ = ["INDEX_FORMAT", "Ignored", "cache_path", "index_remote_file", "index_url"]
 
 log = logging.getLogger("openwebtext")
 
@@ -68,10 +69,12 @@ def cache_path(url: str, place: str = "", column: str = TEXT_COLUMN) -> Path:
 
 def index_url(
     url: str, storage: Storage | None = None, text_column: str = TEXT_COLUMN
-) -> list[list[Unit] | CorpusError]:
+) -> list[list[Unit] | CorpusError | Ignored]:
     """The units of every file named by ``url`` (a file, a folder or a glob), in order: per
     file, its units, or the error that says why it cannot be indexed (unreadable, in none of
-    the formats, a damaged tar), for the caller's ``on_error`` to decide, file by file.
+    the formats, a damaged tar), for the caller's ``on_error`` to decide, file by file; a
+    file of a folder or pattern that is not a corpus file by name nor by bytes (README.md,
+    checksums) is ``Ignored``, as in a local folder.
 
     Raises:
         CorpusError: nothing there (no such file, a folder or pattern that holds none).
@@ -86,7 +89,33 @@ def index_url(
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, CorpusError):
             raise result
-    return [r for r in results if not isinstance(r, BaseException) or isinstance(r, CorpusError)]
+    store = resolve(storage)
+    out: list[list[Unit] | CorpusError | Ignored] = []
+    for file, result in zip(files, results, strict=True):
+        if isinstance(result, CorpusError) and files != [url] and _not_corpus(file, result, store):
+            out.append(Ignored(store.alias(file)))
+        elif isinstance(result, (list, CorpusError)):
+            out.append(result)
+    return out
+
+
+class Ignored(NamedTuple):
+    """A file of a remote folder or pattern that is not a corpus file (a README.md)."""
+
+    url: str
+
+
+def _not_corpus(url: str, error: CorpusError, store: Storage) -> bool:
+    """Whether a file listed in a remote folder (or matched by a pattern) that ``error``
+    says cannot be indexed is simply not a corpus file, left out as a local folder leaves
+    it: neither its name (``inputs.named_as_corpus_file``) nor its bytes (empty, or in none
+    of the formats) say corpus. A file named as one is never just "not a corpus file"."""
+    if named_as_corpus_file(url):
+        return False
+    if isinstance(error, UnknownFormat):
+        return True
+    info = store.identity(store.alias(url))
+    return info is not None and info.size == 0
 
 
 def index_remote_file(

@@ -20,7 +20,7 @@ import numpy as np
 from openwebtext.errors import CorpusError
 from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
-from openwebtext.source import Storage, fetch, file_info, is_url
+from openwebtext.source import Storage, fetch, file_info, is_url, resolve
 from openwebtext.tokenfiles import (
     TOKENS,
     TokenFile,
@@ -130,7 +130,9 @@ def _remote(url: str, dtype: str, storage: Storage | None) -> TokenFile:
     def whole(of: str) -> bytes:
         return fetch(of, 0, file_info(of, storage).size, None, storage)
 
-    size = file_info(url, storage).size
+    info = file_info(url, storage)
+    resolve(storage).remember(url, info)  # its ETag or Last-Modified: the corpus's identity
+    size = info.size
     if url.endswith(".ds"):
         ids_dtype = np.dtype(dtype).newbyteorder("<")
         ends = read_datatrove_index(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
@@ -34,6 +35,10 @@ __all__ = [
     "reshard_loader_states",
     "same_steps",
 ]
+
+# torchdata 0.11's StatefulDataLoader.__init__ calls torch.set_vital, which newer torch says
+# is deprecated: a line in each process that builds a loader (each rank), nothing to act on.
+warnings.filterwarnings("ignore", "'set_vital' is deprecated", UserWarning, r"torchdata\.")
 
 T = TypeVar("T")
 CorpusLike = Corpus | Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
