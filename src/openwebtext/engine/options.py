@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from openwebtext.engine.read import Split
+from openwebtext.engine.member import Split
 from openwebtext.options import (
     DECODE_ERRORS,
     MAX_DOCUMENT_BYTES,
@@ -48,7 +48,7 @@ class PoolOptions:
     """Tokenize in the workers: units carry ids, not text. Resolved once by the caller; forked
     workers inherit it, and it pickles as its spec (a spawned worker loads it once)."""
     normalise: bool = False
-    """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
+    """With a tokenizer: tokenize ``engine.nanogpt_text(text)`` (nanoGPT's loading script)."""
     slot_bytes: int = SLOT_BYTES
     """Bytes of one shared slot."""
 
