@@ -16,7 +16,6 @@ from typing import Any, Literal, TypeAlias
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
-from openwebtext.errors import StateError
 from openwebtext.stream.counters import Counters
 
 __all__ = [
@@ -209,7 +208,6 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     @classmethod
     def from_json(cls, state: Any) -> DocumentState:
         """Raises: StateError: not a state of this format, or naming the first wrong field."""
-        _check_format(state, STATE_FORMAT, "an openwebtext state")
         return codec.decode(state, cls)
 
     def to_json(self) -> dict[str, Any]:
@@ -246,7 +244,6 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     @classmethod
     def from_json(cls, state: Any) -> BatchesState:
         """Raises: StateError: not a batches state, or naming the first wrong field."""
-        _check_format(state, BATCHES_FORMAT, "a batches state")
         return codec.decode(state, cls, "batches state")
 
     def to_json(self) -> dict[str, Any]:
@@ -256,10 +253,3 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     def cut(self) -> int:
         """Concat: ids of the next document already targets, plus one (0: none)."""
         return self.offset + 1 if self.batches > 0 else 0
-
-
-def _check_format(state: Any, expected: str, what: str) -> None:
-    """Refuse what is not an object of format ``expected``, saying what it is."""
-    found = state.get("format") if isinstance(state, dict) else type(state).__name__
-    if found != expected:
-        raise StateError(f"not {what} of format {expected!r} (found {found!r})", field="format")
