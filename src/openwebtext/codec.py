@@ -3,12 +3,12 @@
 
 A record is a frozen ``msgspec.Struct`` subclassing ``Record``. Its fields' annotations are
 the whole schema: ``decode`` checks a tagged record's format first (the one format check of
-stream states and ``owt tokenize``'s files alike), then every field at every depth by them (an ``int`` never
-takes a ``bool``; ``Literal``, ``X | None``, tuples, nested records, ``Annotated`` bounds such
-as ``Count``), refuses a missing or an unknown key, then runs each record's own ``check``
-(what its fields must say of each other). The first wrong field is one ``StateError`` whose
-``field`` is its dotted path (``reshard.ranks[1].handed``). ``encode`` is the inverse: JSON
-objects and lists only, ``decode(encode(r), type(r)) == r``.
+stream states and ``owt tokenize``'s files alike), then every field at every depth by them
+(an ``int`` never takes a ``bool``; ``Literal``, ``X | None``, tuples, nested records,
+``Annotated`` bounds such as ``Count``), refuses a missing or an unknown key, then runs each
+record's own ``check`` (what its fields must say of each other). The first wrong field is
+one ``StateError`` whose ``field`` is its dotted path (``reshard.ranks[1].handed``).
+``encode`` is the inverse: JSON objects and lists only, ``decode(encode(r), type(r)) == r``.
 
 msgspec, not a converter of our own: strict by default, frozen structs, tagged unions, error
 paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
