@@ -63,19 +63,24 @@ def changed(record: dict[str, Any], keys: tuple[Any, ...], value: Any) -> dict[s
 
 def mutants(record: dict[str, Any]) -> st.SearchStrategy[tuple[str, dict[str, Any], str]]:
     """``(what, damaged record, the path the error must name)``: any field at any depth of a
-    wrong type, a bool for an int, out of its bounds, missing, or an unknown key added."""
-    cases: list[tuple[str, dict[str, Any], str]] = []
+    wrong type, a bool for an int, out of its bounds, missing, or an unknown key added.
+
+    The damages are listed first (path, keys, value), and only the one drawn is copied into
+    a damaged record: an example costs one copy, not one per damage of the record."""
+    cases: list[tuple[str, tuple[Any, ...], Any, str]] = []
     for path, keys in paths(record):
         last = keys[-1]
         for wrong in wrong_values(get(record, keys)):
-            cases.append((f"{path}={wrong!r}", changed(record, keys, wrong), path))
+            cases.append((f"{path}={wrong!r}", keys, wrong, path))
         if isinstance(last, str) and last != "format":
-            cases.append((f"{path} missing", changed(record, keys, DELETE), path))
+            cases.append((f"{path} missing", keys, DELETE, path))
     for path, keys in [("", ()), *paths(record)]:
         if isinstance(get(record, keys), dict):
             extra = f"{path}.extra" if path else "extra"
-            cases.append((f"{extra} added", changed(record, (*keys, "extra"), 1), extra))
-    return st.sampled_from(cases)
+            cases.append((f"{extra} added", (*keys, "extra"), 1, extra))
+    return st.sampled_from(cases).map(
+        lambda case: (case[0], changed(record, case[1], case[2]), case[3])
+    )
 
 
 def check_one_error(parse: Callable[[Any], Any], case: tuple[str, dict[str, Any], str]) -> None:

@@ -34,7 +34,7 @@ import pytest
 
 from openwebtext import Loader, OWTError, Stats, cli
 from openwebtext.engine import Reader
-from openwebtext.engine.read import Member
+from openwebtext.engine.member import Member
 from openwebtext.records import Unit
 
 MiB = 1 << 20

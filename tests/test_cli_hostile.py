@@ -30,7 +30,15 @@ from openwebtext import cli as owt_cli
 from openwebtext.cli import stream as cli_stream
 from openwebtext.engine import parent as owt_workers
 from openwebtext.stream.schema import STATE_FORMAT
-from support import cut_member, group_pids, outer_tar, sample_docs, wait_until, xz_member
+from support import (
+    cut_member,
+    group_pids,
+    outer_tar,
+    run_owt,
+    sample_docs,
+    wait_until,
+    xz_member,
+)
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]
 
@@ -436,11 +444,13 @@ def test_options_refuse_values_that_fail_later(options: dict[str, Any]) -> None:
         Options(**options)
 
 
-def test_many_workers_are_capped_at_the_members(small_corpus: Path) -> None:
+def test_many_workers_are_capped_at_the_members(
+    small_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """-j 1000 on 6 members: 6 workers, not 1000 x 3 slots of shared memory."""
-    proc = owt("stream", str(small_corpus), "-j", "1000", "-q")
-    assert proc.returncode == 0, proc.stderr.decode()
-    assert b"120 documents" in proc.stderr
+    ran = run_owt(capsys, "stream", str(small_corpus), "-j", "1000", "-q")
+    assert ran.returncode == 0, ran.stderr
+    assert "120 documents" in ran.stderr
 
 
 def test_shared_memory_refused_says_what_to_do(
@@ -493,10 +503,12 @@ def test_no_summary_after_an_error(tmp_path: Path, capsys: pytest.CaptureFixture
 # -- 5. progress: members done of the total, time left, docs/s, MB/s ------------------------
 
 
-def test_progress_shows_members_of_the_total(small_corpus: Path) -> None:
-    proc = owt("stream", str(small_corpus), "-j", "1")
-    assert proc.returncode == 0
-    bar = proc.stderr.decode().replace("\r", "\n").splitlines()
+def test_progress_shows_members_of_the_total(
+    small_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ran = run_owt(capsys, "stream", str(small_corpus), "-j", "1")
+    assert ran.returncode == 0, ran.stderr
+    bar = ran.stderr.replace("\r", "\n").splitlines()
     final = [line for line in bar if "6/6" in line]
     assert final, bar
     assert "100%" in final[-1] and "member" in final[-1]
@@ -504,13 +516,14 @@ def test_progress_shows_members_of_the_total(small_corpus: Path) -> None:
     assert "<00:00" in final[-1]  # the time left
 
 
-def test_progress_total_of_a_resumed_run(small_corpus: Path, tmp_path: Path) -> None:
+def test_progress_total_of_a_resumed_run(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     state = tmp_path / "state.json"
     args = ["stream", str(small_corpus), "-j", "1", "--no-shuffle", "--shuffle-buffer", "0"]
-    assert owt(*args, "-q", "--take", "50", "--state-out", str(state)).returncode == 0
+    assert run_owt(capsys, *args, "-q", "--take", "50", "--state-out", str(state)).returncode == 0
     block = json.loads(state.read_text())["position"]["block"]
-    proc = owt(*args, "--resume", str(state), "--epochs", "2")
-    bar = proc.stderr.decode()
+    bar = run_owt(capsys, *args, "--resume", str(state), "--epochs", "2").stderr
     assert f"{12 - block}/{12 - block}" in bar, bar
 
 

@@ -310,7 +310,10 @@ def test_resume_exactly(local_case: Case) -> None:
 def test_resume_over_http(http_case: Case) -> None:
     """Cut once, in the middle of a unit, with the workers fetching ranges ahead."""
     loader = http_case.loader(seed=11, workers=2, shuffle_buffer=20)
-    whole = [_key(d) for d in loader]
+    # The whole run read locally in-process: the same units in the same order as over HTTP
+    # (``test_http_reads_the_local_units_in_the_local_order``).
+    local = http_case.kind.loader(http_case.local(), seed=11, workers=0, shuffle_buffer=20)
+    whole = [_key(d) for d in local]
     with loader.iter() as it:
         head = [_key(next(it)) for _ in range(37)]
         state = it.state_dict()

@@ -10,10 +10,12 @@ comments on the lines right above a block say how it runs:
 - ``<!-- ray: why -->``: run only in the Ray group (``-m ray``, the ``ray`` extra);
 - ``<!-- needs: torch tiktoken -->``: run where those modules import, else skipped.
 
-Each block runs alone, in a fresh process and an empty folder, with ``CORPUS`` (a Python
-variable of a hidden first line, and a shell variable) the path of a counted copy of the small
-corpus. That copy is also the built-in corpus of the run (``OWT_CACHE_DIR`` points to a cache
-folder that holds it as the default corpus), so ``owt stream`` with no path,
+Each block runs alone, in a fresh process and an empty folder (in the default run, a Python
+block in a child forked from one warm interpreter, ``block_server.py``, that has imported torch
+once), with ``CORPUS`` (a Python variable of a hidden first line, and a shell variable) the path
+of a counted copy of the small corpus. That copy is also the built-in corpus of the run
+(``OWT_CACHE_DIR`` points to a cache folder that holds it as the default corpus), so
+``owt stream`` with no path,
 ``owt synth --where`` and ``default_corpus()`` read it. ``owt`` is this checkout's. A block has
 ``BLOCK_SECONDS`` to finish: one that loops forever fails, named, instead of hanging the suite.
 
@@ -26,12 +28,17 @@ batch fails here, as it did for a user).
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
@@ -170,14 +177,79 @@ def _few_open_files() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
 
 
+class Warm:
+    """The blocks' warm interpreter (``block_server.py``): each Python block runs in a child
+    it forks, as ``python block.py`` would run, without paying the interpreter's start and
+    torch's import again."""
+
+    def __init__(self, env: dict[str, str], folder: Path) -> None:
+        self.folder = folder  # where the children's stdout and stderr are written
+        server = [sys.executable, str(Path(__file__).with_name("block_server.py"))]
+        self.proc = subprocess.Popen(server, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)  # fmt: skip
+        self.pending = b""  # what the server said past the last line read
+
+    def _answer(self, timeout: float) -> dict[str, int]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.pending:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(left, 0))
+            if not ready:
+                raise TimeoutError
+            got = os.read(self.proc.stdout.fileno(), 4096)
+            assert got, f"the block server ended (exit {self.proc.wait()})"
+            self.pending += got
+        line, self.pending = self.pending.split(b"\n", 1)
+        answer: dict[str, int] = json.loads(line)
+        return answer
+
+    def run(self, block: Block, script: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+        assert self.proc.stdin is not None
+        out, err = self.folder / f"{cwd.name}.out", self.folder / f"{cwd.name}.err"
+        job = {"script": str(script), "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(job).encode() + b"\n")
+        self.proc.stdin.flush()
+        pid = self._answer(60)["pid"]
+        try:
+            code = self._answer(BLOCK_SECONDS)["code"]
+        except TimeoutError:
+            os.killpg(pid, signal.SIGKILL)  # its session: the block and its workers
+            pytest.fail(f"{block.name} ran for more than {BLOCK_SECONDS} s (endless?)")
+        command = [sys.executable, str(script)]
+        return subprocess.CompletedProcess(command, code, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def warm(place: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Warm]:
+    server = Warm(place, tmp_path_factory.mktemp("block-output"))
+    yield server
+    server.close()
+
+
 def run(
-    block: Block, env: dict[str, str], folder: Path, seconds: int = BLOCK_SECONDS
+    block: Block,
+    env: dict[str, str],
+    folder: Path,
+    seconds: int = BLOCK_SECONDS,
+    warm: Warm | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run ``block`` in ``folder``: a Python block as ``python block.py`` (in ``warm``'s fork
+    when given, else a fresh interpreter), a shell block with ``bash -euo pipefail``."""
     for name in ("examples", "benchmarks"):  # blocks run commands from the repository root
         (folder / name).symlink_to(ROOT / name)
     if block.language == "python":
         script = folder / "block.py"
         script.write_text(f"import os; CORPUS = os.environ['CORPUS']\n{block.code}")
+        if warm is not None:
+            return warm.run(block, script, folder)
         command = [sys.executable, str(script)]
     else:
         command = ["bash", "-e", "-u", "-o", "pipefail", "-c", block.code]
@@ -204,8 +276,8 @@ def builtin_params() -> list[object]:
 
 
 @pytest.mark.parametrize("block", params())
-def test_block_runs(block: Block, place: dict[str, str], tmp_path: Path) -> None:
-    check_runs(block, place, tmp_path, BLOCK_SECONDS)
+def test_block_runs(block: Block, place: dict[str, str], warm: Warm, tmp_path: Path) -> None:
+    check_runs(block, place, tmp_path, BLOCK_SECONDS, warm)
 
 
 @pytest.mark.parametrize("block", builtin_params())
@@ -215,11 +287,13 @@ def test_block_runs_on_the_builtin_corpus(
     check_runs(block, builtin_place, tmp_path, BUILTIN_SECONDS)
 
 
-def check_runs(block: Block, env: dict[str, str], folder: Path, seconds: int) -> None:
+def check_runs(
+    block: Block, env: dict[str, str], folder: Path, seconds: int, warm: Warm | None = None
+) -> None:
     missing = [m for m in (block.note("needs") or "").split() if find_spec(m) is None]
     if missing:
         pytest.skip(f"{block.name}: needs {', '.join(missing)}")
-    done = run(block, env, folder, seconds)
+    done = run(block, env, folder, seconds, warm)
     assert done.returncode == 0, (
         f"{block.name} failed (exit {done.returncode}):\n{block.code}\n"
         f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"

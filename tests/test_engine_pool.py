@@ -25,8 +25,8 @@ import pytest
 from openwebtext import Corpus, CorruptMember, Loader, WorkerError
 from openwebtext.engine import Loaded, Pool, PoolOptions, Reader, State, open_pool
 from openwebtext.engine.inline import InlinePool
+from openwebtext.engine.member import Member
 from openwebtext.engine.parent import WorkerPool
-from openwebtext.engine.read import Member
 from openwebtext.engine.tasks import WorkerTraceback
 from openwebtext.records import Unit
 from openwebtext.tokenizer import Tokenizer, load_tokenizer

@@ -19,7 +19,7 @@ from openwebtext import (
     WorkerError,
 )
 from openwebtext.engine import Reader
-from openwebtext.engine.read import Member
+from openwebtext.engine.member import Member
 from openwebtext.records import Unit
 from support import (
     HANG_BOUND,

@@ -407,7 +407,7 @@ def test_resume_with_other_corpus_is_refused(small_corpus: Path, tmp_path: Path)
     _, state = run(Loader(small_corpus), n=3)
     with pytest.raises(StateError, match="corpus: saved"):
         Loader(tmp_path / "other").iter(state=state)
-    with pytest.raises(StateError, match="not an openwebtext state"):
+    with pytest.raises(StateError, match="bad state: format: not 'openwebtext-state/2'"):
         Loader(small_corpus).iter(state={"position": 3})
 
 

@@ -241,9 +241,14 @@ def test_fields_that_disagree_name_their_record(
 
 
 def test_what_is_not_a_state_is_said() -> None:
-    with pytest.raises(StateError, match="not an openwebtext state of format"):
+    wrong = r"^bad state: format: not 'openwebtext-state/2' \(found 'openwebtext-batches/2'\)"
+    with pytest.raises(StateError, match=wrong) as caught:
         DocumentState.from_json(GOLDEN["batches_concat"])
-    with pytest.raises(StateError, match="found 'list'"):
+    assert caught.value.field == "format"
+    missing = r"^bad batches state: format: not 'openwebtext-batches/2' \(found None\)"
+    with pytest.raises(StateError, match=missing):
+        BatchesState.from_json({})
+    with pytest.raises(StateError, match=r"the record: Expected `object`, got `array`"):
         BatchesState.from_json([])
 
 

@@ -2,12 +2,13 @@
 ``owt tokenize``'s config, progress and ``meta.json``.
 
 A record is a frozen ``msgspec.Struct`` subclassing ``Record``. Its fields' annotations are
-the whole schema: ``decode`` checks every field at every depth by them (an ``int`` never
-takes a ``bool``; ``Literal``, ``X | None``, tuples, nested records, ``Annotated`` bounds such
-as ``Count``), refuses a missing or an unknown key, then runs each record's own ``check``
-(what its fields must say of each other). The first wrong field is one ``StateError`` whose
-``field`` is its dotted path (``reshard.ranks[1].handed``). ``encode`` is the inverse: JSON
-objects and lists only, ``decode(encode(r), type(r)) == r``.
+the whole schema: ``decode`` checks a tagged record's format first (the one format check of
+stream states and ``owt tokenize``'s files alike), then every field at every depth by them
+(an ``int`` never takes a ``bool``; ``Literal``, ``X | None``, tuples, nested records,
+``Annotated`` bounds such as ``Count``), refuses a missing or an unknown key, then runs each
+record's own ``check`` (what its fields must say of each other). The first wrong field is
+one ``StateError`` whose ``field`` is its dotted path (``reshard.ranks[1].handed``).
+``encode`` is the inverse: JSON objects and lists only, ``decode(encode(r), type(r)) == r``.
 
 msgspec, not a converter of our own: strict by default, frozen structs, tagged unions, error
 paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
@@ -71,10 +72,21 @@ _KEY = re.compile(r"^(?:Object (?:missing required|contains unknown) )?field `(?
 def decode(value: Any, cls: type[R], what: str = "state") -> R:
     """``value`` (JSON objects, lists and scalars, as ``json.loads`` gives) as record ``cls``.
 
+    A record whose class is tagged (``tag_field="format", tag=FORMAT``: the records a file or
+    a state begins with) first has its format checked, so that what another record, another
+    version or another program wrote is said as such, not as its first odd field.
+
     Raises:
-        StateError: the first field that is missing, unknown, of the wrong type or out of its
-            bounds, or a record whose ``check`` failed; ``field`` is its dotted path.
+        StateError: not of ``cls``'s format (``field`` is its tag field, the message says
+            what was found); else the first field that is missing, unknown, of the wrong type
+            or out of its bounds, or a record whose ``check`` failed; ``field`` is its dotted
+            path.
     """
+    config = cls.__struct_config__
+    if config.tag_field is not None and isinstance(value, dict):
+        key, found = config.tag_field, value.get(config.tag_field)
+        if found != config.tag:
+            raise StateError(f"bad {what}: {key}: not {config.tag!r} (found {found!r})", field=key)
     try:
         return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:

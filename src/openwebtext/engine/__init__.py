@@ -7,9 +7,10 @@ Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 
 from __future__ import annotations
 
+from openwebtext.engine.encode import encode_member, nanogpt_text
 from openwebtext.engine.options import Lane, PoolOptions
 from openwebtext.engine.pool import LanePool, Pool, cpu_count, open_lanes, open_pool
-from openwebtext.engine.read import Reader, encode_member, nanogpt_text
+from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import (
     Done,
     Loaded,

@@ -18,8 +18,10 @@ import signal
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
+from openwebtext.engine.encode import encode_member
+from openwebtext.engine.member import Member
 from openwebtext.engine.options import Lanes, PoolOptions
-from openwebtext.engine.read import Member, Reader, encode_member
+from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import Done, Failed, Request, failed
 from openwebtext.errors import CorpusError, WorkerError
 from openwebtext.records import Unit

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from openwebtext.engine.read import Split
+from openwebtext.engine.member import Split
 from openwebtext.options import (
     DECODE_ERRORS,
     MAX_DOCUMENT_BYTES,
@@ -53,7 +53,7 @@ class PoolOptions:
     """Tokenize in the workers: units carry ids, not text. Resolved once by the caller; forked
     workers inherit it, and it pickles as its spec (a spawned worker loads it once)."""
     normalise: bool = False
-    """With a tokenizer: tokenize ``read.nanogpt_text(text)`` (nanoGPT's loading script)."""
+    """With a tokenizer: tokenize ``engine.nanogpt_text(text)`` (nanoGPT's loading script)."""
     slot_bytes: int = SLOT_BYTES
     """Bytes of one shared slot."""
 

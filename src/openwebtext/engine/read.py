@@ -1,24 +1,24 @@
 """Read: open one unit, decompress it under limits, and locate its documents.
 
-This runs inside the workers. It returns the decompressed member as one
-``bytes`` object plus the name, offset and size of every document in it, each
-document already checked to be valid UTF-8. Turning those bytes into text
-happens in the consumer (see ``stream``), at hand-out time, since a ``str``
-cannot cross a process boundary without being encoded again.
+This runs inside the workers. ``Reader`` is the text reader: a tar member, a parquet row
+group or a JSON lines unit → the decompressed bytes as one ``bytes`` object plus the name,
+offset and size of every document in them (a ``Member``), each document already checked
+to be valid UTF-8 (``member.check_utf8``). Token units go to the token reader beside it
+(``tokens.TokenReader``); both read their bytes through ``raw.UnitBytes``. Turning the
+bytes into text happens in the consumer (see ``stream``), at hand-out time, since a
+``str`` cannot cross a process boundary without being encoded again.
 """
 
 from __future__ import annotations
 
 import lzma
-import os
-import re
 import zlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
+from openwebtext.engine.member import Member, Split, check_utf8, leave_out_split
+from openwebtext.engine.raw import UnitBytes
 from openwebtext.engine.tables import Footer, Records, jsonl_records, parquet_records
+from openwebtext.engine.tokens import TokenReader
 from openwebtext.errors import (
     CorpusError,
     CorruptDocument,
@@ -37,22 +37,12 @@ from openwebtext.formats import (
     detect,
 )
 from openwebtext.index import footer_of, split_jsonl_kind
-from openwebtext.plan import Split, in_validation
 from openwebtext.records import Unit
-from openwebtext.source import RangeReader, Storage, is_url
+from openwebtext.source import Storage
 from openwebtext.tarwalk import TarFormatError, walk
-from openwebtext.tokenfiles import (
-    TOKENS,
-    TokenFileError,
-    document_names,
-    document_range,
-    opened,
-)
+from openwebtext.tokenfiles import TOKENS
 
-if TYPE_CHECKING:
-    from openwebtext.tokenizer import Tokenizer
-
-__all__ = ["Encoded", "Member", "Reader", "Split", "encode_member", "nanogpt_text"]
+__all__ = ["Reader"]
 
 # bz2 reports corrupt data as OSError; zstandard as ZstdError, a subclass of Exception only.
 _DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
@@ -64,29 +54,9 @@ _DECOMPRESS_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
-class Member(NamedTuple):
-    """A decompressed member: its bytes and where its documents lie in them."""
-
-    data: bytes
-    names: list[str]
-    offsets: list[int]
-    sizes: list[int]
-    dropped: list[CorruptMember]
-    """Documents left out: past ``max_document_bytes``, or invalid UTF-8 under ``strict``
-    (``CorruptDocument``); and a ``TruncatedMember`` when the member was cut short and
-    only the documents before the cut are listed.
-
-    Their offset is -1, as is that of documents outside the requested split.
-    """
-    replace: int
-    """How many documents are invalid UTF-8 and kept, to decode with ``errors="replace"``."""
-    texts: list[str] | None = None
-    """With ``Reader(..., texts=True)``: the text of every kept document (offset >= 0), in
-    order, decoded by the UTF-8 check itself (what ``encode_member`` tokenizes)."""
-
-
 class Reader:
-    """Reads units, keeping a few files open between them.
+    """Reads units, keeping a few files open between them: tars and record files here, token
+    units with its ``tokens`` (a ``TokenReader`` over the same ``raw`` bytes).
 
     ``decode_errors`` says what becomes of a document that is not valid UTF-8:
     ``strict`` leaves it out (a ``CorruptDocument`` in ``dropped``), ``replace``
@@ -96,6 +66,9 @@ class Reader:
     tokenizing worker): each member comes with ``Member.texts``, and the UTF-8 check is
     that decode, once per document, rather than a check of the non-ASCII documents
     followed by a second decode of all of them.
+
+    ``token_eot`` and ``token_vocab`` are a token corpus's end-of-text id and its
+    tokenizer's vocabulary size (``TokenReader``).
     """
 
     def __init__(
@@ -110,64 +83,34 @@ class Reader:
         token_eot: int | None = None,
         token_vocab: int | None = None,
     ):
-        self.token_eot = token_eot
-        """A token corpus's end-of-text id, should a worker open its file anew (spawned)."""
-        self.token_vocab = token_vocab
-        """A token corpus's tokenizer's vocabulary size: a document holding an id at or past
-        it is a ``CorruptDocument`` (never handed to a model's embedding)."""
-        self.storage = storage
-        """What URLs are read with (the corpus's; None: the process's default)."""
+        self.raw = UnitBytes(max_open, storage)
+        """Where units' bytes come from (local files, or URLs read with ``storage``)."""
+        self.tokens = TokenReader(self.raw, split, token_eot, token_vocab)
+        """The reader of token units."""
         self.max_member_bytes = max_member_bytes
         self.max_document_bytes = max_document_bytes
         self.split = split
         self.decode_errors = decode_errors
         self.texts = texts
         """Decode every kept document into ``Member.texts``."""
-        self.max_open = max_open
-        self._files: dict[str, int] = {}
-        self._remote: RangeReader | None = None  # made on first use: after the fork
         self._footers: dict[str, Footer] = {}  # parquet files' parsed footers
 
-    def _fd(self, path: str) -> int:
-        fd = self._files.get(path)
-        if fd is None:
-            if len(self._files) >= self.max_open:
-                os.close(self._files.pop(next(iter(self._files))))
-            fd = self._files[path] = os.open(path, os.O_RDONLY)
-        return fd
+    @property
+    def storage(self) -> Storage | None:
+        """What URLs are read with (the corpus's; None: the process's default)."""
+        return self.raw.storage
+
+    @property
+    def max_open(self) -> int:
+        """Files (and parquet footers) kept open between units."""
+        return self.raw.max_open
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
-        if self._remote is not None:
-            self._remote.close()
-            self._remote = None
-
-    def _ranges(self) -> RangeReader:
-        if self._remote is None:
-            self._remote = RangeReader(storage=self.storage)
-        return self._remote
+        self.raw.close()
 
     def prefetch(self, units: Sequence[Unit]) -> None:
         """Start fetching the remote ones of ``units`` (read next, in this order)."""
-        if any(is_url(u.path) for u in units):
-            self._ranges().prefetch(units)
-
-    def _raw(self, unit: Unit) -> bytes:
-        if is_url(unit.path):  # by byte range (see ``ranges``)
-            return self._ranges().read(unit)
-        return os.pread(self._fd(unit.path), unit.size, unit.offset)
-
-    def _cached_note(self, unit: Unit) -> str:
-        """Words for a member that fails to decode from the member cache: its copy there is
-        intact (checksummed) and is what the server sent, so the remote file is bad."""
-        if not (is_url(unit.path) and self._remote is not None and self._remote.from_cache):
-            return ""
-        return (
-            " (read from the member cache, whose copy is intact and is what the server sent: "
-            "the remote file itself is damaged)"
-        )
+        self.raw.prefetch(units)
 
     def read(self, unit: Unit) -> Member:
         """Read, decompress and walk one unit (and, with ``texts``, decode its documents).
@@ -187,12 +130,12 @@ class Reader:
                 unit.member,
             )
         if unit.kind == TOKENS:
-            return _read_tokens(self, unit)
+            return self.tokens.read(unit)
         if not unit.kind:
             what = "empty" if unit.size == 0 else "not a tar, or xz, gzip, bzip2 or zstd data"
             raise UnknownFormat(f"member is {what}", unit.path, unit.member)
         try:
-            raw = self._raw(unit)
+            raw = self.raw.read(unit)
         except OSError as exc:
             raise CorruptMember(
                 f"cannot read: {exc.strerror or exc}", unit.path, unit.member
@@ -221,17 +164,17 @@ class Reader:
             cut = cut or f"corrupt {unit.kind} data: {exc}"
         except _DECOMPRESS_ERRORS as exc:
             why = cut or f"corrupt {unit.kind} data: {exc}"
-            raise CorruptMember(why + self._cached_note(unit), unit.path, unit.member) from exc
+            raise CorruptMember(why + self.raw.cached_note(unit), unit.path, unit.member) from exc
         del raw
         try:
             names, offsets, sizes = walk(data, partial=cut is not None)
         except TarFormatError as exc:
-            why = f"not a valid tar: {exc}{self._cached_note(unit)}"
+            why = f"not a valid tar: {exc}{self.raw.cached_note(unit)}"
             raise CorruptMember(why, unit.path, unit.member) from exc
         dropped: list[CorruptMember] = []
         if cut is not None:
             if not names:
-                raise CorruptMember(cut + self._cached_note(unit), unit.path, unit.member)
+                raise CorruptMember(cut + self.raw.cached_note(unit), unit.path, unit.member)
             dropped.append(
                 TruncatedMember(
                     f"{cut}: partial, {len(names)} documents end before the cut",
@@ -287,12 +230,7 @@ class Reader:
         dropped: list[CorruptMember],
     ) -> Member:
         """What of a unit's documents is kept: its split, the size limit, the UTF-8 check."""
-        if self.split is not None:
-            which, fraction, seed = self.split
-            held_out = which == "val"
-            for k, name in enumerate(names):
-                if in_validation(name, fraction, seed) is not held_out:
-                    offsets[k] = -1
+        leave_out_split(self.split, names, offsets)
         limit = self.max_document_bytes
         if sizes and max(sizes) > limit:
             for k, size in enumerate(sizes):
@@ -306,81 +244,9 @@ class Reader:
                         )
                     )
                     offsets[k] = -1
-        if self.texts:
-            decoded, replace = self._decode_text(data, unit, names, offsets, sizes, dropped)
-            return Member(data, names, offsets, sizes, dropped, replace, decoded)
-        replace = self._check_text(data, unit, names, offsets, sizes, dropped)
-        return Member(data, names, offsets, sizes, dropped, replace)
-
-    def _check_text(
-        self,
-        data: bytes,
-        unit: Unit,
-        names: list[str],
-        offsets: list[int],
-        sizes: list[int],
-        dropped: list[CorruptMember],
-    ) -> int:
-        """Check that every kept document is UTF-8; return how many need ``replace``.
-
-        Done here so that the consumer's decode cannot fail: its stream then
-        holds only documents it will hand out. ASCII is checked without decoding.
-        """
-        if self.decode_errors is None or data.isascii():
-            return 0
-        replace = 0
-        for k, offset in enumerate(offsets):
-            if offset < 0:
-                continue
-            raw = data[offset : offset + sizes[k]]
-            if raw.isascii():
-                continue
-            try:
-                raw.decode()
-            except UnicodeDecodeError as exc:
-                if self.decode_errors == "replace":
-                    replace += 1
-                    continue
-                dropped.append(bad_utf8(exc, unit, names[k]))
-                offsets[k] = -1
-        return replace
-
-    def _decode_text(
-        self,
-        data: bytes,
-        unit: Unit,
-        names: list[str],
-        offsets: list[int],
-        sizes: list[int],
-        dropped: list[CorruptMember],
-    ) -> tuple[list[str], int]:
-        """The text of every kept document, and how many needed ``replace``; what
-        ``_check_text`` leaves out is left out here the same way.
-
-        Each is decoded from a view of ``data`` (no copy of its bytes). Without a check
-        (``decode_errors`` None), invalid UTF-8 raises ``UnicodeDecodeError``, as decoding
-        the member's documents afterwards would.
-        """
-        view = memoryview(data)
         errors = self.decode_errors
-        texts: list[str] = []
-        replace = 0
-        for k, offset in enumerate(offsets):
-            if offset < 0:
-                continue
-            raw = view[offset : offset + sizes[k]]
-            try:
-                texts.append(str(raw, "utf-8"))
-            except UnicodeDecodeError as exc:
-                if errors is None:
-                    raise
-                if errors == "replace":
-                    replace += 1
-                    texts.append(str(raw, "utf-8", "replace"))
-                    continue
-                dropped.append(bad_utf8(exc, unit, names[k]))
-                offsets[k] = -1
-        return texts, replace
+        texts, replace = check_utf8(data, unit, names, offsets, sizes, dropped, errors, self.texts)
+        return Member(data, names, offsets, sizes, dropped, replace, texts)
 
 
 def _read_as_is(kind: str) -> bool:
@@ -388,105 +254,3 @@ def _read_as_is(kind: str) -> bool:
     JSON lines chunk, one long line of which makes it long): its size is what it costs."""
     jsonl = split_jsonl_kind(kind)
     return kind in (TAR, TOKENS) or (jsonl is not None and not jsonl[0])
-
-
-def _read_tokens(reader: Reader, unit: Unit) -> Member:
-    """A token unit: its documents' ids as they lie in the file (no decoding, no tar),
-    each document's place in them from the file's ends (``tokenfiles.opened``: a forked
-    worker has them from the main process's index). Names are document indices."""
-    try:
-        token_file = opened(unit.path, eot=reader.token_eot)
-        data = reader._raw(unit)
-    except TokenFileError as exc:
-        raise CorruptMember(exc.message, unit.path, unit.member) from exc
-    except OSError as exc:
-        why = f"cannot read: {exc.strerror or exc}"
-        raise CorruptMember(why, unit.path, unit.member) from exc
-    first, stop = document_range(unit.member)
-    ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
-    if len(data) != unit.size or stop > len(ends):
-        why = f"file is truncated: {len(data)} of {unit.size} bytes"
-        raise CorruptMember(why, unit.path, unit.member)
-    start = int(ends[first - 1]) if first else 0
-    bounds = (ends[first:stop] - start) * itemsize
-    offsets = [0, *bounds[:-1].tolist()]
-    sizes = np.diff(bounds, prepend=0).tolist()
-    names = document_names(unit.member, first, stop)
-    if reader.split is not None:
-        which, fraction, seed = reader.split
-        for k, name in enumerate(names):
-            if in_validation(name, fraction, seed) is not (which == "val"):
-                offsets[k] = -1
-    dropped: list[CorruptMember] = []
-    if reader.token_vocab is not None:
-        ids = np.frombuffer(data, dtype=token_file.ids.dtype)
-        past = np.flatnonzero(ids >= reader.token_vocab)
-        if past.size:  # rare: the documents that hold them, found by their ends
-            for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
-                if offsets[k] >= 0:
-                    offsets[k] = -1
-                    dropped.append(CorruptDocument(
-                        f"holds ids at or past the tokenizer's vocabulary of "
-                        f"{reader.token_vocab} (e.g. {int(ids[past[0]])}): ids of another "
-                        "tokenizer, or a damaged file", unit.path, unit.member, names[k],
-                    ))  # fmt: skip
-    return Member(data, names, offsets, sizes, dropped, 0)
-
-
-def bad_utf8(error: UnicodeDecodeError, unit: Unit, name: str) -> CorruptDocument:
-    """The error of a document that is not UTF-8, naming its file, member and name."""
-    reason = f"invalid UTF-8 at byte {error.start}: {error.reason}"
-    return CorruptDocument(reason, unit.path, unit.member, name)
-
-
-class Encoded(NamedTuple):
-    """A member's documents as token ids (``tokenizer`` set): what crosses to the consumer."""
-
-    data: bytes
-    """The ids of the kept documents, each followed by the end-of-text id, as ``dtype``."""
-    offsets: list[int]
-    """Byte offset of each document's ids in ``data`` (-1: left out)."""
-    counts: list[int]
-    """Ids per document, end-of-text included (0: left out)."""
-
-
-_BLANK_LINES = re.compile("\n\n\n+")
-
-
-def nanogpt_text(text: str) -> str:
-    """``text`` as the Hugging Face ``openwebtext`` loading script yields it to nanoGPT.
-
-    Three or more newlines become two, then ``str.strip()`` (which strips Unicode
-    whitespace, not only ASCII). An empty or all-whitespace document becomes ``""``.
-    """
-    return _BLANK_LINES.sub("\n\n", text).strip()
-
-
-def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = False) -> Encoded:
-    """Tokenize the kept documents of ``member`` (its text is already checked).
-
-    Each document's ids end with ``tokenizer.eot``, as nanoGPT's
-    ``prepare.py`` writes them, so concatenating documents packs them.
-    With ``normalise``, each text goes through ``nanogpt_text`` first.
-    """
-    kept = [k for k, offset in enumerate(member.offsets) if offset >= 0]
-    texts = member.texts  # decoded by the reader's check (``Reader(..., texts=True)``)
-    if texts is None:
-        errors = "replace" if member.replace else "strict"
-        data = member.data
-        texts = [
-            data[member.offsets[k] : member.offsets[k] + member.sizes[k]].decode("utf-8", errors)
-            for k in kept
-        ]
-    if normalise:
-        texts = [nanogpt_text(text) for text in texts]
-    ids, kept_counts = tokenizer.encode_packed(texts)  # one array: no Python int per id
-    offsets = [-1] * len(member.offsets)
-    counts = [0] * len(member.offsets)
-    itemsize = tokenizer.dtype.itemsize
-    position = 0
-    for k, count in zip(kept, kept_counts, strict=True):
-        offsets[k] = position * itemsize
-        counts[k] = count
-        position += count
-    return Encoded(ids.tobytes(), offsets, counts)

@@ -13,7 +13,7 @@ Two split rules (``PrepareOptions.split_rule``, ``owt tokenize --split``):
 - ``nanogpt``: byte-identical to nanoGPT's ``data/openwebtext/prepare.py`` reading the same
   archives through the Hugging Face ``openwebtext`` loading script. Documents in corpus
   order (files sorted by name, members and documents in archive order), each text
-  ``read.nanogpt_text(text)``; ``n_val = ceil(val_fraction * n)``,
+  ``engine.nanogpt_text(text)``; ``n_val = ceil(val_fraction * n)``,
   ``perm = numpy.random.default_rng(val_seed).permutation(n)``, val.bin holds documents
   ``perm[:n_val]`` and train.bin ``perm[n_val:]``, each in permutation order. Two passes:
   tokenize in corpus order into ``.tokens.bin.part`` (recording each document's length),

@@ -20,7 +20,6 @@ from msgspec import UNSET, UnsetType
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
-from openwebtext.errors import StateError
 from openwebtext.options import ErrorPolicy
 from openwebtext.plan import shard_range
 from openwebtext.policy import COUNTERS
@@ -276,7 +275,4 @@ def read(body: Any, cls: type[R], what: str) -> R:
     Raises:
         StateError: not of this format, or naming the first wrong field (``field``).
     """
-    if isinstance(body, dict) and body.get("format") != FORMAT:
-        found = body.get("format")
-        raise StateError(f"bad {what}: format: not {FORMAT!r} (found {found!r})", field="format")
     return codec.decode(body, cls, what)

@@ -236,7 +236,6 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     @classmethod
     def from_json(cls, state: Any) -> DocumentState:
         """Raises: StateError: not a state of this format, or naming the first wrong field."""
-        _check_format(state, STATE_FORMAT, "an openwebtext state")
         return codec.decode(state, cls)
 
     def to_json(self) -> dict[str, Any]:
@@ -412,7 +411,6 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     @classmethod
     def from_json(cls, state: Any) -> BatchesState:
         """Raises: StateError: not a batches state, or naming the first wrong field."""
-        _check_format(state, BATCHES_FORMAT, "a batches state")
         return codec.decode(state, cls, "batches state")
 
     def to_json(self) -> dict[str, Any]:
@@ -422,10 +420,3 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     def cut(self) -> int:
         """Concat: ids of the next document already targets, plus one (0: none)."""
         return self.offset + 1 if self.batches > 0 else 0
-
-
-def _check_format(state: Any, expected: str, what: str) -> None:
-    """Refuse what is not an object of format ``expected``, saying what it is."""
-    found = state.get("format") if isinstance(state, dict) else type(state).__name__
-    if found != expected:
-        raise StateError(f"not {what} of format {expected!r} (found {found!r})", field="format")

@@ -1,0 +1,90 @@
+"""The token reader: a unit of a token file (``kind="tokens"``, member ``docs FIRST-STOP``)
+→ its documents' ids as they lie in the file, no decoding, no tar.
+
+Each document's place comes from the file's ends (``tokenfiles.opened``: a forked worker
+has them from the main process's index); its names are document indices. A document
+holding an id at or past the tokenizer's vocabulary is left out as a ``CorruptDocument``
+(never handed to a model's embedding). Beside ``read``'s text reader, which hands it the
+token units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from openwebtext.engine.member import Member, Split, leave_out_split
+from openwebtext.engine.raw import UnitBytes
+from openwebtext.errors import CorruptDocument, CorruptMember
+from openwebtext.records import Unit
+from openwebtext.tokenfiles import (
+    TokenFileError,
+    document_names,
+    document_range,
+    opened,
+)
+
+__all__ = ["TokenReader"]
+
+
+class TokenReader:
+    """Reads token units from ``raw``: ``eot`` is the corpus's end-of-text id (should a
+    worker open the file anew: spawned), ``vocab`` its tokenizer's vocabulary size (None:
+    ids not checked)."""
+
+    def __init__(
+        self,
+        raw: UnitBytes,
+        split: Split | None = None,
+        eot: int | None = None,
+        vocab: int | None = None,
+    ):
+        self.raw = raw
+        self.split = split
+        self.eot = eot
+        self.vocab = vocab
+
+    def read(self, unit: Unit) -> Member:
+        """The unit's ids and where each of its documents lies in them.
+
+        Raises:
+            CorruptMember: the file cannot be read or indexed, or is cut short.
+        """
+        try:
+            token_file = opened(unit.path, eot=self.eot)
+            data = self.raw.read(unit)
+        except TokenFileError as exc:
+            raise CorruptMember(exc.message, unit.path, unit.member) from exc
+        except OSError as exc:
+            why = f"cannot read: {exc.strerror or exc}"
+            raise CorruptMember(why, unit.path, unit.member) from exc
+        first, stop = document_range(unit.member)
+        ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
+        if len(data) != unit.size or stop > len(ends):
+            why = f"file is truncated: {len(data)} of {unit.size} bytes"
+            raise CorruptMember(why, unit.path, unit.member)
+        start = int(ends[first - 1]) if first else 0
+        bounds = (ends[first:stop] - start) * itemsize
+        offsets = [0, *bounds[:-1].tolist()]
+        sizes = np.diff(bounds, prepend=0).tolist()
+        names = document_names(unit.member, first, stop)
+        leave_out_split(self.split, names, offsets)
+        dropped: list[CorruptMember] = []
+        if self.vocab is not None:
+            ids = np.frombuffer(data, dtype=token_file.ids.dtype)
+            past = np.flatnonzero(ids >= self.vocab)
+            if past.size:  # rare: the documents that hold them, found by their ends
+                for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
+                    if offsets[k] < 0:
+                        continue
+                    offsets[k] = -1
+                    dropped.append(
+                        CorruptDocument(
+                            f"holds ids at or past the tokenizer's vocabulary of {self.vocab} "
+                            f"(e.g. {int(ids[past[0]])}): ids of another tokenizer, or a "
+                            "damaged file",
+                            unit.path,
+                            unit.member,
+                            names[k],
+                        )
+                    )
+        return Member(data, names, offsets, sizes, dropped, 0)
