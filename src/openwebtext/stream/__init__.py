@@ -14,12 +14,8 @@ from openwebtext.stream.epochs import check_in_run, members_in_run
 from openwebtext.stream.mixed import MixedStream
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture, reshard
-from openwebtext.stream.packing import (
-    WINDOW,
-    BestFitBatches,
-    PackedBatch,
-    cu_seqlens,
-)
+from openwebtext.stream.packed import PackedBatch, cu_seqlens
+from openwebtext.stream.packing import WINDOW, BestFitBatches
 from openwebtext.stream.readahead import Ahead, Stateful, ahead
 from openwebtext.stream.schema import (
     DocumentState,

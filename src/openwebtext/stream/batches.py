@@ -27,7 +27,8 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.counters import PackingCounts
-from openwebtext.stream.packing import PACKING, PackedBatch, segmented
+from openwebtext.stream.packed import PackedBatch, segmented
+from openwebtext.stream.packing import PACKING
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of

@@ -141,6 +141,18 @@ class Rows:
         parts = [labels[w][i:j] for w, i, j in spans]
         return (*made, np.concatenate(parts).reshape(shape))
 
+    def again(
+        self, row: int, cap: int, skip: int, seeded: Callable[[int], Sequence[int]], pad: Any
+    ) -> Rows | None:
+        """The rows from ``row`` on (of the window's) packed again at ``cap`` ids a row, from
+        row ``skip`` on (``pad``: the new row of padding): ``pieces`` given to ``fit``."""
+        documents, lengths, bases = self.pieces(row)
+        documents[0].append(pad)
+        labels = self.labels
+        if labels is not None:  # the last is the old row of padding
+            labels = [*labels[:-1], np.full(cap, -1, np.int16)]
+        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels)
+
     def pieces(
         self, row: int
     ) -> tuple[

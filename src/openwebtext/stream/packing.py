@@ -1,6 +1,5 @@
-"""Document-aware packing: rows that say where their documents start (``PackedBatch``), rows of
-whole documents placed by best fit (``BestFitBatches``), and the attention layouts the
-models take (``cu_seqlens``; the torch mask is ``openwebtext.torch.document_mask``).
+"""Document-aware packing: rows of whole documents placed by best fit (``BestFitBatches``),
+handed out as arrays or as ``packed.PackedBatch`` records.
 
 Best fit (after "Fewer Truncations Improve Language Modeling", Ding et al., 2024): the stream
 is read in windows of ``window`` documents; a document longer than a row is split into
@@ -31,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -41,21 +40,14 @@ from openwebtext.plan import permutation
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.fitting import Rows, best_fit, fit
 from openwebtext.stream.mixschema import MixRun
+from openwebtext.stream.packed import PackedBatch
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
 from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
 from openwebtext.stream.state import Stats
 
-__all__ = [
-    "PACKING",
-    "WINDOW",
-    "BestFitBatches",
-    "PackedBatch",
-    "best_fit",
-    "cu_seqlens",
-    "segmented",
-]
+__all__ = ["PACKING", "WINDOW", "BestFitBatches", "best_fit"]
 
 #: The packings ``Loader.batches`` knows: documents end to end, or whole by best fit.
 PACKING = ("concat", "bestfit")
@@ -68,48 +60,6 @@ ROWS = 2
 
 #: Rows best fit makes at a time (batches are views of them).
 MADE_ROWS = 256
-
-
-class PackedBatch(NamedTuple):
-    """A batch with its documents marked (``Loader.batches(segments=True)``), all (B, L + 1).
-
-    Feed ``tokens[:, :-1]`` with ``segment_ids[:, :-1]`` and ``positions[:, :-1]``; the
-    targets are ``tokens[:, 1:]``.
-    """
-
-    tokens: np.ndarray[Any, Any]
-    segment_ids: np.ndarray[Any, Any]
-    """Documents numbered from 1 within each row; 0: padding."""
-    positions: np.ndarray[Any, Any]
-    """Each id's position in its document (0 at its start; 0 for padding)."""
-    sources: np.ndarray[Any, Any] | None = None
-    """A mixture's: each id's part, its index in ``Mixture.names`` (int16; -1 for padding),
-    e.g. for a loss per part; None: one corpus."""
-
-
-def segmented(
-    tokens: np.ndarray[Any, Any],
-    documents: np.ndarray[Any, Any],
-    positions: np.ndarray[Any, Any],
-    sources: np.ndarray[Any, Any] | None = None,
-) -> PackedBatch:
-    """The ``PackedBatch`` of rows whose ids belong to ``documents`` (any increasing numbers,
-    one per document of the stream) at ``positions`` (of a mixture: from ``sources``)."""
-    segment_ids = (documents - documents[:, :1] + 1).astype(np.int32)
-    return PackedBatch(tokens, segment_ids, positions.astype(np.int32), sources)
-
-
-def cu_seqlens(segment_ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-    """The cumulative sequence lengths of FlashAttention's varlen kernels
-    (``flash_attn_varlen_func(cu_seqlens_q=…, cu_seqlens_k=…)``) for rows flattened one after
-    another: every run of one segment in a row is a sequence (a run of padding too, so that
-    the lengths add up to ``B * L``). int32, starting at 0."""
-    ids = np.asarray(segment_ids)
-    rows, length = ids.shape
-    starts = np.ones(ids.shape, dtype=bool)
-    starts[:, 1:] = ids[:, 1:] != ids[:, :-1]
-    where = np.flatnonzero(starts.reshape(-1))
-    return np.append(where, rows * length).astype(np.int32)
 
 
 @dataclass
@@ -350,14 +300,9 @@ class BestFitBatches:
         ``skip`` on; ``again``: the times the window was packed again, this one included."""
         if fitted is None:
             raise StateError("bad batches state: a window packed again has no row left")
-        documents, lengths, bases = fitted.pieces(row)
         cap = seq_len + 1
-        documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
-        labels = fitted.labels
-        if labels is not None:  # the last is the old row of padding
-            labels = [*labels[:-1], np.full(cap, -1, np.int16)]
-        seeded = self._seeded(epoch, number, again)
-        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels)
+        pad = np.full(cap, self.pad_id, dtype=self.dtype)
+        return fitted.again(row, cap, skip, self._seeded(epoch, number, again), pad)
 
     def _reshape(self) -> None:
         """Pack the windows' rows not handed out at the length of the next batch, if it is
