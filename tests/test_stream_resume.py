@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from openwebtext import Loader, Options, StateError
 from openwebtext.options import SHAPING
 from openwebtext.stream import resume_options
+from openwebtext.stream.counters import Counters
 from resumable import Start, check_save_load
 from resumable import run as run_subject
 
@@ -262,7 +263,7 @@ def test_resume_does_not_reread_finished_units(small_corpus: Path) -> None:
     with loader.iter(state=state) as it:
         rest = list(it)
         # Blocks are 2 units (40 documents >= 30): only the cut block's units 4 and 5 are read.
-        assert it.stats.units - state["counters"]["units"] == 2
+        assert it.stats.units - state["counters"].get("units", 0) == 2
     assert len(rest) == 20
 
 
@@ -274,7 +275,9 @@ def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     # Saved states of format 1 carry exactly these keys: renaming one breaks them.
     assert set(state) == {"format", "config", "position", "counters"}
     assert set(state["position"]) == {"epoch", "block", "in_block"}
-    assert set(state["counters"]) == {
+    # Counters at 0 are left out (a mixture's state holds one set per part): these are not.
+    assert set(state["counters"]) == {"documents", "text_bytes", "epoch_documents", "units"}
+    assert set(Counters.__struct_fields__) == {
         "documents", "text_bytes", "epoch_documents", "units", "skipped_members",
         "skipped_documents", "replaced_documents", "tokens", "partial_members",
         "repeated_documents", "dropped_documents",
