@@ -100,7 +100,8 @@ class GPT(nn.Module):
 def plain_feed(batches: Any, device: torch.device) -> Iterator[dict[str, torch.Tensor]]:
     """The loop users write without the stage: each array copied to the device as it comes."""
     for batch in batches:
-        yield {name: torch.from_numpy(a).to(device) for name, a in batch._asdict().items()}
+        arrays = batch._asdict().items()  # sources: None for one corpus
+        yield {name: torch.from_numpy(a).to(device) for name, a in arrays if a is not None}
 
 
 class Clock:

@@ -133,7 +133,8 @@ def inputs(batch: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
 def as_tensors(batch: Any, device: torch.device) -> Any:
     """A batch of ``Loader.batches`` as the train DataLoader gives it: tensors (on ``device``)."""
     if isinstance(batch, tuple):  # a PackedBatch (--segments)
-        return {name: torch.from_numpy(a).to(device) for name, a in batch._asdict().items()}
+        arrays = batch._asdict().items()  # sources: None for one corpus
+        return {name: torch.from_numpy(a).to(device) for name, a in arrays if a is not None}
     return torch.from_numpy(batch).to(device)
 
 
