@@ -29,7 +29,7 @@ from openwebtext.source import Storage
 from openwebtext.tokenfiles import TOKENS, opened
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["open_reader", "read_unit", "worker_main"]
+__all__ = ["LaneReaders", "open_reader", "read_unit", "worker_main"]
 
 
 def _die_with_parent(parent: int) -> None:
@@ -67,7 +67,7 @@ def worker_main(
     _die_with_parent(parent)
     for conn in inherited:
         conn.close()
-    readers = _Readers(lanes)
+    readers = LaneReaders(lanes)
     units = lanes.units
     slot_bytes = options.slot_bytes
     queued: collections.deque[Request | None] = collections.deque()
@@ -112,8 +112,9 @@ def worker_main(
         readers.close()
 
 
-class _Readers:
-    """A worker's reader of each lane, opened when the lane's first unit comes."""
+class LaneReaders:
+    """A reader of each lane, opened when the lane's first unit comes (a worker's, and the
+    inline pool's)."""
 
     def __init__(self, lanes: Lanes) -> None:
         self.lanes = lanes
@@ -161,7 +162,7 @@ def _send_failure(results: Connection, message: Failed) -> None:
 def _next_task(
     tasks: Connection,
     queued: collections.deque[Request | None],
-    readers: _Readers,
+    readers: LaneReaders,
 ) -> Request | None:
     """The next task; every task already sent is taken off the pipe and told to the reader.
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
 
-from openwebtext.engine.child import open_reader, read_unit
+from openwebtext.engine.child import LaneReaders, read_unit
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
-from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import Loaded, failure
 from openwebtext.records import Unit
 from openwebtext.source import Storage
@@ -33,7 +32,7 @@ class InlinePool:
         self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
         self.units = self.lanes.units
         self.options = options
-        self.readers: dict[int, Reader] = {}
+        self.readers = LaneReaders(self.lanes)
         self.closed = False
 
     def run(self, order: Iterable[int]) -> Generator[Loaded, None, None]:
@@ -47,7 +46,7 @@ class InlinePool:
         for unit in order:
             try:
                 member, payload, offsets, counts = read_unit(
-                    self._reader(lane), options.tokenizer, units[unit], options.normalise
+                    self.readers.reader(lane), options.tokenizer, units[unit], options.normalise
                 )
             except Exception as exc:  # as a worker reports it
                 error = failure(exc, units[unit])
@@ -67,20 +66,12 @@ class InlinePool:
                 counts,
             )
 
-    def _reader(self, lane: int) -> Reader:
-        reader = self.readers.get(lane)
-        if reader is None:
-            options, storage = self.lanes.lanes[lane].options, self.lanes.lanes[lane].storage
-            reader = self.readers[lane] = open_reader(options, storage)
-        return reader
-
     def release(self, ticket: int) -> None:
         """Nothing to free: each unit's data is its own ``bytes``."""
 
     def close(self) -> None:
         self.closed = True
-        for reader in self.readers.values():
-            reader.close()
+        self.readers.close()
 
     def __enter__(self) -> InlinePool:
         return self
