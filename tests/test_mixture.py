@@ -391,3 +391,75 @@ def test_a_mixture_under_a_shape_schedule_resumes_at_the_change(
         rest, _ = run(state, 10 - stop)
         for a, b in zip(first + rest, whole, strict=True):
             assert (a.tokens == b.tokens).all() and (a.sources == b.sources).all()
+
+
+def test_concat_batches_of_a_mixture_reshard_with_no_id_twice_or_lost(
+    parts: dict[str, str],
+) -> None:
+    """Concat batches of 4 ranks stopped inside documents, resharded to 3 and to 1: per part,
+    every id of its epoch 0 is a target once over the old and new ranks (but each rank's
+    first id and last ids, which no batch of its own makes a target), a document cut across
+    the checkpoint goes on from its first id not yet a target, and each new rank's documents
+    keep the weights within one document."""
+    m = mixture(parts, {"web": 0.6, "pq": 0.4})  # js at 0: never read
+    seq, rows = 32, 2
+
+    def opts(rank: int, world: int) -> dict[str, Any]:
+        return {"workers": 0, "seed": 5, "rank": rank, "world_size": world, "even": None,
+                "epochs": None, "tokenizer": "bytes"}  # fmt: skip
+
+    lengths: dict[str, int] = {}
+
+    def stream(state: Any, rank: int, world: int) -> list[tuple[str, int, int, int]]:
+        """``(part:document, index, id, part's epoch)`` of every id the rank's documents
+        hold, until each read part has begun its epoch 1."""
+        out: list[tuple[str, int, int, int]] = []
+        counts = collections.Counter[str]()
+        with Loader(m, **opts(rank, world)).iter(state=state) as it:
+            for n, doc in enumerate(it, 1):
+                epoch = it.stats.epochs[doc.source]
+                counts[doc.source] += 1
+                assert all(abs(counts[k] - w * n) <= 1 for k, w in (("web", 0.6), ("pq", 0.4)))
+                key = f"{doc.source}:{doc.name}"
+                cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
+                out += [(key, cut + j, int(t), epoch) for j, t in enumerate(doc.tokens)]
+                if all(e >= 1 for k, e in it.stats.epochs.items() if k != "js"):
+                    return out
+
+    def targets(state: Any, rank: int, world: int, n: int | None) -> tuple[list[Any], Any]:
+        ids = stream(state and state["documents"], rank, world)
+        got: list[Any] = []
+        with Loader(m, **opts(rank, world)).batches(seq, rows, state=state) as it:
+            k = 0
+            while (n is None or k < n) and (k + 1) * seq * rows < len(ids):
+                batch = next(it)
+                window = ids[k * seq * rows : (k + 1) * seq * rows + 1]
+                assert batch[:, 1:].reshape(-1).tolist() == [t for _, _, t, _ in window[1:]]
+                got += [(d, j) for d, j, _, e in window[1:] if e == 0]
+                k += 1
+            return got, json.loads(json.dumps(it.state_dict())), ids
+
+    every: set[tuple[str, int]] = set()
+    old: list[Any] = []
+    states = []
+    for rank, stop in enumerate((3, 7, 1, 5)):
+        got, state, ids = targets(None, rank, 4, stop)
+        every |= {(d, j) for d, j, _, e in ids if e == 0}
+        old += got
+        states.append(state)
+    assert any(s["offset"] for s in states)  # some rank stopped inside a document
+    for world in (3, 1):
+        together = list(old)
+        untargeted = 4 + world  # each rank's first id; the new ranks' tails are below
+        for rank, state in enumerate(reshard(states, world)):
+            got, _, ids = targets(state, rank, world, None)
+            together += got
+            untargeted += sum(1 for *_, e in ids if e == 0) - len(got)
+        counted = collections.Counter(together)
+        assert {t for t, c in counted.items() if c > 1} == set(), world
+        assert len(every - set(counted)) <= untargeted, world
+    with Loader(m, **opts(0, 1)).batches(seq, rows, packing="bestfit", window=8) as it:
+        next(it)
+        fitted = json.loads(json.dumps(it.state_dict()))
+    with pytest.raises(StateError, match="best-fit batches of a mixture"):
+        reshard([fitted], 2)

@@ -15,8 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
-from openwebtext import Mixture  # noqa: E402
-from openwebtext.torch import OpenWebTextDataset, PackedBatchDataset  # noqa: E402
+from openwebtext import Loader, Mixture  # noqa: E402
+from openwebtext.torch import (  # noqa: E402
+    OpenWebTextDataset,
+    PackedBatchDataset,
+    reshard_loader_states,
+)
 from tables_support import sample_texts, write_jsonl, write_parquet  # noqa: E402
 
 WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
@@ -73,3 +77,31 @@ def test_packed_batches_of_a_mixture_resume_under_stateful_dataloader(
         resumed = make()
         resumed.load_state_dict(state)
         assert head + [b.tolist() for b in resumed] == full, cut
+
+
+def test_concat_batches_of_a_mixture_reshard_to_another_world_and_num_workers(
+    mixture: Mixture,
+) -> None:
+    """2 ranks stopped at different steps, their StatefulDataLoader states resharded onto 1
+    rank of 2 DataLoader workers: its batches are those of ``Loader.batches`` from each
+    resharded share, round robin."""
+    opts: dict[str, Any] = {"seed": 3, "tokenizer": "bytes", "even": None, "epochs": None}
+    states = []
+    for rank, steps in enumerate((2, 5)):
+        dataset = PackedBatchDataset(mixture, 64, 2, workers=0, rank=rank, world_size=2, **opts)
+        loader = stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=0)
+        for _ in zip(range(steps), loader, strict=False):
+            pass
+        states.append(json.loads(json.dumps(loader.state_dict())))
+    (shares,) = reshard_loader_states(states, 1, 2)
+    dataset = PackedBatchDataset(mixture, 64, 2, workers=0, **opts)
+    dataset.load_resharded(shares)
+    loader = stateful.StatefulDataLoader(dataset, batch_size=None, num_workers=2)
+    got = [b.tolist() for _, b in zip(range(6), loader, strict=False)]
+    per_share = []
+    for r, state in enumerate(shares):
+        with Loader(mixture, workers=0, rank=r, world_size=2, **opts).batches(
+            64, 2, state=state
+        ) as batches:
+            per_share.append([next(batches).tolist() for _ in range(3)])
+    assert got == [per_share[k % 2][k // 2] for k in range(6)]

@@ -33,6 +33,8 @@ class MixMark(NamedTuple):
     served: tuple[int, ...]
     applied: int
     """How many weight changes the weights and counts include."""
+    next: int | None = None
+    """The part of the next document, where it was already chosen (``MixRun.mark_before``)."""
 
     @property
     def epoch(self) -> int:
@@ -100,7 +102,10 @@ class MixRun:
             part = int(self.parts[k])
             marks[part] = self._afters[k]
             served[part] += int(self.lengths[k]) if self._by_tokens else 1
-        return MixMark(tuple(marks), b.handed + j, b.weights, tuple(served), b.applied)
+        following = int(self.parts[j]) if j < len(self.parts) else None
+        return MixMark(
+            tuple(marks), b.handed + j, b.weights, tuple(served), b.applied, following
+        )
 
     def end_to_end(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """The documents' ids one after another, and where each ends in them."""

@@ -17,10 +17,12 @@ from openwebtext.index import Corpus
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.resharding import KEEP, Even
+from openwebtext.stream.resharding import KEEP, Even, new_schedule, parse_batches
 from openwebtext.stream.resharding import reshard as reshard_stream
 from openwebtext.stream.schema import (
+    BATCHES_FORMAT,
     MIXTURE_FORMAT,
+    BatchesState,
     By,
     Change,
     DocumentState,
@@ -173,37 +175,81 @@ def _refuse_shared_files(corpora: Mapping[str, Corpus]) -> None:
 def reshard(
     states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP
 ) -> list[dict[str, Any]]:
-    """``resharding.reshard`` for states of single corpora, and for mixtures: each part's
-    states resharded as a corpus's, each new rank with the weights in force on old rank 0
-    (and its schedule position); the proportions count again from the reshard."""
-    if not states or not all(
-        isinstance(s, Mapping) and s.get("format") == MIXTURE_FORMAT for s in states
-    ):
-        if any(isinstance(s, Mapping) and s.get("format") == MIXTURE_FORMAT for s in states):
-            raise StateError(
-                "states of a mixture and of a single corpus cannot be resharded together"
-            )
+    """``resharding.reshard`` for states of single corpora, and for mixtures (the states of
+    their documents, or of their concat batches): each part's states resharded as a corpus's,
+    each new rank with the weights in force on old rank 0 (and its schedule position); the
+    proportions count again from the reshard. A document a concat batch had begun goes on,
+    in its part, from its first id not yet a target."""
+    mixtures = [_mixture_of(s) for s in states]
+    if not states or all(m is None for m in mixtures):
         return reshard_stream(states, world_size, even=even)
-    parsed = [MixtureState.from_json(s) for s in states]
+    if any(m is None for m in mixtures):
+        raise StateError("states of a mixture and of a single corpus cannot be resharded together")
+    if len({_batches(s) for s in states}) > 1:
+        raise StateError("states of a mixture's documents and of its batches given together")
+    batches = parse_batches(states) if _batches(states[0]) else None
+    parsed = [m for m in mixtures if m is not None]
     first = min(parsed, key=lambda s: next(iter(s.parts.values())).config.rank)
     for s in parsed:
         if s.config != first.config:
             raise StateError("the states are of different mixtures (their configs differ)")
     names = first.config.parts
+    if batches is not None and batches[0].packing != "concat":
+        raise StateError(
+            "resharding best-fit batches of a mixture is not built: resume them on the same "
+            "world size, or reshard concat batches or the mixture's document states"
+        )
+
+    def part_states(index: int, name: str) -> list[dict[str, Any]]:
+        if batches is None:
+            return [s.parts[name].to_json() for s in parsed]
+        out = []
+        for b, m in zip(batches, parsed, strict=True):
+            if b.offset and m.next is None:
+                raise StateError("a concat batches state of a mixture begun inside a document "
+                                 "must name its part (documents.next)")  # fmt: skip
+            mine = m.next == index
+            part = BatchesState(b.seq_len, b.batch_size, m.parts[name],
+                                b.offset if mine else 0, b.batches if mine else 0)  # fmt: skip
+            out.append(part.to_json())
+        return out
+
     new_parts = {
-        name: reshard_stream([s.parts[name].to_json() for s in parsed], world_size, even=even)
-        for name in names
+        name: reshard_stream(part_states(i, name), world_size, even=even)
+        for i, name in enumerate(names)
     }
-    zeros = (0,) * len(names)
-    return [
-        MixtureState(
-            first.config,
-            {name: DocumentState.from_json(new_parts[name][rank]) for name in names},
-            first.handed,
-            first.weights,
-            zeros,
-            first.changes,
-            first.applied,
-        ).to_json()
-        for rank in range(world_size)
-    ]
+    out = []
+    for rank in range(world_size):
+        each = {
+            name: DocumentState.from_json(
+                new_parts[name][rank]["documents"] if batches else new_parts[name][rank]
+            )
+            for name in names
+        }
+        state = MixtureState(first.config, each, first.handed, first.weights,
+                             (0,) * len(names), first.changes, first.applied)  # fmt: skip
+        if batches is None:
+            out.append(state.to_json())
+            continue
+        like = batches[0]
+        fresh = BatchesState(like.seq_len, like.batch_size, state, schedule=new_schedule(batches))
+        out.append(fresh.to_json())
+    return out
+
+
+def _batches(state: Mapping[str, Any]) -> bool:
+    return state.get("format") == BATCHES_FORMAT
+
+
+def _mixture_of(state: Any) -> MixtureState | None:
+    """The mixture's state of a mixture's state or batches state (None: not a mixture's)."""
+    if not isinstance(state, Mapping):
+        return None
+    if state.get("format") == MIXTURE_FORMAT:
+        return MixtureState.from_json(state)
+    inner = state.get("documents") if _batches(state) else None
+    if isinstance(inner, Mapping) and inner.get("format") == MIXTURE_FORMAT:
+        documents = BatchesState.from_json(state).documents
+        assert isinstance(documents, MixtureState)
+        return documents
+    return None

@@ -35,7 +35,7 @@ from openwebtext.stream.schema import (
 )
 from openwebtext.stream.shapes import saved_schedule
 
-__all__ = ["KEEP", "reshard"]
+__all__ = ["KEEP", "new_schedule", "parse_batches", "reshard"]
 
 #: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
 KEEP: Literal["keep"] = "keep"
@@ -81,7 +81,7 @@ def reshard(
         raise ValueError(f"world_size must be an int >= 1, not {world_size!r}")
     if not states:
         raise StateError("nothing to reshard: no state given")
-    batches = _parse_batches(states)
+    batches = parse_batches(states)
     documents = (
         [_of_corpus(b.documents) for b in batches]
         if batches
@@ -133,7 +133,7 @@ def reshard(
             out.append(state.to_json())
             continue
         like = batches[0]
-        packed = BatchesState(like.seq_len, like.batch_size, state, schedule=_schedule(batches))
+        packed = BatchesState(like.seq_len, like.batch_size, state, schedule=new_schedule(batches))
         if fit is not None:
             assert base.next_window is not None
             packed = replace(
@@ -157,16 +157,13 @@ def _new_rule(even: Even, old: Rule | None) -> Rule | None:
 
 
 def _of_corpus(state: DocumentState | MixtureState) -> DocumentState:
-    """The documents' state of batches of a corpus (batches of a mixture: not yet)."""
+    """The documents' state of batches of a corpus (a mixture's: ``mixture.reshard``)."""
     if isinstance(state, MixtureState):
-        raise StateError(
-            "resharding the batches of a mixture is not built yet: reshard the states of its "
-            "documents (MixtureIterator.state_dict()), or resume on the same world size"
-        )
+        raise StateError("batches of a mixture are resharded by openwebtext.reshard")
     return state
 
 
-def _parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | None:
+def parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | None:
     """The states as batches states (of one packing and size), or None for document states."""
     kinds = set()
     for k, state in enumerate(states):
@@ -194,7 +191,7 @@ def _parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | 
     return parsed
 
 
-def _schedule(states: Sequence[BatchesState]) -> Scheduled | UnsetType:
+def new_schedule(states: Sequence[BatchesState]) -> Scheduled | UnsetType:
     """The new ranks' schedule section: the old ranks' schedule, from the batch the furthest
     of them had reached (none for fixed sizes)."""
     sections = [s.scheduled for s in states]

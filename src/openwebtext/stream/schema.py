@@ -296,9 +296,15 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     applied: Count = 0
     """How many of ``changes`` the ``weights`` and ``served`` include (a batches state is
     taken before documents its packer read ahead: later changes apply again when reached)."""
+    next: Count | None = None
+    """The part (index) of the next document, where it was chosen before the state was taken
+    (a concat batches state's: the next batch starts inside it, and a reshard gives the cut
+    to that part's shares)."""
 
     def check(self) -> None:
         names = self.config.parts
+        if self.next is not None and self.next >= len(names):
+            raise Disagree("next", f"is {self.next}, not a part's index (< {len(names)})")
         if tuple(self.parts) != names:
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
         for field in ("weights", "served"):
