@@ -81,8 +81,8 @@ def test_every_part_every_document_once_per_epoch(parts: dict[str, str]) -> None
         counts[document.source] += 1
         for name, w in weights.items():
             assert abs(counts[name] - w * n) <= 1, (n, name, counts)
-    # the run ends at web's first turn past its epoch: 120 documents at 0.2, then < 1/0.2 more
-    assert 600 <= len(read) < 605
+    # the run ends right after web's last document (the 120th, within one of 0.2 n)
+    assert read[-1][0].source == "web" and 595 <= len(read) <= 605
 
 
 def test_documents_carry_their_part(parts: dict[str, str]) -> None:
@@ -463,3 +463,17 @@ def test_concat_batches_of_a_mixture_reshard_with_no_id_twice_or_lost(
         fitted = json.loads(json.dumps(it.state_dict()))
     with pytest.raises(StateError, match="best-fit batches of a mixture"):
         reshard([fitted], 2)
+
+
+def test_a_finite_run_ends_without_reading_the_next_epoch(parts: dict[str, str]) -> None:
+    """Weighted by their sizes, both parts end their epoch together: the run ends there, and
+    no unit of a part's next epoch is read (a part says its epoch's end before reading on)."""
+    m = mixture(parts, {"web": SIZES["web"], "pq": SIZES["pq"]})
+    with Loader(m, workers=0, seed=2).iter() as it:
+        documents = list(it)
+        stats = it.stats
+    counts = collections.Counter(d.source for d in documents)
+    assert counts == {"web": SIZES["web"], "pq": SIZES["pq"]}
+    assert stats.epochs == {"web": 0, "pq": 0, "js": 0}
+    units = {name: len(Loader(parts[name]).corpus.units) for name in ("web", "pq")}
+    assert {name: stats.parts[name].units for name in units} == units

@@ -32,7 +32,7 @@ from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState
 from openwebtext.stream.state import Mark, Stats, check_state, config_of
-from openwebtext.stream.stream import Stream, pool_options
+from openwebtext.stream.stream import EPOCH_END, Stream, pool_options
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["RUN", "MixedStream"]
@@ -42,25 +42,32 @@ RUN = 256
 
 
 class _Part:
-    """One part of a running mixture: its stream, and the document it has read ahead."""
+    """One part of a running mixture: its stream, and the document it has read ahead (or
+    ``EPOCH_END``: it stopped at the end of an epoch, the next one not yet read)."""
 
     __slots__ = ("after", "before", "documents", "head", "name", "seen", "stream")
 
-    def __init__(self, name: str, stream: Stream) -> None:
+    def __init__(self, name: str, stream: Stream, epoch_ends: bool) -> None:
         self.name = name
         self.stream = stream
-        self.documents = stream.documents()
+        self.documents = stream.documents(epoch_ends=epoch_ends)
         self.head: Any = None
         self.before: Any = None  # the stream's mark before ``head``
         self.after: Any = None  # and after it
         self.seen = stream.mark().epoch
-        """The epoch of the last document read (handed out or ahead): once past the run's last
-        epoch, the part has done its epochs (it goes on, repeated, meanwhile). A state knows
-        it from the part's position (a document read ahead is read again on resume)."""
+        """The epoch of the last document read (handed out or ahead), or of the next one at
+        an epoch's end: once past the run's last epoch, the part has done its epochs (it goes
+        on, repeated, meanwhile). A state knows it from the part's position (a document read
+        ahead is read again on resume)."""
 
-    def peek(self) -> Any:
-        """The part's next document (read ahead once)."""
-        if self.head is None:
+    def peek(self, stop_at_end: bool = False) -> Any:
+        """The part's next document (read ahead once); with ``stop_at_end``, None at the end
+        of an epoch (the next epoch not read: a finite run may end there)."""
+        if self.head is EPOCH_END:
+            if stop_at_end:
+                return None
+            self.head = None
+        while self.head is None:
             self.before = self.stream.mark()
             try:
                 self.head = next(self.documents)
@@ -68,6 +75,10 @@ class _Part:
                 raise CorpusError(f"the mixture's part {self.name!r} has no documents") from None
             self.after = self.stream.mark()
             self.seen = self.after.epoch
+            if self.head is EPOCH_END:
+                if stop_at_end:
+                    return None
+                self.head = None
         return self.head
 
     def mark(self) -> Mark:
@@ -122,7 +133,7 @@ class MixedStream:
             _Part(name, Stream(
                 corpora[name], opened[name], tokenizer, state=states[name],
                 pool=self._pool.lane(number), source=name,
-            ))
+            ), options.epochs is not None)
             for number, name in enumerate(mixture.names)
         ]  # fmt: skip
         weights = mixture.weights if saved is None else saved.weights
@@ -208,7 +219,16 @@ class MixedStream:
 
         def choose() -> int | None:
             weights = interleave.weights
+            live = [p for p, w in zip(parts, weights, strict=True) if w > 0]
+
+            def done() -> bool:  # every part of positive weight handed out the run's epochs
+                return last is not None and all(p.seen >= last for p in live)
+
             if tokens:
+                for p in live:  # a part at an epoch's end says so before reading on
+                    p.peek(stop_at_end=True)
+                if done():
+                    return None
                 sizes = [
                     _size(p.peek()) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)
                 ]
@@ -216,13 +236,13 @@ class MixedStream:
                 part = _draw(weights, seed, self.handed)
             else:
                 part = interleave.choose(sizes if tokens else None)
-            parts[part].peek()
-            if (
-                last is not None
-                and parts[part].seen >= last
-                and all(p.seen >= last for p, w in zip(parts, weights, strict=True) if w > 0)
-            ):
-                return None  # every part of positive weight handed out the run's epochs
+            parts[part].peek(stop_at_end=True)
+            if last is not None and parts[part].seen >= last:
+                for p in live:  # the others: at their epoch's end too? (else read ahead)
+                    p.peek(stop_at_end=True)
+                if done():
+                    return None
+            parts[part].peek()  # on into its next epoch, repeated meanwhile
             return part
 
         return choose
@@ -244,7 +264,6 @@ class MixedStream:
             m.served,
             tuple(self.changes),
             m.applied,
-            m.next,
         )
 
     @property

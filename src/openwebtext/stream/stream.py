@@ -59,7 +59,10 @@ from openwebtext.stream.state import (
 )
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["ErrorPolicy", "Stream", "pool_options", "split_of"]
+__all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options", "split_of"]
+
+#: What ``Stream.documents(epoch_ends=True)`` yields between two epochs.
+EPOCH_END: Any = object()
 
 log = logging.getLogger("openwebtext")
 
@@ -254,8 +257,12 @@ class Stream:
         ``state_dict`` is its JSON, to resume with ``Loader.iter(state=…)``."""
         return (self.mark() if mark is None else mark).state(self._config)
 
-    def documents(self, runs: str | None = None) -> Generator[Any, None, None]:
-        """The documents in order (``runs``: "units" or "in order", see ``Block.token_run``)."""
+    def documents(
+        self, runs: str | None = None, *, epoch_ends: bool = False
+    ) -> Generator[Any, None, None]:
+        """The documents in order (``runs``: "units" or "in order", see ``Block.token_run``;
+        ``epoch_ends``: ``EPOCH_END`` between two epochs, before the next is read, the mark
+        at its start)."""
         self._runs = runs if self._dtype is not None else None
         opts = self.options
         take = opts.take
@@ -290,6 +297,8 @@ class Stream:
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
+                if epoch_ends and (last is None or self._epoch < last):
+                    yield EPOCH_END
         finally:
             pool.close()
 
