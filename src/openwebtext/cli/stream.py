@@ -1,5 +1,6 @@
 """``owt stream``: read a corpus with a progress bar and a closing summary, or as JSON
-lines on stdout (``jsonl``); ``--state-out`` and ``--resume`` save and continue its state."""
+lines on stdout (``jsonl``), or packed into batches (``--pack``: what packing does to it);
+``--state-out`` and ``--resume`` save and continue its state."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from openwebtext import codec, interrupts
 from openwebtext.cli.args import (
@@ -28,10 +29,11 @@ from openwebtext.cli.standard import CLOSED_AT_START
 from openwebtext.errors import OutputError, OWTError
 from openwebtext.files import atomic_write, output_path
 from openwebtext.index import Corpus
-from openwebtext.loader import DocumentIterator, Mixture, MixtureIterator, Stats
+from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator, Stats
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited, storage_kwargs
 from openwebtext.stream import (
+    WINDOW,
     DocumentState,
     Mark,
     MixtureState,
@@ -40,6 +42,7 @@ from openwebtext.stream import (
     members_in_run,
     resume_options,
 )
+from openwebtext.stream.schema import BatchesState
 
 __all__ = ["add_parser", "run"]
 
@@ -189,23 +192,107 @@ def _mixture(args: argparse.Namespace) -> Mixture:
     return Mixture(parts, {name: w for name, _, w in args.mix}, by=args.mix_by)
 
 
-def _read_state(path: str) -> DocumentState | MixtureState:
-    """A ``--resume`` file: a corpus's state, or a mixture's."""
+def _read_state(path: str) -> DocumentState | MixtureState | BatchesState:
+    """A ``--resume`` file: a corpus's state, a mixture's, or batches' (``--pack``)."""
     try:
         with open(path, "rb") as f:
             raw = json.load(f)
     except (OSError, ValueError):
         return load_state(path)  # says what is wrong with the file
-    if isinstance(raw, dict) and raw.get("format") == MixtureState.__struct_config__.tag:
+    kinds: dict[Any, Any] = {
+        MixtureState.__struct_config__.tag: MixtureState,
+        BatchesState.__struct_config__.tag: BatchesState,
+    }
+    kind = kinds.get(raw.get("format")) if isinstance(raw, dict) else None
+    if kind is not None:
         try:
-            return MixtureState.from_json(raw)
+            return cast(DocumentState | MixtureState | BatchesState, kind.from_json(raw))
         except OWTError as exc:
             raise type(exc)(f"{path}: {exc}") from None
     return load_state(path)
 
 
-def _run_mixture(args: argparse.Namespace, state: DocumentState | MixtureState | None) -> int:
+def _run_packed(args: argparse.Namespace, state: Any) -> int:
+    """``owt stream --pack``: the documents packed into batches as ``Loader.batches`` packs
+    them (nothing written but the state); the summary says what packing did to them."""
+    if not isinstance(state, BatchesState | None):
+        raise OWTError(f"{args.resume}: a state of documents, not of --pack batches")
+    if args.tokenizer is None:
+        raise ValueError("--pack makes batches of token ids: give --tokenizer")
+    state_out = output_path(args.state_out) if args.state_out else None
+    opening = time.perf_counter()
+    source = _mixture(args) if args.mix else open_corpus(args)
+    opening_s = (time.perf_counter() - opening, 0.0)
+    documents = None if state is None else state.documents
+    if isinstance(documents, MixtureState):
+        documents = next(iter(documents.parts.values()))
+    loader = Loader(source, _stream_options(args, documents))
+    window = {"window": args.window} if args.pack == "bestfit" else {}
+    saved = None if state is None else state.to_json()
+    batches = loader.batches(
+        args.seq_len, args.batch_size, packing=args.pack, state=saved, **window
+    )
+    from tqdm import tqdm
+
+    before = batches.stats  # best fit may have read its window again: count from the state
+    if state is not None:
+        inner = state.documents
+        each = inner.parts.values() if isinstance(inner, MixtureState) else [inner]
+        counted = [p.counters for p in each]
+        before = codec.replace(
+            before,
+            documents=sum(c.documents for c in counted),
+            text_bytes=sum(c.text_bytes for c in counted),
+        )
+    start, made, finished = time.perf_counter(), 0, False
+    try:
+        with tqdm(unit="batch", disable=args.quiet, file=sys.stderr, mininterval=0.5) as bar:
+            for _ in batches:
+                made += 1
+                bar.update(1)
+        finished = True
+    finally:
+        if state_out is not None:
+            with interrupts.deferred:
+                _save_state(state_out, batches.state_dict(), run_failed=not finished)
+        batches.close()
+        stats = batches.stats
+        _summary(stats, before, time.perf_counter() - start, opening_s)
+        _packing_summary(args, stats, before, made)
+        if isinstance(source, Mixture):
+            _parts_summary(stats)
+    return 0
+
+
+def _packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made: int) -> None:
+    """What packing did: the batches, their padding, the documents cut and their pieces."""
+    ids = made * args.batch_size * (args.seq_len + 1)
+    padding = stats.padding_ids - before.padding_ids
+    cut, pieces = stats.cut_documents - before.cut_documents, stats.pieces - before.pieces
+    print(
+        f"packed ({args.pack}) into {made:,} batch{'' if made == 1 else 'es'} of "
+        f"{args.batch_size} x {args.seq_len + 1} ids: {plural(padding, 'padding id')} "
+        f"({padding / max(ids, 1):.2%}), {plural(cut, 'document')} cut into "
+        f"{plural(pieces, 'piece')}",
+        file=sys.stderr,
+    )
+
+
+def _parts_summary(stats: Any) -> None:
+    """A mixture's summary line per part."""
+    for name, part in stats.parts.items():
+        print(
+            f"  {name}: {plural(part.documents, 'document')}, "
+            f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
+            + (f", {part.tokens:,} ids" if part.tokens else ""),
+            file=sys.stderr,
+        )
+
+
+def _run_mixture(args: argparse.Namespace, state: Any) -> int:
     """``owt stream --mix``: the mixture's documents, its summary per part."""
+    if isinstance(state, BatchesState):
+        raise OWTError(f"{args.resume}: a state of --pack batches: resume it with --pack")
     if isinstance(state, DocumentState):
         raise OWTError(f"{args.resume}: a corpus's state, not a mixture's: resume it without --mix")
     state_out = output_path(args.state_out) if args.state_out else None
@@ -235,23 +322,22 @@ def _run_mixture(args: argparse.Namespace, state: DocumentState | MixtureState |
         iterator.close()
         stats = iterator.stats
         _summary(stats, before, time.perf_counter() - start, opening_s)
-        for name, part in stats.parts.items():
-            print(
-                f"  {name}: {plural(part.documents, 'document')}, "
-                f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
-                + (f", {part.tokens:,} ids" if part.tokens else ""),
-                file=sys.stderr,
-            )
+        _parts_summary(stats)
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
     """``owt stream``: read, show or write, save the state, sum up."""
-    if args.jsonl and args.tokenizer:
-        raise ValueError("--jsonl writes text: leave --tokenizer out")
+    if args.jsonl and (args.tokenizer or args.pack):
+        raise ValueError("--jsonl writes text: leave --tokenizer and --pack out")
+    if args.pack:
+        return _run_packed(args, _read_state(args.resume) if args.resume else None)
     if args.mix:
         return _run_mixture(args, _read_state(args.resume) if args.resume else None)
-    state = load_state(args.resume) if args.resume else None
+    state = _read_state(args.resume) if args.resume else None
+    if isinstance(state, BatchesState | MixtureState):
+        how = "--pack" if isinstance(state, BatchesState) else "--mix"
+        raise OWTError(f"{args.resume}: a state of {how}: resume it with {how}")
     # Checked now, not after the whole run; written only onto a regular file or a new path.
     state_out = output_path(args.state_out) if args.state_out else None
     if args.jsonl and CLOSED_AT_START.get(1):
@@ -397,6 +483,7 @@ def add_parser(sub: Subparsers) -> None:
         "--jsonl", action="store_true", help="write one JSON object per document to stdout"
     )
     _add_mix_flags(stream)
+    _add_pack_flags(stream)
     add_quiet(stream)
     stream.set_defaults(run=run)
 
@@ -422,4 +509,30 @@ def _add_mix_flags(stream: argparse.ArgumentParser) -> None:
         "--tokenizer",
         default=None,
         help="hand out token ids (gpt2, tiktoken:NAME, hf:PATH, bytes): counted in the summary",
+    )
+
+
+def _add_pack_flags(stream: argparse.ArgumentParser) -> None:
+    """``--pack`` and its shapes."""
+    stream.add_argument(
+        "--pack",
+        choices=("concat", "bestfit"),
+        default=None,
+        help="pack the documents into batches as Loader.batches does (needs --tokenizer) and "
+        "say what packing did: padding ids, documents cut and their pieces",
+    )
+    stream.add_argument(
+        "--seq-len",
+        type=at_least(1),
+        default=1024,
+        help="--pack: ids a row predicts (default 1024)",
+    )
+    stream.add_argument(
+        "--batch-size", type=at_least(1), default=8, help="--pack: rows per batch (default 8)"
+    )
+    stream.add_argument(
+        "--window",
+        type=at_least(1),
+        default=WINDOW,
+        help=f"--pack bestfit: documents packed at a time (default {WINDOW})",
     )

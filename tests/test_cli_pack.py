@@ -1,0 +1,79 @@
+"""``owt stream --pack``: the documents packed into batches as ``Loader.batches`` packs them;
+the summary says what packing did (padding ids, documents cut and their pieces), a run cut by
+``--take`` and resumed sums to the whole one, and a state of one kind is refused by the other
+kind of run with what to do."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Loader
+from support import Owt
+
+SHAPE = ("--tokenizer", "bytes", "--seq-len", "64", "--batch-size", "2")
+
+
+def figures(stderr: str) -> tuple[int, int, int, int]:
+    """``(batches, padding ids, documents cut, pieces)`` of the summary's packing line."""
+    found = re.search(
+        r"packed \(\w+\) into ([\d,]+) batch(?:es)? of 2 x 65 ids: ([\d,]+) padding ids? "
+        r"\([\d.]+%\), ([\d,]+) documents? cut into ([\d,]+) pieces?",
+        stderr,
+    )
+    assert found, stderr
+    a, b, c, d = (int(g.replace(",", "")) for g in found.groups())
+    return a, b, c, d
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_the_summary_says_what_packing_did_and_a_resume_sums_to_the_whole(
+    packing: str, small_corpus: Path, owt: Owt, tmp_path: Path
+) -> None:
+    kw = ("--window", "16") if packing == "bestfit" else ()
+    args = ("stream", str(small_corpus), "--pack", packing, *SHAPE, *kw, "-q", "--seed", "4")
+    whole = owt(*args)
+    assert whole.returncode == 0, whole.stderr
+    loader = Loader(small_corpus, workers=0, seed=4, tokenizer="bytes")
+    window = {"window": 16} if packing == "bestfit" else {}
+    with loader.batches(64, 2, packing=packing, **window) as batches:  # type: ignore[arg-type]
+        made = sum(1 for _ in batches)
+        stats = batches.stats
+    want = (made, stats.padding_ids, stats.cut_documents, stats.pieces)
+    assert figures(whole.stderr) == want
+    assert want[2] > 0 and (want[1] > 0) == (packing == "bestfit")
+    state = tmp_path / "state.json"
+    first = owt(*args, "--take", "40", "--state-out", str(state))
+    rest = owt(*args[:-2], "--resume", str(state))  # the seed comes from the state
+    assert first.returncode == rest.returncode == 0, first.stderr + rest.stderr
+    a, b = figures(first.stderr), figures(rest.stderr)
+    assert a[0] > 0 and b[0] > 0
+    if packing == "concat":  # (best fit packs the last window --take leaves another way)
+        assert tuple(x + y for x, y in zip(a, b, strict=True)) == want
+    plain = owt("stream", str(small_corpus), "--resume", str(state))
+    assert plain.returncode == 1 and "a state of --pack: resume it with --pack" in plain.stderr
+
+
+def test_what_pack_refuses(small_corpus: Path, owt: Owt, tmp_path: Path) -> None:
+    no_tokenizer = owt("stream", str(small_corpus), "--pack", "concat")
+    assert no_tokenizer.returncode == 1 and "give --tokenizer" in no_tokenizer.stderr
+    jsonl = owt("stream", str(small_corpus), "--pack", "concat", *SHAPE, "--jsonl")
+    assert jsonl.returncode == 1 and "leave --tokenizer and --pack out" in jsonl.stderr
+    state = tmp_path / "documents.json"
+    owt("stream", str(small_corpus), "--take", "3", "--state-out", str(state), "-q")
+    resumed = owt("stream", str(small_corpus), "--pack", "concat", *SHAPE, "--resume", str(state))
+    assert resumed.returncode == 1 and "not of --pack batches" in resumed.stderr
+
+
+def test_a_mixture_packed_sums_up_per_part(small_corpus: Path, owt: Owt, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    Path(other).mkdir()
+    owt("synth", str(other), "--subsets", "1", "--members", "1", "--docs", "9", "--seed", "1")
+    ran = owt("stream", "--mix", f"a={small_corpus}:0.7", "--mix", f"b={other}:0.3",
+              "--pack", "concat", *SHAPE, "-q")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert figures(ran.stderr)[0] > 0
+    assert re.search(r"^  a: 120 documents", ran.stderr, re.M), ran.stderr
+    assert re.search(r"^  b: \d+ documents", ran.stderr, re.M), ran.stderr
