@@ -52,3 +52,16 @@ def write_jsonl(path: Path, texts: list[str], field: str = "text") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+def mixture_folders(small_corpus: Path, root: Path) -> dict[str, str]:
+    """Three parts of three kinds under ``root``: ``web``, a copy of the small tar corpus (120
+    documents); ``pq``, 50 parquet rows in 3 row groups; ``js``, 30 JSON lines."""
+    import shutil
+
+    shutil.copytree(small_corpus, root / "web")
+    (root / "pq").mkdir()
+    write_parquet(root / "pq" / "a.parquet", sample_texts(50, seed=1))
+    (root / "js").mkdir()
+    write_jsonl(root / "js" / "a.jsonl", sample_texts(30, seed=2))
+    return {name: str(root / name) for name in ("web", "pq", "js")}

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,22 +18,15 @@ import pytest
 from openwebtext import CorruptMember, Loader, StateError, reshard
 from openwebtext.loader import Mixture
 from support import Owt, child_pids, corrupt_member, names, outer_tar, sample_docs, xz_member
-from tables_support import sample_texts, write_jsonl, write_parquet
+from tables_support import mixture_folders, sample_texts, write_jsonl
 
 WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
 
 
 @pytest.fixture(scope="module")
 def parts(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """web: the small tar corpus (120 documents); pq: 50 parquet rows in 3 row groups; js: 30
-    JSON lines."""
-    root = tmp_path_factory.mktemp("mix")
-    shutil.copytree(small_corpus, root / "web")
-    (root / "pq").mkdir()
-    write_parquet(root / "pq" / "a.parquet", sample_texts(50, seed=1))
-    (root / "js").mkdir()
-    write_jsonl(root / "js" / "a.jsonl", sample_texts(30, seed=2))
-    return {name: str(root / name) for name in ("web", "pq", "js")}
+    """web: the small tar corpus (120 documents); pq: 50 parquet rows; js: 30 JSON lines."""
+    return mixture_folders(small_corpus, tmp_path_factory.mktemp("mix"))
 
 
 SIZES = {"web": 120, "pq": 50, "js": 30}

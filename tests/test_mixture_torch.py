@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +20,14 @@ from openwebtext.torch import (  # noqa: E402
     PackedBatchDataset,
     reshard_loader_states,
 )
-from tables_support import sample_texts, write_jsonl, write_parquet  # noqa: E402
+from tables_support import mixture_folders  # noqa: E402
 
 WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
 
 
 @pytest.fixture(scope="module")
 def mixture(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Mixture:
-    root = tmp_path_factory.mktemp("mixtorch")
-    shutil.copytree(small_corpus, root / "web")
-    (root / "pq").mkdir()
-    write_parquet(root / "pq" / "a.parquet", sample_texts(50, seed=1))
-    (root / "js").mkdir()
-    write_jsonl(root / "js" / "a.jsonl", sample_texts(30, seed=2))
-    return Mixture({name: str(root / name) for name in WEIGHTS}, WEIGHTS)
+    return Mixture(mixture_folders(small_corpus, tmp_path_factory.mktemp("mixtorch")), WEIGHTS)
 
 
 def test_two_ranks_of_two_workers_share_every_part(mixture: Mixture) -> None:

@@ -264,6 +264,7 @@ class MixedStream:
             m.served,
             tuple(self.changes),
             m.applied,
+            m.next,
         )
 
     @property
