@@ -469,3 +469,21 @@ def test_a_finite_run_ends_without_reading_the_next_epoch(parts: dict[str, str])
     assert stats.epochs == {"web": 0, "pq": 0, "js": 0}
     units = {name: len(Loader(parts[name]).corpus.units) for name in ("web", "pq")}
     assert {name: stats.parts[name].units for name in units} == units
+
+
+def test_the_state_of_16_parts_stays_under_8_kb(tmp_path: Path) -> None:
+    """The issue's bound: a mixture of 16 parts on one rank, with a tokenizer and a change of
+    weights, in compact JSON."""
+    parts = {}
+    for k in range(16):
+        folder = tmp_path / f"part{k:02d}"
+        folder.mkdir()
+        write_jsonl(folder / "a.jsonl", sample_texts(20, seed=k))
+        parts[folder.name] = str(folder)
+    with Loader(Mixture(parts), workers=0, tokenizer="gpt2").iter() as it:
+        for _ in range(40):
+            next(it)
+        it.set_weights(dict.fromkeys(parts, 1.0))
+        state = it.state_dict()
+    assert len(state["parts"]) == 16 and len(state["changes"]) == 1
+    assert len(json.dumps(state, separators=(",", ":"))) <= 8 * 1024
