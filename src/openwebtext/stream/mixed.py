@@ -67,8 +67,8 @@ class _Part:
             if stop_at_end:
                 return None
             self.head = None
-        while self.head is None:
-            self.before = self.stream.mark()
+        while self.head is None:  # (the stream has not moved since the last document's mark)
+            self.before = self.stream.mark() if self.after is None else self.after
             try:
                 self.head = next(self.documents)
             except StopIteration:
