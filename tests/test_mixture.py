@@ -139,8 +139,17 @@ def test_schedule_and_set_weights_count_from_the_change(parts: dict[str, str]) -
     after = collections.Counter(d.source for d in read[40:100])
     assert after == {"web": 6, "pq": 54}
     assert {d.source for d in read[100:]} == {"js"}
-    assert state["changes"] == [{"at": 100, "weights": [0.0, 0.0, 1.0]}]
-    with loader.iter(state=state) as it:  # the set_weights replayed
+    # applied: in the state's weights and counts, so not kept as a change
+    assert state["changes"] == [] and state["weights"] == [0.0, 0.0, 1.0]
+    with loader.iter(state=state) as it:
+        assert [next(it).name for _ in range(20)] == tail
+    with loader.iter() as it:  # a change not yet applied when the state is taken: kept
+        read = [next(it) for _ in range(100)]
+        it.set_weights({"js": 1.0})
+        pending = it.state_dict()
+        tail = [next(it).name for _ in range(20)]
+    assert pending["changes"] == [{"at": 100, "weights": [0.0, 0.0, 1.0]}]
+    with loader.iter(state=pending) as it:  # the set_weights replayed at its position
         assert [next(it).name for _ in range(20)] == tail
 
 

@@ -101,7 +101,10 @@ class Loader:
         self.options = replace(base, **overrides) if overrides else base
         on_error = self.options.on_error
         self.corpus: Corpus | Mixture
-        if isinstance(corpus, Mixture):
+        if isinstance(corpus, Mixture):  # a part's bad files: raised here, or counted in it
+            skipped = [c.skipped_files[0] for c in corpus.corpora.values() if c.skipped_files]
+            if skipped and on_error == "raise":
+                raise skipped[0]
             self.corpus = corpus
             return
         if not isinstance(corpus, Corpus):

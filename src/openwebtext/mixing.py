@@ -17,6 +17,7 @@ weights hold within one document from there, whatever came before.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 __all__ = ["Interleave", "check_weights"]
@@ -30,13 +31,20 @@ def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
     """
     if len(weights) != parts:
         raise ValueError(f"{len(weights)} weights for {parts} parts")
-    for w in weights:
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+    values: list[float] = []
+    for w in weights:  # any real number: a weight computed with numpy too
+        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
             raise ValueError(f"a weight must be a finite number >= 0, not {w!r}")
-    total = math.fsum(weights)
+        values.append(float(w))
+    try:
+        total = math.fsum(values)
+    except OverflowError:  # finite weights whose sum is not: scaled down first
+        top = max(values)
+        values = [v / top for v in values]
+        total = math.fsum(values)
     if total <= 0:
         raise ValueError("at least one weight must be positive")
-    return tuple(w / total for w in weights)
+    return tuple(v / total for v in values)
 
 
 class Interleave:

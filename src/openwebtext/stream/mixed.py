@@ -136,6 +136,11 @@ class MixedStream:
             ), options.epochs is not None)
             for number, name in enumerate(mixture.names)
         ]  # fmt: skip
+        if options.max_errors is not None:  # one bound over every part's skips
+            for part in self.parts:
+                part.stream.count_skips_with(
+                    _skips_of([p.stream for p in self.parts if p is not part])
+                )
         weights = mixture.weights if saved is None else saved.weights
         self.interleave = Interleave(weights, None if saved is None else saved.served)
         self.handed = 0 if saved is None else saved.handed
@@ -262,8 +267,8 @@ class MixedStream:
             m.handed,
             m.weights,
             m.served,
-            tuple(self.changes),
-            m.applied,
+            tuple(self.changes[m.applied :]),  # the ones before are in weights and served
+            0,
             m.next,
         )
 
@@ -302,6 +307,11 @@ def _stats_before(part: _Part) -> Stats:
         epoch_documents=counted.epoch_documents,
         tokens=counted.tokens,
     )
+
+
+def _skips_of(streams: list[Stream]) -> Callable[[], int]:
+    """What ``streams`` skipped so far, summed, when called."""
+    return lambda: sum(s.skips() for s in streams)
 
 
 def _size(document: Any) -> int:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import os
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
 from typing import Any
@@ -81,13 +83,33 @@ class Mixture:
             raise ValueError(f"by must be 'documents' or 'tokens', not {by!r}")
         if sampling not in ("stratified", "random"):
             raise ValueError(f"sampling must be 'stratified' or 'random', not {sampling!r}")
+        if sampling == "random" and by == "tokens":
+            raise ValueError(
+                "sampling='random' draws a part per document: by='tokens' needs the default "
+                "sampling='stratified'"
+            )
         self.names: tuple[str, ...] = tuple(parts)
         self.by: By = by
         self.sampling: Sampling = sampling
         self.weights = self.weights_of(weights or dict.fromkeys(self.names, 1.0), "weights")
-        steps = sorted(((at, self.weights_of(w, f"schedule at {at}")) for at, w in schedule))
-        if any(isinstance(at, bool) or not isinstance(at, int) or at < 0 for at, _ in steps):
-            raise ValueError("a schedule's positions must be ints >= 0 (documents handed out)")
+        if isinstance(schedule, Mapping | str) or not isinstance(schedule, Iterable):
+            raise ValueError(
+                "a schedule is a list of (position, weights) pairs, not "
+                f"{type(schedule).__name__}"
+            )
+        pairs = list(schedule)
+        for step in pairs:
+            if not isinstance(step, tuple | list) or len(step) != 2:
+                raise ValueError(f"a schedule's step is a (position, weights) pair, not {step!r}")
+            if isinstance(step[0], bool) or not isinstance(step[0], int) or step[0] < 0:
+                raise ValueError(
+                    "a schedule's positions must be ints >= 0 (documents handed out), not "
+                    f"{step[0]!r}"
+                )
+        steps = sorted(
+            ((at, self.weights_of(w, f"schedule at {at}")) for at, w in pairs),
+            key=lambda step: step[0],
+        )
         if len({at for at, _ in steps}) != len(steps):
             raise ValueError("a schedule has two steps at one position")
         self.schedule = tuple(Change(at, w) for at, w in steps)
@@ -105,8 +127,11 @@ class Mixture:
         opened = {}
         for name, corpus in parts.items():
             if not isinstance(corpus, Corpus):
+                _check_part(name, corpus)
                 given = {} if text_column is None else {"text_column": text_column}
-                corpus = Corpus.open(corpus, **given)
+                # Bad files skipped and recorded: the loader's on_error decides (it raises the
+                # first under "raise", as for a corpus it is given; under skip they count).
+                corpus = Corpus.open(corpus, on_error="skip", **given)
             opened[name] = corpus
         self.corpora: dict[str, Corpus] = opened
         _refuse_shared_files(opened)
@@ -121,6 +146,10 @@ class Mixture:
             ValueError: a name that is not a part's, or weights ``check_weights`` refuses
                 (``what`` says whose).
         """
+        if not isinstance(weights, Mapping):
+            raise ValueError(
+                f"{what}: a mapping of part names to weights, not {type(weights).__name__}"
+            )
         unknown = sorted(set(weights) - set(self.names))
         if unknown:
             raise ValueError(f"{what}: {unknown} are not parts of the mixture {list(self.names)}")
@@ -156,14 +185,34 @@ class Mixture:
         return f"Mixture({{{parts}}}, by={self.by!r}, sampling={self.sampling!r})"
 
 
+def _check_part(name: str, where: Any) -> None:
+    """A part given to open: a path, a URL, or a list of them.
+
+    Raises:
+        ValueError: anything else, naming the part.
+    """
+    each = [where] if isinstance(where, str | os.PathLike) else where
+    if isinstance(where, Mapping | Mixture) or not isinstance(each, Sequence) or not each:
+        raise ValueError(
+            f"part {name!r}: a Corpus, a path, a URL or a list of them, not "
+            f"{type(where).__name__}"
+        )
+    for item in each:
+        if not isinstance(item, str | os.PathLike):
+            raise ValueError(f"part {name!r}: a path or URL, not {type(item).__name__}")
+
+
 def _refuse_shared_files(corpora: Mapping[str, Corpus]) -> None:
-    """A file (by its device and inode; a URL by itself) in two parts is refused."""
+    """A file (by its device and inode; a URL by itself, a file:// URL by its file) in two
+    parts is refused."""
     owner: dict[object, str] = {}
     for name, corpus in corpora.items():
         for path in dict.fromkeys(u.path for u in corpus.units):
             key: object = path
-            if "://" not in path:
-                info = os.stat(path)
+            parsed = urllib.parse.urlsplit(path)
+            local = urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else None
+            if "://" not in path or local:
+                info = os.stat(local or path)
                 key = (info.st_dev, info.st_ino)
             if owner.setdefault(key, name) != name:
                 raise ValueError(

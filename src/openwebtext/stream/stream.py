@@ -17,7 +17,7 @@ tuple, and keeps its position in an attribute as the loop's own target.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -87,6 +87,9 @@ class ErrorPolicy:
         self.files = len(skipped_files)
         self.skipped: list[str] = [str(error) for error in skipped_files]
         """What was skipped, by name (the first 10,000)."""
+        self.others: Callable[[], int] = _none
+        """The skips of the other streams of the same run (a mixture's other parts), which
+        count against ``max_errors`` too."""
 
     def skip(self, error: OWTError, counters: Counters) -> Counters:
         """``counters`` with ``error`` counted under its counter (``policy.counter_of``), or
@@ -125,8 +128,16 @@ class ErrorPolicy:
             TooManyErrors: naming ``error``, the last skip.
         """
         if error is not None:
-            counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
-            self.policy.check(skips_in({**counts, "skipped_files": self.files}), error)
+            self.policy.check(self.skips(counters) + self.others(), error)
+
+    def skips(self, counters: Counters) -> int:
+        """Every skip of ``counters``, the files skipped at open included."""
+        counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
+        return skips_in({**counts, "skipped_files": self.files})
+
+
+def _none() -> int:
+    return 0
 
 
 def split_of(options: Options) -> Split | None:
@@ -229,6 +240,15 @@ class Stream:
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
             self._counters, len(self._policy.skipped), self._reshard,
         )  # fmt: skip
+
+    def skips(self) -> int:
+        """Everything this stream skipped so far (members, documents, files at open)."""
+        return self._policy.skips(self._counters)
+
+    def count_skips_with(self, others: Callable[[], int]) -> None:
+        """Bound ``max_errors`` over this stream's skips and ``others()`` (the skips of the
+        other streams of one run: a mixture's parts share one bound)."""
+        self._policy.others = others
 
     def close(self) -> None:
         if self._pool is not None:
