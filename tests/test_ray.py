@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus
-from openwebtext.errors import CorruptMember, TooManyErrors
+from openwebtext.errors import CorpusError, CorruptMember, TooManyErrors
 from openwebtext.prepare import PrepareOptions, outputs, prepare, slice_folders
 from support import (
     corrupt_member,
@@ -219,6 +219,18 @@ def test_read_openwebtext_of_a_mixture_says_each_rows_part(
     by_part = {n: sorted(r["name"] for r in rows if r["source"] == n) for n in mixture.names}
     assert by_part["web"] == sorted(plain_read(sorted(small_corpus.glob("*.tar"))))
     assert len(by_part["js"]) == len(set(by_part["js"])) == 30
+    # a part's file that is not what its name says: raised, or under skip counted and said
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    write_jsonl(folder / "b.jsonl", sample_texts(5, seed=3))
+    (folder / "a.parquet").write_text("version https://git-lfs.github.com/spec/v1\n")
+    damaged = Mixture({"web": small_corpus, "pq": folder})
+    with pytest.raises(CorpusError, match=r"a\.parquet"):
+        owt_ray.read_openwebtext(damaged)
+    log = owt_ray.SkipLog()
+    rows = owt_ray.read_openwebtext(damaged, on_error="skip", skips=log).take_all()
+    assert sum(r["source"] == "pq" for r in rows) == 5
+    assert len(log.messages()) == 1 and "a.parquet" in log.messages()[0]
 
 
 def test_read_openwebtext_token_ids(ray_instance: None, small_corpus: Path) -> None:

@@ -235,6 +235,11 @@ def read_openwebtext(
     if isinstance(paths, Mixture):
         parts = paths.corpora
         sources: tuple[str, ...] | None = ()
+        bad = [error for corpus in parts.values() for error in corpus.skipped_files]
+        for error in bad:  # a part's files left out at its open: raised, or logged and counted
+            SkipPolicy(on_error).take(error)
+        if bad and skips is not None:
+            skips.add([str(error) for error in bad])
     else:
         parts = {"": Corpus.open(paths, storage_options=storage_options)}
         sources = None
