@@ -204,12 +204,12 @@ def _two_damaged_parts(tmp_path: Path) -> Mixture:
     raises=AssertionError,
 )
 def test_max_errors_bounds_the_skips_of_the_whole_mixture(tmp_path: Path) -> None:
-    mixture = _two_damaged_parts(tmp_path)
+    mixture = _two_damaged_parts(tmp_path)  # in order: each part's damaged member read once
     try:
-        _, stats = read(mixture, on_error="skip", max_errors=2)
+        _, stats = read(mixture, on_error="skip", max_errors=1, shuffle=False)
     except TooManyErrors:
         return
-    assert stats.skipped_members <= 2, stats.skipped
+    assert stats.skipped_members <= 1, stats.skipped
 
 
 @pytest.mark.xfail(
