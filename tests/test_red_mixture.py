@@ -278,16 +278,38 @@ def test_bad_arguments_are_value_errors_naming_what(parts: dict[str, Path], case
 @pytest.mark.xfail(
     strict=True,
     reason="a file:// URL is keyed by its URL, a path by its inode: the same file as a path "
-    "and as file:// is read in two parts (stream/mixture.py _refuse_shared_files), and twice "
-    "in one corpus (index/inputs.py find_files)",
+    "and as file:// is read in two parts (stream/mixture.py _refuse_shared_files; Corpus.open "
+    "refuses it within a corpus, index/paths.py _refuse_twice)",
     raises=pytest.fail.Exception,
 )
-@pytest.mark.parametrize("where", ["mixture", "corpus"])
-def test_a_file_as_a_path_and_as_a_file_url_is_one_file(parts: dict[str, Path], where: str) -> None:
+def test_a_file_as_a_path_and_as_a_file_url_is_not_in_two_parts(parts: dict[str, Path]) -> None:
     js = str(parts["js"] / "a.jsonl")
-    if where == "mixture":
-        with pytest.raises(ValueError, match="in two parts"):
-            Mixture({"a": js, "b": f"file://{js}"})
-    else:
-        with pytest.raises(CorpusError, match="given twice"):
-            Corpus.open([js, f"file://{js}"])
+    with pytest.raises(ValueError, match="in two parts"):
+        Mixture({"a": js, "b": f"file://{js}"})
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        ["{js}", "file://{js}"],  # a path and its file:// URL
+        ["file://{js}", "file://{js}"],  # one URL twice
+        ["file://{folder}", "file://{js}"],  # a folder's URL and a file in it
+        ["{js}", "file://{other}", "{js}"],  # a path on both sides of a URL
+    ],
+)
+def test_a_file_reached_twice_through_a_url_is_refused(
+    parts: dict[str, Path], tmp_path: Path, spellings: list[str]
+) -> None:
+    """``Corpus.open`` refuses a file named twice by any spelling: through URLs too (they are
+    indexed apart from the local paths, so ``find_files`` never saw both)."""
+    write_jsonl(tmp_path / "other.jsonl", sample_texts(3, seed=7))
+    where = {
+        "js": parts["js"] / "a.jsonl",
+        "folder": parts["js"],
+        "other": tmp_path / "other.jsonl",
+    }
+    paths = [s.format(**where) for s in spellings]
+    with pytest.raises(CorpusError, match="the same file is given twice") as raised:
+        Corpus.open(paths)
+    assert raised.value.path is not None and raised.value.path.endswith("a.jsonl")
+    assert len(Corpus.open(paths[:1]).units) == 1
