@@ -150,6 +150,29 @@ def test_a_part_with_no_document_in_its_split_is_named(tmp_path: Path, split: st
     assert {d.source for d in documents} == {"js"}
 
 
+def test_what_a_running_mixture_refuses_leaves_it_as_it_was(parts: dict[str, Path]) -> None:
+    """set_weights with a name that is no part, no positive weight or a NaN is a ValueError
+    naming the call, and records nothing (the state is as before); a mixture by tokens without
+    a tokenizer and epochs=0 are refused before anything is read."""
+    mixture = Mixture({"js": str(parts["js"]), "zst": str(parts["zst"] / "a.jsonl")})
+    with Loader(mixture, workers=0, seed=0, epochs=None).iter() as it:
+        next(it)
+        before = it.state_dict()
+        for weights, message in [
+            ({"web": 1.0}, r"set_weights: \['web'\] are not parts"),
+            ({"js": 0.0, "zst": 0.0}, "set_weights: at least one weight must be positive"),
+            ({"js": float("nan")}, "set_weights: a weight must be a finite number"),
+        ]:
+            with pytest.raises(ValueError, match=message):
+                it.set_weights(weights)
+        assert it.state_dict() == before
+    by_tokens = Mixture(mixture.corpora, by="tokens")
+    with pytest.raises(ValueError, match="a mixture by tokens needs the loader's tokenizer"):
+        Loader(by_tokens, workers=0).iter()
+    with pytest.raises(ValueError, match="epochs must be None or >= 1, not 0"):
+        Loader(mixture, workers=0, epochs=0)
+
+
 # Defects found here (files of the mixture's owner) ------------------------------------------
 
 
