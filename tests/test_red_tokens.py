@@ -23,3 +23,15 @@ def test_a_datatrove_ds_without_its_index_is_an_error_naming_it(tmp_path: Path) 
     corpus = Corpus.open_tokens(tmp_path / "train.ds", eot=256)
     with Loader(corpus, workers=0, shuffle=False, tokenizer="bytes").iter() as it:
         assert [d.tokens.tolist() for d in it] == [[1, 2, 256], [3, 256]]
+
+
+@pytest.mark.parametrize("name", ["train.bin", "train.ds"])
+def test_a_token_file_given_as_a_corpus_path_says_how_to_open_it(tmp_path: Path, name: str) -> None:
+    """``Corpus.open`` (and so ``Loader(path)`` and a ``Mixture``'s paths) reads text corpora
+    only: a ``train.bin`` given there says where token files are opened."""
+    from openwebtext import Mixture, UnknownFormat
+
+    np.array([1, 2, 256], "<u2").tofile(tmp_path / name)
+    with pytest.raises(UnknownFormat, match=r"opened with Corpus\.open_tokens") as raised:
+        Mixture({"ids": str(tmp_path / name)})
+    assert raised.value.path == str(tmp_path / name)
