@@ -356,3 +356,54 @@ def test_a_member_cut_short_is_a_skip() -> None:
 
     assert Counters(partial_members=1).skips == 1
     assert Counters(skipped_members=1, skipped_documents=2, partial_members=3).skips == 6
+
+
+def test_a_format_pass_refuses_more_documents_than_meta_json_counts(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """R10: a ``train.bin`` with an end-of-text id written inside a document (what a tokenizer
+    that emits one in a text leaves; same size, so meta.json's sizes agree) holds one document
+    more than meta.json counts: the format pass refuses it, rather than cut that document in two
+    in the trainer's index."""
+    from openwebtext.prepare import PrepareError, PrepareOptions, prepare, write_format
+
+    prepare(Corpus.open(small_corpus), tmp_path, PrepareOptions(tokenizer="bytes", workers=0))
+    ids = np.fromfile(tmp_path / "train.bin", "<u2")
+    first_end = int(np.flatnonzero(ids == 256)[0])
+    assert first_end > 2
+    ids[first_end // 2] = 256  # the first document now ends twice
+    ids.tofile(tmp_path / "train.bin")
+    with pytest.raises(PrepareError, match=r"train.bin: \d+ documents end at the end-of-text id"):
+        write_format(tmp_path, "megatron")
+    assert not (tmp_path / "megatron.json").exists() and not (tmp_path / "train.idx").exists()
+
+
+def test_an_old_rank_that_skipped_a_document_is_resharded(tmp_path: Path) -> None:
+    """S6: an old rank that skipped a document (``on_error="skip"``) stands at a position
+    one document past what its count of handed-out documents says; a reshard checks such a
+    rank's position by its bounds only, and the new rank hands out the rest of the epoch once."""
+    import itertools
+    import json
+    from typing import Any
+
+    from openwebtext import Loader, reshard
+    from support import outer_tar, sample_docs, xz_member
+
+    docs = [sample_docs(f"m{i}", 4) for i in range(4)]
+    docs[0]["m0-001.txt"] = b"\xff\xfe not UTF-8"
+    path = outer_tar(tmp_path / "c.tar", [(f"m{i}.xz", xz_member(d)) for i, d in enumerate(docs)])
+    opts: dict[str, Any] = dict(shuffle=False, workers=0, on_error="skip", world_size=2, even=None)
+
+    def read(rank: int, n: int | None, state: Any = None, **more: Any) -> tuple[list[str], Any]:
+        with Loader(path, **{**opts, "rank": rank, **more}).iter(state=state) as it:
+            names = [d.name for d in itertools.islice(it, n)]
+            return names, json.loads(json.dumps(it.state_dict()))
+
+    epoch = read(0, None)[0] + read(1, None)[0]
+    assert len(epoch) == 15 and "m0-001.txt" not in epoch
+    first, s0 = read(0, 5)  # past the skipped document
+    second, s1 = read(1, 1)
+    assert s0["counters"]["skipped_documents"] == 1
+    [state] = reshard([s0, s1], 1)
+    rest, _ = read(0, None, state, world_size=1)
+    assert sorted(first + second + rest) == sorted(epoch)

@@ -95,8 +95,17 @@ def file_kind(f: Readable, name: str) -> str:
     if kind is None and is_empty_tar(head):
         raise CorpusError("empty tar: it holds no member", path=name)
     if kind is None:
-        raise UnknownFormat(f"not {KNOWN}{placeholder(head)}", path=name)
+        raise UnknownFormat(f"not {KNOWN}{placeholder(head) or _ids_hint(name)}", path=name)
     return kind
+
+
+def _ids_hint(name: str) -> str:
+    """Words for a file named as a file of token ids, which ``Corpus.open`` does not read."""
+    if name.rsplit("/", 1)[-1].endswith((".bin", ".ds")):
+        return (
+            ": a file of token ids is opened with Corpus.open_tokens (a Mixture takes that Corpus)"
+        )
+    return ""
 
 
 #: What a Git LFS pointer file begins with: a clone without git-lfs leaves these in place

@@ -77,6 +77,7 @@ def index_inputs(
                     indexed.skipped.append(file)
                 else:
                     indexed.units.extend(file)
+    _refuse_twice(indexed.units)
     indexed.units[:] = _named_apart(indexed.units)
     units, skipped, ignored = indexed
     if not units:
@@ -95,6 +96,35 @@ def index_inputs(
         )
         log.warning("left out %d %s: %s%s", len(ignored), files, shown, more)
     return indexed
+
+
+def _refuse_twice(units: list[Unit]) -> None:
+    """Refuse a file reached twice where ``find_files`` cannot see it: the same URL (or a
+    folder and a file in it), a ``file://`` URL and a path, a path on both sides of a URL.
+
+    Raises:
+        CorpusError: naming the second spelling and the first.
+    """
+    keys: dict[str, object] = {}  # a path's file: its device and inode, or its URL
+    owner: dict[object, str] = {}
+    seen: set[tuple[object, str, int]] = set()
+    for unit in units:
+        key = keys.get(unit.path)
+        if key is None:
+            local = unit.path[len("file://") :] if unit.path.startswith("file://") else None
+            key = unit.path
+            if local is not None or not is_url(unit.path):
+                st = os.stat(local if local is not None else unit.path)
+                key = (st.st_dev, st.st_ino)
+            keys[unit.path] = key
+        first = owner.setdefault(key, unit.path)
+        if first != unit.path or (key, unit.member, unit.offset) in seen:
+            raise CorpusError(
+                f"the same file is given twice (also as {first}): its documents would be "
+                "read twice; name each file once",
+                path=unit.path,
+            )
+        seen.add((key, unit.member, unit.offset))
 
 
 def _named_apart(units: list[Unit]) -> list[Unit]:

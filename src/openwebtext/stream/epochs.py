@@ -241,9 +241,15 @@ def block_permutation(
 
 
 def nothing_read(
-    corpus: Corpus, options: Options, epoch: int, counters: Counters, skipped_files: int
+    corpus: Corpus,
+    options: Options,
+    epoch: int,
+    counters: Counters,
+    skipped_files: int,
+    source: str | None = None,
 ) -> CorpusError:
-    """An endless run whose whole epoch yielded nothing would wait forever: say why."""
+    """An endless run whose whole epoch yielded nothing would wait forever: say why (and,
+    for a mixture's part, which part: a part is read endlessly, whatever the run's epochs)."""
     why = []
     if options.split != "all":
         why.append(f"split {options.split!r} (val_fraction={options.val_fraction})")
@@ -252,10 +258,14 @@ def nothing_read(
     skipped = counters.skipped_members + skipped_files
     if skipped:
         why.append(f"{skipped} members or files skipped")
+    endless = "an endless run (epochs=None)"
+    if source is not None:
+        endless = "a mixture reads each part endlessly: it"
     return CorpusError(
-        f"epoch {epoch} yielded no document"
+        ("" if source is None else f"the mixture's part {source!r}: ")
+        + f"epoch {epoch} yielded no document"
         + (f" ({', '.join(why)})" if why else "")
-        + ": an endless run (epochs=None) would wait forever",
+        + f": {endless} would wait forever",
         path=os.path.dirname(corpus.units[0].path),
     )
 

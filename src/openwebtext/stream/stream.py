@@ -309,7 +309,7 @@ class Stream:
                 if last is None and self._counters.epoch_documents == 0 and not resharded:
                     skipped_files = self._policy.files
                     raise nothing_read(
-                        self.corpus, opts, self._epoch, self._counters, skipped_files
+                        self.corpus, opts, self._epoch, self._counters, skipped_files, self.source
                     )
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0

@@ -57,6 +57,9 @@ def open_token_file(
     name = os.fspath(path)
     tokenizer = _recorded(name)
     if name.endswith(".ds"):
+        if not os.path.isfile(name + ".index"):
+            index = os.path.basename(name) + ".index"
+            raise damaged(name, f"a datatrove .ds is read with {index} beside it: it is missing")
         ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
         return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids)), tokenizer)
     with open(name, "rb") as f:
