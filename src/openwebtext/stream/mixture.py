@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
 from typing import Any
 
-from openwebtext.errors import StateError
+from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options
@@ -45,8 +45,9 @@ class Mixture:
     datasets, ``owt stream --mix``).
 
     Args:
-        parts: Names (the user's) and corpora: a ``Corpus``, or paths, folders, globs or URLs
-            to open (tars, parquet, JSON lines, token files).
+        parts: Names (the user's) and corpora: a ``Corpus`` (``Corpus.open_tokens`` for token
+            files), or paths, folders, globs or URLs of text corpora to open (tars, parquet,
+            JSON lines), their bad files left to the loader's ``on_error``.
         weights: Each part's weight (>= 0, at least one positive; normalised). None: equal.
         by: Proportions of ``documents``, or of ``tokens`` (needs the loader's tokenizer).
         sampling: ``stratified`` (the default: a deterministic low-discrepancy order, within
@@ -131,7 +132,10 @@ class Mixture:
                 given = {} if text_column is None else {"text_column": text_column}
                 # Bad files skipped and recorded: the loader's on_error decides (it raises the
                 # first under "raise", as for a corpus it is given; under skip they count).
-                corpus = Corpus.open(corpus, on_error="skip", **given)
+                try:
+                    corpus = Corpus.open(corpus, on_error="skip", **given)
+                except CorpusError:  # nothing left: the first bad file's own error
+                    corpus = Corpus.open(corpus, **given)
             opened[name] = corpus
         self.corpora: dict[str, Corpus] = opened
         _refuse_shared_files(opened)
