@@ -45,7 +45,7 @@ class _Part:
     """One part of a running mixture: its stream, and the document it has read ahead (or
     ``EPOCH_END``: it stopped at the end of an epoch, the next one not yet read)."""
 
-    __slots__ = ("after", "before", "documents", "head", "name", "seen", "stream")
+    __slots__ = ("before", "documents", "head", "name", "seen", "stream")
 
     def __init__(self, name: str, stream: Stream, epoch_ends: bool) -> None:
         self.name = name
@@ -53,7 +53,6 @@ class _Part:
         self.documents = stream.documents(epoch_ends=epoch_ends)
         self.head: Any = None
         self.before: Any = None  # the stream's mark before ``head``
-        self.after: Any = None  # and after it
         self.seen = stream.mark().epoch
         """The epoch of the last document read (handed out or ahead), or of the next one at
         an epoch's end: once past the run's last epoch, the part has done its epochs (it goes
@@ -67,14 +66,13 @@ class _Part:
             if stop_at_end:
                 return None
             self.head = None
-        while self.head is None:  # (the stream has not moved since the last document's mark)
-            self.before = self.stream.mark() if self.after is None else self.after
+        while self.head is None:
+            self.before = self.stream.mark()
             try:
                 self.head = next(self.documents)
             except StopIteration:
                 raise CorpusError(f"the mixture's part {self.name!r} has no documents") from None
-            self.after = self.stream.mark()
-            self.seen = self.after.epoch
+            self.seen = self.stream.epoch
             if self.head is EPOCH_END:
                 if stop_at_end:
                     return None
@@ -203,7 +201,8 @@ class MixedStream:
         for document in self._documents:
             documents.append(document.tokens)
             parts.append(self.part)
-            afters.append(self.parts[self.part].after)
+            # (its part's stream has not moved since it read the document: the mark after it)
+            afters.append(self.parts[self.part].stream.mark())
             if len(documents) >= RUN or self._due():
                 break
         if not documents:
@@ -222,18 +221,18 @@ class MixedStream:
 
         last = self._last
 
+        held: list[Any] = [None, []]  # the weights, and their parts of positive weight
+
         def choose() -> int | None:
             weights = interleave.weights
-            live = [p for p, w in zip(parts, weights, strict=True) if w > 0]
-
-            def done() -> bool:  # every part of positive weight handed out the run's epochs
-                return last is not None and all(p.seen >= last for p in live)
-
+            if weights is not held[0]:  # (a new tuple at each change of weights)
+                held[:] = weights, [p for p, w in zip(parts, weights, strict=True) if w > 0]
+            live: list[_Part] = held[1]
             if tokens:
                 for p in live:  # a part at an epoch's end says so before reading on
                     p.peek(stop_at_end=True)
-                if done():
-                    return None
+                if last is not None and all(p.seen >= last for p in live):
+                    return None  # every part of positive weight handed out the run's epochs
                 sizes = [
                     _size(p.peek()) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)
                 ]
@@ -241,13 +240,18 @@ class MixedStream:
                 part = _draw(weights, seed, self.handed)
             else:
                 part = interleave.choose(sizes if tokens else None)
-            parts[part].peek(stop_at_end=True)
-            if last is not None and parts[part].seen >= last:
-                for p in live:  # the others: at their epoch's end too? (else read ahead)
-                    p.peek(stop_at_end=True)
-                if done():
+            chosen = parts[part]
+            head = chosen.peek(stop_at_end=True)  # None: at its epoch's end
+            if last is not None and chosen.seen >= last:
+                for p in live:  # has every part done the run's epochs? (else read ahead)
+                    if p.seen < last:
+                        p.peek(stop_at_end=True)
+                        if p.seen < last:
+                            break
+                else:
                     return None
-            parts[part].peek()  # on into its next epoch, repeated meanwhile
+            if head is None:
+                chosen.peek()  # on into its next epoch, repeated meanwhile
             return part
 
         return choose

@@ -241,6 +241,11 @@ class Stream:
             self._counters, len(self._policy.skipped), self._reshard,
         )  # fmt: skip
 
+    @property
+    def epoch(self) -> int:
+        """The epoch of the last document handed out (or of the next, between two)."""
+        return self._epoch
+
     def skips(self) -> int:
         """Everything this stream skipped so far (members, documents, files at open)."""
         return self._policy.skips(self._counters)
