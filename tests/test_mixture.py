@@ -496,3 +496,89 @@ def test_the_state_of_16_parts_stays_under_8_kb(tmp_path: Path) -> None:
         state = it.state_dict()
     assert len(state["parts"]) == 16 and len(state["changes"]) == 1
     assert len(json.dumps(state, separators=(",", ":"))) <= 8 * 1024
+
+
+def _targets(m: Mixture, state: Any, rank: int, world: int, n: int, **kw: Any) -> list[int]:
+    """The ids of the targets of ``n`` concat batches (seq 8, 1 row) of rank ``rank``."""
+    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, rank=rank,
+                    world_size=world, even=None, **kw)  # fmt: skip
+    with loader.batches(8, 1, state=state) as it:
+        return [t for _ in range(n) for t in next(it)[0, 1:].tolist()]
+
+
+def test_a_cut_document_goes_on_after_a_reshard_whichever_part_comes_first(
+    parts: dict[str, str],
+) -> None:
+    """One rank stopped at every batch, resharded 1 -> 1: at some stops the document a batch
+    had begun is another part's than the new rank's first document; its ids already targets
+    are never targets again, and none of its others is left out."""
+    m = mixture(parts, {"pq": 1.0, "js": 1.0})
+    opts: dict[str, Any] = {"workers": 0, "seed": 1, "tokenizer": "bytes", "epochs": None,
+                            "even": None}  # fmt: skip
+    lengths: dict[str, int] = {}
+
+    def marked(state: Any, n: int) -> list[tuple[str, int, int]]:
+        """``(document, index, id)`` of the first ``n`` ids the documents of ``state`` hold."""
+        out: list[tuple[str, int, int]] = []
+        with Loader(m, **opts).iter(state=state) as it:
+            while len(out) < n:
+                doc = next(it)
+                key = f"{doc.source}:{doc.name}"
+                cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
+                out += [(key, cut + j, int(t)) for j, t in enumerate(doc.tokens)]
+        return out[:n]
+
+    whole = marked(None, 8 * 60 + 1)
+    firsts = set()
+    for stop in range(1, 40):
+        with Loader(m, **opts).batches(8, 1) as it:
+            for _ in range(stop):
+                next(it)
+            state = json.loads(json.dumps(it.state_dict()))
+        (new,) = reshard([state], 1)
+        ids = marked(new["documents"], 4000)
+        assert _targets(m, new, 0, 1, 10) == [t for *_, t in ids[1:81]]
+        old = {(d, j) for d, j, _ in whole[1 : stop * 8 + 1]}
+        again = {(d, j) for d, j, _ in ids[1:]} & old
+        assert not again, (stop, sorted(again))
+        # the cut document goes on from its first id not yet a target: no id left out but
+        # the new rank's first (which no batch of its own makes a target)
+        cut, at = whole[stop * 8][0], whole[stop * 8][1]
+        going_on = [(d, j) for d, j, _ in ids if d == cut]
+        if at + 1 < lengths[cut]:  # (a document that ended there does not go on)
+            assert going_on[:1] == [(cut, at + 1)], (stop, going_on[:2])
+        firsts.add(ids[0][0].split(":")[0] == cut.split(":")[0])
+    assert firsts == {True, False}  # both cases met: the cut part first, and another part
+
+
+def test_a_resumed_batches_state_saved_again_before_a_batch_is_the_same(
+    parts: dict[str, str],
+) -> None:
+    """A checkpoint taken right after a resume (before any batch) keeps the part of the
+    document the next batch begins in, so it reshards as the state it came from."""
+    m = mixture(parts, {"pq": 1.0, "js": 1.0})
+    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
+    with loader.batches(8, 1) as it:
+        for _ in range(7):
+            next(it)
+        state = json.loads(json.dumps(it.state_dict()))
+    with loader.batches(8, 1, state=state) as it:
+        again = json.loads(json.dumps(it.state_dict()))
+    assert state["offset"] and state["documents"]["next"] is not None
+    assert again == state
+
+
+def test_batches_resume_inside_a_run_that_begins_at_a_change_of_weights(
+    parts: dict[str, str],
+) -> None:
+    """A run of documents starting at a schedule step: a state inside it is taken under the
+    new weights (the step applied once), and resumes to the same batches."""
+    m = mixture(parts, {"pq": 1.0, "js": 0.0}, schedule=[(3, {"pq": 0.0, "js": 1.0})])
+    whole = _targets(m, None, 0, 1, 40)
+    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
+    for stop in (1, 5, 20, 31):
+        with loader.batches(8, 1) as it:
+            for _ in range(stop):
+                next(it)
+            state = json.loads(json.dumps(it.state_dict()))
+        assert _targets(m, state, 0, 1, 40 - stop) == whole[stop * 8 :], stop

@@ -33,9 +33,13 @@ def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
         raise ValueError(f"{len(weights)} weights for {parts} parts")
     values: list[float] = []
     for w in weights:  # any real number: a weight computed with numpy too
-        if isinstance(w, bool) or not isinstance(w, numbers.Real) or not math.isfinite(w) or w < 0:
+        try:
+            value = float(w) if isinstance(w, numbers.Real) and not isinstance(w, bool) else -1.0
+        except (OverflowError, ValueError):  # an int or a Fraction past a float's range
+            value = math.inf
+        if not math.isfinite(value) or value < 0:
             raise ValueError(f"a weight must be a finite number >= 0, not {w!r}")
-        values.append(float(w))
+        values.append(value)
     try:
         total = math.fsum(values)
     except OverflowError:  # finite weights whose sum is not: scaled down first

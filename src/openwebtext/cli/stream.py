@@ -226,7 +226,10 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     documents = None if state is None else state.documents
     if isinstance(documents, MixtureState):
         documents = next(iter(documents.parts.values()))
-    loader = Loader(source, _stream_options(args, documents))
+    options = _stream_options(args, documents)
+    if isinstance(state, BatchesState) and isinstance(state.documents, DocumentState):
+        check_in_run(state.documents, options, whose=args.resume, cli=True)  # a finished run
+    loader = Loader(source, options)
     window = {"window": args.window} if args.pack == "bestfit" else {}
     saved = None if state is None else state.to_json()
     batches = loader.batches(

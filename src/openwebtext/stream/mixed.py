@@ -144,7 +144,11 @@ class MixedStream:
         self.handed = 0 if saved is None else saved.handed
         self.changes: list[Change] = [] if saved is None else list(saved.changes)
         self.applied = 0 if saved is None else saved.applied  # changes in the weights now
+        # A saved batches state's part of the document its next batch begins in: kept in
+        # this stream's marks until it hands out a document (a state taken before then).
+        self._next = None if saved is None else saved.next
         self._schedule = {c.at: c.weights for c in mixture.schedule}
+        self._stepped = -1  # the position whose schedule step was applied last
         self._last = None if options.epochs is None else options.epoch + options.epochs
         self._taken = 0
         self.part = -1  # the part of the last document handed out
@@ -159,13 +163,16 @@ class MixedStream:
     def _due(self) -> bool:
         """A change of weights applies before the next document."""
         pending = self.changes[self.applied :]
-        return self.handed in self._schedule or bool(pending and pending[0].at <= self.handed)
+        stepped = self.handed in self._schedule and self._stepped != self.handed
+        return stepped or bool(pending and pending[0].at <= self.handed)
 
     def _apply_due(self) -> None:
-        """The schedule's step at this position, then every ``set_weights`` made up to it."""
+        """The schedule's step at this position (once), then every ``set_weights`` made up
+        to it."""
         step = self._schedule.get(self.handed)
-        if step is not None:
+        if step is not None and self._stepped != self.handed:
             self.interleave.set_weights(step)
+            self._stepped = self.handed
         while self.applied < len(self.changes) and self.changes[self.applied].at <= self.handed:
             self.interleave.set_weights(self.changes[self.applied].weights)
             self.applied += 1
@@ -186,6 +193,7 @@ class MixedStream:
                 document = parts[part].head
                 parts[part].head = None
                 interleave.take(part, 1 if by_documents else _size(document))
+                self._next = None
                 self.handed += 1
                 self._taken += 1
                 self.part = part
@@ -197,6 +205,9 @@ class MixedStream:
         """The next documents handed out together (up to ``RUN``, never across a change of
         weights), their ids end to end, each with its part (``StopIteration`` at the end)."""
         before = self.mark()
+        if self._due():  # the run goes on under the new weights: its marks after its first
+            self._apply_due()  # document count from them (its mark before it: from before)
+        settled = self.mark()
         documents, parts, afters = [], [], []
         for document in self._documents:
             documents.append(document.tokens)
@@ -210,7 +221,9 @@ class MixedStream:
         lengths = np.fromiter(map(len, documents), np.int64, len(documents))
         ids = np.concatenate(documents)
         by_tokens = self.mixture.by == "tokens"
-        return MixRun(ids, lengths, np.array(parts, np.int32), afters, before, by_tokens)
+        return MixRun(
+            ids, lengths, np.array(parts, np.int32), afters, before, by_tokens, settled
+        )
 
     def _chooser(self) -> Callable[[], int | None]:
         """The next part to hand a document out (its head read), or None: the run's end."""
@@ -260,7 +273,9 @@ class MixedStream:
         """Where the mixture is now, after the last document handed out."""
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
-        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.applied)
+        return MixMark(
+            marks, self.handed, it.weights, tuple(it.served), self.applied, self._next
+        )
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """The state after the last document handed out (or at ``mark``)."""

@@ -63,6 +63,8 @@ class MixRun:
         afters: Each document's part's stream mark after it.
         before: The mixture's mark before the first document.
         by_tokens: The turns count ids (else documents).
+        settled: ``before`` with the change of weights due at the run's start applied (the
+            weights the run's documents were chosen by); None: ``before``.
     """
 
     start = 0  # a mixture's runs never begin inside a document
@@ -75,6 +77,7 @@ class MixRun:
         afters: list[Mark],
         before: MixMark,
         by_tokens: bool,
+        settled: MixMark | None = None,
     ) -> None:
         self.ids = ids
         self.lengths = lengths
@@ -83,6 +86,7 @@ class MixRun:
         """Each document's part, by its index in the mixture's parts."""
         self._afters = afters
         self.before = before
+        self._settled = before if settled is None else settled
         self._by_tokens = by_tokens
         self.after = self.mark_before(len(lengths))
 
@@ -95,7 +99,10 @@ class MixRun:
 
     def mark_before(self, j: int) -> MixMark:
         """The mixture's mark before document ``j`` (``j == len(self)``: after the last)."""
-        b = self.before
+        if j == 0:
+            following = int(self.parts[0]) if len(self.parts) else None
+            return self.before._replace(next=following)
+        b = self._settled
         marks = list(b.parts)
         served = list(b.served)
         for k in range(j):

@@ -75,6 +75,8 @@ class Mixture:
         options: Mapping[str, Mapping[str, Any]] | None = None,
         text_column: str | None = None,
     ) -> None:
+        if not isinstance(parts, Mapping):
+            raise ValueError(f"parts: a mapping of names to corpora, not {type(parts).__name__}")
         if not parts:
             raise ValueError("a mixture needs at least one part")
         for name in parts:
@@ -115,9 +117,13 @@ class Mixture:
             raise ValueError("a schedule has two steps at one position")
         self.schedule = tuple(Change(at, w) for at, w in steps)
         self.options: dict[str, dict[str, Any]] = {}
+        if not isinstance(options or {}, Mapping):
+            raise ValueError(f"options: a mapping of part names to options, not {options!r}")
         for name, given in (options or {}).items():
             if name not in self.names:
                 raise ValueError(f"options for {name!r}, which is not a part ({self.names})")
+            if not isinstance(given, Mapping):
+                raise ValueError(f"options for {name!r}: a mapping of options, not {given!r}")
             wrong = sorted(set(given) - PART_OPTIONS)
             if wrong:
                 raise ValueError(
@@ -154,7 +160,7 @@ class Mixture:
             raise ValueError(
                 f"{what}: a mapping of part names to weights, not {type(weights).__name__}"
             )
-        unknown = sorted(set(weights) - set(self.names))
+        unknown = sorted((name for name in weights if name not in self.names), key=repr)
         if unknown:
             raise ValueError(f"{what}: {unknown} are not parts of the mixture {list(self.names)}")
         values = [weights.get(name, 0.0) for name in self.names]

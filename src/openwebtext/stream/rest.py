@@ -146,10 +146,17 @@ class Rest:
         section: The state's ``reshard`` section (``reshard.reshard`` writes it).
         counts: Documents of every unit (the stream's even counts).
         options: The new rank's options (seed, shuffle, block size).
+        leads: The share's first id is the rank's first, which no batch makes a target (a
+            corpus's); False for a mixture's part, whose rank may hand out another part's
+            document first: a document cut across the checkpoint then goes on from its first
+            id not yet a target, never from the last one that was.
     """
 
-    def __init__(self, section: Reshard, counts: Sequence[int], options: Options):
+    def __init__(
+        self, section: Reshard, counts: Sequence[int], options: Options, *, leads: bool = True
+    ):
         self.section = section
+        self.leads = leads
         self.epoch = section.epoch
         world = section.world_size
         rule: Rule | None = section.even
@@ -206,7 +213,7 @@ class Rest:
                 left = _drop_front(share, done)
                 if left and cut:
                     x, _, repeat = left[0]
-                    applied = _applied_trim(mid, share, done, x, repeat)
+                    applied = _applied_trim(mid, share, done, x, repeat, leads)
                     new_mid[x] = applied + cut
                 joined += left
             spans, mid, windows = joined, new_mid, carried
@@ -249,7 +256,7 @@ class Rest:
                 trim = 0
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)
-                    if a == first and progress == 0:
+                    if a == first and progress == 0 and self.leads:
                         trim = max(trim - 1, 0)
                 yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim)
                 a = stop
@@ -298,12 +305,12 @@ def _windows_left(
 
 
 def _applied_trim(
-    mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool
+    mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool, leads: bool
 ) -> int:
-    """The ids of document ``x`` its rank left out when it handed it out."""
+    """The ids of document ``x`` its rank left out when it handed it out (``Rest.leads``)."""
     if repeat:
         return 0
-    if share and share[0][0] == x and done == 0:
+    if share and share[0][0] == x and done == 0 and leads:
         return max(mid.get(x, 0) - 1, 0)
     return mid.get(x, 0)
 

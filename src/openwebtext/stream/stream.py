@@ -226,7 +226,11 @@ class Stream:
         self.start = 0  # where the last document handed out begins in its ids
         self._runs: str | None = None  # token documents handed out a block's rest at a time
         self._rest = (
-            None if self._reshard is None else Rest(self._reshard, self._counts_per_unit(), options)
+            None
+            if self._reshard is None
+            else Rest(
+                self._reshard, self._counts_per_unit(), options, leads=self.source is None
+            )
         )
 
     def mark(self) -> Mark:
