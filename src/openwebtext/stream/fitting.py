@@ -86,7 +86,7 @@ class Rows:
     bases: np.ndarray[Any, Any]
     """Where the chunk's ids lie among the rows' (counted from row ``skip``) less where they
     begin in its document: an id's position is its place less its chunk's base (padding's
-    are 0)."""
+    base is where its chunk ends: its places less it are below 0, its positions 0)."""
     row_chunks: np.ndarray[Any, Any]
     packed: np.ndarray[Any, Any]
     """Per row from row ``skip`` on, what packing did to the documents in the rows before it
@@ -119,21 +119,21 @@ class Rows:
         chunks = [
             ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
         ]
-        tokens = np.concatenate(chunks, dtype=dtype)
+        # In the sources' dtype (a copy each chunk), then converted at once: a conversion per
+        # chunk costs more than the copy.
+        tokens = np.concatenate(chunks).astype(dtype, copy=False)
         shape = (end - row, -1)
         if not segments:
             return (tokens.reshape(shape),)
         counts = ends - starts
         segment_ids = np.repeat(self.numbers[a:b], counts)
         # Positions: each id's place less its chunk's base (a ramp less one repeat, int32:
-        # the bases counted from these rows' first place), then padding's set to 0.
+        # the bases counted from these rows' first place); padding's are below 0 (its base
+        # is past its chunk), set to 0 by one maximum.
         first = (row - self.skip) * (len(tokens) // (end - row))
         positions = np.repeat((self.bases[a:b] - first).astype(np.int32), counts)
         np.subtract(self.ramp(len(tokens)), positions, out=positions)
-        padding = np.flatnonzero(self.numbers[a:b] == 0)
-        at = (np.cumsum(counts) - counts)[padding].tolist()
-        for i, n in zip(at, counts[padding].tolist(), strict=True):
-            positions[i : i + n] = 0
+        np.maximum(positions, 0, out=positions)
         made = (tokens.reshape(shape), segment_ids.reshape(shape), positions.reshape(shape))
         if self.labels is None:
             return made
@@ -238,10 +238,10 @@ def fit(
     pads = row_chunks[1:] - 1
     ends[pads] = cap - used
     # Where each chunk's ids lie among the rows' (the rows are cap ids each), less where they
-    # begin in the document.
+    # begin in the document; padding's: where its chunk ends.
     counts = ends - starts
-    places = np.cumsum(counts) - counts
-    places[chunk] -= first if bases is None else bases[document] + first
+    places = np.cumsum(counts)
+    places[chunk] -= counts[chunk] + (first if bases is None else bases[document] + first)
     bases = places
     # What packing did, per row: its padding, its first pieces of cut documents, its pieces.
     cut = pieces[document] > 1

@@ -262,7 +262,7 @@ class BestFitBatches:
         self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = _documents(reading.parts)
-        documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
+        documents[0].append(self._padding(cap, documents[0][0]))  # a row of padding
         labels = _labels(reading.parts, cap)
         try:
             if packings:  # packed at each of its lengths, as it was
@@ -301,8 +301,16 @@ class BestFitBatches:
         if fitted is None:
             raise StateError("bad batches state: a window packed again has no row left")
         cap = seq_len + 1
-        pad = np.full(cap, self.pad_id, dtype=self.dtype)
+        pad = self._padding(cap, fitted.sources[0])
         return fitted.again(row, cap, skip, self._seeded(epoch, number, again), pad)
+
+    def _padding(self, cap: int, ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """A row of padding: in the dtype of the documents' ``ids`` if it holds ``pad_id``
+        (the rows are then made in it and converted once), else in the batches'."""
+        kind = ids.dtype
+        if kind.kind not in "iu" or not np.iinfo(kind).min <= self.pad_id <= np.iinfo(kind).max:
+            kind = self.dtype
+        return np.full(cap, self.pad_id, dtype=kind)
 
     def _reshape(self) -> None:
         """Pack the windows' rows not handed out at the length of the next batch, if it is
@@ -315,7 +323,7 @@ class BestFitBatches:
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
-                documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
+                documents[0].append(self._padding(cap, documents[0][0]))
                 labels = _labels(window.parts, cap)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
                              labels=labels)  # fmt: skip
