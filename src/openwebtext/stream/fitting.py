@@ -87,6 +87,8 @@ class Rows:
     """Where the chunk's ids lie among the rows' (counted from row ``skip``) less where they
     begin in its document: an id's position is its place less its chunk's base (padding's
     base is where its chunk ends: its places less it are below 0, its positions 0)."""
+    cut: np.ndarray[Any, Any]
+    """The chunk is a piece of a document cut (in this packing or one before it)."""
     row_chunks: np.ndarray[Any, Any]
     packed: np.ndarray[Any, Any]
     """Per row from row ``skip`` on, what packing did to the documents in the rows before it
@@ -146,12 +148,12 @@ class Rows:
     ) -> Rows | None:
         """The rows from ``row`` on (of the window's) packed again at ``cap`` ids a row, from
         row ``skip`` on (``pad``: the new row of padding): ``pieces`` given to ``fit``."""
-        documents, lengths, bases = self.pieces(row)
+        documents, lengths, bases, cut = self.pieces(row)
         documents[0].append(pad)
         labels = self.labels
         if labels is not None:  # the last is the old row of padding
             labels = [*labels[:-1], np.full(cap, -1, np.int16)]
-        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels)
+        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels, cut=cut)
 
     def pieces(
         self, row: int
@@ -159,17 +161,20 @@ class Rows:
         tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
         np.ndarray[Any, Any],
         np.ndarray[Any, Any],
+        np.ndarray[Any, Any],
     ]:
         """The pieces of rows ``row..`` (of the window's), in their order, as ``fit`` takes
-        items: ``(sources without the row of padding, source, start)``, their lengths, and
-        where each begins in its document (to pack them again at another length)."""
+        items: ``(sources without the row of padding, source, start)``, their lengths, where
+        each begins in its document and whether its document was cut (to pack them again at
+        another length)."""
         a = self.row_chunks[row - self.skip]
         counts = self.ends - self.starts
         places = np.cumsum(counts) - counts  # where each chunk's ids lie among the rows'
         kept = a + np.flatnonzero(self.numbers[a:])
         starts = self.starts[kept]
         documents = (self.sources[:-1], self.sourced[kept], starts)
-        return documents, self.ends[kept] - starts, places[kept] - self.bases[kept]
+        bases = places[kept] - self.bases[kept]
+        return documents, self.ends[kept] - starts, bases, self.cut[kept]
 
 
 def fit(
@@ -181,6 +186,7 @@ def fit(
     bases: np.ndarray[Any, Any] | None = None,
     *,
     labels: list[np.ndarray[Any, Any]] | None = None,
+    cut: np.ndarray[Any, Any] | None = None,
 ) -> Rows | None:
     """The rows of a window of documents, from row ``skip`` on (None: no row left).
 
@@ -195,6 +201,8 @@ def fit(
         bases: Where each item begins in its document (None: at 0, whole documents); items
             that are pieces of documents (``Rows.pieces``) go on at their positions.
         labels: A mixture's: each of the sources' ids' parts (``Rows.labels``).
+        cut: Whether each item's document was cut before (``Rows.pieces``; None: none
+            was): what packing did counts its pieces, and its document once.
 
     Raises:
         StateError: there are fewer than ``skip`` rows (a damaged state).
@@ -240,20 +248,25 @@ def fit(
     # Where each chunk's ids lie among the rows' (the rows are cap ids each), less where they
     # begin in the document; padding's: where its chunk ends.
     counts = ends - starts
+    begin = first if bases is None else bases[document] + first  # in the document
     places = np.cumsum(counts)
-    places[chunk] -= counts[chunk] + (first if bases is None else bases[document] + first)
-    bases = places
-    # What packing did, per row: its padding, its first pieces of cut documents, its pieces.
-    cut = pieces[document] > 1
+    places[chunk] -= counts[chunk] + begin
+    # What packing did, per row: its padding, its first pieces of cut documents, its pieces
+    # (a document cut before, packed again: its pieces, its first piece counted before).
+    piece_cut = pieces[document] > 1
+    if cut is not None:
+        piece_cut |= cut[document]
+    cut = np.zeros(chunks, dtype=bool)
+    cut[chunk] = piece_cut
     packed = np.zeros((3, n + 1), dtype=np.int64)
     packed[0, 1:] = cap - used
-    packed[1, 1:] = np.bincount(row, weights=cut & (first == 0), minlength=n)
-    packed[2, 1:] = np.bincount(row, weights=cut, minlength=n)
+    packed[1, 1:] = np.bincount(row, weights=piece_cut & (begin == 0), minlength=n)
+    packed[2, 1:] = np.bincount(row, weights=piece_cut, minlength=n)
     np.cumsum(packed, axis=1, out=packed)
     kept = np.flatnonzero(counts)  # chunks without ids (most rows' padding) left out
     chunk_rows = np.repeat(np.arange(n), per_row + 1)[kept]
     row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
     return Rows(
         rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
-        bases[kept], row_chunks, packed, labels=labels,
+        places[kept], cut[kept], row_chunks, packed, labels=labels,
     )  # fmt: skip

@@ -151,7 +151,9 @@ class BestFitBatches:
         # A state inside a window packed again at changes of length: its packings.
         self._packings: tuple[Packed, ...] = ()
         epoch = None
-        self._packed = PackingCounts()  # what packing did in the windows handed out whole
+        # What packing did in the windows handed out whole, and in the rows handed out of
+        # the packings of a window before it was packed again.
+        self._packed = PackingCounts()
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
             epoch, self._packed = start.window_epoch, start.packed
@@ -320,6 +322,8 @@ class BestFitBatches:
             if window.cap == cap:
                 continue
             self._rows_left -= window.fitted.rows - window.row
+            # What packing did in its rows handed out, before they go with this packing.
+            self._packed = self._packed.add(*window.fitted.counted(window.row))
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
