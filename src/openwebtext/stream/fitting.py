@@ -94,6 +94,7 @@ class Rows:
     """Per row from row ``skip`` on, what packing did to the documents in the rows before it
     (``counters.PackingCounts``'s padding ids, cut documents, pieces): shape (3, rows + 1)."""
     _ramp: np.ndarray[Any, Any] = field(default_factory=lambda: np.arange(0, dtype=np.int32))
+    _views: list[memoryview] | None = None
     labels: list[np.ndarray[Any, Any]] | None = None
     """A mixture's: beside each of ``sources``, its ids' parts (padding's -1); made into
     ``PackedBatch.sources`` by the same slices."""
@@ -109,6 +110,16 @@ class Rows:
             self._ramp = np.arange(n, dtype=np.int32)
         return self._ramp[:n]
 
+    def views(self) -> list[memoryview] | None:
+        """The sources as memoryviews, kept (None: their dtypes differ)."""
+        if self._views is None:
+            kinds = {source.dtype for source in self.sources}
+            if len(kinds) == 1 and all(s.flags.c_contiguous for s in self.sources):
+                self._views = [memoryview(source) for source in self.sources]
+            else:
+                self._views = []
+        return self._views or None
+
     def make(
         self, row: int, end: int, dtype: DTypeLike, segments: bool
     ) -> tuple[np.ndarray[Any, Any], ...]:
@@ -117,30 +128,36 @@ class Rows:
         chunk but the slices of the ids."""
         a, b = self.row_chunks[row - self.skip], self.row_chunks[end - self.skip]
         starts, ends = self.starts[a:b], self.ends[a:b]
-        ids, which = self.sources, self.sourced[a:b].tolist()
-        chunks = [
-            ids[w][i:j] for w, i, j in zip(which, starts.tolist(), ends.tolist(), strict=True)
-        ]
-        # In the sources' dtype (a copy each chunk), then converted at once: a conversion per
-        # chunk costs more than the copy.
-        tokens = np.concatenate(chunks).astype(dtype, copy=False)
+        which, i, j = self.sourced[a:b].tolist(), starts.tolist(), ends.tolist()
+        views = self.views()
+        if views is not None:  # the slices' bytes joined: far less per chunk than an array's
+            joined = b"".join([views[w][p:q] for w, p, q in zip(which, i, j, strict=True)])
+            tokens = np.frombuffer(joined, self.sources[0].dtype).astype(dtype)
+        else:  # sources of dtypes of their own: in their common dtype, converted at once
+            ids = self.sources
+            chunks = [ids[w][p:q] for w, p, q in zip(which, i, j, strict=True)]
+            tokens = np.concatenate(chunks).astype(dtype, copy=False)
         shape = (end - row, -1)
         if not segments:
             return (tokens.reshape(shape),)
         counts = ends - starts
         segment_ids = np.repeat(self.numbers[a:b], counts)
-        # Positions: each id's place less its chunk's base (a ramp less one repeat, int32:
-        # the bases counted from these rows' first place); padding's are below 0 (its base
-        # is past its chunk), set to 0 by one maximum.
+        # Positions: each chunk's a slice of a ramp from where it begins in its document
+        # (its first place less its base), padding's of zeros; their bytes joined.
         first = (row - self.skip) * (len(tokens) // (end - row))
-        positions = np.repeat((self.bases[a:b] - first).astype(np.int32), counts)
-        np.subtract(self.ramp(len(tokens)), positions, out=positions)
-        np.maximum(positions, 0, out=positions)
+        begins = first + np.cumsum(counts) - counts - self.bases[a:b]
+        pad = self.numbers[a:b] == 0
+        begins[pad] = 0
+        ramp = memoryview(self.ramp(int((begins + counts).max())))
+        zeros = memoryview(np.zeros(int(counts[pad].max(initial=0)), np.int32))
+        spans = zip(pad.tolist(), begins.tolist(), counts.tolist(), strict=True)
+        joined = bytearray().join([(zeros if z else ramp)[p : p + n] for z, p, n in spans])
+        positions = np.frombuffer(joined, np.int32)
         made = (tokens.reshape(shape), segment_ids.reshape(shape), positions.reshape(shape))
         if self.labels is None:
             return made
-        labels, spans = self.labels, zip(which, starts.tolist(), ends.tolist(), strict=True)
-        parts = [labels[w][i:j] for w, i, j in spans]
+        labels = self.labels
+        parts = [labels[w][p:q] for w, p, q in zip(which, i, j, strict=True)]
         return (*made, np.concatenate(parts).reshape(shape))
 
     def again(
