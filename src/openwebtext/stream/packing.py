@@ -22,7 +22,7 @@ state then lists those packings (``Scheduled.packings``) and resuming packs it t
 The work is a few array operations per window and per 256 rows, none per document: the stream
 hands documents out in runs (``source.TokenRun``), the bins are chosen on the pieces' lengths
 alone (``best_fit_rows``, the one loop left in Python, per piece), and the rows are made by
-one concatenation of their pieces' slices (and of slices of a ramp for the positions).
+one join of their pieces' slices (and of slices of a ramp for the positions).
 """
 
 from __future__ import annotations
@@ -349,16 +349,19 @@ class BestFitBatches:
         return lambda rows: permutation(rows, self.seed, ROWS, *key)
 
     def __next__(self) -> Any:
-        self._reshape()
-        while self._rows_left < self.batch_size and (
+        shape = self._shape
+        if not shape.fixed:
+            self._reshape()
+        batch_size = shape.batch_size
+        while self._rows_left < batch_size and (
             self._reading is not None or not self._ended or self._left is not None
         ):
             self._fill()
-        if self._rows_left < self.batch_size:  # fewer rows than a batch left: dropped
+        if self._rows_left < batch_size:  # fewer rows than a batch left: dropped
             self.close()
             raise StopIteration
         parts = []  # the batch's rows, from one window or two
-        need = self.batch_size
+        need = batch_size
         while need:
             window = self._windows[0]
             take = min(need, window.fitted.rows - window.row)
@@ -372,11 +375,11 @@ class BestFitBatches:
         # MADE_ROWS rows, not at every batch), so that the workers never wait for a whole
         # window to be asked for at once.
         self._since += 1
-        enough = self._since * self.batch_size * (self.seq_len + 1)
-        self._shape.advance()  # the next window is packed at the next batch's length
+        enough = self._since * batch_size * (shape.seq_len + 1)
+        shape.advance()  # the next window is packed at the next batch's length
         # Fixed shapes read every MADE_ROWS rows; under a schedule at every batch, so that a
         # window is packed at the length of the batch after which it was read.
-        every = 1 if not self._shape.fixed else max(1, MADE_ROWS // self.batch_size)
+        every = max(1, MADE_ROWS // batch_size) if shape.fixed else 1
         if self._since % every == 0 and self._read(enough):
             self._pack()
         arrays = (
@@ -384,7 +387,7 @@ class BestFitBatches:
         )
         return PackedBatch(*arrays) if self.segments else arrays[0]
 
-    def _rows(self, window: _Window, take: int) -> tuple[np.ndarray[Any, Any], ...]:
+    def _rows(self, window: _Window, take: int) -> list[np.ndarray[Any, Any]]:
         """The next ``take`` rows of ``window``, from the rows it made ahead."""
         row = window.row
         if row + take > window.made_to:  # make the next rows, a batch's at least
@@ -394,7 +397,7 @@ class BestFitBatches:
         window.row += take
         self._rows_left -= take
         at = row - window.made_from
-        return tuple(a[at : at + take] for a in window.made)
+        return [a[at : at + take] for a in window.made]
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
