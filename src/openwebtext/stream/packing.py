@@ -264,7 +264,8 @@ class BestFitBatches:
         self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = _documents(reading.parts)
-        documents[0].append(self._padding(cap, documents[0][0]))  # a row of padding
+        pad = _padding(cap, self.pad_id, documents[0][0], self.dtype)
+        documents[0].append(pad)  # a row of padding
         labels = _labels(reading.parts, cap)
         try:
             if packings:  # packed at each of its lengths, as it was
@@ -303,16 +304,8 @@ class BestFitBatches:
         if fitted is None:
             raise StateError("bad batches state: a window packed again has no row left")
         cap = seq_len + 1
-        pad = self._padding(cap, fitted.sources[0])
+        pad = _padding(cap, self.pad_id, fitted.sources[0], self.dtype)
         return fitted.again(row, cap, skip, self._seeded(epoch, number, again), pad)
-
-    def _padding(self, cap: int, ids: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """A row of padding: in the dtype of the documents' ``ids`` if it holds ``pad_id``
-        (the rows are then made in it and converted once), else in the batches'."""
-        kind = ids.dtype
-        if kind.kind not in "iu" or not np.iinfo(kind).min <= self.pad_id <= np.iinfo(kind).max:
-            kind = self.dtype
-        return np.full(cap, self.pad_id, dtype=kind)
 
     def _reshape(self) -> None:
         """Pack the windows' rows not handed out at the length of the next batch, if it is
@@ -327,7 +320,7 @@ class BestFitBatches:
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
-                documents[0].append(self._padding(cap, documents[0][0]))
+                documents[0].append(_padding(cap, self.pad_id, documents[0][0], self.dtype))
                 labels = _labels(window.parts, cap)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
                              labels=labels)  # fmt: skip
@@ -463,6 +456,17 @@ def _documents(
     starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
     lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
     return (sources, source, starts), lengths
+
+
+def _padding(
+    cap: int, pad_id: int, ids: np.ndarray[Any, Any], dtype: np.dtype[Any]
+) -> np.ndarray[Any, Any]:
+    """A row of padding: in the dtype of the documents' ``ids`` if it holds ``pad_id`` (the
+    rows are then made in it and converted once), else in the batches' ``dtype``."""
+    kind = ids.dtype
+    if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
+        kind = dtype
+    return np.full(cap, pad_id, dtype=kind)
 
 
 def _labels(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:
