@@ -69,22 +69,23 @@ class TokenReader:
         names = document_names(unit.member, first, stop)
         leave_out_split(self.split, names, offsets)
         dropped: list[CorruptMember] = []
-        if self.vocab is not None:
-            ids = np.frombuffer(data, dtype=token_file.ids.dtype)
+        ids = np.frombuffer(data, dtype=token_file.ids.dtype)
+        # One reduction over the ids, not a mask of them; past the vocabulary is rare.
+        if self.vocab is not None and ids.size and int(ids.max()) >= self.vocab:
             past = np.flatnonzero(ids >= self.vocab)
-            if past.size:  # rare: the documents that hold them, found by their ends
-                for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
-                    if offsets[k] < 0:
-                        continue
-                    offsets[k] = -1
-                    dropped.append(
-                        CorruptDocument(
-                            f"holds ids at or past the tokenizer's vocabulary of {self.vocab} "
-                            f"(e.g. {int(ids[past[0]])}): ids of another tokenizer, or a "
-                            "damaged file",
-                            unit.path,
-                            unit.member,
-                            names[k],
-                        )
+            # The documents that hold them, found by their ends.
+            for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
+                if offsets[k] < 0:
+                    continue
+                offsets[k] = -1
+                dropped.append(
+                    CorruptDocument(
+                        f"holds ids at or past the tokenizer's vocabulary of {self.vocab} "
+                        f"(e.g. {int(ids[past[0]])}): ids of another tokenizer, or a "
+                        "damaged file",
+                        unit.path,
+                        unit.member,
+                        names[k],
                     )
+                )
         return Member(data, names, offsets, sizes, dropped, 0)

@@ -123,10 +123,15 @@ class Batches:
         self._head = offset  # where the next batch starts among the ids read
         self._read = self._numbered = 0  # ids and documents read
         self._batches = 0 if start is None else start.batches
-        # Documents cut by the rows' starts (one every seq_len ids from the first), counted
-        # up to ``_counted`` (among the ids read) as the runs are let go.
+        # Documents cut by the rows' starts, counted up to ``_counted`` (among the ids read) as
+        # the runs are let go and at each change of length: from there to the next batch's
+        # start, a row every ``_row_len`` ids; the row before ``_counted`` began
+        # ``_before_len`` ids before it (the length of the batch before the next).
         self._packed = PackingCounts() if start is None else start.packed
         self._counted = offset
+        self._row_len = self._shape.seq_len
+        at = self._shape.at
+        self._before_len = self._shape.schedule.shape(at - 1)[0] if at else self._row_len
 
     @property
     def seq_len(self) -> int:
@@ -154,6 +159,9 @@ class Batches:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
         seq_len = self._shape.seq_len
         need = seq_len * self._shape.batch_size + 1
+        if seq_len != self._row_len:  # a change of length: the rows before it counted at theirs
+            self._count_cuts()
+            self._row_len = seq_len
         while self._read - self._head < need:
             try:
                 run = self._docs.next_run(in_order=True)
@@ -223,8 +231,9 @@ class Batches:
 
     def _count_cuts(self) -> None:
         """Count the documents cut by the rows handed out, up to the next batch's start."""
-        self._packed = self._packed_now()
-        self._counted = self._head
+        if self._head > self._counted:
+            self._packed = self._packed_now()
+            self._counted, self._before_len = self._head, self._row_len
 
     def _packed_now(self) -> PackingCounts:
         """What packing did to the documents of the batches handed out: a row that starts
@@ -232,16 +241,20 @@ class Batches:
         start: a cut document and two pieces; else one piece more). Changes nothing (``stats``
         may be read from another thread, as ``ahead``'s is)."""
         lo, hi, cuts, firsts = self._counted, self._head, 0, 0
+        step = self._row_len
         for run in list(self._pending):
             a, b = max(lo, run.first), min(hi, run.first + len(run.ids))
             if a >= b:
                 continue
-            starts = np.arange(a + (lo - a) % self.seq_len, b, self.seq_len) - run.first
+            starts = np.arange(a + (lo - a) % step, b, step) - run.first
             j = np.searchsorted(run.ends, starts, "right")
             begins = np.where(j > 0, run.ends[j - 1], 0)
             cut = begins < starts
+            before = starts - step  # where the row before each began
+            if len(starts) and starts[0] + run.first == lo:
+                before[0] = starts[0] - self._before_len
             cuts += int(np.count_nonzero(cut))
-            firsts += int(np.count_nonzero(cut & (begins >= starts - self.seq_len)))
+            firsts += int(np.count_nonzero(cut & (begins >= before)))
         return self._packed.add(0, firsts, cuts + firsts)
 
     def state_dict(self) -> dict[str, Any]:

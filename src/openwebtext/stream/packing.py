@@ -22,7 +22,7 @@ state then lists those packings (``Scheduled.packings``) and resuming packs it t
 The work is a few array operations per window and per 256 rows, none per document: the stream
 hands documents out in runs (``source.TokenRun``), the bins are chosen on the pieces' lengths
 alone (``best_fit_rows``, the one loop left in Python, per piece), and the rows are made by
-one concatenation of their pieces' slices (and of slices of a ramp for the positions).
+one join of their pieces' slices (and of slices of a ramp for the positions).
 """
 
 from __future__ import annotations
@@ -151,7 +151,9 @@ class BestFitBatches:
         # A state inside a window packed again at changes of length: its packings.
         self._packings: tuple[Packed, ...] = ()
         epoch = None
-        self._packed = PackingCounts()  # what packing did in the windows handed out whole
+        # What packing did in the windows handed out whole, and in the rows handed out of
+        # the packings of a window before it was packed again.
+        self._packed = PackingCounts()
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
             epoch, self._packed = start.window_epoch, start.packed
@@ -262,7 +264,8 @@ class BestFitBatches:
         self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = _documents(reading.parts)
-        documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))  # a row of padding
+        pad = _padding(cap, self.pad_id, documents[0][0], self.dtype)
+        documents[0].append(pad)  # a row of padding
         labels = _labels(reading.parts, cap)
         try:
             if packings:  # packed at each of its lengths, as it was
@@ -301,7 +304,7 @@ class BestFitBatches:
         if fitted is None:
             raise StateError("bad batches state: a window packed again has no row left")
         cap = seq_len + 1
-        pad = np.full(cap, self.pad_id, dtype=self.dtype)
+        pad = _padding(cap, self.pad_id, fitted.sources[0], self.dtype)
         return fitted.again(row, cap, skip, self._seeded(epoch, number, again), pad)
 
     def _reshape(self) -> None:
@@ -312,10 +315,12 @@ class BestFitBatches:
             if window.cap == cap:
                 continue
             self._rows_left -= window.fitted.rows - window.row
+            # What packing did in its rows handed out, before they go with this packing.
+            self._packed = self._packed.add(*window.fitted.counted(window.row))
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
-                documents[0].append(np.full(cap, self.pad_id, dtype=self.dtype))
+                documents[0].append(_padding(cap, self.pad_id, documents[0][0], self.dtype))
                 labels = _labels(window.parts, cap)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
                              labels=labels)  # fmt: skip
@@ -337,16 +342,19 @@ class BestFitBatches:
         return lambda rows: permutation(rows, self.seed, ROWS, *key)
 
     def __next__(self) -> Any:
-        self._reshape()
-        while self._rows_left < self.batch_size and (
+        shape = self._shape
+        if not shape.fixed:
+            self._reshape()
+        batch_size = shape.batch_size
+        while self._rows_left < batch_size and (
             self._reading is not None or not self._ended or self._left is not None
         ):
             self._fill()
-        if self._rows_left < self.batch_size:  # fewer rows than a batch left: dropped
+        if self._rows_left < batch_size:  # fewer rows than a batch left: dropped
             self.close()
             raise StopIteration
         parts = []  # the batch's rows, from one window or two
-        need = self.batch_size
+        need = batch_size
         while need:
             window = self._windows[0]
             take = min(need, window.fitted.rows - window.row)
@@ -360,11 +368,11 @@ class BestFitBatches:
         # MADE_ROWS rows, not at every batch), so that the workers never wait for a whole
         # window to be asked for at once.
         self._since += 1
-        enough = self._since * self.batch_size * (self.seq_len + 1)
-        self._shape.advance()  # the next window is packed at the next batch's length
+        enough = self._since * batch_size * (shape.seq_len + 1)
+        shape.advance()  # the next window is packed at the next batch's length
         # Fixed shapes read every MADE_ROWS rows; under a schedule at every batch, so that a
         # window is packed at the length of the batch after which it was read.
-        every = 1 if not self._shape.fixed else max(1, MADE_ROWS // self.batch_size)
+        every = max(1, MADE_ROWS // batch_size) if shape.fixed else 1
         if self._since % every == 0 and self._read(enough):
             self._pack()
         arrays = (
@@ -372,7 +380,7 @@ class BestFitBatches:
         )
         return PackedBatch(*arrays) if self.segments else arrays[0]
 
-    def _rows(self, window: _Window, take: int) -> tuple[np.ndarray[Any, Any], ...]:
+    def _rows(self, window: _Window, take: int) -> list[np.ndarray[Any, Any]]:
         """The next ``take`` rows of ``window``, from the rows it made ahead."""
         row = window.row
         if row + take > window.made_to:  # make the next rows, a batch's at least
@@ -382,7 +390,7 @@ class BestFitBatches:
         window.row += take
         self._rows_left -= take
         at = row - window.made_from
-        return tuple(a[at : at + take] for a in window.made)
+        return [a[at : at + take] for a in window.made]
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
@@ -448,6 +456,17 @@ def _documents(
     starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
     lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
     return (sources, source, starts), lengths
+
+
+def _padding(
+    cap: int, pad_id: int, ids: np.ndarray[Any, Any], dtype: np.dtype[Any]
+) -> np.ndarray[Any, Any]:
+    """A row of padding: in the dtype of the documents' ``ids`` if it holds ``pad_id`` (the
+    rows are then made in it and converted once), else in the batches' ``dtype``."""
+    kind = ids.dtype
+    if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
+        kind = dtype
+    return np.full(cap, pad_id, dtype=kind)
 
 
 def _labels(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:
