@@ -82,12 +82,12 @@ def test_the_summary_counts_the_corpus_s_open_and_the_servers_retry_after(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A remote walk held back by 429 + Retry-After took 292 s where the summary said 9 s."""
-    from openwebtext.cli import stream as command
+    from openwebtext.cli import summary as command
     from openwebtext.stream import Stats
 
-    command._summary(Stats(documents=10), Stats(), 2.0, (290.0, 283.5))
+    command.summary(Stats(documents=10), Stats(), 2.0, (290.0, 283.5))
     err = capsys.readouterr().err
     assert "opening the corpus took 290.00 s" in err
     assert "(283.50 s of it waiting for the servers' Retry-After)" in err
-    command._summary(Stats(documents=10), Stats(), 2.0, (0.1, 0.0))
+    command.summary(Stats(documents=10), Stats(), 2.0, (0.1, 0.0))
     assert "opening" not in capsys.readouterr().err

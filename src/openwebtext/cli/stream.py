@@ -8,10 +8,10 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, cast
 
 from openwebtext import codec, interrupts
+from openwebtext.cli import summary
 from openwebtext.cli.args import (
     Subparsers,
     add_jobs,
@@ -22,27 +22,25 @@ from openwebtext.cli.args import (
     at_least,
     open_corpus,
     option_type,
-    plural,
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
 from openwebtext.errors import OutputError, OWTError
-from openwebtext.files import atomic_write, output_path
+from openwebtext.files import output_path
 from openwebtext.index import Corpus
-from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator, Stats
+from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited, storage_kwargs
 from openwebtext.stream import (
     WINDOW,
+    BatchesState,
     DocumentState,
-    Mark,
     MixtureState,
     check_in_run,
     load_state,
     members_in_run,
     resume_options,
 )
-from openwebtext.stream.schema import BatchesState
 
 __all__ = ["add_parser", "run"]
 
@@ -68,97 +66,6 @@ def _stream_options(args: argparse.Namespace, state: DocumentState | None) -> Op
         },
         state,
     )
-
-
-def _show_progress(
-    iterator: DocumentIterator | MixtureIterator, args: argparse.Namespace, members: int | None
-) -> None:
-    """Read everything, with a bar of members done of the total, time left, docs/s, MB/s."""
-    from tqdm import tqdm
-
-    before = iterator.stats
-    start = time.perf_counter()
-    with tqdm(
-        total=args.take if args.take is not None else members,
-        unit="doc" if args.take is not None else "member",
-        dynamic_ncols=True,
-        disable=args.quiet,
-        file=sys.stderr,
-        mininterval=0.5,
-    ) as bar:
-
-        def update() -> None:
-            stats = iterator.stats
-            if args.take is not None:
-                bar.update(stats.documents - before.documents - bar.n)
-            else:
-                bar.update(stats.units - before.units - bar.n)
-            seconds = max(time.perf_counter() - start, 1e-9)
-            docs = (stats.documents - before.documents) / seconds
-            mb = (stats.text_bytes - before.text_bytes) / seconds / 1e6
-            bar.set_postfix_str(f"{docs:,.0f} docs/s, {mb:.1f} MB/s", refresh=False)
-
-        pending = 0
-        for _ in iterator:
-            pending += 1
-            if pending == 2048:
-                pending = 0
-                update()
-        update()
-
-
-def _summary(stats: Stats, before: Stats, seconds: float, opening: tuple[float, float]) -> None:
-    documents = stats.documents - before.documents
-    text_bytes = stats.text_bytes - before.text_bytes
-    seconds = max(seconds, 1e-9)
-    line = (
-        f"{plural(documents, 'document')}, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
-        f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
-    )
-    skipped = stats.skipped_members + stats.skipped_documents
-    if skipped or stats.replaced_documents:
-        line += (
-            f"; skipped {plural(stats.skipped_members, 'member')}, "
-            f"{plural(stats.skipped_documents, 'document')}"
-            f"; replaced invalid UTF-8 in {plural(stats.replaced_documents, 'document')}"
-        )
-    if stats.skipped_files:  # left out when the corpus was opened (--on-error skip)
-        line += f"; skipped {plural(stats.skipped_files, 'file')} (not read at all)"
-    dropped = stats.dropped_documents - before.dropped_documents
-    repeated = stats.repeated_documents - before.repeated_documents
-    if dropped or repeated:
-        line += (
-            f"; to keep the ranks even, left out {plural(dropped, 'document')} and read "
-            f"{repeated:,} twice (stats.dropped_documents, stats.repeated_documents)"
-        )
-    opened, waited = opening  # the corpus's open: its index walk, and the servers' Retry-After
-    if opened >= 1.0 or waited > 0:
-        line += f"; opening the corpus took {opened:.2f} s"
-        if waited > 0:
-            line += f" ({waited:.2f} s of it waiting for the servers' Retry-After)"
-    print(line, file=sys.stderr)
-    for name in stats.skipped[:20]:
-        print(f"  skipped: {name}", file=sys.stderr)
-
-
-def _delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
-    """What reached the sink: with ``--jsonl`` the documents and text of the lines written
-    (``written``: the mark after the last one), not those handed out after it."""
-    stats = iterator.stats
-    if written is None:
-        return stats
-    counted = written.counted()
-    return codec.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
-
-
-def _save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
-    """Write the state; a failure to do so never hides the error that ended the run."""
-    try:
-        atomic_write(path, json.dumps(state, indent=1) + "\n")
-    except (OSError, OWTError) as exc:
-        if not run_failed:
-            raise
-        print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
 
 
 def _parse_mix(value: str) -> tuple[str, str, float]:
@@ -257,39 +164,14 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     finally:
         if state_out is not None:
             with interrupts.deferred:
-                _save_state(state_out, batches.state_dict(), run_failed=not finished)
+                summary.save_state(state_out, batches.state_dict(), run_failed=not finished)
         batches.close()
         stats = batches.stats
-        _summary(stats, before, time.perf_counter() - start, opening_s)
-        _packing_summary(args, stats, before, made)
+        summary.summary(stats, before, time.perf_counter() - start, opening_s)
+        summary.packing_summary(args, stats, before, made)
         if isinstance(source, Mixture):
-            _parts_summary(stats)
+            summary.parts_summary(stats)
     return 0
-
-
-def _packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made: int) -> None:
-    """What packing did: the batches, their padding, the documents cut and their pieces."""
-    ids = made * args.batch_size * (args.seq_len + 1)
-    padding = stats.padding_ids - before.padding_ids
-    cut, pieces = stats.cut_documents - before.cut_documents, stats.pieces - before.pieces
-    print(
-        f"packed ({args.pack}) into {made:,} batch{'' if made == 1 else 'es'} of "
-        f"{args.batch_size} x {args.seq_len + 1} ids: {plural(padding, 'padding id')} "
-        f"({padding / max(ids, 1):.2%}), {plural(cut, 'document')} cut into "
-        f"{plural(pieces, 'piece')}",
-        file=sys.stderr,
-    )
-
-
-def _parts_summary(stats: Any) -> None:
-    """A mixture's summary line per part."""
-    for name, part in stats.parts.items():
-        print(
-            f"  {name}: {plural(part.documents, 'document')}, "
-            f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
-            + (f", {part.tokens:,} ids" if part.tokens else ""),
-            file=sys.stderr,
-        )
 
 
 def _run_mixture(args: argparse.Namespace, state: Any) -> int:
@@ -315,17 +197,17 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
         if args.jsonl:
             write_jsonl(iterator, written)
         else:
-            _show_progress(iterator, args, None)
+            summary.show_progress(iterator, args, None)
         finished = True
     finally:
         if state_out is not None:
             with interrupts.deferred:
                 state_now = iterator.state_dict(written[0] if args.jsonl else None)
-                _save_state(state_out, state_now, run_failed=not finished)
+                summary.save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
         stats = iterator.stats
-        _summary(stats, before, time.perf_counter() - start, opening_s)
-        _parts_summary(stats)
+        summary.summary(stats, before, time.perf_counter() - start, opening_s)
+        summary.parts_summary(stats)
     return 0
 
 
@@ -360,20 +242,20 @@ def run(args: argparse.Namespace) -> int:
         if args.jsonl:
             write_jsonl(iterator, written)
         else:
-            _show_progress(iterator, args, members_in_run(iterator.corpus, options, state))
+            summary.show_progress(iterator, args, members_in_run(iterator.corpus, options, state))
         finished = True
     except KeyboardInterrupt:
-        sunk = _delivered(iterator, written[0] if args.jsonl else None)
-        _summary(sunk, before, time.perf_counter() - start, opening_s)
+        sunk = summary.delivered(iterator, written[0] if args.jsonl else None)
+        summary.summary(sunk, before, time.perf_counter() - start, opening_s)
         raise
     finally:
         if state_out is not None:
             with interrupts.deferred:  # a signal arriving now waits until the state is saved
                 state_now = iterator.state_dict(written[0] if args.jsonl else None)
-                _save_state(state_out, state_now, run_failed=not finished)
+                summary.save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
-    sunk = _delivered(iterator, written[0] if args.jsonl else None)
-    _summary(sunk, before, time.perf_counter() - start, opening_s)
+    sunk = summary.delivered(iterator, written[0] if args.jsonl else None)
+    summary.summary(sunk, before, time.perf_counter() - start, opening_s)
     return 0
 
 

@@ -18,6 +18,7 @@ from openwebtext.stream.packed import PackedBatch, cu_seqlens
 from openwebtext.stream.packing import WINDOW, BestFitBatches
 from openwebtext.stream.readahead import Ahead, Stateful, ahead
 from openwebtext.stream.schema import (
+    BatchesState,
     DocumentState,
     MixtureState,
     Packing,
@@ -41,6 +42,7 @@ __all__ = [
     "Ahead",
     "BatchIterator",
     "Batches",
+    "BatchesState",
     "BestFitBatches",
     "DocumentSource",
     "DocumentState",

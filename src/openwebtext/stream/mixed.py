@@ -72,8 +72,8 @@ class _Part:
                 self.head = next(self.documents)
             except StopIteration:
                 raise CorpusError(f"the mixture's part {self.name!r} has no documents") from None
-            self.seen = self.stream.epoch
-            if self.head is EPOCH_END:
+            if self.head is EPOCH_END:  # (the stream is at its next epoch's start)
+                self.seen += 1
                 if stop_at_end:
                     return None
                 self.head = None
@@ -136,8 +136,8 @@ class MixedStream:
         ]  # fmt: skip
         if options.max_errors is not None:  # one bound over every part's skips
             for part in self.parts:
-                part.stream.count_skips_with(
-                    _skips_of([p.stream for p in self.parts if p is not part])
+                part.stream.policy.others = _skips_of(
+                    [p.stream for p in self.parts if p is not part]
                 )
         weights = mixture.weights if saved is None else saved.weights
         self.interleave = Interleave(weights, None if saved is None else saved.served)
@@ -221,9 +221,7 @@ class MixedStream:
         lengths = np.fromiter(map(len, documents), np.int64, len(documents))
         ids = np.concatenate(documents)
         by_tokens = self.mixture.by == "tokens"
-        return MixRun(
-            ids, lengths, np.array(parts, np.int32), afters, before, by_tokens, settled
-        )
+        return MixRun(ids, lengths, np.array(parts, np.int32), afters, before, by_tokens, settled)
 
     def _chooser(self) -> Callable[[], int | None]:
         """The next part to hand a document out (its head read), or None: the run's end."""
@@ -273,9 +271,7 @@ class MixedStream:
         """Where the mixture is now, after the last document handed out."""
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
-        return MixMark(
-            marks, self.handed, it.weights, tuple(it.served), self.applied, self._next
-        )
+        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.applied, self._next)
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """The state after the last document handed out (or at ``mark``)."""
@@ -330,7 +326,7 @@ def _stats_before(part: _Part) -> Stats:
 
 def _skips_of(streams: list[Stream]) -> Callable[[], int]:
     """What ``streams`` skipped so far, summed, when called."""
-    return lambda: sum(s.skips() for s in streams)
+    return lambda: sum(s.policy.skips(s.mark().counters) for s in streams)
 
 
 def _size(document: Any) -> int:

@@ -16,6 +16,7 @@ tuple, and keeps its position in an attribute as the loop's own target.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any
@@ -167,16 +168,15 @@ def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
 class Stream:
     """The state and the stages of one running stream of documents.
 
-    ``documents()`` is the generator; it references this object, never the
-    reverse, so dropping the last reference to the generator closes it (and
-    its workers) at once, without waiting for the cyclic garbage collector.
+    ``documents()`` is the generator; it references this object, never the reverse, so
+    dropping the last reference to the generator closes it (and its workers) at once.
 
     Args:
-        corpus: The corpus to read.
+        corpus: What to read.
         options: How to read it.
         tokenizer: ``options.tokenizer``, loaded (None without one).
-        state: A ``state_dict()`` of an earlier iterator of the same stream:
-            continue right after the last document it handed out.
+        state: A ``state_dict()`` of an earlier iterator of the same stream: continue right
+            after the last document it handed out.
         as_tuples: Yield the reference API's ``((i, j), (member, name), text)``.
         pool: A lane of a mixture's pool to read with (None: open a pool of its own).
         source: The mixture's part it reads (``Document.source``).
@@ -217,47 +217,25 @@ class Stream:
         self._counters = counters  # documents, bytes and tokens before the current block
         self._yielded_before = 0  # by this iterator, for ``take``
         # Files skipped at open are the corpus's: named here, counted by every iterator.
-        self._policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)
-        self._even_counts: tuple[int, ...] | None = None
+        self.policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)
         self._expected: ExpectedCounts | None = None  # when counted: checked as read
         self._losses = EvenLosses(options)  # what evening out costs: counted, said once
         self._resumed = state is not None and self._reshard is None
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
         self._runs: str | None = None  # token documents handed out a block's rest at a time
-        self._rest = (
-            None
-            if self._reshard is None
-            else Rest(
-                self._reshard, self._counts_per_unit(), options, leads=self.source is None
-            )
-        )
+        self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
+            self._reshard, self._counts_per_unit, options, leads=source is None
+        )  # fmt: skip
 
     def mark(self) -> Mark:
-        """Where the stream is now, after the last document handed out.
-
-        Cheap enough to take before every document (a tuple of references);
-        ``state_dict(mark)`` turns it into a state later.
-        """
+        """Where the stream is now, after the last document handed out: cheap enough to take
+        before every document (a tuple of references); ``state(mark)`` makes it a state."""
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
-            self._counters, len(self._policy.skipped), self._reshard,
+            self._counters, len(self.policy.skipped), self._reshard,
         )  # fmt: skip
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the last document handed out (or of the next, between two)."""
-        return self._epoch
-
-    def skips(self) -> int:
-        """Everything this stream skipped so far (members, documents, files at open)."""
-        return self._policy.skips(self._counters)
-
-    def count_skips_with(self, others: Callable[[], int]) -> None:
-        """Bound ``max_errors`` over this stream's skips and ``others()`` (the skips of the
-        other streams of one run: a mixture's parts share one bound)."""
-        self._policy.others = others
 
     def close(self) -> None:
         if self._pool is not None:
@@ -277,8 +255,8 @@ class Stream:
             counted = replace(counted, epoch_documents=self._finished_pass)
         return Stats(
             **msgspec.structs.asdict(counted),
-            skipped=tuple(self._policy.skipped[: m.skipped]),
-            skipped_files=self._policy.files,
+            skipped=tuple(self.policy.skipped[: m.skipped]),
+            skipped_files=self.policy.files,
         )
 
     def state(self, mark: Mark | None = None) -> DocumentState:
@@ -299,9 +277,9 @@ class Stream:
             return
         last = None if opts.epochs is None else opts.epoch + opts.epochs
         files = self.corpus.skipped_files
-        self._policy.check(self._counters, files[-1] if files else None)
+        self.policy.check(self._counters, files[-1] if files else None)
         if opts.needs_counts and self.corpus.counts is not None:
-            in_split = None if opts.split == "all" else self._counts_per_unit()
+            in_split = None if opts.split == "all" else self._counts_per_unit
             self._expected = ExpectedCounts(self.corpus.counts.documents, in_split, opts.split)
         pool = self._pool = self._pool or open_pool(
             self.corpus.units, pool_options(opts, self.tokenizer), self.corpus.storage
@@ -316,7 +294,7 @@ class Stream:
                 if take is not None and self._yielded() >= take:
                     return
                 if last is None and self._counters.epoch_documents == 0 and not resharded:
-                    skipped_files = self._policy.files
+                    skipped_files = self.policy.files
                     raise nothing_read(
                         self.corpus, opts, self._epoch, self._counters, skipped_files, self.source
                     )
@@ -338,7 +316,7 @@ class Stream:
         """Hand out the rest of the current epoch, from the current block on; at its end,
         count what evening the shares out left out or read twice."""
         opts = self.options
-        counts = self._counts_per_unit() if opts.needs_counts else None
+        counts = self._counts_per_unit if opts.needs_counts else None
         shares = epoch_shares(len(self.corpus.units), counts, opts, self._epoch)
         share = shares.share(opts.rank, opts.world_size, opts.even_mode)
         target = share_target(share, opts)
@@ -401,10 +379,9 @@ class Stream:
         stop = piece.target + shift if stop is None else stop
         return self._even_passes(pool, share, even, shift, stop, take)
 
+    @functools.cached_property
     def _counts_per_unit(self) -> tuple[int, ...]:
-        if self._even_counts is None:
-            self._even_counts = even_counts(self.corpus, self.options)
-        return self._even_counts
+        return even_counts(self.corpus, self.options)
 
     def _pass(
         self,
@@ -486,7 +463,7 @@ class Stream:
             gathered.close()
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
-        self._counters = self._policy.unit_read(loaded, kept, self._counters, self._expected)
+        self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected)
 
 
 def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:

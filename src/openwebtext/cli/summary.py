@@ -1,0 +1,144 @@
+"""What ``owt stream`` says and saves: the progress bar, the closing summary (documents, text,
+rates, skips; per part of a mixture; what packing did), and the state file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from openwebtext import codec
+from openwebtext.cli.args import plural
+from openwebtext.errors import OWTError
+from openwebtext.files import atomic_write
+from openwebtext.loader import DocumentIterator, MixtureIterator, Stats
+from openwebtext.stream import Mark
+
+__all__ = [
+    "delivered",
+    "packing_summary",
+    "parts_summary",
+    "save_state",
+    "show_progress",
+    "summary",
+]
+
+
+def show_progress(
+    iterator: DocumentIterator | MixtureIterator, args: argparse.Namespace, members: int | None
+) -> None:
+    """Read everything, with a bar of members done of the total, time left, docs/s, MB/s."""
+    from tqdm import tqdm
+
+    before = iterator.stats
+    start = time.perf_counter()
+    with tqdm(
+        total=args.take if args.take is not None else members,
+        unit="doc" if args.take is not None else "member",
+        dynamic_ncols=True,
+        disable=args.quiet,
+        file=sys.stderr,
+        mininterval=0.5,
+    ) as bar:
+
+        def update() -> None:
+            stats = iterator.stats
+            if args.take is not None:
+                bar.update(stats.documents - before.documents - bar.n)
+            else:
+                bar.update(stats.units - before.units - bar.n)
+            seconds = max(time.perf_counter() - start, 1e-9)
+            docs = (stats.documents - before.documents) / seconds
+            mb = (stats.text_bytes - before.text_bytes) / seconds / 1e6
+            bar.set_postfix_str(f"{docs:,.0f} docs/s, {mb:.1f} MB/s", refresh=False)
+
+        pending = 0
+        for _ in iterator:
+            pending += 1
+            if pending == 2048:
+                pending = 0
+                update()
+        update()
+
+
+def summary(stats: Stats, before: Stats, seconds: float, opening: tuple[float, float]) -> None:
+    documents = stats.documents - before.documents
+    text_bytes = stats.text_bytes - before.text_bytes
+    seconds = max(seconds, 1e-9)
+    line = (
+        f"{plural(documents, 'document')}, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
+    )
+    skipped = stats.skipped_members + stats.skipped_documents
+    if skipped or stats.replaced_documents:
+        line += (
+            f"; skipped {plural(stats.skipped_members, 'member')}, "
+            f"{plural(stats.skipped_documents, 'document')}"
+            f"; replaced invalid UTF-8 in {plural(stats.replaced_documents, 'document')}"
+        )
+    if stats.skipped_files:  # left out when the corpus was opened (--on-error skip)
+        line += f"; skipped {plural(stats.skipped_files, 'file')} (not read at all)"
+    dropped = stats.dropped_documents - before.dropped_documents
+    repeated = stats.repeated_documents - before.repeated_documents
+    if dropped or repeated:
+        line += (
+            f"; to keep the ranks even, left out {plural(dropped, 'document')} and read "
+            f"{repeated:,} twice (stats.dropped_documents, stats.repeated_documents)"
+        )
+    opened, waited = opening  # the corpus's open: its index walk, and the servers' Retry-After
+    if opened >= 1.0 or waited > 0:
+        line += f"; opening the corpus took {opened:.2f} s"
+        if waited > 0:
+            line += f" ({waited:.2f} s of it waiting for the servers' Retry-After)"
+    print(line, file=sys.stderr)
+    for name in stats.skipped[:20]:
+        print(f"  skipped: {name}", file=sys.stderr)
+
+
+def delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
+    """What reached the sink: with ``--jsonl`` the documents and text of the lines written
+    (``written``: the mark after the last one), not those handed out after it."""
+    stats = iterator.stats
+    if written is None:
+        return stats
+    counted = written.counted()
+    return codec.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
+
+
+def save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
+    """Write the state; a failure to do so never hides the error that ended the run."""
+    try:
+        atomic_write(path, json.dumps(state, indent=1) + "\n")
+    except (OSError, OWTError) as exc:
+        if not run_failed:
+            raise
+        print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
+
+
+def packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made: int) -> None:
+    """What packing did: the batches, their padding, the documents cut and their pieces."""
+    ids = made * args.batch_size * (args.seq_len + 1)
+    padding = stats.padding_ids - before.padding_ids
+    cut, pieces = stats.cut_documents - before.cut_documents, stats.pieces - before.pieces
+    print(
+        f"packed ({args.pack}) into {made:,} batch{'' if made == 1 else 'es'} of "
+        f"{args.batch_size} x {args.seq_len + 1} ids: {plural(padding, 'padding id')} "
+        f"({padding / max(ids, 1):.2%}), {plural(cut, 'document')} cut into "
+        f"{plural(pieces, 'piece')}",
+        file=sys.stderr,
+    )
+
+
+def parts_summary(stats: Any) -> None:
+    """A mixture's summary line per part."""
+    for name, part in stats.parts.items():
+        print(
+            f"  {name}: {plural(part.documents, 'document')}, "
+            f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
+            + (f", {part.tokens:,} ids" if part.tokens else ""),
+            file=sys.stderr,
+        )
+
