@@ -183,7 +183,8 @@ def document_states(draw: Any) -> DocumentState:
         handed = max(counted.epoch_documents, position.in_block)
         documents = max(handed, counted.documents)
         counted = replace(counted, epoch_documents=handed, documents=documents)
-        return DocumentState(draw(configs(units=position.block)), position, counted)
+        units = position.block + (position.in_block > 0)  # the position lies within them
+        return DocumentState(draw(configs(units=units)), position, counted)
     return DocumentState(draw(configs()), position, counted, section)
 
 

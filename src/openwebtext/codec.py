@@ -17,7 +17,7 @@ paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -49,13 +49,31 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     A subclass overrides ``check`` to test its fields against each other; it runs when the
     record is built, by ``decode`` or by code, so a record that exists is a valid one.
+    ``from_json`` and ``to_json`` are ``decode`` and ``encode`` of the record's class.
     """
+
+    what: ClassVar[str] = "state"
+    """What the record is called in a ``StateError``'s message (``bad state: …``)."""
 
     def __post_init__(self) -> None:
         self.check()
 
     def check(self) -> None:
         """Raise ``Disagree`` naming the field that disagrees with the others (none here)."""
+
+    @classmethod
+    def from_json(cls: type[R], value: Any) -> R:
+        """``value`` (JSON, as ``json.loads`` gives) as this record; a record of this class is
+        taken as it is (it was checked when it was built).
+
+        Raises:
+            StateError: as ``decode``.
+        """
+        return value if isinstance(value, cls) else decode(value, cls, cls.what)
+
+    def to_json(self) -> dict[str, Any]:
+        """``encode(self)``: the JSON-safe dict of this record."""
+        return encode(self)
 
 
 class Disagree(ValueError):
@@ -69,12 +87,13 @@ _AT = re.compile(r"^(?P<says>.*?)(?: - at `\$(?P<at>[^`]*)`)?$", re.DOTALL)
 _KEY = re.compile(r"^(?:Object (?:missing required|contains unknown) )?field `(?P<key>[^`]*)`")
 
 
-def decode(value: Any, cls: type[R], what: str = "state") -> R:
+def decode(value: Any, cls: type[R], what: str = "state", at: str = "") -> R:
     """``value`` (JSON objects, lists and scalars, as ``json.loads`` gives) as record ``cls``.
 
     A record whose class is tagged (``tag_field="format", tag=FORMAT``: the records a file or
     a state begins with) first has its format checked, so that what another record, another
-    version or another program wrote is said as such, not as its first odd field.
+    version or another program wrote is said as such, not as its first odd field. ``at``:
+    where ``value`` lies in a record around it (its fields are named from there).
 
     Raises:
         StateError: not of ``cls``'s format (``field`` is its tag field, the message says
@@ -84,25 +103,26 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
     """
     config = cls.__struct_config__
     if config.tag_field is not None and isinstance(value, dict):
-        key, found = config.tag_field, value.get(config.tag_field)
+        found = value.get(config.tag_field)
         if found != config.tag:
+            key = ".".join(filter(None, (at, config.tag_field)))
             raise StateError(f"bad {what}: {key}: not {config.tag!r} (found {found!r})", field=key)
     try:
         return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
-        raise _state_error(str(exc), what) from None
+        raise _state_error(str(exc), what, at) from None
 
 
-def _state_error(message: str, what: str) -> StateError:
+def _state_error(message: str, what: str, at: str) -> StateError:
     match = _AT.match(message)
     assert match is not None  # the pattern matches any text
-    says, at = match["says"], (match["at"] or "")
+    says, inside = match["says"], (match["at"] or "")
     key = _KEY.match(says)
     if key is not None:
-        at = f"{at}.{key['key']}"
+        inside = f"{inside}.{key['key']}"
         if says.startswith("field"):  # a record's check: what it says after the name
             says = says[key.end() :].strip()
-    path = at.lstrip(".")
+    path = ".".join(filter(None, (at, inside.lstrip("."))))
     return StateError(f"bad {what}: {path or 'the record'}: {says}", field=path)
 
 
