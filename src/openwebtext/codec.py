@@ -17,6 +17,7 @@ paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
@@ -85,45 +86,87 @@ class Disagree(ValueError):
 
 _AT = re.compile(r"^(?P<says>.*?)(?: - at `\$(?P<at>[^`]*)`)?$", re.DOTALL)
 _KEY = re.compile(r"^(?:Object (?:missing required|contains unknown) )?field `(?P<key>[^`]*)`")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 
 
-def decode(value: Any, cls: type[R], what: str = "state", at: str = "") -> R:
+def decode(value: Any, cls: type[R], what: str = "state") -> R:
     """``value`` (JSON objects, lists and scalars, as ``json.loads`` gives) as record ``cls``.
 
     A record whose class is tagged (``tag_field="format", tag=FORMAT``: the records a file or
     a state begins with) first has its format checked, so that what another record, another
-    version or another program wrote is said as such, not as its first odd field. ``at``:
-    where ``value`` lies in a record around it (its fields are named from there).
+    version or another program wrote is said as such, not as its first odd field.
 
     Raises:
         StateError: not of ``cls``'s format (``field`` is its tag field, the message says
             what was found); else the first field that is missing, unknown, of the wrong type
             or out of its bounds, or a record whose ``check`` failed; ``field`` is its dotted
-            path.
+            path, a dict's key named as a field (``parts.web.position``).
     """
     config = cls.__struct_config__
     if config.tag_field is not None and isinstance(value, dict):
-        found = value.get(config.tag_field)
+        key, found = config.tag_field, value.get(config.tag_field)
         if found != config.tag:
-            key = ".".join(filter(None, (at, config.tag_field)))
             raise StateError(f"bad {what}: {key}: not {config.tag!r} (found {found!r})", field=key)
     try:
         return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
-        raise _state_error(str(exc), what, at) from None
+        raise _state_error(value, cls, str(exc), what) from None
 
 
-def _state_error(message: str, what: str, at: str) -> StateError:
+def _state_error(value: Any, cls: type[Any], message: str, what: str) -> StateError:
     match = _AT.match(message)
     assert match is not None  # the pattern matches any text
-    says, inside = match["says"], (match["at"] or "")
+    says, path = match["says"], _path(value, cls, message, match["at"] or "")
     key = _KEY.match(says)
     if key is not None:
-        inside = f"{inside}.{key['key']}"
+        path = f"{path}.{key['key']}"
         if says.startswith("field"):  # a record's check: what it says after the name
             says = says[key.end() :].strip()
-    path = ".".join(filter(None, (at, inside.lstrip("."))))
+    path = path.lstrip(".")
     return StateError(f"bad {what}: {path or 'the record'}: {says}", field=path)
+
+
+def _path(value: Any, cls: type[Any], message: str, at: str) -> str:
+    """msgspec's path ``at`` with the key of each dict on it (``[...]`` in msgspec's) named: the
+    key whose entry alone (the dict narrowed to it) fails with the same ``message``."""
+    out, keys, narrowed = "", [], value
+    for step in _STEP.finditer(at):
+        field, index = step[1], step[2]
+        if field or index:
+            out += step[0]
+            keys.append(field or int(index))
+            continue
+        try:
+            entries = _at(narrowed, keys)
+            key = next(k for k in entries if _fails(_narrowed(narrowed, keys, k), cls) == message)
+        except (LookupError, TypeError, StopIteration):
+            return out + at[step.start() :]  # the rest as msgspec says it
+        out, narrowed = out + f".{key}", _narrowed(narrowed, keys, key)
+        keys.append(key)
+    return out
+
+
+def _at(node: Any, keys: list[Any]) -> Any:
+    for key in keys:
+        node = node[key]
+    return node
+
+
+def _narrowed(node: Any, keys: list[Any], key: Any) -> Any:
+    """A copy of ``node`` with the dict at ``keys`` narrowed to its entry ``key``."""
+    if not keys:
+        return {key: node[key]}
+    copy = dict(node) if isinstance(node, Mapping) else list(node)
+    copy[keys[0]] = _narrowed(node[keys[0]], keys[1:], key)
+    return copy
+
+
+def _fails(value: Any, cls: type[Any]) -> str | None:
+    try:
+        msgspec.convert(value, cls)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return None
 
 
 def encode(record: Record) -> dict[str, Any]:
