@@ -16,6 +16,8 @@ paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, TypeVar
@@ -129,27 +131,20 @@ def _state_error(value: Any, cls: type[Any], message: str, what: str) -> StateEr
 def _path(value: Any, cls: type[Any], message: str, at: str) -> str:
     """msgspec's path ``at`` with the key of each dict on it (``[...]`` in msgspec's) named: the
     key whose entry alone (the dict narrowed to it) fails with the same ``message``."""
-    out, keys, narrowed = "", [], value
+    out, keys = "", []
     for step in _STEP.finditer(at):
-        field, index = step[1], step[2]
-        if field or index:
+        if step[0] != "[...]":
             out += step[0]
-            keys.append(field or int(index))
+            keys.append(step[1] or int(step[2]))
             continue
         try:
-            entries = _at(narrowed, keys)
-            key = next(k for k in entries if _fails(_narrowed(narrowed, keys, k), cls) == message)
+            entries = functools.reduce(operator.getitem, keys, value)
+            key = next(k for k in entries if _fails(_narrowed(value, keys, k), cls) == message)
         except (LookupError, TypeError, StopIteration):
             return out + at[step.start() :]  # the rest as msgspec says it
-        out, narrowed = out + f".{key}", _narrowed(narrowed, keys, key)
+        out, value = out + f".{key}", _narrowed(value, keys, key)
         keys.append(key)
     return out
-
-
-def _at(node: Any, keys: list[Any]) -> Any:
-    for key in keys:
-        node = node[key]
-    return node
 
 
 def _narrowed(node: Any, keys: list[Any], key: Any) -> Any:
