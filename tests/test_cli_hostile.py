@@ -347,8 +347,8 @@ def _saved_state(small_corpus: Path, tmp_path: Path, *extra: str) -> dict[str, A
 @pytest.mark.parametrize(
     ("position", "message"),
     [
-        ({"block": 999}, "position: block=999 is past the corpus's 6 units"),
-        ({"block": 6, "in_block": 1}, "lies past the end of the plan"),
+        ({"block": 999, "in_block": 0}, "position: block=999, in_block=0 lies past the end"),
+        ({"block": 6, "in_block": 1}, "block=6, in_block=1 lies past the end of the corpus's"),
         ({"in_block": 10**6}, "in_block=1000000 is more than the counters.epoch_documents"),
         ({"epoch": 5, "block": 0}, "nothing left to read"),
     ],

@@ -104,6 +104,9 @@ def test_owt_bench_over_http(
         assert secret not in written and secret not in done.stdout + done.stderr
 
 
+# ~25 s (a bench's runs are processes, each reading S3 through moto); the default run covers
+# owt bench on a URL with storage options over HTTP (above), S3 reads by every other test here.
+@pytest.mark.slow
 def test_owt_bench_on_s3_with_storage_options(
     owt: Owt, small_corpus: Path, s3_endpoint: str, tmp_path: Path
 ) -> None:

@@ -8,8 +8,6 @@ corpus file" with one warning line. Every compressed kind detects its own end, z
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -18,17 +16,11 @@ import pytest
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, TruncatedMember
 from openwebtext.formats import Truncated, decompress
+from support import Owt
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 TEXTS = sample_texts(60, seed=5)
 LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize 123456\n" % (b"0" * 64)
-
-
-def owt(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", *args],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
 
 
 #: Files named as a corpus file is, whose bytes are something else (what a clone without
@@ -74,7 +66,8 @@ def test_under_skip_an_impostor_is_a_counted_skip(folder: tuple[Path, str]) -> N
         assert it.stats.skipped_files == 1
 
 
-def test_owt_index_refuses_then_says_the_skip(folder: tuple[Path, str]) -> None:
+def test_owt_index_refuses_then_says_the_skip(folder: tuple[Path, str], owt: Owt) -> None:
+    """``owt`` in this process (``cli.main``): its exit code and what it printed."""
     data, name = folder
     refused = owt("index", str(data), "-q")
     assert refused.returncode != 0 and name in refused.stderr
@@ -137,7 +130,9 @@ def test_a_truncated_zstd_member_of_a_tar_is_a_truncated_member(tmp_path: Path) 
     assert 0 < len(got) < len(texts) and got == texts[: len(got)]
 
 
-def test_owt_tokenize_says_the_skipped_file(folder: tuple[Path, str], tmp_path: Path) -> None:
+def test_owt_tokenize_says_the_skipped_file(
+    folder: tuple[Path, str], tmp_path: Path, owt: Owt
+) -> None:
     data, name = folder
     out = tmp_path / "out"
     refused = owt("tokenize", str(data), "--out", str(out), "--tokenizer", "bytes", "-q")

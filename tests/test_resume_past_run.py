@@ -4,8 +4,6 @@ stream --resume`` (one check, ``stream.check_in_run``): never a run that yields 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +11,7 @@ import pytest
 
 from openwebtext import Loader
 from openwebtext.errors import StateError
+from support import Owt
 
 
 def _endless_state(corpus: Path, documents: int, **options: Any) -> dict[str, Any]:
@@ -40,13 +39,9 @@ def test_a_finished_run_s_state_reads_nothing(small_corpus: Path) -> None:
     assert list(Loader(small_corpus, workers=0).iter(state=state)) == []
 
 
-def test_the_command_line_says_the_same(small_corpus: Path, tmp_path: Path) -> None:
+def test_the_command_line_says_the_same(small_corpus: Path, tmp_path: Path, owt: Owt) -> None:
     path = tmp_path / "state.json"
     path.write_text(json.dumps(_endless_state(small_corpus, 130)))
-    done = subprocess.run(
-        [sys.executable, "-m", "openwebtext.cli", "stream", str(small_corpus), "--resume",
-         str(path), "-q"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    done = owt("stream", str(small_corpus), "--resume", str(path), "-q")
     assert done.returncode != 0
     assert "nothing left to read" in done.stderr and "--epochs 2" in done.stderr

@@ -15,26 +15,32 @@ from hypothesis import strategies as st
 
 from openwebtext import Loader, Options, StateError, reshard
 from openwebtext.codec import replace
+from openwebtext.loader import Mixture
 from openwebtext.stream import DocumentState, Position
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
+    MIXTURE_FORMAT,
     BatchesState,
     Begun,
     Level,
+    MixtureState,
     OldRank,
     Reshard,
     StreamConfig,
     WindowAt,
 )
 from records import changed, check_one_error, mutants
+from tables_support import sample_texts, write_jsonl
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
 
 
-def parse(state: dict[str, Any]) -> DocumentState | BatchesState:
+def parse(state: dict[str, Any]) -> DocumentState | BatchesState | MixtureState:
     if state["format"] == BATCHES_FORMAT:
         return BatchesState.from_json(state)
+    if state["format"] == MIXTURE_FORMAT:
+        return MixtureState.from_json(state)
     return DocumentState.from_json(state)
 
 
@@ -53,7 +59,12 @@ SCHEDULE = [(0, 32, 2), (2, 16, 3)]
 
 
 def _batch_state(
-    corpus: Path, n: int, packing: str, state: Any = None, scheduled: bool = False, **kw: Any
+    corpus: Path | Mixture,
+    n: int,
+    packing: str,
+    state: Any = None,
+    scheduled: bool = False,
+    **kw: Any,
 ) -> Any:
     loader = Loader(corpus, workers=0, seed=3, shuffle_buffer=30, tokenizer="bytes", **kw)
     extra: dict[str, Any] = {"packing": packing, "window": 8} if packing == "bestfit" else {}
@@ -64,7 +75,25 @@ def _batch_state(
         return b.state_dict()
 
 
-def written_now(corpus: Path) -> dict[str, Any]:
+def _mixture(corpus: Path, js: Path) -> Mixture:
+    """The small corpus mixed with 30 JSON lines, by ids, under a schedule of weights."""
+    write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
+    steps = [(6, {"web": 0.25, "js": 0.75})]
+    return Mixture({"web": str(corpus), "js": str(js)}, {"web": 2, "js": 1}, by="tokens",
+                   schedule=steps)  # fmt: skip
+
+
+def _mixture_state(mixture: Mixture) -> dict[str, Any]:
+    """After 9 documents, with weights set at the 8th (a change and its position)."""
+    with Loader(mixture, workers=0, seed=3, tokenizer="bytes").iter() as it:
+        for n in range(9):
+            if n == 7:
+                it.set_weights({"web": 1.0, "js": 1.0})
+            next(it)
+        return it.state_dict()
+
+
+def written_now(corpus: Path, js: Path) -> dict[str, Any]:
     """The states of ``tests/data/states-2.json``, taken the same way with this code."""
     states = {
         "documents": _doc_state(corpus, 17),
@@ -85,6 +114,9 @@ def written_now(corpus: Path) -> dict[str, Any]:
     states["resharded_twice"] = reshard(again, 2)[0]
     # Under a schedule: inside a best-fit window packed again at the change.
     states["batches_scheduled"] = _batch_state(corpus, 3, "bestfit", scheduled=True)
+    mixed = _mixture(corpus, js)
+    states["mixture"] = _mixture_state(mixed)
+    states["batches_mixture"] = _batch_state(mixed, 3, "concat")
     return states
 
 
@@ -95,9 +127,9 @@ def test_a_saved_state_round_trips_through_its_record(kind: str) -> None:
     assert parse(json.loads(json.dumps(parse(state).to_json()))) == parse(state)
 
 
-def test_this_code_writes_the_golden_states(indexed: Path) -> None:
-    """``OWT_WRITE_GOLDEN=1`` writes them anew: only with a new state format."""
-    now = written_now(indexed)
+def test_this_code_writes_the_golden_states(indexed: Path, tmp_path: Path) -> None:
+    """``OWT_WRITE_GOLDEN=1`` writes them anew: only with a new state format (or kind)."""
+    now = written_now(indexed, tmp_path)
     if os.environ.get("OWT_WRITE_GOLDEN") == "1":
         (Path(__file__).parent / "data" / "states-2.json").write_text(
             json.dumps(now, indent=1, sort_keys=True) + "\n"
@@ -183,7 +215,8 @@ def document_states(draw: Any) -> DocumentState:
         handed = max(counted.epoch_documents, position.in_block)
         documents = max(handed, counted.documents)
         counted = replace(counted, epoch_documents=handed, documents=documents)
-        return DocumentState(draw(configs(units=position.block)), position, counted)
+        units = position.block + (position.in_block > 0)  # the position lies within them
+        return DocumentState(draw(configs(units=units)), position, counted)
     return DocumentState(draw(configs()), position, counted, section)
 
 

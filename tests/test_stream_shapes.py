@@ -143,7 +143,8 @@ def test_concat_under_any_schedule_targets_every_id_once(
     ids = np.concatenate(documents)
     packer = Batches(Runs(documents, [cut] * 10**4), Vocabulary(), schedule=schedule,  # type: ignore[arg-type]
                      segments=True)  # fmt: skip
-    at = 0
+    at, ends = 0, np.cumsum(lengths)
+    starts = ends - lengths
     for b, batch in enumerate(packer):
         seq_len, batch_size = schedule.shape(b)
         assert batch.tokens.shape == (batch_size, seq_len + 1)
@@ -151,8 +152,7 @@ def test_concat_under_any_schedule_targets_every_id_once(
         assert (batch.tokens[:, :-1].ravel() == ids[at : at + seq_len * batch_size]).all()
         assert (batch.tokens[:, 1:].ravel() == ids[at + 1 : at + 1 + seq_len * batch_size]).all()
         at += seq_len * batch_size
-        starts = np.cumsum(lengths) - lengths
-        document = np.searchsorted(np.cumsum(lengths), batch.tokens, "right")
+        document = np.searchsorted(ends, batch.tokens, "right")
         assert (batch.positions == batch.tokens - starts[document]).all()
     # Every id a target once: all but the last few, fewer than the next batch needs.
     seq_len, batch_size = schedule.shape(b + 1)

@@ -227,7 +227,7 @@ def saved(path: Path, n: int, **options: Any) -> dict[str, Any]:
         ),
         ("both", 300, r"counters\.epoch_documents=300 is past the 98 documents"),
         ("epoch_documents", 2, r"in_block=\d+ is more than the counters\.epoch_documents=2"),
-        ("block", 40, r"position: block=40 is past the corpus's 30 units"),
+        ("block", 40, r"position: block=40, in_block=\d+ lies past the end of the corpus's 30"),
         ("block", 26, r"block=26, in_block=\d+ lies past the end of the 8 members"),
         ("block", 1, r"does not agree with counters\.epoch_documents"),
         ("in_block", 29, r"position\.in_block=29 lies past the end of the block"),

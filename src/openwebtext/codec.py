@@ -16,8 +16,11 @@ paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
-from typing import Annotated, Any, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -49,13 +52,31 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     A subclass overrides ``check`` to test its fields against each other; it runs when the
     record is built, by ``decode`` or by code, so a record that exists is a valid one.
+    ``from_json`` and ``to_json`` are ``decode`` and ``encode`` of the record's class.
     """
+
+    what: ClassVar[str] = "state"
+    """What the record is called in a ``StateError``'s message (``bad state: …``)."""
 
     def __post_init__(self) -> None:
         self.check()
 
     def check(self) -> None:
         """Raise ``Disagree`` naming the field that disagrees with the others (none here)."""
+
+    @classmethod
+    def from_json(cls: type[R], value: Any) -> R:
+        """``value`` (JSON, as ``json.loads`` gives) as this record; a record of this class is
+        taken as it is (it was checked when it was built).
+
+        Raises:
+            StateError: as ``decode``.
+        """
+        return value if isinstance(value, cls) else decode(value, cls, cls.what)
+
+    def to_json(self) -> dict[str, Any]:
+        """``encode(self)``: the JSON-safe dict of this record."""
+        return encode(self)
 
 
 class Disagree(ValueError):
@@ -67,6 +88,7 @@ class Disagree(ValueError):
 
 _AT = re.compile(r"^(?P<says>.*?)(?: - at `\$(?P<at>[^`]*)`)?$", re.DOTALL)
 _KEY = re.compile(r"^(?:Object (?:missing required|contains unknown) )?field `(?P<key>[^`]*)`")
+_STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 
 
 def decode(value: Any, cls: type[R], what: str = "state") -> R:
@@ -80,7 +102,7 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
         StateError: not of ``cls``'s format (``field`` is its tag field, the message says
             what was found); else the first field that is missing, unknown, of the wrong type
             or out of its bounds, or a record whose ``check`` failed; ``field`` is its dotted
-            path.
+            path, a dict's key named as a field (``parts.web.position``).
     """
     config = cls.__struct_config__
     if config.tag_field is not None and isinstance(value, dict):
@@ -90,20 +112,56 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
     try:
         return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
-        raise _state_error(str(exc), what) from None
+        raise _state_error(value, cls, str(exc), what) from None
 
 
-def _state_error(message: str, what: str) -> StateError:
+def _state_error(value: Any, cls: type[Any], message: str, what: str) -> StateError:
     match = _AT.match(message)
     assert match is not None  # the pattern matches any text
-    says, at = match["says"], (match["at"] or "")
+    says, path = match["says"], _path(value, cls, message, match["at"] or "")
     key = _KEY.match(says)
     if key is not None:
-        at = f"{at}.{key['key']}"
+        path = f"{path}.{key['key']}"
         if says.startswith("field"):  # a record's check: what it says after the name
             says = says[key.end() :].strip()
-    path = at.lstrip(".")
+    path = path.lstrip(".")
     return StateError(f"bad {what}: {path or 'the record'}: {says}", field=path)
+
+
+def _path(value: Any, cls: type[Any], message: str, at: str) -> str:
+    """msgspec's path ``at`` with the key of each dict on it (``[...]`` in msgspec's) named: the
+    key whose entry alone (the dict narrowed to it) fails with the same ``message``."""
+    out, keys = "", []
+    for step in _STEP.finditer(at):
+        if step[0] != "[...]":
+            out += step[0]
+            keys.append(step[1] or int(step[2]))
+            continue
+        try:
+            entries = functools.reduce(operator.getitem, keys, value)
+            key = next(k for k in entries if _fails(_narrowed(value, keys, k), cls) == message)
+        except (LookupError, TypeError, StopIteration):
+            return out + at[step.start() :]  # the rest as msgspec says it
+        out, value = out + f".{key}", _narrowed(value, keys, key)
+        keys.append(key)
+    return out
+
+
+def _narrowed(node: Any, keys: list[Any], key: Any) -> Any:
+    """A copy of ``node`` with the dict at ``keys`` narrowed to its entry ``key``."""
+    if not keys:
+        return {key: node[key]}
+    copy = dict(node) if isinstance(node, Mapping) else list(node)
+    copy[keys[0]] = _narrowed(node[keys[0]], keys[1:], key)
+    return copy
+
+
+def _fails(value: Any, cls: type[Any]) -> str | None:
+    try:
+        msgspec.convert(value, cls)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    return None
 
 
 def encode(record: Record) -> dict[str, Any]:

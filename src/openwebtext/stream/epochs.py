@@ -30,7 +30,6 @@ from openwebtext.plan import (
 )
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.schema import DocumentState
-from openwebtext.stream.state import parse_state
 
 __all__ = [
     "EvenEpoch",
@@ -277,7 +276,7 @@ def members_in_run(
     from ``state`` (or from the start), for a progress bar: None without end, or in the rest
     of a resharded epoch (its pieces are cut when it starts). Passes that repeat documents
     after skips are not counted."""
-    parsed = None if state is None else parse_state(state)
+    parsed = None if state is None else DocumentState.from_json(state)
     if options.epochs is None or (parsed is not None and parsed.reshard is not None):
         return None
     counts = None

@@ -15,14 +15,12 @@ name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from typing import Any, Literal, TypeAlias
+from typing import Literal, TypeAlias
 
 import msgspec
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
-from openwebtext.errors import StateError
 from openwebtext.mixing import check_weights
 from openwebtext.stream.counters import Counters, PackingCounts
 
@@ -189,14 +187,11 @@ class Reshard(Record, frozen=True, omit_defaults=True):
             raise Disagree("share", f"{list(self.share)} is not (rank, world size)")
         if self.exact is not None and len(self.exact) != len(self.ranks):
             raise Disagree("exact", "must hold one flag per old rank")
-        best_fit = self.window is not None
-        for name in ("windows", "next_window"):
-            if best_fit and getattr(self, name) is None:
-                raise Disagree(name, "is needed by a best-fit section")
-        if self.windows is not None and not best_fit:
-            raise Disagree("window", "is needed by a best-fit section")
-        if any(level.windows is not None and not best_fit for level in self.levels):
-            raise Disagree("levels", "of best fit in a section of concat")
+        if self.window is not None and None in (self.windows, self.next_window):
+            raise Disagree("windows", "and next_window are needed by a best-fit section")
+        fits = [self.windows, *(level.windows for level in self.levels)]
+        if self.window is None and any(w is not None for w in fits):
+            raise Disagree("window", "is needed by a section with best-fit windows")
         if any(b.rank >= self.world_size for b in self.windows or ()):
             raise Disagree("windows", f"name an old rank past {self.world_size - 1}")
 
@@ -217,35 +212,30 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     def check(self) -> None:
         if self.reshard is not None:  # the share's position is checked against its pieces
             return
-        position, counters = self.position, self.counters
-        handed = counters.epoch_documents
-        if position.in_block > handed:
-            raise Disagree(
-                "position", f"in_block={position.in_block} is more than the "
-                f"counters.epoch_documents={handed} handed out in the epoch"
-            )
-        if handed > counters.documents:
-            raise Disagree(
-                "counters", f"epoch_documents={handed} is more than documents={counters.documents}"
-            )
-        if self.config.even is None and position.block > self.config.units:
-            raise Disagree(
-                "position", f"block={position.block} is past the corpus's {self.config.units} units"
-            )
-
-    @classmethod
-    def from_json(cls, state: Any) -> DocumentState:
-        """Raises: StateError: not a state of this format, or naming the first wrong field."""
-        return codec.decode(state, cls)
-
-    def to_json(self) -> dict[str, Any]:
-        return codec.encode(self)
+        at, handed, units = self.position, self.counters.epoch_documents, self.config.units
+        if at.in_block > handed:
+            raise Disagree("position", f"in_block={at.in_block} is more than the counters."
+                           f"epoch_documents={handed} handed out in the epoch")  # fmt: skip
+        if handed > self.counters.documents:
+            raise Disagree("counters", f"epoch_documents={handed} is more than documents="
+                           f"{self.counters.documents}")  # fmt: skip
+        if self.config.even is None and (at.block, bool(at.in_block)) > (units, False):
+            raise Disagree("position", f"block={at.block}, in_block={at.in_block} lies past the "
+                           f"end of the corpus's {units} units")  # fmt: skip
 
 
 MIXTURE_FORMAT = "openwebtext-mixture/2"
 
 By: TypeAlias = Literal["documents", "tokens"]
 Sampling: TypeAlias = Literal["stratified", "random"]
+
+
+def _weights(field: str, weights: tuple[float, ...], parts: int) -> None:
+    """Raise ``Disagree`` naming ``field`` unless ``weights`` are ``parts`` valid weights."""
+    try:
+        check_weights(weights, parts)
+    except ValueError as exc:
+        raise Disagree(field, str(exc)) from None
 
 
 class Change(Record, frozen=True):
@@ -255,10 +245,7 @@ class Change(Record, frozen=True):
     weights: tuple[float, ...]
 
     def check(self) -> None:
-        try:
-            check_weights(self.weights, len(self.weights))
-        except ValueError as exc:
-            raise Disagree("weights", str(exc)) from None
+        _weights("weights", self.weights, len(self.weights))
 
 
 class MixtureConfig(Record, frozen=True):
@@ -273,16 +260,15 @@ class MixtureConfig(Record, frozen=True):
     def check(self) -> None:
         if len(set(self.parts)) != len(self.parts) or not self.parts:
             raise Disagree("parts", "must be distinct names, at least one")
-        for field, weights in (("weights", self.weights), *(
-            (f"schedule[{k}].weights", c.weights) for k, c in enumerate(self.schedule)
-        )):  # fmt: skip
-            if len(weights) != len(self.parts):
-                raise Disagree(field, f"has {len(weights)} weights for {len(self.parts)} parts")
+        _weights("weights", self.weights, len(self.parts))
+        for k, change in enumerate(self.schedule):
+            _weights(f"schedule[{k}].weights", change.weights, len(self.parts))
 
 
 class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     """A mixture's state: its config, each part's state by name, and where the turns are."""
 
+    what = "mixture state"
     config: MixtureConfig
     parts: dict[str, DocumentState]
     handed: Count
@@ -292,10 +278,12 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     served: tuple[Count, ...]
     """What each part has handed out since the weights were last set (documents or ids)."""
     changes: tuple[Change, ...] = ()
-    """Every ``set_weights``, in order, each applied when the rank reaches its ``at``."""
+    """The ``set_weights`` not yet applied (those applied are in ``weights`` and ``served``),
+    in order, each applied when the rank reaches its ``at`` (a batches state is taken before
+    documents its packer read ahead: changes made after are applied again when reached)."""
     applied: Count = 0
-    """How many of ``changes`` the ``weights`` and ``served`` include (a batches state is
-    taken before documents its packer read ahead: later changes apply again when reached)."""
+    """How many of ``changes`` the ``weights`` and ``served`` include (0 in what this version
+    writes: the applied changes are left out)."""
     next: Count | None = None
     """The part (index) of the next document, where it was chosen before the state was taken
     (a concat batches state's: the next batch starts inside it, and a reshard gives the cut
@@ -305,45 +293,17 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         names = self.config.parts
         if self.next is not None and self.next >= len(names):
             raise Disagree("next", f"is {self.next}, not a part's index (< {len(names)})")
-        if tuple(self.parts) != names:
+        if set(self.parts) != set(names):  # JSON's objects are unordered
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
-        for field in ("weights", "served"):
-            if len(getattr(self, field)) != len(names):
-                raise Disagree(field, f"must have one value per part ({len(names)})")
-        try:
-            check_weights(self.weights, len(names))
-        except ValueError as exc:
-            raise Disagree("weights", str(exc)) from None
+        if len(self.served) != len(names):
+            raise Disagree("served", f"must have one value per part ({len(names)})")
+        _weights("weights", self.weights, len(names))
+        for k, change in enumerate(self.changes):
+            _weights(f"changes[{k}].weights", change.weights, len(names))
         if self.applied > len(self.changes):
             raise Disagree("applied", f"is more than the {len(self.changes)} changes")
-        for k, change in enumerate(self.changes):
-            if len(change.weights) != len(names):
-                raise Disagree(f"changes[{k}].weights", f"must have {len(names)} weights")
 
-    @classmethod
-    def from_json(cls, state: Any) -> MixtureState:
-        """A mixture's ``state_dict()`` as its record (every field checked).
 
-        Raises:
-            StateError: not a mixture's state; the first wrong field named.
-        """
-        if isinstance(state, MixtureState):
-            return state
-        if not isinstance(state, Mapping) or state.get("format") != MIXTURE_FORMAT:
-            what = state.get("format") if isinstance(state, Mapping) else type(state).__name__
-            raise StateError(f"not a mixture's state (format {what!r}, not {MIXTURE_FORMAT!r})")
-        parts = state.get("parts")
-        if isinstance(parts, Mapping):  # each part first: an error names the part's field
-            for name, part in parts.items():
-                try:
-                    codec.decode(part, DocumentState, f"state of the part {name!r}")
-                except StateError as exc:
-                    field = f"parts.{name}" + ("" if exc.field is None else f".{exc.field}")
-                    raise StateError(str(exc), field) from None
-        return codec.decode(dict(state), cls, "mixture state")
-
-    def to_json(self) -> dict[str, Any]:
-        return codec.encode(self)
 class Step(Record, frozen=True):
     """A step of a schedule: from batch ``batch`` on, batches of ``batch_size`` rows of
     ``seq_len + 1`` ids."""
@@ -378,6 +338,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """A ``Loader.batches`` state: the state of the documents it packs (before the document
     the next batch starts in), and where in them the next batch starts."""
 
+    what = "batches state"
     seq_len: Positive
     batch_size: Positive
     documents: DocumentState | MixtureState
@@ -413,14 +374,6 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     def scheduled(self) -> Scheduled | None:
         """The schedule section (None: fixed sizes)."""
         return self.schedule if isinstance(self.schedule, Scheduled) else None
-
-    @classmethod
-    def from_json(cls, state: Any) -> BatchesState:
-        """Raises: StateError: not a batches state, or naming the first wrong field."""
-        return codec.decode(state, cls, "batches state")
-
-    def to_json(self) -> dict[str, Any]:
-        return codec.encode(self)
 
     @property
     def cut(self) -> int:

@@ -40,16 +40,13 @@ __all__ = [
     "Counters",
     "Mark",
     "Stats",
-    "check_block",
     "check_in_block",
     "check_state",
     "config_of",
     "handed_sum",
     "load_state",
-    "parse_state",
     "resume_options",
     "resume_point",
-    "stream_config",
 ]
 
 
@@ -69,12 +66,7 @@ class Stats(Counters, frozen=True):
 
     def packed(self, counts: PackingCounts) -> Stats:
         """These counts with what packing did (``Loader.batches(...).stats``)."""
-        return codec.replace(
-            self,
-            padding_ids=counts.padding_ids,
-            cut_documents=counts.cut_documents,
-            pieces=counts.pieces,
-        )
+        return codec.replace(self, **msgspec.structs.asdict(counts))
 
 
 class Mark(NamedTuple):
@@ -137,21 +129,13 @@ def handed_sum(order: list[int] | None, first: int, end: int, values: list[int])
 
 
 def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> StreamConfig:
-    """What a state of this stream must agree with (``state.stream_config``)."""
-    vocabulary = None if tokenizer is None else tokenizer.fingerprint
-    return stream_config(corpus.fingerprint(), len(corpus.units), options, tokenizer=vocabulary)
-
-
-def stream_config(
-    fingerprint: str, units: int, options: Options, *, tokenizer: str | None = None
-) -> StreamConfig:
     """What a state must agree with to resume a stream: the corpus, the options that shape
-    the stream (``even``: the rule in force), and ``tokenizer``, the vocabulary's fingerprint
-    when the stream hands out ids (a state counts tokens, a packer's cuts inside a document).
-    """
-    shaping = {name: getattr(options, name) for name in SHAPING}
-    shaping["even"] = options.even_mode
-    return StreamConfig(corpus=fingerprint, units=units, tokenizer=tokenizer, **shaping)
+    the stream (``even``: the rule in force), and the vocabulary's fingerprint when the stream
+    hands out ids (a state counts tokens, a packer's cuts inside a document)."""
+    shaping = {name: getattr(options, name) for name in SHAPING} | {"even": options.even_mode}
+    vocabulary = None if tokenizer is None else tokenizer.fingerprint
+    units = len(corpus.units)
+    return StreamConfig(corpus=corpus.fingerprint(), units=units, tokenizer=vocabulary, **shaping)
 
 
 def load_state(path: str | os.PathLike[str]) -> DocumentState:
@@ -176,24 +160,15 @@ def load_state(path: str | os.PathLike[str]) -> DocumentState:
         raise StateError(f"{os.fspath(path)}: {exc}", exc.field) from None
 
 
-def parse_state(state: Any) -> DocumentState:
-    """A state as its record (parsed and checked once; a record is taken as it is).
-
-    Raises:
-        StateError: as ``DocumentState.from_json``.
-    """
-    return state if isinstance(state, DocumentState) else DocumentState.from_json(state)
-
-
 def check_state(state: Any, config: StreamConfig) -> DocumentState:
     """Parse a saved state and check it against this stream's ``config``.
 
     Raises:
-        StateError: not a state of this format, made with another corpus or
-            other shaping options (the message names every difference), or a
-            position past the end of the plan.
+        StateError: not a state of this format (or its fields disagree: a position past the
+            end of the corpus, ``DocumentState.check``), or made with another corpus or other
+            shaping options (the message names every difference).
     """
-    parsed = parse_state(state)
+    parsed = DocumentState.from_json(state)
     saved, now = msgspec.structs.asdict(parsed.config), msgspec.structs.asdict(config)
     differ = [key for key, value in now.items() if saved[key] != value]
     if differ:
@@ -203,9 +178,6 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
             + "; ".join(f"{key}: saved {saved[key]!r}, now {now[key]!r}" for key in differ)
             + (f" (to resume it, pass {', '.join(hints)})" if hints else "")
         )
-    position = parsed.position
-    if config.even is None:  # evened-out ranks may wrap around their share
-        check_block(position.block, position.in_block, config.units, config.rank)
     return parsed
 
 
@@ -217,20 +189,6 @@ def resume_point(
     if state is None:
         return Position(epoch), Counters(), None
     return state.position, state.counters, state.reshard
-
-
-def check_block(block: int, in_block: int, units: int, rank: int) -> None:
-    """Check a state's position against the ``units`` of its share (not evened out: no pass
-    wraps around).
-
-    Raises:
-        StateError: it lies past the share's end.
-    """
-    if block > units or (block == units and in_block > 0):
-        raise StateError(
-            f"bad state: position block={block}, in_block={in_block} lies past the end "
-            f"of the plan ({units} members for rank {rank})"
-        )
 
 
 def check_in_block(in_block: int, n: int) -> None:
@@ -260,7 +218,7 @@ def resume_options(given: dict[str, Any], state: Any) -> Options:
     """
     values = dict(given)
     if state is not None:
-        saved = parse_state(state).config
+        saved = DocumentState.from_json(state).config
         for name in SHAPING:  # ``even``: the rule in force (None: not evened out)
             values.setdefault(name, getattr(saved, name))
     return Options(**values)
