@@ -27,7 +27,7 @@ import pytest
 
 from openwebtext import Loader, Options, WorkerError
 from openwebtext import cli as owt_cli
-from openwebtext.cli import stream as cli_stream
+from openwebtext.cli import summary as cli_summary
 from openwebtext.engine import parent as owt_workers
 from openwebtext.stream.schema import STATE_FORMAT
 from support import (
@@ -291,7 +291,7 @@ def test_a_failed_state_write_does_not_hide_the_error_of_the_run(
     def disk_full(path: object, data: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cli_stream, "atomic_write", disk_full)
+    monkeypatch.setattr(cli_summary, "atomic_write", disk_full)
     bad = _corrupt_corpus(tmp_path)
     code = owt_cli.main(["stream", str(bad), "-q", "--state-out", str(tmp_path / "s.json")])
     err = capsys.readouterr().err

@@ -84,12 +84,14 @@ def _mixture(corpus: Path, js: Path) -> Mixture:
 
 
 def _mixture_state(mixture: Mixture) -> dict[str, Any]:
-    """After 9 documents, with weights set at the 8th (a change and its position)."""
+    """After 9 documents, with weights set at the 8th (applied: in the weights and counts),
+    and again after the 9th (not yet applied: a change and its position)."""
     with Loader(mixture, workers=0, seed=3, tokenizer="bytes").iter() as it:
         for n in range(9):
             if n == 7:
                 it.set_weights({"web": 1.0, "js": 1.0})
             next(it)
+        it.set_weights({"web": 1.0, "js": 3.0})
         return it.state_dict()
 
 
