@@ -209,6 +209,7 @@ def test_failing_vs_command_is_a_clear_error(
     assert "exited with code 3" in err and "first\nboom-1" in err
 
 
+@pytest.mark.slow  # its 5 s timeout waited out in real time
 def test_a_hanging_command_times_out_and_is_reported(tiny: Path, tmp_path: Path) -> None:
     vs = f"{PYTHON} -c 'import time; time.sleep(60)' {{workers}} {{paths}}"
     argv = ["--workers", "1", "--repeat", "1", "--warmup", "1", "--timeout", "5"]
