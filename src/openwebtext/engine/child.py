@@ -216,6 +216,8 @@ def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> lis
             f"{tokenizer.fingerprint}): read it with {recorded[0]!r}"
         )
         raise CorpusError(why, unit.path, unit.member)
+    if member.counts is not None:  # the token reader's
+        return member.counts
     counts = np.asarray(member.sizes, dtype=np.int64) // itemsize  # no Python per document
     counts[np.asarray(member.offsets, dtype=np.int64) < 0] = 0
     kept: list[int] = counts.tolist()

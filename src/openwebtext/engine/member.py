@@ -36,6 +36,8 @@ class Member(NamedTuple):
     texts: list[str] | None = None
     """With ``Reader(..., texts=True)``: the text of every kept document (offset >= 0), in
     order, decoded by the UTF-8 check itself (what ``encode_member`` tokenizes)."""
+    counts: list[int] | None = None
+    """A token unit's: the ids of each document (0: left out), made with its offsets."""
 
 
 def leave_out_split(split: Split | None, names: Sequence[str], offsets: list[int]) -> None:

@@ -152,8 +152,8 @@ class Block:
         are the units' as they lie (one copy), or ``in_order`` the documents' one after
         another in the order of ``picks`` (one gather)."""
         sources, counts, itemsize = self.sources, self.counts, self.dtype.itemsize
-        offsets = np.asarray(self.offsets, dtype=np.int64)
-        ends = offsets + np.asarray(counts, dtype=np.int64) * itemsize
+        offsets, counted = np.asarray(self.offsets, np.int64), np.asarray(counts, np.int64)
+        ends = offsets + counted * itemsize
         firsts = self.firsts  # a unit's documents are consecutive and share its source tuple
         units, at = [], 0
         unit = np.empty(len(sources), dtype=np.int64)  # each document's unit
@@ -165,7 +165,7 @@ class Block:
             unit[a:b], begins[a:b] = u, (offsets[a:b] - low) // itemsize + at
             at += (high - low) // itemsize
         chosen = np.asarray(picks, dtype=np.int64)
-        lengths = np.asarray(counts, dtype=np.int64)[chosen]
+        lengths = counted[chosen]
         if not in_order:
             return np.concatenate(units), begins[chosen], lengths, 0
         begins -= np.asarray([0, *itertools.accumulate(len(u) for u in units)])[unit]
