@@ -4,6 +4,7 @@ documents each count from 0."""
 
 from __future__ import annotations
 
+import pickle
 from collections import Counter
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from openwebtext import Corpus, Loader
 from openwebtext.index.inputs import distinct_names
 from openwebtext.prepare import PrepareOptions, prepare, write_format
+from openwebtext.tokenfiles import document_names
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 TEXTS = sample_texts(40, seed=11)
@@ -71,3 +73,19 @@ def test_llmc_shards_name_their_documents_apart(small_corpus: Path, tmp_path: Pa
     assert names[0] == "train_000000.bin#0"
     single = _names(Corpus.open_tokens(tmp_path / "train.bin"), tokenizer="bytes")
     assert single[:2] == ["0", "1"]  # one file: its documents' names as before
+
+
+@pytest.mark.parametrize("member", ["docs 3-9", "a/train.bin docs 3-9"])
+def test_a_token_units_names_are_made_when_asked(member: str) -> None:
+    """A token unit's names (``document_names``) are made one by one when asked, and read as
+    the list of them would: by index, slice, iteration and equality, and through a pickle
+    (a worker sends them so)."""
+    names = document_names(member, 3, 9)
+    prefix = "" if member.startswith("docs") else "a/train.bin#"
+    expected = [f"{prefix}{k}" for k in range(3, 9)]
+    assert len(names) == 6 and list(names) == expected and names == expected
+    assert names[0] == expected[0] and names[-1] == expected[-1] and names[1:4] == expected[1:4]
+    with pytest.raises(IndexError):
+        names[6]
+    assert pickle.loads(pickle.dumps(names)) == expected
+    assert names != expected[:-1] and names != "".join(expected)

@@ -18,6 +18,8 @@ import signal
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
+import numpy as np
+
 from openwebtext.engine.encode import encode_member
 from openwebtext.engine.member import Member
 from openwebtext.engine.options import Lanes, PoolOptions
@@ -214,9 +216,12 @@ def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> lis
             f"{tokenizer.fingerprint}): read it with {recorded[0]!r}"
         )
         raise CorpusError(why, unit.path, unit.member)
-    return [
-        s // itemsize if o >= 0 else 0 for o, s in zip(member.offsets, member.sizes, strict=True)
-    ]
+    if member.counts is not None:  # the token reader's
+        return member.counts
+    counts = np.asarray(member.sizes, dtype=np.int64) // itemsize  # no Python per document
+    counts[np.asarray(member.offsets, dtype=np.int64) < 0] = 0
+    kept: list[int] = counts.tolist()
+    return kept
 
 
 def open_reader(options: PoolOptions, storage: Storage | None) -> Reader:

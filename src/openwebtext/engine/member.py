@@ -7,6 +7,7 @@ Both readers (``read``: tars and record files; ``tokens``: token files) return a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from openwebtext.errors import CorruptDocument, CorruptMember
@@ -20,7 +21,7 @@ class Member(NamedTuple):
     """A decompressed member: its bytes and where its documents lie in them."""
 
     data: bytes
-    names: list[str]
+    names: Sequence[str]
     offsets: list[int]
     sizes: list[int]
     dropped: list[CorruptMember]
@@ -35,9 +36,11 @@ class Member(NamedTuple):
     texts: list[str] | None = None
     """With ``Reader(..., texts=True)``: the text of every kept document (offset >= 0), in
     order, decoded by the UTF-8 check itself (what ``encode_member`` tokenizes)."""
+    counts: list[int] | None = None
+    """A token unit's: the ids of each document (0: left out), made with its offsets."""
 
 
-def leave_out_split(split: Split | None, names: list[str], offsets: list[int]) -> None:
+def leave_out_split(split: Split | None, names: Sequence[str], offsets: list[int]) -> None:
     """Set to -1 the offset of every document outside ``split`` (decided by its name)."""
     if split is None:
         return

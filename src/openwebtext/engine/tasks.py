@@ -71,7 +71,7 @@ class Loaded(NamedTuple):
 
     unit: int
     data: memoryview | bytes
-    names: list[str]
+    names: Sequence[str]
     offsets: list[int]
     sizes: list[int]
     errors: Sequence[OWTError]
@@ -103,7 +103,7 @@ class Done(NamedTuple):
     """Bytes of the member (text, or token ids with a tokenizer)."""
     data: bytes | None
     """The bytes when they travel inline (no slot, or larger than one); else None."""
-    names: list[str]
+    names: Sequence[str]
     offsets: list[int]
     sizes: list[int]
     dropped: list[CorruptMember]

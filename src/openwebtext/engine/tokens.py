@@ -65,7 +65,8 @@ class TokenReader:
         start = int(ends[first - 1]) if first else 0
         bounds = (ends[first:stop] - start) * itemsize
         offsets = [0, *bounds[:-1].tolist()]
-        sizes = np.diff(bounds, prepend=0).tolist()
+        counts = np.diff(ends[first:stop], prepend=start)  # ids per document, as one array
+        sizes = (counts * itemsize).tolist()
         names = document_names(unit.member, first, stop)
         leave_out_split(self.split, names, offsets)
         dropped: list[CorruptMember] = []
@@ -88,4 +89,6 @@ class TokenReader:
                         names[k],
                     )
                 )
-        return Member(data, names, offsets, sizes, dropped, 0)
+        if offsets and min(offsets) < 0:  # outside the split, or left out: no ids
+            counts[np.asarray(offsets) < 0] = 0
+        return Member(data, names, offsets, sizes, dropped, 0, counts=counts.tolist())

@@ -60,13 +60,26 @@ class Block:
     ``(view, subset, member, member index, errors or dtype)``, its offset in
     ``view``, its UTF-8 size, its token count (with a tokenizer, else the list
     is empty), its name and its index in the member. ``spans`` are the kept
-    units' slots: ``(ticket, first document, end document)``.
+    units' slots: ``(ticket, first document, end document)``; ``firsts`` where each
+    unit's documents begin. The names are kept as the units give them (a token unit's
+    are made when asked: ``tokenfiles.DocumentNames``) and put in one list when asked.
 
     Args:
         dtype: The token ids' dtype (a stream of token documents), or None (text).
     """
 
-    __slots__ = ("counts", "dtype", "js", "names", "offsets", "sizes", "sources", "spans")
+    __slots__ = (
+        "_names",
+        "counts",
+        "dtype",
+        "firsts",
+        "js",
+        "name_parts",
+        "offsets",
+        "sizes",
+        "sources",
+        "spans",
+    )
 
     def __init__(self, dtype: Any = None) -> None:
         self.dtype = dtype
@@ -74,9 +87,18 @@ class Block:
         self.offsets: list[int] = []
         self.sizes: list[int] = []
         self.counts: list[int] = []
-        self.names: list[str] = []
+        self.name_parts: list[Sequence[str]] = []
+        self._names: list[str] | None = None
         self.js: list[int] = []
         self.spans: list[tuple[int, int, int]] = []
+        self.firsts: list[int] = []
+
+    @property
+    def names(self) -> list[str]:
+        """Each document's name (made at the first ask: a run of documents never asks)."""
+        if self._names is None:
+            self._names = list(itertools.chain.from_iterable(self.name_parts))
+        return self._names
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -116,9 +138,11 @@ class Block:
             how = self.dtype
             self.counts += counts
         source = (view, unit.subset, os.path.basename(unit.member), unit.member_index, how)
+        self.firsts.append(first)
         self.offsets += offsets
         self.sizes += sizes
-        self.names += names
+        self.name_parts.append(names)
+        self._names = None
         self.js += js
         self.sources += [source] * len(offsets)
 
@@ -128,11 +152,9 @@ class Block:
         are the units' as they lie (one copy), or ``in_order`` the documents' one after
         another in the order of ``picks`` (one gather)."""
         sources, counts, itemsize = self.sources, self.counts, self.dtype.itemsize
-        offsets = np.asarray(self.offsets, dtype=np.int64)
-        ends = offsets + np.asarray(counts, dtype=np.int64) * itemsize
-        # A unit's documents are consecutive and share its source tuple.
-        ident = np.fromiter(map(id, sources), dtype=np.int64, count=len(sources))
-        firsts = np.flatnonzero(np.diff(ident, prepend=ident[0] - 1)).tolist()
+        offsets, counted = np.asarray(self.offsets, np.int64), np.asarray(counts, np.int64)
+        ends = offsets + counted * itemsize
+        firsts = self.firsts  # a unit's documents are consecutive and share its source tuple
         units, at = [], 0
         unit = np.empty(len(sources), dtype=np.int64)  # each document's unit
         begins = np.empty(len(sources), dtype=np.int64)  # and where it begins in the copy
@@ -143,7 +165,7 @@ class Block:
             unit[a:b], begins[a:b] = u, (offsets[a:b] - low) // itemsize + at
             at += (high - low) // itemsize
         chosen = np.asarray(picks, dtype=np.int64)
-        lengths = np.asarray(counts, dtype=np.int64)[chosen]
+        lengths = counted[chosen]
         if not in_order:
             return np.concatenate(units), begins[chosen], lengths, 0
         begins -= np.asarray([0, *itertools.accumulate(len(u) for u in units)])[unit]

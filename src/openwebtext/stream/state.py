@@ -123,7 +123,7 @@ def handed_sum(order: list[int] | None, first: int, end: int, values: list[int])
     """The sum of a block's per-document ``values`` over its hand-out positions first..end."""
     if not values:
         return 0
-    if order is None:
+    if order is None or (first == 0 and end >= len(order)):  # all of a block: any order's
         return sum(values[first:end])
     return sum([values[k] for k in order[first:end]])
 

@@ -417,8 +417,7 @@ class Stream:
                 check_in_block(skip, block_len)  # only a resumed state's first block has skip > 0
                 self._block, self._block_end = block_start, block_end
                 self._block_len = block_len
-                self._block_sizes = sizes = block.sizes
-                self._block_counts = counts = block.counts
+                self._block_sizes, self._block_counts = sizes, counts = block.sizes, block.counts
                 self._block_order = order_ = block_permutation(
                     block_len, opts, self._epoch, self._rank, block_start
                 )
@@ -430,17 +429,18 @@ class Stream:
                 # whenever the consumer looks, at no cost per document.
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
-                sources, offsets, names, js = block.sources, block.offsets, block.names, block.js
+                sources, offsets, js = block.sources, block.offsets, block.js
                 if self._runs and stop > self._in_block:  # the block's rest at once
                     self._in_block = stop  # (as if its documents went out one by one)
                     yield block.token_run(picks, self._runs == "in order")
                 elif self._dtype is not None:  # token ids: copied, since the slot will be reused
-                    frombuffer = np.frombuffer
+                    frombuffer, names = np.frombuffer, block.names  # names made now (runs: never)
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, dtype = sources[k]
                         ids = frombuffer(view, dtype, counts[k], offsets[k]).copy()
                         yield new(TokenDocument, (ids, subset, member, names[k], i, js[k], source))
                 else:
+                    names = block.names
                     for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
                         view, subset, member, i, errors = sources[k]
                         offset = offsets[k]
