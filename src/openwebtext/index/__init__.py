@@ -9,11 +9,13 @@ from __future__ import annotations
 from openwebtext.index.corpus import Corpus, Counts, split_key
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.parquet import TEXT_COLUMN, footer_of, parse_footer
+from openwebtext.index.paths import file_key
 
 __all__ = [
     "TEXT_COLUMN",
     "Corpus",
     "Counts",
+    "file_key",
     "footer_of",
     "parse_footer",
     "split_jsonl_kind",

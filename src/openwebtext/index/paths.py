@@ -22,7 +22,7 @@ from openwebtext.index.remote import Ignored, index_url
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url
 
-__all__ = ["Indexed", "index_inputs", "index_paths"]
+__all__ = ["Indexed", "file_key", "index_inputs", "index_paths"]
 
 log = logging.getLogger("openwebtext")
 
@@ -98,6 +98,16 @@ def index_inputs(
     return indexed
 
 
+def file_key(path: str) -> object:
+    """The file ``path`` reads, by an identity two spellings share: a local file's (a path's
+    or a ``file://`` URL's) device and inode, else the URL itself."""
+    local = path[len("file://") :] if path.startswith("file://") else None
+    if local is None and is_url(path):
+        return path
+    info = os.stat(local if local is not None else path)
+    return (info.st_dev, info.st_ino)
+
+
 def _refuse_twice(units: list[Unit]) -> None:
     """Refuse a file reached twice where ``find_files`` cannot see it: the same URL (or a
     folder and a file in it), a ``file://`` URL and a path, a path on both sides of a URL.
@@ -105,18 +115,13 @@ def _refuse_twice(units: list[Unit]) -> None:
     Raises:
         CorpusError: naming the second spelling and the first.
     """
-    keys: dict[str, object] = {}  # a path's file: its device and inode, or its URL
+    keys: dict[str, object] = {}  # a path's file (``file_key``)
     owner: dict[object, str] = {}
     seen: set[tuple[object, str, int]] = set()
     for unit in units:
         key = keys.get(unit.path)
         if key is None:
-            local = unit.path[len("file://") :] if unit.path.startswith("file://") else None
-            key = unit.path
-            if local is not None or not is_url(unit.path):
-                st = os.stat(local if local is not None else unit.path)
-                key = (st.st_dev, st.st_ino)
-            keys[unit.path] = key
+            key = keys[unit.path] = file_key(unit.path)
         first = owner.setdefault(key, unit.path)
         if first != unit.path or (key, unit.member, unit.offset) in seen:
             raise CorpusError(

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import copy
 import os
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
-from typing import Any
+from typing import Any, cast
 
 from openwebtext.errors import CorpusError, StateError
-from openwebtext.index import Corpus
+from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
@@ -213,17 +211,12 @@ def _check_part(name: str, where: Any) -> None:
 
 
 def _refuse_shared_files(corpora: Mapping[str, Corpus]) -> None:
-    """A file (by its device and inode; a URL by itself, a file:// URL by its file) in two
-    parts is refused."""
+    """A file (``index.file_key``: a local one by its device and inode, a path's or a
+    ``file://`` URL's; a URL by itself) in two parts is refused."""
     owner: dict[object, str] = {}
     for name, corpus in corpora.items():
         for path in dict.fromkeys(u.path for u in corpus.units):
-            key: object = path
-            parsed = urllib.parse.urlsplit(path)
-            local = urllib.request.url2pathname(parsed.path) if parsed.scheme == "file" else None
-            if "://" not in path or local:
-                info = os.stat(local or path)
-                key = (info.st_dev, info.st_ino)
+            key = file_key(path)
             if owner.setdefault(key, name) != name:
                 raise ValueError(
                     f"{path} is in two parts of the mixture ({owner[key]!r} and {name!r}): "
@@ -239,15 +232,19 @@ def reshard(
     each new rank with the weights in force on old rank 0 (and its schedule position); the
     proportions count again from the reshard. A document a concat batch had begun goes on,
     in its part, from its first id not yet a target."""
-    mixtures = [_mixture_of(s) for s in states]
-    if not states or all(m is None for m in mixtures):
+    mixtures = [_is_mixture(s) for s in states]
+    if not states or not any(mixtures):
         return reshard_stream(states, world_size, even=even)
-    if any(m is None for m in mixtures):
+    if not all(mixtures):
         raise StateError("states of a mixture and of a single corpus cannot be resharded together")
     if len({_batches(s) for s in states}) > 1:
         raise StateError("states of a mixture's documents and of its batches given together")
     batches = parse_batches(states) if _batches(states[0]) else None
-    parsed = [m for m in mixtures if m is not None]
+    parsed = (
+        [MixtureState.from_json(s) for s in states]
+        if batches is None
+        else [cast(MixtureState, b.documents) for b in batches]  # (each read once)
+    )
     first = min(parsed, key=lambda s: next(iter(s.parts.values())).config.rank)
     for s in parsed:
         if s.config != first.config:
@@ -300,15 +297,9 @@ def _batches(state: Mapping[str, Any]) -> bool:
     return state.get("format") == BATCHES_FORMAT
 
 
-def _mixture_of(state: Any) -> MixtureState | None:
-    """The mixture's state of a mixture's state or batches state (None: not a mixture's)."""
+def _is_mixture(state: Any) -> bool:
+    """A mixture's state, or the state of a mixture's batches (not checked here)."""
     if not isinstance(state, Mapping):
-        return None
-    if state.get("format") == MIXTURE_FORMAT:
-        return MixtureState.from_json(state)
-    inner = state.get("documents") if _batches(state) else None
-    if isinstance(inner, Mapping) and inner.get("format") == MIXTURE_FORMAT:
-        documents = BatchesState.from_json(state).documents
-        assert isinstance(documents, MixtureState)
-        return documents
-    return None
+        return False
+    inner = state.get("documents") if _batches(state) else state
+    return isinstance(inner, Mapping) and inner.get("format") == MIXTURE_FORMAT
