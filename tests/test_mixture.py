@@ -204,6 +204,43 @@ def test_reshard_four_ranks_to_three_and_to_one(parts: dict[str, str]) -> None:
             assert len(together) == len(set(together)) == SIZES[name], (world, name)
 
 
+def test_ranks_in_different_epochs_of_a_small_part_reshard(parts: dict[str, str]) -> None:
+    """A small part runs through epochs at each rank's pace: 4 ranks stopped at different
+    steps are in different epochs of it. Resharded to 3 and to 1: per part, every epoch an
+    old rank had begun is the old ranks' documents of it and the new ranks' once each, and
+    each new rank's proportions are within one document from its start."""
+    m = mixture(parts, {"web": 0.5, "js": 0.5, "pq": 0.0})
+    old: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
+    states = []
+    for rank, stop in enumerate((3, 9, 40, 17)):
+        loader = Loader(m, workers=0, seed=6, rank=rank, world_size=4, even=None, epochs=None)
+        with loader.iter() as it:
+            for _ in range(stop):
+                document = next(it)
+                old[document.source, it.stats.epochs[document.source]].append(document.name)
+            states.append(it.state_dict())
+    last = {name: max(e for (p, e) in old if p == name) for name in ("web", "js")}
+    assert last["js"] >= 2  # rank 2 is two epochs of js ahead of rank 0
+    for world in (3, 1):
+        new: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
+        for rank, state in enumerate(reshard(states, world)):
+            loader = Loader(m, workers=0, seed=6, rank=rank, world_size=world, even=None,
+                            epochs=None)  # fmt: skip
+            counts = collections.Counter[str]()
+            with loader.iter(state=state) as it:
+                for n in range(1, 2000):
+                    document = next(it)
+                    counts[document.source] += 1
+                    assert all(abs(counts[k] - 0.5 * n) <= 1 for k in ("web", "js")), counts
+                    epochs = it.stats.epochs
+                    new[document.source, epochs[document.source]].append(document.name)
+                    if all(epochs[k] > last[k] for k in last):
+                        break
+        for (name, epoch), read in old.items():
+            together = read + new[name, epoch]
+            assert len(together) == len(set(together)) == SIZES[name], (world, name, epoch)
+
+
 def test_one_pool_whatever_the_number_of_parts(tmp_path: Path) -> None:
     parts = {}
     for k in range(8):
@@ -394,15 +431,20 @@ def test_a_mixture_under_a_shape_schedule_resumes_at_the_change(
             assert (a.tokens == b.tokens).all() and (a.sources == b.sources).all()
 
 
+@pytest.mark.parametrize(
+    ("small", "weight", "stops", "until"),
+    [("pq", 0.4, (3, 7, 1, 5), 1), ("js", 0.9, (3, 7, 1, 150), 3)],  # js: ranks in epochs 0-2
+)
 def test_concat_batches_of_a_mixture_reshard_with_no_id_twice_or_lost(
-    parts: dict[str, str],
+    parts: dict[str, str], small: str, weight: float, stops: tuple[int, ...], until: int
 ) -> None:
     """Concat batches of 4 ranks stopped inside documents, resharded to 3 and to 1: per part,
-    every id of its epoch 0 is a target once over the old and new ranks (but each rank's
-    first id and last ids, which no batch of its own makes a target), a document cut across
-    the checkpoint goes on from its first id not yet a target, and each new rank's documents
-    keep the weights within one document."""
-    m = mixture(parts, {"web": 0.6, "pq": 0.4})  # js at 0: never read
+    every id of its epochs before ``until`` is a target once over the old and new ranks (but
+    each rank's first id and last ids, which no batch of its own makes a target), a document
+    cut across the checkpoint goes on from its first id not yet a target (in whichever epoch
+    of its part the rank was), and each new rank's documents keep the weights within one
+    document."""
+    m = mixture(parts, {"web": 1 - weight, small: weight})  # the third part at 0: never read
     seq, rows = 32, 2
 
     def opts(rank: int, world: int) -> dict[str, Any]:
@@ -410,21 +452,26 @@ def test_concat_batches_of_a_mixture_reshard_with_no_id_twice_or_lost(
                 "epochs": None, "tokenizer": "bytes"}  # fmt: skip
 
     lengths: dict[str, int] = {}
+    untils = {"web": 1, small: until}  # the epochs checked, per part (web's old ranks: in 0)
+
+    def checked(key: str, epoch: int) -> bool:
+        return epoch < untils[key.split(":")[0]]
 
     def stream(state: Any, rank: int, world: int) -> list[tuple[str, int, int, int]]:
         """``(part:document, index, id, part's epoch)`` of every id the rank's documents
-        hold, until each read part has begun its epoch 1."""
+        hold, until each read part has begun its epoch in ``untils``."""
         out: list[tuple[str, int, int, int]] = []
         counts = collections.Counter[str]()
         with Loader(m, **opts(rank, world)).iter(state=state) as it:
             for n, doc in enumerate(it, 1):
                 epoch = it.stats.epochs[doc.source]
                 counts[doc.source] += 1
-                assert all(abs(counts[k] - w * n) <= 1 for k, w in (("web", 0.6), ("pq", 0.4)))
+                weights = zip(m.names, m.weights, strict=True)
+                assert all(abs(counts[k] - w * n) <= 1 for k, w in weights)
                 key = f"{doc.source}:{doc.name}"
                 cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
                 out += [(key, cut + j, int(t), epoch) for j, t in enumerate(doc.tokens)]
-                if all(e >= 1 for k, e in it.stats.epochs.items() if k != "js"):
+                if all(it.stats.epochs[k] >= e for k, e in untils.items()):
                     return out
 
     def targets(state: Any, rank: int, world: int, n: int | None) -> tuple[list[Any], Any]:
@@ -436,26 +483,28 @@ def test_concat_batches_of_a_mixture_reshard_with_no_id_twice_or_lost(
                 batch = next(it)
                 window = ids[k * seq * rows : (k + 1) * seq * rows + 1]
                 assert batch[:, 1:].reshape(-1).tolist() == [t for _, _, t, _ in window[1:]]
-                got += [(d, j) for d, j, _, e in window[1:] if e == 0]
+                got += [(d, j, e) for d, j, _, e in window[1:] if checked(d, e)]
                 k += 1
             return got, json.loads(json.dumps(it.state_dict())), ids
 
-    every: set[tuple[str, int]] = set()
+    every: set[tuple[str, int, int]] = set()
     old: list[Any] = []
     states = []
-    for rank, stop in enumerate((3, 7, 1, 5)):
+    for rank, stop in enumerate(stops):
         got, state, ids = targets(None, rank, 4, stop)
-        every |= {(d, j) for d, j, _, e in ids if e == 0}
+        every |= {(d, j, e) for d, j, _, e in ids if checked(d, e)}
         old += got
         states.append(state)
     assert any(s["offset"] for s in states)  # some rank stopped inside a document
+    epochs = [s["documents"]["parts"][small]["position"]["epoch"] for s in states]
+    assert max(epochs) == until - 1 and min(epochs) == 0, epochs
     for world in (3, 1):
         together = list(old)
         untargeted = 4 + world  # each rank's first id; the new ranks' tails are below
         for rank, state in enumerate(reshard(states, world)):
             got, _, ids = targets(state, rank, world, None)
             together += got
-            untargeted += sum(1 for *_, e in ids if e == 0) - len(got)
+            untargeted += sum(1 for d, _, _, e in ids if checked(d, e)) - len(got)
         counted = collections.Counter(together)
         assert {t for t, c in counted.items() if c > 1} == set(), world
         assert len(every - set(counted)) <= untargeted, world

@@ -154,8 +154,17 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
     with pytest.raises(StateError, match="different runs: seed: rank 0 3, rank 2 4"):
         reshard([states[0], states[1], other, states[3]], 2)
     later = read(varied, None, 2, **options("drop", 4, 2, epoch=1))[1]
-    with pytest.raises(StateError, match="different epochs"):
-        reshard([states[0], states[1], later, states[3]], 2)
+    packed_later = []  # best fit is resharded only from states of one epoch
+    for r in range(4):
+        opts = options("drop", 4, r, tokenizer="bytes", epoch=int(r == 2), epochs=None)
+        with Loader(varied, **opts).batches(S, B, packing="bestfit", window=8) as batches:
+            next(batches)
+            packed_later.append(batches.state_dict())
+    with pytest.raises(StateError, match=r"different epochs \(rank: epoch \{0: 0, 1: 0, 2: 1"):
+        reshard(packed_later, 2)
+    again = reshard([states[0], states[1], later, states[3]], 2)  # accepted (its own test)
+    with pytest.raises(StateError, match="resharded epoch's rest"):
+        reshard([again[0], read(varied, None, 1, **options("drop", 2, 1, epoch=2))[1]], 3)
     with pytest.raises(StateError, match="formats"):
         reshard([states[0], {"format": BATCHES_FORMAT}], 2)
     with pytest.raises(ValueError, match="world_size"):
@@ -526,3 +535,42 @@ def test_bestfit_state_inside_the_last_short_window_reshards(new_world: int, var
     missing = set(pieces.values()) - set(counted)
     lost = sum(lengths[piece] for piece in missing)
     assert lost <= (4 + new_world) * (FIT_B - 1) * (FIT_S + 1), sorted(missing)
+
+
+@pytest.mark.parametrize("world", [3, 1])
+def test_ranks_in_different_epochs_reshard_each_epochs_rest(varied: Path, world: int) -> None:
+    """Ranks stopped in different epochs (as a mixture's small part leaves them): a rank past
+    an epoch had finished it, a rank before one had not begun it. Every epoch up to the last
+    one begun is then the old ranks' documents of it and the new ranks' once each; the epochs
+    after it are the new world's own (each once too)."""
+    shares = [read(varied, None, **options(None, 4, r))[0] for r in range(4)]
+    everything = collections.Counter(name for share in shares for name in share)
+    stops = (len(shares[0]) // 2, len(shares[1]) + 2, 2 * len(shares[2]) + 1, len(shares[3]))
+    seen: dict[int, list[str]] = collections.defaultdict(list)
+
+    def take(state: dict[str, Any] | None, opts: dict[str, Any], n: int | None) -> Any:
+        with Loader(varied, **opts, epochs=None).iter(state=state) as it:
+            while n is None or n > 0:
+                doc = next(it)
+                epoch = it.state_dict()["position"]["epoch"]
+                if epoch > 3:
+                    break
+                seen[epoch].append(doc.name)
+                n = None if n is None else n - 1
+            return it.state_dict()
+
+    states = [take(None, options(None, 4, r), stop) for r, stop in enumerate(stops)]
+    assert [s["position"]["epoch"] for s in states] == [0, 1, 2, 0]
+    new_states = reshard(states, world)
+    for rank, state in enumerate(new_states):
+        take(state, options(None, world, rank), None)
+    for epoch in range(4):  # 0-2: rests of epochs old ranks had begun; 3: the new world's own
+        assert collections.Counter(seen[epoch]) == everything, epoch
+    if world == 3:  # a state saved in any of those rests resumes exactly (workers 0 and 2)
+        for workers in (0, 2):
+
+            def start(saved: dict[str, Any] | None, epochs: int, workers: int = workers) -> Any:
+                opts = options(None, 3, 1, workers=workers, epochs=epochs)
+                return Loader(varied, **opts).iter(state=new_states[1] if saved is None else saved)
+
+            check_save_load(start, key=lambda doc: doc.name)

@@ -114,6 +114,10 @@ def written_now(corpus: Path, js: Path) -> dict[str, Any]:
         for r, s in enumerate(reshard(cat, 3))
     ]
     states["resharded_twice"] = reshard(again, 2)[0]
+    # Ranks in different epochs (rank 1 two epochs ahead): the rests of epochs 1 and 2 follow.
+    apart = [_doc_state(corpus, n, rank=r, world_size=2, epochs=None)
+             for r, n in enumerate((3, 130))]  # fmt: skip
+    states["resharded_epochs"] = reshard(apart, 3)[1]
     # Under a schedule: inside a best-fit window packed again at the change.
     states["batches_scheduled"] = _batch_state(corpus, 3, "bestfit", scheduled=True)
     mixed = _mixture(corpus, js)
@@ -264,6 +268,8 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["documents"], "position.in_block", 10**6, r"in_block=1000000 is more than"),
         (GOLDEN["resharded"], "reshard.share", [2, 2], r"reshard\.share: \[2, 2\] is not"),
         (GOLDEN["resharded"], "reshard.exact", [True], r"reshard\.exact: must hold one flag"),
+        (GOLDEN["resharded_epochs"], "reshard.later", [[{"block": 0, "in_block": 0}]],
+         r"reshard\.later: each of its epochs must hold the 2 old ranks"),
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
     ],
 )

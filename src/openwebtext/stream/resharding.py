@@ -58,7 +58,10 @@ def reshard(
     sharding the shares differ by at most one. With concat batches, a document cut across the
     checkpoint goes on from its first id not yet a target; with best-fit batches, the window
     each old rank was in is packed again by one new rank (round robin), which hands out only
-    the rows not handed out before. After that epoch, every epoch is
+    the rows not handed out before. States may be in different epochs (a mixture's small
+    part runs through its epochs at each rank's pace): a rank past an epoch had finished it, a
+    rank before one had not begun it, and the rests of every epoch an old rank had begun follow
+    one another (best-fit batches: states of one epoch only). After those, every epoch is
     the new world size's own. The new ranks' counters start at 0. States of a resharded
     epoch can be resharded again. Batches under a ``Schedule`` go on in it from the batch the
     furthest old rank had reached (best fit: a window packed again at a change is packed the
@@ -89,13 +92,18 @@ def reshard(
     )
     old_world, by_rank = _by_rank([d.config for d in documents])
     _same_run([d.config for d in documents], by_rank)
-    epoch = _same_epoch(documents, by_rank)
     ordered = [documents[by_rank[r]] for r in range(old_world)]
+    epoch = min(d.position.epoch for d in ordered)
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world) if batches else None
     cuts = [
         batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)
     ]
+    later = _later_epochs(ordered, epoch, cuts)
+    if fit is not None and (later or any(  # (a window begun at an epoch's start is begun)
+        d.position.epoch > epoch and w.rows for d, w in zip(ordered, fit[1], strict=True)
+    )):  # fmt: skip
+        raise StateError(_different_epochs(ordered, "best-fit batches states"))
     sections = [d.reshard for d in ordered]
     old_rule = first.config.even
     if all(section is None for section in sections):
@@ -109,6 +117,7 @@ def reshard(
             rule=None,
             # Whose position must agree exactly with its count (no skip): checked when read.
             exact=tuple(d.counters.skips == 0 for d in ordered),
+            later=later,
         )
         if fit is not None:  # the windows old ranks had begun, each to be packed again
             window, numbers = fit
@@ -255,29 +264,41 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
             raise StateError("states of different runs: " + "; ".join(differ))
 
 
-def _same_epoch(documents: Sequence[DocumentState], by_rank: Mapping[int, int]) -> int:
-    """The epoch the states are in; a state at the very start of the next one (a finished
-    iterator's) counts as having handed out all of it."""
-    epochs = {r: documents[k].position.epoch for r, k in sorted(by_rank.items())}
-    epoch = min(epochs.values())
-    late = {r for r, e in epochs.items() if e == epoch + 1 and _at_start(documents[by_rank[r]])}
-    if any(e != epoch for r, e in epochs.items() if r not in late):
-        raise StateError(
-            f"states of different epochs (rank: epoch {epochs}): reshard states taken in one epoch"
+def _later_epochs(
+    ordered: Sequence[DocumentState], epoch: int, cuts: Sequence[int]
+) -> tuple[tuple[OldRank, ...], ...]:
+    """The old ranks in each epoch after ``epoch`` up to the last one a rank had begun
+    (``Reshard.later``): a rank there at its state, a rank before it not begun, a rank past it
+    finished. A rank at the very start of an epoch has not begun it: when no rank has, the
+    epoch is the new world size's own. Ranks beyond ``epoch`` must be in epochs of the
+    world's own (not a resharded one's rest)."""
+    later = [
+        tuple(
+            _old_rank(d, e, cut) if d.position.epoch >= e else OldRank(0, 0)
+            for d, cut in zip(ordered, cuts, strict=True)
         )
-    return epoch
+        for e in range(epoch + 1, max(d.position.epoch for d in ordered) + 1)
+    ]
+    while later and all(r == OldRank(0, 0) for r in later[-1]):
+        later.pop()
+    if later and any(d.reshard is not None for d in ordered):
+        raise StateError(_different_epochs(ordered, "states in a resharded epoch's rest"))
+    return tuple(later)
 
 
-def _at_start(state: DocumentState) -> bool:
-    position = state.position
-    return position.block == position.in_block == state.counters.epoch_documents == 0
+def _different_epochs(ordered: Sequence[DocumentState], what: str) -> str:
+    epochs = {r: d.position.epoch for r, d in enumerate(ordered)}
+    return (
+        f"states of different epochs (rank: epoch {epochs}): {what} are resharded only when "
+        "taken in one epoch (or at the very start of the next)"
+    )
 
 
 def _old_rank(state: DocumentState, epoch: int, cut: int) -> OldRank:
-    """An old rank at ``state``: finished if it is past ``epoch``."""
+    """An old rank at ``state`` in ``epoch``: finished if it is past it."""
     position = state.position
     if position.epoch > epoch:
-        return OldRank(position.block, position.in_block, finished=True, cut=cut)
+        return OldRank(0, 0, finished=True)
     return OldRank(position.block, position.in_block, state.counters.epoch_documents, cut=cut)
 
 

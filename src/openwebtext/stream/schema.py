@@ -179,10 +179,18 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     """Best fit: the windows old ranks had begun, each to be packed again."""
     next_window: Count | None = None
     """Best fit: the number the new ranks' own windows start at."""
+    later: tuple[tuple[OldRank, ...], ...] = ()
+    """The old ranks in each epoch after ``epoch`` that one of them had begun (a mixture's
+    small part runs through epochs at each rank's own pace): those epochs' rests follow this
+    one's, before the new world size's own epochs (``following``)."""
 
     def check(self) -> None:
         if len(self.ranks) != self.world_size:
             raise Disagree("ranks", f"must hold the {self.world_size} old ranks")
+        if any(len(ranks) != self.world_size for ranks in self.later):
+            raise Disagree("later", f"each of its epochs must hold the {self.world_size} old ranks")
+        if self.later and self.window is not None:
+            raise Disagree("later", "cannot follow a best-fit section")
         if self.share[0] >= self.share[1]:
             raise Disagree("share", f"{list(self.share)} is not (rank, world size)")
         if self.exact is not None and len(self.exact) != len(self.ranks):
@@ -194,6 +202,14 @@ class Reshard(Record, frozen=True, omit_defaults=True):
             raise Disagree("window", "is needed by a section with best-fit windows")
         if any(b.rank >= self.world_size for b in self.windows or ()):
             raise Disagree("windows", f"name an old rank past {self.world_size - 1}")
+
+    def following(self) -> Reshard | None:
+        """The section of the next epoch's rest (its old ranks from ``later``), or None: the
+        next epoch is the new world size's own. Earlier reshards never touched it (no levels)."""
+        if not self.later:
+            return None
+        return codec.replace(self, epoch=self.epoch + 1, ranks=self.later[0],
+                             later=self.later[1:], levels=(), counted=False)  # fmt: skip
 
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""

@@ -300,7 +300,13 @@ class Stream:
                     )
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
-                self._block_len, self._reshard, self._rest, self._rank = 0, None, None, opts.rank
+                self._block_len, self._rank = 0, opts.rank
+                # The next epoch's rest, when old ranks had begun it too (``Reshard.later``):
+                # its first id follows this rank's last, so no id of it leads (``Rest``).
+                self._reshard = None if self._reshard is None else self._reshard.following()
+                self._rest = None if self._reshard is None else Rest(
+                    self._reshard, self._counts_per_unit, opts, leads=False
+                )  # fmt: skip
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
