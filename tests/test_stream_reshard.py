@@ -163,8 +163,8 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
     with pytest.raises(StateError, match=r"different epochs \(rank: epoch \{0: 0, 1: 0, 2: 1"):
         reshard(packed_later, 2)
     again = reshard([states[0], states[1], later, states[3]], 2)  # accepted (its own test)
-    with pytest.raises(StateError, match="resharded epoch's rest"):
-        reshard([again[0], read(varied, None, 1, **options("drop", 2, 1, epoch=2))[1]], 3)
+    with pytest.raises(StateError, match=r"states of different reshards .* in epoch 0"):
+        reshard([again[0], reshard(states, 2)[1]], 3)
     with pytest.raises(StateError, match="formats"):
         reshard([states[0], {"format": BATCHES_FORMAT}], 2)
     with pytest.raises(ValueError, match="world_size"):
@@ -537,23 +537,33 @@ def test_bestfit_state_inside_the_last_short_window_reshards(new_world: int, var
     assert lost <= (4 + new_world) * (FIT_B - 1) * (FIT_S + 1), sorted(missing)
 
 
-@pytest.mark.parametrize("world", [3, 1])
-def test_ranks_in_different_epochs_reshard_each_epochs_rest(varied: Path, world: int) -> None:
+@pytest.mark.parametrize("worlds", [(3,), (1,), (3, 2)])
+def test_ranks_in_different_epochs_reshard_each_epochs_rest(
+    varied: Path, worlds: tuple[int, ...]
+) -> None:
     """Ranks stopped in different epochs (as a mixture's small part leaves them): a rank past
     an epoch had finished it, a rank before one had not begun it. Every epoch up to the last
     one begun is then the old ranks' documents of it and the new ranks' once each; the epochs
-    after it are the new world's own (each once too)."""
+    after it are the new world's own (each once too). (3, 2): the 3 new ranks stopped in
+    different epochs of those rests and of their own, resharded again to 2."""
     shares = [read(varied, None, **options(None, 4, r))[0] for r in range(4)]
     everything = collections.Counter(name for share in shares for name in share)
     stops = (len(shares[0]) // 2, len(shares[1]) + 2, 2 * len(shares[2]) + 1, len(shares[3]))
     seen: dict[int, list[str]] = collections.defaultdict(list)
+    last = 4
 
-    def take(state: dict[str, Any] | None, opts: dict[str, Any], n: int | None) -> Any:
+    def take(state: dict[str, Any] | None, opts: dict[str, Any], n: int | None,
+             at: tuple[int, int] | None = None) -> Any:  # fmt: skip
+        """Read ``n`` documents (None: to past epoch ``last``), or up to ``at``: (epoch,
+        documents handed out in it)."""
         with Loader(varied, **opts, epochs=None).iter(state=state) as it:
-            while n is None or n > 0:
+            while (n is None or n > 0) and (at is None or not (
+                it.state_dict()["position"]["epoch"] == at[0]
+                and it.stats.epoch_documents >= at[1]
+            )):  # fmt: skip
                 doc = next(it)
                 epoch = it.state_dict()["position"]["epoch"]
-                if epoch > 3:
+                if epoch > last:
                     break
                 seen[epoch].append(doc.name)
                 n = None if n is None else n - 1
@@ -561,12 +571,19 @@ def test_ranks_in_different_epochs_reshard_each_epochs_rest(varied: Path, world:
 
     states = [take(None, options(None, 4, r), stop) for r, stop in enumerate(stops)]
     assert [s["position"]["epoch"] for s in states] == [0, 1, 2, 0]
-    new_states = reshard(states, world)
+    *middle, world = worlds
+    new_states = reshard(states, worlds[0])
+    for mid in middle:  # stopped in epochs 0, 2 and 3 (3: the middle world's own)
+        ends = ((0, 1), (2, 3), (3, 5))
+        new_states = [take(state, options(None, mid, rank), None, ends[rank])
+                      for rank, state in enumerate(new_states)]  # fmt: skip
+        assert [s["position"]["epoch"] for s in new_states] == [0, 2, 3]
+        new_states = reshard(new_states, world)
     for rank, state in enumerate(new_states):
         take(state, options(None, world, rank), None)
-    for epoch in range(4):  # 0-2: rests of epochs old ranks had begun; 3: the new world's own
+    for epoch in range(last + 1):  # rests of epochs old ranks had begun, then the new world's
         assert collections.Counter(seen[epoch]) == everything, epoch
-    if world == 3:  # a state saved in any of those rests resumes exactly (workers 0 and 2)
+    if worlds == (3,):  # a state saved in any of those rests resumes exactly (workers 0 and 2)
         for workers in (0, 2):
 
             def start(saved: dict[str, Any] | None, epochs: int, workers: int = workers) -> Any:
@@ -574,3 +591,4 @@ def test_ranks_in_different_epochs_reshard_each_epochs_rest(varied: Path, world:
                 return Loader(varied, **opts).iter(state=new_states[1] if saved is None else saved)
 
             check_save_load(start, key=lambda doc: doc.name)
+

@@ -93,43 +93,21 @@ def reshard(
     old_world, by_rank = _by_rank([d.config for d in documents])
     _same_run([d.config for d in documents], by_rank)
     ordered = [documents[by_rank[r]] for r in range(old_world)]
-    epoch = min(d.position.epoch for d in ordered)
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world) if batches else None
     cuts = [
         batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)
     ]
-    later = _later_epochs(ordered, epoch, cuts)
-    if fit is not None and (later or any(  # (a window begun at an epoch's start is begun)
-        d.position.epoch > epoch and w.rows for d, w in zip(ordered, fit[1], strict=True)
-    )):  # fmt: skip
-        raise StateError(_different_epochs(ordered, "best-fit batches states"))
-    sections = [d.reshard for d in ordered]
-    old_rule = first.config.even
-    if all(section is None for section in sections):
-        base = Reshard(
-            world_size=old_world,
-            epoch=epoch,
-            even=old_rule,
-            ranks=tuple(_old_rank(d, epoch, cut) for d, cut in zip(ordered, cuts, strict=True)),
-            levels=(),
-            share=(0, 1),
-            rule=None,
-            # Whose position must agree exactly with its count (no skip): checked when read.
-            exact=tuple(d.counters.skips == 0 for d in ordered),
-            later=later,
+    base, *later = _epoch_sections(ordered, cuts, old_world)
+    if any(d.reshard for d in ordered) and (base.window is not None) != (fit is not None):
+        raise StateError(
+            "batches states of different packings: the resharded epoch was packed "
+            f"{'by best fit' if base.window is not None else 'end to end'}"
         )
-        if fit is not None:  # the windows old ranks had begun, each to be packed again
-            window, numbers = fit
-            begun = tuple(
-                Begun(r, w.number, w.rows, w.packings) for r, w in enumerate(numbers) if w.rows
-            )
-            next_window = 1 + max(w.number for w in numbers)
-            base = replace(base, window=window, windows=begun, next_window=next_window)
-    else:
-        base = _next_level(ordered, sections, cuts, old_world, fit)
-    if fit is not None:  # the new ranks number their own windows past every old one
-        base = replace(base, next_window=1 + max(w.number for w in fit[1]))
+    if fit is not None:
+        base = _best_fit_section(base, later, ordered, fit)
+    base = replace(base, later=tuple(later))
+    old_rule = first.config.even
     rule = _new_rule(even, old_rule)
     if world_size == 1:  # one share is even by itself
         rule = None
@@ -264,26 +242,99 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
             raise StateError("states of different runs: " + "; ".join(differ))
 
 
-def _later_epochs(
-    ordered: Sequence[DocumentState], epoch: int, cuts: Sequence[int]
-) -> tuple[tuple[OldRank, ...], ...]:
-    """The old ranks in each epoch after ``epoch`` up to the last one a rank had begun
-    (``Reshard.later``): a rank there at its state, a rank before it not begun, a rank past it
-    finished. A rank at the very start of an epoch has not begun it: when no rank has, the
-    epoch is the new world size's own. Ranks beyond ``epoch`` must be in epochs of the
-    world's own (not a resharded one's rest)."""
-    later = [
-        tuple(
-            _old_rank(d, e, cut) if d.position.epoch >= e else OldRank(0, 0)
+def _epoch_sections(
+    ordered: Sequence[DocumentState], cuts: Sequence[int], world: int
+) -> list[Reshard]:
+    """The sections of the rests to hand out, one per epoch from the earliest one an old rank
+    is in: every epoch an old rank had begun (a mixture's small part runs through its epochs
+    at each rank's own pace), and the rests an earlier reshard had left for after them."""
+    out: list[Reshard] = []
+    epoch = min(d.position.epoch for d in ordered)
+    while (section := _epoch_section(ordered, cuts, world, epoch, not out)) is not None:
+        out.append(section)
+        epoch += 1
+    return out
+
+
+def _epoch_section(
+    ordered: Sequence[DocumentState], cuts: Sequence[int], world: int, epoch: int, first: bool
+) -> Reshard | None:
+    """The section of ``epoch``'s rest (None: it is the new world size's own). A rank in it
+    is at its state, a rank before it has not begun it, a rank past it had finished it. When
+    the epoch was already a rest (an earlier reshard's), this world's shares of it are one
+    level more; else its old ranks are this world's ranks."""
+    views = {_view(d, epoch) for d in ordered if d.position.epoch <= epoch}
+    if len(views) > 1:
+        raise StateError(
+            f"states of different reshards (their old ranks differ in epoch {epoch}): reshard "
+            "the states of one run"
+        )
+    (base,) = views
+    at = [d.position.epoch == epoch for d in ordered]
+    past = [d.position.epoch > epoch for d in ordered]
+    if base is None:
+        ranks = tuple(
+            _old_rank(d, epoch, cut) if d.position.epoch >= epoch else OldRank(0, 0)
             for d, cut in zip(ordered, cuts, strict=True)
         )
-        for e in range(epoch + 1, max(d.position.epoch for d in ordered) + 1)
-    ]
-    while later and all(r == OldRank(0, 0) for r in later[-1]):
-        later.pop()
-    if later and any(d.reshard is not None for d in ordered):
-        raise StateError(_different_epochs(ordered, "states in a resharded epoch's rest"))
-    return tuple(later)
+        if not first and all(r == OldRank(0, 0) for r in ranks):
+            return None
+        return Reshard(
+            world_size=world,
+            epoch=epoch,
+            even=ordered[0].config.even,
+            ranks=ranks,
+            # Whose position must agree exactly with its count (no skip): checked when read.
+            exact=tuple(d.counters.skips == 0 for d in ordered),
+        )
+    if not any(at) and not any(past):  # this world had not begun it: as it was left
+        return base
+    for rank, d in enumerate(ordered):
+        if at[rank] and d.reshard is not None and d.reshard.share != (rank, world):
+            raise StateError(f"rank {rank}'s state is share {list(d.reshard.share)!r}")
+    level = Level(
+        world_size=world,
+        rule=ordered[0].config.even,  # (the rule a reshard gave its new ranks' shares)
+        done=tuple(d.counters.epoch_documents * a for d, a in zip(ordered, at, strict=True)),
+        cuts=tuple(c * a for c, a in zip(cuts, at, strict=True)),
+        finished=tuple(r for r, p in enumerate(past) if p),
+    )
+    return replace(base, levels=(*base.levels, level))
+
+
+def _view(state: DocumentState, epoch: int) -> Reshard | None:
+    """What ``state`` says of ``epoch`` (at or after its own): the section of a rest (as
+    every share of it has it), or None (an epoch of its world's own)."""
+    section = state.reshard
+    if section is None:
+        return None
+    k = epoch - state.position.epoch
+    if k == 0:
+        return replace(section.base(), later=())
+    return section.later[k - 1] if k - 1 < len(section.later) else None
+
+
+def _best_fit_section(
+    base: Reshard, later: Sequence[Reshard], ordered: Sequence[DocumentState],
+    fit: tuple[int, list[WindowAt]],
+) -> Reshard:  # fmt: skip
+    """``base`` with the best-fit windows old ranks had begun, each to be packed again (by
+    this world's level of a resharded epoch). States of one epoch only, or at the very start
+    of the next with no row of it handed out."""
+    window, numbers = fit
+    resharded = any(d.reshard is not None for d in ordered)
+    if later or any(d.position.epoch > base.epoch and (w.rows or resharded)
+                    for d, w in zip(ordered, numbers, strict=True)):  # fmt: skip
+        raise StateError(_different_epochs(ordered, "best-fit batches states"))
+    next_window = 1 + max(w.number for w in numbers)  # the new ranks' own: past every old one
+    if not resharded:
+        begun = tuple(Begun(r, w.number, w.rows, w.packings)
+                      for r, w in enumerate(numbers) if w.rows)  # fmt: skip
+        return replace(base, window=window, windows=begun, next_window=next_window)
+    if window != base.window:
+        raise StateError(f"best-fit windows of {window} documents, resharded with {base.window}")
+    level = replace(base.levels[-1], windows=tuple(numbers))
+    return replace(base, levels=(*base.levels[:-1], level), next_window=next_window)
 
 
 def _different_epochs(ordered: Sequence[DocumentState], what: str) -> str:
@@ -300,43 +351,3 @@ def _old_rank(state: DocumentState, epoch: int, cut: int) -> OldRank:
     if position.epoch > epoch:
         return OldRank(0, 0, finished=True)
     return OldRank(position.block, position.in_block, state.counters.epoch_documents, cut=cut)
-
-
-def _next_level(
-    ordered: Sequence[DocumentState],
-    sections: Sequence[Reshard | None],
-    cuts: Sequence[int],
-    world: int,
-    fit: tuple[int, list[WindowAt]] | None,
-) -> Reshard:
-    """The section of states that are shares of a resharded epoch, one level deeper."""
-    present = [s for s in sections if s is not None]
-    if len(present) < len(sections):
-        raise StateError(
-            "some states are in a resharded epoch and some are not: reshard states taken in "
-            "one epoch"
-        )
-    bases = [s.base() for s in present]
-    if any(b != bases[0] for b in bases):
-        raise StateError("states of different reshards (their old ranks differ)")
-    for rank, section in enumerate(present):
-        if section.share != (rank, world):
-            raise StateError(f"rank {rank}'s state is share {list(section.share)!r}")
-    packed_best = bases[0].windows is not None
-    if packed_best != (fit is not None):
-        raise StateError(
-            "batches states of different packings: the resharded epoch was packed "
-            f"{'by best fit' if packed_best else 'end to end'}"
-        )
-    if fit is not None and fit[0] != bases[0].window:
-        raise StateError(
-            f"best-fit windows of {fit[0]} documents, resharded with {bases[0].window}"
-        )
-    level = Level(
-        world_size=world,
-        rule=present[0].rule,
-        done=tuple(d.counters.epoch_documents for d in ordered),
-        cuts=tuple(cuts),
-        windows=None if fit is None else tuple(fit[1]),
-    )
-    return replace(bases[0], levels=(*bases[0].levels, level))

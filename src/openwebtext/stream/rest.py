@@ -203,6 +203,8 @@ class Rest:
             for s in range(level.world_size):
                 share, _ = cut_share(spans, s, level.world_size, level.rule)
                 done, cut = level.done[s], level.cuts[s]
+                if s in level.finished:  # its rank was past this epoch: all of it handed out
+                    done = _count(share)
                 if level.windows is not None:  # best fit: what of its windows and share is left
                     at_window = level.windows[s]
                     dealt = windows[s :: level.world_size]

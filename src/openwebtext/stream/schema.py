@@ -144,8 +144,12 @@ class Level(Record, frozen=True, omit_defaults=True):
     """Concat batches: each share's cut (as ``OldRank.cut``)."""
     windows: tuple[WindowAt, ...] | None = None
     """Best fit: the window each share was in."""
+    finished: tuple[Count, ...] = ()
+    """The shares that had handed all of theirs out (their ranks were in a later epoch)."""
 
     def check(self) -> None:
+        if any(s >= self.world_size for s in self.finished):
+            raise Disagree("finished", f"names a share past {self.world_size - 1}")
         lengths = {len(self.done), len(self.cuts)}
         if self.windows is not None:
             lengths.add(len(self.windows))
@@ -179,16 +183,17 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     """Best fit: the windows old ranks had begun, each to be packed again."""
     next_window: Count | None = None
     """Best fit: the number the new ranks' own windows start at."""
-    later: tuple[tuple[OldRank, ...], ...] = ()
-    """The old ranks in each epoch after ``epoch`` that one of them had begun (a mixture's
-    small part runs through epochs at each rank's own pace): those epochs' rests follow this
-    one's, before the new world size's own epochs (``following``)."""
+    later: tuple[Reshard, ...] = ()
+    """The sections of the epochs after ``epoch`` that an old rank had begun (a mixture's
+    small part runs through its epochs at each rank's own pace), one per epoch: their rests
+    follow this one's, before the new world size's own epochs (``following``)."""
 
     def check(self) -> None:
         if len(self.ranks) != self.world_size:
             raise Disagree("ranks", f"must hold the {self.world_size} old ranks")
-        if any(len(ranks) != self.world_size for ranks in self.later):
-            raise Disagree("later", f"each of its epochs must hold the {self.world_size} old ranks")
+        for k, section in enumerate(self.later):
+            if section.epoch != self.epoch + 1 + k or section.later:
+                raise Disagree("later", f"must hold the sections of epochs {self.epoch + 1} on")
         if self.later and self.window is not None:
             raise Disagree("later", "cannot follow a best-fit section")
         if self.share[0] >= self.share[1]:
@@ -204,12 +209,12 @@ class Reshard(Record, frozen=True, omit_defaults=True):
             raise Disagree("windows", f"name an old rank past {self.world_size - 1}")
 
     def following(self) -> Reshard | None:
-        """The section of the next epoch's rest (its old ranks from ``later``), or None: the
-        next epoch is the new world size's own. Earlier reshards never touched it (no levels)."""
+        """The section of the next epoch's rest (``later``'s first, as this share's), or None:
+        the next epoch is the new world size's own."""
         if not self.later:
             return None
-        return codec.replace(self, epoch=self.epoch + 1, ranks=self.later[0],
-                             later=self.later[1:], levels=(), counted=False)  # fmt: skip
+        return codec.replace(self.later[0], later=self.later[1:], share=self.share,
+                             rule=self.rule, counted=False)  # fmt: skip
 
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""
