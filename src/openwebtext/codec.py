@@ -78,6 +78,10 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
         """``encode(self)``: the JSON-safe dict of this record."""
         return encode(self)
 
+    def plus(self: R, **more: int) -> R:
+        """A copy with ``more`` added to those fields (counts): ``plus(units=1)``."""
+        return replace(self, **{name: getattr(self, name) + n for name, n in more.items()})
+
 
 class Disagree(ValueError):
     """What a record's ``check`` raises: ``field`` (of that record) disagrees with the others."""

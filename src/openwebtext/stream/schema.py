@@ -230,12 +230,15 @@ By: TypeAlias = Literal["documents", "tokens"]
 Sampling: TypeAlias = Literal["stratified", "random"]
 
 
-def _weights(field: str, weights: tuple[float, ...], parts: int) -> None:
-    """Raise ``Disagree`` naming ``field`` unless ``weights`` are ``parts`` valid weights."""
-    try:
-        check_weights(weights, parts)
-    except ValueError as exc:
-        raise Disagree(field, str(exc)) from None
+def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...], at: str) -> None:
+    """Raise ``Disagree`` naming the first of ``weights`` and the ``changes``' (field ``at``)
+    that are not ``parts`` valid weights (``mixing.check_weights``)."""
+    named = {f"{at}[{k}].weights": change.weights for k, change in enumerate(changes)}
+    for field, values in {"weights": weights, **named}.items():
+        try:
+            check_weights(values, parts)
+        except ValueError as exc:
+            raise Disagree(field, str(exc)) from None
 
 
 class Change(Record, frozen=True):
@@ -243,9 +246,7 @@ class Change(Record, frozen=True):
 
     at: Count
     weights: tuple[float, ...]
-
-    def check(self) -> None:
-        _weights("weights", self.weights, len(self.weights))
+    """Checked by the record that holds the change, against its parts."""
 
 
 class MixtureConfig(Record, frozen=True):
@@ -260,9 +261,7 @@ class MixtureConfig(Record, frozen=True):
     def check(self) -> None:
         if len(set(self.parts)) != len(self.parts) or not self.parts:
             raise Disagree("parts", "must be distinct names, at least one")
-        _weights("weights", self.weights, len(self.parts))
-        for k, change in enumerate(self.schedule):
-            _weights(f"schedule[{k}].weights", change.weights, len(self.parts))
+        _weights(len(self.parts), self.weights, self.schedule, "schedule")
 
 
 class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
@@ -297,9 +296,7 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
         if len(self.served) != len(names):
             raise Disagree("served", f"must have one value per part ({len(names)})")
-        _weights("weights", self.weights, len(names))
-        for k, change in enumerate(self.changes):
-            _weights(f"changes[{k}].weights", change.weights, len(names))
+        _weights(len(names), self.weights, self.changes, "changes")
         if self.applied > len(self.changes):
             raise Disagree("applied", f"is more than the {len(self.changes)} changes")
 
