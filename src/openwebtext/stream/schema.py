@@ -22,6 +22,8 @@ import msgspec
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
 from openwebtext.mixing import check_weights
+from openwebtext.options import DecodePolicy, SplitName
+from openwebtext.plan import Rule
 from openwebtext.stream.counters import Counters, PackingCounts
 
 __all__ = [
@@ -53,8 +55,6 @@ __all__ = [
 STATE_FORMAT = "openwebtext-state/2"
 BATCHES_FORMAT = "openwebtext-batches/2"
 
-#: How ranks are evened out: ``drop`` the documents past the smallest count, or ``pad``.
-Rule: TypeAlias = Literal["drop", "pad"]
 #: How batches are packed: end to end, or best fit in windows of documents.
 Packing: TypeAlias = Literal["concat", "bestfit"]
 
@@ -71,11 +71,11 @@ class StreamConfig(Record, frozen=True):
     rank: Count
     world_size: Positive
     even: Rule | None
-    split: Literal["all", "train", "val"]
+    split: SplitName
     val_fraction: Fraction
     val_seed: Count
     max_document_bytes: Positive
-    decode_errors: Literal["strict", "replace"]
+    decode_errors: DecodePolicy
     tokenizer: str | None = None
     """The vocabulary's fingerprint when the stream hands out ids."""
 
