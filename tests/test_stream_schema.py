@@ -156,6 +156,7 @@ def test_a_saved_document_state_resumes(indexed: Path, kind: str) -> None:
 counts = st.integers(0, 2**40)
 positive = st.integers(1, 2**40)
 rules = st.sampled_from(["drop", "pad", None])
+fingerprints = st.text("0123456789abcdef", min_size=16, max_size=16)
 positions = st.builds(Position, counts, counts, counts)
 counters = st.builds(Counters, *([counts] * 11))
 old_ranks = st.builds(OldRank, counts, counts, counts, st.booleans(), counts)
@@ -197,7 +198,7 @@ def sections(draw: Any) -> Reshard:
 def configs(draw: Any, units: int = 0) -> StreamConfig:
     world = draw(st.integers(1, 64))
     return StreamConfig(
-        corpus=draw(st.text(max_size=16)), units=max(units, draw(counts)),
+        corpus=draw(fingerprints), units=max(units, draw(counts)),
         shuffle=draw(st.booleans()), seed=draw(counts), shuffle_buffer=draw(counts),
         rank=draw(st.integers(0, world - 1)), world_size=world, even=draw(rules),
         split=draw(st.sampled_from(["all", "train", "val"])),
@@ -265,6 +266,7 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["resharded"], "reshard.share", [2, 2], r"reshard\.share: \[2, 2\] is not"),
         (GOLDEN["resharded"], "reshard.exact", [True], r"reshard\.exact: must hold one flag"),
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
+        (GOLDEN["documents"], "config.corpus", "web", r"config\.corpus: Expected `str` matching"),
     ],
 )
 def test_fields_that_disagree_name_their_record(

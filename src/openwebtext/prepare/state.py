@@ -19,7 +19,7 @@ import numpy as np
 from msgspec import UNSET, UnsetType
 
 from openwebtext import codec
-from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
+from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
 from openwebtext.options import ErrorPolicy
 from openwebtext.plan import shard_range
 from openwebtext.policy import COUNTERS
@@ -115,7 +115,7 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
     whole run), ``merge_of`` a merge's progress record's only (never in ``meta.json``)."""
 
     split_rule: SplitRule
-    corpus: str
+    corpus: Fingerprint
     units: Count
     tokenizer: str
     fingerprint: str

@@ -20,7 +20,7 @@ from typing import Literal, TypeAlias
 import msgspec
 
 from openwebtext import codec
-from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
+from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
 from openwebtext.mixing import check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
@@ -63,7 +63,7 @@ class StreamConfig(Record, frozen=True):
     """What a state must agree with to resume: the corpus (its fingerprint and units) and the
     options that shape the stream (``options.SHAPING``; ``even`` is the rule in force)."""
 
-    corpus: str
+    corpus: Fingerprint
     units: Count
     shuffle: bool
     seed: Count
