@@ -35,7 +35,6 @@ from openwebtext.prepare.state import (
     Shard,
     Slice,
     Splits,
-    read,
 )
 from openwebtext.prepare.workdir import PROGRESS, Workdir
 from records import changed, check_one_error, mutants
@@ -54,9 +53,9 @@ CONFIGS = {"hash": GOLDEN["meta_hash"]["config"],
 def parse(kind: str, body: Any) -> Any:
     """``body`` as the record of golden ``kind`` (``config_…`` entries: a bare config)."""
     if kind.startswith("meta"):
-        return read(body, Meta, "meta.json")
+        return Meta.from_json(body)
     if kind.startswith("progress"):
-        return read(body, ProgressRecord, "progress record")
+        return ProgressRecord.from_json(body)
     return codec.decode(body, RunConfig, "config")
 
 
@@ -154,7 +153,7 @@ NAMES = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
 
 
 def per_file(values: st.SearchStrategy[Any]) -> st.SearchStrategy[PerFile[Any]]:
-    return st.dictionaries(st.sampled_from(NAMES), values).map(PerFile.of)
+    return st.dictionaries(st.sampled_from(NAMES), values).map(PerFile.from_json)
 
 
 @st.composite
@@ -219,7 +218,7 @@ def metas(draw: st.DrawFn) -> Meta:
     else:
         sizes = {f"{s}.bin": tokens[s] * itemsize for s in ("train", "val")}
     return Meta(
-        config, counts, PerFile.of({n: FileInfo(b, draw(sha256s)) for n, b in sizes.items()})
+        config, counts, PerFile.from_json({n: FileInfo(b, draw(sha256s)) for n, b in sizes.items()})
     )
 
 
@@ -244,15 +243,15 @@ def test_a_config_round_trips(config: RunConfig) -> None:
 @given(metas())
 def test_a_meta_round_trips(meta: Meta) -> None:
     body = _through_json(meta)
-    assert read(body, Meta, "meta.json") == meta
-    assert codec.encode(read(body, Meta, "meta.json")) == body  # its JSON is stable
+    assert Meta.from_json(body) == meta
+    assert codec.encode(Meta.from_json(body)) == body  # its JSON is stable
 
 
 @given(records())
 def test_a_progress_record_round_trips(record: ProgressRecord) -> None:
     body = _through_json(record)
-    assert read(body, ProgressRecord, "progress record") == record
-    assert codec.encode(read(body, ProgressRecord, "progress record")) == body
+    assert ProgressRecord.from_json(body) == record
+    assert codec.encode(ProgressRecord.from_json(body)) == body
 
 
 # -- a damaged field, at any depth, is one error naming its path ---------------------------
@@ -326,6 +325,6 @@ def test_counts_are_replaced_never_changed() -> None:
 
 def test_what_is_not_a_record_is_said() -> None:
     with pytest.raises(StateError, match=r"the record: Expected `object`, got `array`"):
-        read([], ProgressRecord, "progress record")
+        ProgressRecord.from_json([])
     with pytest.raises(StateError, match=r"^bad meta.json: format: not 'openwebtext-prepare/2'"):
-        read({"format": "openwebtext-prepare/1"}, Meta, "meta.json")
+        Meta.from_json({"format": "openwebtext-prepare/1"})

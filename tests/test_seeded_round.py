@@ -271,16 +271,16 @@ def test_a_meta_whose_counts_are_of_another_kind_of_run_is_refused() -> None:
     import json
 
     from openwebtext import StateError
-    from openwebtext.prepare.state import Meta, read
+    from openwebtext.prepare.state import Meta
 
     golden = json.loads((Path(__file__).parent / "data" / "prepare-2.json").read_text())
     meta = copy.deepcopy(golden["meta_hash"])
-    read(meta, Meta, "meta.json")
+    Meta.from_json(meta)
     for key in ("documents", "tokens"):
         counts = meta["counts"][key]
         meta["counts"][key] = {"all": counts["train"], "val": counts["val"]}
     with pytest.raises(StateError, match="counts") as raised:
-        read(meta, Meta, "meta.json")
+        Meta.from_json(meta)
     assert raised.value.field is not None and raised.value.field.startswith("counts")
 
 

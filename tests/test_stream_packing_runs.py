@@ -29,7 +29,7 @@ class Vocabulary:
 
 #: The config of the stand-in's states (a state is the index of the next document).
 CONFIG = StreamConfig(
-    corpus="runs", units=1, shuffle=False, seed=0, shuffle_buffer=0, rank=0, world_size=1,
+    corpus="0" * 16, units=1, shuffle=False, seed=0, shuffle_buffer=0, rank=0, world_size=1,
     even=None, split="all", val_fraction=0.5, val_seed=0, max_document_bytes=1,
     decode_errors="strict",
 )

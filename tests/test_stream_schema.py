@@ -160,6 +160,7 @@ def test_a_saved_document_state_resumes(indexed: Path, kind: str) -> None:
 counts = st.integers(0, 2**40)
 positive = st.integers(1, 2**40)
 rules = st.sampled_from(["drop", "pad", None])
+fingerprints = st.text("0123456789abcdef", min_size=16, max_size=16)
 positions = st.builds(Position, counts, counts, counts)
 counters = st.builds(Counters, *([counts] * 11))
 old_ranks = st.builds(OldRank, counts, counts, counts, st.booleans(), counts)
@@ -201,7 +202,7 @@ def sections(draw: Any) -> Reshard:
 def configs(draw: Any, units: int = 0) -> StreamConfig:
     world = draw(st.integers(1, 64))
     return StreamConfig(
-        corpus=draw(st.text(max_size=16)), units=max(units, draw(counts)),
+        corpus=draw(fingerprints), units=max(units, draw(counts)),
         shuffle=draw(st.booleans()), seed=draw(counts), shuffle_buffer=draw(counts),
         rank=draw(st.integers(0, world - 1)), world_size=world, even=draw(rules),
         split=draw(st.sampled_from(["all", "train", "val"])),
@@ -271,6 +272,7 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["resharded_epochs"], "reshard.later", GOLDEN["resharded_epochs"]["reshard"]
          ["later"][1:], r"reshard\.later: must hold the sections of epochs 1 on"),
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
+        (GOLDEN["documents"], "config.corpus", "web", r"config\.corpus: Expected `str` matching"),
     ],
 )
 def test_fields_that_disagree_name_their_record(

@@ -29,6 +29,7 @@ from openwebtext.errors import StateError
 __all__ = [
     "Count",
     "Disagree",
+    "Fingerprint",
     "Fraction",
     "Positive",
     "Record",
@@ -43,6 +44,8 @@ Count = Annotated[int, msgspec.Meta(ge=0)]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 #: A float strictly between 0 and 1.
 Fraction = Annotated[float, msgspec.Meta(gt=0, lt=1)]
+#: A corpus's fingerprint: 16 hex digits (``Corpus.fingerprint``, ``content_fingerprint``).
+Fingerprint = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{16}$")]
 
 R = TypeVar("R", bound="Record")
 
@@ -77,6 +80,10 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def to_json(self) -> dict[str, Any]:
         """``encode(self)``: the JSON-safe dict of this record."""
         return encode(self)
+
+    def plus(self: R, **more: int) -> R:
+        """A copy with ``more`` added to those fields (counts): ``plus(units=1)``."""
+        return replace(self, **{name: getattr(self, name) + n for name, n in more.items()})
 
 
 class Disagree(ValueError):

@@ -37,7 +37,7 @@ from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
-from openwebtext.prepare.state import Meta, read
+from openwebtext.prepare.state import Meta
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
@@ -116,7 +116,7 @@ def format_files(meta: dict[str, Any], fmt: str) -> list[str]:
 
 def _finished_meta(target: outputs.Location, store: Storage | None) -> Meta:
     try:
-        meta = read(read_meta(target, store), Meta, "meta.json")
+        meta = Meta.from_json(read_meta(target, store))
     except StateError as exc:
         raise PrepareError(
             f"{outputs.shown(target)} holds no finished run of owt tokenize or owt merge "

@@ -29,7 +29,6 @@ from openwebtext.prepare.state import (
     ProgressRecord,
     RunConfig,
     Slice,
-    read,
 )
 from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
@@ -176,7 +175,7 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, 
             f"{shown} is not a slice of `owt tokenize --shard i/n` (no meta.json of one)"
         )
     try:
-        meta = read(body, Meta, "meta.json")
+        meta = Meta.from_json(body)
     except StateError as exc:
         raise PrepareError(
             f"{outputs.shown(outputs.join(folder, 'meta.json'))} is damaged: {exc}"

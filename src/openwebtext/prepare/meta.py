@@ -11,7 +11,7 @@ from openwebtext.codec import Disagree
 from openwebtext.errors import StateError
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Report
-from openwebtext.prepare.state import FileInfo, Meta, PerFile, ProgressRecord, RunConfig, read
+from openwebtext.prepare.state import FileInfo, Meta, PerFile, ProgressRecord, RunConfig
 from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
 from openwebtext.source import Storage
 
@@ -33,7 +33,7 @@ def finished_run(
     merge's is a whole run's (its files are byte for byte those of one run)."""
     body = read_meta(folder, store)
     try:
-        meta = read(body, Meta, "meta.json")
+        meta = Meta.from_json(body)
     except StateError:
         return None
     if meta.config != codec.replace(config, merge_of=None):
@@ -60,7 +60,7 @@ def build_meta(workdir: Workdir, record: ProgressRecord, names: tuple[str, ...])
         files[name] = FileInfo(path.stat().st_size, sha256_file(path))
     config = codec.replace(record.config, merge_of=None)
     try:
-        return Meta(config, record.counts, PerFile.of(files))
+        return Meta(config, record.counts, PerFile.from_json(files))
     except Disagree as exc:
         raise PrepareError(
             f"{workdir.folder}: the files do not hold what the run counted ({exc}): run again "

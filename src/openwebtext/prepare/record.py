@@ -59,7 +59,7 @@ class Run:
     def checkpoint(self, parts: dict[str, Any], position: int) -> None:
         """Sync ``parts``, then record their sizes and ``position`` (never the other order)."""
         sizes = {name: part.sync() for name, part in parts.items()}
-        self.record = codec.replace(self.record, position=position, sizes=PerFile.of(sizes))
+        self.record = codec.replace(self.record, position=position, sizes=PerFile.from_json(sizes))
         self.workdir.save(self.record)
 
     def begin(self, phase: Phase) -> None:

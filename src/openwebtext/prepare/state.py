@@ -19,7 +19,7 @@ import numpy as np
 from msgspec import UNSET, UnsetType
 
 from openwebtext import codec
-from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
+from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
 from openwebtext.options import ErrorPolicy
 from openwebtext.plan import shard_range
 from openwebtext.policy import COUNTERS
@@ -39,7 +39,6 @@ __all__ = [
     "Slice",
     "SplitRule",
     "Splits",
-    "read",
 ]
 
 FORMAT = "openwebtext-prepare/2"
@@ -48,20 +47,16 @@ SplitRule = Literal["hash", "nanogpt"]
 Phase = Literal["tokenize", "permute", "commit"]
 #: The dtype of ``lengths.bin``: each document's token count.
 LENGTH = np.dtype("<i8")
+#: The file of each split's token ids.
+_TOKENS = {"train": "train.bin", "val": "val.bin", "all": "tokens.bin"}
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 IntDtype = Annotated[str, msgspec.Meta(pattern="^u?int(8|16|32|64)$")]
 T = TypeVar("T")
-R = TypeVar("R", bound=Record)
-K = TypeVar("K", bound="Keyed")
 
 
 class Keyed(Record, frozen=True):
-    """A record whose fields may each be left out (never null), seen by ``of`` and ``items``
-    as ``{JSON key: value}`` of the fields it has."""
-
-    @classmethod
-    def of(cls: type[K], values: dict[str, Any]) -> K:
-        return codec.decode(values, cls)
+    """A record whose fields may each be left out (never null), made by ``from_json`` and seen
+    by ``items`` as ``{JSON key: value}`` of the fields it has."""
 
     def items(self) -> dict[str, Any]:
         found = {f.encode_name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
@@ -120,7 +115,7 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
     whole run), ``merge_of`` a merge's progress record's only (never in ``meta.json``)."""
 
     split_rule: SplitRule
-    corpus: str
+    corpus: Fingerprint
     units: Count
     tokenizer: str
     fingerprint: str
@@ -177,10 +172,6 @@ class Splits(Keyed, frozen=True):
     val: Count | UnsetType = UNSET
     all: Count | UnsetType = UNSET
 
-    def plus(self, split: str, count: int) -> Splits:
-        """These counts with ``count`` more in ``split``."""
-        return codec.replace(self, **{split: getattr(self, split) + count})
-
 
 class Counts(Record, frozen=True):
     """The skip counters (every one of ``policy.COUNTERS``), and the documents and tokens per
@@ -200,20 +191,20 @@ class Counts(Record, frozen=True):
     @classmethod
     def new(cls, splits: tuple[str, ...], files: int = 0) -> Counts:
         """A new run's: 0 everywhere but ``skipped_files``, the corpus's files left out."""
-        zero = Splits.of(dict.fromkeys(splits, 0))
+        zero = Splits.from_json(dict.fromkeys(splits, 0))
         return cls(0, 0, 0, files, zero, zero)
 
     def add(self, split: str, documents: int, tokens: int) -> Counts:
         """These counts with ``documents`` and ``tokens`` more in ``split``."""
         return codec.replace(
             self,
-            documents=self.documents.plus(split, documents),
-            tokens=self.tokens.plus(split, tokens),
+            documents=self.documents.plus(**{split: documents}),
+            tokens=self.tokens.plus(**{split: tokens}),
         )
 
     def skipped(self, counter: str) -> Counts:
         """These counts with one more under ``counter`` (one of ``policy.COUNTERS``)."""
-        return codec.replace(self, **{counter: getattr(self, counter) + 1})
+        return self.plus(**{counter: 1})
 
     @property
     def skips(self) -> int:
@@ -226,6 +217,7 @@ class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
     ``merge_of``), its counts and each file's size and sha256: the very files of its kind,
     each one's bytes its count of items times their size."""
 
+    what = "meta.json"
     config: RunConfig
     counts: Counts
     files: PerFile[FileInfo]
@@ -238,14 +230,9 @@ class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
             raise Disagree("counts", f"must count {' and '.join(config.splits())} only")
         if tuple(files) != config.finals():
             raise Disagree("files", f"must be {' and '.join(config.finals())}, not {list(files)}")
-        item, tokens = np.dtype(config.dtype).itemsize, counts.tokens.items()
-        lengths = counts.documents.items().get("all", 0) * LENGTH.itemsize
-        sizes = {
-            "tokens.bin": tokens.get("all", 0) * item,
-            "lengths.bin": lengths,
-            "train.bin": tokens.get("train", 0) * item,
-            "val.bin": tokens.get("val", 0) * item,
-        }
+        item = np.dtype(config.dtype).itemsize
+        sizes = {_TOKENS[split]: n * item for split, n in counts.tokens.items().items()}
+        sizes["lengths.bin"] = counts.documents.items().get("all", 0) * LENGTH.itemsize
         for name, info in files.items():
             if info.bytes != sizes[name]:
                 raise Disagree(f"files.{name}.bytes", f"is {info.bytes}, not {sizes[name]}")
@@ -257,6 +244,7 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
     parts it wrote (synced before the record says them), its counts, and (phase ``commit``)
     the ``meta`` to publish."""
 
+    what = "progress record"
     config: RunConfig
     phase: Phase
     counts: Counts
@@ -267,12 +255,3 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
     def check(self) -> None:
         if self.phase == "commit" and self.meta is None:
             raise Disagree("meta", "is needed in phase commit")
-
-
-def read(body: Any, cls: type[R], what: str) -> R:
-    """``body`` (JSON, as ``json.loads`` gives) as a ``Meta`` or ``ProgressRecord``.
-
-    Raises:
-        StateError: not of this format, or naming the first wrong field (``field``).
-    """
-    return codec.decode(body, cls, what)

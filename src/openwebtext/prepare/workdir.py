@@ -29,7 +29,7 @@ from typing import Any
 from openwebtext import codec
 from openwebtext.errors import OWTError, StateError
 from openwebtext.files import atomic_file, sync_folder
-from openwebtext.prepare.state import ProgressRecord, read
+from openwebtext.prepare.state import ProgressRecord
 
 __all__ = [
     "OUTPUTS",
@@ -150,7 +150,7 @@ class Workdir:
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
         try:
-            return read(body, ProgressRecord, "progress record")
+            return ProgressRecord.from_json(body)
         except StateError as exc:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from openwebtext import codec
 from openwebtext.codec import Count, Record
 
 __all__ = ["Counters", "PackingCounts"]
@@ -39,27 +38,14 @@ class Counters(Record, frozen=True, omit_defaults=True):
     """Documents of an epoch left out under ``drop`` so that the shares stay even (counted
     by the last share when its epoch ends, or starts in a resharded epoch)."""
 
-    def unit_read(self, replaced: int) -> Counters:
-        """These counts after reading one more unit (``replaced``: its documents decoded with
-        ``errors="replace"``)."""
-        return codec.replace(
-            self, units=self.units + 1, replaced_documents=self.replaced_documents + replaced
-        )
-
     def repeated(self, before: int) -> Counters:
         """These counts with the documents of the epoch since ``before`` counted as repeated."""
-        repeated = self.repeated_documents + self.epoch_documents - before
-        return codec.replace(self, repeated_documents=repeated)
+        return self.plus(repeated_documents=self.epoch_documents - before)
 
     def handed(self, documents: int, text_bytes: int, tokens: int) -> Counters:
         """These counts after handing out ``documents`` more (of these sizes)."""
-        return codec.replace(
-            self,
-            documents=self.documents + documents,
-            text_bytes=self.text_bytes + text_bytes,
-            epoch_documents=self.epoch_documents + documents,
-            tokens=self.tokens + tokens,
-        )
+        more = {"documents": documents, "epoch_documents": documents}
+        return self.plus(**more, text_bytes=text_bytes, tokens=tokens)
 
     @property
     def skips(self) -> int:
@@ -82,8 +68,4 @@ class PackingCounts(Record, frozen=True):
 
     def add(self, padding_ids: int, cut_documents: int, pieces: int) -> PackingCounts:
         """These counts, and more."""
-        return PackingCounts(
-            self.padding_ids + padding_ids,
-            self.cut_documents + cut_documents,
-            self.pieces + pieces,
-        )
+        return self.plus(padding_ids=padding_ids, cut_documents=cut_documents, pieces=pieces)

@@ -20,8 +20,10 @@ from typing import Literal, TypeAlias
 import msgspec
 
 from openwebtext import codec
-from openwebtext.codec import Count, Disagree, Fraction, Positive, Record
+from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
 from openwebtext.mixing import check_weights
+from openwebtext.options import DecodePolicy, SplitName
+from openwebtext.plan import Rule
 from openwebtext.stream.counters import Counters, PackingCounts
 
 __all__ = [
@@ -53,8 +55,6 @@ __all__ = [
 STATE_FORMAT = "openwebtext-state/2"
 BATCHES_FORMAT = "openwebtext-batches/2"
 
-#: How ranks are evened out: ``drop`` the documents past the smallest count, or ``pad``.
-Rule: TypeAlias = Literal["drop", "pad"]
 #: How batches are packed: end to end, or best fit in windows of documents.
 Packing: TypeAlias = Literal["concat", "bestfit"]
 
@@ -63,7 +63,7 @@ class StreamConfig(Record, frozen=True):
     """What a state must agree with to resume: the corpus (its fingerprint and units) and the
     options that shape the stream (``options.SHAPING``; ``even`` is the rule in force)."""
 
-    corpus: str
+    corpus: Fingerprint
     units: Count
     shuffle: bool
     seed: Count
@@ -71,11 +71,11 @@ class StreamConfig(Record, frozen=True):
     rank: Count
     world_size: Positive
     even: Rule | None
-    split: Literal["all", "train", "val"]
+    split: SplitName
     val_fraction: Fraction
     val_seed: Count
     max_document_bytes: Positive
-    decode_errors: Literal["strict", "replace"]
+    decode_errors: DecodePolicy
     tokenizer: str | None = None
     """The vocabulary's fingerprint when the stream hands out ids."""
 
@@ -251,12 +251,15 @@ By: TypeAlias = Literal["documents", "tokens"]
 Sampling: TypeAlias = Literal["stratified", "random"]
 
 
-def _weights(field: str, weights: tuple[float, ...], parts: int) -> None:
-    """Raise ``Disagree`` naming ``field`` unless ``weights`` are ``parts`` valid weights."""
-    try:
-        check_weights(weights, parts)
-    except ValueError as exc:
-        raise Disagree(field, str(exc)) from None
+def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...], at: str) -> None:
+    """Raise ``Disagree`` naming the first of ``weights`` and the ``changes``' (field ``at``)
+    that are not ``parts`` valid weights (``mixing.check_weights``)."""
+    named = {f"{at}[{k}].weights": change.weights for k, change in enumerate(changes)}
+    for field, values in {"weights": weights, **named}.items():
+        try:
+            check_weights(values, parts)
+        except ValueError as exc:
+            raise Disagree(field, str(exc)) from None
 
 
 class Change(Record, frozen=True):
@@ -264,9 +267,7 @@ class Change(Record, frozen=True):
 
     at: Count
     weights: tuple[float, ...]
-
-    def check(self) -> None:
-        _weights("weights", self.weights, len(self.weights))
+    """Checked by the record that holds the change, against its parts."""
 
 
 class MixtureConfig(Record, frozen=True):
@@ -281,9 +282,7 @@ class MixtureConfig(Record, frozen=True):
     def check(self) -> None:
         if len(set(self.parts)) != len(self.parts) or not self.parts:
             raise Disagree("parts", "must be distinct names, at least one")
-        _weights("weights", self.weights, len(self.parts))
-        for k, change in enumerate(self.schedule):
-            _weights(f"schedule[{k}].weights", change.weights, len(self.parts))
+        _weights(len(self.parts), self.weights, self.schedule, "schedule")
 
 
 class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
@@ -318,9 +317,7 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
         if len(self.served) != len(names):
             raise Disagree("served", f"must have one value per part ({len(names)})")
-        _weights("weights", self.weights, len(names))
-        for k, change in enumerate(self.changes):
-            _weights(f"changes[{k}].weights", change.weights, len(names))
+        _weights(len(names), self.weights, self.changes, "changes")
         if self.applied > len(self.changes):
             raise Disagree("applied", f"is more than the {len(self.changes)} changes")
 

@@ -26,18 +26,10 @@ from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
 from openwebtext.stream.counters import Counters, PackingCounts
-from openwebtext.stream.schema import (
-    STATE_FORMAT,
-    DocumentState,
-    Position,
-    Reshard,
-    StreamConfig,
-)
+from openwebtext.stream.schema import DocumentState, Position, Reshard, StreamConfig
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
-    "STATE_FORMAT",
-    "Counters",
     "Mark",
     "Stats",
     "check_in_block",
@@ -46,7 +38,6 @@ __all__ = [
     "handed_sum",
     "load_state",
     "resume_options",
-    "resume_point",
 ]
 
 
@@ -145,19 +136,16 @@ def load_state(path: str | os.PathLike[str]) -> DocumentState:
         StateError: the file cannot be read, is not JSON, or is not a state; the
             message names the file.
     """
+    name = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            state = msgspec.json.decode(f.read())
+            return DocumentState.from_json(msgspec.json.decode(f.read()))
     except OSError as exc:
-        raise StateError(
-            f"{os.fspath(path)}: cannot read the state: {exc.strerror or exc}"
-        ) from exc
+        raise StateError(f"{name}: cannot read the state: {exc.strerror or exc}") from exc
     except msgspec.DecodeError as exc:  # not JSON, or not UTF-8
-        raise StateError(f"{os.fspath(path)}: not a JSON state file: {exc}") from exc
-    try:
-        return DocumentState.from_json(state)
+        raise StateError(f"{name}: not a JSON state file: {exc}") from exc
     except StateError as exc:
-        raise StateError(f"{os.fspath(path)}: {exc}", exc.field) from None
+        raise StateError(f"{name}: {exc}", exc.field) from None
 
 
 def check_state(state: Any, config: StreamConfig) -> DocumentState:
@@ -179,16 +167,6 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
             + (f" (to resume it, pass {', '.join(hints)})" if hints else "")
         )
     return parsed
-
-
-def resume_point(
-    state: DocumentState | None, epoch: int
-) -> tuple[Position, Counters, Reshard | None]:
-    """Where a stream starts: the position, the counters and the ``reshard`` section of
-    ``state`` (checked where it entered: ``check_state``), or the start of ``epoch``."""
-    if state is None:
-        return Position(epoch), Counters(), None
-    return state.position, state.counters, state.reshard
 
 
 def check_in_block(in_block: int, n: int) -> None:

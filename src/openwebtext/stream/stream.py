@@ -33,6 +33,7 @@ from openwebtext.plan import Share, Split, block_stop
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
+from openwebtext.stream.counters import Counters
 from openwebtext.stream.counts import ExpectedCounts
 from openwebtext.stream.epochs import (
     EvenEpoch,
@@ -47,17 +48,9 @@ from openwebtext.stream.epochs import (
     share_target,
 )
 from openwebtext.stream.rest import Piece, Rest
-from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead
-from openwebtext.stream.state import (
-    Counters,
-    Mark,
-    Stats,
-    check_in_block,
-    config_of,
-    handed_sum,
-    resume_point,
-)
+from openwebtext.stream.state import Mark, Stats, check_in_block, config_of, handed_sum
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options", "split_of"]
@@ -102,7 +95,7 @@ class ErrorPolicy:
             TooManyErrors: past ``max_errors`` skips.
         """
         key = self.policy.take(error)
-        counters = replace(counters, **{key: getattr(counters, key) + 1})
+        counters = counters.plus(**{key: 1})
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
         self.check(counters, error)
@@ -114,7 +107,7 @@ class ErrorPolicy:
         """``counters`` after a unit read, the policy applied to the errors of what is kept of
         it (all of it, or a share's part of a unit on its boundary); a member read whole is
         checked against the counts (``expected``)."""
-        counters = counters.unit_read(kept.replace)
+        counters = counters.plus(units=1, replaced_documents=kept.replace)
         for error in kept.errors:
             counters = self.skip(error, counters)
         cut = any(isinstance(e, TruncatedMember) for e in loaded.errors) and bool(loaded.names)
@@ -201,8 +194,8 @@ class Stream:
         self.source = source  # the mixture's part this stream reads (``Document.source``)
         self._dtype = None if tokenizer is None else tokenizer.dtype
         self._config = config_of(corpus, options, tokenizer)
-        # ``state`` was checked where it entered (``check_state``); ``_reshard``: its section.
-        position, counters, self._reshard = resume_point(state, options.epoch)
+        at = state or DocumentState(self._config, Position(options.epoch), Counters())
+        position, counters, self._reshard = at.position, at.counters, at.reshard  # checked at entry
         # Where the stream is: the block being handed out and how far into it.
         self._epoch = position.epoch
         self._block = self._block_end = position.block
