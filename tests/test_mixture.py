@@ -508,11 +508,6 @@ def test_concat_batches_of_a_mixture_reshard_with_no_id_twice_or_lost(
         counted = collections.Counter(together)
         assert {t for t, c in counted.items() if c > 1} == set(), world
         assert len(every - set(counted)) <= untargeted, world
-    with Loader(m, **opts(0, 1)).batches(seq, rows, packing="bestfit", window=8) as it:
-        next(it)
-        fitted = json.loads(json.dumps(it.state_dict()))
-    with pytest.raises(StateError, match="best-fit batches of a mixture"):
-        reshard([fitted], 2)
 
 
 def test_a_finite_run_ends_without_reading_the_next_epoch(parts: dict[str, str]) -> None:

@@ -123,6 +123,10 @@ def written_now(corpus: Path, js: Path) -> dict[str, Any]:
     mixed = _mixture(corpus, js)
     states["mixture"] = _mixture_state(mixed)
     states["batches_mixture"] = _batch_state(mixed, 3, "concat")
+    # Best fit of a mixture, inside windows, resharded: the windows to replay.
+    fit_mixed = [_batch_state(mixed, 2 + r, "bestfit", rank=r, world_size=2) for r in range(2)]
+    states["batches_mixture_bestfit"] = fit_mixed[1]
+    states["resharded_mixture_bestfit"] = reshard(fit_mixed, 1)[0]
     return states
 
 

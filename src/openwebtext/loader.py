@@ -452,8 +452,9 @@ class MixtureIterator:
         return self._stream.next_run()
 
     def windows_ahead(self) -> list[WindowAhead]:
-        """Nothing: a mixture's batches are not resharded (yet)."""
-        return []
+        """After a reshard of best-fit batches: the windows old ranks had begun that this
+        rank hands out first (``MixedStream.windows_ahead``)."""
+        return self._stream.windows_ahead()
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """``state_dict(mark)`` as its record (what a packer nests in its own state)."""

@@ -66,9 +66,10 @@ class Interleave:
             raise ValueError(f"served must be {len(self.weights)} counts >= 0")
         self.total = sum(self.served)
 
-    def choose(self, sizes: Sequence[int] | None = None) -> int:
+    def choose(self, sizes: Sequence[float] | None = None) -> int:
         """The part whose document comes next; ``sizes``: each part's next document's size (by
-        tokens), None: by documents. A part of weight 0 is never chosen."""
+        tokens), None: by documents. A part of weight 0 is never chosen, nor one of size
+        ``math.inf`` (a replay's part with no document left)."""
         best, best_end = -1, math.inf
         for i, w in enumerate(self.weights):
             if w == 0 or self.served[i] > w * self.total + 1e-9 * (1 + self.total):

@@ -16,12 +16,15 @@ its next document to know its size), so resuming hands that document out again, 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import msgspec
 import numpy as np
+from msgspec import UNSET
 
+from openwebtext.codec import replace
 from openwebtext.engine import Lane, LanePool, open_lanes
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
@@ -30,7 +33,8 @@ from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture
-from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState
+from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState, Replay
+from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.state import Mark, Stats, check_state, config_of
 from openwebtext.stream.stream import EPOCH_END, Stream, pool_options
 from openwebtext.tokenizer import Tokenizer
@@ -147,6 +151,8 @@ class MixedStream:
         # A saved batches state's part of the document its next batch begins in: kept in
         # this stream's marks until it hands out a document (a state taken before then).
         self._next = None if saved is None else saved.next
+        # Best fit after a reshard: the old ranks' windows dealt here, handed out first.
+        self.replays: list[Replay] = [] if saved is None else list(saved.replays or ())
         self._schedule = {c.at: c.weights for c in mixture.schedule}
         self._stepped = -1  # the position whose schedule step was applied last
         self._last = None if options.epochs is None else options.epoch + options.epochs
@@ -185,16 +191,22 @@ class MixedStream:
         by_documents = self.mixture.by == "documents"
         try:
             while take is None or self._taken < take:
-                if self._due():
-                    self._apply_due()
-                part = choose()
-                if part is None:
-                    return
+                replaying = bool(self.replays)
+                part: int | None
+                if replaying:
+                    part = self._replay_turn()
+                else:
+                    if self._due():
+                        self._apply_due()
+                    part = choose()
+                    if part is None:
+                        return
                 document = parts[part].head
                 parts[part].head = None
-                interleave.take(part, 1 if by_documents else _size(document))
+                if not replaying:  # (a dealt window's documents are the old rank's turns)
+                    interleave.take(part, 1 if by_documents else _size(document))
+                    self.handed += 1
                 self._next = None
-                self.handed += 1
                 self._taken += 1
                 self.part = part
                 yield document
@@ -205,23 +217,72 @@ class MixedStream:
         """The next documents handed out together (up to ``RUN``, never across a change of
         weights), their ids end to end, each with its part (``StopIteration`` at the end)."""
         before = self.mark()
-        if self._due():  # the run goes on under the new weights: its marks after its first
-            self._apply_due()  # document count from them (its mark before it: from before)
+        dealt = len(self.replays)  # a run is one dealt window's, or of the rank's own turns
+        if not dealt and self._due():  # the run goes on under the new weights: its marks
+            self._apply_due()  # after its first document count from them (before it: before)
         settled = self.mark()
         documents, parts, afters = [], [], []
+        replays: list[tuple[Replay, ...]] | None = [] if dealt else None
         for document in self._documents:
             documents.append(document.tokens)
             parts.append(self.part)
             # (its part's stream has not moved since it read the document: the mark after it)
             afters.append(self.parts[self.part].stream.mark())
-            if len(documents) >= RUN or self._due():
+            if replays is not None:
+                replays.append(tuple(self.replays))
+                if len(self.replays) < dealt:  # the window's last document
+                    break
+            if len(documents) >= RUN or (not dealt and self._due()):
                 break
         if not documents:
             raise StopIteration
         lengths = np.fromiter(map(len, documents), np.int64, len(documents))
         ids = np.concatenate(documents)
         by_tokens = self.mixture.by == "tokens"
-        return MixRun(ids, lengths, np.array(parts, np.int32), afters, before, by_tokens, settled)
+        return MixRun(ids, lengths, np.array(parts, np.int32), afters, before, by_tokens, settled,
+                      replays)  # fmt: skip
+
+    def _replay_turn(self) -> int:
+        """The part of the next document of the first dealt window: the old rank's turns, as
+        that rank resumed at the window's start would take them, among the parts with
+        documents of the window left (the others' were never its turn again)."""
+        replay, parts = self.replays[0], self.parts
+        turns = Interleave(replay.weights, replay.served)
+        changes = list(replay.changes)
+        step = self._schedule.get(replay.handed)
+        if step is not None:
+            turns.set_weights(step)
+        while changes and changes[0].at <= replay.handed:
+            turns.set_weights(changes.pop(0).weights)
+        tokens = self.mixture.by == "tokens"
+        if self.mixture.sampling == "random":
+            part = _draw(turns.weights, (self.options.seed, replay.rank), replay.handed)
+        else:
+            sizes = [(_size(p.peek()) if tokens else 1) if n else math.inf
+                     for p, n in zip(parts, replay.left, strict=True)]  # fmt: skip
+            part = turns.choose(sizes)
+        if not replay.left[part]:
+            raise StateError(
+                f"a best-fit window dealt from old rank {replay.rank} holds no more documents "
+                f"of part {self.mixture.names[part]!r}, its old turn: the state is not this run's"
+            )
+        head = parts[part].peek()  # (read ahead: its document, handed out next)
+        turns.take(part, _size(head) if tokens else 1)
+        left = list(replay.left)
+        left[part] -= 1
+        if sum(left):
+            self.replays[0] = replace(replay, handed=replay.handed + 1, weights=turns.weights,
+                                      served=tuple(turns.served), left=tuple(left),
+                                      changes=tuple(changes))  # fmt: skip
+        else:
+            self.replays.pop(0)
+        return part
+
+    def windows_ahead(self) -> list[WindowAhead]:
+        """The dealt best-fit windows not begun, as ``(documents, number, rows handed out,
+        packings)`` (``DocumentSource.windows_ahead``)."""
+        return [(r.documents, r.number, r.rows, r.packings)
+                for r in self.replays if sum(r.left) == r.documents]  # fmt: skip
 
     def _chooser(self) -> Callable[[], int | None]:
         """The next part to hand a document out (its head read), or None: the run's end."""
@@ -271,7 +332,8 @@ class MixedStream:
         """Where the mixture is now, after the last document handed out."""
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
-        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.applied, self._next)
+        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.applied, self._next,
+                       tuple(self.replays))  # fmt: skip
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """The state after the last document handed out (or at ``mark``)."""
@@ -285,6 +347,7 @@ class MixedStream:
             tuple(self.changes[m.applied :]),  # the ones before are in weights and served
             0,
             m.next,
+            m.replays or UNSET,
         )
 
     @property

@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 
 from openwebtext.stream.counters import Counters
+from openwebtext.stream.schema import Replay
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = ["MixMark", "MixRun", "MixtureStats"]
@@ -35,6 +36,8 @@ class MixMark(NamedTuple):
     """How many weight changes the weights and counts include."""
     next: int | None = None
     """The part of the next document, where it was already chosen (``MixRun.mark_before``)."""
+    replays: tuple[Replay, ...] = ()
+    """The dealt best-fit windows not yet handed out whole (``MixtureState.replays``)."""
 
     @property
     def epoch(self) -> int:
@@ -65,6 +68,8 @@ class MixRun:
         by_tokens: The turns count ids (else documents).
         settled: ``before`` with the change of weights due at the run's start applied (the
             weights the run's documents were chosen by); None: ``before``.
+        replays: A run of a dealt best-fit window (``Replay``): the replays after each of its
+            documents (the rank's own turns do not move); None: the rank's own turns.
     """
 
     start = 0  # a mixture's runs never begin inside a document
@@ -78,6 +83,7 @@ class MixRun:
         before: MixMark,
         by_tokens: bool,
         settled: MixMark | None = None,
+        replays: list[tuple[Replay, ...]] | None = None,
     ) -> None:
         self.ids = ids
         self.lengths = lengths
@@ -88,6 +94,7 @@ class MixRun:
         self.before = before
         self._settled = before if settled is None else settled
         self._by_tokens = by_tokens
+        self._replays = replays
         self.after = self.mark_before(len(lengths))
 
     def __len__(self) -> int:
@@ -110,6 +117,8 @@ class MixRun:
             marks[part] = self._afters[k]
             served[part] += int(self.lengths[k]) if self._by_tokens else 1
         following = int(self.parts[j]) if j < len(self.parts) else None
+        if self._replays is not None:  # a dealt window's: the old rank's turns moved
+            return b._replace(parts=tuple(marks), next=following, replays=self._replays[j - 1])
         return MixMark(
             tuple(marks), b.handed + j, b.weights, tuple(served), b.applied, following
         )

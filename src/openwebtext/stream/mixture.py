@@ -12,6 +12,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
 from typing import Any, cast
 
+from msgspec import UNSET
+
+from openwebtext.codec import replace
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
@@ -28,6 +31,7 @@ from openwebtext.stream.schema import (
     DocumentState,
     MixtureConfig,
     MixtureState,
+    Replay,
     Sampling,
 )
 
@@ -228,10 +232,11 @@ def reshard(
     states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP
 ) -> list[dict[str, Any]]:
     """``resharding.reshard`` for states of single corpora, and for mixtures (the states of
-    their documents, or of their concat batches): each part's states resharded as a corpus's,
-    each new rank with the weights in force on old rank 0 (and its schedule position); the
+    their documents, or of their batches): each part's states resharded as a corpus's, each
+    new rank with the weights in force on old rank 0 (and its schedule position); the
     proportions count again from the reshard. A document a concat batch had begun goes on,
-    in its part, from its first id not yet a target."""
+    in its part, from its first id not yet a target; a best-fit window an old rank had begun
+    is replayed by one new rank (``_reshard_best_fit``)."""
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):
         return reshard_stream(states, world_size, even=even)
@@ -250,11 +255,8 @@ def reshard(
         if s.config != first.config:
             raise StateError("the states are of different mixtures (their configs differ)")
     names = first.config.parts
-    if batches is not None and batches[0].packing != "concat":
-        raise StateError(
-            "resharding best-fit batches of a mixture is not built: resume them on the same "
-            "world size, or reshard concat batches or the mixture's document states"
-        )
+    if batches is not None and batches[0].packing == "bestfit":
+        return _reshard_best_fit(batches, parsed, world_size, even)
 
     def part_states(index: int, name: str) -> list[dict[str, Any]]:
         if batches is None:
@@ -290,6 +292,59 @@ def reshard(
         like = batches[0]
         fresh = BatchesState(like.seq_len, like.batch_size, state, schedule=new_schedule(batches))
         out.append(fresh.to_json())
+    return out
+
+
+def _reshard_best_fit(
+    batches: Sequence[BatchesState], parsed: Sequence[MixtureState], world: int, even: Even
+) -> list[dict[str, Any]]:
+    """Best-fit batches of a mixture, resharded: each part's states as a corpus's best-fit
+    batches, the window an old rank had begun holding its documents of that part
+    (``window_parts``); the new rank each window is dealt to (round robin, as every part deals
+    it) replays the old rank's turns from the window's start (``Replay``), so that it packs
+    the same documents in the same order into the same rows and hands out those not handed
+    out. Its own turns start after them, with the weights old rank 0 had."""
+    ranks = [next(iter(m.parts.values())).config.rank for m in parsed]
+    order = sorted(range(len(batches)), key=ranks.__getitem__)
+    batches, parsed = [batches[k] for k in order], [parsed[k] for k in order]
+    names = parsed[0].config.parts
+    if any(p.reshard is not None for m in parsed for p in m.parts.values()):
+        raise StateError(
+            "resharding again best-fit batches of a mixture's resharded epoch is not built: "
+            "resume them on the same world size, or reshard concat batches"
+        )
+    replays = []
+    for rank, (b, m) in enumerate(zip(batches, parsed, strict=True)):
+        if not b.row:
+            continue
+        if not b.window_parts or len(b.window_parts) != len(names):
+            raise StateError(f"rank {rank}'s best-fit batches state of a mixture lacks "
+                             "window_parts: its window cannot be dealt")  # fmt: skip
+        packings = () if b.scheduled is None else b.scheduled.packings
+        replays.append(Replay(rank, m.handed, m.weights, m.served, b.window_parts,
+                              sum(b.window_parts), b.window_number, b.row,
+                              m.changes[m.applied :], packings))  # fmt: skip
+    new_parts = {}
+    for i, name in enumerate(names):
+        states = [
+            replace(b, documents=m.parts[name],
+                    window_parts=(b.window_parts[i],) if b.window_parts else UNSET).to_json()
+            for b, m in zip(batches, parsed, strict=True)
+        ]  # fmt: skip
+        try:
+            new_parts[name] = reshard_stream(states, world, even=even)
+        except StateError as exc:
+            raise StateError(f"the mixture's part {name!r}: {exc}") from None
+    first = parsed[0]
+    out = []
+    for rank in range(world):
+        each = {name: DocumentState.from_json(new_parts[name][rank]["documents"]) for name in names}
+        dealt = tuple(replays[rank::world])
+        state = MixtureState(first.config, each, first.handed, first.weights,
+                             (0,) * len(names), first.changes, first.applied,
+                             replays=dealt or UNSET)  # fmt: skip
+        like = BatchesState.from_json(new_parts[names[0]][rank])  # (its window number: past all)
+        out.append(replace(like, documents=state, window_epoch=batches[0].window_epoch).to_json())
     return out
 
 

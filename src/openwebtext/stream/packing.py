@@ -30,11 +30,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import DTypeLike
 
+from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.counters import PackingCounts
@@ -42,7 +43,7 @@ from openwebtext.stream.fitting import Rows, best_fit, fit
 from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.packed import PackedBatch
 from openwebtext.stream.readahead import Primed
-from openwebtext.stream.schema import BatchesState, Packed
+from openwebtext.stream.schema import BatchesState, MixtureState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
 from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
 from openwebtext.stream.state import Stats
@@ -416,6 +417,8 @@ class BestFitBatches:
             "bestfit", self.window, number, row, epoch, self._shape.section(packings),
             self._packed_now(),
         )  # fmt: skip
+        if row and isinstance(documents, MixtureState):  # what a reshard deals of the window
+            state = replace(state, window_parts=_part_counts(self._windows[0].parts, documents))
         return state.to_json()
 
     @property
@@ -467,6 +470,16 @@ def _padding(
     if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
         kind = dtype
     return np.full(cap, pad_id, dtype=kind)
+
+
+def _part_counts(
+    pieces: list[tuple[Run, int, int]] | None, documents: MixtureState
+) -> tuple[int, ...]:
+    """A mixture's window's documents of each part."""
+    counts = np.zeros(len(documents.config.parts), np.int64)
+    for run, j, end in pieces or ():
+        counts += np.bincount(cast(MixRun, run).parts[j:end], minlength=len(counts))
+    return tuple(int(c) for c in counts)
 
 
 def _labels(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:

@@ -199,9 +199,10 @@ def _best_fit(
     assert window is not None  # a best-fit state has one (``BatchesState.from_json``)
     ordered = [states[by_rank[r]] for r in range(world)]
     numbers = [
-        WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings)
+        WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings,
+                 s.window_parts[0] if s.window_parts and s.row else None)  # (a mixture's part)
         for s in ordered
-    ]
+    ]  # fmt: skip
     return window, numbers
 
 
@@ -328,7 +329,7 @@ def _best_fit_section(
         raise StateError(_different_epochs(ordered, "best-fit batches states"))
     next_window = 1 + max(w.number for w in numbers)  # the new ranks' own: past every old one
     if not resharded:
-        begun = tuple(Begun(r, w.number, w.rows, w.packings)
+        begun = tuple(Begun(r, w.number, w.rows, w.packings, w.documents)
                       for r, w in enumerate(numbers) if w.rows)  # fmt: skip
         return replace(base, window=window, windows=begun, next_window=next_window)
     if window != base.window:

@@ -169,7 +169,7 @@ class Rest:
         self.starts: list[int] = []
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
-        begun = {b.rank: (b.number, b.rows, b.packings) for b in section.windows or ()}
+        begun = {b.rank: b for b in section.windows or ()}
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
@@ -186,9 +186,18 @@ class Rest:
             remaining = 0 if old.finished else max(0, whole - old.handed)
             self.starts.append(at)
             first = at
-            if r in begun and remaining:  # its window's documents: a window, not the sequence
-                m = min(size, remaining)
-                windows.append(Window([(at, at + m, False)], *begun[r]))
+            b = begun.get(r)
+            # Its window's documents: a window, not the sequence (a mixture's part's: its
+            # documents in the window, none too, so that every part deals the same windows).
+            if b is not None and (remaining or b.documents is not None):
+                m = min(size, remaining) if b.documents is None else b.documents
+                if m > remaining:
+                    raise StateError(
+                        f"old rank {r}'s best-fit window holds {m} documents of its share of "
+                        f"epoch {self.epoch}, which had {remaining} left: the window crosses "
+                        "the epoch's end (a mixture's part); resume on the same world size"
+                    )
+                windows.append(Window([(at, at + m, False)], b.number, b.rows, b.packings))
                 first = at + m
             if at + remaining > first:
                 spans.append((first, at + remaining, False))

@@ -43,6 +43,7 @@ __all__ = [
     "Packed",
     "Packing",
     "Position",
+    "Replay",
     "Reshard",
     "Rule",
     "Sampling",
@@ -120,6 +121,8 @@ class WindowAt(Record, frozen=True, omit_defaults=True):
     rows: Count
     packings: tuple[Packed, ...] = ()
     """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
+    documents: Count | None = None
+    """A mixture's part: its documents in the window (None: the window's size)."""
 
 
 class Begun(Record, frozen=True, omit_defaults=True):
@@ -130,6 +133,9 @@ class Begun(Record, frozen=True, omit_defaults=True):
     rows: Count
     packings: tuple[Packed, ...] = ()
     """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
+    documents: Count | None = None
+    """A mixture's part: its documents in the window (None: the window's size, or fewer at
+    the end of the epoch)."""
 
 
 class Level(Record, frozen=True, omit_defaults=True):
@@ -285,6 +291,31 @@ class MixtureConfig(Record, frozen=True):
         _weights(len(self.parts), self.weights, self.schedule, "schedule")
 
 
+class Replay(Record, frozen=True, omit_defaults=True):
+    """A best-fit window an old rank of a mixture had begun, dealt to this rank by a reshard:
+    the old rank's turns where the window began (as its ``MixtureState`` says them), to hand
+    the window's documents out in the old order, and what best fit needs to pack it again the
+    same way (its number, rows handed out, packings)."""
+
+    rank: Count
+    """The old rank (random sampling draws by it)."""
+    handed: Count
+    weights: tuple[float, ...]
+    served: tuple[Count, ...]
+    left: tuple[Count, ...]
+    """Documents of each part of the window not yet handed out."""
+    documents: Positive
+    """Documents the window holds."""
+    number: Count
+    rows: Count
+    changes: tuple[Change, ...] = ()
+    packings: tuple[Packed, ...] = ()
+
+    def check(self) -> None:
+        if sum(self.left) > self.documents:
+            raise Disagree("left", f"counts more than the window's {self.documents} documents")
+
+
 class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     """A mixture's state: its config, each part's state by name, and where the turns are."""
 
@@ -308,9 +339,16 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     """The part (index) of the next document, where it was chosen before the state was taken
     (a concat batches state's: the next batch starts inside it, and a reshard gives the cut
     to that part's shares)."""
+    replays: tuple[Replay, ...] | msgspec.UnsetType = msgspec.UNSET
+    """Best fit after a reshard: the windows old ranks had begun that this rank hands out
+    first, in order (the first may be under way); the proportions count after them."""
 
     def check(self) -> None:
         names = self.config.parts
+        for k, replay in enumerate(self.replays or ()):
+            if len(replay.served) != len(names) or len(replay.left) != len(names):
+                raise Disagree(f"replays[{k}]", f"must count each of the {len(names)} parts")
+            _weights(len(names), replay.weights, replay.changes, f"replays[{k}].changes")
         if self.next is not None and self.next >= len(names):
             raise Disagree("next", f"is {self.next}, not a part's index (< {len(names)})")
         if set(self.parts) != set(names):  # JSON's objects are unordered
@@ -378,6 +416,9 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """Shapes that change: the schedule and where the run is in it (absent: fixed sizes)."""
     packed: PackingCounts = PackingCounts()
     """What packing did to the documents of the batches handed out before."""
+    window_parts: tuple[Count, ...] | msgspec.UnsetType = msgspec.UNSET
+    """Best fit of a mixture, rows of the window handed out: its documents of each part (a
+    reshard deals the window to a new rank, which hands them out in the old order)."""
 
     def check(self) -> None:
         if self.packing == "bestfit" and self.window is None:

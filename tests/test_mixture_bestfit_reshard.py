@@ -1,0 +1,148 @@
+"""Best-fit batches of a mixture, resharded: the window each old rank had begun (documents of
+several parts, in the old rank's turns) is dealt to one new rank, which hands out the rows the
+old rank had not, the very rows the old rank would have; the rest of every part's epoch is
+each document once over old and new ranks; a state saved inside a dealt window resumes
+exactly."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, Mixture, StateError, reshard
+from tables_support import mixture_folders
+
+S, B, WINDOW = 127, 2, 5  # small windows of long rows: old ranks stop inside one
+STOPS = (1, 2, 0, 3)  # batches each of 4 old ranks hands out (rank 2: none, no window begun)
+
+
+@pytest.fixture(scope="module")
+def parts(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """web: the small tar corpus (120 documents); pq: 50 parquet rows; js: 30 JSON lines."""
+    return mixture_folders(small_corpus, tmp_path_factory.mktemp("mix"))
+
+
+def opts(rank: int, world: int, **extra: Any) -> dict[str, Any]:
+    return {"workers": 0, "seed": 5, "rank": rank, "world_size": world, "even": None,
+            "epochs": None, "tokenizer": "bytes", **extra}  # fmt: skip
+
+
+def rows(
+    m: Mixture, state: Any, rank: int, world: int, n: int, **extra: Any
+) -> tuple[list[tuple[bytes, bytes, bytes]], Any, int | None]:
+    """``n`` best-fit batches as rows (ids, segment ids, parts), the state after them, and
+    the rows of the window the start was in that were left (None: it did not end in them)."""
+    out: list[tuple[bytes, bytes, bytes]] = []
+    left = None
+    loader = Loader(m, **opts(rank, world, **extra))
+    with loader.batches(S, B, packing="bestfit", window=WINDOW, segments=True,
+                        state=state) as it:  # fmt: skip
+        first = it.state_dict()["window_number"]
+        for _ in range(n):
+            batch = next(it)
+            out += [(t.tobytes(), g.tobytes(), p.tobytes())
+                    for t, g, p in zip(batch.tokens, batch.segment_ids, batch.sources,
+                                       strict=True)]  # fmt: skip
+            now = it.state_dict()
+            if left is None and now["window_number"] != first:
+                left = len(out) - now["row"]
+        return out, json.loads(json.dumps(it.state_dict())), left
+
+
+@pytest.mark.parametrize(
+    ("by", "sampling", "schedule"),
+    [("documents", "stratified", ()), ("tokens", "stratified", ()), ("documents", "random", ()),
+     ("tokens", "stratified", ((2, {"web": 0.1, "pq": 0.9}),))],  # a change inside the windows
+)  # fmt: skip
+def test_a_dealt_window_hands_out_the_rows_its_old_rank_would_have(
+    parts: dict[str, str], by: str, sampling: str, schedule: Any
+) -> None:
+    """4 ranks stopped inside best-fit windows (rank 2 before any), resharded to 3 and to 1:
+    each new rank starts with the windows dealt to it (round robin over the old ranks that
+    had begun one), each the rows its old rank would have handed out next, in order."""
+    weights = {"web": 0.6, "pq": 0.4, "js": 0.0}
+    m = Mixture(parts, weights, by=by, sampling=sampling, schedule=list(schedule))
+    states, going_on = [], []
+    for rank, stop in enumerate(STOPS):
+        _, state, _ = rows(m, None, rank, 4, stop)
+        states.append(state)
+        rest, _, left = rows(m, state, rank, 4, 200)  # the old rank, resumed
+        assert left is not None or not state["row"]
+        going_on.append(rest[: left or 0])
+    begun = [r for r, s in enumerate(states) if s["row"]]
+    assert begun == [0, 1, 3]
+    assert all(len(states[r]["window_parts"]) == 3 for r in begun)
+    assert any(states[r]["window_parts"][0] and states[r]["window_parts"][1] for r in begun)
+    for world in (3, 1):
+        for rank, state in enumerate(reshard(states, world)):
+            dealt = [going_on[r] for r in begun[rank::world]]
+            expected = [row for window in dealt for row in window]
+            got, _, _ = rows(m, state, rank, world, len(expected) // B + 1)
+            assert got[: len(expected)] == expected, (world, rank)
+
+
+def test_the_rest_of_every_part_is_each_document_once(parts: dict[str, str]) -> None:
+    """The documents behind those batches (``Loader.iter`` of their ``documents`` states):
+    per part, the old ranks' documents before their windows, then the new ranks' (the dealt
+    windows' first, then their own) are each document of the part's epoch once; after the
+    dealt windows, each new rank's own proportions are within one document."""
+    m = Mixture(parts, {"web": 0.6, "pq": 0.4, "js": 0.0})
+    old: dict[str, list[str]] = collections.defaultdict(list)
+    states = []
+    for rank, stop in enumerate(STOPS):
+        _, state, _ = rows(m, None, rank, 4, stop)
+        states.append(state)
+        before = state["documents"]["handed"]  # (the documents before its window)
+        with Loader(m, **opts(rank, 4)).iter() as it:
+            for _ in range(before):
+                document = next(it)
+                old[document.source].append(document.name)
+    sizes = {"web": 120, "pq": 50}
+    for world in (3, 1):
+        new: dict[str, list[str]] = collections.defaultdict(list)
+        for rank, state in enumerate(reshard(states, world)):
+            documents = state["documents"]
+            dealt = sum(sum(r["left"]) for r in documents.get("replays", []))
+            counts = collections.Counter[str]()
+            with Loader(m, **opts(rank, world)).iter(state=documents) as it:
+                for n in range(1, 1000):
+                    document = next(it)
+                    if n > dealt:  # the rank's own turns, counted from the reshard
+                        counts[document.source] += 1
+                        own = n - dealt
+                        assert all(abs(counts[k] - w * own) <= 1 for k, w in
+                                   (("web", 0.6), ("pq", 0.4))), counts  # fmt: skip
+                    if it.stats.epochs[document.source] == 0:
+                        new[document.source].append(document.name)
+                    if all(it.stats.epochs[k] >= 1 for k in sizes):
+                        break
+        for name, size in sizes.items():
+            together = old[name] + new[name]
+            assert len(together) == len(set(together)) == size, (world, name)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_inside_a_dealt_window_resumes_exactly(
+    parts: dict[str, str], workers: int
+) -> None:
+    """The one new rank of a reshard to 1, cut at batches inside and between its dealt
+    windows and resumed (0 and 2 workers): the rows of the uninterrupted run; its states
+    taken there are refused by another reshard, with what to do."""
+    m = Mixture(parts, {"web": 0.6, "pq": 0.4, "js": 0.0}, by="tokens")
+    states = [rows(m, None, rank, 4, stop)[1] for rank, stop in enumerate(STOPS)]
+    (state,) = reshard(states, 1)
+    whole, _, _ = rows(m, state, 0, 1, 120, workers=workers)
+    dealt = []  # whether each cut is inside the dealt windows (the first 68 batches)
+    for cut in (1, 14, 40, 67, 68, 100):
+        first, saved, _ = rows(m, state, 0, 1, cut, workers=workers)
+        dealt.append(bool(saved["documents"].get("replays")))
+        then, _, _ = rows(m, saved, 0, 1, 120 - cut, workers=workers)
+        assert first + then == whole, cut
+    assert dealt == [True, True, True, True, False, False]
+    _, inside, _ = rows(m, state, 0, 1, 1)
+    with pytest.raises(StateError, match="resharding again best-fit batches of a mixture"):
+        reshard([inside], 2)
