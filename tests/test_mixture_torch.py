@@ -72,13 +72,17 @@ def test_packed_batches_of_a_mixture_resume_under_stateful_dataloader(
         assert head + [b.tolist() for b in resumed] == full, cut
 
 
-def test_concat_batches_of_a_mixture_reshard_to_another_world_and_num_workers(
-    mixture: Mixture,
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_batches_of_a_mixture_reshard_to_another_world_and_num_workers(
+    mixture: Mixture, packing: str
 ) -> None:
     """2 ranks stopped at different steps, their StatefulDataLoader states resharded onto 1
     rank of 2 DataLoader workers: its batches are those of ``Loader.batches`` from each
-    resharded share, round robin."""
-    opts: dict[str, Any] = {"seed": 3, "tokenizer": "bytes", "even": None, "epochs": None}
+    resharded share, round robin (best fit: each old rank's window dealt to one share)."""
+    opts: dict[str, Any] = {"seed": 3, "tokenizer": "bytes", "even": None, "epochs": None,
+                            "packing": packing}  # fmt: skip
+    if packing == "bestfit":
+        opts["window"] = 16
     states = []
     for rank, steps in enumerate((2, 5)):
         dataset = PackedBatchDataset(mixture, 64, 2, workers=0, rank=rank, world_size=2, **opts)
@@ -93,8 +97,9 @@ def test_concat_batches_of_a_mixture_reshard_to_another_world_and_num_workers(
     got = [b.tolist() for _, b in zip(range(6), loader, strict=False)]
     per_share = []
     for r, state in enumerate(shares):
-        with Loader(mixture, workers=0, rank=r, world_size=2, **opts).batches(
-            64, 2, state=state
+        loader_opts = {k: v for k, v in opts.items() if k not in ("packing", "window")}
+        with Loader(mixture, workers=0, rank=r, world_size=2, **loader_opts).batches(
+            64, 2, state=state, **{k: opts[k] for k in opts.keys() - loader_opts.keys()}
         ) as batches:
             per_share.append([next(batches).tolist() for _ in range(3)])
     assert got == [per_share[k % 2][k // 2] for k in range(6)]
