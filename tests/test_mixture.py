@@ -168,59 +168,30 @@ def test_random_sampling_is_seeded_and_resumes(parts: dict[str, str]) -> None:
         assert first + [(d.source, d.name) for d in it] == whole
 
 
-def test_reshard_four_ranks_to_three_and_to_one(parts: dict[str, str]) -> None:
-    """4 ranks stopped at different steps; their states resharded: per part, the epoch-0
-    documents of the old ranks and of the new ones are that part's epoch once each (even
-    sharding off), and each new rank's proportions are within one document from its start."""
-    m = mixture(parts, {"web": 0.5, "pq": 0.5})  # js at 0: never read
-    old_read: dict[str, list[str]] = collections.defaultdict(list)
-    states = []
-    for rank, stop in enumerate((3, 9, 13, 6)):
-        loader = Loader(m, workers=0, seed=6, rank=rank, world_size=4, even=None, epochs=None)
-        with loader.iter() as it:
-            for _ in range(stop):
-                document = next(it)
-                assert it.stats.epochs[document.source] == 0
-                old_read[document.source].append(document.name)
-            states.append(it.state_dict())
-    for world in (3, 1):
-        new_states = reshard(states, world)
-        new_read: dict[str, list[str]] = collections.defaultdict(list)
-        for rank, state in enumerate(new_states):
-            loader = Loader(m, workers=0, seed=6, rank=rank, world_size=world, even=None,
-                            epochs=None)  # fmt: skip
-            counts = collections.Counter[str]()
-            with loader.iter(state=state) as it:
-                for n in range(1, 400):
-                    document = next(it)
-                    counts[document.source] += 1
-                    assert all(abs(counts[k] - 0.5 * n) <= 1 for k in ("web", "pq")), counts
-                    if it.stats.epochs[document.source] == 0:
-                        new_read[document.source].append(document.name)
-                    if all(e >= 1 for k, e in it.stats.epochs.items() if k != "js"):
-                        break
-        for name in ("web", "pq"):
-            together = old_read[name] + new_read[name]
-            assert len(together) == len(set(together)) == SIZES[name], (world, name)
-
-
-def test_ranks_in_different_epochs_of_a_small_part_reshard(parts: dict[str, str]) -> None:
-    """A small part runs through epochs at each rank's pace: 4 ranks stopped at different
-    steps are in different epochs of it. Resharded to 3 and to 1: per part, every epoch an
-    old rank had begun is the old ranks' documents of it and the new ranks' once each, and
-    each new rank's proportions are within one document from its start."""
-    m = mixture(parts, {"web": 0.5, "js": 0.5, "pq": 0.0})
+@pytest.mark.parametrize(
+    ("small", "stops", "ahead"),
+    [("pq", (3, 9, 13, 6), 0), ("js", (3, 9, 40, 17), 2)],  # js: rank 2 two epochs ahead
+)
+def test_reshard_four_ranks_to_three_and_to_one(
+    parts: dict[str, str], small: str, stops: tuple[int, ...], ahead: int
+) -> None:
+    """4 ranks stopped at different steps, their states resharded to 3 and to 1 (even
+    sharding off): per part, every epoch an old rank had begun is the old ranks' documents of
+    it and the new ranks' once each, and each new rank's proportions are within one document
+    from its start. A small part runs through epochs at each rank's pace: the ranks are in
+    different epochs of it (``ahead``: the last old rank's furthest)."""
+    m = mixture(parts, {"web": 0.5, small: 0.5, ({"pq", "js"} - {small}).pop(): 0.0})
     old: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
     states = []
-    for rank, stop in enumerate((3, 9, 40, 17)):
+    for rank, stop in enumerate(stops):
         loader = Loader(m, workers=0, seed=6, rank=rank, world_size=4, even=None, epochs=None)
         with loader.iter() as it:
             for _ in range(stop):
                 document = next(it)
                 old[document.source, it.stats.epochs[document.source]].append(document.name)
             states.append(it.state_dict())
-    last = {name: max(e for (p, e) in old if p == name) for name in ("web", "js")}
-    assert last["js"] >= 2  # rank 2 is two epochs of js ahead of rank 0
+    last = {name: max(e for (p, e) in old if p == name) for name in ("web", small)}
+    assert last == {"web": 0, small: ahead}
     for world in (3, 1):
         new: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
         for rank, state in enumerate(reshard(states, world)):
@@ -231,7 +202,7 @@ def test_ranks_in_different_epochs_of_a_small_part_reshard(parts: dict[str, str]
                 for n in range(1, 2000):
                     document = next(it)
                     counts[document.source] += 1
-                    assert all(abs(counts[k] - 0.5 * n) <= 1 for k in ("web", "js")), counts
+                    assert all(abs(counts[k] - 0.5 * n) <= 1 for k in ("web", small)), counts
                     epochs = it.stats.epochs
                     new[document.source, epochs[document.source]].append(document.name)
                     if all(epochs[k] > last[k] for k in last):
