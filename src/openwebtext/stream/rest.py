@@ -35,7 +35,7 @@ from openwebtext.stream.epochs import check_position
 from openwebtext.stream.schema import Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
 
-__all__ = ["Piece", "Rest", "Window", "cut_share"]
+__all__ = ["Piece", "Rest", "Window", "cut_share", "rest_of"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
@@ -271,6 +271,14 @@ class Rest:
                         trim = max(trim - 1, 0)
                 yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim)
                 a = stop
+
+
+def rest_of(
+    section: Reshard | None, counts: Sequence[int], options: Options, *, leads: bool
+) -> Rest | None:
+    """The ``Rest`` of ``section`` (None: none, the epoch is the rank's own); ``leads``: as
+    ``Rest``'s (False for a mixture's part, and for an epoch's rest after another's)."""
+    return None if section is None else Rest(section, counts, options, leads=leads)
 
 
 def _windows_left(

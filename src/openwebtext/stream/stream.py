@@ -47,7 +47,7 @@ from openwebtext.stream.epochs import (
     say_rest_dropped,
     share_target,
 )
-from openwebtext.stream.rest import Piece, Rest
+from openwebtext.stream.rest import Piece, rest_of
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.state import Mark, Stats, check_in_block, config_of, handed_sum
@@ -217,9 +217,7 @@ class Stream:
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
         self._runs: str | None = None  # token documents handed out a block's rest at a time
-        self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
-            self._reshard, self._counts_per_unit, options, leads=source is None
-        )  # fmt: skip
+        self._rest = rest_of(self._reshard, self._counts_per_unit, options, leads=source is None)
 
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
@@ -294,12 +292,9 @@ class Stream:
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len, self._rank = 0, opts.rank
-                # The next epoch's rest, when old ranks had begun it too (``Reshard.later``):
-                # its first id follows this rank's last, so no id of it leads (``Rest``).
+                # The next epoch's rest, if old ranks had begun it (its ids follow this rank's)
                 self._reshard = None if self._reshard is None else self._reshard.following()
-                self._rest = None if self._reshard is None else Rest(
-                    self._reshard, self._counts_per_unit, opts, leads=False
-                )  # fmt: skip
+                self._rest = rest_of(self._reshard, self._counts_per_unit, opts, leads=False)
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
