@@ -1,0 +1,70 @@
+"""Red team of resharding states in different epochs and best-fit batches of a mixture
+(commits 41f3c97, 4d572c2, 8ae4261): one test per defect found (each fails on the main it
+was written against, its docstring says what is expected), then a few attacks that held."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, Mixture, reshard
+from tables_support import sample_texts, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def js(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """30 JSON lines: over 4 ranks under drop, shares of 7 (2 left out each epoch)."""
+    folder = tmp_path_factory.mktemp("red") / "js"
+    write_jsonl(folder / "a.jsonl", sample_texts(30, seed=2))
+    return str(folder)
+
+
+def _opts(rank: int, world: int, rule: str | None, **extra: Any) -> dict[str, Any]:
+    return {"workers": 0, "seed": 3, "rank": rank, "world_size": world, "even": rule,
+            "epochs": None, **extra}  # fmt: skip
+
+
+def _read(corpus: str, state: Any, n: int | None, **opts: Any) -> tuple[list[tuple[int, str]],
+                                                                   Any, Any]:  # fmt: skip
+    """``(epoch, name)`` of up to ``n`` documents, the state after them, the stats."""
+    got: list[tuple[int, str]] = []
+    with Loader(corpus, **opts).iter(state=state) as it:
+        for document in it if n != 0 else ():
+            got.append((it.state_dict()["position"]["epoch"], document.name))
+            if n is not None and len(got) >= n:
+                break
+        return got, json.loads(json.dumps(it.state_dict())), it.stats
+
+
+def test_drop_counts_every_resharded_epoch_s_left_out_documents(js: str) -> None:
+    """4 ranks under drop in epochs 0, 1 and 2 (rank 1 and 2 ahead), resharded to 3: the
+    rests of epochs 0, 1 and 2 each leave documents out (said in the log, per epoch), and
+    ``stats.dropped_documents`` of the last new rank must count all of them (every document
+    of each epoch is old ranks' + new ranks' or counted as dropped). On main it counts only
+    the last rest's: ``Stream._rest_documents`` sets ``dropped_documents=rest.dropped_here``
+    in place of adding it (and the same for every part of a mixture)."""
+    old, states = [], []
+    for rank, stop in enumerate((3, 10, 17, 1)):
+        got, state, _ = _read(js, None, stop, **_opts(rank, 4, "drop"))
+        old += got
+        states.append(state)
+    assert sorted(s["position"]["epoch"] for s in states) == [0, 0, 1, 2]
+    new, dropped = [], 0
+    for rank, state in enumerate(reshard(states, 3)):
+        got, after, stats = _read(js, state, None, **_opts(rank, 3, "drop", epochs=3))
+        assert after["position"]["epoch"] == 3
+        new += got
+        dropped += stats.dropped_documents
+    missing = 0
+    for epoch in range(3):
+        shares = [_read(js, None, None, **_opts(r, 4, "drop", epoch=epoch, epochs=1))[0]
+                  for r in range(4)]  # fmt: skip
+        want = collections.Counter(name for share in shares for _, name in share)
+        got = collections.Counter(name for e, name in old + new if e == epoch)
+        assert not got - want, epoch  # nothing twice
+        missing += sum((want - got).values())
+    assert missing == 2 and dropped == missing, (missing, dropped)
