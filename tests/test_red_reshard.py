@@ -68,3 +68,37 @@ def test_drop_counts_every_resharded_epoch_s_left_out_documents(js: str) -> None
         assert not got - want, epoch  # nothing twice
         missing += sum((want - got).values())
     assert missing == 2 and dropped == missing, (missing, dropped)
+
+
+def test_a_concat_cut_in_the_next_epoch_s_first_document_goes_on_after_a_reshard(
+    js: str,
+) -> None:
+    """One rank's concat batches stopped inside the first document of epoch 1: its documents'
+    state is still at the end of epoch 0 (all 30 handed out), the cut (``offset``) is in the
+    next epoch's first document. Resharded 1 -> 1, the batches must be those of the state
+    resumed (the document goes on from its first id not yet a target, as at every other
+    stop). On main the cut is put on epoch 0's rest, where that rank has nothing left, and
+    dropped: epoch 1 starts again from its first id, its ids already targets are targets
+    again (the same in every world size, e.g. a rank of 4 whose small part's epoch ends)."""
+    opts: dict[str, Any] = {"workers": 0, "seed": 1, "tokenizer": "bytes", "epochs": None,
+                            "even": None}  # fmt: skip
+    loader = Loader(js, **opts)
+
+    def batches(state: Any, n: int) -> tuple[list[list[int]], Any]:
+        with loader.batches(64, 1, state=state) as it:
+            out = [next(it)[0].tolist() for _ in range(n)]
+            return out, json.loads(json.dumps(it.state_dict()))
+
+    with loader.batches(64, 1) as it:
+        for stop in range(1, 400):
+            next(it)
+            state = json.loads(json.dumps(it.state_dict()))
+            documents = state["documents"]
+            if documents["counters"].get("epoch_documents") == 30 and state["offset"] > 1:
+                assert documents["position"]["epoch"] == 0
+                break
+        else:
+            raise AssertionError("no stop inside epoch 1's first document")
+    resumed, _ = batches(state, 4)
+    (new,) = reshard([state], 1)
+    assert batches(new, 4)[0] == resumed, stop
