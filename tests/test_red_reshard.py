@@ -132,3 +132,44 @@ def test_a_best_fit_window_across_a_part_s_epoch_end_is_refused_naming_the_part(
                             epochs=None, tokenizer="bytes")  # fmt: skip
             with loader.batches(127, 2, packing="bestfit", window=5, state=state) as it:
                 next(it)
+
+
+def test_a_best_fit_window_of_the_next_epoch_begun_at_the_epoch_s_end(js: str) -> None:
+    """Best fit over 4 ranks (rows of 128, 1 a batch, windows of 5): rank 2's share of
+    epoch 0 is 7 documents (windows 0 and 1); its 14th batch is the second row of epoch 1's
+    window 0 while its documents' state is still at the end of epoch 0 (``window_epoch`` 1,
+    ``position.epoch`` 0). Resharded to 3, either refused with a StateError (as a window begun
+    in the next epoch is) or those 2 rows not handed out again: over epochs 0 and 1 no id is
+    handed out more than twice. On main it is accepted as a window of epoch 0, where the
+    rank has nothing left, and lost: the new world's epoch 1 hands its 2 rows out again."""
+    np = pytest.importorskip("numpy")
+    with Loader(js, workers=0, tokenizer="bytes").iter() as it:
+        docs = {d.name: np.asarray(d.tokens) for d in it}
+    cover = {name: np.zeros(len(ids), int) for name, ids in docs.items()}
+
+    def run(state: Any, rank: int, world: int, n: int | None, **extra: Any) -> Any:
+        opts = _opts(rank, world, None, seed=5, tokenizer="bytes", **extra)
+        with Loader(js, **opts).batches(127, 1, packing="bestfit", window=5, segments=True,
+                                        state=state) as it:  # fmt: skip
+            for k, batch in enumerate(it, 1):
+                for tokens, seg, pos in zip(*batch[:3], strict=True):
+                    for s in set(seg[seg > 0].tolist()):
+                        at = np.flatnonzero(seg == s)
+                        p, ids = int(pos[at[0]]), tokens[at]
+                        (name,) = [n for n, t in docs.items()
+                                   if len(t) >= p + len(ids) and (t[p : p + len(ids)] == ids).all()]  # fmt: skip
+                        cover[name][p : p + len(ids)] += 1
+                if n is not None and k >= n:
+                    break
+            return json.loads(json.dumps(it.state_dict()))
+
+    states = [run(None, rank, 4, stop) for rank, stop in enumerate((1, 2, 14, 3))]
+    at = states[2]
+    assert (at["window_epoch"], at["documents"]["position"]["epoch"], at["row"]) == (1, 0, 2)
+    try:
+        new = reshard(states, 3)
+    except StateError:
+        return  # refused: what is expected
+    for rank, state in enumerate(new):
+        run(state, rank, 3, None, epochs=2)
+    assert max(int(c.max()) for c in cover.values()) <= 2
