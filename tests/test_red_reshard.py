@@ -91,7 +91,7 @@ def test_a_concat_cut_in_the_next_epoch_s_first_document_goes_on_after_a_reshard
             return out, json.loads(json.dumps(it.state_dict()))
 
     with loader.batches(64, 1) as it:
-        for stop in range(1, 400):
+        for _ in range(400):
             next(it)
             state = json.loads(json.dumps(it.state_dict()))
             documents = state["documents"]
@@ -102,7 +102,7 @@ def test_a_concat_cut_in_the_next_epoch_s_first_document_goes_on_after_a_reshard
             raise AssertionError("no stop inside epoch 1's first document")
     resumed, _ = batches(state, 4)
     (new,) = reshard([state], 1)
-    assert batches(new, 4)[0] == resumed, stop
+    assert batches(new, 4)[0] == resumed, state["batches"]
 
 
 def test_a_best_fit_window_across_a_part_s_epoch_end_is_refused_naming_the_part(
@@ -134,6 +134,11 @@ def test_a_best_fit_window_across_a_part_s_epoch_end_is_refused_naming_the_part(
                 next(it)
 
 
+def _holds(tokens: Any, at: int, ids: Any) -> bool:
+    """Whether a document's ``tokens`` hold ``ids`` at position ``at``."""
+    return len(tokens) >= at + len(ids) and bool((tokens[at : at + len(ids)] == ids).all())
+
+
 def test_a_best_fit_window_of_the_next_epoch_begun_at_the_epoch_s_end(js: str) -> None:
     """Best fit over 4 ranks (rows of 128, 1 a batch, windows of 5): rank 2's share of
     epoch 0 is 7 documents (windows 0 and 1); its 14th batch is the second row of epoch 1's
@@ -156,8 +161,7 @@ def test_a_best_fit_window_of_the_next_epoch_begun_at_the_epoch_s_end(js: str) -
                     for s in set(seg[seg > 0].tolist()):
                         at = np.flatnonzero(seg == s)
                         p, ids = int(pos[at[0]]), tokens[at]
-                        (name,) = [n for n, t in docs.items()
-                                   if len(t) >= p + len(ids) and (t[p : p + len(ids)] == ids).all()]  # fmt: skip
+                        (name,) = [n for n, t in docs.items() if _holds(t, p, ids)]
                         cover[name][p : p + len(ids)] += 1
                 if n is not None and k >= n:
                     break
@@ -173,3 +177,67 @@ def test_a_best_fit_window_of_the_next_epoch_begun_at_the_epoch_s_end(js: str) -
     for rank, state in enumerate(new):
         run(state, rank, 3, None, epochs=2)
     assert max(int(c.max()) for c in cover.values()) <= 2
+
+
+# -- attacks that held ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rule", [None, "pad"])
+def test_held_a_state_in_a_later_epoch_s_rest_resumes_exactly(js: str, rule: str | None) -> None:
+    """4 ranks in epochs 0, 1 and 2 resharded to 3: a new rank's state taken after any
+    document (in epoch 0's rest, in epoch 1's or 2's rest that ``Reshard.following`` opens,
+    or in the new world's own epoch 3) resumes to the documents of the uninterrupted run."""
+    states = [_read(js, None, stop, **_opts(rank, 4, rule))[1]
+              for rank, stop in enumerate((3, 10, 17, 1))]  # fmt: skip
+    assert sorted(s["position"]["epoch"] for s in states) == [0, 0, 1, 2]
+    state = reshard(states, 3)[1]
+    opts = _opts(1, 3, rule, epochs=4)
+    whole, _, _ = _read(js, state, None, **opts)
+    assert {e for e, _ in whole} == {0, 1, 2, 3}
+    for cut in range(1, len(whole)):
+        first, saved, _ = _read(js, state, cut, **opts)
+        assert first + _read(js, saved, None, **opts)[0] == whole, cut
+
+
+def test_held_a_mixture_resharded_three_times_across_epochs(
+    tmp_path: Path, small_corpus: Path
+) -> None:
+    """A mixture of the small tar corpus and 7 JSON lines (at half the turns: every rank
+    runs through epochs of it at its own pace), 3 ranks -> 5 -> 2 -> 4, each stopping at its
+    own point: per part, every epoch an old rank had begun is each document once."""
+    write_jsonl(tmp_path / "js7" / "a.jsonl", sample_texts(7, seed=4))
+    web = shutil.copytree(small_corpus, tmp_path / "web")
+    m = Mixture({"web": str(web), "js7": str(tmp_path / "js7")}, {"web": 0.5, "js7": 0.5})
+    sizes = {"web": 120, "js7": 7}
+
+    def run(state: Any, rank: int, world: int, n: int | None,
+            until: dict[str, int] | None = None) -> tuple[list[Any], Any]:  # fmt: skip
+        got = []
+        with Loader(m, workers=0, seed=6, rank=rank, world_size=world, even=None,
+                    epochs=None).iter(state=state) as it:  # fmt: skip
+            while n is None or len(got) < n:
+                document = next(it)
+                epochs = it.stats.epochs
+                got.append((document.source, epochs[document.source], document.name))
+                if until is not None and all(epochs[p] > e for p, e in until.items()):
+                    break
+            return got, json.loads(json.dumps(it.state_dict()))
+
+    delivered: list[Any] = []
+    states: list[Any] = [None] * 3
+    for stops, world in (((9, 30, 2), 5), ((4, 0, 21, 7, 13), 2), ((11, 3), 4)):
+        stopped = []
+        for rank, stop in enumerate(stops):
+            got, state = run(states[rank], rank, len(stops), stop)
+            delivered += got
+            stopped.append(state)
+        states = reshard(stopped, world)
+    last = {p: max(e for s, e, _ in delivered if s == p) for p in sizes}
+    assert last["js7"] >= 2
+    for rank, state in enumerate(states):
+        delivered += run(state, rank, 4, None, until=last)[0]
+    counted = collections.Counter(delivered)
+    for part, size in sizes.items():
+        for epoch in range(last[part] + 1):
+            names = {n: c for (p, e, n), c in counted.items() if p == part and e == epoch}
+            assert len(names) == size and set(names.values()) == {1}, (part, epoch)
