@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from openwebtext import Loader, Mixture, StateError, reshard
-from tables_support import sample_texts, write_jsonl
+from tables_support import sample_texts, write_jsonl, write_parquet
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +103,49 @@ def test_a_concat_cut_in_the_next_epoch_s_first_document_goes_on_after_a_reshard
     resumed, _ = batches(state, 4)
     (new,) = reshard([state], 1)
     assert batches(new, 4)[0] == resumed, state["batches"]
+
+
+def test_a_mixture_s_concat_cut_in_a_part_s_next_epoch_goes_on_after_a_reshard(
+    tmp_path: Path,
+) -> None:
+    """The same in a mixture (its concat batches' usual case: a small part's epoch ends on
+    every rank): 50 parquet rows and 30 JSON lines at equal weights, stopped inside the first
+    document of the JSON part's epoch 1 (its state at the end of epoch 0), resharded 1 -> 1:
+    no id of that document already a target is a target again (on main: 31 are)."""
+    pq, js = tmp_path / "pq", tmp_path / "js"
+    write_parquet(pq / "a.parquet", sample_texts(50, seed=1))
+    write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
+    m = Mixture({"pq": str(pq), "js": str(js)})
+    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
+    lengths: dict[str, int] = {}
+
+    def marked(state: Any, n: int) -> list[tuple[str, int]]:
+        """``(part:document:epoch, index)`` of the first ``n`` ids of ``state``'s documents."""
+        out: list[tuple[str, int]] = []
+        with loader.iter(state=state) as it:
+            while len(out) < n:
+                doc = next(it)
+                key = f"{doc.source}:{doc.name}:{it.stats.epochs[doc.source]}"
+                cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
+                out += [(key, cut + j) for j in range(len(doc.tokens))]
+        return out[:n]
+
+    whole = marked(None, 64 * 400)
+    with loader.batches(64, 1) as it:
+        for _ in range(400):
+            next(it)
+            state = json.loads(json.dumps(it.state_dict()))
+            part = state["documents"]["parts"]["js"]
+            if (state["documents"].get("next") == 1 and state["offset"] > 1
+                    and part["counters"].get("epoch_documents") == 30):  # fmt: skip
+                assert part["position"]["epoch"] == 0
+                break
+        else:
+            raise AssertionError("no stop inside the JSON part's epoch 1's first document")
+    (new,) = reshard([state], 1)
+    targets = set(whole[1 : state["batches"] * 64 + 1])
+    again = set(marked(new["documents"], 4000)[1:]) & targets
+    assert not again, sorted(again)[:3]
 
 
 def test_a_best_fit_window_across_a_part_s_epoch_end_is_refused_naming_the_part(
