@@ -9,7 +9,7 @@ counts). The section is O(old ranks) integers, never a list of documents.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from msgspec import UNSET, UnsetType
 
@@ -198,6 +198,14 @@ def _best_fit(
     window = states[0].window
     assert window is not None  # a best-fit state has one (``BatchesState.from_json``)
     ordered = [states[by_rank[r]] for r in range(world)]
+    for rank, s in enumerate(ordered):  # a window begun at an epoch's end is the next one's
+        epoch = cast(DocumentState, s.documents).position.epoch
+        if s.row and s.window_epoch is not None and s.window_epoch > epoch:
+            raise StateError(
+                f"rank {rank}'s best-fit window is of epoch {s.window_epoch}, begun when its "
+                f"documents were at the end of epoch {epoch}: reshard best-fit batches states "
+                "taken in one epoch (resume this one on the same world size)"
+            )
     numbers = [
         WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings,
                  s.window_parts[0] if s.window_parts and s.row else None)  # (a mixture's part)

@@ -28,14 +28,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
+from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import EpochShares, Rule, Share, advance, plan
 from openwebtext.stream.epochs import check_position
-from openwebtext.stream.schema import Packed, Reshard, WindowAt
+from openwebtext.stream.schema import OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
 
-__all__ = ["Piece", "Rest", "Window", "cut_share", "rest_of"]
+__all__ = ["Piece", "Rest", "Window", "cut_share"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
@@ -150,13 +151,21 @@ class Rest:
             corpus's); False for a mixture's part, whose rank may hand out another part's
             document first: a document cut across the checkpoint then goes on from its first
             id not yet a target, never from the last one that was.
+        part: The mixture's part this is a rest of (named in errors).
     """
 
     def __init__(
-        self, section: Reshard, counts: Sequence[int], options: Options, *, leads: bool = True
+        self,
+        section: Reshard,
+        counts: Sequence[int],
+        options: Options,
+        *,
+        leads: bool = True,
+        part: str | None = None,
     ):
         self.section = section
         self.leads = leads
+        self.counts, self.options, self.part = counts, options, part
         self.epoch = section.epoch
         world = section.world_size
         rule: Rule | None = section.even
@@ -170,6 +179,8 @@ class Rest:
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
         begun = {b.rank: b for b in section.windows or ()}
+        self.carried: dict[int, int] = {}
+        """Old ranks whose concat cut is in their next epoch's first document: their cuts."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
@@ -184,6 +195,8 @@ class Rest:
                     exact=exact[r], whose=f"old rank {r}'s share of epoch {self.epoch}",
                 )  # fmt: skip
             remaining = 0 if old.finished else max(0, whole - old.handed)
+            if not remaining and old.cut and not old.finished:  # its next document: the next
+                self.carried[r] = old.cut  # epoch's first (``next_section``)
             self.starts.append(at)
             first = at
             b = begun.get(r)
@@ -194,8 +207,9 @@ class Rest:
                 if m > remaining:
                     raise StateError(
                         f"old rank {r}'s best-fit window holds {m} documents of its share of "
-                        f"epoch {self.epoch}, which had {remaining} left: the window crosses "
-                        "the epoch's end (a mixture's part); resume on the same world size"
+                        f"epoch {self.epoch} of the mixture's part {part!r}, which had "
+                        f"{remaining} left: the window crosses the part's epoch end; resume "
+                        "on the same world size, or reshard when no window does"
                     )
                 windows.append(Window([(at, at + m, False)], b.number, b.rows, b.packings))
                 first = at + m
@@ -238,6 +252,32 @@ class Rest:
         self.mid = mid
         self.length = _count(self.spans)
 
+    def following(self) -> Rest | None:
+        """The next epoch's rest, or None: the next epoch is the rank's own (``next_section``).
+        Its first id leads only if this share held none (else it follows this share's)."""
+        section = self.next_section()
+        if section is None:
+            return None
+        leads = self.leads and not self.length
+        return Rest(section, self.counts, self.options, leads=leads, part=self.part)
+
+    def next_section(self) -> Reshard | None:
+        """The section of the next epoch (``Reshard.following``), with the cuts of old ranks
+        that had handed out all of this epoch while a batch had begun their next epoch's
+        first document (``carried``): that epoch is then a rest too (its old ranks not begun,
+        theirs cut), so that the document goes on from its first id not yet a target."""
+        section = self.section
+        following = section.following()
+        if not self.carried or section.levels or (following and following.levels):
+            return following
+        if following is None:
+            not_begun = (OldRank(0, 0),) * section.world_size
+            following = replace(section, epoch=section.epoch + 1, ranks=not_begun,
+                                later=(), counted=False)  # fmt: skip
+        ranks = tuple(replace(old, cut=self.carried.get(r, old.cut))
+                      for r, old in enumerate(following.ranks))  # fmt: skip
+        return replace(following, ranks=ranks)
+
     def windows_ahead(self, progress: int) -> list[WindowAhead]:
         """``(documents, number, rows handed out, packings)`` of the windows this share
         starts with that begin at or after its first ``progress`` documents (best fit)."""
@@ -271,14 +311,6 @@ class Rest:
                         trim = max(trim - 1, 0)
                 yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim)
                 a = stop
-
-
-def rest_of(
-    section: Reshard | None, counts: Sequence[int], options: Options, *, leads: bool
-) -> Rest | None:
-    """The ``Rest`` of ``section`` (None: none, the epoch is the rank's own); ``leads``: as
-    ``Rest``'s (False for a mixture's part, and for an epoch's rest after another's)."""
-    return None if section is None else Rest(section, counts, options, leads=leads)
 
 
 def _windows_left(

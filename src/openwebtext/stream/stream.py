@@ -47,7 +47,7 @@ from openwebtext.stream.epochs import (
     say_rest_dropped,
     share_target,
 )
-from openwebtext.stream.rest import Piece, rest_of
+from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.state import Mark, Stats, check_in_block, config_of, handed_sum
@@ -217,7 +217,9 @@ class Stream:
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
         self._runs: str | None = None  # token documents handed out a block's rest at a time
-        self._rest = rest_of(self._reshard, self._counts_per_unit, options, leads=source is None)
+        self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
+            self._reshard, self._counts_per_unit, options, leads=source is None, part=source
+        )  # fmt: skip
 
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
@@ -285,16 +287,13 @@ class Stream:
                 if take is not None and self._yielded() >= take:
                     return
                 if last is None and self._counters.epoch_documents == 0 and not resharded:
-                    skipped_files = self.policy.files
-                    raise nothing_read(
-                        self.corpus, opts, self._epoch, self._counters, skipped_files, self.source
-                    )
+                    raise nothing_read(self.corpus, opts, self._epoch, self._counters,
+                                       self.policy.files, self.source)  # fmt: skip
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len, self._rank = 0, opts.rank
-                # The next epoch's rest, if old ranks had begun it (its ids follow this rank's)
-                self._reshard = None if self._reshard is None else self._reshard.following()
-                self._rest = rest_of(self._reshard, self._counts_per_unit, opts, leads=False)
+                self._rest = None if self._rest is None else self._rest.following()
+                self._reshard = None if self._rest is None else self._rest.section
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
@@ -346,7 +345,7 @@ class Stream:
         assert section is not None and rest is not None
         if not section.counted:  # the last share counts what drop left out, and says it
             self._reshard = replace(section, counted=True)
-            self._counters = replace(self._counters, dropped_documents=rest.dropped_here)
+            self._counters = self._counters.plus(dropped_documents=rest.dropped_here)
             say_rest_dropped(self.options, self._epoch, rest.dropped_here)
         for piece in rest.pieces(self._counters.epoch_documents):
             self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
