@@ -1,12 +1,27 @@
 """``Counters``: the running counts of a stream, the ``counters`` object of its state;
-``PackingCounts``: what packing did to the documents, the ``packed`` object of a batches state."""
+``PackingCounts``: what packing did to the documents, the ``packed`` object of a batches state;
+``PartPacking``: the same for one part of a mixture (``packed_parts``), kept running as an array
+of parts (``add_parts``, ``named_parts``, ``indexed_parts``)."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
 
 from openwebtext import codec
 from openwebtext.codec import Count, Record
 
-__all__ = ["Counters", "PackingCounts"]
+__all__ = [
+    "NO_PARTS",
+    "Counters",
+    "PackingCounts",
+    "PartPacking",
+    "add_parts",
+    "indexed_parts",
+    "named_parts",
+]
 
 
 class Counters(Record, frozen=True, omit_defaults=True):
@@ -87,3 +102,49 @@ class PackingCounts(Record, frozen=True):
             self.cut_documents + cut_documents,
             self.pieces + pieces,
         )
+
+
+class PartPacking(Record, frozen=True, omit_defaults=True):
+    """What packing did to one part's documents (a mixture's batches): the ``packed_parts`` of a
+    batches state by part name, and the same names in the part's ``stats.parts[name]``. Counted
+    as ``PackingCounts``' (the parts' sum to the rank's). Padding belongs to no part: it is
+    counted per rank only (``PackingCounts.padding_ids``; a part's ``stats`` say 0)."""
+
+    cut_documents: Count = 0
+    """The part's documents cut across rows."""
+    pieces: Count = 0
+    """The pieces of those documents in the rows handed out."""
+
+
+#: Per-part counts kept running: row 0 cut documents, row 1 pieces, a column per part (by its
+#: index in the mixture's parts; columns past the last part counted are 0).
+NO_PARTS: np.ndarray[Any, Any] = np.zeros((2, 0), dtype=np.int64)
+
+
+def add_parts(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The sum of two arrays of per-part counts (``NO_PARTS``' shape), of any numbers of parts."""
+    if a.shape[1] < b.shape[1]:
+        a, b = b, a
+    out = a.copy()
+    out[:, : b.shape[1]] += b
+    return out
+
+
+def named_parts(counts: np.ndarray[Any, Any], names: Sequence[str]) -> dict[str, PartPacking]:
+    """Per-part counts by the parts' ``names``, the parts with none left out."""
+    return {
+        names[k]: PartPacking(cut, pieces)
+        for k, (cut, pieces) in enumerate(counts.T.tolist())
+        if cut or pieces
+    }
+
+
+def indexed_parts(
+    counts: Mapping[str, PartPacking], names: Sequence[str]
+) -> np.ndarray[Any, Any]:
+    """``named_parts``' inverse: the counts of a state's ``packed_parts`` by part index."""
+    out = np.zeros((2, len(names)), dtype=np.int64)
+    for k, name in enumerate(names):
+        if name in counts:
+            out[:, k] = counts[name].cut_documents, counts[name].pieces
+    return out

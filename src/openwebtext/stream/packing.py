@@ -32,22 +32,39 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 from numpy.typing import DTypeLike
 
+from openwebtext import codec
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
-from openwebtext.stream.counters import PackingCounts
+from openwebtext.stream.counters import (
+    NO_PARTS,
+    PackingCounts,
+    PartPacking,
+    add_parts,
+    indexed_parts,
+    named_parts,
+)
 from openwebtext.stream.fitting import Rows, best_fit, fit
-from openwebtext.stream.mixschema import MixRun
+from openwebtext.stream.mixschema import MixRun, MixtureStats
 from openwebtext.stream.packed import PackedBatch
 from openwebtext.stream.readahead import Primed
-from openwebtext.stream.schema import BatchesState, Packed
+from openwebtext.stream.schema import BatchesState, DocumentState, MixtureState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
 from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
 from openwebtext.stream.state import Stats
 
-__all__ = ["PACKING", "WINDOW", "BestFitBatches", "best_fit"]
+__all__ = [
+    "PACKING",
+    "WINDOW",
+    "BestFitBatches",
+    "best_fit",
+    "packed_stats",
+    "parts_of_state",
+    "parts_to_state",
+]
 
 #: The packings ``Loader.batches`` knows: documents end to end, or whole by best fit.
 PACKING = ("concat", "bestfit")
@@ -154,6 +171,7 @@ class BestFitBatches:
         # What packing did in the windows handed out whole, and in the rows handed out of
         # the packings of a window before it was packed again.
         self._packed = PackingCounts()
+        self._parts = parts_of_state(start)  # a mixture's, per part (``counted_parts``)
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
             epoch, self._packed = start.window_epoch, start.packed
@@ -266,11 +284,11 @@ class BestFitBatches:
         documents, lengths = _documents(reading.parts)
         pad = _padding(cap, self.pad_id, documents[0][0], self.dtype)
         documents[0].append(pad)  # a row of padding
-        labels = _labels(reading.parts, cap)
+        labels, parts = _labels(reading.parts, cap), _parts(reading.parts)
         try:
             if packings:  # packed at each of its lengths, as it was
                 fitted = fit(documents, lengths, cap, self._seeded(epoch, number), packings[0].rows,
-                             labels=labels)  # fmt: skip
+                             labels=labels, parts=parts)  # fmt: skip
                 for again, packed in enumerate(packings[1:], 1):
                     row = packings[again - 1].rows
                     fitted = self._refit(fitted, row, packed.seq_len, packed.rows, epoch, number,
@@ -278,7 +296,7 @@ class BestFitBatches:
                 cap = packings[-1].seq_len + 1
             else:
                 fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip,
-                             labels=labels)  # fmt: skip
+                             labels=labels, parts=parts)  # fmt: skip
         except StateError:
             self.close()
             raise
@@ -316,14 +334,14 @@ class BestFitBatches:
                 continue
             self._rows_left -= window.fitted.rows - window.row
             # What packing did in its rows handed out, before they go with this packing.
-            self._packed = self._packed.add(*window.fitted.counted(window.row))
+            self._count(window)
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
                 documents[0].append(_padding(cap, self.pad_id, documents[0][0], self.dtype))
-                labels = _labels(window.parts, cap)
+                labels, parts = _labels(window.parts, cap), _parts(window.parts)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
-                             labels=labels)  # fmt: skip
+                             labels=labels, parts=parts)  # fmt: skip
             else:
                 window.packings = (*window.packings, Packed(window.cap - 1, window.row))
                 fitted = self._refit(
@@ -361,7 +379,7 @@ class BestFitBatches:
             parts.append(self._rows(window, take))
             need -= take
             if window.row == window.fitted.rows:
-                self._packed = self._packed.add(*window.fitted.counted(window.row))
+                self._count(window)
                 self._windows.popleft()
         self._batches += 1
         # Read the next window as the rows go, an id read for each id handed out (every
@@ -411,26 +429,33 @@ class BestFitBatches:
                 documents = self._docs.state(self._left[0].mark_before(self._left[1]))
             else:
                 documents = self._docs.state()
+        packed, parts = self._packed_now()
         state = BatchesState(
             *self._shape.first(), documents, 0, self._batches,
             "bestfit", self.window, number, row, epoch, self._shape.section(packings),
-            self._packed_now(),
+            packed, parts_to_state(documents, parts),
         )  # fmt: skip
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
         """The document stream's counts (documents read ahead into packed windows included),
-        and what packing did to the documents of the batches handed out."""
-        stats: Stats = self._docs.stats
-        return stats.packed(self._packed_now())
+        and what packing did to the documents of the batches handed out (a mixture's: per part
+        too, ``packed_stats``)."""
+        return packed_stats(self._docs.stats, *self._packed_now())
 
-    def _packed_now(self) -> PackingCounts:
-        """What packing did to the documents of the batches handed out."""
-        packed = self._packed
+    def _count(self, window: _Window) -> None:
+        """Count what packing did in the rows of ``window`` handed out, before its packing goes."""
+        self._packed = self._packed.add(*window.fitted.counted(window.row))
+        self._parts = add_parts(self._parts, window.fitted.counted_parts(window.row))
+
+    def _packed_now(self) -> tuple[PackingCounts, np.ndarray[Any, Any]]:
+        """What packing did to the documents of the batches handed out, and per part."""
+        packed, parts = self._packed, self._parts
         for window in list(self._windows):  # begun: the first, and one a batch went into
             packed = packed.add(*window.fitted.counted(window.row))
-        return packed
+            parts = add_parts(parts, window.fitted.counted_parts(window.row))
+        return packed, parts
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""
@@ -467,6 +492,46 @@ def _padding(
     if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
         kind = dtype
     return np.full(cap, pad_id, dtype=kind)
+
+
+def _parts(parts: list[tuple[Run, int, int]]) -> np.ndarray[Any, Any] | None:
+    """A mixture's: each of a window's documents' part (beside ``_documents``' lengths); None
+    for a corpus."""
+    runs = [(run.parts, j, end) for run, j, end in parts if isinstance(run, MixRun)]
+    return np.concatenate([p[j:end] for p, j, end in runs]) if runs else None
+
+
+def parts_of_state(start: BatchesState | None) -> np.ndarray[Any, Any]:
+    """The per-part counts a batches state says (``counters.NO_PARTS``' shape; none: none)."""
+    if start is None or not isinstance(start.documents, MixtureState):
+        return NO_PARTS
+    saved = start.packed_parts if isinstance(start.packed_parts, dict) else {}
+    return indexed_parts(saved, start.documents.config.parts)
+
+
+def parts_to_state(
+    documents: DocumentState | MixtureState, counts: np.ndarray[Any, Any]
+) -> dict[str, PartPacking] | msgspec.UnsetType:
+    """A batches state's ``packed_parts``: a mixture's per-part counts by name (absent when
+    none: a corpus's, or nothing cut yet)."""
+    if not isinstance(documents, MixtureState):
+        return msgspec.UNSET
+    return named_parts(counts, documents.config.parts) or msgspec.UNSET
+
+
+def packed_stats(stats: Stats, counts: PackingCounts, parts: np.ndarray[Any, Any]) -> Stats:
+    """``stats`` with what packing did (``Stats.packed``); a mixture's also in each part's
+    ``stats.parts[name]``: its cut documents and pieces (padding belongs to no part: a part
+    says 0, the rank's ``padding_ids`` count it)."""
+    out = stats.packed(counts)
+    if not isinstance(out, MixtureStats):
+        return out
+    names = list(out.parts)
+    each = dict(out.parts)
+    for k, (cut, pieces) in enumerate(parts.T.tolist()):
+        if k < len(names) and (cut or pieces):
+            each[names[k]] = codec.replace(each[names[k]], cut_documents=cut, pieces=pieces)
+    return codec.replace(out, parts=each)
 
 
 def _labels(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:
