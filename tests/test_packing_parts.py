@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openwebtext import Corpus, Loader, Mixture
+from openwebtext import Corpus, Loader, Mixture, reshard
 from openwebtext.errors import StateError
 from openwebtext.stream.schema import BatchesState
 from openwebtext.tokenfiles import megatron_index
@@ -190,3 +190,26 @@ def test_owt_stream_pack_mix_says_each_parts_cut_documents(
             part.cut_documents, part.pieces
         )  # fmt: skip
     assert stats.parts["a"].pieces > 0
+
+
+def test_a_resharded_states_per_part_counts_start_at_zero(mixture: Mixture) -> None:
+    """As the rank's (``PackingCounts``): a new rank counts what it packs from the reshard on."""
+    states = []
+    for rank in range(2):
+        loader = Loader(mixture, tokenizer="bytes", workers=0, seed=1, rank=rank, world_size=2,
+                        even=None, epochs=None)  # fmt: skip
+        with loader.batches(10, 4) as batches:
+            for _ in range(6):
+                next(batches)
+            states.append(json.loads(json.dumps(batches.state_dict())))
+    assert all(state["packed_parts"] for state in states)
+    for rank, state in enumerate(reshard(states, 1)):
+        assert "packed_parts" not in state
+        loader = Loader(mixture, tokenizer="bytes", workers=0, seed=1, rank=rank, world_size=1,
+                        epochs=None)  # fmt: skip
+        with loader.batches(10, 4, state=state) as batches:
+            assert _per_part(batches.stats) == dict.fromkeys(mixture.names, (0, 0, 0))
+            for _ in range(3):
+                next(batches)
+            stats = batches.stats
+        assert sum(s.pieces for s in stats.parts.values()) == stats.pieces > 0
