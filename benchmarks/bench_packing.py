@@ -13,14 +13,16 @@ Two measurements, for each seq_len (1024, 2048) and packing:
   than one row) and of padding ids of the segments runs; with ``--sha256`` it also hashes
   every batch of every packing (to check a change to packing keeps its output).
 - **end to end**: one fresh child per run reads ``--epochs`` epochs of batches
-  (``Loader.batches``, ``--workers`` worker processes) and reports batches/s; ``--rounds``
-  rounds, every packing once per round (order rotated); each run's wall time per batch is
-  compared with plain concat's of the same round (median and range of the ratios).
+  (``Loader.batches`` from the text corpus, tokenized on the way, set-up included;
+  ``--workers`` worker processes, or several counts: ``--workers 0,2``) and reports batches/s;
+  ``--rounds`` rounds, every packing and worker count once per round (order rotated); each
+  run's wall time is divided by plain concat's of the same round and worker count (median
+  and range of the ratios: best fit's "time x concat", at most 1.1 asked by issue 37).
 
 The cost per batch is also given as a share of the end-to-end wall time per batch: how much
 of the consumer's time, on a machine whose cores the workers share, goes to packing.
 
-    python benchmarks/bench_packing.py [CORPUS ...] [--workers 2] [--window 4096]
+    python benchmarks/bench_packing.py [CORPUS ...] [--workers 2|0,2] [--window 4096]
         [--rounds 3] [--epochs 1] [--cost-rounds 5] [--only cost|e2e] [--sha256] [--json out]
 
 With no CORPUS, a small generated corpus (``openwebtext.synth``: 1 subset x 8 members x 200
@@ -34,6 +36,7 @@ import argparse
 import gc
 import hashlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -140,7 +143,8 @@ class Shares:
 def cost_child(args: argparse.Namespace) -> None:
     """Read the documents once, then time every packing's consumer CPU; one line of JSON."""
     start = time.perf_counter()
-    loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0)
+    workers = int(args.workers.split(",")[-1])
+    loader = Loader(args.corpus, tokenizer="gpt2", workers=workers, seed=0)
     laid: tuple[list[TokenRun], list[TokenRun]] = ([], [])
     for in_order, runs in enumerate(laid):
         with loader.iter() as stream:
@@ -190,11 +194,13 @@ def cost_child(args: argparse.Namespace) -> None:
 
 
 def child(args: argparse.Namespace) -> None:
-    """Read ``--epochs`` epochs of batches end to end; print one line of JSON."""
-    loader = Loader(args.corpus, tokenizer="gpt2", workers=args.workers, seed=0, epochs=args.epochs)
-    batches = 0
+    """Read ``--epochs`` epochs of batches end to end (the loader's set-up included); print
+    one line of JSON."""
     start = time.perf_counter()
     cpu = time.process_time()
+    loader = Loader(args.corpus, tokenizer="gpt2", workers=int(args.workers), seed=0,
+                    epochs=args.epochs)  # fmt: skip
+    batches = 0
     with loader.batches(
         args.seq_len, args.batch_size, segments=args.segments, packing=args.packing,
         window=args.window,
@@ -263,46 +269,59 @@ def measure_cost(paths: list[str], args: argparse.Namespace) -> dict[str, Any]:
 
 
 def measure_end_to_end(paths: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
-    configs = [(int(s), p, g) for s in args.seq_lens.split(",") for p, g in RUNS]
+    workers = [int(w) for w in args.workers.split(",")]
+    configs = [(w, int(s), p, g) for w in workers for s in args.seq_lens.split(",")
+               for p, g in RUNS]  # fmt: skip
     results: list[dict[str, Any]] = []
     load = common.OtherLoad()
     for round_number in range(args.rounds):
-        for seq_len, packing, segments in rotated(configs, round_number):
+        for count, seq_len, packing, segments in rotated(configs, round_number):
             report = common.run_child(
                 __file__,
                 "batches",
-                [*paths, "--workers", str(args.workers), "--batch-size", str(args.batch_size),
+                [*paths, "--workers", str(count), "--batch-size", str(args.batch_size),
                  "--window", str(args.window), "--seq-len", str(seq_len),
                  "--packing", packing, "--segments", str(int(segments)),
                  "--epochs", str(args.epochs)],
             )  # fmt: skip
-            report.update(round=round_number, seq_len=seq_len, packing=packing)
+            report.update(round=round_number, seq_len=seq_len, packing=packing, workers=count)
             report["segments"] = segments
             results.append(report)
             print(
-                f"round {round_number} seq_len {seq_len} {packing:8s} segments={segments!s:5s} "
-                f"{report['batches_per_s']:8.2f} batches/s ({report['batches']} batches, "
-                f"{report['seconds']:.1f} s, consumer CPU {report['consumer_cpu_s']:.1f} s)",
+                f"round {round_number} workers {count} seq_len {seq_len} {packing:8s} "
+                f"segments={segments!s:5s} {report['batches_per_s']:8.2f} batches/s "
+                f"({report['batches']} batches, {report['seconds']:.1f} s, consumer CPU "
+                f"{report['consumer_cpu_s']:.1f} s)",
                 flush=True,
             )
     seconds, other, stolen = load.measure()
     print(
         f"end to end: {args.rounds} rounds in {seconds:.0f} s; other processes kept "
-        f"{other:.2f} cores busy, the hypervisor stole {stolen:.2f}",
+        f"{other:.2f} cores busy, the hypervisor stole {stolen:.2f}; load average now "
+        f"{os.getloadavg()[0]:.2f}",
         flush=True,
     )
-    per_batch = {(r["round"], r["seq_len"], run_name(r["packing"], r["segments"])):
-                 r["seconds"] / r["batches"] for r in results}  # fmt: skip
-    for seq_len, packing, segments in configs:
+    keys = [(r["round"], r["workers"], r["seq_len"], run_name(r["packing"], r["segments"]))
+            for r in results]  # fmt: skip
+    per_batch = {k: r["seconds"] / r["batches"] for k, r in zip(keys, results, strict=True)}
+    cpu_per_batch = {k: r["cpu_s"] / r["batches"] for k, r in zip(keys, results, strict=True)}
+    for count, seq_len, packing, segments in configs:
         name = run_name(packing, segments)
         ratios = [
-            per_batch[(k, seq_len, "concat")] / per_batch[(k, seq_len, name)]
+            per_batch[(k, count, seq_len, name)] / per_batch[(k, count, seq_len, "concat")]
             for k in range(args.rounds)
         ]
-        rates = [1 / per_batch[(k, seq_len, name)] for k in range(args.rounds)]
+        rates = [1 / per_batch[(k, count, seq_len, name)] for k in range(args.rounds)]
+        # The CPU of the run's processes (the child and its workers) per batch, over concat's:
+        # less moved than the wall time by what else runs on the machine.
+        cpus = [
+            cpu_per_batch[(k, count, seq_len, name)] / cpu_per_batch[(k, count, seq_len, "concat")]
+            for k in range(args.rounds)
+        ]
         print(
-            f"  seq_len {seq_len} {name:12s} {statistics.median(rates):8.1f} batches/s "
-            f"({min(rates):.1f}-{max(rates):.1f}), throughput x concat {spread(ratios)}",
+            f"  workers {count} seq_len {seq_len} {name:12s} {statistics.median(rates):8.1f} "
+            f"batches/s ({min(rates):.1f}-{max(rates):.1f}), time x concat {spread(ratios)}, "
+            f"CPU x concat {spread(cpus)}",
             flush=True,
         )
     return results
@@ -312,11 +331,12 @@ def shares_of_end_to_end(cost: dict[str, Any], e2e: list[dict[str, Any]]) -> Non
     """The consumer's packing CPU per batch over the end-to-end wall time per batch, and
     (when the runs report it) over the CPU time per batch of the child and its workers."""
     print("packing cost as a share of the end-to-end time per batch (medians):", flush=True)
+    most = max(r["workers"] for r in e2e)  # the runs of the most workers
     for seq_len, runs in cost["runs"].items():
         concat_us = statistics.median(runs["concat"]["us_per_batch"])
         for name, run in runs.items():
             same = [r for r in e2e
-                    if str(r["seq_len"]) == seq_len
+                    if str(r["seq_len"]) == seq_len and r["workers"] == most
                     and run_name(r["packing"], r["segments"]) == name]  # fmt: skip
             wall = statistics.median(r["seconds"] / r["batches"] * 1e6 for r in same)
             us = statistics.median(run["us_per_batch"])
@@ -341,7 +361,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="*")
     parser.add_argument("--bench-corpus", action="store_true")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", default="2", help="end to end: a count, or several: 0,2")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--seq-lens", default="1024,2048")

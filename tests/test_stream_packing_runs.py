@@ -191,6 +191,7 @@ def _start(state: dict[str, Any]) -> Any:
         window_epoch = state["window_epoch"]
         scheduled = None
         packed = PackingCounts(**state["packed"])
+        documents = None  # (not a mixture's: no per-part counts)
 
     return Start()
 

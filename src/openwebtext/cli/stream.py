@@ -170,7 +170,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
         summary.summary(stats, before, time.perf_counter() - start, opening_s)
         summary.packing_summary(args, stats, before, made)
         if isinstance(source, Mixture):
-            summary.parts_summary(stats)
+            summary.parts_summary(stats, packed=before)
     return 0
 
 

@@ -132,13 +132,22 @@ def packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made:
     )
 
 
-def parts_summary(stats: Any) -> None:
-    """A mixture's summary line per part."""
+def parts_summary(stats: Any, packed: Any = None) -> None:
+    """A mixture's summary line per part; of packed batches (``packed``: the stats before
+    them), the part's documents cut and their pieces too (padding belongs to no part: the
+    packing line says the rank's)."""
     for name, part in stats.parts.items():
+        cut = ""
+        if packed is not None:  # since the run's start (a resumed run's: its state's)
+            was = packed.parts.get(name)
+            cut_documents = part.cut_documents - (0 if was is None else was.cut_documents)
+            pieces = part.pieces - (0 if was is None else was.pieces)
+            cut = f"; {plural(cut_documents, 'document')} cut into {plural(pieces, 'piece')}"
         print(
             f"  {name}: {plural(part.documents, 'document')}, "
             f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
-            + (f", {part.tokens:,} ids" if part.tokens else ""),
+            + (f", {part.tokens:,} ids" if part.tokens else "")
+            + cut,
             file=sys.stderr,
         )
 

@@ -29,6 +29,7 @@ from openwebtext.options import int_at_least
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.packed import PackedBatch, segmented
 from openwebtext.stream.packing import PACKING
+from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_state, parts_to_state
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
@@ -128,6 +129,7 @@ class Batches:
         # start, a row every ``_row_len`` ids; the row before ``_counted`` began
         # ``_before_len`` ids before it (the length of the batch before the next).
         self._packed = PackingCounts() if start is None else start.packed
+        self._parts = parts_of_state(start)  # a mixture's, per part
         self._counted = offset
         self._row_len = self._shape.seq_len
         at = self._shape.at
@@ -232,15 +234,17 @@ class Batches:
     def _count_cuts(self) -> None:
         """Count the documents cut by the rows handed out, up to the next batch's start."""
         if self._head > self._counted:
-            self._packed = self._packed_now()
+            self._packed, self._parts = self._packed_now()
             self._counted, self._before_len = self._head, self._row_len
 
-    def _packed_now(self) -> PackingCounts:
-        """What packing did to the documents of the batches handed out: a row that starts
-        inside a document cuts it (its first cut if the row before started at or before its
-        start: a cut document and two pieces; else one piece more). Changes nothing (``stats``
-        may be read from another thread, as ``ahead``'s is)."""
+    def _packed_now(self) -> tuple[PackingCounts, np.ndarray[Any, Any]]:
+        """What packing did to the documents of the batches handed out, and per part (a
+        mixture's: each cut counted to its document's part): a row that starts inside a
+        document cuts it (its first cut if the row before started at or before its start: a
+        cut document and two pieces; else one piece more). Changes nothing (``stats`` may be
+        read from another thread, as ``ahead``'s is)."""
         lo, hi, cuts, firsts = self._counted, self._head, 0, 0
+        parts = self._parts
         step = self._row_len
         for run in list(self._pending):
             a, b = max(lo, run.first), min(hi, run.first + len(run.ids))
@@ -253,9 +257,16 @@ class Batches:
             before = starts - step  # where the row before each began
             if len(starts) and starts[0] + run.first == lo:
                 before[0] = starts[0] - self._before_len
+            first = cut & (begins >= before)
             cuts += int(np.count_nonzero(cut))
-            firsts += int(np.count_nonzero(cut & (begins >= before)))
-        return self._packed.add(0, firsts, cuts + firsts)
+            firsts += int(np.count_nonzero(first))
+            of = getattr(run.run, "parts", None)  # a mixture's: each document's part
+            if of is not None and cut.any():
+                cut_of = of[j[cut]]
+                each = np.bincount(cut_of, weights=first[cut])
+                counted = np.stack([each, np.bincount(cut_of, minlength=len(each)) + each])
+                parts = add_parts(parts, counted.astype(np.int64))
+        return self._packed.add(0, firsts, cuts + firsts), parts
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
@@ -265,17 +276,20 @@ class Batches:
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
         documents = self._docs.state(mark)
+        packed, parts = self._packed_now()
         state = BatchesState(
             *self._shape.first(), documents, offset, self._batches,
-            schedule=self._shape.section(), packed=self._packed_now(),
+            schedule=self._shape.section(), packed=packed,
+            packed_parts=parts_to_state(documents, parts),
         )  # fmt: skip
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
         """The document stream's counts (documents read ahead into the pending batch included),
-        and what packing did to the documents of the batches handed out."""
-        return self._docs.stats.packed(self._packed_now())
+        and what packing did to the documents of the batches handed out (a mixture's: per part
+        too, ``packing.packed_stats``)."""
+        return packed_stats(self._docs.stats, *self._packed_now())
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""

@@ -1,11 +1,13 @@
 """``Counters``: the running counts of a stream, the ``counters`` object of its state;
-``PackingCounts``: what packing did to the documents, the ``packed`` object of a batches state."""
+``PackingCounts``: what packing did to the documents, the ``packed`` object of a batches state;
+``PartPacking``: the same for one part of a mixture (``packed_parts``; kept running by
+``partpacking``)."""
 
 from __future__ import annotations
 
 from openwebtext.codec import Count, Record
 
-__all__ = ["Counters", "PackingCounts"]
+__all__ = ["Counters", "PackingCounts", "PartPacking"]
 
 
 class Counters(Record, frozen=True, omit_defaults=True):
@@ -69,3 +71,17 @@ class PackingCounts(Record, frozen=True):
     def add(self, padding_ids: int, cut_documents: int, pieces: int) -> PackingCounts:
         """These counts, and more."""
         return self.plus(padding_ids=padding_ids, cut_documents=cut_documents, pieces=pieces)
+
+
+class PartPacking(Record, frozen=True, omit_defaults=True):
+    """What packing did to one part's documents (a mixture's batches): the ``packed_parts`` of a
+    batches state by part name, and the same names in the part's ``stats.parts[name]``. Counted
+    as ``PackingCounts``' (the parts' sum to the rank's). Padding belongs to no part: it is
+    counted per rank only (``PackingCounts.padding_ids``; a part's ``stats`` say 0)."""
+
+    cut_documents: Count = 0
+    """The part's documents cut across rows."""
+    pieces: Count = 0
+    """The pieces of those documents in the rows handed out."""
+
+

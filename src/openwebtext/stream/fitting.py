@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
+from openwebtext.stream.partpacking import NO_PARTS
 
 __all__ = ["Rows", "best_fit", "best_fit_rows", "fit"]
 
@@ -98,11 +99,27 @@ class Rows:
     labels: list[np.ndarray[Any, Any]] | None = None
     """A mixture's: beside each of ``sources``, its ids' parts (padding's -1); made into
     ``PackedBatch.sources`` by the same slices."""
+    parts: np.ndarray[Any, Any] | None = None
+    """A mixture's: each chunk's part (padding's -1)."""
+    part_cuts: tuple[np.ndarray[Any, Any], ...] = ()
+    """A mixture's: the chunks that are pieces of cut documents, their parts, and whether each
+    is its document's first piece (what ``counted_parts`` counts)."""
 
     def counted(self, row: int) -> tuple[int, int, int]:
         """``PackingCounts``'s counts of rows ``skip..row``."""
         padding_ids, cut_documents, pieces = self.packed[:, row - self.skip].tolist()
         return padding_ids, cut_documents, pieces
+
+    def counted_parts(self, row: int) -> np.ndarray[Any, Any]:
+        """``counted``'s cut documents and pieces of rows ``skip..row`` per part
+        (``counters.NO_PARTS``' shape; a corpus's: none)."""
+        if not self.part_cuts:
+            return NO_PARTS
+        at, parts, firsts = self.part_cuts
+        k = int(np.searchsorted(at, self.row_chunks[row - self.skip]))
+        cut = np.bincount(parts[:k], weights=firsts[:k])
+        counts = np.stack([cut, np.bincount(parts[:k], minlength=len(cut))])
+        return counts.astype(np.int64)
 
     def ramp(self, n: int) -> np.ndarray[Any, Any]:
         """0, 1, ..., n - 1 (int32), kept for the next rows."""
@@ -171,7 +188,15 @@ class Rows:
         labels = self.labels
         if labels is not None:  # the last is the old row of padding
             labels = [*labels[:-1], np.full(cap, -1, np.int16)]
-        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels, cut=cut)
+        parts = None if self.parts is None else self.parts[self._kept(row)]
+        return fit(documents, lengths, cap, seeded, skip, bases, labels=labels, cut=cut,
+                   parts=parts)  # fmt: skip
+
+    def _kept(self, row: int) -> np.ndarray[Any, Any]:
+        """The chunks of rows ``row..`` that are pieces (not padding), in their order."""
+        a = int(self.row_chunks[row - self.skip])
+        kept: np.ndarray[Any, Any] = a + np.flatnonzero(self.numbers[a:])
+        return kept
 
     def pieces(
         self, row: int
@@ -185,10 +210,9 @@ class Rows:
         items: ``(sources without the row of padding, source, start)``, their lengths, where
         each begins in its document and whether its document was cut (to pack them again at
         another length)."""
-        a = self.row_chunks[row - self.skip]
         counts = self.ends - self.starts
         places = np.cumsum(counts) - counts  # where each chunk's ids lie among the rows'
-        kept = a + np.flatnonzero(self.numbers[a:])
+        kept = self._kept(row)
         starts = self.starts[kept]
         documents = (self.sources[:-1], self.sourced[kept], starts)
         bases = places[kept] - self.bases[kept]
@@ -205,6 +229,7 @@ def fit(
     *,
     labels: list[np.ndarray[Any, Any]] | None = None,
     cut: np.ndarray[Any, Any] | None = None,
+    parts: np.ndarray[Any, Any] | None = None,
 ) -> Rows | None:
     """The rows of a window of documents, from row ``skip`` on (None: no row left).
 
@@ -221,6 +246,8 @@ def fit(
         labels: A mixture's: each of the sources' ids' parts (``Rows.labels``).
         cut: Whether each item's document was cut before (``Rows.pieces``; None: none
             was): what packing did counts its pieces, and its document once.
+        parts: A mixture's: each item's part (its index), to count what packing did per
+            part (``Rows.counted_parts``).
 
     Raises:
         StateError: there are fewer than ``skip`` rows (a damaged state).
@@ -284,7 +311,16 @@ def fit(
     kept = np.flatnonzero(counts)  # chunks without ids (most rows' padding) left out
     chunk_rows = np.repeat(np.arange(n), per_row + 1)[kept]
     row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
-    return Rows(
+    fitted = Rows(
         rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
         places[kept], cut[kept], row_chunks, packed, labels=labels,
     )  # fmt: skip
+    if parts is not None:  # a mixture's: each chunk's part, and its cut chunks'
+        part_of = np.full(chunks, -1, dtype=np.int64)
+        part_of[chunk] = parts[document]
+        first_of = np.zeros(chunks, dtype=bool)
+        first_of[chunk] = piece_cut & (begin == 0)
+        fitted.parts = part_of[kept]
+        at = np.flatnonzero(fitted.cut)
+        fitted.part_cuts = (at, fitted.parts[at], first_of[kept][at])
+    return fitted

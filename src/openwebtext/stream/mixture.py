@@ -327,7 +327,7 @@ def _reshard_best_fit(
     new_parts = {}
     for i, name in enumerate(names):
         states = [
-            replace(b, documents=m.parts[name],
+            replace(b, documents=m.parts[name], packed_parts=UNSET,
                     window_parts=(b.window_parts[i],) if b.window_parts else UNSET).to_json()
             for b, m in zip(batches, parsed, strict=True)
         ]  # fmt: skip

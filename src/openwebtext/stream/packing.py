@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -40,15 +40,28 @@ from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.fitting import Rows, best_fit, fit
-from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.packed import PackedBatch
+from openwebtext.stream.partpacking import (
+    add_parts,
+    document_parts,
+    id_parts,
+    packed_stats,
+    parts_of_state,
+    parts_to_state,
+    window_part_counts,
+)
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
 from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
 from openwebtext.stream.state import Stats
 
-__all__ = ["PACKING", "WINDOW", "BestFitBatches", "best_fit"]
+__all__ = [
+    "PACKING",
+    "WINDOW",
+    "BestFitBatches",
+    "best_fit",
+]
 
 #: The packings ``Loader.batches`` knows: documents end to end, or whole by best fit.
 PACKING = ("concat", "bestfit")
@@ -155,6 +168,7 @@ class BestFitBatches:
         # What packing did in the windows handed out whole, and in the rows handed out of
         # the packings of a window before it was packed again.
         self._packed = PackingCounts()
+        self._parts = parts_of_state(start)  # a mixture's, per part (``counted_parts``)
         if start is not None:
             self._next, self._skip, self._batches = start.window_number, start.row, start.batches
             epoch, self._packed = start.window_epoch, start.packed
@@ -267,11 +281,11 @@ class BestFitBatches:
         documents, lengths = _documents(reading.parts)
         pad = _padding(cap, self.pad_id, documents[0][0], self.dtype)
         documents[0].append(pad)  # a row of padding
-        labels = _labels(reading.parts, cap)
+        labels, parts = id_parts(reading.parts, cap), document_parts(reading.parts)
         try:
             if packings:  # packed at each of its lengths, as it was
                 fitted = fit(documents, lengths, cap, self._seeded(epoch, number), packings[0].rows,
-                             labels=labels)  # fmt: skip
+                             labels=labels, parts=parts)  # fmt: skip
                 for again, packed in enumerate(packings[1:], 1):
                     row = packings[again - 1].rows
                     fitted = self._refit(fitted, row, packed.seq_len, packed.rows, epoch, number,
@@ -279,7 +293,7 @@ class BestFitBatches:
                 cap = packings[-1].seq_len + 1
             else:
                 fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip,
-                             labels=labels)  # fmt: skip
+                             labels=labels, parts=parts)  # fmt: skip
         except StateError:
             self.close()
             raise
@@ -317,14 +331,14 @@ class BestFitBatches:
                 continue
             self._rows_left -= window.fitted.rows - window.row
             # What packing did in its rows handed out, before they go with this packing.
-            self._packed = self._packed.add(*window.fitted.counted(window.row))
+            self._count(window)
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
                 documents, lengths = _documents(window.parts)
                 documents[0].append(_padding(cap, self.pad_id, documents[0][0], self.dtype))
-                labels = _labels(window.parts, cap)
+                labels, parts = id_parts(window.parts, cap), document_parts(window.parts)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
-                             labels=labels)  # fmt: skip
+                             labels=labels, parts=parts)  # fmt: skip
             else:
                 window.packings = (*window.packings, Packed(window.cap - 1, window.row))
                 fitted = self._refit(
@@ -362,7 +376,7 @@ class BestFitBatches:
             parts.append(self._rows(window, take))
             need -= take
             if window.row == window.fitted.rows:
-                self._packed = self._packed.add(*window.fitted.counted(window.row))
+                self._count(window)
                 self._windows.popleft()
         self._batches += 1
         # Read the next window as the rows go, an id read for each id handed out (every
@@ -412,28 +426,36 @@ class BestFitBatches:
                 documents = self._docs.state(self._left[0].mark_before(self._left[1]))
             else:
                 documents = self._docs.state()
+        packed, parts = self._packed_now()
         state = BatchesState(
             *self._shape.first(), documents, 0, self._batches,
             "bestfit", self.window, number, row, epoch, self._shape.section(packings),
-            self._packed_now(),
+            packed, parts_to_state(documents, parts),
         )  # fmt: skip
         if row and isinstance(documents, MixtureState):  # what a reshard deals of the window
-            state = replace(state, window_parts=_part_counts(self._windows[0].parts, documents))
+            counts = window_part_counts(self._windows[0].parts, documents)
+            state = replace(state, window_parts=counts)
         return state.to_json()
 
     @property
     def stats(self) -> Stats:
         """The document stream's counts (documents read ahead into packed windows included),
-        and what packing did to the documents of the batches handed out."""
-        stats: Stats = self._docs.stats
-        return stats.packed(self._packed_now())
+        and what packing did to the documents of the batches handed out (a mixture's: per part
+        too, ``packed_stats``)."""
+        return packed_stats(self._docs.stats, *self._packed_now())
 
-    def _packed_now(self) -> PackingCounts:
-        """What packing did to the documents of the batches handed out."""
-        packed = self._packed
+    def _count(self, window: _Window) -> None:
+        """Count what packing did in the rows of ``window`` handed out, before its packing goes."""
+        self._packed = self._packed.add(*window.fitted.counted(window.row))
+        self._parts = add_parts(self._parts, window.fitted.counted_parts(window.row))
+
+    def _packed_now(self) -> tuple[PackingCounts, np.ndarray[Any, Any]]:
+        """What packing did to the documents of the batches handed out, and per part."""
+        packed, parts = self._packed, self._parts
         for window in list(self._windows):  # begun: the first, and one a batch went into
             packed = packed.add(*window.fitted.counted(window.row))
-        return packed
+            parts = add_parts(parts, window.fitted.counted_parts(window.row))
+        return packed, parts
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice."""
@@ -472,21 +494,3 @@ def _padding(
     return np.full(cap, pad_id, dtype=kind)
 
 
-def _part_counts(
-    pieces: list[tuple[Run, int, int]] | None, documents: MixtureState
-) -> tuple[int, ...]:
-    """A mixture's window's documents of each part."""
-    counts = np.zeros(len(documents.config.parts), np.int64)
-    for run, j, end in pieces or ():
-        counts += np.bincount(cast(MixRun, run).parts[j:end], minlength=len(counts))
-    return tuple(int(c) for c in counts)
-
-
-def _labels(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:
-    """A mixture's: each run's ids' parts (beside ``_documents``' sources), then padding's
-    (-1); None for a corpus."""
-    runs = [run for run, _, _ in parts if isinstance(run, MixRun)]
-    if not runs:
-        return None
-    labels = [np.repeat(run.parts.astype(np.int16), run.lengths) for run in runs]
-    return [*labels, np.full(cap, -1, np.int16)]

@@ -24,7 +24,7 @@ from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, 
 from openwebtext.mixing import check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
-from openwebtext.stream.counters import Counters, PackingCounts
+from openwebtext.stream.counters import Counters, PackingCounts, PartPacking
 
 __all__ = [
     "BATCHES_FORMAT",
@@ -416,11 +416,19 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """Shapes that change: the schedule and where the run is in it (absent: fixed sizes)."""
     packed: PackingCounts = PackingCounts()
     """What packing did to the documents of the batches handed out before."""
+    packed_parts: dict[str, PartPacking] | msgspec.UnsetType = msgspec.UNSET
+    """A mixture's: ``packed`` per part, the parts with none left out (padding is no part's)."""
     window_parts: tuple[Count, ...] | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a mixture, rows of the window handed out: its documents of each part (a
     reshard deals the window to a new rank, which hands them out in the old order)."""
 
     def check(self) -> None:
+        if isinstance(self.packed_parts, dict):
+            docs = self.documents
+            names = docs.config.parts if isinstance(docs, MixtureState) else ()
+            unknown = set(self.packed_parts) - set(names)
+            if unknown:
+                raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")
         if self.packing == "bestfit" and self.window is None:
             raise Disagree("window", "is needed by best fit")
         if self.packing == "concat" and self.window is not None:

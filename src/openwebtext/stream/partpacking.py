@@ -1,0 +1,127 @@
+"""Packing figures and labels per part of a mixture: each part's cut documents and pieces
+(``counters.PartPacking``), kept running as an array with a column per part while batches are
+made, written into a batches state (``packed_parts``) and its ``stats.parts``; a best-fit
+window's documents of each part (``window_parts``, what a reshard deals) and the part of
+every id of its rows (``PackedBatch.sources``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+import msgspec
+import numpy as np
+
+from openwebtext import codec
+from openwebtext.stream.counters import PackingCounts, PartPacking
+from openwebtext.stream.mixschema import MixRun, MixtureStats
+from openwebtext.stream.schema import BatchesState, DocumentState, MixtureState
+from openwebtext.stream.source import Run
+from openwebtext.stream.state import Stats
+
+__all__ = [
+    "NO_PARTS",
+    "add_parts",
+    "document_parts",
+    "id_parts",
+    "indexed_parts",
+    "named_parts",
+    "packed_stats",
+    "parts_of_state",
+    "parts_to_state",
+    "window_part_counts",
+]
+
+
+#: Per-part counts kept running: row 0 cut documents, row 1 pieces, a column per part (by its
+#: index in the mixture's parts; columns past the last part counted are 0).
+NO_PARTS: np.ndarray[Any, Any] = np.zeros((2, 0), dtype=np.int64)
+
+
+def add_parts(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """The sum of two arrays of per-part counts (``NO_PARTS``' shape), of any numbers of parts."""
+    if a.shape[1] < b.shape[1]:
+        a, b = b, a
+    out = a.copy()
+    out[:, : b.shape[1]] += b
+    return out
+
+
+def named_parts(counts: np.ndarray[Any, Any], names: Sequence[str]) -> dict[str, PartPacking]:
+    """Per-part counts by the parts' ``names``, the parts with none left out."""
+    return {
+        names[k]: PartPacking(cut, pieces)
+        for k, (cut, pieces) in enumerate(counts.T.tolist())
+        if cut or pieces
+    }
+
+
+def indexed_parts(
+    counts: Mapping[str, PartPacking], names: Sequence[str]
+) -> np.ndarray[Any, Any]:
+    """``named_parts``' inverse: the counts of a state's ``packed_parts`` by part index."""
+    out = np.zeros((2, len(names)), dtype=np.int64)
+    for k, name in enumerate(names):
+        if name in counts:
+            out[:, k] = counts[name].cut_documents, counts[name].pieces
+    return out
+
+
+def parts_of_state(start: BatchesState | None) -> np.ndarray[Any, Any]:
+    """The per-part counts a batches state says (``counters.NO_PARTS``' shape; none: none)."""
+    if start is None or not isinstance(start.documents, MixtureState):
+        return NO_PARTS
+    saved = start.packed_parts if isinstance(start.packed_parts, dict) else {}
+    return indexed_parts(saved, start.documents.config.parts)
+
+
+def parts_to_state(
+    documents: DocumentState | MixtureState, counts: np.ndarray[Any, Any]
+) -> dict[str, PartPacking] | msgspec.UnsetType:
+    """A batches state's ``packed_parts``: a mixture's per-part counts by name (absent when
+    none: a corpus's, or nothing cut yet)."""
+    if not isinstance(documents, MixtureState):
+        return msgspec.UNSET
+    return named_parts(counts, documents.config.parts) or msgspec.UNSET
+
+
+def packed_stats(stats: Stats, counts: PackingCounts, parts: np.ndarray[Any, Any]) -> Stats:
+    """``stats`` with what packing did (``Stats.packed``); a mixture's also in each part's
+    ``stats.parts[name]``: its cut documents and pieces (padding belongs to no part: a part
+    says 0, the rank's ``padding_ids`` count it)."""
+    out = stats.packed(counts)
+    if not isinstance(out, MixtureStats):
+        return out
+    names = list(out.parts)
+    each = dict(out.parts)
+    for k, (cut, pieces) in enumerate(parts.T.tolist()):
+        if k < len(names) and (cut or pieces):
+            each[names[k]] = codec.replace(each[names[k]], cut_documents=cut, pieces=pieces)
+    return codec.replace(out, parts=each)
+
+
+def window_part_counts(
+    pieces: list[tuple[Run, int, int]] | None, documents: MixtureState
+) -> tuple[int, ...]:
+    """A mixture's window's documents of each part."""
+    counts = np.zeros(len(documents.config.parts), np.int64)
+    for run, j, end in pieces or ():
+        counts += np.bincount(cast(MixRun, run).parts[j:end], minlength=len(counts))
+    return tuple(int(c) for c in counts)
+
+
+def document_parts(parts: list[tuple[Run, int, int]]) -> np.ndarray[Any, Any] | None:
+    """A mixture's: each of a window's documents' part (beside ``_documents``' lengths); None
+    for a corpus."""
+    runs = [(run.parts, j, end) for run, j, end in parts if isinstance(run, MixRun)]
+    return np.concatenate([p[j:end] for p, j, end in runs]) if runs else None
+
+
+def id_parts(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any, Any]] | None:
+    """A mixture's: each run's ids' parts (beside ``_documents``' sources), then padding's
+    (-1); None for a corpus."""
+    runs = [run for run, _, _ in parts if isinstance(run, MixRun)]
+    if not runs:
+        return None
+    labels = [np.repeat(run.parts.astype(np.int16), run.lengths) for run in runs]
+    return [*labels, np.full(cap, -1, np.int16)]
