@@ -26,6 +26,9 @@ from openwebtext.synth import write_corpus
 
 PYTHON = shlex.quote(sys.executable)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+#: One pytest-xdist worker runs this module: its ``done`` fixture (a whole ``owt bench`` run,
+#: ~8 s) is made once, not once per worker.
+pytestmark = pytest.mark.xdist_group("bench_run")
 
 
 @pytest.fixture(scope="module")
