@@ -284,3 +284,144 @@ def test_held_a_mixture_resharded_three_times_across_epochs(
         for epoch in range(last[part] + 1):
             names = {n: c for (p, e, n), c in counted.items() if p == part and e == epoch}
             assert len(names) == size and set(names.values()) == {1}, (part, epoch)
+
+
+@pytest.mark.parametrize("rule", [None, "pad"])
+def test_a_concat_cut_in_the_next_epoch_s_first_document_after_a_second_reshard(
+    js: str, rule: str | None
+) -> None:
+    """The carried cut of a level: a state in the rest of a resharded epoch whose share is all
+    handed out while its concat batch is inside the next epoch's first document (documents'
+    state at the rest's end), resharded again 1 -> 1: the batches must be those of the state
+    resumed. Before, the cut was put on the level's share, where nothing was left, and lost:
+    the next epoch's first document started again from its first id."""
+    opts: dict[str, Any] = {"workers": 0, "seed": 1, "tokenizer": "bytes", "epochs": None,
+                            "even": rule}  # fmt: skip
+    loader = Loader(js, **opts)
+
+    def batches(state: Any, n: int) -> tuple[list[list[int]], Any]:
+        with loader.batches(64, 1, state=state) as it:
+            out = [next(it)[0].tolist() for _ in range(n)]
+            return out, json.loads(json.dumps(it.state_dict()))
+
+    _, first = batches(None, 5)
+    (rest,) = reshard([first], 1)
+    handed = first["documents"]["counters"]["epoch_documents"]
+    with loader.batches(64, 1, state=rest) as it:
+        for _ in range(400):
+            next(it)
+            state = json.loads(json.dumps(it.state_dict()))
+            documents = state["documents"]
+            if (documents["counters"].get("epoch_documents") == 30 - handed
+                    and state["offset"] > 1):  # fmt: skip
+                assert documents["position"]["epoch"] == 0 and "reshard" in documents
+                break
+        else:
+            raise AssertionError("no stop inside epoch 1's first document")
+    resumed, _ = batches(state, 4)
+    (again,) = reshard([state], 1)
+    assert again["documents"]["reshard"]["levels"]
+    assert batches(again, 4)[0] == resumed, state["batches"]
+
+
+def test_a_mixture_s_carried_cut_after_a_second_reshard(tmp_path: Path) -> None:
+    """A mixture's concat batches resharded 1 -> 1 mid-epoch, then stopped inside the first
+    document of the JSON part's epoch 1 with that part's share of the rest all handed out, and
+    resharded 1 -> 1 again: no id already a target (before either reshard) is a target again."""
+    pq, js = tmp_path / "pq", tmp_path / "js"
+    write_parquet(pq / "a.parquet", sample_texts(50, seed=1))
+    write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
+    m = Mixture({"pq": str(pq), "js": str(js)})
+    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
+    lengths: dict[str, int] = {}
+
+    def marked(state: Any, n: int) -> list[tuple[str, int]]:
+        """``(part:document:epoch, index)`` of the first ``n`` ids of ``state``'s documents."""
+        out: list[tuple[str, int]] = []
+        with loader.iter(state=state) as it:
+            while len(out) < n:
+                doc = next(it)
+                key = f"{doc.source}:{doc.name}:{it.stats.epochs[doc.source]}"
+                cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
+                out += [(key, cut + j) for j in range(len(doc.tokens))]
+        return out[:n]
+
+    def stop(state: Any, when: Any) -> Any:
+        with loader.batches(64, 1, state=state) as it:
+            for _ in range(400):
+                next(it)
+                saved = json.loads(json.dumps(it.state_dict()))
+                if when(saved):
+                    return saved
+        raise AssertionError("no such stop")
+
+    marked(None, 64 * 400)  # every document's length
+    first = stop(None, lambda s: s["batches"] == 5)
+    (rest,) = reshard([first], 1)
+    left = 30 - first["documents"]["parts"]["js"]["counters"].get("epoch_documents", 0)
+
+    def at_end(s: Any) -> bool:
+        part = s["documents"]["parts"]["js"]
+        return (s["documents"].get("next") == 1 and s["offset"] > 1
+                and part["counters"].get("epoch_documents") == left
+                and part["position"]["epoch"] == 0)  # fmt: skip
+
+    state = stop(rest, at_end)
+    (again,) = reshard([state], 1)
+    assert again["documents"]["parts"]["js"]["reshard"]["levels"]
+    targets = set(marked(None, 5 * 64 + 1)[1:])
+    targets |= set(marked(rest["documents"], state["batches"] * 64 + 1)[1:])
+    repeated = set(marked(again["documents"], 4000)[1:]) & targets
+    assert not repeated, sorted(repeated)[:3]
+
+
+def test_a_rank_in_the_rest_carried_cuts_make_resharded_again(js: str) -> None:
+    """2 ranks of concat batches, rank 0 stopped with its share of epoch 0 all handed out and
+    its batch inside its next document (a carried cut), resharded to 2: new rank 0 goes on
+    into epoch 1 (the rest the carried cut makes), new rank 1 stays in epoch 0; resharded
+    again to 1 and run to the end of epoch 1. Accepted (before: "states of different
+    reshards", the rank in epoch 0 did not say epoch 1's rest), and no id is a target twice;
+    of epoch 0 only the first ids of the streams are none."""
+    lengths: dict[tuple[int, str], int] = {}
+    counted: collections.Counter[tuple[int, str, int]] = collections.Counter()
+
+    def run(state: Any, rank: int, world: int, when: Any, epochs: Any = None) -> Any:
+        opts = _opts(rank, world, None, tokenizer="bytes", epochs=epochs)
+        loader = Loader(js, **opts)
+        with loader.batches(64, 1, state=state) as it:
+            for _ in it:
+                saved = json.loads(json.dumps(it.state_dict()))
+                if when(saved):
+                    break
+            n = saved["batches"]
+        ids: list[tuple[int, str, int]] = []
+        docs = None if state is None else state["documents"]
+        with loader.iter(state=docs) as it:
+            for doc in it:
+                key = (it.state_dict()["position"]["epoch"], doc.name)
+                cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
+                ids += [(*key, cut + j) for j in range(len(doc.tokens))]
+                if len(ids) > n * 64:
+                    break
+        counted.update(ids[1 : n * 64 + 1])
+        return saved
+
+    for epoch in (0, 1):  # every document's length
+        with Loader(js, workers=0, seed=3, tokenizer="bytes", epoch=epoch).iter() as it:
+            for doc in it:
+                lengths[(epoch, doc.name)] = len(doc.tokens)
+    carry = run(None, 0, 2, lambda s: s["documents"]["counters"].get("epoch_documents") == 15
+                and s["offset"] > 1)  # fmt: skip
+    other = run(None, 1, 2, lambda s: s["batches"] == 2)
+    new = reshard([carry, other], 2)
+    ahead = run(new[0], 0, 2, lambda s: s["documents"]["position"]["epoch"] == 1
+                and s["batches"] > 3)  # fmt: skip
+    behind = run(new[1], 1, 2, lambda s: s["batches"] == 1)
+    (last,) = reshard([ahead, behind], 1)
+    run(last, 0, 1, lambda s: False, epochs=2)
+    assert max(counted.values()) == 1
+    gaps = [(name, k) for (e0, name), n in lengths.items() if e0 == 0 for k in range(n)
+            if (0, name, k) not in counted]  # fmt: skip
+    # Only first ids of streams are no target: the two first ranks', a new rank's share
+    # that starts at a document (new rank 1's here).
+    assert len(gaps) == 3 and {k for _, k in gaps} == {0}, gaps

@@ -95,9 +95,7 @@ def reshard(
     ordered = [documents[by_rank[r]] for r in range(old_world)]
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world) if batches else None
-    cuts = [
-        batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)
-    ]
+    cuts = [batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)]
     base, *later = _epoch_sections(ordered, cuts, old_world)
     if any(d.reshard for d in ordered) and (base.window is not None) != (fit is not None):
         raise StateError(
@@ -272,7 +270,8 @@ def _epoch_section(
     is at its state, a rank before it has not begun it, a rank past it had finished it. When
     the epoch was already a rest (an earlier reshard's), this world's shares of it are one
     level more; else its old ranks are this world's ranks."""
-    views = {_view(d, epoch) for d in ordered if d.position.epoch <= epoch}
+    views = {_view(d, epoch) for d in ordered if d.position.epoch <= epoch} - {_UNSAID}
+    views = views or {None}
     if len(views) > 1:
         raise StateError(
             f"states of different reshards (their old ranks differ in epoch {epoch}): reshard "
@@ -311,16 +310,21 @@ def _epoch_section(
     return replace(base, levels=(*base.levels, level))
 
 
+#: ``_view`` of an epoch after a rest's sections: its world's own, or a rest that the cuts
+#: carried into it make (``Rest.next_section``), which a rank already in it says.
+_UNSAID = Reshard(world_size=1, epoch=0, even=None, ranks=(OldRank(0, 0),))
+
+
 def _view(state: DocumentState, epoch: int) -> Reshard | None:
     """What ``state`` says of ``epoch`` (at or after its own): the section of a rest (as
-    every share of it has it), or None (an epoch of its world's own)."""
+    every share of it has it), None (an epoch of its world's own), or ``_UNSAID``."""
     section = state.reshard
     if section is None:
         return None
     k = epoch - state.position.epoch
     if k == 0:
         return replace(section.base(), later=())
-    return section.later[k - 1] if k - 1 < len(section.later) else None
+    return section.later[k - 1] if k - 1 < len(section.later) else _UNSAID
 
 
 def _best_fit_section(

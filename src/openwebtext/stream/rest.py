@@ -33,7 +33,7 @@ from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import EpochShares, Rule, Share, advance, plan
 from openwebtext.stream.epochs import check_position
-from openwebtext.stream.schema import OldRank, Packed, Reshard, WindowAt
+from openwebtext.stream.schema import Level, OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
 
 __all__ = ["Piece", "Rest", "Window", "cut_share"]
@@ -179,8 +179,9 @@ class Rest:
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
         begun = {b.rank: b for b in section.windows or ()}
-        self.carried: dict[int, int] = {}
-        """Old ranks whose concat cut is in their next epoch's first document: their cuts."""
+        self.carried: list[dict[int, int]] = [{}]
+        """Per world (the old ranks', then each level's): the ranks whose concat cut is in
+        their next epoch's first document (all of their share handed out), and their cuts."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
@@ -196,7 +197,7 @@ class Rest:
                 )  # fmt: skip
             remaining = 0 if old.finished else max(0, whole - old.handed)
             if not remaining and old.cut and not old.finished:  # its next document: the next
-                self.carried[r] = old.cut  # epoch's first (``next_section``)
+                self.carried[0][r] = old.cut  # epoch's first (``next_section``)
             self.starts.append(at)
             first = at
             b = begun.get(r)
@@ -223,6 +224,7 @@ class Rest:
             joined: list[Span] = []
             carried: list[Window] = []
             new_mid = dict(mid)
+            self.carried.append({})
             for s in range(level.world_size):
                 share, _ = cut_share(spans, s, level.world_size, level.rule)
                 done, cut = level.done[s], level.cuts[s]
@@ -236,6 +238,8 @@ class Rest:
                     joined += left
                     continue
                 left = _drop_front(share, done)
+                if not left and cut and s not in level.finished:  # as an old rank's
+                    self.carried[-1][s] = cut
                 if left and cut:
                     x, _, repeat = left[0]
                     applied = _applied_trim(mid, share, done, x, repeat, leads)
@@ -262,21 +266,46 @@ class Rest:
         return Rest(section, self.counts, self.options, leads=leads, part=self.part)
 
     def next_section(self) -> Reshard | None:
-        """The section of the next epoch (``Reshard.following``), with the cuts of old ranks
-        that had handed out all of this epoch while a batch had begun their next epoch's
-        first document (``carried``): that epoch is then a rest too (its old ranks not begun,
-        theirs cut), so that the document goes on from its first id not yet a target."""
+        """The section of the next epoch (``Reshard.following``), with the cuts of ranks that
+        had handed out all of this epoch while a batch had begun their next epoch's first
+        document (``carried``): that epoch is then a rest too (their ranks not begun, theirs
+        cut), so that the document goes on from its first id not yet a target.
+
+        The worlds of this epoch (its old ranks', then each level's) resharded one into the
+        next. A world with a rank past this epoch had begun the next: the reshard of the
+        last such world put it on top of ``following`` (as its old ranks, or its last level),
+        and its carried cuts go there. Each world after it had not begun the next epoch: with
+        carried cuts it adds itself on top, not begun (as its old ranks, when it is first)."""
         section = self.section
         following = section.following()
-        if not self.carried or section.levels or (following and following.levels):
-            return following
-        if following is None:
-            not_begun = (OldRank(0, 0),) * section.world_size
-            following = replace(section, epoch=section.epoch + 1, ranks=not_begun,
-                                later=(), counted=False)  # fmt: skip
-        ranks = tuple(replace(old, cut=self.carried.get(r, old.cut))
-                      for r, old in enumerate(following.ranks))  # fmt: skip
-        return replace(following, ranks=ranks)
+        worlds = [(section.world_size, section.even),
+                  *((level.world_size, level.rule) for level in section.levels)]  # fmt: skip
+        began = [any(old.finished for old in section.ranks),
+                 *(bool(level.finished) for level in section.levels)]  # fmt: skip
+        last = max((k for k, b in enumerate(began) if b), default=-1)
+        built = following
+        if built is not None and last >= 0 and self.carried[last]:
+            cuts = self.carried[last]
+            if built.levels:
+                top = built.levels[-1]
+                top = replace(top, cuts=tuple(cuts.get(s, c) for s, c in enumerate(top.cuts)))
+                built = replace(built, levels=(*built.levels[:-1], top))
+            else:
+                ranks = tuple(replace(old, cut=cuts.get(r, old.cut))
+                              for r, old in enumerate(built.ranks))  # fmt: skip
+                built = replace(built, ranks=ranks)
+        for (world, rule), cuts in list(zip(worlds, self.carried, strict=True))[last + 1 :]:
+            if not cuts:
+                continue
+            cut = tuple(cuts.get(r, 0) for r in range(world))
+            if built is None:
+                ranks = tuple(OldRank(0, 0, cut=c) for c in cut)
+                built = Reshard(world_size=world, epoch=section.epoch + 1, even=rule, ranks=ranks,
+                                share=section.share, rule=section.rule, counted=False)  # fmt: skip
+            else:
+                level = Level(world_size=world, rule=rule, done=(0,) * world, cuts=cut)
+                built = replace(built, levels=(*built.levels, level))
+        return built
 
     def windows_ahead(self, progress: int) -> list[WindowAhead]:
         """``(documents, number, rows handed out, packings)`` of the windows this share
