@@ -425,3 +425,45 @@ def test_a_rank_in_the_rest_carried_cuts_make_resharded_again(js: str) -> None:
     # Only first ids of streams are no target: the two first ranks', a new rank's share
     # that starts at a document (new rank 1's here).
     assert len(gaps) == 3 and {k for _, k in gaps} == {0}, gaps
+
+
+def test_a_rest_that_carried_cuts_made_is_said_by_the_ranks_past_it(tmp_path: Path) -> None:
+    """Concat batches of a mixture with a 7-document part, 4 ranks -> 4 -> 2 at the stops a
+    random search found: an old rank's cut is carried into the part's epoch 1, so epoch 1 is
+    a rest that only the ranks that handed it out know; three new ranks are past it, one is
+    before it. Resharded again, epoch 1 must be that rest (``DocumentState.passed``), not the
+    world's own epoch: no id is a target twice (before: 67 ids of one document were)."""
+    write_parquet(tmp_path / "pq" / "a.parquet", sample_texts(50, seed=1))
+    write_jsonl(tmp_path / "js" / "a.jsonl", sample_texts(7, seed=2))
+    m = Mixture({"pq": str(tmp_path / "pq"), "js": str(tmp_path / "js")})
+    lengths: dict[tuple[str, str], int] = {}
+    with Loader(m, workers=0, tokenizer="bytes", epochs=1).iter() as it:
+        for doc in it:
+            lengths[(doc.source, doc.name)] = len(doc.tokens)
+    counted: collections.Counter[tuple[str, str, int, int]] = collections.Counter()
+
+    def segment(state: Any, rank: int, world: int, n: int) -> Any:
+        loader = Loader(m, workers=0, seed=11, tokenizer="bytes", epochs=None, even=None,
+                        rank=rank, world_size=world)  # fmt: skip
+        with loader.batches(32, 1, state=state) as it:
+            for _ in range(n):
+                next(it)
+            saved = json.loads(json.dumps(it.state_dict()))
+        ids: list[tuple[str, str, int, int]] = []
+        with loader.iter(state=None if state is None else state["documents"]) as it:
+            while len(ids) <= n * 32:
+                doc = next(it)
+                key = (doc.source, doc.name, it.stats.epochs[doc.source])
+                cut = lengths[key[:2]] - len(doc.tokens)
+                ids += [(*key, cut + j) for j in range(len(doc.tokens))]
+        counted.update(ids[1 : n * 32 + 1])
+        return saved
+
+    states: list[Any] = [None] * 4
+    for stops, world in (((11, 51, 32, 30), 4), ((40, 39, 50, 11), 2), ((6, 28), None)):
+        stopped = [segment(states[r], r, len(stops), n) for r, n in enumerate(stops)]
+        if world is not None:
+            states = reshard(stopped, world)
+    assert stopped[0]["documents"]["parts"]["js"]["passed"]
+    twice = [key for key, c in counted.items() if c > 1]
+    assert not twice, twice[:3]

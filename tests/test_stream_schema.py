@@ -47,8 +47,8 @@ def parse(state: dict[str, Any]) -> DocumentState | BatchesState | MixtureState:
 # -- the golden states of format 2 -----------------------------------------
 
 
-def _doc_state(corpus: Path, n: int, **kw: Any) -> dict[str, Any]:
-    with Loader(corpus, workers=0, seed=3, shuffle_buffer=30, **kw).iter() as it:
+def _doc_state(corpus: Path, n: int, state: Any = None, **kw: Any) -> dict[str, Any]:
+    with Loader(corpus, workers=0, seed=3, shuffle_buffer=30, **kw).iter(state=state) as it:
         for _ in range(n):
             next(it)
         return it.state_dict()
@@ -118,6 +118,9 @@ def written_now(corpus: Path, js: Path) -> dict[str, Any]:
     apart = [_doc_state(corpus, n, rank=r, world_size=2, epochs=None)
              for r, n in enumerate((3, 130))]  # fmt: skip
     states["resharded_epochs"] = reshard(apart, 3)[1]
+    # Past those rests, in its own epoch: the rests it handed out (``passed``).
+    states["passed_rests"] = _doc_state(corpus, 150, states["resharded_epochs"], rank=1,
+                                        world_size=3, epochs=None)  # fmt: skip
     # Under a schedule: inside a best-fit window packed again at the change.
     states["batches_scheduled"] = _batch_state(corpus, 3, "bestfit", scheduled=True)
     mixed = _mixture(corpus, js)

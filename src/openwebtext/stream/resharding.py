@@ -270,9 +270,12 @@ def _epoch_section(
     is at its state, a rank before it has not begun it, a rank past it had finished it. When
     the epoch was already a rest (an earlier reshard's), this world's shares of it are one
     level more; else its old ranks are this world's ranks."""
-    views = {_view(d, epoch) for d in ordered if d.position.epoch <= epoch} - {_UNSAID}
-    views = views or {None}
-    if len(views) > 1:
+    # Ranks in or past the epoch say its rest with the cuts carried into it; a rank before
+    # it only as its reshard wrote it (``later``): the same but for those cuts.
+    said = {_view(d, epoch) for d in ordered if d.position.epoch >= epoch} - {_UNSAID}
+    before = {_view(d, epoch) for d in ordered if d.position.epoch < epoch} - {_UNSAID}
+    views = said or before or {None}
+    if len(views) > 1 or len({_uncut(v) for v in views | before}) > 1:
         raise StateError(
             f"states of different reshards (their old ranks differ in epoch {epoch}): reshard "
             "the states of one run"
@@ -315,10 +318,23 @@ def _epoch_section(
 _UNSAID = Reshard(world_size=1, epoch=0, even=None, ranks=(OldRank(0, 0),))
 
 
+def _uncut(section: Reshard | None) -> Reshard | None:
+    """``section`` without its concat cuts."""
+    if section is None:
+        return None
+    ranks = tuple(replace(old, cut=0) for old in section.ranks)
+    levels = tuple(replace(level, cuts=(0,) * len(level.cuts)) for level in section.levels)
+    return replace(section, ranks=ranks, levels=levels)
+
+
 def _view(state: DocumentState, epoch: int) -> Reshard | None:
-    """What ``state`` says of ``epoch`` (at or after its own): the section of a rest (as
-    every share of it has it), None (an epoch of its world's own), or ``_UNSAID``."""
+    """What ``state`` says of ``epoch``: the section of a rest (as every share of it has it),
+    None (an epoch of its world's own), or ``_UNSAID`` (a rank past it says only the rests it
+    handed out: ``DocumentState.passed``)."""
     section = state.reshard
+    if state.position.epoch > epoch:
+        said = [p for p in state.passed if p.epoch == epoch]
+        return said[0] if said else _UNSAID
     if section is None:
         return None
     k = epoch - state.position.epoch

@@ -36,7 +36,7 @@ from openwebtext.stream.epochs import check_position
 from openwebtext.stream.schema import Level, OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
 
-__all__ = ["Piece", "Rest", "Window", "cut_share"]
+__all__ = ["Piece", "Rest", "Window", "cut_share", "ended"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
@@ -256,6 +256,10 @@ class Rest:
         self.mid = mid
         self.length = _count(self.spans)
 
+    def said(self) -> Reshard:
+        """This epoch's section as every share of it says it (``DocumentState.passed``)."""
+        return replace(self.section.base(), later=())
+
     def following(self) -> Rest | None:
         """The next epoch's rest, or None: the next epoch is the rank's own (``next_section``).
         Its first id leads only if this share held none (else it follows this share's)."""
@@ -340,6 +344,16 @@ class Rest:
                         trim = max(trim - 1, 0)
                 yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim)
                 a = stop
+
+
+def ended(
+    rest: Rest | None, passed: tuple[Reshard, ...]
+) -> tuple[tuple[Reshard, ...], Rest | None]:
+    """At an epoch's end: the rests handed out to their end (``DocumentState.passed``) and the
+    next epoch's rest (None: the rank's own), after ``rest`` (None: an epoch of the rank's own)."""
+    if rest is None:
+        return passed, None
+    return (*passed, rest.said()), rest.following()
 
 
 def _windows_left(

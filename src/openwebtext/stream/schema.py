@@ -235,8 +235,14 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     position: Position
     counters: Counters
     reshard: Reshard | None = None
+    passed: tuple[Reshard, ...] = ()
+    """The sections of the rests this rank handed out to their end since it was resharded,
+    oldest first (``reshard`` reads them: nobody else says a rest that cuts carried into the
+    next epoch made, ``Rest.next_section``)."""
 
     def check(self) -> None:
+        if any(p.epoch >= self.position.epoch for p in self.passed):
+            raise Disagree("passed", f"must be of epochs before {self.position.epoch}")
         if self.reshard is not None:  # the share's position is checked against its pieces
             return
         at, handed, units = self.position, self.counters.epoch_documents, self.config.units

@@ -84,6 +84,8 @@ class Mark(NamedTuple):
     """How many names of skipped things were recorded."""
     reshard: Reshard | None = None
     """In the rest of a resharded epoch: the state's ``reshard`` section."""
+    passed: tuple[Reshard, ...] = ()
+    """The sections of the rests handed out to their end (``DocumentState.passed``)."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included."""
@@ -107,7 +109,7 @@ class Mark(NamedTuple):
         (``counters.epoch_documents``) and the ``reshard`` section.
         """
         position = self.position() if self.reshard is None else Position(self.epoch)
-        return DocumentState(config, position, self.counted(), self.reshard)
+        return DocumentState(config, position, self.counted(), self.reshard, self.passed)
 
 
 def handed_sum(order: list[int] | None, first: int, end: int, values: list[int]) -> int:

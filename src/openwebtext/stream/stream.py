@@ -47,7 +47,7 @@ from openwebtext.stream.epochs import (
     say_rest_dropped,
     share_target,
 )
-from openwebtext.stream.rest import Piece, Rest
+from openwebtext.stream.rest import Piece, Rest, ended
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.state import Mark, Stats, check_in_block, config_of, handed_sum
@@ -183,7 +183,8 @@ class Stream:
         *,
         state: DocumentState | None = None,
         as_tuples: bool = False,
-        pool: Pool | None = None, source: str | None = None,
+        pool: Pool | None = None,
+        source: str | None = None,
     ) -> None:
         if (tokenizer is None) != (options.tokenizer is None):
             raise ValueError(f"tokenizer {tokenizer!r} for options.tokenizer={options.tokenizer!r}")
@@ -196,6 +197,7 @@ class Stream:
         self._config = config_of(corpus, options, tokenizer)
         at = state or DocumentState(self._config, Position(options.epoch), Counters())
         position, counters, self._reshard = at.position, at.counters, at.reshard  # checked at entry
+        self._passed = at.passed  # the rests handed out to their end (``ended``)
         # Where the stream is: the block being handed out and how far into it.
         self._epoch = position.epoch
         self._block = self._block_end = position.block
@@ -227,7 +229,7 @@ class Stream:
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
-            self._counters, len(self.policy.skipped), self._reshard,
+            self._counters, len(self.policy.skipped), self._reshard, self._passed,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -292,7 +294,7 @@ class Stream:
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len, self._rank = 0, opts.rank
-                self._rest = None if self._rest is None else self._rest.following()
+                self._passed, self._rest = ended(self._rest, self._passed)
                 self._reshard = None if self._rest is None else self._rest.section
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
@@ -376,15 +378,8 @@ class Stream:
     def _counts_per_unit(self) -> tuple[int, ...]:
         return even_counts(self.corpus, self.options)
 
-    def _pass(
-        self,
-        pool: Pool,
-        share: Share,
-        start: int,
-        end: int,
-        target: int | None,
-        take: int | None,
-    ) -> Generator[Any, None, None]:
+    def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
+              take: int | None) -> Generator[Any, None, None]:  # fmt: skip
         """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping
         around its units)."""
         feed = _wrapped(share.units, start, end)
