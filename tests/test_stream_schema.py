@@ -185,7 +185,7 @@ def sections(draw: Any) -> Reshard:
     ranks = draw(st.lists(old_ranks, min_size=1, max_size=6).map(tuple))
     world = draw(st.integers(1, 8))
     exact = draw(st.none() | st.lists(st.booleans(), min_size=len(ranks), max_size=len(ranks)))
-    begun = st.builds(Begun, st.integers(0, len(ranks) - 1), counts, counts)
+    begun = st.builds(Begun, counts, counts, rank=st.integers(0, len(ranks) - 1))
     return Reshard(
         world_size=len(ranks),
         epoch=draw(counts),

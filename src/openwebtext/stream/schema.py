@@ -122,20 +122,14 @@ class WindowAt(Record, frozen=True, omit_defaults=True):
     packings: tuple[Packed, ...] = ()
     """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
     documents: Count | None = None
-    """A mixture's part: its documents in the window (None: the window's size)."""
+    """A mixture's part: its documents in the window (None: the window's size, or fewer at the
+    end of the epoch)."""
 
 
-class Begun(Record, frozen=True, omit_defaults=True):
-    """A best-fit window an old rank had begun: the rank, the window's number, rows handed out."""
+class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
+    """A best-fit window an old rank had begun (``WindowAt``), and that rank."""
 
     rank: Count
-    number: Count
-    rows: Count
-    packings: tuple[Packed, ...] = ()
-    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
-    documents: Count | None = None
-    """A mixture's part: its documents in the window (None: the window's size, or fewer at
-    the end of the epoch)."""
 
 
 class Level(Record, frozen=True, omit_defaults=True):
