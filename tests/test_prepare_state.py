@@ -34,7 +34,6 @@ from openwebtext.prepare.state import (
     RunConfig,
     Shard,
     Slice,
-    Splits,
 )
 from openwebtext.prepare.workdir import PROGRESS, Workdir
 from records import changed, check_one_error, mutants
@@ -153,7 +152,7 @@ NAMES = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
 
 
 def per_file(values: st.SearchStrategy[Any]) -> st.SearchStrategy[PerFile[Any]]:
-    return st.dictionaries(st.sampled_from(NAMES), values).map(PerFile.from_json)
+    return st.dictionaries(st.sampled_from(NAMES), values)
 
 
 @st.composite
@@ -201,7 +200,7 @@ def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
 
 
 def _counts(draw: st.DrawFn, splits: tuple[str, ...]) -> Counts:
-    per = st.fixed_dictionaries(dict.fromkeys(splits, counts_)).map(lambda d: Splits(**d))
+    per = st.fixed_dictionaries(dict.fromkeys(splits, counts_))
     return Counts(*(draw(counts_) for _ in range(4)), draw(per), draw(per))
 
 
@@ -210,7 +209,7 @@ def metas(draw: st.DrawFn) -> Meta:
     """A meta.json as a run writes it: its kind's files, their bytes its counts' items."""
     config = draw(configs(kind=draw(st.sampled_from(["whole", "slice"]))))
     counts = _counts(draw, config.splits())
-    tokens, documents = counts.tokens.items(), counts.documents.items()
+    tokens, documents = counts.tokens, counts.documents
     itemsize = np.dtype(config.dtype).itemsize
     if config.splits() == ("all",):
         sizes = {"tokens.bin": tokens["all"] * itemsize,
@@ -218,7 +217,7 @@ def metas(draw: st.DrawFn) -> Meta:
     else:
         sizes = {f"{s}.bin": tokens[s] * itemsize for s in ("train", "val")}
     return Meta(
-        config, counts, PerFile.from_json({n: FileInfo(b, draw(sha256s)) for n, b in sizes.items()})
+        config, counts, {n: FileInfo(b, draw(sha256s)) for n, b in sizes.items()}
     )
 
 
@@ -315,9 +314,9 @@ def test_a_record_built_by_code_is_checked_too() -> None:
 
 def test_counts_are_replaced_never_changed() -> None:
     counts = Counts.new(("train", "val"), files=2)
-    more = counts.add("val", 3, 40).skipped("partial_members")
+    more = counts.add("val", 3, 40).plus(partial_members=1)
     assert counts == Counts.new(("train", "val"), files=2)  # as it was
-    assert more.documents.items() == {"train": 0, "val": 3} and more.tokens.items()["val"] == 40
+    assert more.documents == {"train": 0, "val": 3} and more.tokens["val"] == 40
     assert (more.skips, more.partial_members) == (3, 1)
     with pytest.raises(AttributeError):
         more.skipped_files = 0  # type: ignore[misc]

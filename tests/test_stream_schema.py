@@ -188,7 +188,7 @@ def sections(draw: Any) -> Reshard:
     ranks = draw(st.lists(old_ranks, min_size=1, max_size=6).map(tuple))
     world = draw(st.integers(1, 8))
     exact = draw(st.none() | st.lists(st.booleans(), min_size=len(ranks), max_size=len(ranks)))
-    begun = st.builds(Begun, st.integers(0, len(ranks) - 1), counts, counts)
+    begun = st.builds(Begun, counts, counts, rank=st.integers(0, len(ranks) - 1))
     return Reshard(
         world_size=len(ranks),
         epoch=draw(counts),
@@ -325,3 +325,15 @@ def test_reshard_takes_a_rule() -> None:
     assert reshard(states, 2)[0]["config"]["even"] is None  # the run's own: one share
     with pytest.raises(ValueError, match="even must be 'drop', 'pad', None or 'keep'"):
         reshard(states, 2, even="yes")  # type: ignore[arg-type]
+
+
+def test_a_replays_fields_are_named_as_its_own() -> None:
+    """A replay's weights and counts that do not fit the parts name the replay's field (its
+    weights were once named as the mixture state's own)."""
+    state = GOLDEN["resharded_mixture_bestfit"]
+    for field, value in [("weights", [0.5]), ("left", [1]), ("served", [0, 0, 0])]:
+        bad = json.loads(json.dumps(state))
+        bad["documents"]["replays"][1][field] = value
+        with pytest.raises(StateError) as caught:
+            BatchesState.from_json(bad)
+        assert caught.value.field == f"documents.replays[1].{field}", str(caught.value)

@@ -93,7 +93,7 @@ class Disagree(ValueError):
         super().__init__(f"field `{field}` {why}")
 
 
-_AT = re.compile(r"^(?P<says>.*?)(?: - at `\$(?P<at>[^`]*)`)?$", re.DOTALL)
+_AT = re.compile(r"^(?P<says>.*?)(?: - at (?P<key>`key` in )?`\$(?P<at>[^`]*)`)?$", re.DOTALL)
 _KEY = re.compile(r"^(?:Object (?:missing required|contains unknown) )?field `(?P<key>[^`]*)`")
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 
@@ -125,7 +125,8 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
 def _state_error(value: Any, cls: type[Any], message: str, what: str) -> StateError:
     match = _AT.match(message)
     assert match is not None  # the pattern matches any text
-    says, path = match["says"], _path(value, cls, message, match["at"] or "")
+    at = (match["at"] or "") + ("[...]" if match["key"] else "")  # a dict's key: which one
+    says, path = match["says"], _path(value, cls, message, at)
     key = _KEY.match(says)
     if key is not None:
         path = f"{path}.{key['key']}"

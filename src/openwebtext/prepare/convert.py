@@ -37,7 +37,7 @@ from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
-from openwebtext.prepare.state import Meta
+from openwebtext.prepare.state import Meta, Split
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
@@ -52,7 +52,7 @@ from openwebtext.tokenfiles import (
 
 __all__ = ["format_files", "write_format"]
 
-_SPLITS = ("train", "val")
+_SPLITS: tuple[Split, ...] = ("train", "val")
 _COPY = 1 << 24  # ids copied at a time into an llm.c shard
 
 
@@ -133,7 +133,7 @@ def _finished_meta(target: outputs.Location, store: Storage | None) -> Meta:
 def _sources(meta: Meta, fmt: str, shard_tokens: int) -> dict[str, Any]:
     """What the files are made of: the run's ``train.bin`` and ``val.bin`` (by sha256), and
     for llm.c the shard size."""
-    made: dict[str, Any] = {name: info.sha256 for name, info in meta.files.items().items()}
+    made: dict[str, Any] = {name: info.sha256 for name, info in meta.files.items()}
     return {**made, "shard_tokens": shard_tokens} if fmt == "llmc" else made
 
 
@@ -156,13 +156,13 @@ def _convert(
     done: dict[str, Any] = record.get("files", {}) if record.get("source") == sources else {}
     dtype = np.dtype(meta.config.dtype).newbyteorder("<")
     written = 0
-    total = sum(info.bytes for info in meta.files.items().values())
+    total = sum(info.bytes for info in meta.files.values())
     eot = meta.config.eot
     for split in _SPLITS:
         path = folder / f"{split}.bin"
         ids = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
         ends = eot_ends(ids, eot, path)
-        if len(ends) != (documents := meta.counts.documents.items()[split]):
+        if len(ends) != (documents := meta.counts.documents[split]):
             raise PrepareError(
                 f"{path}: {len(ends)} documents end at the end-of-text id {eot}, not "
                 f"the {documents} its meta.json records: the tokenizer wrote an "

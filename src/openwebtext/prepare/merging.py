@@ -183,7 +183,7 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, 
     piece = meta.config.slice
     if piece is None:
         raise PrepareError(f"{shown} is not a slice of `owt tokenize --shard i/n` (a complete run)")
-    files = meta.files.items()
+    files = meta.files
     found = outputs.sizes(folder, list(files), store)
     for name, info in files.items():
         if found[name] != info.bytes:
@@ -249,9 +249,9 @@ def _merge_hashed(
     counts = _skips([m for _, m in ordered])
     for _, meta in ordered:
         for split in ("train", "val"):
-            documents, tokens = meta.counts.documents.items(), meta.counts.tokens.items()
+            documents, tokens = meta.counts.documents, meta.counts.tokens
             counts = counts.add(split, documents[split], tokens[split])
-    total = sum(m.files.items()[n].bytes for _, m in ordered for n in BINS)
+    total = sum(m.files[n].bytes for _, m in ordered for n in BINS)
 
     def copy(run: Run) -> None:
         done = 0

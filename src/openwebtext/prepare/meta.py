@@ -11,7 +11,7 @@ from openwebtext.codec import Disagree
 from openwebtext.errors import StateError
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Report
-from openwebtext.prepare.state import FileInfo, Meta, PerFile, ProgressRecord, RunConfig
+from openwebtext.prepare.state import FileInfo, FileName, Meta, PerFile, ProgressRecord, RunConfig
 from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
 from openwebtext.source import Storage
 
@@ -39,28 +39,28 @@ def finished_run(
     if meta.config != codec.replace(config, merge_of=None):
         return None
     try:
-        found = outputs.sizes(folder, list(meta.files.items()), store)
+        found = outputs.sizes(folder, list(meta.files), store)
     except (OSError, KeyError, TypeError):
         return None
-    if any(found[name] != info.bytes for name, info in meta.files.items().items()):
+    if any(found[name] != info.bytes for name, info in meta.files.items()):
         return None
     return Report(folder, body, already=True)
 
 
-def build_meta(workdir: Workdir, record: ProgressRecord, names: tuple[str, ...]) -> Meta:
+def build_meta(workdir: Workdir, record: ProgressRecord, names: tuple[FileName, ...]) -> Meta:
     """meta.json: the config (of a whole run, after a merge), the counts, each file's sha256.
 
     Raises:
         PrepareError: the parts do not hold what the run counted (another run's now).
     """
     workdir.guard()  # the parts are still this run's
-    files = {}
+    files: PerFile[FileInfo] = {}
     for name in names:
         path = workdir.part_path(name)
         files[name] = FileInfo(path.stat().st_size, sha256_file(path))
     config = codec.replace(record.config, merge_of=None)
     try:
-        return Meta(config, record.counts, PerFile.from_json(files))
+        return Meta(config, record.counts, files)
     except Disagree as exc:
         raise PrepareError(
             f"{workdir.folder}: the files do not hold what the run counted ({exc}): run again "

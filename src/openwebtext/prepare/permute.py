@@ -16,7 +16,6 @@ import numpy as np
 from openwebtext import codec
 from openwebtext.prepare.config import BINS, LENGTH, Progress
 from openwebtext.prepare.record import Run
-from openwebtext.prepare.state import Splits
 
 __all__ = ["permute"]
 
@@ -47,11 +46,12 @@ def permute(
     first_doc = np.cumsum([0] + [len(x) for x in lengths_per])
     first_byte = starts[np.minimum(first_doc[:-1], max(n - 1, 0))] if n else np.zeros(1, np.int64)
     val_tokens = int(lengths[perm[:n_val]].sum())
-    tokens = Splits(int(lengths.sum()) - val_tokens, val_tokens)
-    run.counts = codec.replace(run.counts, documents=Splits(n - n_val, n_val), tokens=tokens)
+    tokens = {"train": int(lengths.sum()) - val_tokens, "val": val_tokens}
+    documents = {"train": n - n_val, "val": n_val}
+    run.counts = codec.replace(run.counts, documents=documents, tokens=tokens)
     total = int(nbytes.sum())
     position = run.record.position
-    sizes = run.record.sizes.items()
+    sizes = run.record.sizes
     parts = {n: run.workdir.part(n, sizes.get(n, 0)) for n in BINS}
     fds = [os.open(tokens, os.O_RDONLY) for tokens, _ in sources]
     done = first = sum(parts[n].size for n in BINS)

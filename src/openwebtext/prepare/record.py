@@ -13,7 +13,7 @@ from openwebtext.errors import OWTError
 from openwebtext.policy import SkipPolicy
 from openwebtext.prepare.config import Progress, difference
 from openwebtext.prepare.meta import build_meta
-from openwebtext.prepare.state import Counts, Meta, PerFile, Phase, ProgressRecord, RunConfig
+from openwebtext.prepare.state import Counts, FileName, Meta, Phase, ProgressRecord, RunConfig
 from openwebtext.prepare.workdir import PrepareError, Workdir
 
 __all__ = ["Passes", "Run", "drive", "open_record"]
@@ -56,20 +56,20 @@ class Run:
     def counts(self, counts: Counts) -> None:
         self.record = codec.replace(self.record, counts=counts)
 
-    def checkpoint(self, parts: dict[str, Any], position: int) -> None:
+    def checkpoint(self, parts: dict[FileName, Any], position: int) -> None:
         """Sync ``parts``, then record their sizes and ``position`` (never the other order)."""
         sizes = {name: part.sync() for name, part in parts.items()}
-        self.record = codec.replace(self.record, position=position, sizes=PerFile.from_json(sizes))
+        self.record = codec.replace(self.record, position=position, sizes=sizes)
         self.workdir.save(self.record)
 
     def begin(self, phase: Phase) -> None:
         """Go on to ``phase`` from its start (no part written in it yet), and record it."""
-        self.record = codec.replace(self.record, phase=phase, position=0, sizes=PerFile())
+        self.record = codec.replace(self.record, phase=phase, position=0, sizes={})
         self.workdir.save(self.record)
 
     def error(self, error: OWTError) -> None:
         """Apply the skip policy to one bad member or document (``policy.SkipPolicy``)."""
-        self.counts = self.counts.skipped(self.policy.take(error))
+        self.counts = self.counts.plus(**{self.policy.take(error): 1})
         self.policy.check(self.counts.skips, error)
         self.skipped.append(str(error))
 
@@ -115,7 +115,7 @@ class Passes:
 
     tokenize: Callable[[Run], None]
     permute: Callable[[Run], None] | None
-    finals: tuple[str, ...]
+    finals: tuple[FileName, ...]
     drop: tuple[str, ...] = ()
 
 

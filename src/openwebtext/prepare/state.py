@@ -3,7 +3,8 @@ as records of the one codec (``openwebtext.codec``): the run's config (``RunConf
 ``Slice`` and, for a merge, the slices it reads as ``Piece`` records), its counts (``Counts``:
 the skips, and documents and tokens as ``Splits``), a finished run's ``meta.json`` (``Meta``:
 ``format``, ``config``, ``counts``, ``files``) and the progress record (``ProgressRecord``).
-Files are ``PerFile`` records keyed by their names.
+Files are keyed by their names (``PerFile``), counts by their splits (``Splits``): typed dicts
+whose keys the codec checks.
 
 Every field is checked by its annotation; each record's ``check`` says only what its fields
 must say of each other. ``read`` is the boundary: the first wrong field is one ``StateError``
@@ -12,11 +13,10 @@ naming its dotted path (``files.train.bin.bytes``); the caller names the file.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Literal, TypeAlias, TypeVar
 
 import msgspec
 import numpy as np
-from msgspec import UNSET, UnsetType
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
@@ -29,6 +29,7 @@ __all__ = [
     "LENGTH",
     "Counts",
     "FileInfo",
+    "FileName",
     "Meta",
     "PerFile",
     "Phase",
@@ -37,6 +38,7 @@ __all__ = [
     "RunConfig",
     "Shard",
     "Slice",
+    "Split",
     "SplitRule",
     "Splits",
 ]
@@ -51,25 +53,15 @@ LENGTH = np.dtype("<i8")
 _TOKENS = {"train": "train.bin", "val": "val.bin", "all": "tokens.bin"}
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 IntDtype = Annotated[str, msgspec.Meta(pattern="^u?int(8|16|32|64)$")]
+#: A split a run counts: ``train`` and ``val``, or ``all`` (a ``nanogpt`` slice).
+Split = Literal["train", "val", "all"]
+#: A file a run writes.
+FileName = Literal["train.bin", "val.bin", "tokens.bin", "lengths.bin"]
 T = TypeVar("T")
-
-
-class Keyed(Record, frozen=True):
-    """A record whose fields may each be left out (never null), made by ``from_json`` and seen
-    by ``items`` as ``{JSON key: value}`` of the fields it has."""
-
-    def items(self) -> dict[str, Any]:
-        found = {f.encode_name: getattr(self, f.name) for f in msgspec.structs.fields(self)}
-        return {key: value for key, value in found.items() if value is not UNSET}
-
-
-class PerFile(Keyed, Generic[T], frozen=True):
-    """A value per file a run writes, keyed by the file's name."""
-
-    train: T | UnsetType = msgspec.field(default=UNSET, name="train.bin")
-    val: T | UnsetType = msgspec.field(default=UNSET, name="val.bin")
-    tokens: T | UnsetType = msgspec.field(default=UNSET, name="tokens.bin")
-    lengths: T | UnsetType = msgspec.field(default=UNSET, name="lengths.bin")
+#: A value per file a run writes, keyed by the file's name (a name it does not write: left out).
+PerFile: TypeAlias = dict[FileName, T]
+#: A count per split.
+Splits: TypeAlias = dict[Split, Count]
 
 
 class FileInfo(Record, frozen=True):
@@ -153,24 +145,16 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
         """The first position of the unit order this run does."""
         return 0 if self.slice is None else self.slice.start
 
-    def splits(self) -> tuple[str, ...]:
+    def splits(self) -> tuple[Split, ...]:
         """What a finished run counts: ``all`` (a ``nanogpt`` slice, in corpus order), or the
         splits."""
         in_corpus_order = self.split_rule == "nanogpt" and self.slice is not None
         return ("all",) if in_corpus_order else ("train", "val")
 
-    def finals(self) -> tuple[str, ...]:
+    def finals(self) -> tuple[FileName, ...]:
         """The files a finished run of this config holds."""
         in_corpus_order = self.splits() == ("all",)
         return ("tokens.bin", "lengths.bin") if in_corpus_order else ("train.bin", "val.bin")
-
-
-class Splits(Keyed, frozen=True):
-    """A count per split: ``train`` and ``val``, or ``all`` (a ``nanogpt`` slice)."""
-
-    train: Count | UnsetType = UNSET
-    val: Count | UnsetType = UNSET
-    all: Count | UnsetType = UNSET
 
 
 class Counts(Record, frozen=True):
@@ -185,26 +169,21 @@ class Counts(Record, frozen=True):
     tokens: Splits
 
     def check(self) -> None:
-        if self.documents.items().keys() != self.tokens.items().keys():
+        if self.documents.keys() != self.tokens.keys():
             raise Disagree("tokens", "must count the same splits as documents")
 
     @classmethod
-    def new(cls, splits: tuple[str, ...], files: int = 0) -> Counts:
+    def new(cls, splits: tuple[Split, ...], files: int = 0) -> Counts:
         """A new run's: 0 everywhere but ``skipped_files``, the corpus's files left out."""
-        zero = Splits.from_json(dict.fromkeys(splits, 0))
-        return cls(0, 0, 0, files, zero, zero)
+        return cls(0, 0, 0, files, dict.fromkeys(splits, 0), dict.fromkeys(splits, 0))
 
-    def add(self, split: str, documents: int, tokens: int) -> Counts:
+    def add(self, split: Split, documents: int, tokens: int) -> Counts:
         """These counts with ``documents`` and ``tokens`` more in ``split``."""
         return codec.replace(
             self,
-            documents=self.documents.plus(**{split: documents}),
-            tokens=self.tokens.plus(**{split: tokens}),
+            documents=self.documents | {split: self.documents[split] + documents},
+            tokens=self.tokens | {split: self.tokens[split] + tokens},
         )
-
-    def skipped(self, counter: str) -> Counts:
-        """These counts with one more under ``counter`` (one of ``policy.COUNTERS``)."""
-        return self.plus(**{counter: 1})
 
     @property
     def skips(self) -> int:
@@ -223,16 +202,16 @@ class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
     files: PerFile[FileInfo]
 
     def check(self) -> None:
-        config, counts, files = self.config, self.counts, self.files.items()
+        config, counts, files = self.config, self.counts, self.files
         if config.merge_of is not None:
             raise Disagree("config.merge_of", "is a merge's progress record's only")
-        if tuple(counts.documents.items()) != config.splits():
+        if set(counts.documents) != set(config.splits()):
             raise Disagree("counts", f"must count {' and '.join(config.splits())} only")
-        if tuple(files) != config.finals():
+        if set(files) != set(config.finals()):
             raise Disagree("files", f"must be {' and '.join(config.finals())}, not {list(files)}")
         item = np.dtype(config.dtype).itemsize
-        sizes = {_TOKENS[split]: n * item for split, n in counts.tokens.items().items()}
-        sizes["lengths.bin"] = counts.documents.items().get("all", 0) * LENGTH.itemsize
+        sizes = {_TOKENS[split]: n * item for split, n in counts.tokens.items()}
+        sizes["lengths.bin"] = counts.documents.get("all", 0) * LENGTH.itemsize
         for name, info in files.items():
             if info.bytes != sizes[name]:
                 raise Disagree(f"files.{name}.bytes", f"is {info.bytes}, not {sizes[name]}")
@@ -249,7 +228,9 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
     phase: Phase
     counts: Counts
     position: Count = 0
-    sizes: PerFile[Count] = msgspec.field(default_factory=PerFile)
+    sizes: PerFile[Count] = msgspec.field(default_factory=lambda: {})
+    """The sizes of the parts written, said even when there are none (as format 2 always has:
+    ``omit_defaults`` leaves out a field made by the ``dict`` factory, not by this one)."""
     meta: Meta | None = None
 
     def check(self) -> None:

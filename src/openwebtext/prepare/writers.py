@@ -16,7 +16,7 @@ from openwebtext.index import Corpus
 from openwebtext.plan import in_validation
 from openwebtext.prepare.config import LENGTH, PrepareOptions, Progress
 from openwebtext.prepare.record import Run
-from openwebtext.prepare.state import Counts
+from openwebtext.prepare.state import Counts, FileName, Split
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["tokenize_units"]
@@ -40,12 +40,12 @@ def tokenize_units(
     tokenizer: Tokenizer,
     order: list[int],
     stop: int,
-    names: tuple[str, ...],
+    names: tuple[FileName, ...],
 ) -> None:
     """Pass 1: tokenize units ``order[position:stop]`` in order, appending to the parts."""
     record = run.record
     position = record.position
-    sizes = record.sizes.items()
+    sizes = record.sizes
     parts = {n: run.workdir.part(n, sizes.get(n, 0)) for n in names}
     itemsize = tokenizer.dtype.itemsize
     units = corpus.units
@@ -89,7 +89,7 @@ def tokenize_units(
 def _write_unit(
     run: Run,
     loaded: Loaded,
-    parts: dict[str, Any],
+    parts: dict[FileName, Any],
     itemsize: int,
     options: PrepareOptions,
     budget: int | None,
@@ -109,7 +109,7 @@ def _write_hashed(
     run: Run,
     loaded: Loaded,
     id_counts: list[int],
-    parts: dict[str, Any],
+    parts: dict[FileName, Any],
     itemsize: int,
     options: PrepareOptions,
     budget: int | None,
@@ -117,8 +117,9 @@ def _write_hashed(
     """Append a unit's documents to train.bin or val.bin by the hash of their names."""
     data = loaded.data
     tokens = 0
-    written = {"train": [0, 0], "val": [0, 0]}  # documents, tokens
+    written: dict[Split, list[int]] = {"train": [0, 0], "val": [0, 0]}  # documents, tokens
     fraction, seed = options.val_fraction, options.val_seed
+    files = {"train": parts["train.bin"], "val": parts["val.bin"]}
     for name, offset, count in zip(loaded.names, loaded.offsets, id_counts, strict=True):
         if offset < 0:
             continue
@@ -126,8 +127,8 @@ def _write_hashed(
             if budget <= 0:
                 break
             budget -= 1
-        split = "val" if in_validation(name, fraction, seed) else "train"
-        parts[f"{split}.bin"].write(data[offset : offset + count * itemsize])
+        split: Split = "val" if in_validation(name, fraction, seed) else "train"
+        files[split].write(data[offset : offset + count * itemsize])
         written[split][0] += 1
         written[split][1] += count
         tokens += count
@@ -140,7 +141,7 @@ def _write_in_order(
     run: Run,
     loaded: Loaded,
     id_counts: list[int],
-    parts: dict[str, Any],
+    parts: dict[FileName, Any],
     itemsize: int,
     budget: int | None,
 ) -> int:
@@ -151,11 +152,11 @@ def _write_in_order(
     tokens = sum(lengths)
     parts["tokens.bin"].write(loaded.data[: tokens * itemsize])
     parts["lengths.bin"].write(np.array(lengths, dtype=LENGTH).tobytes())
-    split = next(iter(run.counts.documents.items()))  # "all" in a slice; else "train"
+    split = next(iter(run.counts.documents))  # "all" in a slice; else "train"
     run.counts = run.counts.add(split, len(lengths), tokens)
     return tokens
 
 
 def _documents(counts: Counts) -> int:
     """The documents ``counts`` holds, in every split."""
-    return sum(counts.documents.items().values())
+    return sum(counts.documents.values())

@@ -357,7 +357,7 @@ def _best_fit_section(
         raise StateError(_different_epochs(ordered, "best-fit batches states"))
     next_window = 1 + max(w.number for w in numbers)  # the new ranks' own: past every old one
     if not resharded:
-        begun = tuple(Begun(r, w.number, w.rows, w.packings, w.documents)
+        begun = tuple(Begun(w.number, w.rows, w.packings, w.documents, rank=r)
                       for r, w in enumerate(numbers) if w.rows)  # fmt: skip
         return replace(base, window=window, windows=begun, next_window=next_window)
     if window != base.window:

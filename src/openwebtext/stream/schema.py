@@ -15,7 +15,7 @@ name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
 from __future__ import annotations
 
 import itertools
-from typing import Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 import msgspec
 
@@ -122,20 +122,14 @@ class WindowAt(Record, frozen=True, omit_defaults=True):
     packings: tuple[Packed, ...] = ()
     """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
     documents: Count | None = None
-    """A mixture's part: its documents in the window (None: the window's size)."""
+    """A mixture's part: its documents in the window (None: the window's size, or fewer at the
+    end of the epoch)."""
 
 
-class Begun(Record, frozen=True, omit_defaults=True):
-    """A best-fit window an old rank had begun: the rank, the window's number, rows handed out."""
+class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
+    """A best-fit window an old rank had begun (``WindowAt``), and that rank."""
 
     rank: Count
-    number: Count
-    rows: Count
-    packings: tuple[Packed, ...] = ()
-    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
-    documents: Count | None = None
-    """A mixture's part: its documents in the window (None: the window's size, or fewer at
-    the end of the epoch)."""
 
 
 class Level(Record, frozen=True, omit_defaults=True):
@@ -156,10 +150,8 @@ class Level(Record, frozen=True, omit_defaults=True):
     def check(self) -> None:
         if any(s >= self.world_size for s in self.finished):
             raise Disagree("finished", f"names a share past {self.world_size - 1}")
-        lengths = {len(self.done), len(self.cuts)}
-        if self.windows is not None:
-            lengths.add(len(self.windows))
-        if lengths != {self.world_size}:
+        held = [self.done, self.cuts] + ([] if self.windows is None else [self.windows])
+        if {len(shares) for shares in held} != {self.world_size}:
             raise Disagree("done", f"cuts and windows must each hold {self.world_size} shares")
 
 
@@ -197,9 +189,8 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     def check(self) -> None:
         if len(self.ranks) != self.world_size:
             raise Disagree("ranks", f"must hold the {self.world_size} old ranks")
-        for k, section in enumerate(self.later):
-            if section.epoch != self.epoch + 1 + k or section.later:
-                raise Disagree("later", f"must hold the sections of epochs {self.epoch + 1} on")
+        if any(s.epoch != self.epoch + 1 + k or s.later for k, s in enumerate(self.later)):
+            raise Disagree("later", f"must hold the sections of epochs {self.epoch + 1} on")
         if self.later and self.window is not None:
             raise Disagree("later", "cannot follow a best-fit section")
         if self.share[0] >= self.share[1]:
@@ -263,11 +254,13 @@ By: TypeAlias = Literal["documents", "tokens"]
 Sampling: TypeAlias = Literal["stratified", "random"]
 
 
-def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...], at: str) -> None:
-    """Raise ``Disagree`` naming the first of ``weights`` and the ``changes``' (field ``at``)
-    that are not ``parts`` valid weights (``mixing.check_weights``)."""
-    named = {f"{at}[{k}].weights": change.weights for k, change in enumerate(changes)}
-    for field, values in {"weights": weights, **named}.items():
+def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...], at: str = "",
+             name: str = "changes") -> None:  # fmt: skip
+    """Raise ``Disagree`` naming the first of ``weights`` (field ``{at}weights``) and the
+    ``changes``' (field ``{at}{name}``) that are not ``parts`` valid weights
+    (``mixing.check_weights``)."""
+    named = {f"{at}{name}[{k}].weights": change.weights for k, change in enumerate(changes)}
+    for field, values in {f"{at}weights": weights, **named}.items():
         try:
             check_weights(values, parts)
         except ValueError as exc:
@@ -285,16 +278,16 @@ class Change(Record, frozen=True):
 class MixtureConfig(Record, frozen=True):
     """What a mixture's state must agree with, besides each part's own ``config``."""
 
-    parts: tuple[str, ...]
+    parts: Annotated[tuple[str, ...], msgspec.Meta(min_length=1)]
     weights: tuple[float, ...]
     by: By
     sampling: Sampling
     schedule: tuple[Change, ...] = ()
 
     def check(self) -> None:
-        if len(set(self.parts)) != len(self.parts) or not self.parts:
-            raise Disagree("parts", "must be distinct names, at least one")
-        _weights(len(self.parts), self.weights, self.schedule, "schedule")
+        if len(set(self.parts)) != len(self.parts):
+            raise Disagree("parts", "must be distinct names")
+        _weights(len(self.parts), self.weights, self.schedule, name="schedule")
 
 
 class Replay(Record, frozen=True, omit_defaults=True):
@@ -350,18 +343,19 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     first, in order (the first may be under way); the proportions count after them."""
 
     def check(self) -> None:
-        names = self.config.parts
-        for k, replay in enumerate(self.replays or ()):
-            if len(replay.served) != len(names) or len(replay.left) != len(names):
-                raise Disagree(f"replays[{k}]", f"must count each of the {len(names)} parts")
-            _weights(len(names), replay.weights, replay.changes, f"replays[{k}].changes")
-        if self.next is not None and self.next >= len(names):
-            raise Disagree("next", f"is {self.next}, not a part's index (< {len(names)})")
+        names, n = self.config.parts, len(self.config.parts)
+        replays = {f"replays[{k}].": replay for k, replay in enumerate(self.replays or ())}
+        counted = {at + f: getattr(r, f) for at, r in replays.items() for f in ("served", "left")}
+        for field, values in {**counted, "served": self.served}.items():
+            if len(values) != n:
+                raise Disagree(field, f"must count each of the {n} parts")
+        turns: dict[str, Replay | MixtureState] = {**replays, "": self}
+        for at, record in turns.items():
+            _weights(n, record.weights, record.changes, at)
+        if self.next is not None and self.next >= n:
+            raise Disagree("next", f"is {self.next}, not a part's index (< {n})")
         if set(self.parts) != set(names):  # JSON's objects are unordered
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
-        if len(self.served) != len(names):
-            raise Disagree("served", f"must have one value per part ({len(names)})")
-        _weights(len(names), self.weights, self.changes, "changes")
         if self.applied > len(self.changes):
             raise Disagree("applied", f"is more than the {len(self.changes)} changes")
 
@@ -380,7 +374,8 @@ class Scheduled(Record, frozen=True, omit_defaults=True):
     the steps after the first (whose shape is the state's ``seq_len`` and ``batch_size``) and
     where the run is in them."""
 
-    changes: tuple[Step, ...]
+    changes: Annotated[tuple[Step, ...], msgspec.Meta(min_length=1)]
+    """At least one (a schedule of one step is fixed sizes: no section)."""
     at: Count
     """Batches of the schedule handed out before (a resharded state keeps the old ranks')."""
     packings: tuple[Packed, ...] = ()
@@ -389,10 +384,8 @@ class Scheduled(Record, frozen=True, omit_defaults=True):
     the state's ``row``. Empty at a window's start."""
 
     def check(self) -> None:
-        if not self.changes:
-            raise Disagree("changes", "is empty: a schedule of one step is fixed sizes")
         batches = [step.batch for step in self.changes]
-        if batches[0] == 0 or any(b <= a for a, b in itertools.pairwise(batches)):
+        if any(b <= a for a, b in itertools.pairwise([0, *batches])):
             raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")
 
 
@@ -429,12 +422,11 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     reshard deals the window to a new rank, which hands them out in the old order)."""
 
     def check(self) -> None:
-        if isinstance(self.packed_parts, dict):
-            docs = self.documents
-            names = docs.config.parts if isinstance(docs, MixtureState) else ()
-            unknown = set(self.packed_parts) - set(names)
-            if unknown:
-                raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")
+        docs = self.documents
+        names = docs.config.parts if isinstance(docs, MixtureState) else ()
+        unknown = set(self.packed_parts or ()).difference(names)
+        if unknown:
+            raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")
         if self.packing == "bestfit" and self.window is None:
             raise Disagree("window", "is needed by best fit")
         if self.packing == "concat" and self.window is not None:
