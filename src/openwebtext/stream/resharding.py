@@ -96,14 +96,17 @@ def reshard(
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world) if batches else None
     cuts = [batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)]
-    base, *later = _epoch_sections(ordered, cuts, old_world)
+    begun = (
+        {d.position.epoch for d, w in zip(ordered, fit[1], strict=True) if w.rows} if fit else set()
+    )
+    base, *later = _epoch_sections(ordered, cuts, old_world, begun)
     if any(d.reshard for d in ordered) and (base.window is not None) != (fit is not None):
         raise StateError(
             "batches states of different packings: the resharded epoch was packed "
             f"{'by best fit' if base.window is not None else 'end to end'}"
         )
     if fit is not None:
-        base = _best_fit_section(base, later, ordered, fit)
+        base, later = _best_fit_sections(base, later, ordered, fit)
     base = replace(base, later=tuple(later))
     old_rule = first.config.even
     rule = _new_rule(even, old_rule)
@@ -250,14 +253,17 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
 
 
 def _epoch_sections(
-    ordered: Sequence[DocumentState], cuts: Sequence[int], world: int
+    ordered: Sequence[DocumentState], cuts: Sequence[int], world: int, needed: set[int]
 ) -> list[Reshard]:
     """The sections of the rests to hand out, one per epoch from the earliest one an old rank
     is in: every epoch an old rank had begun (a mixture's small part runs through its epochs
-    at each rank's own pace), and the rests an earlier reshard had left for after them."""
+    at each rank's own pace; ``needed``: those of best-fit windows begun at their start), and
+    the rests an earlier reshard had left for after them."""
     out: list[Reshard] = []
     epoch = min(d.position.epoch for d in ordered)
-    while (section := _epoch_section(ordered, cuts, world, epoch, not out)) is not None:
+    while (
+        section := _epoch_section(ordered, cuts, world, epoch, not out or epoch in needed)
+    ) is not None:
         out.append(section)
         epoch += 1
     return out
@@ -343,27 +349,37 @@ def _view(state: DocumentState, epoch: int) -> Reshard | None:
     return section.later[k - 1] if k - 1 < len(section.later) else _UNSAID
 
 
-def _best_fit_section(
+def _best_fit_sections(
     base: Reshard, later: Sequence[Reshard], ordered: Sequence[DocumentState],
     fit: tuple[int, list[WindowAt]],
-) -> Reshard:  # fmt: skip
-    """``base`` with the best-fit windows old ranks had begun, each to be packed again (by
-    this world's level of a resharded epoch). States of one epoch only, or at the very start
-    of the next with no row of it handed out."""
+) -> tuple[Reshard, list[Reshard]]:  # fmt: skip
+    """The sections with the best-fit windows old ranks had begun, each to be packed again:
+    each in the section of its rank's epoch (a mixture's part: its ranks may be in different
+    epochs of it; the first section's rest hands them all out first), or in this world's level
+    of a resharded epoch (states of one epoch only, or at the very start of the next with no
+    row of it handed out). A corpus's windows are seeded by their epoch: one epoch only."""
     window, numbers = fit
     resharded = any(d.reshard is not None for d in ordered)
-    if later or any(d.position.epoch > base.epoch and (w.rows or resharded)
-                    for d, w in zip(ordered, numbers, strict=True)):  # fmt: skip
+    part = all(w.documents is not None for w in numbers if w.rows)
+    if (later and (resharded or not part)) or any(
+        d.position.epoch > base.epoch and (resharded or (w.rows and not part))
+        for d, w in zip(ordered, numbers, strict=True)
+    ):
         raise StateError(_different_epochs(ordered, "best-fit batches states"))
     next_window = 1 + max(w.number for w in numbers)  # the new ranks' own: past every old one
     if not resharded:
-        begun = tuple(Begun(w.number, w.rows, w.packings, w.documents, rank=r)
-                      for r, w in enumerate(numbers) if w.rows)  # fmt: skip
-        return replace(base, window=window, windows=begun, next_window=next_window)
+        sections = [replace(s, window=window, windows=(), next_window=next_window)
+                    for s in (base, *later)]  # fmt: skip
+        for r, (d, w) in enumerate(zip(ordered, numbers, strict=True)):
+            k = d.position.epoch - base.epoch
+            if w.rows:
+                dealt = Begun(w.number, w.rows, w.packings, w.documents, rank=r)
+                sections[k] = replace(sections[k], windows=(*(sections[k].windows or ()), dealt))
+        return sections[0], sections[1:]
     if window != base.window:
         raise StateError(f"best-fit windows of {window} documents, resharded with {base.window}")
     level = replace(base.levels[-1], windows=tuple(numbers))
-    return replace(base, levels=(*base.levels[:-1], level), next_window=next_window)
+    return replace(base, levels=(*base.levels[:-1], level), next_window=next_window), []
 
 
 def _different_epochs(ordered: Sequence[DocumentState], what: str) -> str:

@@ -81,6 +81,9 @@ class Piece(NamedTuple):
     """Handed out again (``pad``): counted in ``repeated_documents``."""
     trim: int
     """Ids of the piece's first document to leave out (delivered before the checkpoint)."""
+    epoch: int | None = None
+    """The epoch whose plan it is read with (None: the stream's; a later epoch's window
+    dealt first, ``Rest.windows``)."""
 
 
 def cut_share(
@@ -183,6 +186,7 @@ class Rest:
         """Per world (the old ranks', then each level's): the ranks whose concat cut is in
         their next epoch's first document (all of their share handed out), and their cuts."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
+        ranked: list[int] = []  # (their old ranks)
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
         size = section.window or 0
@@ -213,6 +217,7 @@ class Rest:
                         "on the same world size, or reshard when no window does"
                     )
                 windows.append(Window([(at, at + m, False)], b.number, b.rows, b.packings))
+                ranked.append(r)
                 first = at + m
             if at + remaining > first:
                 spans.append((first, at + remaining, False))
@@ -248,13 +253,35 @@ class Rest:
             spans, mid, windows = joined, new_mid, carried
         share_rank, share_world = section.share
         plain, dropped = cut_share(spans, share_rank, share_world, section.rule)
-        self.windows: list[Window] = windows[share_rank::share_world]
-        """The windows this share hands out first (best fit), in order."""
-        self.spans = [span for window in self.windows for span in window.spans] + plain
+        self.ranked, self.own = ranked, windows
+        self.windows: list[tuple[Rest, Window]] = self._dealt()[share_rank::share_world]
+        """The windows this share hands out first (best fit), in order, each with its rest."""
+        self.segments = [(o, w.spans) for o, w in self.windows] + [(self, plain)]
+        self.spans = [span for _, spans in self.segments for span in spans]
         self.dropped_here = dropped if share_rank == share_world - 1 else 0
         """What ``drop`` left out, for the last share to count (0 for the others)."""
         self.mid = mid
         self.length = _count(self.spans)
+
+    def _dealt(self) -> list[tuple[Rest, Window]]:
+        """The best-fit windows to deal (each with the rest it is read from): a level's, in
+        the order they were carried; else those of every epoch's section in old rank order (a
+        mixture's part's ranks may be in different epochs of it: the mixture deals its windows
+        so), handed out first in the first epoch's rest (a later one's, ``dealt``, only leaves
+        their documents out)."""
+        section, options = self.section, self.options
+        if section.levels:
+            return [(self, w) for w in self.own]
+        if section.dealt:
+            return []
+        owned = [(r, self, w) for r, w in zip(self.ranked, self.own, strict=True)]
+        for later in section.later:
+            if later.windows:
+                other = Rest(replace(later, share=(0, 1), rule=None), self.counts, options,
+                             part=self.part)  # fmt: skip
+                owned += [(r, other, w) for r, w in zip(other.ranked, other.own, strict=True)]
+        owned.sort(key=lambda item: item[0])
+        return [(o, w) for _, o, w in owned]
 
     def said(self) -> Reshard:
         """This epoch's section as every share of it says it (``DocumentState.passed``)."""
@@ -316,7 +343,7 @@ class Rest:
         starts with that begin at or after its first ``progress`` documents (best fit)."""
         out: list[WindowAhead] = []
         at = 0
-        for window in self.windows:
+        for _, window in self.windows:
             if at >= progress:
                 out.append((window.documents, window.number, window.skip, window.packings))
             at += window.documents
@@ -324,9 +351,21 @@ class Rest:
 
     def pieces(self, progress: int) -> Iterator[Piece]:
         """The pieces of this share after its first ``progress`` documents."""
-        first = self.spans[0][0] if self.spans else -1
+        lead = self.leads and progress == 0  # the share's first document leads
+        for owner, spans in self.segments:
+            n = _count(spans)
+            if progress < n:
+                epoch = None if owner is self else owner.epoch
+                yield from owner._pieces(spans, progress, lead, epoch)
+            lead, progress = lead and not n, max(0, progress - n)
+
+    def _pieces(self, spans: list[Span], progress: int, lead: bool, epoch: int | None
+                ) -> Iterator[Piece]:  # fmt: skip
+        """The pieces of ``spans`` (of this rest's sequence) after their first ``progress``
+        documents; ``lead``: their first document is the share's first."""
+        first = spans[0][0]
         ranks = self.section.ranks
-        for a, b, repeat in _drop_front(self.spans, progress):
+        for a, b, repeat in _drop_front(spans, progress):
             while a < b:
                 r = _rank_of(self.starts, a)
                 end = self.starts[r + 1] if r + 1 < len(self.starts) else b
@@ -340,9 +379,9 @@ class Rest:
                 trim = 0
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)
-                    if a == first and progress == 0 and self.leads:
+                    if a == first and lead:
                         trim = max(trim - 1, 0)
-                yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim)
+                yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim, epoch)
                 a = stop
 
 

@@ -181,6 +181,9 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     """Best fit: the windows old ranks had begun, each to be packed again."""
     next_window: Count | None = None
     """Best fit: the number the new ranks' own windows start at."""
+    dealt: bool = False
+    """Best fit, a later epoch's section: its ``windows`` were handed out first, in the rest
+    of the first epoch (``Rest``); here their documents are only left out."""
     later: tuple[Reshard, ...] = ()
     """The sections of the epochs after ``epoch`` that an old rank had begun (a mixture's
     small part runs through its epochs at each rank's own pace), one per epoch: their rests
@@ -191,8 +194,8 @@ class Reshard(Record, frozen=True, omit_defaults=True):
             raise Disagree("ranks", f"must hold the {self.world_size} old ranks")
         if any(s.epoch != self.epoch + 1 + k or s.later for k, s in enumerate(self.later)):
             raise Disagree("later", f"must hold the sections of epochs {self.epoch + 1} on")
-        if self.later and self.window is not None:
-            raise Disagree("later", "cannot follow a best-fit section")
+        if any((s.window is None) != (self.window is None) for s in self.later):
+            raise Disagree("later", "must be packed as this section is (window)")
         if self.share[0] >= self.share[1]:
             raise Disagree("share", f"{list(self.share)} is not (rank, world size)")
         if self.exact is not None and len(self.exact) != len(self.ranks):
@@ -210,12 +213,12 @@ class Reshard(Record, frozen=True, omit_defaults=True):
         the next epoch is the new world size's own."""
         if not self.later:
             return None
-        return codec.replace(self.later[0], later=self.later[1:], share=self.share,
-                             rule=self.rule, counted=False)  # fmt: skip
+        return codec.replace(self.later[0], later=self.later[1:], share=self.share, rule=self.rule,
+                             counted=False, dealt=self.window is not None)  # fmt: skip
 
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""
-        return codec.replace(self, share=(0, 1), rule=None, counted=True)
+        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False)
 
 
 class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format", tag=STATE_FORMAT):

@@ -325,15 +325,14 @@ class Stream:
             return
         self._counters = self._losses.count(shares, self._epoch, self._counters)
 
-    def _even_passes(
-        self, pool: Pool, share: Share, even: EvenEpoch, shift: int, stop: int, take: int | None
-    ) -> Generator[Any, None, None]:
+    def _even_passes(self, pool: Pool, share: Share, even: EvenEpoch, shift: int, stop: int,
+                     take: int | None, epoch: int) -> Generator[Any, None, None]:  # fmt: skip
         """Hand out evened-out passes up to ``stop`` documents of this stream's epoch;
         ``shift``: those minus the documents of the shard's rank (a resharded piece)."""
         while self._counters.epoch_documents < stop:
             start, before = self._block, self._counters.epoch_documents
             end, repeat = even.next_pass(start, self._in_block, before - shift)
-            yield from self._pass(pool, share, start, end, stop, take)
+            yield from self._pass(pool, share, start, end, stop, take, epoch)
             if repeat:
                 self._counters = self._counters.repeated(before)
             if take is not None and self._yielded() >= take:
@@ -365,23 +364,23 @@ class Stream:
         self, pool: Pool, piece: Piece, stop: int | None, take: int | None
     ) -> Generator[Any, None, None]:
         """``piece`` as its rank hands it out, up to ``stop`` documents of the epoch."""
-        share = piece.share
+        share, epoch = piece.share, self._epoch if piece.epoch is None else piece.epoch
         if piece.target is None:
-            return self._pass(pool, share, piece.block, len(share.units), stop, take)
+            return self._pass(pool, share, piece.block, len(share.units), stop, take, epoch)
         assert share.counts is not None
-        even = EvenEpoch(share.counts, piece.target, rank=piece.rank, epoch=self._epoch)
+        even = EvenEpoch(share.counts, piece.target, rank=piece.rank, epoch=epoch)
         shift = self._counters.epoch_documents - piece.handed
         stop = piece.target + shift if stop is None else stop
-        return self._even_passes(pool, share, even, shift, stop, take)
+        return self._even_passes(pool, share, even, shift, stop, take, epoch)
 
     @functools.cached_property
     def _counts_per_unit(self) -> tuple[int, ...]:
         return even_counts(self.corpus, self.options)
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
-              take: int | None) -> Generator[Any, None, None]:  # fmt: skip
+              take: int | None, epoch: int) -> Generator[Any, None, None]:  # fmt: skip
         """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping
-        around its units)."""
+        around its units), in ``epoch``'s order."""
         feed = _wrapped(share.units, start, end)
         units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
         skip = self._in_block
@@ -407,7 +406,7 @@ class Stream:
                 self._block_len = block_len
                 self._block_sizes, self._block_counts = sizes, counts = block.sizes, block.counts
                 self._block_order = order_ = block_permutation(
-                    block_len, opts, self._epoch, self._rank, block_start
+                    block_len, opts, epoch, self._rank, block_start
                 )
                 self._in_block = self._first_in_block = skip
                 handed = self._counters.epoch_documents
