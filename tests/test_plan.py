@@ -21,8 +21,9 @@ from openwebtext.plan import (
     share_bounds,
     share_losses,
 )
-from openwebtext.stream.rest import Rest, cut_share
+from openwebtext.stream.rest import Rest
 from openwebtext.stream.schema import OldRank, Reshard
+from openwebtext.stream.spans import cut_share
 
 RULES = st.sampled_from([None, "drop", "pad"])
 

@@ -148,35 +148,6 @@ def test_a_mixture_s_concat_cut_in_a_part_s_next_epoch_goes_on_after_a_reshard(
     assert not again, sorted(again)[:3]
 
 
-def test_a_best_fit_window_across_a_part_s_epoch_end_is_refused_naming_the_part(
-    tmp_path: Path, small_corpus: Path
-) -> None:
-    """Best-fit batches of a mixture of the small tar corpus and a part of 7 JSON lines (a
-    share of 1 or 2 per rank of 4): each rank's first window holds 2 documents of the small
-    part, one of its next epoch. Resharded to 3, that window cannot be dealt: refused with a
-    StateError (at reshard or at load) that names the part, ``'js7'`` (on main: "the window
-    crosses the epoch's end (a mixture's part)", which part not said; a mixture of 16 parts
-    leaves the user guessing)."""
-    write_jsonl(tmp_path / "js7" / "a.jsonl", sample_texts(7, seed=4))
-    web = shutil.copytree(small_corpus, tmp_path / "web")  # (counted beside it)
-    m = Mixture({"web": str(web), "js7": str(tmp_path / "js7")},
-                {"web": 0.5, "js7": 0.5})  # fmt: skip
-    states = []
-    for rank in range(4):
-        loader = Loader(m, workers=0, seed=5, rank=rank, world_size=4, even=None, epochs=None,
-                        tokenizer="bytes")  # fmt: skip
-        with loader.batches(127, 2, packing="bestfit", window=5) as it:
-            next(it)
-            states.append(json.loads(json.dumps(it.state_dict())))
-    assert all(s["row"] and s["window_parts"][1] >= 2 for s in states)
-    with pytest.raises(StateError, match="js7"):
-        for rank, state in enumerate(reshard(states, 3)):
-            loader = Loader(m, workers=0, seed=5, rank=rank, world_size=3, even=None,
-                            epochs=None, tokenizer="bytes")  # fmt: skip
-            with loader.batches(127, 2, packing="bestfit", window=5, state=state) as it:
-                next(it)
-
-
 def _holds(tokens: Any, at: int, ids: Any) -> bool:
     """Whether a document's ``tokens`` hold ``ids`` at position ``at``."""
     return len(tokens) >= at + len(ids) and bool((tokens[at : at + len(ids)] == ids).all())

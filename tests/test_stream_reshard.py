@@ -18,8 +18,8 @@ import pytest
 from openwebtext import Corpus, Loader, StateError, reshard
 from openwebtext.plan import advance
 from openwebtext.stream import count_documents
-from openwebtext.stream.rest import cut_share
 from openwebtext.stream.schema import BATCHES_FORMAT
+from openwebtext.stream.spans import cut_share
 from resumable import check_save_load
 
 #: Where each of the 4 old ranks stops (documents, or batches), all different.

@@ -25,7 +25,7 @@ finished into the next level the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from openwebtext.codec import replace
@@ -33,18 +33,11 @@ from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import EpochShares, Rule, Share, advance, plan
 from openwebtext.stream.epochs import check_position
-from openwebtext.stream.schema import Level, OldRank, Packed, Reshard, WindowAt
+from openwebtext.stream.schema import Begun, Level, OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
+from openwebtext.stream.spans import Span, count, cut_share, drop_front, slice_spans
 
-__all__ = ["Piece", "Rest", "Window", "cut_share", "ended"]
-
-#: An interval of the rest sequence: ``(start, stop, repeat)``.
-Span = tuple[int, int, bool]
-
-
-def _count(spans: Sequence[Span]) -> int:
-    """The documents ``spans`` hold."""
-    return sum(stop - start for start, stop, _ in spans)
+__all__ = ["Piece", "Rest", "Window", "ended"]
 
 
 class Window(NamedTuple):
@@ -61,7 +54,19 @@ class Window(NamedTuple):
 
     @property
     def documents(self) -> int:
-        return _count(self.spans)
+        return count(self.spans)
+
+
+class Dealt(NamedTuple):
+    """A best-fit window dealt to a share: the window, and its documents as intervals of the
+    rests they are read from (two when it crosses an epoch's end)."""
+
+    window: Window
+    segments: list[tuple[Rest, list[Span]]]
+
+    @property
+    def documents(self) -> int:
+        return sum(count(spans) for _, spans in self.segments)
 
 
 class Piece(NamedTuple):
@@ -84,63 +89,6 @@ class Piece(NamedTuple):
     epoch: int | None = None
     """The epoch whose plan it is read with (None: the stream's; a later epoch's window
     dealt first, ``Rest.windows``)."""
-
-
-def cut_share(
-    spans: Sequence[Span], share: int, world: int, rule: str | None
-) -> tuple[list[Span], int]:
-    """The spans of rank ``share`` of ``world`` when ``spans`` (a sequence) is cut evenly, and
-    how many documents ``drop`` leaves out (0 otherwise).
-
-    ``drop``: every share ``len // world``; ``pad``: ``ceil(len / world)``, going round to the
-    start (marked repeats); None: shares differ by at most one.
-    """
-    total = _count(spans)
-    if rule == "pad":
-        q = -(-total // world)
-        first, dropped = share * q, 0
-    elif rule == "drop":
-        q = total // world
-        first, dropped = share * q, total - q * world
-    else:
-        q = total // world + (1 if share < total % world else 0)
-        first = share * (total // world) + min(share, total % world)
-        dropped = 0
-    out: list[Span] = []
-    at = first
-    while q > 0 and total > 0:
-        lap, within = divmod(at, total)
-        took = _slice(spans, within, min(total, within + q), repeat=lap > 0)
-        out += took
-        n = _count(took)
-        q -= n
-        at += n
-    return out, dropped
-
-
-def _slice(spans: Sequence[Span], start: int, stop: int, *, repeat: bool) -> list[Span]:
-    """Positions ``start..stop`` of the sequence that ``spans`` make, as spans."""
-    out: list[Span] = []
-    at = 0
-    for a, b, was_repeat in spans:
-        lo, hi = max(a, a + start - at), min(b, a + stop - at)
-        if lo < hi:
-            out.append((lo, hi, was_repeat or repeat))
-        at += b - a
-        if at >= stop:
-            break
-    return out
-
-
-def _drop_front(spans: Sequence[Span], k: int) -> list[Span]:
-    out: list[Span] = []
-    for a, b, repeat in spans:
-        if k >= b - a:
-            k -= b - a
-            continue
-        out.append((a + k, b, repeat))
-        k = 0
-    return out
 
 
 class Rest:
@@ -187,6 +135,9 @@ class Rest:
         their next epoch's first document (all of their share handed out), and their cuts."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         ranked: list[int] = []  # (their old ranks)
+        self.begun, self.crossing = begun, {}
+        """Best fit of a mixture's part: the old ranks whose window crosses the epoch's end,
+        and its documents in the next epoch (the first of their share of it)."""
         at = 0
         exact = section.exact or (False,) * world  # old ranks without skips
         size = section.window or 0
@@ -209,6 +160,8 @@ class Rest:
             # documents in the window, none too, so that every part deals the same windows).
             if b is not None and (remaining or b.documents is not None):
                 m = min(size, remaining) if b.documents is None else b.documents
+                if m > remaining and not section.levels:  # the rest: the next epoch's first
+                    self.crossing[r], m = m - remaining, remaining
                 if m > remaining:
                     raise StateError(
                         f"old rank {r}'s best-fit window holds {m} documents of its share of "
@@ -234,7 +187,7 @@ class Rest:
                 share, _ = cut_share(spans, s, level.world_size, level.rule)
                 done, cut = level.done[s], level.cuts[s]
                 if s in level.finished:  # its rank was past this epoch: all of it handed out
-                    done = _count(share)
+                    done = count(share)
                 if level.windows is not None:  # best fit: what of its windows and share is left
                     at_window = level.windows[s]
                     dealt = windows[s :: level.world_size]
@@ -242,7 +195,7 @@ class Rest:
                     carried += left_windows
                     joined += left
                     continue
-                left = _drop_front(share, done)
+                left = drop_front(share, done)
                 if not left and cut and s not in level.finished:  # as an old rank's
                     self.carried[-1][s] = cut
                 if left and cut:
@@ -254,34 +207,59 @@ class Rest:
         share_rank, share_world = section.share
         plain, dropped = cut_share(spans, share_rank, share_world, section.rule)
         self.ranked, self.own = ranked, windows
-        self.windows: list[tuple[Rest, Window]] = self._dealt()[share_rank::share_world]
-        """The windows this share hands out first (best fit), in order, each with its rest."""
-        self.segments = [(o, w.spans) for o, w in self.windows] + [(self, plain)]
+        self.windows: list[Dealt] = self._dealt()[share_rank::share_world]
+        """The windows this share hands out first (best fit), in order."""
+        self.segments = [s for dealt in self.windows for s in dealt.segments] + [(self, plain)]
         self.spans = [span for _, spans in self.segments for span in spans]
         self.dropped_here = dropped if share_rank == share_world - 1 else 0
         """What ``drop`` left out, for the last share to count (0 for the others)."""
         self.mid = mid
-        self.length = _count(self.spans)
+        self.length = count(self.spans)
 
-    def _dealt(self) -> list[tuple[Rest, Window]]:
-        """The best-fit windows to deal (each with the rest it is read from): a level's, in
-        the order they were carried; else those of every epoch's section in old rank order (a
-        mixture's part's ranks may be in different epochs of it: the mixture deals its windows
-        so), handed out first in the first epoch's rest (a later one's, ``dealt``, only leaves
-        their documents out)."""
-        section, options = self.section, self.options
-        if section.levels:
-            return [(self, w) for w in self.own]
-        if section.dealt:
+    def _dealt(self) -> list[Dealt]:
+        """The best-fit windows to deal: a level's, in the order they were carried; else
+        those of every epoch's section in old rank order (a mixture's part's ranks may be in
+        different epochs of it: the mixture deals its windows so), handed out first in the
+        first epoch's rest (a later one's, ``dealt``, only leaves their documents out). A window
+        that crosses an epoch's end goes on with the first documents of its rank's share of the
+        next epoch (``crossing``), which that epoch's rest leaves out."""
+        if self.section.levels:
+            return [Dealt(w, [(self, w.spans)]) for w in self.own]
+        if self.section.dealt or self.section.window is None:
             return []
-        owned = [(r, self, w) for r, w in zip(self.ranked, self.own, strict=True)]
-        for later in section.later:
-            if later.windows:
-                other = Rest(replace(later, share=(0, 1), rule=None), self.counts, options,
-                             part=self.part)  # fmt: skip
-                owned += [(r, other, w) for r, w in zip(other.ranked, other.own, strict=True)]
+        owned: list[tuple[int, Dealt]] = []
+        rest, later = self, list(self.section.later)
+        going: dict[int, Dealt] = {}
+        while True:
+            coming: dict[int, Dealt] = {}
+            for r, w in zip(rest.ranked, rest.own, strict=True):
+                dealt = going.get(r)
+                if dealt is None:
+                    dealt = Dealt(w, [])
+                    owned.append((r, dealt))
+                dealt.segments.append((rest, w.spans))
+                if r in rest.crossing:
+                    coming[r] = dealt
+            if not later and not coming:
+                break
+            section = later.pop(0) if later else rest.not_begun()
+            section = replace(section, share=(0, 1), rule=None, windows=(
+                *(section.windows or ()), *rest.crossed(coming)))  # fmt: skip
+            rest = Rest(section, self.counts, self.options, part=self.part)
+            going = coming
         owned.sort(key=lambda item: item[0])
-        return [(o, w) for _, o, w in owned]
+        return [dealt for _, dealt in owned]
+
+    def crossed(self, ranks: Iterable[int]) -> list[Begun]:
+        """What the next epoch's section leaves out of ``ranks``' shares: their windows'
+        documents past this epoch's end (``crossing``), as windows of those ranks."""
+        return [replace(self.begun[r], documents=self.crossing[r]) for r in ranks]
+
+    def not_begun(self) -> Reshard:
+        """The next epoch's section when no old rank had begun it (a window crossed into it)."""
+        section = self.section
+        return replace(section, epoch=self.epoch + 1, ranks=(OldRank(0, 0),) * section.world_size,
+                       windows=(), later=(), exact=None, counted=False)  # fmt: skip
 
     def said(self) -> Reshard:
         """This epoch's section as every share of it says it (``DocumentState.passed``)."""
@@ -336,6 +314,10 @@ class Rest:
             else:
                 level = Level(world_size=world, rule=rule, done=(0,) * world, cuts=cut)
                 built = replace(built, levels=(*built.levels, level))
+        if self.crossing:  # windows that cross into it: their documents there left out
+            built = built or replace(self.not_begun(), share=section.share, rule=section.rule)
+            windows = (*(built.windows or ()), *self.crossed(self.crossing))
+            built = replace(built, windows=windows, dealt=True)
         return built
 
     def windows_ahead(self, progress: int) -> list[WindowAhead]:
@@ -343,17 +325,18 @@ class Rest:
         starts with that begin at or after its first ``progress`` documents (best fit)."""
         out: list[WindowAhead] = []
         at = 0
-        for _, window in self.windows:
+        for dealt in self.windows:
+            window = dealt.window
             if at >= progress:
-                out.append((window.documents, window.number, window.skip, window.packings))
-            at += window.documents
+                out.append((dealt.documents, window.number, window.skip, window.packings))
+            at += dealt.documents
         return out
 
     def pieces(self, progress: int) -> Iterator[Piece]:
         """The pieces of this share after its first ``progress`` documents."""
         lead = self.leads and progress == 0  # the share's first document leads
         for owner, spans in self.segments:
-            n = _count(spans)
+            n = count(spans)
             if progress < n:
                 epoch = None if owner is self else owner.epoch
                 yield from owner._pieces(spans, progress, lead, epoch)
@@ -365,7 +348,7 @@ class Rest:
         documents; ``lead``: their first document is the share's first."""
         first = spans[0][0]
         ranks = self.section.ranks
-        for a, b, repeat in _drop_front(spans, progress):
+        for a, b, repeat in drop_front(spans, progress):
             while a < b:
                 r = _rank_of(self.starts, a)
                 end = self.starts[r + 1] if r + 1 < len(self.starts) else b
@@ -427,14 +410,14 @@ def _windows_left(
     if done < at or inside or (done == at and row == 0):
         return left, list(share)
     into = done - at
-    total = _count(share)
+    total = count(share)
     if row > 0:
         if into % size and into != total:
             raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
         m = min(size, total - into)
-        left.append(Window(_slice(share, into, into + m, repeat=False), number, row, packings))
+        left.append(Window(slice_spans(share, into, into + m, repeat=False), number, row, packings))
         into += m
-    return left, _drop_front(share, into)
+    return left, drop_front(share, into)
 
 
 def _applied_trim(
