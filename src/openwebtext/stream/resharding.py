@@ -61,7 +61,9 @@ def reshard(
     the rows not handed out before. States may be in different epochs (a mixture's small
     part runs through its epochs at each rank's pace): a rank past an epoch had finished it, a
     rank before one had not begun it, and the rests of every epoch an old rank had begun follow
-    one another (best-fit batches: states of one epoch only). After those, every epoch is
+    one another (best-fit batches of a corpus: states of one epoch only; of a mixture, each old
+    rank's window is read from its epoch of each part, and past its end from the next, all
+    handed out first). After those, every epoch is
     the new world size's own. The new ranks' counters start at 0. States of a resharded
     epoch can be resharded again. Batches under a ``Schedule`` go on in it from the batch the
     furthest old rank had reached (best fit: a window packed again at a change is packed the
