@@ -55,6 +55,22 @@ def _batches(case: Case, state: Any, rank: int, world: int, n: int, whole: bool 
         return out, json.loads(json.dumps(it.state_dict()))
 
 
+def _uneven(m: Mixture, handed: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+    """The documents some ids of which the rows hold more often than others."""
+    texts = {}
+    with Loader(m, workers=0, tokenizer="bytes", epochs=1).iter() as it:
+        for doc in it:
+            texts[(doc.source, doc.name)] = np.asarray(doc.tokens)
+    cover = {key: np.zeros(len(ids), int) for key, ids in texts.items()}
+    for tokens, segments, positions in handed:
+        for s in set(segments[segments > 0].tolist()):
+            at = np.flatnonzero(segments == s)
+            p, ids = int(positions[at[0]]), tokens[at]
+            (key,) = [k for k, t in texts.items() if np.array_equal(t[p : p + len(ids)], ids)]
+            cover[key][p : p + len(ids)] += 1
+    return [key for key, c in cover.items() if c.min() != c.max()]
+
+
 def _equal(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
     return all(np.array_equal(x, y) for r, s in zip(a, b, strict=True)
                for x, y in zip(r, s, strict=True))  # fmt: skip
@@ -75,19 +91,7 @@ def test_dealt_windows_are_packed_as_before_and_every_id_handed_out_alike(case: 
         got, _ = _batches(case, state, rank, 3, 40, whole=True)
         assert _equal(got[: len(want)], want), rank
         handed += got
-    texts = {}
-    with Loader(case.mixture, workers=0, tokenizer="bytes", epochs=1).iter() as it:
-        for doc in it:
-            texts[(doc.source, doc.name)] = np.asarray(doc.tokens)
-    cover = {key: np.zeros(len(ids), int) for key, ids in texts.items()}
-    for tokens, segments, positions in handed:
-        for s in set(segments[segments > 0].tolist()):
-            at = np.flatnonzero(segments == s)
-            p, ids = int(positions[at[0]]), tokens[at]
-            (key,) = [k for k, t in texts.items() if np.array_equal(t[p : p + len(ids)], ids)]
-            cover[key][p : p + len(ids)] += 1
-    uneven = [key for key, c in cover.items() if c.min() != c.max()]
-    assert not uneven, uneven
+    assert not _uneven(case.mixture, handed)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -99,3 +103,31 @@ def test_a_state_inside_the_dealt_windows_resumes_exactly(case: Case, workers: i
         first, saved = _batches(case, state, 0, 1, cut, workers=workers)
         rest, _ = _batches(case, saved, 0, 1, 16 - cut, workers=workers)
         assert _equal(first + rest, whole), cut
+
+
+def test_resharded_again_inside_the_rest_every_id_is_handed_out_alike(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """3 ranks -> 2 -> 2 (stops a random search chose), the second reshard while the new
+    ranks are in the rest, one inside a window dealt to it (a replay under way) and one in a
+    window of its own: the windows not finished are dealt again (each part's share of them
+    said by the mixture's replays, ``WindowAt.replays``), and over the three worlds every id
+    of every document is handed out equally often. Before, refused ("not built")."""
+    folder = tmp_path_factory.mktemp("again")
+    write_parquet(folder / "pq" / "a.parquet", sample_texts(50, seed=1))
+    write_jsonl(folder / "js" / "a.jsonl", sample_texts(30, seed=2))
+    case = Case(Mixture({"pq": str(folder / "pq"), "js": str(folder / "js")}), 13, ())
+    handed: list[tuple[Any, ...]] = []
+    states: list[Any] = [None] * 3
+    for k, stops in enumerate(((9, 14, 11), (4, 8), (34, 13))):
+        last = k == 2
+        runs = [_batches(case, states[r], r, len(stops), n, whole=last)
+                for r, n in enumerate(stops)]  # fmt: skip
+        handed += [row for rows, _ in runs for row in rows]
+        if k == 1:
+            again = [s for _, s in runs]
+            assert any(s["documents"].get("replays") and s["row"] for s in again)
+            assert any(not s["documents"].get("replays") and s["row"] for s in again)
+        if not last:
+            states = reshard([s for _, s in runs], (2, 2)[k])
+    assert not _uneven(case.mixture, handed)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, Mixture, StateError, reshard
+from openwebtext import Loader, Mixture, reshard
 from tables_support import mixture_folders
 
 S, B, WINDOW = 127, 2, 5  # small windows of long rows: old ranks stop inside one
@@ -126,12 +126,11 @@ def test_the_rest_of_every_part_is_each_document_once(parts: dict[str, str]) -> 
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_state_inside_a_dealt_window_resumes_exactly(
-    parts: dict[str, str], workers: int
-) -> None:
+def test_a_state_inside_a_dealt_window_resumes_exactly(parts: dict[str, str], workers: int) -> None:
     """The one new rank of a reshard to 1, cut at batches inside and between its dealt
-    windows and resumed (0 and 2 workers): the rows of the uninterrupted run; its states
-    taken there are refused by another reshard, with what to do."""
+    windows and resumed (0 and 2 workers): the rows of the uninterrupted run. A state taken
+    inside them resharded again to 2: the new ranks hand out the rows of the windows left,
+    those the state would have, before their own."""
     m = Mixture(parts, {"web": 0.6, "pq": 0.4, "js": 0.0}, by="tokens")
     states = [rows(m, None, rank, 4, stop)[1] for rank, stop in enumerate(STOPS)]
     (state,) = reshard(states, 1)
@@ -144,5 +143,14 @@ def test_a_state_inside_a_dealt_window_resumes_exactly(
         assert first + then == whole, cut
     assert dealt == [True, True, True, True, False, False]
     _, inside, _ = rows(m, state, 0, 1, 1)
-    with pytest.raises(StateError, match="resharding again best-fit batches of a mixture"):
-        reshard([inside], 2)
+    again: list[tuple[bytes, bytes, bytes]] = []
+    for rank, state in enumerate(reshard([inside], 2)):
+        loader = Loader(m, **opts(rank, 2, workers=workers))
+        with loader.batches(S, B, packing="bestfit", window=WINDOW, segments=True,
+                            state=state) as it:  # fmt: skip
+            while it.state_dict()["documents"].get("replays") or it.state_dict()["row"]:
+                batch = next(it)
+                again += [(t.tobytes(), g.tobytes(), p.tobytes())
+                          for t, g, p in zip(batch.tokens, batch.segment_ids, batch.sources,
+                                             strict=True)]  # fmt: skip
+    assert sorted(again) == sorted(whole[B : 68 * B])

@@ -20,7 +20,7 @@ from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.resharding import KEEP, Even, new_schedule, parse_batches
+from openwebtext.stream.resharding import KEEP, Even, new_schedule, parse_batches, reshard_states
 from openwebtext.stream.resharding import reshard as reshard_stream
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
@@ -99,8 +99,7 @@ class Mixture:
         self.weights = self.weights_of(weights or dict.fromkeys(self.names, 1.0), "weights")
         if isinstance(schedule, Mapping | str) or not isinstance(schedule, Iterable):
             raise ValueError(
-                "a schedule is a list of (position, weights) pairs, not "
-                f"{type(schedule).__name__}"
+                f"a schedule is a list of (position, weights) pairs, not {type(schedule).__name__}"
             )
         pairs = list(schedule)
         for step in pairs:
@@ -206,8 +205,7 @@ def _check_part(name: str, where: Any) -> None:
     each = [where] if isinstance(where, str | os.PathLike) else where
     if isinstance(where, Mapping | Mixture) or not isinstance(each, Sequence) or not each:
         raise ValueError(
-            f"part {name!r}: a Corpus, a path, a URL or a list of them, not "
-            f"{type(where).__name__}"
+            f"part {name!r}: a Corpus, a path, a URL or a list of them, not {type(where).__name__}"
         )
     for item in each:
         if not isinstance(item, str | os.PathLike):
@@ -308,14 +306,14 @@ def _reshard_best_fit(
     order = sorted(range(len(batches)), key=ranks.__getitem__)
     batches, parsed = [batches[k] for k in order], [parsed[k] for k in order]
     names = parsed[0].config.parts
-    if any(p.reshard is not None for m in parsed for p in m.parts.values()):
-        raise StateError(
-            "resharding again best-fit batches of a mixture's resharded epoch is not built: "
-            "resume them on the same world size, or reshard concat batches"
-        )
-    replays = []
+    replays: list[Replay] = []
     for rank, (b, m) in enumerate(zip(batches, parsed, strict=True)):
-        if not b.row:
+        pending = list(m.replays or ())  # windows dealt to it not finished (a reshard's)
+        if pending and b.row:  # the first under way: its rows handed out go on from here
+            packings = pending[0].packings if b.scheduled is None else b.scheduled.packings
+            pending[0] = replace(pending[0], rows=b.row, packings=packings)
+        replays += pending
+        if pending or not b.row:
             continue
         if not b.window_parts or len(b.window_parts) != len(names):
             raise StateError(f"rank {rank}'s best-fit batches state of a mixture lacks "
@@ -325,6 +323,7 @@ def _reshard_best_fit(
                               sum(b.window_parts), b.window_number, b.row,
                               m.changes[m.applied :], packings))  # fmt: skip
     new_parts = {}
+    unfinished = [len(m.replays or ()) for m in parsed]
     for i, name in enumerate(names):
         states = [
             replace(b, documents=m.parts[name], packed_parts=UNSET,
@@ -332,7 +331,7 @@ def _reshard_best_fit(
             for b, m in zip(batches, parsed, strict=True)
         ]  # fmt: skip
         try:
-            new_parts[name] = reshard_stream(states, world, even=even)
+            new_parts[name] = reshard_states(states, world, even=even, replays=unfinished)
         except StateError as exc:
             raise StateError(f"the mixture's part {name!r}: {exc}") from None
     first = parsed[0]

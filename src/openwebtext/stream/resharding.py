@@ -35,7 +35,7 @@ from openwebtext.stream.schema import (
 )
 from openwebtext.stream.shapes import saved_schedule
 
-__all__ = ["KEEP", "new_schedule", "parse_batches", "reshard"]
+__all__ = ["KEEP", "new_schedule", "parse_batches", "reshard", "reshard_states"]
 
 #: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
 KEEP: Literal["keep"] = "keep"
@@ -82,6 +82,15 @@ def reshard(
             are of different runs, epochs, batch sizes or schedules; the message names what.
         ValueError: ``world_size`` is not an int >= 1.
     """
+    return reshard_states(states, world_size, even=even)
+
+
+def reshard_states(
+    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP,
+    replays: Sequence[int] | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """``reshard``, and for a mixture's part the windows each old rank had dealt to it not
+    finished (``replays``: its part's documents cannot say which, ``WindowAt.replays``)."""
     if not int_at_least(world_size, 1):
         raise ValueError(f"world_size must be an int >= 1, not {world_size!r}")
     if not states:
@@ -96,7 +105,7 @@ def reshard(
     _same_run([d.config for d in documents], by_rank)
     ordered = [documents[by_rank[r]] for r in range(old_world)]
     first = ordered[0]
-    fit = _best_fit(batches, by_rank, old_world) if batches else None
+    fit = _best_fit(batches, by_rank, old_world, replays) if batches else None
     cuts = [batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)]
     begun = (
         {d.position.epoch for d, w in zip(ordered, fit[1], strict=True) if w.rows} if fit else set()
@@ -192,10 +201,12 @@ def new_schedule(states: Sequence[BatchesState]) -> Scheduled | UnsetType:
 
 
 def _best_fit(
-    states: Sequence[BatchesState], by_rank: Mapping[int, int], world: int
-) -> tuple[int, list[WindowAt]] | None:
-    """Best-fit batches: the window size, and each old rank's ``(window number, rows of it
-    handed out)``; None for concat batches."""
+    states: Sequence[BatchesState], by_rank: Mapping[int, int], world: int,
+    replays: Sequence[int] | None,
+) -> tuple[int, list[WindowAt]] | None:  # fmt: skip
+    """Best-fit batches: the window size, and each old rank's window (number, rows of it
+    handed out, packings; a mixture's part: its documents in it, and the windows dealt to the
+    rank not finished, ``replays``); None for concat batches."""
     if states[0].packing != "bestfit":
         return None
     window = states[0].window
@@ -211,8 +222,9 @@ def _best_fit(
             )
     numbers = [
         WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings,
-                 s.window_parts[0] if s.window_parts and s.row else None)  # (a mixture's part)
-        for s in ordered
+                 s.window_parts[0] if s.window_parts and s.row else None,  # (a mixture's part)
+                 None if replays is None else replays[by_rank[r]])
+        for r, s in enumerate(ordered)
     ]  # fmt: skip
     return window, numbers
 

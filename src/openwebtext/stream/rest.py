@@ -191,7 +191,12 @@ class Rest:
                 if level.windows is not None:  # best fit: what of its windows and share is left
                     at_window = level.windows[s]
                     dealt = windows[s :: level.world_size]
-                    left_windows, left = _windows_left(dealt, share, done, at_window, size)
+                    try:
+                        left_windows, left = _windows_left(dealt, share, done, at_window, size)
+                    except StateError as exc:
+                        if part is None:
+                            raise
+                        raise StateError(f"the mixture's part {part!r}: {exc}") from None
                     carried += left_windows
                     joined += left
                     continue
@@ -394,6 +399,8 @@ def _windows_left(
     documents from the end of the dealt ones, each rank numbering its own.
     """
     number, row, packings = at_window.number, at_window.rows, at_window.packings
+    if at_window.replays is not None:  # a mixture's part: the dealt windows left are said
+        return _part_windows_left(windows, share, done, at_window)
     left: list[Window] = []
     at, inside = 0, False  # inside: the share was in one of the dealt windows
     for window in windows:
@@ -416,6 +423,39 @@ def _windows_left(
             raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
         m = min(size, total - into)
         left.append(Window(slice_spans(share, into, into + m, repeat=False), number, row, packings))
+        into += m
+    return left, drop_front(share, into)
+
+
+def _part_windows_left(
+    windows: Sequence[Window], share: Sequence[Span], done: int, at_window: WindowAt
+) -> tuple[list[Window], list[Span]]:
+    """``_windows_left`` for a mixture's part: the share was in the first of the last
+    ``at_window.replays`` windows dealt to it, or past them in a window of its own holding
+    ``at_window.documents`` of the part (a window may hold none of a part's documents: its
+    count cannot say which window the share was in, the mixture's state says it)."""
+    k, row, packings = at_window.replays or 0, at_window.rows, at_window.packings
+    finished = sum(w.documents for w in windows[: len(windows) - k])
+    if (done != finished) if k else (done < finished):
+        raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
+    left = list(windows[len(windows) - k :])
+    if left and row > 0:  # its packings of the first go on from the old rank's
+        skip = row if packings else max(row, left[0].skip)
+        left[0] = left[0]._replace(skip=skip, packings=packings)
+    if k:
+        return left, list(share)
+    into = done - finished
+    if row > 0:
+        m = at_window.documents or 0
+        if into + m > count(share):
+            raise StateError(
+                f"a best-fit window holds {m} documents of a share of this epoch that had "
+                f"{count(share) - into} left: it crosses the epoch's end, which a state resharded "
+                "again does not follow; resume on the same world size, or reshard when no "
+                "window does"
+            )
+        left.append(Window(slice_spans(share, into, into + m, repeat=False), at_window.number,
+                           row, packings))  # fmt: skip
         into += m
     return left, drop_front(share, into)
 

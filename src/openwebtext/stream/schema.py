@@ -124,6 +124,10 @@ class WindowAt(Record, frozen=True, omit_defaults=True):
     documents: Count | None = None
     """A mixture's part: its documents in the window (None: the window's size, or fewer at the
     end of the epoch)."""
+    replays: Count | None = None
+    """A mixture's part, the window a share of a resharded epoch was in: the windows dealt to
+    it not finished, this one included (its documents cannot say which: a window may hold
+    none of the part's)."""
 
 
 class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
