@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,22 +106,21 @@ def test_a_concat_cut_in_the_next_epoch_s_first_document_goes_on_after_a_reshard
     assert batches(new, 4)[0] == resumed, state["batches"]
 
 
-def test_a_mixture_s_concat_cut_in_a_part_s_next_epoch_goes_on_after_a_reshard(
-    tmp_path: Path,
-) -> None:
-    """The same in a mixture (its concat batches' usual case: a small part's epoch ends on
-    every rank): 50 parquet rows and 30 JSON lines at equal weights, stopped inside the first
-    document of the JSON part's epoch 1 (its state at the end of epoch 0), resharded 1 -> 1:
-    no id of that document already a target is a target again (on main: 31 are)."""
+def _pq_js(tmp_path: Path) -> Loader:
+    """Concat batches' loader of 50 parquet rows and 30 JSON lines at equal weights."""
     pq, js = tmp_path / "pq", tmp_path / "js"
     write_parquet(pq / "a.parquet", sample_texts(50, seed=1))
     write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
     m = Mixture({"pq": str(pq), "js": str(js)})
-    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
+    return Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
+
+
+def _marker(loader: Loader) -> Callable[[Any, int], list[tuple[str, int]]]:
+    """``marked(state, n)``: ``(part:document:epoch, index)`` of the first ``n`` ids of
+    ``state``'s documents (a document's ids counted from its first, wherever it is cut)."""
     lengths: dict[str, int] = {}
 
     def marked(state: Any, n: int) -> list[tuple[str, int]]:
-        """``(part:document:epoch, index)`` of the first ``n`` ids of ``state``'s documents."""
         out: list[tuple[str, int]] = []
         with loader.iter(state=state) as it:
             while len(out) < n:
@@ -129,6 +129,19 @@ def test_a_mixture_s_concat_cut_in_a_part_s_next_epoch_goes_on_after_a_reshard(
                 cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
                 out += [(key, cut + j) for j in range(len(doc.tokens))]
         return out[:n]
+
+    return marked
+
+
+def test_a_mixture_s_concat_cut_in_a_part_s_next_epoch_goes_on_after_a_reshard(
+    tmp_path: Path,
+) -> None:
+    """The same in a mixture (its concat batches' usual case: a small part's epoch ends on
+    every rank): 50 parquet rows and 30 JSON lines at equal weights, stopped inside the first
+    document of the JSON part's epoch 1 (its state at the end of epoch 0), resharded 1 -> 1:
+    no id of that document already a target is a target again (on main: 31 are)."""
+    loader = _pq_js(tmp_path)
+    marked = _marker(loader)
 
     whole = marked(None, 64 * 400)
     with loader.batches(64, 1) as it:
@@ -299,23 +312,8 @@ def test_a_mixture_s_carried_cut_after_a_second_reshard(tmp_path: Path) -> None:
     """A mixture's concat batches resharded 1 -> 1 mid-epoch, then stopped inside the first
     document of the JSON part's epoch 1 with that part's share of the rest all handed out, and
     resharded 1 -> 1 again: no id already a target (before either reshard) is a target again."""
-    pq, js = tmp_path / "pq", tmp_path / "js"
-    write_parquet(pq / "a.parquet", sample_texts(50, seed=1))
-    write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
-    m = Mixture({"pq": str(pq), "js": str(js)})
-    loader = Loader(m, workers=0, seed=1, tokenizer="bytes", epochs=None, even=None)
-    lengths: dict[str, int] = {}
-
-    def marked(state: Any, n: int) -> list[tuple[str, int]]:
-        """``(part:document:epoch, index)`` of the first ``n`` ids of ``state``'s documents."""
-        out: list[tuple[str, int]] = []
-        with loader.iter(state=state) as it:
-            while len(out) < n:
-                doc = next(it)
-                key = f"{doc.source}:{doc.name}:{it.stats.epochs[doc.source]}"
-                cut = lengths.setdefault(key, len(doc.tokens)) - len(doc.tokens)
-                out += [(key, cut + j) for j in range(len(doc.tokens))]
-        return out[:n]
+    loader = _pq_js(tmp_path)
+    marked = _marker(loader)
 
     def stop(state: Any, when: Any) -> Any:
         with loader.batches(64, 1, state=state) as it:
