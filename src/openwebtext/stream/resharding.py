@@ -106,6 +106,8 @@ def reshard_states(
     ordered = [documents[by_rank[r]] for r in range(old_world)]
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world, replays) if batches else None
+    if fit and any(d.reshard for d in ordered) and len({d.position.epoch for d in ordered}) > 1:
+        raise StateError(_different_epochs(ordered, "best-fit batches states resharded again"))
     cuts = [batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)]
     begun = (
         {d.position.epoch for d, w in zip(ordered, fit[1], strict=True) if w.rows} if fit else set()
@@ -379,7 +381,8 @@ def _best_fit_sections(
         d.position.epoch > base.epoch and (resharded or (w.rows and not part))
         for d, w in zip(ordered, numbers, strict=True)
     ):
-        raise StateError(_different_epochs(ordered, "best-fit batches states"))
+        what = "best-fit batches states resharded again" if resharded else "best-fit batches states"
+        raise StateError(_different_epochs(ordered, what))
     next_window = 1 + max(w.number for w in numbers)  # the new ranks' own: past every old one
     if not resharded:
         sections = [replace(s, window=window, windows=(), next_window=next_window)
@@ -400,7 +403,8 @@ def _different_epochs(ordered: Sequence[DocumentState], what: str) -> str:
     epochs = {r: d.position.epoch for r, d in enumerate(ordered)}
     return (
         f"states of different epochs (rank: epoch {epochs}): {what} are resharded only when "
-        "taken in one epoch (or at the very start of the next)"
+        "taken in one epoch (or at the very start of the next); resume them on the same world "
+        "size, or reshard concat batches or documents"
     )
 
 
