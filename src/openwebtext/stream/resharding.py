@@ -377,8 +377,9 @@ def _best_fit_sections(
     window, numbers = fit
     resharded = any(d.reshard is not None for d in ordered)
     part = all(w.documents is not None for w in numbers if w.rows)
+    # (states resharded again in different epochs: refused before the sections are made)
     if (later and (resharded or not part)) or any(
-        d.position.epoch > base.epoch and (resharded or (w.rows and not part))
+        d.position.epoch > base.epoch and w.rows and not part
         for d, w in zip(ordered, numbers, strict=True)
     ):
         what = "best-fit batches states resharded again" if resharded else "best-fit batches states"
