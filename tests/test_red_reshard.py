@@ -15,6 +15,7 @@ import pytest
 
 from openwebtext import Loader, Mixture, StateError, reshard
 from tables_support import sample_texts, write_jsonl, write_parquet
+from test_reshard_search import concat_trial, mixture_of
 
 
 @pytest.fixture(scope="module")
@@ -402,37 +403,8 @@ def test_a_rest_that_carried_cuts_made_is_said_by_the_ranks_past_it(tmp_path: Pa
     a rest that only the ranks that handed it out know; three new ranks are past it, one is
     before it. Resharded again, epoch 1 must be that rest (``DocumentState.passed``), not the
     world's own epoch: no id is a target twice (before: 67 ids of one document were)."""
-    write_parquet(tmp_path / "pq" / "a.parquet", sample_texts(50, seed=1))
-    write_jsonl(tmp_path / "js" / "a.jsonl", sample_texts(7, seed=2))
-    m = Mixture({"pq": str(tmp_path / "pq"), "js": str(tmp_path / "js")})
-    lengths: dict[tuple[str, str], int] = {}
-    with Loader(m, workers=0, tokenizer="bytes", epochs=1).iter() as it:
-        for doc in it:
-            lengths[(doc.source, doc.name)] = len(doc.tokens)
-    counted: collections.Counter[tuple[str, str, int, int]] = collections.Counter()
-
-    def segment(state: Any, rank: int, world: int, n: int) -> Any:
-        loader = Loader(m, workers=0, seed=11, tokenizer="bytes", epochs=None, even=None,
-                        rank=rank, world_size=world)  # fmt: skip
-        with loader.batches(32, 1, state=state) as it:
-            for _ in range(n):
-                next(it)
-            saved = json.loads(json.dumps(it.state_dict()))
-        ids: list[tuple[str, str, int, int]] = []
-        with loader.iter(state=None if state is None else state["documents"]) as it:
-            while len(ids) <= n * 32:
-                doc = next(it)
-                key = (doc.source, doc.name, it.stats.epochs[doc.source])
-                cut = lengths[key[:2]] - len(doc.tokens)
-                ids += [(*key, cut + j) for j in range(len(doc.tokens))]
-        counted.update(ids[1 : n * 32 + 1])
-        return saved
-
-    states: list[Any] = [None] * 4
-    for stops, world in (((11, 51, 32, 30), 4), ((40, 39, 50, 11), 2), ((6, 28), None)):
-        stopped = [segment(states[r], r, len(stops), n) for r, n in enumerate(stops)]
-        if world is not None:
-            states = reshard(stopped, world)
+    worlds, stops = [4, 4, 2], [[11, 51, 32, 30], [40, 39, 50, 11], [6, 28]]
+    counted, stopped = concat_trial(mixture_of(tmp_path, 7), 11, worlds, stops)
     assert stopped[0]["documents"]["parts"]["js"]["passed"]
     twice = [key for key, c in counted.items() if c > 1]
     assert not twice, twice[:3]

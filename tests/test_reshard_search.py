@@ -21,7 +21,8 @@ from openwebtext import Loader, Mixture, StateError, reshard
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 
-def _mixture(folder: Path, small: int, **kw: Any) -> Mixture:
+def mixture_of(folder: Path, small: int, **kw: Any) -> Mixture:
+    """50 parquet rows and ``small`` JSON lines, in ``folder``."""
     write_parquet(folder / "pq" / "a.parquet", sample_texts(50, seed=1))
     write_jsonl(folder / "js" / "a.jsonl", sample_texts(small, seed=2))
     return Mixture({"pq": str(folder / "pq"), "js": str(folder / "js")}, **kw)
@@ -44,9 +45,12 @@ def _tokens(m: Mixture) -> dict[tuple[str, str], Any]:
         return {(d.source, d.name): np.asarray(d.tokens) for d in it}
 
 
-@pytest.mark.parametrize(("seed", "small"), [(11, 7), (27, 7), (104, 5), (207, 12)])
-def test_concat_batches_hand_out_no_id_twice(tmp_path: Path, seed: int, small: int) -> None:
-    m = _mixture(tmp_path, small)
+def concat_trial(
+    m: Mixture, seed: int, worlds: list[int], stops: list[list[int]]
+) -> tuple[collections.Counter[tuple[Any, ...]], list[Any]]:
+    """Concat batches (32 ids a row) of ``m`` through ``worlds``, each rank of each stopped
+    after its ``stops`` batches and the states resharded to the next world: how often each id
+    ``(part, document, epoch, index)`` was a target, and the last world's states."""
     lengths = {key: len(ids) for key, ids in _tokens(m).items()}
     counted: collections.Counter[tuple[Any, ...]] = collections.Counter()
 
@@ -67,12 +71,18 @@ def test_concat_batches_hand_out_no_id_twice(tmp_path: Path, seed: int, small: i
         counted.update(ids[1 : n * 32 + 1])  # (a stream's first id is no target)
         return saved
 
-    worlds, stops = _plan(seed)
     states: list[Any] = [None] * worlds[0]
     for k, world in enumerate(worlds):
         stopped = [segment(states[r], r, world, n) for r, n in enumerate(stops[k])]
         if k + 1 < len(worlds):
             states = reshard(stopped, worlds[k + 1])
+    return counted, stopped
+
+
+@pytest.mark.parametrize(("seed", "small"), [(11, 7), (27, 7), (104, 5), (207, 12)])
+def test_concat_batches_hand_out_no_id_twice(tmp_path: Path, seed: int, small: int) -> None:
+    worlds, stops = _plan(seed)
+    counted, _ = concat_trial(mixture_of(tmp_path, small), seed, worlds, stops)
     twice = [key for key, c in counted.items() if c > 1]
     assert not twice, (worlds, stops, twice[:3])
 
@@ -88,7 +98,7 @@ BEST_FIT = [(6, 30, False), (10, 30, False), (13, 30, False), (17, 30, True), (3
 def test_best_fit_batches_hand_out_every_id_alike(
     tmp_path: Path, seed: int, small: int, refused: bool
 ) -> None:
-    m = _mixture(tmp_path, small)
+    m = mixture_of(tmp_path, small)
     docs = _tokens(m)
     cover = {key: np.zeros(len(ids), int) for key, ids in docs.items()}
 
