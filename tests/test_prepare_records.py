@@ -117,3 +117,21 @@ def test_a_complete_run_is_not_merged_as_a_slice(tmp_path: Path) -> None:
     (tmp_path / "whole" / "meta.json").write_text(json.dumps(METAS["meta_hash"]))
     with pytest.raises(PrepareError, match=r"whole is not a slice of .*\(a complete run\)$"):
         merge([tmp_path / "whole"], tmp_path / "out")
+
+
+@pytest.mark.parametrize("found", ["openwebtext-prepare/1", 2, ["openwebtext-prepare/2"]], ids=repr)
+def test_a_slice_whose_meta_json_is_of_another_format_says_the_format(
+    tmp_path: Path, found: object
+) -> None:
+    """A merge's slice with a meta.json of another format says so by its field (it was "no
+    meta.json of one", as for a folder with none)."""
+    slices = shutil.copytree(GOLDEN / "runs" / "slices", tmp_path / "slices")
+    meta = slices / "s1" / "meta.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "format": found}))
+    with pytest.raises(PrepareError) as caught:
+        merge([slices / "s0", slices / "s1"], tmp_path / "out")
+    said = "meta.json is damaged: bad meta.json: format: not 'openwebtext-prepare/2' "
+    assert said + f"(found {found!r})" in str(caught.value)
+    meta.unlink()
+    with pytest.raises(PrepareError, match=r"s1 is not a slice of .* \(no meta.json of one\)$"):
+        merge([slices / "s0", slices / "s1"], tmp_path / "out")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from openwebtext.stream.schema import (
     WindowAt,
 )
 from records import changed, check_one_error, mutants
+from support import Ran
 from tables_support import sample_texts, write_jsonl
 
 GOLDEN = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
@@ -337,3 +339,35 @@ def test_a_replays_fields_are_named_as_its_own() -> None:
         with pytest.raises(StateError) as caught:
             BatchesState.from_json(bad)
         assert caught.value.field == f"documents.replays[1].{field}", str(caught.value)
+
+
+# -- a state's format, whatever it holds, is read once and said ---------------------------
+
+NOT_FORMATS = [["openwebtext-state/2"], {"v": 2}, 2, None, True]
+
+
+@pytest.mark.parametrize("kind", ["documents", "batches_concat", "mixture", "batches_mixture"])
+@pytest.mark.parametrize("found", NOT_FORMATS, ids=repr)
+def test_a_format_that_is_no_state_s_is_one_error_at_every_entry(
+    indexed: Path, tmp_path: Path, owt: Callable[..., Ran], kind: str, found: Any
+) -> None:
+    """``reshard``, ``Loader.iter``/``batches`` and ``owt stream --resume`` each read which
+    kind a state is before decoding it (``schema.kind_of``): a format of any JSON type is one
+    ``StateError`` naming ``format`` (a list was a ``TypeError`` from a dict lookup)."""
+    bad = changed(GOLDEN[kind], ("format",), found)
+    with pytest.raises(StateError) as caught:
+        reshard([bad, bad], 3)
+    assert caught.value.field == "format", str(caught.value)
+    loader = Loader(indexed, workers=0, tokenizer="bytes")
+    with pytest.raises(StateError) as caught:
+        if kind.startswith("batches"):
+            loader.batches(seq_len=32, batch_size=2, state=bad)
+        else:
+            loader.iter(state=bad)
+    assert caught.value.field == "format", str(caught.value)
+    saved = tmp_path / "state.json"
+    saved.write_text(json.dumps(bad))
+    pack = ["--pack", "concat", "--tokenizer", "bytes"] if kind.startswith("batches") else []
+    ran = owt("stream", str(indexed), "--resume", str(saved), "--take", "1", *pack)
+    assert ran.returncode == 1 and "format" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr

@@ -8,7 +8,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, cast
+from typing import Any
 
 from openwebtext import codec, interrupts
 from openwebtext.cli import summary
@@ -37,6 +37,7 @@ from openwebtext.stream import (
     DocumentState,
     MixtureState,
     check_in_run,
+    kind_of,
     load_state,
     members_in_run,
     resume_options,
@@ -106,14 +107,10 @@ def _read_state(path: str) -> DocumentState | MixtureState | BatchesState:
             raw = json.load(f)
     except (OSError, ValueError):
         return load_state(path)  # says what is wrong with the file
-    kinds: dict[Any, Any] = {
-        MixtureState.__struct_config__.tag: MixtureState,
-        BatchesState.__struct_config__.tag: BatchesState,
-    }
-    kind = kinds.get(raw.get("format")) if isinstance(raw, dict) else None
-    if kind is not None:
+    kind = kind_of(raw)
+    if kind is not None and kind is not DocumentState:
         try:
-            return cast(DocumentState | MixtureState | BatchesState, kind.from_json(raw))
+            return kind.from_json(raw)
         except OWTError as exc:
             raise type(exc)(f"{path}: {exc}") from None
     return load_state(path)

@@ -22,7 +22,6 @@ from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
 from openwebtext.prepare.run import written
 from openwebtext.prepare.state import (
-    FORMAT,
     Counts,
     Meta,
     Piece,
@@ -170,7 +169,7 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, 
     """A slice's meta.json, checked, and its positions."""
     body = read_meta(folder, store)
     shown = outputs.shown(folder)
-    if body.get("format") != FORMAT:
+    if not body:  # (a meta.json of another format is said by its field below)
         raise PrepareError(
             f"{shown} is not a slice of `owt tokenize --shard i/n` (no meta.json of one)"
         )

@@ -24,6 +24,7 @@ from openwebtext.stream.schema import (
     Packing,
     Position,
     Rule,
+    kind_of,
 )
 from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of
 from openwebtext.stream.source import DocumentSource, RunParts, TokenRun, WindowAhead
@@ -74,6 +75,7 @@ __all__ = [
     "cu_seqlens",
     "ensure_counts",
     "gather",
+    "kind_of",
     "load_state",
     "members_in_run",
     "reshard",

@@ -23,8 +23,6 @@ from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.resharding import KEEP, Even, new_schedule, parse_batches, reshard_states
 from openwebtext.stream.resharding import reshard as reshard_stream
 from openwebtext.stream.schema import (
-    BATCHES_FORMAT,
-    MIXTURE_FORMAT,
     BatchesState,
     By,
     Change,
@@ -33,6 +31,7 @@ from openwebtext.stream.schema import (
     MixtureState,
     Replay,
     Sampling,
+    kind_of,
 )
 
 __all__ = ["PART_OPTIONS", "Mixture", "reshard"]
@@ -348,7 +347,7 @@ def _reshard_best_fit(
 
 
 def _batches(state: Mapping[str, Any]) -> bool:
-    return state.get("format") == BATCHES_FORMAT
+    return kind_of(state) is BatchesState
 
 
 def _is_mixture(state: Any) -> bool:
@@ -356,4 +355,4 @@ def _is_mixture(state: Any) -> bool:
     if not isinstance(state, Mapping):
         return False
     inner = state.get("documents") if _batches(state) else state
-    return isinstance(inner, Mapping) and inner.get("format") == MIXTURE_FORMAT
+    return kind_of(inner) is MixtureState

@@ -32,6 +32,7 @@ from openwebtext.stream.schema import (
     Scheduled,
     StreamConfig,
     WindowAt,
+    kind_of,
 )
 from openwebtext.stream.shapes import saved_schedule
 
@@ -170,7 +171,11 @@ def parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | N
     for k, state in enumerate(states):
         if not isinstance(state, Mapping):
             raise StateError(f"state {k} is {type(state).__name__}, not a state")
-        kinds.add(state.get("format"))
+        if kind_of(state) is None:
+            found = state.get("format")
+            raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
+                             field="format")  # fmt: skip
+        kinds.add(state["format"])
     if kinds == {STATE_FORMAT}:
         return None
     if kinds != {BATCHES_FORMAT}:

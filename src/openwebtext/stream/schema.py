@@ -15,7 +15,8 @@ name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
 from __future__ import annotations
 
 import itertools
-from typing import Annotated, Literal, TypeAlias
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
 
@@ -51,6 +52,7 @@ __all__ = [
     "Step",
     "StreamConfig",
     "WindowAt",
+    "kind_of",
 ]
 
 STATE_FORMAT = "openwebtext-state/2"
@@ -451,3 +453,13 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     def cut(self) -> int:
         """Concat: ids of the next document already targets, plus one (0: none)."""
         return self.offset + 1 if self.batches > 0 else 0
+
+
+def kind_of(value: Any) -> type[DocumentState | MixtureState | BatchesState] | None:
+    """The record a saved state is, by its ``format`` (read before the state is decoded, and
+    only here); None: not an object, or of no state format (whatever its ``format`` holds)."""
+    found = value.get("format") if isinstance(value, Mapping) else None
+    kinds: dict[str, type[DocumentState | MixtureState | BatchesState]] = {
+        STATE_FORMAT: DocumentState, MIXTURE_FORMAT: MixtureState, BATCHES_FORMAT: BatchesState
+    }  # fmt: skip
+    return kinds.get(found) if isinstance(found, str) else None
