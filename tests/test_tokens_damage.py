@@ -4,7 +4,9 @@ something they are not."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -110,3 +112,91 @@ def test_another_tokenizer_of_the_same_width_is_refused(run: Path, name: str) ->
         list(Loader(corpus, tokenizer="gpt2", workers=0))
     assert raised.value.path == str(run / name)
     assert list(Loader(corpus, tokenizer="bytes", workers=0))  # its own is read
+
+
+# -- the run's meta.json beside the files: read by the one codec, never guessed past -------------
+
+
+def _with_meta(run: Path, tmp_path: Path, meta: bytes) -> Path:
+    """A copy of ``run``'s token files with ``meta`` as their meta.json."""
+    out = tmp_path / "run"
+    out.mkdir()
+    for path in run.iterdir():
+        if path.is_file() and path.name != "meta.json":
+            os.link(path, out / path.name)
+    (out / "meta.json").write_bytes(meta)
+    return out
+
+
+def _damaged(run: Path, **config: object) -> bytes:
+    body = json.loads((run / "meta.json").read_text())
+    body["config"].update(config)
+    return json.dumps(body).encode()
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [
+        ({"eot": True}, "config.eot: Expected `int`, got `bool`"),
+        ({"eot": "256"}, "config.eot: Expected `int`, got `str`"),
+        ({"eot": -1}, "config.eot: Expected `int` >= 0"),
+        ({"dtype": "float32"}, "config.dtype: Expected `str` matching"),
+        ({"fingerprint": 3}, "config.fingerprint: Expected `str`, got `int`"),
+        ({"eot": 300}, "config.eot: is 300, not below n_vocab 257"),
+    ],
+)
+@pytest.mark.parametrize("name", ["train.bin", "train.ds", "train_000000.bin"])
+def test_a_damaged_meta_json_beside_the_files_names_it_and_its_field(
+    run: Path, tmp_path: Path, name: str, damage: dict[str, object], field: str
+) -> None:
+    """A run's meta.json says the ids' eot, dtype and tokenizer: a wrong field was read as
+    it stood (``eot: true`` as 1, ``float32`` ids) or passed over (GPT-2's eot, no tokenizer
+    check); now it is one error naming the file and the field."""
+    folder = _with_meta(run, tmp_path, _damaged(run, **damage))
+    with pytest.raises(TokenFileError) as raised:
+        list(Loader(Corpus.open_tokens(folder / name), tokenizer="bytes", workers=0))
+    assert raised.value.path == str(folder / "meta.json")
+    assert f"bad meta.json: {field}" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("meta", "said"),
+    [
+        (b"{not json", "not JSON"),
+        (b'{"format": "openwebtext-prepare/1"}', "format: not 'openwebtext-prepare/2'"),
+        (b'{"format": "openwebtext-prepare/2"}', "config: Object missing required field `config`"),
+    ],
+)
+def test_a_meta_json_that_is_not_a_run_s_of_this_version_is_refused(
+    run: Path, tmp_path: Path, meta: bytes, said: str
+) -> None:
+    folder = _with_meta(run, tmp_path, meta)
+    with pytest.raises(TokenFileError, match=re.escape(said)):
+        Corpus.open_tokens(folder / "train.bin", eot=EOT)
+
+
+@pytest.mark.parametrize("meta", [b'{"vocab_size": 50304}', b"[1, 2]", b'{"format": 2}'])
+def test_another_program_s_meta_json_is_not_a_run_s(run: Path, tmp_path: Path, meta: bytes) -> None:
+    """A meta.json of no format of this project's is another program's: the ids are read as
+    given (a bare train.bin: eot= and GPT-2's uint16)."""
+    folder = _with_meta(run, tmp_path, meta)
+    corpus = Corpus.open_tokens(folder / "train.bin", eot=EOT)
+    documents = list(Loader(corpus, tokenizer="bytes", workers=0))
+    assert corpus.counts is not None and len(documents) == sum(corpus.counts.documents)
+
+
+def test_a_damaged_meta_json_beside_a_remote_file_names_its_url(run: Path, tmp_path: Path) -> None:
+    """Beside a URL too (an HTTP range server on 127.0.0.1): a damaged meta.json was read as
+    none (no tokenizer check); a missing one still is none."""
+    pytest.importorskip("aiohttp")
+    from remote_servers import RangeServer
+
+    folder = _with_meta(run, tmp_path, _damaged(run, fingerprint=None))
+    with RangeServer(folder) as server:
+        with pytest.raises(TokenFileError, match=r"config\.fingerprint: Expected `str`") as raised:
+            Corpus.open_tokens(f"{server.url}/train.ds")
+        assert raised.value.path == f"{server.url}/meta.json"
+        (folder / "meta.json").unlink()
+        corpus = Corpus.open_tokens(f"{server.url}/train.ds")
+        documents = list(Loader(corpus, tokenizer="bytes", workers=0))
+        assert corpus.counts is not None and len(documents) == sum(corpus.counts.documents)

@@ -209,11 +209,11 @@ def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> lis
         why = f"ids of {width} bytes, not the {itemsize} of the tokenizer {tokenizer.spec!r}"
         raise CorpusError(why, unit.path, unit.member)
     recorded = token_file.tokenizer  # the meta.json beside it: ids of the same width differ
-    if recorded is not None and recorded[1] != tokenizer.fingerprint:
+    if recorded is not None and recorded.fingerprint != tokenizer.fingerprint:
         why = (
-            f"its ids were written with the tokenizer {recorded[0]!r} (fingerprint "
-            f"{recorded[1]}, its meta.json), not read with {tokenizer.spec!r} (fingerprint "
-            f"{tokenizer.fingerprint}): read it with {recorded[0]!r}"
+            f"its ids were written with the tokenizer {recorded.tokenizer!r} (fingerprint "
+            f"{recorded.fingerprint}, its meta.json), not read with {tokenizer.spec!r} "
+            f"(fingerprint {tokenizer.fingerprint}): read it with {recorded.tokenizer!r}"
         )
         raise CorpusError(why, unit.path, unit.member)
     if member.counts is not None:  # the token reader's

@@ -10,10 +10,8 @@ workers inherit them); each document's name is its index in the file.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -24,10 +22,12 @@ from openwebtext.source import Storage, fetch, file_info, is_url, resolve
 from openwebtext.tokenfiles import (
     TOKENS,
     TokenFile,
+    Vocabulary,
+    beside,
     opened,
     read_datatrove_index,
     read_megatron_index,
-    recorded_tokenizer,
+    recorded,
     remember,
     unit_member,
 )
@@ -36,17 +36,6 @@ __all__ = ["UNIT_TOKENS", "token_units"]
 
 #: Ids a unit holds, about (whole documents): ~2 MB of uint16, like a text member's text.
 UNIT_TOKENS = 1 << 20
-
-
-def _run_meta(path: Path) -> dict[str, object]:
-    """The config of the ``meta.json`` of the run beside ``path``, if there is one (its eot
-    and dtype)."""
-    try:
-        body = json.loads((path.parent / "meta.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    config = body.get("config") if isinstance(body, dict) else None
-    return config if isinstance(config, dict) else {}
 
 
 def token_units(
@@ -80,18 +69,17 @@ def token_units(
     for name in given_names:
         if is_url(name):
             _once(seen, name.rstrip("/"), name)
-            token_file = _remote(name, dtype or "uint16", storage)
+            run = _remote_run(name, storage)
+            token_file = _remote(name, dtype or ("uint16" if run is None else run.dtype), run,
+                                 storage)  # fmt: skip
         else:
             if not os.path.isfile(name):
                 raise CorpusError("no such token file", name)
             st = os.stat(name)
             _once(seen, (st.st_dev, st.st_ino), name)
-            meta = _run_meta(Path(name))
-            known_eot, known_dtype = meta.get("eot"), meta.get("dtype")
-            file_eot = (
-                eot if eot is not None else known_eot if isinstance(known_eot, int) else 50256
-            )
-            file_dtype = dtype or (known_dtype if isinstance(known_dtype, str) else "uint16")
+            run = beside(name)  # the run's meta.json: its eot and dtype, else GPT-2's
+            file_eot = eot if eot is not None else 50256 if run is None else run.eot
+            file_dtype = dtype or ("uint16" if run is None else run.dtype)
             token_file = opened(name, eot=file_eot, dtype=file_dtype)
         base = int(getattr(token_file.ids, "offset", 0))  # an llm.c shard's header
         itemsize = token_file.ids.dtype.itemsize
@@ -123,7 +111,7 @@ def _once(seen: dict[object, str], key: object, name: str) -> None:
     seen[key] = name
 
 
-def _remote(url: str, dtype: str, storage: Storage | None) -> TokenFile:
+def _remote(url: str, dtype: str, run: Vocabulary | None, storage: Storage | None) -> TokenFile:
     """A remote token file's ends, from its index (fetched whole: ~20 bytes a document),
     kept for the workers (``tokenfiles.remember``)."""
 
@@ -155,16 +143,21 @@ def _remote(url: str, dtype: str, storage: Storage | None) -> TokenFile:
             raise CorpusError(f"{size} bytes, not the ids of {index}", url)
     else:
         raise CorpusError("not a token file this reads remotely (X.bin with X.idx, X.ds)", url)
-    token_file = TokenFile(url, np.zeros(0, ids_dtype), ends, _remote_tokenizer(url, storage))
+    token_file = TokenFile(url, np.zeros(0, ids_dtype), ends, run)
     remember(url, token_file)
     return token_file
 
 
-def _remote_tokenizer(url: str, storage: Storage | None) -> tuple[str, str] | None:
-    """The tokenizer the ``meta.json`` beside a remote token file records, if it has one."""
+def _remote_run(url: str, storage: Storage | None) -> Vocabulary | None:
+    """What the ``meta.json`` beside a remote token file records (``recorded``); None if
+    there is none to fetch.
+
+    Raises:
+        TokenFileError: a ``meta.json`` that is there but damaged, naming it and the field.
+    """
     meta_url = url.rsplit("/", 1)[0] + "/meta.json"
     try:
         body = fetch(meta_url, 0, file_info(meta_url, storage).size, None, storage)
-        return recorded_tokenizer(json.loads(body))
-    except (CorpusError, OSError, ValueError):
+    except (CorpusError, OSError):
         return None
+    return recorded(body, meta_url)

@@ -23,6 +23,7 @@ from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, 
 from openwebtext.options import ErrorPolicy
 from openwebtext.plan import shard_range
 from openwebtext.policy import COUNTERS
+from openwebtext.tokenfiles import PREPARE_FORMAT, Vocabulary
 
 __all__ = [
     "FORMAT",
@@ -43,7 +44,7 @@ __all__ = [
     "Splits",
 ]
 
-FORMAT = "openwebtext-prepare/2"
+FORMAT = PREPARE_FORMAT
 SplitRule = Literal["hash", "nanogpt"]
 #: Where a run is: pass 1, pass 2 (``nanogpt`` only), or the commit step.
 Phase = Literal["tokenize", "permute", "commit"]
@@ -52,7 +53,6 @@ LENGTH = np.dtype("<i8")
 #: The file of each split's token ids.
 _TOKENS = {"train": "train.bin", "val": "val.bin", "all": "tokens.bin"}
 Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
-IntDtype = Annotated[str, msgspec.Meta(pattern="^u?int(8|16|32|64)$")]
 #: A split a run counts: ``train`` and ``val``, or ``all`` (a ``nanogpt`` slice).
 Split = Literal["train", "val", "all"]
 #: A file a run writes.
@@ -101,19 +101,16 @@ class Slice(Record, frozen=True, omit_defaults=True):
             raise Disagree("stop", f"is {self.stop}, before start {self.start}")
 
 
-class RunConfig(Record, frozen=True, omit_defaults=True):
+class RunConfig(Vocabulary, frozen=True, omit_defaults=True):
     """What a run's files depend on (``config.run_config``): two runs of the same config write
-    the same bytes. ``seed`` and ``shuffle`` are ``hash``'s only, ``slice`` a slice's (None: a
-    whole run), ``merge_of`` a merge's progress record's only (never in ``meta.json``)."""
+    the same bytes: the ids (``Vocabulary``: what a reader of its files reads of it), and how
+    the corpus was split and ordered. ``seed`` and ``shuffle`` are ``hash``'s only, ``slice``
+    a slice's (None: a whole run), ``merge_of`` a merge's progress record's only (never in
+    ``meta.json``)."""
 
     split_rule: SplitRule
     corpus: Fingerprint
     units: Count
-    tokenizer: str
-    fingerprint: str
-    dtype: IntDtype
-    eot: Count
-    n_vocab: Positive
     val_fraction: Fraction
     val_seed: Count
     on_error: ErrorPolicy
@@ -124,12 +121,11 @@ class RunConfig(Record, frozen=True, omit_defaults=True):
     merge_of: tuple[Piece, ...] | None = None
 
     def check(self) -> None:
+        super().check()
         hashed = self.split_rule == "hash"
         for name in ("seed", "shuffle"):
             if (getattr(self, name) is None) == hashed:
                 raise Disagree(name, "is needed by the hash rule" if hashed else "is hash's only")
-        if self.eot >= self.n_vocab:
-            raise Disagree("eot", f"is {self.eot}, not below n_vocab {self.n_vocab}")
         piece = self.slice
         if piece is None:
             return

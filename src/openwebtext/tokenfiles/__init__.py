@@ -25,14 +25,18 @@ from __future__ import annotations
 
 from openwebtext.tokenfiles.common import (
     FORMATS,
+    PREPARE_FORMAT,
     TOKENS,
+    IntDtype,
     TokenFile,
     TokenFileError,
     TokenFormat,
+    Vocabulary,
+    beside,
     document_names,
     document_range,
     eot_ends,
-    recorded_tokenizer,
+    recorded,
     unit_member,
 )
 from openwebtext.tokenfiles.datatrove import datatrove_index, read_datatrove_index
@@ -62,10 +66,14 @@ __all__ = [
     "LLMC_VERSION",
     "MEGATRON_DTYPES",
     "MEGATRON_MAGIC",
+    "PREPARE_FORMAT",
     "TOKENS",
+    "IntDtype",
     "TokenFile",
     "TokenFileError",
     "TokenFormat",
+    "Vocabulary",
+    "beside",
     "datatrove_index",
     "document_names",
     "document_range",
@@ -79,7 +87,7 @@ __all__ = [
     "read_datatrove_index",
     "read_llmc_header",
     "read_megatron_index",
-    "recorded_tokenizer",
+    "recorded",
     "remember",
     "unit_member",
 ]

@@ -1,27 +1,38 @@
-"""What every token format shares: the error, an opened file, the end-of-text scan."""
+"""What every token format shares: the error, an opened file and what the run that wrote it
+recorded (``Vocabulary``: a run's ``meta.json`` read by the one codec, so that a damaged record
+is an error naming its field, never a silent fall back to GPT-2's ids), the end-of-text
+scan."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Sequence
-from typing import Literal, NamedTuple, overload
+from pathlib import Path
+from typing import Annotated, Literal, NamedTuple, overload
 
+import msgspec
 import numpy as np
 
-from openwebtext.errors import CorpusError
+from openwebtext.codec import Count, Disagree, Positive, Record
+from openwebtext.errors import CorpusError, StateError
 
 __all__ = [
     "FORMATS",
+    "PREPARE_FORMAT",
     "TOKENS",
     "DocumentNames",
+    "IntDtype",
     "TokenFile",
     "TokenFileError",
     "TokenFormat",
+    "Vocabulary",
+    "beside",
     "damaged",
     "document_names",
     "document_range",
     "eot_ends",
-    "recorded_tokenizer",
+    "recorded",
     "unit_member",
 ]
 
@@ -38,26 +49,48 @@ class TokenFileError(CorpusError):
     """A token file whose header, index or size is not its format's (``path`` names it)."""
 
 
+#: The format of what a prepare or merge run writes (``meta.json``, its progress record).
+PREPARE_FORMAT = "openwebtext-prepare/2"
+#: A dtype of token ids.
+IntDtype = Annotated[str, msgspec.Meta(pattern="^u?int(8|16|32|64)$")]
+
+
+class Vocabulary(Record, frozen=True):
+    """The ids a run wrote: by the tokenizer ``tokenizer`` (its spec) of ``fingerprint``, of
+    ``dtype``, each document ended by ``eot``, every id below ``n_vocab``."""
+
+    tokenizer: str
+    fingerprint: str
+    dtype: IntDtype
+    eot: Count
+    n_vocab: Positive
+
+    def check(self) -> None:
+        if self.eot >= self.n_vocab:
+            raise Disagree("eot", f"is {self.eot}, not below n_vocab {self.n_vocab}")
+
+
+class _Seen(Vocabulary, frozen=True, forbid_unknown_fields=False):
+    """A run's config as a reader of its ids sees it (its other fields are the run's own,
+    checked when the run reads it back)."""
+
+
+class _Meta(Record, frozen=True, forbid_unknown_fields=False, tag_field="format",
+            tag=PREPARE_FORMAT):  # fmt: skip
+    what = "meta.json"
+    config: _Seen
+
+
+
 class TokenFile(NamedTuple):
     """One file of ids and its documents: document ``i`` is ``ids[ends[i-1]:ends[i]]``."""
 
     path: str
     ids: np.ndarray
     ends: np.ndarray
-    tokenizer: tuple[str, str] | None = None
-    """``(spec, fingerprint)`` of the tokenizer the ids were written with, as the run's
-    ``meta.json`` beside the file records it (None: nothing recorded)."""
-
-
-def recorded_tokenizer(meta: object) -> tuple[str, str] | None:
-    """``(spec, fingerprint)`` a run's ``meta.json`` (parsed: its ``config``) records, or None."""
-    config = meta.get("config") if isinstance(meta, dict) else None
-    if not isinstance(config, dict):
-        return None
-    spec, fingerprint = config.get("tokenizer"), config.get("fingerprint")
-    if isinstance(spec, str) and isinstance(fingerprint, str):
-        return spec, fingerprint
-    return None
+    tokenizer: Vocabulary | None = None
+    """The tokenizer the ids were written with, as the run's ``meta.json`` beside the file
+    records it (None: nothing recorded)."""
 
 
 def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
@@ -140,3 +173,44 @@ def document_names(member: str, first: int, stop: int) -> DocumentNames:
     names must differ: the held-out split hashes them). Made one by one when asked."""
     file = member.rsplit(" docs ", 1)[0] if " docs " in member else ""
     return DocumentNames(file, first, stop)
+
+
+def recorded(body: bytes | None, meta: str) -> Vocabulary | None:
+    """What the ``meta.json`` ``body`` (at ``meta``) records of the ids beside it; None: there
+    is none (``body`` None), or it is another program's (a JSON value without a format of
+    this project's).
+
+    Raises:
+        TokenFileError: a ``meta.json`` that is not JSON, or a run's whose field is wrong
+            (of another format, missing, of the wrong type): the message names the file and
+            the field's dotted path.
+    """
+    if body is None:
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise TokenFileError(f"not JSON: {exc}", meta) from None
+    found = value.get("format") if isinstance(value, dict) else None
+    if not (isinstance(found, str) and found.startswith("openwebtext-")):
+        return None
+    try:
+        return _Meta.from_json(value).config
+    except StateError as exc:
+        raise TokenFileError(str(exc), meta) from None
+
+
+def beside(path: str) -> Vocabulary | None:
+    """What the ``meta.json`` beside the local token file ``path`` records (``recorded``).
+
+    Raises:
+        TokenFileError: as ``recorded``; or the ``meta.json`` is there but cannot be read.
+    """
+    meta = Path(path).parent / "meta.json"
+    try:
+        body = meta.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise TokenFileError(f"cannot read it: {exc.strerror or exc}", str(meta)) from None
+    return recorded(body, str(meta))

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import struct
 from pathlib import Path
 
 import numpy as np
 
-from openwebtext.tokenfiles.common import TokenFile, damaged, eot_ends, recorded_tokenizer
+from openwebtext.tokenfiles.common import TokenFile, beside, damaged, eot_ends
 from openwebtext.tokenfiles.datatrove import read_datatrove_index
 from openwebtext.tokenfiles.llmc import (
     LLMC_HEADER_BYTES,
@@ -55,7 +54,7 @@ def open_token_file(
         ValueError: boundaries needed from end-of-text and no ``eot`` given.
     """
     name = os.fspath(path)
-    tokenizer = _recorded(name)
+    tokenizer = beside(name)
     if name.endswith(".ds"):
         if not os.path.isfile(name + ".index"):
             index = os.path.basename(name) + ".index"
@@ -91,15 +90,6 @@ def _damaged_llmc(head: bytes, size: int) -> bool:
     words = np.frombuffer(head, dtype="<i4")
     fits = int(words[2]) >= 0 and size == LLMC_HEADER_BYTES + 2 * int(words[2])
     return not words[3:].any() and (fits or int(words[1]) == LLMC_VERSION)
-
-
-def _recorded(name: str) -> tuple[str, str] | None:
-    """The tokenizer the ``meta.json`` beside a local token file records (``owt tokenize``)."""
-    try:
-        meta = json.loads((Path(name).parent / "meta.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return recorded_tokenizer(meta)
 
 
 def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np.ndarray:
