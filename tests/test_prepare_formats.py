@@ -15,7 +15,9 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -177,6 +179,38 @@ def test_a_killed_pass_goes_on(
     assert not set(kept) & set(calls)
     assert not (killed / ".llmc.progress.json").exists()
     assert local_files(killed) == local_files(whole)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda m: m.update(files=["train.idx"]),
+        lambda m: m["files"].update({name: 3 for name in m["files"]}),
+        lambda m: m["files"]["train.idx"].update(bytes="382"),
+        lambda m: m.update(format="llmc"),
+        lambda m: m.pop("source"),
+    ],
+    ids=["files a list", "a file's info a number", "bytes a string", "another format", "no source"],
+)
+@pytest.mark.parametrize("record", ["megatron.json", ".megatron.progress.json"])
+def test_a_damaged_marker_or_progress_record_is_written_again(
+    small_corpus: Path, tmp_path: Path, record: str, damage: Callable[[dict[str, Any]], None]
+) -> None:
+    """The marker and the record of a killed pass are read by the one codec: a damaged one
+    (a field of the wrong type, missing, another format's) is not the pass's, and the files
+    are written again (a list or a number where the files' object was raised TypeError)."""
+    prepare(Corpus.open(small_corpus), tmp_path, _opts())
+    marker = write_format(tmp_path, "megatron")
+    assert marker is not None
+    body = json.loads(json.dumps(marker))
+    if record.startswith("."):
+        del body["format"]
+    damage(body)
+    (tmp_path / "megatron.json").unlink()
+    (tmp_path / record).write_text(json.dumps(body))
+    assert write_format(tmp_path, "megatron") == marker
+    assert json.loads((tmp_path / "megatron.json").read_text()) == marker
+    assert not (tmp_path / ".megatron.progress.json").exists()
 
 
 def test_documents_that_disagree_with_meta_are_refused(small_corpus: Path, tmp_path: Path) -> None:

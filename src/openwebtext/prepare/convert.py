@@ -26,18 +26,19 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
 from openwebtext import codec
+from openwebtext.codec import Record
 from openwebtext.errors import StateError
 from openwebtext.files import atomic_file
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
-from openwebtext.prepare.state import Meta, Split
+from openwebtext.prepare.state import FileInfo, FormatPass, Marker, Meta, Sources, Split
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
@@ -94,9 +95,10 @@ def write_format(
     if isinstance(target, Path):
         with hold(target, wait):
             return _convert(target, fmt, meta, shard_tokens, progress)
-    marker = outputs.read_json(target, f"{fmt}.json", store)
-    if marker is not None and marker.get("source") == _sources(meta, fmt, shard_tokens):
-        return marker
+    known = _read(target, f"{fmt}.json", Marker, store)
+    sources = _sources(meta, fmt, shard_tokens)
+    if known is not None and (known.format, known.source) == (fmt, sources):
+        return codec.encode(known)
     folder = outputs.fetch(target, codec.encode(meta), store, verify=False)
     with hold(folder, wait):
         marker = _convert(folder, fmt, meta, shard_tokens, progress)
@@ -130,10 +132,25 @@ def _finished_meta(target: outputs.Location, store: Storage | None) -> Meta:
     return meta
 
 
-def _sources(meta: Meta, fmt: str, shard_tokens: int) -> dict[str, Any]:
+R = TypeVar("R", bound=Record)
+
+
+def _read(
+    folder: outputs.Location, name: str, record: type[R], store: Storage | None = None
+) -> R | None:
+    """``folder/name`` as ``record``; None if it is missing or damaged (its files are then
+    written again: nothing is taken from a record that does not read as one)."""
+    body = outputs.read_json(folder, name, store)
+    try:
+        return None if body is None else record.from_json(body)
+    except StateError:
+        return None
+
+
+def _sources(meta: Meta, fmt: str, shard_tokens: int) -> Sources:
     """What the files are made of: the run's ``train.bin`` and ``val.bin`` (by sha256), and
     for llm.c the shard size."""
-    made: dict[str, Any] = {name: info.sha256 for name, info in meta.files.items()}
+    made: Sources = {name: info.sha256 for name, info in meta.files.items()}
     return {**made, "shard_tokens": shard_tokens} if fmt == "llmc" else made
 
 
@@ -147,13 +164,14 @@ def _convert(
     """Write ``fmt``'s files in the local ``folder``, going on from a killed pass's record."""
     sources = _sources(meta, fmt, shard_tokens)
     name = f"{fmt}.json"
-    if (marker := outputs.read_json(folder, name)) is not None and marker.get("source") == sources:
-        sizes = outputs.sizes(folder, list(marker["files"]))
-        if all(sizes[n] == info["bytes"] for n, info in marker["files"].items()):
-            return marker
+    marker = _read(folder, name, Marker)
+    if marker is not None and (marker.format, marker.source) == (fmt, sources):
+        sizes = outputs.sizes(folder, list(marker.files))
+        if all(sizes[n] == info.bytes for n, info in marker.files.items()):
+            return codec.encode(marker)
     record_path = folder / f".{fmt}.progress.json"
-    record = outputs.read_json(folder, record_path.name) or {}
-    done: dict[str, Any] = record.get("files", {}) if record.get("source") == sources else {}
+    record = _read(folder, record_path.name, FormatPass)
+    done = dict(record.files) if record is not None and record.source == sources else {}
     dtype = np.dtype(meta.config.dtype).newbyteorder("<")
     written = 0
     total = sum(info.bytes for info in meta.files.values())
@@ -172,20 +190,20 @@ def _convert(
             if not _kept(folder / file, done.get(file)):
                 done[file] = write()
                 confirm(folder)
-                _save(record_path, {"source": sources, "files": done})
+                _save(record_path, FormatPass(sources, done))
         written += int(ids.nbytes)
         if progress is not None:
             progress(Progress("format", written, total, len(ids)))
-    marker = {"format": fmt, "source": sources, "files": done}
+    marked = codec.encode(Marker(source=sources, files=done, format=cast(Any, fmt)))
     with atomic_file(folder / name, durable=True) as f:
-        f.write(json.dumps(marker, indent=1).encode())
+        f.write(json.dumps(marked, indent=1).encode())
     record_path.unlink(missing_ok=True)
     for stale in _stale_shards(folder, fmt, done):  # of an earlier pass with more shards
         stale.unlink(missing_ok=True)
-    return marker
+    return marked
 
 
-def _stale_shards(folder: Path, fmt: str, files: dict[str, Any]) -> list[Path]:
+def _stale_shards(folder: Path, fmt: str, files: dict[str, FileInfo]) -> list[Path]:
     """llm.c shards in ``folder`` that this pass did not write (a trainer's glob would take
     them)."""
     if fmt != "llmc":
@@ -194,17 +212,17 @@ def _stale_shards(folder: Path, fmt: str, files: dict[str, Any]) -> list[Path]:
     return [p for p in folder.iterdir() if pattern.fullmatch(p.name) and p.name not in files]
 
 
-def _kept(path: Path, info: dict[str, Any] | None) -> bool:
+def _kept(path: Path, info: FileInfo | None) -> bool:
     """Whether a killed pass wrote ``path`` whole (its record names it, at that size)."""
-    return info is not None and path.is_file() and path.stat().st_size == info.get("bytes")
+    return info is not None and path.is_file() and path.stat().st_size == info.bytes
 
 
-def _save(path: Path, body: dict[str, Any]) -> None:
+def _save(path: Path, record: FormatPass) -> None:
     with atomic_file(path, durable=True) as f:
-        f.write(json.dumps(body).encode())
+        f.write(json.dumps(codec.encode(record)).encode())
 
 
-Writer = Callable[[], dict[str, Any]]
+Writer = Callable[[], FileInfo]
 
 
 def _files(
@@ -227,14 +245,14 @@ def _files(
 
 
 def _shard_writer(shard: Path, ids: np.ndarray, start: int, end: int) -> Writer:
-    def write() -> dict[str, Any]:
+    def write() -> FileInfo:
         chunks = (ids[at : min(at + _COPY, end)] for at in range(start, end, _COPY))
         return _write(shard, [llmc_header(end - start), *(bytes(c.data) for c in chunks)])
 
     return write
 
 
-def _write(path: Path, parts: Iterator[bytes] | list[bytes]) -> dict[str, Any]:
+def _write(path: Path, parts: Iterator[bytes] | list[bytes]) -> FileInfo:
     """Write ``parts`` as ``path`` (whole or not at all); its size and sha256."""
     digest = hashlib.sha256()
     size = 0
@@ -243,10 +261,10 @@ def _write(path: Path, parts: Iterator[bytes] | list[bytes]) -> dict[str, Any]:
             f.write(part)
             digest.update(part)
             size += len(part)
-    return {"bytes": size, "sha256": digest.hexdigest()}
+    return FileInfo(size, digest.hexdigest())
 
 
-def _link(source: Path, path: Path) -> dict[str, Any]:
+def _link(source: Path, path: Path) -> FileInfo:
     """``path`` as a hard link to ``source`` (same bytes), or a copy where links fail."""
     tmp = path.with_name(f".{path.name}.link")
     tmp.unlink(missing_ok=True)
@@ -258,4 +276,4 @@ def _link(source: Path, path: Path) -> dict[str, Any]:
     os.replace(tmp, path)
     with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
-    return {"bytes": path.stat().st_size, "sha256": digest}
+    return FileInfo(path.stat().st_size, digest)

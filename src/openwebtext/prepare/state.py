@@ -31,6 +31,8 @@ __all__ = [
     "Counts",
     "FileInfo",
     "FileName",
+    "FormatPass",
+    "Marker",
     "Meta",
     "PerFile",
     "Phase",
@@ -39,6 +41,7 @@ __all__ = [
     "RunConfig",
     "Shard",
     "Slice",
+    "Sources",
     "Split",
     "SplitRule",
     "Splits",
@@ -69,6 +72,27 @@ class FileInfo(Record, frozen=True):
 
     bytes: Count
     sha256: Sha256
+
+
+#: What a format's files are made of (``convert``): the run's files by sha256, and llm.c's
+#: shard size.
+Sources: TypeAlias = dict[str, str | int]
+
+
+class FormatPass(Record, frozen=True):
+    """``.FORMAT.progress.json``: the files a format pass (``convert``) wrote whole so far,
+    and what they are made of."""
+
+    what = "format progress record"
+    source: Sources
+    files: dict[str, FileInfo]
+
+
+class Marker(FormatPass, frozen=True, kw_only=True):
+    """``FORMAT.json``, written last: the format's files, every one written."""
+
+    what = "format marker"
+    format: Literal["megatron", "llmc", "datatrove"]
 
 
 class Piece(Record, frozen=True):
