@@ -19,7 +19,7 @@ import numpy as np
 
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
-from openwebtext.options import Options
+from openwebtext.options import Options, int_at_least
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 
@@ -40,7 +40,7 @@ def _seed(random_state: RandomState) -> int:
         return int(random_state.randint(0, 2**31 - 1))
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**63 - 1))
-    if isinstance(random_state, int) and not isinstance(random_state, bool) and random_state >= 0:
+    if int_at_least(random_state, 0):
         return random_state
     raise TypeError(
         f"random_state must be None, an int >= 0, a numpy RandomState or Generator, "

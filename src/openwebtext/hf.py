@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from openwebtext.errors import install_hint
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator, Loader, Mixture
-from openwebtext.options import Options
+from openwebtext.options import Options, int_at_least
 
 if TYPE_CHECKING:
     import datasets
@@ -149,7 +149,7 @@ def iterable_dataset(
             ...
     """
     hf = _require_datasets()
-    if not isinstance(num_shards, int) or isinstance(num_shards, bool) or num_shards < 1:
+    if not int_at_least(num_shards, 1):
         raise ValueError(f"num_shards must be an int >= 1, not {num_shards!r}")
     loader = Loader(paths, options, **overrides)
     # Opened once here, not in every worker: a bad tokenizer fails now, and even sharding's

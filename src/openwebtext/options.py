@@ -142,12 +142,12 @@ class Options:
         check_workers(self.workers)
         check_seed(self.seed)
         need(
-            _is_int(self.shuffle_buffer) and self.shuffle_buffer >= 0,
+            int_at_least(self.shuffle_buffer, 0),
             f"shuffle_buffer must be >= 0, not {self.shuffle_buffer!r}",
         )
-        need(_is_int(self.epoch) and self.epoch >= 0, f"epoch must be >= 0, not {self.epoch!r}")
+        need(int_at_least(self.epoch, 0), f"epoch must be >= 0, not {self.epoch!r}")
         need(
-            self.epochs is None or (_is_int(self.epochs) and self.epochs >= 1),
+            self.epochs is None or int_at_least(self.epochs, 1),
             f"epochs must be None or >= 1, not {self.epochs!r}",
         )
         need(
@@ -161,11 +161,11 @@ class Options:
         check_val_fraction(self.val_fraction)
         check_val_seed(self.val_seed)
         need(
-            _is_int(self.world_size) and self.world_size >= 1,
+            int_at_least(self.world_size, 1),
             f"world_size must be >= 1, not {self.world_size!r}",
         )
         need(
-            _is_int(self.rank) and 0 <= self.rank < self.world_size,
+            int_at_least(self.rank, 0) and self.rank < self.world_size,
             f"rank must be in 0..{self.world_size - 1} (world_size={self.world_size}), "
             f"not {self.rank!r}",
         )
@@ -178,7 +178,7 @@ class Options:
         )
         for name in ("max_document_bytes", "max_member_bytes", "prefetch"):
             value = getattr(self, name)
-            need(_is_int(value) and value >= 1, f"{name} must be >= 1, not {value!r}")
+            need(int_at_least(value, 1), f"{name} must be >= 1, not {value!r}")
         need(
             isinstance(self.timeout, (int, float)) and 0 < self.timeout <= MAX_TIMEOUT,
             f"timeout must be > 0 seconds and at most {MAX_TIMEOUT:g}, not {self.timeout!r}",
@@ -209,10 +209,6 @@ def _shaping_fields() -> tuple[str, ...]:
 #: The options that shape the stream, in declaration order. ``even`` stands for
 #: ``even_mode``: the rule counts only while there is more than one share.
 SHAPING: tuple[str, ...] = _shaping_fields()
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def int_at_least(value: object, least: int) -> TypeGuard[int]:
@@ -248,7 +244,7 @@ def check_val_fraction(value: object) -> None:
 
 def check_val_seed(value: object) -> None:
     """``val_seed``: an int in 0..2**64-1 (the split's 8-byte key)."""
-    ok = int_at_least(value, 0) and isinstance(value, int) and value < 2**64
+    ok = int_at_least(value, 0) and value < 2**64
     _need(ok, f"val_seed must be >= 0 and < 2**64 (the split's 8-byte key), not {value!r}")
 
 

@@ -27,6 +27,7 @@ from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
+from openwebtext.options import int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve
 
@@ -337,7 +338,7 @@ def _counts_list(value: object, n_units: int) -> tuple[int, ...] | None:
     """``value`` as ``n_units`` counts (non-negative ints), or None."""
     if not isinstance(value, list) or len(value) != n_units:
         return None
-    if not all(type(n) is int and n >= 0 for n in value):
+    if not all(int_at_least(n, 0) for n in value):
         return None
     return tuple(value)
 

@@ -35,6 +35,7 @@ from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import file_kind, walk_outer_tar
 from openwebtext.index.parquet import TEXT_COLUMN, save_footer
 from openwebtext.index.tables import table_units
+from openwebtext.options import int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import (
     FileInfo,
@@ -218,7 +219,7 @@ def _units(url: str, subset: object, rows: object, size: int) -> list[Unit] | No
         if not (
             isinstance(member, str)
             and isinstance(kind, str)
-            and all(type(n) is int and n >= 0 for n in (offset, length, index))
+            and all(int_at_least(n, 0) for n in (offset, length, index))
         ):
             return None
         units.append(Unit(url, member, offset, length, kind, subset, index))

@@ -18,7 +18,7 @@ from openwebtext.codec import replace
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
-from openwebtext.options import Options
+from openwebtext.options import Options, int_at_least
 from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.resharding import KEEP, Even, new_schedule, parse_batches, reshard_states
 from openwebtext.stream.resharding import reshard as reshard_stream
@@ -104,7 +104,7 @@ class Mixture:
         for step in pairs:
             if not isinstance(step, tuple | list) or len(step) != 2:
                 raise ValueError(f"a schedule's step is a (position, weights) pair, not {step!r}")
-            if isinstance(step[0], bool) or not isinstance(step[0], int) or step[0] < 0:
+            if not int_at_least(step[0], 0):
                 raise ValueError(
                     "a schedule's positions must be ints >= 0 (documents handed out), not "
                     f"{step[0]!r}"
