@@ -59,8 +59,9 @@ def test_counts_are_stale_when_a_file_changes_with_the_same_size(corpus_copy: Pa
 
 
 def _edit_counts(path: Path, documents: list[int]) -> None:
+    """Counts that agree with each other (the total too) but not with the members."""
     body = json.loads(path.read_text())
-    body["documents"] = documents
+    body["documents"], body["total"] = documents, sum(documents)
     path.write_text(json.dumps(body))
 
 
@@ -113,6 +114,11 @@ def test_counts_with_wrong_types_or_lengths_are_refused(corpus_copy: Path) -> No
         assert Corpus.open(corpus_copy).counts is None, documents
     counts_file.write_text(json.dumps({**good, "val": {"0.0005/2357": [30] * 6}}))
     assert Corpus.open(corpus_copy).counts is None  # more held out than there are
+    for field, value in [("total", good["total"] + 1), ("units", 7), ("units", True)]:
+        counts_file.write_text(json.dumps({**good, field: value}))
+        assert Corpus.open(corpus_copy).counts is None, (field, value)
+    counts_file.write_text(json.dumps(good))
+    assert Corpus.open(corpus_copy).counts is not None
 
 
 def test_a_member_skipped_under_even_drop_is_not_padded_silently(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import operator
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from openwebtext.errors import CorpusError, OutputError
+import msgspec
+
+from openwebtext.codec import Count, Disagree, Record
+from openwebtext.errors import CorpusError, OutputError, StateError
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.checks import member_check
 from openwebtext.index.inputs import file_version
@@ -27,11 +31,10 @@ from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
-from openwebtext.options import int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve
 
-__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "split_key"]
+__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "split_key"]
 
 #: /2: the counts carry the files' ``version`` (size and mtime), so a changed file makes
 #: them stale; /1 files are treated as absent.
@@ -47,6 +50,30 @@ PathLike = str | os.PathLike[str]
 
 def split_key(fraction: float, seed: int) -> str:
     return f"{fraction!r}/{seed}"
+
+
+class CountsFile(Record, frozen=True, tag_field="format", tag=COUNTS_FORMAT):
+    """A counts file (``Corpus.save_counts``): what it was counted of (the corpus's
+    fingerprint, its files' ``version``, its units) and the documents of each unit, all and
+    held out per split (``split_key``), read by the one codec; a damaged one is absent."""
+
+    what = "counts file"
+    fingerprint: str
+    version: str
+    units: Count
+    total: Count
+    documents: tuple[Count, ...]
+    val: dict[str, tuple[Count, ...]] = msgspec.field(default_factory=dict)
+
+    def check(self) -> None:
+        if len(self.documents) != self.units:
+            raise Disagree("documents", f"must count each of the {self.units} units")
+        if sum(self.documents) != self.total:
+            raise Disagree("total", f"is {self.total}, not the documents' {sum(self.documents)}")
+        for key, held in self.val.items():
+            if len(held) != self.units or any(map(operator.gt, held, self.documents)):
+                raise Disagree(f"val[{key!r}]", f"must count each of the {self.units} units, "
+                               "each at most its documents")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -293,34 +320,42 @@ class Corpus:
             except (OSError, ValueError) as exc:
                 log.warning("counts file %s is damaged (%s): ignored, to be rewritten", path, exc)
                 continue
-            counts = _parse_counts(raw, len(self.units))
-            if isinstance(counts, str):
-                if counts:
-                    log.warning("counts file %s is damaged (%s): ignored, to be rewritten",
-                                path, counts)  # fmt: skip
+            found = raw.get("format") if isinstance(raw, dict) else None
+            older = isinstance(found, str) and found.startswith("openwebtext-counts/")
+            if older and found != COUNTS_FORMAT:  # an older version's file: absent
                 continue
-            if raw.get("fingerprint") != self.fingerprint() or raw.get("version") != self.version():
+            try:
+                saved = CountsFile.from_json(raw)
+            except StateError as exc:
+                log.warning("counts file %s is damaged (%s): ignored, to be rewritten", path, exc)
+                continue
+            if saved.fingerprint != self.fingerprint() or saved.version != self.version():
                 log.info("counts file %s is stale: a file changed since it was counted", path)
                 continue
-            return counts
+            if saved.units != len(self.units):
+                log.warning("counts file %s is damaged (it counts %d units, not the %d of the "
+                            "corpus): ignored, to be rewritten", path, saved.units,
+                            len(self.units))  # fmt: skip
+                continue
+            return Counts(saved.documents, dict(saved.val))
         return None
 
     def save_counts(self, counts: Counts) -> Path:
         """Write ``counts`` atomically to the first writable place; return it."""
-        body: dict[str, Any] = {
-            "format": COUNTS_FORMAT,
-            "fingerprint": self.fingerprint(),
-            "version": self.version(),
-            "units": len(self.units),
-            "total": sum(counts.documents),
-            "documents": list(counts.documents),
-            "val": {k: list(v) for k, v in counts.val.items()},
-        }
+        record = CountsFile(
+            fingerprint=self.fingerprint(),
+            version=self.version(),
+            units=len(self.units),
+            total=sum(counts.documents),
+            documents=counts.documents,
+            val=dict(counts.val),
+        )
+        body = json.dumps(record.to_json())
         errors = []
         for path in self.counts_paths():
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, json.dumps(body))
+                atomic_write(path, body)
                 return path
             except OSError as exc:
                 errors.append(f"{path}: {exc.strerror or exc}")
@@ -332,34 +367,3 @@ class Corpus:
         return Corpus(
             self.units, counts, self.skipped_files, self.versions, self.storage, self.text_column
         )
-
-
-def _counts_list(value: object, n_units: int) -> tuple[int, ...] | None:
-    """``value`` as ``n_units`` counts (non-negative ints), or None."""
-    if not isinstance(value, list) or len(value) != n_units:
-        return None
-    if not all(int_at_least(n, 0) for n in value):
-        return None
-    return tuple(value)
-
-
-def _parse_counts(raw: object, n_units: int) -> Counts | str:
-    """The counts of a counts file's body, or why not: "" for another format (an older
-    file), else what is damaged."""
-    if not isinstance(raw, dict):
-        return f"holds a {type(raw).__name__}, not an object"
-    if raw.get("format") != COUNTS_FORMAT:
-        return "" if isinstance(raw.get("format"), str) else "no format"
-    documents = _counts_list(raw.get("documents"), n_units)
-    if documents is None:
-        return f"documents is not a list of {n_units} counts"
-    val = raw.get("val", {})
-    if not isinstance(val, dict):
-        return "val is not an object"
-    held: dict[str, tuple[int, ...]] = {}
-    for key, value in val.items():
-        counts = _counts_list(value, n_units)
-        if counts is None or any(v > n for v, n in zip(counts, documents, strict=True)):
-            return f"val[{key!r}] is not a list of {n_units} counts, each at most the documents"
-        held[key] = counts
-    return Counts(documents, held)
