@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -196,3 +197,41 @@ def test_a_remote_index_cache_entry_that_is_json_but_wrong_is_indexed_again(
     said = [r.getMessage() for r in caplog.records if "cached index is wrong" in r.getMessage()]
     assert len(said) == 1 and "indexed again" in said[0]
     assert json.loads(path.read_text())["units"] != raw["units"]  # and written again whole
+
+
+@pytest.mark.parametrize(
+    ("damage", "field"),
+    [
+        (lambda raw: raw["units"][0].__setitem__(1, "512"), "units[0][1]"),
+        (lambda raw: raw["units"][0].__setitem__(2, True), "units[0][2]"),
+        (lambda raw: raw["units"][0].pop(), "units[0]"),
+        (lambda raw: raw.update(units=[]), "units"),
+        (lambda raw: raw.pop("subset"), "subset"),
+        (lambda raw: raw.update(size=-1), "size"),
+    ],
+)
+def test_a_remote_index_cache_entry_of_wrong_types_names_its_field_and_is_indexed_again(
+    small_corpus: Path,
+    http: RangeServer,
+    caplog: pytest.LogCaptureFixture,
+    damage: Callable[[dict[str, Any]], object],
+    field: str,
+) -> None:
+    """The cache entry is a codec record (``IndexCache``): a field of the wrong type or
+    shape is said by its path, and the file walked again; another version's entry only is
+    not this one's (walked again, nothing said)."""
+    url = http.url + "/urlsf_subset00.tar"
+    first = Corpus.open(url)
+    path = cache_path(url)
+    raw = json.loads(path.read_text())
+    damage(raw)
+    path.write_text(json.dumps(raw))
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        assert Corpus.open(url).units == first.units
+    said = [r.getMessage() for r in caplog.records if "cached index is wrong" in r.getMessage()]
+    assert len(said) == 1 and f"bad remote index cache: {field}:" in said[0], said
+    caplog.clear()
+    path.write_text(json.dumps({**raw, "format": "openwebtext-remote-index/1"}))
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        assert Corpus.open(url).units == first.units
+    assert not caplog.records

@@ -25,9 +25,12 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, NamedTuple
 
-from openwebtext.errors import CorpusError, OutputError, UnknownFormat
+import msgspec
+
+from openwebtext.codec import Count, Record
+from openwebtext.errors import CorpusError, OutputError, StateError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET, TAR
 from openwebtext.index.inputs import named_as_corpus_file
@@ -35,7 +38,6 @@ from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import file_kind, walk_outer_tar
 from openwebtext.index.parquet import TEXT_COLUMN, save_footer
 from openwebtext.index.tables import table_units
-from openwebtext.options import int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import (
     FileInfo,
@@ -48,7 +50,14 @@ from openwebtext.source import (
     watched,
 )
 
-__all__ = ["INDEX_FORMAT", "Ignored", "cache_path", "index_remote_file", "index_url"]
+__all__ = [
+    "INDEX_FORMAT",
+    "Ignored",
+    "IndexCache",
+    "cache_path",
+    "index_remote_file",
+    "index_url",
+]
 
 log = logging.getLogger("openwebtext")
 
@@ -181,48 +190,56 @@ def _walk(
         f.close()
 
 
+class _Row(Record, frozen=True, array_like=True):
+    """A unit as the cache lists it: ``[member, offset, size, kind, member_index]``."""
+
+    member: str
+    offset: Count
+    size: Count
+    kind: str
+    index: Count
+
+
+class IndexCache(Record, frozen=True, tag_field="format", tag=INDEX_FORMAT):
+    """A remote file's cached index (``_save``), read by the one codec: the file it is of
+    (its URL, the place it was read from, its size and identity), its units (at least one)
+    and their digest (an entry edited since is never taken)."""
+
+    what = "remote index cache"
+    url: str
+    place: str
+    size: Count
+    identity: str
+    subset: str
+    units: Annotated[tuple[_Row, ...], msgspec.Meta(min_length=1)]
+    digest: str
+
+
 def _load(url: str, info: FileInfo, place: str, column: str) -> list[Unit] | None:
+    """The units of the cached index of ``url`` as it is now (``info``); None: none cached,
+    of another file, version or identity, or wrong (said; the file is indexed again)."""
     try:
         raw = json.loads(cache_path(url, place, column).read_text())
     except (OSError, ValueError):
         return None
-    if (
-        not isinstance(raw, dict)
-        or raw.get("format") != INDEX_FORMAT
-        or raw.get("url") != url
-        or raw.get("place", "") != place
-        or raw.get("size") != info.size
-        or raw.get("identity") != info.identity
-        or not info.identity  # nothing to notice a change by: walk again
-    ):
+    try:
+        cached = IndexCache.from_json(raw)
+    except StateError as exc:
+        if exc.field != "format":  # (another version's entry is only not this one's)
+            log.warning("%s: the cached index is wrong (%s): the file is indexed again", url, exc)
         return None
-    units = _units(url, raw.get("subset"), raw.get("units"), info.size)
-    wrong = "a field is not what the index writes" if units is None else _inconsistent(units, info)
-    if wrong is None and raw.get("digest") != _digest(raw.get("units")):
+    if not info.identity or (cached.url, cached.place, cached.size, cached.identity) != (
+        url, place, info.size, info.identity
+    ):  # fmt: skip
+        return None  # another file's, or this one changed (nothing to notice it by: walk again)
+    rows = cached.units
+    units = [Unit(url, r.member, r.offset, r.size, r.kind, cached.subset, r.index) for r in rows]
+    wrong = _inconsistent(units, info)
+    if wrong is None and cached.digest != _digest(rows):
         wrong = "its members are not those it was written with"
     if wrong is not None:
         log.warning("%s: the cached index is wrong (%s): the file is indexed again", url, wrong)
         return None
-    return units
-
-
-def _units(url: str, subset: object, rows: object, size: int) -> list[Unit] | None:
-    """The units a cache file lists, each field checked; None (index again) if any is not
-    what ``_save`` writes: a damaged or foreign file is never taken as an index."""
-    if not isinstance(subset, str) or not isinstance(rows, list) or not rows:
-        return None
-    units = []
-    for row in rows:
-        if not (isinstance(row, list) and len(row) == 5):
-            return None
-        member, offset, length, kind, index = row
-        if not (
-            isinstance(member, str)
-            and isinstance(kind, str)
-            and all(int_at_least(n, 0) for n in (offset, length, index))
-        ):
-            return None
-        units.append(Unit(url, member, offset, length, kind, subset, index))
     return units
 
 
@@ -247,9 +264,14 @@ def _inconsistent(units: list[Unit], info: FileInfo) -> str | None:
     return None
 
 
-def _digest(rows: object) -> str:
+def _rows(units: list[Unit]) -> tuple[_Row, ...]:
+    """The units as the cache lists them."""
+    return tuple(_Row(u.member, u.offset, u.size, u.kind, u.member_index) for u in units)
+
+
+def _digest(rows: tuple[_Row, ...]) -> str:
     """A checksum of the rows of units as written: an entry edited since is never taken."""
-    text = json.dumps(rows, separators=(",", ":"))
+    text = json.dumps([msgspec.structs.astuple(row) for row in rows], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -257,20 +279,12 @@ def _save(url: str, info: FileInfo, units: list[Unit], place: str, column: str) 
     """Keep the index (atomically; a cache folder that cannot be written is not an error)."""
     if not units or not info.identity:
         return
-    body: dict[str, Any] = {
-        "format": INDEX_FORMAT,
-        "url": url,
-        "place": place,
-        "size": info.size,
-        "identity": info.identity,
-        "subset": units[0].subset,
-        "units": [[u.member, u.offset, u.size, u.kind, u.member_index] for u in units],
-    }
-    body["digest"] = _digest(body["units"])
+    rows = _rows(units)
+    record = IndexCache(url, place, info.size, info.identity, units[0].subset, rows, _digest(rows))
     path = cache_path(url, place, column)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, json.dumps(body))
+        atomic_write(path, json.dumps(record.to_json()))
     except (OSError, OutputError):  # a cache that cannot be written is only a slower open
         pass
 
