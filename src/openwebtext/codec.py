@@ -1,5 +1,6 @@
-"""The one codec of every record this project persists: stream and batches states, and
-``owt tokenize``'s config, progress and ``meta.json``.
+"""The one codec of every record this project persists: stream, batches and mixture states;
+``owt tokenize``'s config, progress and ``meta.json`` (and the part of it a token file's reader
+reads), a format pass's marker and record; the counts file and the remote index cache.
 
 A record is a frozen ``msgspec.Struct`` subclassing ``Record``. Its fields' annotations are
 the whole schema: ``decode`` checks a tagged record's format first (the one format check of
