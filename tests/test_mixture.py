@@ -521,12 +521,14 @@ def _targets(m: Mixture, state: Any, rank: int, world: int, n: int, **kw: Any) -
         return [t for _ in range(n) for t in next(it)[0, 1:].tolist()]
 
 
-def test_a_cut_document_goes_on_after_a_reshard_whichever_part_comes_first(
+def test_a_cut_document_goes_on_first_after_a_reshard_and_no_id_is_left_out(
     parts: dict[str, str],
 ) -> None:
-    """One rank stopped at every batch, resharded 1 -> 1: at some stops the document a batch
-    had begun is another part's than the new rank's first document; its ids already targets
-    are never targets again, and none of its others is left out."""
+    """One rank stopped at every batch, resharded 1 -> 1: the document a batch had begun
+    goes on first, whichever part the turns would pick, from its last id that was a target
+    (the new rank's first, which no batch makes a target again), so none of its ids is left
+    out. (It went on from its first id not yet a target, which, when it came first, began
+    the first row and was lost; when another part came first, as a new document.)"""
     m = mixture(parts, {"pq": 1.0, "js": 1.0})
     opts: dict[str, Any] = {"workers": 0, "seed": 1, "tokenizer": "bytes", "epochs": None,
                             "even": None}  # fmt: skip
@@ -544,7 +546,7 @@ def test_a_cut_document_goes_on_after_a_reshard_whichever_part_comes_first(
         return out[:n]
 
     whole = marked(None, 8 * 60 + 1)
-    firsts = set()
+    parts_first = set()
     for stop in range(1, 40):
         with Loader(m, **opts).batches(8, 1) as it:
             for _ in range(stop):
@@ -556,14 +558,11 @@ def test_a_cut_document_goes_on_after_a_reshard_whichever_part_comes_first(
         old = {(d, j) for d, j, _ in whole[1 : stop * 8 + 1]}
         again = {(d, j) for d, j, _ in ids[1:]} & old
         assert not again, (stop, sorted(again))
-        # the cut document goes on from its first id not yet a target: no id left out but
-        # the new rank's first (which no batch of its own makes a target)
         cut, at = whole[stop * 8][0], whole[stop * 8][1]
-        going_on = [(d, j) for d, j, _ in ids if d == cut]
         if at + 1 < lengths[cut]:  # (a document that ended there does not go on)
-            assert going_on[:1] == [(cut, at + 1)], (stop, going_on[:2])
-        firsts.add(ids[0][0].split(":")[0] == cut.split(":")[0])
-    assert firsts == {True, False}  # both cases met: the cut part first, and another part
+            assert [(d, j) for d, j, _ in ids[:2]] == [(cut, at), (cut, at + 1)], (stop, ids[:2])
+            parts_first.add(cut.split(":")[0])
+    assert parts_first == {"pq", "js"}  # a cut in each part met
 
 
 def test_a_resumed_batches_state_saved_again_before_a_batch_is_the_same(

@@ -27,6 +27,7 @@ from numpy.typing import DTypeLike
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.stream.counters import PackingCounts
+from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.packed import PackedBatch, segmented
 from openwebtext.stream.packing import PACKING
 from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_state, parts_to_state
@@ -171,7 +172,8 @@ class Batches:
                 self.close()
                 raise
             ids, ends = run.end_to_end()
-            marked = _marked(ends, run.start, getattr(run, "parts", None)) if self.segments else ()
+            begins = run.begins if isinstance(run, MixRun) else run.start
+            marked = _marked(ends, begins, getattr(run, "parts", None)) if self.segments else ()
             self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))
             self._read += len(ids)
             self._numbered += len(run)
@@ -322,11 +324,13 @@ class _Run(NamedTuple):
 
 
 def _marked(
-    ends: np.ndarray[Any, Any], start: int, parts: np.ndarray[Any, Any] | None = None
+    ends: np.ndarray[Any, Any],
+    start: int | np.ndarray[Any, Any],
+    parts: np.ndarray[Any, Any] | None = None,
 ) -> tuple[np.ndarray[Any, Any], ...]:
     """Each id's document and its position in it, of documents ending at ``ends`` (the
-    first's ids begin at ``start`` in it); a mixture's (``parts``, each document's): each
-    id's part too."""
+    first's ids begin at ``start`` in it; or each document's at its ``start``, an array); a
+    mixture's (``parts``, each document's): each id's part too."""
     lengths = np.diff(ends, prepend=0)
     if parts is not None:
         documents, positions = _marked(ends, start)
@@ -334,7 +338,9 @@ def _marked(
     documents = np.repeat(np.arange(len(ends), dtype=np.int32), lengths)
     positions = np.arange(len(documents), dtype=np.int32)
     positions -= np.repeat((ends - lengths).astype(np.int32), lengths)
-    if len(ends):
+    if isinstance(start, np.ndarray):
+        positions += np.repeat(start.astype(np.int32), lengths)
+    elif len(ends):
         positions[: ends[0]] += start
     return documents, positions
 

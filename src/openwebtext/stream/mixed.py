@@ -158,6 +158,12 @@ class MixedStream:
         self._last = None if options.epochs is None else options.epoch + options.epochs
         self._taken = 0
         self.part = -1  # the part of the last document handed out
+        # After a reshard of concat batches: the part whose share begins with a document cut
+        # across the checkpoint goes first (``Stream.lead_cut``), one that led already first.
+        streams = [p.stream for p in self.parts]
+        self._lead = next((k for k, s in enumerate(streams) if s.lead_cut(may=False)), None)
+        if self._lead is None and not self.replays:
+            self._lead = next((k for k, s in enumerate(streams) if s.lead_cut()), None)
         self._documents = self.documents()
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
@@ -198,7 +204,11 @@ class MixedStream:
                 else:
                     if self._due():
                         self._apply_due()
-                    part = choose()
+                    part, self._lead = self._lead, None
+                    if part is not None:  # (after a reshard: a cut document, first)
+                        parts[part].peek()
+                    else:
+                        part = choose()
                     if part is None:
                         return
                 document = parts[part].head
@@ -221,11 +231,12 @@ class MixedStream:
         if not dealt and self._due():  # the run goes on under the new weights: its marks
             self._apply_due()  # after its first document count from them (before it: before)
         settled = self.mark()
-        documents, parts, afters = [], [], []
+        documents, parts, afters, begins = [], [], [], []
         replays: list[tuple[Replay, ...]] | None = [] if dealt else None
         for document in self._documents:
             documents.append(document.tokens)
             parts.append(self.part)
+            begins.append(self.parts[self.part].stream.start)  # (a cut document's: its offset)
             # (its part's stream has not moved since it read the document: the mark after it)
             afters.append(self.parts[self.part].stream.mark())
             if replays is not None:
@@ -240,7 +251,7 @@ class MixedStream:
         ids = np.concatenate(documents)
         by_tokens = self.mixture.by == "tokens"
         return MixRun(ids, lengths, np.array(parts, np.int32), afters, before, by_tokens, settled,
-                      replays)  # fmt: skip
+                      replays, np.array(begins, np.int64))  # fmt: skip
 
     def _replay_turn(self) -> int:
         """The part of the next document of the first dealt window: the old rank's turns, as

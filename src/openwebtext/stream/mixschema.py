@@ -70,9 +70,9 @@ class MixRun:
             weights the run's documents were chosen by); None: ``before``.
         replays: A run of a dealt best-fit window (``Replay``): the replays after each of its
             documents (the rank's own turns do not move); None: the rank's own turns.
+        begins: Where each document's ids begin in it: 0, but for a part's document cut
+            across a resharded checkpoint of batches (None: 0 for all).
     """
-
-    start = 0  # a mixture's runs never begin inside a document
 
     def __init__(
         self,
@@ -84,6 +84,7 @@ class MixRun:
         by_tokens: bool,
         settled: MixMark | None = None,
         replays: list[tuple[Replay, ...]] | None = None,
+        begins: np.ndarray[Any, Any] | None = None,
     ) -> None:
         self.ids = ids
         self.lengths = lengths
@@ -95,6 +96,8 @@ class MixRun:
         self._settled = before if settled is None else settled
         self._by_tokens = by_tokens
         self._replays = replays
+        self.begins = np.zeros(len(lengths), np.int64) if begins is None else begins
+        """Where each document's ids begin in it (``TokenRun.start``, per document)."""
         self.after = self.mark_before(len(lengths))
 
     def __len__(self) -> int:
@@ -103,6 +106,11 @@ class MixRun:
     @property
     def epoch(self) -> int:
         return 0
+
+    @property
+    def start(self) -> int:
+        """Where the first document's ids begin in it (``TokenRun.start``)."""
+        return int(self.begins[0]) if len(self.begins) else 0
 
     def mark_before(self, j: int) -> MixMark:
         """The mixture's mark before document ``j`` (``j == len(self)``: after the last)."""

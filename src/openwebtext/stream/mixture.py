@@ -231,8 +231,9 @@ def reshard(
     """``resharding.reshard`` for states of single corpora, and for mixtures (the states of
     their documents, or of their batches): each part's states resharded as a corpus's, each
     new rank with the weights in force on old rank 0 (and its schedule position); the
-    proportions count again from the reshard. A document a concat batch had begun goes on,
-    in its part, from its first id not yet a target; a best-fit window an old rank had begun
+    proportions count again from the reshard. A document a concat batch had begun goes on
+    in its part (first on the new rank whose share of the part begins with it, from the last
+    id that was a target: ``Stream.lead_cut``); a best-fit window an old rank had begun
     is replayed by one new rank (``_reshard_best_fit``)."""
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):

@@ -336,6 +336,7 @@ def _epoch_section(
         done=tuple(d.counters.epoch_documents * a for d, a in zip(ordered, at, strict=True)),
         cuts=tuple(c * a for c, a in zip(cuts, at, strict=True)),
         finished=tuple(r for r, p in enumerate(past) if p),
+        led=tuple(r for r, d in enumerate(ordered) if at[r] and d.reshard and d.reshard.led),
     )
     return replace(base, levels=(*base.levels, level))
 

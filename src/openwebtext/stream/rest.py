@@ -101,7 +101,8 @@ class Rest:
         leads: The share's first id is the rank's first, which no batch makes a target (a
             corpus's); False for a mixture's part, whose rank may hand out another part's
             document first: a document cut across the checkpoint then goes on from its first
-            id not yet a target, never from the last one that was.
+            id not yet a target, never from the last one that was (unless the mixture hands it
+            out first: ``Stream.lead_cut`` sets it, and ``Reshard.led`` says it).
         part: The mixture's part this is a rest of (named in errors).
     """
 
@@ -205,7 +206,8 @@ class Rest:
                     self.carried[-1][s] = cut
                 if left and cut:
                     x, _, repeat = left[0]
-                    applied = _applied_trim(mid, share, done, x, repeat, leads)
+                    led = leads or s in level.led  # (a part's share: if it led, said)
+                    applied = _applied_trim(mid, share, done, x, repeat, led)
                     new_mid[x] = applied + cut
                 joined += left
             spans, mid, windows = joined, new_mid, carried

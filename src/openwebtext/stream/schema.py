@@ -152,10 +152,13 @@ class Level(Record, frozen=True, omit_defaults=True):
     """Best fit: the window each share was in."""
     finished: tuple[Count, ...] = ()
     """The shares that had handed all of theirs out (their ranks were in a later epoch)."""
+    led: tuple[Count, ...] = ()
+    """A mixture's part, concat batches: the shares whose first document led (``Reshard.led``)."""
 
     def check(self) -> None:
-        if any(s >= self.world_size for s in self.finished):
-            raise Disagree("finished", f"names a share past {self.world_size - 1}")
+        for name in ("finished", "led"):
+            if any(s >= self.world_size for s in getattr(self, name)):
+                raise Disagree(name, f"names a share past {self.world_size - 1}")
         held = [self.done, self.cuts] + ([] if self.windows is None else [self.windows])
         if {len(shares) for shares in held} != {self.world_size}:
             raise Disagree("done", f"cuts and windows must each hold {self.world_size} shares")
@@ -187,6 +190,10 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     """Best fit: the windows old ranks had begun, each to be packed again."""
     next_window: Count | None = None
     """Best fit: the number the new ranks' own windows start at."""
+    led: bool = False
+    """A mixture's part, concat batches: this share's first document, cut across the
+    checkpoint, led the rank's stream (the mixture handed it out first), so it went on from
+    the last id that was a target (a corpus's share always does; a part's, only then)."""
     dealt: bool = False
     """Best fit, a later epoch's section: its ``windows`` were handed out first, in the rest
     of the first epoch (``Rest``); here their documents are only left out."""
@@ -220,11 +227,11 @@ class Reshard(Record, frozen=True, omit_defaults=True):
         if not self.later:
             return None
         return codec.replace(self.later[0], later=self.later[1:], share=self.share, rule=self.rule,
-                             counted=False, dealt=self.window is not None)  # fmt: skip
+                             counted=False, dealt=self.window is not None, led=False)  # fmt: skip
 
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""
-        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False)
+        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False, led=False)
 
 
 class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format", tag=STATE_FORMAT):
