@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -218,11 +219,38 @@ def test_a_sparse_split_does_not_pin_whole_members(
 
 def test_batches_refuse_a_dtype_too_small_for_the_ids(small_corpus: Path) -> None:
     loader = Loader(small_corpus, workers=0, tokenizer="gpt2")
-    with pytest.raises(ValueError, match="cannot hold every id"):
-        loader.batches(8, 2, dtype=np.int16)
-    with pytest.raises(ValueError, match="cannot hold every id"):
-        loader.batches(8, 2, dtype=np.float32)
-    loader.batches(8, 2, dtype=np.uint16).close()
+    said = r"dtype must be an integer dtype that holds every id \(up to 50256\), not '{}'"
+    for packing in ("concat", "bestfit"):  # (best fit took any dtype: ids cut to its width)
+        for dtype in (np.int16, np.uint8, np.float32, bool):
+            with pytest.raises(ValueError, match=said.format(np.dtype(dtype).name)):
+                loader.batches(8, 2, dtype=dtype, packing=packing)
+        loader.batches(8, 2, dtype=np.uint16, packing=packing).close()
+    with pytest.raises(ValueError, match=r"dtype must be an integer dtype .* not 'bogus'"):
+        loader.batches(8, 2, dtype="bogus")
+
+
+@pytest.mark.parametrize("pad_id", [1.5, True, -1, 2**16, 2**70, "x"])
+def test_best_fit_refuses_a_pad_id_its_dtype_does_not_hold(small_corpus: Path, pad_id: Any) -> None:
+    """Was taken as it stood (1.5 and True as 1, 2**16 wrapped to 0), or failed at the first
+    batch from inside numpy."""
+    loader = Loader(small_corpus, workers=0, tokenizer="bytes")
+    with pytest.raises(ValueError, match=r"pad_id must be an int in 0\.\.65535 \(what dtype "):
+        loader.batches(8, 2, packing="bestfit", dtype=np.uint16, pad_id=pad_id)
+    loader.batches(8, 2, packing="bestfit", dtype=np.int64, pad_id=-1).close()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [({"shuffle": "no"}, "shuffle must be True or False"),
+     ({"timeout": True}, "timeout must be > 0 seconds"),
+     ({"max_member_bytes": 2**70}, "max_member_bytes must be >= 1 and at most"),
+     ({"prefetch": 2**63}, "prefetch must be >= 1 and at most")],
+)  # fmt: skip
+def test_options_refuse_what_was_taken_as_another_type(given: dict[str, Any], said: str) -> None:
+    """Each was accepted: a string as a true shuffle, True as a 1 s timeout, limits that
+    failed in a worker or in mmap."""
+    with pytest.raises(ValueError, match=said):
+        Options(**given)
 
 
 @pytest.fixture

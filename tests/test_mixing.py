@@ -70,7 +70,8 @@ def test_a_weight_change_is_honoured_from_there(
     before: list[float], data: st.DataObject, n: int, m: int
 ) -> None:
     after = data.draw(
-        st.lists(st.floats(0, 10), min_size=len(before), max_size=len(before)).filter(
+        st.lists(st.just(0.0) | st.floats(1e-6, 10), min_size=len(before),
+                 max_size=len(before)).filter(
             lambda ws: sum(ws) > 0
         )
     )
@@ -105,3 +106,12 @@ def test_the_order_is_pinned() -> None:
 def test_bad_weights_are_refused(weights: list[float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Interleave(weights)
+
+
+@pytest.mark.parametrize("tiny", [1e-320, 1e-200, 1e-13])
+def test_a_weight_too_small_to_ever_be_chosen_is_refused(tiny: float) -> None:
+    """A part of weight 1e-320 was never chosen (1 / its share overflowed): a run of one
+    epoch waited for it without end."""
+    with pytest.raises(ValueError, match="too small to ever be chosen"):
+        check_weights([1.0, tiny], 2)
+    assert check_weights([1.0, 1e-9], 2)[1] > 0

@@ -46,6 +46,7 @@ from openwebtext.stream import (
     TokenRun,
     WindowAhead,
     ahead,
+    batch_ids,
     batches_start,
     check_in_run,
     check_state,
@@ -226,6 +227,7 @@ class Loader:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
         shapes = schedule_of(seq_len, batch_size, schedule)
         start = batches_start(state, shapes, packing, window)
+        kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
         saved = None if start is None else start.documents
         documents: DocumentIterator | MixtureIterator
         if isinstance(self.corpus, Mixture):
@@ -243,7 +245,7 @@ class Loader:
                 schedule=shapes,
                 seed=self.options.seed,
                 pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
-                dtype=dtype,
+                dtype=kind,
                 segments=segments,
                 window=window,
                 start=start,
@@ -252,7 +254,7 @@ class Loader:
             documents,
             documents.tokenizer,
             schedule=shapes,
-            dtype=dtype,
+            dtype=kind,
             segments=segments,
             start=start,
         )

@@ -20,7 +20,11 @@ import math
 import numbers
 from collections.abc import Sequence
 
-__all__ = ["Interleave", "check_weights"]
+__all__ = ["LEAST_SHARE", "Interleave", "check_weights"]
+
+#: The smallest share of the total a positive weight may have: one document in 10**12 is a
+#: part that never comes (a run of ``epochs`` would wait for it without end).
+LEAST_SHARE = 1e-12
 
 
 def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
@@ -48,7 +52,14 @@ def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
         total = math.fsum(values)
     if total <= 0:
         raise ValueError("at least one weight must be positive")
-    return tuple(v / total for v in values)
+    shares = tuple(v / total for v in values)
+    for w, share in zip(weights, shares, strict=True):
+        if 0 < share < LEAST_SHARE:  # its turn would never come (1 / share overflows, or near)
+            raise ValueError(
+                f"a weight of {w!r} is {share:.3g} of the total: too small to ever be chosen "
+                f"(at least {LEAST_SHARE:g}); give 0 to leave the part out"
+            )
+    return shares
 
 
 class Interleave:

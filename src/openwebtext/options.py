@@ -47,6 +47,10 @@ PREFETCH = 2
 TIMEOUT = 60.0
 MAX_DOCUMENT_BYTES = 64 * MiB
 MAX_MEMBER_BYTES = 1024 * MiB
+#: The largest of the byte limits (a member of a TiB is no member), and of ``prefetch`` (units
+#: in flight per worker): past them a limit is a mistake, not a bound.
+MOST_BYTES = 1 << 40
+MOST_PREFETCH = 1024
 DECODE_ERRORS: DecodePolicy = "strict"
 
 
@@ -141,6 +145,7 @@ class Options:
 
         check_workers(self.workers)
         check_seed(self.seed)
+        need(isinstance(self.shuffle, bool), f"shuffle must be True or False, not {self.shuffle!r}")
         need(
             int_at_least(self.shuffle_buffer, 0),
             f"shuffle_buffer must be >= 0, not {self.shuffle_buffer!r}",
@@ -176,11 +181,14 @@ class Options:
             self.decode_errors in ("strict", "replace"),
             f"decode_errors must be 'strict' or 'replace', not {self.decode_errors!r}",
         )
-        for name in ("max_document_bytes", "max_member_bytes", "prefetch"):
+        for name, most in [("max_document_bytes", MOST_BYTES), ("max_member_bytes", MOST_BYTES),
+                           ("prefetch", MOST_PREFETCH)]:  # fmt: skip
             value = getattr(self, name)
-            need(int_at_least(value, 1), f"{name} must be >= 1, not {value!r}")
+            need(int_at_least(value, 1) and value <= most,
+                 f"{name} must be >= 1 and at most {most}, not {value!r}")  # fmt: skip
         need(
-            isinstance(self.timeout, (int, float)) and 0 < self.timeout <= MAX_TIMEOUT,
+            isinstance(self.timeout, int | float) and not isinstance(self.timeout, bool)
+            and 0 < self.timeout <= MAX_TIMEOUT,
             f"timeout must be > 0 seconds and at most {MAX_TIMEOUT:g}, not {self.timeout!r}",
         )
         need(

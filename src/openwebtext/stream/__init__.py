@@ -7,7 +7,7 @@ sibling).
 
 from __future__ import annotations
 
-from openwebtext.stream.batches import Batches, BatchIterator, batches_start
+from openwebtext.stream.batches import Batches, BatchIterator, batch_ids, batches_start
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
@@ -66,6 +66,7 @@ __all__ = [
     "TokenRun",
     "WindowAhead",
     "ahead",
+    "batch_ids",
     "batches_start",
     "check_in_run",
     "check_sizes",

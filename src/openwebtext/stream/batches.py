@@ -38,7 +38,7 @@ from openwebtext.stream.source import DocumentSource, Run
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "batches_start"]
+__all__ = ["BatchIterator", "Batches", "batch_ids", "batches_start"]
 
 
 Item = TypeVar("Item", covariant=True)
@@ -110,10 +110,7 @@ class Batches:
         self.segments = segments
         try:
             self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
-            self.dtype = np.dtype(dtype)
-            largest = vocabulary.n_vocab - 1
-            if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < largest:
-                raise ValueError(f"dtype {self.dtype} cannot hold every id (up to {largest})")
+            self.dtype = batch_ids(dtype, vocabulary, segments)
         except BaseException:
             documents.close()
             raise
@@ -357,6 +354,35 @@ def overlapping_rows(
     rows[:, :-1] = flat[:-1].reshape(-1, seq_len)
     rows[:, -1] = flat[seq_len::seq_len]
     return rows
+
+
+def batch_ids(
+    dtype: DTypeLike, vocabulary: Tokenizer, segments: bool = False, pad_id: int | None = None
+) -> np.dtype[Any]:
+    """``dtype`` as numpy's, checked with the other arguments of what a batch holds: an
+    integer dtype that holds every id of ``vocabulary``, ``segments`` a bool, and ``pad_id``
+    (best fit's padding; None: end-of-text) an int that dtype holds.
+
+    Raises:
+        ValueError: one of them is not, named with what it may be.
+    """
+    largest = vocabulary.n_vocab - 1
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:
+        kind = None
+    if kind is None or kind.kind not in "iu" or np.iinfo(kind).max < largest:
+        said = dtype if kind is None else kind.name
+        raise ValueError(f"dtype must be an integer dtype that holds every id (up to {largest}), "
+                         f"not {said!r}")  # fmt: skip
+    if not isinstance(segments, bool):
+        raise ValueError(f"segments must be True or False, not {segments!r}")
+    low, high = np.iinfo(kind).min, np.iinfo(kind).max
+    ok = isinstance(pad_id, int | np.integer) and not isinstance(pad_id, bool | np.bool_)
+    if pad_id is not None and not (ok and low <= pad_id <= high):
+        raise ValueError(f"pad_id must be an int in {low}..{high} (what dtype {kind} holds), "
+                         f"not {pad_id!r}")  # fmt: skip
+    return kind
 
 
 def batches_start(

@@ -26,7 +26,17 @@ from openwebtext.loader import (
     PackedBatch,
 )
 from openwebtext.options import EvenRule, Options
-from openwebtext.stream import WINDOW, Packing, Schedule, ensure_counts, reshard, schedule_of
+from openwebtext.stream import (
+    WINDOW,
+    Packing,
+    Schedule,
+    batch_ids,
+    batches_start,
+    ensure_counts,
+    reshard,
+    schedule_of,
+)
+from openwebtext.tokenizer import load_tokenizer
 
 __all__ = [
     "OpenWebTextDataset",
@@ -263,7 +273,8 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         if self.options.tokenizer is None:
             raise ValueError("packed batches need token ids: pass tokenizer='gpt2' (or …)")
         self.schedule = schedule_of(seq_len, batch_size, schedule)
-        self.dtype = np.dtype(dtype)
+        batches_start(None, self.schedule, packing, window)  # (the packing and window)
+        self.dtype = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
         self.segments, self.packing, self.window, self.pad_id = segments, packing, window, pad_id
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> BatchIterator[Any]:
