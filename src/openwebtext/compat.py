@@ -111,10 +111,17 @@ def shuffle(
     yielded; the rest of the buffer comes out in random order at the end.
     Draws use ``random.Random`` (a fraction of a microsecond each), seeded from
     ``random_state`` as in ``OpenWebTextLoader`` (None: seed 0).
+
+    Raises:
+        ValueError: ``buffer_size`` is not an int >= 1 (said at the call, not at the first
+            item).
     """
-    if buffer_size < 1:
-        raise ValueError(f"buffer_size must be >= 1, not {buffer_size!r}")
-    rng = random.Random(_seed(random_state))
+    if not int_at_least(buffer_size, 1):
+        raise ValueError(f"buffer_size must be an int >= 1, not {buffer_size!r}")
+    return _shuffled(it, buffer_size, random.Random(_seed(random_state)))
+
+
+def _shuffled(it: Iterable[T], buffer_size: int, rng: random.Random) -> Iterator[T]:
     draw = rng.random
     it = iter(it)
     buffer: list[Any] = list(islice(it, buffer_size))
@@ -128,5 +135,11 @@ def shuffle(
 
 
 def take(it: Iterable[T], size: int) -> Iterator[T]:
-    """The first ``size`` items of ``it``."""
-    yield from islice(it, size)
+    """The first ``size`` items of ``it``.
+
+    Raises:
+        ValueError: ``size`` is not an int >= 0.
+    """
+    if not int_at_least(size, 0):
+        raise ValueError(f"size must be an int >= 0, not {size!r}")
+    return islice(it, size)

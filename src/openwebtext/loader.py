@@ -12,7 +12,6 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Generator, Iterator, Sequence
-from dataclasses import replace
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -20,7 +19,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
-from openwebtext.options import Options
+from openwebtext.options import Options, options_with
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
     WINDOW,
@@ -98,8 +97,7 @@ class Loader:
         options: Options | None = None,
         **overrides: Any,
     ) -> None:
-        base = options or Options()
-        self.options = replace(base, **overrides) if overrides else base
+        self.options = options_with(options, overrides)
         on_error = self.options.on_error
         self.corpus: Corpus | Mixture
         if isinstance(corpus, Mixture):  # a part's bad files: raised here, or counted in it

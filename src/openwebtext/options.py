@@ -8,7 +8,8 @@ check, the command line's resume and the tests all read that one list.
 
 from __future__ import annotations
 
-from dataclasses import Field, dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple, TypeGuard
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "check_val_seed",
     "check_workers",
     "int_at_least",
+    "options_with",
 ]
 
 ErrorPolicy = Literal["raise", "skip", "warn"]
@@ -227,6 +229,21 @@ def int_at_least(value: object, least: int) -> TypeGuard[int]:
 
 # -- the rules of the options a loader and ``owt tokenize`` (``PrepareOptions``) share --------
 # One rule each, so that the two descriptions accept and refuse the same values.
+
+
+def options_with(options: Options | None, overrides: Mapping[str, Any]) -> Options:
+    """``options`` (None: the defaults) with ``overrides`` (keyword arguments) over them.
+
+    Raises:
+        TypeError: ``options`` is not an ``Options`` (a dict of them: give them as keyword
+            arguments).
+        ValueError: an override's value is not valid.
+    """
+    if options is not None and not isinstance(options, Options):
+        raise TypeError(f"options must be an Options, or keyword arguments, not "
+                        f"{type(options).__name__} {options!r}")  # fmt: skip
+    base = options or Options()
+    return replace(base, **overrides) if overrides else base
 
 
 def _need(ok: bool, message: str) -> None:

@@ -14,7 +14,8 @@ import json
 import logging
 import operator
 import os
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +32,10 @@ from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
+from openwebtext.options import check_on_error, int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve
+from openwebtext.tokenfiles import INT_DTYPE
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "split_key"]
 
@@ -152,12 +155,18 @@ class Corpus:
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        many = isinstance(paths, Iterable) and not isinstance(paths, bytes | Mapping)
+        given = list(paths) if many else None
+        if given is None or not all(isinstance(p, str | os.PathLike) for p in given):
+            raise TypeError("the corpus is a path, a URL, a folder or a glob pattern (str or "
+                            f"os.PathLike), or a list of them, not {paths!r}")  # fmt: skip
+        check_on_error(on_error)
+        if not isinstance(text_column, str) or not text_column:
+            raise ValueError(f"text_column must be a column's name, not {text_column!r}")
         store = None  # without options: the process's default (``source.configure``)
         if storage_options is not None or cache_dir is not None:
             store = Storage(storage_options, cache_dir, cache_size)
-        indexed = index_inputs(
-            list(paths), on_error=on_error, storage=store, text_column=text_column
-        )
+        indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
         versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
         corpus = cls(units, None, tuple(indexed.skipped), versions, store, text_column)
@@ -193,6 +202,13 @@ class Corpus:
             TokenFileError: a damaged header or index (naming the file).
         """
         names = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        if not int_at_least(unit_tokens, 1):
+            raise ValueError(f"unit_tokens must be an int >= 1, not {unit_tokens!r}")
+        if eot is not None and not int_at_least(eot, 0):
+            raise ValueError(f"eot must be None or an id (an int >= 0), not {eot!r}")
+        if dtype is not None and not (isinstance(dtype, str) and re.fullmatch(INT_DTYPE, dtype)):
+            raise ValueError(f"dtype must be None or an integer dtype's name (uint16, int32, …), "
+                             f"not {dtype!r}")  # fmt: skip
         store = None if storage_options is None else Storage(storage_options)
         units, counts = token_units(
             names, eot=eot, dtype=dtype, unit_tokens=unit_tokens, storage=store

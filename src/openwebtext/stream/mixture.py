@@ -7,6 +7,7 @@ The running stream is ``mixed.MixedStream``; the state's records are in ``schema
 from __future__ import annotations
 
 import copy
+import itertools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
@@ -95,7 +96,8 @@ class Mixture:
         self.names: tuple[str, ...] = tuple(parts)
         self.by: By = by
         self.sampling: Sampling = sampling
-        self.weights = self.weights_of(weights or dict.fromkeys(self.names, 1.0), "weights")
+        equal = dict.fromkeys(self.names, 1.0)  # (None: equal; {} names no part, refused)
+        self.weights = self.weights_of(equal if weights is None else weights, "weights")
         if isinstance(schedule, Mapping | str) or not isinstance(schedule, Iterable):
             raise ValueError(
                 f"a schedule is a list of (position, weights) pairs, not {type(schedule).__name__}"
@@ -109,12 +111,11 @@ class Mixture:
                     "a schedule's positions must be ints >= 0 (documents handed out), not "
                     f"{step[0]!r}"
                 )
-        steps = sorted(
-            ((at, self.weights_of(w, f"schedule at {at}")) for at, w in pairs),
-            key=lambda step: step[0],
-        )
-        if len({at for at, _ in steps}) != len(steps):
-            raise ValueError("a schedule has two steps at one position")
+        steps = [(at, self.weights_of(w, f"schedule at {at}")) for at, w in pairs]
+        positions = [at for at, _ in steps]
+        if any(b <= a for a, b in itertools.pairwise(positions)):
+            raise ValueError(f"a schedule's positions must increase (one step each), not "
+                             f"{positions}")  # fmt: skip
         self.schedule = tuple(Change(at, w) for at, w in steps)
         self.options: dict[str, dict[str, Any]] = {}
         if not isinstance(options or {}, Mapping):
@@ -235,6 +236,9 @@ def reshard(
     in its part (first on the new rank whose share of the part begins with it, from the last
     id that was a target: ``Stream.lead_cut``); a best-fit window an old rank had begun
     is replayed by one new rank (``_reshard_best_fit``)."""
+    if isinstance(states, str | bytes | Mapping) or not isinstance(states, Iterable):
+        raise TypeError(f"states must be a list of every rank's state_dict(), not {states!r}")
+    states = list(states)  # (a generator: read once)
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):
         return reshard_stream(states, world_size, even=even)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -56,6 +56,9 @@ class Schedule:
     """The steps, as ``(batch_index, seq_len, batch_size)`` tuples."""
 
     def __init__(self, steps: Iterable[Sequence[int]]) -> None:
+        if isinstance(steps, str | bytes | Mapping) or not isinstance(steps, Iterable):
+            raise ValueError(f"a schedule is a list of (batch_index, seq_len, batch_size) steps, "
+                             f"not {steps!r}")  # fmt: skip
         checked: list[tuple[int, int, int]] = []
         for k, step in enumerate(steps):
             if isinstance(step, (str, bytes)) or not isinstance(step, Sequence) or len(step) != 3:
@@ -165,11 +168,19 @@ def schedule_of(
     return Schedule([(0, seq_len, batch_size)])
 
 
+#: The most ids a batch holds (``seq_len * batch_size``): 2**31, 16 GiB of int64.
+MOST_IDS = 1 << 31
+
+
 def check_sizes(seq_len: int, batch_size: int) -> None:
-    """Refuse a ``seq_len`` or ``batch_size`` that is not an int >= 1 (``ValueError``)."""
+    """Refuse a ``seq_len`` or ``batch_size`` that is not an int >= 1, or a batch of more
+    than ``MOST_IDS`` ids (``ValueError``)."""
     for name, value in (("seq_len", seq_len), ("batch_size", batch_size)):
         if not int_at_least(value, 1):
             raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+    if seq_len * batch_size > MOST_IDS:
+        raise ValueError(f"a batch of seq_len={seq_len} x batch_size={batch_size} ids is more "
+                         f"than the {MOST_IDS} a batch holds at most")  # fmt: skip
 
 
 def _described(schedule: Schedule) -> str:

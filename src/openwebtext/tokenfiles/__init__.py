@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from openwebtext.tokenfiles.common import (
     FORMATS,
+    INT_DTYPE,
     PREPARE_FORMAT,
     TOKENS,
     IntDtype,
@@ -60,6 +61,7 @@ from openwebtext.tokenfiles.opening import open_token_file, opened, remember
 
 __all__ = [
     "FORMATS",
+    "INT_DTYPE",
     "LLMC_HEADER_BYTES",
     "LLMC_MAGIC",
     "LLMC_SHARD_TOKENS",

@@ -19,6 +19,7 @@ from openwebtext.errors import CorpusError, StateError
 
 __all__ = [
     "FORMATS",
+    "INT_DTYPE",
     "PREPARE_FORMAT",
     "TOKENS",
     "DocumentNames",
@@ -51,8 +52,10 @@ class TokenFileError(CorpusError):
 
 #: The format of what a prepare or merge run writes (``meta.json``, its progress record).
 PREPARE_FORMAT = "openwebtext-prepare/2"
+#: The name of a dtype of token ids (a pattern).
+INT_DTYPE = "u?int(8|16|32|64)"
 #: A dtype of token ids.
-IntDtype = Annotated[str, msgspec.Meta(pattern="^u?int(8|16|32|64)$")]
+IntDtype = Annotated[str, msgspec.Meta(pattern=f"^{INT_DTYPE}$")]
 
 
 class Vocabulary(Record, frozen=True):

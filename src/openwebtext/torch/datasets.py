@@ -15,6 +15,7 @@ import torch  # the package's ``__init__`` says what to install when it is missi
 from numpy.typing import DTypeLike
 from torch.utils.data import IterableDataset, get_worker_info
 
+from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.loader import (
     BatchIterator,
@@ -25,7 +26,7 @@ from openwebtext.loader import (
     MixtureIterator,
     PackedBatch,
 )
-from openwebtext.options import EvenRule, Options
+from openwebtext.options import EvenRule, Options, int_at_least, options_with
 from openwebtext.stream import (
     WINDOW,
     Packing,
@@ -71,8 +72,7 @@ class _ShardedDataset(IterableDataset[T]):
         self.corpus: Corpus | Mixture = (
             corpus if isinstance(corpus, (Corpus, Mixture)) else Corpus.open(corpus)
         )
-        base = options or Options()
-        self.options = replace(base, **overrides) if overrides else base
+        self.options = options_with(options, overrides)
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
         self._taken: Any = None  # which workers started from their share (shared memory)
@@ -170,7 +170,14 @@ class _ShardedDataset(IterableDataset[T]):
 
     def load_resharded(self, states: Sequence[dict[str, Any]]) -> None:
         """Start the next iteration from this rank's resharded states, one per DataLoader
-        worker (one for ``num_workers=0``): an item of ``reshard_loader_states``."""
+        worker (one for ``num_workers=0``): an item of ``reshard_loader_states``.
+
+        Raises:
+            StateError: no states (the next pass would start the epoch again).
+        """
+        if not states:
+            raise StateError("no resharded states: give this rank's item of "
+                             "reshard_loader_states (one state per DataLoader worker)")  # fmt: skip
         self._stop()
         self._shares = list(states)
         self._taken = multiprocessing.RawArray("b", len(self._shares))
@@ -299,11 +306,19 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
 
 def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:
     """The dataset states, one per DataLoader worker in worker order (one for
-    ``num_workers=0``), in a ``StatefulDataLoader.state_dict()``."""
-    if "_snapshot" not in state:
-        return [state["dataset_state"]]
-    workers = state["_snapshot"]["_worker_snapshots"]
-    return [workers[f"worker_{k}"]["dataset_state"] for k in range(len(workers))]
+    ``num_workers=0``), in a ``StatefulDataLoader.state_dict()``.
+
+    Raises:
+        StateError: ``state`` is not a ``StatefulDataLoader``'s ``state_dict()``.
+    """
+    try:
+        if "_snapshot" not in state:
+            return [state["dataset_state"]]
+        workers = state["_snapshot"]["_worker_snapshots"]
+        return [workers[f"worker_{k}"]["dataset_state"] for k in range(len(workers))]
+    except (KeyError, TypeError) as exc:
+        raise StateError(f"not a StatefulDataLoader's state_dict() (no {exc} in it): give "
+                         "each rank's loader.state_dict()") from None  # fmt: skip
 
 
 def reshard_loader_states(
@@ -322,6 +337,11 @@ def reshard_loader_states(
     datasets' ``even`` (it holds across training ranks, so with one rank it is None, as
     the datasets decide it).
     """
+    if not int_at_least(num_workers, 0):
+        raise ValueError(f"num_workers must be an int >= 0 (the new DataLoaders'), not "
+                         f"{num_workers!r}")  # fmt: skip
+    if not int_at_least(world_size, 1):
+        raise ValueError(f"world_size must be an int >= 1, not {world_size!r}")
     shares = [share for state in states for share in loader_dataset_states(state)]
     per_rank = max(1, num_workers)
     new = reshard(shares, world_size * per_rank, even=even if world_size > 1 else None)

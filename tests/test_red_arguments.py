@@ -1,0 +1,122 @@
+"""Arguments of the public API that a red team found taken and misused, or failing later from
+deep inside (numpy, mmap, a worker, a KeyError): each is now a clear error at the call that
+takes it, naming the argument and what it may be."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from openwebtext import Corpus, Loader, Mixture, Schedule, StateError, reshard, shuffle, take
+from tables_support import sample_texts, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("args") / "a.jsonl"
+    write_jsonl(path, sample_texts(12, seed=5))
+    return path
+
+
+CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
+    ("a number as the corpus", lambda p: Loader(5), TypeError, "the corpus is a path"),  # type: ignore[arg-type]
+    ("None as the corpus", lambda p: Loader(None), TypeError, "the corpus is a path"),  # type: ignore[arg-type]
+    ("bytes as the corpus", lambda p: Loader(bytes(p)), TypeError, "the corpus is a path"),  # type: ignore[arg-type]
+    ("a dict as the options", lambda p: Loader(p, {"workers": 0}), TypeError,  # type: ignore[arg-type]
+     "options must be an Options, or keyword arguments, not dict"),
+    ("an unknown on_error", lambda p: Corpus.open(p, on_error="bogus"), ValueError,
+     "on_error must be 'raise', 'skip' or 'warn'"),
+    ("a number as the text column", lambda p: Corpus.open(p, text_column=5), ValueError,  # type: ignore[arg-type]
+     "text_column must be a column's name"),
+    ("an empty mixture weights", lambda p: Mixture({"a": str(p)}, weights={}), ValueError,
+     "at least one weight must be positive"),
+    ("a schedule out of order", lambda p: Mixture({"a": str(p)}, schedule=[(9, {"a": 1}),
+     (3, {"a": 1})]), ValueError, r"positions must increase .* not \[9, 3\]"),
+    ("take of a negative size", lambda p: take(iter(()), -1), ValueError,
+     "size must be an int >= 0"),
+    ("a shuffle buffer of 2.5", lambda p: shuffle(iter(()), 2.5), ValueError,  # type: ignore[arg-type]
+     "buffer_size must be an int >= 1"),
+    ("a batch of 2**40 ids", lambda p: Loader(p, tokenizer="bytes", workers=0).batches(
+     2**40, 1, packing="bestfit"), ValueError, "more than the 2147483648 a batch holds"),
+    ("reshard of None", lambda p: reshard(None, 2), TypeError,  # type: ignore[arg-type]
+     "states must be a list of every rank's state_dict"),
+    ("a schedule of None", lambda p: Schedule(None), ValueError, "a schedule is a list of"),  # type: ignore[arg-type]
+    ("a schedule of 5", lambda p: Schedule(5), ValueError, "a schedule is a list of"),  # type: ignore[arg-type]
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("call", "kind", "said"), [c[1:] for c in CALLS],
+                         ids=[c[0] for c in CALLS])  # fmt: skip
+def test_a_bad_argument_is_refused_at_the_call(
+    jsonl: Path, call: Callable[[Path], Any], kind: type[Exception], said: str
+) -> None:
+    with pytest.raises(kind, match=said):
+        call(jsonl)
+
+
+def test_reshard_reads_a_generator_of_states_once(jsonl: Path) -> None:
+    """It was read by the mixture check, then said to be "states of formats []"."""
+    states = []
+    for rank in range(2):
+        with Loader(jsonl, workers=0, rank=rank, world_size=2).iter() as it:
+            next(it)
+            states.append(it.state_dict())
+    assert reshard(iter(states), 3) == reshard(states, 3)
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [({"unit_tokens": 0}, "unit_tokens must be an int >= 1"),
+     ({"unit_tokens": True}, "unit_tokens must be an int >= 1"),
+     ({"eot": True}, r"eot must be None or an id \(an int >= 0\), not True"),
+     ({"eot": -1}, r"eot must be None or an id"),
+     ({"dtype": "float32"}, "dtype must be None or an integer dtype's name")],
+)  # fmt: skip
+def test_open_tokens_refuses_its_bad_arguments(
+    token_run: Path, given: dict[str, Any], said: str
+) -> None:
+    """They were taken (a unit of 0 ids), or said as damage of the file ("its ids do not end
+    with the end-of-text id True")."""
+    with pytest.raises(ValueError, match=said):
+        Corpus.open_tokens(token_run / "train.bin", **given)
+
+
+def test_the_torch_doors_check_their_arguments(jsonl: Path) -> None:
+    pytest.importorskip("torch")
+    from openwebtext.torch import (
+        OpenWebTextDataset,
+        PackedBatchDataset,
+        loader_dataset_states,
+        reshard_loader_states,
+    )
+
+    with pytest.raises(TypeError, match="options must be an Options"):
+        OpenWebTextDataset(jsonl, {"workers": 0})  # type: ignore[arg-type]
+    for workers in (-1, True, 2.5):  # (taken as 1; 2.5 said as "world_size … not 5.0")
+        with pytest.raises(ValueError, match=r"num_workers must be an int >= 0 \(the new"):
+            reshard_loader_states([], 2, workers)  # type: ignore[arg-type]
+    with pytest.raises(StateError, match="not a StatefulDataLoader's state_dict"):
+        loader_dataset_states({"something": 1})  # (a bare KeyError)
+    dataset = OpenWebTextDataset(jsonl, workers=0)
+    with pytest.raises(StateError, match="no resharded states"):
+        dataset.load_resharded([])  # (the next pass started the epoch again)
+    # Checked in the main process, at the constructor, not at the first batch in a worker:
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"packing": "fifo"}, "packing must be one of"),
+        ({"window": 0}, "window must be an int >= 1"),
+        ({"dtype": np.uint8}, "dtype must be an integer dtype that holds every id"),
+        ({"packing": "bestfit", "dtype": np.uint8}, "holds every id"),
+        ({"packing": "bestfit", "pad_id": "x"}, "pad_id must be an int"),
+        ({"segments": "no"}, "segments must be True or False"),
+    ]
+    for given, said in bad:
+        with pytest.raises(ValueError, match=said):
+            PackedBatchDataset(jsonl, 8, 2, tokenizer="gpt2", workers=0, **given)
+    with pytest.raises(Exception, match="nope"):
+        PackedBatchDataset(jsonl, 8, 2, tokenizer="nope", workers=0)
+    assert json.dumps(PackedBatchDataset(jsonl, 8, 2, tokenizer="gpt2").state_dict()) == "{}"
