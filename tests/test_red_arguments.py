@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Corpus, Loader, Mixture, Schedule, StateError, reshard, shuffle, take
+from support import Ran
 from tables_support import sample_texts, write_jsonl
 
 
@@ -120,3 +121,45 @@ def test_the_torch_doors_check_their_arguments(jsonl: Path) -> None:
     with pytest.raises(Exception, match="nope"):
         PackedBatchDataset(jsonl, 8, 2, tokenizer="nope", workers=0)
     assert json.dumps(PackedBatchDataset(jsonl, 8, 2, tokenizer="gpt2").state_dict()) == "{}"
+
+
+def test_owt_says_how_to_resume_with_its_own_flags(
+    jsonl: Path, tmp_path: Path, owt: Callable[..., Ran]
+) -> None:
+    """``owt stream --resume`` with another shaping flag said "pass seed=0" (a keyword of the
+    library); the command takes the state's when the flag is left out, and says so."""
+    saved = tmp_path / "state.json"
+    assert owt("stream", str(jsonl), "-j", "0", "--take", "3", "--state-out", str(saved),
+               "-q", "--jsonl").returncode == 0  # fmt: skip
+    ran = owt("stream", str(jsonl), "-j", "0", "--seed", "3", "--no-shuffle", "--resume",
+              str(saved), "-q", "--jsonl")  # fmt: skip
+    assert ran.returncode == 1
+    assert "seed: saved 0, now 3" in ran.stderr and "pass seed=" not in ran.stderr
+    assert "(to resume it, leave out --no-shuffle, --seed: --resume takes the state's)" in (
+        ran.stderr
+    ), ran.stderr
+
+
+def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
+    """A ``StatefulDataLoader`` state of 2 workers loaded into one of 1 said "pass
+    world_size=2", which would make the dataset two ranks."""
+    pytest.importorskip("torch")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from openwebtext.torch import OpenWebTextDataset
+
+    def loader(workers: int) -> Any:
+        dataset = OpenWebTextDataset(jsonl, seed=0, workers=0)
+        return StatefulDataLoader(dataset, batch_size=None, num_workers=workers)
+
+    old = loader(2)
+    running = iter(old)
+    next(running)
+    state = old.state_dict()
+    del running
+    new = loader(1)
+    new.load_state_dict(state)
+    with pytest.raises(Exception, match="another num_workers or world size") as raised:
+        next(iter(new))
+    assert "pass world_size" not in str(raised.value)
+    assert "reshard_loader_states" in str(raised.value)

@@ -140,14 +140,26 @@ class OutputError(OWTError):
 class StateError(OWTError):
     """A saved state or record that cannot be read, or cannot resume this loader (other
     corpus, seed, options). ``field`` is the dotted path of the first wrong field of a record
-    (``reshard.ranks[1].handed``), or None when the record as a whole does not fit."""
+    (``reshard.ranks[1].handed``), or None when the record as a whole does not fit;
+    ``resume_with``, the options whose saved values would resume it (a state of another
+    seed: ``("seed",)``), for a caller to say how it takes them (``owt``: its flags)."""
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, message: str, field: str | None = None, resume_with: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         self.field = field
+        self.resume_with = resume_with
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (str(self), self.field))
+        return (type(self), (str(self), self.field, self.resume_with))
+
+    def reason(self) -> str:
+        """The message without its hint of the options to pass (``resume_with``), for a
+        caller that says how to resume in its own terms."""
+        text = str(self)
+        cut = text.rfind(" (to resume it, pass ")
+        return text[:cut] if self.resume_with and cut >= 0 else text
 
 
 class TooManyErrors(OWTError):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from openwebtext import bench, interrupts
 from openwebtext.cli import index, merge, stream, synth, tokenize
 from openwebtext.cli.standard import open_standard_streams
-from openwebtext.errors import OWTError
+from openwebtext.errors import OWTError, StateError
 from openwebtext.interrupts import EXIT_INTERRUPTED
 
 __all__ = ["build_parser", "main"]
@@ -63,5 +63,16 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except (OWTError, ValueError, OSError) as exc:
-        print(f"owt: error: {exc}", file=sys.stderr)
+        print(f"owt: error: {_said(exc)}", file=sys.stderr)
         return 1
+
+
+def _said(exc: BaseException) -> str:
+    """What ``owt`` says of ``exc``: a state's options to resume it as its flags (``owt
+    stream --resume`` takes those not given from the state)."""
+    if not isinstance(exc, StateError) or not exc.resume_with:
+        return str(exc)
+    names = exc.resume_with
+    flags = ["--no-shuffle" if n == "shuffle" else f"--{n.replace('_', '-')}" for n in names]
+    given = ", ".join(flags)
+    return f"{exc.reason()} (to resume it, leave out {given}: --resume takes the state's)"

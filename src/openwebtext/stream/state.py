@@ -166,7 +166,8 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
         raise StateError(
             "the state was saved for another stream; "
             + "; ".join(f"{key}: saved {saved[key]!r}, now {now[key]!r}" for key in differ)
-            + (f" (to resume it, pass {', '.join(hints)})" if hints else "")
+            + (f" (to resume it, pass {', '.join(hints)})" if hints else ""),
+            resume_with=tuple(key for key in differ if key in SHAPING),
         )
     return parsed
 

@@ -127,7 +127,17 @@ class _ShardedDataset(IterableDataset[T]):
         if self._shares is not None:  # resharded: this worker's share, in the first pass only
             state = self._take_share() or state
         self.corpus = _counted(self.corpus, options)
-        running = self._start(options, state)
+        try:
+            running = self._start(options, state)
+        except StateError as exc:
+            if not {"rank", "world_size"} & set(exc.resume_with):
+                raise
+            raise StateError(  # (each DataLoader worker is a share: rank * N + worker)
+                f"{exc.reason()}: a state of a DataLoader of another num_workers or world "
+                "size, whose workers read other shares: load it with the same num_workers and "
+                "world size, or reshard it (reshard_loader_states, then load_resharded)",
+                exc.field, exc.resume_with,
+            ) from None
         self._running, self._state = running, None
         return self._items(running)
 
