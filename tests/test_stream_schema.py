@@ -282,6 +282,7 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
          ["later"][1:], r"reshard\.later: must hold the sections of epochs 1 on"),
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
         (GOLDEN["documents"], "config.corpus", "web", r"config\.corpus: Expected `str` matching"),
+        (GOLDEN["batches_scheduled"], "schedule.at", 10, r"schedule: at=10 is not batches=3"),
     ],
 )
 def test_fields_that_disagree_name_their_record(
@@ -371,3 +372,26 @@ def test_a_format_that_is_no_state_s_is_one_error_at_every_entry(
     ran = owt("stream", str(indexed), "--resume", str(saved), "--take", "1", *pack)
     assert ran.returncode == 1 and "format" in ran.stderr, ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.parametrize("past", [0, 1, 10**6])
+def test_a_concat_offset_past_its_document_is_refused_when_it_is_read(
+    indexed: Path, past: int
+) -> None:
+    """The offset of a concat state says where in the document the next batch begins: one
+    past its end was taken, and ids left out (the document is read again on resume, so its
+    length is known then)."""
+    loader = Loader(indexed, workers=0, seed=3, tokenizer="bytes")
+    with loader.batches(32, 2) as it:
+        next(it)
+        state = it.state_dict()
+    with loader.iter(state=state["documents"]) as docs:
+        length = len(next(docs).tokens)
+    assert 0 < state["offset"] < length
+    with loader.batches(32, 2, state=changed(state, ("offset",), length - 1)) as it:
+        next(it)  # (its last id: the next batch begins there)
+    said = rf"offset: {length + past} lies past the end of the document .* \({length} ids\)"
+    bad = changed(state, ("offset",), length + past)
+    with pytest.raises(StateError, match=said) as raised, loader.batches(32, 2, state=bad) as it:
+        next(it)
+    assert raised.value.field == "offset"

@@ -169,6 +169,13 @@ class Batches:
                 self.close()
                 raise
             ids, ends = run.end_to_end()
+            if not self._read and self._head and (not len(ends) or self._head >= ends[0]):
+                self.close()  # a resumed state's offset: inside the document it begins in
+                raise StateError(
+                    f"bad batches state: offset: {self._head} lies past the end of the "
+                    f"document the next batch begins in ({int(ends[0]) if len(ends) else 0} "
+                    "ids)", field="offset",
+                )  # fmt: skip
             begins = run.begins if isinstance(run, MixRun) else run.start
             marked = _marked(ends, begins, getattr(run, "parts", None)) if self.segments else ()
             self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))

@@ -450,6 +450,13 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         packings = () if self.scheduled is None else self.scheduled.packings
         if packings and (self.packing != "bestfit" or packings[-1].rows != self.row):
             raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
+        parts = docs.parts.values() if isinstance(docs, MixtureState) else [docs]
+        dealt = isinstance(docs, MixtureState) and isinstance(docs.replays, tuple)
+        resharded = dealt or any(p.reshard or p.passed for p in parts)
+        at = None if self.scheduled is None else self.scheduled.at
+        if at is not None and at != self.batches and not resharded:  # (a reshard's: the old's)
+            raise Disagree("schedule", f"at={at} is not batches={self.batches}: a state never "
+                           "resharded is at its own batch of the schedule")  # fmt: skip
 
     @property
     def scheduled(self) -> Scheduled | None:
