@@ -311,3 +311,26 @@ def test_weights_too_large_to_sum_are_normalised(parts: dict[str, Path]) -> None
     """Finite weights whose sum overflows are scaled down first, not an OverflowError."""
     corpora = {"js": str(parts["js"]), "zst": str(parts["zst"] / "a.jsonl")}
     assert Mixture(corpora, {"js": 1e308, "zst": 3e307}).weights == pytest.approx((10 / 13, 3 / 13))
+
+
+def test_reshard_of_states_of_different_mixtures_names_what_differs(tmp_path: Path) -> None:
+    """It said only "their configs differ", or a part's corpus without naming the part."""
+    from openwebtext import reshard
+
+    for name, n in (("a", 20), ("b", 20), ("c", 21)):
+        write_jsonl(tmp_path / f"{name}.jsonl", sample_texts(n, seed=len(name) + n))
+    a, b, c = (str(tmp_path / f"{name}.jsonl") for name in "abc")
+
+    def state(mixture: Mixture, rank: int) -> Any:
+        with Loader(mixture, workers=0, rank=rank, world_size=2, even=None).iter() as it:
+            next(it)
+            return it.state_dict()
+
+    weighted = [Mixture({"x": a, "y": b}, {"x": w, "y": 10 - w}) for w in (7, 5)]
+    with pytest.raises(StateError, match=r"different mixtures: weights: \(0\.7, 0\.3\) and "
+                       r"\(0\.5, 0\.5\)"):  # fmt: skip
+        reshard([state(weighted[0], 0), state(weighted[1], 1)], 1)
+    other = [Mixture({"x": a, "y": b}), Mixture({"x": a, "y": c})]
+    with pytest.raises(StateError, match=r"the mixture's part 'y': states of different runs: "
+                       "corpus"):  # fmt: skip
+        reshard([state(other[0], 0), state(other[1], 1)], 1)

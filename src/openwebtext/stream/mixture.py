@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
 from typing import Any, cast
 
+import msgspec
 from msgspec import UNSET
 
 from openwebtext.codec import replace
@@ -255,7 +256,10 @@ def reshard(
     first = min(parsed, key=lambda s: next(iter(s.parts.values())).config.rank)
     for s in parsed:
         if s.config != first.config:
-            raise StateError("the states are of different mixtures (their configs differ)")
+            mine, theirs = msgspec.structs.asdict(first.config), msgspec.structs.asdict(s.config)
+            differ = "; ".join(f"{key}: {mine[key]!r} and {theirs[key]!r}"
+                               for key in mine if mine[key] != theirs[key])  # fmt: skip
+            raise StateError(f"the states are of different mixtures: {differ}")
     names = first.config.parts
     if batches is not None and batches[0].packing == "bestfit":
         return _reshard_best_fit(batches, parsed, world_size, even)
@@ -274,10 +278,12 @@ def reshard(
             out.append(part.to_json())
         return out
 
-    new_parts = {
-        name: reshard_stream(part_states(i, name), world_size, even=even)
-        for i, name in enumerate(names)
-    }
+    new_parts = {}
+    for i, name in enumerate(names):
+        try:
+            new_parts[name] = reshard_stream(part_states(i, name), world_size, even=even)
+        except StateError as exc:
+            raise StateError(f"the mixture's part {name!r}: {exc}", exc.field) from None
     out = []
     for rank in range(world_size):
         each = {
