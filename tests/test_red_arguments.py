@@ -163,3 +163,31 @@ def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
         next(iter(new))
     assert "pass world_size" not in str(raised.value)
     assert "reshard_loader_states" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [(["--seq-len", "64"], "--seq-len shapes --pack: give --pack, or leave --seq-len out"),
+     (["--batch-size", "3"], "--batch-size shapes --pack"),
+     (["--window", "3"], "--window shapes --pack bestfit"),
+     (["--pack", "concat", "--tokenizer", "bytes", "--window", "3"], "--window shapes --pack "),
+     (["--mix-by", "tokens"], "--mix-by shapes --mix")],
+)  # fmt: skip
+def test_owt_stream_refuses_a_flag_that_would_do_nothing(
+    jsonl: Path, owt: Callable[..., Ran], flags: list[str], said: str
+) -> None:
+    """Each ran to the end with the flag ignored (exit 0)."""
+    ran = owt("stream", str(jsonl), "-q", "-j", "0", "--take", "2", *flags)
+    assert ran.returncode == 1 and said in ran.stderr, ran.stderr
+
+
+def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
+    jsonl: Path, tmp_path: Path, owt: Callable[..., Ran]
+) -> None:
+    """--out '' wrote the run into the current folder; --address ran the local engine."""
+    base = ["tokenize", str(jsonl), "-q", "-j", "0", "--tokenizer", "bytes"]
+    ran = owt(*base, "--out", "")
+    assert ran.returncode == 1 and "--out must name a folder or a URL" in ran.stderr
+    ran = owt(*base, "--out", str(tmp_path / "a"), "--address", "x:1")
+    assert ran.returncode == 1 and "--address is --engine ray's" in ran.stderr
+    assert owt(*base, "--out", str(tmp_path / "a"), "--units-per-task", "0").returncode == 2

@@ -208,10 +208,31 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
     return 0
 
 
+#: The flags that only shape something another flag asks for, with it, and their defaults.
+_NEEDS = {
+    "seq_len": ("--pack", 1024), "batch_size": ("--pack", 8), "window": ("--pack bestfit", WINDOW),
+    "mix_by": ("--mix", "documents"),
+}  # fmt: skip
+
+
+def _defaults(args: argparse.Namespace) -> None:
+    """Refuse a flag given without the one it shapes (it would do nothing); set the defaults
+    of those not given."""
+    asked = {"--pack": bool(args.pack), "--pack bestfit": args.pack == "bestfit",
+             "--mix": bool(args.mix)}  # fmt: skip
+    for name, (needs, default) in _NEEDS.items():
+        flag = "--" + name.replace("_", "-")
+        if getattr(args, name) is not None and not asked[needs]:
+            raise ValueError(f"{flag} shapes {needs}: give {needs}, or leave {flag} out")
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
 def run(args: argparse.Namespace) -> int:
     """``owt stream``: read, show or write, save the state, sum up."""
     if args.jsonl and (args.tokenizer or args.pack):
         raise ValueError("--jsonl writes text: leave --tokenizer and --pack out")
+    _defaults(args)
     if args.pack:
         return _run_packed(args, _read_state(args.resume) if args.resume else None)
     if args.mix:
@@ -384,7 +405,7 @@ def _add_mix_flags(stream: argparse.ArgumentParser) -> None:
     stream.add_argument(
         "--mix-by",
         choices=("documents", "tokens"),
-        default="documents",
+        default=None,
         help="the mixture's proportions count documents (default) or ids (needs --tokenizer)",
     )
     stream.add_argument(
@@ -406,15 +427,15 @@ def _add_pack_flags(stream: argparse.ArgumentParser) -> None:
     stream.add_argument(
         "--seq-len",
         type=at_least(1),
-        default=1024,
+        default=None,
         help="--pack: ids a row predicts (default 1024)",
     )
     stream.add_argument(
-        "--batch-size", type=at_least(1), default=8, help="--pack: rows per batch (default 8)"
+        "--batch-size", type=at_least(1), default=None, help="--pack: rows per batch (default 8)"
     )
     stream.add_argument(
         "--window",
         type=at_least(1),
-        default=WINDOW,
+        default=None,
         help=f"--pack bestfit: documents packed at a time (default {WINDOW})",
     )

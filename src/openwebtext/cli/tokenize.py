@@ -15,6 +15,7 @@ from openwebtext.cli.args import (
     add_quiet,
     add_text_column,
     add_wait,
+    at_least,
     open_corpus,
     option_type,
     parse_shard,
@@ -67,6 +68,14 @@ def run(args: argparse.Namespace) -> int:
     )
     shard = parse_shard(args.shard)
     check_format(args, shard)
+    if not args.out:
+        raise ValueError("--out must name a folder or a URL, not ''")
+    ray = {"--address": args.address is not None, "--units-per-task": args.units_per_task}
+    given = [flag for flag, value in ray.items() if value]
+    if args.engine != "ray" and given:
+        raise ValueError(f"{', '.join(given)} is --engine ray's: give --engine ray, or leave "
+                         "it out")  # fmt: skip
+    args.units_per_task = args.units_per_task or 16
     corpus = open_corpus(args)
 
     def work(update: Callable[[Progress], None]) -> Report:
@@ -200,8 +209,8 @@ def add_parser(sub: Subparsers) -> None:
     )
     tokenize.add_argument(
         "--units-per-task",
-        type=int,
-        default=16,
+        type=at_least(1),
+        default=None,
         help="with --engine ray: members per Ray task (default 16; keep it to resume)",
     )
     tokenize.add_argument("--checkpoint-seconds", type=float, default=2.0, help=argparse.SUPPRESS)

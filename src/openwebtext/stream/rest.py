@@ -116,7 +116,7 @@ class Rest:
         part: str | None = None,
     ):
         self.section = section
-        self.leads = leads
+        self.leads = leads or section.led
         self.counts, self.options, self.part = counts, options, part
         self.epoch = section.epoch
         world = section.world_size
@@ -267,6 +267,20 @@ class Rest:
         section = self.section
         return replace(section, epoch=self.epoch + 1, ranks=(OldRank(0, 0),) * section.world_size,
                        windows=(), later=(), exact=None, counted=False)  # fmt: skip
+
+    def lead(self, may: bool = True) -> Reshard:
+        """The section, after letting this share's first document lead if it is one cut
+        across a checkpoint of concat batches (``may``; a mixture's part, whose mixture then
+        hands it out first: the rank's first row begins with it): it goes on from the last id
+        that was a target, no target again, as a corpus's share does; the section says it led
+        (``Reshard.led``), so that a reshard after reads its cut the same way (``Level.led``).
+        To be called before any of the share is handed out."""
+        if self.section.led or not may:
+            return self.section
+        first = next(self.pieces(0), None)
+        if first is not None and first.trim:
+            self.leads, self.section = True, replace(self.section, led=True)
+        return self.section
 
     def said(self) -> Reshard:
         """This epoch's section as every share of it says it (``DocumentState.passed``)."""

@@ -219,9 +219,8 @@ class Stream:
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
         self._runs: str | None = None  # token documents handed out a block's rest at a time
-        self._rest = None if self._reshard is None else Rest(  # (a mixture's part: if it led)
-            self._reshard, self._counts_per_unit, options,
-            leads=source is None or self._reshard.led, part=source,
+        self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
+            self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
 
     def mark(self) -> Mark:
@@ -243,22 +242,11 @@ class Stream:
         return [] if rest is None else rest.windows_ahead(progress)
 
     def lead_cut(self, may: bool = True) -> bool:
-        """Whether this stream's next document leads: a mixture's part whose share of a
-        resharded epoch begins with a document cut across the checkpoint of concat batches,
-        none of it handed out yet, which the mixture hands out first (the rank's first row
-        begins with it). It goes on from the last id that was a target, no target again, as
-        a corpus's share does. A share that led says so in its state (``Reshard.led``);
-        ``may``: let it lead, if it can (else only whether it does)."""
-        rest, section = self._rest, self._reshard
-        if rest is None or section is None or self._counters.epoch_documents:
+        """Whether the next document leads the rank's stream (``Rest.lead``; ``may``: let it)."""
+        if self._rest is None or self._counters.epoch_documents:
             return False
-        if section.led or not may:
-            return section.led
-        first = next(rest.pieces(0), None)
-        if first is None or not first.trim:
-            return False
-        rest.leads, self._reshard = True, replace(section, led=True)
-        return True
+        self._reshard = self._rest.lead(may)
+        return self._reshard.led
 
     @property
     def stats(self) -> Stats:
