@@ -126,6 +126,9 @@ def test_a_state_of_a_mixture_and_of_a_corpus_are_not_taken_for_each_other(
     with pytest.raises(StateError, match=r"parts: saved \('js', 'zst'\), now \('js', 'b'\)"):
         Loader(other, workers=0, seed=0).iter(state=mixed)
     swapped = {**mixed, "parts": {"js": mixed["parts"]["zst"], "zst": mixed["parts"]["js"]}}
+    with pytest.raises(StateError, match=r"served: \[1, 0\] counts more than its parts handed"):
+        Loader(mixture, workers=0, seed=0).iter(state=swapped)  # (its turns say so first)
+    swapped["served"] = [0, 1]  # (turns that agree: the parts' corpora say it)
     with pytest.raises(StateError, match=r"part 'js'.*corpus"):
         Loader(mixture, workers=0, seed=0).iter(state=swapped)
 

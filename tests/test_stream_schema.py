@@ -283,6 +283,9 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
         (GOLDEN["documents"], "config.corpus", "web", r"config\.corpus: Expected `str` matching"),
         (GOLDEN["batches_scheduled"], "schedule.at", 10, r"schedule: at=10 is not batches=3"),
+        (GOLDEN["mixture"], "handed", 3, r"handed: is 3, not the 9 documents its parts"),
+        (GOLDEN["mixture"], "served", [10**6, 0], r"served: \[1000000, 0\] counts more than"),
+        (GOLDEN["mixture"], "weights", [2, 3], r"weights: must be normalised \(their sum 1\)"),
     ],
 )
 def test_fields_that_disagree_name_their_record(

@@ -15,6 +15,8 @@ name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
 from __future__ import annotations
 
 import itertools
+import math
+import operator
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -274,13 +276,16 @@ def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...]
              name: str = "changes") -> None:  # fmt: skip
     """Raise ``Disagree`` naming the first of ``weights`` (field ``{at}weights``) and the
     ``changes``' (field ``{at}{name}``) that are not ``parts`` valid weights
-    (``mixing.check_weights``)."""
+    (``mixing.check_weights``), normalised as a mixture keeps them (their sum 1)."""
     named = {f"{at}{name}[{k}].weights": change.weights for k, change in enumerate(changes)}
     for field, values in {f"{at}weights": weights, **named}.items():
         try:
-            check_weights(values, parts)
+            normal = check_weights(values, parts)
         except ValueError as exc:
             raise Disagree(field, str(exc)) from None
+        close = map(math.isclose, values, normal)  # (relative: 1e-9)
+        if not all(close):
+            raise Disagree(field, f"must be normalised (their sum 1), not {list(values)}")
 
 
 class Change(Record, frozen=True):
@@ -374,6 +379,17 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
         if self.applied > len(self.changes):
             raise Disagree("applied", f"is more than the {len(self.changes)} changes")
+        states = [self.parts[name].counters for name in names]
+        if self.replays or any(p.reshard or p.passed for p in self.parts.values()):
+            return  # (a reshard's turns start from old rank 0's, each part's counts from 0)
+        documents = sum(c.documents for c in states)
+        if self.handed != documents:
+            raise Disagree("handed", f"is {self.handed}, not the {documents} documents its "
+                           "parts handed out")  # fmt: skip
+        each = [c.tokens if self.config.by == "tokens" else c.documents for c in states]
+        if any(map(operator.gt, self.served, each)):
+            raise Disagree("served", f"{list(self.served)} counts more than its parts handed "
+                           f"out ({each})")  # fmt: skip
 
 
 class Step(Record, frozen=True):
