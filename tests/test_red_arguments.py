@@ -182,12 +182,15 @@ def test_owt_stream_refuses_a_flag_that_would_do_nothing(
 
 
 def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
-    jsonl: Path, tmp_path: Path, owt: Callable[..., Ran]
+    jsonl: Path, tmp_path: Path, owt: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--out '' wrote the run into the current folder; --address ran the local engine."""
+    """--out '' wrote the run into the current folder (here a temporary one, so that the code
+    before does no harm); --address ran the local engine."""
+    monkeypatch.chdir(tmp_path)
     base = ["tokenize", str(jsonl), "-q", "-j", "0", "--tokenizer", "bytes"]
     ran = owt(*base, "--out", "")
     assert ran.returncode == 1 and "--out must name a folder or a URL" in ran.stderr
+    assert not list(tmp_path.glob("*.bin"))
     ran = owt(*base, "--out", str(tmp_path / "a"), "--address", "x:1")
     assert ran.returncode == 1 and "--address is --engine ray's" in ran.stderr
     assert owt(*base, "--out", str(tmp_path / "a"), "--units-per-task", "0").returncode == 2
