@@ -116,7 +116,7 @@ def test_a_block_keeps_at_most_hold_units_slots(monkeypatch: pytest.MonkeyPatch)
     (_, _, block) = next(gathered)
     # Units 0 and 1 were copied out of their slots when units 3 and 4 came.
     assert slots.released == [100, 101]
-    assert [ticket for ticket, _, _ in block.spans] == [102, 103, 104]
+    assert [ticket for ticket, *_ in block.spans] == [102, 103, 104]
     assert texts(block) == [d.decode() for u in range(5) for d in docs(u, 2)]
     assert isinstance(block.sources[0][0].obj, bytes)  # a copy, not the slot's memory
     gathered.close()
@@ -196,3 +196,24 @@ def test_more_units_than_a_block_holds_documents_are_each_read_once(
         names = [d.name for d in Loader(tmp_path / "c", workers=workers, shuffle=shuffle,
                                         shuffle_buffer=5)]  # fmt: skip
         assert len(names) == len(set(names)) == 30
+
+
+def test_a_ctrl_c_while_a_unit_is_added_lets_every_slot_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C between a unit's slot being kept and its documents being listed (CI caught it
+    in ``os.path.basename``): giving the slots back read the unit's sources, which were not
+    there (``IndexError``, and ``owt`` exited 1 with a traceback instead of 130)."""
+    slots = Slots()
+    units = [unit(0, docs(0, 2), ticket=0), unit(1, docs(1, 2), ticket=1)]
+    real = blocks.os.path.basename
+
+    def interrupted(path: str) -> str:
+        if path.startswith("s0-1"):
+            raise KeyboardInterrupt
+        return real(path)
+
+    monkeypatch.setattr(blocks.os.path, "basename", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        next(gather(feed(units), slots, units=UNITS, start=0, size=10))
+    assert slots.released == [0, 1]
+    with pytest.raises(ValueError, match="released memoryview"):
+        len(units[1].data)  # its view let go too

@@ -90,7 +90,7 @@ class Block:
         self.name_parts: list[Sequence[str]] = []
         self._names: list[str] | None = None
         self.js: list[int] = []
-        self.spans: list[tuple[int, int, int]] = []
+        self.spans: list[tuple[int, int, int, memoryview]] = []
         self.firsts: list[int] = []
 
     @property
@@ -131,7 +131,7 @@ class Block:
         first = len(self.sizes)
         if ticket >= 0:
             self._keep(slots)
-            self.spans.append((ticket, first, first + len(offsets)))
+            self.spans.append((ticket, first, first + len(offsets), view))
         # The last field: how to decode text, or the dtype of token ids.
         how: Any = "replace" if loaded.replace else "strict"
         if counts is not None:
@@ -177,9 +177,9 @@ class Block:
         """Make room to keep one more unit's slot: past ``HOLD_UNITS``, copy the oldest out."""
         if len(self.spans) < HOLD_UNITS:
             return
-        ticket, first, end = self.spans.pop(0)
+        ticket, first, end, view = self.spans.pop(0)
         if end > first:
-            view, *rest = self.sources[first]
+            rest = self.sources[first][1:]
             copy = memoryview(view.tobytes())
             self.sources[first:end] = [(copy, *rest)] * (end - first)
             view.release()
@@ -187,9 +187,8 @@ class Block:
 
     def release(self, slots: Slots) -> None:
         """Give the kept slots back to the pool (the block's text is then gone)."""
-        for ticket, first, end in self.spans:
-            if end > first:
-                self.sources[first][0].release()
+        for ticket, _, _, view in self.spans:  # (the view, not its documents' sources: a unit
+            view.release()  # whose adding was interrupted has a span and no sources yet)
             slots.release(ticket)
         self.spans.clear()
 
