@@ -311,6 +311,30 @@ def test_batches_of_a_mixture_resume_exactly(
         single.batches(64, 4, packing=packing, state=state, **window)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_batches_of_a_mixture_cut_by_take_resume_to_the_uninterrupted_rows(
+    parts: dict[str, str], packing: str
+) -> None:
+    """A run of ``take`` documents, then one resumed from its state, hand out the rows of
+    one run: best fit reads the window the last document is in whole (a window cut short
+    resumed into the whole window's rows, some of its ids lost and others doubled)."""
+    kw: Any = {"packing": packing, "segments": True}
+    if packing == "bestfit":
+        kw["window"] = 7
+
+    def rows(state: Any = None, **extra: Any) -> tuple[list[bytes], Any]:
+        loader = Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", epochs=1, **extra)
+        with loader.batches(127, 2, state=state, **kw) as it:
+            return [row.tobytes() for b in it for row in b.tokens], it.state_dict()
+
+    whole, _ = rows()
+    for take in (3, 10, 11, 79):
+        first, state = rows(take=take)
+        rest, _ = rows(state)
+        assert 0 < len(first) < len(whole), take
+        assert first + rest == whole, take
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_damaged_member_of_a_part_is_named_or_counted_in_its_part(
     parts: dict[str, str], tmp_path: Path, workers: int

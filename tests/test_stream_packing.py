@@ -132,6 +132,28 @@ def test_packed_batches_resume_exactly(packing: str, segments: bool, small_corpu
     check_save_load(start, key=key)
 
 
+@pytest.mark.parametrize("take", [0, 5, 13, 40, 119, 500])
+def test_a_run_cut_by_take_resumes_to_the_rows_of_the_uninterrupted_run(
+    small_corpus: Path, take: int
+) -> None:
+    """``take`` never cuts a best-fit window (it is read whole, to the end of the window the
+    last document is in): a state taken after a run of ``take`` documents resumes to the very
+    rows the uninterrupted run hands out after those (a window cut short was packed from fewer
+    documents, and its state resumed into the whole window's rows: ids lost and doubled)."""
+
+    def rows(state: Any = None, **extra: Any) -> tuple[list[bytes], Any]:
+        with loader(small_corpus, epochs=1, **extra).batches(
+            64, 2, segments=True, packing="bestfit", window=10, state=state
+        ) as it:
+            return [row.tobytes() for b in it for row in b.tokens], it.state_dict()
+
+    whole, _ = rows()
+    first, state = rows(take=take)
+    rest, _ = rows(state)
+    assert (len(first) == 0) == (take == 0)
+    assert first + rest == whole
+
+
 def test_bestfit_is_deterministic_and_refuses_other_packings(small_corpus: Path) -> None:
     def first(packing: str, state: Any = None, **extra: Any) -> Any:
         with loader(small_corpus).batches(96, 2, packing=packing, state=state, **extra) as b:

@@ -211,7 +211,8 @@ class Loader:
                 document); ``openwebtext.torch.document_mask`` and ``cu_seqlens`` turn
                 segments into the attention layouts of SDPA and FlashAttention's varlen.
             packing: ``concat`` or ``bestfit``.
-            window: Documents best fit packs at a time.
+            window: Documents best fit packs at a time (a window is packed whole: under
+                ``take`` it reads on to the end of the window the last document is in).
             pad_id: The padding id of ``bestfit`` (None: the tokenizer's end-of-text id).
 
         Example::
@@ -227,15 +228,18 @@ class Loader:
         start = batches_start(state, shapes, packing, window)
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
         saved = None if start is None else start.documents
+        # Best fit counts ``take`` itself: it reads the window the last document is in whole.
+        bestfit = packing == "bestfit"
+        options = options_with(self.options, {"take": None}) if bestfit else self.options
         documents: DocumentIterator | MixtureIterator
         if isinstance(self.corpus, Mixture):
             if isinstance(saved, DocumentState):
                 raise StateError("a state of batches of a corpus, not of this mixture's")
-            documents = MixtureIterator(self.corpus, self.options, state=saved)
+            documents = MixtureIterator(self.corpus, options, state=saved)
         else:
             if isinstance(saved, MixtureState):
                 raise StateError("a state of batches of a mixture, not of this corpus's")
-            documents = DocumentIterator(self.corpus, self.options, state=saved)
+            documents = DocumentIterator(self.corpus, options, state=saved)
         assert documents.tokenizer is not None
         if packing == "bestfit":
             return BestFitBatches(
@@ -247,6 +251,7 @@ class Loader:
                 segments=segments,
                 window=window,
                 start=start,
+                take=self.options.take,
             )
         return Batches(
             documents,

@@ -135,6 +135,9 @@ class BestFitBatches:
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         window: Documents packed at a time.
         start: The saved state to go on from (``batches_start``; None: a fresh start).
+        take: Documents to read (None: all), rounded up to the end of the window the last
+            one is in: a window is packed whole, never cut by ``take``, so that a state
+            taken in it resumes to the rows the window holds (``Loader.batches``).
     """
 
     def __init__(
@@ -150,8 +153,10 @@ class BestFitBatches:
         segments: bool = False,
         window: int = WINDOW,
         start: BatchesState | None = None,
+        take: int | None = None,
     ) -> None:
         self._docs = documents
+        self._take, self._read_count = take, 0  # documents read into windows
         try:
             self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
         except BaseException:
@@ -224,7 +229,7 @@ class BestFitBatches:
         own count), or fewer at the end of its epoch, so that an epoch packs the same whatever
         follows it. True when the window being read is whole (False: nothing left to read)."""
         if self._reading is None:
-            if self._ended and self._left is None:
+            if not self._more():
                 return False
             size = self._ahead[0][0] if self._ahead else self.window
             if self._left is not None:  # documents read already: the window starts at them
@@ -252,9 +257,15 @@ class BestFitBatches:
                 end = min(end, int(np.searchsorted(ends, begin + enough - reading.count)) + 1)
             reading.parts.append((run, j, end))
             reading.documents += end - j
+            self._read_count += end - j
             reading.count += int(ends[end - 1]) - begin
             self._left = (run, end, ends) if end < len(run) else None
         return reading.documents >= reading.size
+
+    def _more(self) -> bool:
+        """Whether a new window may be read: documents are left, and ``take`` not reached."""
+        taken = self._take is not None and self._read_count >= self._take
+        return not taken and (not self._ended or self._left is not None)
 
     def _pack(self) -> None:
         """Pack the window read into rows, in its seeded order, less the rows handed out."""
@@ -361,9 +372,7 @@ class BestFitBatches:
         if not shape.fixed:
             self._reshape()
         batch_size = shape.batch_size
-        while self._rows_left < batch_size and (
-            self._reading is not None or not self._ended or self._left is not None
-        ):
+        while self._rows_left < batch_size and (self._reading is not None or self._more()):
             self._fill()
         if self._rows_left < batch_size:  # fewer rows than a batch left: dropped
             self.close()
