@@ -87,6 +87,24 @@ def test_open_tokens_refuses_its_bad_arguments(
         Corpus.open_tokens(token_run / "train.bin", **given)
 
 
+def test_a_file_opened_again_otherwise_is_read_as_asked_the_second_time(tmp_path: Path) -> None:
+    """A token file opened a second time in one process with another ``eot`` or ``dtype``
+    was read as the first open had read it (a cache by path, size and mtime only)."""
+    path = tmp_path / "train.bin"
+    np.array([5, 0, 256, 0], dtype="<u2").tofile(path)  # as <u4: [5, 256]
+
+    def documents(**given: Any) -> int:
+        counts = Corpus.open_tokens(path, **given).counts
+        assert counts is not None
+        return sum(counts.documents)
+
+    assert documents(eot=0, dtype="uint16") == 2
+    assert documents(eot=256, dtype="uint32") == 1
+    assert documents(eot=0, dtype="uint16") == 2
+    with pytest.raises(Exception, match="do not end with the end-of-text id 5"):
+        Corpus.open_tokens(path, eot=5, dtype="uint16")
+
+
 def test_the_torch_doors_check_their_arguments(jsonl: Path) -> None:
     pytest.importorskip("torch")
     from openwebtext.torch import (

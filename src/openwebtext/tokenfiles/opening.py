@@ -20,9 +20,11 @@ from openwebtext.tokenfiles.megatron import read_megatron_index
 
 __all__ = ["open_token_file", "opened", "remember"]
 
-#: Files opened by ``opened``, by (path, size, mtime_ns): a forked worker inherits what
-#: the main process opened when it indexed the corpus.
-_OPENED: dict[tuple[str, int, int], TokenFile] = {}
+#: Files opened by ``opened``, by (path, size, mtime_ns, eot, dtype): a forked worker
+#: inherits what the main process opened when it indexed the corpus ...
+_OPENED: dict[tuple[str, int, int, int | None, str], TokenFile] = {}
+#: ... and finds it by (path, size, mtime_ns): the last one opened (the remote files' by URL).
+_LAST: dict[tuple[str, int, int], TokenFile] = {}
 
 
 def _ids(path: str | os.PathLike[str], dtype: np.dtype, offset: int = 0) -> np.ndarray:
@@ -101,26 +103,32 @@ def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np
 
 
 def opened(
-    path: str | os.PathLike[str], *, eot: int | None = None, dtype: str = "uint16"
+    path: str | os.PathLike[str], *, eot: int | None = None, dtype: str | None = None
 ) -> TokenFile:
-    """``open_token_file``, once per process for a file as it is now (size and mtime): a
-    token corpus's index opens every file in the main process, and forked workers find them
-    here, end-of-text scan and index done (``eot`` and ``dtype`` count on a first open only)."""
+    """``open_token_file``, once per process for a file as it is now (size and mtime) and as
+    it is read (``eot`` and ``dtype``): a token corpus's index opens every file in the main
+    process, and forked workers find them here, end-of-text scan and index done. A worker
+    gives no ``dtype``: it reads the file as it was last opened (a spawned one, which finds
+    none, opens it with ``eot`` as ``uint16``)."""
     name = os.fspath(path)
     if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
-        remote = _OPENED.get((name, -1, -1))
+        remote = _LAST.get((name, -1, -1))
         if remote is None:
             raise damaged(name, "a remote token file's index was not read in this process")
         return remote
     stat = os.stat(name)
-    key = (name, stat.st_size, stat.st_mtime_ns)
+    now = (name, stat.st_size, stat.st_mtime_ns)
+    if dtype is None and now in _LAST:
+        return _LAST[now]
+    key = (*now, eot, np.dtype(dtype or "uint16").str)
     known = _OPENED.get(key)
     if known is None:
-        known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype)
+        known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype or "uint16")
+    _LAST[now] = known
     return known
 
 
 def remember(url: str, token_file: TokenFile) -> None:
     """Keep a remote token file's ends (its index fetched) for ``opened`` in this process
     and the workers it forks."""
-    _OPENED[(url, -1, -1)] = token_file
+    _LAST[(url, -1, -1)] = token_file
