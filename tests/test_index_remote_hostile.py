@@ -208,6 +208,7 @@ def test_a_remote_index_cache_entry_that_is_json_but_wrong_is_indexed_again(
         (lambda raw: raw.update(units=[]), "units"),
         (lambda raw: raw.pop("subset"), "subset"),
         (lambda raw: raw.update(size=-1), "size"),
+        (lambda raw: raw.update(format=5), "format"),  # (no version's: said, not passed over)
     ],
 )
 def test_a_remote_index_cache_entry_of_wrong_types_names_its_field_and_is_indexed_again(

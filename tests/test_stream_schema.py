@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from openwebtext import Loader, Options, StateError, reshard
-from openwebtext.codec import replace
+from openwebtext.codec import replace, whose
 from openwebtext.loader import Mixture
 from openwebtext.stream import DocumentState, Position
 from openwebtext.stream.counters import Counters
@@ -309,6 +309,27 @@ def test_what_is_not_a_state_is_said() -> None:
 
 
 # -- one spelling of even ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ({"format": "openwebtext-batches/2"}, "this"),
+        ({"format": "openwebtext-batches/1"}, "version"),
+        ({"format": "openwebtext-batches/3", "x": 1}, "version"),
+        ({"format": "openwebtext-state/2"}, "other"),  # another record of ours
+        ({"format": "openwebtext-batchesX/2"}, "other"),
+        ({"format": ["openwebtext-batches/2"]}, "other"),
+        ({"format": 2}, "other"),
+        ({}, "other"),
+        (["openwebtext-batches/2"], "other"),
+        (None, "other"),
+    ],
+)
+def test_whose_tells_this_version_another_version_and_another_s(value: Any, said: str) -> None:
+    """The one reading of a record's format before it is decoded (the counts file, the remote
+    index cache and a token run's meta.json each read it by hand before, three ways)."""
+    assert whose(value, BatchesState) == said
 
 
 def test_the_old_spellings_of_even_are_refused() -> None:

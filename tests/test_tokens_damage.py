@@ -175,7 +175,10 @@ def test_a_meta_json_that_is_not_a_run_s_of_this_version_is_refused(
         Corpus.open_tokens(folder / "train.bin", eot=EOT)
 
 
-@pytest.mark.parametrize("meta", [b'{"vocab_size": 50304}', b"[1, 2]", b'{"format": 2}'])
+@pytest.mark.parametrize(
+    "meta",
+    [b'{"vocab_size": 50304}', b"[1, 2]", b'{"format": 2}', b'{"format": "openwebtext-state/2"}'],
+)
 def test_another_program_s_meta_json_is_not_a_run_s(run: Path, tmp_path: Path, meta: bytes) -> None:
     """A meta.json of no format of this project's is another program's: the ids are read as
     given (a bare train.bin: eot= and GPT-2's uint16)."""

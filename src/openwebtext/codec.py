@@ -21,7 +21,7 @@ import functools
 import operator
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -37,6 +37,7 @@ __all__ = [
     "decode",
     "encode",
     "replace",
+    "whose",
 ]
 
 #: An int >= 0 (a count, an index).
@@ -121,6 +122,21 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
         return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
         raise _state_error(value, cls, str(exc), what) from None
+
+
+def whose(value: Any, cls: type[Record]) -> Literal["this", "version", "other"]:
+    """Whose record ``value`` says it is, by the tag of ``cls``'s format (``format``), read
+    before it is decoded: ``this`` version's; another ``version`` of the same format (the same
+    tag up to its last ``/``); or an ``other``'s (not an object, no tag, another record's or
+    another program's). A cache takes another version's as absent; a record that says how to
+    read a file refuses it (``decode`` says what was found)."""
+    key, tag = cls.__struct_config__.tag_field, cls.__struct_config__.tag
+    assert key is not None and isinstance(tag, str), f"{cls.__name__} has no format tag"
+    found = value.get(key) if isinstance(value, Mapping) else None
+    if found == tag:
+        return "this"
+    family = tag.rsplit("/", 1)[0] + "/"
+    return "version" if isinstance(found, str) and found.startswith(family) else "other"
 
 
 def _state_error(value: Any, cls: type[Any], message: str, what: str) -> StateError:

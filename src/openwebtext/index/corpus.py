@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from openwebtext.codec import Count, Disagree, Record
+from openwebtext.codec import Count, Disagree, Record, whose
 from openwebtext.errors import CorpusError, OutputError, StateError
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.checks import member_check
@@ -336,9 +336,7 @@ class Corpus:
             except (OSError, ValueError) as exc:
                 log.warning("counts file %s is damaged (%s): ignored, to be rewritten", path, exc)
                 continue
-            found = raw.get("format") if isinstance(raw, dict) else None
-            older = isinstance(found, str) and found.startswith("openwebtext-counts/")
-            if older and found != COUNTS_FORMAT:  # an older version's file: absent
+            if whose(raw, CountsFile) == "version":  # another version's file: absent
                 continue
             try:
                 saved = CountsFile.from_json(raw)

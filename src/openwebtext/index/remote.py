@@ -29,7 +29,7 @@ from typing import Annotated, NamedTuple
 
 import msgspec
 
-from openwebtext.codec import Count, Record
+from openwebtext.codec import Count, Record, whose
 from openwebtext.errors import CorpusError, OutputError, StateError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET, TAR
@@ -222,11 +222,12 @@ def _load(url: str, info: FileInfo, place: str, column: str) -> list[Unit] | Non
         raw = json.loads(cache_path(url, place, column).read_text())
     except (OSError, ValueError):
         return None
+    if whose(raw, IndexCache) == "version":  # another version's entry: not this one's
+        return None
     try:
         cached = IndexCache.from_json(raw)
     except StateError as exc:
-        if exc.field != "format":  # (another version's entry is only not this one's)
-            log.warning("%s: the cached index is wrong (%s): the file is indexed again", url, exc)
+        log.warning("%s: the cached index is wrong (%s): the file is indexed again", url, exc)
         return None
     if not info.identity or (cached.url, cached.place, cached.size, cached.identity) != (
         url, place, info.size, info.identity

@@ -14,7 +14,7 @@ from typing import Annotated, Literal, NamedTuple, overload
 import msgspec
 import numpy as np
 
-from openwebtext.codec import Count, Disagree, Positive, Record
+from openwebtext.codec import Count, Disagree, Positive, Record, whose
 from openwebtext.errors import CorpusError, StateError
 
 __all__ = [
@@ -194,8 +194,7 @@ def recorded(body: bytes | None, meta: str) -> Vocabulary | None:
         value = json.loads(body)
     except ValueError as exc:  # not JSON, or not UTF-8
         raise TokenFileError(f"not JSON: {exc}", meta) from None
-    found = value.get("format") if isinstance(value, dict) else None
-    if not (isinstance(found, str) and found.startswith("openwebtext-")):
+    if whose(value, _Meta) == "other":
         return None
     try:
         return _Meta.from_json(value).config
