@@ -135,9 +135,7 @@ class BestFitBatches:
         segments: Yield ``PackedBatch`` records instead of plain arrays.
         window: Documents packed at a time.
         start: The saved state to go on from (``batches_start``; None: a fresh start).
-        take: Documents to read (None: all), rounded up to the end of the window the last
-            one is in: a window is packed whole, never cut by ``take``, so that a state
-            taken in it resumes to the rows the window holds (``Loader.batches``).
+        take: Documents to read (None: all), to the end of the window the last is in.
     """
 
     def __init__(
@@ -157,44 +155,40 @@ class BestFitBatches:
     ) -> None:
         self._docs = documents
         self._take, self._read_count = take, 0  # documents read into windows
-        try:
+        try:  # (the documents are closed if the state cannot be resumed)
             self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
+            self.dtype = np.dtype(dtype)
+            self.seed, self.pad_id, self.segments, self.window = seed, pad_id, segments, window
+            # The number the next own window gets, counted within its epoch; the rows of the
+            # first window already handed out; batches handed out before.
+            self._next, self._skip, self._batches = 0, 0, 0
+            # A state inside a window packed again at changes of length: its packings.
+            self._packings: tuple[Packed, ...] = ()
+            epoch = None
+            # What packing did in the windows handed out whole, and in the rows handed out of
+            # the packings of a window before it was packed again.
+            self._packed = PackingCounts()
+            self._parts = parts_of_state(start)  # a mixture's, per part (``counted_parts``)
+            if start is not None:
+                self._next, self._skip = start.window_number, start.row
+                epoch, self._packed, self._batches = start.window_epoch, start.packed, start.batches
+                if start.scheduled is not None:
+                    self._packings = start.scheduled.packings
+            self._epoch: int = documents.mark().epoch if epoch is None else epoch
+            # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
+            self._ahead: deque[WindowAhead] = deque(documents.windows_ahead())
+            self._windows: deque[_Window] = deque()  # packed, with rows not handed out
+            self._rows_left = 0  # in them
+            # A run read, from its document j on (and where each of its documents ends).
+            self._left: tuple[Run, int, np.ndarray[Any, Any]] | None = None
+            self._ended = False
+            self._reading: _Reading | None = None  # the window being read, not yet packed
+            self._since = 0  # batches handed out since the last window was packed
+            if self._skip:
+                self._fill()
         except BaseException:
             documents.close()
             raise
-        self.dtype = np.dtype(dtype)
-        self.seed, self.pad_id, self.segments, self.window = seed, pad_id, segments, window
-        # The number the next own window gets, counted within its epoch; the rows of the
-        # first window already handed out; batches handed out before.
-        self._next, self._skip, self._batches = 0, 0, 0
-        # A state inside a window packed again at changes of length: its packings.
-        self._packings: tuple[Packed, ...] = ()
-        epoch = None
-        # What packing did in the windows handed out whole, and in the rows handed out of
-        # the packings of a window before it was packed again.
-        self._packed = PackingCounts()
-        self._parts = parts_of_state(start)  # a mixture's, per part (``counted_parts``)
-        if start is not None:
-            self._next, self._skip, self._batches = start.window_number, start.row, start.batches
-            epoch, self._packed = start.window_epoch, start.packed
-            if start.scheduled is not None:
-                self._packings = start.scheduled.packings
-        self._epoch: int = documents.mark().epoch if epoch is None else epoch
-        # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
-        self._ahead: deque[WindowAhead] = deque(documents.windows_ahead())
-        self._windows: deque[_Window] = deque()  # packed, with rows not handed out
-        self._rows_left = 0  # in them
-        # A run read, from its document j on (and where each of its documents ends).
-        self._left: tuple[Run, int, np.ndarray[Any, Any]] | None = None
-        self._ended = False
-        self._reading: _Reading | None = None  # the window being read, not yet packed
-        self._since = 0  # batches handed out since the last window was packed
-        if self._skip:
-            try:
-                self._fill()
-            except BaseException:
-                documents.close()
-                raise
 
     @property
     def seq_len(self) -> int:
