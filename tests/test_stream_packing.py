@@ -154,6 +154,28 @@ def test_a_run_cut_by_take_resumes_to_the_rows_of_the_uninterrupted_run(
     assert first + rest == whole
 
 
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_a_resumed_run_that_reads_nothing_says_the_state_it_began_at(
+    small_corpus: Path, packing: str
+) -> None:
+    """Resumed inside a best-fit window with ``take=0``, the iterator reads nothing, and its
+    state is the one it began at (it said row 0 of the window: its rows handed out again)."""
+
+    def batches(state: Any = None, **extra: Any) -> Any:
+        return loader(small_corpus, epochs=1, **extra).batches(
+            64, 2, packing=packing, window=5, state=state
+        )
+
+    with batches() as it:
+        for _ in range(3):
+            next(it)
+        saved = it.state_dict()
+    assert packing == "concat" or saved["row"] > 0
+    with batches(saved, take=0) as it:
+        assert list(it) == []
+        assert it.state_dict() == saved
+
+
 def test_bestfit_is_deterministic_and_refuses_other_packings(small_corpus: Path) -> None:
     def first(packing: str, state: Any = None, **extra: Any) -> Any:
         with loader(small_corpus).batches(96, 2, packing=packing, state=state, **extra) as b:

@@ -154,7 +154,7 @@ class BestFitBatches:
         take: int | None = None,
     ) -> None:
         self._docs = documents
-        self._take, self._read_count = take, 0  # documents read into windows
+        self._take, self._read_count, self._start = take, 0, start  # (read into windows)
         try:  # (the documents are closed if the state cannot be resumed)
             self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
             self.dtype = np.dtype(dtype)
@@ -412,6 +412,8 @@ class BestFitBatches:
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        if self._skip and self._start is not None:  # its window not read again (take=0)
+            return self._start.to_json()
         packings: tuple[Packed, ...] = ()
         if self._windows:
             window = self._windows[0]
@@ -495,5 +497,3 @@ def _padding(
     if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
         kind = dtype
     return np.full(cap, pad_id, dtype=kind)
-
-
