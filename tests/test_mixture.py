@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openwebtext import CorruptMember, Loader, StateError, reshard
+from openwebtext import CorruptMember, Loader, StateError, ahead, reshard
 from openwebtext.loader import Mixture
 from support import Owt, child_pids, corrupt_member, names, outer_tar, sample_docs, xz_member
 from tables_support import mixture_folders, sample_texts, write_jsonl
 
 WEIGHTS = {"web": 0.5, "pq": 0.3, "js": 0.2}
+EOT = 256  # the bytes tokenizer's end-of-text id
 
 
 @pytest.fixture(scope="module")
@@ -333,6 +334,102 @@ def test_batches_of_a_mixture_cut_by_take_resume_to_the_uninterrupted_rows(
         rest, _ = rows(state)
         assert 0 < len(first) < len(whole), take
         assert first + rest == whole, take
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_set_weights_between_batches_is_exact_under_resume_and_ahead(
+    parts: dict[str, str], packing: str
+) -> None:
+    """``set_weights`` on a mixture's batches applies from the next batch's first document:
+    a run resumed from a state taken before the change, changed at the same batch, and a run
+    made ``ahead``, hand out the batches of one run; under ``take`` the run ends where it
+    would have."""
+    kw: Any = {"packing": packing, "segments": True}
+    if packing == "bestfit":
+        kw["window"] = 3
+    new = {"web": 0.05, "pq": 0.05, "js": 0.9}
+
+    def run(state: Any = None, first: int = 0, stop: int = 40, at: int = 9,
+            made_ahead: bool = False, take: int | None = None
+            ) -> tuple[list[bytes], Any]:  # fmt: skip
+        loader = Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", epochs=None,
+                        take=take)  # fmt: skip
+        batches: Any = loader.batches(512, 2, state=state, **kw)
+        out = []
+        with ahead(batches, 3) if made_ahead else batches as it:
+            for i in range(first, stop):
+                if i == at:
+                    it.set_weights(new)
+                batch = next(it, None)
+                if batch is None:
+                    break
+                out.append(batch.tokens.tobytes() + batch.sources.astype(np.int64).tobytes())
+            return out, json.loads(json.dumps(it.state_dict()))
+
+    whole, _ = run()
+    unchanged, _ = run(at=-1)
+    assert whole[:9] == unchanged[:9] and whole[9:] != unchanged[9:]
+    assert run(made_ahead=True)[0] == whole
+    for stop in (4, 9, 23):
+        first, state = run(stop=stop, at=9 if stop > 9 else -1)
+        rest, _ = run(state, first=stop)
+        assert first + rest == whole, stop
+        assert run(state, first=stop, made_ahead=True)[0] == rest, stop
+    cut, state = run(take=30, stop=1000, at=4)
+    rest, _ = run(state, first=len(cut), stop=len(cut) + 20, at=-1)
+    assert cut + rest == run(at=4, stop=len(cut) + 20)[0]
+    loader = Loader(mixture(parts), tokenizer="bytes", workers=0)
+    with loader.batches(512, 2, **kw) as it, pytest.raises(ValueError, match="set_weights: "):
+        it.set_weights({"nope": 1.0})
+    corpus = Loader(parts["js"], tokenizer="bytes", workers=0).batches(512, 2, **kw)
+    with ahead(corpus) as it, pytest.raises(TypeError, match="only a mixture's batches"):
+        it.set_weights(new)
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_set_weights_leaves_what_the_batches_began_as_it_was(
+    parts: dict[str, str], packing: str
+) -> None:
+    """A document cut across the next batch (concat) and the best-fit window rows were handed
+    out of were chosen by the old weights: they go on as they were, the new weights choose
+    from the next document on (a change at the next batch's document chose another there: a
+    concat offset past its end, a window packed anew whose rows handed out were lost)."""
+    kw: Any = {"packing": packing, "segments": True}
+    if packing == "bestfit":
+        kw["window"] = 7
+    loader = Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", epochs=None)
+    with loader.batches(512, 2, **kw) as it:
+        state = it.state_dict()
+        while not (state["offset"] if packing == "concat" else state["row"]):
+            next(it)
+            state = it.state_dict()
+
+    def batches(change: bool) -> list[tuple[Any, ...]]:
+        out = []
+        with loader.batches(512, 2, state=state, **kw) as it:
+            if change:
+                it.set_weights({"web": 0.0, "pq": 1.0, "js": 0.0})
+            for _ in range(12):
+                batch = next(it)
+                out.append((batch.tokens.copy(), batch.sources.copy(), it.state_dict()))
+        return out
+
+    changed, unchanged = batches(True), batches(False)
+    if packing == "concat":  # the cut document's ids, to its end-of-text, are the same
+        ids, same = (np.concatenate([b[0][:, 1:].ravel() for b in x]) for x in (changed, unchanged))
+        end = int(np.argmax(same == EOT)) + 1
+        assert (ids[:end] == same[:end]).all() and (ids[end:] != same[end:]).any()
+    else:  # the window's rows left are the same, then the next window differs
+        number = state["window_number"]
+        left = next(k for k, b in enumerate(unchanged) if b[2]["window_number"] != number)
+        assert left > 0
+        for a, b in zip(changed[:left], unchanged[:left], strict=True):
+            assert (a[0] == b[0]).all()
+        after = zip(changed[left:], unchanged[left:], strict=True)
+        assert any((a[0] != b[0]).any() for a, b in after)
+    pq = mixture(parts).names.index("pq")
+    sources = changed[-1][1]
+    assert (sources[sources >= 0] == pq).all()  # (then only the part of weight 1; -1: padding)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -103,3 +103,25 @@ def test_batches_of_a_mixture_reshard_to_another_world_and_num_workers(
         ) as batches:
             per_share.append([next(batches).tolist() for _ in range(3)])
     assert got == [per_share[k % 2][k // 2] for k in range(6)]
+
+
+def test_the_device_stage_changes_a_mixture_s_weights_as_its_batches_do(mixture: Mixture) -> None:
+    """``to_device(batches).set_weights`` is ``Ahead``'s: the batches made and copied ahead
+    are made again, and the tensors are the batches of the iterator changed in place."""
+    from openwebtext.torch import to_device
+
+    loader = Loader(mixture, workers=0, seed=4, tokenizer="bytes", epochs=None)
+    new = {"web": 0.1, "pq": 0.1, "js": 0.8}
+
+    def run(stage: bool) -> list[Any]:
+        batches: Any = loader.batches(128, 2, packing="bestfit", window=4)
+        out = []
+        with to_device(batches, "cpu", depth=3) if stage else batches as it:
+            for i in range(16):
+                if i == 5:
+                    it.set_weights(new)
+                batch = next(it)
+                out.append(batch.numpy().tobytes() if stage else batch.tobytes())
+        return out
+
+    assert run(True) == run(False)

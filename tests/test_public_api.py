@@ -25,8 +25,8 @@ ERRORS = [
 DOORS = {
     "openwebtext": sorted([
         *ERRORS, "Ahead", "BatchIterator", "Corpus", "Document", "DocumentIterator", "Loader",
-        "Mixture", "MixtureIterator", "OpenWebTextLoader", "Options", "PackedBatch", "Schedule",
-        "Stats", "TokenDocument", "Tokenizer",
+        "Mixture", "MixtureBatches", "MixtureIterator", "OpenWebTextLoader", "Options",
+        "PackedBatch", "Schedule", "Stats", "TokenDocument", "Tokenizer",
         "ahead", "load_tokenizer", "reshard", "shuffle", "take",
     ]),
     "openwebtext.synth": [

@@ -25,6 +25,7 @@ from openwebtext.stream import (
     WINDOW,
     Ahead,
     Batches,
+    BatchesState,
     BatchIterator,
     BestFitBatches,
     DocumentState,
@@ -33,6 +34,7 @@ from openwebtext.stream import (
     MixMark,
     MixRun,
     Mixture,
+    MixtureBatches,
     MixtureState,
     MixtureStats,
     PackedBatch,
@@ -65,6 +67,7 @@ __all__ = [
     "DocumentIterator",
     "Loader",
     "Mixture",
+    "MixtureBatches",
     "MixtureIterator",
     "PackedBatch",
     "Schedule",
@@ -227,40 +230,50 @@ class Loader:
         shapes = schedule_of(seq_len, batch_size, schedule)
         start = batches_start(state, shapes, packing, window)
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
-        saved = None if start is None else start.documents
-        # Best fit counts ``take`` itself: it reads the window the last document is in whole.
-        bestfit = packing == "bestfit"
-        options = options_with(self.options, {"take": None}) if bestfit else self.options
-        documents: DocumentIterator | MixtureIterator
-        if isinstance(self.corpus, Mixture):
-            if isinstance(saved, DocumentState):
-                raise StateError("a state of batches of a corpus, not of this mixture's")
-            documents = MixtureIterator(self.corpus, options, state=saved)
-        else:
-            if isinstance(saved, MixtureState):
-                raise StateError("a state of batches of a mixture, not of this corpus's")
-            documents = DocumentIterator(self.corpus, options, state=saved)
-        assert documents.tokenizer is not None
-        if packing == "bestfit":
-            return BestFitBatches(
+        corpus, saved = self.corpus, None if start is None else start.documents
+        if isinstance(corpus, Mixture) and isinstance(saved, DocumentState):
+            raise StateError("a state of batches of a corpus, not of this mixture's")
+        if isinstance(corpus, Corpus) and isinstance(saved, MixtureState):
+            raise StateError("a state of batches of a mixture, not of this corpus's")
+
+        def packer(start: BatchesState | None, take: int | None) -> BatchIterator[Any]:
+            """The packer going on from ``start``, that reads ``take`` documents."""
+            # Best fit counts ``take`` itself: it reads the window the last document is in whole.
+            bestfit = packing == "bestfit"
+            options = options_with(self.options, {"take": None if bestfit else take})
+            saved = None if start is None else start.documents
+            documents: DocumentIterator | MixtureIterator
+            if isinstance(corpus, Mixture):
+                assert not isinstance(saved, DocumentState)  # (refused above)
+                documents = MixtureIterator(corpus, options, state=saved)
+            else:
+                assert not isinstance(saved, MixtureState)
+                documents = DocumentIterator(corpus, options, state=saved)
+            assert documents.tokenizer is not None
+            if bestfit:
+                return BestFitBatches(
+                    documents,
+                    schedule=shapes,
+                    seed=self.options.seed,
+                    pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
+                    dtype=kind,
+                    segments=segments,
+                    window=window,
+                    start=start,
+                    take=take,
+                )
+            return Batches(
                 documents,
+                documents.tokenizer,
                 schedule=shapes,
-                seed=self.options.seed,
-                pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
                 dtype=kind,
                 segments=segments,
-                window=window,
                 start=start,
-                take=self.options.take,
             )
-        return Batches(
-            documents,
-            documents.tokenizer,
-            schedule=shapes,
-            dtype=kind,
-            segments=segments,
-            start=start,
-        )
+
+        if isinstance(corpus, Mixture):
+            return MixtureBatches(corpus, packer, start, self.options.take)
+        return packer(start, self.options.take)
 
     def __iter__(self) -> Iterator[Document]:
         return iter(self.iter())

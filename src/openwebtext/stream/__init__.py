@@ -11,6 +11,7 @@ from openwebtext.stream.batches import Batches, BatchIterator, batch_ids, batche
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
+from openwebtext.stream.mixbatches import MixtureBatches
 from openwebtext.stream.mixed import MixedStream
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture, reshard
@@ -52,6 +53,7 @@ __all__ = [
     "MixRun",
     "MixedStream",
     "Mixture",
+    "MixtureBatches",
     "MixtureState",
     "MixtureStats",
     "PackedBatch",

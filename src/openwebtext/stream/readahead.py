@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from openwebtext.options import int_at_least
@@ -154,7 +154,7 @@ class Ahead:
             raise TypeError(f"batches made ahead need a state_dict(), not {batches!r}")
         self.depth = depth
         self._source = batches
-        self._receive = receive
+        self._move, self._receive = move, receive
         self._producer = Producer(batches, depth, move)
         self._state: dict[str, Any] | None = None  # after the last batch handed out
         self._ended = False
@@ -185,6 +185,21 @@ class Ahead:
         batch = self._receive(item.batch)
         self._state = item.state
         return batch
+
+    def set_weights(self, weights: Mapping[str, float]) -> None:
+        """New weights of a mixture's batches (``MixtureBatches.set_weights``) from the
+        batch after the one handed out last: the batches made ahead are made again.
+
+        Raises:
+            TypeError: the batches are not a mixture's.
+        """
+        if not callable(getattr(self._source, "set_weights", None)):
+            raise TypeError(f"only a mixture's batches change their weights, not {self._source!r}")
+        state = self.state_dict()
+        self._producer.stop()  # (it closes the source, which goes on from ``state``)
+        self._source.set_weights(weights, state=state)  # type: ignore[attr-defined]
+        self._producer = Producer(self._source, self.depth, self._move)
+        self._state, self._ended = None, False
 
     @property
     def ready(self) -> int:

@@ -1,0 +1,125 @@
+"""``MixtureBatches``: the batches of a mixture (``Loader.batches`` of a ``Mixture``), whose
+weights change between batches (``set_weights``), exactly.
+
+A packer reads documents ahead of the batch it hands out (a run of up to 256, a best-fit
+window): the mixture has chosen their parts already, by the old weights. A change made there
+would apply where the read ahead happened to be, which a resumed run reaches at another batch.
+So the change is made where the batches are: the iterator takes its state (before the first
+document of the next batch), adds the change at that document (``MixtureState.changes``), and
+goes on from that state, its documents read again. A run resumed from a state taken before
+the change and changed at the same batch makes the very same state, hence the same batches;
+a state taken after it holds the change. The cost is a restart of the workers: a change every
+few hundred batches (DoReMi, Aioli) is nothing, one every batch is not what it is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
+
+from openwebtext.codec import replace
+from openwebtext.stream.batches import BatchIterator
+from openwebtext.stream.mixture import Mixture
+from openwebtext.stream.schema import BatchesState, Change, MixtureState
+from openwebtext.stream.state import Stats
+
+__all__ = ["MixtureBatches"]
+
+Item = TypeVar("Item")
+
+
+class MixtureBatches(Generic[Item]):
+    """A ``BatchIterator`` of a mixture's batches that can change its weights.
+
+    Args:
+        mixture: The mixture.
+        open_from: Makes the packer of the mixture's documents that goes on from a state
+            (None: from the start) and reads so many documents (None: all).
+        start: The state to go on from (None: the start).
+        take: Documents to read (``Options.take``; None: all).
+    """
+
+    def __init__(
+        self,
+        mixture: Mixture,
+        open_from: Callable[[BatchesState | None, int | None], BatchIterator[Item]],
+        start: BatchesState | None = None,
+        take: int | None = None,
+    ) -> None:
+        self.mixture = mixture
+        self._open = open_from
+        # Where ``take`` counts from: the documents the mixture had handed out at the start.
+        self._take, self._first = take, 0 if start is None else _handed(start)
+        self._batches = open_from(start, take)
+
+    def set_weights(
+        self, weights: Mapping[str, float], *, state: dict[str, Any] | None = None
+    ) -> None:
+        """New weights by part name (a part left out: 0) from the first document no batch
+        handed out holds part of on (a document cut across the next batch, and a best-fit
+        window rows were handed out of, were chosen by the old); the proportions count from
+        there. The change is in the state, so a resumed run
+        applies it at the same document. The workers start again and read again what they had
+        read ahead (call it every few hundred batches, not at every one).
+
+        Args:
+            weights: The new weights.
+            state: Go on from this state of these batches instead of their own (``Ahead``:
+                the state of the batch handed out last, before those made ahead).
+
+        Raises:
+            ValueError: a name that is not a part's, or weights that are not valid.
+        """
+        values = self.mixture.weights_of(weights, "set_weights")
+        saved = BatchesState.from_json(self._batches.state_dict() if state is None else state)
+        documents = saved.documents
+        assert isinstance(documents, MixtureState)  # (a mixture's batches)
+        at = documents.handed
+        if saved.packing == "concat" and saved.offset:  # its document goes on
+            at += 1
+        elif saved.row and not isinstance(documents.replays, tuple):  # the window under way
+            at += sum(saved.window_parts or ())  # (a dealt one's are not the rank's turns)
+        changes = (*documents.changes, Change(at, values))
+        changed = replace(saved, documents=replace(documents, changes=changes))
+        self._batches.close()
+        # ``take`` ends where it would have: its documents before the state are read.
+        take = None if self._take is None else max(0, self._take - _handed(saved) + self._first)
+        self._batches = self._open(changed, take)
+
+    def __iter__(self) -> MixtureBatches[Item]:
+        return self
+
+    def __next__(self) -> Item:
+        return next(self._batches)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        return self._batches.state_dict()
+
+    def start(self) -> MixtureBatches[Item]:
+        """As ``BatchIterator.start``."""
+        self._batches.start()
+        return self
+
+    @property
+    def stats(self) -> Stats:
+        """The documents' counts (read ahead included), and what packing did."""
+        return self._batches.stats
+
+    def close(self) -> None:
+        """Stop the workers now. Safe to call twice."""
+        self._batches.close()
+
+    def __enter__(self) -> MixtureBatches[Item]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _handed(state: BatchesState) -> int:
+    """The documents the mixture had handed out before the next batch's first (``take``
+    counts those)."""
+    documents = state.documents
+    assert isinstance(documents, MixtureState)  # (a mixture's batches)
+    return documents.handed
