@@ -199,7 +199,8 @@ class Loader:
         longer than a row is split into row-sized pieces, the rest of a row is ``pad_id``),
         rows not overlapping. Both resume exactly, and every batch has ``batch_size`` rows.
         ``ahead(batches)`` makes them on a thread ahead of the loop (``start()`` before the
-        first), ``openwebtext.torch.to_device`` puts them on the accelerator ahead of it.
+        first), ``openwebtext.torch.to_device`` puts them on the accelerator ahead of it. A
+        mixture's batches are a ``MixtureBatches``: ``set_weights`` between two batches.
 
         Args:
             seq_len: Ids each row predicts.
