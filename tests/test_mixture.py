@@ -432,6 +432,28 @@ def test_set_weights_leaves_what_the_batches_began_as_it_was(
     assert (sources[sources >= 0] == pq).all()  # (then only the part of weight 1; -1: padding)
 
 
+def test_a_best_fit_window_cut_by_the_run_s_end_resumes_with_more_epochs(
+    parts: dict[str, str],
+) -> None:
+    """A finite run of a mixture ends inside a best-fit window (its parts' epochs end where
+    they do, not at a window's end): its state says the window's documents, and a run resumed
+    with more epochs packs it from as many again and hands out the rows the finite run had
+    left (it packed a whole window anew: ids lost and doubled)."""
+
+    def rows(batch_size: int, state: Any = None, epochs: int = 1) -> tuple[list[bytes], Any]:
+        loader = Loader(mixture(parts), workers=0, seed=2, tokenizer="bytes", epochs=epochs)
+        with loader.batches(64, batch_size, packing="bestfit", window=5, state=state) as it:
+            out = [row.tobytes() for batch in it for row in batch]
+            return out, json.loads(json.dumps(it.state_dict()))
+
+    every, _ = rows(1)  # (one row a batch: none left)
+    cut, state = rows(2)
+    assert state["row"] and state["window_documents"] < 5  # the finite run ended inside it
+    assert every[: len(cut)] == cut and len(every) > len(cut)
+    rest, _ = rows(2, state, epochs=2)
+    assert rest[: len(every) - len(cut)] == every[len(cut) :]
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_damaged_member_of_a_part_is_named_or_counted_in_its_part(
     parts: dict[str, str], tmp_path: Path, workers: int

@@ -281,6 +281,8 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["resharded_epochs"], "reshard.later", GOLDEN["resharded_epochs"]["reshard"]
          ["later"][1:], r"reshard\.later: must hold the sections of epochs 1 on"),
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
+        (GOLDEN["batches_bestfit"], "window_documents", 8, r"window_documents: is a best-fit"),
+        (GOLDEN["batches_concat"], "window_documents", 3, r"window_documents: is a best-fit"),
         (GOLDEN["documents"], "config.corpus", "web", r"config\.corpus: Expected `str` matching"),
         (GOLDEN["batches_scheduled"], "schedule.at", 10, r"schedule: at=10 is not batches=3"),
         (GOLDEN["mixture"], "handed", 3, r"handed: is 3, not the 9 documents its parts"),

@@ -21,8 +21,9 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.stream.partpacking import NO_PARTS
+from openwebtext.stream.source import Run
 
-__all__ = ["Rows", "best_fit", "best_fit_rows", "fit"]
+__all__ = ["Rows", "best_fit", "best_fit_rows", "fit", "fit_documents", "padding_row"]
 
 
 def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
@@ -324,3 +325,29 @@ def fit(
         at = np.flatnonzero(fitted.cut)
         fitted.part_cuts = (at, fitted.parts[at], first_of[kept][at])
     return fitted
+
+
+def fit_documents(
+    parts: list[tuple[Run, int, int]],
+) -> tuple[
+    tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
+    np.ndarray[Any, Any],
+]:
+    """A window's documents as ``fit`` takes them: ``(the runs' ids, the run of each
+    document, where it begins in the run's ids)``, and their lengths."""
+    sources = [run.ids for run, _, _ in parts]
+    source = np.repeat(np.arange(len(parts)), [end - j for _, j, end in parts])
+    starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
+    lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
+    return (sources, source, starts), lengths
+
+
+def padding_row(
+    cap: int, pad_id: int, ids: np.ndarray[Any, Any], dtype: np.dtype[Any]
+) -> np.ndarray[Any, Any]:
+    """A row of padding: in the dtype of the documents' ``ids`` if it holds ``pad_id`` (the
+    rows are then made in it and converted once), else in the batches' ``dtype``."""
+    kind = ids.dtype
+    if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
+        kind = dtype
+    return np.full(cap, pad_id, dtype=kind)

@@ -39,7 +39,7 @@ from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.counters import PackingCounts
-from openwebtext.stream.fitting import Rows, best_fit, fit
+from openwebtext.stream.fitting import Rows, best_fit, fit, fit_documents, padding_row
 from openwebtext.stream.packed import PackedBatch
 from openwebtext.stream.partpacking import (
     add_parts,
@@ -119,6 +119,8 @@ class _Window:
     """Its earlier packings rows were handed out of (packed again at changes of length)."""
     seeded_by: tuple[int, int] = (0, 0)
     """The epoch and number its rows' order is seeded by (a dealt window's: the old rank's)."""
+    short: int = 0
+    """Its documents, where the stream ended before it was whole (0: it was)."""
 
 
 class BestFitBatches:
@@ -155,6 +157,9 @@ class BestFitBatches:
     ) -> None:
         self._docs = documents
         self._take, self._read_count, self._start = take, 0, start  # (read into windows)
+        # The documents of the first window, when the run it was begun in ended before it.
+        short = None if start is None else start.window_documents
+        self._short = short if isinstance(short, int) else 0
         try:  # (the documents are closed if the state cannot be resumed)
             self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
             self.dtype = np.dtype(dtype)
@@ -225,7 +230,7 @@ class BestFitBatches:
         if self._reading is None:
             if not self._more():
                 return False
-            size = self._ahead[0][0] if self._ahead else self.window
+            size = self._short or (self._ahead[0][0] if self._ahead else self.window)
             if self._left is not None:  # documents read already: the window starts at them
                 mark = self._left[0].mark_before(self._left[1])
             else:
@@ -265,6 +270,8 @@ class BestFitBatches:
         """Pack the window read into rows, in its seeded order, less the rows handed out."""
         assert self._reading is not None
         reading, self._reading, self._since = self._reading, None, 0
+        # Cut by the end of the run it was begun in (or resumed from such a state: still).
+        cut, self._short = reading.documents < reading.size or self._short, 0
         if not reading.documents:
             return
         assert reading.epoch is not None
@@ -283,8 +290,8 @@ class BestFitBatches:
         skip = self._skip if self._packings else max(skip, self._skip)
         self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
-        documents, lengths = _documents(reading.parts)
-        pad = _padding(cap, self.pad_id, documents[0][0], self.dtype)
+        documents, lengths = fit_documents(reading.parts)
+        pad = padding_row(cap, self.pad_id, documents[0][0], self.dtype)
         documents[0].append(pad)  # a row of padding
         labels, parts = id_parts(reading.parts, cap), document_parts(reading.parts)
         try:
@@ -306,6 +313,7 @@ class BestFitBatches:
             window = _Window(reading.mark, *own, fitted, skip)
             window.parts, window.cap, window.packings = reading.parts, cap, packings[:-1]
             window.seeded_by = (epoch, number)
+            window.short = reading.documents if cut else 0
             self._windows.append(window)
             self._rows_left += fitted.rows - skip
 
@@ -324,7 +332,7 @@ class BestFitBatches:
         if fitted is None:
             raise StateError("bad batches state: a window packed again has no row left")
         cap = seq_len + 1
-        pad = _padding(cap, self.pad_id, fitted.sources[0], self.dtype)
+        pad = padding_row(cap, self.pad_id, fitted.sources[0], self.dtype)
         return fitted.again(row, cap, skip, self._seeded(epoch, number, again), pad)
 
     def _reshape(self) -> None:
@@ -339,8 +347,8 @@ class BestFitBatches:
             self._count(window)
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
-                documents, lengths = _documents(window.parts)
-                documents[0].append(_padding(cap, self.pad_id, documents[0][0], self.dtype))
+                documents, lengths = fit_documents(window.parts)
+                documents[0].append(padding_row(cap, self.pad_id, documents[0][0], self.dtype))
                 labels, parts = id_parts(window.parts, cap), document_parts(window.parts)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
                              labels=labels, parts=parts)  # fmt: skip
@@ -440,6 +448,8 @@ class BestFitBatches:
         if row and isinstance(documents, MixtureState):  # what a reshard deals of the window
             counts = window_part_counts(self._windows[0].parts, documents)
             state = replace(state, window_parts=counts)
+        if row and self._windows[0].short:
+            state = replace(state, window_documents=self._windows[0].short)
         return state.to_json()
 
     @property
@@ -472,28 +482,3 @@ class BestFitBatches:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def _documents(
-    parts: list[tuple[Run, int, int]],
-) -> tuple[
-    tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
-    np.ndarray[Any, Any],
-]:
-    """A window's documents as ``fitting.fit`` takes them: ``(the runs' ids, the run of each
-    document, where it begins in the run's ids)``, and their lengths."""
-    sources = [run.ids for run, _, _ in parts]
-    source = np.repeat(np.arange(len(parts)), [end - j for _, j, end in parts])
-    starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
-    lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])
-    return (sources, source, starts), lengths
-
-
-def _padding(
-    cap: int, pad_id: int, ids: np.ndarray[Any, Any], dtype: np.dtype[Any]
-) -> np.ndarray[Any, Any]:
-    """A row of padding: in the dtype of the documents' ``ids`` if it holds ``pad_id`` (the
-    rows are then made in it and converted once), else in the batches' ``dtype``."""
-    kind = ids.dtype
-    if kind.kind not in "iu" or not np.iinfo(kind).min <= pad_id <= np.iinfo(kind).max:
-        kind = dtype
-    return np.full(cap, pad_id, dtype=kind)

@@ -452,9 +452,14 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     window_parts: tuple[Count, ...] | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a mixture, rows of the window handed out: its documents of each part (a
     reshard deals the window to a new rank, which hands them out in the old order)."""
+    window_documents: Positive | msgspec.UnsetType = msgspec.UNSET
+    """Best fit, rows of the window out: its documents, the run having ended before it was whole."""
 
     def check(self) -> None:
         docs = self.documents
+        short = self.window_documents
+        if isinstance(short, int) and not (self.row and self.window and short < self.window):
+            raise Disagree("window_documents", "is a best-fit window's, cut short, rows out")
         names = docs.config.parts if isinstance(docs, MixtureState) else ()
         unknown = set(self.packed_parts or ()).difference(names)
         if unknown:
