@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openwebtext import Loader
+from openwebtext import Loader, StateError
 from openwebtext.stream import PackedBatch, cu_seqlens
 from openwebtext.stream.packing import best_fit
 from resumable import check_save_load
@@ -174,6 +174,17 @@ def test_a_resumed_run_that_reads_nothing_says_the_state_it_began_at(
     with batches(saved, take=0) as it:
         assert list(it) == []
         assert it.state_dict() == saved
+
+
+def test_a_row_past_its_window_says_what_the_state_may_be(small_corpus: Path) -> None:
+    """A best-fit state whose row lies past its window read again (a run that read on past
+    where this one ends, resumed with fewer epochs; or an edited state) is one StateError."""
+    with loader(small_corpus).batches(64, 2, packing="bestfit", window=5) as it:
+        next(it)
+        state = it.state_dict()
+    state["row"] = 10**6
+    with pytest.raises(StateError, match=r"row 1000000 of a window of \d+ rows: the window read"):
+        next(loader(small_corpus).batches(64, 2, packing="bestfit", window=5, state=state))
 
 
 def test_bestfit_is_deterministic_and_refuses_other_packings(small_corpus: Path) -> None:

@@ -262,7 +262,11 @@ def fit(
     row_of, order = best_fit_rows(piece_lengths, cap)
     rows = int(row_of.max()) + 1 if len(row_of) else 0
     if rows < skip:
-        raise StateError(f"bad batches state: row {skip} of a window of {rows} rows")
+        raise StateError(
+            f"bad batches state: row {skip} of a window of {rows} rows: the window read again "
+            "is not the state's (a state of a run that read on past where this one ends, "
+            "resumed with fewer epochs: give the epochs it was taken with, or more)"
+        )
     if rows == skip:
         return None
     at = np.empty(rows, dtype=np.int64)  # each row's place in the seeded order
