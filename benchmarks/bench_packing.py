@@ -174,7 +174,8 @@ def cost_child(args: argparse.Namespace) -> None:
                 shares.add(batch)
             if args.sha256:
                 for array in batch if segments else (batch,):
-                    digest.update(np.ascontiguousarray(array).tobytes())
+                    if array is not None:  # (a corpus's sources: None, whose bytes are an address)
+                        digest.update(np.ascontiguousarray(array).tobytes())
         entry.update(batches=count, cpu_s=[])
         if segments:
             entry.update(shares.report())
