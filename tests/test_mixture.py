@@ -399,6 +399,7 @@ def test_set_weights_leaves_what_the_batches_began_as_it_was(
         kw["window"] = 7
     loader = Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", epochs=None)
     with loader.batches(512, 2, **kw) as it:
+        assert (it.seq_len, it.batch_size) == (512, 2)  # (as a corpus's batches say them)
         state = it.state_dict()
         while not (state["offset"] if packing == "concat" else state["row"]):
             next(it)

@@ -102,6 +102,16 @@ class MixtureBatches(Generic[Item]):
         return self
 
     @property
+    def seq_len(self) -> int:
+        """Ids a row of the next batch predicts (under a schedule, the next batch's)."""
+        return int(self._batches.seq_len)  # type: ignore[attr-defined]
+
+    @property
+    def batch_size(self) -> int:
+        """Rows of the next batch."""
+        return int(self._batches.batch_size)  # type: ignore[attr-defined]
+
+    @property
     def stats(self) -> Stats:
         """The documents' counts (read ahead included), and what packing did."""
         return self._batches.stats
