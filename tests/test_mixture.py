@@ -433,6 +433,43 @@ def test_set_weights_leaves_what_the_batches_began_as_it_was(
     assert (sources[sources >= 0] == pq).all()  # (then only the part of weight 1; -1: padding)
 
 
+def test_set_weights_after_a_reshard_leaves_the_dealt_windows_as_they_were(
+    parts: dict[str, str],
+) -> None:
+    """A rank resharded hands out first the best-fit windows old ranks had begun, in their
+    turns: ``set_weights`` there leaves them as they were and chooses from the rank's own
+    turns after them on."""
+
+    def loader(rank: int, world: int) -> Loader:
+        return Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", epochs=None,
+                      rank=rank, world_size=world, even=None)  # fmt: skip
+
+    states = []
+    for rank in range(2):
+        with loader(rank, 2).batches(128, 2, packing="bestfit", window=3) as it:
+            for _ in range(5 + 3 * rank):
+                next(it)
+            states.append(json.loads(json.dumps(it.state_dict())))
+    (state,) = reshard(states, 1)
+
+    def batches(change: bool) -> list[tuple[bytes, int]]:
+        out = []
+        with loader(0, 1).batches(128, 2, packing="bestfit", window=3, state=state) as it:
+            if change:
+                it.set_weights({"web": 0.0, "pq": 1.0, "js": 0.0})
+            for _ in range(40):
+                batch = next(it)
+                dealt = len(it.state_dict()["documents"].get("replays") or ())
+                out.append((batch.tobytes(), dealt))
+        return out
+
+    changed, unchanged = batches(True), batches(False)
+    assert unchanged[0][1] > 0  # (windows were dealt)
+    last_dealt = max(k for k, (_, dealt) in enumerate(unchanged) if dealt)
+    assert [b for b, _ in changed[: last_dealt + 1]] == [b for b, _ in unchanged[: last_dealt + 1]]
+    assert changed != unchanged
+
+
 def test_a_best_fit_window_cut_by_the_run_s_end_resumes_with_more_epochs(
     parts: dict[str, str],
 ) -> None:

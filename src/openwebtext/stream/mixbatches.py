@@ -77,8 +77,8 @@ class MixtureBatches(Generic[Item]):
         at = documents.handed
         if saved.packing == "concat" and saved.offset:  # its document goes on
             at += 1
-        elif saved.row and not isinstance(documents.replays, tuple):  # the window under way
-            at += sum(saved.window_parts or ())  # (a dealt one's are not the rank's turns)
+        elif saved.row and not documents.replays:  # the window under way (none dealt left:
+            at += sum(saved.window_parts or ())  # a dealt one's are not the rank's turns)
         changes = (*documents.changes, Change(at, values))
         changed = replace(saved, documents=replace(documents, changes=changes))
         self._batches.close()
