@@ -381,6 +381,20 @@ def test_set_weights_between_batches_is_exact_under_resume_and_ahead(
     loader = Loader(mixture(parts), tokenizer="bytes", workers=0)
     with loader.batches(512, 2, **kw) as it, pytest.raises(ValueError, match="set_weights: "):
         it.set_weights({"nope": 1.0})
+    two = Loader(Mixture({"web": parts["web"], "pq": parts["pq"]}), tokenizer="bytes", workers=0)
+    with two.batches(512, 2, **kw) as it:
+        of_two = it.state_dict()
+    with loader.batches(512, 2, **kw) as it:  # (refused: the batches go on as they were)
+        first = [next(it).tokens.tobytes()]
+        with pytest.raises(StateError, match=r"set_weights: the state is of batches of \('web'"):
+            it.set_weights(new, state=of_two)
+        first.append(next(it).tokens.tobytes())
+    with loader.batches(512, 2, **kw) as it:
+        assert first == [next(it).tokens.tobytes() for _ in range(2)]
+    made_ahead = ahead(loader.batches(512, 2, **kw))
+    made_ahead.close()
+    with pytest.raises(ValueError, match="set_weights: the batches made ahead were closed"):
+        made_ahead.set_weights(new)
     corpus = Loader(parts["js"], tokenizer="bytes", workers=0).batches(512, 2, **kw)
     with ahead(corpus) as it, pytest.raises(TypeError, match="only a mixture's batches"):
         it.set_weights(new)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from openwebtext.codec import replace
+from openwebtext.errors import StateError
 from openwebtext.stream.batches import BatchIterator
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import BatchesState, Change, MixtureState
@@ -69,11 +70,16 @@ class MixtureBatches(Generic[Item]):
 
         Raises:
             ValueError: a name that is not a part's, or weights that are not valid.
+            StateError: ``state`` is not a state of this mixture's batches.
         """
         values = self.mixture.weights_of(weights, "set_weights")
         saved = BatchesState.from_json(self._batches.state_dict() if state is None else state)
         documents = saved.documents
-        assert isinstance(documents, MixtureState)  # (a mixture's batches)
+        names = tuple(self.mixture.names)
+        if not isinstance(documents, MixtureState) or documents.config.parts != names:
+            parts = documents.config.parts if isinstance(documents, MixtureState) else "a corpus"
+            raise StateError(f"set_weights: the state is of batches of {parts}, not of this "
+                             f"mixture's {names}")  # fmt: skip
         at = documents.handed
         if saved.packing == "concat" and saved.offset:  # its document goes on
             at += 1
@@ -81,10 +87,11 @@ class MixtureBatches(Generic[Item]):
             at += sum(saved.window_parts or ())  # a dealt one's are not the rank's turns)
         changes = (*documents.changes, Change(at, values))
         changed = replace(saved, documents=replace(documents, changes=changes))
-        self._batches.close()
         # ``take`` ends where it would have: its documents before the state are read.
         take = None if self._take is None else max(0, self._take - _handed(saved) + self._first)
-        self._batches = self._open(changed, take)
+        batches = self._open(changed, take)  # (refused: these go on as they were)
+        self._batches.close()
+        self._batches = batches
 
     def __iter__(self) -> MixtureBatches[Item]:
         return self

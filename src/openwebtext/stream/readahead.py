@@ -192,9 +192,12 @@ class Ahead:
 
         Raises:
             TypeError: the batches are not a mixture's.
+            ValueError: they were closed, or ran out.
         """
         if not callable(getattr(self._source, "set_weights", None)):
             raise TypeError(f"only a mixture's batches change their weights, not {self._source!r}")
+        if self._ended:
+            raise ValueError("set_weights: the batches made ahead were closed, or ran out")
         state = self.state_dict()
         self._producer.stop()  # (it closes the source, which goes on from ``state``)
         self._source.set_weights(weights, state=state)  # type: ignore[attr-defined]
