@@ -192,6 +192,7 @@ def _start(state: dict[str, Any]) -> Any:
         scheduled = None
         packed = PackingCounts(**state["packed"])
         documents = None  # (not a mixture's: no per-part counts)
+        window_documents = None  # (its window whole)
 
     return Start()
 
