@@ -56,12 +56,12 @@ class MixtureBatches(Generic[Item]):
     def set_weights(
         self, weights: Mapping[str, float], *, state: dict[str, Any] | None = None
     ) -> None:
-        """New weights by part name (a part left out: 0) from the first document no batch
-        handed out holds part of on (a document cut across the next batch, and a best-fit
-        window rows were handed out of, were chosen by the old); the proportions count from
-        there. The change is in the state, so a resumed run
-        applies it at the same document. The workers start again and read again what they had
-        read ahead (call it every few hundred batches, not at every one).
+        """New weights by part name (a part left out: 0), choosing from the first document
+        that no batch handed out holds any of: a document cut across the next batch, and the
+        rest of a best-fit window rows were handed out of, keep the old weights' choice. The
+        proportions count from there. The change is in the state, so a resumed run applies it
+        at the same document. The workers start again and read again what they had read
+        ahead: call it every few hundred batches, not at every one.
 
         Args:
             weights: The new weights.
