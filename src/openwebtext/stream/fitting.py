@@ -332,14 +332,16 @@ def fit(
 
 
 def fit_documents(
-    parts: list[tuple[Run, int, int]],
+    parts: list[tuple[Run, int, int]], cap: int, pad_id: int, dtype: np.dtype[Any]
 ) -> tuple[
     tuple[list[np.ndarray[Any, Any]], np.ndarray[Any, Any], np.ndarray[Any, Any]],
     np.ndarray[Any, Any],
 ]:
-    """A window's documents as ``fit`` takes them: ``(the runs' ids, the run of each
-    document, where it begins in the run's ids)``, and their lengths."""
+    """A window's documents as ``fit`` takes them: ``(the runs' ids, then a row of padding
+    (``padding_row``); the run of each document; where it begins in the run's ids)``, and
+    their lengths."""
     sources = [run.ids for run, _, _ in parts]
+    sources.append(padding_row(cap, pad_id, sources[0], dtype))
     source = np.repeat(np.arange(len(parts)), [end - j for _, j, end in parts])
     starts = np.concatenate([run.starts[j:end] for run, j, end in parts])
     lengths = np.concatenate([run.lengths[j:end] for run, j, end in parts])

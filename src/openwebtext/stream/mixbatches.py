@@ -88,7 +88,7 @@ class MixtureBatches(Generic[Item]):
         changes = (*documents.changes, Change(at, values))
         changed = replace(saved, documents=replace(documents, changes=changes))
         # ``take`` ends where it would have: its documents before the state are read.
-        take = None if self._take is None else max(0, self._take - _handed(saved) + self._first)
+        take = None if self._take is None else max(0, self._take - documents.handed + self._first)
         batches = self._open(changed, take)  # (refused: these go on as they were)
         self._batches.close()
         self._batches = batches

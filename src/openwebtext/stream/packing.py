@@ -290,9 +290,7 @@ class BestFitBatches:
         skip = self._skip if self._packings else max(skip, self._skip)
         self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
-        documents, lengths = fit_documents(reading.parts)
-        pad = padding_row(cap, self.pad_id, documents[0][0], self.dtype)
-        documents[0].append(pad)  # a row of padding
+        documents, lengths = fit_documents(reading.parts, cap, self.pad_id, self.dtype)
         labels, parts = id_parts(reading.parts, cap), document_parts(reading.parts)
         try:
             if packings:  # packed at each of its lengths, as it was
@@ -347,8 +345,7 @@ class BestFitBatches:
             self._count(window)
             if window.row == 0 and not window.packings:
                 assert window.parts is not None
-                documents, lengths = fit_documents(window.parts)
-                documents[0].append(padding_row(cap, self.pad_id, documents[0][0], self.dtype))
+                documents, lengths = fit_documents(window.parts, cap, self.pad_id, self.dtype)
                 labels, parts = id_parts(window.parts, cap), document_parts(window.parts)
                 fitted = fit(documents, lengths, cap, self._seeded(*window.seeded_by), 0,
                              labels=labels, parts=parts)  # fmt: skip

@@ -120,10 +120,11 @@ def opened(
     now = (name, stat.st_size, stat.st_mtime_ns)
     if dtype is None and now in _LAST:
         return _LAST[now]
-    key = (*now, eot, np.dtype(dtype or "uint16").str)
+    dtype = dtype or "uint16"
+    key = (*now, eot, np.dtype(dtype).str)
     known = _OPENED.get(key)
     if known is None:
-        known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype or "uint16")
+        known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype)
     _LAST[now] = known
     return known
 
