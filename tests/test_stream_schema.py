@@ -283,6 +283,8 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
         (GOLDEN["batches_bestfit"], "window_documents", 8, r"window_documents: is a best-fit"),
         (GOLDEN["batches_concat"], "window_documents", 3, r"window_documents: is a best-fit"),
+        (GOLDEN["batches_bestfit"], "window_documents", True, r"documents: Expected `int`, got"),
+        (GOLDEN["batches_bestfit"], "window_documents", 0, r"documents: Expected `int` >= 1"),
         (GOLDEN["documents"], "config.corpus", "web", r"config\.corpus: Expected `str` matching"),
         (GOLDEN["batches_scheduled"], "schedule.at", 10, r"schedule: at=10 is not batches=3"),
         (GOLDEN["mixture"], "handed", 3, r"handed: is 3, not the 9 documents its parts"),
