@@ -391,6 +391,14 @@ def test_set_weights_between_batches_is_exact_under_resume_and_ahead(
         first.append(next(it).tokens.tobytes())
     with loader.batches(512, 2, **kw) as it:
         assert first == [next(it).tokens.tobytes() for _ in range(2)]
+    closed = loader.batches(512, 2, **kw)
+    closed.close()
+    assert next(closed, None) is None
+    with pytest.raises(ValueError, match="set_weights: the batches were closed"):
+        closed.set_weights(new)
+    closed.set_weights(new, state=closed.state_dict())  # (goes on from it: Ahead's way)
+    with closed:
+        assert next(closed) is not None
     made_ahead = ahead(loader.batches(512, 2, **kw))
     made_ahead.close()
     with pytest.raises(ValueError, match="set_weights: the batches made ahead were closed"):

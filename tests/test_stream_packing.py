@@ -155,6 +155,28 @@ def test_a_run_cut_by_take_resumes_to_the_rows_of_the_uninterrupted_run(
 
 
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_closed_batches_end_where_they_were_closed(small_corpus: Path, packing: str) -> None:
+    """``close`` ends the batches: ``next`` raises StopIteration, though rows were made ahead
+    (they were handed out after close), and the state stays where the last batch left it, so
+    a resumed run hands out what the closed one had not."""
+
+    def batches(state: Any = None) -> Any:
+        return loader(small_corpus, epochs=1).batches(64, 2, packing=packing, window=5, state=state)
+
+    with batches() as it:
+        whole = [b.tobytes() for b in it]
+    it = batches()
+    first = [next(it).tobytes() for _ in range(3)]
+    saved = it.state_dict()
+    it.close()
+    it.close()
+    assert next(it, None) is None and list(it) == []
+    assert it.state_dict() == saved
+    with batches(saved) as rest:
+        assert first + [b.tobytes() for b in rest] == whole
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
 def test_a_resumed_run_that_reads_nothing_says_the_state_it_began_at(
     small_corpus: Path, packing: str
 ) -> None:

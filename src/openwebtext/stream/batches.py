@@ -34,7 +34,7 @@ from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_sta
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, Run
+from openwebtext.stream.source import DocumentSource, Packer, Run
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -67,7 +67,8 @@ class BatchIterator(Protocol[Item]):
         ...
 
     def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
+        """Stop the workers now: the batches end here (``next`` raises ``StopIteration``).
+        Safe to call twice."""
         ...
 
     def __enter__(self) -> BatchIterator[Item]: ...
@@ -75,7 +76,7 @@ class BatchIterator(Protocol[Item]):
     def __exit__(self, *exc: object) -> None: ...
 
 
-class Batches:
+class Batches(Packer):
     """The running iterator of packed batches (``Loader.batches``); owns its documents.
 
     Args:
@@ -157,6 +158,8 @@ class Batches:
 
     def __next__(self) -> Any:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
+        if self._closed:
+            raise StopIteration
         seq_len = self._shape.seq_len
         need = seq_len * self._shape.batch_size + 1
         if seq_len != self._row_len:  # a change of length: the rows before it counted at theirs
@@ -296,16 +299,6 @@ class Batches:
         and what packing did to the documents of the batches handed out (a mixture's: per part
         too, ``packing.packed_stats``)."""
         return packed_stats(self._docs.stats, *self._packed_now())
-
-    def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
-        self._docs.close()
-
-    def __enter__(self) -> Batches:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _Run(NamedTuple):

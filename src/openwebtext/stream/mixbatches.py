@@ -52,6 +52,7 @@ class MixtureBatches(Generic[Item]):
         # Where ``take`` counts from: the documents the mixture had handed out at the start.
         self._take, self._first = take, 0 if start is None else _handed(start)
         self._batches = open_from(start, take)
+        self._closed = False
 
     def set_weights(
         self, weights: Mapping[str, float], *, state: dict[str, Any] | None = None
@@ -66,12 +67,16 @@ class MixtureBatches(Generic[Item]):
         Args:
             weights: The new weights.
             state: Go on from this state of these batches instead of their own (``Ahead``:
-                the state of the batch handed out last, before those made ahead).
+                the state of the batch handed out last, before those made ahead), closed or
+                not.
 
         Raises:
-            ValueError: a name that is not a part's, or weights that are not valid.
+            ValueError: a name that is not a part's, or weights that are not valid; or the
+                batches were closed and no ``state`` says where to go on from.
             StateError: ``state`` is not a state of this mixture's batches.
         """
+        if self._closed and state is None:
+            raise ValueError("set_weights: the batches were closed (pass the state to go on from)")
         values = self.mixture.weights_of(weights, "set_weights")
         saved = BatchesState.from_json(self._batches.state_dict() if state is None else state)
         documents = saved.documents
@@ -91,7 +96,7 @@ class MixtureBatches(Generic[Item]):
         take = None if self._take is None else max(0, self._take - documents.handed + self._first)
         batches = self._open(changed, take)  # (refused: these go on as they were)
         self._batches.close()
-        self._batches = batches
+        self._batches, self._closed = batches, False
 
     def __iter__(self) -> MixtureBatches[Item]:
         return self
@@ -124,7 +129,8 @@ class MixtureBatches(Generic[Item]):
         return self._batches.stats
 
     def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
+        """Stop the workers now: the batches end here. Safe to call twice."""
+        self._closed = True
         self._batches.close()
 
     def __enter__(self) -> MixtureBatches[Item]:

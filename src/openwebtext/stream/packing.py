@@ -53,7 +53,7 @@ from openwebtext.stream.partpacking import (
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
-from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
+from openwebtext.stream.source import AnyMark, DocumentSource, Packer, Run, WindowAhead
 from openwebtext.stream.state import Stats
 
 __all__ = [
@@ -123,7 +123,7 @@ class _Window:
     """Its documents, where the stream ended before it was whole (0: it was)."""
 
 
-class BestFitBatches:
+class BestFitBatches(Packer):
     """The running iterator of best-fit packed batches (``Loader.batches(packing="bestfit")``).
 
     Args:
@@ -367,6 +367,8 @@ class BestFitBatches:
         return lambda rows: permutation(rows, self.seed, ROWS, *key)
 
     def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
         shape = self._shape
         if not shape.fixed:
             self._reshape()
@@ -468,14 +470,3 @@ class BestFitBatches:
             packed = packed.add(*window.fitted.counted(window.row))
             parts = add_parts(parts, window.fitted.counted_parts(window.row))
         return packed, parts
-
-    def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
-        self._docs.close()
-
-    def __enter__(self) -> BestFitBatches:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-

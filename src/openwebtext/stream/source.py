@@ -11,7 +11,7 @@ between them), so a packer's state is the same as if it had read them one at a t
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, TypeAlias
+from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from openwebtext.stream.mixschema import MixMark, MixRun
 from openwebtext.stream.schema import DocumentState, MixtureState, Packed
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = ["AnyMark", "DocumentSource", "Run", "RunParts", "TokenRun", "WindowAhead"]
+__all__ = ["AnyMark", "DocumentSource", "Packer", "Run", "RunParts", "TokenRun", "WindowAhead"]
 
 #: A best-fit window an old rank had begun, as a resharded share hands it out first:
 #: ``(documents, number, rows handed out, packings)`` (packings: under a schedule).
@@ -110,3 +110,26 @@ class DocumentSource(Protocol):
     def close(self) -> None:
         """Stop the workers now."""
         ...
+
+
+P = TypeVar("P", bound="Packer")
+
+
+class Packer:
+    """What every packer (``Batches``, ``BestFitBatches``) is besides its batches: the owner
+    of its documents until it is closed, in ``with``. Closed, it has ended: ``next`` raises
+    ``StopIteration`` (as a closed generator's), the batches it had made are not handed out."""
+
+    _docs: DocumentSource
+    _closed = False
+
+    def close(self) -> None:
+        """Stop the workers now: the batches end here. Safe to call twice."""
+        self._closed = True
+        self._docs.close()
+
+    def __enter__(self: P) -> P:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
