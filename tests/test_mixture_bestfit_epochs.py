@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Loader, Mixture, reshard
+from openwebtext.stream import rest
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 S, WINDOW = 127, 5
@@ -38,13 +39,14 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def _batches(case: Case, state: Any, rank: int, world: int, n: int, whole: bool = False,
-             workers: int = 0) -> tuple[list[tuple[Any, ...]], Any]:  # fmt: skip
+             workers: int = 0, window: int = WINDOW
+             ) -> tuple[list[tuple[Any, ...]], Any]:  # fmt: skip
     """``n`` rows (ids, segment ids, positions), or on to the end of the window and of every
     dealt window (``whole``), and the state after them."""
     loader = Loader(case.mixture, workers=workers, seed=case.seed, tokenizer="bytes",
                     epochs=None, even=None, rank=rank, world_size=world)  # fmt: skip
     out = []
-    with loader.batches(S, 1, packing="bestfit", window=WINDOW, segments=True,
+    with loader.batches(S, 1, packing="bestfit", window=window, segments=True,
                         state=state) as it:  # fmt: skip
         while len(out) < n or (
             whole and (it.state_dict()["row"] or it.state_dict()["documents"].get("replays"))
@@ -131,3 +133,28 @@ def test_resharded_again_inside_the_rest_every_id_is_handed_out_alike(
         if not last:
             states = reshard([s for _, s in runs], (2, 2)[k])
     assert not _uneven(case.mixture, handed)
+
+
+def test_windows_across_many_epochs_of_a_tiny_part_are_dealt_once_per_epoch(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A part of 2 documents, 2 ranks, windows of 24: each old rank's window crosses a dozen
+    epochs of the part. Resharded to 1, the dealt windows hand out the rows their old ranks
+    would have, the epochs' rests built once each (before, each epoch's rest dealt every one
+    after it again: 2^epochs rests, seconds at 24 documents a window, hours at 60)."""
+    folder = tmp_path_factory.mktemp("tiny")
+    write_parquet(folder / "pq" / "a.parquet", sample_texts(50, seed=1))
+    write_jsonl(folder / "js" / "a.jsonl", sample_texts(2, seed=2))
+    case = Case(Mixture({"pq": str(folder / "pq"), "js": str(folder / "js")}), 5, (1, 1))
+    states = [_batches(case, None, r, 2, 1, window=24)[1] for r in range(2)]
+    assert all(s["row"] and s["window_parts"][1] > 8 for s in states)  # (windows cross epochs)
+    want = [row for r, s in enumerate(states)
+            for row in _batches(case, s, r, 2, 0, whole=True, window=24)[0]]  # fmt: skip
+    built: list[None] = []
+    init = rest.Rest.__init__
+    monkeypatch.setattr(rest.Rest, "__init__", lambda self, *a, **k: built.append(
+        init(self, *a, **k)))  # fmt: skip
+    (state,) = reshard(states, 1)
+    got, _ = _batches(case, state, 0, 1, 0, whole=True, window=24)
+    assert _equal(got[: len(want)], want)
+    assert len(built) < 100, len(built)
