@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, Mixture, reshard
+from openwebtext import Loader, Mixture, StateError, reshard
 from tables_support import mixture_folders
 
 S, B, WINDOW = 127, 2, 5  # small windows of long rows: old ranks stop inside one
@@ -154,3 +154,22 @@ def test_a_state_inside_a_dealt_window_resumes_exactly(parts: dict[str, str], wo
                           for t, g, p in zip(batch.tokens, batch.segment_ids, batch.sources,
                                              strict=True)]  # fmt: skip
     assert sorted(again) == sorted(whole[B : 68 * B])
+
+
+@pytest.mark.parametrize(("field", "value"), [("served", [2, 0, 0]), ("left", [0, None, 0])])
+def test_a_replay_whose_counts_are_not_its_old_rank_s_is_a_state_error(
+    parts: dict[str, str], field: str, value: list[Any]
+) -> None:
+    """A dealt window's turns edited (its counts served, or its documents left of each part)
+    so that they choose a part with none of the window left: one StateError naming the
+    replay, at any entry (before, an AssertionError deep in the turns, or under ``-O`` the
+    last part chosen)."""
+    m = Mixture(parts, {"web": 0.6, "pq": 0.4, "js": 0.0})
+    states = [rows(m, None, rank, 2, 1)[1] for rank in range(2)]
+    (state,) = reshard(states, 1)
+    replay = state["documents"]["replays"][0]
+    replay[field] = [replay[field][k] if v is None else v for k, v in enumerate(value)]
+    with pytest.raises(StateError, match=r"documents\.replays\[0\]: the best-fit window dealt"
+                       ) as caught:  # fmt: skip
+        rows(m, state, 0, 1, 3)
+    assert caught.value.field == "documents.replays[0]"

@@ -80,7 +80,8 @@ class Interleave:
     def choose(self, sizes: Sequence[float] | None = None) -> int:
         """The part whose document comes next; ``sizes``: each part's next document's size (by
         tokens), None: by documents. A part of weight 0 is never chosen, nor one of size
-        ``math.inf`` (a replay's part with no document left)."""
+        ``math.inf`` (a replay's part with no document left): -1 when every part the turn
+        may fall to is one (a replay's counts that are not its turns')."""
         best, best_end = -1, math.inf
         for i, w in enumerate(self.weights):
             if w == 0 or self.served[i] > w * self.total + 1e-9 * (1 + self.total):
@@ -88,7 +89,7 @@ class Interleave:
             end = (self.served[i] + (1 if sizes is None else sizes[i])) / w
             if end < best_end:
                 best, best_end = i, end
-        assert best >= 0  # some positive part is never ahead: the shares sum to the total
+        assert best >= 0 or sizes is not None  # a positive part is never ahead (shares sum to 1)
         return best
 
     def take(self, part: int, size: int = 1) -> None:

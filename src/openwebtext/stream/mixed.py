@@ -272,11 +272,12 @@ class MixedStream:
             sizes = [(_size(p.peek()) if tokens else 1) if n else math.inf
                      for p, n in zip(parts, replay.left, strict=True)]  # fmt: skip
             part = turns.choose(sizes)
-        if not replay.left[part]:
+        if part < 0 or not replay.left[part]:
+            which = "any part its turns choose" if part < 0 else repr(self.mixture.names[part])
             raise StateError(
-                f"a best-fit window dealt from old rank {replay.rank} holds no more documents "
-                f"of part {self.mixture.names[part]!r}, its old turn: the state is not this run's"
-            )
+                f"bad state: documents.replays[0]: the best-fit window dealt from old rank "
+                f"{replay.rank} holds no more documents of {which}, its old turn: its counts "
+                "are not this run's", field="documents.replays[0]")  # fmt: skip
         head = parts[part].peek()  # (read ahead: its document, handed out next)
         turns.take(part, _size(head) if tokens else 1)
         left = list(replay.left)

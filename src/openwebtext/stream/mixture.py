@@ -325,9 +325,7 @@ def _reshard_best_fit(
         replays += pending
         if pending or not b.row:
             continue
-        if not b.window_parts or len(b.window_parts) != len(names):
-            raise StateError(f"rank {rank}'s best-fit batches state of a mixture lacks "
-                             "window_parts: its window cannot be dealt")  # fmt: skip
+        assert b.window_parts  # (a mixture's window with rows out counts them: ``check``)
         packings = () if b.scheduled is None else b.scheduled.packings
         replays.append(Replay(rank, m.handed, m.weights, m.served, b.window_parts,
                               sum(b.window_parts), b.window_number, b.row,

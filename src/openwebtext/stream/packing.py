@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.plan import permutation
 from openwebtext.stream.counters import PackingCounts
@@ -439,17 +438,16 @@ class BestFitBatches(Packer):
             else:
                 documents = self._docs.state()
         packed, parts = self._packed_now()
-        state = BatchesState(
+        cut: dict[str, Any] = {}
+        if row and isinstance(documents, MixtureState):  # what a reshard deals of the window
+            cut["window_parts"] = window_part_counts(self._windows[0].parts, documents)
+        if row and self._windows[0].short:
+            cut["window_documents"] = self._windows[0].short
+        return BatchesState(
             *self._shape.first(), documents, 0, self._batches,
             "bestfit", self.window, number, row, epoch, self._shape.section(packings),
-            packed, parts_to_state(documents, parts),
-        )  # fmt: skip
-        if row and isinstance(documents, MixtureState):  # what a reshard deals of the window
-            counts = window_part_counts(self._windows[0].parts, documents)
-            state = replace(state, window_parts=counts)
-        if row and self._windows[0].short:
-            state = replace(state, window_documents=self._windows[0].short)
-        return state.to_json()
+            packed, parts_to_state(documents, parts), **cut,
+        ).to_json()  # fmt: skip
 
     @property
     def stats(self) -> Stats:

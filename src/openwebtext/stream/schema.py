@@ -222,6 +222,9 @@ class Reshard(Record, frozen=True, omit_defaults=True):
             raise Disagree("window", "is needed by a section with best-fit windows")
         if any(b.rank >= self.world_size for b in self.windows or ()):
             raise Disagree("windows", f"name an old rank past {self.world_size - 1}")
+        held = [w.documents or 0 for f in fits for w in f or ()]
+        if self.window is not None and max(held, default=0) > self.window:
+            raise Disagree("windows", f"hold more documents than a window's {self.window}")
 
     def following(self) -> Reshard | None:
         """The section of the next epoch's rest (``later``'s first, as this share's), or None:
@@ -461,6 +464,12 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         if isinstance(short, int) and not (self.row and self.window and short < self.window):
             raise Disagree("window_documents", "is a best-fit window's, cut short, rows out")
         names = docs.config.parts if isinstance(docs, MixtureState) else ()
+        counted, out = self.window_parts or (), bool(self.row and self.window)
+        if (names and out and not counted) or (counted and not out):
+            raise Disagree("window_parts", "counts a mixture's best-fit window, rows out, only")
+        if counted and (len(counted) != (len(names) or 1) or sum(counted) > (self.window or 0)):
+            raise Disagree("window_parts", f"must count each part's documents (a part's state: "
+                           f"its own) of a window of at most {self.window}")  # fmt: skip
         unknown = set(self.packed_parts or ()).difference(names)
         if unknown:
             raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")
