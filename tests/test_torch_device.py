@@ -9,6 +9,7 @@ import gc
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -205,6 +206,45 @@ def test_close_stops_the_thread_and_closes_the_source_at_once() -> None:
     unstarted = Source(5)
     to_device(unstarted, "cpu").close()
     assert unstarted.closed and unstarted.taken == 0
+
+
+class Slow(Source):
+    """Batches made a quarter second each, of the value of the weights last set."""
+
+    weights = 0
+
+    def __iter__(self) -> Iterator[np.ndarray[Any, Any]]:
+        self.closed = False
+        while True:
+            time.sleep(0.25)
+            self.taken += 1
+            yield np.full((2, 3), self.weights)
+
+    def set_weights(self, weights: dict[str, float], state: Any = None) -> None:
+        self.weights = int(weights["a"])
+
+
+@pytest.mark.parametrize("how", ["close", "set_weights"])
+def test_a_consumer_waiting_in_next_wakes_when_another_thread_closes_or_changes(
+    how: str,
+) -> None:
+    """``next()`` waiting for a batch, another thread closes the stage (the wait ends:
+    StopIteration) or changes its weights (the wait goes on with the new producer: the batch
+    is the change's). Before, the waiter stayed on the stopped producer's queue for ever."""
+    stage = ahead(Slow(10**9), 2)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(next(stage, "ended")), daemon=True)
+    waiter.start()
+    time.sleep(0.05)  # (the waiter is in next(): the first batch takes 0.25 s)
+    if how == "close":
+        stage.close()
+    else:
+        stage.set_weights({"a": 7})
+    waiter.join(30)
+    alive = waiter.is_alive()
+    stage.close()
+    assert not alive
+    assert got == ["ended"] if how == "close" else int(got[0][0, 0]) == 7
 
 
 def test_an_abandoned_stage_stops_its_thread_and_closes_its_source() -> None:

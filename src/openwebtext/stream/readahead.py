@@ -158,14 +158,16 @@ class Ahead:
         self._producer = Producer(batches, depth, move)
         self._state: dict[str, Any] | None = None  # after the last batch handed out
         self._ended = False
+        self._starting = threading.Lock()
 
     def start(self: A) -> A:
         """Start the source and make the first ``depth`` batches now, in the background (e.g.
         while a checkpoint loads). Safe to call again; ``next()`` starts it too."""
-        producer = self._producer
-        if producer.thread.ident is None and not producer.stopping.is_set():
-            self._state = self._source.state_dict()  # nothing handed out: the state at start
-            producer.thread.start()
+        with self._starting:  # (two threads taking the first batch start it once)
+            producer = self._producer
+            if producer.thread.ident is None and not producer.stopping.is_set():
+                self._state = self._source.state_dict()  # nothing handed out: the start's
+                producer.thread.start()
         return self
 
     def __iter__(self: A) -> A:
@@ -175,7 +177,7 @@ class Ahead:
         if self._ended:
             raise StopIteration
         self.start()
-        item = self._producer.ready.get()
+        item = self._wait()
         if isinstance(item, Failed):
             self.close()
             raise item.error
@@ -185,6 +187,19 @@ class Ahead:
         batch = self._receive(item.batch)
         self._state = item.state
         return batch
+
+    def _wait(self) -> Any:
+        """The next item made, waiting for it; ``END`` once closed. Another thread may close
+        the stage or change its weights meanwhile: the wait then ends, or goes on with the
+        new producer (its first batch is the change's)."""
+        while True:
+            producer = self._producer
+            try:
+                return producer.ready.get(timeout=POLL)
+            except queue.Empty:
+                if self._ended:
+                    return END
+                self.start()  # (a producer set_weights made meanwhile)
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """New weights of a mixture's batches (``MixtureBatches.set_weights``) from the
