@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Loader, StateError
+from openwebtext.loader import DocumentIterator
 from openwebtext.stream import PackedBatch, cu_seqlens
 from openwebtext.stream.packing import best_fit
 from resumable import check_save_load
@@ -172,6 +173,45 @@ def test_closed_batches_end_where_they_were_closed(small_corpus: Path, packing: 
     it.close()
     assert next(it, None) is None and list(it) == []
     assert it.state_dict() == saved
+    with batches(saved) as rest:
+        assert first + [b.tobytes() for b in rest] == whole
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+@pytest.mark.parametrize("lands", [1, 2, 4])  # (of 4 reads: a block's rest each)
+def test_an_interrupt_inside_next_leaves_the_state_of_the_last_batch(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch, packing: str, lands: int
+) -> None:
+    """A Ctrl-C inside ``next`` once the documents' run was read (the ``lands``-th read; best
+    fit also reads the next window after a batch is made): the state is the one after the
+    last batch handed out, which resumes to the uninterrupted run, and a ``next`` after is an
+    error. Before, the same iterator went on with batches missing that run's ids, and best
+    fit's state counted the batch never handed out or lost the window being packed."""
+
+    def batches(state: Any = None) -> Any:
+        return loader(small_corpus, epochs=2).batches(512, 4, packing=packing, window=7,
+                                                      state=state)  # fmt: skip
+
+    with batches() as it:
+        whole = [b.tobytes() for b in it]
+    real, reads = DocumentIterator.next_run, [0]
+
+    def next_run(self: DocumentIterator, in_order: bool = False) -> Any:
+        run = real(self, in_order)
+        reads[0] += 1
+        if reads[0] == lands:
+            raise KeyboardInterrupt
+        return run
+
+    monkeypatch.setattr(DocumentIterator, "next_run", next_run)
+    first, it = [], batches()
+    with pytest.raises(KeyboardInterrupt):
+        while True:
+            first.append(next(it).tobytes())
+    saved = it.state_dict()
+    with pytest.raises(RuntimeError, match=r"failed inside an earlier next\(\) \(Keyboard"):
+        next(it)
+    monkeypatch.setattr(DocumentIterator, "next_run", real)
     with batches(saved) as rest:
         assert first + [b.tobytes() for b in rest] == whole
 

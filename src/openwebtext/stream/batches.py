@@ -34,7 +34,7 @@ from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_sta
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, Packer, Run
+from openwebtext.stream.source import DocumentSource, Packer, Run, copied
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -156,10 +156,15 @@ class Batches(Packer):
             self._docs = Primed(self._docs, True, until_documents=1 << 62, until_ids=need)
         return self
 
-    def __next__(self) -> Any:
+    _KEPT = ("_pending", "_shape", "_head", "_read", "_numbered", "_batches", "_packed",
+             "_parts", "_counted", "_before_len", "_row_len", "_at")  # fmt: skip
+
+    def _copies(self) -> dict[str, Any]:
+        at = None if self._pending else self._docs.mark()
+        return {"_pending": deque(self._pending), "_shape": copied(self._shape), "_at": at}
+
+    def _batch(self) -> Any:
         """The next batch: an array (B, L + 1), or a ``PackedBatch`` with ``segments``."""
-        if self._closed:
-            raise StopIteration
         seq_len = self._shape.seq_len
         need = seq_len * self._shape.batch_size + 1
         if seq_len != self._row_len:  # a change of length: the rows before it counted at theirs
@@ -284,7 +289,7 @@ class Batches(Packer):
             run = self._pending[0]
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
-        documents = self._docs.state(mark)
+        documents = self._docs.state(self._at if mark is None else mark)
         packed, parts = self._packed_now()
         state = BatchesState(
             *self._shape.first(), documents, offset, self._batches,

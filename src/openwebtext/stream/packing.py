@@ -52,7 +52,7 @@ from openwebtext.stream.partpacking import (
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState, Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
-from openwebtext.stream.source import AnyMark, DocumentSource, Packer, Run, WindowAhead
+from openwebtext.stream.source import AnyMark, DocumentSource, Packer, Run, WindowAhead, copied
 from openwebtext.stream.state import Stats
 
 __all__ = [
@@ -365,9 +365,18 @@ class BestFitBatches(Packer):
         key = (epoch, number, again) if again else (epoch, number)
         return lambda rows: permutation(rows, self.seed, ROWS, *key)
 
-    def __next__(self) -> Any:
-        if self._closed:
-            raise StopIteration
+    _KEPT = ("_windows", "_reading", "_left", "_ahead", "_shape", "_rows_left", "_next",
+             "_epoch", "_skip", "_packings", "_packed", "_parts", "_batches", "_since",
+             "_ended", "_read_count", "_short", "_at")  # fmt: skip
+
+    def _copies(self) -> dict[str, Any]:
+        reading, at = self._reading, None
+        if not (self._windows or reading or self._left):
+            at = self._docs.mark()
+        return {"_windows": deque(map(copied, self._windows)), "_ahead": deque(self._ahead),
+                "_reading": reading and copied(reading), "_shape": copied(self._shape), "_at": at}
+
+    def _batch(self) -> Any:
         shape = self._shape
         if not shape.fixed:
             self._reshape()
@@ -436,7 +445,7 @@ class BestFitBatches(Packer):
             elif self._left is not None:  # documents read, in no window yet
                 documents = self._docs.state(self._left[0].mark_before(self._left[1]))
             else:
-                documents = self._docs.state()
+                documents = self._docs.state(self._at)
         packed, parts = self._packed_now()
         cut: dict[str, Any] = {}
         if row and isinstance(documents, MixtureState):  # what a reshard deals of the window

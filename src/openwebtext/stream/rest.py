@@ -250,8 +250,7 @@ class Rest:
             if not later and not coming:
                 break
             section = later.pop(0) if later else rest.not_begun()
-            # (``dealt``: these windows are dealt here, the epoch's rest only reads them; were
-            # it to deal them too, each epoch would deal all after it again: 2^epochs rests)
+            # (``dealt``: dealt here, not again by that rest, which would deal every later one)
             section = replace(section, share=(0, 1), rule=None, dealt=True, windows=(
                 *(section.windows or ()), *rest.crossed(coming)))  # fmt: skip
             rest = Rest(section, self.counts, self.options, part=self.part)

@@ -1,15 +1,11 @@
 """The records of a saved state (format 2), decoded and checked once by ``codec``.
 
-A state crosses the boundary as JSON (``state_dict()`` returns it, ``iter(state=…)`` and
-``batches(state=…)`` take it, ``owt stream --state-out`` writes it). Inside it is one of
-these frozen records: ``from_json`` checks every field by its annotation and the fields
-against each other (each record's ``check``), naming the first wrong one in a ``StateError``;
-``to_json`` is the inverse. The records nest as the streams do: a ``BatchesState`` holds the
-``DocumentState`` of the documents it packs, which holds its ``StreamConfig``, ``Position``,
-``Counters`` and, in the rest of a resharded epoch, its ``Reshard`` section (the old ranks as
-``OldRank`` records, one ``Level`` per earlier reshard). A mixture's state
-(``openwebtext-mixture/2``) holds its ``MixtureConfig`` and each part's ``DocumentState`` by
-name; a ``BatchesState`` of a mixture nests it in place of a corpus's.
+A state crosses the boundary as JSON (``state_dict()``, ``iter(state=…)``, ``batches(state=…)``,
+``owt stream --state-out``); inside it is one of these frozen records, ``from_json`` checking
+every field by its annotation and each record's ``check``. They nest as the streams do: a
+``BatchesState`` holds the ``DocumentState`` it packs (a corpus's: ``StreamConfig``,
+``Position``, ``Counters``, a resharded epoch's ``Reshard``) or a ``MixtureState`` (its
+``MixtureConfig`` and each part's ``DocumentState`` by name).
 """
 
 from __future__ import annotations
@@ -130,8 +126,7 @@ class WindowAt(Record, frozen=True, omit_defaults=True):
     end of the epoch)."""
     replays: Count | None = None
     """A mixture's part, the window a share of a resharded epoch was in: the windows dealt to
-    it not finished, this one included (its documents cannot say which: a window may hold
-    none of the part's)."""
+    it not finished, this one included (a window may hold none of the part's documents)."""
 
 
 class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
@@ -194,15 +189,13 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     """Best fit: the number the new ranks' own windows start at."""
     led: bool = False
     """A mixture's part, concat batches: this share's first document, cut across the
-    checkpoint, led the rank's stream (the mixture handed it out first), so it went on from
-    the last id that was a target (a corpus's share always does; a part's, only then)."""
+    checkpoint, led the rank's stream, so it went on from the last id that was a target."""
     dealt: bool = False
     """Best fit, a later epoch's section: its ``windows`` were handed out first, in the rest
     of the first epoch (``Rest``); here their documents are only left out."""
     later: tuple[Reshard, ...] = ()
-    """The sections of the epochs after ``epoch`` that an old rank had begun (a mixture's
-    small part runs through its epochs at each rank's own pace), one per epoch: their rests
-    follow this one's, before the new world size's own epochs (``following``)."""
+    """The sections of the epochs after ``epoch`` an old rank had begun (a mixture's small part),
+    one per epoch: their rests follow this one's, before the new world size's (``following``)."""
 
     def check(self) -> None:
         if len(self.ranks) != self.world_size:
@@ -352,16 +345,14 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     served: tuple[Count, ...]
     """What each part has handed out since the weights were last set (documents or ids)."""
     changes: tuple[Change, ...] = ()
-    """The ``set_weights`` not yet applied (those applied are in ``weights`` and ``served``),
-    in order, each applied when the rank reaches its ``at`` (a batches state is taken before
-    documents its packer read ahead: changes made after are applied again when reached)."""
+    """The ``set_weights`` not yet applied (the applied are in ``weights`` and ``served``), in
+    order, each applied when the rank reaches its ``at``."""
     applied: Count = 0
     """How many of ``changes`` the ``weights`` and ``served`` include (0 in what this version
     writes: the applied changes are left out)."""
     next: Count | None = None
     """The part (index) of the next document, where it was chosen before the state was taken
-    (a concat batches state's: the next batch starts inside it, and a reshard gives the cut
-    to that part's shares)."""
+    (concat batches: the next batch starts inside it; a reshard gives its shares the cut)."""
     replays: tuple[Replay, ...] | msgspec.UnsetType = msgspec.UNSET
     """Best fit after a reshard: the windows old ranks had begun that this rank hands out
     first, in order (the first may be under way); the proportions count after them."""

@@ -19,7 +19,9 @@ from openwebtext.stream.mixschema import MixMark, MixRun
 from openwebtext.stream.schema import DocumentState, MixtureState, Packed
 from openwebtext.stream.state import Mark, Stats
 
-__all__ = ["AnyMark", "DocumentSource", "Packer", "Run", "RunParts", "TokenRun", "WindowAhead"]
+__all__ = [
+    "AnyMark", "DocumentSource", "Packer", "Run", "RunParts", "TokenRun", "WindowAhead", "copied"
+]
 
 #: A best-fit window an old rank had begun, as a resharded share hands it out first:
 #: ``(documents, number, rows handed out, packings)`` (packings: under a schedule).
@@ -115,13 +117,59 @@ class DocumentSource(Protocol):
 P = TypeVar("P", bound="Packer")
 
 
+def copied(value: Any) -> Any:
+    """A copy of an object whose fields a packer changes as batches go (its lists copied too:
+    they grow in place)."""
+    new = object.__new__(type(value))
+    new.__dict__.update({k: list(v) if type(v) is list else v for k, v in vars(value).items()})
+    return new
+
+
 class Packer:
     """What every packer (``Batches``, ``BestFitBatches``) is besides its batches: the owner
     of its documents until it is closed, in ``with``. Closed, it has ended: ``next`` raises
-    ``StopIteration`` (as a closed generator's), the batches it had made are not handed out."""
+    ``StopIteration`` (as a closed generator's), the batches it had made are not handed out.
+
+    An error inside ``next`` (a Ctrl-C while its documents are read, a bad state found) leaves
+    the packer as the last batch handed out left it: its ``_KEPT`` fields, what its state and
+    stats are made of, are put back, so ``state_dict()`` resumes after that batch; the
+    documents read meanwhile are gone with the stream, so it is closed, and a ``next`` after
+    says so (never a silent end, nor batches from a stream missing those documents).
+    """
 
     _docs: DocumentSource
     _closed = False
+    _failed = ""
+    _at: AnyMark | None = None
+    """Where the stream was when the packer held no document it had read (its state's)."""
+    _KEPT: tuple[str, ...] = ()
+
+    def __next__(self) -> Any:
+        if self._failed:
+            raise RuntimeError(f"the batches failed inside an earlier next() ({self._failed}); "
+                               "go on from their state_dict(): after the last batch handed out")
+        if self._closed:
+            raise StopIteration
+        saved = {name: getattr(self, name) for name in self._KEPT}
+        saved.update(self._copies())
+        try:
+            return self._batch()
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self.__dict__.update(saved)
+            self._failed = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.close()
+            raise
+
+    def _batch(self) -> Any:
+        """The next batch (``next``), changing the fields as it goes."""
+        raise NotImplementedError
+
+    def _copies(self) -> dict[str, Any]:
+        """Copies of the ``_KEPT`` fields ``_batch`` changes in place (and ``_at``, if the
+        packer holds no document it read)."""
+        return {}
 
     def close(self) -> None:
         """Stop the workers now: the batches end here. Safe to call twice."""
