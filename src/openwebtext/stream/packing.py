@@ -374,7 +374,8 @@ class BestFitBatches(Packer):
         if not (self._windows or reading or self._left):
             at = self._docs.mark()
         return {"_windows": deque(map(copied, self._windows)), "_ahead": deque(self._ahead),
-                "_reading": reading and copied(reading), "_shape": copied(self._shape), "_at": at}
+                "_reading": reading and copied(reading, parts=list(reading.parts)),
+                "_shape": copied(self._shape), "_at": at}
 
     def _batch(self) -> Any:
         shape = self._shape

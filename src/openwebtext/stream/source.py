@@ -117,11 +117,11 @@ class DocumentSource(Protocol):
 P = TypeVar("P", bound="Packer")
 
 
-def copied(value: Any) -> Any:
-    """A copy of an object whose fields a packer changes as batches go (its lists copied too:
-    they grow in place)."""
+def copied(value: Any, **fields: Any) -> Any:
+    """A copy of an object whose fields a packer sets as batches go, with ``fields`` instead
+    (copies of those it changes in place)."""
     new = object.__new__(type(value))
-    new.__dict__.update({k: list(v) if type(v) is list else v for k, v in vars(value).items()})
+    new.__dict__.update(vars(value), **fields)
     return new
 
 
