@@ -246,7 +246,10 @@ def _sizes() -> Iterator[tuple[str, str, int]]:
 #: shape, its state and counts share every attribute); cut by line count, its invariants would
 #: be read across two classes (its counts per mixture part, the window's parts a reshard
 #: deals, a window read whole under ``take`` and one cut by the run's end are more of those).
-LONGER = {"openwebtext.stream.packing.BestFitBatches": 360}
+#: ``Stream`` is the stream's position and the loop that moves it: the position is set
+#: between a document made and its ``yield``, in each of the three ways a block goes out,
+#: so that a Ctrl-C anywhere leaves it exact; that loop is read whole, not across classes.
+LONGER = {"openwebtext.stream.packing.BestFitBatches": 360, "openwebtext.stream.stream.Stream": 310}
 
 
 def test_modules_functions_and_classes_stay_readable() -> None:

@@ -39,6 +39,7 @@ from openwebtext.stream import (
     MixtureStats,
     PackedBatch,
     Packing,
+    Running,
     RunParts,
     Schedule,
     Stateful,
@@ -285,7 +286,7 @@ class Loader:
         return f"Loader({len(self.corpus.units)} units, {self.options})"
 
 
-class DocumentIterator:
+class DocumentIterator(Running[Stream]):
     """The running iterator of a ``Loader``: owns the workers until closed or exhausted.
 
     Args:
@@ -326,14 +327,6 @@ class DocumentIterator:
         self._gen = self._stream.documents()
         self._runs: Generator[RunParts, None, None] | None = None
 
-    def __iter__(self) -> Iterator[Any]:
-        # The generator itself: ``for`` then resumes it directly, with no
-        # Python-level ``__next__`` call per document.
-        return self._gen
-
-    def __next__(self) -> Any:
-        return next(self._gen)
-
     def next_run(self, in_order: bool = False) -> TokenRun:
         """The next token documents, the rest of a block at a time, their ids in one array
         (what the packers read: ``stream.DocumentSource``). An iterator hands out its documents
@@ -373,12 +366,6 @@ class DocumentIterator:
             self._runs.close()
         self._stream.close()
 
-    def __enter__(self) -> DocumentIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
@@ -401,7 +388,7 @@ class DocumentIterator:
         return self._stream.mark()
 
 
-class MixtureIterator:
+class MixtureIterator(Running[MixedStream]):
     """The running iterator of a ``Loader`` of a ``Mixture``: its documents in turn, each with
     ``Document.source`` the name of its part; ``set_weights`` between documents.
 
@@ -426,12 +413,6 @@ class MixtureIterator:
         self.tokenizer = tokenizer
         self._stream = MixedStream(mixture, options, tokenizer, state=state)
         self._gen = self._stream.documents()
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._gen
-
-    def __next__(self) -> Any:
-        return next(self._gen)
 
     def set_weights(self, weights: dict[str, float]) -> None:
         """New weights from the next document on, by part name (a part left out: 0). The
@@ -483,9 +464,3 @@ class MixtureIterator:
         """Stop the workers now. Safe to call twice."""
         self._gen.close()
         self._stream.close()
-
-    def __enter__(self) -> MixtureIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

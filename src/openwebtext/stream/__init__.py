@@ -28,7 +28,7 @@ from openwebtext.stream.schema import (
     kind_of,
 )
 from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of
-from openwebtext.stream.source import DocumentSource, RunParts, TokenRun, WindowAhead
+from openwebtext.stream.source import DocumentSource, Running, RunParts, TokenRun, WindowAhead
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -61,6 +61,7 @@ __all__ = [
     "Position",
     "Rule",
     "RunParts",
+    "Running",
     "Schedule",
     "Stateful",
     "Stats",

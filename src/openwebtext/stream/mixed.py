@@ -34,7 +34,7 @@ from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState, Replay
-from openwebtext.stream.source import WindowAhead
+from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.state import Mark, Stats, check_state, config_of
 from openwebtext.stream.stream import EPOCH_END, Stream, pool_options
 from openwebtext.tokenizer import Tokenizer
@@ -157,6 +157,7 @@ class MixedStream:
         self._stepped = -1  # the position whose schedule step was applied last
         self._last = None if options.epochs is None else options.epoch + options.epochs
         self._taken = 0
+        self.failed = ""  # the error the documents ended with (they cannot go on)
         self.part = -1  # the part of the last document handed out
         # After a reshard of concat batches: the part whose share begins with a document cut
         # across the checkpoint goes first (``Stream.lead_cut``), one that led already first.
@@ -212,14 +213,18 @@ class MixedStream:
                     if part is None:
                         return
                 document = parts[part].head
-                parts[part].head = None
+                size = 1 if by_documents else _size(document)
+                # Counted with no call in between (a Ctrl-C lands before or after, never inside).
                 if not replaying:  # (a dealt window's documents are the old rank's turns)
-                    interleave.take(part, 1 if by_documents else _size(document))
+                    interleave.served[part] += size
+                    interleave.total += size
                     self.handed += 1
-                self._next = None
+                parts[part].head, self._next, self.part = None, None, part
                 self._taken += 1
-                self.part = part
                 yield document
+        except BaseException as exc:
+            self.failed = failure(exc)
+            raise
         finally:
             self.close()
 

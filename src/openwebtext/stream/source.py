@@ -11,7 +11,8 @@ between them), so a packer's state is the same as if it had read them one at a t
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, TypeAlias, TypeVar
+from collections.abc import Generator
+from typing import Any, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -20,7 +21,9 @@ from openwebtext.stream.schema import DocumentState, MixtureState, Packed
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
-    "AnyMark", "DocumentSource", "Packer", "Run", "RunParts", "TokenRun", "WindowAhead", "copied"
+    "AnyMark", "DocumentSource", "Packer", "Run", "RunParts", "Running", "TokenRun", "WindowAhead",
+    "copied",
+    "failure",
 ]
 
 #: A best-fit window an old rank had begun, as a resharded share hands it out first:
@@ -177,6 +180,64 @@ class Packer:
         self._docs.close()
 
     def __enter__(self: P) -> P:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+R = TypeVar("R", bound="Running[Any]")
+
+
+def failure(exc: BaseException) -> str:
+    """What ``Failing.failed`` says of an error a stream's documents ended with ("" for a
+    close: ``GeneratorExit`` at a ``yield`` is no failure)."""
+    if isinstance(exc, GeneratorExit):
+        return ""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+class Failing(Protocol):
+    failed: str
+    """The error the stream's documents ended with ("": none): they cannot go on."""
+
+
+S = TypeVar("S", bound=Failing)
+
+
+class Running(Generic[S]):
+    """What the document iterators (``DocumentIterator``, ``MixtureIterator``) share: the
+    generator of their stream, whose state stays at the last document handed out whatever
+    ends it; after an error (a Ctrl-C inside ``next``) ``next`` and ``iter`` say so, never
+    a silent end."""
+
+    _gen: Generator[Any, None, None]
+    _stream: S
+
+    def __iter__(self) -> Generator[Any, None, None]:
+        # The generator itself: ``for`` then resumes it directly, with no Python-level
+        # ``__next__`` call per document.
+        self._check()
+        return self._gen
+
+    def __next__(self) -> Any:
+        try:
+            return next(self._gen)
+        except StopIteration:
+            self._check()
+            raise
+
+    def _check(self) -> None:
+        if self._stream.failed:
+            raise RuntimeError(f"the documents failed inside an earlier next() "
+                               f"({self._stream.failed}); go on from their state_dict(): after "
+                               "the last document handed out")  # fmt: skip
+
+    def close(self) -> None:
+        """Stop the workers now. Safe to call twice."""
+        raise NotImplementedError
+
+    def __enter__(self: R) -> R:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -49,7 +49,7 @@ from openwebtext.stream.epochs import (
 )
 from openwebtext.stream.rest import Piece, Rest, ended
 from openwebtext.stream.schema import DocumentState, Position
-from openwebtext.stream.source import WindowAhead
+from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.state import Mark, Stats, check_in_block, config_of, handed_sum
 from openwebtext.tokenizer import Tokenizer
 
@@ -218,6 +218,7 @@ class Stream:
         self._resumed = state is not None and self._reshard is None
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
+        self.failed = ""  # the error the documents ended with (they cannot go on)
         self._runs: str | None = None  # token documents handed out a block's rest at a time
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
@@ -308,6 +309,9 @@ class Stream:
                 self._counters = replace(self._counters, epoch_documents=0)
                 if epoch_ends and (last is None or self._epoch < last):
                     yield EPOCH_END
+        except BaseException as exc:
+            self.failed = failure(exc)
+            raise
         finally:
             pool.close()
 
@@ -419,30 +423,32 @@ class Stream:
                 handed = self._counters.epoch_documents
                 stop = block_stop(block_len, skip, target_left=_left(target, handed))
                 stop = block_stop(stop, skip, take_left=_left(take, self._yielded_before))
-                # The loop target is the attribute itself: the position is exact
-                # whenever the consumer looks, at no cost per document.
+                # The position is set between a document made and its ``yield`` (no signal is
+                # taken between the two): exact whenever the consumer looks, a Ctrl-C included.
                 picks = range(skip, stop) if order_ is None else order_[skip:stop]
                 skip = 0
                 sources, offsets, js = block.sources, block.offsets, block.js
                 if self._runs and stop > self._in_block:  # the block's rest at once
-                    self._in_block = stop  # (as if its documents went out one by one)
-                    yield block.token_run(picks, self._runs == "in order")
+                    run, self._in_block = block.token_run(picks, self._runs == "in order"), stop
+                    yield run  # (the position as if its documents went out one by one)
                 elif self._dtype is not None:  # token ids: copied, since the slot will be reused
                     frombuffer, names = np.frombuffer, block.names  # names made now (runs: never)
-                    for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
+                    for at, k in enumerate(picks, self._in_block + 1):
                         view, subset, member, i, dtype = sources[k]
                         ids = frombuffer(view, dtype, counts[k], offsets[k]).copy()
-                        yield new(TokenDocument, (ids, subset, member, names[k], i, js[k], source))
+                        made = new(TokenDocument, (ids, subset, member, names[k], i, js[k], source))
+                        self._in_block = at
+                        yield made
                 else:
                     names = block.names
-                    for self._in_block, k in enumerate(picks, self._in_block + 1):  # noqa: B020
+                    for at, k in enumerate(picks, self._in_block + 1):
                         view, subset, member, i, errors = sources[k]
-                        offset = offsets[k]
-                        text = str(view[offset : offset + sizes[k]], "utf-8", errors)
-                        if self._as_tuples:
-                            yield ((i, js[k]), (member, names[k]), text)
-                        else:
-                            yield new(Document, (text, subset, member, names[k], i, js[k], source))
+                        text = str(view[offsets[k] : offsets[k] + sizes[k]], "utf-8", errors)
+                        text_made = (((i, js[k]), (member, names[k]), text) if self._as_tuples
+                                     else new(Document, (text, subset, member, names[k], i, js[k],
+                                                         source)))  # fmt: skip
+                        self._in_block = at
+                        yield text_made
                 first, handed = self._first_in_block, self._in_block - self._first_in_block
                 self._counters = self._counters.handed(
                     handed,
