@@ -18,7 +18,7 @@ NOT_CODE = {
     "bytes", "gpt2", "owt", "openwebtext", "fork", "flock", "isascii", "bool", "int", "str",
     "Annotated", "Literal", "Generator", "SeedSequence", "random", "concurrent", "HfFileSystem",
     "hf_hub_url", "get_hf_file_metadata", "StatefulDataLoader", "mtime_ns", "__cause__",
-    "StopIteration",
+    "StopIteration", "yield",
     "layers", "Range", "S", "_private", "datasets", "lzma", "msgspec", "tarfile", "ray.data",
     "TYPE_CHECKING", "depth", "typing", "format",
 }  # fmt: skip
