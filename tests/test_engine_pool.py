@@ -206,6 +206,75 @@ def test_close_mid_run_leaves_no_worker(units: tuple[Unit, ...]) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_close_interrupted_goes_on_when_called_again(
+    units: tuple[Unit, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C inside ``close`` (in its first join): a second ``close`` stops and reaps the
+    workers left, and closes their pipes (before, it returned at once: zombies and open
+    descriptors stayed)."""
+    import multiprocessing.process as mpp
+
+    pool = WorkerPool(units, PoolOptions(workers=2))
+    run = pool.run(range(6))
+    next(run)
+    fds = len(os.listdir("/proc/self/fd"))
+    real, armed = mpp.BaseProcess.join, [True]
+
+    def join(self: mpp.BaseProcess, timeout: float | None = None) -> None:
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+        real(self, timeout)
+
+    monkeypatch.setattr(mpp.BaseProcess, "join", join)
+    with pytest.raises(KeyboardInterrupt):
+        pool.close()
+    pool.close()
+    run.close()
+    assert [p for p, *_ in _zombies()] == [] and child_pids() == []
+    assert len(os.listdir("/proc/self/fd")) < fds
+
+
+@pytest.mark.timeout(30)
+def test_a_pool_closed_in_a_forked_child_leaves_its_parent_s_workers(
+    units: tuple[Unit, ...],
+) -> None:
+    """A process forked with a running pool (a DataLoader worker forked from a process whose
+    dataset held one) closes its copy without touching the workers, which are its parent's
+    (before: ``AssertionError: can only test a child process``, the child killed)."""
+    pool = WorkerPool(units, PoolOptions(workers=2))
+    run = pool.run(range(6))
+    next(run)
+    workers = child_pids()
+    pid = os.fork()
+    if pid == 0:  # the child: its exit status says how the close went
+        try:
+            pool.close()
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert child_pids() == workers  # (the parent's workers, untouched)
+    assert len(list(run)) == 5  # and they go on serving it
+    pool.close()
+    assert child_pids() == []
+
+
+def _zombies() -> list[tuple[int, str]]:
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[1]) == os.getpid() and fields[0] == "Z":
+            out.append((int(name), fields[0]))
+    return out
+
+
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("hold", [0, 3])
 def test_runs_left_early_lose_nothing_and_leak_no_slot(

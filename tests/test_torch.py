@@ -233,3 +233,31 @@ def test_even_sharding_counts_the_corpus_once_in_the_main_process(
     again = list(DataLoader(dataset, batch_size=None, num_workers=2))
     assert got and again
     assert log.read_text().split() == [str(os.getpid())]
+
+
+def test_an_abandoned_dataloader_stops_the_workers_and_forked_ones_read_on(indexed: Path) -> None:
+    """A DataLoader left after 3 batches and collected: the dataset's workers stop, its state
+    stays that of the 3 batches. A DataLoader with a worker forked while another pass still
+    runs (its copy of the dataset holds the running pool): the worker reads its own pass
+    (before, it closed the copied pool: ``AssertionError: can only test a child process``)."""
+    import gc
+
+    from support import child_pids
+
+    dataset = PackedBatchDataset(indexed, SEQ, ROWS, workers=2, **PACKED)
+    loader = DataLoader(dataset, batch_size=None, num_workers=0)
+    for k, _ in enumerate(loader):
+        if k == 2:
+            break
+    del loader, _
+    gc.collect()
+    assert child_pids() == []
+    assert dataset.state_dict()["batches"] == 3
+    running = iter(DataLoader(dataset, batch_size=None, num_workers=0))
+    next(running)
+    assert len(child_pids()) == 2
+    forked = batches(DataLoader(dataset, batch_size=None, num_workers=1))
+    assert forked == reference(indexed, 1, 0, 1)
+    del running
+    gc.collect()
+    assert child_pids() == []

@@ -105,6 +105,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._next_number = 0
         self.closed = False
+        self._owner = os.getpid()  # (a forked copy's close leaves the workers to it)
         self.tasks = Tasks(self.slots)  # they live across runs
         self._runs: dict[int, _Run] = {}  # the run of each lane going on
         self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
@@ -148,23 +149,27 @@ class WorkerPool:
         return worker
 
     def close(self) -> None:
-        """Stop every worker now (they hold nothing worth finishing)."""
-        if self.closed:
-            return
+        """Stop every worker now (they hold nothing worth finishing). Safe to call again, also
+        after an interrupt inside it: it goes on with the workers left. In a process forked
+        with the pool (a DataLoader worker), the workers are its parent's: only the copies of
+        their pipes are closed."""
         self.closed = True
-        for w in self._workers:
+        ours = os.getpid() == self._owner
+        for w in self._workers if ours else ():
             if w.process.is_alive():
                 w.process.terminate()
         deadline = time.monotonic() + 2.0
-        for w in self._workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-            if w.process.is_alive():
-                w.process.kill()
-                w.process.join()
+        while self._workers:
+            w = self._workers[0]
+            if ours:
+                w.process.join(max(0.0, deadline - time.monotonic()))
+                if w.process.is_alive():
+                    w.process.kill()
+                    w.process.join()
+                w.process.close()
             w.tasks.close()
             w.results.close()
-            w.process.close()
-        self._workers.clear()
+            self._workers.pop(0)
         self._selector.close()
         if self._shared is not None:
             # A view still held by the consumer keeps the mapping until it is dropped.

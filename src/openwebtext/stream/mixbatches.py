@@ -14,6 +14,7 @@ few hundred batches (DoReMi, Aioli) is nothing, one every batch is not what it i
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -53,6 +54,7 @@ class MixtureBatches(Generic[Item]):
         self._take, self._first = take, 0 if start is None else _handed(start)
         self._batches = open_from(start, take)
         self._closed = False
+        self._turn = threading.Lock()  # ``next`` or ``set_weights``: one at a time
 
     def set_weights(
         self, weights: Mapping[str, float], *, state: dict[str, Any] | None = None
@@ -62,7 +64,8 @@ class MixtureBatches(Generic[Item]):
         rest of a best-fit window rows were handed out of, keep the old weights' choice. The
         proportions count from there. The change is in the state, so a resumed run applies it
         at the same document. The workers start again and read again what they had read
-        ahead: call it every few hundred batches, not at every one.
+        ahead: call it every few hundred batches, not at every one. From another thread, it
+        waits for the batch being made (the change applies from the next one).
 
         Args:
             weights: The new weights.
@@ -75,6 +78,10 @@ class MixtureBatches(Generic[Item]):
                 batches were closed and no ``state`` says where to go on from.
             StateError: ``state`` is not a state of this mixture's batches.
         """
+        with self._turn:  # (another thread inside ``next``: after its batch)
+            self._set_weights(weights, state)
+
+    def _set_weights(self, weights: Mapping[str, float], state: dict[str, Any] | None) -> None:
         if self._closed and state is None:
             raise ValueError("set_weights: the batches were closed (pass the state to go on from)")
         values = self.mixture.weights_of(weights, "set_weights")
@@ -102,11 +109,13 @@ class MixtureBatches(Generic[Item]):
         return self
 
     def __next__(self) -> Item:
-        return next(self._batches)
+        with self._turn:
+            return next(self._batches)
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
-        return self._batches.state_dict()
+        with self._turn:
+            return self._batches.state_dict()
 
     def start(self) -> MixtureBatches[Item]:
         """As ``BatchIterator.start``."""

@@ -306,12 +306,15 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         )
 
     def _items(self, running: BatchIterator[Any]) -> Iterator[Any]:
-        for batch in running:  # no copy: every batch is a fresh array
-            if isinstance(batch, PackedBatch):
-                arrays = batch._asdict().items()
-                yield {name: torch.from_numpy(a) for name, a in arrays if a is not None}
-            else:
-                yield torch.from_numpy(batch)
+        try:
+            for batch in running:  # no copy: every batch is a fresh array
+                if isinstance(batch, PackedBatch):
+                    arrays = batch._asdict().items()
+                    yield {name: torch.from_numpy(a) for name, a in arrays if a is not None}
+                else:
+                    yield torch.from_numpy(batch)
+        finally:  # (the DataLoader's iterator dropped: the workers stop; the state stays)
+            running.close()
 
 
 def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:
