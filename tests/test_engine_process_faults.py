@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,6 +175,31 @@ def test_abandoned_iterator_stops_its_workers_at_once(how: str, small_corpus: Pa
             next(it)
             assert len(child_pids()) == 2
             del it
+        assert child_pids() == []
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+@pytest.mark.parametrize("what", ["documents", "concat", "bestfit"])
+def test_an_abandoned_mixture_stops_its_workers_at_once(
+    what: str, small_corpus: Path, tmp_path: Path
+) -> None:
+    """A mixture's iterator or batches dropped stop the workers at once, without the cyclic
+    GC (before, its stream held the generator that held the stream: a cycle, the workers
+    alive until a collection)."""
+    from openwebtext import Mixture
+    from tables_support import mixture_folders
+
+    loader = Loader(Mixture(mixture_folders(small_corpus, tmp_path)), workers=2,
+                    tokenizer="bytes", epochs=None)  # fmt: skip
+    gc.collect()
+    gc.disable()
+    try:
+        it: Any = loader.iter() if what == "documents" else loader.batches(64, 2, packing=what)
+        next(it)
+        assert len(child_pids()) == 2
+        del it
         assert child_pids() == []
     finally:
         gc.enable()

@@ -449,7 +449,7 @@ class MixtureIterator(Running[MixedStream]):
         """
         if self.tokenizer is None:
             raise ValueError("runs of token documents need a tokenizer")
-        return self._stream.next_run()
+        return self._stream.next_run(self._gen)
 
     def windows_ahead(self) -> list[WindowAhead]:
         """After a reshard of best-fit batches: the windows old ranks had begun that this

@@ -17,7 +17,7 @@ its next document to know its size), so resuming hands that document out again, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -165,7 +165,6 @@ class MixedStream:
         self._lead = next((k for k, s in enumerate(streams) if s.lead_cut(may=False)), None)
         if self._lead is None and not self.replays:
             self._lead = next((k for k, s in enumerate(streams) if s.lead_cut()), None)
-        self._documents = self.documents()
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """New weights from the next document the mixture chooses on (the proportions count
@@ -228,9 +227,11 @@ class MixedStream:
         finally:
             self.close()
 
-    def next_run(self) -> MixRun:
-        """The next documents handed out together (up to ``RUN``, never across a change of
-        weights), their ids end to end, each with its part (``StopIteration`` at the end)."""
+    def next_run(self, handed: Iterator[Any]) -> MixRun:
+        """The next of ``handed`` (``documents()``, held by the caller: held here, it would
+        keep this stream alive past its last reference) handed out together (up to ``RUN``,
+        never across a change of weights), their ids end to end, each with its part
+        (``StopIteration`` at the end)."""
         before = self.mark()
         dealt = len(self.replays)  # a run is one dealt window's, or of the rank's own turns
         if not dealt and self._due():  # the run goes on under the new weights: its marks
@@ -238,7 +239,7 @@ class MixedStream:
         settled = self.mark()
         documents, parts, afters, begins = [], [], [], []
         replays: list[tuple[Replay, ...]] | None = [] if dealt else None
-        for document in self._documents:
+        for document in handed:
             documents.append(document.tokens)
             parts.append(self.part)
             begins.append(self.parts[self.part].stream.start)  # (a cut document's: its offset)
