@@ -246,6 +246,8 @@ def test_what_a_mixture_refuses(parts: dict[str, str], tmp_path: Path) -> None:
     with loader.iter() as it:
         next(it)
         state = it.state_dict()
+    with pytest.raises(ValueError, match="set_weights: the iterator was closed, or ran out"):
+        it.set_weights(WEIGHTS)  # (closed: it was taken silently)
     other = Loader(mixture(parts, {"web": 1.0, "pq": 1.0, "js": 1.0}), workers=0, seed=0)
     with pytest.raises(StateError, match="another mixture"):
         other.iter(state=state)

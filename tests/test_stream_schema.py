@@ -296,6 +296,11 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["mixture"], "handed", 3, r"handed: is 3, not the 9 documents its parts"),
         (GOLDEN["mixture"], "served", [10**6, 0], r"served: \[1000000, 0\] counts more than"),
         (GOLDEN["mixture"], "weights", [2, 3], r"weights: must be normalised \(their sum 1\)"),
+        (GOLDEN["batches_mixture_bestfit"], "window_parts", [0, 0], r"window_parts: must count"),
+        (GOLDEN["mixture"], "changes", [{"at": 9, "weights": [0.5, 0.5]}, {"at": 3, "weights":
+         [0.5, 0.5]}], r"changes: must be in the order they apply: \[9, 3\]"),
+        (GOLDEN["mixture"], "config.schedule", [{"at": 6, "weights": [0.5, 0.5]}, {"at": 2,
+         "weights": [0.5, 0.5]}], r"config\.schedule: must be in the order they apply"),
     ],
 )
 def test_fields_that_disagree_name_their_record(

@@ -416,7 +416,13 @@ class MixtureIterator(Running[MixedStream]):
 
     def set_weights(self, weights: dict[str, float]) -> None:
         """New weights from the next document on, by part name (a part left out: 0). The
-        proportions count from here; the change is in the state, so a resume replays it."""
+        proportions count from here; the change is in the state, so a resume replays it.
+
+        Raises:
+            ValueError: the weights are not valid, or the iterator was closed or ran out.
+        """
+        if inspect.getgeneratorstate(self._gen) == inspect.GEN_CLOSED:
+            raise ValueError("set_weights: the iterator was closed, or ran out")
         self._stream.set_weights(weights)
 
     @property

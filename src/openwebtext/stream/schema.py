@@ -270,9 +270,10 @@ Sampling: TypeAlias = Literal["stratified", "random"]
 
 def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...], at: str = "",
              name: str = "changes") -> None:  # fmt: skip
-    """Raise ``Disagree`` naming the first of ``weights`` (field ``{at}weights``) and the
-    ``changes``' (field ``{at}{name}``) that are not ``parts`` valid weights
-    (``mixing.check_weights``), normalised as a mixture keeps them (their sum 1)."""
+    """Raise ``Disagree`` naming the first of ``weights`` and ``changes`` (``{at}weights``,
+    ``{at}{name}``) not ``parts`` normalised weights (``check_weights``), or out of order."""
+    if any(b.at < a.at for a, b in itertools.pairwise(changes)):
+        raise Disagree(f"{at}{name}", f"must be in the order they apply: {[c.at for c in changes]}")
     named = {f"{at}{name}[{k}].weights": change.weights for k, change in enumerate(changes)}
     for field, values in {f"{at}weights": weights, **named}.items():
         try:
@@ -309,9 +310,8 @@ class MixtureConfig(Record, frozen=True):
 
 class Replay(Record, frozen=True, omit_defaults=True):
     """A best-fit window an old rank of a mixture had begun, dealt to this rank by a reshard:
-    the old rank's turns where the window began (as its ``MixtureState`` says them), to hand
-    the window's documents out in the old order, and what best fit needs to pack it again the
-    same way (its number, rows handed out, packings)."""
+    the old rank's turns where it began (to hand its documents out in the old order), and what
+    best fit needs to pack it again the same way (its number, rows handed out, packings)."""
 
     rank: Count
     """The old rank (random sampling draws by it)."""
@@ -405,9 +405,8 @@ class Scheduled(Record, frozen=True, omit_defaults=True):
     at: Count
     """Batches of the schedule handed out before (a resharded state keeps the old ranks')."""
     packings: tuple[Packed, ...] = ()
-    """Best fit: the packings of the window the next batch is in, oldest first, that rows were
-    handed out of (the window is packed again at a change of ``seq_len``); the last's rows are
-    the state's ``row``. Empty at a window's start."""
+    """Best fit: the packings rows of the next batch's window were handed out of, oldest first
+    (packed again at each change of ``seq_len``); the last's rows are ``row``; none at its start."""
 
     def check(self) -> None:
         batches = [step.batch for step in self.changes]
@@ -458,7 +457,8 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         counted, out = self.window_parts or (), bool(self.row and self.window)
         if (names and out and not counted) or (counted and not out):
             raise Disagree("window_parts", "counts a mixture's best-fit window, rows out, only")
-        if counted and (len(counted) != (len(names) or 1) or sum(counted) > (self.window or 0)):
+        held, most = sum(counted), self.window or 0  # (a mixture's window out holds some)
+        if counted and (len(counted) != (len(names) or 1) or not bool(names) <= held <= most):
             raise Disagree("window_parts", f"must count each part's documents (a part's state: "
                            f"its own) of a window of at most {self.window}")  # fmt: skip
         unknown = set(self.packed_parts or ()).difference(names)
