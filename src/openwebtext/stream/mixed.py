@@ -228,10 +228,8 @@ class MixedStream:
             self.close()
 
     def next_run(self, handed: Iterator[Any]) -> MixRun:
-        """The next of ``handed`` (``documents()``, held by the caller: held here, it would
-        keep this stream alive past its last reference) handed out together (up to ``RUN``,
-        never across a change of weights), their ids end to end, each with its part
-        (``StopIteration`` at the end)."""
+        """The next of ``handed`` (``documents()``: the caller's, or it would make a cycle) out
+        together (up to ``RUN``, never across a change of weights), ids end to end, with parts."""
         before = self.mark()
         dealt = len(self.replays)  # a run is one dealt window's, or of the rank's own turns
         if not dealt and self._due():  # the run goes on under the new weights: its marks
