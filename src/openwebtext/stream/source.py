@@ -21,7 +21,14 @@ from openwebtext.stream.schema import DocumentState, MixtureState, Packed
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
-    "AnyMark", "DocumentSource", "Packer", "Run", "RunParts", "Running", "TokenRun", "WindowAhead",
+    "AnyMark",
+    "DocumentSource",
+    "Packer",
+    "Run",
+    "RunParts",
+    "Running",
+    "TokenRun",
+    "WindowAhead",
     "copied",
     "failure",
 ]
@@ -161,7 +168,7 @@ class Packer:
             raise
         except BaseException as exc:
             self.__dict__.update(saved)
-            self._failed = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self._failed = failure(exc)
             self.close()
             raise
 
