@@ -23,6 +23,7 @@ from openwebtext.errors import StateError
 from openwebtext.stream.batches import BatchIterator
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import BatchesState, Change, MixtureState
+from openwebtext.stream.source import Closing
 from openwebtext.stream.state import Stats
 
 __all__ = ["MixtureBatches"]
@@ -30,7 +31,7 @@ __all__ = ["MixtureBatches"]
 Item = TypeVar("Item")
 
 
-class MixtureBatches(Generic[Item]):
+class MixtureBatches(Closing, Generic[Item]):
     """A ``BatchIterator`` of a mixture's batches that can change its weights.
 
     Args:
@@ -141,12 +142,6 @@ class MixtureBatches(Generic[Item]):
         """Stop the workers now: the batches end here. Safe to call twice."""
         self._closed = True
         self._batches.close()
-
-    def __enter__(self) -> MixtureBatches[Item]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _handed(state: BatchesState) -> int:

@@ -213,10 +213,10 @@ class MixedStream:
                         return
                 document = parts[part].head
                 size = 1 if by_documents else _size(document)
-                # Counted with no call in between (a Ctrl-C lands before or after, never inside).
+                # Counted where no signal is taken: ``take`` calls nothing, so a Ctrl-C lands
+                # at its entry (nothing counted) or after the ``yield``, never in between.
                 if not replaying:  # (a dealt window's documents are the old rank's turns)
-                    interleave.served[part] += size
-                    interleave.total += size
+                    interleave.take(part, size)
                     self.handed += 1
                 parts[part].head, self._next, self.part = None, None, part
                 self._taken += 1

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from openwebtext.options import int_at_least
 from openwebtext.stream.schema import DocumentState, MixtureState
-from openwebtext.stream.source import AnyMark, DocumentSource, Run, WindowAhead
+from openwebtext.stream.source import AnyMark, Closing, DocumentSource, Run, WindowAhead
 from openwebtext.stream.state import Stats
 
 __all__ = ["Ahead", "Primed", "Stateful", "ahead"]
@@ -125,7 +125,7 @@ def close_source(source: Any) -> None:
         close()
 
 
-class Ahead:
+class Ahead(Closing):
     """Batches of a source made ahead on a thread, up to ``depth`` (``ahead``).
 
     Args:
@@ -240,12 +240,6 @@ class Ahead:
         """Stop the thread and the source now. Safe to call twice."""
         self._ended = True
         self._producer.stop()
-
-    def __enter__(self: A) -> A:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         producer = getattr(self, "_producer", None)  # None: __init__ refused its arguments

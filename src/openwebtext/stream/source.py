@@ -22,6 +22,7 @@ from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
     "AnyMark",
+    "Closing",
     "DocumentSource",
     "Packer",
     "Run",
@@ -124,7 +125,22 @@ class DocumentSource(Protocol):
         ...
 
 
-P = TypeVar("P", bound="Packer")
+C = TypeVar("C", bound="Closing")
+
+
+class Closing:
+    """An iterator that owns workers (or a thread) until ``close``: in ``with``, closed on the
+    way out (``Packer``, ``Running``, ``Ahead``, ``MixtureBatches``)."""
+
+    def close(self) -> None:
+        """Stop the workers now. Safe to call twice."""
+        raise NotImplementedError
+
+    def __enter__(self: C) -> C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def copied(value: Any, **fields: Any) -> Any:
@@ -135,7 +151,7 @@ def copied(value: Any, **fields: Any) -> Any:
     return new
 
 
-class Packer:
+class Packer(Closing):
     """What every packer (``Batches``, ``BestFitBatches``) is besides its batches: the owner
     of its documents until it is closed, in ``with``. Closed, it has ended: ``next`` raises
     ``StopIteration`` (as a closed generator's), the batches it had made are not handed out.
@@ -186,15 +202,6 @@ class Packer:
         self._closed = True
         self._docs.close()
 
-    def __enter__(self: P) -> P:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-R = TypeVar("R", bound="Running[Any]")
-
 
 def failure(exc: BaseException) -> str:
     """What ``Failing.failed`` says of an error a stream's documents ended with ("" for a
@@ -212,7 +219,7 @@ class Failing(Protocol):
 S = TypeVar("S", bound=Failing)
 
 
-class Running(Generic[S]):
+class Running(Closing, Generic[S]):
     """What the document iterators (``DocumentIterator``, ``MixtureIterator``) share: the
     generator of their stream, whose state stays at the last document handed out whatever
     ends it; after an error (a Ctrl-C inside ``next``) ``next`` and ``iter`` say so, never
@@ -240,12 +247,3 @@ class Running(Generic[S]):
                                f"({self._stream.failed}); go on from their state_dict(): after "
                                "the last document handed out")  # fmt: skip
 
-    def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
-        raise NotImplementedError
-
-    def __enter__(self: R) -> R:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
