@@ -162,19 +162,32 @@ def test_skipping_never_sleeps(
     assert not calls.exists(), calls.read_text()
 
 
+def _dropped_stops_its_workers_at_once(start: Callable[[], Any]) -> None:
+    """The iterator ``start`` makes, one item taken and its last reference dropped, has
+    stopped its 2 workers, the cyclic GC off."""
+    gc.collect()
+    gc.disable()
+    try:
+        it = start()
+        next(it)
+        assert len(child_pids()) == 2
+        del it
+        assert child_pids() == []
+    finally:
+        gc.enable()
+        gc.collect()
+
+
 @pytest.mark.parametrize("how", ["break", "del"])
 def test_abandoned_iterator_stops_its_workers_at_once(how: str, small_corpus: Path) -> None:
     """Dropping a running iterator stops its workers at once, without the cyclic GC."""
+    if how == "del":
+        _dropped_stops_its_workers_at_once(Loader(str(small_corpus), workers=2).iter)
+        return
     gc.disable()
     try:
-        if how == "break":
-            for _ in Loader(str(small_corpus), workers=2):
-                break
-        else:
-            it = Loader(str(small_corpus), workers=2).iter()
-            next(it)
-            assert len(child_pids()) == 2
-            del it
+        for _ in Loader(str(small_corpus), workers=2):
+            break
         assert child_pids() == []
     finally:
         gc.enable()
@@ -193,14 +206,6 @@ def test_an_abandoned_mixture_stops_its_workers_at_once(
 
     loader = Loader(Mixture(mixture_folders(small_corpus, tmp_path)), workers=2,
                     tokenizer="bytes", epochs=None)  # fmt: skip
-    gc.collect()
-    gc.disable()
-    try:
-        it: Any = loader.iter() if what == "documents" else loader.batches(64, 2, packing=what)
-        next(it)
-        assert len(child_pids()) == 2
-        del it
-        assert child_pids() == []
-    finally:
-        gc.enable()
-        gc.collect()
+    _dropped_stops_its_workers_at_once(
+        loader.iter if what == "documents" else lambda: loader.batches(64, 2, packing=what)
+    )
