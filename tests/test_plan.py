@@ -22,7 +22,7 @@ from openwebtext.plan import (
     share_losses,
 )
 from openwebtext.stream.rest import Rest
-from openwebtext.stream.schema import OldRank, Reshard
+from openwebtext.stream.sections import OldRank, Reshard
 from openwebtext.stream.spans import cut_share
 
 RULES = st.sampled_from([None, "drop", "pad"])

@@ -160,6 +160,9 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
         with Loader(varied, **opts).batches(S, B, packing="bestfit", window=8) as batches:
             next(batches)
             packed_later.append(batches.state_dict())
+    with pytest.raises(StateError, match=r"old rank 2 is at epoch 1, 1 past the earliest rank's"):
+        reshard(packed_later, 2)  # (it handed out no document: not a state of this run)
+    packed_later[2]["documents"]["counters"]["documents"] = 50  # (as if it had read epoch 0)
     with pytest.raises(StateError, match=r"different epochs \(rank: epoch \{0: 0, 1: 0, 2: 1"):
         reshard(packed_later, 2)
     again = reshard([states[0], states[1], later, states[3]], 2)  # accepted (its own test)
@@ -201,7 +204,7 @@ def test_the_state_stays_small(varied: Path) -> None:
     fit = [
         {"format": BATCHES_FORMAT, "seq_len": 1024, "batch_size": 8, "documents": st,
          "offset": 0, "batches": 5_000, "packing": "bestfit", "window": 4096,
-         "window_number": 1, "window_epoch": 0, "row": 311}
+         "window_number": 2, "window_epoch": 0, "row": 311}
         for st in states
     ]  # fmt: skip
     size = len(json.dumps(reshard(fit, 1000)[999]))

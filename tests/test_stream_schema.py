@@ -23,14 +23,10 @@ from openwebtext.stream.schema import (
     BATCHES_FORMAT,
     MIXTURE_FORMAT,
     BatchesState,
-    Begun,
-    Level,
     MixtureState,
-    OldRank,
-    Reshard,
     StreamConfig,
-    WindowAt,
 )
+from openwebtext.stream.sections import Begun, Level, OldRank, Reshard, WindowAt
 from records import changed, check_one_error, mutants
 from support import Ran
 from tables_support import sample_texts, write_jsonl
@@ -233,7 +229,9 @@ def document_states(draw: Any) -> DocumentState:
         counted = replace(counted, epoch_documents=handed, documents=documents)
         units = position.block + (position.in_block > 0)  # the position lies within them
         return DocumentState(draw(configs(units=units)), position, counted)
-    return DocumentState(draw(configs()), position, counted, section)
+    config = draw(configs())  # a rest is the config's share, from its epoch's start
+    section = replace(section, share=(config.rank, config.world_size), rule=config.even)
+    return DocumentState(config, Position(section.epoch), counted, section)
 
 
 @st.composite
@@ -301,6 +299,17 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
          [0.5, 0.5]}], r"changes: must be in the order they apply: \[9, 3\]"),
         (GOLDEN["mixture"], "config.schedule", [{"at": 6, "weights": [0.5, 0.5]}, {"at": 2,
          "weights": [0.5, 0.5]}], r"config\.schedule: must be in the order they apply"),
+        # A rest is the config's share, from its epoch's start (else another rank's, or lost).
+        (GOLDEN["resharded"], "reshard.share", [0, 2], r"^bad state: reshard: share and rule must"),
+        (GOLDEN["resharded"], "reshard.rule", "pad", r"reshard: share and rule must be the config"),
+        (GOLDEN["resharded"], "reshard.epoch", 1, r"position: of a rest must be its epoch 1's st"),
+        (GOLDEN["resharded"], "position.in_block", 2, r"position: of a rest must be its epoch 0"),
+        # Best fit's window is the one its documents' state is at the start of.
+        (GOLDEN["batches_scheduled"], "schedule.packings", [{"rows": 4, "seq_len": 31}, {"rows": 3,
+         "seq_len": 16}], r"schedule: packings: each one's seq_len must be one of the schedule's"),
+        (GOLDEN["resharded_mixture_bestfit"], "documents.replays", [
+            dict(GOLDEN["resharded_mixture_bestfit"]["documents"]["replays"][0], documents=9)
+        ], r"^bad batches state: documents\.replays: hold more than a window of 8"),
     ],
 )
 def test_fields_that_disagree_name_their_record(

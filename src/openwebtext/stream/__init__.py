@@ -7,6 +7,7 @@ sibling).
 
 from __future__ import annotations
 
+from openwebtext.plan import Rule
 from openwebtext.stream.batches import Batches, BatchIterator, batch_ids, batches_start
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counts import count_documents, ensure_counts
@@ -24,7 +25,6 @@ from openwebtext.stream.schema import (
     MixtureState,
     Packing,
     Position,
-    Rule,
     kind_of,
 )
 from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of

@@ -30,6 +30,7 @@ from openwebtext.plan import (
 )
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.schema import DocumentState
+from openwebtext.stream.sections import Reshard
 
 __all__ = [
     "EvenEpoch",
@@ -37,6 +38,7 @@ __all__ = [
     "block_permutation",
     "block_size",
     "check_in_run",
+    "check_old_ranks",
     "check_position",
     "check_resumed",
     "epoch_shares",
@@ -187,22 +189,55 @@ def block_size(options: Options) -> int:
 
 
 def check_resumed(
-    share: Share, target: int | None, at: tuple[int, int], counters: Counters, options: Options
+    corpus: Corpus, options: Options, state: DocumentState, counts: Sequence[int] | None
 ) -> None:
-    """Check a resumed stream's position ``(block, in_block)`` and counters against its share
-    (``check_position``: exactly, when its counters show no skip). Without counts (one share,
-    not evened out) only the block's size is checked, when it is read.
+    """Check a resumed stream's position and counters against its share of the epoch
+    (``check_position``: exactly, when its counters show no skip), where the state enters.
+    ``counts``: the documents of every unit, as the stream cuts shares with them (None: one
+    share not evened out, which reads no counts: the corpus's are used when it was counted,
+    ``owt index``; else only a block's size is checked, when it is read).
 
     Raises:
         StateError: naming the field that disagrees.
     """
-    if share.counts is None:
+    at, counters = state.position, state.counters
+    share = epoch_shares(len(corpus.units), counts, options, at.epoch).share(
+        options.rank, options.world_size, options.even_mode
+    )
+    known = share.counts
+    if known is None and corpus.counts is not None:
+        per_unit = corpus.counts.per_unit(options.split, options.val_fraction, options.val_seed)
+        known = None if per_unit is None else [per_unit[u] for u in share.units]
+    if known is None:
         return
     skipped = counters.skipped_members + counters.skipped_documents + counters.partial_members
     check_position(
-        share.counts, block_size(options), target, (*at, counters.epoch_documents),
+        known, block_size(options), share_target(share, options),
+        (at.block, at.in_block, counters.epoch_documents),
         exact=skipped == 0, whose=f"rank {options.rank}'s share",
     )  # fmt: skip
+
+
+def check_old_ranks(section: Reshard, counts: Sequence[int], options: Options) -> None:
+    """Check the position of each old rank of a resharded epoch's ``section``, and of every
+    ``later`` epoch's, against its share of that epoch (as a stream resumed on it is), so that
+    a state is refused where it enters, not when a later epoch's rest begins.
+
+    Raises:
+        StateError: naming the old rank and the epoch whose position disagrees.
+    """
+    for s in (section, *section.later):
+        shares = epoch_shares(len(counts), counts, options, s.epoch)
+        exact = s.exact or (False,) * s.world_size  # old ranks without skips
+        for r, old in enumerate(s.ranks):
+            share = shares.share(r, s.world_size, s.even)
+            if not old.finished:
+                assert share.counts is not None
+                target = None if s.even is None else share.documents
+                check_position(
+                    share.counts, block_size(options), target, (old.block, old.in_block,
+                    old.handed), exact=exact[r], whose=f"old rank {r}'s share of epoch {s.epoch}",
+                )  # fmt: skip
 
 
 def check_in_run(

@@ -50,7 +50,8 @@ from openwebtext.stream.partpacking import (
     window_part_counts,
 )
 from openwebtext.stream.readahead import Primed
-from openwebtext.stream.schema import BatchesState, MixtureState, Packed
+from openwebtext.stream.schema import BatchesState, MixtureState
+from openwebtext.stream.sections import Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
 from openwebtext.stream.source import AnyMark, DocumentSource, Packer, Run, WindowAhead, copied
 from openwebtext.stream.state import Stats

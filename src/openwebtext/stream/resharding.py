@@ -16,24 +16,20 @@ from msgspec import UNSET, UnsetType
 from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
+from openwebtext.plan import Rule
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
     STATE_FORMAT,
     BatchesState,
-    Begun,
     Counters,
     DocumentState,
-    Level,
     MixtureState,
-    OldRank,
     Position,
-    Reshard,
-    Rule,
     Scheduled,
     StreamConfig,
-    WindowAt,
     kind_of,
 )
+from openwebtext.stream.sections import Begun, Level, OldRank, Reshard, WindowAt
 from openwebtext.stream.shapes import saved_schedule
 
 __all__ = ["KEEP", "new_schedule", "parse_batches", "reshard", "reshard_states"]
@@ -282,6 +278,15 @@ def _epoch_sections(
     the rests an earlier reshard had left for after them."""
     out: list[Reshard] = []
     epoch = min(d.position.epoch for d in ordered)
+    for rank, d in enumerate(ordered):  # (a section per epoch: a gap no run made is refused)
+        # An endless stream hands out a document each epoch it passes (``nothing_read``); a
+        # share of a rest may hold none: each is one of ``passed`` (the counts start there).
+        if d.position.epoch - epoch > d.counters.documents + len(d.passed):
+            raise StateError(
+                f"states of one run never differ so in epoch: old rank {rank} is at epoch "
+                f"{d.position.epoch}, {d.position.epoch - epoch} past the earliest rank's, having "
+                f"handed out {d.counters.documents} documents", field="position.epoch",
+            )  # fmt: skip
     while (
         section := _epoch_section(ordered, cuts, world, epoch, not out or epoch in needed)
     ) is not None:

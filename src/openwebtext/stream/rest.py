@@ -32,8 +32,8 @@ from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import EpochShares, Rule, Share, advance, plan
-from openwebtext.stream.epochs import check_position
-from openwebtext.stream.schema import Begun, Level, OldRank, Packed, Reshard, WindowAt
+from openwebtext.stream.epochs import check_old_ranks
+from openwebtext.stream.sections import Begun, Level, OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.spans import Span, count, cut_share, drop_front, slice_spans
 
@@ -140,17 +140,10 @@ class Rest:
         """Best fit of a mixture's part: the old ranks whose window crosses the epoch's end,
         and its documents in the next epoch (the first of their share of it)."""
         at = 0
-        exact = section.exact or (False,) * world  # old ranks without skips
+        check_old_ranks(section, counts, options)
         size = section.window or 0
         for r, old in enumerate(section.ranks):
             whole = self.shares[r].documents
-            if not old.finished:  # the same check as a stream resumed on the old rank
-                counts_r = self.shares[r].counts
-                assert counts_r is not None
-                check_position(
-                    counts_r, self.size, self.targets[r], (old.block, old.in_block, old.handed),
-                    exact=exact[r], whose=f"old rank {r}'s share of epoch {self.epoch}",
-                )  # fmt: skip
             remaining = 0 if old.finished else max(0, whole - old.handed)
             if not remaining and old.cut and not old.finished:  # its next document: the next
                 self.carried[0][r] = old.cut  # epoch's first (``next_section``)

@@ -4,7 +4,7 @@ A state crosses the boundary as JSON (``state_dict()``, ``iter(state=…)``, ``b
 ``owt stream --state-out``); inside it is one of these frozen records, ``from_json`` checking
 every field by its annotation and each record's ``check``. They nest as the streams do: a
 ``BatchesState`` holds the ``DocumentState`` it packs (a corpus's: ``StreamConfig``,
-``Position``, ``Counters``, a resharded epoch's ``Reshard``) or a ``MixtureState`` (its
+``Position``, ``Counters``, a resharded epoch's ``sections.Reshard``) or a ``MixtureState`` (its
 ``MixtureConfig`` and each part's ``DocumentState`` by name).
 """
 
@@ -18,38 +18,32 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
 
-from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
+from openwebtext.errors import StateError
 from openwebtext.mixing import check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
 from openwebtext.stream.counters import Counters, PackingCounts, PartPacking
+from openwebtext.stream.sections import Packed, Reshard
 
 __all__ = [
     "BATCHES_FORMAT",
     "MIXTURE_FORMAT",
     "STATE_FORMAT",
     "BatchesState",
-    "Begun",
     "By",
     "Change",
     "Counters",
     "DocumentState",
-    "Level",
     "MixtureConfig",
     "MixtureState",
-    "OldRank",
-    "Packed",
     "Packing",
     "Position",
     "Replay",
-    "Reshard",
-    "Rule",
     "Sampling",
     "Scheduled",
     "Step",
     "StreamConfig",
-    "WindowAt",
     "kind_of",
 ]
 
@@ -94,144 +88,6 @@ class Position(Record, frozen=True):
     in_block: Count = 0
 
 
-class OldRank(Record, frozen=True, omit_defaults=True):
-    """An old rank of a resharded epoch, at its state: its position and what it handed out."""
-
-    block: Count
-    in_block: Count
-    handed: Count = 0
-    """Documents of the epoch it handed out (unless it finished the epoch)."""
-    finished: bool = False
-    """It had finished the epoch (its state was at the next one's start)."""
-    cut: Count = 0
-    """Concat batches: ids of its next document already targets, plus one (0: none)."""
-
-
-class Packed(Record, frozen=True):
-    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows."""
-
-    seq_len: Positive
-    rows: Positive
-
-
-class WindowAt(Record, frozen=True, omit_defaults=True):
-    """A best-fit window: its number, and the rows of it handed out."""
-
-    number: Count
-    rows: Count
-    packings: tuple[Packed, ...] = ()
-    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
-    documents: Count | None = None
-    """A mixture's part: its documents in the window (None: the window's size, or fewer at the
-    end of the epoch)."""
-    replays: Count | None = None
-    """A mixture's part, the window a share of a resharded epoch was in: the windows dealt to
-    it not finished, this one included (a window may hold none of the part's documents)."""
-
-
-class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
-    """A best-fit window an old rank had begun (``WindowAt``), and that rank."""
-
-    rank: Count
-
-
-class Level(Record, frozen=True, omit_defaults=True):
-    """One earlier reshard of the epoch: its shares' world size and rule, and what each share
-    handed out before this reshard."""
-
-    world_size: Positive
-    rule: Rule | None
-    done: tuple[Count, ...]
-    """Documents each share handed out."""
-    cuts: tuple[Count, ...]
-    """Concat batches: each share's cut (as ``OldRank.cut``)."""
-    windows: tuple[WindowAt, ...] | None = None
-    """Best fit: the window each share was in."""
-    finished: tuple[Count, ...] = ()
-    """The shares that had handed all of theirs out (their ranks were in a later epoch)."""
-    led: tuple[Count, ...] = ()
-    """A mixture's part, concat batches: the shares whose first document led (``Reshard.led``)."""
-
-    def check(self) -> None:
-        for name in ("finished", "led"):
-            if any(s >= self.world_size for s in getattr(self, name)):
-                raise Disagree(name, f"names a share past {self.world_size - 1}")
-        held = [self.done, self.cuts] + ([] if self.windows is None else [self.windows])
-        if {len(shares) for shares in held} != {self.world_size}:
-            raise Disagree("done", f"cuts and windows must each hold {self.world_size} shares")
-
-
-class Reshard(Record, frozen=True, omit_defaults=True):
-    """The ``reshard`` section of a state in the rest of a resharded epoch (``reshard``
-    writes it): the old ranks at their states and this new rank's share of what they left.
-    O(old ranks) integers, never a list of documents."""
-
-    world_size: Positive
-    """The old world size."""
-    epoch: Count
-    even: Rule | None
-    """The old ranks' rule (None: not evened out)."""
-    ranks: tuple[OldRank, ...]
-    levels: tuple[Level, ...] = ()
-    share: tuple[Count, Positive] = (0, 1)
-    """``(rank, world size)`` of this share of the rest."""
-    rule: Rule | None = None
-    """The new ranks' rule."""
-    counted: bool = True
-    """Whether this share's losses were counted (the last share counts ``drop``'s)."""
-    exact: tuple[bool, ...] | None = None
-    """Old ranks whose position must agree exactly with their count (no skip)."""
-    window: Positive | None = None
-    """Best fit: documents a window holds."""
-    windows: tuple[Begun, ...] | None = None
-    """Best fit: the windows old ranks had begun, each to be packed again."""
-    next_window: Count | None = None
-    """Best fit: the number the new ranks' own windows start at."""
-    led: bool = False
-    """A mixture's part, concat batches: this share's first document, cut across the
-    checkpoint, led the rank's stream, so it went on from the last id that was a target."""
-    dealt: bool = False
-    """Best fit, a later epoch's section: its ``windows`` were handed out first, in the rest
-    of the first epoch (``Rest``); here their documents are only left out."""
-    later: tuple[Reshard, ...] = ()
-    """The sections of the epochs after ``epoch`` an old rank had begun (a mixture's small part),
-    one per epoch: their rests follow this one's, before the new world size's (``following``)."""
-
-    def check(self) -> None:
-        if len(self.ranks) != self.world_size:
-            raise Disagree("ranks", f"must hold the {self.world_size} old ranks")
-        if any(s.epoch != self.epoch + 1 + k or s.later for k, s in enumerate(self.later)):
-            raise Disagree("later", f"must hold the sections of epochs {self.epoch + 1} on")
-        if any((s.window is None) != (self.window is None) for s in self.later):
-            raise Disagree("later", "must be packed as this section is (window)")
-        if self.share[0] >= self.share[1]:
-            raise Disagree("share", f"{list(self.share)} is not (rank, world size)")
-        if self.exact is not None and len(self.exact) != len(self.ranks):
-            raise Disagree("exact", "must hold one flag per old rank")
-        if self.window is not None and None in (self.windows, self.next_window):
-            raise Disagree("windows", "and next_window are needed by a best-fit section")
-        fits = [self.windows, *(level.windows for level in self.levels)]
-        if self.window is None and any(w is not None for w in fits):
-            raise Disagree("window", "is needed by a section with best-fit windows")
-        if any(b.rank >= self.world_size for b in self.windows or ()):
-            raise Disagree("windows", f"name an old rank past {self.world_size - 1}")
-        held = [w.documents or 0 for f in fits for w in f or ()]
-        if self.window is not None and max(held, default=0) > self.window:
-            raise Disagree("windows", f"hold more documents than a window's {self.window}")
-
-    def following(self) -> Reshard | None:
-        """The section of the next epoch's rest (``later``'s first, as this share's), or None:
-        the next epoch is the new world size's own."""
-        if not self.later:
-            return None
-        return codec.replace(self.later[0], later=self.later[1:], share=self.share, rule=self.rule,
-                             counted=False, dealt=self.window is not None, led=False)  # fmt: skip
-
-    def base(self) -> Reshard:
-        """The section without this share: what every share of one reshard has in common."""
-        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False, led=False)
-
-
 class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format", tag=STATE_FORMAT):
     """A document stream's state (``DocumentIterator.state_dict()``): what it was opened with
     (``config``), where it is, its counts, and in a resharded epoch its ``reshard`` section."""
@@ -246,18 +102,24 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     next epoch made, ``Rest.next_section``)."""
 
     def check(self) -> None:
-        if any(p.epoch >= self.position.epoch for p in self.passed):
-            raise Disagree("passed", f"must be of epochs before {self.position.epoch}")
-        if self.reshard is not None:  # the share's position is checked against its pieces
+        at, config, section = self.position, self.config, self.reshard
+        if any(p.epoch >= at.epoch for p in self.passed):
+            raise Disagree("passed", f"must be of epochs before {at.epoch}")
+        if section is not None:  # the share's position is checked against its pieces
+            if section.share != (config.rank, config.world_size) or section.rule != config.even:
+                raise Disagree("reshard", "share and rule must be the config's rank, world_size "
+                               f"and even: {list(section.share)}, {section.rule!r}")  # fmt: skip
+            if at != Position(section.epoch):
+                raise Disagree("position", f"of a rest must be its epoch {section.epoch}'s start")
             return
-        at, handed, units = self.position, self.counters.epoch_documents, self.config.units
+        handed, units = self.counters.epoch_documents, config.units
         if at.in_block > handed:
             raise Disagree("position", f"in_block={at.in_block} is more than the counters."
                            f"epoch_documents={handed} handed out in the epoch")  # fmt: skip
         if handed > self.counters.documents:
             raise Disagree("counters", f"epoch_documents={handed} is more than documents="
                            f"{self.counters.documents}")  # fmt: skip
-        if self.config.even is None and (at.block, bool(at.in_block)) > (units, False):
+        if config.even is None and (at.block, bool(at.in_block)) > (units, False):
             raise Disagree("position", f"block={at.block}, in_block={at.in_block} lies past the "
                            f"end of the corpus's {units} units")  # fmt: skip
 
@@ -471,13 +333,42 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         packings = () if self.scheduled is None else self.scheduled.packings
         if packings and (self.packing != "bestfit" or packings[-1].rows != self.row):
             raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
+        steps = () if self.scheduled is None else self.scheduled.changes
+        if any(p.seq_len not in {self.seq_len, *(s.seq_len for s in steps)} for p in packings):
+            raise Disagree("schedule", "packings: each one's seq_len must be one of the schedule's")
         parts = docs.parts.values() if isinstance(docs, MixtureState) else [docs]
-        dealt = isinstance(docs, MixtureState) and isinstance(docs.replays, tuple)
+        replays = docs.replays if isinstance(docs, MixtureState) else msgspec.UNSET
+        dealt = isinstance(replays, tuple)
+        if any(r.documents > (self.window or 0) for r in replays or ()):
+            raise Disagree("documents.replays", f"hold more than a window of {self.window}")
         resharded = dealt or any(p.reshard or p.passed for p in parts)
         at = None if self.scheduled is None else self.scheduled.at
         if at is not None and at != self.batches and not resharded:  # (a reshard's: the old's)
             raise Disagree("schedule", f"at={at} is not batches={self.batches}: a state never "
                            "resharded is at its own batch of the schedule")  # fmt: skip
+
+    def check_windows(self) -> None:
+        """Check a corpus's best-fit window number against its documents, where the state of
+        batches of a corpus enters (``batches_start``; a mixture numbers its windows from its
+        start, and a reshard deals a part's view of its windows: neither is checked here). A
+        window holds 1 to ``window`` documents (fewer at an epoch's or a run's end); the state
+        of a window not begun (no row out) may be at the next epoch's start, or a window begun
+        at the epoch's end.
+
+        Raises:
+            StateError: naming ``window_number``.
+        """
+        docs, size = self.documents, self.window
+        if not isinstance(docs, DocumentState) or size is None or docs.reshard or docs.passed:
+            return
+        handed, epoch = docs.counters.epoch_documents, docs.position.epoch
+        n, row = self.window_number, self.row
+        step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
+        if not ((step == 0 and n <= handed <= n * size) or (step == -1 and not handed and not row)
+                or (step == 1 and not n)):  # fmt: skip
+            raise StateError(f"bad batches state: window_number: {n} (of epoch {epoch + step}) "
+                             f"does not agree with the {handed} documents its epoch handed out "
+                             f"before it (windows of {size})", field="window_number")  # fmt: skip
 
     @property
     def scheduled(self) -> Scheduled | None:

@@ -20,7 +20,8 @@ import msgspec
 
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
-from openwebtext.stream.schema import BatchesState, Packed, Scheduled, Step
+from openwebtext.stream.schema import BatchesState, Scheduled, Step
+from openwebtext.stream.sections import Packed
 
 __all__ = ["Cursor", "Schedule", "check_schedule", "check_sizes", "saved_schedule", "schedule_of"]
 

@@ -17,7 +17,8 @@ from typing import Any, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 import numpy as np
 
 from openwebtext.stream.mixschema import MixMark, MixRun
-from openwebtext.stream.schema import DocumentState, MixtureState, Packed
+from openwebtext.stream.schema import DocumentState, MixtureState
+from openwebtext.stream.sections import Packed
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [

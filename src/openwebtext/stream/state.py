@@ -26,7 +26,8 @@ from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
 from openwebtext.stream.counters import Counters, PackingCounts
-from openwebtext.stream.schema import DocumentState, Position, Reshard, StreamConfig
+from openwebtext.stream.schema import DocumentState, Position, StreamConfig
+from openwebtext.stream.sections import Reshard
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [

@@ -26,7 +26,7 @@ import numpy as np
 
 from openwebtext.codec import replace
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import OWTError, TruncatedMember
+from openwebtext.errors import OWTError, StateError, TruncatedMember
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import Share, Split, block_stop
@@ -215,7 +215,9 @@ class Stream:
         self.policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)
         self._expected: ExpectedCounts | None = None  # when counted: checked as read
         self._losses = EvenLosses(options)  # what evening out costs: counted, said once
-        self._resumed = state is not None and self._reshard is None
+        if state is not None and self._reshard is None:  # checked against its share once, here
+            check_resumed(corpus, options, state, self._counts_per_unit if options.needs_counts
+                          else None)  # fmt: skip
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
         self.failed = ""  # the error the documents ended with (they cannot go on)
@@ -290,13 +292,14 @@ class Stream:
         try:
             while last is None or self._epoch < last:
                 resharded = self._reshard is not None
+                whole = not (resharded or self._block or self._in_block)  # read from its start
                 if self._reshard is not None:
                     yield from self._rest_documents(pool, take)
                 else:
                     yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
-                if last is None and self._counters.epoch_documents == 0 and not resharded:
+                if last is None and self._counters.epoch_documents == 0 and whole:
                     raise nothing_read(self.corpus, opts, self._epoch, self._counters,
                                        self.policy.files, self.source)  # fmt: skip
                 self._epoch += 1
@@ -327,9 +330,6 @@ class Stream:
         share = shares.share(opts.rank, opts.world_size, opts.even_mode)
         target = share_target(share, opts)
         handed = self._counters.epoch_documents
-        if self._resumed:  # a saved position, checked once
-            check_resumed(share, target, (self._block, self._in_block), self._counters, opts)
-        self._resumed = False
         piece = Piece(opts.rank, share, self._block, self._in_block, handed, 0, target, False, 0)
         yield from self._piece_documents(pool, piece, target, take)
         if take is not None and self._yielded() >= take:
@@ -467,9 +467,12 @@ class Stream:
 
 
 def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:
-    """The first of ``documents`` (or of a run's) less its first ``trim`` ids (``stream.start``
-    says so while it is handed out)."""
+    """The first of ``documents`` (or a run's) less its first ``trim`` (``stream.start`` says)."""
     for document in documents:
+        length = int(document[2][0]) if stream._runs else len(document.tokens)
+        if trim > length:  # (an edited cut: the document's rest would be lost unsaid)
+            raise StateError(f"bad state: reshard: a cut of {trim} ids lies past the end of the "
+                             f"document it is in ({length} ids)", field="reshard")  # fmt: skip
         if stream._runs:  # a run (RunParts)
             ids, starts, lengths, _ = document
             starts[0], lengths[0] = starts[0] + trim, lengths[0] - trim

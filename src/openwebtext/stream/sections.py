@@ -1,0 +1,154 @@
+"""The ``reshard`` section of a saved state (format 2, ``schema.DocumentState.reshard``): the
+rest of a resharded epoch as the old ranks left it, in O(old ranks) integers, never a list of
+documents. ``reshard`` writes it; ``rest.Rest`` hands out a new rank's share of it.
+
+The old ranks at their states (``OldRank``), each earlier reshard of the same epoch (``Level``:
+its shares' world size, rule and what each handed out), and for best fit the windows old ranks
+had begun (``WindowAt``; ``Begun``, one with its rank), each packing of one (``Packed``).
+"""
+
+from __future__ import annotations
+
+from openwebtext import codec
+from openwebtext.codec import Count, Disagree, Positive, Record
+from openwebtext.plan import Rule
+
+__all__ = ["Begun", "Level", "OldRank", "Packed", "Reshard", "WindowAt"]
+
+
+class OldRank(Record, frozen=True, omit_defaults=True):
+    """An old rank of a resharded epoch, at its state: its position and what it handed out."""
+
+    block: Count
+    in_block: Count
+    handed: Count = 0
+    """Documents of the epoch it handed out (unless it finished the epoch)."""
+    finished: bool = False
+    """It had finished the epoch (its state was at the next one's start)."""
+    cut: Count = 0
+    """Concat batches: ids of its next document already targets, plus one (0: none)."""
+
+
+class Packed(Record, frozen=True):
+    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows."""
+
+    seq_len: Positive
+    rows: Positive
+
+
+class WindowAt(Record, frozen=True, omit_defaults=True):
+    """A best-fit window: its number, and the rows of it handed out."""
+
+    number: Count
+    rows: Count
+    packings: tuple[Packed, ...] = ()
+    """Under a schedule: its packings rows were handed out of (``Scheduled.packings``)."""
+    documents: Count | None = None
+    """A mixture's part: its documents in the window (None: the window's size, or fewer at the
+    end of the epoch)."""
+    replays: Count | None = None
+    """A mixture's part, the window a share of a resharded epoch was in: the windows dealt to
+    it not finished, this one included (a window may hold none of the part's documents)."""
+
+
+class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
+    """A best-fit window an old rank had begun (``WindowAt``), and that rank."""
+
+    rank: Count
+
+
+class Level(Record, frozen=True, omit_defaults=True):
+    """One earlier reshard of the epoch: its shares' world size and rule, and what each share
+    handed out before this reshard."""
+
+    world_size: Positive
+    rule: Rule | None
+    done: tuple[Count, ...]
+    """Documents each share handed out."""
+    cuts: tuple[Count, ...]
+    """Concat batches: each share's cut (as ``OldRank.cut``)."""
+    windows: tuple[WindowAt, ...] | None = None
+    """Best fit: the window each share was in."""
+    finished: tuple[Count, ...] = ()
+    """The shares that had handed all of theirs out (their ranks were in a later epoch)."""
+    led: tuple[Count, ...] = ()
+    """A mixture's part, concat batches: the shares whose first document led (``Reshard.led``)."""
+
+    def check(self) -> None:
+        for name in ("finished", "led"):
+            if any(s >= self.world_size for s in getattr(self, name)):
+                raise Disagree(name, f"names a share past {self.world_size - 1}")
+        held = [self.done, self.cuts] + ([] if self.windows is None else [self.windows])
+        if {len(shares) for shares in held} != {self.world_size}:
+            raise Disagree("done", f"cuts and windows must each hold {self.world_size} shares")
+
+
+class Reshard(Record, frozen=True, omit_defaults=True):
+    """The ``reshard`` section of a state in the rest of a resharded epoch (``reshard``
+    writes it): the old ranks at their states and this new rank's share of what they left.
+    O(old ranks) integers, never a list of documents."""
+
+    world_size: Positive
+    """The old world size."""
+    epoch: Count
+    even: Rule | None
+    """The old ranks' rule (None: not evened out)."""
+    ranks: tuple[OldRank, ...]
+    levels: tuple[Level, ...] = ()
+    share: tuple[Count, Positive] = (0, 1)
+    """``(rank, world size)`` of this share of the rest."""
+    rule: Rule | None = None
+    """The new ranks' rule."""
+    counted: bool = True
+    """Whether this share's losses were counted (the last share counts ``drop``'s)."""
+    exact: tuple[bool, ...] | None = None
+    """Old ranks whose position must agree exactly with their count (no skip)."""
+    window: Positive | None = None
+    """Best fit: documents a window holds."""
+    windows: tuple[Begun, ...] | None = None
+    """Best fit: the windows old ranks had begun, each to be packed again."""
+    next_window: Count | None = None
+    """Best fit: the number the new ranks' own windows start at."""
+    led: bool = False
+    """A mixture's part, concat batches: this share's first document, cut across the
+    checkpoint, led the rank's stream, so it went on from the last id that was a target."""
+    dealt: bool = False
+    """Best fit, a later epoch's section: its ``windows`` were handed out first, in the rest
+    of the first epoch (``Rest``); here their documents are only left out."""
+    later: tuple[Reshard, ...] = ()
+    """The sections of the epochs after ``epoch`` an old rank had begun (a mixture's small part),
+    one per epoch: their rests follow this one's, before the new world size's (``following``)."""
+
+    def check(self) -> None:
+        if len(self.ranks) != self.world_size:
+            raise Disagree("ranks", f"must hold the {self.world_size} old ranks")
+        if any(s.epoch != self.epoch + 1 + k or s.later for k, s in enumerate(self.later)):
+            raise Disagree("later", f"must hold the sections of epochs {self.epoch + 1} on")
+        if any((s.window is None) != (self.window is None) for s in self.later):
+            raise Disagree("later", "must be packed as this section is (window)")
+        if self.share[0] >= self.share[1]:
+            raise Disagree("share", f"{list(self.share)} is not (rank, world size)")
+        if self.exact is not None and len(self.exact) != len(self.ranks):
+            raise Disagree("exact", "must hold one flag per old rank")
+        if self.window is not None and None in (self.windows, self.next_window):
+            raise Disagree("windows", "and next_window are needed by a best-fit section")
+        fits = [self.windows, *(level.windows for level in self.levels)]
+        if self.window is None and any(w is not None for w in fits):
+            raise Disagree("window", "is needed by a section with best-fit windows")
+        if any(b.rank >= self.world_size for b in self.windows or ()):
+            raise Disagree("windows", f"name an old rank past {self.world_size - 1}")
+        held = [w.documents or 0 for f in fits for w in f or ()]
+        if self.window is not None and max(held, default=0) > self.window:
+            raise Disagree("windows", f"hold more documents than a window's {self.window}")
+
+    def following(self) -> Reshard | None:
+        """The section of the next epoch's rest (``later``'s first, as this share's), or None:
+        the next epoch is the new world size's own."""
+        if not self.later:
+            return None
+        return codec.replace(self.later[0], later=self.later[1:], share=self.share, rule=self.rule,
+                             counted=False, dealt=self.window is not None, led=False)  # fmt: skip
+
+    def base(self) -> Reshard:
+        """The section without this share: what every share of one reshard has in common."""
+        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False, led=False)

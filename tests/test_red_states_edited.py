@@ -1,0 +1,148 @@
+"""Red team of hand-edited states whose every field has the right type (session 17): one test
+per defect class found (each fails on b54869a, its docstring says what was wrong). The
+fields that only disagree with each other are cases of
+``test_stream_schema.py::test_fields_that_disagree_name_their_record``; these need the run's
+other ranks, the corpus's counts or its documents."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, Mixture, StateError, reshard
+from tables_support import sample_texts, write_jsonl
+
+
+@pytest.fixture
+def js(tmp_path: Path) -> str:
+    """30 JSON lines, not counted (a fresh folder each test: no counts file beside it)."""
+    write_jsonl(tmp_path / "js" / "a.jsonl", sample_texts(30, seed=2))
+    return str(tmp_path / "js")
+
+
+def _opts(rank: int = 0, world: int = 1, **extra: Any) -> dict[str, Any]:
+    return {"workers": 0, "seed": 3, "rank": rank, "world_size": world, "even": None,
+            "epochs": None, **extra}  # fmt: skip
+
+
+def _state(corpus: str | Mixture, n: int, **opts: Any) -> dict[str, Any]:
+    with Loader(corpus, **opts).iter() as it:
+        for _ in range(n):
+            next(it)
+        return json.loads(json.dumps(it.state_dict()))
+
+
+def test_old_ranks_epochs_no_run_made_are_refused_at_once(js: str) -> None:
+    """An old rank's ``position.epoch`` edited far ahead of the others' (10**9): ``reshard``
+    built a section per epoch between them and never returned (2 s at 10**5). A rank can be
+    ahead only by the epochs it handed documents out in (an endless stream hands one out each
+    epoch, or says the epoch yielded none)."""
+    states = [_state(js, 20, **_opts(0, 2)), _state(js, 40, **_opts(1, 2))]
+    assert [s["position"]["epoch"] for s in states] == [1, 2]
+    assert len(reshard(states, 3)) == 3  # genuine: a rank an epoch ahead of the other
+    states[0]["position"]["epoch"] = 10**9
+    began = time.monotonic()
+    with pytest.raises(StateError, match=r"old rank 0 is at epoch 1000000000, 999999998 past") as e:
+        reshard(states, 3)
+    assert e.value.field == "position.epoch"
+    assert time.monotonic() - began < 5
+
+
+def test_a_concat_cut_past_its_document_s_end_is_refused(js: str) -> None:
+    """An old rank's concat ``offset`` edited to 10**9: resumed as it is, refused; resharded,
+    the new rank whose share began with the cut document skipped the rest of it and went on
+    with the next one's ids, without a word."""
+    opts = _opts(tokenizer="bytes")
+    states = []
+    for rank, n in enumerate((5, 9)):
+        with Loader(js, **{**opts, "rank": rank, "world_size": 2}).batches(64, 2) as batches:
+            for _ in range(n):
+                next(batches)
+            states.append(json.loads(json.dumps(batches.state_dict())))
+    assert states[0]["offset"] > 0  # the next batch begins inside a document
+    states[0]["offset"] = 10**9
+    refused = []
+    for rank, state in enumerate(reshard(states, 3)):
+        with Loader(js, **{**opts, "rank": rank, "world_size": 3}).batches(64, 2, state=state) as b:
+            try:
+                for _ in range(3):
+                    next(b)
+            except StateError as exc:
+                refused.append((rank, exc.field, str(exc)))
+    assert len(refused) == 1, refused
+    assert refused[0][1] == "reshard"
+    assert "a cut of 1000000000 ids lies past the end of the document it is in" in refused[0][2]
+
+
+def test_one_share_s_position_is_checked_against_the_corpus_s_counts(js: str) -> None:
+    """At world size 1 the stream reads no counts, so nothing checked a position against its
+    counters: ``in_block`` edited one back handed a document out twice. Once the corpus is
+    counted (here by a run on two ranks), the one share is checked as every share is."""
+    Loader(js, **_opts(0, 2, even="drop")).iter().close()  # counts it (beside the corpus)
+    state = _state(js, 10, **_opts())
+    state["position"]["in_block"] -= 1
+    said = r"in_block=9 does not agree with counters\.epoch_documents=10: 10 documents into"
+    with pytest.raises(StateError, match=said):
+        Loader(js, **_opts()).iter(state=state)  # (where it enters: no next() needed)
+
+
+def test_every_part_and_every_later_epoch_is_checked_where_the_state_enters(js: str) -> None:
+    """A mixture's part was checked when it was first read (the 11th document of a run on
+    random turns), a later epoch's rest when that epoch began (after 22 documents): a job
+    resumed from an edited state failed hours in. Both are checked where the state enters."""
+    other = Path(js).parent / "other"
+    write_jsonl(other / "a.jsonl", sample_texts(20, seed=5))
+    mixture = Mixture({"a": js, "b": str(other)}, {"a": 0.5, "b": 0.5}, sampling="random")
+    state = _state(mixture, 20, **_opts(1, 2, even="drop"))
+    assert state["parts"]["b"]["position"]["in_block"] > 0
+    state["parts"]["b"]["position"]["in_block"] -= 1
+    with pytest.raises(StateError, match=r"does not agree with counters\.epoch_documents"):
+        Loader(mixture, **_opts(1, 2, even="drop")).iter(state=state)
+    states = [_state(js, n, **_opts(r, 3, even="drop")) for r, n in enumerate((3, 12, 25))]
+    section = reshard(states, 2)[0]
+    later = section["reshard"]["later"][1]["ranks"][2]
+    assert later == {"block": 0, "in_block": 5, "handed": 5}  # old rank 2 in its epoch 2
+    later["in_block"] -= 1
+    with pytest.raises(StateError, match=r"does not agree .* old rank 2's share of epoch 2"):
+        Loader(js, **_opts(0, 2, even="drop")).iter(state=section)
+
+
+def test_a_state_at_an_epoch_s_end_goes_on_into_the_next_epoch(js: str) -> None:
+    """A state at its epoch's end whose ``epoch_documents`` says 0 (edited: the corpus not
+    counted, nothing can tell): the stream raised ``CorpusError`` "epoch 0 yielded no
+    document", blaming a healthy corpus for an epoch it had not read. It judges only an epoch
+    it read from its start, and goes on with the next one, as the position says."""
+    state = _state(js, 30, **_opts())
+    assert state["position"] == {"epoch": 0, "block": 1, "in_block": 0}
+    with Loader(js, **_opts()).iter(state=state) as it:
+        genuine = [next(it).name for _ in range(5)]
+    state["counters"]["epoch_documents"] = 0
+    with Loader(js, **_opts()).iter(state=state) as it:
+        assert [next(it).name for _ in range(5)] == genuine
+
+
+@pytest.mark.parametrize(("field", "value"), [("window_number", 10**6), ("window_number", 2),
+                                              ("window_epoch", 3)])  # fmt: skip
+def test_a_best_fit_window_its_documents_cannot_hold_is_refused(
+    js: str, field: str, value: int
+) -> None:
+    """A corpus's best-fit ``window_number`` (or its epoch) edited: the window was packed again
+    in another seeded order and its first rows skipped (rows doubled and others lost). The
+    windows before the one the state is in hold 1 to ``window`` documents each: a number those
+    handed out cannot make is refused where the state enters."""
+    opts = _opts(tokenizer="bytes")
+    with Loader(js, **opts).batches(256, 2, packing="bestfit", window=4) as batches:
+        for _ in range(24):
+            next(batches)
+        state = json.loads(json.dumps(batches.state_dict()))
+    handed = state["documents"]["counters"]["epoch_documents"]
+    assert (state["window_number"], state["row"], handed, state["window_epoch"]) == (3, 4, 12, 1)
+    state[field] = value
+    with pytest.raises(StateError, match=r"^bad batches state: window_number: .* does not agree "
+                       rf"with the {handed} documents its epoch handed out") as caught:  # fmt: skip
+        Loader(js, **opts).batches(256, 2, packing="bestfit", window=4, state=state)
+    assert caught.value.field == "window_number"
