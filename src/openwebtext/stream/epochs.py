@@ -218,15 +218,17 @@ def check_resumed(
     )  # fmt: skip
 
 
-def check_old_ranks(section: Reshard, counts: Sequence[int], options: Options) -> None:
-    """Check the position of each old rank of a resharded epoch's ``section``, and of every
-    ``later`` epoch's, against its share of that epoch (as a stream resumed on it is), so that
-    a state is refused where it enters, not when a later epoch's rest begins.
+def check_old_ranks(
+    section: Reshard, counts: Sequence[int], options: Options, *, later: bool = True
+) -> None:
+    """Check the position of each old rank of a resharded epoch's ``section``, and (``later``)
+    of every later epoch's, against its share of that epoch (as a stream resumed on it is), so
+    that a state is refused where it enters, not when a later epoch's rest begins.
 
     Raises:
         StateError: naming the old rank and the epoch whose position disagrees.
     """
-    for s in (section, *section.later):
+    for s in (section, *(section.later if later else ())):
         shares = epoch_shares(len(counts), counts, options, s.epoch)
         exact = s.exact or (False,) * s.world_size  # old ranks without skips
         for r, old in enumerate(s.ranks):

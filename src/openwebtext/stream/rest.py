@@ -104,6 +104,8 @@ class Rest:
             id not yet a target, never from the last one that was (unless the mixture hands it
             out first: ``Stream.lead_cut`` sets it, and ``Reshard.led`` says it).
         part: The mixture's part this is a rest of (named in errors).
+        entry: The section comes from a state (its ``later`` epochs are checked here too);
+            False for one made from another (checked when that one entered).
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class Rest:
         *,
         leads: bool = True,
         part: str | None = None,
+        entry: bool = True,
     ):
         self.section = section
         self.leads = leads or section.led
@@ -140,7 +143,7 @@ class Rest:
         """Best fit of a mixture's part: the old ranks whose window crosses the epoch's end,
         and its documents in the next epoch (the first of their share of it)."""
         at = 0
-        check_old_ranks(section, counts, options)
+        check_old_ranks(section, counts, options, later=entry)
         size = section.window or 0
         for r, old in enumerate(section.ranks):
             whole = self.shares[r].documents
@@ -246,7 +249,7 @@ class Rest:
             # (``dealt``: dealt here, not again by that rest, which would deal every later one)
             section = replace(section, share=(0, 1), rule=None, dealt=True, windows=(
                 *(section.windows or ()), *rest.crossed(coming)))  # fmt: skip
-            rest = Rest(section, self.counts, self.options, part=self.part)
+            rest = Rest(section, self.counts, self.options, part=self.part, entry=False)
             going = coming
         owned.sort(key=lambda item: item[0])
         return [dealt for _, dealt in owned]
@@ -287,7 +290,7 @@ class Rest:
         if section is None:
             return None
         leads = self.leads and not self.length
-        return Rest(section, self.counts, self.options, leads=leads, part=self.part)
+        return Rest(section, self.counts, self.options, leads=leads, part=self.part, entry=False)
 
     def next_section(self) -> Reshard | None:
         """The section of the next epoch (``Reshard.following``), with the cuts of ranks that
