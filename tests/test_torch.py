@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 
-from openwebtext import Loader  # noqa: E402
+from openwebtext import Loader, StateError  # noqa: E402
 from openwebtext.torch import OpenWebTextDataset, PackedBatchDataset  # noqa: E402
 from support import names  # noqa: E402
 
@@ -201,6 +201,31 @@ def test_packed_batch_dataset_refuses_what_it_cannot_do(indexed: Path) -> None:
         PackedBatchDataset(indexed, 0, ROWS, tokenizer="bytes")
     with pytest.raises(ValueError, match="batch_size"):
         PackedBatchDataset(indexed, SEQ, True, tokenizer="bytes")
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_damaged_state_is_refused_where_it_is_loaded(indexed: Path, packed: bool) -> None:
+    """``load_state_dict`` kept any dict: a damaged state failed only when the next pass
+    started (in a DataLoader worker, far from the checkpoint that was loaded). It is decoded
+    and checked where it is loaded, its first bad field named; one that is a state goes on."""
+    dataset: Any = (PackedBatchDataset(indexed, SEQ, ROWS, tokenizer="bytes", workers=0)
+                    if packed else OpenWebTextDataset(indexed, workers=0))  # fmt: skip
+    items = iter(dataset)
+    next(items)
+    state = json.loads(json.dumps(dataset.state_dict()))
+    good = next(items)
+    inner = state["documents"] if packed else state
+    damaged = json.loads(json.dumps(state))
+    (damaged["documents"] if packed else damaged)["position"]["in_block"] = -1
+    field = "documents.position.in_block" if packed else "position.in_block"
+    with pytest.raises(StateError, match=rf"^bad (batches )?state: {field}: Expected `int` >= 0"):
+        dataset.load_state_dict(damaged)
+    with pytest.raises(StateError, match=r"^bad state: format: not 'openwebtext-state/2'"):
+        dataset.load_state_dict({"format": "something else"})
+    assert inner["position"]["in_block"] >= 0
+    dataset.load_state_dict(state)
+    again = next(iter(dataset))
+    assert (again == good).all() if packed else again == good
 
 
 @pytest.mark.parametrize("dataset_class", ["documents", "packed"])

@@ -29,11 +29,13 @@ from openwebtext.loader import (
 from openwebtext.options import EvenRule, Options, int_at_least, options_with
 from openwebtext.stream import (
     WINDOW,
+    DocumentState,
     Packing,
     Schedule,
     batch_ids,
     batches_start,
     ensure_counts,
+    kind_of,
     reshard,
     schedule_of,
 )
@@ -174,7 +176,15 @@ class _ShardedDataset(IterableDataset[T]):
         return dict(self._state) if self._state is not None else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Start the next iteration where ``state`` was taken (the running one, if any, stops)."""
+        """Start the next iteration where ``state`` was taken (the running one, if any, stops).
+
+        Raises:
+            StateError: ``state`` is not a state (the first bad field named), here where it is
+                loaded; whether it is this dataset's (corpus, options, this worker's share) is
+                checked where the next pass starts, as ``Loader.iter(state=…)`` checks it.
+        """
+        if state:
+            (kind_of(state) or DocumentState).from_json(state)
         self._stop()
         self._state = state or None
 
