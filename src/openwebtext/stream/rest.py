@@ -31,8 +31,8 @@ from typing import NamedTuple
 from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
-from openwebtext.plan import EpochShares, Rule, Share, advance, plan
-from openwebtext.stream.epochs import check_old_ranks
+from openwebtext.plan import Rule, Share, advance
+from openwebtext.stream.epochs import block_size, check_old_ranks, epoch_shares
 from openwebtext.stream.sections import Begun, Level, OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.spans import Span, count, cut_share, drop_front, slice_spans
@@ -124,11 +124,10 @@ class Rest:
         self.epoch = section.epoch
         world = section.world_size
         rule: Rule | None = section.even
-        full = plan(len(counts), shuffle=options.shuffle, seed=options.seed, epoch=self.epoch)
-        epoch = EpochShares(full, counts)
+        epoch = epoch_shares(len(counts), counts, options, self.epoch)
         self.shares = [epoch.share(r, world, rule) for r in range(world)]
         self.targets = [None if rule is None else s.documents for s in self.shares]
-        self.size = max(1, options.shuffle_buffer if options.shuffle else 0)
+        self.size = block_size(options)
         # The rest sequence: each old rank's remaining documents, in rank order.
         self.starts: list[int] = []
         spans: list[Span] = []
