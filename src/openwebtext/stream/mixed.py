@@ -147,7 +147,7 @@ class MixedStream:
         self.interleave = Interleave(weights, None if saved is None else saved.served)
         self.handed = 0 if saved is None else saved.handed
         self.changes: list[Change] = [] if saved is None else list(saved.changes)
-        self.applied = 0 if saved is None else saved.applied  # changes in the weights now
+        self.applied = 0  # changes in the weights now (a state holds only those not in them)
         # A saved batches state's part of the document its next batch begins in: kept in
         # this stream's marks until it hands out a document (a state taken before then).
         self._next = None if saved is None else saved.next
@@ -361,7 +361,6 @@ class MixedStream:
             m.weights,
             m.served,
             tuple(self.changes[m.applied :]),  # the ones before are in weights and served
-            0,
             m.next,
             m.replays or UNSET,
         )

@@ -293,7 +293,7 @@ def reshard(
             for name in names
         }
         state = MixtureState(first.config, each, first.handed, first.weights,
-                             (0,) * len(names), first.changes, first.applied)  # fmt: skip
+                             (0,) * len(names), first.changes)  # fmt: skip
         if batches is None:
             out.append(state.to_json())
             continue
@@ -329,7 +329,7 @@ def _reshard_best_fit(
         packings = () if b.scheduled is None else b.scheduled.packings
         replays.append(Replay(rank, m.handed, m.weights, m.served, b.window_parts,
                               sum(b.window_parts), b.window_number, b.row,
-                              m.changes[m.applied :], packings))  # fmt: skip
+                              m.changes, packings))  # fmt: skip
     new_parts = {}
     unfinished = [len(m.replays or ()) for m in parsed]
     for i, name in enumerate(names):
@@ -348,8 +348,7 @@ def _reshard_best_fit(
         each = {name: DocumentState.from_json(new_parts[name][rank]["documents"]) for name in names}
         dealt = tuple(replays[rank::world])
         state = MixtureState(first.config, each, first.handed, first.weights,
-                             (0,) * len(names), first.changes, first.applied,
-                             replays=dealt or UNSET)  # fmt: skip
+                             (0,) * len(names), first.changes, replays=dealt or UNSET)  # fmt: skip
         like = BatchesState.from_json(new_parts[names[0]][rank])  # (its window number: past all)
         out.append(replace(like, documents=state, window_epoch=batches[0].window_epoch).to_json())
     return out

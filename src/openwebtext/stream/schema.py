@@ -209,9 +209,6 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     changes: tuple[Change, ...] = ()
     """The ``set_weights`` not yet applied (the applied are in ``weights`` and ``served``), in
     order, each applied when the rank reaches its ``at``."""
-    applied: Count = 0
-    """How many of ``changes`` the ``weights`` and ``served`` include (0 in what this version
-    writes: the applied changes are left out)."""
     next: Count | None = None
     """The part (index) of the next document, where it was chosen before the state was taken
     (concat batches: the next batch starts inside it; a reshard gives its shares the cut)."""
@@ -233,8 +230,6 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
             raise Disagree("next", f"is {self.next}, not a part's index (< {n})")
         if set(self.parts) != set(names):  # JSON's objects are unordered
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
-        if self.applied > len(self.changes):
-            raise Disagree("applied", f"is more than the {len(self.changes)} changes")
         states = [self.parts[name].counters for name in names]
         if self.replays or any(p.reshard or p.passed for p in self.parts.values()):
             return  # (a reshard's turns start from old rank 0's, each part's counts from 0)
