@@ -154,6 +154,13 @@ class StateError(OWTError):
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self), self.field, self.resume_with))
 
+    def within(self, path: str, says: str = "") -> StateError:
+        """This error as one of the record at ``path`` inside the record entered (a batches
+        state's ``documents``, a mixture's ``parts.web``): its field under ``path`` (or
+        ``path`` itself, for an error of that record as a whole), its message after ``says``."""
+        field = path if self.field is None else f"{path}.{self.field}"
+        return StateError(f"{says}{self}", field, self.resume_with)
+
     def reason(self) -> str:
         """The message without its hint of the options to pass (``resume_with``), for a
         caller that says how to resume in its own terms."""

@@ -234,9 +234,9 @@ class Loader:
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
         corpus, saved = self.corpus, None if start is None else start.documents
         if isinstance(corpus, Mixture) and isinstance(saved, DocumentState):
-            raise StateError("a state of batches of a corpus, not of this mixture's")
+            raise StateError("a state of batches of a corpus, not of this mixture's", "documents")
         if isinstance(corpus, Corpus) and isinstance(saved, MixtureState):
-            raise StateError("a state of batches of a mixture, not of this corpus's")
+            raise StateError("a state of batches of a mixture, not of this corpus's", "documents")
 
         def packer(start: BatchesState | None, take: int | None) -> BatchIterator[Any]:
             """The packer going on from ``start``, that reads ``take`` documents."""
@@ -245,12 +245,15 @@ class Loader:
             options = options_with(self.options, {"take": None if bestfit else take})
             saved = None if start is None else start.documents
             documents: DocumentIterator | MixtureIterator
-            if isinstance(corpus, Mixture):
-                assert not isinstance(saved, DocumentState)  # (refused above)
-                documents = MixtureIterator(corpus, options, state=saved)
-            else:
-                assert not isinstance(saved, MixtureState)
-                documents = DocumentIterator(corpus, options, state=saved)
+            try:  # (the documents' state is the batches state's ``documents``)
+                if isinstance(corpus, Mixture):
+                    assert not isinstance(saved, DocumentState)  # (refused above)
+                    documents = MixtureIterator(corpus, options, state=saved)
+                else:
+                    assert not isinstance(saved, MixtureState)
+                    documents = DocumentIterator(corpus, options, state=saved)
+            except StateError as exc:
+                raise exc.within("documents") from None
             assert documents.tokenizer is not None
             if bestfit:
                 return BestFitBatches(

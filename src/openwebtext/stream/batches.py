@@ -414,6 +414,7 @@ def batches_start(
         saved_window = parsed.window if parsed.packing == "bestfit" else window
         raise StateError(
             f"the state was saved for packing={parsed.packing!r}, window={saved_window}; now "
-            f"packing={packing!r}, window={window}"
+            f"packing={packing!r}, window={window}",
+            "packing" if parsed.packing != packing else "window",
         )
     return parsed

@@ -228,7 +228,8 @@ def check_old_ranks(
     Raises:
         StateError: naming the old rank and the epoch whose position disagrees.
     """
-    for s in (section, *(section.later if later else ())):
+    paths = ["reshard", *(f"reshard.later[{k}]" for k in range(len(section.later)))]
+    for s, path in zip((section, *(section.later if later else ())), paths, strict=False):
         shares = epoch_shares(len(counts), counts, options, s.epoch)
         exact = s.exact or (False,) * s.world_size  # old ranks without skips
         for r, old in enumerate(s.ranks):
@@ -239,6 +240,7 @@ def check_old_ranks(
                 check_position(
                     share.counts, block_size(options), target, (old.block, old.in_block,
                     old.handed), exact=exact[r], whose=f"old rank {r}'s share of epoch {s.epoch}",
+                    fields=(f"{path}.ranks[{r}].handed", f"{path}.ranks[{r}]"),
                 )  # fmt: skip
 
 
@@ -263,7 +265,7 @@ def check_in_run(
     fix = f"--epochs {n}" if cli else f"epochs={n} (owt stream: --epochs {n}), or epochs=None"
     raise StateError(
         f"{whose}: nothing left to read: the state is at epoch {epoch}, and this run reads "
-        f"epochs {options.epoch}..{last - 1}; give {fix} to read epoch {epoch}"
+        f"epochs {options.epoch}..{last - 1}; give {fix} to read epoch {epoch}", "position.epoch"
     )
 
 
@@ -337,6 +339,7 @@ def check_position(
     *,
     exact: bool,
     whose: str,
+    fields: tuple[str, str] = ("counters.epoch_documents", "position"),
 ) -> None:
     """Check a position ``(block, in_block, epoch documents)`` against the share it is in
     (``counts``: its documents per plan position; ``size``: documents a block holds at least;
@@ -347,20 +350,22 @@ def check_position(
     of the share end (as ``plan.advance`` finds it); else only its bounds are checked.
 
     Raises:
-        StateError: naming the field that disagrees and ``whose`` share it is.
+        StateError: naming the field that disagrees (``fields``: the paths of the count of
+            documents handed out and of the position) and ``whose`` share it is.
     """
     block, in_block, handed = position
+    handed_at, at = fields
     n, total = len(counts), sum(counts)
     limit = total if target is None else target
     if handed > limit:
         raise StateError(
             f"bad state: counters.epoch_documents={handed} is past the {limit} documents "
-            f"{whose} hands out in the epoch"
+            f"{whose} hands out in the epoch", handed_at
         )
     if target is None and (block > n or (block == n and in_block > 0)):
         raise StateError(
             f"bad state: position block={block}, in_block={in_block} lies past the end of "
-            f"the {n} members of {whose}"
+            f"the {n} members of {whose}", f"{at}.block"
         )
     if n == 0:
         return
@@ -371,7 +376,7 @@ def check_position(
     if in_block > docs:
         raise StateError(
             f"bad state: position.in_block={in_block} lies past the end of the block at "
-            f"position.block={block} ({docs} documents) of {whose}"
+            f"position.block={block} ({docs} documents) of {whose}", f"{at}.in_block"
         )
     if exact:
         from_start = advance(counts, size, (0, 0, 0), handed, target)
@@ -379,5 +384,5 @@ def check_position(
             raise StateError(
                 f"bad state: position block={block}, in_block={in_block} does not agree with "
                 f"counters.epoch_documents={handed}: {handed} documents into {whose} are "
-                f"block={from_start[0]}, in_block={from_start[1]}"
+                f"block={from_start[0]}, in_block={from_start[1]}", at
             )

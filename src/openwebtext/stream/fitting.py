@@ -265,7 +265,7 @@ def fit(
         raise StateError(
             f"bad batches state: row {skip} of a window of {rows} rows: the window read again "
             "is not the state's (a state of a run that read on past where this one ends, "
-            "resumed with fewer epochs: give the epochs it was taken with, or more)"
+            "resumed with fewer epochs: give the epochs it was taken with, or more)", "row"
         )
     if rows == skip:
         return None

@@ -131,13 +131,17 @@ class MixedStream:
             for n in mixture.names
         ]
         self._pool: LanePool = open_lanes(lanes, pool_options(options, tokenizer))
-        self.parts = [
-            _Part(name, Stream(
-                corpora[name], opened[name], tokenizer, state=states[name],
-                pool=self._pool.lane(number), source=name,
-            ), options.epochs is not None)
-            for number, name in enumerate(mixture.names)
-        ]  # fmt: skip
+        self.parts: list[_Part] = []
+        for number, name in enumerate(mixture.names):
+            try:
+                stream = Stream(corpora[name], opened[name], tokenizer, state=states[name],
+                                pool=self._pool.lane(number), source=name)  # fmt: skip
+            except BaseException as exc:
+                self._pool.close()
+                if isinstance(exc, StateError):  # (the part's state, checked where it enters)
+                    raise exc.within(f"parts.{name}", f"part {name!r}: ") from None
+                raise
+            self.parts.append(_Part(name, stream, options.epochs is not None))
         if options.max_errors is not None:  # one bound over every part's skips
             for part in self.parts:
                 part.stream.policy.others = _skips_of(
@@ -438,8 +442,10 @@ def _mix64(x: int) -> int:
 def _check(state: MixtureState, config: MixtureConfig) -> MixtureState:
     if state.config != config:
         saved, now = msgspec.structs.asdict(state.config), msgspec.structs.asdict(config)
-        differ = [f"{k}: saved {saved[k]!r}, now {now[k]!r}" for k in now if saved[k] != now[k]]
-        raise StateError("the state was saved for another mixture; " + "; ".join(differ))
+        keys = [k for k in now if saved[k] != now[k]]
+        differ = [f"{k}: saved {saved[k]!r}, now {now[k]!r}" for k in keys]
+        raise StateError("the state was saved for another mixture; " + "; ".join(differ),
+                         f"config.{keys[0]}")  # fmt: skip
     return state
 
 
@@ -447,5 +453,4 @@ def _part_state(name: str, state: DocumentState, config: Any) -> DocumentState:
     try:
         return check_state(state, config)
     except StateError as exc:
-        field = f"parts.{name}" + ("" if exc.field is None else f".{exc.field}")
-        raise StateError(f"part {name!r}: {exc}", field) from None
+        raise exc.within(f"parts.{name}", f"part {name!r}: ") from None

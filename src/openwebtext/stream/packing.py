@@ -328,7 +328,7 @@ class BestFitBatches(Packer):
         """The rows of ``fitted`` from ``row`` on packed again at ``seq_len``, from row
         ``skip`` on; ``again``: the times the window was packed again, this one included."""
         if fitted is None:
-            raise StateError("bad batches state: a window packed again has no row left")
+            raise StateError("bad batches state: a window packed again has no row left", "row")
         cap = seq_len + 1
         pad = padding_row(cap, self.pad_id, fitted.sources[0], self.dtype)
         return fitted.again(row, cap, skip, self._seeded(epoch, number, again), pad)

@@ -168,6 +168,7 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
             "the state was saved for another stream; "
             + "; ".join(f"{key}: saved {saved[key]!r}, now {now[key]!r}" for key in differ)
             + (f" (to resume it, pass {', '.join(hints)})" if hints else ""),
+            f"config.{differ[0]}",
             resume_with=tuple(key for key in differ if key in SHAPING),
         )
     return parsed
@@ -182,7 +183,7 @@ def check_in_block(in_block: int, n: int) -> None:
     if in_block > n:
         raise StateError(
             f"bad state: position in_block={in_block} lies past the end of its block "
-            f"of {n} documents"
+            f"of {n} documents", "position.in_block"
         )
 
 

@@ -1,0 +1,124 @@
+"""A state refused where it enters (``Loader.iter(state=…)``, ``Loader.batches(state=…)``) is
+one ``StateError`` whose ``field`` is a path of the state given: not only when its decoding
+fails, but when it disagrees with the stream (another config, schedule or packing), with the
+corpus (a position its counters do not reach, an old rank's share), or with the rows it packs
+again. Before, those said their field in the message only (``field`` None), and a nested
+state's error named a path of the record inside it (``position``, not ``documents.position``
+nor ``documents.parts.web.position``).
+
+Every golden state of ``tests/data/states-2.json``, each of its fields left out, and each of
+its integers edited within their type (+1, −1, ×2, 0, 10**6) or a bool flipped, is fed to the
+entry it was taken from, which reads a document or a batch from it."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, Mixture, StateError
+from records import DELETE, changed, get, paths
+from tables_support import sample_texts, write_jsonl
+
+GOLDEN = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
+
+#: The loader options each golden state was taken with (``test_stream_schema.written_now``).
+DOCUMENTS: dict[str, dict[str, Any]] = {
+    "documents": {},
+    "documents_rank": {"rank": 1, "world_size": 3},
+    "documents_pad": {"rank": 0, "world_size": 2, "even": "pad"},
+    "resharded": {"rank": 1, "world_size": 2},
+    "resharded_epochs": {"rank": 1, "world_size": 3, "epochs": None},
+    "passed_rests": {"rank": 1, "world_size": 3, "epochs": None},
+}
+#: The batches' packing, loader options and whether under the schedule.
+BATCHES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "batches_concat": ("concat", {"rank": 1, "world_size": 2}, False),
+    "batches_bestfit": ("bestfit", {"rank": 0, "world_size": 2}, False),
+    "resharded_bestfit": ("bestfit", {"rank": 2, "world_size": 3}, False),
+    "resharded_twice": ("concat", {"rank": 0, "world_size": 2}, False),
+    "batches_scheduled": ("bestfit", {}, True),
+    "batches_mixture": ("concat", {}, False),
+    "batches_mixture_bestfit": ("bestfit", {"rank": 1, "world_size": 2}, False),
+    "resharded_mixture_bestfit": ("bestfit", {}, False),
+}
+_STEP = re.compile(r"\.?([^.\[\]]+)|\[(\d+)\]")
+
+
+def names_a_field_of(state: dict[str, Any], field: str) -> bool:
+    """``field`` is a dotted path of ``state``: every step there, but a last one a record
+    leaves out at its default."""
+    node: Any = state
+    steps = _STEP.findall(field)
+    for k, (name, index) in enumerate(steps):
+        try:
+            node = node[int(index) if index else name]
+        except (KeyError, IndexError, TypeError):
+            return k == len(steps) - 1 and isinstance(node, dict)
+    return bool(steps)
+
+
+def edits(state: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:
+    """``(what, keys, value)``: each field left out, each int edited within its type, each
+    bool flipped."""
+    out: list[tuple[str, tuple[Any, ...], Any]] = []
+    for path, keys in paths(state):
+        value = get(state, keys)
+        if isinstance(keys[-1], str) and keys[-1] != "format":
+            out.append((f"{path} left out", keys, DELETE))
+        if isinstance(value, bool):
+            out.append((f"{path}={not value}", keys, not value))
+        elif isinstance(value, int):
+            wrong = {value + 1, value - 1, value * 2, 0, 10**6} - {value}
+            out += [(f"{path}={w}", keys, w) for w in sorted(wrong) if w >= 0]
+    return out
+
+
+def entry(kind: str, corpus: Path, js: Path) -> Callable[[dict[str, Any]], None]:
+    """Resume the stream ``kind``'s golden state was taken from, and read one item of it."""
+    if kind in DOCUMENTS:
+
+        def documents(state: dict[str, Any]) -> None:
+            loader = Loader(corpus, workers=0, seed=3, shuffle_buffer=30, **DOCUMENTS[kind])
+            with loader.iter(state=state) as it:
+                next(it, None)
+
+        return documents
+    packing, options, scheduled = BATCHES[kind]
+    source: Path | Mixture = corpus
+    if "mixture" in kind:
+        write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
+        source = Mixture({"web": str(corpus), "js": str(js)}, {"web": 2, "js": 1}, by="tokens",
+                         schedule=[(6, {"web": 0.25, "js": 0.75})])  # fmt: skip
+    shape: dict[str, Any] = {"packing": packing} | ({"window": 8} if packing == "bestfit" else {})
+    fixed = {"seq_len": 32, "batch_size": 2}
+    shape |= {"schedule": [(0, 32, 2), (2, 16, 3)]} if scheduled else fixed
+
+    def batches(state: dict[str, Any]) -> None:
+        loader = Loader(source, workers=0, seed=3, shuffle_buffer=30, tokenizer="bytes", **options)
+        with loader.batches(state=state, **shape) as b:
+            next(b, None)
+
+    return batches
+
+
+@pytest.mark.parametrize("kind", sorted([*DOCUMENTS, *BATCHES]))
+def test_a_state_refused_where_it_enters_names_a_field_of_it(
+    indexed: Path, tmp_path: Path, kind: str
+) -> None:
+    state, resume = GOLDEN[kind], entry(kind, indexed, tmp_path)
+    resume(state)  # (the golden state itself resumes)
+    unnamed, refused = [], 0
+    for what, keys, value in edits(state):
+        try:
+            resume(changed(state, keys, value))
+        except StateError as exc:
+            refused += 1
+            if exc.field is None or not names_a_field_of(state, exc.field):
+                unnamed.append((what, exc.field, str(exc)[:200]))
+    assert not unnamed, unnamed
+    assert refused > 10  # (the edits are refused, not only read)
