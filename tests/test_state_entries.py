@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, Mixture, StateError
+from openwebtext import Loader, Mixture, StateError, reshard
 from records import DELETE, changed, get, paths
 from tables_support import sample_texts, write_jsonl
 
@@ -122,3 +122,19 @@ def test_a_state_refused_where_it_enters_names_a_field_of_it(
                 unnamed.append((what, exc.field, str(exc)[:200]))
     assert not unnamed, unnamed
     assert refused > 10  # (the edits are refused, not only read)
+
+
+@pytest.mark.parametrize(
+    ("kind", "keys", "path"),
+    [
+        ("documents_rank", ("counters", "documents"), "counters.documents"),
+        ("batches_concat", ("documents", "position", "in_block"), "documents.position.in_block"),
+        ("mixture", ("parts", "js", "position", "in_block"), "parts.js.position.in_block"),
+    ],
+)
+def test_reshard_says_which_state_it_refuses(kind: str, keys: tuple[str, ...], path: str) -> None:
+    """``reshard`` of every rank's state: a damaged one is said by its place in the list (the
+    error said the field only, not which of the states held it)."""
+    states = [GOLDEN[kind], changed(GOLDEN[kind], keys, True)]
+    with pytest.raises(StateError, match=rf"^state 1: bad .*{re.escape(path)}: Expected `int`"):
+        reshard(states, 2)

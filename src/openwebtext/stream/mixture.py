@@ -22,7 +22,14 @@ from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
 from openwebtext.options import Options, int_at_least
 from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.resharding import KEEP, Even, new_schedule, parse_batches, reshard_states
+from openwebtext.stream.resharding import (
+    KEEP,
+    Even,
+    decode_each,
+    new_schedule,
+    parse_batches,
+    reshard_states,
+)
 from openwebtext.stream.resharding import reshard as reshard_stream
 from openwebtext.stream.schema import (
     BatchesState,
@@ -249,7 +256,7 @@ def reshard(
         raise StateError("states of a mixture's documents and of its batches given together")
     batches = parse_batches(states) if _batches(states[0]) else None
     parsed = (
-        [MixtureState.from_json(s) for s in states]
+        decode_each(states, MixtureState)
         if batches is None
         else [cast(MixtureState, b.documents) for b in batches]  # (each read once)
     )

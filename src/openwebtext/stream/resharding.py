@@ -9,11 +9,11 @@ counts). The section is O(old ranks) integers, never a list of documents.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from msgspec import UNSET, UnsetType
 
-from openwebtext.codec import replace
+from openwebtext.codec import Record, replace
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.plan import Rule
@@ -32,7 +32,14 @@ from openwebtext.stream.schema import (
 from openwebtext.stream.sections import Begun, Level, OldRank, Reshard, WindowAt
 from openwebtext.stream.shapes import saved_schedule
 
-__all__ = ["KEEP", "new_schedule", "parse_batches", "reshard", "reshard_states"]
+__all__ = [
+    "KEEP",
+    "decode_each",
+    "new_schedule",
+    "parse_batches",
+    "reshard",
+    "reshard_states",
+]
 
 #: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
 KEEP: Literal["keep"] = "keep"
@@ -96,7 +103,7 @@ def reshard_states(
     documents = (
         [_of_corpus(b.documents) for b in batches]
         if batches
-        else [DocumentState.from_json(s) for s in states]
+        else decode_each(states, DocumentState)
     )
     old_world, by_rank = _by_rank([d.config for d in documents])
     _same_run([d.config for d in documents], by_rank)
@@ -161,6 +168,21 @@ def _of_corpus(state: DocumentState | MixtureState) -> DocumentState:
     return state
 
 
+R = TypeVar("R", bound=Record)
+
+
+def decode_each(states: Sequence[Any], cls: type[R]) -> list[R]:
+    """Each of the states given to ``reshard`` as record ``cls``: a refusal says which one
+    (``state 1: …``), its ``field`` the path in that state."""
+    out = []
+    for k, state in enumerate(states):
+        try:
+            out.append(cls.from_json(state))
+        except StateError as exc:
+            raise StateError(f"state {k}: {exc}", exc.field, exc.resume_with) from None
+    return out
+
+
 def parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | None:
     """The states as batches states (of one packing and size), or None for document states."""
     kinds = set()
@@ -180,7 +202,7 @@ def parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | N
             f"every rank's document iterator ({STATE_FORMAT!r}) or of every rank's batches "
             f"({BATCHES_FORMAT!r})"
         )
-    parsed = [BatchesState.from_json(s) for s in states]
+    parsed = decode_each(states, BatchesState)
     packings = {(b.packing, b.window if b.packing == "bestfit" else None) for b in parsed}
     if len(packings) > 1:
         raise StateError(f"batches states of different (packing, window): {sorted(packings)}")
