@@ -310,6 +310,9 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["resharded_mixture_bestfit"], "documents.replays", [
             dict(GOLDEN["resharded_mixture_bestfit"]["documents"]["replays"][0], documents=9)
         ], r"^bad batches state: documents\.replays: hold more than a window of 8"),
+        # An old rank's window begun says no replays (an earlier share's window, ``WindowAt``).
+        (GOLDEN["resharded_bestfit"], "documents.reshard.windows", [{"number": 0, "rank": 0,
+         "rows": 4, "replays": 1}], r"reshard\.windows\[0\]\.replays: Object contains unknown"),
     ],
 )
 def test_fields_that_disagree_name_their_record(

@@ -4,7 +4,8 @@ documents. ``reshard`` writes it; ``rest.Rest`` hands out a new rank's share of 
 
 The old ranks at their states (``OldRank``), each earlier reshard of the same epoch (``Level``:
 its shares' world size, rule and what each handed out), and for best fit the windows old ranks
-had begun (``WindowAt``; ``Begun``, one with its rank), each packing of one (``Packed``).
+had begun (``FitWindow``: ``WindowAt``, a share's; ``Begun``, one with its rank), each packing
+of one (``Packed``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Positive, Record
 from openwebtext.plan import Rule
 
-__all__ = ["Begun", "Level", "OldRank", "Packed", "Reshard", "WindowAt"]
+__all__ = ["Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard", "WindowAt"]
 
 
 class OldRank(Record, frozen=True, omit_defaults=True):
@@ -36,7 +37,7 @@ class Packed(Record, frozen=True):
     rows: Positive
 
 
-class WindowAt(Record, frozen=True, omit_defaults=True):
+class FitWindow(Record, frozen=True, omit_defaults=True):
     """A best-fit window: its number, and the rows of it handed out."""
 
     number: Count
@@ -46,13 +47,18 @@ class WindowAt(Record, frozen=True, omit_defaults=True):
     documents: Count | None = None
     """A mixture's part: its documents in the window (None: the window's size, or fewer at the
     end of the epoch)."""
+
+
+class WindowAt(FitWindow, frozen=True, omit_defaults=True):
+    """The best-fit window a share of an earlier reshard was in (``Level.windows``)."""
+
     replays: Count | None = None
-    """A mixture's part, the window a share of a resharded epoch was in: the windows dealt to
-    it not finished, this one included (a window may hold none of the part's documents)."""
+    """A mixture's part: the windows dealt to the share not finished, this one included (a
+    window may hold none of the part's documents)."""
 
 
-class Begun(WindowAt, frozen=True, omit_defaults=True, kw_only=True):
-    """A best-fit window an old rank had begun (``WindowAt``), and that rank."""
+class Begun(FitWindow, frozen=True, omit_defaults=True, kw_only=True):
+    """A best-fit window an old rank had begun (``FitWindow``), and that rank."""
 
     rank: Count
 
