@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
-from openwebtext import Loader, Mixture, StateError, reshard
+from openwebtext import Loader, Mixture, Schedule, StateError, reshard
 from tables_support import mixture_folders
 
 S, B, WINDOW = 127, 2, 5  # small windows of long rows: old ranks stop inside one
@@ -32,14 +33,17 @@ def opts(rank: int, world: int, **extra: Any) -> dict[str, Any]:
 
 
 def rows(
-    m: Mixture, state: Any, rank: int, world: int, n: int, **extra: Any
-) -> tuple[list[tuple[bytes, bytes, bytes]], Any, int | None]:
-    """``n`` best-fit batches as rows (ids, segment ids, parts), the state after them, and
-    the rows of the window the start was in that were left (None: it did not end in them)."""
+    m: Mixture, state: Any, rank: int, world: int, n: int, change: Any = None,
+    shape: Any = None, **extra: Any,
+) -> tuple[list[tuple[bytes, bytes, bytes]], Any, int | None]:  # fmt: skip
+    """``n`` best-fit batches as rows (ids, segment ids, parts), the state after them (after
+    ``set_weights(change)``, if given), and the rows of the window the start was in that were
+    left (None: it did not end in them). ``shape``: the batches' sizes (``S`` by ``B``)."""
     out: list[tuple[bytes, bytes, bytes]] = []
     left = None
     loader = Loader(m, **opts(rank, world, **extra))
-    with loader.batches(S, B, packing="bestfit", window=WINDOW, segments=True,
+    sizes = shape or {"seq_len": S, "batch_size": B}
+    with loader.batches(**sizes, packing="bestfit", window=WINDOW, segments=True,
                         state=state) as it:  # fmt: skip
         first = it.state_dict()["window_number"]
         for _ in range(n):
@@ -50,25 +54,32 @@ def rows(
             now = it.state_dict()
             if left is None and now["window_number"] != first:
                 left = len(out) - now["row"]
+        if change is not None:
+            it.set_weights(change)
         return out, json.loads(json.dumps(it.state_dict())), left
 
 
 @pytest.mark.parametrize(
-    ("by", "sampling", "schedule"),
-    [("documents", "stratified", ()), ("tokens", "stratified", ()), ("documents", "random", ()),
-     ("tokens", "stratified", ((2, {"web": 0.1, "pq": 0.9}),))],  # a change inside the windows
+    ("by", "sampling", "schedule", "change"),
+    [("documents", "stratified", (), None), ("tokens", "stratified", (), None),
+     ("documents", "random", (), None),
+     ("tokens", "stratified", ((2, {"web": 0.1, "pq": 0.9}),), None),  # inside the windows
+     ("tokens", "stratified", (), {"web": 0.1, "pq": 0.9}),  # set at the stop, not yet applied
+     ("documents", "random", (), {"web": 0.2, "pq": 0.3, "js": 0.5})],
 )  # fmt: skip
 def test_a_dealt_window_hands_out_the_rows_its_old_rank_would_have(
-    parts: dict[str, str], by: str, sampling: str, schedule: Any
+    parts: dict[str, str], by: str, sampling: str, schedule: Any, change: Any
 ) -> None:
     """4 ranks stopped inside best-fit windows (rank 2 before any), resharded to 3 and to 1:
     each new rank starts with the windows dealt to it (round robin over the old ranks that
-    had begun one), each the rows its old rank would have handed out next, in order."""
+    had begun one), each the rows its old rank would have handed out next, in order. A
+    ``set_weights`` made at the stop is a change not yet applied, which each dealt window
+    carries (``Replay.changes``)."""
     weights = {"web": 0.6, "pq": 0.4, "js": 0.0}
     m = Mixture(parts, weights, by=by, sampling=sampling, schedule=list(schedule))
     states, going_on = [], []
     for rank, stop in enumerate(STOPS):
-        _, state, _ = rows(m, None, rank, 4, stop)
+        _, state, _ = rows(m, None, rank, 4, stop, change)
         states.append(state)
         rest, _, left = rows(m, state, rank, 4, 200)  # the old rank, resumed
         assert left is not None or not state["row"]
@@ -78,7 +89,10 @@ def test_a_dealt_window_hands_out_the_rows_its_old_rank_would_have(
     assert all(len(states[r]["window_parts"]) == 3 for r in begun)
     assert any(states[r]["window_parts"][0] and states[r]["window_parts"][1] for r in begun)
     for world in (3, 1):
-        for rank, state in enumerate(reshard(states, world)):
+        new = reshard(states, world)
+        pending = [r.get("changes") for s in new for r in s["documents"]["replays"]]
+        assert all(pending) == (change is not None)
+        for rank, state in enumerate(new):
             dealt = [going_on[r] for r in begun[rank::world]]
             expected = [row for window in dealt for row in window]
             got, _, _ = rows(m, state, rank, world, len(expected) // B + 1)
@@ -154,6 +168,50 @@ def test_a_state_inside_a_dealt_window_resumes_exactly(parts: dict[str, str], wo
                           for t, g, p in zip(batch.tokens, batch.segment_ids, batch.sources,
                                              strict=True)]  # fmt: skip
     assert sorted(again) == sorted(whole[B : 68 * B])
+
+
+def _ids(rows_out: list[tuple[bytes, bytes, bytes]]) -> collections.Counter[int]:
+    """The ids of the documents in rows (padding left out), counted."""
+    ids: collections.Counter[int] = collections.Counter()
+    for tokens, segments, _ in rows_out:
+        seg = np.frombuffer(segments, dtype=np.int32)
+        tok = np.frombuffer(tokens, dtype=f"u{len(tokens) // len(seg)}")
+        ids.update(tok[seg != 0].tolist())
+    return ids
+
+
+def test_a_dealt_window_under_a_schedule_of_shapes_hands_out_its_old_rank_s_ids(
+    parts: dict[str, str],
+) -> None:
+    """Under a schedule of shapes (127 ids a row, 63 from batch 2), 4 ranks stopped inside
+    best-fit windows (rank 3 past the change: its window packed again, ``Replay.packings``),
+    resharded to 3 and to 1. The new ranks are at the furthest old rank's batch, so they pack
+    a dealt window at 63 where its old rank went on at 127 first: the rows differ, and the
+    ids of its documents left are those the old rank would have handed out, each once."""
+    shape = {"schedule": Schedule([(0, S, B), (2, 63, 3)])}
+    m = Mixture(parts, {"web": 0.6, "pq": 0.4, "js": 0.0}, by="tokens")
+    states, going_on = [], []
+    for rank, stop in enumerate(STOPS):
+        _, state, _ = rows(m, None, rank, 4, stop, shape=shape)
+        states.append(state)
+        rest, _, left = rows(m, state, rank, 4, 200, shape=shape)
+        going_on.append(rest[: left or 0])
+    assert len(states[3]["schedule"]["packings"]) == 2  # (packed again at the change)
+    begun = [r for r, s in enumerate(states) if s["row"]]
+    for world in (3, 1):
+        for rank, state in enumerate(reshard(states, world)):
+            assert state["documents"]["replays"]
+            got: list[tuple[bytes, bytes, bytes]] = []
+            loader = Loader(m, **opts(rank, world))
+            with loader.batches(**shape, packing="bestfit", window=WINDOW, segments=True,
+                                state=state) as it:  # fmt: skip
+                while it.state_dict()["documents"].get("replays"):
+                    batch = next(it)
+                    got += [(t.tobytes(), g.tobytes(), p.tobytes()) for t, g, p in
+                            zip(batch.tokens, batch.segment_ids, batch.sources, strict=True)]
+                own = it.state_dict()["row"]  # the last batch's rows of the rank's own window
+            expected = [row for r in begun[rank::world] for row in going_on[r]]
+            assert _ids(got[: len(got) - own]) == _ids(expected), (world, rank)
 
 
 @pytest.mark.parametrize(("field", "value"), [("served", [2, 0, 0]), ("left", [0, None, 0])])
