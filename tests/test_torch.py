@@ -222,6 +222,9 @@ def test_a_damaged_state_is_refused_where_it_is_loaded(indexed: Path, packed: bo
         dataset.load_state_dict(damaged)
     with pytest.raises(StateError, match=r"^bad state: format: not 'openwebtext-state/2'"):
         dataset.load_state_dict({"format": "something else"})
+    for empty in ([], ""):  # (only an empty dict, what state_dict() says before a pass, is none)
+        with pytest.raises(StateError, match=r"^bad state: the record: Expected `object`"):
+            dataset.load_state_dict(empty)
     assert inner["position"]["in_block"] >= 0
     dataset.load_state_dict(state)
     again = next(iter(dataset))

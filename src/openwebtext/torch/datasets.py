@@ -6,7 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
@@ -183,10 +183,11 @@ class _ShardedDataset(IterableDataset[T]):
                 loaded; whether it is this dataset's (corpus, options, this worker's share) is
                 checked where the next pass starts, as ``Loader.iter(state=…)`` checks it.
         """
-        if state:
+        fresh = state is None or (isinstance(state, Mapping) and not state)  # (as state_dict())
+        if not fresh:
             (kind_of(state) or DocumentState).from_json(state)
         self._stop()
-        self._state = state or None
+        self._state = None if fresh else state
 
     def load_resharded(self, states: Sequence[dict[str, Any]]) -> None:
         """Start the next iteration from this rank's resharded states, one per DataLoader
