@@ -328,6 +328,10 @@ def test_what_is_not_a_state_is_said() -> None:
     with pytest.raises(StateError, match=wrong) as caught:
         DocumentState.from_json(GOLDEN["batches_concat"])
     assert caught.value.field == "format"
+    # A record of another kind (as a caller holding records passes it) is said the same way.
+    with pytest.raises(StateError, match=wrong) as caught:
+        DocumentState.from_json(BatchesState.from_json(GOLDEN["batches_concat"]))
+    assert caught.value.field == "format"
     missing = r"^bad batches state: format: not 'openwebtext-batches/2' \(found None\)"
     with pytest.raises(StateError, match=missing):
         BatchesState.from_json({})

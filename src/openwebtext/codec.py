@@ -113,6 +113,8 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
             or out of its bounds, or a record whose ``check`` failed; ``field`` is its dotted
             path, a dict's key named as a field (``parts.web.position``).
     """
+    if isinstance(value, Record) and not isinstance(value, cls):  # (said as its JSON is)
+        value = encode(value)
     config = cls.__struct_config__
     if config.tag_field is not None and isinstance(value, dict):
         key, found = config.tag_field, value.get(config.tag_field)
