@@ -26,6 +26,8 @@ from openwebtext.prepare.state import (
     LENGTH,
     Counts,
     FileInfo,
+    FormatPass,
+    Marker,
     Meta,
     PerFile,
     Phase,
@@ -275,6 +277,25 @@ def test_a_damaged_meta_json_field_is_one_error_naming_it(kind: str, data: Any) 
 @given(data=st.data())
 def test_a_damaged_progress_field_is_one_error_naming_it(kind: str, data: Any) -> None:
     check_one_error(lambda body: parse(kind, body), data.draw(mutants(GOLDEN[kind])))
+
+
+#: A format pass's marker (``llmc.json``) as ``write_format`` writes it.
+MARKER = {
+    "format": "llmc",
+    "source": {"train.bin": "a" * 64, "val.bin": "b" * 64, "shard_tokens": 100_000_000},
+    "files": {"train_000000.bin": {"bytes": 1024, "sha256": "c" * 64}},
+}
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_damaged_marker_field_is_one_error_naming_it(data: Any) -> None:
+    """A marker's and a pass's record's ``source`` is a record too: each file's sha256 and the
+    shard size checked (it was a dict of any strings and ints: ``shard_tokens`` a string or
+    -1, a file's sha256 a number, an unknown key, were all taken)."""
+    check_one_error(Marker.from_json, data.draw(mutants(MARKER)))
+    record = {key: value for key, value in MARKER.items() if key != "format"}
+    check_one_error(FormatPass.from_json, data.draw(mutants(record)))
 
 
 @pytest.mark.parametrize(

@@ -150,8 +150,8 @@ def _read(
 def _sources(meta: Meta, fmt: str, shard_tokens: int) -> Sources:
     """What the files are made of: the run's ``train.bin`` and ``val.bin`` (by sha256), and
     for llm.c the shard size."""
-    made: Sources = {name: info.sha256 for name, info in meta.files.items()}
-    return {**made, "shard_tokens": shard_tokens} if fmt == "llmc" else made
+    made = {name.removesuffix(".bin"): info.sha256 for name, info in meta.files.items()}
+    return Sources(**made, shard_tokens=shard_tokens if fmt == "llmc" else None)
 
 
 def _convert(

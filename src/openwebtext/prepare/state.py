@@ -74,9 +74,15 @@ class FileInfo(Record, frozen=True):
     sha256: Sha256
 
 
-#: What a format's files are made of (``convert``): the run's files by sha256, and llm.c's
-#: shard size.
-Sources: TypeAlias = dict[str, str | int]
+class Sources(Record, frozen=True, omit_defaults=True):
+    """What a format's files are made of (``convert``): the run's files by sha256 (each under
+    its name: ``train.bin``), and llm.c's shard size."""
+
+    train: Sha256 | None = msgspec.field(default=None, name="train.bin")
+    val: Sha256 | None = msgspec.field(default=None, name="val.bin")
+    tokens: Sha256 | None = msgspec.field(default=None, name="tokens.bin")
+    lengths: Sha256 | None = msgspec.field(default=None, name="lengths.bin")
+    shard_tokens: Positive | None = None
 
 
 class FormatPass(Record, frozen=True):
