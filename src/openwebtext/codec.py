@@ -152,7 +152,7 @@ def _state_error(value: Any, cls: type[Any], message: str, what: str) -> StateEr
         if says.startswith("field"):  # a record's check: what it says after the name
             says = says[key.end() :].strip()
     path = path.lstrip(".")
-    return StateError(f"bad {what}: {path or 'the record'}: {says}", field=path)
+    return StateError(f"bad {what}: {path or 'the record'}: {says}", field=path or None)
 
 
 def _path(value: Any, cls: type[Any], message: str, at: str) -> str:

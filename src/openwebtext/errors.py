@@ -158,7 +158,7 @@ class StateError(OWTError):
         """This error as one of the record at ``path`` inside the record entered (a batches
         state's ``documents``, a mixture's ``parts.web``): its field under ``path`` (or
         ``path`` itself, for an error of that record as a whole), its message after ``says``."""
-        field = path if self.field is None else f"{path}.{self.field}"
+        field = f"{path}.{self.field}" if self.field else path
         return StateError(f"{says}{self}", field, self.resume_with)
 
     def reason(self) -> str:
