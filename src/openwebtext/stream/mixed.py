@@ -131,17 +131,9 @@ class MixedStream:
             for n in mixture.names
         ]
         self._pool: LanePool = open_lanes(lanes, pool_options(options, tokenizer))
-        self.parts: list[_Part] = []
-        for number, name in enumerate(mixture.names):
-            try:
-                stream = Stream(corpora[name], opened[name], tokenizer, state=states[name],
-                                pool=self._pool.lane(number), source=name)  # fmt: skip
-            except BaseException as exc:
-                self._pool.close()
-                if isinstance(exc, StateError):  # (the part's state, checked where it enters)
-                    raise exc.within(f"parts.{name}", f"part {name!r}: ") from None
-                raise
-            self.parts.append(_Part(name, stream, options.epochs is not None))
+        streams = _part_streams(mixture, corpora, opened, tokenizer, states, self._pool)
+        self.parts = [_Part(name, stream, options.epochs is not None)
+                      for name, stream in zip(mixture.names, streams, strict=True)]  # fmt: skip
         if options.max_errors is not None:  # one bound over every part's skips
             for part in self.parts:
                 part.stream.policy.others = _skips_of(
@@ -447,6 +439,30 @@ def _check(state: MixtureState, config: MixtureConfig) -> MixtureState:
         raise StateError("the state was saved for another mixture; " + "; ".join(differ),
                          f"config.{keys[0]}")  # fmt: skip
     return state
+
+
+def _part_streams(
+    mixture: Mixture,
+    corpora: dict[str, Corpus],
+    opened: dict[str, Options],
+    tokenizer: Tokenizer | None,
+    states: dict[str, DocumentState | None],
+    pool: LanePool,
+) -> list[Stream]:
+    """Each part's stream on its lane of ``pool`` (closed if one cannot be made): a part's
+    state refused where it enters is said as the part's (its field under ``parts.NAME``)."""
+    streams = []
+    try:
+        for k, name in enumerate(mixture.names):
+            try:
+                streams.append(Stream(corpora[name], opened[name], tokenizer, state=states[name],
+                                      pool=pool.lane(k), source=name))  # fmt: skip
+            except StateError as exc:
+                raise exc.within(f"parts.{name}", f"part {name!r}: ") from None
+    except BaseException:
+        pool.close()
+        raise
+    return streams
 
 
 def _part_state(name: str, state: DocumentState, config: Any) -> DocumentState:
