@@ -78,8 +78,23 @@ def edits(state: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:
     return out
 
 
+def _mixture(corpus: Path, js: Path) -> Mixture:
+    """The mixture of the golden mixture states: the corpus and 30 JSON lines, by ids."""
+    write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
+    return Mixture({"web": str(corpus), "js": str(js)}, {"web": 2, "js": 1}, by="tokens",
+                   schedule=[(6, {"web": 0.25, "js": 0.75})])  # fmt: skip
+
+
 def entry(kind: str, corpus: Path, js: Path) -> Callable[[dict[str, Any]], None]:
     """Resume the stream ``kind``'s golden state was taken from, and read one item of it."""
+    if kind == "mixture":
+        mixture = _mixture(corpus, js)
+
+        def mixed(state: dict[str, Any]) -> None:
+            with Loader(mixture, workers=0, seed=3, tokenizer="bytes").iter(state=state) as it:
+                next(it, None)
+
+        return mixed
     if kind in DOCUMENTS:
 
         def documents(state: dict[str, Any]) -> None:
@@ -89,11 +104,7 @@ def entry(kind: str, corpus: Path, js: Path) -> Callable[[dict[str, Any]], None]
 
         return documents
     packing, options, scheduled = BATCHES[kind]
-    source: Path | Mixture = corpus
-    if "mixture" in kind:
-        write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
-        source = Mixture({"web": str(corpus), "js": str(js)}, {"web": 2, "js": 1}, by="tokens",
-                         schedule=[(6, {"web": 0.25, "js": 0.75})])  # fmt: skip
+    source = _mixture(corpus, js) if "mixture" in kind else corpus
     shape: dict[str, Any] = {"packing": packing} | ({"window": 8} if packing == "bestfit" else {})
     fixed = {"seq_len": 32, "batch_size": 2}
     shape |= {"schedule": [(0, 32, 2), (2, 16, 3)]} if scheduled else fixed
@@ -106,7 +117,7 @@ def entry(kind: str, corpus: Path, js: Path) -> Callable[[dict[str, Any]], None]
     return batches
 
 
-@pytest.mark.parametrize("kind", sorted([*DOCUMENTS, *BATCHES]))
+@pytest.mark.parametrize("kind", sorted([*DOCUMENTS, *BATCHES, "mixture"]))
 def test_a_state_refused_where_it_enters_names_a_field_of_it(
     indexed: Path, tmp_path: Path, kind: str
 ) -> None:
