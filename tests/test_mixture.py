@@ -339,6 +339,34 @@ def test_batches_of_a_mixture_cut_by_take_resume_to_the_uninterrupted_rows(
 
 
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_runs_of_take_of_a_mixture_resumed_from_each_other_go_on(
+    parts: dict[str, str], packing: str
+) -> None:
+    """A resumed run's ``take`` does not count the document (concat) or window (best fit) its
+    first batch is inside: runs of ``take=1`` resumed one from another each hand out rows
+    (before, each re-read and counted that document and handed out none); concat runs of 4
+    and 6 hand out the rows of one run of 10."""
+    kw: Any = {"packing": packing, "window": 3} if packing == "bestfit" else {}
+
+    def rows(state: Any = None, **extra: Any) -> tuple[list[bytes], Any]:
+        loader = Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", epochs=1, **extra)
+        with loader.batches(127, 2, state=state, **kw) as it:
+            return [row.tobytes() for b in it for row in b], it.state_dict()
+
+    whole, _ = rows()
+    chain: list[bytes] = []
+    state = None
+    for _ in range(8):
+        more, after = rows(state, take=1)
+        assert after != state and more, len(chain)
+        chain, state = chain + more, after
+    assert chain == whole[: len(chain)]
+    if packing == "concat":
+        four, after = rows(take=4)
+        assert four + rows(after, take=6)[0] == rows(take=10)[0]
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
 def test_set_weights_between_batches_is_exact_under_resume_and_ahead(
     parts: dict[str, str], packing: str
 ) -> None:

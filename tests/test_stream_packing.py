@@ -155,6 +155,36 @@ def test_a_run_cut_by_take_resumes_to_the_rows_of_the_uninterrupted_run(
     assert first + rest == whole
 
 
+@pytest.mark.parametrize(("packing", "take"), [("concat", 1), ("concat", 3), ("bestfit", 1)])
+def test_runs_of_take_resumed_from_each_other_go_on(
+    small_corpus: Path, packing: str, take: int
+) -> None:
+    """A resumed run's ``take`` does not count the document its first batch is inside (concat)
+    nor that window (best fit): the run that began them counted them. Before, a run of
+    ``take=1`` resumed inside a document re-read it, counted it, and handed out nothing: its
+    state was the one it resumed from, and a loop of such runs (``owt stream --resume s.json
+    --take 1 --state-out s.json``) never went on. Concat: a run of 3 then one of 4 hand out
+    the rows of one run of 7; every chain's rows are the uninterrupted run's."""
+
+    def rows(state: Any = None, **extra: Any) -> tuple[list[bytes], Any]:
+        with loader(small_corpus, epochs=1, **extra).batches(
+            64, 2, packing=packing, window=4, state=state
+        ) as it:
+            return [row.tobytes() for b in it for row in b], it.state_dict()
+
+    whole, _ = rows()
+    chain: list[bytes] = []
+    state = None
+    for _ in range(12):
+        more, after = rows(state, take=take)
+        assert after != state and more, len(chain)  # each run goes on
+        chain, state = chain + more, after
+    assert chain == whole[: len(chain)]
+    if packing == "concat":
+        three, after = rows(take=3)
+        assert three + rows(after, take=4)[0] == rows(take=7)[0]
+
+
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
 def test_closed_batches_end_where_they_were_closed(small_corpus: Path, packing: str) -> None:
     """``close`` ends the batches: ``next`` raises StopIteration, though rows were made ahead

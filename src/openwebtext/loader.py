@@ -241,8 +241,12 @@ class Loader:
         def packer(start: BatchesState | None, take: int | None) -> BatchIterator[Any]:
             """The packer going on from ``start``, that reads ``take`` documents."""
             # Best fit counts ``take`` itself: it reads the window the last document is in whole.
+            # A resumed run's ``take`` does not count the document its first batch is inside
+            # (concat: ids of it in batches) nor that window (best fit): their run counted them.
             bestfit = packing == "bestfit"
-            options = options_with(self.options, {"take": None if bestfit else take})
+            begun = int(bool(take) and start is not None and start.offset > 0)
+            options = options_with(self.options, {"take": None if bestfit or take is None
+                                                  else take + begun})  # fmt: skip
             saved = None if start is None else start.documents
             documents: DocumentIterator | MixtureIterator
             try:  # (the documents' state is the batches state's ``documents``)

@@ -52,7 +52,7 @@ class MixtureBatches(Closing, Generic[Item]):
         self.mixture = mixture
         self._open = open_from
         # Where ``take`` counts from: the documents the mixture had handed out at the start.
-        self._take, self._first = take, 0 if start is None else _handed(start)
+        self._take, self._first = take, 0 if start is None else _counted_from(start)
         self._batches = open_from(start, take)
         self._closed = False
         self._turn = threading.Lock()  # ``next`` or ``set_weights``: one at a time
@@ -101,7 +101,8 @@ class MixtureBatches(Closing, Generic[Item]):
         changes = (*documents.changes, Change(at, values))
         changed = replace(saved, documents=replace(documents, changes=changes))
         # ``take`` ends where it would have: its documents before the state are read.
-        take = None if self._take is None else max(0, self._take - documents.handed + self._first)
+        read = _counted_from(saved) - self._first
+        take = None if self._take is None else max(0, self._take - read)
         batches = self._open(changed, take)  # (refused: these go on as they were)
         self._batches.close()
         self._batches, self._closed = batches, False
@@ -144,9 +145,13 @@ class MixtureBatches(Closing, Generic[Item]):
         self._batches.close()
 
 
-def _handed(state: BatchesState) -> int:
-    """The documents the mixture had handed out before the next batch's first (``take``
-    counts those)."""
+def _counted_from(state: BatchesState) -> int:
+    """Where the ``take`` of a run resumed from ``state`` counts from: the documents the
+    mixture had handed out, and those of the document (concat, ids of it in batches) or the
+    window (best fit, rows of it out) the next batch is inside, which the run that began
+    them counted (``Loader.batches``)."""
     documents = state.documents
     assert isinstance(documents, MixtureState)  # (a mixture's batches)
-    return documents.handed
+    if state.packing == "concat":
+        return documents.handed + (state.offset > 0)
+    return documents.handed + (sum(state.window_parts or ()) if state.row else 0)

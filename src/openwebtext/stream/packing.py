@@ -288,6 +288,8 @@ class BestFitBatches(Packer):
         # A state's own packings of the window go on from those of the rank it was dealt by.
         packings = self._packings or dealt
         skip = self._skip if self._packings else max(skip, self._skip)
+        if self._skip:  # the window a state is inside: the run that began it counted it (take)
+            self._read_count -= reading.documents
         self._skip, self._packings = 0, ()
         cap = (packings[0].seq_len if packings else self.seq_len) + 1
         documents, lengths = fit_documents(reading.parts, cap, self.pad_id, self.dtype)
