@@ -146,3 +146,30 @@ def test_a_best_fit_window_its_documents_cannot_hold_is_refused(
                        rf"with the {handed} documents its epoch handed out") as caught:  # fmt: skip
         Loader(js, **opts).batches(256, 2, packing="bestfit", window=4, state=state)
     assert caught.value.field == "window_number"
+
+
+@pytest.mark.parametrize(("field", "value", "said"), [
+    ("window_number", 10**6, r"window_number: 1000000 does not agree with the 40 documents the "
+     r"mixture handed out"),
+    ("window_number", 9, r"window_number: 9 does not agree with the 40"),
+    ("window_epoch", 5, r"window_epoch: 5, not a mixture's"),
+])  # fmt: skip
+def test_a_mixture_s_best_fit_window_its_documents_cannot_hold_is_refused(
+    js: str, tmp_path: Path, field: str, value: int, said: str
+) -> None:
+    """The same of a mixture's best fit (session 18, a red team of ``owt stream --mix --pack
+    bestfit``): its windows are numbered from its start, in epoch 0, over the documents it
+    handed out; an edited number or epoch was taken, and the window packed again in another
+    seeded order (``owt stream --resume`` exited 0 with other batches)."""
+    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
+    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    opts = _opts(tokenizer="bytes")
+    with Loader(mixed, **opts).batches(256, 2, packing="bestfit", window=4) as batches:
+        for _ in range(20):
+            next(batches)
+        state = json.loads(json.dumps(batches.state_dict()))
+    assert (state["window_number"], state["documents"]["handed"]) == (10, 40)
+    state[field] = value
+    with pytest.raises(StateError, match=rf"^bad batches state: {said}") as caught:
+        Loader(mixed, **opts).batches(256, 2, packing="bestfit", window=4, state=state)
+    assert caught.value.field == field

@@ -343,21 +343,34 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
                            "resharded is at its own batch of the schedule")  # fmt: skip
 
     def check_windows(self) -> None:
-        """Check a corpus's best-fit window number against its documents, where the state of
-        batches of a corpus enters (``batches_start``; a mixture numbers its windows from its
-        start, and a reshard deals a part's view of its windows: neither is checked here). A
-        window holds 1 to ``window`` documents (fewer at an epoch's or a run's end); the state
-        of a window not begun (no row out) may be at the next epoch's start, or a window begun
-        at the epoch's end.
+        """Check a best-fit window number against the documents before it, where the state of
+        batches enters (``batches_start``; a reshard deals a part's view of its windows, and
+        numbers the new ranks' own past every old one's: not checked). A window holds 1 to
+        ``window`` documents (fewer at an epoch's or a run's end). A corpus numbers its windows
+        within each epoch: the state of a window not begun (no row out) may be at the next
+        epoch's start, or a window begun at the epoch's end. A mixture numbers them from its
+        start, in its epoch 0 (``MixMark.epoch``), over the documents it handed out.
 
         Raises:
-            StateError: naming ``window_number``.
+            StateError: naming ``window_number`` (or ``window_epoch``).
         """
-        docs, size = self.documents, self.window
-        if not isinstance(docs, DocumentState) or size is None or docs.reshard or docs.passed:
+        docs, size, n, row = self.documents, self.window, self.window_number, self.row
+        if size is None:
+            return
+        if isinstance(docs, MixtureState):
+            if self.window_epoch:
+                raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, not a "
+                                 "mixture's: it numbers its windows in epoch 0",
+                                 field="window_epoch")  # fmt: skip
+            resharded = docs.replays or any(p.reshard or p.passed for p in docs.parts.values())
+            if resharded or n <= docs.handed <= n * size:
+                return
+            raise StateError(f"bad batches state: window_number: {n} does not agree with the "
+                             f"{docs.handed} documents the mixture handed out before it (windows "
+                             f"of {size})", field="window_number")  # fmt: skip
+        if docs.reshard or docs.passed:
             return
         handed, epoch = docs.counters.epoch_documents, docs.position.epoch
-        n, row = self.window_number, self.row
         step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
         if not ((step == 0 and n <= handed <= n * size) or (step == -1 and not handed and not row)
                 or (step == 1 and not n)):  # fmt: skip
