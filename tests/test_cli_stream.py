@@ -91,3 +91,41 @@ def test_the_summary_counts_the_corpus_s_open_and_the_servers_retry_after(
     assert "(283.50 s of it waiting for the servers' Retry-After)" in err
     command.summary(Stats(documents=10), Stats(), 2.0, (0.1, 0.0))
     assert "opening" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["corpus", "mix", "pack"])
+def test_a_ctrl_c_while_the_stream_opens_writes_the_state_resumed_from(
+    kind: str,
+    small_corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Ctrl-C while the corpus and its stream open (its counts, the state checked), before
+    any document is read, wrote no ``--state-out`` (a red team of ``owt stream``): the state
+    resumed from is written as it was; a fresh run has none yet, and says so."""
+    from openwebtext.cli import stream
+
+    flags = {
+        "corpus": [str(small_corpus)],
+        "mix": ["--mix", f"a={small_corpus}/urlsf_subset00.tar:0.5",
+                "--mix", f"b={small_corpus}/urlsf_subset01.tar:0.5"],
+        "pack": [str(small_corpus), "--pack", "concat", "--tokenizer", "bytes"],
+    }[kind]
+    first, then = tmp_path / "first.json", tmp_path / "then.json"
+    assert main(["stream", *flags, "-j", "0", "-q", "--take", "5", "--state-out", str(first)]) == 0
+
+    def interrupted(*args: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(stream, "_stream_options", interrupted)
+    capsys.readouterr()
+    argv = ["stream", *flags, "-j", "0", "-q", "--state-out", str(then)]
+    assert main([*argv, "--resume", str(first)]) == 130
+    assert json.loads(then.read_text()) == json.loads(first.read_text())
+    then.unlink()
+    assert main(argv) == 130
+    assert not then.exists()
+    assert "interrupted before the stream began (nothing read): no state written" in (
+        capsys.readouterr().err
+    )

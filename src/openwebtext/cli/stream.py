@@ -5,9 +5,12 @@ lines on stdout (``jsonl``), or packed into batches (``--pack``: what packing do
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from openwebtext import codec, interrupts
@@ -116,6 +119,23 @@ def _read_state(path: str) -> DocumentState | MixtureState | BatchesState:
     return load_state(path)
 
 
+@contextlib.contextmanager
+def _opening(state_out: Path | None, resumed: Any) -> Iterator[None]:
+    """Opening the stream (its corpus, counts, the state checked): a Ctrl-C here, before any
+    document is read, still writes ``--state-out``: the state resumed from, as it was. A fresh
+    run has none yet (nothing was read): that is said, and nothing written."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if state_out is not None and resumed is not None:
+            with interrupts.deferred:
+                summary.save_state(state_out, resumed.to_json(), run_failed=True)
+        elif state_out is not None:
+            print(f"owt: interrupted before the stream began (nothing read): no state written "
+                  f"to {state_out}", file=sys.stderr)  # fmt: skip
+        raise
+
+
 def _run_packed(args: argparse.Namespace, state: Any) -> int:
     """``owt stream --pack``: the documents packed into batches as ``Loader.batches`` packs
     them (nothing written but the state); the summary says what packing did to them."""
@@ -124,21 +144,22 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     if args.tokenizer is None:
         raise ValueError("--pack makes batches of token ids: give --tokenizer")
     state_out = output_path(args.state_out) if args.state_out else None
-    opening = time.perf_counter()
-    source = _mixture(args) if args.mix else open_corpus(args)
-    opening_s = (time.perf_counter() - opening, 0.0)
-    documents = None if state is None else state.documents
-    if isinstance(documents, MixtureState):
-        documents = next(iter(documents.parts.values()))
-    options = _stream_options(args, documents)
-    if isinstance(state, BatchesState) and isinstance(state.documents, DocumentState):
-        check_in_run(state.documents, options, whose=args.resume, cli=True)  # a finished run
-    loader = Loader(source, options)
-    window = {"window": args.window} if args.pack == "bestfit" else {}
-    saved = None if state is None else state.to_json()
-    batches = loader.batches(
-        args.seq_len, args.batch_size, packing=args.pack, state=saved, **window
-    )
+    with _opening(state_out, state):
+        opening = time.perf_counter()
+        source = _mixture(args) if args.mix else open_corpus(args)
+        opening_s = (time.perf_counter() - opening, 0.0)
+        documents = None if state is None else state.documents
+        if isinstance(documents, MixtureState):
+            documents = next(iter(documents.parts.values()))
+        options = _stream_options(args, documents)
+        if isinstance(state, BatchesState) and isinstance(state.documents, DocumentState):
+            check_in_run(state.documents, options, whose=args.resume, cli=True)  # finished
+        loader = Loader(source, options)
+        window = {"window": args.window} if args.pack == "bestfit" else {}
+        saved = None if state is None else state.to_json()
+        batches = loader.batches(
+            args.seq_len, args.batch_size, packing=args.pack, state=saved, **window
+        )
     from tqdm import tqdm
 
     before = batches.stats  # best fit may have read its window again: count from the state
@@ -180,12 +201,13 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
     state_out = output_path(args.state_out) if args.state_out else None
     if args.jsonl and CLOSED_AT_START.get(1):
         raise OutputError("standard output is closed: nowhere to write --jsonl")
-    opening = time.perf_counter()
-    mixture = _mixture(args)
-    opening_s = (time.perf_counter() - opening, 0.0)
-    first = None if state is None else next(iter(state.parts.values()))
-    options = _stream_options(args, first)
-    iterator = MixtureIterator(mixture, options, state=state)
+    with _opening(state_out, state):
+        opening = time.perf_counter()
+        mixture = _mixture(args)
+        opening_s = (time.perf_counter() - opening, 0.0)
+        first = None if state is None else next(iter(state.parts.values()))
+        options = _stream_options(args, first)
+        iterator = MixtureIterator(mixture, options, state=state)
     start = time.perf_counter()
     before = iterator.stats
     written: list[Any] = [iterator.mark()]
@@ -245,11 +267,12 @@ def run(args: argparse.Namespace) -> int:
     state_out = output_path(args.state_out) if args.state_out else None
     if args.jsonl and CLOSED_AT_START.get(1):
         raise OutputError("standard output is closed: nowhere to write --jsonl")
-    opening, waited_before = time.perf_counter(), retry_waited()
-    corpus = open_corpus(args)
-    opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
-    options = _stream_options(args, state)
-    iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
+    with _opening(state_out, state):
+        opening, waited_before = time.perf_counter(), retry_waited()
+        corpus = open_corpus(args)
+        opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
+        options = _stream_options(args, state)
+        iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
     if state is not None:  # and a finished run's state: nothing left to read
         check_in_run(state, options, whose=args.resume, cli=True)
     start = time.perf_counter()
