@@ -35,6 +35,7 @@ __all__ = [
     "Positive",
     "Record",
     "decode",
+    "differing",
     "encode",
     "replace",
     "whose",
@@ -196,6 +197,12 @@ def encode(record: Record) -> dict[str, Any]:
     ``omit_defaults=True`` leaves out its fields at their default)."""
     out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(record))
     return out
+
+
+def differing(one: R, other: R) -> list[str]:
+    """The fields whose values differ between two records of one class, in their order (a
+    state's config and the stream's, two ranks' configs): each caller says them its way."""
+    return [name for name in one.__struct_fields__ if getattr(one, name) != getattr(other, name)]
 
 
 def replace(record: R, **changes: Any) -> R:

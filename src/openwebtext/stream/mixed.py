@@ -24,7 +24,7 @@ import msgspec
 import numpy as np
 from msgspec import UNSET
 
-from openwebtext.codec import replace
+from openwebtext.codec import differing, replace
 from openwebtext.engine import Lane, LanePool, open_lanes
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
@@ -433,9 +433,9 @@ def _mix64(x: int) -> int:
 
 def _check(state: MixtureState, config: MixtureConfig) -> MixtureState:
     if state.config != config:
-        saved, now = msgspec.structs.asdict(state.config), msgspec.structs.asdict(config)
-        keys = [k for k in now if saved[k] != now[k]]
-        differ = [f"{k}: saved {saved[k]!r}, now {now[k]!r}" for k in keys]
+        keys = differing(state.config, config)
+        differ = [f"{k}: saved {getattr(state.config, k)!r}, now {getattr(config, k)!r}"
+                  for k in keys]  # fmt: skip
         raise StateError("the state was saved for another mixture; " + "; ".join(differ),
                          f"config.{keys[0]}")  # fmt: skip
     return state

@@ -13,10 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
 from typing import Any, cast
 
-import msgspec
 from msgspec import UNSET
 
-from openwebtext.codec import replace
+from openwebtext.codec import differing, replace
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
@@ -263,9 +262,9 @@ def reshard(
     first = min(parsed, key=lambda s: next(iter(s.parts.values())).config.rank)
     for s in parsed:
         if s.config != first.config:
-            mine, theirs = msgspec.structs.asdict(first.config), msgspec.structs.asdict(s.config)
-            differ = "; ".join(f"{key}: {mine[key]!r} and {theirs[key]!r}"
-                               for key in mine if mine[key] != theirs[key])  # fmt: skip
+            differ = "; ".join(f"{key}: {getattr(first.config, key)!r} and "
+                               f"{getattr(s.config, key)!r}"
+                               for key in differing(first.config, s.config))  # fmt: skip
             raise StateError(f"the states are of different mixtures: {differ}")
     names = first.config.parts
     if batches is not None and batches[0].packing == "bestfit":

@@ -13,7 +13,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from msgspec import UNSET, UnsetType
 
-from openwebtext.codec import Record, replace
+from openwebtext.codec import Record, differing, replace
 from openwebtext.errors import StateError
 from openwebtext.options import int_at_least
 from openwebtext.plan import Rule
@@ -284,8 +284,7 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
         other = replace(configs[k], rank=0)
         differ = [
             f"{key}: rank 0 {getattr(reference, key)!r}, rank {rank} {getattr(other, key)!r}"
-            for key in reference.__struct_fields__
-            if getattr(reference, key) != getattr(other, key)
+            for key in differing(reference, other)
         ]
         if differ:
             raise StateError("states of different runs: " + "; ".join(differ))

@@ -160,9 +160,9 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
             shaping options (the message names every difference).
     """
     parsed = DocumentState.from_json(state)
-    saved, now = msgspec.structs.asdict(parsed.config), msgspec.structs.asdict(config)
-    differ = [key for key, value in now.items() if saved[key] != value]
+    differ = codec.differing(parsed.config, config)
     if differ:
+        saved, now = msgspec.structs.asdict(parsed.config), msgspec.structs.asdict(config)
         hints = [f"{key}={saved[key]!r}" for key in differ if key in SHAPING]
         raise StateError(
             "the state was saved for another stream; "
