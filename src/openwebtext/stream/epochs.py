@@ -210,11 +210,10 @@ def check_resumed(
         known = None if per_unit is None else [per_unit[u] for u in share.units]
     if known is None:
         return
-    skipped = counters.skipped_members + counters.skipped_documents + counters.partial_members
     check_position(
         known, block_size(options), share_target(share, options),
         (at.block, at.in_block, counters.epoch_documents),
-        exact=skipped == 0, whose=f"rank {options.rank}'s share",
+        exact=counters.skips == 0, whose=f"rank {options.rank}'s share",
     )  # fmt: skip
 
 
@@ -228,8 +227,8 @@ def check_old_ranks(
     Raises:
         StateError: naming the old rank and the epoch whose position disagrees.
     """
-    paths = ["reshard", *(f"reshard.later[{k}]" for k in range(len(section.later)))]
-    for s, path in zip((section, *(section.later if later else ())), paths, strict=False):
+    for k, s in enumerate((section, *(section.later if later else ()))):
+        path = f"reshard.later[{k - 1}]" if k else "reshard"
         shares = epoch_shares(len(counts), counts, options, s.epoch)
         exact = s.exact or (False,) * s.world_size  # old ranks without skips
         for r, old in enumerate(s.ranks):

@@ -362,21 +362,20 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
                 raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, not a "
                                  "mixture's: it numbers its windows in epoch 0",
                                  field="window_epoch")  # fmt: skip
-            resharded = docs.replays or any(p.reshard or p.passed for p in docs.parts.values())
-            if resharded or n <= docs.handed <= n * size:
+            if docs.replays or any(p.reshard or p.passed for p in docs.parts.values()):
                 return
-            raise StateError(f"bad batches state: window_number: {n} does not agree with the "
-                             f"{docs.handed} documents the mixture handed out before it (windows "
-                             f"of {size})", field="window_number")  # fmt: skip
-        if docs.reshard or docs.passed:
-            return
-        handed, epoch = docs.counters.epoch_documents, docs.position.epoch
-        step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
+            handed, step, of, whose = docs.handed, 0, "", "the mixture"
+        else:
+            if docs.reshard or docs.passed:
+                return
+            handed, epoch = docs.counters.epoch_documents, docs.position.epoch
+            step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
+            of, whose = f" (of epoch {epoch + step})", "its epoch"
         if not ((step == 0 and n <= handed <= n * size) or (step == -1 and not handed and not row)
                 or (step == 1 and not n)):  # fmt: skip
-            raise StateError(f"bad batches state: window_number: {n} (of epoch {epoch + step}) "
-                             f"does not agree with the {handed} documents its epoch handed out "
-                             f"before it (windows of {size})", field="window_number")  # fmt: skip
+            raise StateError(f"bad batches state: window_number: {n}{of} does not agree with "
+                             f"the {handed} documents {whose} handed out before it (windows of "
+                             f"{size})", field="window_number")  # fmt: skip
 
     @property
     def scheduled(self) -> Scheduled | None:
