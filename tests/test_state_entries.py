@@ -12,7 +12,6 @@ entry it was taken from, which reads a document or a batch from it."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,11 +19,10 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, Mixture, StateError, reshard
+from openwebtext import Loader, StateError, reshard
 from records import DELETE, changed, get, paths
-from tables_support import sample_texts, write_jsonl
-
-GOLDEN = json.loads((Path(__file__).parent / "data" / "states-2.json").read_text())
+from test_stream_schema import GOLDEN, SCHEDULE
+from test_stream_schema import _mixture as golden_mixture
 
 #: The loader options each golden state was taken with (``test_stream_schema.written_now``).
 DOCUMENTS: dict[str, dict[str, Any]] = {
@@ -78,17 +76,10 @@ def edits(state: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:
     return out
 
 
-def _mixture(corpus: Path, js: Path) -> Mixture:
-    """The mixture of the golden mixture states: the corpus and 30 JSON lines, by ids."""
-    write_jsonl(js / "a.jsonl", sample_texts(30, seed=2))
-    return Mixture({"web": str(corpus), "js": str(js)}, {"web": 2, "js": 1}, by="tokens",
-                   schedule=[(6, {"web": 0.25, "js": 0.75})])  # fmt: skip
-
-
 def entry(kind: str, corpus: Path, js: Path) -> Callable[[dict[str, Any]], None]:
     """Resume the stream ``kind``'s golden state was taken from, and read one item of it."""
     if kind == "mixture":
-        mixture = _mixture(corpus, js)
+        mixture = golden_mixture(corpus, js)
 
         def mixed(state: dict[str, Any]) -> None:
             with Loader(mixture, workers=0, seed=3, tokenizer="bytes").iter(state=state) as it:
@@ -104,10 +95,10 @@ def entry(kind: str, corpus: Path, js: Path) -> Callable[[dict[str, Any]], None]
 
         return documents
     packing, options, scheduled = BATCHES[kind]
-    source = _mixture(corpus, js) if "mixture" in kind else corpus
+    source = golden_mixture(corpus, js) if "mixture" in kind else corpus
     shape: dict[str, Any] = {"packing": packing} | ({"window": 8} if packing == "bestfit" else {})
     fixed = {"seq_len": 32, "batch_size": 2}
-    shape |= {"schedule": [(0, 32, 2), (2, 16, 3)]} if scheduled else fixed
+    shape |= {"schedule": SCHEDULE} if scheduled else fixed
 
     def batches(state: dict[str, Any]) -> None:
         loader = Loader(source, workers=0, seed=3, shuffle_buffer=30, tokenizer="bytes", **options)
