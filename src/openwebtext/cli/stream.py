@@ -185,7 +185,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
                 summary.save_state(state_out, batches.state_dict(), run_failed=not finished)
         batches.close()
         stats = batches.stats
-        summary.summary(stats, before, time.perf_counter() - start, opening_s)
+        summary.summary(stats, before, time.perf_counter() - start, opening_s, read=True)
         summary.packing_summary(args, stats, before, made)
         if isinstance(source, Mixture):
             summary.parts_summary(stats, packed=before)

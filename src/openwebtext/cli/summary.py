@@ -64,12 +64,19 @@ def show_progress(
         update()
 
 
-def summary(stats: Stats, before: Stats, seconds: float, opening: tuple[float, float]) -> None:
+def summary(
+    stats: Stats, before: Stats, seconds: float, opening: tuple[float, float], *, read: bool = False
+) -> None:
+    """The closing line: documents, text and rates since ``before``, what was skipped, left out
+    or repeated, and a slow opening. ``read``: said of the documents read (batches: the packer
+    reads ahead of the batches handed out: the runs of documents the stream hands it)."""
     documents = stats.documents - before.documents
     text_bytes = stats.text_bytes - before.text_bytes
     seconds = max(seconds, 1e-9)
     line = (
-        f"{plural(documents, 'document')}, {text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{'read ' if read else ''}{plural(documents, 'document')}"
+        f"{' (with those read ahead of the batches)' if read else ''}, "
+        f"{text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
         f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
     )
     skipped = stats.skipped_members + stats.skipped_documents
