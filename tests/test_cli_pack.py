@@ -74,9 +74,23 @@ def test_a_mixture_packed_sums_up_per_part(small_corpus: Path, owt: Owt, tmp_pat
     other = tmp_path / "other"
     Path(other).mkdir()
     owt("synth", str(other), "--subsets", "1", "--members", "1", "--docs", "9", "--seed", "1")
-    ran = owt("stream", "--mix", f"a={small_corpus}:0.7", "--mix", f"b={other}:0.3",
-              "--pack", "concat", *SHAPE, "-q")  # fmt: skip
+    mix = ("--mix", f"a={small_corpus}:0.7", "--mix", f"b={other}:0.3")
+    ran = owt("stream", *mix, "--pack", "concat", *SHAPE, "-q")
     assert ran.returncode == 0, ran.stderr
     assert figures(ran.stderr)[0] > 0
     assert re.search(r"^  a: 120 documents", ran.stderr, re.M), ran.stderr
     assert re.search(r"^  b: \d+ documents", ran.stderr, re.M), ran.stderr
+    # A resumed run's lines per part count what it read and cut, as its own lines do (the
+    # document its state is inside read again): they add up to them.
+    state = tmp_path / "state.json"
+    first = owt("stream", *mix, "--pack", "concat", *SHAPE, "-q", "--take", "20",
+                "--state-out", str(state))  # fmt: skip
+    rest = owt("stream", *mix, "--pack", "concat", *SHAPE, "-q", "--resume", str(state))
+    for run in (ran, first, rest):
+        read = re.search(r"^read ([\d,]+) documents", run.stderr, re.M)
+        each = re.findall(r"^  \w+: ([\d,]+) documents?, .*; ([\d,]+) documents? cut into "
+                          r"([\d,]+) pieces?$", run.stderr, re.M)  # fmt: skip
+        assert read and len(each) == 2, run.stderr
+        parts = [[int(n.replace(",", "")) for n in line] for line in each]
+        assert sum(p[0] for p in parts) == int(read[1].replace(",", "")), run.stderr
+        assert [sum(p[k] for p in parts) for k in (1, 2)] == list(figures(run.stderr)[2:])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,14 @@ def test_what_a_mixture_refuses(parts: dict[str, str], tmp_path: Path) -> None:
         reshard([state, Loader(parts["js"]).iter().state_dict()], 1)
 
 
+def summed_up(stderr: str) -> tuple[int, dict[str, int]]:
+    """The documents of ``owt stream``'s summary line, and of each part's line."""
+    total = re.search(r"^(?:read )?([\d,]+) documents?\b", stderr, re.M)
+    assert total, stderr
+    each = re.findall(r"^  (\w+): ([\d,]+) documents?,", stderr, re.M)
+    return int(total[1].replace(",", "")), {k: int(n.replace(",", "")) for k, n in each}
+
+
 def test_owt_stream_mix_resumes_and_sums_up_per_part(
     parts: dict[str, str], owt: Owt, tmp_path: Path
 ) -> None:
@@ -278,7 +287,13 @@ def test_owt_stream_mix_resumes_and_sums_up_per_part(
                 "--state-out", str(state), "--jsonl")  # fmt: skip
     rest = owt("stream", *mix, "-j", "2", "--resume", str(state), "--jsonl")
     assert first.stdout + rest.stdout == whole.stdout
-    assert "web: 120 documents" in rest.stderr and "js: " in rest.stderr
+    # Each run's lines per part count its own documents: they add up to its documents line,
+    # and the two runs' to the whole run's (a resumed run's are not its state's and its own).
+    said = [summed_up(run.stderr) for run in (whole, first, rest)]
+    assert said[0][1] == {"web": 120, "pq": said[0][1]["pq"], "js": said[0][1]["js"]}
+    assert [sum(each.values()) for _, each in said] == [total for total, _ in said]
+    assert said[1][0] == 50
+    assert collections.Counter(said[1][1]) + collections.Counter(said[2][1]) == said[0][1]
     bad = owt("stream", parts["web"], "--mix", f"js={parts['js']}:1")
     assert bad.returncode == 1 and "either paths or --mix" in bad.stderr
     bad = owt("stream", "--mix", f"js={parts['js']}")

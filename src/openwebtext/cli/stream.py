@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from openwebtext import codec, interrupts
+from openwebtext import interrupts
 from openwebtext.cli import summary
 from openwebtext.cli.args import (
     Subparsers,
@@ -164,14 +164,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
 
     before = batches.stats  # best fit may have read its window again: count from the state
     if state is not None:
-        inner = state.documents
-        each = inner.parts.values() if isinstance(inner, MixtureState) else [inner]
-        counted = [p.counters for p in each]
-        before = codec.replace(
-            before,
-            documents=sum(c.documents for c in counted),
-            text_bytes=sum(c.text_bytes for c in counted),
-        )
+        before = summary.at_state(before, state.documents)
     start, made, finished = time.perf_counter(), 0, False
     try:
         with tqdm(unit="batch", disable=args.quiet, file=sys.stderr, mininterval=0.5) as bar:
@@ -188,7 +181,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
         summary.summary(stats, before, time.perf_counter() - start, opening_s, read=True)
         summary.packing_summary(args, stats, before, made)
         if isinstance(source, Mixture):
-            summary.parts_summary(stats, packed=before)
+            summary.parts_summary(stats, before, packed=True)
     return 0
 
 
@@ -226,7 +219,7 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
         iterator.close()
         stats = iterator.stats
         summary.summary(stats, before, time.perf_counter() - start, opening_s)
-        summary.parts_summary(stats)
+        summary.parts_summary(stats, before)
     return 0
 
 

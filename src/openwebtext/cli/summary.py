@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,10 @@ from openwebtext.cli.args import plural
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_write
 from openwebtext.loader import DocumentIterator, MixtureIterator, Stats
-from openwebtext.stream import Mark
+from openwebtext.stream import DocumentState, Mark, MixtureState, MixtureStats
 
 __all__ = [
+    "at_state",
     "delivered",
     "packing_summary",
     "parts_summary",
@@ -115,6 +117,23 @@ def delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
     return codec.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
 
 
+def at_state(stats: Stats, documents: DocumentState | MixtureState) -> Stats:
+    """``stats`` with the documents, text and ids of the counters of ``documents`` (a batches
+    state's, each part's too): where a resumed run of batches starts counting (its packer may
+    have read ahead by then, a best-fit window again)."""
+    counted = {"": documents} if isinstance(documents, DocumentState) else documents.parts
+    each = {name: part.counters for name, part in counted.items()}
+
+    def at(stats: Stats, names: Iterable[str]) -> Stats:
+        keys = ("documents", "text_bytes", "tokens")
+        return codec.replace(stats, **{k: sum(getattr(each[n], k) for n in names) for k in keys})
+
+    if not isinstance(stats, MixtureStats):
+        return at(stats, each)
+    parts = {name: at(part, [name]) for name, part in stats.parts.items()}
+    return codec.replace(at(stats, each), parts=parts)
+
+
 def save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
     """Write the state; a failure to do so never hides the error that ended the run."""
     try:
@@ -139,22 +158,23 @@ def packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made:
     )
 
 
-def parts_summary(stats: Any, packed: Any = None) -> None:
-    """A mixture's summary line per part; of packed batches (``packed``: the stats before
-    them), the part's documents cut and their pieces too (padding belongs to no part: the
-    packing line says the rank's)."""
+def parts_summary(stats: Any, before: Any, *, packed: bool = False) -> None:
+    """A mixture's summary line per part: its documents, text and ids since ``before`` (the
+    stats at the run's start: a resumed run's, its state's), as the documents line counts, its
+    epoch, and of ``packed`` batches the part's documents cut and their pieces (padding belongs to
+    no part: the packing line says the rank's)."""
     for name, part in stats.parts.items():
+        was = before.parts.get(name)
+        keys = ("documents", "text_bytes", "tokens", "cut_documents", "pieces")
+        since = {k: getattr(part, k) - (0 if was is None else getattr(was, k)) for k in keys}
         cut = ""
-        if packed is not None:  # since the run's start (a resumed run's: its state's)
-            was = packed.parts.get(name)
-            cut_documents = part.cut_documents - (0 if was is None else was.cut_documents)
-            pieces = part.pieces - (0 if was is None else was.pieces)
-            cut = f"; {plural(cut_documents, 'document')} cut into {plural(pieces, 'piece')}"
+        if packed:
+            cut = (f"; {plural(since['cut_documents'], 'document')} cut into "
+                   f"{plural(since['pieces'], 'piece')}")  # fmt: skip
         print(
-            f"  {name}: {plural(part.documents, 'document')}, "
-            f"{part.text_bytes / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
-            + (f", {part.tokens:,} ids" if part.tokens else "")
+            f"  {name}: {plural(since['documents'], 'document')}, "
+            f"{since['text_bytes'] / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
+            + (f", {since['tokens']:,} ids" if since["tokens"] else "")
             + cut,
             file=sys.stderr,
         )
-
