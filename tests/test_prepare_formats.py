@@ -233,6 +233,9 @@ def test_no_run_or_a_slice_is_refused(small_corpus: Path, tmp_path: Path) -> Non
         write_format(tmp_path / "s", "datatrove")
     with pytest.raises(ValueError, match="format must be one of"):
         write_format(tmp_path, "parquet")
+    for size in (0, -3, True, 2.5, "100", 2**63):  # (was written into the marker as it was)
+        with pytest.raises(ValueError, match="shard_tokens must be an int from 1 to"):
+            write_format(tmp_path, "llmc", shard_tokens=size)  # type: ignore[arg-type]
 
 
 def test_cli_writes_the_format_and_merge_writes_a_slices_format(

@@ -7,8 +7,9 @@ state's error named a path of the record inside it (``position``, not ``document
 nor ``documents.parts.web.position``).
 
 Every golden state of ``tests/data/states-2.json``, each of its fields left out, and each of
-its integers edited within their type (+1, −1, ×2, 0, 10**6) or a bool flipped, is fed to the
-entry it was taken from, which reads a document or a batch from it."""
+its integers edited within their type (+1, −1, ×2, 0, 10**6, 2**63: past numpy's int64, which a
+count a state gives the packers is held in) or a bool flipped, is fed to the entry it was taken
+from, which reads a document or a batch from it."""
 
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def edits(state: dict[str, Any]) -> list[tuple[str, tuple[Any, ...], Any]]:
             out.append((f"{path} left out", keys, DELETE))
         if isinstance(value, bool):
             out.append((f"{path}={not value}", keys, not value))
-        elif isinstance(value, int):
-            wrong = {value + 1, value - 1, value * 2, 0, 10**6} - {value}
+        elif isinstance(value, int):  # (2**63: past numpy's int64, which the code counts in)
+            wrong = {value + 1, value - 1, value * 2, 0, 10**6, 2**63} - {value}
             out += [(f"{path}={w}", keys, w) for w in sorted(wrong) if w >= 0]
     return out
 

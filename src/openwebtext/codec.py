@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 import msgspec
 
 from openwebtext.errors import StateError
+from openwebtext.options import MOST_INT
 
 __all__ = [
     "Count",
@@ -34,6 +35,7 @@ __all__ = [
     "Fraction",
     "Positive",
     "Record",
+    "Seed",
     "decode",
     "differing",
     "encode",
@@ -41,10 +43,14 @@ __all__ = [
     "whose",
 ]
 
-#: An int >= 0 (a count, an index).
-Count = Annotated[int, msgspec.Meta(ge=0)]
-#: An int >= 1 (a size, a world size).
-Positive = Annotated[int, msgspec.Meta(ge=1)]
+#: An int >= 0 (a count, an index), at most ``MOST_INT``: what numpy's int64, in which the
+#: code counts, holds (a state with more would overflow there, not be refused here).
+Count = Annotated[int, msgspec.Meta(ge=0, le=MOST_INT)]
+#: An int >= 1 (a size, a world size), at most ``MOST_INT``.
+Positive = Annotated[int, msgspec.Meta(ge=1, le=MOST_INT)]
+#: A seed or a key: any int >= 0 (``Options.seed``: numpy's generators take any; ``val_seed``
+#: is bounded by ``Options``, which a state's config must equal).
+Seed = Annotated[int, msgspec.Meta(ge=0)]
 #: A float strictly between 0 and 1.
 Fraction = Annotated[float, msgspec.Meta(gt=0, lt=1)]
 #: A corpus's fingerprint: 16 hex digits (``Corpus.fingerprint``, ``content_fingerprint``).

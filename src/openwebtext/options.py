@@ -13,6 +13,7 @@ from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple, TypeGuard
 
 __all__ = [
+    "MOST_INT",
     "NANOGPT_SPLIT",
     "SHAPING",
     "DecodePolicy",
@@ -28,6 +29,7 @@ __all__ = [
     "check_val_fraction",
     "check_val_seed",
     "check_workers",
+    "countable",
     "int_at_least",
     "options_with",
 ]
@@ -53,6 +55,10 @@ MAX_MEMBER_BYTES = 1024 * MiB
 #: in flight per worker): past them a limit is a mistake, not a bound.
 MOST_BYTES = 1 << 40
 MOST_PREFETCH = 1024
+#: The largest count, size or position a state or a record holds (what numpy's int64, in which
+#: the packers and the engine count, holds), and so of an option one says (``epoch``,
+#: ``shuffle_buffer``, ``world_size``, a window, a schedule's positions, ``take``).
+MOST_INT = 2**63 - 1
 DECODE_ERRORS: DecodePolicy = "strict"
 
 
@@ -149,10 +155,11 @@ class Options:
         check_seed(self.seed)
         need(isinstance(self.shuffle, bool), f"shuffle must be True or False, not {self.shuffle!r}")
         need(
-            int_at_least(self.shuffle_buffer, 0),
-            f"shuffle_buffer must be >= 0, not {self.shuffle_buffer!r}",
+            countable(self.shuffle_buffer, 0),
+            f"shuffle_buffer must be >= 0 and at most {MOST_INT}, not {self.shuffle_buffer!r}",
         )
-        need(int_at_least(self.epoch, 0), f"epoch must be >= 0, not {self.epoch!r}")
+        need(countable(self.epoch, 0), f"epoch must be >= 0 and at most {MOST_INT}, not "
+             f"{self.epoch!r}")  # fmt: skip
         need(
             self.epochs is None or int_at_least(self.epochs, 1),
             f"epochs must be None or >= 1, not {self.epochs!r}",
@@ -168,8 +175,8 @@ class Options:
         check_val_fraction(self.val_fraction)
         check_val_seed(self.val_seed)
         need(
-            int_at_least(self.world_size, 1),
-            f"world_size must be >= 1, not {self.world_size!r}",
+            countable(self.world_size, 1),
+            f"world_size must be >= 1 and at most {MOST_INT}, not {self.world_size!r}",
         )
         need(
             int_at_least(self.rank, 0) and self.rank < self.world_size,
@@ -227,6 +234,12 @@ def int_at_least(value: object, least: int) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
+def countable(value: object, least: int) -> TypeGuard[int]:
+    """``int_at_least``, and at most ``MOST_INT``: a value a state or a record will hold (a
+    state with more could not be resumed: ``codec.Count``)."""
+    return int_at_least(value, least) and value <= MOST_INT
+
+
 # -- the rules of the options a loader and ``owt tokenize`` (``PrepareOptions``) share --------
 # One rule each, so that the two descriptions accept and refuse the same values.
 
@@ -274,8 +287,9 @@ def check_val_seed(value: object) -> None:
 
 
 def check_take(value: object) -> None:
-    """``take``: None or an int >= 0."""
-    _need(value is None or int_at_least(value, 0), f"take must be None or >= 0, not {value!r}")
+    """``take``: None or an int >= 0 (at most ``MOST_INT``: ``owt tokenize``'s config says it)."""
+    ok = value is None or countable(value, 0)
+    _need(ok, f"take must be None or >= 0 and at most {MOST_INT}, not {value!r}")
 
 
 def check_on_error(value: object) -> None:

@@ -27,7 +27,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from openwebtext.options import int_at_least
+from openwebtext.options import MOST_INT, countable, int_at_least
 
 __all__ = [
     "EpochShares",
@@ -93,8 +93,8 @@ def shard_range(positions: int, index: int, count: int) -> tuple[int, int]:
     Raises:
         ValueError: not ``0 <= index < count``.
     """
-    if not (int_at_least(count, 1) and int_at_least(index, 0) and index < count):
-        raise ValueError(f"a shard is i/n with 0 <= i < n, not {index}/{count}")
+    if not (countable(count, 1) and int_at_least(index, 0) and index < count):
+        raise ValueError(f"a shard is i/n with 0 <= i < n <= {MOST_INT}, not {index}/{count}")
     return index * positions // count, (index + 1) * positions // count
 
 

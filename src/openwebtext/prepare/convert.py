@@ -34,6 +34,7 @@ from openwebtext import codec
 from openwebtext.codec import Record
 from openwebtext.errors import StateError
 from openwebtext.files import atomic_file
+from openwebtext.options import MOST_INT, countable
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
@@ -82,10 +83,13 @@ def write_format(
     Raises:
         PrepareError: ``out`` holds no finished run; its files and ``meta.json`` disagree
             (documents found at end-of-text ids are not those it records); an upload failed.
-        ValueError: an unknown format, or ``llmc`` for ids wider than uint16.
+        ValueError: an unknown format, a ``shard_tokens`` that is no int >= 1, or ``llmc``
+            for ids wider than uint16.
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if not countable(shard_tokens, 1):  # (the marker says it: a record's count)
+        raise ValueError(f"shard_tokens must be an int from 1 to {MOST_INT}, not {shard_tokens!r}")
     if fmt == "nanogpt":
         return None
     target = outputs.location(out)

@@ -142,10 +142,10 @@ class RunConfig(Vocabulary, frozen=True, omit_defaults=True):
     corpus: Fingerprint
     units: Count
     val_fraction: Fraction
-    val_seed: Count
+    val_seed: codec.Seed
     on_error: ErrorPolicy
     take: Count | None = None
-    seed: Count | None = None
+    seed: codec.Seed | None = None
     shuffle: bool | None = None
     slice: Slice | None = None
     merge_of: tuple[Piece, ...] | None = None

@@ -25,7 +25,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
-from openwebtext.options import int_at_least
+from openwebtext.options import MOST_INT, countable
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.packed import PackedBatch, segmented
@@ -403,8 +403,8 @@ def batches_start(
     """
     if packing not in PACKING:
         raise ValueError(f"packing must be one of {PACKING}, not {packing!r}")
-    if not int_at_least(window, 1):
-        raise ValueError(f"window must be an int >= 1, not {window!r}")
+    if not countable(window, 1):
+        raise ValueError(f"window must be an int >= 1 and at most {MOST_INT}, not {window!r}")
     if state is None:
         return None
     parsed = BatchesState.from_json(state)

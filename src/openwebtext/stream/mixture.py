@@ -19,7 +19,7 @@ from openwebtext.codec import differing, replace
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
-from openwebtext.options import Options, int_at_least
+from openwebtext.options import MOST_INT, Options, countable
 from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.resharding import (
     KEEP,
@@ -113,10 +113,10 @@ class Mixture:
         for step in pairs:
             if not isinstance(step, tuple | list) or len(step) != 2:
                 raise ValueError(f"a schedule's step is a (position, weights) pair, not {step!r}")
-            if not int_at_least(step[0], 0):
+            if not countable(step[0], 0):
                 raise ValueError(
-                    "a schedule's positions must be ints >= 0 (documents handed out), not "
-                    f"{step[0]!r}"
+                    f"a schedule's positions must be ints from 0 to {MOST_INT} (documents "
+                    f"handed out), not {step[0]!r}"
                 )
         steps = [(at, self.weights_of(w, f"schedule at {at}")) for at, w in pairs]
         positions = [at for at, _ in steps]

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 import msgspec
 
+from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
 from openwebtext.errors import StateError
 from openwebtext.mixing import check_weights
@@ -61,14 +62,14 @@ class StreamConfig(Record, frozen=True):
     corpus: Fingerprint
     units: Count
     shuffle: bool
-    seed: Count
+    seed: codec.Seed
     shuffle_buffer: Count
     rank: Count
     world_size: Positive
     even: Rule | None
     split: SplitName
     val_fraction: Fraction
-    val_seed: Count
+    val_seed: codec.Seed
     max_document_bytes: Positive
     decode_errors: DecodePolicy
     tokenizer: str | None = None

@@ -19,7 +19,7 @@ from typing import Literal
 import msgspec
 
 from openwebtext.errors import StateError
-from openwebtext.options import int_at_least
+from openwebtext.options import MOST_INT, countable, int_at_least
 from openwebtext.stream.schema import BatchesState, Scheduled, Step
 from openwebtext.stream.sections import Packed
 
@@ -70,10 +70,10 @@ class Schedule:
             for name, value, least in (
                 ("batch_index", batch, 0), ("seq_len", seq_len, 1), ("batch_size", batch_size, 1)
             ):  # fmt: skip
-                if not int_at_least(value, least):
+                if not countable(value, least):
                     raise ValueError(
-                        f"schedule step {k} {tuple(step)!r}: {name} must be an int >= {least}, "
-                        f"not {value!r}"
+                        f"schedule step {k} {tuple(step)!r}: {name} must be an int >= {least} "
+                        f"and at most {MOST_INT}, not {value!r}"
                     )
             if not checked and batch != 0:
                 raise ValueError(f"schedule step 0 {tuple(step)!r} must be at batch 0")
@@ -130,8 +130,8 @@ class Schedule:
             ("start", start), ("end", end), ("tokens", tokens), ("batches", batches),
             ("multiple", multiple),
         ):  # fmt: skip
-            if not int_at_least(value, 1):
-                raise ValueError(f"{name} must be an int >= 1, not {value!r}")
+            if not countable(value, 1):
+                raise ValueError(f"{name} must be an int from 1 to {MOST_INT}, not {value!r}")
         if not int_at_least(stages, 2) or batches < stages - 1:
             raise ValueError(f"stages must be an int from 2 to batches + 1, not {stages!r}")
         if not start <= end <= tokens:
