@@ -238,8 +238,8 @@ def document_states(draw: Any) -> DocumentState:
 def batches_states(draw: Any) -> BatchesState:
     best_fit = draw(st.booleans())
     return BatchesState(
-        draw(positive), draw(positive), draw(document_states()), draw(counts), draw(counts),
-        "bestfit" if best_fit else "concat",
+        draw(positive), draw(positive), draw(document_states()),
+        0 if best_fit else draw(counts), draw(counts), "bestfit" if best_fit else "concat",
         draw(positive) if best_fit else None,
         draw(counts) if best_fit else 0,
         draw(counts) if best_fit else 0,
@@ -279,6 +279,12 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["resharded_epochs"], "reshard.later", GOLDEN["resharded_epochs"]["reshard"]
          ["later"][1:], r"reshard\.later: must hold the sections of epochs 1 on"),
         (GOLDEN["batches_bestfit"], "window", None, r"window: is needed by best fit"),
+        # What the other packing's state says (taken, and read by nothing).
+        (GOLDEN["batches_bestfit"], "offset", 5, r"offset: is concat's only, not bestfit's"),
+        (GOLDEN["batches_mixture_bestfit"], "offset", 1, r"offset: is concat's only"),
+        (GOLDEN["batches_concat"], "row", 3, r"row: is best fit's only, not concat's"),
+        (GOLDEN["batches_concat"], "window_number", 2, r"window_number: is best fit's only"),
+        (GOLDEN["batches_mixture"], "window_epoch", 0, r"window_epoch: is best fit's only"),
         (GOLDEN["batches_bestfit"], "window_documents", 8, r"window_documents: is a best-fit"),
         (GOLDEN["batches_concat"], "window_documents", 3, r"window_documents: is a best-fit"),
         (GOLDEN["batches_bestfit"], "window_documents", True, r"documents: Expected `int`, got"),

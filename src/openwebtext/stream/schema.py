@@ -326,6 +326,12 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
             raise Disagree("window", "is needed by best fit")
         if self.packing == "concat" and self.window is not None:
             raise Disagree("packing", "is concat, but the state has a best-fit window")
+        fits = {"window_number": self.window_number, "row": self.row,
+                "window_epoch": self.window_epoch is not None}  # fmt: skip
+        for name, said in ({"offset": self.offset} if self.window else fits).items():
+            if said:  # (what the other packing's state says: nothing past here reads it)
+                raise Disagree(name, f"is {'concat' if self.window else 'best fit'}'s only, not "
+                               f"{self.packing}'s")  # fmt: skip
         packings = () if self.scheduled is None else self.scheduled.packings
         if packings and (self.packing != "bestfit" or packings[-1].rows != self.row):
             raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
