@@ -173,3 +173,27 @@ def test_a_mixture_s_best_fit_window_its_documents_cannot_hold_is_refused(
     with pytest.raises(StateError, match=rf"^bad batches state: {said}") as caught:
         Loader(mixed, **opts).batches(256, 2, packing="bestfit", window=4, state=state)
     assert caught.value.field == field
+
+
+def test_a_mixture_s_best_fit_window_parts_not_its_window_s_are_refused(
+    js: str, tmp_path: Path
+) -> None:
+    """A mixture's best-fit ``window_parts`` (the window's documents of each part, which a
+    reshard deals to the new ranks) edited, their sum kept: nothing else reads them, so the
+    state was taken, and a reshard of it dealt the old rank's documents wrong. The window is
+    read again where the state enters: parts it does not hold are refused."""
+    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
+    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    opts = _opts(tokenizer="bytes")
+    with Loader(mixed, **opts).batches(64, 2, packing="bestfit", window=8) as batches:
+        for _ in range(5):
+            next(batches)
+        state = json.loads(json.dumps(batches.state_dict()))
+    held = state["window_parts"]
+    assert state["row"] > 0 and len(held) == 2 and held[0] > 0, state
+    Loader(mixed, **opts).batches(64, 2, packing="bestfit", window=8, state=state).close()
+    state["window_parts"] = [held[0] - 1, held[1] + 1]
+    with pytest.raises(StateError, match=r"^bad batches state: window_parts: .* but its window "
+                       r"holds") as caught:  # fmt: skip
+        Loader(mixed, **opts).batches(64, 2, packing="bestfit", window=8, state=state)
+    assert caught.value.field == "window_parts"

@@ -193,6 +193,7 @@ def _start(state: dict[str, Any]) -> Any:
         packed = PackingCounts(**state["packed"])
         documents = None  # (not a mixture's: no per-part counts)
         window_documents = None  # (its window whole)
+        window_parts = None  # (not a mixture's)
 
     return Start()
 

@@ -191,6 +191,7 @@ class BestFitBatches(Packer):
             self._since = 0  # batches handed out since the last window was packed
             if self._skip:
                 self._fill()
+                check_window_parts(start, self._windows)
         except BaseException:
             documents.close()
             raise
@@ -481,3 +482,16 @@ class BestFitBatches(Packer):
             packed = packed.add(*window.fitted.counted(window.row))
             parts = add_parts(parts, window.fitted.counted_parts(window.row))
         return packed, parts
+
+
+def check_window_parts(start: BatchesState | None, windows: deque[_Window]) -> None:
+    """Check a mixture's best-fit state's ``window_parts`` (what a reshard deals; nothing else
+    reads them) against the window it is inside, read again: ``StateError`` naming them."""
+    said = None if start is None else start.window_parts
+    if start is not None and isinstance(said, tuple) and windows and isinstance(
+        start.documents, MixtureState
+    ):
+        found = window_part_counts(windows[0].parts, start.documents)
+        if found != said:
+            raise StateError(f"bad batches state: window_parts: {list(said)}, but its window "
+                             f"holds {list(found)} documents of each part", field="window_parts")
