@@ -310,10 +310,10 @@ BOUNDS: list[tuple[str, Any, Any, str]] = [
     ("take", 0, -1, "take must be None or >= 0"),
     # What a state or a record holds: what numpy's int64 holds (a state said more could not be
     # resumed); a seed is any int.
-    ("shuffle_buffer", 2**63 - 1, 2**63, "shuffle_buffer must be >= 0 and at most 9223372036854775807"),
-    ("epoch", 2**63 - 1, 2**63, "epoch must be >= 0 and at most 9223372036854775807"),
-    ("world_size", 2**63 - 1, 2**63, "world_size must be >= 1 and at most 9223372036854775807"),
-    ("take", 2**63 - 1, 2**63, "take must be None or >= 0 and at most 9223372036854775807"),
+    ("shuffle_buffer", 2**63 - 1, 2**63, f"shuffle_buffer must be >= 0 and at most {2**63 - 1}"),
+    ("epoch", 2**63 - 1, 2**63, f"epoch must be >= 0 and at most {2**63 - 1}"),
+    ("world_size", 2**63 - 1, 2**63, f"world_size must be >= 1 and at most {2**63 - 1}"),
+    ("take", 2**63 - 1, 2**63, f"take must be None or >= 0 and at most {2**63 - 1}"),
     ("seed", 2**130, -1, "seed must be an int >= 0"),
     ("max_errors", 0, -1, "max_errors must be None or >= 0"),
     ("max_document_bytes", 1, 0, "max_document_bytes must be >= 1"),

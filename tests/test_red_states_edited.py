@@ -197,3 +197,27 @@ def test_a_mixture_s_best_fit_window_parts_not_its_window_s_are_refused(
                        r"holds") as caught:  # fmt: skip
         Loader(mixed, **opts).batches(64, 2, packing="bestfit", window=8, state=state)
     assert caught.value.field == "window_parts"
+
+
+def test_a_mixture_s_concat_cut_of_another_part_is_refused(js: str, tmp_path: Path) -> None:
+    """A mixture's concat state inside a document names its part (``documents.next``): a
+    reshard deals the rest of that document by it. An edited one was taken (the stream chose
+    the part again, by its turns) and a reshard dealt the document as the other part's. The
+    document is read again before the first batch: another part's is refused."""
+    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
+    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    opts = _opts(tokenizer="bytes")
+    with Loader(mixed, **opts).batches(64, 2) as batches:
+        for _ in range(5):
+            next(batches)
+        state = json.loads(json.dumps(batches.state_dict()))
+    part = state["documents"]["next"]
+    assert state["offset"] > 0 and part in (0, 1), state
+    state["documents"]["next"] = 1 - part
+    said = rf"^bad batches state: documents\.next: {1 - part}, but the document the next batch"
+    with (
+        Loader(mixed, **opts).batches(64, 2, state=state) as batches,
+        pytest.raises(StateError, match=rf"{said} begins in is part {part}'s") as caught,
+    ):
+        next(batches)
+    assert caught.value.field == "documents.next"

@@ -32,7 +32,7 @@ from openwebtext.stream.packed import PackedBatch, segmented
 from openwebtext.stream.packing import PACKING
 from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_state, parts_to_state
 from openwebtext.stream.readahead import Primed
-from openwebtext.stream.schema import BatchesState
+from openwebtext.stream.schema import BatchesState, MixtureState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
 from openwebtext.stream.source import DocumentSource, Packer, Run, copied
 from openwebtext.stream.state import Stats
@@ -129,6 +129,8 @@ class Batches(Packer):
         # ``_before_len`` ids before it (the length of the batch before the next).
         self._packed = PackingCounts() if start is None else start.packed
         self._parts = parts_of_state(start)  # a mixture's, per part
+        said = None if start is None else start.documents
+        self._cut_part = said.next if isinstance(said, MixtureState) else None  # (offset's)
         self._counted = offset
         self._row_len = self._shape.seq_len
         at = self._shape.at
@@ -184,6 +186,8 @@ class Batches(Packer):
                     f"document the next batch begins in ({int(ends[0]) if len(ends) else 0} "
                     "ids)", field="offset",
                 )  # fmt: skip
+            if not self._read and self._head and isinstance(run, MixRun):  # (what reshard deals)
+                self._check_cut_part(int(run.parts[0]))
             begins = run.begins if isinstance(run, MixRun) else run.start
             marked = _marked(ends, begins, getattr(run, "parts", None)) if self.segments else ()
             self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))
@@ -244,6 +248,15 @@ class Batches(Packer):
             overlapping_rows(positions, seq_len),
             None if sources is None else overlapping_rows(sources, seq_len),
         )
+
+    def _check_cut_part(self, part: int) -> None:
+        """A mixture's state inside a document (``offset``) names its part (``documents.next``,
+        which a reshard deals the document by): the part of the document read again."""
+        if part != self._cut_part:
+            self.close()
+            raise StateError(f"bad batches state: documents.next: {self._cut_part}, but the "
+                             f"document the next batch begins in is part {part}'s",
+                             field="documents.next")  # fmt: skip
 
     def _count_cuts(self) -> None:
         """Count the documents cut by the rows handed out, up to the next batch's start."""
