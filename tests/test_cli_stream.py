@@ -56,6 +56,37 @@ def test_the_summary_after_an_interrupt_counts_the_lines_written(
     assert f"{text_mb:.1f} MB of text" in err
 
 
+def test_a_mixture_s_summary_after_an_interrupt_counts_the_lines_written_per_part(
+    small_corpus: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The same of ``--mix``: its documents line and each part's count the lines written (they
+    counted the documents handed out, those dropped with the unwritten chunk too)."""
+    monkeypatch.setattr(jsonl, "_CHUNK", 1 << 15)
+    made = [0]
+    line_of = jsonl._json_line
+
+    def interrupted_at(doc: Document) -> bytes:
+        made[0] += 1
+        if made[0] == 50:
+            raise KeyboardInterrupt
+        return line_of(doc)
+
+    monkeypatch.setattr(jsonl, "_json_line", interrupted_at)
+    mix = ["--mix", f"a={small_corpus}/urlsf_subset00.tar:0.5",
+           "--mix", f"b={small_corpus}/urlsf_subset01.tar:0.5"]  # fmt: skip
+    assert main(["stream", *mix, "-j", "1", "--jsonl"]) == 130
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert 0 < len(lines) < 49  # some lines were still in the unwritten chunk
+    assert _summary_documents(err) == len(lines), err
+    for name in ("a", "b"):
+        said = re.search(rf"^  {name}: (\d+) documents?, ", err, re.MULTILINE)
+        assert said and int(said[1]) == sum(line["source"] == name for line in lines), err
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_a_signal_to_a_slow_reader_s_stream_sums_up_its_lines(
     signum: int, small_corpus: Path, tmp_path: Path

@@ -217,7 +217,7 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
                 state_now = iterator.state_dict(written[0] if args.jsonl else None)
                 summary.save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
-        stats = iterator.stats
+        stats = summary.delivered(iterator, written[0] if args.jsonl else None)
         summary.summary(stats, before, time.perf_counter() - start, opening_s)
         summary.parts_summary(stats, before)
     return 0

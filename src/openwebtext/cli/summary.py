@@ -16,7 +16,7 @@ from openwebtext.cli.args import plural
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_write
 from openwebtext.loader import DocumentIterator, MixtureIterator, Stats
-from openwebtext.stream import DocumentState, Mark, MixtureState, MixtureStats
+from openwebtext.stream import DocumentState, Mark, MixMark, MixtureState, MixtureStats
 
 __all__ = [
     "at_state",
@@ -107,14 +107,27 @@ def summary(
         print(f"  skipped: {name}", file=sys.stderr)
 
 
-def delivered(iterator: DocumentIterator, written: Mark | None) -> Stats:
-    """What reached the sink: with ``--jsonl`` the documents and text of the lines written
-    (``written``: the mark after the last one), not those handed out after it."""
+def delivered(
+    iterator: DocumentIterator | MixtureIterator, written: Mark | MixMark | None
+) -> Stats:
+    """What reached the sink: with ``--jsonl`` the documents, text and ids of the lines
+    written (``written``: the mark after the last one), not those handed out after it; a
+    mixture's per part too."""
     stats = iterator.stats
     if written is None:
         return stats
-    counted = written.counted()
-    return codec.replace(stats, documents=counted.documents, text_bytes=counted.text_bytes)
+    if not isinstance(written, MixMark):
+        return _at_marks(stats, [written])
+    assert isinstance(stats, MixtureStats)  # (a mixture's mark: its parts' marks, in order)
+    marks = zip(stats.parts.items(), written.parts, strict=True)
+    parts = {name: _at_marks(part, [mark]) for (name, part), mark in marks}
+    return codec.replace(_at_marks(stats, written.parts), parts=parts)
+
+
+def _at_marks(stats: Stats, marks: Iterable[Mark]) -> Stats:
+    counted = [mark.counted() for mark in marks]
+    keys = ("documents", "text_bytes", "tokens")
+    return codec.replace(stats, **{k: sum(getattr(c, k) for c in counted) for k in keys})
 
 
 def at_state(stats: Stats, documents: DocumentState | MixtureState) -> Stats:
