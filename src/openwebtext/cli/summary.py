@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from openwebtext.cli.args import plural
 from openwebtext.errors import OWTError
 from openwebtext.files import atomic_write
 from openwebtext.loader import DocumentIterator, MixtureIterator, Stats
-from openwebtext.stream import DocumentState, Mark, MixMark, MixtureState, MixtureStats
+from openwebtext.stream import Counters, DocumentState, Mark, MixMark, MixtureState, MixtureStats
 
 __all__ = [
     "at_state",
@@ -112,39 +112,35 @@ def delivered(
 ) -> Stats:
     """What reached the sink: with ``--jsonl`` the documents, text and ids of the lines
     written (``written``: the mark after the last one), not those handed out after it; a
-    mixture's per part too."""
+    mixture's per part too (its mark: a mark per part, in order)."""
     stats = iterator.stats
     if written is None:
         return stats
-    if not isinstance(written, MixMark):
-        return _at_marks(stats, [written])
-    assert isinstance(stats, MixtureStats)  # (a mixture's mark: its parts' marks, in order)
-    marks = zip(stats.parts.items(), written.parts, strict=True)
-    parts = {name: _at_marks(part, [mark]) for (name, part), mark in marks}
-    return codec.replace(_at_marks(stats, written.parts), parts=parts)
-
-
-def _at_marks(stats: Stats, marks: Iterable[Mark]) -> Stats:
-    counted = [mark.counted() for mark in marks]
-    keys = ("documents", "text_bytes", "tokens")
-    return codec.replace(stats, **{k: sum(getattr(c, k) for c in counted) for k in keys})
+    marks = written.parts if isinstance(written, MixMark) else (written,)
+    return _recounted(stats, [mark.counted() for mark in marks])
 
 
 def at_state(stats: Stats, documents: DocumentState | MixtureState) -> Stats:
     """``stats`` with the documents, text and ids of the counters of ``documents`` (a batches
     state's, each part's too): where a resumed run of batches starts counting (its packer may
     have read ahead by then, a best-fit window again)."""
-    counted = {"": documents} if isinstance(documents, DocumentState) else documents.parts
-    each = {name: part.counters for name, part in counted.items()}
+    if isinstance(documents, DocumentState):
+        return _recounted(stats, [documents.counters])
+    return _recounted(stats, [documents.parts[name].counters for name in documents.config.parts])
 
-    def at(stats: Stats, names: Iterable[str]) -> Stats:
+
+def _recounted(stats: Stats, each: Sequence[Counters]) -> Stats:
+    """``stats`` with the documents, text and ids of ``each``: a corpus's one, or a mixture's
+    parts' in its order (each part's, and their sum)."""
+
+    def of(stats: Stats, counted: Sequence[Counters]) -> Stats:
         keys = ("documents", "text_bytes", "tokens")
-        return codec.replace(stats, **{k: sum(getattr(each[n], k) for n in names) for k in keys})
+        return codec.replace(stats, **{k: sum(getattr(c, k) for c in counted) for k in keys})
 
     if not isinstance(stats, MixtureStats):
-        return at(stats, each)
-    parts = {name: at(part, [name]) for name, part in stats.parts.items()}
-    return codec.replace(at(stats, each), parts=parts)
+        return of(stats, each)
+    parts = {name: of(part, [c]) for (name, part), c in zip(stats.parts.items(), each, strict=True)}
+    return codec.replace(of(stats, each), parts=parts)
 
 
 def save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:

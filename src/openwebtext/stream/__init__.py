@@ -10,6 +10,7 @@ from __future__ import annotations
 from openwebtext.plan import Rule
 from openwebtext.stream.batches import Batches, BatchIterator, batch_ids, batches_start
 from openwebtext.stream.blocks import gather
+from openwebtext.stream.counters import Counters
 from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
 from openwebtext.stream.mixbatches import MixtureBatches
@@ -46,6 +47,7 @@ __all__ = [
     "Batches",
     "BatchesState",
     "BestFitBatches",
+    "Counters",
     "DocumentSource",
     "DocumentState",
     "Mark",
