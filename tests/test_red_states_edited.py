@@ -148,6 +148,19 @@ def test_a_best_fit_window_its_documents_cannot_hold_is_refused(
     assert caught.value.field == "window_number"
 
 
+def _mixture_batches(
+    js: str, tmp_path: Path, batches: int, seq_len: int, **shape: Any
+) -> tuple[Mixture, dict[str, Any]]:
+    """A mixture of ``js`` and 20 other lines, half each, and the state of its batches of 2
+    rows of ``seq_len`` (byte ids) after ``batches`` of them, as JSON gives it back."""
+    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
+    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    with Loader(mixed, **_opts(tokenizer="bytes")).batches(seq_len, 2, **shape) as made:
+        for _ in range(batches):
+            next(made)
+        return mixed, json.loads(json.dumps(made.state_dict()))
+
+
 @pytest.mark.parametrize(("field", "value", "said"), [
     ("window_number", 10**6, r"window_number: 1000000 does not agree with the 40 documents the "
      r"mixture handed out"),
@@ -161,13 +174,8 @@ def test_a_mixture_s_best_fit_window_its_documents_cannot_hold_is_refused(
     bestfit``): its windows are numbered from its start, in epoch 0, over the documents it
     handed out; an edited number or epoch was taken, and the window packed again in another
     seeded order (``owt stream --resume`` exited 0 with other batches)."""
-    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
-    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    mixed, state = _mixture_batches(js, tmp_path, 20, 256, packing="bestfit", window=4)
     opts = _opts(tokenizer="bytes")
-    with Loader(mixed, **opts).batches(256, 2, packing="bestfit", window=4) as batches:
-        for _ in range(20):
-            next(batches)
-        state = json.loads(json.dumps(batches.state_dict()))
     assert (state["window_number"], state["documents"]["handed"]) == (10, 40)
     state[field] = value
     with pytest.raises(StateError, match=rf"^bad batches state: {said}") as caught:
@@ -182,13 +190,8 @@ def test_a_mixture_s_best_fit_window_parts_not_its_window_s_are_refused(
     reshard deals to the new ranks) edited, their sum kept: nothing else reads them, so the
     state was taken, and a reshard of it dealt the old rank's documents wrong. The window is
     read again where the state enters: parts it does not hold are refused."""
-    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
-    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    mixed, state = _mixture_batches(js, tmp_path, 5, 64, packing="bestfit", window=8)
     opts = _opts(tokenizer="bytes")
-    with Loader(mixed, **opts).batches(64, 2, packing="bestfit", window=8) as batches:
-        for _ in range(5):
-            next(batches)
-        state = json.loads(json.dumps(batches.state_dict()))
     held = state["window_parts"]
     assert state["row"] > 0 and len(held) == 2 and held[0] > 0, state
     Loader(mixed, **opts).batches(64, 2, packing="bestfit", window=8, state=state).close()
@@ -204,13 +207,8 @@ def test_a_mixture_s_concat_cut_of_another_part_is_refused(js: str, tmp_path: Pa
     reshard deals the rest of that document by it. An edited one was taken (the stream chose
     the part again, by its turns) and a reshard dealt the document as the other part's. The
     document is read again before the first batch: another part's is refused."""
-    write_jsonl(tmp_path / "b" / "a.jsonl", sample_texts(20, seed=5))
-    mixed = Mixture({"js": js, "b": str(tmp_path / "b")}, {"js": 0.5, "b": 0.5})
+    mixed, state = _mixture_batches(js, tmp_path, 5, 64)
     opts = _opts(tokenizer="bytes")
-    with Loader(mixed, **opts).batches(64, 2) as batches:
-        for _ in range(5):
-            next(batches)
-        state = json.loads(json.dumps(batches.state_dict()))
     part = state["documents"]["next"]
     assert state["offset"] > 0 and part in (0, 1), state
     state["documents"]["next"] = 1 - part
