@@ -124,6 +124,11 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
             raise Disagree("position", f"block={at.block}, in_block={at.in_block} lies past the "
                            f"end of the corpus's {units} units")  # fmt: skip
 
+    @property
+    def resharded(self) -> bool:
+        """In the rest of a resharded epoch, or past one (its counts start from the reshard)."""
+        return self.reshard is not None or bool(self.passed)
+
 
 MIXTURE_FORMAT = "openwebtext-mixture/2"
 
@@ -232,7 +237,7 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         if set(self.parts) != set(names):  # JSON's objects are unordered
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
         states = [self.parts[name].counters for name in names]
-        if self.replays or any(p.reshard or p.passed for p in self.parts.values()):
+        if self.resharded:
             return  # (a reshard's turns start from old rank 0's, each part's counts from 0)
         documents = sum(c.documents for c in states)
         if self.handed != documents:
@@ -242,6 +247,12 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         if any(map(operator.gt, self.served, each)):
             raise Disagree("served", f"{list(self.served)} counts more than its parts handed "
                            f"out ({each})")  # fmt: skip
+
+    @property
+    def resharded(self) -> bool:
+        """Resharded: windows dealt to it (``replays``), or a part in or past a resharded
+        epoch's rest."""
+        return bool(self.replays) or any(p.resharded for p in self.parts.values())
 
 
 class Step(Record, frozen=True):
@@ -343,7 +354,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         dealt = isinstance(replays, tuple)
         if any(r.documents > (self.window or 0) for r in replays or ()):
             raise Disagree("documents.replays", f"hold more than a window of {self.window}")
-        resharded = dealt or any(p.reshard or p.passed for p in parts)
+        resharded = dealt or any(p.resharded for p in parts)
         at = None if self.scheduled is None else self.scheduled.at
         if at is not None and at != self.batches and not resharded:  # (a reshard's: the old's)
             raise Disagree("schedule", f"at={at} is not batches={self.batches}: a state never "
@@ -369,11 +380,11 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
                 raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, not a "
                                  "mixture's: it numbers its windows in epoch 0",
                                  field="window_epoch")  # fmt: skip
-            if docs.replays or any(p.reshard or p.passed for p in docs.parts.values()):
+            if docs.resharded:
                 return
             handed, step, of, whose = docs.handed, 0, "", "the mixture"
         else:
-            if docs.reshard or docs.passed:
+            if docs.resharded:
                 return
             handed, epoch = docs.counters.epoch_documents, docs.position.epoch
             step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
