@@ -186,8 +186,9 @@ def test_a_dealt_window_under_a_schedule_of_shapes_hands_out_its_old_rank_s_ids(
     """Under a schedule of shapes (127 ids a row, 63 from batch 2), 4 ranks stopped inside
     best-fit windows (rank 3 past the change: its window packed again, ``Replay.packings``),
     resharded to 3 and to 1. The new ranks are at the furthest old rank's batch, so they pack
-    a dealt window at 63 where its old rank went on at 127 first: the rows differ, and the
-    ids of its documents left are those the old rank would have handed out, each once."""
+    a dealt window at 63 where its old rank went on at 127 first: the rows differ (each batch
+    of the new shape, a window dealt packed at 127 packed again at 63 before its rows go), and
+    the ids of its documents left are those the old rank would have handed out, each once."""
     shape = {"schedule": Schedule([(0, S, B), (2, 63, 3)])}
     m = Mixture(parts, {"web": 0.6, "pq": 0.4, "js": 0.0}, by="tokens")
     states, going_on = [], []
@@ -206,7 +207,9 @@ def test_a_dealt_window_under_a_schedule_of_shapes_hands_out_its_old_rank_s_ids(
             with loader.batches(**shape, packing="bestfit", window=WINDOW, segments=True,
                                 state=state) as it:  # fmt: skip
                 while it.state_dict()["documents"].get("replays"):
+                    sizes = (it.batch_size, it.seq_len + 1)  # (63's, or a row of 127's: lost)
                     batch = next(it)
+                    assert batch.tokens.shape == sizes, (world, rank)
                     got += [(t.tobytes(), g.tobytes(), p.tobytes()) for t, g, p in
                             zip(batch.tokens, batch.segment_ids, batch.sources, strict=True)]
                 own = it.state_dict()["row"]  # the last batch's rows of the rank's own window

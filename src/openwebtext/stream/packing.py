@@ -383,10 +383,12 @@ class BestFitBatches(Packer):
 
     def _batch(self) -> Any:
         shape = self._shape
-        if not shape.fixed:
-            self._reshape()
         batch_size = shape.batch_size
-        while self._rows_left < batch_size and (self._reading is not None or self._more()):
+        while True:  # every window at the batch's length: one read here too (a dealt one's
+            if not shape.fixed:  # packings end at its old rank's)
+                self._reshape()
+            if self._rows_left >= batch_size or (self._reading is None and not self._more()):
+                break
             self._fill()
         if self._rows_left < batch_size:  # fewer rows than a batch left: dropped
             self.close()
