@@ -48,10 +48,10 @@ def run(
         running.close()
 
 
-def _without_units(state: Any) -> Any:
+def without_units(state: Any) -> Any:
     """A state without its count of units read: a resumed run re-reads its cut block's."""
     if isinstance(state, dict):
-        return {k: _without_units(v) for k, v in state.items() if k != "units"}
+        return {k: without_units(v) for k, v in state.items() if k != "units"}
     return state
 
 
@@ -99,10 +99,10 @@ def check_save_load(
     # A finished state: nothing more with 1 epoch, the second epoch with 2.
     rest, state = span(end_state, 1)
     assert rest == [], "a finished state yielded more with the same epochs"
-    assert _without_units(state) == _without_units(end_state)
+    assert without_units(state) == without_units(end_state)
     rest, state = span(end_state, 2)
     assert first + rest == whole, "a finished state resumed with more epochs"
-    assert _without_units(state) == _without_units(whole_state)
+    assert without_units(state) == without_units(whole_state)
 
     # Cut anywhere, resume, cut again, resume again: the same items and the same final state.
     for cut in cuts(len(first), len(whole)):
@@ -112,6 +112,6 @@ def check_save_load(
         middle, state = span(state, 2, second_cut)
         rest, state = span(state, 2)
         assert head + middle + rest == whole, f"resumed at {cut}, then after {len(middle)} more"
-        final, want = _without_units(state), _without_units(whole_state)
+        final, want = without_units(state), without_units(whole_state)
         assert final == want, f"final state, cut {cut}: {final} != {want}"
     return whole

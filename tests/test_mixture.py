@@ -500,6 +500,33 @@ def test_set_weights_leaves_what_the_batches_began_as_it_was(
     assert (sources[sources >= 0] == pq).all()  # (then only the part of weight 1; -1: padding)
 
 
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_set_weights_at_the_end_of_a_take_finishes_what_the_batches_began(
+    parts: dict[str, str], packing: str
+) -> None:
+    """A run of ``take=4`` whose batches are inside its 4th document (concat) or the window it
+    is in (best fit), weights set: no document is left to choose, so the rest of what was
+    begun is handed out, as the run would have (before, the reopened run's ``take`` was 0 and
+    it ended there: those rows lost)."""
+    kw: Any = {"packing": packing} | ({"window": 3} if packing == "bestfit" else {})
+    loader = Loader(mixture(parts), workers=0, seed=3, tokenizer="bytes", take=4)
+    with loader.batches(64, 2, **kw) as it:
+        whole, counted = [], []  # the documents the state after each batch counts begun
+        for batch in it:
+            whole.append(batch.tobytes())
+            state = it.state_dict()
+            inside = state["offset"] > 0 if packing == "concat" else state["row"] > 0
+            cut = sum(state.get("window_parts", ())) if packing == "bestfit" else inside
+            counted.append(state["documents"]["handed"] + cut)
+    # The first state past which no document is begun (best fit read the 4th's window whole).
+    stop = next(k for k, n in enumerate(counted) if n >= 4) + 1
+    assert stop < len(whole)
+    with loader.batches(64, 2, **kw) as it:
+        first = [next(it).tobytes() for _ in range(stop)]
+        it.set_weights({"web": 0.0, "pq": 0.0, "js": 1.0})
+        assert first + [b.tobytes() for b in it] == whole
+
+
 def test_set_weights_after_a_reshard_leaves_the_dealt_windows_as_they_were(
     parts: dict[str, str],
 ) -> None:

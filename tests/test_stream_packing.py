@@ -15,7 +15,7 @@ from openwebtext import Loader, StateError
 from openwebtext.loader import DocumentIterator
 from openwebtext.stream import PackedBatch, cu_seqlens
 from openwebtext.stream.packing import best_fit
-from resumable import check_save_load
+from resumable import check_save_load, without_units
 
 EOT = 256  # the bytes tokenizer's end-of-text id (the only id above 255)
 
@@ -247,25 +247,36 @@ def test_an_interrupt_inside_next_leaves_the_state_of_the_last_batch(
 
 
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
-def test_a_resumed_run_that_reads_nothing_says_the_state_it_began_at(
+def test_a_run_of_take_stopped_anywhere_resumes_with_the_take_it_has_left(
     small_corpus: Path, packing: str
 ) -> None:
-    """Resumed inside a best-fit window with ``take=0``, the iterator reads nothing, and its
-    state is the one it began at (it said row 0 of the window: its rows handed out again)."""
+    """A run of ``take=9`` stopped after any batch and resumed with ``take`` = 9 less the
+    documents it began (those handed out, and the one its next concat batch is inside or the
+    best-fit window's) hands out the rest of the run of 9 and its state (units read aside: the cut one
+    is read again). ``take=0`` begins
+    nothing and finishes what the state began: before, it handed out nothing (the rest of
+    that document or window lost, after a ``set_weights`` too); said nothing of it either."""
 
     def batches(state: Any = None, **extra: Any) -> Any:
         return loader(small_corpus, epochs=1, **extra).batches(
             64, 2, packing=packing, window=5, state=state
         )
 
-    with batches() as it:
-        for _ in range(3):
-            next(it)
-        saved = it.state_dict()
-    assert packing == "concat" or saved["row"] > 0
-    with batches(saved, take=0) as it:
-        assert list(it) == []
-        assert it.state_dict() == saved
+    with batches(take=9) as it:
+        whole, end = [b.tobytes() for b in it], it.state_dict()
+    left = []
+    for stop in [*range(0, len(whole) - 3, 23), *range(len(whole) - 3, len(whole))]:
+        with batches(take=9) as it:
+            first = [next(it).tobytes() for _ in range(stop)]
+            saved = it.state_dict()
+        inside = saved["offset"] > 0 if packing == "concat" else bool(saved["row"])
+        begun = saved["documents"]["counters"].get("documents", 0)  # (before the one inside)
+        begun += (5 if packing == "bestfit" else 1) if inside else 0  # (a window: 5 counted)
+        left.append(max(0, 9 - begun))  # (best fit read the 9th's window whole: 10)
+        with batches(saved, take=left[-1]) as it:
+            assert first + [b.tobytes() for b in it] == whole, stop
+            assert without_units(it.state_dict()) == without_units(end), stop
+    assert 0 in left[1:]  # (runs of take=0 resumed inside what was begun, with rows left)
 
 
 def test_a_row_past_its_window_says_what_the_state_may_be(small_corpus: Path) -> None:

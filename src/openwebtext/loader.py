@@ -244,7 +244,7 @@ class Loader:
             # A resumed run's ``take`` does not count the document its first batch is inside
             # (concat: ids of it in batches) nor that window (best fit): their run counted them.
             bestfit = packing == "bestfit"
-            begun = int(bool(take) and start is not None and start.offset > 0)
+            begun = int(start is not None and start.offset > 0)  # (take=0: the rest of it)
             options = options_with(self.options, {"take": None if bestfit or take is None
                                                   else take + begun})  # fmt: skip
             saved = None if start is None else start.documents

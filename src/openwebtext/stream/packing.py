@@ -263,8 +263,9 @@ class BestFitBatches(Packer):
         return reading.documents >= reading.size
 
     def _more(self) -> bool:
-        """Whether a new window may be read: documents are left, and ``take`` not reached."""
-        taken = self._take is not None and self._read_count >= self._take
+        """Whether a new window may be read: documents are left, and ``take`` not reached (the
+        window a state is inside is read whatever ``take``: the run that began it counted it)."""
+        taken = self._take is not None and self._read_count >= self._take and not self._skip
         return not taken and (not self._ended or self._left is not None)
 
     def _pack(self) -> None:
