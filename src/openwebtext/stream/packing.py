@@ -263,8 +263,7 @@ class BestFitBatches(Packer):
         return reading.documents >= reading.size
 
     def _more(self) -> bool:
-        """Whether a new window may be read: documents are left, and ``take`` not reached (the
-        window a state is inside is read whatever ``take``: the run that began it counted it)."""
+        """Whether a window may be read: documents left, ``take`` not reached (or the state's)."""
         taken = self._take is not None and self._read_count >= self._take and not self._skip
         return not taken and (not self._ended or self._left is not None)
 
@@ -318,6 +317,7 @@ class BestFitBatches(Packer):
             window.short = reading.documents if cut else 0
             self._windows.append(window)
             self._rows_left += fitted.rows - skip
+            self._reshape()  # (a dealt window was packed at its old rank's lengths: now at ours)
 
     def _refit(
         self,
@@ -384,12 +384,9 @@ class BestFitBatches(Packer):
 
     def _batch(self) -> Any:
         shape = self._shape
+        self._reshape()
         batch_size = shape.batch_size
-        while True:  # every window at the batch's length: one read here too (a dealt one's
-            if not shape.fixed:  # packings end at its old rank's)
-                self._reshape()
-            if self._rows_left >= batch_size or (self._reading is None and not self._more()):
-                break
+        while self._rows_left < batch_size and (self._reading is not None or self._more()):
             self._fill()
         if self._rows_left < batch_size:  # fewer rows than a batch left: dropped
             self.close()
