@@ -44,6 +44,10 @@ CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
      "buffer_size must be an int >= 1"),
     ("a batch of 2**40 ids", lambda p: Loader(p, tokenizer="bytes", workers=0).batches(
      2**40, 1, packing="bestfit"), ValueError, "more than the 2147483648 a batch holds"),
+    ("a schedule of 2**32 ids a batch", lambda p: Schedule([(0, 2**20, 2**12)]), ValueError,
+     "more than the 2147483648 a batch holds"),  # (taken, then the run grew without end)
+    ("a warm-up of 2**62 ids a batch", lambda p: Schedule.warmup(16, 64, tokens=2**62,
+     batches=4), ValueError, "tokens must be at most 2147483648"),
     ("reshard of None", lambda p: reshard(None, 2), TypeError,  # type: ignore[arg-type]
      "states must be a list of every rank's state_dict"),
     ("a schedule of None", lambda p: Schedule(None), ValueError, "a schedule is a list of"),  # type: ignore[arg-type]

@@ -252,10 +252,10 @@ def test_a_run_of_take_stopped_anywhere_resumes_with_the_take_it_has_left(
 ) -> None:
     """A run of ``take=9`` stopped after any batch and resumed with ``take`` = 9 less the
     documents it began (those handed out, and the one its next concat batch is inside or the
-    best-fit window's) hands out the rest of the run of 9 and its state (units read aside: the cut one
-    is read again). ``take=0`` begins
-    nothing and finishes what the state began: before, it handed out nothing (the rest of
-    that document or window lost, after a ``set_weights`` too); said nothing of it either."""
+    best-fit window's), or 0, hands out the rest of the run of 9 and its state (units read
+    aside: the cut one is read again). ``take=0`` begins nothing and finishes what the state
+    began: before, it handed out nothing (the rest of that document or window lost, after a
+    ``set_weights`` too)."""
 
     def batches(state: Any = None, **extra: Any) -> Any:
         return loader(small_corpus, epochs=1, **extra).batches(

@@ -57,6 +57,8 @@ def needed(schedule: Schedule) -> int:
         ([(0, 64)], "not (batch_index, seq_len, batch_size)"),
         (["abc"], "not (batch_index, seq_len, batch_size)"),
         ([(0, 64, 2), (-1, 64, 2)], "batch_index must be an int >= 0"),
+        ([(0, 64, 2), (9, 2**20, 2**12)], "step 1 (9, 1048576, 4096): a batch of seq_len=1048576"
+         " x batch_size=4096 ids is more than the 2147483648 a batch holds"),  # (as fixed sizes)
     ],
 )
 def test_a_bad_schedule_is_refused_naming_its_step(steps: list[Any], says: str) -> None:
@@ -106,6 +108,12 @@ def test_a_state_is_refused_only_under_another_schedule() -> None:
         with pytest.raises(StateError) as caught:
             batches_start(state, other)
         assert says in str(caught.value)
+    huge = {"batch": 3, "seq_len": 2**20, "batch_size": 2**12}
+    for damage, field in [({"seq_len": 2**20, "batch_size": 2**12}, "seq_len"),
+                          ({"schedule": {"changes": [huge], "at": 4}}, "schedule.changes[0]")]:
+        with pytest.raises(StateError, match="more than the 2147483648 a batch holds") as caught:
+            batches_start(state | damage, schedule)  # (each size a count: the record takes it)
+        assert caught.value.field == field
     fixed = Batches(Runs(documents, []), Vocabulary(), 8, 2)  # type: ignore[arg-type]
     next(fixed)
     saved = fixed.state_dict()

@@ -44,7 +44,8 @@ class Schedule:
 
     Raises:
         ValueError: no step, a step that is not three ints, a first step not at batch 0,
-            batch indices not increasing, or a size below 1; the message names the step.
+            batch indices not increasing, a size below 1 or past ``MOST_INT``, or a batch of more
+            than ``MOST_IDS`` ids (as fixed sizes); the message names the step.
 
     Example::
 
@@ -75,6 +76,9 @@ class Schedule:
                         f"schedule step {k} {tuple(step)!r}: {name} must be an int >= {least} "
                         f"and at most {MOST_INT}, not {value!r}"
                     )
+            if seq_len * batch_size > MOST_IDS:
+                too_many = _too_many(seq_len, batch_size)
+                raise ValueError(f"schedule step {k} {tuple(step)!r}: {too_many}")
             if not checked and batch != 0:
                 raise ValueError(f"schedule step 0 {tuple(step)!r} must be at batch 0")
             if checked and batch <= checked[-1][0]:
@@ -124,7 +128,8 @@ class Schedule:
 
         Raises:
             ValueError: a size below 1, ``start`` > ``end``, ``end`` > ``tokens``, fewer than
-                2 stages, ``batches`` < ``stages - 1``, or an unknown ramp.
+                2 stages, ``batches`` < ``stages - 1``, an unknown ramp, or ``tokens`` past
+                ``MOST_IDS`` (the ids a batch holds at most).
         """
         for name, value in (
             ("start", start), ("end", end), ("tokens", tokens), ("batches", batches),
@@ -132,6 +137,8 @@ class Schedule:
         ):  # fmt: skip
             if not countable(value, 1):
                 raise ValueError(f"{name} must be an int from 1 to {MOST_INT}, not {value!r}")
+        if tokens > MOST_IDS:
+            raise ValueError(f"tokens must be at most {MOST_IDS} (a batch's ids), not {tokens}")
         if not int_at_least(stages, 2) or batches < stages - 1:
             raise ValueError(f"stages must be an int from 2 to batches + 1, not {stages!r}")
         if not start <= end <= tokens:
@@ -180,8 +187,12 @@ def check_sizes(seq_len: int, batch_size: int) -> None:
         if not int_at_least(value, 1):
             raise ValueError(f"{name} must be an int >= 1, not {value!r}")
     if seq_len * batch_size > MOST_IDS:
-        raise ValueError(f"a batch of seq_len={seq_len} x batch_size={batch_size} ids is more "
-                         f"than the {MOST_IDS} a batch holds at most")  # fmt: skip
+        raise ValueError(_too_many(seq_len, batch_size))
+
+
+def _too_many(seq_len: int, batch_size: int) -> str:
+    return (f"a batch of seq_len={seq_len} x batch_size={batch_size} ids is more than the "
+            f"{MOST_IDS} a batch holds at most")  # fmt: skip
 
 
 def _described(schedule: Schedule) -> str:
@@ -192,10 +203,20 @@ def _described(schedule: Schedule) -> str:
 
 
 def saved_schedule(state: BatchesState) -> Schedule:
-    """The schedule ``state`` was saved under."""
+    """The schedule ``state`` was saved under.
+
+    Raises:
+        StateError: a step of more ids than a batch holds (each size a count: the record took
+            it), naming it.
+    """
     changes = () if state.scheduled is None else state.scheduled.changes
-    first = (0, state.seq_len, state.batch_size)
-    return Schedule([first, *((s.batch, s.seq_len, s.batch_size) for s in changes)])
+    steps = [(0, state.seq_len, state.batch_size), *((s.batch, s.seq_len, s.batch_size)
+                                                     for s in changes)]  # fmt: skip
+    for k, (_, seq_len, batch_size) in enumerate(steps):
+        if seq_len * batch_size > MOST_IDS:
+            field = f"schedule.changes[{k - 1}]" if k else "seq_len"
+            raise StateError(f"bad batches state: {_too_many(seq_len, batch_size)}", field)
+    return Schedule(steps)
 
 
 def check_schedule(state: BatchesState, schedule: Schedule) -> None:
