@@ -48,6 +48,8 @@ CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
      "more than the 2147483648 a batch holds"),  # (taken, then the run grew without end)
     ("a warm-up of 2**62 ids a batch", lambda p: Schedule.warmup(16, 64, tokens=2**62,
      batches=4), ValueError, "tokens must be at most 2147483648"),
+    ("reshard to 2**63 ranks", lambda p: reshard([{}], 2**63), ValueError,
+     "world_size must be an int >= 1 and at most 9223372036854775807"),  # (built without end)
     ("reshard of None", lambda p: reshard(None, 2), TypeError,  # type: ignore[arg-type]
      "states must be a list of every rank's state_dict"),
     ("a schedule of None", lambda p: Schedule(None), ValueError, "a schedule is a list of"),  # type: ignore[arg-type]
@@ -123,6 +125,8 @@ def test_the_torch_doors_check_their_arguments(jsonl: Path) -> None:
     for workers in (-1, True, 2.5):  # (taken as 1; 2.5 said as "world_size … not 5.0")
         with pytest.raises(ValueError, match=r"num_workers must be an int >= 0 \(the new"):
             reshard_loader_states([], 2, workers)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="times num_workers, at most 9223372036854775807"):
+        reshard_loader_states([], 2**62, 2)  # (2**63 shares: reshard built them without end)
     with pytest.raises(StateError, match="not a StatefulDataLoader's state_dict"):
         loader_dataset_states({"something": 1})  # (a bare KeyError)
     dataset = OpenWebTextDataset(jsonl, workers=0)

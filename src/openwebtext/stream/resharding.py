@@ -15,7 +15,7 @@ from msgspec import UNSET, UnsetType
 
 from openwebtext.codec import Record, differing, replace
 from openwebtext.errors import StateError
-from openwebtext.options import int_at_least
+from openwebtext.options import MOST_INT, countable
 from openwebtext.plan import Rule
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
@@ -95,8 +95,9 @@ def reshard_states(
 ) -> list[dict[str, Any]]:  # fmt: skip
     """``reshard``, and for a mixture's part the windows each old rank had dealt to it not
     finished (``replays``: its part's documents cannot say which, ``WindowAt.replays``)."""
-    if not int_at_least(world_size, 1):
-        raise ValueError(f"world_size must be an int >= 1, not {world_size!r}")
+    if not countable(world_size, 1):  # (as Options: a state says it)
+        raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
+                         f"{world_size!r}")  # fmt: skip
     if not states:
         raise StateError("nothing to reshard: no state given")
     batches = parse_batches(states)
