@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from openwebtext import (
+    Corpus,
     CorruptDocument,
     Loader,
     MemberTooLarge,
@@ -39,6 +40,7 @@ from openwebtext import (
     TooManyErrors,
 )
 from openwebtext.formats import TAR, LimitExceeded, decompress, detect
+from openwebtext.stream import members_in_run
 from openwebtext.tarwalk import TarFormatError, walk
 from support import inner_tar, outer_tar, read_members, xz_member
 
@@ -311,7 +313,11 @@ BOUNDS: list[tuple[str, Any, Any, str]] = [
     # What a state or a record holds: what numpy's int64 holds (a state said more could not be
     # resumed); a seed is any int.
     ("shuffle_buffer", 2**63 - 1, 2**63, f"shuffle_buffer must be >= 0 and at most {2**63 - 1}"),
-    ("epoch", 2**63 - 1, 2**63, f"epoch must be >= 0 and at most {2**63 - 1}"),
+    ("epoch", 2**63 - 2, 2**63, f"epoch must be >= 0 and at most {2**63 - 1}"),
+    ("epochs", 2**63 - 1, 2**63, f"epochs must be None or >= 1 and at most {2**63 - 1}"),
+    # (a state at the run's end says the epoch after it: it must be one a state holds)
+    ("epoch", 2**63 - 2, 2**63 - 1, rf"epoch \+ epochs must be at most {2**63 - 1} .* not "
+     rf"{2**63 - 1} \+ 1"),
     ("world_size", 2**63 - 1, 2**63, f"world_size must be >= 1 and at most {2**63 - 1}"),
     ("take", 2**63 - 1, 2**63, f"take must be None or >= 0 and at most {2**63 - 1}"),
     ("seed", 2**130, -1, "seed must be an int >= 0"),
@@ -333,6 +339,14 @@ def test_option_bounds(field: str, valid: Any, invalid: Any, message: str) -> No
     assert getattr(Options(**{field: valid}, **extra), field) == valid
     with pytest.raises(ValueError, match=message):
         Options(**{field: invalid}, **extra)
+
+
+def test_the_epochs_a_progress_bar_counts_are_bounded(small_corpus: Path) -> None:
+    """``owt stream``'s bar counts each epoch's share of members: ``epochs=2**62`` counted
+    them one epoch after another before the first document (a run that never began)."""
+    corpus = Corpus.open(small_corpus)
+    assert members_in_run(corpus, Options(epochs=3), None) == 3 * len(corpus.units)
+    assert members_in_run(corpus, Options(epochs=2**62), None) is None
 
 
 def test_reference_reader_agrees_on_the_boundary_corpus(tmp_path: Path) -> None:

@@ -161,9 +161,13 @@ class Options:
         need(countable(self.epoch, 0), f"epoch must be >= 0 and at most {MOST_INT}, not "
              f"{self.epoch!r}")  # fmt: skip
         need(
-            self.epochs is None or int_at_least(self.epochs, 1),
-            f"epochs must be None or >= 1, not {self.epochs!r}",
+            self.epochs is None or countable(self.epochs, 1),
+            f"epochs must be None or >= 1 and at most {MOST_INT}, not {self.epochs!r}",
         )
+        span = f"{self.epoch} + {self.epochs or 1}"  # (a state at the run's end: the epoch after)
+        need(self.epoch + (self.epochs or 1) <= MOST_INT,
+             f"epoch + epochs must be at most {MOST_INT} (a state at the run's end says the "
+             f"epoch after it), not {span}")  # fmt: skip
         need(
             self.even in ("drop", "pad", None),
             f"even must be 'drop', 'pad' or None, not {self.even!r}",

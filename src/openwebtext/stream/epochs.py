@@ -307,15 +307,22 @@ def nothing_read(
     )
 
 
+#: The most epochs ``members_in_run`` counts the shares of.
+_COUNTED_EPOCHS = 100
+
+
 def members_in_run(
     corpus: Corpus, options: Options, state: DocumentState | Mapping[str, Any] | None
 ) -> int | None:
     """How many members ``options.rank``'s share reads in a run of ``options.epochs`` epochs
-    from ``state`` (or from the start), for a progress bar: None without end, or in the rest
-    of a resharded epoch (its pieces are cut when it starts). Passes that repeat documents
-    after skips are not counted."""
+    from ``state`` (or from the start), for a progress bar: None without end, in the rest of
+    a resharded epoch (its pieces are cut when it starts), or past ``_COUNTED_EPOCHS`` epochs
+    (each one's share is counted: a bar's total is not worth a run's wait). Passes that repeat
+    documents after skips are not counted."""
     parsed = None if state is None else DocumentState.from_json(state)
     if options.epochs is None or (parsed is not None and parsed.reshard is not None):
+        return None
+    if options.epochs > _COUNTED_EPOCHS:
         return None
     counts = None
     if options.needs_counts:
