@@ -5,6 +5,7 @@ takes it, naming the argument and what it may be."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -207,6 +208,26 @@ def test_owt_stream_refuses_a_flag_that_would_do_nothing(
     assert ran.returncode == 1 and said in ran.stderr, ran.stderr
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [["stream", "J", "--take", "2", "--state-out", ""], ["stream", "J", "--resume", ""],
+     ["stream", "J", "--resume", " "], ["merge", "J", "--out", ""], ["merge", "", "--out", "m"],
+     ["synth", ""], ["bench", "--out", "", "J"]],
+)  # fmt: skip
+def test_an_empty_path_is_refused_naming_its_argument(
+    jsonl: Path, tmp_path: Path, owt: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+) -> None:  # fmt: skip
+    """An unset variable in ``--resume "$STATE"`` ran from the start (exit 0), in
+    ``--state-out "$STATE"`` wrote no state; ``merge --out ''`` wrote train.bin, val.bin and
+    meta.json into the current folder. Each path argument is refused empty, before any run."""
+    monkeypatch.chdir(tmp_path)
+    ran = owt(*(str(jsonl) if a == "J" else a for a in argv), "-q")
+    assert ran.returncode == 2, ran.stderr
+    assert re.search(r"argument [-\w]+: must name a (file|folder)", ran.stderr), ran.stderr
+    assert not list(tmp_path.iterdir())
+
+
 def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
     jsonl: Path, tmp_path: Path, owt: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,7 +236,7 @@ def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
     monkeypatch.chdir(tmp_path)
     base = ["tokenize", str(jsonl), "-q", "-j", "0", "--tokenizer", "bytes"]
     ran = owt(*base, "--out", "")
-    assert ran.returncode == 1 and "--out must name a folder or a URL" in ran.stderr
+    assert ran.returncode == 2 and "argument --out: must name a folder or a URL" in ran.stderr
     assert not list(tmp_path.glob("*.bin"))
     ran = owt(*base, "--out", str(tmp_path / "a"), "--address", "x:1")
     assert ran.returncode == 1 and "--address is --engine ray's" in ran.stderr

@@ -12,22 +12,37 @@ a reader never sees half a file, and an interrupted write leaves nothing behind.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from openwebtext.errors import OutputError
 
-__all__ = ["atomic_file", "atomic_write", "cache_root", "output_path", "sync_folder"]
+__all__ = ["atomic_file", "atomic_write", "cache_root", "named", "output_path", "sync_folder"]
 
 
 def cache_root() -> Path:
     """Where openwebtext caches things: ``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``."""
     return Path(os.environ.get("OWT_CACHE_DIR") or Path.home() / ".cache" / "openwebtext")
+
+
+def named(what: str) -> Callable[[str], str]:
+    """An argparse type of a path or URL: the text as given, never empty nor blank (an unset
+    shell variable in ``--resume "$STATE"`` was taken as no state: the run began again from
+    the start; ``--state-out ''`` wrote none; an output folder ``''`` was the current one)."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"must name a {what}, not {text!r}")
+        return text
+
+    parse.__name__ = what
+    return parse
 
 
 def output_path(path: str | os.PathLike[str]) -> Path:

@@ -15,6 +15,7 @@ from openwebtext.bench.report import summary_text
 from openwebtext.bench.runner import run_bench
 from openwebtext.bench.runs import Settings
 from openwebtext.engine import cpu_count
+from openwebtext.files import named
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from openwebtext.interrupts import exit_code, interruptible
 from openwebtext.source import add_storage_options, add_text_column
@@ -93,7 +94,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     p.add_argument("--seed", type=int, default=0, help="the loader's seed (default 0)")
     p.add_argument(
-        "--out", type=Path, default=Path("bench-out"), help="output folder (default bench-out)"
+        "--out", type=lambda text: Path(named("folder")(text)), default=Path("bench-out"),
+        help="output folder (default bench-out)",
     )
     p.add_argument(
         "--vs",

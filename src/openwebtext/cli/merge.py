@@ -9,6 +9,7 @@ from collections.abc import Callable
 from openwebtext.cli.args import Subparsers, add_quiet, add_wait
 from openwebtext.cli.formats import add_format, formatted
 from openwebtext.cli.prepared import with_progress
+from openwebtext.files import named
 from openwebtext.prepare import Progress, Report
 from openwebtext.source import add_storage_option, configure
 
@@ -47,9 +48,12 @@ def add_parser(sub: Subparsers) -> None:
         "written, byte for byte. Resumable as owt tokenize is.",
     )
     merge.add_argument(
-        "slices", nargs="+", metavar="DIR", help="slice folders or URLs, in any order"
+        "slices", nargs="+", metavar="DIR", type=named("folder or a URL"),
+        help="slice folders or URLs, in any order",
     )
-    merge.add_argument("--out", required=True, help="output folder, or URL")
+    merge.add_argument(
+        "--out", required=True, type=named("folder or a URL"), help="output folder, or URL"
+    )
     add_storage_option(merge)
     merge.add_argument(
         "--restart", action="store_true", help="throw away the progress recorded in OUT"

@@ -29,7 +29,7 @@ from openwebtext.cli.args import (
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
 from openwebtext.errors import OutputError, OWTError
-from openwebtext.files import output_path
+from openwebtext.files import named, output_path
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
@@ -359,9 +359,12 @@ def add_parser(sub: Subparsers) -> None:
     stream.add_argument(
         "--state-out",
         metavar="FILE",
+        type=named("file"),
         help="on exit (also after Ctrl-C or --take), write the state to resume from",
     )
-    stream.add_argument("--resume", metavar="FILE", help="continue from a --state-out file")
+    stream.add_argument(
+        "--resume", metavar="FILE", type=named("file"), help="continue from a --state-out file"
+    )
     stream.add_argument(
         "--max-document-bytes",
         type=option_type("max_document_bytes"),

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from openwebtext.cli.args import Subparsers, add_quiet
+from openwebtext.files import named
 from openwebtext.synth import (
     COMPLETE_MARKER,
     DEFAULT_DOCS,
@@ -74,7 +75,8 @@ def add_parser(sub: Subparsers) -> None:
         "30); --where prints its path.",
     )
     synth.add_argument(
-        "out", nargs="?", default=None, help="output folder (must not exist or be empty)"
+        "out", nargs="?", default=None, type=named("folder"),
+        help="output folder (must not exist or be empty)",
     )
     synth.add_argument(
         "--where",

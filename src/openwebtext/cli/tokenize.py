@@ -23,6 +23,7 @@ from openwebtext.cli.args import (
 from openwebtext.cli.formats import add_format, check_format, formatted
 from openwebtext.cli.prepared import with_progress
 from openwebtext.errors import install_hint
+from openwebtext.files import named
 from openwebtext.index import Corpus
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
@@ -68,8 +69,6 @@ def run(args: argparse.Namespace) -> int:
     )
     shard = parse_shard(args.shard)
     check_format(args, shard)
-    if not args.out:
-        raise ValueError("--out must name a folder or a URL, not ''")
     ray = {"--address": args.address is not None, "--units-per-task": args.units_per_task}
     given = [flag for flag, value in ray.items() if value]
     if args.engine != "ray" and given:
@@ -149,7 +148,10 @@ def add_parser(sub: Subparsers) -> None:
     add_storage_options(tokenize)
     add_text_column(tokenize)
     tokenize.add_argument(
-        "--out", required=True, help="output folder, or URL (s3://bucket/prefix/, any fsspec URL)"
+        "--out",
+        required=True,
+        type=named("folder or a URL"),
+        help="output folder, or URL (s3://bucket/prefix/, any fsspec URL)",
     )
     tokenize.add_argument(
         "--split",
