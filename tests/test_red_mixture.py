@@ -171,7 +171,7 @@ def test_what_a_running_mixture_refuses_leaves_it_as_it_was(parts: dict[str, Pat
     by_tokens = Mixture(mixture.corpora, by="tokens")
     with pytest.raises(ValueError, match="a mixture by tokens needs the loader's tokenizer"):
         Loader(by_tokens, workers=0).iter()
-    with pytest.raises(ValueError, match="epochs must be None or >= 1, not 0"):
+    with pytest.raises(ValueError, match=r"epochs must be None or >= 1 and at most \d+, not 0"):
         Loader(mixture, workers=0, epochs=0)
 
 
@@ -337,3 +337,28 @@ def test_reshard_of_states_of_different_mixtures_names_what_differs(tmp_path: Pa
     with pytest.raises(StateError, match=r"the mixture's part 'y': states of different runs: "
                        "corpus"):  # fmt: skip
         reshard([state(other[0], 0), state(other[1], 1)], 1)
+
+
+def test_set_weights_takes_only_a_state_of_these_batches(parts: dict[str, Path]) -> None:
+    """``set_weights(state=…)`` took a state of 32 x 3 concat batches on 64 x 2 best-fit ones
+    and went on best fit from it (``Loader.batches(state=…)`` refuses it): now the same
+    check. Batches that ran out took ``set_weights`` too, restarted the workers and recorded
+    a change (``ahead``'s and the documents' iterators refuse it): now a ValueError."""
+    mixture = Mixture({"js": str(parts["js"]), "zst": str(parts["zst"] / "a.jsonl")})
+    loader = Loader(mixture, workers=0, seed=0, epochs=None, tokenizer="bytes")
+    with loader.batches(32, 3) as it:
+        next(it)
+        other = it.state_dict()
+    with loader.batches(64, 2, packing="bestfit", window=8) as it:
+        next(it)
+        before = it.state_dict()
+        for state, field in [(other, "seq_len"), (other | {"seq_len": 64, "batch_size": 2},
+                                                  "packing")]:  # fmt: skip
+            with pytest.raises(StateError, match="the state was saved for") as caught:
+                it.set_weights({"js": 1.0}, state=state)
+            assert caught.value.field == field
+        assert it.state_dict() == before
+    with Loader(mixture, workers=0, seed=0, tokenizer="bytes", take=5).batches(64, 2) as it:
+        assert list(it)
+        with pytest.raises(ValueError, match="set_weights: the batches were closed, or ran out"):
+            it.set_weights({"js": 1.0})

@@ -9,6 +9,7 @@ the workers early.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Generator, Iterator, Sequence
@@ -281,7 +282,9 @@ class Loader:
             )
 
         if isinstance(corpus, Mixture):
-            return MixtureBatches(corpus, packer, start, self.options.take)
+            checked = functools.partial(batches_start, schedule=shapes, packing=packing,
+                                        window=window)  # fmt: skip
+            return MixtureBatches(corpus, packer, start, self.options.take, parse=checked)
         return packer(start, self.options.take)
 
     def __iter__(self) -> Iterator[Document]:

@@ -40,6 +40,8 @@ class MixtureBatches(Closing, Generic[Item]):
             (None: from the start) and reads so many documents (None: all).
         start: The state to go on from (None: the start).
         take: Documents to read (``Options.take``; None: all).
+        parse: A state of these batches parsed and checked (``batches_start``: the same
+            sizes or schedule, packing and window), as ``Loader.batches`` checks it.
     """
 
     def __init__(
@@ -48,9 +50,11 @@ class MixtureBatches(Closing, Generic[Item]):
         open_from: Callable[[BatchesState | None, int | None], BatchIterator[Item]],
         start: BatchesState | None = None,
         take: int | None = None,
+        *,
+        parse: Callable[[Any], BatchesState | None] = BatchesState.from_json,
     ) -> None:
         self.mixture = mixture
-        self._open = open_from
+        self._open, self._parse = open_from, parse
         # Where ``take`` counts from: the documents the mixture had handed out at the start.
         self._take, self._first = take, 0 if start is None else _counted_from(start)
         self._batches = open_from(start, take)
@@ -76,17 +80,20 @@ class MixtureBatches(Closing, Generic[Item]):
 
         Raises:
             ValueError: a name that is not a part's, or weights that are not valid; or the
-                batches were closed and no ``state`` says where to go on from.
-            StateError: ``state`` is not a state of this mixture's batches.
+                batches were closed (or ran out) and no ``state`` says where to go on from.
+            StateError: ``state`` is not a state of this mixture's batches (of these sizes or
+                schedule, packing and window).
         """
         with self._turn:  # (another thread inside ``next``: after its batch)
             self._set_weights(weights, state)
 
     def _set_weights(self, weights: Mapping[str, float], state: dict[str, Any] | None) -> None:
         if self._closed and state is None:
-            raise ValueError("set_weights: the batches were closed (pass the state to go on from)")
+            raise ValueError("set_weights: the batches were closed, or ran out (pass the state "
+                             "to go on from)")  # fmt: skip
         values = self.mixture.weights_of(weights, "set_weights")
-        saved = BatchesState.from_json(self._batches.state_dict() if state is None else state)
+        saved = self._parse(self._batches.state_dict() if state is None else state)
+        assert saved is not None  # (a state, parsed)
         documents = saved.documents
         names = tuple(self.mixture.names)
         if not isinstance(documents, MixtureState) or documents.config.parts != names:
@@ -112,7 +119,11 @@ class MixtureBatches(Closing, Generic[Item]):
 
     def __next__(self) -> Item:
         with self._turn:
-            return next(self._batches)
+            try:
+                return next(self._batches)
+            except StopIteration:  # (ran out: closed, as ``close`` leaves them)
+                self._closed = True
+                raise
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
