@@ -45,3 +45,21 @@ def test_the_command_line_says_the_same(small_corpus: Path, tmp_path: Path, owt:
     done = owt("stream", str(small_corpus), "--resume", str(path), "-q")
     assert done.returncode != 0
     assert "nothing left to read" in done.stderr and "--epochs 2" in done.stderr
+
+
+def test_a_state_before_the_run_s_first_epoch_is_refused(
+    small_corpus: Path, tmp_path: Path, owt: Owt
+) -> None:
+    """A state of epoch 0 resumed with ``epoch=5`` read the rest of epoch 0 and epochs 1 to 5:
+    epochs not asked for, without a word (one past them is refused: the same check)."""
+    state = _endless_state(small_corpus, 3)
+    with pytest.raises(StateError, match=r"at epoch 0, before the first epoch this run reads "
+                       r"\(5\); give epoch=0 or less") as caught:  # fmt: skip
+        Loader(small_corpus, workers=0, epoch=5).iter(state=state)
+    assert caught.value.field == "position.epoch"
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps(state))
+    done = owt("stream", str(small_corpus), "--resume", str(path), "--epoch", "5", "-q")
+    assert done.returncode == 1 and f"{path} is at epoch 0" in done.stderr, done.stderr
+    assert "give --epoch 0 or less" in done.stderr
+    assert len(list(Loader(small_corpus, workers=0, epoch=0).iter(state=state))) == 117

@@ -246,17 +246,25 @@ def check_old_ranks(
 def check_in_run(
     state: DocumentState, options: Options, *, whose: str = "the state", cli: bool = False
 ) -> None:
-    """Refuse a state that lies past the epochs a run of ``options`` reads: it would yield
-    nothing, silently (an endless run's state of epoch 2 resumed with ``epochs=1``). A state
-    at the very start of the epoch after the last (a finished run's) reads nothing and is
-    taken, unless ``cli`` (``owt stream --resume``: there, nothing left to read is refused).
+    """Refuse a state that lies outside the epochs a run of ``options`` reads: past them it
+    would yield nothing, silently (an endless run's state of epoch 2 resumed with
+    ``epochs=1``); before them it would read epochs not asked for (a state of epoch 0
+    resumed with ``epoch=5``: epochs 0 to 5). A state at the very start of the epoch after
+    the last (a finished run's) reads nothing and is taken, unless ``cli`` (``owt stream
+    --resume``: there, nothing left to read is refused).
 
     Raises:
         StateError: naming the state's epoch, the run's and the option that would read it.
     """
+    epoch = state.position.epoch
+    if epoch < options.epoch:
+        fix = f"--epoch {epoch} or less" if cli else f"epoch={epoch} or less (owt stream: " \
+            "leave out --epoch)"  # fmt: skip
+        raise StateError(f"{whose} is at epoch {epoch}, before the first epoch this run reads "
+                         f"({options.epoch}); give {fix} to go on from it", "position.epoch")
     if options.epochs is None:
         return
-    epoch, last = state.position.epoch, options.epoch + options.epochs
+    last = options.epoch + options.epochs
     at_start = state.position.block == 0 and state.position.in_block == 0
     if epoch < last or (epoch == last and at_start and not cli):
         return
