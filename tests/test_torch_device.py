@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -357,3 +358,17 @@ def test_the_gpu_feed_benchmark_runs_its_smoke_mode_on_a_cpu(small_corpus: Path)
     # The same batches in the same order: the two feeds train the same model to the same loss.
     assert report["plain"]["mean_loss"] == report["stage"]["mean_loss"]
     assert report["first_batch_ms"]["cold"] > 0 and report["first_batch_ms"]["started"] > 0
+
+
+@pytest.mark.parametrize(
+    "device", ["gpu", "", -1, "cuda:64", *(() if torch.cuda.is_available() else ("cuda",))]
+)
+def test_a_device_torch_cannot_copy_to_is_a_value_error_naming_it(
+    small_corpus: Path, device: Any
+) -> None:
+    """torch's own RuntimeError (``"gpu"``, ``""``, ``-1``, an index past the devices) or
+    AssertionError (``"cuda"`` without CUDA) came out of ``to_device``, naming no argument."""
+    with pytest.raises(ValueError, match=rf"device {re.escape(repr(device))} is not one torch "
+                       "can copy batches to here: .+") as caught:  # fmt: skip
+        to_device(plain(small_corpus, "concat", False), device)
+    assert "\n" not in str(caught.value)

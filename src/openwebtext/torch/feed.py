@@ -65,6 +65,26 @@ def as_tensors(batch: Any) -> tuple[tuple[str, ...] | None, list[torch.Tensor]]:
     return names, tensors
 
 
+def placed(device: torch.device | str) -> torch.device:
+    """``device`` as a torch device, one torch can copy to here (``cuda``: the current one).
+
+    Raises:
+        ValueError: naming ``device``: not a device, or none torch can copy to here (CUDA
+            without CUDA, an index past the devices); torch's own RuntimeError or
+            AssertionError came from the thread, or from ``torch.cuda``, before.
+    """
+    try:
+        place = torch.device(device)
+        if place.type == "cuda" and place.index is None:
+            place = torch.device("cuda", torch.cuda.current_device())
+        torch.empty(0).to(place)
+    except (RuntimeError, AssertionError, TypeError) as exc:
+        why = str(exc).strip().splitlines() or [repr(exc)]
+        raise ValueError(f"device {device!r} is not one torch can copy batches to here: "
+                         f"{why[0]}") from None  # fmt: skip
+    return place
+
+
 class Mover:
     """How batches reach ``device``: ``move`` in the thread, ``receive`` in the consumer."""
 
@@ -118,15 +138,13 @@ class DeviceBatches(Ahead):
         depth: Batches made and copied ahead (at most; the source's own read ahead aside).
 
     Raises:
-        ValueError: ``depth`` is not an int >= 1.
+        ValueError: ``depth`` is not an int >= 1, or ``device`` is not one torch can copy to
+            here (``placed``).
         TypeError: ``batches`` has no ``state_dict()``.
     """
 
     def __init__(self, batches: Stateful, device: torch.device | str, depth: int = 2) -> None:
-        place = torch.device(device)
-        if place.type == "cuda" and place.index is None:
-            place = torch.device("cuda", torch.cuda.current_device())
-        self.device = place
+        self.device = place = placed(device)
         mover = Mover(place)
         super().__init__(batches, depth, move=mover.move, receive=mover.receive)
         if mover.stream is not None:
