@@ -37,6 +37,8 @@ CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
      "text_column must be a column's name"),
     ("an empty mixture weights", lambda p: Mixture({"a": str(p)}, weights={}), ValueError,
      "at least one weight must be positive"),
+    ("an infinite weight", lambda p: Mixture({"a": str(p)}, {"a": float("inf")}), ValueError,
+     r"weights: a weight must be a finite number >= 0, not inf \(part 'a'\)"),  # (no part said)
     ("a schedule out of order", lambda p: Mixture({"a": str(p)}, schedule=[(9, {"a": 1}),
      (3, {"a": 1})]), ValueError, r"positions must increase .* not \[9, 3\]"),
     ("take of a negative size", lambda p: take(iter(()), -1), ValueError,

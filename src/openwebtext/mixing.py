@@ -27,22 +27,26 @@ __all__ = ["LEAST_SHARE", "Interleave", "check_weights"]
 LEAST_SHARE = 1e-12
 
 
-def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
+def check_weights(
+    weights: Sequence[float], parts: int, names: Sequence[str] = ()
+) -> tuple[float, ...]:
     """``weights`` normalised to sum to 1.
 
     Raises:
-        ValueError: not ``parts`` finite numbers >= 0 with a positive sum.
+        ValueError: not ``parts`` finite numbers >= 0 with a positive sum (a weight refused
+            named by its part, of ``names``).
     """
     if len(weights) != parts:
         raise ValueError(f"{len(weights)} weights for {parts} parts")
+    whose = [f" (part {name!r})" for name in names] or [""] * parts
     values: list[float] = []
-    for w in weights:  # any real number: a weight computed with numpy too
+    for w, part in zip(weights, whose, strict=True):  # any real number: numpy's too
         try:
             value = float(w) if isinstance(w, numbers.Real) and not isinstance(w, bool) else -1.0
         except (OverflowError, ValueError):  # an int or a Fraction past a float's range
             value = math.inf
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"a weight must be a finite number >= 0, not {w!r}")
+            raise ValueError(f"a weight must be a finite number >= 0, not {w!r}{part}")
         values.append(value)
     try:
         total = math.fsum(values)
@@ -53,10 +57,10 @@ def check_weights(weights: Sequence[float], parts: int) -> tuple[float, ...]:
     if total <= 0:
         raise ValueError("at least one weight must be positive")
     shares = tuple(v / total for v in values)
-    for w, share in zip(weights, shares, strict=True):
+    for w, share, part in zip(weights, shares, whose, strict=True):
         if 0 < share < LEAST_SHARE:  # its turn would never come (1 / share overflows, or near)
             raise ValueError(
-                f"a weight of {w!r} is {share:.3g} of the total: too small to ever be chosen "
+                f"a weight of {w!r}{part} is {share:.3g} of the total: too small to ever be chosen "
                 f"(at least {LEAST_SHARE:g}); give 0 to leave the part out"
             )
     return shares

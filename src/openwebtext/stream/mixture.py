@@ -173,7 +173,7 @@ class Mixture:
             raise ValueError(f"{what}: {unknown} are not parts of the mixture {list(self.names)}")
         values = [weights.get(name, 0.0) for name in self.names]
         try:
-            return check_weights(values, len(values))
+            return check_weights(values, len(values), self.names)
         except ValueError as exc:
             raise ValueError(f"{what}: {exc}") from None
 
