@@ -39,6 +39,12 @@ CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
      "at least one weight must be positive"),
     ("an infinite weight", lambda p: Mixture({"a": str(p)}, {"a": float("inf")}), ValueError,
      r"weights: a weight must be a finite number >= 0, not inf \(part 'a'\)"),  # (no part said)
+    ("a part named with a dot", lambda p: Mixture({"a.b": str(p)}), ValueError,
+     r"a part's name must be .* without = : \. .*not 'a.b'"),  # (parts.a.b.position: whose?)
+    ("a part named with a newline", lambda p: Mixture({"a\n": str(p)}), ValueError,
+     "a part's name must be a non-empty str of printable characters"),
+    ("a part's seed of -1", lambda p: Mixture({"a": str(p)}, options={"a": {"seed": -1}}),
+     ValueError, "options for 'a': seed must be an int >= 0"),  # (at the first run, no part)
     ("a schedule out of order", lambda p: Mixture({"a": str(p)}, schedule=[(9, {"a": 1}),
      (3, {"a": 1})]), ValueError, r"positions must increase .* not \[9, 3\]"),
     ("take of a negative size", lambda p: take(iter(()), -1), ValueError,

@@ -88,9 +88,11 @@ class Mixture:
             raise ValueError(f"parts: a mapping of names to corpora, not {type(parts).__name__}")
         if not parts:
             raise ValueError("a mixture needs at least one part")
-        for name in parts:
-            if not isinstance(name, str) or not name or "=" in name or ":" in name:
-                raise ValueError(f"a part's name must be a non-empty str without = or :: {name!r}")
+        for name in parts:  # (``.`` parts the dotted path of a state's field, = and : --mix)
+            if not (isinstance(name, str) and name.isprintable() and name.strip() == name != ""
+                    and not set(name) & set("=:.")):  # fmt: skip
+                raise ValueError(f"a part's name must be a non-empty str of printable characters "
+                                 f"without = : . or spaces at its ends, not {name!r}")  # fmt: skip
         if by not in ("documents", "tokens"):
             raise ValueError(f"by must be 'documents' or 'tokens', not {by!r}")
         if sampling not in ("stratified", "random"):
@@ -138,6 +140,10 @@ class Mixture:
                     f"a part sets only {sorted(PART_OPTIONS)} of its own, not {wrong}: the "
                     "others are the loader's, for every part"
                 )
+            try:  # (checked here, not where the part first runs)
+                Options(**given)
+            except ValueError as exc:
+                raise ValueError(f"options for {name!r}: {exc}") from None
             self.options[name] = dict(given)
         opened = {}
         for name, corpus in parts.items():
