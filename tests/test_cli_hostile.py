@@ -21,11 +21,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from openwebtext import Loader, Options, WorkerError
+from openwebtext import Loader, Options, WorkerError, files
 from openwebtext import cli as owt_cli
 from openwebtext.cli import summary as cli_summary
 from openwebtext.engine import parent as owt_workers
@@ -260,6 +261,26 @@ def test_state_out_refuses_what_it_must_not_replace(
     assert "documents" not in err  # refused before reading
     if before is not None:
         assert (path.is_symlink(), os.lstat(path).st_mode) == before
+
+
+def test_state_out_where_the_filesystem_refuses_a_file_is_refused_at_start_up(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """A folder whose modes allow writing, whose filesystem refuses a file (``/sys``, for
+    root): the state was refused after the whole run, as an OSError naming a temporary file
+    and not the option's path. Now at start-up, naming it (a file made there and removed)."""
+
+    def refused(**where: Any) -> Any:
+        raise PermissionError(13, "Permission denied", f"{where['dir']}/.state.json.x.tmp")
+
+    monkeypatch.setattr(files, "tempfile", SimpleNamespace(mkstemp=refused))
+    path = tmp_path / "state.json"
+    code = owt_cli.main(["stream", str(small_corpus), "-q", "--state-out", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "documents" not in err, err  # refused before reading
+    assert err.startswith(f"owt: error: {path}: cannot write a file in the folder {tmp_path}: "
+                          "Permission denied"), err  # fmt: skip
 
 
 def test_state_out_follows_a_link_and_uses_the_umask(small_corpus: Path, tmp_path: Path) -> None:

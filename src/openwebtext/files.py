@@ -56,8 +56,26 @@ def output_path(path: str | os.PathLike[str]) -> Path:
 
     Raises:
         OutputError: ``path`` is (or links to) something other than a regular file,
-            or its folder is missing or not writable.
+            or its folder is missing or not writable (a file made there and removed: a
+            filesystem may refuse what its modes allow, as /sys does root).
     """
+    target = _target(path)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _unwritable(path, target, exc) from exc
+    return target
+
+
+def _unwritable(path: str | os.PathLike[str], target: Path, exc: OSError) -> OutputError:
+    return OutputError(f"{os.fspath(path)}: cannot write a file in the folder {target.parent}: "
+                       f"{exc.strerror or exc}")  # fmt: skip
+
+
+def _target(path: str | os.PathLike[str]) -> Path:
+    """``output_path`` without making a file: its checks of the path and the folder's modes."""
     given = os.fspath(path)
     try:
         target = Path(given).resolve()  # follows every link; a dangling one gives its target
@@ -115,8 +133,11 @@ def atomic_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterat
         OutputError: see :func:`output_path`.
         OSError: writing failed (a full disk): the target is unchanged.
     """
-    target = output_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    target = _target(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise _unwritable(path, target, exc) from exc
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
