@@ -61,9 +61,9 @@ def test_the_summary_says_what_packing_did_and_a_resume_sums_to_the_whole(
 
 def test_what_pack_refuses(small_corpus: Path, owt: Owt, tmp_path: Path) -> None:
     no_tokenizer = owt("stream", str(small_corpus), "--pack", "concat")
-    assert no_tokenizer.returncode == 1 and "give --tokenizer" in no_tokenizer.stderr
+    assert no_tokenizer.returncode == 2 and "give --tokenizer" in no_tokenizer.stderr
     jsonl = owt("stream", str(small_corpus), "--pack", "concat", *SHAPE, "--jsonl")
-    assert jsonl.returncode == 1 and "leave --tokenizer and --pack out" in jsonl.stderr
+    assert jsonl.returncode == 2 and "leave --tokenizer and --pack out" in jsonl.stderr
     state = tmp_path / "documents.json"
     owt("stream", str(small_corpus), "--take", "3", "--state-out", str(state), "-q")
     resumed = owt("stream", str(small_corpus), "--pack", "concat", *SHAPE, "--resume", str(state))

@@ -295,7 +295,7 @@ def test_owt_stream_mix_resumes_and_sums_up_per_part(
     assert said[1][0] == 50
     assert collections.Counter(said[1][1]) + collections.Counter(said[2][1]) == said[0][1]
     bad = owt("stream", parts["web"], "--mix", f"js={parts['js']}:1")
-    assert bad.returncode == 1 and "either paths or --mix" in bad.stderr
+    assert bad.returncode == 2 and "either paths or --mix" in bad.stderr
     bad = owt("stream", "--mix", f"js={parts['js']}")
     assert bad.returncode == 2 and "NAME=PATH_OR_URL:WEIGHT" in bad.stderr
 

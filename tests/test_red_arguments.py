@@ -213,7 +213,7 @@ def test_owt_stream_refuses_a_flag_that_would_do_nothing(
 ) -> None:
     """Each ran to the end with the flag ignored (exit 0)."""
     ran = owt("stream", str(jsonl), "-q", "-j", "0", "--take", "2", *flags)
-    assert ran.returncode == 1 and said in ran.stderr, ran.stderr
+    assert ran.returncode == 2 and said in ran.stderr, ran.stderr
 
 
 @pytest.mark.parametrize(
@@ -247,8 +247,8 @@ def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
     assert ran.returncode == 2 and "argument --out: must name a folder or a URL" in ran.stderr
     assert not list(tmp_path.glob("*.bin"))
     ran = owt(*base, "--out", str(jsonl.parent))  # (its files then read with the corpus's)
-    assert ran.returncode == 1 and "is a folder of the corpus's files" in ran.stderr
+    assert ran.returncode == 2 and "is a folder of the corpus's files" in ran.stderr
     assert not list(jsonl.parent.glob("*.bin"))
     ran = owt(*base, "--out", str(tmp_path / "a"), "--address", "x:1")
-    assert ran.returncode == 1 and "--address is --engine ray's" in ran.stderr
+    assert ran.returncode == 2 and "--address is --engine ray's" in ran.stderr
     assert owt(*base, "--out", str(tmp_path / "a"), "--units-per-task", "0").returncode == 2

@@ -62,9 +62,12 @@ def _run(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
-    except (OWTError, ValueError, OSError) as exc:
+    except (OWTError, OSError) as exc:
         print(f"owt: error: {_said(exc)}", file=sys.stderr)
         return 1
+    except ValueError as exc:  # an argument refused once the command ran: as argparse's
+        print(f"owt: error: {exc}", file=sys.stderr)
+        return 2
 
 
 def _said(exc: BaseException) -> str:

@@ -265,9 +265,9 @@ def run(args: argparse.Namespace) -> int:
         corpus = open_corpus(args)
         opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
         options = _stream_options(args, state)
-        if state is not None:  # its epoch in the run's (a finished run's: nothing left to read)
-            check_in_run(state, options, whose=args.resume, cli=True)
-        iterator = DocumentIterator(corpus, options, state=state)
+        iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
+    if state is not None:  # and a finished run's state: nothing left to read
+        check_in_run(state, options, whose=args.resume, cli=True)
     start = time.perf_counter()
     before = iterator.stats
     written = [iterator.mark()]  # --jsonl: the state of the last line written whole
