@@ -59,6 +59,10 @@ CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
      batches=4), ValueError, "tokens must be at most 2147483648"),
     ("reshard to 2**63 ranks", lambda p: reshard([{}], 2**63), ValueError,
      "world_size must be an int >= 1 and at most 9223372036854775807"),  # (built without end)
+    ("pad_id with concat packing", lambda p: Loader(p, tokenizer="bytes", workers=0).batches(
+     64, 2, pad_id=0), ValueError, "pad_id pads best fit's rows; concat never pads"),
+    ("a cache_size without a cache_dir", lambda p: Corpus.open(p, cache_size=1 << 20),
+     ValueError, "cache_size caps the member cache of cache_dir"),
     ("reshard of None", lambda p: reshard(None, 2), TypeError,  # type: ignore[arg-type]
      "states must be a list of every rank's state_dict"),
     ("a schedule of None", lambda p: Schedule(None), ValueError, "a schedule is a list of"),  # type: ignore[arg-type]
@@ -206,7 +210,9 @@ def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
      (["--batch-size", "3"], "--batch-size shapes --pack"),
      (["--window", "3"], "--window shapes --pack bestfit"),
      (["--pack", "concat", "--tokenizer", "bytes", "--window", "3"], "--window shapes --pack "),
-     (["--mix-by", "tokens"], "--mix-by shapes --mix")],
+     (["--mix-by", "tokens"], "--mix-by shapes --mix"),
+     (["--max-errors", "3"], "--max-errors shapes --on-error skip or warn"),
+     (["--cache-size", "1G"], "cache_size caps the member cache of cache_dir")],
 )  # fmt: skip
 def test_owt_stream_refuses_a_flag_that_would_do_nothing(
     jsonl: Path, owt: Callable[..., Ran], flags: list[str], said: str
@@ -246,6 +252,9 @@ def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
     ran = owt(*base, "--out", "")
     assert ran.returncode == 2 and "argument --out: must name a folder or a URL" in ran.stderr
     assert not list(tmp_path.glob("*.bin"))
+    for order in (["--seed", "3"], ["--no-shuffle"]):  # (hash's: nanogpt ran, ignoring them)
+        ran = owt(*base, "--split", "nanogpt", *order, "--out", str(tmp_path / "n"))
+        assert ran.returncode == 2 and f"leave {order[0]} out" in ran.stderr, ran.stderr
     ran = owt(*base, "--out", str(jsonl.parent))  # (its files then read with the corpus's)
     assert ran.returncode == 2 and "is a folder of the corpus's files" in ran.stderr
     assert not list(jsonl.parent.glob("*.bin"))

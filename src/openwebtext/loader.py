@@ -232,7 +232,7 @@ class Loader:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
         shapes = schedule_of(seq_len, batch_size, schedule)
         start = batches_start(state, shapes, packing, window)
-        kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
+        kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id, packing)
         corpus, saved = self.corpus, None if start is None else start.documents
         if isinstance(corpus, Mixture) and isinstance(saved, DocumentState):
             raise StateError("a state of batches of a corpus, not of this mixture's", "documents")

@@ -226,7 +226,7 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
 #: The flags that only shape something another flag asks for, with it, and their defaults.
 _NEEDS = {
     "seq_len": ("--pack", 1024), "batch_size": ("--pack", 8), "window": ("--pack bestfit", WINDOW),
-    "mix_by": ("--mix", "documents"),
+    "mix_by": ("--mix", "documents"), "max_errors": ("--on-error skip or warn", None),
 }  # fmt: skip
 
 
@@ -234,7 +234,7 @@ def _defaults(args: argparse.Namespace) -> None:
     """Refuse a flag given without the one it shapes (it would do nothing); set the defaults
     of those not given."""
     asked = {"--pack": bool(args.pack), "--pack bestfit": args.pack == "bestfit",
-             "--mix": bool(args.mix)}  # fmt: skip
+             "--mix": bool(args.mix), "--on-error skip or warn": args.on_error != "raise"}
     for name, (needs, default) in _NEEDS.items():
         flag = "--" + name.replace("_", "-")
         if getattr(args, name) is not None and not asked[needs]:

@@ -57,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     """Write nanoGPT-style ``train.bin`` / ``val.bin`` (see ``openwebtext.prepare``)."""
     from openwebtext.prepare import PrepareOptions
 
+    if args.split == "nanogpt" and (args.seed is not None or not args.shuffle):
+        given = "--seed" if args.seed is not None else "--no-shuffle"
+        raise ValueError(f"{given} orders --split hash's members; nanogpt's order is nanoGPT's: "
+                         f"leave {given} out")  # fmt: skip
+    args.seed = 0 if args.seed is None else args.seed
     options = PrepareOptions(
         split_rule=args.split,
         tokenizer=args.tokenizer,
@@ -180,7 +185,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_jobs(tokenize)
     tokenize.add_argument(
-        "--seed", type=option_type("seed"), default=0, help="hash: member order (default 0)"
+        "--seed", type=option_type("seed"), default=None, help="hash: member order (default 0)"
     )
     tokenize.add_argument(
         "--no-shuffle", dest="shuffle", action="store_false", help="hash: corpus order"

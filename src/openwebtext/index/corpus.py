@@ -164,8 +164,8 @@ class Corpus:
         if not isinstance(text_column, str) or not text_column:
             raise ValueError(f"text_column must be a column's name, not {text_column!r}")
         store = None  # without options: the process's default (``source.configure``)
-        if storage_options is not None or cache_dir is not None:
-            store = Storage(storage_options, cache_dir, cache_size)
+        if storage_options is not None or cache_dir is not None or cache_size is not None:
+            store = Storage(storage_options, cache_dir, cache_size)  # (which checks them)
         indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
         versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))

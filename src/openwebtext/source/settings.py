@@ -105,6 +105,10 @@ class Storage:
             ``endpoint_url``, ``anon``, ``key``…).
         cache_dir: Keep the remote members read in this folder (None: no cache).
         cache_size: The member cache's cap in bytes (None: no cap).
+
+    Raises:
+        ValueError: a ``cache_size`` without a ``cache_dir`` (it would bound nothing), or an
+            empty ``cache_dir``.
     """
 
     def __init__(
@@ -113,6 +117,11 @@ class Storage:
         cache_dir: str | os.PathLike[str] | None = None,
         cache_size: int | None = None,
     ):
+        if cache_size is not None and cache_dir is None:
+            raise ValueError("cache_size caps the member cache of cache_dir: give cache_dir "
+                             "(owt: --cache-dir), or leave it out")  # fmt: skip
+        if cache_dir is not None and not os.fspath(cache_dir).strip():
+            raise ValueError(f"cache_dir must name a folder, not {cache_dir!r}")
         self.options: dict[str, Any] = dict(options or {})
         self.cache = None if cache_dir is None else CacheSettings(os.fspath(cache_dir), cache_size)
         self.place = place(self.options)

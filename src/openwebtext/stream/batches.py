@@ -375,11 +375,13 @@ def overlapping_rows(
 
 
 def batch_ids(
-    dtype: DTypeLike, vocabulary: Tokenizer, segments: bool = False, pad_id: int | None = None
-) -> np.dtype[Any]:
+    dtype: DTypeLike, vocabulary: Tokenizer, segments: bool = False, pad_id: int | None = None,
+    packing: str = "bestfit",
+) -> np.dtype[Any]:  # fmt: skip
     """``dtype`` as numpy's, checked with the other arguments of what a batch holds: an
     integer dtype that holds every id of ``vocabulary``, ``segments`` a bool, and ``pad_id``
-    (best fit's padding; None: end-of-text) an int that dtype holds.
+    (best fit's padding; None: end-of-text) an int that dtype holds, given to best fit only
+    (concat never pads: it was taken and did nothing).
 
     Raises:
         ValueError: one of them is not, named with what it may be.
@@ -395,6 +397,8 @@ def batch_ids(
                          f"not {said!r}")  # fmt: skip
     if not isinstance(segments, bool):
         raise ValueError(f"segments must be True or False, not {segments!r}")
+    if pad_id is not None and packing != "bestfit":
+        raise ValueError(f"pad_id pads best fit's rows; {packing} never pads: leave it out")
     low, high = np.iinfo(kind).min, np.iinfo(kind).max
     ok = isinstance(pad_id, int | np.integer) and not isinstance(pad_id, bool | np.bool_)
     if pad_id is not None and not (ok and low <= pad_id <= high):

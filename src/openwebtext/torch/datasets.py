@@ -302,7 +302,8 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
             raise ValueError("packed batches need token ids: pass tokenizer='gpt2' (or …)")
         self.schedule = schedule_of(seq_len, batch_size, schedule)
         batches_start(None, self.schedule, packing, window)  # (the packing and window)
-        self.dtype = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id)
+        vocabulary = load_tokenizer(self.options.tokenizer)
+        self.dtype = batch_ids(dtype, vocabulary, segments, pad_id, packing)
         self.segments, self.packing, self.window, self.pad_id = segments, packing, window, pad_id
 
     def _start(self, options: Options, state: dict[str, Any] | None) -> BatchIterator[Any]:
