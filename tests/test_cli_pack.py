@@ -5,6 +5,7 @@ kind of run with what to do."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -94,3 +95,18 @@ def test_a_mixture_packed_sums_up_per_part(small_corpus: Path, owt: Owt, tmp_pat
         parts = [[int(n.replace(",", "")) for n in line] for line in each]
         assert sum(p[0] for p in parts) == int(read[1].replace(",", "")), run.stderr
         assert [sum(p[k] for p in parts) for k in (1, 2)] == list(figures(run.stderr)[2:])
+
+
+def test_a_state_found_wrong_as_its_documents_are_read_names_its_file(
+    small_corpus: Path, owt: Owt, tmp_path: Path
+) -> None:
+    """A concat state whose ``offset`` lies past its document's end is found wrong only when
+    that document is read: the error named no file (``bad batches state: offset: …``)."""
+    saved = tmp_path / "state.json"
+    args = ("stream", str(small_corpus), "--pack", "concat", *SHAPE, "-q")
+    assert owt(*args, "--take", "3", "--state-out", str(saved)).returncode == 0
+    state = json.loads(saved.read_text())
+    saved.write_text(json.dumps(state | {"offset": 10**9}))
+    ran = owt(*args, "--resume", str(saved))
+    assert ran.returncode == 1, ran.stderr
+    assert f"owt: error: {saved}: bad batches state: offset: 1000000000 lies past" in ran.stderr

@@ -63,16 +63,19 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except (OWTError, OSError) as exc:
-        print(f"owt: error: {_said(exc)}", file=sys.stderr)
+        print(f"owt: error: {_said(exc, getattr(args, 'resume', None))}", file=sys.stderr)
         return 1
     except ValueError as exc:  # an argument refused once the command ran: as argparse's
         print(f"owt: error: {exc}", file=sys.stderr)
         return 2
 
 
-def _said(exc: BaseException) -> str:
-    """What ``owt`` says of ``exc``: a state's options to resume it as its flags (``owt
-    stream --resume`` takes those not given from the state)."""
+def _said(exc: BaseException, resumed: str | None = None) -> str:
+    """What ``owt`` says of ``exc``: a state's error with the ``--resume`` file it is of
+    (``resumed``; one found as its documents are read said none), its options to resume it
+    as flags (``owt stream --resume`` takes those not given from the state)."""
+    if isinstance(exc, StateError) and resumed and not str(exc).startswith(resumed):
+        exc = StateError(f"{resumed}: {exc}", exc.field, resume_with=exc.resume_with)
     if not isinstance(exc, StateError) or not exc.resume_with:
         return str(exc)
     names = exc.resume_with

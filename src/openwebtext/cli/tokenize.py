@@ -58,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from openwebtext.prepare import PrepareOptions
 
     if args.split == "nanogpt" and (args.seed is not None or not args.shuffle):
-        given = "--seed" if args.seed is not None else "--no-shuffle"
-        raise ValueError(f"{given} orders --split hash's members; nanogpt's order is nanoGPT's: "
-                         f"leave {given} out")  # fmt: skip
+        order = "--seed" if args.seed is not None else "--no-shuffle"
+        raise ValueError(f"{order} orders --split hash's members; nanogpt's order is nanoGPT's: "
+                         f"leave {order} out")  # fmt: skip
     args.seed = 0 if args.seed is None else args.seed
     options = PrepareOptions(
         split_rule=args.split,
