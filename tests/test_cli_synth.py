@@ -31,7 +31,7 @@ def test_where_prints_the_default_corpus_path(
 def test_where_takes_no_output_folder_and_synth_needs_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["synth", "--where", str(tmp_path / "x")]) == 1
-    assert main(["synth"]) == 1
+    assert main(["synth", "--where", str(tmp_path / "x")]) == 2  # (a command line refused)
+    assert main(["synth"]) == 2
     err = capsys.readouterr().err
     assert "give it no OUT" in err and "give the output folder OUT" in err

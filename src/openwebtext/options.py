@@ -92,7 +92,8 @@ class Options:
         shuffle_buffer: Documents are shuffled within blocks of consecutive
             units holding at least this many documents (0: units are shuffled,
             documents within a unit are not).
-        epoch: The first epoch to produce; each epoch has its own order.
+        epoch: The first epoch to produce; each epoch has its own order (a resumed run goes
+            on from its state's, which may not lie before it).
         epochs: How many epochs to run, from ``epoch`` (None: without end).
         rank: This process's rank among ``world_size`` readers.
         world_size: How many ranks split the corpus (disjoint, covering).
