@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openwebtext import Corpus, CorpusError, Loader, Mixture, StateError, TooManyErrors
+from openwebtext import Corpus, CorpusError, Loader, Mixture, StateError, TooManyErrors, ahead
 from support import corrupt_member, outer_tar, sample_docs, xz_member
 from tables_support import jsonl_bytes, sample_texts, write_jsonl, write_parquet
 
@@ -362,3 +362,20 @@ def test_set_weights_takes_only_a_state_of_these_batches(parts: dict[str, Path])
         assert list(it)
         with pytest.raises(ValueError, match="set_weights: the batches were closed, or ran out"):
             it.set_weights({"js": 1.0})
+
+
+def test_weights_refused_by_batches_made_ahead_leave_them_going_on(parts: dict[str, Path]) -> None:
+    """``ahead(...).set_weights`` with a name that is no part stopped the thread and closed the
+    source before the weights were refused: the next ``next()`` waited forever. Now refused
+    first, the batches made ahead going on as they were (with a ValueError after the thread
+    stopped, as a source's own refusal would be, ``next()`` ends: never a wait)."""
+    mixture = Mixture({"js": str(parts["js"]), "zst": str(parts["zst"] / "a.jsonl")})
+    loader = Loader(mixture, workers=0, seed=0, tokenizer="bytes", take=12)
+    with ahead(loader.batches(32, 2)) as it:
+        whole = [b.tobytes() for b in it]
+    with ahead(loader.batches(32, 2)) as it:
+        first = [next(it).tobytes() for _ in range(2)]
+        for weights in ({"jss": 1.0}, {"js": -1.0}):
+            with pytest.raises(ValueError, match="set_weights: "):
+                it.set_weights(weights)
+        assert first + [b.tobytes() for b in it] == whole

@@ -207,15 +207,23 @@ class Ahead(Closing):
 
         Raises:
             TypeError: the batches are not a mixture's.
-            ValueError: they were closed, or ran out.
+            ValueError: they were closed, or ran out; or the weights are not valid (then
+                the batches go on as they were).
         """
         if not callable(getattr(self._source, "set_weights", None)):
             raise TypeError(f"only a mixture's batches change their weights, not {self._source!r}")
         if self._ended:
             raise ValueError("set_weights: the batches made ahead were closed, or ran out")
+        mixture = getattr(self._source, "mixture", None)
+        if mixture is not None:  # refused before the thread stops: it could not go on after
+            mixture.weights_of(weights, "set_weights")
         state = self.state_dict()
         self._producer.stop()  # (it closes the source, which goes on from ``state``)
-        self._source.set_weights(weights, state=state)  # type: ignore[attr-defined]
+        try:
+            self._source.set_weights(weights, state=state)  # type: ignore[attr-defined]
+        except BaseException:
+            self._ended = True  # (the source closed, not gone on: a next() ends, never waits)
+            raise
         self._producer = Producer(self._source, self.depth, self._move)
         self._state, self._ended = None, False
 

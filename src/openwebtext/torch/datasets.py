@@ -258,7 +258,9 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         seq_len: Ids each row predicts (a row holds ``seq_len + 1``).
         batch_size: Rows per batch.
         schedule: Shapes that change during training, instead of ``seq_len`` and
-            ``batch_size`` (``Loader.batches(schedule=…)``).
+            ``batch_size`` (``Loader.batches(schedule=…)``), in each worker's batches: with
+            ``N > 1`` DataLoader workers, a worker's batch ``b`` is about the DataLoader's
+            ``b × N`` (docs/packing.md).
         options: An ``Options`` with ``tokenizer`` set; keyword arguments override its fields.
         dtype: dtype of the batches (int64 suits ``nn.Embedding``).
         segments: Yield dicts of ``tokens``, ``segment_ids`` and ``positions`` tensors
