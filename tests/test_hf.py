@@ -58,6 +58,17 @@ def test_one_shard_is_the_loaders_order_field_for_field(indexed: Path) -> None:
 
 
 @needs_datasets
+def test_a_corpus_s_rows_collate_into_torch_batches(indexed: Path) -> None:
+    """A corpus's rows had a ``source`` column of None (the field of a mixture's part), which
+    torch's default collate refuses: a DataLoader over the dataset failed at its first batch."""
+    torch = pytest.importorskip("torch")
+    dataset = iterable_dataset(indexed, workers=0)
+    assert "source" not in next(iter(dataset))
+    batch = next(iter(torch.utils.data.DataLoader(dataset, batch_size=4)))
+    assert len(batch["name"]) == 4 and batch["document_index"].shape == (4,)
+
+
+@needs_datasets
 def test_seeds_give_their_own_order_and_the_same_seed_the_same(indexed: Path) -> None:
     first = names(iterable_dataset(indexed, seed=1, workers=0, num_shards=2))
     assert names(iterable_dataset(indexed, seed=1, workers=0, num_shards=2)) == first

@@ -87,7 +87,10 @@ def _shard_documents(
             options = replace(options, workers=0)
         with Loader(loader.corpus, options).iter() as documents:
             for document in documents:
-                yield document._asdict()
+                row = document._asdict()
+                if row.get("source") is None:  # (a corpus's: no part; None fails a collate)
+                    del row["source"]
+                yield row
 
 
 def iterable_dataset(
@@ -105,7 +108,7 @@ def iterable_dataset(
     reader, ``num_shards = num_workers`` of the ``torch.utils.data.DataLoader`` (times the
     nodes, for ``split_dataset_by_node``): DataLoader worker ``i`` then reads exactly the
     documents, in the order, of ``Loader(paths, rank=i, world_size=num_workers)`` (of
-    ``rank=r + W * i, world_size=W * num_workers`` under rank ``r`` of ``W``), reading in
+    ``rank=r * num_workers + i, world_size=W * num_workers`` under rank ``r`` of ``W``), reading in
     its own process, and the DataLoader interleaves the workers. The union of all workers
     is every document of each epoch exactly once (``even`` aside, which may drop or
     repeat to keep shards equal). Fewer shards than workers leaves workers idle
@@ -115,7 +118,9 @@ def iterable_dataset(
     with ``split_dataset_by_node`` (``num_shards`` a multiple of the world size), not both.
 
     Columns, as the fields of ``Document``: ``text``, ``subset``, ``member``, ``name``,
-    ``member_index``, ``document_index``; with ``tokenizer=``, those of ``TokenDocument``:
+    ``member_index``, ``document_index``, and a mixture's ``source`` (the part's name; a
+    corpus's has none: a column of None fails torch's collate); with ``tokenizer=``, those of
+    ``TokenDocument``:
     ``tokens`` instead of ``text``, the numpy array of ids the loader yields (the
     tokenizer's dtype, ``uint16`` for GPT-2; int64 arrays or tensors under
     ``with_format("numpy")`` / ``("torch")``). ``features`` is left undeclared (None):
