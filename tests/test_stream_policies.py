@@ -14,6 +14,7 @@ from openwebtext import (
     Corpus,
     CorpusError,
     CorruptMember,
+    Loader,
     Options,
     TooManyErrors,
 )
@@ -104,6 +105,30 @@ def test_max_errors_turns_too_many_skips_into_an_error(three_faults: tuple[Path,
     assert str(too_many.error).startswith("3 skipped, more than max_errors=2; last: ")
     assert isinstance(too_many.error.__cause__, CorpusError)
     assert str(too_many.error.__cause__) in str(too_many.error)
+
+
+@pytest.mark.parametrize("decode_errors", ["strict", "replace"])
+def test_a_state_taken_after_a_skip_resumes_without_counting_it_again(
+    three_faults: tuple[Path, Docs], decode_errors: str
+) -> None:
+    """A state taken inside the block a skip was met in: its counts hold the skip. The resumed
+    run reads that block again, and counted it again (3 skips where one run has 2; under
+    ``max_errors=2`` the resumed run failed where the run did not; U+FFFD documents counted
+    again too). Now the resumed run's counts are the uninterrupted run's, at every stop."""
+    tar, _ = three_faults
+    options = {"workers": 0, "on_error": "skip", "decode_errors": decode_errors, "epochs": 2}
+    with Loader(tar, **options).iter() as it:
+        whole = [d.name for d in it]
+        counted = it.stats
+    for stop in (1, 3, len(whole) // 2 + 1):  # (inside the first block of each epoch, or not)
+        with Loader(tar, **options).iter() as it:
+            first = [next(it).name for _ in range(stop)]
+            state = it.state_dict()
+        with Loader(tar, **options, max_errors=counted.skips).iter(state=state) as it:
+            assert first + [d.name for d in it] == whole, stop
+            for name in ("skipped_members", "skipped_documents", "partial_members",
+                         "replaced_documents"):  # fmt: skip
+                assert getattr(it.stats, name) == getattr(counted, name), (stop, name)
 
 
 def test_invalid_utf8_under_replace_is_counted(three_faults: tuple[Path, Docs]) -> None:

@@ -395,8 +395,8 @@ class Stream:
         feed = _wrapped(share.units, start, end)
         units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
         skip = self._in_block
+        again = [skip > 0]  # a state's block read again: its skips are in the state's counts
         opts = self.options
-        trims = share.trims
         gathered = blocks.gather(
             pool.run(feed),
             pool,
@@ -404,13 +404,14 @@ class Stream:
             start=start,
             size=block_size(opts),
             dtype=self._dtype,
-            on_unit=self._count_unit,
-            trims=(lambda p: trims.get(p % units)) if trims else None,
+            on_unit=lambda loaded, kept: self._count_unit(loaded, kept, again[0]),
+            trims=(lambda p: share.trims.get(p % units)) if share.trims else None,
             split=split_of(opts),
         )
         new, source = tuple.__new__, self.source
         try:
             for block_start, block_end, block in gathered:
+                again[0] = False
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
                 check_in_block(skip, block_len)  # only a resumed state's first block has skip > 0
                 self._block, self._block_end = block_start, block_end
@@ -462,8 +463,9 @@ class Stream:
         finally:
             gathered.close()
 
-    def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
-        self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected)
+    def _count_unit(self, loaded: Loaded, kept: Loaded, again: bool = False) -> None:
+        self._counters = (self._counters.plus(units=1) if again  # (its skips: in the state's)
+                          else self.policy.unit_read(loaded, kept, self._counters, self._expected))
 
 
 def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:
