@@ -210,6 +210,7 @@ class Stream:
         self._block_counts: list[int] = []
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._counters = counters  # documents, bytes and tokens before the current block
+        self._read_before = counters  # (and its skips: those of the units before its own)
         self._yielded_before = 0  # by this iterator, for ``take``
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self.policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)
@@ -229,10 +230,12 @@ class Stream:
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
         before every document (a tuple of references); ``state(mark)`` makes it a state."""
+        out = self._block_len and self._in_block >= self._block_len  # (else read again on resume:
+        counters = self._counters if out else self._read_before  # its skips counted then)
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
-            self._counters, len(self.policy.skipped), self._reshard, self._passed,
+            counters, len(self.policy.skipped), self._reshard, self._passed,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -394,8 +397,7 @@ class Stream:
         around its units), in ``epoch``'s order."""
         feed = _wrapped(share.units, start, end)
         units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
-        skip = self._in_block
-        again = [skip > 0]  # a state's block read again: its skips are in the state's counts
+        skip, self._read_before = self._in_block, self._counters
         opts = self.options
         gathered = blocks.gather(
             pool.run(feed),
@@ -404,14 +406,13 @@ class Stream:
             start=start,
             size=block_size(opts),
             dtype=self._dtype,
-            on_unit=lambda loaded, kept: self._count_unit(loaded, kept, again[0]),
+            on_unit=self._count_unit,
             trims=(lambda p: share.trims.get(p % units)) if share.trims else None,
             split=split_of(opts),
         )
         new, source = tuple.__new__, self.source
         try:
             for block_start, block_end, block in gathered:
-                again[0] = False
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
                 check_in_block(skip, block_len)  # only a resumed state's first block has skip > 0
                 self._block, self._block_end = block_start, block_end
@@ -457,15 +458,14 @@ class Stream:
                     handed_sum(order_, first, self._in_block, counts),
                 )
                 self._yielded_before += handed
-                self._first_in_block = self._in_block
+                self._first_in_block, self._read_before = self._in_block, self._counters
                 if stop < block_len:
                     return  # take or the target stopped us mid-block
         finally:
             gathered.close()
 
-    def _count_unit(self, loaded: Loaded, kept: Loaded, again: bool = False) -> None:
-        self._counters = (self._counters.plus(units=1) if again  # (its skips: in the state's)
-                          else self.policy.unit_read(loaded, kept, self._counters, self._expected))
+    def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
+        self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected)
 
 
 def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:
