@@ -5,6 +5,7 @@ documented defaults. (Reliability, issue #5.)
 from __future__ import annotations
 
 import logging
+import pickle
 import re
 from pathlib import Path
 
@@ -129,6 +130,36 @@ def test_a_state_taken_after_a_skip_resumes_without_counting_it_again(
             for name in ("skipped_members", "skipped_documents", "partial_members",
                          "replaced_documents"):  # fmt: skip
                 assert getattr(it.stats, name) == getattr(counted, name), (stop, name)
+
+
+def test_a_member_damaged_since_the_state_was_taken_is_said_on_resume(tmp_path: Path) -> None:
+    """The block a state is inside is read again on resume: a member of it damaged since (in
+    place, its size kept) is the error under ``raise`` and a counted, named skip under
+    ``skip`` (never documents left out unsaid)."""
+    members = [(f"{c}_data.xz", xz_member(sample_docs(c, 5))) for c in "abc"]
+    tar = outer_tar(tmp_path / "t.tar", members)
+    with Loader(tar, workers=0).iter() as it:
+        next(it)
+        state = it.state_dict()
+    raw = bytearray(tar.read_bytes())
+    raw[raw.find(members[1][1]) + len(members[1][1]) // 2] ^= 0xFF
+    tar.write_bytes(bytes(raw))
+    with pytest.raises(CorruptMember, match=re.escape(where(str(tar), "b_data.xz"))):
+        list(Loader(tar, workers=0).iter(state=state))
+    with Loader(tar, workers=0, on_error="skip").iter(state=state) as it:
+        assert len(list(it)) == 15 - 1 - 5
+        assert it.stats.skipped_members == 1 and "b_data.xz" in it.stats.skipped[0]
+
+
+def test_an_error_quoting_another_library_s_message_is_one_printable_line() -> None:
+    """pyarrow's message of a damaged page (a control byte, newlines) went as it was into a
+    CorruptMember: one skip was three WARNING lines, a raw byte on the terminal, a name of
+    ``stats.skipped`` over three lines."""
+    error = CorruptMember("corrupt parquet row group 1: don't know what type: \x0f\n"
+                          "Deserializing page header failed.\n", "a.parquet", "rg1")  # fmt: skip
+    assert str(error) == ("a.parquet[rg1]: corrupt parquet row group 1: don't know what type: "
+                          "\\x0f Deserializing page header failed.")  # fmt: skip
+    assert str(pickle.loads(pickle.dumps(error))) == str(error)
 
 
 def test_invalid_utf8_under_replace_is_counted(three_faults: tuple[Path, Docs]) -> None:

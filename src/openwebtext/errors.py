@@ -74,7 +74,11 @@ class CorpusError(_Located):
         where = self.path or ""
         if self.member:
             where = f"{where}[{self.member}]" if where else self.member
-        return f"{where}: {self.message}" if where else self.message
+        said = f"{where}: {self.message}" if where else self.message
+        # One line, printable: a library's message quoted in it (pyarrow's: newlines, control
+        # bytes) made one skip several WARNING lines, and raw bytes on a terminal.
+        return "".join(c if c.isprintable() else " " if c in "\n\t" else repr(c)[1:-1]
+                       for c in said.strip())  # fmt: skip
 
 
 class UnknownFormat(CorpusError):

@@ -61,6 +61,11 @@ class Stats(Counters, frozen=True):
         return codec.replace(self, **msgspec.structs.asdict(counts))
 
 
+#: The counts a unit read adds that a block read again on resume adds again (``units`` aside: its
+#: reads are counted, the second too).
+_READ_AGAIN = ("skipped_members", "skipped_documents", "partial_members", "replaced_documents")
+
+
 class Mark(NamedTuple):
     """Where a stream was (``Stream.mark``): what ``state_dict`` needs, as references.
 
@@ -87,6 +92,9 @@ class Mark(NamedTuple):
     """In the rest of a resharded epoch: the state's ``reshard`` section."""
     passed: tuple[Reshard, ...] = ()
     """The sections of the rests handed out to their end (``DocumentState.passed``)."""
+    read_before: Counters | None = None
+    """Inside a block: the counts before its units were read (a state's skips are those: the
+    block is read again on resume, and its skips counted then, a member failing only now too)."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included."""
@@ -110,7 +118,10 @@ class Mark(NamedTuple):
         (``counters.epoch_documents``) and the ``reshard`` section.
         """
         position = self.position() if self.reshard is None else Position(self.epoch)
-        return DocumentState(config, position, self.counted(), self.reshard, self.passed)
+        counted, before = self.counted(), self.read_before
+        if before is not None:
+            counted = codec.replace(counted, **{k: getattr(before, k) for k in _READ_AGAIN})
+        return DocumentState(config, position, counted, self.reshard, self.passed)
 
 
 def handed_sum(order: list[int] | None, first: int, end: int, values: list[int]) -> int:

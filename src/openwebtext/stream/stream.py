@@ -230,12 +230,12 @@ class Stream:
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
         before every document (a tuple of references); ``state(mark)`` makes it a state."""
-        out = self._block_len and self._in_block >= self._block_len  # (else read again on resume:
-        counters = self._counters if out else self._read_before  # its skips counted then)
+        out = self._block_len and self._in_block >= self._block_len  # (else read again on resume)
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
-            counters, len(self.policy.skipped), self._reshard, self._passed,
+            self._counters, len(self.policy.skipped), self._reshard, self._passed,
+            None if out else self._read_before,
         )  # fmt: skip
 
     def close(self) -> None:
