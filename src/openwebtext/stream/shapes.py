@@ -76,9 +76,10 @@ class Schedule:
                         f"schedule step {k} {tuple(step)!r}: {name} must be an int >= {least} "
                         f"and at most {MOST_INT}, not {value!r}"
                     )
-            if seq_len * batch_size > MOST_IDS:
-                too_many = _too_many(seq_len, batch_size)
-                raise ValueError(f"schedule step {k} {tuple(step)!r}: {too_many}")
+            try:  # (the ids of a batch, as fixed sizes)
+                check_sizes(seq_len, batch_size)
+            except ValueError as exc:
+                raise ValueError(f"schedule step {k} {tuple(step)!r}: {exc}") from None
             if not checked and batch != 0:
                 raise ValueError(f"schedule step 0 {tuple(step)!r} must be at batch 0")
             if checked and batch <= checked[-1][0]:
@@ -187,12 +188,8 @@ def check_sizes(seq_len: int, batch_size: int) -> None:
         if not int_at_least(value, 1):
             raise ValueError(f"{name} must be an int >= 1, not {value!r}")
     if seq_len * batch_size > MOST_IDS:
-        raise ValueError(_too_many(seq_len, batch_size))
-
-
-def _too_many(seq_len: int, batch_size: int) -> str:
-    return (f"a batch of seq_len={seq_len} x batch_size={batch_size} ids is more than the "
-            f"{MOST_IDS} a batch holds at most")  # fmt: skip
+        raise ValueError(f"a batch of seq_len={seq_len} x batch_size={batch_size} ids is more "
+                         f"than the {MOST_IDS} a batch holds at most")  # fmt: skip
 
 
 def _described(schedule: Schedule) -> str:
@@ -213,9 +210,11 @@ def saved_schedule(state: BatchesState) -> Schedule:
     steps = [(0, state.seq_len, state.batch_size), *((s.batch, s.seq_len, s.batch_size)
                                                      for s in changes)]  # fmt: skip
     for k, (_, seq_len, batch_size) in enumerate(steps):
-        if seq_len * batch_size > MOST_IDS:
+        try:
+            check_sizes(seq_len, batch_size)
+        except ValueError as exc:
             field = f"schedule.changes[{k - 1}]" if k else "seq_len"
-            raise StateError(f"bad batches state: {_too_many(seq_len, batch_size)}", field)
+            raise StateError(f"bad batches state: {exc}", field) from None
     return Schedule(steps)
 
 
