@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+import pickle
 import re
 from pathlib import Path
 from typing import Any
@@ -590,8 +591,8 @@ def test_a_best_fit_window_cut_by_the_run_s_end_resumes_with_more_epochs(
 def test_a_damaged_member_of_a_part_is_named_or_counted_in_its_part(
     parts: dict[str, str], tmp_path: Path, workers: int
 ) -> None:
-    """Under raise, the error names the part's file and member; under skip, it is counted in
-    that part's stats (the other parts read on, whole)."""
+    """Under raise, the error names the part, its file and member; under skip, it is counted
+    in that part's stats, named with the part (the other parts read on, whole)."""
     bad = outer_tar(tmp_path / "urlsf_subset09.tar", [
         ("openwebtext/urlsf_subset09-1_data.xz", xz_member(sample_docs("a", 5))),
         ("openwebtext/urlsf_subset09-2_data.xz", corrupt_member(sample_docs("b", 5))),
@@ -601,9 +602,13 @@ def test_a_damaged_member_of_a_part_is_named_or_counted_in_its_part(
         list(it)
     assert caught.value.path == str(bad)
     assert caught.value.member == "openwebtext/urlsf_subset09-2_data.xz"
+    said = f"part 'bad': {bad}[openwebtext/urlsf_subset09-2_data.xz]: corrupt xz data"
+    assert caught.value.part == "bad" and str(caught.value).startswith(said)
+    assert str(pickle.loads(pickle.dumps(caught.value))) == str(caught.value)
     with Loader(m, workers=workers, seed=0, on_error="skip").iter() as it:
         documents = list(it)
         stats = it.stats
+    assert stats.skipped and all(name.startswith(said) for name in stats.skipped)
     # once per epoch of the small part that it read (an endless part reads it again)
     assert 1 <= stats.parts["bad"].skipped_members <= stats.epochs["bad"] + 1
     assert stats.parts["js"].skipped_members == 0

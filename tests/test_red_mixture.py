@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Corpus, CorpusError, Loader, Mixture, StateError, TooManyErrors, ahead
-from support import corrupt_member, outer_tar, sample_docs, xz_member
+from support import corrupt_member, outer_tar, run_owt, sample_docs, xz_member
 from tables_support import jsonl_bytes, sample_texts, write_jsonl, write_parquet
 
 LFS = b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize 123456\n" % (b"0" * 64)
@@ -195,6 +196,17 @@ def test_a_part_opened_under_skip_is_an_error_under_raise(parts: dict[str, Path]
     with pytest.raises(CorpusError) as raised:
         read(Mixture({"bad": bad, "js": str(parts["js"])}))
     assert raised.value.path == str(parts["lfs"] / "train-00001-of-00002.parquet")
+    assert str(raised.value).startswith(f"part 'bad': {raised.value.path}: ")
+    with pytest.raises(CorpusError) as raised:  # the corpus's own error, unchanged by the mixture's
+        list(Loader(bad, workers=0))
+    assert raised.value.part is None and str(raised.value).startswith(f"{raised.value.path}: ")
+
+
+def test_a_part_that_cannot_be_opened_is_named(parts: dict[str, Path], tmp_path: Path) -> None:
+    (tmp_path / "nothing.tar").write_bytes(b"not a tar")
+    for where in (tmp_path / "nothing.tar", tmp_path / "absent"):
+        with pytest.raises(CorpusError, match=f"^part 'bad': {where}: "):
+            Mixture({"js": str(parts["js"]), "bad": str(where)})
 
 
 def _two_damaged_parts(tmp_path: Path) -> Mixture:
@@ -205,6 +217,21 @@ def _two_damaged_parts(tmp_path: Path) -> Mixture:
             (f"openwebtext/{name}-2_data.xz", corrupt_member(sample_docs(f"{name}b", 5))),
         ]))  # fmt: skip
     return Mixture(files)
+
+
+def test_owt_stream_says_what_each_part_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary line of each part says its skips (the run's line said their sum only), and
+    each skip named says its part."""
+    _two_damaged_parts(tmp_path)
+    mix = [f"--mix={name}={tmp_path}/urlsf_subset0{k}.tar:1" for k, name in ((1, "x"), (2, "y"))]
+    ran = run_owt(capsys, "stream", *mix, "-q", "--no-shuffle", "--on-error", "skip")
+    assert ran.returncode == 0, ran.stderr
+    for name in ("x", "y"):  # (a part repeated while the other finishes its epoch: again)
+        assert re.search(rf"^  {name}: .*; skipped [12] members?, 0 documents, 0 members cut "
+                         "short$", ran.stderr, re.MULTILINE), ran.stderr  # fmt: skip
+        assert re.search(rf"^  skipped: part '{name}': .*{name}-2_data.xz", ran.stderr, re.MULTILINE)
 
 
 def test_max_errors_bounds_the_skips_of_the_whole_mixture(tmp_path: Path) -> None:

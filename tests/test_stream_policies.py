@@ -4,6 +4,7 @@ documented defaults. (Reliability, issue #5.)
 
 from __future__ import annotations
 
+import itertools
 import logging
 import pickle
 import re
@@ -115,21 +116,25 @@ def test_a_state_taken_after_a_skip_resumes_without_counting_it_again(
     """A state taken inside the block a skip was met in: its counts hold the skip. The resumed
     run reads that block again, and counted it again (3 skips where one run has 2; under
     ``max_errors=2`` the resumed run failed where the run did not; U+FFFD documents counted
-    again too). Now the resumed run's counts are the uninterrupted run's, at every stop."""
+    again too). Now the resumed run's counts are the uninterrupted run's, at every stop, the
+    run stopped by its consumer or by its ``take`` (whose end inside a block said its skips)."""
     tar, _ = three_faults
     options = {"workers": 0, "on_error": "skip", "decode_errors": decode_errors, "epochs": 2}
     with Loader(tar, **options).iter() as it:
         whole = [d.name for d in it]
         counted = it.stats
-    for stop in (1, 3, len(whole) // 2 + 1):  # (inside the first block of each epoch, or not)
-        with Loader(tar, **options).iter() as it:
+    stops = (1, 3, len(whole) // 2 + 1)  # (inside the first block of each epoch, or not)
+    for stop, by_take in itertools.product(stops, (False, True)):
+        with Loader(tar, **options, take=stop if by_take else None).iter() as it:
             first = [next(it).name for _ in range(stop)]
+            if by_take:
+                assert next(it, None) is None
             state = it.state_dict()
         with Loader(tar, **options, max_errors=counted.skips).iter(state=state) as it:
-            assert first + [d.name for d in it] == whole, stop
+            assert first + [d.name for d in it] == whole, (stop, by_take)
             for name in ("skipped_members", "skipped_documents", "partial_members",
                          "replaced_documents"):  # fmt: skip
-                assert getattr(it.stats, name) == getattr(counted, name), (stop, name)
+                assert getattr(it.stats, name) == getattr(counted, name), (stop, by_take, name)
 
 
 def test_a_member_damaged_since_the_state_was_taken_is_said_on_resume(tmp_path: Path) -> None:
@@ -149,6 +154,22 @@ def test_a_member_damaged_since_the_state_was_taken_is_said_on_resume(tmp_path: 
     with Loader(tar, workers=0, on_error="skip").iter(state=state) as it:
         assert len(list(it)) == 15 - 1 - 5
         assert it.stats.skipped_members == 1 and "b_data.xz" in it.stats.skipped[0]
+
+
+def test_the_summary_of_a_resumed_run_says_its_own_skips(
+    three_faults: tuple[Path, Docs], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The summary counts the documents a run read, and so its skips: a run resumed past the
+    blocks its state skipped in said the state's skips as its own (with no name), and the
+    summaries of a run stopped and resumed added up to more skips than the run had."""
+    tar, good = three_faults
+    state, flags = tmp_path / "state.json", ("-q", "--no-shuffle", "--on-error", "skip")
+    take = str(len(A) + len(B))  # member a (its bad document skipped), c (corrupt), b
+    assert owt_cli.main(["stream", str(tar), *flags, "--take", take, "--state-out", str(state)]) == 0
+    assert "skipped 1 member, 1 document;" in capsys.readouterr().err
+    assert owt_cli.main(["stream", str(tar), *flags, "--resume", str(state)]) == 0
+    said = capsys.readouterr().err.splitlines()[0]  # member d: read up to its cut (partial)
+    assert said.startswith(f"{len(good) - len(A) - len(B)} documents, ") and "skipped" not in said
 
 
 def test_an_error_quoting_another_library_s_message_is_one_printable_line() -> None:

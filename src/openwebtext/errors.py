@@ -23,11 +23,14 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
                                (defined in ``workdir``)
 
 ``CorpusError`` and its subclasses carry ``path`` (the file) and ``member``
-(the inner member name, or ``None``); ``CorruptDocument`` adds ``document``.
+(the inner member name, or ``None``); ``CorruptDocument`` adds ``document``;
+in a mixture, ``part`` names the part whose corpus it is (its message says it).
 They are plain picklable values so they cross process boundaries intact.
 """
 
 from __future__ import annotations
+
+from typing import TypeVar
 
 __all__ = [
     "CorpusError",
@@ -41,6 +44,7 @@ __all__ = [
     "TruncatedMember",
     "UnknownFormat",
     "WorkerError",
+    "in_part",
     "install_hint",
 ]
 
@@ -57,9 +61,20 @@ class _Located(OWTError):
         self.message = message
         self.path = path
         self.member = member
+        self.part: str | None = None
+        """The mixture's part whose corpus it is (None: not a mixture's)."""
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message, self.path, self.member))
+        return (type(self), (self.message, self.path, self.member), {"part": self.part})
+
+    def in_part(self, name: str | None) -> None:
+        """Say the error is of the mixture's part ``name`` (a part's stream tags what it
+        raises or skips; the first tag holds)."""
+        if self.part is None:
+            self.part = name
+
+    def _of_part(self, said: str) -> str:
+        return said if self.part is None else f"part {self.part!r}: {said}"
 
 
 class CorpusError(_Located):
@@ -74,7 +89,7 @@ class CorpusError(_Located):
         where = self.path or ""
         if self.member:
             where = f"{where}[{self.member}]" if where else self.member
-        said = f"{where}: {self.message}" if where else self.message
+        said = self._of_part(f"{where}: {self.message}" if where else self.message)
         # One line, printable: a library's message quoted in it (pyarrow's: newlines, control
         # bytes) made one skip several WARNING lines, and raw bytes on a terminal.
         return "".join(c if c.isprintable() else " " if c in "\n\t" else repr(c)[1:-1]
@@ -117,7 +132,8 @@ class CorruptDocument(CorruptMember):
         self.document = document
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message, self.path, self.member, self.document))
+        args = (self.message, self.path, self.member, self.document)
+        return (type(self), args, {"part": self.part})
 
     def __str__(self) -> str:
         base = super().__str__()
@@ -133,7 +149,7 @@ class WorkerError(_Located):
     """
 
     def __str__(self) -> str:
-        return self.message
+        return self._of_part(self.message)
 
 
 class OutputError(OWTError):
@@ -175,6 +191,17 @@ class StateError(OWTError):
 
 class TooManyErrors(OWTError):
     """The skip policy skipped more than ``max_errors`` members or documents."""
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def in_part(error: E, part: str | None) -> E:
+    """``error``, said to be of the mixture's ``part`` (its message names it) if it names a
+    file: a ``CorpusError`` or ``WorkerError`` (``_Located.in_part``)."""
+    if part is not None and isinstance(error, _Located):
+        error.in_part(part)
+    return error
 
 
 def install_hint(extra: str) -> str:

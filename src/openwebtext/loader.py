@@ -9,6 +9,7 @@ the workers early.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import os
@@ -18,7 +19,7 @@ from typing import Any, Literal, overload
 import numpy as np
 from numpy.typing import DTypeLike
 
-from openwebtext.errors import StateError
+from openwebtext.errors import StateError, in_part
 from openwebtext.index import Corpus
 from openwebtext.options import Options, options_with
 from openwebtext.records import Document, TokenDocument
@@ -106,7 +107,8 @@ class Loader:
         on_error = self.options.on_error
         self.corpus: Corpus | Mixture
         if isinstance(corpus, Mixture):  # a part's bad files: raised here, or counted in it
-            skipped = [c.skipped_files[0] for c in corpus.corpora.values() if c.skipped_files]
+            skipped = [in_part(copy.copy(c.skipped_files[0]), name)
+                       for name, c in corpus.corpora.items() if c.skipped_files]  # fmt: skip
             if skipped and on_error == "raise":
                 raise skipped[0]
             self.corpus = corpus

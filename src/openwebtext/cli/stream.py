@@ -28,7 +28,7 @@ from openwebtext.cli.args import (
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
-from openwebtext.errors import OutputError, OWTError
+from openwebtext.errors import CorpusError, OutputError, OWTError, in_part
 from openwebtext.files import named, output_path
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator
@@ -94,12 +94,14 @@ def _mixture(args: argparse.Namespace) -> Mixture:
     names = [name for name, _, _ in args.mix]
     if len(set(names)) != len(names):
         raise ValueError(f"--mix names a part twice: {names}")
-    parts = {
-        name: Corpus.open(
-            where, on_error=args.on_error, text_column=args.text_column, **storage_kwargs(args)
-        )
-        for name, where, _ in args.mix
-    }
+    parts = {}
+    for name, where, _ in args.mix:
+        try:
+            parts[name] = Corpus.open(where, on_error=args.on_error, text_column=args.text_column,
+                                      **storage_kwargs(args))  # fmt: skip
+        except CorpusError as exc:
+            in_part(exc, name)
+            raise
     return Mixture(parts, {name: w for name, _, w in args.mix}, by=args.mix_by)
 
 

@@ -81,12 +81,12 @@ def summary(
         f"{text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
         f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
     )
-    skipped = stats.skipped_members + stats.skipped_documents
-    if skipped or stats.replaced_documents:
+    keys = ("skipped_members", "skipped_documents", "replaced_documents")
+    members, skipped, replaced = (getattr(stats, k) - getattr(before, k) for k in keys)
+    if members or skipped or replaced:  # (this run's: a resumed one's state counts the others)
         line += (
-            f"; skipped {plural(stats.skipped_members, 'member')}, "
-            f"{plural(stats.skipped_documents, 'document')}"
-            f"; replaced invalid UTF-8 in {plural(stats.replaced_documents, 'document')}"
+            f"; skipped {plural(members, 'member')}, {plural(skipped, 'document')}"
+            f"; replaced invalid UTF-8 in {plural(replaced, 'document')}"
         )
     if stats.skipped_files:  # left out when the corpus was opened (--on-error skip)
         line += f"; skipped {plural(stats.skipped_files, 'file')} (not read at all)"
@@ -170,16 +170,21 @@ def packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made:
 def parts_summary(stats: Any, before: Any, *, packed: bool = False) -> None:
     """A mixture's summary line per part: its documents, text and ids since ``before`` (the
     stats at the run's start: a resumed run's, its state's), as the documents line counts, its
-    epoch, and of ``packed`` batches the part's documents cut and their pieces (padding belongs to
-    no part: the packing line says the rank's)."""
+    epoch, what it skipped, and of ``packed`` batches the part's documents cut and their pieces
+    (padding belongs to no part: the packing line says the rank's)."""
     for name, part in stats.parts.items():
         was = before.parts.get(name)
-        keys = ("documents", "text_bytes", "tokens", "cut_documents", "pieces")
+        keys = ("documents", "text_bytes", "tokens", "cut_documents", "pieces", "skipped_members",
+                "skipped_documents", "partial_members")  # fmt: skip
         since = {k: getattr(part, k) - (0 if was is None else getattr(was, k)) for k in keys}
         cut = ""
+        if since["skipped_members"] or since["skipped_documents"] or since["partial_members"]:
+            cut = (f"; skipped {plural(since['skipped_members'], 'member')}, "
+                   f"{plural(since['skipped_documents'], 'document')}, "
+                   f"{plural(since['partial_members'], 'member')} cut short")  # fmt: skip
         if packed:
-            cut = (f"; {plural(since['cut_documents'], 'document')} cut into "
-                   f"{plural(since['pieces'], 'piece')}")  # fmt: skip
+            cut += (f"; {plural(since['cut_documents'], 'document')} cut into "
+                    f"{plural(since['pieces'], 'piece')}")  # fmt: skip
         print(
             f"  {name}: {plural(since['documents'], 'document')}, "
             f"{since['text_bytes'] / 1e6:.1f} MB, in epoch {stats.epochs[name]}"

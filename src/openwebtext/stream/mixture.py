@@ -16,7 +16,7 @@ from typing import Any, cast
 from msgspec import UNSET
 
 from openwebtext.codec import differing, replace
-from openwebtext.errors import CorpusError, StateError
+from openwebtext.errors import CorpusError, StateError, in_part
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
 from openwebtext.options import MOST_INT, Options, countable
@@ -155,7 +155,11 @@ class Mixture:
                 try:
                     corpus = Corpus.open(corpus, on_error="skip", **given)
                 except CorpusError:  # nothing left: the first bad file's own error
-                    corpus = Corpus.open(corpus, **given)
+                    try:
+                        corpus = Corpus.open(corpus, **given)
+                    except CorpusError as exc:
+                        in_part(exc, name)
+                        raise
             opened[name] = corpus
         self.corpora: dict[str, Corpus] = opened
         _refuse_shared_files(opened)

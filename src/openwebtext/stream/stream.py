@@ -16,6 +16,7 @@ tuple, and keeps its position in an attribute as the loop's own target.
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -26,7 +27,7 @@ import numpy as np
 
 from openwebtext.codec import replace
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import OWTError, StateError, TruncatedMember
+from openwebtext.errors import OWTError, StateError, TruncatedMember, in_part
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import Share, Split, block_stop
@@ -71,17 +72,18 @@ class ErrorPolicy:
     Args:
         options: The stream's options.
         skipped_files: The corpus's files skipped at open (named first).
+        part: The mixture's part the stream reads (its errors say it: ``in_part``).
     """
 
-    def __init__(
-        self, options: Options, skipped_files: Sequence[OWTError] = (), units: Sequence[Any] = ()
-    ) -> None:
+    def __init__(self, options: Options, skipped_files: Sequence[OWTError] = (),
+                 units: Sequence[Any] = (), part: str | None = None) -> None:  # fmt: skip
         self.policy = SkipPolicy(options.on_error, options.max_errors)
         self.units = units
+        self.part = part
         self.files = len(skipped_files)
-        self.skipped: list[str] = [str(error) for error in skipped_files]
+        self.skipped: list[str] = [str(in_part(copy.copy(e), part)) for e in skipped_files]
         """What was skipped, by name (the first 10,000)."""
-        self.others: Callable[[], int] = _none
+        self.others: Callable[[], int] = lambda: 0
         """The skips of the other streams of the same run (a mixture's other parts), which
         count against ``max_errors`` too."""
 
@@ -94,7 +96,7 @@ class ErrorPolicy:
                 says where the worker raised it).
             TooManyErrors: past ``max_errors`` skips.
         """
-        key = self.policy.take(error)
+        key = self.policy.take(in_part(error, self.part))
         counters = counters.plus(**{key: 1})
         if len(self.skipped) < 10_000:
             self.skipped.append(str(error))
@@ -128,10 +130,6 @@ class ErrorPolicy:
         """Every skip of ``counters``, the files skipped at open included."""
         counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
         return skips_in({**counts, "skipped_files": self.files})
-
-
-def _none() -> int:
-    return 0
 
 
 def split_of(options: Options) -> Split | None:
@@ -213,7 +211,7 @@ class Stream:
         self._read_before = counters  # (and its skips: those of the units before its own)
         self._yielded_before = 0  # by this iterator, for ``take``
         # Files skipped at open are the corpus's: named here, counted by every iterator.
-        self.policy = ErrorPolicy(options, corpus.skipped_files, corpus.units)
+        self.policy = ErrorPolicy(options, corpus.skipped_files, corpus.units, source)
         self._expected: ExpectedCounts | None = None  # when counted: checked as read
         self._losses = EvenLosses(options)  # what evening out costs: counted, said once
         if state is not None and self._reshard is None:  # checked against its share once, here
@@ -316,7 +314,7 @@ class Stream:
                 if epoch_ends and (last is None or self._epoch < last):
                     yield EPOCH_END
         except BaseException as exc:
-            self.failed = failure(exc)
+            self.failed = failure(in_part(exc, self.source))
             raise
         finally:
             pool.close()
@@ -458,9 +456,10 @@ class Stream:
                     handed_sum(order_, first, self._in_block, counts),
                 )
                 self._yielded_before += handed
-                self._first_in_block, self._read_before = self._in_block, self._counters
-                if stop < block_len:
-                    return  # take or the target stopped us mid-block
+                self._first_in_block = self._in_block
+                if stop < block_len:  # take or the target stopped us mid-block: its skips are
+                    return  # read again on resume (and ``_read_before``'s, those before it)
+                self._read_before = self._counters
         finally:
             gathered.close()
 
