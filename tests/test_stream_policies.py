@@ -165,7 +165,7 @@ def test_the_summary_of_a_resumed_run_says_its_own_skips(
     tar, good = three_faults
     state, flags = tmp_path / "state.json", ("-q", "--no-shuffle", "--on-error", "skip")
     take = str(len(A) + len(B))  # member a (its bad document skipped), c (corrupt), b
-    assert owt_cli.main(["stream", str(tar), *flags, "--take", take, "--state-out", str(state)]) == 0
+    assert owt_cli.main(["stream", str(tar), *flags, "--take", take, f"--state-out={state}"]) == 0
     assert "skipped 1 member, 1 document;" in capsys.readouterr().err
     assert owt_cli.main(["stream", str(tar), *flags, "--resume", str(state)]) == 0
     said = capsys.readouterr().err.splitlines()[0]  # member d: read up to its cut (partial)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from openwebtext.codec import replace
-from openwebtext.errors import CorpusError, StateError
+from openwebtext.errors import CorpusError, StateError, in_part
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import (
@@ -306,13 +306,13 @@ def nothing_read(
     endless = "an endless run (epochs=None)"
     if source is not None:
         endless = "a mixture reads each part endlessly: it"
-    return CorpusError(
-        ("" if source is None else f"the mixture's part {source!r}: ")
-        + f"epoch {epoch} yielded no document"
+    error = CorpusError(
+        f"epoch {epoch} yielded no document"
         + (f" ({', '.join(why)})" if why else "")
         + f": {endless} would wait forever",
         path=os.path.dirname(corpus.units[0].path),
     )
+    return in_part(error, source)  # (its message begins with the part: "part 'web': ")
 
 
 #: The most epochs ``members_in_run`` counts the shares of.
