@@ -113,6 +113,23 @@ def test_a_file_cut_after_it_was_opened_names_file_and_unit(run: Path, tmp_path:
     assert caught.value.path == str(path) and caught.value.member == corpus.units[0].member
 
 
+def test_a_file_changed_in_place_after_it_was_opened_says_so(run: Path, tmp_path: Path) -> None:
+    """Its size kept, one document (end-of-text ids written over): numpy's ``ValueError``
+    from deep inside the stream (its documents' ids past the unit's bytes), or a unit whose
+    documents were gone said "file is truncated: N of N bytes"."""
+    path = _nanogpt_only(run, tmp_path)
+    corpus = Corpus.open_tokens(path, eot=EOT, unit_tokens=UNIT)
+    ids = np.fromfile(path, dtype="<u2")
+    ids[np.flatnonzero(ids == EOT)[:-1]] = 32  # one document, the file's size and mtime new
+    ids.tofile(path)
+    changed = r"the file changed since the corpus was opened: its index \(1 documents\) no longer"
+    with pytest.raises(CorruptMember, match=changed) as caught:
+        list(_loader(corpus, shuffle=False))
+    assert caught.value.path == str(path) and caught.value.member == corpus.units[0].member
+    with _loader(corpus, shuffle=False, on_error="skip").iter() as it:
+        assert list(it) == [] and it.stats.skipped_members == len(corpus.units)
+
+
 def test_a_token_corpus_needs_its_tokenizer(run: Path) -> None:
     corpus = Corpus.open_tokens(run / "train.bin", unit_tokens=UNIT)
     with pytest.raises(CorpusError, match="read with the tokenizer its ids were written with"):

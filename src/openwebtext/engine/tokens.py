@@ -59,10 +59,15 @@ class TokenReader:
             raise CorruptMember(why, unit.path, unit.member) from exc
         first, stop = document_range(unit.member)
         ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
-        if len(data) != unit.size or stop > len(ends):
+        if len(data) != unit.size:
             why = f"file is truncated: {len(data)} of {unit.size} bytes"
             raise CorruptMember(why, unit.path, unit.member)
-        start = int(ends[first - 1]) if first else 0
+        start = int(ends[first - 1]) if first < len(ends) and first else 0
+        if stop > len(ends) or int(ends[stop - 1] - start) * itemsize != unit.size:
+            why = (f"the file changed since the corpus was opened: its index ({len(ends)} "
+                   f"documents) no longer puts documents {first}..{stop - 1} in the unit's "
+                   f"{unit.size} bytes")  # fmt: skip
+            raise CorruptMember(why, unit.path, unit.member)
         bounds = (ends[first:stop] - start) * itemsize
         offsets = [0, *bounds[:-1].tolist()]
         counts = np.diff(ends[first:stop], prepend=start)  # ids per document, as one array
