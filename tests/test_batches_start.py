@@ -4,6 +4,7 @@ while the caller does something else; the batches, states and counts are those w
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,44 @@ def test_a_started_iterator_closed_before_its_first_batch_stops_its_workers(
     assert set(child_pids()) - before  # the worker started before any next()
     batches.close()
     assert not set(child_pids()) - before
+
+
+@pytest.mark.parametrize("door", ["start", "a thread of the caller's"])
+def test_workers_forked_on_a_thread_that_ends_outlive_it(indexed: Path, door: str) -> None:
+    """``start()`` opens the pool on its own thread, which ends once the first batch is
+    made; a caller may take a first batch on a thread of its own. The workers asked the kernel
+    to kill them when their parent dies (``PR_SET_PDEATHSIG``), which Linux does when the
+    *thread* that forked them ends: killed at once, the run ended in a ``WorkerError`` (or its
+    workers were started again). Now they live as long as the process that uses them."""
+    loader = _loader(indexed, 2)
+    with loader.batches(64, 3) as plain:
+        want = list(plain)
+    before = set(child_pids())
+    with loader.batches(64, 3) as batches:
+        got = []
+        if door == "start":
+            batches.start()
+            (starter,) = [t for t in threading.enumerate() if t.name == "openwebtext-start"]
+            starter.join()
+        else:
+            taker = threading.Thread(target=lambda: got.append(next(batches)))
+            taker.start()
+            taker.join()
+        workers = set(child_pids()) - before
+        assert len(workers) == 2
+        time.sleep(0.5)  # (the kernel's kill is at once; its reaping is not)
+        assert workers <= {pid for pid in child_pids() if _alive(pid)}
+        got += [next(batches) for _ in range(5)]
+        assert set(child_pids()) - before == workers  # none started again
+        got += list(batches)
+    assert _same(got, want)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
 
 
 def test_an_error_while_starting_is_raised_at_the_first_batch(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ def test_ctrl_c_in_a_program_stops_the_workers(small_corpus: Path) -> None:
 
 #: ``owt`` with ``Reader.read`` hanging on one member: argv = marker member owt-args...
 HANGING_OWT = """
-import os, sys, time
+import os, sys, threading, time
 from pathlib import Path
 from openwebtext import cli
 from openwebtext.engine.read import Reader
@@ -80,7 +80,13 @@ def read(self, unit):
         time.sleep(3600)
     return real(self, unit)
 Reader.read = read
-sys.exit(cli.main(sys.argv[3:]))
+if sys.argv[3] == "stream":
+    sys.exit(cli.main(sys.argv[3:]))
+# The library, first iterated on a thread that is not the main one: the workers it forks
+# watch their parent (the kernel's PR_SET_PDEATHSIG fires when the forking thread ends).
+from openwebtext import Loader
+it = Loader(sys.argv[4], workers=2, shuffle=False, shuffle_buffer=0).iter()
+threading.Thread(target=lambda: sum(1 for _ in it)).start()
 """
 
 
@@ -183,15 +189,17 @@ def test_sigterm_ends_owt_stream_and_its_workers(small_corpus: Path) -> None:
         proc.stdout.close()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["owt", "a library thread"])
 def consumer_killed(
-    small_corpus: Path, tmp_path_factory: pytest.TempPathFactory
+    small_corpus: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> dict[str, bool]:
-    """SIGKILL an ``owt stream`` whose worker 1 hangs (worker 0 idle); who is alive 3 s later?"""
+    """SIGKILL an ``owt stream`` whose worker 1 hangs (worker 0 idle), or a program reading
+    with a ``Loader`` first iterated on a thread of its own; who is alive 3 s later?"""
     marker = tmp_path_factory.mktemp("consumer-killed") / "hanging"
+    args = ["stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle", "--shuffle-buffer", "0"]
     proc = subprocess.Popen(
         [sys.executable, "-c", HANGING_OWT, str(marker), MIDDLE[1].rsplit("/")[-1],
-         "stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle", "--shuffle-buffer", "0"],
+         *(args if request.param == "owt" else ["loader", str(small_corpus)])],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:

@@ -15,6 +15,8 @@ import mmap
 import os
 import pickle
 import signal
+import threading
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
 
@@ -34,22 +36,36 @@ from openwebtext.tokenizer import Tokenizer
 __all__ = ["LaneReaders", "open_reader", "read_unit", "worker_main"]
 
 
-def _die_with_parent(parent: int) -> None:
-    """Have the kernel kill this worker if its consumer dies, even mid-member (Linux).
+def _die_with_parent(parent: int, forked_by_main_thread: bool) -> None:
+    """Have this worker die with its consumer, even mid-member.
 
-    Without it, a worker busy with (or stuck in) a member outlives a consumer
-    killed by SIGKILL or the OOM killer, holding the consumer's stdout open.
-    Elsewhere a worker still exits at its next task, on EOF.
+    Without it, a worker busy with (or stuck in) a member outlives a consumer killed by
+    SIGKILL or the OOM killer, holding the consumer's stdout open (a waiting one exits on EOF).
+    Forked by the consumer's main thread, on Linux, the kernel kills it (``PR_SET_PDEATHSIG``).
+    The kernel does so when the *thread* that forked it ends, not its process: a worker forked
+    on another thread (``start()``'s, a caller's own) watches its parent instead, from a
+    thread that looks every ``_WATCH_SECONDS`` (as torch's DataLoader workers do).
     """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        return
-    if os.getppid() != parent:  # the consumer died before prctl took effect
-        os._exit(1)
+    if forked_by_main_thread:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # pragma: no cover - not Linux
+            pass
+        else:
+            if os.getppid() != parent:  # the consumer died before prctl took effect
+                os._exit(1)
+            return
+    threading.Thread(target=_watch, args=(parent,), name="owt-watch-parent", daemon=True).start()
 
 
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_WATCH_SECONDS)
+    os._exit(1)
+
+
+_WATCH_SECONDS = 0.25
 _PR_SET_PDEATHSIG = 1
 
 
@@ -61,12 +77,13 @@ def worker_main(
     options: PoolOptions,
     inherited: list[Connection],
     parent: int,
+    forked_by_main_thread: bool = True,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the consumer decides when we stop
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the fork
     # terminate() ends us at once, whatever SIGTERM handler the consumer's program has.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent(parent)
+    _die_with_parent(parent, forked_by_main_thread)
     for conn in inherited:
         conn.close()
     readers = LaneReaders(lanes)

@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import selectors
 import signal
+import threading
 import time
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
@@ -126,6 +127,7 @@ class WorkerPool:
                 self.options,
                 inherited,
                 os.getpid(),
+                threading.current_thread() is threading.main_thread(),  # (how it dies with us)
             ),
             name=f"owt-worker-{self._next_number}",
             daemon=True,
