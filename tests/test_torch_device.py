@@ -131,16 +131,18 @@ def test_the_device_stage_resumes_from_any_state(small_corpus: Path) -> None:
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
 def test_ahead_hands_out_each_batch_with_its_own_state(small_corpus: Path, packing: str) -> None:
     """``ahead`` (the device stage's thread, without torch): the arrays themselves, and after
-    each the state the plain batches have after it, whatever the thread read ahead."""
+    each the state and the ``stats`` the plain batches have after it, whatever the thread read
+    ahead (its stats were the source's live ones: the batches made ahead counted)."""
     with plain(small_corpus, packing, True) as batches:
-        want = [(as_lists(b), batches.state_dict()) for b in batches]
+        want = [(as_lists(b), batches.state_dict(), batches.stats) for b in batches]
     with ahead(plain(small_corpus, packing, True), depth=3) as made:
         made.start()
         wait_ready(made, 3)
         got = []
         for batch in made:
             assert type(batch).__name__ == "PackedBatch"
-            got.append((as_lists(batch), made.state_dict()))
+            wait_ready(made, min(3, len(want) - len(got) - 1))  # (made ahead: not counted)
+            got.append((as_lists(batch), made.state_dict(), made.stats))
     assert got == want
 
 

@@ -45,10 +45,12 @@ class Stateful(Protocol):
 
 
 class Made(NamedTuple):
-    """A batch (as ``move`` made it), with the source's state after it."""
+    """A batch (as ``move`` made it), with the source's state and ``stats`` after it (None:
+    the source has no ``stats``)."""
 
     batch: Any
     state: dict[str, Any]
+    stats: Any
 
 
 class Failed(NamedTuple):
@@ -83,8 +85,8 @@ class Producer:
                 if batch is END:
                     self.put(END)
                     return
-                state = self.source.state_dict()
-                self.put(Made(self.move(batch), state))
+                state, stats = self.source.state_dict(), getattr(self.source, "stats", None)
+                self.put(Made(self.move(batch), state, stats))
         except BaseException as error:  # handed to the consumer, raised there
             self.put(Failed(error))
         finally:
@@ -157,6 +159,7 @@ class Ahead(Closing):
         self._move, self._receive = move, receive
         self._producer = Producer(batches, depth, move)
         self._state: dict[str, Any] | None = None  # after the last batch handed out
+        self._stats: Any = None  # (its stats)
         self._ended = False
         self._starting = threading.Lock()
 
@@ -185,7 +188,7 @@ class Ahead(Closing):
             self.close()
             raise StopIteration
         batch = self._receive(item.batch)
-        self._state = item.state
+        self._state, self._stats = item.state, item.stats
         return batch
 
     def _wait(self) -> Any:
@@ -225,7 +228,7 @@ class Ahead(Closing):
             self._ended = True  # (the source closed, not gone on: a next() ends, never waits)
             raise
         self._producer = Producer(self._source, self.depth, self._move)
-        self._state, self._ended = None, False
+        self._state, self._stats, self._ended = None, None, False
 
     @property
     def ready(self) -> int:
@@ -240,9 +243,11 @@ class Ahead(Closing):
 
     @property
     def stats(self) -> Any:
-        """The source's ``stats`` (``Loader.batches``'), read ahead included (the batches in
-        flight)."""
-        return self._source.stats  # type: ignore[attr-defined]
+        """The source's ``stats`` (``Loader.batches``') after the last batch handed out, as its
+        state: the batches made ahead are not in them (before the first: the source's)."""
+        if self._stats is None:
+            return self._source.stats  # type: ignore[attr-defined]
+        return self._stats
 
     def close(self) -> None:
         """Stop the thread and the source now. Safe to call twice."""
