@@ -102,6 +102,50 @@ def test_a_damaged_record_of_the_last_release_is_one_line_naming_file_and_field(
     assert prepare(corpus, out, _options("hash"), restart=True).meta == _golden_meta("meta_hash")
 
 
+def _sizes(**sizes: int) -> Callable[[dict[str, Any]], None]:
+    return lambda r: r.update(sizes={**r["sizes"], **sizes})
+
+
+@pytest.mark.parametrize(
+    ("run", "field", "change", "shard"),
+    [
+        ("hash-tokenize", "position", lambda r: r.update(position=10**6), None),
+        ("hash-tokenize", "position", lambda r: (r["config"].update(slice={
+            "start": 2, "stop": 4, "shard": {"index": 1, "count": 2}}), r.update(position=0)),
+         (1, 2)),
+        ("nanogpt-permute", "position", lambda r: r.update(position=13), None),
+        ("hash-tokenize", "sizes.train.bin", _sizes(**{"train.bin": 6134}), None),
+        ("nanogpt-tokenize", "sizes.lengths.bin", _sizes(**{"lengths.bin": 0}), None),
+        ("nanogpt-tokenize", "sizes.lengths.bin", _sizes(**{"lengths.bin": 47}), None),
+        ("nanogpt-tokenize", "sizes.lengths.bin", lambda r: r["sizes"].pop("lengths.bin"), None),
+        ("nanogpt-tokenize", "sizes.tokens.bin", _sizes(**{"tokens.bin": 17462}), None),
+        ("hash-tokenize", "counts.documents", lambda r: r["counts"]["documents"].update(
+            train=10**6), None),
+    ],
+)  # fmt: skip
+def test_a_record_whose_fields_disagree_is_refused_naming_the_field(
+    corpus: Corpus,
+    tmp_path: Path,
+    run: str,
+    field: str,
+    change: Callable[[dict[str, Any]], None],
+    shard: tuple[int, int] | None,
+) -> None:
+    """Each field well typed, the record not what a run writes: a position past the units (or
+    before its slice's), sizes of the parts that are not the documents counted, more documents
+    than ids. Each was taken: units left out, another shard's tokenized, parts cut to what
+    their size said (or ``OSError`` from ``os.pread``), meta.json counting a million documents."""
+    rule = "hash" if run.startswith("hash") else "nanogpt"
+    out = shutil.copytree(GOLDEN / "runs" / run, tmp_path / "out")
+    body = json.loads((out / PROGRESS).read_text())
+    change(body)
+    (out / PROGRESS).write_text(json.dumps(body))
+    with pytest.raises(PrepareError) as caught:
+        prepare(corpus, out, _options(rule), shard=shard)
+    said = f"{out / PROGRESS} is not a progress record (bad progress record: {field}: "
+    assert str(caught.value).startswith(said), caught.value
+
+
 def test_a_record_in_a_phase_its_run_does_not_have_is_refused(
     corpus: Corpus, tmp_path: Path
 ) -> None:

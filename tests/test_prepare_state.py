@@ -202,8 +202,10 @@ def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
 
 
 def _counts(draw: st.DrawFn, splits: tuple[str, ...]) -> Counts:
-    per = st.fixed_dictionaries(dict.fromkeys(splits, counts_))
-    return Counts(*(draw(counts_) for _ in range(4)), draw(per), draw(per))
+    """Counts of ``splits``: each split's documents at most its ids (one each at least)."""
+    documents = draw(st.fixed_dictionaries(dict.fromkeys(splits, counts_)))
+    tokens = {k: n + draw(counts_) for k, n in documents.items()}
+    return Counts(*(draw(counts_) for _ in range(4)), documents, tokens)
 
 
 @st.composite
@@ -228,8 +230,14 @@ def records(draw: st.DrawFn) -> ProgressRecord:
     phase = draw(st.sampled_from(get_args(Phase)))
     meta = draw(st.none() | metas()) if phase != "commit" else draw(metas())
     splits = draw(st.sampled_from([("train", "val"), ("all",), ("train",)]))
-    return ProgressRecord(draw(configs()), phase, _counts(draw, splits), draw(counts_),
-                          draw(per_file(counts_)), meta)  # fmt: skip
+    config, counts = draw(configs()), _counts(draw, splits)
+    position = draw(counts_)  # tokenize: a unit position of the run; permute: a document's
+    if phase == "tokenize":
+        last = config.units if config.slice is None else config.slice.stop
+        position = draw(st.integers(config.first, last))
+    elif phase == "permute":
+        position = draw(st.integers(0, sum(counts.documents.values())))
+    return ProgressRecord(config, phase, counts, position, draw(per_file(counts_)), meta)
 
 
 def _through_json(record: Any) -> Any:

@@ -25,7 +25,7 @@ from openwebtext.options import (
     check_workers,
 )
 from openwebtext.plan import plan
-from openwebtext.prepare.state import LENGTH, FileName, RunConfig, Slice, SplitRule
+from openwebtext.prepare.state import CORPUS_ORDER, LENGTH, FileName, RunConfig, Slice, SplitRule
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -42,8 +42,6 @@ __all__ = [
 
 #: The files of a finished run (and of a ``hash`` slice).
 BINS: tuple[FileName, ...] = ("train.bin", "val.bin")
-#: A nanogpt slice's files, or pass 1 of a whole nanogpt run.
-CORPUS_ORDER: tuple[FileName, ...] = ("tokens.bin", "lengths.bin")
 
 
 @dataclass(frozen=True)

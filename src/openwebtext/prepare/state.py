@@ -20,12 +20,14 @@ import numpy as np
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
+from openwebtext.errors import StateError
 from openwebtext.options import ErrorPolicy
 from openwebtext.plan import shard_range
 from openwebtext.policy import COUNTERS
 from openwebtext.tokenfiles import PREPARE_FORMAT, Vocabulary
 
 __all__ = [
+    "CORPUS_ORDER",
     "FORMAT",
     "LENGTH",
     "Counts",
@@ -60,6 +62,8 @@ Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
 Split = Literal["train", "val", "all"]
 #: A file a run writes.
 FileName = Literal["train.bin", "val.bin", "tokens.bin", "lengths.bin"]
+#: A nanogpt slice's files, or pass 1 of a whole nanogpt run: the documents in corpus order.
+CORPUS_ORDER: tuple[FileName, ...] = ("tokens.bin", "lengths.bin")
 T = TypeVar("T")
 #: A value per file a run writes, keyed by the file's name (a name it does not write: left out).
 PerFile: TypeAlias = dict[FileName, T]
@@ -197,6 +201,10 @@ class Counts(Record, frozen=True):
     def check(self) -> None:
         if self.documents.keys() != self.tokens.keys():
             raise Disagree("tokens", "must count the same splits as documents")
+        more = [split for split, n in self.documents.items() if n > self.tokens[split]]
+        if more:  # (a document's ids end with its end-of-text id: at least one)
+            raise Disagree("documents", f"{more[0]}: {self.documents[more[0]]} documents of "
+                           f"{self.tokens[more[0]]} ids (each holds one at least)")  # fmt: skip
 
     @classmethod
     def new(cls, splits: tuple[Split, ...], files: int = 0) -> Counts:
@@ -260,5 +268,36 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
     meta: Meta | None = None
 
     def check(self) -> None:
+        config, counts, at = self.config, self.counts, self.position
         if self.phase == "commit" and self.meta is None:
             raise Disagree("meta", "is needed in phase commit")
+        if self.phase == "permute" and at > sum(counts.documents.values()):
+            raise Disagree("position", f"is {at}, past the {sum(counts.documents.values())} "
+                           "documents counted")  # fmt: skip
+        last = config.units if config.slice is None else config.slice.stop
+        if self.phase == "tokenize" and not config.first <= at <= last:
+            raise Disagree("position", f"is {at}, not within the run's unit positions "
+                           f"[{config.first}, {last}]")  # fmt: skip
+
+    def check_parts(self) -> None:
+        """Check the sizes of pass 1's parts against the counts, where a record is read back
+        (``Workdir.load``; a run's own record says new counts before the sizes of the parts
+        that hold them): the parts hold the documents counted, whole: their ids and (a
+        ``nanogpt`` run's) their lengths. A permutation's sizes are checked as it is written.
+
+        Raises:
+            StateError: naming the size (``sizes.lengths.bin``).
+        """
+        config, counts = self.config, self.counts
+        if self.phase != "tokenize":
+            return
+        item, tokens = np.dtype(config.dtype).itemsize, counts.tokens
+        written = {_TOKENS[split]: tokens.get(split, 0) * item for split in ("train", "val")}
+        written["tokens.bin"] = sum(tokens.values()) * item
+        written["lengths.bin"] = sum(counts.documents.values()) * LENGTH.itemsize
+        names = ("train.bin", "val.bin") if config.split_rule == "hash" else CORPUS_ORDER
+        for name in names:
+            if self.sizes.get(name, 0) != written[name]:
+                raise StateError(f"bad {self.what}: sizes.{name}: is {self.sizes.get(name, 0)}, "
+                                 f"not the {written[name]} bytes of the documents counted",
+                                 f"sizes.{name}")  # fmt: skip

@@ -150,7 +150,9 @@ class Workdir:
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
         try:
-            return ProgressRecord.from_json(body)
+            record = ProgressRecord.from_json(body)
+            record.check_parts()
+            return record
         except StateError as exc:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
