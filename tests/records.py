@@ -36,8 +36,8 @@ def wrong_values(value: Any) -> list[Any]:
         return [True, str(value), -1, 0.5 + value]
     if isinstance(value, float):
         return ["x", True]
-    if isinstance(value, str):
-        return [3, False, ["x"]]
+    if isinstance(value, str):  # (a lone surrogate: JSON's "\udcff", which json.loads takes)
+        return [3, False, ["x"], "\udcff"]
     if value is None:
         return [{"x": 1}, -1]
     return [7, "x"] if value else [7]

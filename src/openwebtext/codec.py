@@ -18,6 +18,7 @@ paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
 from __future__ import annotations
 
 import functools
+import json
 import operator
 import re
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ __all__ = [
     "decode",
     "differing",
     "encode",
+    "parse",
     "replace",
     "whose",
 ]
@@ -128,9 +130,47 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
         if found != config.tag:
             raise StateError(f"bad {what}: {key}: not {config.tag!r} (found {found!r})", field=key)
     try:
-        return msgspec.convert(value, cls)
+        at = _surrogate(value)  # (JSON's "\udcff", which json.loads takes: text in no field)
+        if at is None:
+            return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
         raise _state_error(value, cls, str(exc), what) from None
+    except RecursionError:
+        raise StateError(f"bad {what}: the record: nested too deeply") from None
+    raise StateError(f"bad {what}: {at or 'the record'}: a string that is not text (a lone "
+                     "surrogate)", field=at or None)  # fmt: skip
+
+
+def _surrogate(value: Any, at: str = "") -> str | None:
+    """The dotted path of the first string in ``value`` (a value, or a key: its path) that
+    UTF-8 cannot encode, or None; a key on the path said with its odd characters escaped."""
+    if isinstance(value, str):
+        return None if _encodes(value) else at.lstrip(".")
+    if isinstance(value, Mapping):
+        steps = [(str(key), item) for key, item in value.items()]
+    elif isinstance(value, list | tuple):
+        steps = [(f"[{k}]", item) for k, item in enumerate(value)]
+    else:
+        return None
+    for key, item in steps:
+        path = at + (key if key.startswith("[") else "." + key.encode("utf-8", "backslashreplace")
+                     .decode())  # fmt: skip
+        if not _encodes(key):
+            return path.lstrip(".")
+        found = _surrogate(item, path)
+        if found is not None:
+            return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def whose(value: Any, cls: type[Record]) -> Literal["this", "version", "other"]:
@@ -196,6 +236,20 @@ def _fails(value: Any, cls: type[Any]) -> str | None:
     except msgspec.ValidationError as exc:
         return str(exc)
     return None
+
+
+def parse(text: str | bytes) -> Any:
+    """JSON ``text`` as ``json.loads`` gives it: what every reader of a file of records (a
+    state, a progress record, a ``meta.json``, a cache) parses it with.
+
+    Raises:
+        ValueError: not JSON, not UTF-8, or nested too deeply to parse (Python's
+            ``RecursionError``, which a reader catching ``ValueError`` missed).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to parse") from None
 
 
 def encode(record: Record) -> dict[str, Any]:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from openwebtext import interrupts
+from openwebtext import codec, interrupts
 from openwebtext.cli import summary
 from openwebtext.cli.args import (
     Subparsers,
@@ -109,7 +108,7 @@ def _read_state(path: str) -> DocumentState | MixtureState | BatchesState:
     """A ``--resume`` file: a corpus's state, a mixture's, or batches' (``--pack``)."""
     try:
         with open(path, "rb") as f:
-            raw = json.load(f)
+            raw = codec.parse(f.read())
     except (OSError, ValueError):
         return load_state(path)  # says what is wrong with the file
     kind = kind_of(raw)

@@ -23,7 +23,7 @@ from typing import Any
 
 import msgspec
 
-from openwebtext.codec import Count, Disagree, Record, whose
+from openwebtext.codec import Count, Disagree, Record, parse, whose
 from openwebtext.errors import CorpusError, OutputError, StateError
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.checks import member_check
@@ -330,7 +330,7 @@ class Corpus:
         """
         for path in self.counts_paths():
             try:
-                raw = json.loads(path.read_text())
+                raw = parse(path.read_text())
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as exc:

@@ -24,6 +24,7 @@ import json
 import os
 from typing import Any
 
+from openwebtext.codec import parse
 from openwebtext.errors import CorpusError, OutputError, install_hint
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET
@@ -193,7 +194,7 @@ def _load_footer(url: str, store: Storage) -> bytes | None:
         return None
     try:
         stamp, body = _footer_path(url, store.place).read_text().split("\n", 1)
-        known = json.loads(stamp)
+        known = parse(stamp)
         footer = bytes.fromhex(body)
     except (OSError, ValueError):
         return None

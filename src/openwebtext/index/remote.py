@@ -29,7 +29,7 @@ from typing import Annotated, NamedTuple
 
 import msgspec
 
-from openwebtext.codec import Count, Record, whose
+from openwebtext.codec import Count, Record, parse, whose
 from openwebtext.errors import CorpusError, OutputError, StateError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET, TAR
@@ -219,7 +219,7 @@ def _load(url: str, info: FileInfo, place: str, column: str) -> list[Unit] | Non
     """The units of the cached index of ``url`` as it is now (``info``); None: none cached,
     of another file, version or identity, or wrong (said; the file is indexed again)."""
     try:
-        raw = json.loads(cache_path(url, place, column).read_text())
+        raw = parse(cache_path(url, place, column).read_text())
     except (OSError, ValueError):
         return None
     if whose(raw, IndexCache) == "version":  # another version's entry: not this one's

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from openwebtext import codec
 from openwebtext.prepare.workdir import PrepareError
 
 __all__ = ["LOCK", "confirm", "hold"]
@@ -64,7 +65,7 @@ def _folders() -> dict[str, tuple[int, int] | None]:
 def _holder(fd: int) -> str:
     """Who holds the lock, as its file says ("pid 12, host h"), or that it does not say."""
     try:
-        body = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        body = codec.parse(os.pread(fd, 4096, 0) or b"{}")
         return f"pid {int(body['pid'])} on {body['host']!s}, since {body['since']!s}"
     except (OSError, ValueError, KeyError, TypeError):
         return "it has not said which yet"

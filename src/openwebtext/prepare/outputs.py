@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from openwebtext import codec
 from openwebtext.files import atomic_file
 from openwebtext.prepare.workdir import PrepareError, owned, sha256_file
 from openwebtext.source import Storage, describe, filesystem, is_url, redact, with_retries
@@ -123,7 +124,7 @@ def read_json(folder: Location, name: str, store: Storage | None = None) -> dict
     """
     if isinstance(folder, Path):
         try:
-            body: Any = json.loads((folder / name).read_text())
+            body: Any = codec.parse((folder / name).read_text())
         except (OSError, ValueError):
             return None
     else:
@@ -139,7 +140,7 @@ def read_json(folder: Location, name: str, store: Storage | None = None) -> dict
 
         data = _remote(read, "GET", url)
         try:
-            body = None if data is None else json.loads(data)
+            body = None if data is None else codec.parse(data)
         except ValueError:
             return None
     return body if isinstance(body, dict) else None
@@ -197,7 +198,7 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
     Raises:
         PrepareError: an upload failed (the remote folder then has no ``meta.json``).
     """
-    meta: dict[str, Any] = json.loads((folder / "meta.json").read_text())
+    meta: dict[str, Any] = codec.parse((folder / "meta.json").read_text())
     fs = filesystem(url, store)
     marker = str(join(url, "meta.json"))
 

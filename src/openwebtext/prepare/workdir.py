@@ -142,7 +142,7 @@ class Workdir:
         """
         path = self.progress_path
         try:
-            body = json.loads(path.read_text())
+            body = codec.parse(path.read_text())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:

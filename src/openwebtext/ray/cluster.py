@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from openwebtext import codec
 from openwebtext.errors import OWTError, install_hint
 from openwebtext.source import configure
 
@@ -143,7 +144,7 @@ def sweep_stale(parent: str) -> list[str]:
             continue
         try:
             with open(os.path.join(folder, OWNER)) as f:
-                owner = json.load(f)
+                owner = codec.parse(f.read())
             pid, host = int(owner["pid"]), str(owner["host"])
         except (OSError, ValueError, KeyError, TypeError):
             continue

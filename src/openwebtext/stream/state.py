@@ -153,10 +153,10 @@ def load_state(path: str | os.PathLike[str]) -> DocumentState:
     name = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            return DocumentState.from_json(msgspec.json.decode(f.read()))
+            return DocumentState.from_json(codec.parse(f.read()))
     except OSError as exc:
         raise StateError(f"{name}: cannot read the state: {exc.strerror or exc}") from exc
-    except msgspec.DecodeError as exc:  # not JSON, or not UTF-8
+    except ValueError as exc:  # not JSON, not UTF-8, or nested too deeply
         raise StateError(f"{name}: not a JSON state file: {exc}") from exc
     except StateError as exc:
         raise StateError(f"{name}: {exc}", exc.field) from None

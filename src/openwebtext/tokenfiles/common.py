@@ -5,7 +5,6 @@ scan."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Annotated, Literal, NamedTuple, overload
 import msgspec
 import numpy as np
 
-from openwebtext.codec import Count, Disagree, Positive, Record, whose
+from openwebtext.codec import Count, Disagree, Positive, Record, parse, whose
 from openwebtext.errors import CorpusError, StateError
 
 __all__ = [
@@ -191,7 +190,7 @@ def recorded(body: bytes | None, meta: str) -> Vocabulary | None:
     if body is None:
         return None
     try:
-        value = json.loads(body)
+        value = parse(body)
     except ValueError as exc:  # not JSON, or not UTF-8
         raise TokenFileError(f"not JSON: {exc}", meta) from None
     if whose(value, _Meta) == "other":
