@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from openwebtext import Loader
+from openwebtext import Loader, reshard
 from support import Owt
 
 SHAPE = ("--tokenizer", "bytes", "--seq-len", "64", "--batch-size", "2")
@@ -98,15 +98,18 @@ def test_a_mixture_packed_sums_up_per_part(small_corpus: Path, owt: Owt, tmp_pat
 
 
 def test_a_state_found_wrong_as_its_documents_are_read_names_its_file(
-    small_corpus: Path, owt: Owt, tmp_path: Path
+    indexed: Path, owt: Owt, tmp_path: Path
 ) -> None:
-    """A concat state whose ``offset`` lies past its document's end is found wrong only when
-    that document is read: the error named no file (``bad batches state: offset: …``)."""
+    """A resharded concat state whose old rank's cut lies past its document's end is found
+    wrong only when that document is read: the error named no file (``bad state: reshard:
+    …``). (An ``offset`` so edited in a state never resharded is refused as it enters.)"""
     saved = tmp_path / "state.json"
-    args = ("stream", str(small_corpus), "--pack", "concat", *SHAPE, "-q")
+    args = ("stream", str(indexed), "--pack", "concat", *SHAPE, "-q")  # (counted: a rest)
     assert owt(*args, "--take", "3", "--state-out", str(saved)).returncode == 0
-    state = json.loads(saved.read_text())
-    saved.write_text(json.dumps(state | {"offset": 10**9}))
+    (state,) = reshard([json.loads(saved.read_text())], 1)
+    state["documents"]["reshard"]["ranks"][0]["cut"] = 10**9
+    saved.write_text(json.dumps(state))
     ran = owt(*args, "--resume", str(saved))
     assert ran.returncode == 1, ran.stderr
-    assert f"owt: error: {saved}: bad batches state: offset: 1000000000 lies past" in ran.stderr
+    said = f"owt: error: {saved}: bad state: reshard: a cut of 999999999 ids lies past"
+    assert said in ran.stderr

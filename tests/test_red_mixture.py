@@ -374,14 +374,15 @@ def test_set_weights_takes_only_a_state_of_these_batches(parts: dict[str, Path])
     a change (``ahead``'s and the documents' iterators refuse it): now a ValueError."""
     mixture = Mixture({"js": str(parts["js"]), "zst": str(parts["zst"] / "a.jsonl")})
     loader = Loader(mixture, workers=0, seed=0, epochs=None, tokenizer="bytes")
-    with loader.batches(32, 3) as it:
-        next(it)
-        other = it.state_dict()
+    others = []
+    for seq_len, batch_size in [(32, 3), (64, 2)]:
+        with loader.batches(seq_len, batch_size) as it:
+            next(it)
+            others.append(it.state_dict())
     with loader.batches(64, 2, packing="bestfit", window=8) as it:
         next(it)
         before = it.state_dict()
-        for state, field in [(other, "seq_len"), (other | {"seq_len": 64, "batch_size": 2},
-                                                  "packing")]:  # fmt: skip
+        for state, field in zip(others, ["seq_len", "packing"], strict=True):
             with pytest.raises(StateError, match="the state was saved for") as caught:
                 it.set_weights({"js": 1.0}, state=state)
             assert caught.value.field == field

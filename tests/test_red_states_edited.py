@@ -55,7 +55,9 @@ def test_old_ranks_epochs_no_run_made_are_refused_at_once(js: str) -> None:
 def test_a_concat_cut_past_its_document_s_end_is_refused(js: str) -> None:
     """An old rank's concat ``offset`` edited to 10**9: resumed as it is, refused; resharded,
     the new rank whose share began with the cut document skipped the rest of it and went on
-    with the next one's ids, without a word."""
+    with the next one's ids, without a word. Now ``reshard`` refuses it (the ids of the
+    documents before it and it are not those of the batches out: ``BatchesState.check``); a
+    resharded section's cut edited so is refused by the rank whose share begins with it."""
     opts = _opts(tokenizer="bytes")
     states = []
     for rank, n in enumerate((5, 9)):
@@ -64,9 +66,11 @@ def test_a_concat_cut_past_its_document_s_end_is_refused(js: str) -> None:
                 next(batches)
             states.append(json.loads(json.dumps(batches.state_dict())))
     assert states[0]["offset"] > 0  # the next batch begins inside a document
-    states[0]["offset"] = 10**9
+    with pytest.raises(StateError, match=r"^state 0: bad batches state: offset: is 1000000000"):
+        reshard([{**states[0], "offset": 10**9}, states[1]], 3)
     refused = []
     for rank, state in enumerate(reshard(states, 3)):
+        state["documents"]["reshard"]["ranks"][0]["cut"] = 10**9 + 1
         with Loader(js, **{**opts, "rank": rank, "world_size": 3}).batches(64, 2, state=state) as b:
             try:
                 for _ in range(3):
@@ -219,3 +223,65 @@ def test_a_mixture_s_concat_cut_of_another_part_is_refused(js: str, tmp_path: Pa
     ):
         next(batches)
     assert caught.value.field == "documents.next"
+
+
+def _batch_states(corpus: str | Mixture, **kw: Any) -> list[dict[str, Any]]:
+    """The state before each batch of a run (epoch 0 to its end) and after the last."""
+    with Loader(corpus, **{**_opts(tokenizer="bytes"), "epochs": 1}).batches(**kw) as it:
+        states = [json.loads(json.dumps(it.state_dict()))]
+        states += [json.loads(json.dumps(it.state_dict())) for _ in it]
+    return states
+
+
+def _edited(state: dict[str, Any], keys: tuple[Any, ...], value: Any) -> dict[str, Any]:
+    out = json.loads(json.dumps(state))
+    node = out
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value(node[keys[-1]]) if callable(value) else value
+    return out
+
+
+FIT = {"seq_len": 16, "batch_size": 2, "packing": "bestfit", "window": 4}
+STEPS = {"schedule": [(0, 8, 2), (10, 16, 2), (30, 32, 1)], "packing": "bestfit", "window": 4}
+
+
+@pytest.mark.parametrize(
+    ("kw", "pick", "keys", "value", "field", "says"),
+    [
+        ({"seq_len": 16, "batch_size": 2}, lambda s: s["batches"] == 0, ("offset",), 1, "offset",
+         "with the ids of the documents before it, 1, not the 0 ids"),
+        ({"seq_len": 16, "batch_size": 2}, lambda s: s["offset"] > 1, ("offset",),
+         lambda v: v - 1, "offset", "not the \\d+ ids the batches out hold"),
+        (FIT, lambda s: s["batches"] == 0, ("row",), 1, "row", "with no batch out"),
+        (FIT, lambda s: s["window_number"] == 1 and s["row"], ("window_number",), 2,
+         "window_number", "does not agree with the 4 documents"),
+        (FIT, lambda s: s["window_number"] == 0 and s["row"] > 1, ("row",), lambda v: v - 1,
+         "row", "the rows out of the first window are the"),
+        (STEPS, lambda s: s["batches"] == 5, ("schedule", "packings", 0, "seq_len"), 16,
+         "schedule", "packings: the last's seq_len is not 8"),
+        (STEPS, lambda s: len(s.get("schedule", {}).get("packings", ())) == 2,
+         ("schedule", "packings", 1, "seq_len"), lambda v: 8 if v == 16 else 16, "schedule",
+         "one per seq_len in turn"),
+        (STEPS, lambda s: s["batches"] == 15 and s["window_number"] == 0,
+         ("schedule", "packings", 0, "rows"), lambda v: v - 1, "row",
+         "the rows out of the first window"),
+    ],
+)  # fmt: skip
+def test_batches_fields_that_disagree_with_the_run_are_refused(
+    js: str, kw: dict[str, Any], pick: Any, keys: tuple[Any, ...], value: Any, field: str,
+    says: str,
+) -> None:  # fmt: skip
+    """Each field of a real batches state, edited within its type to a value the run never
+    had: the concat offset (ids skipped or read twice), a best-fit row with no batch out, a
+    window number its documents do not reach, rows of the first window that are not the
+    batches', a schedule's packing not the last batch's seq_len or twice in a row. Each was
+    taken and resumed into other batches than the run's (session 21's red team): now refused
+    where the state enters, and by ``reshard``."""
+    state = next(s for s in _batch_states(js, **kw) if pick(s))
+    bad = _edited(state, keys, value)
+    with pytest.raises(StateError, match=says) as caught:
+        Loader(js, **{**_opts(tokenizer="bytes"), "epochs": 1}).batches(**kw, state=bad)
+    assert caught.value.field == field
+    with pytest.raises(StateError, match=f"^state 0: .*{says}"):
+        reshard([bad], 2)

@@ -281,11 +281,16 @@ def test_a_run_of_take_stopped_anywhere_resumes_with_the_take_it_has_left(
 
 def test_a_row_past_its_window_says_what_the_state_may_be(small_corpus: Path) -> None:
     """A best-fit state whose row lies past its window read again (a run that read on past
-    where this one ends, resumed with fewer epochs; or an edited state) is one StateError."""
+    where this one ends, resumed with fewer epochs; or an edited state) is one StateError: as
+    the window is read; in the run's first window, whose rows are all the batches', at once."""
     with loader(small_corpus).batches(64, 2, packing="bestfit", window=5) as it:
-        next(it)
-        state = it.state_dict()
-    state["row"] = 10**6
+        states = [it.state_dict() for _ in it]
+    first = next(s for s in states if s["row"])
+    later = next(s for s in states if s["row"] and s["window_number"])
+    with pytest.raises(StateError, match=r"row: is 1000000: the rows out of the first window"):
+        loader(small_corpus).batches(64, 2, packing="bestfit", window=5, state={**first,
+                                                                              "row": 10**6})
+    state = {**later, "row": 10**6}
     with pytest.raises(StateError, match=r"row 1000000 of a window of \d+ rows: the window read"):
         next(loader(small_corpus).batches(64, 2, packing="bestfit", window=5, state=state))
 

@@ -35,9 +35,12 @@ CONFIG = StreamConfig(
 )
 
 
-def mark_at(document: int) -> Mark:
-    """The mark before ``document`` (its index in the one block of epoch 0)."""
-    return Mark(0, 0, 0, 0, document, 0, None, [], [], Counters(), 0)
+def mark_at(document: int, lengths: list[int] | None = None) -> Mark:
+    """The mark before ``document`` (its index in the one block of epoch 0); with the ids of
+    every document (``lengths``) its state counts those before it, as a stream's does (concat's
+    offset adds to them)."""
+    counts = lengths or []
+    return Mark(0, 0, 0, 0, document, 0, None, counts, counts, Counters(), 0)
 
 
 class Runs:
@@ -53,7 +56,7 @@ class Runs:
             raise StopIteration
         size = max(1, self.cuts.pop(0) if self.cuts else len(self.documents))
         docs = self.documents[self.at : self.at + size]
-        before = mark_at(self.at)
+        before = self.mark()
         self.at += len(docs)
         # The ids as a block's units hold them: not in the order the documents go out.
         lengths = np.array([len(d) for d in docs], dtype=np.int64)
@@ -63,10 +66,10 @@ class Runs:
         ids = np.concatenate([np.zeros(3, np.uint16), *[docs[j] for j in laid]])
         starts = np.empty(len(docs), dtype=np.int64)
         starts[laid] = 3 + np.cumsum(lengths[laid]) - lengths[laid]
-        return TokenRun(ids, starts, lengths, 0, before, mark_at(self.at))
+        return TokenRun(ids, starts, lengths, 0, before, self.mark())
 
     def mark(self) -> Mark:
-        return mark_at(self.at)
+        return mark_at(self.at, [len(d) for d in self.documents])
 
     def state(self, mark: Mark | None = None) -> DocumentState:
         return (mark or self.mark()).state(CONFIG)

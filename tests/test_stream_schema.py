@@ -237,12 +237,19 @@ def document_states(draw: Any) -> DocumentState:
 @st.composite
 def batches_states(draw: Any) -> BatchesState:
     best_fit = draw(st.booleans())
+    seq_len, batch_size, documents = draw(positive), draw(positive), draw(document_states())
+    offset, batches = draw(counts), draw(counts)
+    if not best_fit and not documents.resharded:  # concat: the ids before are the batches'
+        seq_len, batch_size = draw(st.integers(1, 4096)), draw(st.integers(1, 256))
+        ids, tokens = seq_len * batch_size, documents.counters.tokens
+        batches = -(-tokens // ids) + draw(st.integers(0, 2))
+        offset = batches * ids - tokens
     return BatchesState(
-        draw(positive), draw(positive), draw(document_states()),
-        0 if best_fit else draw(counts), draw(counts), "bestfit" if best_fit else "concat",
+        seq_len, batch_size, documents, 0 if best_fit else offset, batches,
+        "bestfit" if best_fit else "concat",
         draw(positive) if best_fit else None,
         draw(counts) if best_fit else 0,
-        draw(counts) if best_fit else 0,
+        draw(counts) if best_fit and batches else 0,
         draw(st.none() | counts) if best_fit else None,
     )  # fmt: skip
 
@@ -435,24 +442,23 @@ def test_a_format_that_is_no_state_s_is_one_error_at_every_entry(
     assert "Traceback" not in ran.stderr
 
 
-@pytest.mark.parametrize("past", [0, 1, 10**6])
-def test_a_concat_offset_past_its_document_is_refused_when_it_is_read(
-    indexed: Path, past: int
+@pytest.mark.parametrize("by", [-1, 1, 10**6])
+def test_a_concat_offset_that_is_not_the_batches_is_refused_where_it_enters(
+    indexed: Path, by: int
 ) -> None:
     """The offset of a concat state says where in the document the next batch begins: one
-    past its end was taken, and ids left out (the document is read again on resume, so its
-    length is known then)."""
+    past its end was taken, and ids left out (one within it: ids left out or read twice,
+    unsaid). With the ids of the documents before it (``counters.tokens``), it makes the ids
+    of the batches out: any other is refused as the state enters."""
     loader = Loader(indexed, workers=0, seed=3, tokenizer="bytes")
     with loader.batches(32, 2) as it:
         next(it)
         state = it.state_dict()
-    with loader.iter(state=state["documents"]) as docs:
-        length = len(next(docs).tokens)
-    assert 0 < state["offset"] < length
-    with loader.batches(32, 2, state=changed(state, ("offset",), length - 1)) as it:
-        next(it)  # (its last id: the next batch begins there)
-    said = rf"offset: {length + past} lies past the end of the document .* \({length} ids\)"
-    bad = changed(state, ("offset",), length + past)
-    with pytest.raises(StateError, match=said) as raised, loader.batches(32, 2, state=bad) as it:
-        next(it)
+    assert state["documents"]["counters"].get("tokens", 0) + state["offset"] == 64
+    bad = changed(state, ("offset",), state["offset"] + by)
+    with pytest.raises(StateError, match=r"offset: is \d+: with the ids of the documents before"
+                       r" it, \d+, not the 64 ids the batches out hold") as raised:  # fmt: skip
+        loader.batches(32, 2, state=bad)
     assert raised.value.field == "offset"
+
+

@@ -426,7 +426,7 @@ def batches_start(
         return None
     parsed = BatchesState.from_json(state)
     check_schedule(parsed, schedule)
-    parsed.check_windows()
+    parsed.check_run()
     if parsed.packing != packing or (packing == "bestfit" and parsed.window != window):
         saved_window = parsed.window if parsed.packing == "bestfit" else window
         raise StateError(

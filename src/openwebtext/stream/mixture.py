@@ -297,7 +297,8 @@ def reshard(
     new_parts = {}
     for i, name in enumerate(names):
         try:
-            new_parts[name] = reshard_stream(part_states(i, name), world_size, even=even)
+            new_parts[name] = reshard_states(part_states(i, name), world_size, even=even,
+                                             part=True)  # fmt: skip
         except StateError as exc:
             raise StateError(f"the mixture's part {name!r}: {exc}", exc.field) from None
     out = []
@@ -355,7 +356,8 @@ def _reshard_best_fit(
             for b, m in zip(batches, parsed, strict=True)
         ]  # fmt: skip
         try:
-            new_parts[name] = reshard_states(states, world, even=even, replays=unfinished)
+            new_parts[name] = reshard_states(states, world, even=even, replays=unfinished,
+                                             part=True)  # fmt: skip
         except StateError as exc:
             raise StateError(f"the mixture's part {name!r}: {exc}") from None
     first = parsed[0]

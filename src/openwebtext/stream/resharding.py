@@ -91,16 +91,17 @@ def reshard(
 
 def reshard_states(
     states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP,
-    replays: Sequence[int] | None = None,
+    replays: Sequence[int] | None = None, part: bool = False,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """``reshard``, and for a mixture's part the windows each old rank had dealt to it not
-    finished (``replays``: its part's documents cannot say which, ``WindowAt.replays``)."""
+    """``reshard``, and for a mixture's ``part`` (the states its ``reshard`` builds) the
+    windows each old rank had dealt to it not finished (``replays``: its part's documents
+    cannot say which, ``WindowAt.replays``)."""
     if not countable(world_size, 1):  # (as Options: a state says it)
         raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
                          f"{world_size!r}")  # fmt: skip
     if not states:
         raise StateError("nothing to reshard: no state given")
-    batches = parse_batches(states)
+    batches = parse_batches(states, runs=not part)
     documents = (
         [_of_corpus(b.documents) for b in batches]
         if batches
@@ -184,8 +185,12 @@ def decode_each(states: Sequence[Any], cls: type[R]) -> list[R]:
     return out
 
 
-def parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | None:
-    """The states as batches states (of one packing and size), or None for document states."""
+def parse_batches(
+    states: Sequence[Mapping[str, Any]], runs: bool = True
+) -> list[BatchesState] | None:
+    """The states as batches states (of one packing and size), or None for document states;
+    ``runs``: each checked against its run (``BatchesState.check_run``; not a mixture's part's
+    view of its batches, which its ``reshard`` builds)."""
     kinds = set()
     for k, state in enumerate(states):
         if not isinstance(state, Mapping):
@@ -204,6 +209,11 @@ def parse_batches(states: Sequence[Mapping[str, Any]]) -> list[BatchesState] | N
             f"({BATCHES_FORMAT!r})"
         )
     parsed = decode_each(states, BatchesState)
+    for k, batches in enumerate(parsed if runs else ()):  # (as batches started from it do)
+        try:
+            batches.check_run()
+        except StateError as exc:
+            raise StateError(f"state {k}: {exc}", exc.field) from None
     packings = {(b.packing, b.window if b.packing == "bestfit" else None) for b in parsed}
     if len(packings) > 1:
         raise StateError(f"batches states of different (packing, window): {sorted(packings)}")

@@ -359,20 +359,72 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         if at is not None and at != self.batches and not resharded:  # (a reshard's: the old's)
             raise Disagree("schedule", f"at={at} is not batches={self.batches}: a state never "
                            "resharded is at its own batch of the schedule")  # fmt: skip
+        if any(a.seq_len == b.seq_len for a, b in itertools.pairwise(packings)):
+            raise Disagree("schedule", "packings: one per seq_len in turn (two in a row say one)")
 
-    def check_windows(self) -> None:
-        """Check a best-fit window number against the documents before it, where the state of
-        batches enters (``batches_start``; a reshard deals a part's view of its windows, and
-        numbers the new ranks' own past every old one's: not checked). A window holds 1 to
+    def shape_at(self, batch: int) -> tuple[int, int]:
+        """``(seq_len, batch_size)`` of batch ``batch`` (from 0) of the state's schedule."""
+        steps = () if self.scheduled is None else self.scheduled.changes
+        due = [s for s in steps if s.batch <= batch]
+        return (due[-1].seq_len, due[-1].batch_size) if due else (self.seq_len, self.batch_size)
+
+    def out_before(self, batches: int) -> tuple[int, int]:
+        """The rows of the first ``batches`` batches, and the ids they predict (each row's
+        ``seq_len``), step by step of the schedule."""
+        steps = () if self.scheduled is None else self.scheduled.changes
+        starts = [(0, self.seq_len, self.batch_size), *((s.batch, s.seq_len, s.batch_size)
+                                                        for s in steps)]  # fmt: skip
+        ends = [b for b, _, _ in starts[1:]] + [batches]
+        each = [(max(0, min(end, batches) - b) * n, t) for (b, t, n), end in zip(starts, ends,
+                                                                                   strict=True)]
+        return sum(rows for rows, _ in each), sum(rows * t for rows, t in each)
+
+    def check_run(self) -> None:
+        """Check the state against the run it was taken in, where the state of batches enters
+        (``batches_start``, ``reshard``; never a state a reshard made, whose counts start from
+        it and whose window and rows are the old ranks'; nor a mixture's part's view of its
+        batches, which ``reshard`` builds).
+
+        What the batches out hold: concat's ids end to end are the documents' before the
+        next one and its ``offset``; the run's first best-fit window gave every row out; rows
+        out of a window were in the last batch (its step's ``seq_len``, the last packing's).
+
+        The best-fit window number against the documents before it. A window holds 1 to
         ``window`` documents (fewer at an epoch's or a run's end). A corpus numbers its windows
-        within each epoch: the state of a window not begun (no row out) may be at the next
-        epoch's start, or a window begun at the epoch's end. A mixture numbers them from its
-        start, in its epoch 0 (``MixMark.epoch``), over the documents it handed out.
+        within each epoch, each whole but its epoch's last: its documents fill exactly the
+        windows before the number; the state of a window not begun (no row out) may be at the
+        next epoch's start, or a window begun at the epoch's end. A mixture numbers them from its
+        start, in its epoch 0 (``MixMark.epoch``), over the documents it handed out (a window
+        may end early: at a change of weights).
 
         Raises:
-            StateError: naming ``window_number`` (or ``window_epoch``).
+            StateError: naming the field (``offset``, ``row``, ``schedule``, ``window_number``
+                or ``window_epoch``).
         """
         docs, size, n, row = self.documents, self.window, self.window_number, self.row
+        parts = docs.parts.values() if isinstance(docs, MixtureState) else [docs]
+        dealt = isinstance(getattr(docs, "replays", None), tuple)
+        resharded = dealt or any(p.resharded for p in parts)
+        packings = () if self.scheduled is None else self.scheduled.packings
+        rows, ids = self.out_before(self.batches)
+        held = sum(p.counters.tokens for p in parts) + self.offset
+        first = not (n or self.window_epoch) and (  # the run's first window
+            isinstance(docs, MixtureState) or docs.position.epoch == 0)  # fmt: skip
+        window_rows = sum(p.rows for p in packings) if packings else row
+        last = self.shape_at(self.batches - 1)[0]  # (rows out of the window: some in it)
+        for field, wrong, says in [
+            ("offset", size is None and held != ids, f"is {self.offset}: with the ids of the "
+             f"documents before it, {held}, not the {ids} ids the batches out hold (concat: ids "
+             "end to end)"),
+            ("row", bool(row) and not self.batches, f"is {row}: rows out of a window, with no "
+             "batch out"),
+            ("row", bool(size) and first and window_rows != rows, f"is {row}: the rows out of "
+             f"the first window are the {rows} rows of the batches out, not {window_rows}"),
+            ("schedule", bool(packings) and bool(row) and packings[-1].seq_len != last,
+             f"packings: the last's seq_len is not {last}, the last batch's"),
+        ]:  # fmt: skip
+            if wrong and not resharded:
+                raise StateError(f"bad batches state: {field}: {says}", field=field)
         if size is None:
             return
         if isinstance(docs, MixtureState):
@@ -380,17 +432,19 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
                 raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, not a "
                                  "mixture's: it numbers its windows in epoch 0",
                                  field="window_epoch")  # fmt: skip
-            if docs.resharded:
+            if resharded:
                 return
             handed, step, of, whose = docs.handed, 0, "", "the mixture"
         else:
-            if docs.resharded:
+            if resharded:
                 return
             handed, epoch = docs.counters.epoch_documents, docs.position.epoch
             step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
             of, whose = f" (of epoch {epoch + step})", "its epoch"
-        if not ((step == 0 and n <= handed <= n * size) or (step == -1 and not handed and not row)
-                or (step == 1 and not n)):  # fmt: skip
+        # A corpus's windows are whole but the last of its epoch (its number: the next's).
+        least = n if isinstance(docs, MixtureState) else (n - 1) * size + 1 if n else 0
+        if not ((step == 0 and least <= handed <= n * size) or (step == 1 and not n)
+                or (step == -1 and not handed and not row)):  # fmt: skip
             raise StateError(f"bad batches state: window_number: {n}{of} does not agree with "
                              f"the {handed} documents {whose} handed out before it (windows of "
                              f"{size})", field="window_number")  # fmt: skip
