@@ -362,9 +362,10 @@ def test_reshard_of_states_of_different_mixtures_names_what_differs(tmp_path: Pa
                        r"\(0\.5, 0\.5\)"):  # fmt: skip
         reshard([state(weighted[0], 0), state(weighted[1], 1)], 1)
     other = [Mixture({"x": a, "y": b}), Mixture({"x": a, "y": c})]
-    with pytest.raises(StateError, match=r"the mixture's part 'y': states of different runs: "
-                       "corpus"):  # fmt: skip
+    said = r"the mixture's part 'y': states of different runs \(state 1, of rank 1, differs"
+    with pytest.raises(StateError, match=said + r" from rank 0's\): corpus") as caught:
         reshard([state(other[0], 0), state(other[1], 1)], 1)
+    assert caught.value.field == "parts.y.config.corpus"  # (it said none)
 
 
 def test_set_weights_takes_only_a_state_of_these_batches(parts: dict[str, Path]) -> None:

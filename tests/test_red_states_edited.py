@@ -94,6 +94,20 @@ def test_one_share_s_position_is_checked_against_the_corpus_s_counts(js: str) ->
         Loader(js, **_opts()).iter(state=state)  # (where it enters: no next() needed)
 
 
+def test_an_uncounted_share_s_first_block_is_checked_against_the_epoch_s_count(js: str) -> None:
+    """Not counted, nothing checked an uncounted share's position against its counters: in
+    its first block, what the epoch handed out is what the block did (``in_block`` edited back
+    handed documents out twice). Past the first block only a block's size is checked."""
+    state = _state(js, 3, **_opts(shuffle_buffer=8))
+    assert state["position"].get("block", 0) == 0 and state["position"]["in_block"] == 3
+    state["position"]["in_block"] = 0
+    with pytest.raises(StateError, match=r"position\.in_block: 0 in the share's first block, "
+                       r"whose epoch handed out 3") as caught:  # fmt: skip
+        Loader(js, **_opts(shuffle_buffer=8)).iter(state=state)
+    assert caught.value.field == "position.in_block"
+    assert not list(Path(js).glob(".owt-counts-*"))  # (checked without counting the corpus)
+
+
 def test_every_part_and_every_later_epoch_is_checked_where_the_state_enters(js: str) -> None:
     """A mixture's part was checked when it was first read (the 11th document of a run on
     random turns), a later epoch's rest when that epoch began (after 22 documents): a job

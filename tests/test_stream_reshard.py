@@ -151,8 +151,10 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
     with pytest.raises(StateError, match="two states of rank 1"):
         reshard([*states, states[1]], 2)
     other = read(varied, None, 2, **options("drop", 4, 2, seed=4))[1]
-    with pytest.raises(StateError, match="different runs: seed: rank 0 3, rank 2 4"):
+    said = r"different runs \(state 2, of rank 2, differs from rank 0's\): seed: rank 0 3, rank 2 4"
+    with pytest.raises(StateError, match=said) as caught:
         reshard([states[0], states[1], other, states[3]], 2)
+    assert caught.value.field == "config.seed"
     later = read(varied, None, 2, **options("drop", 4, 2, epoch=1))[1]
     packed_later = []  # best fit is resharded only from states of one epoch
     for r in range(4):

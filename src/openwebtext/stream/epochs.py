@@ -208,7 +208,11 @@ def check_resumed(
     if known is None and corpus.counts is not None:
         per_unit = corpus.counts.per_unit(options.split, options.val_fraction, options.val_seed)
         known = None if per_unit is None else [per_unit[u] for u in share.units]
-    if known is None:
+    if known is None:  # (uncounted: in the share's first block, what its epoch handed out)
+        if at.block == 0 and at.in_block != counters.epoch_documents:
+            raise StateError(f"bad state: position.in_block: {at.in_block} in the share's first "
+                             f"block, whose epoch handed out {counters.epoch_documents}",
+                             "position.in_block")  # fmt: skip
         return
     check_position(
         known, block_size(options), share_target(share, options),

@@ -299,8 +299,9 @@ def reshard(
         try:
             new_parts[name] = reshard_states(part_states(i, name), world_size, even=even,
                                              part=True)  # fmt: skip
-        except StateError as exc:
-            raise StateError(f"the mixture's part {name!r}: {exc}", exc.field) from None
+        except StateError as exc:  # (its field: the part's, inside the mixture's state)
+            at = f"parts.{name}" if batches is None else f"documents.parts.{name}"
+            raise exc.within(at, f"the mixture's part {name!r}: ") from None
     out = []
     for rank in range(world_size):
         each = {

@@ -269,7 +269,8 @@ def _by_rank(configs: Sequence[StreamConfig]) -> tuple[int, dict[int, int]]:
     """The old world size, and the index of each rank's state; refuse gaps and doubles."""
     worlds = {c.world_size for c in configs}
     if len(worlds) > 1:
-        raise StateError(f"states of different runs: world sizes {sorted(worlds)}")
+        raise StateError(f"states of different runs: world sizes {sorted(worlds)}",
+                         "config.world_size")  # fmt: skip
     world = next(iter(worlds))
     by_rank: dict[int, int] = {}
     for k, config in enumerate(configs):
@@ -297,8 +298,10 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
             f"{key}: rank 0 {getattr(reference, key)!r}, rank {rank} {getattr(other, key)!r}"
             for key in differing(reference, other)
         ]
-        if differ:
-            raise StateError("states of different runs: " + "; ".join(differ))
+        if differ:  # (the field of the first: ``config.units``; its state: the message's)
+            field = f"config.{differing(reference, other)[0]}"
+            raise StateError(f"states of different runs (state {k}, of rank {rank}, differs from"
+                             f" rank 0's): " + "; ".join(differ), field)  # fmt: skip
 
 
 def _epoch_sections(
