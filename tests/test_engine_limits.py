@@ -297,14 +297,15 @@ def test_walk_header_exactly_filling_the_data() -> None:
 # -- Options: the last valid value and the first invalid one ---------------------------------
 
 #: (field, last valid value, first invalid value, message).
+VAL_FRACTION = r"val_fraction must be strictly between 0 and 1 \(0 and 1 excluded\)"
 BOUNDS: list[tuple[str, Any, Any, str]] = [
     ("workers", 0, -1, "workers must be >= 0"),
     ("seed", 0, -1, "seed must be an int >= 0"),
     ("shuffle_buffer", 0, -1, "shuffle_buffer must be >= 0"),
     ("epoch", 0, -1, "epoch must be >= 0"),
     ("epochs", 1, 0, "epochs must be None or >= 1"),
-    ("val_fraction", 1e-9, 0.0, "val_fraction must be between 0 and 1"),
-    ("val_fraction", 1 - 1e-9, 1.0, "val_fraction must be between 0 and 1"),
+    ("val_fraction", 1e-9, 0.0, VAL_FRACTION),
+    ("val_fraction", 1 - 1e-9, 1.0, VAL_FRACTION),
     ("val_seed", 0, -1, "val_seed must be >= 0"),
     ("world_size", 1, 0, "world_size must be >= 1"),
     ("rank", 2, 3, r"rank must be in 0\.\.2"),

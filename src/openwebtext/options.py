@@ -282,7 +282,7 @@ def check_seed(value: object) -> None:
 def check_val_fraction(value: object) -> None:
     """``val_fraction``: a number (not a bool) strictly between 0 and 1."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 1
-    _need(ok, f"val_fraction must be between 0 and 1, not {value!r}")
+    _need(ok, f"val_fraction must be strictly between 0 and 1 (0 and 1 excluded), not {value!r}")
 
 
 def check_val_seed(value: object) -> None:
