@@ -408,3 +408,35 @@ def test_a_rest_that_carried_cuts_made_is_said_by_the_ranks_past_it(tmp_path: Pa
     assert stopped[0]["documents"]["parts"]["js"]["passed"]
     twice = [key for key, c in counted.items() if c > 1]
     assert not twice, twice[:3]
+
+
+def test_a_new_rank_s_state_inside_another_part_s_cut_document_resumes_exactly(
+    js: str, tmp_path: Path
+) -> None:
+    """A mixture's concat batches on 2 ranks, each inside a document of another part near the
+    end of the epoch, resharded to 1 rank: that rank's share of part ``js`` begins with a cut
+    document, which leads; of part ``pq`` too, which does not (it goes on from its first id
+    not yet a target). A state of the new rank taken inside that ``pq`` document let ``pq``
+    lead on resume, one id earlier: every batch after it one id off (or refused, naming
+    ``offset`` or ``documents.next``). Once the rank has handed a document out, none leads."""
+    write_parquet(tmp_path / "pq" / "a.parquet", sample_texts(40, seed=1))
+    mixture = Mixture({"js": js, "pq": str(tmp_path / "pq")})
+    opts = {"workers": 0, "seed": 3, "tokenizer": "bytes", "epochs": 1}
+    states = []
+    for rank in range(2):
+        with Loader(mixture, **opts, rank=rank, world_size=2, even=None).batches(64, 2) as it:
+            for _ in range(53):
+                next(it)
+            states.append(json.loads(json.dumps(it.state_dict())))
+    assert [s["documents"]["next"] for s in states] == [1, 0]  # inside a pq, a js document
+    (state,) = reshard(states, 1)
+    loader = Loader(mixture, **opts)
+    with loader.batches(64, 2, state=state) as it:
+        whole, saved = [], []
+        for batch in it:
+            whole.append(batch.tobytes())
+            saved.append(json.loads(json.dumps(it.state_dict())))
+    assert saved[0]["documents"]["next"] == 1 and saved[0]["offset"] > 0  # inside the pq one
+    for k, state in enumerate(saved):
+        with loader.batches(64, 2, state=state) as it:
+            assert [batch.tobytes() for batch in it] == whole[k + 1 :], k

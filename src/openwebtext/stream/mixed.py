@@ -156,10 +156,13 @@ class MixedStream:
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self.part = -1  # the part of the last document handed out
         # After a reshard of concat batches: the part whose share begins with a document cut
-        # across the checkpoint goes first (``Stream.lead_cut``), one that led already first.
+        # across the checkpoint goes first (``Stream.lead_cut``), one that led already first;
+        # none once the rank handed a document out (its counts start at the reshard): a state
+        # of the new rank inside another part's cut document let that part lead on resume.
         streams = [p.stream for p in self.parts]
         self._lead = next((k for k, s in enumerate(streams) if s.lead_cut(may=False)), None)
-        if self._lead is None and not self.replays:
+        begun = any(s.stats.documents for s in streams)
+        if self._lead is None and not self.replays and not begun:
             self._lead = next((k for k, s in enumerate(streams) if s.lead_cut()), None)
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
