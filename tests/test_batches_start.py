@@ -103,8 +103,9 @@ def test_workers_forked_on_a_thread_that_ends_outlive_it(indexed: Path, door: st
         got = []
         if door == "start":
             batches.start()
-            (starter,) = [t for t in threading.enumerate() if t.name == "openwebtext-start"]
-            starter.join()
+            for thread in threading.enumerate():  # (it may have ended already)
+                if thread.name == "openwebtext-start":
+                    thread.join()
         else:
             taker = threading.Thread(target=lambda: got.append(next(batches)))
             taker.start()
