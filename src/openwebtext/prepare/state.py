@@ -283,7 +283,8 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
         """Check the sizes of pass 1's parts against the counts, where a record is read back
         (``Workdir.load``; a run's own record says new counts before the sizes of the parts
         that hold them): the parts hold the documents counted, whole: their ids and (a
-        ``nanogpt`` run's) their lengths. A permutation's sizes are checked as it is written.
+        ``nanogpt`` run's) their lengths. A permutation's parts hold its documents in another
+        order: their sizes are checked against the counts when the run commits (``Meta``).
 
         Raises:
             StateError: naming the size (``sizes.lengths.bin``).
