@@ -359,8 +359,8 @@ def _reshard_best_fit(
         try:
             new_parts[name] = reshard_states(states, world, even=even, replays=unfinished,
                                              part=True)  # fmt: skip
-        except StateError as exc:
-            raise StateError(f"the mixture's part {name!r}: {exc}") from None
+        except StateError as exc:  # (as concat's: its field, the part's in the batches state)
+            raise exc.within(f"documents.parts.{name}", f"the mixture's part {name!r}: ") from None
     first = parsed[0]
     out = []
     for rank in range(world):

@@ -294,14 +294,14 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
     reference = replace(configs[by_rank[0]], rank=0)
     for rank, k in sorted(by_rank.items()):
         other = replace(configs[k], rank=0)
+        keys = differing(reference, other)
         differ = [
             f"{key}: rank 0 {getattr(reference, key)!r}, rank {rank} {getattr(other, key)!r}"
-            for key in differing(reference, other)
+            for key in keys
         ]
         if differ:  # (the field of the first: ``config.units``; its state: the message's)
-            field = f"config.{differing(reference, other)[0]}"
             raise StateError(f"states of different runs (state {k}, of rank {rank}, differs from"
-                             f" rank 0's): " + "; ".join(differ), field)  # fmt: skip
+                             f" rank 0's): " + "; ".join(differ), f"config.{keys[0]}")  # fmt: skip
 
 
 def _epoch_sections(

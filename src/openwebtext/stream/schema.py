@@ -346,34 +346,43 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         packings = () if self.scheduled is None else self.scheduled.packings
         if packings and (self.packing != "bestfit" or packings[-1].rows != self.row):
             raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
-        steps = () if self.scheduled is None else self.scheduled.changes
-        if any(p.seq_len not in {self.seq_len, *(s.seq_len for s in steps)} for p in packings):
+        if any(p.seq_len not in {t for _, t, _ in self.steps} for p in packings):
             raise Disagree("schedule", "packings: each one's seq_len must be one of the schedule's")
-        parts = docs.parts.values() if isinstance(docs, MixtureState) else [docs]
         replays = docs.replays if isinstance(docs, MixtureState) else msgspec.UNSET
-        dealt = isinstance(replays, tuple)
         if any(r.documents > (self.window or 0) for r in replays or ()):
             raise Disagree("documents.replays", f"hold more than a window of {self.window}")
-        resharded = dealt or any(p.resharded for p in parts)
         at = None if self.scheduled is None else self.scheduled.at
-        if at is not None and at != self.batches and not resharded:  # (a reshard's: the old's)
+        if at is not None and at != self.batches and not self.resharded:  # (a reshard's: old's)
             raise Disagree("schedule", f"at={at} is not batches={self.batches}: a state never "
                            "resharded is at its own batch of the schedule")  # fmt: skip
         if any(a.seq_len == b.seq_len for a, b in itertools.pairwise(packings)):
             raise Disagree("schedule", "packings: one per seq_len in turn (two in a row say one)")
 
+    @property
+    def steps(self) -> list[tuple[int, int, int]]:
+        """The schedule as ``(batch, seq_len, batch_size)`` steps, the first the state's sizes
+        at batch 0 (fixed sizes: that one only)."""
+        changes = () if self.scheduled is None else self.scheduled.changes
+        return [(0, self.seq_len, self.batch_size), *((s.batch, s.seq_len, s.batch_size)
+                                                      for s in changes)]  # fmt: skip
+
+    @property
+    def resharded(self) -> bool:
+        """Resharded: a mixture's windows dealt to it (even none), or a part in or past a
+        resharded epoch's rest (its counts start from the reshard)."""
+        docs = self.documents
+        parts = docs.parts.values() if isinstance(docs, MixtureState) else [docs]
+        return isinstance(getattr(docs, "replays", None), tuple) or any(p.resharded for p in parts)
+
     def shape_at(self, batch: int) -> tuple[int, int]:
         """``(seq_len, batch_size)`` of batch ``batch`` (from 0) of the state's schedule."""
-        steps = () if self.scheduled is None else self.scheduled.changes
-        due = [s for s in steps if s.batch <= batch]
-        return (due[-1].seq_len, due[-1].batch_size) if due else (self.seq_len, self.batch_size)
+        due = [(t, n) for b, t, n in self.steps if b <= batch]
+        return due[-1] if due else (self.seq_len, self.batch_size)
 
     def out_before(self, batches: int) -> tuple[int, int]:
         """The rows of the first ``batches`` batches, and the ids they predict (each row's
         ``seq_len``), step by step of the schedule."""
-        steps = () if self.scheduled is None else self.scheduled.changes
-        starts = [(0, self.seq_len, self.batch_size), *((s.batch, s.seq_len, s.batch_size)
-                                                        for s in steps)]  # fmt: skip
+        starts = self.steps
         ends = [b for b, _, _ in starts[1:]] + [batches]
         each = [(max(0, min(end, batches) - b) * n, t) for (b, t, n), end in zip(starts, ends,
                                                                                    strict=True)]
@@ -403,8 +412,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         """
         docs, size, n, row = self.documents, self.window, self.window_number, self.row
         parts = docs.parts.values() if isinstance(docs, MixtureState) else [docs]
-        dealt = isinstance(getattr(docs, "replays", None), tuple)
-        resharded = dealt or any(p.resharded for p in parts)
+        resharded = self.resharded
         packings = () if self.scheduled is None else self.scheduled.packings
         rows, ids = self.out_before(self.batches)
         held = sum(p.counters.tokens for p in parts) + self.offset

@@ -206,9 +206,7 @@ def saved_schedule(state: BatchesState) -> Schedule:
         StateError: a step of more ids than a batch holds (each size a count: the record took
             it), naming it.
     """
-    changes = () if state.scheduled is None else state.scheduled.changes
-    steps = [(0, state.seq_len, state.batch_size), *((s.batch, s.seq_len, s.batch_size)
-                                                     for s in changes)]  # fmt: skip
+    steps = state.steps
     for k, (_, seq_len, batch_size) in enumerate(steps):
         try:
             check_sizes(seq_len, batch_size)
