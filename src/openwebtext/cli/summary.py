@@ -177,18 +177,18 @@ def parts_summary(stats: Any, before: Any, *, packed: bool = False) -> None:
         keys = ("documents", "text_bytes", "tokens", "cut_documents", "pieces", "skipped_members",
                 "skipped_documents", "partial_members")  # fmt: skip
         since = {k: getattr(part, k) - (0 if was is None else getattr(was, k)) for k in keys}
-        cut = ""
+        tail = ""  # (its skips, then what packing cut)
         if since["skipped_members"] or since["skipped_documents"] or since["partial_members"]:
-            cut = (f"; skipped {plural(since['skipped_members'], 'member')}, "
-                   f"{plural(since['skipped_documents'], 'document')}, "
-                   f"{plural(since['partial_members'], 'member')} cut short")  # fmt: skip
+            tail = (f"; skipped {plural(since['skipped_members'], 'member')}, "
+                    f"{plural(since['skipped_documents'], 'document')}, "
+                    f"{plural(since['partial_members'], 'member')} cut short")  # fmt: skip
         if packed:
-            cut += (f"; {plural(since['cut_documents'], 'document')} cut into "
-                    f"{plural(since['pieces'], 'piece')}")  # fmt: skip
+            tail += (f"; {plural(since['cut_documents'], 'document')} cut into "
+                     f"{plural(since['pieces'], 'piece')}")  # fmt: skip
         print(
             f"  {name}: {plural(since['documents'], 'document')}, "
             f"{since['text_bytes'] / 1e6:.1f} MB, in epoch {stats.epochs[name]}"
             + (f", {since['tokens']:,} ids" if since["tokens"] else "")
-            + cut,
+            + tail,
             file=sys.stderr,
         )
