@@ -158,7 +158,7 @@ def test_a_state_inside_a_dealt_window_resumes_exactly(parts: dict[str, str], wo
     assert dealt == [True, True, True, True, False, False]
     _, inside, _ = rows(m, state, 0, 1, 1)
     again: list[tuple[bytes, bytes, bytes]] = []
-    for rank, state in enumerate(reshard([inside], 2)):
+    for rank, state in enumerate(reshard([inside], 2, even=None)):
         loader = Loader(m, **opts(rank, 2, workers=workers))
         with loader.batches(S, B, packing="bestfit", window=WINDOW, segments=True,
                             state=state) as it:  # fmt: skip

@@ -76,7 +76,7 @@ def concat_trial(
     for k, world in enumerate(worlds):
         stopped = [segment(states[r], r, world, n) for r, n in enumerate(stops[k])]
         if k + 1 < len(worlds):
-            states = reshard(stopped, worlds[k + 1])
+            states = reshard(stopped, worlds[k + 1], even=None)
     return counted, stopped
 
 
@@ -150,7 +150,7 @@ def test_best_fit_batches_hand_out_every_id_alike(
             last = k + 1 == len(worlds)
             stopped = [run(states[r], r, world, n, last) for r, n in enumerate(stops[k])]
             if not last:
-                states = reshard(stopped, worlds[k + 1])
+                states = reshard(stopped, worlds[k + 1], even=None)
     except StateError as exc:  # refused: with what to do
         assert refused and "resume on the same world size" in str(exc), exc
         return

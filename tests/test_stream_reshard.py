@@ -597,3 +597,20 @@ def test_ranks_in_different_epochs_reshard_each_epochs_rest(
 
             check_save_load(start, key=lambda doc: doc.name)
 
+
+def test_a_one_rank_run_resharded_with_every_default_resumes_with_every_default(
+    varied: Path,
+) -> None:
+    """One rank has no rule in force (one share is even by itself): ``reshard``'s ``keep``
+    gives its new ranks ``Loader``'s default, so the common scale-up (1 rank to N, all
+    defaults) resumes; a ``Loader`` told otherwise is refused naming the argument."""
+    plain = dict(seed=3, split="train", val_fraction=0.2, val_seed=7, workers=0)
+    names, state, _ = read(varied, None, 5, **plain)
+    new = reshard([state], 2)
+    ranks = [read(varied, new[r], **plain, rank=r, world_size=2) for r in range(2)]
+    assert len(ranks[0][0]) == len(ranks[1][0])  # evened out by drop
+    got = collections.Counter(names + ranks[0][0] + ranks[1][0])
+    want = collections.Counter(read(varied, None, **plain)[0])
+    assert not got - want and sum((want - got).values()) == ranks[1][2].dropped_documents == 1
+    with pytest.raises(StateError, match=r"pass even='drop'.*is reshard's even="):
+        read(varied, new[0], **plain, rank=0, world_size=2, even=None)

@@ -15,7 +15,7 @@ from msgspec import UNSET, UnsetType
 
 from openwebtext.codec import Record, differing, replace
 from openwebtext.errors import StateError
-from openwebtext.options import MOST_INT, countable
+from openwebtext.options import MOST_INT, Options, countable
 from openwebtext.plan import Rule
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
@@ -77,7 +77,8 @@ def reshard(
         states: The states of all ranks of one run.
         world_size: The new number of ranks.
         even: How the new ranks are evened out: ``"drop"``, ``"pad"``, None (not evened
-            out), or ``"keep"`` (the default: the run's own rule). The new ranks'
+            out), or ``"keep"`` (the default: the run's own rule; a run of one rank, which
+            has none in force, gets ``Loader``'s default, ``"drop"``). The new ranks'
             ``Loader`` must say the same (``even=``): a state that disagrees is refused
             with the argument to pass.
 
@@ -127,8 +128,7 @@ def reshard_states(
     if fit is not None:
         base, later = _best_fit_sections(base, later, ordered, fit)
     base = replace(base, later=tuple(later))
-    old_rule = first.config.even
-    rule = _new_rule(even, old_rule)
+    rule = _new_rule(even, first.config.even, old_world)
     if world_size == 1:  # one share is even by itself
         rule = None
     out = []
@@ -154,10 +154,12 @@ def reshard_states(
     return out
 
 
-def _new_rule(even: Even, old: Rule | None) -> Rule | None:
-    """The new ranks' rule for ``reshard(even=…)``."""
+def _new_rule(even: Even, old: Rule | None, old_world: int) -> Rule | None:
+    """The new ranks' rule for ``reshard(even=…)``: ``keep`` of a one-rank run (whose rule in
+    force is None: one share is even by itself) is ``Options``' default rule, the one the new
+    ranks' ``Loader`` has unless told otherwise."""
     if even == KEEP:
-        return old
+        return old if old_world > 1 else Options().even
     if even not in ("drop", "pad", None):
         raise ValueError(f"even must be 'drop', 'pad', None or 'keep', not {even!r}")
     return even

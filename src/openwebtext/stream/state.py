@@ -173,12 +173,14 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
     parsed = DocumentState.from_json(state)
     differ = codec.differing(parsed.config, config)
     if differ:
+        again = "even" in differ and parsed.reshard is not None  # (its rule: reshard's even=)
         saved, now = msgspec.structs.asdict(parsed.config), msgspec.structs.asdict(config)
         hints = [f"{key}={saved[key]!r}" for key in differ if key in SHAPING]
         raise StateError(
             "the state was saved for another stream; "
             + "; ".join(f"{key}: saved {saved[key]!r}, now {now[key]!r}" for key in differ)
-            + (f" (to resume it, pass {', '.join(hints)})" if hints else ""),
+            + (f" (to resume it, pass {', '.join(hints)})" if hints else "")
+            + ("; a resharded state's even is reshard's even=" if again else ""),
             f"config.{differ[0]}",
             resume_with=tuple(key for key in differ if key in SHAPING),
         )
