@@ -9,11 +9,12 @@ import logging
 import lzma
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus, CorpusError, Loader, UnknownFormat
+from openwebtext import Corpus, CorpusError, CorruptMember, Loader, UnknownFormat
 from openwebtext.stream import count_documents
 from support import (
     docs_before_cut,
@@ -225,6 +226,39 @@ def test_a_fifo_or_a_symlink_loop_is_named_for_what_it_is(tmp_path: Path) -> Non
 def test_a_fifo_in_a_folder_is_left_out_not_opened(corpus_copy: Path) -> None:
     os.mkfifo(corpus_copy / "pipe")
     assert len(Corpus.open(corpus_copy).units) == 6  # and no hang on open()
+
+
+@pytest.mark.parametrize("kind", ["tar", "jsonl"])
+def test_a_file_replaced_by_a_fifo_after_the_open_is_an_error_not_a_hang(
+    kind: str, corpus_copy: Path, tmp_path: Path
+) -> None:
+    """Read without worker processes (no watchdog): the read is a ``CorruptMember`` naming
+    the file, where opening the FIFO waited for a writer forever."""
+    path = corpus_copy / "urlsf_subset00.tar"
+    if kind == "jsonl":
+        path = tmp_path / "a.jsonl"
+        path.write_text("".join(json.dumps({"text": f"d{k}"}) + "\n" for k in range(5)))
+    corpus = Corpus.open(path)
+    path.unlink()
+    os.mkfifo(path)
+    got: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            list(Loader(corpus, workers=0))
+            got.append(None)
+        except BaseException as exc:  # (what the read raised, checked below)
+            got.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)
+    if reader.is_alive():  # let the waiting open go (a writer comes and goes), then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(60)
+        pytest.fail("the read waited on the FIFO for a writer")
+    assert isinstance(got[0], CorruptMember), got
+    assert str(path) in str(got[0]) and "not a regular file" in str(got[0])
 
 
 def test_the_same_file_given_twice_is_refused(corpus_copy: Path, tmp_path: Path) -> None:

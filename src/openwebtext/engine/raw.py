@@ -8,7 +8,9 @@ after the fork.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Sequence
 
 from openwebtext.records import Unit
@@ -65,7 +67,12 @@ class UnitBytes:
         if fd is None:
             if len(self._files) >= self.max_open:
                 os.close(self._files.pop(next(iter(self._files))))
-            fd = self._files[path] = os.open(path, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open waits for no writer
+            mode = os.fstat(fd).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # (a folder: pread says so)
+                os.close(fd)  # a FIFO, socket or device put in the file's place since the open
+                raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+            self._files[path] = fd
         return fd
 
     def _ranges(self) -> RangeReader:
