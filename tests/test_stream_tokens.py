@@ -156,3 +156,21 @@ def test_owt_tokenize_writes_nanogpt_bins(owt: Owt, small_corpus: Path, tmp_path
     assert len(val) == sum(len(docs[n].encode()) + 1 for n in held)
     assert len(train) == sum(len(t.encode()) + 1 for n, t in docs.items() if n not in held)
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_an_endless_run_whose_documents_hold_no_id_is_an_error_not_a_hang(
+    packing: str, tmp_path: Path
+) -> None:
+    """A token file's documents may hold no id (a Megatron index of sequences of size 0): an
+    endless run's packer would wait for ids forever (concat), or hand out padding only."""
+    from openwebtext import Corpus, CorpusError
+    from openwebtext.tokenfiles import megatron_index
+
+    (tmp_path / "train.bin").write_bytes(b"")
+    (tmp_path / "train.idx").write_bytes(megatron_index(np.array([0, 0]), np.dtype("<u2")))
+    loader = Loader(Corpus.open_tokens(tmp_path / "train.bin"), tokenizer="gpt2", workers=0,
+                    epochs=None)  # fmt: skip
+    with (loader.batches(8, 1, packing=packing) as it,
+          pytest.raises(CorpusError, match="epoch 0 yielded documents of no id: an endless")):
+        next(iter(it))

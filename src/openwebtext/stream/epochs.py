@@ -296,9 +296,12 @@ def nothing_read(
     counters: Counters,
     skipped_files: int,
     source: str | None = None,
+    no_ids: bool = False,
 ) -> CorpusError:
     """An endless run whose whole epoch yielded nothing would wait forever: say why (and,
-    for a mixture's part, which part: a part is read endlessly, whatever the run's epochs)."""
+    for a mixture's part, which part: a part is read endlessly, whatever the run's epochs).
+    ``no_ids``: its documents held no id, and a packer waits for ids (a token file's
+    documents may hold none)."""
     why = []
     if options.split != "all":
         why.append(f"split {options.split!r} (val_fraction={options.val_fraction})")
@@ -311,7 +314,7 @@ def nothing_read(
     if source is not None:
         endless = "a mixture reads each part endlessly: it"
     error = CorpusError(
-        f"epoch {epoch} yielded no document"
+        f"epoch {epoch} yielded {'documents of no id' if no_ids else 'no document'}"
         + (f" ({', '.join(why)})" if why else "")
         + f": {endless} would wait forever",
         path=os.path.dirname(corpus.units[0].path),

@@ -292,17 +292,18 @@ class Stream:
         )
         try:
             while last is None or self._epoch < last:
-                resharded = self._reshard is not None
-                whole = not (resharded or self._block or self._in_block)  # read from its start
+                whole = not (self._reshard or self._block or self._in_block)  # from its start
+                ids_before = self._counters.tokens
                 if self._reshard is not None:
                     yield from self._rest_documents(pool, take)
                 else:
                     yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
-                if last is None and self._counters.epoch_documents == 0 and whole:
+                no_ids = self._runs is not None and self._counters.tokens == ids_before
+                if last is None and whole and (no_ids or not self._counters.epoch_documents):
                     raise nothing_read(self.corpus, opts, self._epoch, self._counters,
-                                       self.policy.files, self.source)  # fmt: skip
+                                       self.policy.files, self.source, no_ids)  # fmt: skip
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
                 self._block_len, self._rank = 0, opts.rank
