@@ -127,3 +127,23 @@ def test_outer_tar_copy_keeps_fingerprint(tmp_path: Path, small_corpus: Path) ->
     copy = tmp_path / "copy"
     shutil.copytree(small_corpus, copy)
     assert Corpus.open(copy).fingerprint() == Corpus.open(small_corpus).fingerprint()
+
+
+def test_zstd_that_starts_with_a_skippable_frame_is_zstd(tmp_path: Path) -> None:
+    """pzstd (parallel zstd) writes a skippable frame first (its magic 0x184D2A5?, not a
+    frame's): a member or a ``.jsonl.zst`` so written is read, not refused as not zstd."""
+    import json
+    import struct
+
+    def pzstd(data: bytes) -> bytes:
+        return struct.pack("<II", 0x184D2A50, 4) + bytes(4) + zstandard.compress(data)
+
+    docs = sample_docs("z", 3)
+    outer = outer_tar(tmp_path / "o.tar", [("x/z-0.xz", pzstd(inner_tar(docs)))])
+    corpus = Corpus.open(outer)
+    assert [u.kind for u in corpus.units] == ["zstd"]
+    assert texts(Loader(corpus, workers=0)) == {k: v.decode() for k, v in docs.items()}
+    lines = "".join(json.dumps({"text": f"line {k}"}) + "\n" for k in range(5)).encode()
+    (tmp_path / "a.jsonl.zst").write_bytes(pzstd(lines))
+    got = [d.text for d in Loader(tmp_path / "a.jsonl.zst", workers=0, shuffle=False)]
+    assert got == [f"line {k}" for k in range(5)]

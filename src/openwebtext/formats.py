@@ -46,6 +46,8 @@ def detect(head: bytes) -> str | None:
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
+    if head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50:  # a skippable frame (pzstd's)
+        return ZSTD
     if len(head) >= 262 and head[257:262] == b"ustar":
         return TAR
     return None
