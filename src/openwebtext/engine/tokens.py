@@ -3,9 +3,9 @@
 
 Each document's place comes from the file's ends (``tokenfiles.opened``: a forked worker
 has them from the main process's index); its names are document indices. A document
-holding an id at or past the tokenizer's vocabulary is left out as a ``CorruptDocument``
-(never handed to a model's embedding). Beside ``read``'s text reader, which hands it the
-token units.
+holding an id outside the tokenizer's vocabulary (at or past its size, or below 0: a signed
+dtype's, such as megatron-core's int32) is left out as a ``CorruptDocument`` (never handed to
+a model's embedding). Beside ``read``'s text reader, which hands it the token units.
 """
 
 from __future__ import annotations
@@ -76,9 +76,9 @@ class TokenReader:
         leave_out_split(self.split, names, offsets)
         dropped: list[CorruptMember] = []
         ids = np.frombuffer(data, dtype=token_file.ids.dtype)
-        # One reduction over the ids, not a mask of them; past the vocabulary is rare.
-        if self.vocab is not None and ids.size and int(ids.max()) >= self.vocab:
-            past = np.flatnonzero(ids >= self.vocab)
+        # One reduction over the ids, not a mask of them; outside the vocabulary is rare.
+        if self.vocab is not None and ids.size and _outside(ids, self.vocab):
+            past = np.flatnonzero((ids < 0) | (ids >= self.vocab))
             # The documents that hold them, found by their ends.
             for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
                 if offsets[k] < 0:
@@ -86,9 +86,8 @@ class TokenReader:
                 offsets[k] = -1
                 dropped.append(
                     CorruptDocument(
-                        f"holds ids at or past the tokenizer's vocabulary of {self.vocab} "
-                        f"(e.g. {int(ids[past[0]])}): ids of another tokenizer, or a "
-                        "damaged file",
+                        f"holds ids outside the tokenizer's vocabulary of {self.vocab} (e.g. "
+                        f"{int(ids[past[0]])}): ids of another tokenizer, or a damaged file",
                         unit.path,
                         unit.member,
                         names[k],
@@ -97,3 +96,12 @@ class TokenReader:
         if offsets and min(offsets) < 0:  # outside the split, or left out: no ids
             counts[np.asarray(offsets) < 0] = 0
         return Member(data, names, offsets, sizes, dropped, 0, counts=counts.tolist())
+
+
+def _outside(ids: np.ndarray, vocab: int) -> bool:
+    """Whether an id lies outside ``[0, vocab)``: one reduction, whatever the integer dtype."""
+    if ids.dtype.kind == "u":
+        return int(ids.max()) >= vocab
+    if vocab <= 1 << (8 * ids.dtype.itemsize - 1):  # as unsigned, a negative id is past vocab
+        return int(ids.view(ids.dtype.str.replace("i", "u")).max()) >= vocab
+    return int(ids.min()) < 0  # every id from 0 up fits below vocab (int16 ids of GPT-2)

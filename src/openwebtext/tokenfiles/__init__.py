@@ -7,10 +7,11 @@ end (nanoGPT's ``train.bin``). What differs is where the document boundaries are
   end-of-text id (the tokenizers encode a special token's text as text, so it is nowhere
   else), or a Megatron ``NAME.idx`` beside it.
 - ``megatron``: the same ``NAME.bin`` and ``NAME.idx``, megatron-core's ``IndexedDataset``
-  index: ``MMIDIDX\\x00\\x00``, uint64 version 1, uint8 dtype code, uint64 sequence count,
-  uint64 document count (sequences + 1), int32 sizes, int64 byte pointers, int64 document
-  indices (one sequence per document here). uint32 ids are written under code 4 (int32): the
-  same bytes for every id below 2**31, and megatron-core has no uint32.
+  index: ``MMIDIDX\\x00\\x00``, uint64 version 1, uint8 dtype code (of integers: its float
+  codes are refused), uint64 sequence count, uint64 document count (sequences + 1), int32
+  sizes, int64 byte pointers, int64 document indices (one sequence per document here). uint32
+  ids are written under code 4 (int32): the same bytes for every id below 2**31, and
+  megatron-core has no uint32.
 - ``llmc``: llm.c / modded-nanogpt shards ``NAME_000000.bin`` …: a 256-int32 header (magic
   20240520, version 1, token count), then the uint16 ids. Each shard holds whole documents,
   at most ``LLMC_SHARD_TOKENS`` ids unless one document is longer. Boundaries: end-of-text.

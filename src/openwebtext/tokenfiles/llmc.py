@@ -35,13 +35,15 @@ def read_llmc_header(path: str | os.PathLike[str]) -> int:
     """The token count of an llm.c shard, its header and size checked.
 
     Raises:
-        TokenFileError: a wrong magic or version, or a count the file's size does not hold.
+        TokenFileError: a file shorter than the header, a wrong magic or version, or a count
+            the file's size does not hold.
     """
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        head = np.frombuffer(f.read(LLMC_HEADER_BYTES), dtype="<i4")
-    if head.size < 256:
+        raw = f.read(LLMC_HEADER_BYTES)
+    if len(raw) < LLMC_HEADER_BYTES:  # before the parse: a cut header is not whole int32s
         raise damaged(path, f"{size} bytes, shorter than an llm.c header ({LLMC_HEADER_BYTES})")
+    head = np.frombuffer(raw, dtype="<i4")
     if head[0] != LLMC_MAGIC:
         raise damaged(path, f"not an llm.c shard (magic {head[0]}, not {LLMC_MAGIC})")
     if head[1] != LLMC_VERSION:

@@ -19,7 +19,7 @@ __all__ = [
 
 MEGATRON_MAGIC = b"MMIDIDX\x00\x00"
 _MEGATRON_HEAD = struct.Struct("<9sQBQQ")  # magic, version, dtype code, sequences, documents
-#: megatron-core's ``DType`` codes.
+#: megatron-core's ``DType`` codes (a file of its float ones is refused: ids are integers).
 MEGATRON_DTYPES: dict[int, np.dtype] = {
     1: np.dtype("u1"),
     2: np.dtype("i1"),
@@ -35,6 +35,8 @@ MEGATRON_DTYPES: dict[int, np.dtype] = {
 def megatron_code(dtype: np.dtype) -> int:
     """The megatron-core dtype code ids of ``dtype`` are written under (uint32 as int32)."""
     dtype = np.dtype(dtype)
+    if dtype.kind not in "iu":
+        raise ValueError(f"token ids are integers, not {dtype}")
     if dtype == np.dtype("<u4"):
         return 4
     for code, known in MEGATRON_DTYPES.items():
@@ -44,9 +46,10 @@ def megatron_code(dtype: np.dtype) -> int:
 
 
 def megatron_index(ends: np.ndarray, dtype: np.dtype) -> bytes:
-    """The ``.idx`` of one sequence per document ending at ``ends`` (ids of ``dtype``)."""
+    """The ``.idx`` of one sequence per document ending at ``ends`` (ids of ``dtype``):
+    megatron-core's ``IndexedDatasetBuilder``'s, a pointer per sequence (none for none)."""
     ends = np.asarray(ends, dtype=np.int64)
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    starts = np.concatenate([np.zeros(1, np.int64), ends])[:-1]
     sizes = ends - starts
     if sizes.size and int(sizes.max()) >= 2**31:
         raise ValueError("a document of 2**31 ids or more does not fit megatron's int32 sizes")
@@ -66,8 +69,9 @@ def read_megatron_index(
     if given: a remote one, fetched), checked whole.
 
     Raises:
-        TokenFileError: not a version-1 index, a count its size does not hold, pointers or
-            document indices that do not follow from the sizes.
+        TokenFileError: not a version-1 index, a dtype not of integers (megatron-core's
+            float codes), a count its size does not hold, pointers or document indices that
+            do not follow from the sizes.
     """
     data = np.fromfile(path, dtype=np.uint8) if body is None else np.frombuffer(body, np.uint8)
     if data.size < _MEGATRON_HEAD.size:
@@ -81,6 +85,9 @@ def read_megatron_index(
         raise damaged(path, f"megatron index version {version}, not 1")
     if code not in MEGATRON_DTYPES:
         raise damaged(path, f"unknown megatron dtype code {code}")
+    dtype = MEGATRON_DTYPES[code]
+    if dtype.kind not in "iu":  # megatron-core's float codes: no token ids
+        raise damaged(path, f"megatron dtype code {code} is {dtype}: token ids are integers")
     want = _MEGATRON_HEAD.size + 12 * sequences + 8 * documents
     if data.size != want or documents < 1:
         raise damaged(
@@ -93,7 +100,6 @@ def read_megatron_index(
     at += 4 * sequences
     pointers = data[at : at + 8 * sequences].view("<i8")
     indices = data[at + 8 * sequences :].view("<i8")
-    dtype = MEGATRON_DTYPES[code]
     cumulative = np.concatenate([[0], np.cumsum(sizes)])
     if (sizes < 0).any() or not np.array_equal(pointers, cumulative[:-1] * dtype.itemsize):
         raise damaged(path, "sequence pointers do not follow from the sequence sizes")

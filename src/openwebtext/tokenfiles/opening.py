@@ -53,8 +53,11 @@ def open_token_file(
 
     Raises:
         TokenFileError: a damaged header or index, or ids that do not fit it.
-        ValueError: boundaries needed from end-of-text and no ``eot`` given.
+        ValueError: boundaries needed from end-of-text and no ``eot`` given; a ``dtype`` not
+            of integers.
     """
+    if np.dtype(dtype).kind not in "iu":
+        raise ValueError(f"token ids are integers: dtype {dtype!r} is not")
     name = os.fspath(path)
     tokenizer = beside(name)
     if name.endswith(".ds"):
