@@ -228,7 +228,7 @@ def test_a_fifo_in_a_folder_is_left_out_not_opened(corpus_copy: Path) -> None:
     assert len(Corpus.open(corpus_copy).units) == 6  # and no hang on open()
 
 
-@pytest.mark.parametrize("kind", ["tar", "jsonl"])
+@pytest.mark.parametrize("kind", ["tar", "jsonl", "tokens"])
 def test_a_file_replaced_by_a_fifo_after_the_open_is_an_error_not_a_hang(
     kind: str, corpus_copy: Path, tmp_path: Path
 ) -> None:
@@ -238,14 +238,18 @@ def test_a_file_replaced_by_a_fifo_after_the_open_is_an_error_not_a_hang(
     if kind == "jsonl":
         path = tmp_path / "a.jsonl"
         path.write_text("".join(json.dumps({"text": f"d{k}"}) + "\n" for k in range(5)))
-    corpus = Corpus.open(path)
+    given: dict[str, str] = {}
+    if kind == "tokens":
+        path, given = tmp_path / "train.bin", {"tokenizer": "gpt2"}
+        path.write_bytes(bytes.fromhex("0100 0200 50c4 0300 50c4"))  # 2 documents, uint16
+    corpus = Corpus.open_tokens(path) if kind == "tokens" else Corpus.open(path)
     path.unlink()
     os.mkfifo(path)
     got: list[BaseException | None] = []
 
     def read() -> None:
         try:
-            list(Loader(corpus, workers=0))
+            list(Loader(corpus, workers=0, **given))
             got.append(None)
         except BaseException as exc:  # (what the read raised, checked below)
             got.append(exc)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from pathlib import Path
+from stat import S_ISREG
 
 import numpy as np
 
@@ -112,7 +114,12 @@ def opened(
     it is read (``eot`` and ``dtype``): a token corpus's index opens every file in the main
     process, and forked workers find them here, end-of-text scan and index done. A worker
     gives no ``dtype``: it reads the file as it was last opened (a spawned one, which finds
-    none, opens it with ``eot`` as ``uint16``)."""
+    none, opens it with ``eot`` as ``uint16``).
+
+    Raises:
+        OSError: the file is gone, or is no longer a regular file (a FIFO put in its place
+            would wait for a writer forever).
+    """
     name = os.fspath(path)
     if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
         remote = _LAST.get((name, -1, -1))
@@ -120,6 +127,8 @@ def opened(
             raise damaged(name, "a remote token file's index was not read in this process")
         return remote
     stat = os.stat(name)
+    if not S_ISREG(stat.st_mode):  # put in the file's place since the open: never opened
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
     now = (name, stat.st_size, stat.st_mtime_ns)
     if dtype is None and now in _LAST:
         return _LAST[now]
