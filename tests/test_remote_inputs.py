@@ -136,3 +136,18 @@ def test_a_remote_bin_longer_than_its_index_is_refused(tmp_path: Path, token_run
     (root / "train.bin").write_bytes(data + data[:4])
     with RangeServer(root) as server, pytest.raises(CorpusError, match=r"not the ids of .*\.idx"):
         Corpus.open_tokens(server.url + "/train.bin")
+
+
+def test_a_remote_ds_of_a_part_of_an_id_is_refused(tmp_path: Path) -> None:
+    """A datatrove ``.ds`` read by range whose size is not whole ids is refused, as a local
+    one is (its last byte was left out without a word)."""
+    from openwebtext.tokenfiles import datatrove_index
+
+    root = tmp_path / "ds"
+    root.mkdir()
+    (root / "a.ds").write_bytes(np.array([1, 50256, 2, 50256], "<u2").tobytes() + b"\x07")
+    (root / "a.ds.index").write_bytes(datatrove_index(np.array([2, 4])))
+    with pytest.raises(CorpusError, match="9 bytes of ids, not a whole number"):
+        Corpus.open_tokens(root / "a.ds")
+    with RangeServer(root) as server, pytest.raises(CorpusError, match="9 bytes of ids"):
+        Corpus.open_tokens(server.url + "/a.ds")

@@ -123,6 +123,8 @@ def _remote(url: str, dtype: str, run: Vocabulary | None, storage: Storage | Non
     size = info.size
     if url.endswith(".ds"):
         ids_dtype = np.dtype(dtype).newbyteorder("<")
+        if size % ids_dtype.itemsize:  # (as a local one: ``tokenfiles.opening``)
+            raise CorpusError(f"{size} bytes of ids, not a whole number of {dtype} ids", url)
         ends = read_datatrove_index(
             url + ".index", size // ids_dtype.itemsize, whole(url + ".index")
         )
