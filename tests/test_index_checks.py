@@ -194,3 +194,26 @@ def test_the_content_fingerprint_is_worked_out_once_and_kept_when_pickled(
     monkeypatch.setattr(corpus_module, "member_check", lambda *a: pytest.fail("read again"))
     assert corpus.content_fingerprint() == first
     assert pickle.loads(pickle.dumps(corpus)).content_fingerprint() == first
+
+
+def test_ctrl_c_while_a_remote_member_check_stalls_ends_at_once(tmp_path: Path) -> None:
+    """The content fingerprint's range reads (``owt tokenize`` of a URL) run on daemon
+    threads: Ctrl-C while the server stalls is raised at once, not after the stalled
+    request's deadline (an executor's exit joined its threads)."""
+    import _thread
+    import threading
+    import time
+
+    from remote_servers import RangeServer
+
+    (tmp_path / "a.jsonl").write_text(
+        "".join(json.dumps({"text": f"document {k} " + "word " * 40}) + "\n" for k in range(500))
+    )
+    with RangeServer(tmp_path) as server:
+        corpus = Corpus.open(server.url + "/a.jsonl")
+        server.misbehave.stall = 600.0  # every GET from now on, until the server closes
+        threading.Timer(1.0, _thread.interrupt_main).start()
+        began = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            corpus.content_fingerprint()
+        assert time.monotonic() - began < 10, "the interrupt waited for the stalled request"

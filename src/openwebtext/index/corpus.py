@@ -16,7 +16,6 @@ import operator
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +33,7 @@ from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.options import check_on_error, int_at_least
 from openwebtext.records import Unit
-from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve
+from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve, watched
 from openwebtext.tokenfiles import INT_DTYPE
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "split_key"]
@@ -309,8 +308,12 @@ class Corpus:
             def check(unit: Unit, size: int = known.size) -> bytes:  # a request or two each
                 return member_check(RangeFile(unit.path, size, storage=self.storage), unit)
 
-            with ThreadPoolExecutor(CHECK_THREADS) as pool:
-                yield from pool.map(check, units)
+            # On daemon threads, watched: a stalled request neither outlives the watchdog nor
+            # holds a Ctrl-C'd process until its deadline (an executor joins its threads).
+            for result in watched(check, units, path, CHECK_THREADS):
+                if isinstance(result, BaseException):
+                    raise result
+                yield result
 
     # -- the counts cache ------------------------------------------------------
 
