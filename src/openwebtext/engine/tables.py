@@ -13,8 +13,11 @@ already one buffer with offsets: the member's bytes are that buffer, copied once
 
 from __future__ import annotations
 
+import functools
+import inspect
 import io
 import json
+import re
 import zlib
 from typing import Any, NamedTuple
 
@@ -49,16 +52,14 @@ class Footer:
         rows = [self.meta.row_group(k).num_rows for k in range(self.meta.num_row_groups)]
         self.first_rows = np.concatenate([[0], np.cumsum(rows)]).tolist()
 
-    def chunk(self, group: int, column: str) -> Any:
-        """The metadata of ``column``'s chunk in row group ``group`` (``column_at``'s)."""
-        row_group = self.meta.row_group(group)
-        for k in range(row_group.num_columns):
-            if str(row_group.column(k).path_in_schema) == column:
-                return row_group.column(k)
-        raise ValueError(f"no column {column!r} in row group {group}")  # column_at found it
+    def column_at(self, group: int, offset: int) -> tuple[int, str, Any] | None:
+        """The leaf index, name and chunk metadata of the column whose chunk in row group
+        ``group`` starts at byte ``offset`` (``index.column_of``'s), or None: none does.
 
-    def column_at(self, group: int, offset: int) -> str | None:
-        """The column whose chunk in row group ``group`` starts at byte ``offset``."""
+        Raises:
+            ValueError: the footer's entry for that chunk is damaged: its path is not UTF-8,
+                or not the schema's, or the column is not a top-level one.
+        """
         if group >= self.meta.num_row_groups:
             return None
         row_group = self.meta.row_group(group)
@@ -66,8 +67,15 @@ class Footer:
             chunk = row_group.column(k)
             dictionary = chunk.dictionary_page_offset if chunk.has_dictionary_page else None
             start = min(chunk.data_page_offset, dictionary or chunk.data_page_offset)
-            if start == offset:
-                return str(chunk.path_in_schema)
+            if start != offset:
+                continue
+            leaf = self.meta.schema.column(k)
+            if leaf.path != leaf.name:
+                raise ValueError(f"the chunk at byte {offset} is of nested column {leaf.path!r}")
+            if chunk.path_in_schema != leaf.path:  # a path not UTF-8: UnicodeDecodeError
+                why = f"chunk {k} names column {chunk.path_in_schema!r}, the schema {leaf.path!r}"
+                raise ValueError(why)
+            return k, str(leaf.name), chunk
         return None
 
 
@@ -107,9 +115,14 @@ class _Spans(io.RawIOBase):
 def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limit: int) -> Records:
     """The documents of one row group, from its text column's chunk (``raw``).
 
+    The column is read by its leaf index, never by name (a dotted name may also be a path
+    into a struct), and the pages' CRCs are checked where the writer put them.
+
     Raises:
-        CorruptMember: the chunk does not decode (naming the row group), or the file is no
-            longer the one indexed (no column chunk where the unit says).
+        CorruptMember: the chunk does not decode, fails its page checksums, decodes to
+            another number of rows than the footer's or has a damaged footer entry (naming the
+            row group), or the file is no longer the one indexed (no column chunk where the
+            unit says).
         MemberTooLarge: its text passes ``limit`` bytes once decoded (a dictionary page
             of one long value repeated: a few hundred bytes of file, gigabytes of text).
     """
@@ -117,28 +130,44 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
     import pyarrow.parquet as pq
 
     group = unit.member_index
-    column = footer.column_at(group, unit.offset)
-    if column is None:
+    try:
+        found = footer.column_at(group, unit.offset)
+    except (ValueError, pa.ArrowException) as exc:
+        raise CorruptMember(
+            f"corrupt parquet row group {group}: its footer entry: {exc}", unit.path, unit.member
+        ) from exc
+    if found is None:
         raise CorruptMember(
             f"no column chunk of row group {group} at byte {unit.offset}: the file changed "
             "since it was indexed (owt index --force)",
             unit.path,
             unit.member,
         )
-    chunk = footer.chunk(group, column)
+    leaf, column, chunk = found
     if chunk.total_uncompressed_size > limit:
         raise MemberTooLarge(
             f"row group {group}'s {column!r} holds {chunk.total_uncompressed_size} bytes "
             f"uncompressed, past max_member_bytes={limit}", unit.path, unit.member,
         )  # fmt: skip
     try:
-        source = pq.ParquetFile(_Spans(file_size, unit.offset, raw), metadata=footer.meta)
+        source = pq.ParquetFile(
+            _Spans(file_size, unit.offset, raw), metadata=footer.meta, **_verify_pages()
+        )
         if chunk.has_dictionary_page or "DELTA_BYTE_ARRAY" in chunk.encodings:
-            array = _bounded(source, group, column, chunk.total_uncompressed_size, limit, unit)
+            pages = chunk.total_uncompressed_size
+            array = _bounded(source, group, leaf, column, pages, limit, unit)
         else:  # plain values: no longer decoded than their pages, bounded above
-            array = source.read_row_group(group, columns=[column]).column(0).combine_chunks()
+            # (``source.reader``: by index; ``read_row_group(columns=["a.b"])`` would read a
+            # struct a's field b too)
+            array = _one_column(source.reader.read_row_group(group, column_indices=[leaf]))
+            array = array.combine_chunks()
         if array.type == pa.string_view():
             array = array.cast(pa.large_string())
+        if array.type not in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary()):
+            raise ValueError(f"its values are {array.type}, not text")
+        rows = footer.first_rows[group + 1] - footer.first_rows[group]
+        if len(array) != rows:  # a page pyarrow skipped (a damaged page type), say
+            raise ValueError(f"{len(array)} rows decoded, not the footer's {rows}")
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise CorruptMember(
             f"corrupt parquet row group {group} (column {column!r}): {exc}", unit.path, unit.member
@@ -167,7 +196,9 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
     return Records(data, names, offsets, sizes, dropped)
 
 
-def _bounded(source: Any, group: int, column: str, pages: int, limit: int, unit: Unit) -> Any:
+def _bounded(
+    source: Any, group: int, leaf: int, column: str, pages: int, limit: int, unit: Unit
+) -> Any:
     """A row group's column decoded a few rows at a time, stopped past ``limit`` bytes: a
     dictionary (or a delta of prefixes) may repeat a value of up to ``pages`` bytes on every
     row, so each batch holds at most ``limit // pages`` rows, and the most ever decoded is
@@ -177,8 +208,8 @@ def _bounded(source: Any, group: int, column: str, pages: int, limit: int, unit:
     rows = max(1, min(1 << 16, limit // max(pages, 1)))
     parts: list[Any] = []
     total = 0
-    for batch in source.iter_batches(rows, row_groups=[group], columns=[column]):
-        array = batch.column(0)
+    for batch in source.reader.iter_batches(rows, row_groups=[group], column_indices=[leaf]):
+        array = _one_column(batch)
         total += array.nbytes
         if total > limit:
             raise MemberTooLarge(
@@ -192,6 +223,26 @@ def _bounded(source: Any, group: int, column: str, pages: int, limit: int, unit:
     return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
 
 
+@functools.cache
+def _verify_pages() -> dict[str, bool]:
+    """``pq.ParquetFile``'s option to check page CRCs: pyarrow 15 added it, 14 has none."""
+    import pyarrow.parquet as pq
+
+    known = inspect.signature(pq.ParquetFile).parameters
+    return {"page_checksum_verification": True} if "page_checksum_verification" in known else {}
+
+
+def _one_column(table: Any) -> Any:
+    """The one column pyarrow read of a row group (a table or a batch).
+
+    Raises:
+        ValueError: there is not one (a damaged footer pyarrow read past).
+    """
+    if table.num_columns != 1:
+        raise ValueError(f"{table.num_columns} columns read, not 1")
+    return table.column(0)
+
+
 def jsonl_records(
     raw: bytes, unit: Unit, limit: int, truncated: bool, errors: str = "strict"
 ) -> Records:
@@ -199,10 +250,11 @@ def jsonl_records(
 
     A line that is not a JSON object (nested too deep to parse, only whitespace), or whose
     field is missing or not a string, is left out as a ``CorruptDocument`` naming its line;
-    an empty line is no document. A line that is not UTF-8 is left out under ``errors=
-    "strict"``, or read with U+FFFD in place of its bad bytes under ``"replace"`` (counted in
-    ``Records.replaced``). A compressed file cut short keeps the lines before the cut (a
-    ``TruncatedMember`` in ``dropped``).
+    an empty line is no document. A line that is not UTF-8 (UTF-16 and UTF-32 are not), or
+    whose text holds a lone surrogate (an escape such as ``\\ud800``), is left out under
+    ``errors="strict"``, or read with U+FFFD in place of each bad part under ``"replace"``
+    (counted in ``Records.replaced``). A compressed file cut short keeps the lines before the
+    cut (a ``TruncatedMember`` in ``dropped``).
 
     Raises:
         CorruptMember: compressed data that does not decompress.
@@ -234,12 +286,12 @@ def jsonl_records(
     return _lines(text, unit, field, 0 if compression else unit.offset, dropped, errors)
 
 
-def _is_utf8(line: bytes) -> bool:
-    try:
-        line.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+#: A UTF-16 surrogate alone (JSON's ``\ud800`` escape gives one): no UTF-8 encodes it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class _NotUtf8(ValueError):
+    """A line, or the text it holds, that is not UTF-8."""
 
 
 def _lines(
@@ -263,18 +315,25 @@ def _lines(
         try:
             if not line.strip():
                 raise ValueError("a line of whitespace only")
-            bad = errors == "replace" and not line.isascii() and not _is_utf8(line)
-            value = json.loads(line.decode("utf-8", "replace") if bad else line)
+            source, bad = _decoded(line, errors)
+            value = json.loads(source)
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON {type(value).__name__}, not an object")
             document = value[field]
             if not isinstance(document, str):
                 raise ValueError(f"no string field {field!r}")
-            encoded = document.encode("utf-8", "strict" if errors != "replace" else "replace")
-        except (ValueError, KeyError, UnicodeEncodeError, RecursionError) as exc:
-            if isinstance(exc, RecursionError):
-                exc = ValueError("nested too deep to parse")
-            reason = f"line {number}{where}: not a JSON object with a string {field!r}: {exc}"
+            try:
+                encoded = document.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                if errors != "replace":
+                    why = f"its {field!r} holds a lone surrogate at character {exc.start}"
+                    raise _NotUtf8(f"{why}, not UTF-8 text") from None
+                encoded, bad = _SURROGATE.sub("\ufffd", document).encode("utf-8"), True
+        except (ValueError, KeyError, RecursionError) as exc:
+            why = "nested too deep to parse" if isinstance(exc, RecursionError) else str(exc)
+            if not isinstance(exc, _NotUtf8):
+                why = f"not a JSON object with a string {field!r}: {why}"
+            reason = f"line {number}{where}: {why}"
             dropped.append(CorruptDocument(reason, unit.path, unit.member, name))
             names.append(name)
             offsets.append(-1)
@@ -287,3 +346,20 @@ def _lines(
         parts.append(encoded)
         position += len(encoded)
     return Records(b"".join(parts), names, offsets, sizes, dropped, replaced)
+
+
+def _decoded(line: bytes, errors: str) -> tuple[str, bool]:
+    """A line's text, without the BOM it may start with, and whether bytes of it that are not
+    UTF-8 became U+FFFD (``errors="replace"``). UTF-8 only: ``json.loads`` would take
+    UTF-16 and UTF-32 bytes too.
+
+    Raises:
+        _NotUtf8: a line that is not UTF-8, under ``errors="strict"``.
+    """
+    try:
+        source, bad = line.decode("utf-8"), False
+    except UnicodeDecodeError as exc:
+        if errors != "replace":
+            raise _NotUtf8(f"invalid UTF-8 at byte {exc.start}: {exc.reason}") from None
+        source, bad = line.decode("utf-8", "replace"), True
+    return (source[1:] if source[:1] == "\ufeff" else source), bad

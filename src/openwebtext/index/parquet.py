@@ -99,24 +99,46 @@ def parse_footer(footer: bytes, name: str) -> Any:
 
 
 def column_of(meta: Any, column: str, name: str) -> int:
-    """The index of the top-level text column ``column`` among ``meta``'s leaf columns.
+    """The index among ``meta``'s leaf columns of the top-level text column named exactly
+    ``column``: a dotted name is a column's own name, never a path into a struct (as pyarrow's
+    ``read_table(...).column(name)``).
 
     Raises:
-        CorpusError: no such column (naming the ones there are), or one that is not text.
+        CorpusError: no such column (naming the ones there are), two of that name, one that
+            is not text, or a schema whose names do not decode.
     """
-    schema = meta.schema.to_arrow_schema()
-    if column not in schema.names:
-        there = ", ".join(schema.names) or "none"
+    pa = _pyarrow()
+    try:
+        schema = meta.schema.to_arrow_schema()
+        names = schema.names
+        leaves = [k for k in range(meta.num_columns) if _top_leaf(meta.schema.column(k), column)]
+    except (ValueError, pa.ArrowException) as exc:  # a name not UTF-8: UnicodeDecodeError
+        raise CorpusError(f"parquet schema does not parse: {exc}", path=name) from exc
+    if column not in names:
+        there = ", ".join(names) or "none"
         raise CorpusError(
             f"parquet file has no column {column!r} (its columns: {there}); "
             "name the text column with --text-column (Corpus.open(text_column=))",
             path=name,
         )
-    kind = str(schema.field(column).type)
+    if names.count(column) > 1:
+        raise CorpusError(
+            f"parquet file has {names.count(column)} columns named {column!r}: "
+            "which one holds the text is not known",
+            path=name,
+        )
+    kind = str(schema.field(names.index(column)).type)
     if kind not in _TEXT_TYPES:
         raise CorpusError(f"parquet column {column!r} is {kind}, not text", path=name)
-    paths = [meta.schema.column(k).path for k in range(meta.num_columns)]
-    return paths.index(column)
+    if len(leaves) != 1:  # a text column is one leaf; a schema that says else is damaged
+        raise CorpusError(f"parquet column {column!r} is not one leaf column", path=name)
+    return leaves[0]
+
+
+def _top_leaf(leaf: Any, column: str) -> bool:
+    """Whether the leaf column ``leaf`` is the top-level column ``column`` (its path, the
+    dotted join of its names, is then its own name)."""
+    return bool(leaf.name == column and leaf.path == column)
 
 
 def _chunk_span(chunk: Any) -> tuple[int, int]:
