@@ -13,8 +13,6 @@ already one buffer with offsets: the member's bytes are that buffer, copied once
 
 from __future__ import annotations
 
-import functools
-import inspect
 import io
 import json
 import re
@@ -151,8 +149,9 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
         )  # fmt: skip
     try:
         source = pq.ParquetFile(
-            _Spans(file_size, unit.offset, raw), metadata=footer.meta, **_verify_pages()
-        )
+            _Spans(file_size, unit.offset, raw), metadata=footer.meta,
+            page_checksum_verification=True,  # (where the writer put CRCs in the pages)
+        )  # fmt: skip
         if chunk.has_dictionary_page or "DELTA_BYTE_ARRAY" in chunk.encodings:
             pages = chunk.total_uncompressed_size
             array = _bounded(source, group, leaf, column, pages, limit, unit)
@@ -221,15 +220,6 @@ def _bounded(
     if not parts:
         return pa.array([], pa.string())
     return pa.concat_arrays(parts) if len(parts) > 1 else parts[0]
-
-
-@functools.cache
-def _verify_pages() -> dict[str, bool]:
-    """``pq.ParquetFile``'s option to check page CRCs: pyarrow 15 added it, 14 has none."""
-    import pyarrow.parquet as pq
-
-    known = inspect.signature(pq.ParquetFile).parameters
-    return {"page_checksum_verification": True} if "page_checksum_verification" in known else {}
 
 
 def _one_column(table: Any) -> Any:
