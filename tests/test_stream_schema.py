@@ -393,7 +393,9 @@ def test_even_is_a_rule_or_none() -> None:
 
 def test_reshard_takes_a_rule() -> None:
     states = [GOLDEN["documents"]]
-    assert reshard(states, 2)[0]["config"]["even"] is None  # the run's own: one share
+    # A one-rank run has no rule in force (one share is even by itself): Loader's default.
+    assert reshard(states, 2)[0]["config"]["even"] == "drop"
+    assert reshard(states, 2, even=None)[0]["config"]["even"] is None
     with pytest.raises(ValueError, match="even must be 'drop', 'pad', None or 'keep'"):
         reshard(states, 2, even="yes")  # type: ignore[arg-type]
 
