@@ -29,7 +29,7 @@ from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import Done, Failed, Request, failed
 from openwebtext.errors import CorpusError, WorkerError
 from openwebtext.records import Unit
-from openwebtext.source import Storage
+from openwebtext.source import Storage, resolve
 from openwebtext.tokenfiles import TOKENS, opened
 from openwebtext.tokenizer import Tokenizer
 
@@ -202,16 +202,19 @@ def read_unit(
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
     member = reader.read(unit)
     if unit.kind == TOKENS:  # ids already: they ride in the member's bytes
-        return member, member.data, member.offsets, token_counts(member, tokenizer, unit)
+        counts = token_counts(member, tokenizer, unit, reader.storage)
+        return member, member.data, member.offsets, counts
     if tokenizer is None:
         return member, member.data, member.offsets, None
     encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
-def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> list[int]:
+def token_counts(
+    member: Member, tokenizer: Tokenizer | None, unit: Unit, storage: Storage | None = None
+) -> list[int]:
     """The ids of each document of a token unit (0: left out), its ids checked to be the
-    tokenizer's width."""
+    tokenizer's width (a URL's file as read with ``storage``)."""
     if tokenizer is None:
         raise CorpusError(
             "a token corpus is read with the tokenizer its ids were written with: give "
@@ -220,7 +223,7 @@ def token_counts(member: Member, tokenizer: Tokenizer | None, unit: Unit) -> lis
             unit.member,
         )
     itemsize = tokenizer.dtype.itemsize
-    token_file = opened(unit.path, eot=tokenizer.eot)  # the reader opened it
+    token_file = opened(unit.path, eot=tokenizer.eot, storage=resolve(storage))  # as the reader
     width = token_file.ids.dtype.itemsize
     if width != itemsize:
         why = f"ids of {width} bytes, not the {itemsize} of the tokenizer {tokenizer.spec!r}"

@@ -16,6 +16,7 @@ from openwebtext.engine.member import Member, Split, leave_out_split
 from openwebtext.engine.raw import UnitBytes
 from openwebtext.errors import CorruptDocument, CorruptMember
 from openwebtext.records import Unit
+from openwebtext.source import resolve
 from openwebtext.tokenfiles import (
     TokenFileError,
     document_names,
@@ -50,7 +51,7 @@ class TokenReader:
             CorruptMember: the file cannot be read or indexed, or is cut short.
         """
         try:
-            token_file = opened(unit.path, eot=self.eot)
+            token_file = opened(unit.path, eot=self.eot, storage=resolve(self.raw.storage))
             data = self.raw.read(unit)
         except TokenFileError as exc:
             raise CorruptMember(exc.message, unit.path, unit.member) from exc

@@ -51,27 +51,32 @@ def token_units(
     ``eot`` and ``dtype`` default to those of a ``meta.json`` beside the file (an ``owt
     tokenize`` run), else GPT-2's (50256, uint16); a Megatron index gives its own dtype.
     A URL (read with ``storage``) is a file with an index beside it (``X.bin`` and ``X.idx``,
-    or ``X.ds`` and ``X.ds.index``): the index is fetched here, the ids by range later.
+    or ``X.ds`` and ``X.ds.index``): the index is fetched here, the ids by range later; its
+    units are named by its alias (``Storage.alias``: no credentials, no query string).
 
     Raises:
         CorpusError: a file missing; the same file twice (by any path, a symlink or a hard
             link such as a ``.ds`` beside its ``train.bin``); a URL without an index (llm.c
-            shards, a bare ``train.bin``: their documents are found only by reading every id).
+            shards, a bare ``train.bin``: their documents are found only by reading every id);
+            an index or ``meta.json`` beside a URL that cannot be read (only one not there,
+            a 404, is none).
         TokenFileError: a damaged header or index.
     """
     units: list[Unit] = []
     counts: list[int] = []
     seen: dict[object, str] = {}
+    store = resolve(storage)
     given_names = [os.fspath(p) for p in paths]
+    # As a remote text file's, a URL's units carry its alias: they reach errors and states.
+    shown = {name: store.alias(name) if is_url(name) else name for name in given_names}
     # Documents are named by their index in the file, after the file's name when there are
     # several (llm.c's shards each start at 0): the held-out split hashes the names.
-    files = distinct_names(given_names) if len(given_names) > 1 else {}
-    for name in given_names:
-        if is_url(name):
+    files = distinct_names(shown.values()) if len(given_names) > 1 else {}
+    for given in given_names:
+        name = shown[given]
+        if is_url(given):
             _once(seen, name.rstrip("/"), name)
-            run = _remote_run(name, storage)
-            token_file = _remote(name, dtype or ("uint16" if run is None else run.dtype), run,
-                                 storage)  # fmt: skip
+            token_file = _remote(given, name, dtype, store)
         else:
             if not os.path.isfile(name):
                 raise CorpusError("no such token file", name)
@@ -100,7 +105,7 @@ def token_units(
 
 
 def _once(seen: dict[object, str], key: object, name: str) -> None:
-    """Refuse a file given twice (``key``: its device and inode, or its URL), as
+    """Refuse a file given twice (``key``: its device and inode, or its URL's alias), as
     ``Corpus.open`` refuses a text file twice: its documents would be read twice."""
     if key in seen:
         raise CorpusError(
@@ -111,55 +116,79 @@ def _once(seen: dict[object, str], key: object, name: str) -> None:
     seen[key] = name
 
 
-def _remote(url: str, dtype: str, run: Vocabulary | None, storage: Storage | None) -> TokenFile:
+def _remote(url: str, name: str, dtype: str | None, store: Storage) -> TokenFile:
     """A remote token file's ends, from its index (fetched whole: ~20 bytes a document),
-    kept for the workers (``tokenfiles.remember``)."""
-
-    def whole(of: str) -> bytes:
-        return fetch(of, 0, file_info(of, storage).size, None, storage)
-
-    info = file_info(url, storage)
-    resolve(storage).remember(url, info)  # its ETag or Last-Modified: the corpus's identity
+    kept for the workers (``tokenfiles.remember``); ``name`` is its alias, what is shown.
+    ``dtype`` defaults to that of its run's ``meta.json``, else uint16 (a ``.ds``'s)."""
+    base = name.rsplit("/", 1)[-1]  # the alias's: no query string to end with
+    if base.endswith(".ds"):
+        index = base + ".index"
+    elif base.endswith(".bin"):
+        index = base[: -len(".bin")] + ".idx"
+    else:
+        raise CorpusError("not a token file this reads remotely (X.bin with X.idx, X.ds)", name)
+    run = _remote_run(url, name, store)
+    info = file_info(url, store)
+    store.remember(name, info)  # its ETag or Last-Modified: the corpus's identity
     size = info.size
-    if url.endswith(".ds"):
+    if index.endswith(".index"):
+        dtype = dtype or ("uint16" if run is None else run.dtype)
         ids_dtype = np.dtype(dtype).newbyteorder("<")
         if size % ids_dtype.itemsize:  # (as a local one: ``tokenfiles.opening``)
-            raise CorpusError(f"{size} bytes of ids, not a whole number of {dtype} ids", url)
-        ends = read_datatrove_index(
-            url + ".index", size // ids_dtype.itemsize, whole(url + ".index")
+            raise CorpusError(f"{size} bytes of ids, not a whole number of {dtype} ids", name)
+    body = _whole(_beside(url, index), _beside(name, index), store)
+    if body is None:
+        raise CorpusError(
+            f"a remote token file is read with its index beside it ({index} is not there): "
+            "llm.c shards and a bare train.bin are found in documents only by reading every "
+            "id; download them, or write the index (owt tokenize --format megatron)",
+            name,
         )
-    elif url.endswith(".bin"):
-        index = url[: -len(".bin")] + ".idx"
-        try:
-            body = whole(index)
-        except CorpusError:
-            raise CorpusError(
-                "a remote token file is read with its index beside it (X.idx for X.bin, "
-                "X.ds.index for X.ds): llm.c shards and a bare train.bin are found in "
-                "documents only by reading every id; download them, or write the index "
-                "(owt tokenize --format megatron)",
-                url,
-            ) from None
-        ids_dtype, ends = read_megatron_index(index, body)
-        if (ends[-1] if ends.size else 0) * ids_dtype.itemsize != size:
-            raise CorpusError(f"{size} bytes, not the ids of {index}", url)
+    if index.endswith(".index"):
+        ends = read_datatrove_index(_beside(name, index), size // ids_dtype.itemsize, body)
     else:
-        raise CorpusError("not a token file this reads remotely (X.bin with X.idx, X.ds)", url)
-    token_file = TokenFile(url, np.zeros(0, ids_dtype), ends, run)
-    remember(url, token_file)
+        ids_dtype, ends = read_megatron_index(_beside(name, index), body)
+        if (ends[-1] if ends.size else 0) * ids_dtype.itemsize != size:
+            raise CorpusError(f"{size} bytes, not the ids of {index}", name)
+    token_file = TokenFile(name, np.zeros(0, ids_dtype), ends, run)
+    remember(name, token_file, store)
     return token_file
 
 
-def _remote_run(url: str, storage: Storage | None) -> Vocabulary | None:
+def _remote_run(url: str, name: str, store: Storage) -> Vocabulary | None:
     """What the ``meta.json`` beside a remote token file records (``recorded``); None if
-    there is none to fetch.
+    there is none (not found: a 404).
 
     Raises:
+        CorpusError: a ``meta.json`` that cannot be read (retries ran out, access refused):
+            taken as none, ids of another tokenizer would be read as the reader's.
         TokenFileError: a ``meta.json`` that is there but damaged, naming it and the field.
     """
-    meta_url = url.rsplit("/", 1)[0] + "/meta.json"
+    shown = _beside(name, "meta.json")
+    return recorded(_whole(_beside(url, "meta.json"), shown, store), shown)
+
+
+#: What ``source`` says of a file that is not there (a 404: ``source.retry.classify``).
+_ABSENT = "no such file, key or bucket"
+
+
+def _whole(url: str, shown: str, store: Storage) -> bytes | None:
+    """All of the file at ``url`` (``shown``: its alias); None if it is not there.
+
+    Raises:
+        CorpusError: it cannot be read (retries ran out, access refused…), naming it and why.
+    """
     try:
-        body = fetch(meta_url, 0, file_info(meta_url, storage).size, None, storage)
-    except (CorpusError, OSError):
-        return None
-    return recorded(body, meta_url)
+        return fetch(url, 0, file_info(url, store).size, None, store)
+    except CorpusError as exc:
+        if exc.message.endswith(_ABSENT):
+            return None
+        raise CorpusError(f"cannot read: {exc.message.removeprefix('cannot read: ')}",
+                          shown) from None  # fmt: skip
+
+
+def _beside(url: str, file: str) -> str:
+    """The URL of ``file`` in ``url``'s folder, with ``url``'s query string (a folder's
+    token; a signed URL's signature is its own file's, refused for another)."""
+    head, mark, query = url.partition("?")
+    return f"{head.rsplit('/', 1)[0]}/{file}{mark}{query}"

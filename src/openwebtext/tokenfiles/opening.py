@@ -5,8 +5,10 @@ from __future__ import annotations
 import errno
 import os
 import struct
+from collections.abc import Hashable
 from pathlib import Path
 from stat import S_ISREG
+from typing import Protocol
 
 import numpy as np
 
@@ -20,13 +22,25 @@ from openwebtext.tokenfiles.llmc import (
 )
 from openwebtext.tokenfiles.megatron import read_megatron_index
 
-__all__ = ["open_token_file", "opened", "remember"]
+__all__ = ["Placed", "open_token_file", "opened", "remember"]
 
 #: Files opened by ``opened``, by (path, size, mtime_ns, eot, dtype): a forked worker
 #: inherits what the main process opened when it indexed the corpus ...
 _OPENED: dict[tuple[str, int, int, int | None, str], TokenFile] = {}
-#: ... and finds it by (path, size, mtime_ns): the last one opened (the remote files' by URL).
+#: ... and finds it by (path, size, mtime_ns): the last one opened.
 _LAST: dict[tuple[str, int, int], TokenFile] = {}
+#: Remote files' (``remember``), by URL, then by where they were read (``Placed``): the same
+#: URL on two endpoints, or in two versions, is two files.
+_REMOTE: dict[str, dict[tuple[str, Hashable], TokenFile]] = {}
+
+
+class Placed(Protocol):
+    """Where a URL is read from (``source.Storage``): its ``place`` (an endpoint…) and the
+    version of a file it indexed (``identity``)."""
+
+    place: str
+
+    def identity(self, url: str) -> Hashable: ...
 
 
 def _ids(path: str | os.PathLike[str], dtype: np.dtype, offset: int = 0) -> np.ndarray:
@@ -108,24 +122,28 @@ def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np
 
 
 def opened(
-    path: str | os.PathLike[str], *, eot: int | None = None, dtype: str | None = None
+    path: str | os.PathLike[str],
+    *,
+    eot: int | None = None,
+    dtype: str | None = None,
+    storage: Placed | None = None,
 ) -> TokenFile:
     """``open_token_file``, once per process for a file as it is now (size and mtime) and as
     it is read (``eot`` and ``dtype``): a token corpus's index opens every file in the main
     process, and forked workers find them here, end-of-text scan and index done. A worker
     gives no ``dtype``: it reads the file as it was last opened (a spawned one, which finds
-    none, opens it with ``eot`` as ``uint16``).
+    none, opens it with ``eot`` as ``uint16``). A URL's are those ``remember`` kept for it as
+    read from ``storage`` (None: the one place this process read it from).
 
     Raises:
         OSError: the file is gone, or is no longer a regular file (a FIFO put in its place
             would wait for a writer forever).
+        TokenFileError: a URL whose index this process did not read (from ``storage``), or,
+            without ``storage``, read from several places.
     """
     name = os.fspath(path)
     if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
-        remote = _LAST.get((name, -1, -1))
-        if remote is None:
-            raise damaged(name, "a remote token file's index was not read in this process")
-        return remote
+        return _remembered(name, storage)
     stat = os.stat(name)
     if not S_ISREG(stat.st_mode):  # put in the file's place since the open: never opened
         raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
@@ -141,7 +159,25 @@ def opened(
     return known
 
 
-def remember(url: str, token_file: TokenFile) -> None:
-    """Keep a remote token file's ends (its index fetched) for ``opened`` in this process
-    and the workers it forks."""
-    _LAST[(url, -1, -1)] = token_file
+def remember(url: str, token_file: TokenFile, storage: Placed) -> None:
+    """Keep a remote token file's ends (its index fetched) as read from ``storage``, for
+    ``opened`` in this process and the workers it forks."""
+    versions = _REMOTE.setdefault(url, {})
+    key = (storage.place, storage.identity(url))
+    versions.pop(key, None)  # the last one remembered, last
+    versions[key] = token_file
+
+
+def _remembered(url: str, storage: Placed | None) -> TokenFile:
+    """What ``remember`` kept of ``url`` as read from ``storage`` (None: from its one place)."""
+    versions = _REMOTE.get(url, {})
+    if storage is not None:
+        found = versions.get((storage.place, storage.identity(url)))
+    elif len({place for place, _ in versions}) > 1:
+        raise damaged(url, "read from several endpoints in this process: which one is meant "
+                           "is not said (the same URL there may be another file)")  # fmt: skip
+    else:  # its last version read
+        found = next(reversed(versions.values()), None)
+    if found is None:
+        raise damaged(url, "a remote token file's index was not read in this process")
+    return found
