@@ -206,18 +206,43 @@ def test_a_url_s_document_ends_are_kept_per_endpoint(two_hubs: tuple[str, str]) 
     """The ends of a remote token file were kept by URL alone: opening the same URL on another
     endpoint (a file of the same size, other documents) re-cut the first corpus's documents
     silently. Each storage keeps its own (``tokenfiles.opened(url, storage=)``); a reader that
-    does not say which storage gets an error, never the other endpoint's documents."""
+    does not say which storage, read from several, gets an error."""
     from openwebtext.tokenfiles import opened
 
     first = Corpus.open_tokens(HF_URL, eot=256, storage_options={"endpoint": two_hubs[0]})
     before = _ids(first)
     assert [bytes(d[:-1]).decode() for d in before[:2]] == ["alpha beta", "gamma delta epsilon"]
     second = Corpus.open_tokens(HF_URL, eot=256, storage_options={"endpoint": two_hubs[1]})
-    try:
-        after = _ids(first)
-    except CorpusError as exc:  # the reader did not say which storage: refused, said why
-        assert "several endpoints" in str(exc)
-    else:
-        assert after == before
+    assert _ids(first) == before  # the readers ask for their storage's
+    assert _ids(first, workers=2) == before
     assert opened(HF_URL, storage=first.storage).ends.tolist()[:2] == [11, 31]
     assert opened(HF_URL, storage=second.storage).ends.tolist()[:2] == [17, 31]
+
+
+def test_a_url_s_parquet_footer_is_kept_per_endpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The footers of remote parquet files were kept by URL alone: the same URL opened on
+    another endpoint replaced the first corpus's footer, and its row groups were read by the
+    other file's."""
+    pytest.importorskip("huggingface_hub")
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from cloud_servers import FakeHub
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    texts = {"a": [f"alpha {k}" for k in range(40)], "b": [f"beta gamma {k}" for k in range(30)]}
+    for name, docs in texts.items():
+        (tmp_path / name / "run").mkdir(parents=True)
+        pq.write_table(pa.table({"text": docs}), tmp_path / name / "run" / "x.parquet",
+                       row_group_size=7)  # fmt: skip
+    url = f"hf://datasets/{REPO}/run/x.parquet"
+    with FakeHub({REPO: tmp_path / "a"}) as one, FakeHub({REPO: tmp_path / "b"}) as two:
+        first = Corpus.open(url, storage_options={"endpoint": one.url})
+        second = Corpus.open(url, storage_options={"endpoint": two.url})
+        for corpus, name in [(first, "a"), (second, "b"), (first, "a")]:
+            for workers in (0, 2):
+                got = [d.text for d in Loader(corpus, workers=workers, shuffle=False)]
+                assert got == texts[name], (name, workers)

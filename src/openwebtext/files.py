@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -23,12 +24,36 @@ from typing import BinaryIO
 
 from openwebtext.errors import OutputError
 
-__all__ = ["atomic_file", "atomic_write", "cache_root", "named", "output_path", "sync_folder"]
+__all__ = [
+    "atomic_file",
+    "atomic_write",
+    "cache_root",
+    "named",
+    "open_to_read",
+    "output_path",
+    "sync_folder",
+]
 
 
 def cache_root() -> Path:
     """Where openwebtext caches things: ``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``."""
     return Path(os.environ.get("OWT_CACHE_DIR") or Path.home() / ".cache" / "openwebtext")
+
+
+def open_to_read(path: str) -> int:
+    """A descriptor of the corpus file ``path``, to ``pread``: a regular file's (a folder's
+    too: its read says so), never a FIFO's, whose open would wait for a writer forever.
+
+    Raises:
+        OSError: it cannot be opened, or is a FIFO, a socket or a device (put in the file's
+            place since the corpus was opened).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (no effect on a regular file's reads)
+    mode = os.fstat(fd).st_mode
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+    return fd
 
 
 def named(what: str) -> Callable[[str], str]:

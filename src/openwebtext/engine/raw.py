@@ -8,11 +8,10 @@ after the fork.
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
 from collections.abc import Sequence
 
+from openwebtext.files import open_to_read
 from openwebtext.records import Unit
 from openwebtext.source import RangeReader, Storage, is_url
 
@@ -67,12 +66,7 @@ class UnitBytes:
         if fd is None:
             if len(self._files) >= self.max_open:
                 os.close(self._files.pop(next(iter(self._files))))
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open waits for no writer
-            mode = os.fstat(fd).st_mode
-            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # (a folder: pread says so)
-                os.close(fd)  # a FIFO, socket or device put in the file's place since the open
-                raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-            self._files[path] = fd
+            fd = self._files[path] = open_to_read(path)
         return fd
 
     def _ranges(self) -> RangeReader:

@@ -26,7 +26,7 @@ from typing import Any
 
 from openwebtext.codec import parse
 from openwebtext.errors import CorpusError, OutputError, install_hint
-from openwebtext.files import atomic_write, cache_root
+from openwebtext.files import atomic_write, cache_root, open_to_read
 from openwebtext.formats import PARQUET
 from openwebtext.index.outer import LocalFile, Readable
 from openwebtext.records import Unit
@@ -176,14 +176,23 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
     if not units:
         raise CorpusError("parquet file without row groups: it holds no document", path=name)
     if is_url(name):
-        _FOOTERS[name] = footer
+        _READ[name] = footer  # (for ``save_footer``, which knows where it was read from)
     return units
 
 
 # -- footers in the workers ----------------------------------------------------------------
 
-#: Footers this process read or indexed, by path (forked workers inherit them).
-_FOOTERS: dict[str, bytes] = {}
+#: Footers of remote files this process read or indexed (forked workers inherit them), by
+#: ``_version``: the same URL on another endpoint, or in another version, is another file.
+_FOOTERS: dict[tuple[str, str, int, str], bytes] = {}
+#: The footer ``parquet_units`` just read of a URL, until ``save_footer`` keeps it.
+_READ: dict[str, bytes] = {}
+
+
+def _version(url: str, store: Storage) -> tuple[str, str, int, str] | None:
+    """``url`` where ``store`` reads it from, in the version it indexed (None: not indexed)."""
+    info = store.identity(url)
+    return None if info is None else (url, store.place, info.size, info.identity or "")
 
 
 def _footer_path(url: str, place: str) -> Any:
@@ -194,12 +203,13 @@ def _footer_path(url: str, place: str) -> Any:
 def save_footer(url: str, storage: Storage | None) -> None:
     """Keep the footer this process read of the remote file ``url`` (if it is parquet) with
     the file's identity (a cache that cannot be written is only a slower read)."""
-    footer = _FOOTERS.get(url)
-    if footer is None:
-        return
+    footer = _READ.pop(url, None)
     store = resolve(storage)
-    info = store.identity(url)
-    if info is None or not info.identity:
+    info, version = store.identity(url), _version(url, store)
+    if footer is None or info is None or version is None:
+        return
+    _FOOTERS[version] = footer
+    if not info.identity:
         return
     stamp = json.dumps({"url": url, "size": info.size, "identity": info.identity})
     path = _footer_path(url, store.place)
@@ -235,24 +245,21 @@ def footer_of(path: str, storage: Storage | None) -> bytes:
         CorpusError: the file has no footer (it changed since it was indexed).
         OSError: a local file that cannot be read.
     """
-    footer = _FOOTERS.get(path)
-    if footer is not None:
-        return footer
     if not is_url(path):
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_to_read(path)  # (a FIFO put in its place: an error, not a wait)
         try:
             footer = read_footer(LocalFile(fd, os.fstat(fd).st_size), path)
         finally:
             os.close(fd)
         return footer  # a local file's footer is cheap: not kept (the file may change)
     store = resolve(storage)
-    footer = _load_footer(path, store)
+    info, version = store.identity(path), _version(path, store)
+    if info is None or version is None:
+        raise CorpusError("parquet file read before it was indexed", path=path)
+    footer = _FOOTERS.get(version) or _load_footer(path, store)
     if footer is None:
-        info = store.identity(path)
-        if info is None:
-            raise CorpusError("parquet file read before it was indexed", path=path)
         footer = read_footer(RangeFile(path, info.size, window=FOOTER_GUESS, storage=store), path)
-        _FOOTERS[path] = footer
+        _READ[path] = footer
         save_footer(path, store)
-    _FOOTERS[path] = footer
+    _FOOTERS[version] = footer
     return footer
