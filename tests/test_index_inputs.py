@@ -228,7 +228,7 @@ def test_a_fifo_in_a_folder_is_left_out_not_opened(corpus_copy: Path) -> None:
     assert len(Corpus.open(corpus_copy).units) == 6  # and no hang on open()
 
 
-@pytest.mark.parametrize("kind", ["tar", "jsonl", "tokens"])
+@pytest.mark.parametrize("kind", ["tar", "jsonl", "parquet", "tokens"])
 def test_a_file_replaced_by_a_fifo_after_the_open_is_an_error_not_a_hang(
     kind: str, corpus_copy: Path, tmp_path: Path
 ) -> None:
@@ -238,6 +238,12 @@ def test_a_file_replaced_by_a_fifo_after_the_open_is_an_error_not_a_hang(
     if kind == "jsonl":
         path = tmp_path / "a.jsonl"
         path.write_text("".join(json.dumps({"text": f"d{k}"}) + "\n" for k in range(5)))
+    if kind == "parquet":
+        pa = pytest.importorskip("pyarrow")
+        import pyarrow.parquet as pq
+
+        path = tmp_path / "a.parquet"
+        pq.write_table(pa.table({"text": [f"d{k}" for k in range(5)]}), path)
     given: dict[str, str] = {}
     if kind == "tokens":
         path, given = tmp_path / "train.bin", {"tokenizer": "gpt2"}
