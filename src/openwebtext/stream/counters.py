@@ -22,7 +22,9 @@ class Counters(Record, frozen=True, omit_defaults=True):
     text_bytes: Count = 0
     """UTF-8 bytes of the documents handed out."""
     epoch_documents: Count = 0
-    """Documents handed out in the current epoch (even sharding stops at its target)."""
+    """Documents handed out in the current epoch (even sharding stops at its target). A run
+    that ended says its last epoch's; a state taken there is at the next epoch's start, so a
+    run resumed from it, handing nothing out, says 0."""
     units: Count = 0
     """Units (members) read."""
     skipped_members: Count = 0
