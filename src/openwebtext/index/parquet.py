@@ -256,10 +256,10 @@ def footer_of(path: str, storage: Storage | None) -> bytes:
     info, version = store.identity(path), _version(path, store)
     if info is None or version is None:
         raise CorpusError("parquet file read before it was indexed", path=path)
-    footer = _FOOTERS.get(version) or _load_footer(path, store)
-    if footer is None:
-        footer = read_footer(RangeFile(path, info.size, window=FOOTER_GUESS, storage=store), path)
-        _READ[path] = footer
+    found = _FOOTERS.get(version) or _load_footer(path, store)
+    if found is None:
+        found = read_footer(RangeFile(path, info.size, window=FOOTER_GUESS, storage=store), path)
+        _READ[path] = found
         save_footer(path, store)
-    _FOOTERS[version] = footer
-    return footer
+    _FOOTERS[version] = found
+    return found
