@@ -189,9 +189,6 @@ FOREIGN_PRIVATES = {
     ("openwebtext.engine.child", "os._exit"),
     # The type add_subparsers() returns: argparse (and typeshed) name it only so.
     ("openwebtext.bench.cli", "argparse._SubParsersAction"),
-    # s3fs has no public coroutine for GetObject with IfMatch (its call_s3 is the sync wrapper
-    # of this one, and the body must be read on the filesystem's event loop).
-    ("openwebtext.source.fetching", "fs._call_s3"),
 }
 
 

@@ -6,7 +6,8 @@ capped at the bytes asked for, ``If-Match`` the indexed ETag), ``s3://`` to
 :func:`_s3_range` (``GetObject`` with ``IfMatch``), ``gs://`` to gcsfs's ``cat_file`` of the
 indexed ``generation=``, every other URL to its fsspec filesystem's ``cat_file``; all under
 ``with_retries``, each attempt within its ``deadline``. Every HTTP and S3 response's ETag or
-Last-Modified is compared with the indexed one (``validators``).
+Last-Modified, and the file size its ``Content-Range`` states, are compared with the indexed
+ones (``validators``).
 A server that answers a ranged request with the whole file is told at once ("ignores
 byte ranges"), never retried, unless the file is small (``WHOLE_FILE_BYTES``): then it is
 read whole once, kept in the ``Storage``, and every range of it cut from that copy.
@@ -21,12 +22,21 @@ from openwebtext.errors import CorruptMember
 from openwebtext.source.filesystems import filesystem, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
-from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, host_of, with_retries
+from openwebtext.source.retry import (
+    Fatal,
+    HTTPStatus,
+    ShortRead,
+    Stalled,
+    host_of,
+    with_retries,
+)
 from openwebtext.source.settings import LOCK, FileInfo, PerStorage, Storage, protocol, resolve
 from openwebtext.source.validators import (
     CHANGED,
     CHANGED_OR_GONE,
+    content_range,
     indexed_generation,
+    resized,
     same_file,
     strong_etag,
 )
@@ -105,7 +115,7 @@ def fetch(
         call = through_gcs
     if proto in ("http", "https"):
         call = through_http
-    if proto in ("s3", "s3a") and hasattr(fs, "_call_s3"):
+    if proto in ("s3", "s3a") and hasattr(fs, "get_s3"):
         call = through_s3
     if proto == "hf":
         call = lambda: hub_read(real, start, end, store, known, through_fs)  # noqa: E731
@@ -144,7 +154,10 @@ class _WholeFile(Exception):
 
 async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
     """Bytes ``[start, end)`` by one GET on ``fs``'s (fsspec HTTP) session: never more than
-    asked for, and only of the content indexed (``If-Match`` its ETag: 412 if it changed)."""
+    asked for, and only of the content indexed (``If-Match`` its ETag: 412 if it changed; the
+    answer's validators and stated size compared too)."""
+    import aiohttp
+
     kwargs = dict(fs.kwargs)
     headers = dict(kwargs.pop("headers", None) or {})
     headers["Range"] = f"bytes={start}-{end - 1}"
@@ -153,70 +166,105 @@ async def _http_range(fs: Any, url: str, start: int, end: int, known: FileInfo |
     if etag is not None:
         headers["If-Match"] = etag
     session = await fs.set_session()
-    async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
-        status = response.status
-        if status == 404:
-            raise FileNotFoundError(url)
-        if status == 412:
-            raise Fatal(CHANGED)
-        if status >= 400:
-            raise HTTPStatus(status, response.headers.get("Retry-After"))
-        if not same_file(
-            known, response.headers.get("ETag"), response.headers.get("Last-Modified")
-        ):
-            raise Fatal(CHANGED)  # a server that ignores If-Match
-        whole = start == 0 and known is not None and end == known.size
-        if status != 206 and not whole:
-            length = response.headers.get("Content-Length")
-            got = int(length) if length and length.isdigit() else None
-            if got is None or got > WHOLE_FILE_BYTES or (known and got != known.size):
-                raise Fatal(_NO_RANGES.format(got=got or "the whole file's", asked=end - start))
-            body = await _capped(response, got)
-            if len(body) != got:
-                raise ShortRead(f"got {len(body)} of the file's {got} bytes")
-            raise _WholeFile(body)
-        answered = _range_start(response.headers.get("Content-Range"))
-        if status == 206 and answered is not None and answered != start:
-            raise Fatal(
-                f"the server answered bytes from {answered} to a request for bytes from {start} "
-                "(it does not honour byte ranges)"
-            )
-        return await _capped(response, end - start)
+    try:
+        async with session.get(fs.encode_url(url), headers=headers, **kwargs) as response:
+            return await _answer(response, url, start, end, known)
+    except aiohttp.ServerTimeoutError as exc:  # fsspec would name it the request's deadline
+        raise _stalled(exc, kwargs.get("timeout") or session.timeout) from None
+
+
+async def _answer(response: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
+    """The bytes of ``_http_range``'s ``response``, or why it is not them."""
+    status = response.status
+    if status == 404:
+        raise FileNotFoundError(url)
+    if status == 412:
+        raise Fatal(CHANGED)
+    if status >= 400:
+        raise HTTPStatus(status, response.headers.get("Retry-After"))
+    if not same_file(known, response.headers.get("ETag"), response.headers.get("Last-Modified")):
+        raise Fatal(CHANGED)  # a server that ignores If-Match
+    length = response.headers.get("Content-Length")
+    got = int(length) if length and length.isdigit() else None
+    answered, total = content_range(response.headers.get("Content-Range"))
+    encoding = response.headers.get("Content-Encoding", "identity").lower()
+    if status != 206 and encoding == "identity":
+        total = got  # the whole file, as it is now
+    changed = resized(known, total)
+    if changed is not None and encoding != "identity":  # sizes of the encoded file
+        raise Fatal(f"the server answered ranges of the file {encoding}-encoded, not as it is")
+    if changed is not None:
+        raise Fatal(changed)
+    whole = start == 0 and known is not None and end == known.size
+    if status != 206 and not whole:
+        if got is None or got > WHOLE_FILE_BYTES or (known and got != known.size):
+            raise Fatal(_NO_RANGES.format(got=got or "the whole file's", asked=end - start))
+        body = await _capped(response, got)
+        if len(body) != got:
+            raise ShortRead(f"got {len(body)} of the file's {got} bytes")
+        raise _WholeFile(body)
+    if status == 206 and answered is not None and answered != start:
+        raise Fatal(
+            f"the server answered bytes from {answered} to a request for bytes from {start} "
+            "(it does not honour byte ranges)"
+        )
+    return await _capped(response, end - start)
+
+
+def _stalled(exc: BaseException, timeout: Any) -> Stalled:
+    """aiohttp's socket timeout ``exc`` as what it is: no connection, or nothing received,
+    for the seconds of ``timeout`` (an ``aiohttp.ClientTimeout``) it names."""
+    connect = "ConnectionTimeout" in type(exc).__name__ or "onnection timeout" in str(exc)
+    seconds = getattr(timeout, "sock_connect" if connect else "sock_read", None)
+    took = f"{seconds:g} s" if isinstance(seconds, (int, float)) else "its timeout"
+    if connect:
+        return Stalled(f"no connection within {took} (the connect timeout)")
+    return Stalled(f"nothing received for {took} (the socket's read timeout)")
 
 
 async def _s3_range(fs: Any, url: str, start: int, end: int, known: FileInfo | None) -> bytes:
     """Bytes ``[start, end)`` of an S3 object by one ``GetObject`` on ``fs`` (s3fs), with
-    ``IfMatch`` its indexed ETag: an object replaced since it was indexed is an error."""
+    ``IfMatch`` its indexed ETag: an object replaced since it was indexed is an error, and
+    so is one whose ``ContentRange`` states another size. One attempt is one request of the
+    client (its own retries, botocore's, aside): not s3fs's loop of retries, which would
+    spend the attempt's whole deadline on a server that resets or slows down."""
+    from s3fs.errors import translate_boto_error
+
     bucket, key, version = fs.split_path(url)
-    kwargs: dict[str, Any] = {"Range": f"bytes={start}-{end - 1}"}
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, "Range": f"bytes={start}-{end - 1}"}
     if version:
         kwargs["VersionId"] = version
     etag = strong_etag(known)
     if etag is not None:
         kwargs["IfMatch"] = etag
+    await fs.set_session()
+    client = await fs.get_s3(bucket)
+    # What s3fs adds to each of its calls (requester pays, SSE-C keys…), where GetObject takes it.
+    takes = client.meta.service_model.operation_model("GetObject").input_shape.members
+    extra = {**fs.s3_additional_kwargs, **fs.req_kw}
+    kwargs = {**{k: v for k, v in extra.items() if k in takes and v is not None}, **kwargs}
     try:
-        response = await fs._call_s3("get_object", Bucket=bucket, Key=key, **kwargs)
-    except OSError as exc:
-        cause = getattr(exc.__cause__ or exc.__context__, "response", None)
-        code = cause.get("Error", {}).get("Code") if isinstance(cause, dict) else None
+        response = await client.get_object(**kwargs)
+    except Exception as exc:
+        answer = getattr(exc, "response", None)
+        code = answer.get("Error", {}).get("Code") if isinstance(answer, dict) else None
         if code in ("PreconditionFailed", "412") or "pre-condition" in str(exc).lower():
             raise Fatal(CHANGED) from None
-        raise
+        error = translate_boto_error(exc)  # as s3fs raises them (FileNotFoundError…)
+        if error is exc:
+            raise
+        raise error from exc
     body = response["Body"]
     try:
         if not same_file(known, response.get("ETag"), response.get("LastModified")):
             raise Fatal(CHANGED)  # an S3-compatible store that ignores IfMatch
+        changed = resized(known, content_range(response.get("ContentRange"))[1])
+        if changed is not None:
+            raise Fatal(changed)
         data: bytes = await body.read()
     finally:
         body.close()
     return data
-
-
-def _range_start(header: str | None) -> int | None:
-    """The first byte a ``Content-Range: bytes a-b/n`` header says it holds, if it says."""
-    unit, _, spec = (header or "").partition(" ")
-    first = spec.split("-", 1)[0]
-    return int(first) if unit == "bytes" and first.isdigit() else None
 
 
 async def _capped(response: Any, size: int) -> bytes:

@@ -1,15 +1,19 @@
 """Faults: every request is retried with exponential backoff and full jitter, within
 ``RETRY_ATTEMPTS`` attempts and ``RETRY_SECONDS`` seconds, on what may pass (connection
 refused or reset, timeouts, HTTP 429 and 5xx, a body shorter than asked for: a short read is
-never taken as data). A 429 or 503 that says ``Retry-After`` is the server's word for its host, not
-for one request: until that time (at most ``RETRY_AFTER_CAP`` on) no request to the host
-starts, from any thread (``host_of``: one "not before" time per host), so the waiting is
-done once, not again by every request in flight or queued (a walk of tar headers, 2 KB
-each); the time waited counts in the request's own time (its budget and its message) and in
-``waited``. A missing bucket, key or file, or a refused
-credential, is a :class:`Fatal` error at once; library errors are shown as one redacted line
-(``describe``). Every request also has a deadline for its whole answer (``deadline``), so a
-server that drips its body or stalls ends as a timeout, never a hang.
+never taken as data). The seconds do not count the longest failed attempt, so one stall or
+reset is retried however long it took (a socket timeout may be as long as the budget), unless
+another attempt as long would end past ``RETRY_CEILING`` (the pool's ``timeout`` would call
+the worker hung): a request ends within ``RETRY_CEILING``, and its message says how many
+attempts failed and what ended the last one. A 429 or 503 that says
+``Retry-After`` is the server's word for its host, not for one request: until that time (at
+most ``RETRY_AFTER_CAP`` on) no request to the host starts, from any thread (``host_of``:
+one "not before" time per host), so the waiting is done once, not again by every request in
+flight or queued (a walk of tar headers, 2 KB each); the time waited counts in the request's
+own time (its budget and its message) and in ``waited``. A missing bucket, key or file, or a
+refused credential, is a :class:`Fatal` error at once; library errors are shown as one
+redacted line (``describe``). Every request also has a deadline for its whole answer
+(``deadline``), so a server that drips its body or stalls ends as a timeout, never a hang.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ __all__ = [
     "RETRY_ATTEMPTS",
     "RETRY_BASE",
     "RETRY_CAP",
+    "RETRY_CEILING",
     "RETRY_SECONDS",
     "Fatal",
     "HTTPStatus",
     "ShortRead",
+    "Stalled",
     "classify",
     "deadline",
     "describe",
@@ -47,11 +53,16 @@ __all__ = [
     "with_retries",
 ]
 
-#: Attempts per request (the first one included), and the time they may take in all:
-#: with HTTP's 20 s read timeout, a unit fails within ~40 s, before the pool's default
+#: Attempts per request (the first one included), and the time they may take in all, the
+#: longest failed attempt not counted: a server that stalls every answer past HTTP's 20 s
+#: read timeout fails a unit after two attempts, ~40 s, before the pool's default
 #: ``timeout`` (60 s) would call its worker hung.
 RETRY_ATTEMPTS = 6
 RETRY_SECONDS = 20.0
+#: ... and no attempt starts that, as long as the longest failed one, would end past this
+#: many seconds of the request: within the pool's default ``timeout`` (60 s), so a server that
+#: drips every answer (30 s an attempt) fails the unit once, not its worker as hung.
+RETRY_CEILING = 50.0
 #: Backoff: a random wait in [0, min(cap, base * 2**attempt)) ("full jitter").
 RETRY_BASE = 0.05
 RETRY_CAP = 4.0
@@ -124,6 +135,11 @@ T = TypeVar("T")
 
 class ShortRead(Exception):
     """A response body shorter than what was asked for (retried, never used)."""
+
+
+class Stalled(Exception):
+    """A server that sent nothing for a socket's timeout (retried like any timeout; not a
+    ``TimeoutError``, which fsspec would report as the request's deadline)."""
 
 
 class Fatal(Exception):
@@ -220,10 +236,24 @@ def _seconds(value: str) -> float | None:
 
 
 def describe(exc: BaseException) -> str:
-    """An exception as one short redacted line."""
+    """An exception as one short redacted line: for a timeout, the one that fired."""
+    exc = _socket_timeout(exc) or exc
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
     return redact(f"{name}: {text}" if text else name)
+
+
+def _socket_timeout(exc: BaseException) -> BaseException | None:
+    """aiohttp's socket timeout behind a ``TimeoutError`` (fsspec turns every timeout of a
+    call into its ``FSTimeoutError``, which ``filesystems.within`` names the deadline)."""
+    seen = (exc.__cause__ or exc.__context__) if isinstance(exc, TimeoutError) else None
+    for _ in range(4):
+        if seen is None:
+            return None
+        if isinstance(seen, TimeoutError) and type(seen).__module__.startswith("aiohttp"):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T:
@@ -232,25 +262,36 @@ def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T
     ``host`` (``host_of``): the server's ``Retry-After`` holds back every request to it,
     and each attempt first waits for the time its host was given.
 
+    ``RETRY_SECONDS`` does not count the longest failed attempt: a failure is retried
+    while attempts are left and the time spent besides it is within the budget, so one
+    stall is always retried, unless another attempt as long would end past
+    ``RETRY_CEILING``.
+
     Raises:
         Fatal: a missing file or refused credential (at once), or retries ran
             out; its reason says which and why.
     """
     start = time.monotonic()
     attempt = 0
+    longest = 0.0  # the longest failed attempt: not counted in the budget
     while True:
         attempt += 1
         if host is not None:
-            _wait_for(host, start + RETRY_SECONDS)
+            _wait_for(host, start + longest + RETRY_SECONDS)
         touch()
+        began = time.monotonic()
         try:
             return call()
         except Exception as exc:
             fatal = classify(exc)
             if fatal is not None:
                 raise Fatal(fatal) from None
-            elapsed = time.monotonic() - start
-            if attempt >= RETRY_ATTEMPTS or elapsed >= RETRY_SECONDS:
+            now = time.monotonic()
+            longest = max(longest, now - began)
+            elapsed = now - start
+            spent = elapsed - longest
+            late = elapsed + longest > RETRY_CEILING
+            if attempt >= RETRY_ATTEMPTS or spent >= RETRY_SECONDS or late:
                 raise Fatal(
                     f"{what} failed {attempt} times in {elapsed:.1f} s; last: {describe(exc)}"
                 ) from None
@@ -262,6 +303,6 @@ def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T
                 delay = max(delay, min(RETRY_AFTER_CAP, asked))
                 with _hosts:
                     _waited[0] += delay
-            time.sleep(min(delay, max(0.0, RETRY_SECONDS - elapsed)))
+            time.sleep(min(delay, max(0.0, RETRY_SECONDS - spent)))
         finally:
             touch()

@@ -7,13 +7,24 @@ validators are compared, whatever the request asked. ETags are compared weakly (
 §8.8.3.2: ``W/"x"`` and ``"x"`` are the same tag), as a CDN may weaken a tag it passes on;
 ``If-Match`` itself carries only a strong tag (:func:`strong_etag`): a weak one never
 matches there, and a server that follows the standard would answer 412 to every range.
+A ranged answer also states the file's whole size (``Content-Range: bytes a-b/n``): another
+size than the indexed one is the file changed too, or a server whose HEAD said another
+(:func:`resized`): never a file read short or long of what was indexed.
 """
 
 from __future__ import annotations
 
 from openwebtext.source.settings import FileInfo
 
-__all__ = ["CHANGED", "CHANGED_OR_GONE", "indexed_generation", "same_file", "strong_etag"]
+__all__ = [
+    "CHANGED",
+    "CHANGED_OR_GONE",
+    "content_range",
+    "indexed_generation",
+    "resized",
+    "same_file",
+    "strong_etag",
+]
 
 CHANGED = "the file changed since it was indexed (index it again)"
 CHANGED_OR_GONE = "the file changed since it was indexed, or is gone (index it again)"
@@ -60,3 +71,29 @@ def same_file(
     if kind == "generation" and generation:
         return str(generation).strip() == value.strip()
     return True
+
+
+def content_range(header: object) -> tuple[int | None, int | None]:
+    """The first byte and the file's whole size a ``Content-Range: bytes a-b/n`` header
+    states (None for what it does not state: no header, ``*``, another unit)."""
+    unit, _, spec = (header if isinstance(header, str) else "").strip().partition(" ")
+    span, _, total = spec.partition("/")
+    first = span.split("-", 1)[0].strip()
+    if unit != "bytes":
+        return None, None
+    return (
+        int(first) if first.isdigit() else None,
+        int(total.strip()) if total.strip().isdigit() else None,
+    )
+
+
+def resized(known: FileInfo | None, total: int | None) -> str | None:
+    """Why an answer is not of the file ``known`` describes: it states (``Content-Range``,
+    or a whole file's length) another ``total`` size than the indexed one; None when it
+    states that one, or none."""
+    if known is None or total is None or total == known.size:
+        return None
+    return (
+        f"the file changed since it was indexed (index it again): the server says it holds "
+        f"{total} bytes, not the {known.size} indexed"
+    )
