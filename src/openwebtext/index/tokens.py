@@ -18,7 +18,7 @@ import numpy as np
 from openwebtext.errors import CorpusError
 from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
-from openwebtext.source import Storage, fetch, file_info, is_url, resolve
+from openwebtext.source import ABSENT, Storage, fetch, file_info, is_url, resolve
 from openwebtext.tokenfiles import (
     TOKENS,
     TokenFile,
@@ -168,10 +168,6 @@ def _remote_run(url: str, name: str, store: Storage) -> Vocabulary | None:
     return recorded(_whole(_beside(url, "meta.json"), shown, store), shown)
 
 
-#: What ``source`` says of a file that is not there (a 404: ``source.retry.classify``).
-_ABSENT = "no such file, key or bucket"
-
-
 def _whole(url: str, shown: str, store: Storage) -> bytes | None:
     """All of the file at ``url`` (``shown``: its alias); None if it is not there.
 
@@ -181,7 +177,7 @@ def _whole(url: str, shown: str, store: Storage) -> bytes | None:
     try:
         return fetch(url, 0, file_info(url, store).size, None, store)
     except CorpusError as exc:
-        if exc.message.endswith(_ABSENT):
+        if exc.message.endswith(ABSENT):
             return None
         raise CorpusError(f"cannot read: {exc.message.removeprefix('cannot read: ')}",
                           shown) from None  # fmt: skip

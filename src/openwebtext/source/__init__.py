@@ -23,7 +23,7 @@ from openwebtext.source.flags import (
 )
 from openwebtext.source.ranges import RangeReader, Span
 from openwebtext.source.redaction import redact, redact_options
-from openwebtext.source.retry import describe, with_retries
+from openwebtext.source.retry import ABSENT, describe, with_retries
 from openwebtext.source.retry import waited as retry_waited
 from openwebtext.source.settings import (
     FileInfo,
@@ -36,6 +36,7 @@ from openwebtext.source.settings import (
 from openwebtext.source.watchdog import watched
 
 __all__ = [
+    "ABSENT",
     "FileInfo",
     "RangeFile",
     "RangeReader",

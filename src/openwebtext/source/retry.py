@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from openwebtext.source.redaction import redact
 
 __all__ = [
+    "ABSENT",
     "REQUEST_FLOOR",
     "REQUEST_RATE",
     "RETRY_AFTER_CAP",
@@ -133,6 +134,11 @@ def deadline(size: int = 0) -> float:
 T = TypeVar("T")
 
 
+#: The reason a request fails for a file that is not there (404, 410, a missing key or bucket):
+#: what a reader that may find none (a token file's ``meta.json``) tells from other failures.
+ABSENT = "no such file, key or bucket"
+
+
 class ShortRead(Exception):
     """A response body shorter than what was asked for (retried, never used)."""
 
@@ -166,7 +172,7 @@ def classify(exc: BaseException) -> str | None:
         return exc.reason
     status = http_status(exc)
     if isinstance(exc, FileNotFoundError) and status in (None, 404, 410):
-        return "no such file, key or bucket"
+        return ABSENT
     if isinstance(exc, PermissionError) or (
         # gcsfs raises a plain OSError for a 403, its text starting with "Forbidden"
         type(exc) is OSError and str(exc).startswith("Forbidden")
@@ -178,7 +184,7 @@ def classify(exc: BaseException) -> str | None:
         if status in (401, 403):
             return f"access refused: HTTP {status} (check the credentials)"
         if status == 404:
-            return "no such file, key or bucket"
+            return ABSENT
         return f"HTTP {status}"
     if isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, ShortRead):
         return describe(exc)
