@@ -365,3 +365,19 @@ def test_a_server_that_drips_every_answer_fails_the_unit_before_the_pool_calls_i
         retry.with_retries(clock.attempts(*[(30.0, drip)] * 6), "GET bytes 0-9")
     assert "failed 1 times in 30.0 s" in info.value.reason
     assert clock.now - 1000.0 < 60.0  # (within the pool's default timeout)
+
+
+def test_a_head_that_failed_with_a_status_is_said_with_it() -> None:
+    """fsspec's HTTP ``info`` turns every failed HEAD into a ``FileNotFoundError`` (the status
+    its cause): a 503 said "last: FileNotFoundError", as if the file were missing."""
+
+    class Answer(Exception):
+        def __init__(self, status: int) -> None:
+            super().__init__(f"status {status}")
+            self.status = status
+
+    for status, said in [(503, "HTTPStatus: HTTP 503"), (404, "FileNotFoundError: u")]:
+        try:
+            raise FileNotFoundError("u") from Answer(status)
+        except FileNotFoundError as exc:
+            assert retry.describe(exc) == said

@@ -242,7 +242,11 @@ def _seconds(value: str) -> float | None:
 
 
 def describe(exc: BaseException) -> str:
-    """An exception as one short redacted line: for a timeout, the one that fired."""
+    """An exception as one short redacted line: for a timeout, the one that fired; for a
+    file "not found" that was an HTTP error (fsspec's ``info`` says so of a 503), its status."""
+    status = http_status(exc) if isinstance(exc, FileNotFoundError) else None
+    if status is not None and status not in (404, 410):
+        return f"HTTPStatus: HTTP {status}"
     exc = _socket_timeout(exc) or exc
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
