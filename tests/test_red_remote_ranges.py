@@ -297,7 +297,7 @@ def test_every_transient_failure_is_retried_however_long_it_took(
     stall = TimeoutError("nothing received for 20 s")
     reset = ConnectionResetError("reset by peer")
     assert retry.with_retries(clock.attempts((20.0, stall), (0.0, None)), "GET") == "done"
-    assert retry.with_retries(clock.attempts((25.0, TimeoutError()), (0.0, None)), "GET")
+    assert retry.with_retries(clock.attempts((24.0, TimeoutError()), (0.0, None)), "GET")
     assert retry.with_retries(clock.attempts((0.1, reset), (20.0, stall), (0.1, None)), "GET")
 
 
@@ -381,3 +381,15 @@ def test_a_head_that_failed_with_a_status_is_said_with_it() -> None:
             raise FileNotFoundError("u") from Answer(status)
         except FileNotFoundError as exc:
             assert retry.describe(exc) == said
+
+
+def test_no_attempt_starts_that_could_end_past_the_ceiling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stall of 20 s, then a read that may take its deadline (46 s: 16 MiB asked for) would
+    end at 66 s, past the pool's 60 s ``timeout``: not started. A short read's is."""
+    clock = _Clock(monkeypatch)
+    stall, drip = TimeoutError("nothing received for 20 s"), TimeoutError("no complete answer")
+    with pytest.raises(retry.Fatal, match=r"failed 1 times in 20\.0 s"):
+        retry.with_retries(clock.attempts((20.0, stall), (46.0, drip)), "GET", limit=46.0)
+    assert retry.with_retries(clock.attempts((20.0, stall), (1.0, None)), "GET", limit=31.0)

@@ -27,6 +27,7 @@ from openwebtext.source.retry import (
     HTTPStatus,
     ShortRead,
     Stalled,
+    deadline,
     host_of,
     with_retries,
 )
@@ -122,7 +123,7 @@ def fetch(
 
     try:
         host = host_of(real, store.place)
-        return with_retries(call, f"GET bytes {start}-{end - 1}", host)
+        return with_retries(call, f"GET bytes {start}-{end - 1}", host, deadline(end - start))
     except Fatal as exc:
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
 

@@ -1,19 +1,19 @@
 """Faults: every request is retried with exponential backoff and full jitter, within
-``RETRY_ATTEMPTS`` attempts and ``RETRY_SECONDS`` seconds, on what may pass (connection
-refused or reset, timeouts, HTTP 429 and 5xx, a body shorter than asked for: a short read is
-never taken as data). The seconds do not count the longest failed attempt, so one stall or
-reset is retried however long it took (a socket timeout may be as long as the budget), unless
-another attempt as long would end past ``RETRY_CEILING`` (the pool's ``timeout`` would call
-the worker hung): a request ends within ``RETRY_CEILING``, and its message says how many
-attempts failed and what ended the last one. A 429 or 503 that says
-``Retry-After`` is the server's word for its host, not for one request: until that time (at
-most ``RETRY_AFTER_CAP`` on) no request to the host starts, from any thread (``host_of``:
-one "not before" time per host), so the waiting is done once, not again by every request in
-flight or queued (a walk of tar headers, 2 KB each); the time waited counts in the request's
-own time (its budget and its message) and in ``waited``. A missing bucket, key or file, or a
-refused credential, is a :class:`Fatal` error at once; library errors are shown as one
-redacted line (``describe``). Every request also has a deadline for its whole answer
-(``deadline``), so a server that drips its body or stalls ends as a timeout, never a hang.
+``RETRY_ATTEMPTS`` attempts and ``RETRY_SECONDS`` seconds, on what may pass (connection refused
+or reset, timeouts, HTTP 429 and 5xx, a body shorter than asked for: a short read is never taken
+as data). The seconds do not count the longest failed attempt, so one stall or reset is retried
+however long it took (a socket timeout may be as long as the budget), unless the next attempt
+could end past ``RETRY_CEILING`` (the pool's ``timeout`` would call the worker hung): a request
+ends within ``RETRY_CEILING`` (a host's ``Retry-After`` set by other requests aside), and its
+message says how many attempts failed and what ended the last one. A 429 or 503 that says
+``Retry-After`` is the server's word for its host, not for one request: until that time (at most
+``RETRY_AFTER_CAP`` on) no request to the host starts, from any thread (``host_of``: one "not
+before" time per host), so the waiting is done once, not again by every request in flight or
+queued (a walk of tar headers, 2 KB each); the time waited counts in the request's own time (its
+budget and its message) and in ``waited``. A missing bucket, key or file, or a refused
+credential, is a :class:`Fatal` error at once; library errors are shown as one redacted line
+(``describe``). Every request also has a deadline for its whole answer (``deadline``), so a
+server that drips its body or stalls ends as a timeout, never a hang.
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ __all__ = [
 #: ``timeout`` (60 s) would call its worker hung.
 RETRY_ATTEMPTS = 6
 RETRY_SECONDS = 20.0
-#: ... and no attempt starts that, as long as the longest failed one, would end past this
-#: many seconds of the request: within the pool's default ``timeout`` (60 s), so a server that
-#: drips every answer (30 s an attempt) fails the unit once, not its worker as hung.
-RETRY_CEILING = 50.0
+#: ... and no attempt starts that, after its wait and as long as its deadline (``limit``) or
+#: the longest failed one, would end past this many seconds of the request: within the pool's
+#: default ``timeout`` (60 s), so a server that drips every answer (30 s an attempt) fails the
+#: unit once, not its worker as hung.
+RETRY_CEILING = 55.0
 #: Backoff: a random wait in [0, min(cap, base * 2**attempt)) ("full jitter").
 RETRY_BASE = 0.05
 RETRY_CAP = 4.0
@@ -266,7 +267,9 @@ def _socket_timeout(exc: BaseException) -> BaseException | None:
     return None
 
 
-def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T:
+def with_retries(
+    call: Callable[[], T], what: str, host: str | None = None, limit: float | None = None
+) -> T:
     """Run ``call`` until it succeeds, a fatal error, or the attempts or time run out.
 
     ``host`` (``host_of``): the server's ``Retry-After`` holds back every request to it,
@@ -274,8 +277,9 @@ def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T
 
     ``RETRY_SECONDS`` does not count the longest failed attempt: a failure is retried
     while attempts are left and the time spent besides it is within the budget, so one
-    stall is always retried, unless another attempt as long would end past
-    ``RETRY_CEILING``.
+    stall is always retried, unless the next attempt, after its wait, could end past
+    ``RETRY_CEILING`` (``limit``: the seconds one attempt may take, its deadline; None:
+    ``REQUEST_FLOOR``'s).
 
     Raises:
         Fatal: a missing file or refused credential (at once), or retries ran
@@ -300,13 +304,15 @@ def with_retries(call: Callable[[], T], what: str, host: str | None = None) -> T
             longest = max(longest, now - began)
             elapsed = now - start
             spent = elapsed - longest
-            late = elapsed + longest > RETRY_CEILING
-            if attempt >= RETRY_ATTEMPTS or spent >= RETRY_SECONDS or late:
+            delay = random.uniform(0, min(RETRY_CAP, RETRY_BASE * 2**attempt))
+            asked = retry_after(exc)
+            wait = delay if asked is None else max(delay, min(RETRY_AFTER_CAP, asked))
+            # The next attempt, after its wait, may take its deadline (or the longest so far).
+            last = elapsed + wait + max(longest, REQUEST_FLOOR if limit is None else limit)
+            if attempt >= RETRY_ATTEMPTS or spent >= RETRY_SECONDS or last > RETRY_CEILING:
                 raise Fatal(
                     f"{what} failed {attempt} times in {elapsed:.1f} s; last: {describe(exc)}"
                 ) from None
-            delay = random.uniform(0, min(RETRY_CAP, RETRY_BASE * 2**attempt))
-            asked = retry_after(exc)
             if asked is not None and host is not None:  # the host's wait, for every request
                 _hold_off(host, min(RETRY_AFTER_CAP, asked))
             elif asked is not None:  # the server said when: a 429 is not a fault to rush
