@@ -377,3 +377,24 @@ def test_a_shorter_retry_after_never_cuts_a_host_s_wait(monkeypatch: pytest.Monk
 
     assert retry.with_retries(b, "GET", host) == "B"
     assert started == [1000.0, 1010.0]
+
+
+def test_watched_stops_at_the_first_error_when_asked() -> None:
+    """``first=True`` (the content fingerprint's checks): once a call raised, the items not
+    begun are not called, each saying that error (every member of a corpus whose server is
+    down went through its whole retries before the error came out)."""
+    from openwebtext.source import watched
+
+    called: list[int] = []
+
+    def call(k: int) -> int:
+        called.append(k)
+        if k == 2:
+            raise ValueError("down")
+        return k
+
+    out = watched(call, list(range(100)), "http://x/", threads=1, first=True)
+    assert called == [0, 1, 2]
+    assert out[:2] == [0, 1] and all(isinstance(r, ValueError) for r in out[2:])
+    called.clear()
+    assert len(watched(call, list(range(10)), "http://x/", threads=1)) == 10 and len(called) == 10

@@ -310,7 +310,7 @@ class Corpus:
 
             # On daemon threads, watched: a stalled request neither outlives the watchdog nor
             # holds a Ctrl-C'd process until its deadline (an executor joins its threads).
-            for result in watched(check, units, path, CHECK_THREADS):
+            for result in watched(check, units, path, CHECK_THREADS, first=True):
                 if isinstance(result, BaseException):
                     raise result
                 yield result

@@ -28,10 +28,12 @@ R = TypeVar("R")
 
 
 def watched(
-    call: Callable[[T], R], items: Sequence[T], url: str, threads: int = 1
+    call: Callable[[T], R], items: Sequence[T], url: str, threads: int = 1, first: bool = False
 ) -> list[R | BaseException]:
     """``call(item)`` for each of ``items`` on up to ``threads`` daemon threads, in order:
-    each result, or the exception it raised.
+    each result, or the exception it raised (``first``: once one raised, the items not begun
+    are not called, and say that exception: a caller that stops at the first error waits for
+    no more).
 
     Raises:
         CorpusError: no remote I/O for ``IDLE_SECONDS`` before every call ended; names
@@ -58,6 +60,11 @@ def watched(
             with lock:
                 results[k] = result
                 left[0] -= 1
+                if first and isinstance(result, BaseException):
+                    for j, _ in queue:  # not begun: they say the error
+                        results[j] = result
+                    left[0] -= len(queue)
+                    queue.clear()
                 if left[0] == 0:
                     finished.set()
 
