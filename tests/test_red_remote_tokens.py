@@ -246,3 +246,31 @@ def test_a_url_s_parquet_footer_is_kept_per_endpoint(
             for workers in (0, 2):
                 got = [d.text for d in Loader(corpus, workers=workers, shuffle=False)]
                 assert got == texts[name], (name, workers)
+
+
+class _RefusesWhatItLacks(RangeServer):
+    """A store that answers 403 for a key it does not hold (S3 to a reader without
+    ``s3:ListBucket``, CloudFront before S3, a public bucket read anonymously)."""
+
+    def _answer(self, h: BaseHTTPRequestHandler, head: bool) -> None:
+        if not (self.root / h.path.split("?", 1)[0].lstrip("/")).exists():
+            self._empty(h, 403)
+            return
+        super()._answer(h, head)
+
+
+def test_a_meta_json_refused_by_a_store_that_refuses_what_it_lacks_is_none_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Megatron run (no ``meta.json``) on such a store opens, with a warning; its index,
+    refused, is an error (its ids cannot be placed without it)."""
+    ends = _hand_run(tmp_path / "run", ["alpha beta", "gamma"])
+    with _RefusesWhatItLacks(tmp_path / "run") as server:
+        corpus = Corpus.open_tokens(server.url + "/train.bin", eot=256)
+        assert "meta.json: access refused, read as none" in caplog.text
+        got = [d.tokens.tolist() for d in Loader(corpus, workers=0, shuffle=False,
+                                                 tokenizer="bytes")]  # fmt: skip
+        assert [len(ids) for ids in got] == np.diff([0, *ends]).tolist()
+        (tmp_path / "run" / "train.idx").unlink()
+        with pytest.raises(CorpusError, match=r"train\.idx: cannot read: access refused"):
+            Corpus.open_tokens(server.url + "/train.bin", eot=256)

@@ -10,6 +10,7 @@ workers inherit them); each document's name is its index in the file.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 
@@ -31,6 +32,8 @@ from openwebtext.tokenfiles import (
     remember,
     unit_member,
 )
+
+log = logging.getLogger("openwebtext")
 
 __all__ = ["UNIT_TOKENS", "token_units"]
 
@@ -160,16 +163,19 @@ def _remote_run(url: str, name: str, store: Storage) -> Vocabulary | None:
     there is none (not found: a 404).
 
     Raises:
-        CorpusError: a ``meta.json`` that cannot be read (retries ran out, access refused):
-            taken as none, ids of another tokenizer would be read as the reader's.
+        CorpusError: a ``meta.json`` that cannot be read (retries ran out): taken as none,
+            ids of another tokenizer would be read as the reader's. Access refused is none,
+            with a warning: S3 refuses a key it does not hold to a reader who may not list
+            the bucket.
         TokenFileError: a ``meta.json`` that is there but damaged, naming it and the field.
     """
     shown = _beside(name, "meta.json")
-    return recorded(_whole(_beside(url, "meta.json"), shown, store), shown)
+    return recorded(_whole(_beside(url, "meta.json"), shown, store, refused=True), shown)
 
 
-def _whole(url: str, shown: str, store: Storage) -> bytes | None:
-    """All of the file at ``url`` (``shown``: its alias); None if it is not there.
+def _whole(url: str, shown: str, store: Storage, refused: bool = False) -> bytes | None:
+    """All of the file at ``url`` (``shown``: its alias); None if it is not there (or,
+    ``refused``, if access to it is refused: said in a warning).
 
     Raises:
         CorpusError: it cannot be read (retries ran out, access refused…), naming it and why.
@@ -178,6 +184,11 @@ def _whole(url: str, shown: str, store: Storage) -> bytes | None:
         return fetch(url, 0, file_info(url, store).size, None, store)
     except CorpusError as exc:
         if exc.message.endswith(ABSENT):
+            return None
+        if refused and "access refused" in exc.message:  # S3 without s3:ListBucket: a 403
+            log.warning("%s: access refused, read as none (a store may refuse a key it does "
+                        "not hold): the ids are not checked against their run's tokenizer",
+                        shown)  # fmt: skip
             return None
         raise CorpusError(f"cannot read: {exc.message.removeprefix('cannot read: ')}",
                           shown) from None  # fmt: skip
