@@ -274,3 +274,20 @@ def test_a_meta_json_refused_by_a_store_that_refuses_what_it_lacks_is_none_said(
         (tmp_path / "run" / "train.idx").unlink()
         with pytest.raises(CorpusError, match=r"train\.idx: cannot read: access refused"):
             Corpus.open_tokens(server.url + "/train.bin", eot=256)
+
+
+def test_a_token_corpus_opened_before_configure_reads_after_it(tmp_path: Path) -> None:
+    """``configure()`` changes the default storage's place but keeps what indexing learnt:
+    the ends kept under the old place are found by the file's version."""
+    from openwebtext.source import configure
+
+    ends = _hand_run(tmp_path / "run", ["alpha beta", "gamma", "delta epsilon"])
+    with RangeServer(tmp_path / "run") as server:
+        corpus = Corpus.open_tokens(server.url + "/train.bin", eot=256)
+        try:
+            configure({"block_size": 1 << 20})
+            for workers in (0, 2):
+                got = Loader(corpus, workers=workers, shuffle=False, tokenizer="bytes")
+                assert [len(d.tokens) for d in got] == np.diff([0, *ends]).tolist()
+        finally:
+            configure(None)

@@ -172,7 +172,11 @@ def _remembered(url: str, storage: Placed | None) -> TokenFile:
     """What ``remember`` kept of ``url`` as read from ``storage`` (None: from its one place)."""
     versions = _REMOTE.get(url, {})
     if storage is not None:
-        found = versions.get((storage.place, storage.identity(url)))
+        identity = storage.identity(url)
+        found = versions.get((storage.place, identity))
+        same = [kept for (_, known), kept in versions.items() if known == identity]
+        if found is None and len(same) == 1:  # its place since changed (``configure``)
+            found = same[0]
     elif len({place for place, _ in versions}) > 1:
         raise damaged(url, "read from several endpoints in this process: which one is meant "
                            "is not said (the same URL there may be another file)")  # fmt: skip
