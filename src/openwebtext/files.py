@@ -48,11 +48,15 @@ def open_to_read(path: str) -> int:
         OSError: it cannot be opened, or is a FIFO, a socket or a device (put in the file's
             place since the corpus was opened).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (no effect on a regular file's reads)
-    mode = os.fstat(fd).st_mode
-    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+        os.set_blocking(fd, True)  # (a FUSE or network filesystem is told of the flag)
+    except OSError:
         os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
+        raise
     return fd
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from typing import Any
 
 from openwebtext.codec import parse
@@ -176,7 +177,7 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
     if not units:
         raise CorpusError("parquet file without row groups: it holds no document", path=name)
     if is_url(name):
-        _READ[name] = footer  # (for ``save_footer``, which knows where it was read from)
+        _READ[name, threading.get_ident()] = footer  # (``save_footer``'s, on this thread)
     return units
 
 
@@ -185,8 +186,9 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
 #: Footers of remote files this process read or indexed (forked workers inherit them), by
 #: ``_version``: the same URL on another endpoint, or in another version, is another file.
 _FOOTERS: dict[tuple[str, str, int, str], bytes] = {}
-#: The footer ``parquet_units`` just read of a URL, until ``save_footer`` keeps it.
-_READ: dict[str, bytes] = {}
+#: The footer ``parquet_units`` just read of a URL on a thread, until ``save_footer`` (which
+#: knows where it was read from) keeps it: indexing threads may read one URL of two endpoints.
+_READ: dict[tuple[str, int], bytes] = {}
 
 
 def _version(url: str, store: Storage) -> tuple[str, str, int, str] | None:
@@ -203,7 +205,7 @@ def _footer_path(url: str, place: str) -> Any:
 def save_footer(url: str, storage: Storage | None) -> None:
     """Keep the footer this process read of the remote file ``url`` (if it is parquet) with
     the file's identity (a cache that cannot be written is only a slower read)."""
-    footer = _READ.pop(url, None)
+    footer = _READ.pop((url, threading.get_ident()), None)
     store = resolve(storage)
     info, version = store.identity(url), _version(url, store)
     if footer is None or info is None or version is None:
@@ -259,7 +261,7 @@ def footer_of(path: str, storage: Storage | None) -> bytes:
     found = _FOOTERS.get(version) or _load_footer(path, store)
     if found is None:
         found = read_footer(RangeFile(path, info.size, window=FOOTER_GUESS, storage=store), path)
-        _READ[path] = found
+        _READ[path, threading.get_ident()] = found
         save_footer(path, store)
     _FOOTERS[version] = found
     return found
