@@ -23,7 +23,7 @@ import random
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from openwebtext.source.redaction import redact
@@ -192,41 +192,45 @@ def classify(exc: BaseException) -> str | None:
     return None
 
 
+def _chain(exc: BaseException | None, depth: int = 4) -> Iterator[BaseException]:
+    """``exc`` and the exceptions behind it (its cause, else its context), ``depth`` at most:
+    what a library raised around the error that says why."""
+    for _ in range(depth):
+        if exc is None:
+            return
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
 def http_status(exc: BaseException | None) -> int | None:
     """The HTTP status behind ``exc`` (fsspec's HTTP ``info`` hides it as the cause)."""
-    for _ in range(4):
-        if exc is None:
-            return None
-        status = getattr(exc, "status", None)
+    for one in _chain(exc):
+        status = getattr(one, "status", None)
         if isinstance(status, int):
             return status
         # huggingface_hub's errors keep their response; gcsfs's HttpError has a code
         # (only gcsfs's: aiohttp's parse errors, e.g. a body cut short, say code 400).
-        status = getattr(getattr(exc, "response", None), "status_code", None)
+        status = getattr(getattr(one, "response", None), "status_code", None)
         if isinstance(status, int):
             return status
-        status = getattr(exc, "code", None)
-        if isinstance(status, int) and type(exc).__module__.startswith("gcsfs"):
+        status = getattr(one, "code", None)
+        if isinstance(status, int) and type(one).__module__.startswith("gcsfs"):
             return status
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
 def retry_after(exc: BaseException | None) -> float | None:
     """The seconds the server behind ``exc`` asked to wait (``Retry-After``: seconds or an
     HTTP date), or None."""
-    for _ in range(4):
-        if exc is None:
-            return None
-        value = getattr(exc, "retry_after", None)
+    for one in _chain(exc):
+        value = getattr(one, "retry_after", None)
         if value is None:
-            headers: Any = getattr(exc, "headers", None) or getattr(
-                getattr(exc, "response", None), "headers", None
+            headers: Any = getattr(one, "headers", None) or getattr(
+                getattr(one, "response", None), "headers", None
             )
             value = headers.get("Retry-After") if hasattr(headers, "get") else None
         if isinstance(value, str) and value.strip():
             return _seconds(value.strip())
-        exc = exc.__cause__ or exc.__context__
     return None
 
 
@@ -257,14 +261,11 @@ def describe(exc: BaseException) -> str:
 def _socket_timeout(exc: BaseException) -> BaseException | None:
     """aiohttp's socket timeout behind a ``TimeoutError`` (fsspec turns every timeout of a
     call into its ``FSTimeoutError``, which ``filesystems.within`` names the deadline)."""
-    seen = (exc.__cause__ or exc.__context__) if isinstance(exc, TimeoutError) else None
-    for _ in range(4):
-        if seen is None:
-            return None
-        if isinstance(seen, TimeoutError) and type(seen).__module__.startswith("aiohttp"):
-            return seen
-        seen = seen.__cause__ or seen.__context__
-    return None
+    if not isinstance(exc, TimeoutError):
+        return None
+    behind = _chain(exc.__cause__ or exc.__context__)
+    return next((e for e in behind if isinstance(e, TimeoutError)
+                 and type(e).__module__.startswith("aiohttp")), None)  # fmt: skip
 
 
 def with_retries(
