@@ -93,7 +93,4 @@ def resized(known: FileInfo | None, total: int | None) -> str | None:
     states that one, or none."""
     if known is None or total is None or total == known.size:
         return None
-    return (
-        f"the file changed since it was indexed (index it again): the server says it holds "
-        f"{total} bytes, not the {known.size} indexed"
-    )
+    return f"{CHANGED}: the server says it holds {total} bytes, not the {known.size} indexed"
