@@ -233,6 +233,29 @@ def test_read_openwebtext_of_a_mixture_says_each_rows_part(
     assert len(log.messages()) == 1 and "a.parquet" in log.messages()[0]
 
 
+def test_read_openwebtext_reads_each_part_with_its_own_storage(
+    ray_instance: None,
+    small_corpus: Path,
+    s3_endpoint: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A mixture's part opened with its own storage options (an S3 endpoint on 127.0.0.1):
+    the tasks, in Ray's own worker processes, read it with them, not with the default."""
+    from openwebtext import Mixture
+
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    options = {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+    remote = Corpus.open("s3://owt/data/", storage_options=options)
+    mixture = Mixture({"s3": remote, "local": small_corpus})
+    rows = owt_ray.read_openwebtext(mixture, units_per_task=2).take_all()
+    expected = sorted(plain_read(sorted(small_corpus.glob("*.tar"))))
+    for part in mixture.names:
+        assert sorted(r["name"] for r in rows if r["source"] == part) == expected
+    with pytest.raises(ValueError, match="storage_options: a Mixture's parts"):
+        owt_ray.read_openwebtext(mixture, storage_options=options)
+
+
 def test_read_openwebtext_token_ids(ray_instance: None, small_corpus: Path) -> None:
     from openwebtext.tokenizer import load_tokenizer
 

@@ -15,8 +15,9 @@ from openwebtext.loader import Mixture
 from openwebtext.options import ErrorPolicy, check_on_error
 from openwebtext.plan import unit_groups
 from openwebtext.policy import SkipPolicy
-from openwebtext.ray.cluster import configure_storage, ray_module
+from openwebtext.ray.cluster import ray_module
 from openwebtext.records import Unit
+from openwebtext.source import Storage, resolve
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["SkipLog", "read_openwebtext"]
@@ -77,7 +78,10 @@ class _ReadGroup:
     """The map_batches function: reads the groups of units named by its input rows."""
 
     groups: tuple[tuple[Unit, ...], ...]
-    storage_options: dict[str, Any] | None
+    storages: tuple[Storage, ...]
+    """Each group's: the storage its corpus was opened with (the driver's default where it
+    was opened without), pickled with what indexing learnt (aliases, identities). A Ray
+    worker is not forked from the driver: its own default storage knows none of it."""
     tokenizer: Tokenizer | None
     """Resolved once by ``read_openwebtext``; pickled as its spec (loaded once per Ray worker)."""
     on_error: ErrorPolicy
@@ -92,23 +96,27 @@ class _ReadGroup:
 
         from openwebtext.engine import Reader
 
-        configure_storage(self.storage_options)
         tokenizer = self.tokenizer
-        # texts: the UTF-8 check decodes each document, for its text or its ids.
-        reader = Reader(self.max_member_bytes, self.max_document_bytes, texts=True)
+        readers: dict[int, Any] = {}  # one per storage (a mixture's parts may each have one)
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
         ids: list[Any] = []  # with a tokenizer: each member's packed ids ("value": the counts)
         skipped: list[str] = []
         source: list[str] = []
         try:
-            for group in batch["group"]:
+            for group in map(int, batch["group"]):
                 before = len(columns["name"])
-                for unit in self.groups[int(group)]:
+                storage = self.storages[group]
+                if id(storage) not in readers:  # texts: the UTF-8 check decodes each document
+                    readers[id(storage)] = Reader(self.max_member_bytes, self.max_document_bytes,
+                                                  storage=storage, texts=True)  # fmt: skip
+                reader = readers[id(storage)]
+                for unit in self.groups[group]:
                     self._read(reader, unit, tokenizer, columns, ids, skipped)
                 if self.sources is not None:
-                    source += [self.sources[int(group)]] * (len(columns["name"]) - before)
+                    source += [self.sources[group]] * (len(columns["name"]) - before)
         finally:
-            reader.close()
+            for reader in readers.values():
+                reader.close()
         if self.skips is not None:
             self.skips.add(skipped)
         if tokenizer is None:
@@ -212,7 +220,8 @@ def read_openwebtext(
         paths: Files, folders or glob patterns readable by every node, or URLs; or a
             ``Mixture``.
         storage_options: For URLs (``s3://``…, the ``remote`` extra): the options of their
-            filesystems (``Corpus.open``), here and in every task.
+            filesystems (``Corpus.open``), here and in every task. Not with a ``Mixture``:
+            each part is read in the tasks with the storage it was opened with.
         tokenizer: A tokenizer spec (``openwebtext.tokenizer``): rows carry ``ids``.
         on_error: ``raise`` the library's error (naming file and member) in the task: the
             consumer gets Ray's ``RayTaskError(CorruptMember)``, also a ``CorruptMember``
@@ -233,6 +242,9 @@ def read_openwebtext(
     # Resolved once: a bad spec fails here, not in every task.
     resolved = None if tokenizer is None else load_tokenizer(tokenizer)
     if isinstance(paths, Mixture):
+        if storage_options is not None:
+            raise ValueError("storage_options: a Mixture's parts are read with the storage "
+                             "each was opened with (Corpus.open(url, storage_options=...))")
         parts = paths.corpora
         sources: tuple[str, ...] | None = ()
         bad = [error for corpus in parts.values() for error in corpus.skipped_files]
@@ -244,15 +256,17 @@ def read_openwebtext(
         parts = {"": Corpus.open(paths, storage_options=storage_options)}
         sources = None
     groups: tuple[tuple[Unit, ...], ...] = ()
+    storages: tuple[Storage, ...] = ()
     for name, corpus in parts.items():
         units = corpus.units
         cuts = unit_groups(len(units), units_per_task)
         groups += tuple(tuple(units[k] for k in cut) for cut in cuts)
+        storages += (resolve(corpus.storage),) * len(cuts)
         if sources is not None:
             sources += (name,) * len(cuts)
     read = _ReadGroup(
         groups,
-        storage_options,
+        storages,
         resolved,
         on_error,
         skips,
