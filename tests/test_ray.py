@@ -433,6 +433,28 @@ def test_remote_corpus_over_http(
     assert local.meta["counts"]["tokens"] == ray_meta["counts"]["tokens"]
 
 
+def test_a_file_changed_after_indexing_is_said_by_the_tasks(
+    ray_instance: None, small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tasks know each file's identity from the driver's index: a tar rewritten (same
+    size, other bytes) before the dataset is read is "changed since it was indexed", not
+    read as it now is."""
+    pytest.importorskip("aiohttp")
+    from remote_servers import RangeServer
+
+    monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "served"
+    shutil.copytree(small_corpus, folder)
+    with RangeServer(folder) as server:
+        dataset = owt_ray.read_openwebtext(server.url + "/", storage_options={})
+        tar = sorted(folder.glob("*.tar"))[0]
+        start, size = member_offset(tar, "openwebtext/urlsf_subset00-1_data.xz")
+        damage(tar, start + size // 2, b"\xff" * 8)  # inside the first member's xz stream
+        os.utime(tar, ns=(1, 1))  # another Last-Modified and ETag
+        with pytest.raises(CorpusError, match="changed since it was indexed"):
+            dataset.take_all()
+
+
 def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) -> None:
     """Ctrl-C (SIGINT to the whole group) once some slices are done: exit 130, nothing left
     running, finished slices and checkpoints kept; the same command again finishes them into
