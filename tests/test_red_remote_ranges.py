@@ -133,6 +133,24 @@ def test_a_size_stated_by_a_read_other_than_the_indexed_one_fails_the_member(
         assert f"holds {size} bytes, not the {size + 512} indexed" in str(info.value)
 
 
+def test_a_file_cut_short_past_a_member_s_start_is_said_changed(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """A server that sends no validators answers a range past the file's end with 416: that
+    is the file changed since it was indexed, and the size its Content-Range states."""
+    root = tmp_path / "served"
+    root.mkdir()
+    (root / "urlsf_subset00.tar").write_bytes((small_corpus / "urlsf_subset00.tar").read_bytes())
+    with RangeServer(root) as server:
+        server.misbehave.validators = False
+        corpus = Corpus.open(server.url + "/")
+        size = (root / "urlsf_subset00.tar").stat().st_size
+        (root / "urlsf_subset00.tar").write_bytes(bytes(100))  # before the first member's data
+        with pytest.raises(OWTError, match="changed since it was indexed") as info:
+            texts(corpus, seed=0, workers=0)
+    assert f"holds 100 bytes, not the {size} indexed" in str(info.value)
+
+
 class _S3Proxy(Loopback):
     """A proxy in front of moto's S3: ``head_delta`` added to every HEAD's Content-Length;
     the next ``resets`` ranged GETs reset, the next ``stalls`` ones stall until it closes;

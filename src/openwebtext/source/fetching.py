@@ -181,6 +181,9 @@ async def _answer(response: Any, url: str, start: int, end: int, known: FileInfo
         raise FileNotFoundError(url)
     if status == 412:
         raise Fatal(CHANGED)
+    if status == 416:  # not one byte of a range that was in the file when it was indexed
+        stated = resized(known, content_range(response.headers.get("Content-Range"))[1])
+        raise Fatal(stated or f"{CHANGED}: the server holds no byte from {start} on (HTTP 416)")
     if status >= 400:
         raise HTTPStatus(status, response.headers.get("Retry-After"))
     if not same_file(known, response.headers.get("ETag"), response.headers.get("Last-Modified")):
