@@ -105,7 +105,7 @@ class MixtureBatches(Closing, Generic[Item]):
             at += 1
         elif saved.row and not documents.replays:  # the window under way (none dealt left:
             at += sum(saved.window_parts or ())  # a dealt one's are not the rank's turns)
-        changes = (*documents.changes, Change(at, values))
+        changes = _pending((*documents.changes, Change(at, values)), documents.handed)
         changed = replace(saved, documents=replace(documents, changes=changes))
         # ``take`` ends where it would have: its documents before the state are read.
         read = _counted_from(saved) - self._first
@@ -154,6 +154,22 @@ class MixtureBatches(Closing, Generic[Item]):
         """Stop the workers now: the batches end here. Safe to call twice."""
         self._closed = True
         self._batches.close()
+
+
+def _pending(changes: tuple[Change, ...], handed: int) -> tuple[Change, ...]:
+    """``changes`` (in order) without those a later one makes moot: a change applies at the
+    rank's first own turn at or after its ``at`` (none before ``handed``, the documents the
+    state had handed out), and every change due there is applied in order, each counting the
+    proportions afresh; so only the last due at a position is ever in force. The state then
+    holds one change a position at most, and never more than can still take effect, however
+    often a loop calls ``set_weights`` (at every batch, the same best-fit window or cut
+    document many times over): the batches are the same as with them all."""
+    kept: list[Change] = []
+    for change in changes:
+        while kept and max(kept[-1].at, handed) >= max(change.at, handed):
+            kept.pop()  # (due where this one is, or after it: never in force)
+        kept.append(change)
+    return tuple(kept)
 
 
 def _counted_from(state: BatchesState) -> int:

@@ -125,12 +125,9 @@ class _ShardedDataset(IterableDataset[T]):
         options = self.shard_options()
         # Counted already, unless ``torch.distributed`` was initialised after the dataset was
         # built (then even sharding was not known to be needed): count once per process.
-        state = self._state
-        if self._shares is not None:  # resharded: this worker's share, in the first pass only
-            state = self._take_share() or state
         self.corpus = _counted(self.corpus, options)
         try:
-            running = self._start(options, state)
+            running = self._start(options, self._next_start())
         except StateError as exc:
             if not {"rank", "world_size"} & set(exc.resume_with):
                 raise
@@ -140,24 +137,39 @@ class _ShardedDataset(IterableDataset[T]):
                 "world size, or reshard it (reshard_loader_states, then load_resharded)",
                 exc.field, exc.resume_with,
             ) from None
-        self._running, self._state = running, None
+        self._started()
+        self._running = running
         return self._items(running)
 
-    def _take_share(self) -> dict[str, Any] | None:
-        """This worker's resharded state, the first time it starts a pass (else None).
+    def _next_start(self) -> dict[str, Any] | None:
+        """The state the next pass of this process starts from (None: the epoch's start):
+        this worker's resharded share, in the first pass only, else the state loaded."""
+        if self._shares is not None:  # resharded
+            assert self._taken is not None
+            info = get_worker_info()
+            k = 0 if info is None else info.id
+            if k < len(self._taken) and not self._taken[k]:
+                return self._shares[k]
+        return self._state
+
+    def _started(self) -> None:
+        """A pass started from ``_next_start()`` (or a state loaded in its place): neither
+        starts another.
 
         DataLoader workers get copies of this dataset for every pass, so forgetting the shares
         in a worker does not reach the next pass's workers: the flags are shared memory,
         which forked (or spawned) workers of every pass see, one per worker.
         """
-        assert self._shares is not None and self._taken is not None
+        self._state = None
+        if self._shares is None:
+            return
+        assert self._taken is not None
         info = get_worker_info()
         k = 0 if info is None else info.id
-        shares, self._shares = self._shares, None if info is None else self._shares
-        if k >= len(self._taken) or self._taken[k]:
-            return None
-        self._taken[k] = 1
-        return shares[k]
+        if k < len(self._taken):
+            self._taken[k] = 1
+        if info is None:
+            self._shares = None
 
     def _stop(self) -> None:
         if self._running is not None:
@@ -170,10 +182,12 @@ class _ShardedDataset(IterableDataset[T]):
         self._count()
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this share of the stream is (or will start, before iteration)."""
+        """Where this share of the stream is (or will start, before iteration: the state
+        loaded, or this worker's resharded share; ``{}``, the epoch's start)."""
         if self._running is not None:
             return self._running.state_dict()
-        return dict(self._state) if self._state is not None else {}
+        start = self._next_start()
+        return dict(start) if start is not None else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Start the next iteration where ``state`` was taken (the running one, if any, stops).
@@ -187,6 +201,7 @@ class _ShardedDataset(IterableDataset[T]):
         if not fresh:
             (kind_of(state) or DocumentState).from_json(state)
         self._stop()
+        self._started()  # (a resharded share not begun: this state goes on in its place)
         self._state = None if fresh else state
 
     def load_resharded(self, states: Sequence[dict[str, Any]]) -> None:
@@ -200,6 +215,7 @@ class _ShardedDataset(IterableDataset[T]):
             raise StateError("no resharded states: give this rank's item of "
                              "reshard_loader_states (one state per DataLoader worker)")  # fmt: skip
         self._stop()
+        self._state = None  # (a state loaded before: this share goes on in its place)
         self._shares = list(states)
         self._taken = multiprocessing.RawArray("b", len(self._shares))
         # The rest of the resharded epoch is cut with the counts: counted here, once.
