@@ -4,7 +4,8 @@ test failed before its fix:
 - ``MixtureBatches.set_weights`` added a change to the state at every call, although all but
   the last at a position are never in force: 40 calls while one best-fit window was handed
   out left 40 changes at its end, and the state grew without bound (``stream/mixbatches.py``,
-  ``_pending``);
+  ``_pending``), and so did ``MixtureIterator.set_weights`` between two documents
+  (``stream/mixed.py``, ``MixedStream.set_weights``);
 - ``state_dict()`` of a dataset of ``openwebtext.torch`` right after ``load_resharded`` was
   ``{}``, so a checkpoint taken then started the epoch again; and a state loaded after
   ``load_resharded`` was not where the next pass started (``torch/datasets.py``).
@@ -80,6 +81,28 @@ def test_set_weights_called_while_one_window_is_handed_out_leaves_one_change(
         assert same([copied(next(it)) for _ in range(30)], after)
     with batches(json.loads(json.dumps(state))) as it:
         assert same([copied(next(it)) for _ in range(30)], after)
+
+
+def test_the_document_iterator_s_set_weights_between_two_documents_leaves_one_change(
+    parts: dict[str, str],
+) -> None:
+    """``MixtureIterator.set_weights`` called 40 times between two documents left 40 changes
+    in the state (``MixedStream.set_weights``); now the last, and the documents after it are
+    those of one call with the last weights, live and resumed from the state."""
+    names: list[list[str]] = []
+    states = []
+    for calls in (WEIGHTS * 13 + WEIGHTS[:1], WEIGHTS[:1]):  # 40 calls, or the last alone
+        with Loader(Mixture(parts, WEIGHTS[1]), workers=0, seed=0, epochs=None).iter() as it:
+            first = [next(it).name for _ in range(5)]
+            for weights in calls:
+                it.set_weights(weights)
+            states.append(json.loads(json.dumps(it.state_dict())))
+            names.append(first + [next(it).name for _ in range(40)])
+    assert len(states[0]["changes"]) == 1 and states[0] == states[1]
+    assert names[0] == names[1]
+    loader = Loader(Mixture(parts, WEIGHTS[1]), workers=0, seed=0, epochs=None)
+    with loader.iter(state=states[0]) as resumed:
+        assert [next(resumed).name for _ in range(40)] == names[0][5:]
 
 
 def test_set_weights_at_every_concat_batch_keeps_the_state_small(parts: dict[str, str]) -> None:

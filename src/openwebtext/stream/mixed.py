@@ -61,7 +61,10 @@ class _Part:
         """The epoch of the last document read (handed out or ahead), or of the next one at
         an epoch's end: once past the run's last epoch, the part has done its epochs (it goes
         on, repeated, meanwhile). A state knows it from the part's position (a document read
-        ahead is read again on resume)."""
+        ahead is read again on resume). It counts the stream's epoch ends, which may lag its
+        documents: a best-fit window dealt by a reshard reads its documents of the part's
+        next epochs in the rest of the first (``rest.Dealt``), and the epochs they were left
+        out of end with none (``ahead`` reads on past them)."""
 
     def peek(self, stop_at_end: bool = False) -> Any:
         """The part's next document (read ahead once); with ``stop_at_end``, None at the end
@@ -82,6 +85,17 @@ class _Part:
                     return None
                 self.head = None
         return self.head
+
+    def ahead(self, last: int | None) -> Any:
+        """The part's next document, read ahead; None at an epoch's end once the run's
+        epochs (up to ``last``) are done, the next one not read. Every other epoch end is
+        read past, one at a time: an epoch a reshard's dealt window read ahead of the stream
+        (``seen``) ends with no document, so that one read on may be at the run's end too."""
+        head = self.peek(stop_at_end=last is not None)
+        while head is None and last is not None and self.seen < last:
+            self.head = None  # (past this epoch end, to the next document or epoch end)
+            head = self.peek(stop_at_end=True)
+        return head
 
     def mark(self) -> Mark:
         """The stream's mark after the last document the part handed out."""
@@ -169,6 +183,10 @@ class MixedStream:
         """New weights from the next document the mixture chooses on (the proportions count
         from there): recorded as a change at that position, so a resume applies it there."""
         values = self.mixture.weights_of(weights, "set_weights")
+        # Every change not applied yet would apply here or later, and this one is the last
+        # word from here on: none of them would ever be in force (a loop that calls between
+        # two documents leaves one change in the state, not one a call).
+        del self.changes[self.applied :]
         self.changes.append(Change(self.handed, values))
 
     def _due(self) -> bool:
@@ -317,7 +335,7 @@ class MixedStream:
             live: list[_Part] = held[1]
             if tokens:
                 for p in live:  # a part at an epoch's end says so before reading on
-                    p.peek(stop_at_end=True)
+                    p.ahead(last)
                 if last is not None and all(p.seen >= last for p in live):
                     return None  # every part of positive weight handed out the run's epochs
                 sizes = [
@@ -328,11 +346,11 @@ class MixedStream:
             else:
                 part = interleave.choose(sizes if tokens else None)
             chosen = parts[part]
-            head = chosen.peek(stop_at_end=True)  # None: at its epoch's end
+            head = chosen.ahead(last)  # None: at an epoch's end, the run's epochs done
             if last is not None and chosen.seen >= last:
                 for p in live:  # has every part done the run's epochs? (else read ahead)
                     if p.seen < last:
-                        p.peek(stop_at_end=True)
+                        p.ahead(last)
                         if p.seen < last:
                             break
                 else:

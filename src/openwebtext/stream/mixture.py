@@ -256,10 +256,15 @@ def reshard(
     if isinstance(states, str | bytes | Mapping) or not isinstance(states, Iterable):
         raise TypeError(f"states must be a list of every rank's state_dict(), not {states!r}")
     states = list(states)  # (a generator: read once)
+    if not countable(world_size, 1):  # (first, as ``resharding.reshard`` checks it)
+        raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
+                         f"{world_size!r}")  # fmt: skip
+    for k, given in enumerate(states):  # each a state first, whatever the others are
+        _check_is_state(k, given)
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):
         return reshard_stream(states, world_size, even=even)
-    if not all(mixtures):
+    if any(_of_corpus(s) for s in states):  # (documents of no state: decoded, said below)
         raise StateError("states of a mixture and of a single corpus cannot be resharded together")
     if len({_batches(s) for s in states}) > 1:
         raise StateError("states of a mixture's documents and of its batches given together")
@@ -329,7 +334,8 @@ def _reshard_best_fit(
     (``window_parts``); the new rank each window is dealt to (round robin, as every part deals
     it) replays the old rank's turns from the window's start (``Replay``), so that it packs
     the same documents in the same order into the same rows and hands out those not handed
-    out. Its own turns start after them, with the weights old rank 0 had."""
+    out. Its own turns start after them, where old rank 0's would after the window of its own
+    it had begun (``_after_window``: its position and the weights in force there)."""
     ranks = [next(iter(m.parts.values())).config.rank for m in parsed]
     order = sorted(range(len(batches)), key=ranks.__getitem__)
     batches, parsed = [batches[k] for k in order], [parsed[k] for k in order]
@@ -362,19 +368,78 @@ def _reshard_best_fit(
         except StateError as exc:  # (as concat's: its field, the part's in the batches state)
             raise exc.within(f"documents.parts.{name}", f"the mixture's part {name!r}: ") from None
     first = parsed[0]
+    handed, weights, changes = _after_window(batches[0], first)
     out = []
     for rank in range(world):
-        each = {name: DocumentState.from_json(new_parts[name][rank]["documents"]) for name in names}
+        each = {name: _left_out(DocumentState.from_json(new_parts[name][rank]["documents"]),
+                                [m.parts[name] for m in parsed]) for name in names}  # fmt: skip
         dealt = tuple(replays[rank::world])
-        state = MixtureState(first.config, each, first.handed, first.weights,
-                             (0,) * len(names), first.changes, replays=dealt or UNSET)  # fmt: skip
+        state = MixtureState(first.config, each, handed, weights, (0,) * len(names), changes,
+                             replays=dealt or UNSET)  # fmt: skip
         like = BatchesState.from_json(new_parts[names[0]][rank])  # (its window number: past all)
         out.append(replace(like, documents=state, window_epoch=batches[0].window_epoch).to_json())
     return out
 
 
+def _after_window(
+    batches: BatchesState, mixture: MixtureState
+) -> tuple[int, tuple[float, ...], tuple[Change, ...]]:
+    """Where old rank 0 is after the best-fit window of its own it had begun (its state is at
+    the window's start; the window's documents were its turns, handed out by the new rank it
+    is dealt to): the documents it has handed out, the weights in force before the next one
+    (the schedule's steps and the changes due inside the window applied; one due there is
+    applied by the new ranks) and the changes not applied. The new ranks' own turns start
+    there, as the old rank's would (a window dealt to it is an older rank's turns, not its)."""
+    handed, weights, changes = mixture.handed, mixture.weights, mixture.changes
+    if mixture.replays or not batches.row:
+        return handed, weights, changes
+    end = handed + sum(batches.window_parts or ())
+    steps = [(c.at, 0, c.weights) for c in mixture.config.schedule if handed <= c.at < end]
+    due = [(max(c.at, handed), 1, c.weights) for c in changes if c.at < end]
+    events = sorted(steps + due, key=lambda e: e[:2])  # (at one position: step, then changes)
+    if events:
+        weights = events[-1][2]
+    return end, weights, tuple(c for c in changes if c.at >= end)
+
+
+def _left_out(state: DocumentState, old: Sequence[DocumentState]) -> DocumentState:
+    """A part's new ``state`` whose epoch was, on the old ranks, a rest that only leaves out
+    the documents of windows a crossing carried into it (``Reshard.dealt``: they were handed
+    out in an earlier epoch's rest), resharded again: still so (a level's shares never held
+    them), though a section resharded leaves its old ranks' say (``Reshard.base``)."""
+    section = state.reshard
+    if section is None or not any(
+        d.reshard is not None and d.reshard.dealt and d.position.epoch == section.epoch
+        for d in old
+    ):
+        return state
+    return replace(state, reshard=replace(section, dealt=True))
+
+
+def _check_is_state(k: int, state: Any) -> None:
+    """State ``k`` given to ``reshard`` is a state (of documents or batches), checked before
+    the kinds are compared, as ``resharding.parse_batches`` says it (a batches state's
+    documents are decoded with it: their error names their field).
+
+    Raises:
+        StateError: naming the state (``field``: ``format``, when it has one of no state).
+    """
+    if not isinstance(state, Mapping):
+        raise StateError(f"state {k} is {type(state).__name__}, not a state")
+    if kind_of(state) is None:
+        found = state.get("format")
+        raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
+                         field="format")  # fmt: skip
+
+
 def _batches(state: Mapping[str, Any]) -> bool:
     return kind_of(state) is BatchesState
+
+
+def _of_corpus(state: Mapping[str, Any]) -> bool:
+    """A single corpus's state, or the state of its batches."""
+    inner = state.get("documents") if _batches(state) else state
+    return kind_of(inner) is DocumentState
 
 
 def _is_mixture(state: Any) -> bool:

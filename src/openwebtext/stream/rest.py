@@ -173,6 +173,8 @@ class Rest:
                 if old.cut:
                     mid[at] = old.cut
             at += remaining
+        if section.dealt and section.levels:  # resharded again: the old ranks' windows were
+            windows = []  # handed out in an earlier epoch's rest, in no level's share (``_dealt``)
         # Each level: the shares of a reshard, minus what their ranks handed out.
         for level in section.levels:
             joined: list[Span] = []
