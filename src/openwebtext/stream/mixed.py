@@ -183,10 +183,7 @@ class MixedStream:
         """New weights from the next document the mixture chooses on (the proportions count
         from there): recorded as a change at that position, so a resume applies it there."""
         values = self.mixture.weights_of(weights, "set_weights")
-        # Every change not applied yet would apply here or later, and this one is the last
-        # word from here on: none of them would ever be in force (a loop that calls between
-        # two documents leaves one change in the state, not one a call).
-        del self.changes[self.applied :]
+        del self.changes[self.applied :]  # (they apply here or later: never in force)
         self.changes.append(Change(self.handed, values))
 
     def _due(self) -> bool:
