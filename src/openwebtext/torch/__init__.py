@@ -20,6 +20,11 @@ Install from the clone with ``pip install -e '.[torch]'``.
 - ``state_dict()`` / ``load_state_dict()`` follow the protocol of
   ``torchdata.stateful_dataloader.StatefulDataLoader``, which calls them in each
   worker, so a training loop checkpoints and resumes exactly.
+- Every ``iter(dataset)`` is a pass of its own, which no other pass ends (with
+  ``num_workers=0``, a peek or an eval pass inside a loop leaves the loop's pass going on);
+  ``state_dict()`` is the pass started last's. A pass's workers stop when it runs out, fails,
+  is closed or is dropped; after an error, its ``next()`` says so (RuntimeError), as
+  ``Loader.iter``'s does. ``set_epoch`` reaches persistent DataLoader workers too.
 - Another world size or ``num_workers`` (``reshard_loader_states``): gather every rank's
   ``StatefulDataLoader.state_dict()`` (``torch.distributed.all_gather_object``), reshard the
   shares' dataset states for the new ranks x workers, and give each new rank its own with

@@ -4,9 +4,10 @@ sharding, ``StatefulDataLoader`` states, resharding them), and ``same_steps``.""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.context
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar, cast
 
@@ -58,15 +59,78 @@ CorpusLike = Corpus | Mixture | str | os.PathLike[str] | Sequence[str | os.PathL
 
 
 class _Running(Protocol):
+    def __iter__(self) -> Iterator[Any]: ...
+    def __next__(self) -> Any: ...
     def state_dict(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
+
+
+class _Pass(Iterator[T]):
+    """One pass over a dataset (what ``iter(dataset)`` returns), with its own running iterator
+    and workers, whatever other passes of the dataset do: with ``num_workers=0`` every
+    DataLoader iterator is a pass of the one dataset, and a second one (a peek, an eval pass)
+    leaves the first going on, as a plain ``IterableDataset``'s generators do. Its workers
+    stop when it runs out, fails, is closed or is collected. After an error inside ``next()``
+    (a corrupt member) ``next()`` raises the running iterator's RuntimeError, as
+    ``Loader.iter``'s and ``Loader.batches``' do: never a silent end of the epoch."""
+
+    def __init__(self, running: _Running, item: Callable[[Any], T] | None = None) -> None:
+        self._running = running
+        self._item = item
+        self._next: Iterator[Any] = iter(running)  # (documents: the generator itself)
+
+    def __iter__(self) -> _Pass[T]:
+        return self
+
+    def __next__(self) -> T:
+        try:
+            got = next(self._next)
+        except BaseException:  # it ended: from now on the running iterator says how
+            self._next = self._running  # (RuntimeError after a failure, else StopIteration)
+            self.close()
+            raise
+        return got if self._item is None else self._item(got)
+
+    def close(self) -> None:
+        """Stop this pass's workers now: it ends here. Safe to call twice."""
+        self._running.close()
+
+    def __del__(self) -> None:
+        if hasattr(self, "_running"):  # (its __init__ ran)
+            self.close()
+
+
+class _SharedEpoch:
+    """The epoch a dataset's next pass reads, in shared memory: ``set_epoch`` in the main
+    process reaches DataLoader workers that persist across passes (``persistent_workers``),
+    forked or spawned (pickled as the shared value while a process is spawned, as the
+    ``load_resharded`` flags are). Pickled otherwise (a copy of the dataset), it is a value
+    of its own."""
+
+    def __init__(self, epoch: int, shared: Any = None) -> None:
+        self._shared = multiprocessing.RawValue("q", epoch) if shared is None else shared
+
+    @property
+    def value(self) -> int:
+        return int(self._shared.value)
+
+    @value.setter
+    def value(self, epoch: int) -> None:
+        self._shared.value = epoch
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if multiprocessing.context.get_spawning_popen() is not None:
+            return (_SharedEpoch, (0, self._shared))
+        return (_SharedEpoch, (self.value,))
 
 
 class _ShardedDataset(IterableDataset[T]):
     """What both datasets share: the corpus and options, sharding, and the saved state.
 
     A subclass says how to start its running iterator from options and a state
-    (``_start``) and what to yield from it (``_items``).
+    (``_start``) and what to yield from it (``_pass``). Every ``iter()`` is a pass of its own
+    (``_Pass``); ``state_dict()`` is the most recently started pass's (with ``num_workers=0``
+    what ``StatefulDataLoader.state_dict()`` asks for: its latest iterator's).
     """
 
     def __init__(self, corpus: CorpusLike, options: Options | None, overrides: dict[str, Any]):
@@ -78,7 +142,8 @@ class _ShardedDataset(IterableDataset[T]):
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
         self._taken: Any = None  # which workers started from their share (shared memory)
-        self._running: _Running | None = None
+        self._epoch = _SharedEpoch(self.options.epoch)  # (what persistent workers read)
+        self._running: _Running | None = None  # the latest pass's (its state_dict())
         self._count()
 
     def _rank_options(self) -> Options:
@@ -90,7 +155,8 @@ class _ShardedDataset(IterableDataset[T]):
         # Equal counts matter across training ranks; DataLoader workers of one
         # rank are merged again, so they need no evening out.
         even = opts.even if world > 1 else None
-        return replace(opts, rank=rank, world_size=world, even=even)
+        epoch = self._epoch.value  # (set_epoch's, in this worker too)
+        return replace(opts, rank=rank, world_size=world, even=even, epoch=epoch)
 
     def shard_options(self) -> Options:
         """The options of this process's share: distributed rank, then DataLoader worker."""
@@ -117,11 +183,11 @@ class _ShardedDataset(IterableDataset[T]):
     def _start(self, options: Options, state: dict[str, Any] | None) -> Any:
         raise NotImplementedError
 
-    def _items(self, running: Any) -> Iterator[T]:
+    def _pass(self, running: Any) -> _Pass[T]:
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[T]:
-        self._stop()
+        # (a pass running goes on: its own workers, ended by itself, never by this one)
         options = self.shard_options()
         # Counted already, unless ``torch.distributed`` was initialised after the dataset was
         # built (then even sharding was not known to be needed): count once per process.
@@ -139,7 +205,7 @@ class _ShardedDataset(IterableDataset[T]):
             ) from None
         self._started()
         self._running = running
-        return self._items(running)
+        return self._pass(running)
 
     def _next_start(self) -> dict[str, Any] | None:
         """The state the next pass of this process starts from (None: the epoch's start):
@@ -171,26 +237,26 @@ class _ShardedDataset(IterableDataset[T]):
         if info is None:
             self._shares = None
 
-    def _stop(self) -> None:
-        if self._running is not None:
-            self._running.close()
-            self._running = None
-
     def set_epoch(self, epoch: int) -> None:
-        """Read ``epoch``'s order next time (as ``DistributedSampler.set_epoch``)."""
+        """Read ``epoch``'s order next time (as ``DistributedSampler.set_epoch``), in
+        persistent DataLoader workers too."""
         self.options = replace(self.options, epoch=epoch)
+        self._epoch.value = self.options.epoch
         self._count()
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this share of the stream is (or will start, before iteration: the state
-        loaded, or this worker's resharded share; ``{}``, the epoch's start)."""
+        """Where this share of the stream is: in the pass started last (another pass still
+        running has its own), or where the next one will start (before iteration, or after a
+        load: the state loaded, or this worker's resharded share; ``{}``, the epoch's
+        start)."""
         if self._running is not None:
             return self._running.state_dict()
         start = self._next_start()
         return dict(start) if start is not None else {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Start the next iteration where ``state`` was taken (the running one, if any, stops).
+        """Start the next iteration where ``state`` was taken (a pass already running goes on,
+        until it ends or is dropped).
 
         Raises:
             StateError: ``state`` is not a state (the first bad field named), here where it is
@@ -200,7 +266,7 @@ class _ShardedDataset(IterableDataset[T]):
         fresh = state is None or (isinstance(state, Mapping) and not state)  # (as state_dict())
         if not fresh:
             (kind_of(state) or DocumentState).from_json(state)
-        self._stop()
+        self._running = None  # (state_dict() is where the next pass starts)
         self._started()  # (a resharded share not begun: this state goes on in its place)
         self._state = None if fresh else state
 
@@ -214,7 +280,7 @@ class _ShardedDataset(IterableDataset[T]):
         if not states:
             raise StateError("no resharded states: give this rank's item of "
                              "reshard_loader_states (one state per DataLoader worker)")  # fmt: skip
-        self._stop()
+        self._running = None  # (a pass running goes on; state_dict() is the share's)
         self._state = None  # (a state loaded before: this share goes on in its place)
         self._shares = list(states)
         self._taken = multiprocessing.RawArray("b", len(self._shares))
@@ -247,8 +313,8 @@ class OpenWebTextDataset(_ShardedDataset[Document]):
     ) -> DocumentIterator | MixtureIterator:
         return Loader(self.corpus, options).iter(state=state)
 
-    def _items(self, running: DocumentIterator | MixtureIterator) -> Iterator[Document]:
-        return iter(running)
+    def _pass(self, running: DocumentIterator | MixtureIterator) -> _Pass[Document]:
+        return _Pass(running)
 
 
 class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
@@ -335,16 +401,15 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
             pad_id=self.pad_id,
         )
 
-    def _items(self, running: BatchIterator[Any]) -> Iterator[Any]:
-        try:
-            for batch in running:  # no copy: every batch is a fresh array
-                if isinstance(batch, PackedBatch):
-                    arrays = batch._asdict().items()
-                    yield {name: torch.from_numpy(a) for name, a in arrays if a is not None}
-                else:
-                    yield torch.from_numpy(batch)
-        finally:  # (the DataLoader's iterator dropped: the workers stop; the state stays)
-            running.close()
+    def _pass(self, running: BatchIterator[Any]) -> _Pass[Any]:
+        return _Pass(running, _tensors)
+
+
+def _tensors(batch: Any) -> Any:
+    """A batch as tensors (no copy: every batch is a fresh array)."""
+    if isinstance(batch, PackedBatch):
+        return {name: torch.from_numpy(a) for name, a in batch._asdict().items() if a is not None}
+    return torch.from_numpy(batch)
 
 
 def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:
