@@ -1,6 +1,7 @@
 """The only place that knows processes: reading one unit (``Reader``), the worker protocol
 (``tasks``), the pool options (``PoolOptions``), and the pools (``open_pool``): the parent side
-(``WorkerPool``), the child side (a worker's main loop) and the inline pool (``InlinePool``).
+(``WorkerPool``), the child side (a worker's main loop) and the inline pool (``InlinePool``);
+``Halt``: what ends a pool's waits on a thread from another thread (its close).
 
 Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 """
@@ -8,6 +9,7 @@ Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 from __future__ import annotations
 
 from openwebtext.engine.encode import encode_member, nanogpt_text
+from openwebtext.engine.halting import Halt, Halted, check_halt
 from openwebtext.engine.options import Lane, PoolOptions
 from openwebtext.engine.pool import LanePool, Pool, cpu_count, open_lanes, open_pool
 from openwebtext.engine.read import Reader
@@ -21,6 +23,8 @@ from openwebtext.engine.tasks import (
 
 __all__ = [
     "Done",
+    "Halt",
+    "Halted",
     "Lane",
     "LanePool",
     "Loaded",
@@ -29,6 +33,7 @@ __all__ = [
     "Reader",
     "Request",
     "State",
+    "check_halt",
     "cpu_count",
     "encode_member",
     "failed",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Generator, Iterable, Sequence
 
 from openwebtext.engine.child import LaneReaders, read_unit
+from openwebtext.engine.halting import check_halt
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
 from openwebtext.engine.tasks import Loaded, failure
 from openwebtext.records import Unit
@@ -44,6 +45,7 @@ class InlinePool:
         units = self.lanes.lanes[lane].units
         options = self.lanes.lanes[lane].options
         for unit in order:
+            check_halt()  # (a thread another closes stops between units)
             try:
                 member, payload, offsets, counts = read_unit(
                     self.readers.reader(lane), options.tokenizer, units[unit], options.normalise

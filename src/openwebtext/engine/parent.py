@@ -21,6 +21,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from openwebtext.engine.child import worker_main
+from openwebtext.engine.halting import halting_wait
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
 from openwebtext.engine.tasks import Done, Failed, Loaded, Request, Task, Tasks
 from openwebtext.errors import WorkerError
@@ -300,7 +301,7 @@ class WorkerPool:
         busy = [w for w in self._workers if w.inflight]
         now = time.monotonic()
         deadline = min((w.last_heard + self.options.timeout for w in busy), default=now + 1.0)
-        ready = self._selector.select(timeout=max(0.0, deadline - now))
+        ready = self._selector.select(timeout=halting_wait(max(0.0, deadline - now)))
         dead: dict[int, tuple[_Worker, str]] = {}
         for key, _ in ready:
             w, is_results = key.data

@@ -9,8 +9,10 @@ prefetch and torchdata's nodes do. ``start()`` starts the thread before the firs
 for, so that the workers start and the first batches are made while a checkpoint loads.
 
 The thread owns the source from its start to its end: it closes the source when the batches run
-out, when one raises (the error is raised to the consumer, after the batches before it), and when
-the consumer closes or drops the iterator.
+out, when one raises (the error is raised to the consumer, after the batches before it; a
+``next()`` after says so, never a silent end), and when the consumer closes or drops the
+iterator. A close ends the thread at once, even one waiting for a stuck worker: the thread's
+waits on the workers watch its ``Halt``, which the close sets (``engine.Halt``).
 
 ``Primed`` is the same idea for ``Loader.batches(...).start()`` itself, without a thread for the
 batches: the first runs of documents a packer needs are read on a thread (the workers started,
@@ -25,9 +27,18 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar
 
+from openwebtext.engine import Halt, check_halt
 from openwebtext.options import int_at_least
 from openwebtext.stream.schema import DocumentState, MixtureState
-from openwebtext.stream.source import AnyMark, Closing, DocumentSource, Run, WindowAhead
+from openwebtext.stream.source import (
+    AnyMark,
+    Closing,
+    DocumentSource,
+    Run,
+    WindowAhead,
+    failed_earlier,
+    failure,
+)
 from openwebtext.stream.state import Stats
 
 __all__ = ["Ahead", "Primed", "Stateful", "ahead"]
@@ -75,22 +86,27 @@ class Producer:
         self.move = move
         self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.stopping = threading.Event()
+        self.halt = Halt()  # set with ``stopping``: ends the thread's waits on workers at once
         self.thread = threading.Thread(target=self.run, name="openwebtext-ahead", daemon=True)
 
     def run(self) -> None:
         try:
-            batches = iter(self.source)
-            while not self.stopping.is_set():  # checked before reading on: a close reads no more
-                batch = next(batches, END)
-                if batch is END:
-                    self.put(END)
-                    return
-                state, stats = self.source.state_dict(), getattr(self.source, "stats", None)
-                self.put(Made(self.move(batch), state, stats))
-        except BaseException as error:  # handed to the consumer, raised there
+            with self.halt.watching():
+                self.read()
+        except BaseException as error:  # handed to the consumer, raised there (not once stopping)
             self.put(Failed(error))
         finally:
             close_source(self.source)
+
+    def read(self) -> None:
+        batches = iter(self.source)
+        while not self.stopping.is_set():  # checked before reading on: a close reads no more
+            batch = next(batches, END)
+            if batch is END:
+                self.put(END)
+                return
+            state, stats = self.source.state_dict(), getattr(self.source, "stats", None)
+            self.put(Made(self.move(batch), state, stats))
 
     def put(self, item: Any) -> bool:
         """Queue ``item``, waiting for room; False if the stage is stopping."""
@@ -103,8 +119,10 @@ class Producer:
         return False
 
     def stop(self) -> None:
-        """Ask the thread to end, and wait until it has (it closes the source)."""
+        """Ask the thread to end, and wait until it has (it closes the source): a wait for
+        the workers it is in ends at once (``Halt``)."""
         self.stopping.set()
+        self.halt.set()
         if self.thread.ident is None:
             close_source(self.source)
             return
@@ -161,6 +179,7 @@ class Ahead(Closing):
         self._state: dict[str, Any] | None = None  # after the last batch handed out
         self._stats: Any = None  # (its stats)
         self._ended = False
+        self._failed = ""  # the error a next() raised, the stage's end: a next() after says so
         self._starting = threading.Lock()
 
     def start(self: A) -> A:
@@ -177,17 +196,24 @@ class Ahead(Closing):
         return self
 
     def __next__(self) -> Any:
+        if self._failed:
+            raise failed_earlier(self._failed)
         if self._ended:
             raise StopIteration
         self.start()
         item = self._wait()
-        if isinstance(item, Failed):
-            self.close()
-            raise item.error
         if item is END:
-            self.close()
+            if not self._ended:  # (else another thread closes the stage: it waits for the thread)
+                self.close()
             raise StopIteration
-        batch = self._receive(item.batch)
+        try:
+            if isinstance(item, Failed):
+                raise item.error
+            batch = self._receive(item.batch)
+        except BaseException as exc:  # the stage ends here: the batch is lost with it
+            self._failed = failure(exc) or type(exc).__name__
+            self.close()
+            raise
         self._state, self._stats = item.state, item.stats
         return batch
 
@@ -198,11 +224,14 @@ class Ahead(Closing):
         while True:
             producer = self._producer
             try:
-                return producer.ready.get(timeout=POLL)
+                item = producer.ready.get(timeout=POLL)
             except queue.Empty:
                 if self._ended:
                     return END
+                check_halt()  # (this thread reads for a stage another thread closes)
                 self.start()  # (a producer set_weights made meanwhile)
+                continue
+            return END if self._ended else item  # (closed meanwhile: it has ended)
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """New weights of a mixture's batches (``MixtureBatches.set_weights``) from the
@@ -244,10 +273,21 @@ class Ahead(Closing):
     @property
     def stats(self) -> Any:
         """The source's ``stats`` (``Loader.batches``') after the last batch handed out, as its
-        state: the batches made ahead are not in them (before the first: the source's)."""
-        if self._stats is None:
+        state: the batches made ahead are not in them (before the first: the source's).
+
+        Raises:
+            AttributeError: the source has no ``stats`` (e.g. a ``StatefulDataLoader``): nor
+                has the stage (``hasattr(stage, "stats")`` is False).
+        """
+        if self._stats is not None:
+            return self._stats
+        try:
             return self._source.stats  # type: ignore[attr-defined]
-        return self._stats
+        except AttributeError:
+            if hasattr(type(self._source), "stats"):
+                raise  # (the source's own property failed)
+        raise AttributeError(f"the batches made ahead have no stats: their source, a "
+                             f"{type(self._source).__name__}, has none")  # fmt: skip
 
     def close(self) -> None:
         """Stop the thread and the source now. Safe to call twice."""
@@ -256,8 +296,9 @@ class Ahead(Closing):
 
     def __del__(self) -> None:
         producer = getattr(self, "_producer", None)  # None: __init__ refused its arguments
-        if producer is not None:
-            producer.stopping.set()  # an abandoned iterator: the thread closes the source
+        if producer is not None:  # an abandoned iterator: the thread closes the source
+            producer.stopping.set()
+            producer.halt.set()
 
 
 def ahead(batches: Stateful, depth: int = 2) -> Ahead:
@@ -282,7 +323,8 @@ class Primed:
 
     The thread is the only one to touch the stream until it ends; every method but
     ``windows_ahead`` waits for it first. Until the packer has taken the runs read ahead, the
-    stream's ``mark()`` is the one before them.
+    stream's ``mark()`` is the one before them. ``close`` ends the thread at once, even one
+    waiting for a stuck worker (its ``Halt``); the state stays the one before the runs it read.
     """
 
     def __init__(
@@ -293,6 +335,7 @@ class Primed:
         self._runs: list[Run] = []
         self._error: BaseException | None = None
         self._ended = False
+        self._halt = Halt()  # set by ``close``: the thread's waits on workers end at once
         self._thread = threading.Thread(
             target=self._read, args=(until_documents, until_ids), name="openwebtext-start",
             daemon=True,
@@ -302,18 +345,23 @@ class Primed:
     def _read(self, documents: int, ids: int) -> None:
         read = count = 0
         try:
-            while read < documents and count < ids:
-                run = self._docs.next_run(self._in_order)
-                self._runs.append(run)
-                read, count = read + len(run), count + int(run.lengths.sum())
+            with self._halt.watching():
+                while read < documents and count < ids:
+                    run = self._docs.next_run(self._in_order)
+                    self._runs.append(run)
+                    read, count = read + len(run), count + int(run.lengths.sum())
         except StopIteration:
             self._ended = True
         except BaseException as error:  # raised where the packer asks for the next run
             self._error = error
 
-    def _wait(self) -> None:
-        if self._thread.is_alive():
-            self._thread.join()
+    def _wait(self, halting: bool = True) -> None:
+        """Until the thread has ended (``halting``: or the calling thread is halted, e.g.
+        ``ahead``'s reading a stage closed meanwhile: ``Halted``)."""
+        while self._thread.is_alive():
+            self._thread.join(POLL)
+            if halting:
+                check_halt()
 
     def next_run(self, in_order: bool = False) -> Run:
         self._wait()
@@ -347,5 +395,6 @@ class Primed:
         return self._docs.stats
 
     def close(self) -> None:
-        self._wait()
+        self._halt.set()
+        self._wait(halting=False)  # (a close goes through)
         self._docs.close()

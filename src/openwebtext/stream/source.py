@@ -32,6 +32,7 @@ __all__ = [
     "TokenRun",
     "WindowAhead",
     "copied",
+    "failed_earlier",
     "failure",
 ]
 
@@ -173,8 +174,7 @@ class Packer(Closing):
 
     def __next__(self) -> Any:
         if self._failed:
-            raise RuntimeError(f"the batches failed inside an earlier next() ({self._failed}); "
-                               "go on from their state_dict(): after the last batch handed out")
+            raise failed_earlier(self._failed)
         if self._closed:
             raise StopIteration
         saved = {name: getattr(self, name) for name in self._KEPT}
@@ -210,6 +210,13 @@ def failure(exc: BaseException) -> str:
     if isinstance(exc, GeneratorExit):
         return ""
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def failed_earlier(failed: str) -> RuntimeError:
+    """What ``next`` raises after batches failed inside an earlier ``next`` (``failed``, as
+    ``failure`` says it): never a silent end (``Packer``, ``Ahead``)."""
+    return RuntimeError(f"the batches failed inside an earlier next() ({failed}); go on from "
+                        "their state_dict(): after the last batch handed out")  # fmt: skip
 
 
 class Failing(Protocol):
