@@ -5,7 +5,9 @@ left out under the skip policy (``policy.SkipPolicy``)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
+import pickle
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,6 +75,18 @@ def _rebuild_log(actor: Any) -> SkipLog:
     return log
 
 
+#: This process's one copy of each storage the tasks were pickled with, by its pickle: Ray
+#: unpickles the read function for every task, and what a process makes for a storage (its
+#: filesystems and clients, its Hub resolutions: ``source.PerStorage``) is kept per copy, so
+#: each task would make its own (a Hub lookup per member, against the Hub's rate limit).
+_COPIES: dict[bytes, Storage] = {}
+
+
+def _one_copy(storage: Storage) -> Storage:
+    key = hashlib.blake2b(pickle.dumps(storage), digest_size=16).digest()
+    return _COPIES.setdefault(key, storage)
+
+
 @dataclasses.dataclass(frozen=True)
 class _ReadGroup:
     """The map_batches function: reads the groups of units named by its input rows."""
@@ -105,7 +119,7 @@ class _ReadGroup:
         try:
             for group in map(int, batch["group"]):
                 before = len(columns["name"])
-                storage = self.storages[group]
+                storage = _one_copy(self.storages[group])
                 if id(storage) not in readers:  # texts: the UTF-8 check decodes each document
                     readers[id(storage)] = Reader(self.max_member_bytes, self.max_document_bytes,
                                                   storage=storage, texts=True)  # fmt: skip
