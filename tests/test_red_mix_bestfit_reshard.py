@@ -137,14 +137,15 @@ def test_own_turns_after_a_dealt_window_start_where_its_old_rank_would(
 @pytest.mark.parametrize(
     ("worlds", "stops"),
     [((3, 1, 4), ((1, 2, 3), (3,))), ((3, 1, 2), ((1, 2, 3), (3,))),
-     ((3, 1, 1), ((1, 2, 3), (3,)))],
+     ((3, 1, 1), ((1, 2, 3), (3,))), ((3, 1, 1), ((1, 2, 3), (2,)))],
 )  # fmt: skip
 def test_resharded_twice_no_document_is_lost(
     three: dict[str, str], worlds: tuple[int, ...], stops: tuple[tuple[int, ...], ...]
 ) -> None:
     """3 parts under a weight schedule and a shape schedule, best-fit windows of 8, resharded
     twice (3 -> 1 -> N): part p (positive weight to the end, 2 epochs) has each document handed
-    out exactly twice over every rank of every world, and each rank of the last world counts
+    out exactly twice over every rank of every world, small part t's as evenly (its weight 0
+    from document 40 on: as many times each, or one more), and each rank of the last world counts
     (``stats.parts``) the documents of its batches plus those of the rows of its first dealt
     window handed out before. (Pinned: small part t's epoch whose rest only leaves out the
     documents a window crossing into it carried (``Reshard.dealt``) stays so when resharded
@@ -169,6 +170,8 @@ def test_resharded_twice_no_document_is_lost(
             states = reshard(taken, worlds[level + 1], even=None)
     p = of(handed, "DOC-p")
     assert len(p) == 30 and set(p.values()) == {2}, p
+    t = sorted(n for name, n in handed.items() if not name.startswith("DOC-"))
+    assert len(t) == 8 and t[-1] - t[0] <= 1, t  # none of t's lost, none handed out twice over
 
 
 def test_twice_resharded_rank_counts_what_it_hands_out(three: dict[str, str]) -> None:
