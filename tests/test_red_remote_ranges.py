@@ -151,6 +151,18 @@ def test_a_file_cut_short_past_a_member_s_start_is_said_changed(
     assert f"holds 100 bytes, not the {size} indexed" in str(info.value)
 
 
+def test_no_byte_of_a_remote_file_is_read_without_a_request(tmp_path: Path) -> None:
+    """An empty file read whole (a remote run's ``meta.json``) is no bytes; its range
+    ``bytes=0--1`` was refused with a 416, said as the file having changed."""
+    from openwebtext.source import fetch
+
+    (tmp_path / "empty").write_bytes(b"")
+    with RangeServer(tmp_path) as server:
+        server.reset_counts()
+        assert fetch(server.url + "/empty", 0, 0) == b""
+        assert server.requests == 0
+
+
 class _S3Proxy(Loopback):
     """A proxy in front of moto's S3: ``head_delta`` added to every HEAD's Content-Length;
     the next ``resets`` ranged GETs reset, the next ``stalls`` ones stall until it closes;

@@ -64,6 +64,8 @@ def fetch(
         CorruptMember: the file is missing, access is refused, it changed since
             it was indexed, or retries ran out; names the URL (redacted) and ``member``.
     """
+    if end <= start:  # (no byte: no request, whose range "bytes=0--1" a server refuses)
+        return b""
     store = resolve(storage)
     real = store.real_url(url)
     fs = filesystem(real, store)

@@ -163,7 +163,9 @@ def _pending(changes: tuple[Change, ...], handed: int) -> tuple[Change, ...]:
     proportions afresh; so only the last due at a position is ever in force. The state then
     holds one change a position at most, and never more than can still take effect, however
     often a loop calls ``set_weights`` (at every batch, the same best-fit window or cut
-    document many times over): the batches are the same as with them all."""
+    document many times over). The library's states record changes in the order of their
+    positions, and then the batches are the same as with them all; a change before one still
+    pending (a state edited by hand) is the last word from its position on."""
     kept: list[Change] = []
     for change in changes:
         while kept and max(kept[-1].at, handed) >= max(change.at, handed):
