@@ -86,9 +86,20 @@ def _processes() -> list[tuple[int, str, int, int]]:
 
 
 def child_pids(pid: int | None = None) -> list[int]:
-    """Live (non-zombie) child processes of ``pid`` (default: this process)."""
+    """Live (non-zombie) child processes of ``pid`` (default: this process), but the resource
+    tracker multiprocessing starts once for the process's life at the first spawned worker
+    (torch's ``multiprocessing_context="spawn"``): not one of ours to stop."""
     pid = os.getpid() if pid is None else pid
-    return [p for p, state, ppid, _ in _processes() if ppid == pid and state != "Z"]
+    live = [p for p, state, ppid, _ in _processes() if ppid == pid and state != "Z"]
+    return [p for p in live if not _tracker(p)]
+
+
+def _tracker(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing.resource_tracker import main" in f.read()
+    except OSError:  # (gone meanwhile)
+        return False
 
 
 def group_pids(pgid: int) -> list[int]:
