@@ -18,13 +18,18 @@ from openwebtext.stream.packing import ROWS
 
 
 def best_fit_lists(lengths: list[int], capacity: int) -> list[list[int]]:
-    """Rows of item indices, items longest first into the open row with the least room."""
+    """Rows of item indices, items longest first into the open row with the least room (an
+    item of length 0 with no room left: into the last row opened; with no row, into none)."""
     order = sorted(range(len(lengths)), key=lengths.__getitem__, reverse=True)
     rows: list[list[int]] = []
     room: list[tuple[int, int]] = []  # (room left, row), sorted
     for k in order:
         n = lengths[k]
         at = bisect.bisect_left(room, (n, -1))
+        if at == len(room) and n == 0:
+            if rows:
+                rows[-1].append(k)
+            continue
         if at == len(room):
             rows.append([k])
             left, row = capacity - n, len(rows) - 1
@@ -89,6 +94,8 @@ def concat_batches(
     for p in range(0, len(ids) - step, step):
         rows = [slice(p + r * seq_len, p + (r + 1) * seq_len + 1) for r in range(batch_size)]
         tokens = np.stack([ids[row] for row in rows])
-        segments = np.stack([number[row] - number[row][0] + 1 for row in rows])
+        # A row's documents numbered from 1 in turn (a document of no id numbers none).
+        segments = np.stack([np.cumsum(np.diff(number[row], prepend=number[row][0]) != 0) + 1
+                             for row in rows])  # fmt: skip
         batches.append((tokens, segments.astype(np.int32), np.stack([position[r] for r in rows])))
     return batches

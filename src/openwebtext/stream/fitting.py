@@ -28,19 +28,22 @@ __all__ = ["Rows", "best_fit", "best_fit_rows", "fit", "fit_documents", "padding
 
 def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     """Rows of item indices: items longest first, each into the open row with the least room
-    that holds it (a new row if none does). ``lengths`` are at most ``capacity``."""
+    that holds it (a new row if none does; an item of length 0, the last row opened, none if
+    there is none). ``lengths`` are at most ``capacity``."""
     row_of, order = best_fit_rows(np.asarray(lengths, dtype=np.int64), capacity)
     rows: list[list[int]] = [[] for _ in range(int(row_of.max()) + 1 if len(row_of) else 0)]
     for k in order.tolist():
-        rows[row_of[k]].append(k)
+        if row_of[k] >= 0:
+            rows[row_of[k]].append(k)
     return rows
 
 
 def best_fit_rows(
     lengths: np.ndarray[Any, Any], capacity: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
-    """``best_fit`` as arrays: the row of each item (rows numbered as opened) and the order
-    the items were placed in (a row holds its items in that order)."""
+    """``best_fit`` as arrays: the row of each item (rows numbered as opened; -1, none: an
+    item of length 0 when no row is open) and the order the items were placed in (a row
+    holds its items in that order)."""
     order = np.argsort(-lengths, kind="stable")  # longest first, ties in their order
     row_of = np.empty(len(lengths), dtype=np.int64)
     # The open rows as room left * m + row, sorted: least room first, then the first row
@@ -57,6 +60,9 @@ def best_fit_rows(
     placed = list(range(rows))
     for n in lengths[order[rows:]].tolist():
         at = bisect_left(room, n * m)
+        if at == len(room) and not n:  # no id, every row full: the last opened holds it
+            placed.append(rows - 1)  # (-1: no row at all, a window of no id: no row)
+            continue
         if at == len(room):
             row, left, rows = rows, capacity - n, rows + 1
         else:
@@ -260,6 +266,7 @@ def fit(
     firsts = (np.arange(len(document)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * cap
     piece_lengths = np.minimum(lengths[document] - firsts, cap)
     row_of, order = best_fit_rows(piece_lengths, cap)
+    order = order[row_of[order] >= 0]  # (documents of no id in a window of none: in no row)
     rows = int(row_of.max()) + 1 if len(row_of) else 0
     if rows < skip:
         raise StateError(

@@ -35,8 +35,12 @@ def segmented(
     sources: np.ndarray[Any, Any] | None = None,
 ) -> PackedBatch:
     """The ``PackedBatch`` of rows whose ids belong to ``documents`` (any increasing numbers,
-    one per document of the stream) at ``positions`` (of a mixture: from ``sources``)."""
-    segment_ids = (documents - documents[:, :1] + 1).astype(np.int32)
+    one per document of the stream) at ``positions`` (of a mixture: from ``sources``).
+    Segments are numbered from 1 by the documents a row holds: a document of no id (a token
+    file's may hold none) numbers none, though the stream counts it."""
+    segment_ids = np.ones(documents.shape, dtype=np.int32)
+    np.cumsum(documents[:, 1:] != documents[:, :-1], axis=1, out=segment_ids[:, 1:])
+    segment_ids[:, 1:] += 1
     return PackedBatch(tokens, segment_ids, positions.astype(np.int32), sources)
 
 
