@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import errno
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -32,7 +33,23 @@ __all__ = [
     "open_to_read",
     "output_path",
     "sync_folder",
+    "written_for",
 ]
+
+
+#: The name of a temporary file of :func:`atomic_file` (and of :func:`output_path`'s probe):
+#: ``.NAME.XXXXXXXX.tmp``, ``tempfile``'s random characters between the target's name and
+#: ``.tmp``.
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.[a-z0-9_]+\.tmp")
+
+
+def written_for(name: str) -> str | None:
+    """The name of the file whose :func:`atomic_file` (or :func:`output_path` probe) a file
+    named ``name`` is the temporary file of, or None: what a write killed before its rename
+    (SIGKILL, a power cut) leaves, and a sweep of the folder removes where it knows the
+    target's name as its own (``prepare.workdir``)."""
+    found = _TEMPORARY.fullmatch(name)
+    return None if found is None else found["name"]
 
 
 def cache_root() -> Path:
@@ -146,7 +163,9 @@ def atomic_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterat
 
     Written as a hidden temporary file beside the target (``.NAME.XXXX.tmp``, so the rename
     is atomic), given the ordinary permissions, then renamed over the target. On any
-    exception, or an interrupt, the temporary file is removed and the target left as it was.
+    exception, or an interrupt, the temporary file is removed and the target left as it was
+    (a SIGKILL or a power cut leaves it: :func:`written_for` names its target, for the
+    sweep of a folder whose files a command knows as its own).
     This is the one temp-then-rename writer of the package.
 
     Args:

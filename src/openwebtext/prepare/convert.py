@@ -13,7 +13,10 @@ What each format adds: ``megatron`` ``train.idx`` and ``val.idx`` (``train.bin``
 ``train.ds.index``; ``llmc`` ``train_000000.bin`` … (header + ids, a copy). Then
 ``FORMAT.json`` (the marker: which ``train.bin``/``val.bin`` by sha256, and each file
 written, its size and sha256), written last. A pass killed midway goes on: the files
-recorded in ``.FORMAT.progress.json`` for the same sources are kept, the others written.
+recorded in ``.FORMAT.progress.json`` for the same sources are kept, the others written; a
+marker that is not the pass's goes before any file is written, and what killed passes left
+(temporary files, a record whose marker was written) is swept under the lock
+(``workdir.Workdir.sweep``), also by a pass that finds the format finished.
 A URL is fetched to its staging folder, converted there, and the new files uploaded,
 the marker last.
 """
@@ -39,8 +42,9 @@ from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
+from openwebtext.prepare.run import tidy
 from openwebtext.prepare.state import FileInfo, FormatPass, Marker, Meta, Sources, Split
-from openwebtext.prepare.workdir import PrepareError
+from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
     FORMATS,
@@ -96,15 +100,21 @@ def write_format(
     meta = _finished_meta(target, store)
     if fmt == "llmc" and meta.config.dtype != "uint16":
         raise ValueError(f"llm.c shards hold uint16 ids; this run's ids are {meta.config.dtype}")
+    sources = _sources(meta, fmt, shard_tokens)
     if isinstance(target, Path):
+        # A finished format is seen before the lock is taken, as a finished run is
+        # (``run.written``): on a read-only folder it is "nothing to do".
+        if (done := _finished(target, fmt, sources)) is not None:
+            tidy(target)  # what a killed pass left beside it, if the lock can be taken
+            return codec.encode(done)
         with hold(target, wait):
             return _convert(target, fmt, meta, shard_tokens, progress)
     known = _read(target, f"{fmt}.json", Marker, store)
-    sources = _sources(meta, fmt, shard_tokens)
     if known is not None and (known.format, known.source) == (fmt, sources):
         return codec.encode(known)
-    folder = outputs.fetch(target, codec.encode(meta), store, verify=False)
-    with hold(folder, wait):
+    folder = outputs.staging(target, "fetch")
+    with hold(folder, wait):  # (the copy is made under the lock too: it is swept there)
+        outputs.fetch(target, codec.encode(meta), store, verify=False)
         marker = _convert(folder, fmt, meta, shard_tokens, progress)
         confirm(folder)
         outputs.upload(folder, target, [*marker["files"], f"{fmt}.json"], store)
@@ -165,17 +175,24 @@ def _convert(
     shard_tokens: int,
     progress: Callable[[Progress], None] | None,
 ) -> dict[str, Any]:
-    """Write ``fmt``'s files in the local ``folder``, going on from a killed pass's record."""
+    """Write ``fmt``'s files in the local ``folder`` (its lock held), going on from a killed
+    pass's record.
+
+    What killed passes left is swept first (``Workdir.sweep``: their temporary files, and a
+    record whose marker was written). A marker that is not this pass's goes before any file
+    is written (a folder without one has no finished format), and so do llm.c shards that
+    its record does not keep (a trainer's glob would take them)."""
+    Workdir(folder).sweep()
     sources = _sources(meta, fmt, shard_tokens)
     name = f"{fmt}.json"
-    marker = _read(folder, name, Marker)
-    if marker is not None and (marker.format, marker.source) == (fmt, sources):
-        sizes = outputs.sizes(folder, list(marker.files))
-        if all(sizes[n] == info.bytes for n, info in marker.files.items()):
-            return codec.encode(marker)
+    if (finished := _finished(folder, fmt, sources)) is not None:
+        return codec.encode(finished)
+    (folder / name).unlink(missing_ok=True)
     record_path = folder / f".{fmt}.progress.json"
     record = _read(folder, record_path.name, FormatPass)
     done = dict(record.files) if record is not None and record.source == sources else {}
+    for stale in _stale_shards(folder, fmt, done):
+        stale.unlink(missing_ok=True)
     dtype = np.dtype(meta.config.dtype).newbyteorder("<")
     written = 0
     total = sum(info.bytes for info in meta.files.values())
@@ -201,10 +218,20 @@ def _convert(
     marked = codec.encode(Marker(source=sources, files=done, format=cast(Any, fmt)))
     with atomic_file(folder / name, durable=True) as f:
         f.write(json.dumps(marked, indent=1).encode())
-    record_path.unlink(missing_ok=True)
-    for stale in _stale_shards(folder, fmt, done):  # of an earlier pass with more shards
-        stale.unlink(missing_ok=True)
+    record_path.unlink(missing_ok=True)  # (else the next pass's sweep: the marker is there)
     return marked
+
+
+def _finished(folder: Path, fmt: str, sources: Sources) -> Marker | None:
+    """The marker of ``fmt``'s finished files made of ``sources`` in the local ``folder``:
+    the marker says them, and every file it lists has its size; else None."""
+    marker = _read(folder, f"{fmt}.json", Marker)
+    if marker is None or (marker.format, marker.source) != (fmt, sources):
+        return None
+    sizes = outputs.sizes(folder, list(marker.files))
+    if any(sizes[n] != info.bytes for n, info in marker.files.items()):
+        return None
+    return marker
 
 
 def _stale_shards(folder: Path, fmt: str, files: dict[str, FileInfo]) -> list[Path]:

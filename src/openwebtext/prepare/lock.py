@@ -31,12 +31,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from openwebtext import codec
-from openwebtext.prepare.workdir import PrepareError
+from openwebtext.prepare.workdir import LOCK, PrepareError
 
-__all__ = ["LOCK", "confirm", "hold"]
-
-#: The lock file's name in an output folder.
-LOCK = ".owt-lock"
+__all__ = ["LOCK", "confirm", "hold", "hold_if_free"]
 
 _log = logging.getLogger("openwebtext")
 #: The folders each thread holds (``folders``: resolved folder -> the locked file's
@@ -152,6 +149,20 @@ def hold(folder: Path, wait: bool = False) -> Iterator[None]:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()  # while still holding it: a waiter then retries on a new file
         os.close(fd)
+
+
+@contextlib.contextmanager
+def hold_if_free(folder: Path) -> Iterator[bool]:
+    """Hold the lock of ``folder`` for the block if it can be taken at once (True), else
+    hold nothing (False): for tidying a folder whose work is done, which a read-only folder
+    (no lock file can be made) or another run holding it leaves as it is."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(hold(folder))
+            free = True
+        except PrepareError:
+            free = False
+        yield free
 
 
 def confirm(folder: Path) -> None:

@@ -141,7 +141,7 @@ def _merge_in(
     record_config = codec.replace(config, merge_of=shown)
     counts = Counts.new(("train", "val"))
     fresh = lambda: ProgressRecord(record_config, "tokenize", counts)  # noqa: E731
-    record, resumed = open_record(workdir, record_config, restart, BINS, fresh)
+    record, resumed = open_record(workdir, record_config, restart, fresh)
 
     def gather(run: Run) -> None:  # pass 1 was the slices': only their skips add up here
         run.counts = _skips([m for _, m in ordered])
@@ -254,7 +254,7 @@ def _merge_hashed(
 
     def copy(run: Run) -> None:
         done = 0
-        workdir.clear(BINS)
+        workdir.clear()
         try:
             for name in BINS:
                 part = workdir.part(name)
@@ -269,7 +269,7 @@ def _merge_hashed(
                 finally:
                     part.close()
         except BaseException:
-            workdir.clear(BINS)
+            workdir.clear()
             raise
 
     run = Run(workdir, ProgressRecord(config, "tokenize", counts), progress, 0)

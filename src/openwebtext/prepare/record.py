@@ -78,17 +78,17 @@ def open_record(
     workdir: Workdir,
     config: RunConfig,
     restart: bool,
-    names: tuple[str, ...],
     fresh: Callable[[], ProgressRecord],
 ) -> tuple[ProgressRecord, bool]:
     """The record to go on from (``fresh()`` if there is none), and whether it is an earlier
-    run's. ``restart``: forget the folder's progress and the parts ``names`` first.
+    run's. ``restart``: forget the folder's progress and its parts first (``Workdir.clear``:
+    those of any split rule).
 
     Raises:
         PrepareError: the folder holds the progress of another config.
     """
     if restart:
-        workdir.clear(names)
+        workdir.clear()
     record = workdir.load()
     if record is None:
         return fresh(), False
@@ -109,14 +109,13 @@ class Passes:
         tokenize: Pass 1 (prepare: tokenize the units; merge: gather what the slices counted).
         permute: Pass 2, copying pass 1's parts in permutation order (None: pass 1's parts
             are the files, as in a ``hash`` run or a slice).
-        finals: The files of the finished run.
-        drop: Parts that are only temporary (pass 1's, once permuted).
+        finals: The files of the finished run (the parts that are only temporary, pass 1's
+            once permuted, go once it is committed: ``Workdir.commit``).
     """
 
     tokenize: Callable[[Run], None]
     permute: Callable[[Run], None] | None
     finals: tuple[FileName, ...]
-    drop: tuple[str, ...] = ()
 
 
 def drive(run: Run, passes: Passes) -> Meta:
@@ -143,5 +142,5 @@ def drive(run: Run, passes: Passes) -> Meta:
     if run.record.phase != "commit" or meta is None:
         meta = build_meta(run.workdir, run.record, passes.finals)
         run.record = codec.replace(run.record, meta=meta)
-    run.workdir.commit(run.record, passes.finals, passes.drop)
+    run.workdir.commit(run.record, passes.finals)
     return meta

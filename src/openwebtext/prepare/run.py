@@ -24,17 +24,17 @@ from openwebtext.prepare.config import (
     run_config,
     unit_order,
 )
-from openwebtext.prepare.lock import confirm, hold
+from openwebtext.prepare.lock import confirm, hold, hold_if_free
 from openwebtext.prepare.meta import finished_run
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
 from openwebtext.prepare.state import Counts, ProgressRecord, RunConfig, Shard, Slice
-from openwebtext.prepare.workdir import Workdir
+from openwebtext.prepare.workdir import PROGRESS, Workdir, untidy
 from openwebtext.prepare.writers import tokenize_units
 from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["prepare", "written"]
+__all__ = ["prepare", "tidy", "written"]
 
 
 def prepare(
@@ -121,12 +121,16 @@ def written(
 
     A finished target is seen before the lock is taken, so a finished run on a read-only
     folder (a dataset on a read-only share) is "nothing to do", not a failure to create the
-    lock file; it is looked at again under the lock (the run waited for may have done it),
-    and so is a staging folder whose finished files were not published yet."""
-    if not restart and (done := finished_run(target, config, store)) is not None:
-        return done
+    lock file; what an interrupted run left beside it is swept (``Workdir.sweep``) under the
+    lock if it can be taken at once (``tidy``). Under the lock, the folder is swept first,
+    then the target is looked at again (the run waited for may have done it), and so is a
+    staging folder whose finished files were not published yet."""
     folder = target if isinstance(target, Path) else outputs.staging(target)
+    if not restart and (done := finished_run(target, config, store)) is not None:
+        tidy(folder, None if folder == target else config)  # (the finished files stay)
+        return done
     with hold(folder, wait):
+        Workdir(folder).sweep()
         if not restart and (done := finished_run(target, config, store)) is not None:
             return done
         staged = None if restart or folder == target else finished_run(folder, config)
@@ -136,6 +140,27 @@ def written(
         confirm(folder)  # the staged files are still this run's
         meta = outputs.publish(folder, target, store)
     return dataclasses.replace(report, out=target, meta=meta, already=False)
+
+
+def tidy(folder: Path, published: RunConfig | None = None) -> None:
+    """Sweep what interrupted runs left in ``folder``, whose work is done (``Workdir.sweep``:
+    no finished file goes), if it holds any and its lock can be taken at once: not on a
+    read-only folder, nor while another run holds it (which sweeps it itself).
+
+    ``published``: ``folder`` is the staging folder of a URL that holds the finished files
+    of that config's run. The staging folder goes too if it holds them and no progress (a
+    publish killed before it removed it); one holding another run's files or progress
+    stays, for that run to go on from."""
+    if not folder.is_dir() or (published is None and not untidy(folder)):
+        return
+    with hold_if_free(folder) as free:
+        if not free:
+            return
+        Workdir(folder).sweep()
+        if published is None or (folder / PROGRESS).exists():
+            return
+        if finished_run(folder, published) is not None:
+            outputs.remove(folder)
 
 
 class _Work(NamedTuple):
@@ -163,7 +188,7 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     fresh = lambda: ProgressRecord(  # noqa: E731
         config, "tokenize", Counts.new(config.splits(), len(files)), position=config.first
     )
-    record, resumed = open_record(workdir, config, restart, names + BINS, fresh)
+    record, resumed = open_record(workdir, config, restart, fresh)
     policy = SkipPolicy(options.on_error, options.max_errors)
     run = Run(workdir, record, progress, checkpoint_seconds, policy)
     run.skipped += [str(error) for error in files]  # the files count as skips too
@@ -177,7 +202,6 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
         tokenize=lambda run: tokenize_units(run, corpus, options, tokenizer, order, stop, names),
         permute=second if permutes else None,
         finals=config.finals(),
-        drop=names if permutes else (),
     )
     meta = drive(run, passes)
     return Report(

@@ -19,6 +19,7 @@ from openwebtext.prepare import outputs
 from openwebtext.prepare.config import PrepareOptions, Report, run_config, unit_order
 from openwebtext.prepare.lock import hold
 from openwebtext.prepare.meta import finished_run
+from openwebtext.prepare.run import tidy
 from openwebtext.source import Storage
 from openwebtext.tokenizer import load_tokenizer
 
@@ -83,6 +84,13 @@ def finished_report(
     corpus: Corpus, out: str | os.PathLike[str], options: PrepareOptions
 ) -> Report | None:
     """The report of a whole run of ``corpus``/``options`` that ``out`` already holds the
-    finished files of (``Report.already``), or None."""
+    finished files of (``Report.already``), or None. What interrupted runs left beside them
+    is swept when the lock can be taken (``run.tidy``), as ``prepare`` does."""
     config = run_config(corpus, options, load_tokenizer(options.tokenizer))
-    return finished_run(outputs.location(out), config, corpus.storage)
+    target = outputs.location(out)
+    done = finished_run(target, config, corpus.storage)
+    if done is not None and isinstance(target, Path):
+        tidy(target)
+    elif done is not None and isinstance(target, str):
+        tidy(outputs.staging(target), config)
+    return done

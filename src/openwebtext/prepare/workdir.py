@@ -9,9 +9,20 @@ least as long as the record says: a rerun truncates them to the recorded sizes a
 Names never change between runs, so nothing accumulates.
 
 The commit step (``commit``): the record first says ``commit`` with the finished ``meta``;
-then the old ``meta.json`` goes, every ``.NAME.part`` is renamed to ``NAME``, and
-``meta.json`` comes last. A ``meta.json`` therefore always describes the files beside it (it
-also holds their sha256). A commit cut short is finished by the next run.
+then the old ``meta.json`` goes, then every file of an earlier run this one does not write
+(its format pass's ``train.idx``, llm.c shards, ``.ds`` files and markers), then every
+``.NAME.part`` is renamed to ``NAME``, and ``meta.json`` comes last. A ``meta.json``
+therefore always describes the files beside it (it also holds their sha256), and no moment
+of a commit leaves a new ``train.bin`` beside an old run's ``train.idx``. A commit cut short
+is finished by the next run.
+
+What a run leaves when it is killed (its parts, its record, a temporary file of
+``files.atomic_file``, a format pass's record) is swept (``Workdir.sweep``) under the
+folder's lock at the start and end of every run, and by a run that finds its work done
+(when it can take the lock: not on a read-only folder): parts that no progress record goes
+on from, the record and parts of a commit that wrote its ``meta.json``, every temporary
+file of a name a run or format pass writes. A folder therefore converges to exactly the
+finished files, wherever a run was interrupted.
 Files are created with mode 0666 less the umask, like any file a program writes.
 """
 
@@ -28,10 +39,11 @@ from typing import Any
 
 from openwebtext import codec
 from openwebtext.errors import OWTError, StateError
-from openwebtext.files import atomic_file, sync_folder
-from openwebtext.prepare.state import ProgressRecord
+from openwebtext.files import atomic_file, sync_folder, written_for
+from openwebtext.prepare.state import Meta, ProgressRecord
 
 __all__ = [
+    "LOCK",
     "OUTPUTS",
     "PROGRESS",
     "Part",
@@ -39,10 +51,13 @@ __all__ = [
     "Workdir",
     "owned",
     "sha256_file",
+    "untidy",
 ]
 
 #: The progress record's name in the output folder.
 PROGRESS = ".owt-progress.json"
+#: The lock file's name in an output folder (``lock``: one run at a time).
+LOCK = ".owt-lock"
 #: Every finished file a run of any kind leaves (a whole run, a slice of either split).
 OUTPUTS = ("train.bin", "val.bin", "tokens.bin", "lengths.bin")
 #: Every token file a run, or a format pass over it, may leave (``prepare.convert``):
@@ -60,6 +75,45 @@ def owned(name: str) -> bool:
     format pass's (``_DERIVED``): what a new run of the folder removes if it does not
     write it, locally (``Workdir.commit``) and behind a URL (``outputs.publish``)."""
     return name in OUTPUTS or _DERIVED.fullmatch(name) is not None
+
+
+#: A format pass's record (``.FORMAT.progress.json``): stale once its marker is written.
+_FORMAT_PASS = re.compile(r"\.(megatron|llmc|datatrove)\.progress\.json")
+#: A datatrove ``.ds`` being linked to its ``.bin`` (``convert``), before its rename.
+_LINKING = re.compile(r"\.(train|val)\.ds\.link")
+_PARTS = frozenset(f".{name}.part" for name in OUTPUTS)
+
+
+def _written_here(name: str) -> bool:
+    """Whether ``name`` is a temporary file that nothing goes on from: an ``atomic_file``
+    write of a file a run or format pass writes (``.train.idx.XXXXXXXX.tmp``), cut short
+    before its rename; or a ``.ds`` link cut short likewise. (``.meta.json.*`` and
+    ``.owt-progress.json.*``: earlier versions' names of the same.)"""
+    target = written_for(name)
+    if target is not None and (owned(target) or target in ("meta.json", PROGRESS)):
+        return True
+    return (
+        _LINKING.fullmatch(name) is not None
+        or name.startswith((".meta.json.", f"{PROGRESS}."))
+    )
+
+
+def untidy(folder: Path) -> bool:
+    """Whether ``folder`` holds anything an interrupted run or format pass may have left: a
+    part, a progress record, a format pass's record, a temporary file, the lock file. A run
+    that finds its work done takes the lock to sweep them (``Workdir.sweep``) only then, so
+    that a finished folder that holds none of them is read only."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False
+    return any(
+        name in _PARTS
+        or name in (PROGRESS, LOCK)
+        or _FORMAT_PASS.fullmatch(name) is not None
+        or _written_here(name)
+        for name in names
+    )
 
 
 class PrepareError(OWTError):
@@ -174,28 +228,63 @@ class Workdir:
     def part_path(self, name: str) -> Path:
         return self.folder / f".{name}.part"
 
-    def clear(self, names: tuple[str, ...]) -> None:
-        """Forget a run: its progress record and the parts of ``names``."""
-        for name in [*names, "meta.json"]:
-            self.part_path(name).unlink(missing_ok=True)
-        self._remove_interrupted_writes()
+    def clear(self) -> None:
+        """Forget a run: its progress record and the parts of every kind of run (those of
+        an interrupted run of another split rule too: nothing would go on from them)."""
         self.progress_path.unlink(missing_ok=True)
+        self.sweep()  # (no record now: every part goes)
 
-    def _remove_interrupted_writes(self) -> None:
-        """The temporary files of a record or ``meta.json`` whose write was killed
-        (``files.atomic_file`` names them ``.NAME.XXXX.tmp``)."""
-        for stale in [
-            *self.folder.glob(f".{PROGRESS}.*.tmp"),
-            *self.folder.glob(f".{PROGRESS.lstrip('.')}.*"),
-            *self.folder.glob(".meta.json.*"),
-        ]:
-            stale.unlink(missing_ok=True)
+    def sweep(self) -> None:
+        """Remove what interrupted runs left in the folder that nothing will go on from (call
+        it holding the folder's lock: no run is writing here then).
 
-    def commit(self, record: ProgressRecord, names: tuple[str, ...], drop: tuple[str, ...]) -> None:
+        - The parts (``.NAME.part``, any split rule's), unless a progress record goes on
+          from them (an undamaged one of any config: the run that finds it goes on from it,
+          or refuses it; a damaged one is kept too, for the run to refuse it by name).
+        - A record in phase ``commit`` whose ``meta.json`` is written: the commit was cut
+          short after it; its parts, then the record, go.
+        - A format pass's record (``.FORMAT.progress.json``) once its marker is written.
+        - The temporary files of writes cut short (``files.atomic_file``'s ``.NAME.XXXX.tmp``
+          of every name a run or format pass writes; a ``.ds`` link's).
+        """
+        try:
+            record = self.load()
+        except PrepareError:
+            record, damaged = None, True
+        else:
+            damaged = False
+        done = record is not None and self._committed(record)
+        goes_on = damaged or (record is not None and not done)
+        present = {path.name for path in self.folder.iterdir()}
+        for name in present:
+            stale = (name in _PARTS and not goes_on) or _written_here(name)
+            if (found := _FORMAT_PASS.fullmatch(name)) is not None:
+                stale = f"{found[1]}.json" in present
+            if stale:
+                (self.folder / name).unlink(missing_ok=True)
+        if done:
+            self.progress_path.unlink(missing_ok=True)
+        sync_folder(self.folder)
+
+    def _committed(self, record: ProgressRecord) -> bool:
+        """Whether ``record``'s commit wrote its ``meta.json`` (only its cleanup was left)."""
+        if record.phase != "commit" or record.meta is None:
+            return False
+        try:
+            written = Meta.from_json(codec.parse((self.folder / "meta.json").read_text()))
+        except (OSError, ValueError, StateError):
+            return False
+        return written == record.meta
+
+    def commit(self, record: ProgressRecord, names: tuple[str, ...]) -> None:
         """Make the parts ``names`` appear with ``record.meta``, then forget the run.
 
         ``record`` is saved (phase ``commit``) before anything is renamed, so a run cut short
-        here is finished by the next one. ``drop``: parts that are only temporary.
+        here is finished by the next one. The order makes every moment of it one of two
+        folders: the earlier run's files whole (its ``meta.json`` not gone yet), or no
+        ``meta.json`` and no file of the earlier run's format passes, with this run's files
+        appearing; then this run's, its ``meta.json`` last. The parts that were only
+        temporary (pass 1's, once permuted) go after it (``sweep``).
         """
         meta = record.meta
         if meta is None:
@@ -205,6 +294,13 @@ class Workdir:
         self.save(record)
         with contextlib.suppress(FileNotFoundError):
             (self.folder / "meta.json").unlink()
+        # Another run's files (a slice's tokens.bin, an earlier run's train.idx, llm.c
+        # shards, .ds files, their markers first): a trainer would read them beside this
+        # run's train.bin, so they go before it is renamed into place.
+        stale = [p for p in self.folder.iterdir() if owned(p.name) and p.name not in names]
+        for path in sorted(stale, key=lambda p: not p.name.endswith(".json")):
+            path.unlink(missing_ok=True)
+        sync_folder(self.folder)
         for name in names:
             part = self.part_path(name)
             if part.exists():
@@ -214,16 +310,7 @@ class Workdir:
                     f"{self.folder}: neither {part.name} nor {name} exists: run again with "
                     "--restart"
                 )
-        # Another run's files (a slice's tokens.bin, an earlier run's train.idx or llm.c
-        # shards): a trainer would read them beside this run's train.bin.
-        for stale in self.folder.iterdir():
-            if owned(stale.name) and stale.name not in names:
-                stale.unlink(missing_ok=True)
         sync_folder(self.folder)
         self.guard()  # no meta.json over files another run may have replaced meanwhile
         self.write_json("meta.json", codec.encode(meta))
-        for name in drop:
-            self.part_path(name).unlink(missing_ok=True)
-        self._remove_interrupted_writes()  # a record's write a kill cut short
-        self.progress_path.unlink(missing_ok=True)
-        sync_folder(self.folder)
+        self.sweep()  # the parts only pass 1 needed, the record, writes a kill cut short
