@@ -19,7 +19,7 @@ import numpy as np
 
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
-from openwebtext.options import Options, int_at_least
+from openwebtext.options import Options, int_at_least, integral
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 
@@ -40,8 +40,9 @@ def _seed(random_state: RandomState) -> int:
         return int(random_state.randint(0, 2**31 - 1))
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**63 - 1))
-    if int_at_least(random_state, 0):
-        return random_state
+    seed = integral(random_state)  # (numpy's integers too, as the reference took them)
+    if int_at_least(seed, 0):
+        return seed
     raise TypeError(
         f"random_state must be None, an int >= 0, a numpy RandomState or Generator, "
         f"not {random_state!r}"
@@ -55,8 +56,9 @@ class OpenWebTextLoader:
     index in its subset tar, ``j`` the document's index in the member.
 
     Args:
-        subsets: Subset tars (or any input ``openwebtext.Corpus.open`` takes).
-        num_workers: Worker processes.
+        subsets: Subset tars (or any input ``openwebtext.Corpus.open`` takes): a list of
+            them, or one path (a str or ``os.PathLike``: one input, never its characters).
+        num_workers: Worker processes (an int, or any integral number such as numpy's).
         prefetch: Kept for compatibility; must be > 1. Memory is bounded by
             whole units in flight (see ``Options.prefetch``), not documents.
         random_state: An int seed, a ``numpy.random.RandomState`` (one draw
@@ -66,19 +68,21 @@ class OpenWebTextLoader:
 
     def __init__(
         self,
-        subsets: Sequence[str | os.PathLike[str]],
+        subsets: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
         num_workers: int = 1,
         prefetch: int = 2048,
         random_state: RandomState = None,
     ) -> None:
         if prefetch <= 1:
             raise ValueError("prefetch buffer should be strictly larger than 1")
-        self.subsets = list(subsets)
-        self.num_workers = num_workers
+        self.subsets: list[str | os.PathLike[str]] = (
+            [subsets] if isinstance(subsets, (str, os.PathLike)) else list(subsets)
+        )
         self.prefetch = prefetch
         self.seed = _seed(random_state)
         # Units are shuffled; documents keep their member order (the caller shuffles).
         self.options = Options(workers=num_workers, seed=self.seed, shuffle_buffer=0)
+        self.num_workers = self.options.workers  # (a Python int, whatever integral it was)
         self._corpus: Corpus | None = None
         self._iterator: DocumentIterator | None = None
 
@@ -116,9 +120,10 @@ def shuffle(
         ValueError: ``buffer_size`` is not an int >= 1 (said at the call, not at the first
             item).
     """
-    if not int_at_least(buffer_size, 1):
+    size = integral(buffer_size)  # (numpy's integers too, as the reference took them)
+    if not int_at_least(size, 1):
         raise ValueError(f"buffer_size must be an int >= 1, not {buffer_size!r}")
-    return _shuffled(it, buffer_size, random.Random(_seed(random_state)))
+    return _shuffled(it, size, random.Random(_seed(random_state)))
 
 
 def _shuffled(it: Iterable[T], buffer_size: int, rng: random.Random) -> Iterator[T]:
@@ -140,6 +145,7 @@ def take(it: Iterable[T], size: int) -> Iterator[T]:
     Raises:
         ValueError: ``size`` is not an int >= 0.
     """
-    if not int_at_least(size, 0):
+    count = integral(size)  # (numpy's integers too, as the reference took them)
+    if not int_at_least(count, 0):
         raise ValueError(f"size must be an int >= 0, not {size!r}")
-    return islice(it, size)
+    return islice(it, count)

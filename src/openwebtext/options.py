@@ -8,6 +8,7 @@ check, the command line's resume and the tests all read that one list.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any, Literal, NamedTuple, TypeGuard
@@ -31,6 +32,7 @@ __all__ = [
     "check_workers",
     "countable",
     "int_at_least",
+    "integral",
     "options_with",
 ]
 
@@ -152,6 +154,10 @@ class Options:
             if not ok:
                 raise ValueError(message)
 
+        for name in _INT_FIELDS:  # numpy's integers too, held as Python ints (a state's)
+            number = integral(getattr(self, name))
+            if number is not None:
+                object.__setattr__(self, name, number)
         check_workers(self.workers)
         check_seed(self.seed)
         need(isinstance(self.shuffle, bool), f"shuffle must be True or False, not {self.shuffle!r}")
@@ -233,9 +239,29 @@ def _shaping_fields() -> tuple[str, ...]:
 SHAPING: tuple[str, ...] = _shaping_fields()
 
 
+#: The options that hold an int (or None): ``Options`` takes any integral number for them.
+_INT_FIELDS = ("workers", "seed", "shuffle_buffer", "epoch", "epochs", "rank", "world_size",
+               "val_seed", "take", "max_errors", "max_document_bytes", "max_member_bytes",
+               "prefetch")  # fmt: skip
+
+
+def integral(value: object) -> int | None:
+    """``value`` as a Python int when it is an integral number (``int``, numpy's integers,
+    anything ``operator.index`` takes) that is not a bool, else None: the one rule of what a
+    door (``Options``, the reference API) takes as an int, converted before ``int_at_least``
+    so that a state or a record holds Python ints only."""
+    if isinstance(value, bool):  # (numpy's bool has no ``__index__``)
+        return None
+    try:
+        return int(operator.index(value))  # type: ignore[arg-type]
+    except TypeError:
+        return None
+
+
 def int_at_least(value: object, least: int) -> TypeGuard[int]:
-    """Whether ``value`` is an int (a bool is not one) of at least ``least``: the one test of
-    every count, size and position a description, a state or a file record holds."""
+    """Whether ``value`` is a Python int (a bool is not one) of at least ``least``: the one test
+    of every count, size and position a description, a state or a file record holds (a door
+    converts any other integral number with ``integral`` first)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 

@@ -218,7 +218,10 @@ def run_bench(settings: Settings) -> BenchResult:
         cache_size=settings.cache_size,
         text_column=settings.text_column,
     )
-    settings.out.mkdir(parents=True, exist_ok=True)
+    try:
+        settings.out.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file in its place, or in its parents'
+        raise BenchError(f"--out {settings.out} is not a folder: a file is in its way") from None
     for name in OUTPUTS:  # refused now (a FIFO, a folder, a device), not after every run
         output_path(settings.out / name)
     bench = _Bench(settings, paths, cpu_count())

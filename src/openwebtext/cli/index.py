@@ -18,6 +18,7 @@ from openwebtext.cli.args import (
     plural,
 )
 from openwebtext.errors import OWTError, TruncatedMember
+from openwebtext.index import Counts, split_key
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.source import add_storage_options
 from openwebtext.stream import count_documents
@@ -30,15 +31,22 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     corpus = open_corpus(args)
-    if corpus.counts is not None and not args.force:
-        print(
-            f"already indexed: {plural(sum(corpus.counts.documents), 'document')} in "
-            f"{plural(len(corpus.units), 'member')} ({corpus.counts_paths()[0].name})",
-            file=sys.stderr,
-        )
-        return 0
     fractions = args.val_fraction or [NANOGPT_SPLIT.fraction]
-    splits = tuple((fraction, args.val_seed) for fraction in fractions)
+    splits = tuple(dict.fromkeys((fraction, args.val_seed) for fraction in fractions))
+    known = None if args.force else corpus.counts
+    if known is not None:
+        missing = tuple(split for split in splits if split_key(*split) not in known.val)
+        if not missing:
+            print(
+                f"already indexed: {plural(sum(known.documents), 'document')} in "
+                f"{plural(len(corpus.units), 'member')} ({corpus.counts_paths()[0].name})",
+                file=sys.stderr,
+            )
+            return 0
+        said = ", ".join(f"--val-fraction {f} --val-seed {s}" for f, s in missing)
+        what = "split" if len(missing) == 1 else "splits"
+        print(f"indexed, but not the held-out {what} of {said}: counting now", file=sys.stderr)
+        splits = missing
     skipped: list[OWTError] = []
     with tqdm(total=len(corpus.units), unit="member", disable=args.quiet, file=sys.stderr) as bar:
         counts = count_documents(
@@ -49,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
             on_error=args.on_error,
             on_skip=skipped.append,
         )
+    if known is not None and known.documents == counts.documents:  # the splits counted before
+        counts = Counts(counts.documents, {**known.val, **counts.val})
     path = corpus.save_counts(counts)
     print(
         f"{plural(sum(counts.documents), 'document')} in {plural(len(corpus.units), 'member')}; "
@@ -82,8 +92,9 @@ def add_parser(sub: Subparsers) -> None:
         description="Count the documents of every member, and those of each held-out split, "
         "once, and save the counts beside the corpus (in the cache folder for URLs, or where "
         "the corpus's folder cannot be written): `owt stream --world-size N` (its even "
-        "shares) needs them. Counts made before a file changed are not used; --force counts "
-        "again anyway. No path: the built-in generated corpus.",
+        "shares) needs them. A corpus indexed before has only the held-out splits it lacks "
+        "counted (and kept with the others). Counts made before a file changed are not used; "
+        "--force counts again anyway. No path: the built-in generated corpus.",
     )
     add_paths(index)
     add_storage_options(index)

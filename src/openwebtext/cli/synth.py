@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from openwebtext.cli.args import Subparsers, add_quiet
+from openwebtext.cli.args import Subparsers, add_quiet, at_least
 from openwebtext.files import named
 from openwebtext.synth import (
     COMPLETE_MARKER,
@@ -35,20 +35,36 @@ def _where() -> int:
     return 0
 
 
+#: The flags of a corpus written to OUT (``--where`` refuses them), and their ``args`` names.
+_WRITING = (("--subsets", "subsets"), ("--members", "members"), ("--docs", "docs"),
+            ("--seed", "seed"), ("-j", "jobs"))  # fmt: skip
+
+
+def _or(value: int | None, default: int) -> int:
+    """A shaping flag's value, or its default when it was not given."""
+    return default if value is None else value
+
+
 def run(args: argparse.Namespace) -> int:
     """``owt synth``: write the corpus, then one line of its sizes."""
     if args.where:
         if args.out is not None:
             raise ValueError("--where prints the default corpus's path: give it no OUT")
+        given = [flag for flag, name in _WRITING if getattr(args, name) is not None]
+        if given:
+            raise ValueError(
+                f"--where prints the default corpus's path: give it no {', '.join(given)} "
+                "(they are for writing a corpus to OUT)"
+            )
         return _where()
     if args.out is None:
         raise ValueError("give the output folder OUT (or --where for the default corpus's path)")
     report = write_corpus(
         Path(args.out),
-        subsets=args.subsets,
-        members=args.members,
-        docs=args.docs,
-        seed=args.seed,
+        subsets=_or(args.subsets, DEFAULT_SUBSETS),
+        members=_or(args.members, DEFAULT_MEMBERS),
+        docs=_or(args.docs, DEFAULT_DOCS),
+        seed=_or(args.seed, DEFAULT_SEED),
         workers=args.jobs,
         progress=not args.quiet,
     )
@@ -90,7 +106,9 @@ def add_parser(sub: Subparsers) -> None:
         ("--docs", DEFAULT_DOCS, "documents per member"),
         ("--seed", DEFAULT_SEED, "the generator's seed"),
     ):
-        synth.add_argument(flag, type=int, default=default, help=f"{what} (default {default})")
-    synth.add_argument("-j", "--jobs", type=int, default=None, help="processes (default: all CPUs)")
+        synth.add_argument(flag, type=int, default=None, help=f"{what} (default {default})")
+    synth.add_argument(
+        "-j", "--jobs", type=at_least(1), default=None, help="processes (default: all CPUs)"
+    )
     add_quiet(synth)
     synth.set_defaults(run=run)

@@ -143,7 +143,13 @@ def _built_in(
     root = path.parent
     if (path / COMPLETE_MARKER).is_file():
         return path
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file in its place, or in its parents'
+        said = "cache_dir" if cache_dir is not None else "$OWT_CACHE_DIR or its default"
+        raise FileExistsError(
+            f"the cache folder {root} ({said}) is not a folder: a file is in its way"
+        ) from None
     with _lock(root / f".{path.name}.lock"):
         if (path / COMPLETE_MARKER).is_file():
             return path

@@ -260,9 +260,16 @@ def load_tiktoken(spec: str, name: str) -> Vocabulary:
     try:
         encoding = tiktoken.get_encoding(name)
     except Exception as exc:  # unknown name (ValueError), no network (requests' errors), ...
+        known = _tiktoken_names(tiktoken)
+        if known and name not in known:  # (tiktoken's own message is several lines)
+            raise TokenizerError(
+                f"tokenizer {spec!r}: tiktoken has no encoding {name!r} (it has "
+                f"{', '.join(known)}); the spec 'gpt2' works offline."
+            ) from exc
+        said = " ".join(str(exc).split())  # one line, whatever the library wrote
         raise TokenizerError(
             f"tokenizer {spec!r}: tiktoken could not load encoding {name!r} "
-            f"({type(exc).__name__}: {exc}). tiktoken downloads its files at first use, which "
+            f"({type(exc).__name__}: {said}). tiktoken downloads its files at first use, which "
             "needs internet access (or a TIKTOKEN_CACHE_DIR holding them); the spec 'gpt2' "
             "works offline."
         ) from exc
@@ -273,6 +280,14 @@ def load_tiktoken(spec: str, name: str) -> Vocabulary:
             f"tokenizer {spec!r}: encoding {name!r} has no {_ENDOFTEXT} token"
         ) from exc
     return _from_encoding(spec, encoding, eot, _SPLIT_OF.get(name, ""))
+
+
+def _tiktoken_names(tiktoken: Any) -> list[str]:
+    """The encodings ``tiktoken`` knows (its plugins'), sorted; none if it cannot say."""
+    try:
+        return sorted(tiktoken.list_encoding_names())
+    except Exception:  # an older tiktoken, a plugin that fails to load: the generic message
+        return []
 
 
 # ---------------------------------------------------------------- Hugging Face tokenizers
