@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from openwebtext import interrupts
-from openwebtext.errors import OWTError
+from openwebtext.errors import OutputError, OWTError
 from openwebtext.loader import Document, DocumentIterator, MixtureIterator
 
 __all__ = ["write_jsonl"]
@@ -80,6 +80,11 @@ def write_jsonl(iterator: DocumentIterator | MixtureIterator, written: list[Any]
         with interrupts.deferred:  # the note below too: a signal right after the write waits
             try:
                 write(b"".join(lines), sent)
+            except BrokenPipeError:  # (the reader went away: owt ends quietly)
+                raise
+            except OSError as exc:  # a full disk, an I/O error: said of the output
+                raise OutputError(f"cannot write standard output (--jsonl): "
+                                  f"{exc.strerror or exc}") from exc  # fmt: skip
             finally:
                 ends = itertools.accumulate(map(len, lines))
                 whole = bisect.bisect_right(list(ends), sent[0])

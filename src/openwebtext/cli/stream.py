@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import stat
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from openwebtext import codec, interrupts
+from openwebtext import interrupts
 from openwebtext.cli import summary
 from openwebtext.cli.args import (
     Subparsers,
@@ -27,9 +29,9 @@ from openwebtext.cli.args import (
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
-from openwebtext.errors import CorpusError, OutputError, OWTError, in_part
+from openwebtext.errors import CorpusError, OutputError, OWTError, StateError, in_part
 from openwebtext.files import named, output_path
-from openwebtext.index import Corpus
+from openwebtext.index import Corpus, file_key
 from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited, storage_kwargs
@@ -39,8 +41,6 @@ from openwebtext.stream import (
     DocumentState,
     MixtureState,
     check_in_run,
-    kind_of,
-    load_state,
     members_in_run,
     resume_options,
 )
@@ -48,13 +48,20 @@ from openwebtext.stream import (
 __all__ = ["add_parser", "run"]
 
 
+#: The flags whose value is not the option's: ``--even off`` is ``even=None`` (not evened out).
+_OPTION_VALUES = {"even": {"off": None}}
+
+
 def _stream_options(args: argparse.Namespace, state: DocumentState | None) -> Options:
-    """The stream command's flags as options; the library fills in the state's shaping ones."""
-    flags = {name: getattr(args, name, None) for name in (*SHAPING, "max_member_bytes", "timeout")}
-    flags["even"] = None  # its flag says the rule too
-    if args.even is not None:
-        flags.update(even=None if args.even == "off" else args.even)
-    given = {name: value for name, value in flags.items() if value is not None}
+    """The stream command's flags as options; the library fills in the state's shaping ones.
+
+    A flag is given when it is not its parser default, None: whatever the option's value
+    (``--even off`` gives ``even=None``, which must not give way to the default "drop")."""
+    given = {}
+    for name in (*SHAPING, "max_member_bytes", "timeout"):
+        flag = getattr(args, name, None)
+        if flag is not None:
+            given[name] = _OPTION_VALUES.get(name, {}).get(flag, flag)
     return resume_options(
         {
             **given,
@@ -104,20 +111,40 @@ def _mixture(args: argparse.Namespace) -> Mixture:
     return Mixture(parts, {name: w for name, _, w in args.mix}, by=args.mix_by)
 
 
-def _read_state(path: str) -> DocumentState | MixtureState | BatchesState:
-    """A ``--resume`` file: a corpus's state, a mixture's, or batches' (``--pack``)."""
+def _refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool) -> None:
+    """Refuse, before a document is read, an output that is a file this run reads (compared
+    by ``file_key``: device and inode): ``--state-out``, which the state would replace, and the
+    standard output ``--jsonl`` writes, which its lines would grow."""
+    corpora = source.corpora.values() if isinstance(source, Mixture) else (source,)
+    inputs = set()
+    for corpus in corpora:
+        for path in dict.fromkeys(unit.path for unit in corpus.units):
+            with contextlib.suppress(OSError):  # (the files were just opened)
+                inputs.add(file_key(path))
+    if state_out is not None and state_out.exists() and file_key(str(state_out)) in inputs:
+        raise ValueError(f"{state_out}: --state-out names a file this run reads: the state "
+                         "would replace it; write the state elsewhere")  # fmt: skip
     try:
-        with open(path, "rb") as f:
-            raw = codec.parse(f.read())
-    except (OSError, ValueError):
-        return load_state(path)  # says what is wrong with the file
-    kind = kind_of(raw)
-    if kind is not None and kind is not DocumentState:
-        try:
-            return kind.from_json(raw)
-        except OWTError as exc:
-            raise type(exc)(f"{path}: {exc}") from None
-    return load_state(path)
+        out = os.fstat(sys.stdout.fileno()) if jsonl else None
+    except (AttributeError, OSError, ValueError):  # (a stream without a descriptor: tests)
+        out = None
+    if out is not None and stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) in inputs:
+        raise OutputError("standard output is a file this run reads: --jsonl would write its "
+                          "documents into it; write them elsewhere")  # fmt: skip
+
+
+def _documents(
+    corpus: Corpus, options: Options, state: DocumentState | None, whose: str | None
+) -> DocumentIterator:
+    """The stream (it checks the state first); a state it has nothing to read of, or that lies
+    before its first epoch, is said as ``owt`` spells the fix (flags, not the library's
+    keywords: ``--epochs 0``, never ``epochs=None``)."""
+    try:
+        return DocumentIterator(corpus, options, state=state)
+    except StateError as exc:
+        if state is not None and exc.field == "position.epoch":
+            check_in_run(state, options, whose=whose or "the state", cli=True)
+        raise
 
 
 @contextlib.contextmanager
@@ -148,6 +175,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     with _opening(state_out, state):
         opening = time.perf_counter()
         source = _mixture(args) if args.mix else open_corpus(args)
+        _refuse_inputs(source, state_out, jsonl=False)
         opening_s = (time.perf_counter() - opening, 0.0)
         documents = None if state is None else state.documents
         if isinstance(documents, MixtureState):
@@ -198,6 +226,7 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
     with _opening(state_out, state):
         opening = time.perf_counter()
         mixture = _mixture(args)
+        _refuse_inputs(mixture, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, 0.0)
         first = None if state is None else next(iter(state.parts.values()))
         options = _stream_options(args, first)
@@ -250,10 +279,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--jsonl writes text: leave --tokenizer and --pack out")
     _defaults(args)
     if args.pack:
-        return _run_packed(args, _read_state(args.resume) if args.resume else None)
+        return _run_packed(args, summary.read_state(args.resume) if args.resume else None)
     if args.mix:
-        return _run_mixture(args, _read_state(args.resume) if args.resume else None)
-    state = _read_state(args.resume) if args.resume else None
+        return _run_mixture(args, summary.read_state(args.resume) if args.resume else None)
+    state = summary.read_state(args.resume) if args.resume else None
     if isinstance(state, BatchesState | MixtureState):
         how = "--pack" if isinstance(state, BatchesState) else "--mix"
         raise OWTError(f"{args.resume}: a state of {how}: resume it with {how}")
@@ -264,9 +293,10 @@ def run(args: argparse.Namespace) -> int:
     with _opening(state_out, state):
         opening, waited_before = time.perf_counter(), retry_waited()
         corpus = open_corpus(args)
+        _refuse_inputs(corpus, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
         options = _stream_options(args, state)
-        iterator = DocumentIterator(corpus, options, state=state)  # checks the state first
+        iterator = _documents(corpus, options, state, args.resume)  # checks the state first
     if state is not None:  # and a finished run's state: nothing left to read
         check_in_run(state, options, whose=args.resume, cli=True)
     start = time.perf_counter()

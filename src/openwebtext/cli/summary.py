@@ -1,10 +1,13 @@
 """What ``owt stream`` says and saves: the progress bar, the closing summary (documents, text,
-rates, skips; per part of a mixture; what packing did), and the state file."""
+rates, skips; per part of a mixture; what packing did), and the state file: written, and
+read (``--resume``: once, a pipe's too, and at most ``MOST_STATE_BYTES``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -13,20 +16,36 @@ from typing import Any
 
 from openwebtext import codec
 from openwebtext.cli.args import plural
-from openwebtext.errors import OWTError
+from openwebtext.errors import OutputError, OWTError, StateError
 from openwebtext.files import atomic_write
 from openwebtext.loader import DocumentIterator, MixtureIterator, Stats
-from openwebtext.stream import Counters, DocumentState, Mark, MixMark, MixtureState, MixtureStats
+from openwebtext.stream import (
+    BatchesState,
+    Counters,
+    DocumentState,
+    Mark,
+    MixMark,
+    MixtureState,
+    MixtureStats,
+    kind_of,
+    load_state,
+)
 
 __all__ = [
+    "MOST_STATE_BYTES",
     "at_state",
     "delivered",
     "packing_summary",
     "parts_summary",
+    "read_state",
     "save_state",
     "show_progress",
     "summary",
 ]
+
+#: The most bytes ``--resume`` reads of a file: a state is some KB (a best-fit window's some MB);
+#: a file past this (``/dev/zero``, a corpus named by mistake) is not one.
+MOST_STATE_BYTES = 64 << 20
 
 
 def show_progress(
@@ -148,9 +167,43 @@ def save_state(path: Path, state: dict[str, Any], *, run_failed: bool) -> None:
     try:
         atomic_write(path, json.dumps(state, indent=1) + "\n")
     except (OSError, OWTError) as exc:
+        said = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         if not run_failed:
-            raise
-        print(f"owt: error: cannot write the state to {path}: {exc}", file=sys.stderr)
+            raise OutputError(f"cannot write the state to {path}: {said}") from exc
+        print(f"owt: error: cannot write the state to {path}: {said}", file=sys.stderr)
+
+
+def _state_bytes(path: str) -> bytes:
+    """The bytes of a ``--resume`` file, read once (a pipe's too: ``/dev/stdin``, ``<(…)``, a
+    FIFO: a second open would find it empty, or wait for a writer), at most
+    ``MOST_STATE_BYTES``; a device or a folder refused."""
+    try:
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+                raise StateError(f"{path}: is a device, not a state file")
+            data = f.read(MOST_STATE_BYTES + 1)
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read the state: {exc.strerror or exc}") from exc
+    if len(data) > MOST_STATE_BYTES:
+        raise StateError(f"{path}: too large to be a state (more than {MOST_STATE_BYTES:,} bytes)")
+    return data
+
+
+def read_state(path: str) -> DocumentState | MixtureState | BatchesState:
+    """A ``--resume`` file: a corpus's state, a mixture's, or batches' (``--pack``)."""
+    data = _state_bytes(path)
+    try:
+        raw = codec.parse(data)
+    except ValueError:
+        return load_state(path, data)  # says what is wrong with the file
+    kind = kind_of(raw)
+    if kind is not None and kind is not DocumentState:
+        try:
+            return kind.from_json(raw)
+        except OWTError as exc:
+            raise type(exc)(f"{path}: {exc}") from None
+    return load_state(path, data)
 
 
 def packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made: int) -> None:

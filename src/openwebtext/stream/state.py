@@ -143,8 +143,13 @@ def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> 
     return StreamConfig(corpus=corpus.fingerprint(), units=units, tokenizer=vocabulary, **shaping)
 
 
-def load_state(path: str | os.PathLike[str]) -> DocumentState:
+def load_state(path: str | os.PathLike[str], data: bytes | None = None) -> DocumentState:
     """Read a state saved as JSON (``owt stream --state-out``), parsed and checked.
+
+    Args:
+        path: The state file.
+        data: Its bytes, when they were read already (``owt stream --resume`` reads a pipe
+            once, and at most a bound); None: read them.
 
     Raises:
         StateError: the file cannot be read, is not JSON, or is not a state; the
@@ -152,8 +157,10 @@ def load_state(path: str | os.PathLike[str]) -> DocumentState:
     """
     name = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            return DocumentState.from_json(codec.parse(f.read()))
+        if data is None:
+            with open(path, "rb") as f:
+                data = f.read()
+        return DocumentState.from_json(codec.parse(data))
     except OSError as exc:
         raise StateError(f"{name}: cannot read the state: {exc.strerror or exc}") from exc
     except ValueError as exc:  # not JSON, not UTF-8, or nested too deeply
