@@ -541,7 +541,7 @@ def test_progress_total_of_a_resumed_run(
     small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     state = tmp_path / "state.json"
-    args = ["stream", str(small_corpus), "-j", "1", "--no-shuffle", "--shuffle-buffer", "0"]
+    args = ["stream", str(small_corpus), "-j", "1", "--no-shuffle"]
     assert run_owt(capsys, *args, "-q", "--take", "50", "--state-out", str(state)).returncode == 0
     block = json.loads(state.read_text())["position"]["block"]
     bar = run_owt(capsys, *args, "--resume", str(state), "--epochs", "2").stderr

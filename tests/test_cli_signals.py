@@ -196,7 +196,7 @@ def consumer_killed(
     """SIGKILL an ``owt stream`` whose worker 1 hangs (worker 0 idle), or a program reading
     with a ``Loader`` first iterated on a thread of its own; who is alive 3 s later?"""
     marker = tmp_path_factory.mktemp("consumer-killed") / "hanging"
-    args = ["stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle", "--shuffle-buffer", "0"]
+    args = ["stream", str(small_corpus), "-j", "2", "-q", "--no-shuffle"]
     proc = subprocess.Popen(
         [sys.executable, "-c", HANGING_OWT, str(marker), MIDDLE[1].rsplit("/")[-1],
          *(args if request.param == "owt" else ["loader", str(small_corpus)])],

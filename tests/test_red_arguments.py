@@ -170,13 +170,16 @@ def test_owt_says_how_to_resume_with_its_own_flags(
     saved = tmp_path / "state.json"
     assert owt("stream", str(jsonl), "-j", "0", "--take", "3", "--state-out", str(saved),
                "-q", "--jsonl").returncode == 0  # fmt: skip
-    ran = owt("stream", str(jsonl), "-j", "0", "--seed", "3", "--no-shuffle", "--resume",
-              str(saved), "-q", "--jsonl")  # fmt: skip
+    ran = owt("stream", str(jsonl), "-j", "0", "--seed", "3", "--shuffle-buffer", "7",
+              "--resume", str(saved), "-q", "--jsonl")  # fmt: skip
     assert ran.returncode == 1
     assert "seed: saved 0, now 3" in ran.stderr and "pass seed=" not in ran.stderr
-    assert "(to resume it, leave out --no-shuffle, --seed: --resume takes the state's)" in (
+    assert "(to resume it, leave out --seed, --shuffle-buffer: --resume takes the state's)" in (
         ran.stderr
     ), ran.stderr
+    ran = owt("stream", str(jsonl), "-j", "0", "--no-shuffle", "--resume", str(saved), "-q")
+    assert ran.returncode == 1 and "pass shuffle=" not in ran.stderr
+    assert "(to resume it, leave out --no-shuffle: --resume takes the state's)" in ran.stderr
 
 
 def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:

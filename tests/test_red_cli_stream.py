@@ -239,3 +239,26 @@ def test_a_state_out_on_a_full_disk_is_named(
     assert ran.stderr.endswith(
         f"owt: error: cannot write the state to {state}: No space left on device\n"
     ), ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "idle"),
+    [(["--seed", "3"], "--seed shapes"), (["--shuffle-buffer", "10"], "--shuffle-buffer shapes"),
+     (["--seed", "3", "--shuffle-buffer", "10"], "--seed and --shuffle-buffer shape")],
+)  # fmt: skip
+def test_no_shuffle_refuses_the_flags_of_the_shuffle(
+    small_corpus: Path, capsys: pytest.CaptureFixture[str], flags: list[str], idle: str
+) -> None:
+    """``--no-shuffle`` with ``--seed`` or ``--shuffle-buffer``: they would do nothing (yet
+    enter the state, which a resume with other such flags then refused); refused, exit 2."""
+    ran = run_owt(capsys, "stream", str(small_corpus), "--no-shuffle", *flags, "-q", "--jsonl")
+    assert ran.returncode == 2 and f"{idle} the shuffle: leave out --no-shuffle" in ran.stderr
+
+
+def test_no_shuffle_keeps_the_seed_of_best_fit_s_rows(
+    small_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The seed orders each best-fit window's rows, shuffled or not: allowed there."""
+    args = ["stream", str(small_corpus), "--no-shuffle", "--pack", "bestfit", "--tokenizer",
+            "bytes", "--seq-len", "64", "--take", "3", "-q"]  # fmt: skip
+    assert run_owt(capsys, *args, "--seed", "3").returncode == 0

@@ -271,6 +271,13 @@ def _defaults(args: argparse.Namespace) -> None:
             raise ValueError(f"{flag} shapes {needs}: give {needs}, or leave {flag} out")
         if getattr(args, name) is None:
             setattr(args, name, default)
+    if args.shuffle is False:  # corpus order: the seed then orders best fit's rows only
+        idle = [flag for flag, name in (("--seed", "seed"), ("--shuffle-buffer", "shuffle_buffer"))
+                if getattr(args, name) is not None and (name, args.pack) != ("seed", "bestfit")]
+        if idle:
+            both = " and ".join(idle)
+            raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} the shuffle: leave out "
+                             f"--no-shuffle or {both}")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
