@@ -60,6 +60,8 @@ def test_a_state_before_the_run_s_first_epoch_is_refused(
     path = tmp_path / "state.json"
     path.write_text(json.dumps(state))
     done = owt("stream", str(small_corpus), "--resume", str(path), "--epoch", "5", "-q")
-    assert done.returncode == 1 and "the state is at epoch 0, before" in done.stderr, done.stderr
-    assert "give epoch=0 or less (owt stream: leave out --epoch)" in done.stderr
+    assert done.returncode == 1 and "is at epoch 0, before the first epoch this run reads (5)" in (
+        done.stderr
+    ), done.stderr
+    assert "give --epoch 0 or less" in done.stderr and "epoch=" not in done.stderr  # (flags)
     assert len(list(Loader(small_corpus, workers=0, epoch=0).iter(state=state))) == 117
