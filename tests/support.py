@@ -608,3 +608,27 @@ def no_leaks(private: Path) -> Iterator[Path]:
         assert _lasting_new_fds(fds) == {}, "file descriptors left open"
         assert list(private.iterdir()) == [], "temporary files left behind"
         assert _lasting_new("/dev/shm", shm) == set(), "shared memory left behind"
+
+
+class NumberedBatches:
+    """Batches 1, 2, ... of ``n`` (2 x 3 arrays of the number), the number taken as state;
+    ``fail_at``: that batch raises a RuntimeError ("batch K is broken"); remembers being
+    closed. A stand-in source of ``ahead`` and ``to_device``."""
+
+    def __init__(self, n: int, fail_at: int | None = None) -> None:
+        self.n, self.fail_at, self.taken, self.closed = n, fail_at, 0, False
+
+    def __iter__(self) -> Iterator[Any]:
+        import numpy as np
+
+        while self.taken < self.n:
+            if self.taken == self.fail_at:
+                raise RuntimeError(f"batch {self.taken} is broken")
+            self.taken += 1
+            yield np.full((2, 3), self.taken)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"taken": self.taken}
+
+    def close(self) -> None:
+        self.closed = True

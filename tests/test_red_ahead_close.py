@@ -10,16 +10,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from openwebtext import Corpus, CorruptMember, Loader, ahead
 from openwebtext.stream import Ahead
-from support import child_pids, copy_corpus, member_offset, wait_until
+from support import NumberedBatches, child_pids, copy_corpus, member_offset, wait_until
 
 try:
     from openwebtext.torch import to_device
@@ -81,33 +80,14 @@ def test_a_next_after_an_error_of_the_source_says_so_never_a_silent_end(
         assert stage.state_dict() == state  # the last batch handed out's
 
 
-class Source:
-    """Batches 1, 2, ... with the number taken as state; ``fail_at``: that batch raises."""
-
-    def __init__(self, n: int, fail_at: int | None = None) -> None:
-        self.n, self.fail_at, self.taken, self.closed = n, fail_at, 0, False
-
-    def __iter__(self) -> Iterator[np.ndarray[Any, Any]]:
-        while self.taken < self.n:
-            if self.taken == self.fail_at:
-                raise ValueError(f"batch {self.taken} is broken")
-            self.taken += 1
-            yield np.full((2, 3), self.taken)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"taken": self.taken}
-
-    def close(self) -> None:
-        self.closed = True
-
 
 def test_a_stage_whose_source_failed_says_so_at_every_next_after() -> None:
-    stage = ahead(Source(10, fail_at=3))
+    stage = ahead(NumberedBatches(10, fail_at=3))
     assert [int(next(stage)[0, 0]) for _ in range(3)] == [1, 2, 3]
-    with pytest.raises(ValueError, match="batch 3 is broken"):
+    with pytest.raises(RuntimeError, match="batch 3 is broken"):
         next(stage)
     for _ in range(2):
-        with pytest.raises(RuntimeError, match=r"earlier next\(\) \(ValueError: batch 3 is"):
+        with pytest.raises(RuntimeError, match=r"earlier next\(\) \(RuntimeError: batch 3 is"):
             next(stage)
     assert stage.state_dict() == {"taken": 3}
     stage.close()
@@ -127,7 +107,7 @@ def test_a_batch_the_consumer_side_could_not_receive_ends_the_stage() -> None:
             raise OSError("the copy failed")
         return batch
 
-    source = Source(10)
+    source = NumberedBatches(10)
     stage = Ahead(source, 2, receive=receive)
     assert int(next(stage)[0, 0]) == 1
     with pytest.raises(OSError, match="the copy failed"):
@@ -138,9 +118,9 @@ def test_a_batch_the_consumer_side_could_not_receive_ends_the_stage() -> None:
 
 
 def test_the_stats_of_a_stage_whose_source_has_none_are_a_clear_absence() -> None:
-    stage = ahead(Source(3))
+    stage = ahead(NumberedBatches(3))
     with stage:
-        with pytest.raises(AttributeError, match="no stats: their source, a Source, has none"):
+        with pytest.raises(AttributeError, match="their source, a NumberedBatches, has none"):
             _ = stage.stats
         next(stage)
         assert not hasattr(stage, "stats")

@@ -25,6 +25,7 @@ stateful = pytest.importorskip("torchdata.stateful_dataloader")
 from openwebtext import Loader, ahead  # noqa: E402
 from openwebtext.torch import DeviceBatches, PackedBatchDataset, to_device  # noqa: E402
 from resumable import check_save_load  # noqa: E402
+from support import NumberedBatches  # noqa: E402
 
 S, B = 256, 4  # a few hundred batches a pass of the small corpus
 OPTIONS: dict[str, Any] = dict(tokenizer="bytes", seed=3, shuffle_buffer=30, workers=1)
@@ -163,28 +164,9 @@ def test_start_fills_the_queue_and_changes_nothing(small_corpus: Path) -> None:
         next(stage)
 
 
-class Source:
-    """Batches with a state: ``fail_at`` raises there; remembers being closed."""
-
-    def __init__(self, n: int, fail_at: int | None = None) -> None:
-        self.n, self.fail_at, self.taken, self.closed = n, fail_at, 0, False
-
-    def __iter__(self) -> Iterator[np.ndarray[Any, Any]]:
-        while self.taken < self.n:
-            if self.taken == self.fail_at:
-                raise RuntimeError(f"batch {self.taken} is broken")
-            self.taken += 1
-            yield np.full((2, 3), self.taken)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"taken": self.taken}
-
-    def close(self) -> None:
-        self.closed = True
-
 
 def test_an_error_of_the_source_is_raised_to_the_consumer_after_the_batches_before_it() -> None:
-    source = Source(10, fail_at=3)
+    source = NumberedBatches(10, fail_at=3)
     stage = to_device(source, "cpu")
     got = [int(next(stage)[0, 0]) for _ in range(3)]
     with pytest.raises(RuntimeError, match="batch 3 is broken"):
@@ -197,7 +179,7 @@ def test_an_error_of_the_source_is_raised_to_the_consumer_after_the_batches_befo
 
 
 def test_close_stops_the_thread_and_closes_the_source_at_once() -> None:
-    source = Source(10**9)
+    source = NumberedBatches(10**9)
     stage = to_device(source, "cpu", depth=2)
     next(stage)
     wait_ready(stage, 2)
@@ -207,12 +189,12 @@ def test_close_stops_the_thread_and_closes_the_source_at_once() -> None:
     assert stage.state_dict() == {"taken": 1}
     with pytest.raises(StopIteration):
         next(stage)
-    unstarted = Source(5)
+    unstarted = NumberedBatches(5)
     to_device(unstarted, "cpu").close()
     assert unstarted.closed and unstarted.taken == 0
 
 
-class Slow(Source):
+class Slow(NumberedBatches):
     """Batches made a quarter second each, of the value of the weights last set."""
 
     weights = 0
@@ -252,7 +234,7 @@ def test_a_consumer_waiting_in_next_wakes_when_another_thread_closes_or_changes(
 
 
 def test_an_abandoned_stage_stops_its_thread_and_closes_its_source() -> None:
-    source = Source(10**9)
+    source = NumberedBatches(10**9)
     stage = to_device(source, "cpu", depth=2)
     next(stage)
     thread = stage._producer.thread
@@ -264,7 +246,7 @@ def test_an_abandoned_stage_stops_its_thread_and_closes_its_source() -> None:
 
 def test_what_the_stage_refuses() -> None:
     with pytest.raises(ValueError, match="depth must be an int >= 1, not 0"):
-        to_device(Source(1), "cpu", depth=0)
+        to_device(NumberedBatches(1), "cpu", depth=0)
     with pytest.raises(TypeError, match="need a state_dict"):
         to_device([np.zeros(3)], "cpu")
     with to_device(iter_of([["not", "arrays"]]), "cpu") as stage, pytest.raises(TypeError):

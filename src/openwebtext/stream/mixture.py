@@ -24,6 +24,7 @@ from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.resharding import (
     KEEP,
     Even,
+    check_is_state,
     decode_each,
     new_schedule,
     parse_batches,
@@ -260,7 +261,7 @@ def reshard(
         raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
                          f"{world_size!r}")  # fmt: skip
     for k, given in enumerate(states):  # each a state first, whatever the others are
-        _check_is_state(k, given)
+        check_is_state(k, given)
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):
         return reshard_stream(states, world_size, even=even)
@@ -415,21 +416,6 @@ def _left_out(state: DocumentState, old: Sequence[DocumentState]) -> DocumentSta
         return state
     return replace(state, reshard=replace(section, dealt=True))
 
-
-def _check_is_state(k: int, state: Any) -> None:
-    """State ``k`` given to ``reshard`` is a state (of documents or batches), checked before
-    the kinds are compared, as ``resharding.parse_batches`` says it (a batches state's
-    documents are decoded with it: their error names their field).
-
-    Raises:
-        StateError: naming the state (``field``: ``format``, when it has one of no state).
-    """
-    if not isinstance(state, Mapping):
-        raise StateError(f"state {k} is {type(state).__name__}, not a state")
-    if kind_of(state) is None:
-        found = state.get("format")
-        raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
-                         field="format")  # fmt: skip
 
 
 def _batches(state: Mapping[str, Any]) -> bool:

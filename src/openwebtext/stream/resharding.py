@@ -34,6 +34,7 @@ from openwebtext.stream.shapes import saved_schedule
 
 __all__ = [
     "KEEP",
+    "check_is_state",
     "decode_each",
     "new_schedule",
     "parse_batches",
@@ -187,6 +188,21 @@ def decode_each(states: Sequence[Any], cls: type[R]) -> list[R]:
     return out
 
 
+def check_is_state(k: int, state: Any) -> None:
+    """State ``k`` given to a reshard is a state (of documents or batches, of any kind), checked
+    before anything else is read of it.
+
+    Raises:
+        StateError: naming the state (``field``: ``format``, when it has one of no state).
+    """
+    if not isinstance(state, Mapping):
+        raise StateError(f"state {k} is {type(state).__name__}, not a state")
+    if kind_of(state) is None:
+        found = state.get("format")
+        raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
+                         field="format")  # fmt: skip
+
+
 def parse_batches(
     states: Sequence[Mapping[str, Any]], runs: bool = True
 ) -> list[BatchesState] | None:
@@ -195,12 +211,7 @@ def parse_batches(
     view of its batches, which its ``reshard`` builds)."""
     kinds = set()
     for k, state in enumerate(states):
-        if not isinstance(state, Mapping):
-            raise StateError(f"state {k} is {type(state).__name__}, not a state")
-        if kind_of(state) is None:
-            found = state.get("format")
-            raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
-                             field="format")  # fmt: skip
+        check_is_state(k, state)
         kinds.add(state["format"])
     if kinds == {STATE_FORMAT}:
         return None
