@@ -16,6 +16,7 @@ import pytest
 
 from openwebtext import synth
 from openwebtext.synth import builtin
+from support import child_pids
 
 TAR_RE = re.compile(r"^urlsf_subset(\d{2})\.tar$")
 MEMBER_RE = re.compile(r"^openwebtext/urlsf_subset(\d{2})-(\d+)_data\.xz$")
@@ -230,26 +231,12 @@ def test_same_seed_same_bytes_whatever_the_workers(
         assert sha256(out / name) != sha256(other / name)
 
 
-def live_children() -> list[int]:
-    """Live (non-zombie) child processes of this process, from /proc."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid() and fields[0] != "Z":
-                children.append(int(entry))
-    return children
-
 
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
 def test_worker_processes_are_gone_afterwards(tmp_path: Path) -> None:
     report = synth.write_corpus(tmp_path / "c", 1, 4, 3, workers=2)
     assert report.documents == 12
-    assert live_children() == []
+    assert child_pids() == []  # (multiprocessing's resource tracker aside: not ours)
 
 
 # --------------------------------------------------------------------------------------
