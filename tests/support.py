@@ -632,3 +632,14 @@ class NumberedBatches:
 
     def close(self) -> None:
         self.closed = True
+
+
+def in_read_only_mount(folder: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in a mount namespace of its own where ``folder`` is a read-only bind
+    mount of itself (nothing outside the namespace sees the mount; needs root and
+    ``unshare(1)``)."""
+    script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder), *command],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip

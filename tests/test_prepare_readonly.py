@@ -17,6 +17,7 @@ import pytest
 from openwebtext import Corpus
 from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
 from openwebtext.prepare.lock import LOCK
+from support import in_read_only_mount
 
 OPTIONS = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
 
@@ -57,22 +58,13 @@ def test_a_finished_run_on_a_read_only_folder_is_nothing_to_do(
         prepare(corpus, out, PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.2))
 
 
-def _in_read_only_mount(folder: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in a mount namespace of its own where ``folder`` is a read-only bind
-    mount of itself (nothing outside the namespace sees the mount)."""
-    script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
-    return subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder), *command],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-
 
 def test_owt_tokenize_and_merge_on_a_read_only_mount_say_nothing_to_do(
     small_corpus: Path, tmp_path: Path
 ) -> None:
     if shutil.which("unshare") is None:
         pytest.skip("no unshare(1)")
-    probe = _in_read_only_mount(tmp_path, ["sh", "-c", f"! touch {tmp_path}/probe"])
+    probe = in_read_only_mount(tmp_path, ["sh", "-c", f"! touch {tmp_path}/probe"])
     if probe.returncode != 0:
         pytest.skip(f"no read-only bind mount here: {probe.stderr.strip()}")
     owt = [sys.executable, "-m", "openwebtext.cli"]
@@ -84,10 +76,10 @@ def test_owt_tokenize_and_merge_on_a_read_only_mount_say_nothing_to_do(
     subprocess.run([*owt, "merge", str(s0), str(s1), "--out", str(tmp_path / "m"), "-q"],
                    check=True, timeout=120)  # fmt: skip
     before = sorted(p.name for p in tmp_path.rglob("*"))
-    again = _in_read_only_mount(tmp_path, [*tokenize, "--out", str(out)])
+    again = in_read_only_mount(tmp_path, [*tokenize, "--out", str(out)])
     assert again.returncode == 0, again.stderr
     remerge = [*owt, "merge", str(s0), str(s1), "--out", str(tmp_path / "m")]
-    merged = _in_read_only_mount(tmp_path, remerge)
+    merged = in_read_only_mount(tmp_path, remerge)
     assert merged.returncode == 0, merged.stderr
     assert "nothing to do" in merged.stdout + merged.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -35,7 +35,7 @@ from openwebtext.prepare import (
 )
 from openwebtext.prepare.lock import LOCK
 from openwebtext.prepare.workdir import OUTPUTS, PROGRESS, Part, Workdir, owned, sha256_file
-from support import s3_objects
+from support import in_read_only_mount, s3_objects
 
 FORMATS = ("megatron", "llmc", "datatrove")
 SHARD = 20_000  # ids an llm.c shard holds at most here: several shards of train
@@ -58,6 +58,24 @@ def _dead_lock(folder: Path) -> None:
     """The lock file a SIGKILLed run leaves (its holder, a process that is gone)."""
     body = {"pid": 2**22 + 17, "host": "gone", "since": "2026-01-01 00:00:00"}
     (folder / LOCK).write_text(json.dumps(body))
+
+
+def _kill_at_unlink(
+    monkeypatch: pytest.MonkeyPatch, when: Callable[[Path], bool]
+) -> Callable[[], None]:
+    """``Path.unlink`` of the first path ``when`` holds for raises ``_Kill`` (a kill there,
+    nothing removed); the function returned puts ``Path.unlink`` back."""
+    real = Path.unlink
+    armed = [True]
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if armed[0] and when(self):
+            armed[0] = False
+            raise _Kill
+        real(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    return lambda: monkeypatch.setattr(Path, "unlink", real)
 
 
 def _killed_write(folder: Path, name: str, body: bytes = b"cut") -> Path:
@@ -219,19 +237,12 @@ def test_bug2_a_format_pass_cut_after_its_marker_leaves_no_record(
     out = tmp_path / "out"
     prepare(Corpus.open(small_corpus), out, _opts())
     record = f".{fmt}.progress.json"
-    real = Path.unlink
-    armed = [True]
-
-    def unlink(self: Path, missing_ok: bool = False) -> None:
-        if self.name == record and (self.parent / f"{fmt}.json").exists() and armed[0]:
-            armed[0] = False
-            raise _Kill  # between the marker and the record's removal
-        real(self, missing_ok=missing_ok)
-
-    monkeypatch.setattr(Path, "unlink", unlink)
+    undo = _kill_at_unlink(  # between the marker and the record's removal
+        monkeypatch, lambda p: p.name == record and (p.parent / f"{fmt}.json").exists()
+    )
     with pytest.raises(_Kill):
         write_format(out, fmt, shard_tokens=SHARD)
-    monkeypatch.setattr(Path, "unlink", real)
+    undo()
     assert (out / record).exists()
     write_format(out, fmt, shard_tokens=SHARD)
     assert _files(out) == _files(reference("hash", fmt))
@@ -245,19 +256,10 @@ def test_bug2_at_a_url_a_format_pass_cut_after_its_marker_leaves_no_record(
     copy = outputs.staging(url, "fetch")
     try:
         prepare(corpus, url, _opts())
-        real = Path.unlink
-        armed = [True]
-
-        def unlink(self: Path, missing_ok: bool = False) -> None:
-            if self.name == ".megatron.progress.json" and armed[0]:
-                armed[0] = False
-                raise _Kill
-            real(self, missing_ok=missing_ok)
-
-        monkeypatch.setattr(Path, "unlink", unlink)
+        undo = _kill_at_unlink(monkeypatch, lambda p: p.name == ".megatron.progress.json")
         with pytest.raises(_Kill):
             write_format(url, "megatron", corpus.storage)
-        monkeypatch.setattr(Path, "unlink", real)
+        undo()
         assert (copy / ".megatron.progress.json").exists()
         write_format(url, "megatron", corpus.storage)
         assert "megatron.json" in s3_objects(s3_endpoint, "leftovers-format/")
@@ -300,22 +302,13 @@ def test_bug3_a_finished_format_on_a_read_only_folder_is_nothing_to_do(
     assert {n: b for n, b in _files(out).items() if not n.endswith(".tmp")} == before
 
 
-def _in_read_only_mount(folder: Path, command: list[str]) -> subprocess.CompletedProcess[str]:
-    """``command`` in a mount namespace of its own where ``folder`` is a read-only bind
-    mount of itself (as ``test_prepare_readonly`` does; needs root)."""
-    script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" "$0" && exec "$@"'
-    return subprocess.run(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder), *command],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-
 
 def test_bug3_owt_tokenize_format_on_a_read_only_mount_says_nothing_to_do(
     small_corpus: Path, tmp_path: Path
 ) -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) for a read-only mount")
-    probe = _in_read_only_mount(tmp_path, ["sh", "-c", f"! touch {tmp_path}/probe"])
+    probe = in_read_only_mount(tmp_path, ["sh", "-c", f"! touch {tmp_path}/probe"])
     if probe.returncode != 0:
         pytest.skip(f"no read-only bind mount here: {probe.stderr.strip()}")
     tokenize = [sys.executable, "-m", "openwebtext.cli", "tokenize", str(small_corpus),
@@ -325,7 +318,7 @@ def test_bug3_owt_tokenize_format_on_a_read_only_mount_says_nothing_to_do(
         subprocess.run([*tokenize, "--out", str(out), "--format", fmt], check=True, timeout=120)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     for fmt in FORMATS:
-        again = _in_read_only_mount(tmp_path, [*tokenize, "--out", str(tmp_path / fmt),
+        again = in_read_only_mount(tmp_path, [*tokenize, "--out", str(tmp_path / fmt),
                                                "--format", fmt])  # fmt: skip
         assert again.returncode == 0, (fmt, again.stderr)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
@@ -505,23 +498,16 @@ def test_bug6_a_format_write_cut_by_a_kill_leaves_no_temporary_file(
     out = tmp_path / "out"
     prepare(Corpus.open(small_corpus), out, _opts())
     first = {"megatron": "train.idx", "llmc": "train_000000.bin", "datatrove": "train.ds.index"}
-    real = Path.unlink
-
-    def unlink(self: Path, missing_ok: bool = False) -> None:
-        if self.name == f".{fmt}.progress.json":
-            raise _Kill
-        real(self, missing_ok=missing_ok)
-
     # A pass killed while it wrote its first file (what the kill leaves is put there),
     # then one killed after its marker (its record left too).
     _killed_write(out, first[fmt], b"\0" * 4096)
     _killed_write(out, f"{fmt}.json")
     _killed_write(out, f".{fmt}.progress.json")
     (out / ".train.ds.link").write_bytes(b"")
-    monkeypatch.setattr(Path, "unlink", unlink)
+    undo = _kill_at_unlink(monkeypatch, lambda p: p.name == f".{fmt}.progress.json")
     with pytest.raises(_Kill):
         write_format(out, fmt, shard_tokens=SHARD)
-    monkeypatch.setattr(Path, "unlink", real)
+    undo()
     _killed_write(out, "val.idx" if fmt == "megatron" else "val.ds.index")
     write_format(out, fmt, shard_tokens=SHARD)
     assert _files(out) == _files(reference("hash", fmt))
