@@ -8,6 +8,7 @@ check, the command line's resume and the tests all read that one list.
 
 from __future__ import annotations
 
+import argparse
 import operator
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
@@ -33,6 +34,7 @@ __all__ = [
     "countable",
     "int_at_least",
     "integral",
+    "option_type",
     "options_with",
 ]
 
@@ -335,3 +337,22 @@ def check_max_errors(value: object) -> None:
     """``max_errors``: None or an int >= 0."""
     ok = value is None or int_at_least(value, 0)
     _need(ok, f"max_errors must be None or >= 0, not {value!r}")
+
+
+def option_type(name: str, convert: type = int) -> Any:
+    """An argparse type: a value of Options field ``name``, refused as Options refuses it
+    (every command's flags of an option: ``owt stream``'s, ``owt bench``'s)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        try:
+            Options(**{name: value})
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    parse.__name__ = name
+    return parse

@@ -18,7 +18,7 @@ from openwebtext.engine import cpu_count
 from openwebtext.files import named
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from openwebtext.interrupts import exit_code, interruptible
-from openwebtext.options import check_seed
+from openwebtext.options import option_type
 from openwebtext.source import add_storage_options, add_text_column
 
 
@@ -42,18 +42,6 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be positive: {text}")
     return value
 
-
-def _seed(text: str) -> int:
-    """``--seed``: refused as ``owt stream --seed`` (and ``Options``) refuse it."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    try:
-        check_seed(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value
 
 
 def _command(text: str) -> str:
@@ -113,7 +101,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         help="stop after N documents (default: the whole corpus)",
     )
-    p.add_argument("--seed", type=_seed, default=0, help="the loader's seed (default 0)")
+    p.add_argument(
+        "--seed", type=option_type("seed"), default=0, help="the loader's seed (default 0)"
+    )
     p.add_argument(
         "--out", type=lambda text: Path(named("folder")(text)), default=Path("bench-out"),
         help="output folder (default bench-out)",

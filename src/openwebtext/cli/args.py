@@ -9,7 +9,7 @@ from typing import Any, TypeAlias
 
 from openwebtext.engine import cpu_count
 from openwebtext.index import Corpus
-from openwebtext.options import Options
+from openwebtext.options import option_type as option_type
 from openwebtext.source import add_text_column, storage_kwargs
 from openwebtext.synth import paths_or_default
 
@@ -35,23 +35,6 @@ def plural(n: int, noun: str) -> str:
     """``n`` and ``noun``, in the plural unless ``n`` is 1: "1 document", "2 documents"."""
     return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
 
-
-def option_type(name: str, convert: type = int) -> Any:
-    """An argparse type: a value of Options field ``name``, refused as Options refuses it."""
-
-    def parse(text: str) -> Any:
-        try:
-            value = convert(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        try:
-            Options(**{name: value})
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        return value
-
-    parse.__name__ = name
-    return parse
 
 
 def at_least(low: int) -> Any:
