@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from openwebtext.errors import install_hint
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator, Loader, Mixture
-from openwebtext.options import Options, int_at_least
+from openwebtext.options import Options, as_int, int_at_least
 
 if TYPE_CHECKING:
     import datasets
@@ -154,6 +154,7 @@ def iterable_dataset(
             ...
     """
     hf = _require_datasets()
+    num_shards = as_int(num_shards)
     if not int_at_least(num_shards, 1):
         raise ValueError(f"num_shards must be an int >= 1, not {num_shards!r}")
     loader = Loader(paths, options, **overrides)

@@ -21,7 +21,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError, in_part
 from openwebtext.index import Corpus
-from openwebtext.options import Options, options_with
+from openwebtext.options import Options, as_int, options_with
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
     WINDOW,
@@ -232,6 +232,7 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
+        window, pad_id = as_int(window), as_int(pad_id)  # (numpy's integers too)
         shapes = schedule_of(seq_len, batch_size, schedule)
         start = batches_start(state, shapes, packing, window)
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id, packing)

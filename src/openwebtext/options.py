@@ -12,7 +12,7 @@ import argparse
 import operator
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
-from typing import Any, Literal, NamedTuple, TypeGuard
+from typing import Any, Literal, NamedTuple, TypeGuard, TypeVar
 
 __all__ = [
     "MOST_INT",
@@ -24,6 +24,7 @@ __all__ = [
     "HeldOut",
     "Options",
     "SplitName",
+    "as_int",
     "check_max_errors",
     "check_on_error",
     "check_seed",
@@ -32,6 +33,7 @@ __all__ = [
     "check_val_seed",
     "check_workers",
     "countable",
+    "hold_ints",
     "int_at_least",
     "integral",
     "option_type",
@@ -82,6 +84,8 @@ NANOGPT_SPLIT = HeldOut(0.0005, 2357)
 #: value of it is refused.
 SHAPES: dict[str, Any] = {"shapes": True}
 
+
+T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Options:
@@ -156,10 +160,7 @@ class Options:
             if not ok:
                 raise ValueError(message)
 
-        for name in _INT_FIELDS:  # numpy's integers too, held as Python ints (a state's)
-            number = integral(getattr(self, name))
-            if number is not None:
-                object.__setattr__(self, name, number)
+        hold_ints(self)  # (numpy's integers too, held as Python ints: a state's)
         check_workers(self.workers)
         check_seed(self.seed)
         need(isinstance(self.shuffle, bool), f"shuffle must be True or False, not {self.shuffle!r}")
@@ -241,10 +242,14 @@ def _shaping_fields() -> tuple[str, ...]:
 SHAPING: tuple[str, ...] = _shaping_fields()
 
 
-#: The options that hold an int (or None): ``Options`` takes any integral number for them.
-_INT_FIELDS = ("workers", "seed", "shuffle_buffer", "epoch", "epochs", "rank", "world_size",
-               "val_seed", "take", "max_errors", "max_document_bytes", "max_member_bytes",
-               "prefetch")  # fmt: skip
+def hold_ints(described: Any) -> None:
+    """Hold the int fields (annotated ``int`` or ``int | None``) of a frozen dataclass being
+    made (``Options``, ``PrepareOptions``) as Python ints when they are integral numbers
+    (``integral``: numpy's too), before its checks: what it holds goes into states and records."""
+    for f in fields(described):
+        number = integral(getattr(described, f.name)) if f.type in ("int", "int | None") else None
+        if number is not None:
+            object.__setattr__(described, f.name, number)
 
 
 def integral(value: object) -> int | None:
@@ -258,6 +263,14 @@ def integral(value: object) -> int | None:
         return int(operator.index(value))  # type: ignore[arg-type]
     except TypeError:
         return None
+
+
+def as_int(value: T) -> int | T:
+    """``value`` as a Python int when it is an integral number (``integral``), else ``value``
+    unchanged for the door's own check to refuse: what every door of the API does first with
+    an int argument, so that numpy's integers are taken and a state holds Python ints only."""
+    number = integral(value)
+    return value if number is None else number
 
 
 def int_at_least(value: object, least: int) -> TypeGuard[int]:

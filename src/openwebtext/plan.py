@@ -27,7 +27,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 
-from openwebtext.options import MOST_INT, countable, int_at_least
+from openwebtext.options import MOST_INT, as_int, countable, int_at_least
 
 __all__ = [
     "EpochShares",
@@ -93,6 +93,7 @@ def shard_range(positions: int, index: int, count: int) -> tuple[int, int]:
     Raises:
         ValueError: not ``0 <= index < count``.
     """
+    index, count = as_int(index), as_int(count)  # (numpy's integers too, as every door)
     if not (countable(count, 1) and int_at_least(index, 0) and index < count):
         raise ValueError(f"a shard is i/n with 0 <= i < n <= {MOST_INT}, not {index}/{count}")
     return index * positions // count, (index + 1) * positions // count
@@ -100,6 +101,7 @@ def shard_range(positions: int, index: int, count: int) -> tuple[int, int]:
 
 def shard_count(positions: int, per_shard: int) -> int:
     """How many slices of at most ``per_shard`` positions cover ``positions`` (at least one)."""
+    per_shard = as_int(per_shard)
     if not int_at_least(per_shard, 1):
         raise ValueError(f"units_per_task must be >= 1, not {per_shard!r}")
     return max(1, -(-positions // per_shard))
@@ -108,6 +110,7 @@ def shard_count(positions: int, per_shard: int) -> int:
 def unit_groups(units: int, per_group: int) -> list[range]:
     """Units ``0..units-1`` cut into consecutive groups of ``per_group`` (the last may be
     shorter): the read tasks of ``ray.read_openwebtext``."""
+    per_group = as_int(per_group)
     if not int_at_least(per_group, 1):
         raise ValueError(f"units_per_task must be >= 1, not {per_group!r}")
     return [range(k, min(k + per_group, units)) for k in range(0, units, per_group)]

@@ -31,7 +31,7 @@ from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
-from openwebtext.options import check_on_error, int_at_least
+from openwebtext.options import as_int, check_on_error, int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve, watched
 from openwebtext.tokenfiles import INT_DTYPE
@@ -201,6 +201,7 @@ class Corpus:
             TokenFileError: a damaged header or index (naming the file).
         """
         names = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        unit_tokens, eot = as_int(unit_tokens), as_int(eot)  # (numpy's integers too)
         if not int_at_least(unit_tokens, 1):
             raise ValueError(f"unit_tokens must be an int >= 1, not {unit_tokens!r}")
         if eot is not None and not int_at_least(eot, 0):

@@ -37,7 +37,7 @@ from openwebtext import codec
 from openwebtext.codec import Record
 from openwebtext.errors import StateError
 from openwebtext.files import atomic_file
-from openwebtext.options import MOST_INT, countable
+from openwebtext.options import MOST_INT, as_int, countable
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
@@ -92,6 +92,7 @@ def write_format(
     """
     if fmt not in FORMATS:
         raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    shard_tokens = as_int(shard_tokens)
     if not countable(shard_tokens, 1):  # (the marker says it: a record's count)
         raise ValueError(f"shard_tokens must be an int from 1 to {MOST_INT}, not {shard_tokens!r}")
     if fmt == "nanogpt":

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from openwebtext import codec
 from openwebtext.index import Corpus
+from openwebtext.options import as_int, int_at_least
 from openwebtext.plan import shard_range
 from openwebtext.policy import SkipPolicy
 from openwebtext.prepare import outputs
@@ -85,10 +86,14 @@ def prepare(
     tokenizer = load_tokenizer(options.tokenizer)
     order = unit_order(corpus, options)
     if shard is not None:
+        if not isinstance(shard, tuple | list) or len(shard) != 2:
+            raise ValueError(f"shard must be (index, count), not {shard!r}")
+        shard = (as_int(shard[0]), as_int(shard[1]))  # (numpy's integers too, as every door)
         start, stop = shard_range(len(order), *shard)
-    stop = len(order) if stop is None else stop
-    if not 0 <= start <= stop <= len(order):
-        raise ValueError(f"unit positions [{start}, {stop}) are not within [0, {len(order)})")
+    start, stop = as_int(start), len(order) if stop is None else as_int(stop)
+    if not (int_at_least(start, 0) and int_at_least(stop, 0) and start <= stop <= len(order)):
+        raise ValueError(f"unit positions [{start!r}, {stop!r}) are not ints within [0, "
+                         f"{len(order)}]")  # fmt: skip
     whole = shard is None and (start, stop) == (0, len(order))  # "--shard 0/1" is a slice
     if not whole and options.take is not None:
         raise ValueError("take applies to a whole run, not to a slice")

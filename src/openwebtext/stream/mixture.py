@@ -19,7 +19,7 @@ from openwebtext.codec import differing, replace
 from openwebtext.errors import CorpusError, StateError, in_part
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
-from openwebtext.options import MOST_INT, Options, countable
+from openwebtext.options import MOST_INT, Options, as_int, countable
 from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.resharding import (
     KEEP,
@@ -116,6 +116,8 @@ class Mixture:
         for step in pairs:
             if not isinstance(step, tuple | list) or len(step) != 2:
                 raise ValueError(f"a schedule's step is a (position, weights) pair, not {step!r}")
+        pairs = [(as_int(at), weights) for at, weights in pairs]
+        for step in pairs:
             if not countable(step[0], 0):
                 raise ValueError(
                     f"a schedule's positions must be ints from 0 to {MOST_INT} (documents "
@@ -256,7 +258,7 @@ def reshard(
     is replayed by one new rank (``_reshard_best_fit``)."""
     if isinstance(states, str | bytes | Mapping) or not isinstance(states, Iterable):
         raise TypeError(f"states must be a list of every rank's state_dict(), not {states!r}")
-    states = list(states)  # (a generator: read once)
+    states, world_size = list(states), as_int(world_size)  # (a generator: read once)
     if not countable(world_size, 1):  # (first, as ``resharding.reshard`` checks it)
         raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
                          f"{world_size!r}")  # fmt: skip

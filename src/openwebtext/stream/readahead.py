@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from openwebtext.engine import Halt, check_halt
-from openwebtext.options import int_at_least
+from openwebtext.options import as_int, int_at_least
 from openwebtext.stream.schema import DocumentState, MixtureState
 from openwebtext.stream.source import (
     AnyMark,
@@ -168,6 +168,7 @@ class Ahead(Closing):
         move: Callable[[Any], Any] = unchanged,
         receive: Callable[[Any], Any] = unchanged,
     ) -> None:
+        depth = as_int(depth)
         if not int_at_least(depth, 1):
             raise ValueError(f"depth must be an int >= 1, not {depth!r}")
         if not callable(getattr(batches, "state_dict", None)):

@@ -15,7 +15,7 @@ from msgspec import UNSET, UnsetType
 
 from openwebtext.codec import Record, differing, replace
 from openwebtext.errors import StateError
-from openwebtext.options import MOST_INT, Options, countable
+from openwebtext.options import MOST_INT, Options, as_int, countable
 from openwebtext.plan import Rule
 from openwebtext.stream.schema import (
     BATCHES_FORMAT,
@@ -98,6 +98,7 @@ def reshard_states(
     """``reshard``, and for a mixture's ``part`` (the states its ``reshard`` builds) the
     windows each old rank had dealt to it not finished (``replays``: its part's documents
     cannot say which, ``WindowAt.replays``)."""
+    world_size = as_int(world_size)
     if not countable(world_size, 1):  # (as Options: a state says it)
         raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
                          f"{world_size!r}")  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Literal
 import msgspec
 
 from openwebtext.errors import StateError
-from openwebtext.options import MOST_INT, countable, int_at_least
+from openwebtext.options import MOST_INT, as_int, countable, int_at_least
 from openwebtext.stream.schema import BatchesState, Scheduled, Step
 from openwebtext.stream.sections import Packed
 
@@ -67,7 +67,7 @@ class Schedule:
                 raise ValueError(
                     f"schedule step {k} is {step!r}, not (batch_index, seq_len, batch_size)"
                 )
-            batch, seq_len, batch_size = step
+            batch, seq_len, batch_size = map(as_int, step)  # (numpy's integers too)
             for name, value, least in (
                 ("batch_index", batch, 0), ("seq_len", seq_len, 1), ("batch_size", batch_size, 1)
             ):  # fmt: skip
@@ -132,6 +132,9 @@ class Schedule:
                 2 stages, ``batches`` < ``stages - 1``, an unknown ramp, or ``tokens`` past
                 ``MOST_IDS`` (the ids a batch holds at most).
         """
+        start, end, tokens, batches, stages, multiple = map(
+            as_int, (start, end, tokens, batches, stages, multiple)
+        )
         for name, value in (
             ("start", start), ("end", end), ("tokens", tokens), ("batches", batches),
             ("multiple", multiple),
@@ -173,6 +176,7 @@ def schedule_of(
         return schedule if isinstance(schedule, Schedule) else Schedule(schedule)
     if seq_len is None or batch_size is None:
         raise ValueError("batches need seq_len and batch_size, or a schedule")
+    seq_len, batch_size = as_int(seq_len), as_int(batch_size)
     check_sizes(seq_len, batch_size)
     return Schedule([(0, seq_len, batch_size)])
 

@@ -27,7 +27,15 @@ from openwebtext.loader import (
     MixtureIterator,
     PackedBatch,
 )
-from openwebtext.options import MOST_INT, EvenRule, Options, countable, int_at_least, options_with
+from openwebtext.options import (
+    MOST_INT,
+    EvenRule,
+    Options,
+    as_int,
+    countable,
+    int_at_least,
+    options_with,
+)
 from openwebtext.stream import (
     WINDOW,
     DocumentState,
@@ -445,6 +453,7 @@ def reshard_loader_states(
     datasets' ``even`` (it holds across training ranks, so with one rank it is None, as
     the datasets decide it).
     """
+    world_size, num_workers = as_int(world_size), as_int(num_workers)
     if not int_at_least(num_workers, 0):
         raise ValueError(f"num_workers must be an int >= 0 (the new DataLoaders'), not "
                          f"{num_workers!r}")  # fmt: skip
