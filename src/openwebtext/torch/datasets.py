@@ -27,15 +27,7 @@ from openwebtext.loader import (
     MixtureIterator,
     PackedBatch,
 )
-from openwebtext.options import (
-    MOST_INT,
-    EvenRule,
-    Options,
-    as_int,
-    countable,
-    int_at_least,
-    options_with,
-)
+from openwebtext.options import MOST_INT, EvenRule, Options, as_int, countable, options_with
 from openwebtext.stream import (
     WINDOW,
     DocumentState,
@@ -454,10 +446,10 @@ def reshard_loader_states(
     the datasets decide it).
     """
     world_size, num_workers = as_int(world_size), as_int(num_workers)
-    if not int_at_least(num_workers, 0):
+    if not countable(num_workers, 0):
         raise ValueError(f"num_workers must be an int >= 0 (the new DataLoaders'), not "
                          f"{num_workers!r}")  # fmt: skip
-    if not int_at_least(world_size, 1) or not countable(world_size * max(1, num_workers), 1):
+    if not countable(world_size, 1) or not countable(world_size * max(1, num_workers), 1):
         raise ValueError(f"world_size must be an int >= 1 and, times num_workers, at most "
                          f"{MOST_INT}, not {world_size!r}")  # fmt: skip
     shares = [share for state in states for share in loader_dataset_states(state)]
