@@ -22,6 +22,7 @@ from openwebtext import (
     shuffle,
     take,
 )
+from openwebtext.stream.counts import count_documents
 from openwebtext.synth import write_corpus
 from support import Owt
 
@@ -66,6 +67,20 @@ def test_stream_after_index_of_a_split_counts_nothing(
               "--val-fraction", "0.25")  # fmt: skip
     assert ran.returncode == 0
     assert "counting the documents" not in caplog.text + ran.stderr
+
+
+def test_a_stream_counting_a_split_on_first_use_keeps_the_splits_indexed(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """A stream of a split the counts lacked counted it (and nanoGPT's again) and saved only
+    those: the split ``owt index --val-fraction 0.1`` had counted was dropped from the file."""
+    path = Path(shutil.copytree(small_corpus, tmp_path / "c"))
+    corpus = Corpus.open(path)
+    corpus.save_counts(count_documents(corpus, workers=0, splits=((0.1, 2357),)))
+    with Loader(path, workers=0, world_size=2, split="val", val_fraction=0.25).iter() as it:
+        next(it)
+    (counts,) = path.glob(".owt-counts-*.json")
+    assert set(json.loads(counts.read_text())["val"]) == {"0.1/2357", "0.25/2357", "0.0005/2357"}
 
 
 # -- 6, 7: the reference API takes one path, and numpy's integers ------------------------------

@@ -18,7 +18,7 @@ from openwebtext.cli.args import (
     plural,
 )
 from openwebtext.errors import OWTError, TruncatedMember
-from openwebtext.index import Counts, split_key
+from openwebtext.index import split_key
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.source import add_storage_options
 from openwebtext.stream import count_documents
@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
             on_error=args.on_error,
             on_skip=skipped.append,
         )
-    if known is not None and known.documents == counts.documents:  # the splits counted before
-        counts = Counts(counts.documents, {**known.val, **counts.val})
+    if known is not None:  # the splits counted before
+        counts = known.joined(counts)
     path = corpus.save_counts(counts)
     print(
         f"{plural(sum(counts.documents), 'document')} in {plural(len(corpus.units), 'member')}; "

@@ -101,6 +101,14 @@ class Counts:
             return held
         return tuple(n - v for n, v in zip(self.documents, held, strict=True))
 
+    def joined(self, counted: Counts) -> Counts:
+        """``counted`` (a later count), with the held-out splits of these counts it lacks when
+        both count the same documents per unit (else ``counted`` alone): a count of one more
+        split never drops the splits counted before."""
+        if counted.documents != self.documents:
+            return counted
+        return Counts(counted.documents, {**self.val, **counted.val})
+
 
 @dataclass(frozen=True)
 class Corpus:

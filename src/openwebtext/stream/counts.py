@@ -102,7 +102,9 @@ def ensure_counts(
     cached = corpus.load_counts()
     if cached is not None and cached.per_unit(*split) is not None:
         return corpus.with_counts(cached)
-    splits = tuple(dict.fromkeys([NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]))
+    known = corpus.counts or cached  # (its splits stay: this count adds the one it lacks)
+    wanted = [NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]
+    splits = tuple(s for s in dict.fromkeys(wanted) if not (known and split_key(*s) in known.val))
     if not _interactive() and progress is None:  # no bar to show it: one line says the wait
         log.warning(
             "counting the documents of %d members for even shares (once: cached beside the "
@@ -127,6 +129,8 @@ def ensure_counts(
             # The stream warns when it reads the member: one warning, not one more here.
             on_error="skip" if options.on_error == "warn" else options.on_error,
         )
+    if known is not None:
+        counts = known.joined(counts)
     try:
         corpus.save_counts(counts)
     except CorpusError as exc:
