@@ -222,6 +222,17 @@ def test_a_full_standard_output_is_named(corpus: Path) -> None:
     )
 
 
+def test_what_a_command_prints_on_a_full_standard_output_is_named(tmp_path: Path) -> None:
+    """``owt synth --where > /dev/full`` said only "[Errno 28] No space left on device"."""
+    with open("/dev/full", "wb") as full:
+        ran = subprocess.run([*OWT, "synth", "--where"], stdout=full, stderr=subprocess.PIPE,
+                             timeout=120, check=False,
+                             env={**os.environ, "OWT_CACHE_DIR": str(tmp_path)})  # fmt: skip
+    assert ran.returncode == 1
+    said = ran.stderr.decode().splitlines()
+    assert said == ["owt: error: cannot write standard output: No space left on device"], said
+
+
 def test_a_state_out_on_a_full_disk_is_named(
     corpus: Path,
     tmp_path: Path,

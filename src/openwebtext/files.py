@@ -32,6 +32,7 @@ __all__ = [
     "named",
     "open_to_read",
     "output_path",
+    "print_out",
     "sync_folder",
     "written_for",
 ]
@@ -215,3 +216,15 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
     """Replace ``path`` with ``data`` (str: UTF-8) atomically; see :func:`atomic_file`."""
     with atomic_file(path) as f:
         f.write(data.encode() if isinstance(data, str) else data)
+
+
+def print_out(text: str) -> None:
+    """Print ``text`` (a line) on standard output, flushed: what a command prints there (a
+    path, a table). A full disk or an I/O error is an ``OutputError`` naming standard output,
+    not a bare errno; a reader gone away stays ``BrokenPipeError`` (``owt`` ends quietly)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(f"cannot write standard output: {exc.strerror or exc}") from exc

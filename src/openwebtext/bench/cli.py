@@ -15,7 +15,7 @@ from openwebtext.bench.report import summary_text
 from openwebtext.bench.runner import run_bench
 from openwebtext.bench.runs import Settings
 from openwebtext.engine import cpu_count
-from openwebtext.files import named
+from openwebtext.files import named, print_out
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from openwebtext.interrupts import exit_code, interruptible
 from openwebtext.options import option_type
@@ -148,7 +148,7 @@ def _bench(args: argparse.Namespace) -> int:
     except (OWTError, BenchError) as exc:
         print(f"owt: error: {exc}", file=sys.stderr)
         return 1
-    print(summary_text(result))
+    print_out(summary_text(result))
     return 0
 
 

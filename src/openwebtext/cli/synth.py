@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from openwebtext.cli.args import Subparsers, add_quiet, at_least
-from openwebtext.files import named
+from openwebtext.files import named, print_out
 from openwebtext.synth import (
     COMPLETE_MARKER,
     DEFAULT_DOCS,
@@ -26,7 +26,7 @@ __all__ = ["add_parser", "run"]
 def _where() -> int:
     """``--where``: the default corpus's path on stdout; on stderr, whether it is there yet."""
     path = default_corpus_path()
-    print(path)
+    print_out(str(path))
     if not (path / COMPLETE_MARKER).is_file():
         print(
             "(not generated yet: any owt command given no path generates it, e.g. owt stream)",
