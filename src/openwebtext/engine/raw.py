@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from openwebtext.files import open_to_read
 from openwebtext.records import Unit
-from openwebtext.source import RangeReader, Storage, is_url
+from openwebtext.source import CHANGED, FileInfo, RangeReader, Storage, is_url, resolve
 
 __all__ = ["UnitBytes"]
 
@@ -36,7 +36,11 @@ class UnitBytes:
         """
         if is_url(unit.path):  # by byte range (see ``source.ranges``)
             return self._ranges().read(unit)
-        return os.pread(self._fd(unit.path), unit.size, unit.offset)
+        fd = self._fd(unit.path)
+        known = resolve(self.storage).identity(unit.path)  # (as indexed: ``noted_versions``)
+        if known is not None and FileInfo.of_local(os.fstat(fd)) != known:
+            raise OSError(CHANGED)  # (rewritten in place, or cut: not the corpus indexed)
+        return os.pread(fd, unit.size, unit.offset)
 
     def prefetch(self, units: Sequence[Unit]) -> None:
         """Start fetching the remote ones of ``units`` (read next, in this order)."""

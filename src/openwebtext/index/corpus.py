@@ -26,7 +26,7 @@ from openwebtext.codec import Count, Disagree, Record, parse, whose
 from openwebtext.errors import CorpusError, OutputError, StateError
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.index.checks import member_check
-from openwebtext.index.inputs import file_version
+from openwebtext.index.inputs import file_version, noted_versions
 from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.paths import index_inputs
@@ -175,7 +175,7 @@ class Corpus:
             store = Storage(storage_options, cache_dir, cache_size)  # (which checks them)
         indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
-        versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
+        versions = noted_versions(dict.fromkeys(u.path for u in units), store)
         corpus = cls(units, None, tuple(indexed.skipped), versions, store, text_column)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus
@@ -224,7 +224,7 @@ class Corpus:
         if not units:
             where = os.fspath(names[0]) if names else None
             raise CorpusError("no document in these token files", where)
-        versions = tuple(file_version(path, store) for path in dict.fromkeys(u.path for u in units))
+        versions = noted_versions(dict.fromkeys(u.path for u in units), store)
         return cls(tuple(units), Counts(tuple(counts)), (), versions, store)
 
     def files(self) -> list[str]:

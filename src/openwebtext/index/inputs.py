@@ -26,7 +26,7 @@ from typing import NamedTuple
 from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
-from openwebtext.source import Storage, is_url, resolve
+from openwebtext.source import FileInfo, Storage, is_url, resolve
 
 __all__ = [
     "Found",
@@ -35,6 +35,7 @@ __all__ = [
     "file_version",
     "find_files",
     "named_as_corpus_file",
+    "noted_versions",
 ]
 
 
@@ -224,6 +225,18 @@ def distinct_names(paths: Iterable[str]) -> dict[str, str]:
             return tails
         for p in clashing:
             depth[p] += 1
+
+
+def noted_versions(paths: Iterable[str], storage: Storage | None = None) -> tuple[str, ...]:
+    """``file_version`` of each of ``paths``, a local file's noted as its identity in
+    ``storage`` (a URL's is noted as it is indexed): the workers' reads check it (``engine.raw``),
+    so a file changed after it was indexed is said to be, never read as another corpus."""
+    versions = []
+    for path in paths:
+        if not is_url(path):
+            resolve(storage).remember(path, FileInfo.of_local(os.stat(path)))
+        versions.append(file_version(path, storage))
+    return tuple(versions)
 
 
 def file_version(path: str, storage: Storage | None = None) -> str:

@@ -33,10 +33,12 @@ from openwebtext.source.settings import (
     placed,
     resolve,
 )
+from openwebtext.source.validators import CHANGED
 from openwebtext.source.watchdog import watched
 
 __all__ = [
     "ABSENT",
+    "CHANGED",
     "FileInfo",
     "RangeFile",
     "RangeReader",

@@ -74,6 +74,11 @@ class FileInfo(NamedTuple):
     identity: str
     """ETag, generation, blob id or last-modified: what changes when the content does."""
 
+    @classmethod
+    def of_local(cls, st: os.stat_result) -> FileInfo:
+        """A local file's, from its ``os.stat``: its size and modification time."""
+        return cls(st.st_size, f"mtime_ns:{st.st_mtime_ns}")
+
 
 def place(options: dict[str, Any] | None) -> str:
     """A short hash of where ``options`` point (``endpoint_url``, ``anon``, a profile…),
