@@ -273,3 +273,27 @@ def test_no_shuffle_keeps_the_seed_of_best_fit_s_rows(
     args = ["stream", str(small_corpus), "--no-shuffle", "--pack", "bestfit", "--tokenizer",
             "bytes", "--seq-len", "64", "--take", "3", "-q"]  # fmt: skip
     assert run_owt(capsys, *args, "--seed", "3").returncode == 0
+
+
+# -- --resume parses its file once, and names a damaged field of any kind of state ------------
+
+
+@pytest.mark.parametrize("kind", ["openwebtext-batches/2", "openwebtext-state/2"])
+def test_a_resume_file_is_parsed_once_and_its_bad_field_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """``read_state`` parsed a state twice (the second time to say what was wrong), and said a
+    batches or mixture state's bad field without its dotted path (``StateError.field``)."""
+    from openwebtext import StateError, codec
+
+    state = tmp_path / "s.json"
+    bad = {"seq_len": True} if "batches" in kind else {"config": [], "position": {}}
+    state.write_text(json.dumps({"format": kind, **bad}))
+    parsed: list[bytes] = []
+    real = codec.parse
+    monkeypatch.setattr(codec, "parse", lambda data: parsed.append(data) or real(data))
+    with pytest.raises(StateError) as caught:
+        summary.read_state(str(state))
+    assert len(parsed) == 1
+    assert caught.value.field == next(iter(bad))
+    assert str(caught.value).startswith(f"{state}: ")

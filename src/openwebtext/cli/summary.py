@@ -27,7 +27,6 @@ from openwebtext.stream import (
     MixMark,
     MixtureState,
     MixtureStats,
-    kind_of,
     load_state,
 )
 
@@ -192,18 +191,10 @@ def _state_bytes(path: str) -> bytes:
 
 def read_state(path: str) -> DocumentState | MixtureState | BatchesState:
     """A ``--resume`` file: a corpus's state, a mixture's, or batches' (``--pack``)."""
-    data = _state_bytes(path)
-    try:
-        raw = codec.parse(data)
-    except ValueError:
-        return load_state(path, data)  # says what is wrong with the file
-    kind = kind_of(raw)
-    if kind is not None and kind is not DocumentState:
-        try:
-            return kind.from_json(raw)
-        except OWTError as exc:
-            raise type(exc)(f"{path}: {exc}") from None
-    return load_state(path, data)
+    state: DocumentState | MixtureState | BatchesState = load_state(
+        path, _state_bytes(path), any_kind=True
+    )
+    return state
 
 
 def packing_summary(args: argparse.Namespace, stats: Stats, before: Stats, made: int) -> None:

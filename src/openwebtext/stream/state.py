@@ -26,7 +26,7 @@ from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
 from openwebtext.stream.counters import Counters, PackingCounts
-from openwebtext.stream.schema import DocumentState, Position, StreamConfig
+from openwebtext.stream.schema import DocumentState, Position, StreamConfig, kind_of
 from openwebtext.stream.sections import Reshard
 from openwebtext.tokenizer import Tokenizer
 
@@ -143,13 +143,20 @@ def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> 
     return StreamConfig(corpus=corpus.fingerprint(), units=units, tokenizer=vocabulary, **shaping)
 
 
-def load_state(path: str | os.PathLike[str], data: bytes | None = None) -> DocumentState:
-    """Read a state saved as JSON (``owt stream --state-out``), parsed and checked.
+def load_state(
+    path: str | os.PathLike[str], data: bytes | None = None, *, any_kind: bool = False
+) -> Any:
+    """Read a state saved as JSON (``owt stream --state-out``), parsed once and checked.
 
     Args:
         path: The state file.
         data: Its bytes, when they were read already (``owt stream --resume`` reads a pipe
             once, and at most a bound); None: read them.
+        any_kind: Read a mixture's or batches' state too, by its ``format`` (``--resume``);
+            else a document stream's only.
+
+    Returns:
+        The ``DocumentState`` (or with ``any_kind``, its ``MixtureState`` or ``BatchesState``).
 
     Raises:
         StateError: the file cannot be read, is not JSON, or is not a state; the
@@ -160,7 +167,9 @@ def load_state(path: str | os.PathLike[str], data: bytes | None = None) -> Docum
         if data is None:
             with open(path, "rb") as f:
                 data = f.read()
-        return DocumentState.from_json(codec.parse(data))
+        raw = codec.parse(data)
+        kind = (kind_of(raw) if any_kind else None) or DocumentState
+        return kind.from_json(raw)
     except OSError as exc:
         raise StateError(f"{name}: cannot read the state: {exc.strerror or exc}") from exc
     except ValueError as exc:  # not JSON, not UTF-8, or nested too deeply
