@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openwebtext import Corpus, Loader, Mixture, Schedule, StateError, ahead, reshard
+from openwebtext import Corpus, Loader, Mixture, Options, Schedule, StateError, ahead, reshard
 from openwebtext.plan import shard_count, shard_range, unit_groups
 from openwebtext.prepare import PrepareOptions, prepare
 from openwebtext.prepare.convert import write_format
@@ -144,3 +144,48 @@ def test_prepare_refuses_a_slice_of_strings(parts: tuple[Path, Path], tmp_path: 
     with pytest.raises(ValueError, match=r"unit positions \['0', 1\) are not ints"):
         prepare(Corpus.open(parts[0]), tmp_path / "o", PrepareOptions(tokenizer="bytes"),
                 start="0", stop=1)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_numpy_floats_are_held_as_floats(parts: tuple[Path, Path], tmp_path: Path) -> None:
+    """``val_fraction=np.float64(0.2)`` (a float subclass, so taken) split by numpy's bools,
+    which ``is`` told from True: train and val both held no document; its state, prepare's
+    record and a counts file did not encode. ``timeout=np.int64(5)`` was refused."""
+    def split(fraction: Any, which: str) -> tuple[list[str], str]:
+        with Loader(parts[0], workers=0, split=which, val_fraction=fraction).iter() as it:
+            texts = [d.text for d in it]
+            return texts, json.dumps(it.state_dict())
+
+    for which in ("train", "val"):
+        assert split(np.float64(0.2), which) == split(0.2, which)
+        assert split(0.2, which)[0]
+    assert type(Options(timeout=np.int64(5)).timeout) is float
+    assert type(PrepareOptions(val_fraction=np.float32(0.25)).val_fraction) is float
+    out = tmp_path / "run"
+    prepare(Corpus.open(parts[0]), out, PrepareOptions(tokenizer="bytes", workers=0,
+                                                       val_fraction=np.float64(0.2)))  # fmt: skip
+    assert json.loads((out / "meta.json").read_text())["config"]["val_fraction"] == 0.2
+
+
+def test_the_packed_torch_dataset_takes_a_numpy_window(parts: tuple[Path, Path]) -> None:
+    pytest.importorskip("torch")
+    from openwebtext.torch import PackedBatchDataset
+
+    def first(n: Callable[[int], Any]) -> Any:
+        dataset = PackedBatchDataset(parts[0], seq_len=16, batch_size=2, tokenizer="bytes",
+                                     workers=0, packing="bestfit", window=n(4),
+                                     pad_id=n(0))  # fmt: skip
+        return next(iter(dataset)).tolist(), json.dumps(dataset.state_dict())
+
+    assert first(np.int64) == first(int)
+
+
+@pytest.mark.parametrize("share", [None, {}, {"format": "openwebtext-state/2"}])
+def test_load_resharded_refuses_what_is_not_a_state(parts: tuple[Path, Path], share: Any) -> None:
+    """``load_resharded([None])`` was taken, and the next pass started the epoch again."""
+    pytest.importorskip("torch")
+    from openwebtext.torch import OpenWebTextDataset
+
+    dataset = OpenWebTextDataset(parts[0], workers=0)
+    with pytest.raises(StateError, match="resharded state 0: ") as caught:
+        dataset.load_resharded([share])
+    assert caught.value.field is not None and caught.value.field.startswith("[0]")

@@ -9,6 +9,7 @@ check, the command line's resume and the tests all read that one list.
 from __future__ import annotations
 
 import argparse
+import numbers
 import operator
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
@@ -33,7 +34,7 @@ __all__ = [
     "check_val_seed",
     "check_workers",
     "countable",
-    "hold_ints",
+    "hold_numbers",
     "int_at_least",
     "integral",
     "option_type",
@@ -160,7 +161,7 @@ class Options:
             if not ok:
                 raise ValueError(message)
 
-        hold_ints(self)  # (numpy's integers too, held as Python ints: a state's)
+        hold_numbers(self)  # (numpy's too, held as Python numbers: a state's)
         check_workers(self.workers)
         check_seed(self.seed)
         need(isinstance(self.shuffle, bool), f"shuffle must be True or False, not {self.shuffle!r}")
@@ -242,12 +243,19 @@ def _shaping_fields() -> tuple[str, ...]:
 SHAPING: tuple[str, ...] = _shaping_fields()
 
 
-def hold_ints(described: Any) -> None:
-    """Hold the int fields (annotated ``int`` or ``int | None``) of a frozen dataclass being
-    made (``Options``, ``PrepareOptions``) as Python ints when they are integral numbers
-    (``integral``: numpy's too), before its checks: what it holds goes into states and records."""
+def hold_numbers(described: Any) -> None:
+    """Hold the number fields of a frozen dataclass being made (``Options``,
+    ``PrepareOptions``) as Python numbers, before its checks: an ``int`` field's integral number
+    (``integral``: numpy's too) as an int, a ``float`` field's real number (not a bool) as a
+    float. What it holds goes into states and records, and numpy's float64 (a float) would
+    split by numpy's bools and fail to encode."""
     for f in fields(described):
-        number = integral(getattr(described, f.name)) if f.type in ("int", "int | None") else None
+        value = getattr(described, f.name)
+        number: float | None = None
+        if f.type in ("int", "int | None"):
+            number = integral(value)
+        elif f.type == "float" and isinstance(value, numbers.Real) and not isinstance(value, bool):
+            number = float(value)
         if number is not None:
             object.__setattr__(described, f.name, number)
 

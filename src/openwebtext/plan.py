@@ -285,7 +285,7 @@ def in_validation(name: str, fraction: float, seed: int) -> bool:
     digest = hashlib.blake2b(
         name.encode("utf-8", "surrogateescape"), digest_size=8, key=seed.to_bytes(8, "little")
     ).digest()
-    return int.from_bytes(digest, "little") < fraction * 2.0**64
+    return bool(int.from_bytes(digest, "little") < fraction * 2.0**64)  # (a numpy fraction's too)
 
 
 def advance(

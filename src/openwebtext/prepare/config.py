@@ -23,7 +23,7 @@ from openwebtext.options import (
     check_val_fraction,
     check_val_seed,
     check_workers,
-    hold_ints,
+    hold_numbers,
 )
 from openwebtext.plan import plan
 from openwebtext.prepare.state import CORPUS_ORDER, LENGTH, FileName, RunConfig, Slice, SplitRule
@@ -78,7 +78,7 @@ class PrepareOptions:
     def __post_init__(self) -> None:
         if self.split_rule not in get_args(SplitRule):
             raise ValueError(f"split_rule must be 'hash' or 'nanogpt', not {self.split_rule!r}")
-        hold_ints(self)  # (numpy's integers too, held as Python ints: a record's)
+        hold_numbers(self)  # (numpy's too, held as Python numbers: a record's)
         check_workers(self.workers)
         check_seed(self.seed)
         check_val_fraction(self.val_fraction)

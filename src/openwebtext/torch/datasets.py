@@ -135,9 +135,8 @@ class _ShardedDataset(IterableDataset[T]):
 
     def __init__(self, corpus: CorpusLike, options: Options | None, overrides: dict[str, Any]):
         super().__init__()
-        self.corpus: Corpus | Mixture = (
-            corpus if isinstance(corpus, (Corpus, Mixture)) else Corpus.open(corpus)
-        )
+        opened = corpus if isinstance(corpus, Corpus | Mixture) else Corpus.open(corpus)
+        self.corpus: Corpus | Mixture = opened
         self.options = options_with(options, overrides)
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
@@ -152,8 +151,7 @@ class _ShardedDataset(IterableDataset[T]):
         rank, world = opts.rank, opts.world_size
         if world == 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
             rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-        # Equal counts matter across training ranks; DataLoader workers of one
-        # rank are merged again, so they need no evening out.
+        # Even across training ranks; one rank's DataLoader workers are merged again.
         even = opts.even if world > 1 else None
         epoch = self._epoch.value  # (set_epoch's, in this worker too)
         return replace(opts, rank=rank, world_size=world, even=even, epoch=epoch)
@@ -275,13 +273,17 @@ class _ShardedDataset(IterableDataset[T]):
         worker (one for ``num_workers=0``): an item of ``reshard_loader_states``.
 
         Raises:
-            StateError: no states (the next pass would start the epoch again).
+            StateError: no states, or one not a state (``None``, ``{}``: named ``[k]``).
         """
-        if not states:
+        if not states:  # (none, or a None: the next pass would start the epoch again)
             raise StateError("no resharded states: give this rank's item of "
                              "reshard_loader_states (one state per DataLoader worker)")  # fmt: skip
-        self._running = None  # (a pass running goes on; state_dict() is the share's)
-        self._state = None  # (a state loaded before: this share goes on in its place)
+        for k, share in enumerate(states):  # (each decoded, as load_state_dict's)
+            try:
+                (kind_of(share) or DocumentState).from_json(share)
+            except StateError as exc:
+                raise exc.within(f"[{k}]", f"resharded state {k}: ") from None
+        self._running, self._state = None, None  # (a pass or state before: the shares go on)
         self._shares = list(states)
         self._taken = multiprocessing.RawArray("b", len(self._shares))
         # The rest of the resharded epoch is cut with the counts: counted here, once.
@@ -385,6 +387,7 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         if self.options.tokenizer is None:
             raise ValueError("packed batches need token ids: pass tokenizer='gpt2' (or …)")
         self.schedule = schedule_of(seq_len, batch_size, schedule)
+        window, pad_id = as_int(window), as_int(pad_id)  # (numpy's integers too)
         batches_start(None, self.schedule, packing, window)  # (the packing and window)
         vocabulary = load_tokenizer(self.options.tokenizer)
         self.dtype = batch_ids(dtype, vocabulary, segments, pad_id, packing)
