@@ -225,12 +225,13 @@ def document_states(draw: Any) -> DocumentState:
     counted = draw(counters)
     if section is None:  # fields that agree: what is handed out covers the position
         handed = max(counted.epoch_documents, position.in_block)
-        documents = max(handed, counted.documents)
+        documents = max(handed, counted.documents) if position.epoch else handed  # (none before)
         counted = replace(counted, epoch_documents=handed, documents=documents)
         units = position.block + (position.in_block > 0)  # the position lies within them
         return DocumentState(draw(configs(units=units)), position, counted)
     config = draw(configs())  # a rest is the config's share, from its epoch's start
     section = replace(section, share=(config.rank, config.world_size), rule=config.even)
+    counted = replace(counted, documents=counted.epoch_documents)  # (counted from the reshard)
     return DocumentState(config, Position(section.epoch), counted, section)
 
 
@@ -281,6 +282,13 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
     ("state", "path", "value", "message"),
     [
         (GOLDEN["documents"], "position.in_block", 10**6, r"in_block=1000000 is more than"),
+        # No epoch comes before epoch 0, nor before a rest (its counts start from the reshard).
+        (GOLDEN["documents"], "counters.documents", 30, r"^bad state: counters: epoch_documents"
+         r"=17 is not documents=30: no epoch came before"),
+        (GOLDEN["resharded"], "counters", {"documents": 5, "epoch_documents": 4},
+         r"counters: epoch_documents=4 is not documents=5"),
+        (GOLDEN["resharded"], "counters", {"documents": 5, "epoch_documents": 6},
+         r"counters: epoch_documents=6 is more than documents=5"),
         (GOLDEN["resharded"], "reshard.share", [2, 2], r"reshard\.share: \[2, 2\] is not"),
         (GOLDEN["resharded"], "reshard.exact", [True], r"reshard\.exact: must hold one flag"),
         (GOLDEN["resharded_epochs"], "reshard.later", GOLDEN["resharded_epochs"]["reshard"]

@@ -104,8 +104,16 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
 
     def check(self) -> None:
         at, config, section = self.position, self.config, self.reshard
+        handed, units = self.counters.epoch_documents, config.units
         if any(p.epoch >= at.epoch for p in self.passed):
             raise Disagree("passed", f"must be of epochs before {at.epoch}")
+        if handed > self.counters.documents:
+            raise Disagree("counters", f"epoch_documents={handed} is more than documents="
+                           f"{self.counters.documents}")  # fmt: skip
+        # Counted from the run's start (a reshard's: the first rest's), nothing before epoch 0.
+        if (at.epoch == 0 or (section and not self.passed)) and handed != self.counters.documents:
+            raise Disagree("counters", f"epoch_documents={handed} is not documents="
+                           f"{self.counters.documents}: no epoch came before")  # fmt: skip
         if section is not None:  # the share's position is checked against its pieces
             if section.share != (config.rank, config.world_size) or section.rule != config.even:
                 raise Disagree("reshard", "share and rule must be the config's rank, world_size "
@@ -113,13 +121,9 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
             if at != Position(section.epoch):
                 raise Disagree("position", f"of a rest must be its epoch {section.epoch}'s start")
             return
-        handed, units = self.counters.epoch_documents, config.units
         if at.in_block > handed:
             raise Disagree("position", f"in_block={at.in_block} is more than the counters."
                            f"epoch_documents={handed} handed out in the epoch")  # fmt: skip
-        if handed > self.counters.documents:
-            raise Disagree("counters", f"epoch_documents={handed} is more than documents="
-                           f"{self.counters.documents}")  # fmt: skip
         if config.even is None and (at.block, bool(at.in_block)) > (units, False):
             raise Disagree("position", f"block={at.block}, in_block={at.in_block} lies past the "
                            f"end of the corpus's {units} units")  # fmt: skip
