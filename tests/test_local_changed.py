@@ -15,6 +15,7 @@ import pytest
 
 from openwebtext import Corpus, CorruptMember, Loader
 
+
 def _jsonl(folder: Path) -> tuple[Path, Callable[[Path], Corpus]]:
     path = folder / "a.jsonl"
     path.write_bytes(b'{"text": "hello world"}\n{"text": "second doc"}\n')
