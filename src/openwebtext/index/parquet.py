@@ -106,7 +106,8 @@ def column_of(meta: Any, column: str, name: str) -> int:
 
     Raises:
         CorpusError: no such column (naming the ones there are), two of that name, one that
-            is not text, or a schema whose names do not decode.
+            is not text (a dictionary of text is text: its values are read), or a schema
+            whose names do not decode.
     """
     pa = _pyarrow()
     try:
@@ -128,8 +129,9 @@ def column_of(meta: Any, column: str, name: str) -> int:
             "which one holds the text is not known",
             path=name,
         )
-    kind = str(schema.field(names.index(column)).type)
-    if kind not in _TEXT_TYPES:
+    kind = schema.field(names.index(column)).type
+    values = kind.value_type if pa.types.is_dictionary(kind) else kind  # (a pandas category)
+    if str(values) not in _TEXT_TYPES:
         raise CorpusError(f"parquet column {column!r} is {kind}, not text", path=name)
     if len(leaves) != 1:  # a text column is one leaf; a schema that says else is damaged
         raise CorpusError(f"parquet column {column!r} is not one leaf column", path=name)

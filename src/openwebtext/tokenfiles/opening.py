@@ -24,11 +24,13 @@ from openwebtext.tokenfiles.megatron import read_megatron_index
 
 __all__ = ["Placed", "open_token_file", "opened", "remember"]
 
-#: Files opened by ``opened``, by (path, size, mtime_ns, eot, dtype): a forked worker
-#: inherits what the main process opened when it indexed the corpus ...
-_OPENED: dict[tuple[str, int, int, int | None, str], TokenFile] = {}
-#: ... and finds it by (path, size, mtime_ns): the last one opened.
-_LAST: dict[tuple[str, int, int], TokenFile] = {}
+#: What of a file ``open_token_file`` reads beside it, by (size, mtime_ns) or None: absent.
+_Beside = tuple[tuple[int, int] | None, ...]
+#: Files opened by ``opened``, by (path, size, mtime_ns, what beside it, eot, dtype): a forked
+#: worker inherits what the main process opened when it indexed the corpus ...
+_OPENED: dict[tuple[str, int, int, _Beside, int | None, str], TokenFile] = {}
+#: ... and finds it by (path, size, mtime_ns, what beside it): the last one opened.
+_LAST: dict[tuple[str, int, int, _Beside], TokenFile] = {}
 #: Remote files' (``remember``), by URL, then by where they were read (``Placed``): the same
 #: URL on two endpoints, or in two versions, is two files.
 _REMOTE: dict[str, dict[tuple[str, Hashable], TokenFile]] = {}
@@ -128,12 +130,14 @@ def opened(
     dtype: str | None = None,
     storage: Placed | None = None,
 ) -> TokenFile:
-    """``open_token_file``, once per process for a file as it is now (size and mtime) and as
-    it is read (``eot`` and ``dtype``): a token corpus's index opens every file in the main
-    process, and forked workers find them here, end-of-text scan and index done. A worker
-    gives no ``dtype``: it reads the file as it was last opened (a spawned one, which finds
-    none, opens it with ``eot`` as ``uint16``). A URL's are those ``remember`` kept for it as
-    read from ``storage`` (None: the one place this process read it from).
+    """``open_token_file``, once per process for a file as it is now (the size and mtime of
+    it, of its index, ``X.idx`` or ``X.ds.index``, and of the ``meta.json`` beside it: a
+    changed or damaged index is read again) and as it is read (``eot`` and ``dtype``): a
+    token corpus's index opens every file in the main process, and forked workers find
+    them here, end-of-text scan and index done. A worker gives no ``dtype``: it reads the
+    file as it was last opened (a spawned one, which finds none, opens it with ``eot`` as
+    ``uint16``). A URL's are those ``remember`` kept for it as read from ``storage`` (None:
+    the one place this process read it from).
 
     Raises:
         OSError: the file is gone, or is no longer a regular file (a FIFO put in its place
@@ -147,7 +151,7 @@ def opened(
     stat = os.stat(name)
     if not S_ISREG(stat.st_mode):  # put in the file's place since the open: never opened
         raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-    now = (name, stat.st_size, stat.st_mtime_ns)
+    now = (name, stat.st_size, stat.st_mtime_ns, _beside(name))
     if dtype is None and now in _LAST:
         return _LAST[now]
     dtype = dtype or "uint16"
@@ -157,6 +161,21 @@ def opened(
         known = _OPENED[key] = open_token_file(name, eot=eot, dtype=dtype)
     _LAST[now] = known
     return known
+
+
+def _beside(name: str) -> _Beside:
+    """The size and mtime of each file ``open_token_file`` may read beside ``name`` (its
+    index, the ``meta.json`` of its folder), None for one that is not there."""
+    index = name + ".index" if name.endswith(".ds") else str(Path(name).with_suffix(".idx"))
+    stamps: list[tuple[int, int] | None] = []
+    for path in (index, os.path.join(os.path.dirname(name), "meta.json")):
+        try:
+            stat = os.stat(path)
+        except OSError:  # (absent, or unreadable: then the open says so)
+            stamps.append(None)
+            continue
+        stamps.append((stat.st_size, stat.st_mtime_ns))
+    return tuple(stamps)
 
 
 def remember(url: str, token_file: TokenFile, storage: Placed) -> None:
