@@ -201,18 +201,20 @@ def configs(draw: st.DrawFn, kind: str | None = None) -> RunConfig:
     )
 
 
-def _counts(draw: st.DrawFn, splits: tuple[str, ...]) -> Counts:
-    """Counts of ``splits``: each split's documents at most its ids (one each at least)."""
+def _counts(draw: st.DrawFn, splits: tuple[str, ...], config: RunConfig) -> Counts:
+    """Counts of ``splits``: each split's documents at most its ids (one each at least), no
+    skip under ``on_error="raise"``."""
     documents = draw(st.fixed_dictionaries(dict.fromkeys(splits, counts_)))
     tokens = {k: n + draw(counts_) for k, n in documents.items()}
-    return Counts(*(draw(counts_) for _ in range(4)), documents, tokens)
+    skips = st.just(0) if config.on_error == "raise" else counts_
+    return Counts(*(draw(skips) for _ in range(4)), documents, tokens)
 
 
 @st.composite
 def metas(draw: st.DrawFn) -> Meta:
     """A meta.json as a run writes it: its kind's files, their bytes its counts' items."""
     config = draw(configs(kind=draw(st.sampled_from(["whole", "slice"]))))
-    counts = _counts(draw, config.splits())
+    counts = _counts(draw, config.splits(), config)
     tokens, documents = counts.tokens, counts.documents
     itemsize = np.dtype(config.dtype).itemsize
     if config.splits() == ("all",):
@@ -230,7 +232,10 @@ def records(draw: st.DrawFn) -> ProgressRecord:
     phase = draw(st.sampled_from(get_args(Phase)))
     meta = draw(st.none() | metas()) if phase != "commit" else draw(metas())
     splits = draw(st.sampled_from([("train", "val"), ("all",), ("train",)]))
-    config, counts = draw(configs()), _counts(draw, splits)
+    config = draw(configs())
+    counts = _counts(draw, splits, config)
+    if meta is not None:  # (what the commit publishes: the record's config and counts)
+        config, counts = meta.config, meta.counts
     position = draw(counts_)  # tokenize: a unit position of the run; permute: a document's
     if phase == "tokenize":
         last = config.units if config.slice is None else config.slice.stop
@@ -356,3 +361,27 @@ def test_what_is_not_a_record_is_said() -> None:
         ProgressRecord.from_json([])
     with pytest.raises(StateError, match=r"^bad meta.json: format: not 'openwebtext-prepare/2'"):
         Meta.from_json({"format": "openwebtext-prepare/1"})
+
+
+@pytest.mark.parametrize(
+    ("kind", "edit", "message"),
+    [
+        ("progress_nanogpt_commit", lambda r: r["meta"]["config"].update(eot=5), "meta: must say"),
+        ("progress_nanogpt_commit", lambda r: r["meta"]["config"].update(val_seed=0), "meta: must"),
+        ("progress_nanogpt_commit", lambda r: r["meta"]["counts"].update(skipped_documents=1),
+         "counts: say 1 skips"),  # (the meta's own counts say a skip under raise)
+        ("progress_hash_tokenize", lambda r: r["counts"].update(skipped_members=1),
+         "counts: say 1 skips, under on_error='raise'"),
+        ("meta_hash", lambda r: r["counts"].update(partial_members=2), "counts: say 2 skips"),
+    ],
+)  # fmt: skip
+def test_an_edited_record_is_refused_before_it_is_published(
+    kind: str, edit: Any, message: str
+) -> None:
+    """A commit-phase record's ``meta`` edited (its ``eot``, ``val_seed``) was published as the
+    run's ``meta.json``; skips counted under ``on_error="raise"`` (which skips nothing) were
+    taken into it."""
+    record = json.loads(json.dumps(GOLDEN[kind]))
+    edit(record)
+    with pytest.raises(StateError, match=message):
+        codec.decode(record, ProgressRecord if kind.startswith("progress") else Meta)

@@ -225,6 +225,14 @@ class Counts(Record, frozen=True):
         return sum(getattr(self, key) for key in COUNTERS)
 
 
+def _check_skips(config: RunConfig, counts: Counts) -> None:
+    """A run under ``on_error="raise"`` skips no member or document (files left out when the
+    corpus was opened are the corpus's policy's)."""
+    skips = counts.skips - counts.skipped_files
+    if config.on_error == "raise" and skips:
+        raise Disagree("counts", f"say {skips} skips, under on_error='raise'")
+
+
 class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
     """A ``meta.json``, the marker of a finished run or slice: its config (never
     ``merge_of``), its counts and each file's size and sha256: the very files of its kind,
@@ -239,6 +247,7 @@ class Meta(Record, frozen=True, tag_field="format", tag=FORMAT):
         config, counts, files = self.config, self.counts, self.files
         if config.merge_of is not None:
             raise Disagree("config.merge_of", "is a merge's progress record's only")
+        _check_skips(config, counts)
         if set(counts.documents) != set(config.splits()):
             raise Disagree("counts", f"must count {' and '.join(config.splits())} only")
         if set(files) != set(config.finals()):
@@ -269,8 +278,12 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
 
     def check(self) -> None:
         config, counts, at = self.config, self.counts, self.position
+        _check_skips(config, counts)
         if self.phase == "commit" and self.meta is None:
             raise Disagree("meta", "is needed in phase commit")
+        meta = self.meta  # (what the commit publishes: this run's config and counts)
+        if meta and (meta.config != codec.replace(config, merge_of=None) or meta.counts != counts):
+            raise Disagree("meta", "must say the record's config and counts")
         if self.phase == "permute" and at > sum(counts.documents.values()):
             raise Disagree("position", f"is {at}, past the {sum(counts.documents.values())} "
                            "documents counted")  # fmt: skip
