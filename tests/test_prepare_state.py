@@ -385,3 +385,14 @@ def test_an_edited_record_is_refused_before_it_is_published(
     edit(record)
     with pytest.raises(StateError, match=message):
         codec.decode(record, ProgressRecord if kind.startswith("progress") else Meta)
+
+
+def test_a_record_at_its_first_unit_with_documents_counted_is_refused() -> None:
+    """``position`` edited back to the run's first unit: the run tokenized its units again,
+    and ``train.bin`` held them twice."""
+    record = json.loads(json.dumps(GOLDEN["progress_hash_tokenize"]))
+    record["position"] = 0
+    parsed = codec.decode(record, ProgressRecord)
+    with pytest.raises(StateError, match="position: is 0, the run's first unit") as caught:
+        parsed.check_parts()
+    assert caught.value.field == "position"

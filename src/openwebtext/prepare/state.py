@@ -299,12 +299,18 @@ class ProgressRecord(Record, frozen=True, omit_defaults=True, tag_field="format"
         ``nanogpt`` run's) their lengths. A permutation's parts hold its documents in another
         order: their sizes are checked against the counts when the run commits (``Meta``).
 
+        A record at the run's first unit holds no document: the units before its position
+        are the ones its counts and parts hold.
+
         Raises:
-            StateError: naming the size (``sizes.lengths.bin``).
+            StateError: naming the size (``sizes.lengths.bin``), or the ``position``.
         """
         config, counts = self.config, self.counts
         if self.phase != "tokenize":
             return
+        if self.position == config.first and any(counts.documents.values()):
+            raise StateError(f"bad {self.what}: position: is {self.position}, the run's first "
+                             "unit, with documents counted", "position")  # fmt: skip
         item, tokens = np.dtype(config.dtype).itemsize, counts.tokens
         written = {_TOKENS[split]: tokens.get(split, 0) * item for split in ("train", "val")}
         written["tokens.bin"] = sum(tokens.values()) * item
