@@ -472,3 +472,17 @@ def test_a_concat_offset_that_is_not_the_batches_is_refused_where_it_enters(
     assert raised.value.field == "offset"
 
 
+
+
+def test_a_stratified_mixture_s_part_served_past_its_share_is_refused() -> None:
+    """Stratified by documents, a part more than one document ahead of its weight's share is
+    never chosen: a ``served`` edited from [6, 3] to [0, 3] (weights 2/3, 1/3) was taken, and
+    the parts came in another order."""
+    state = json.loads(json.dumps(GOLDEN["mixture"]))
+    state["config"]["by"] = "documents"
+    state["served"] = [2, 7]  # (each at most its part's documents: web 2, js 7)
+    with pytest.raises(StateError, match=r"served: \[2, 7\]: a part more than one document") as e:
+        parse(state)
+    assert e.value.field == "served"
+    state["served"] = [2, 3]  # within one of 0.5 x 5
+    parse(state)
