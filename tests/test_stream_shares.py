@@ -226,7 +226,7 @@ def saved(path: Path, n: int, **options: Any) -> dict[str, Any]:
             r"counters: epoch_documents=10000 is more than documents",
         ),
         ("both", 300, r"counters\.epoch_documents=300 is past the 98 documents"),
-        ("epoch_documents", 2, r"in_block=\d+ is more than the counters\.epoch_documents=2"),
+        ("both", 2, r"in_block=\d+ is more than the counters\.epoch_documents=2"),
         ("block", 40, r"position: block=40, in_block=\d+ lies past the end of the corpus's 30"),
         ("block", 26, r"block=26, in_block=\d+ lies past the end of the 8 members"),
         ("block", 1, r"does not agree with counters\.epoch_documents"),
