@@ -324,7 +324,7 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
         (GOLDEN["resharded"], "reshard.share", [0, 2], r"^bad state: reshard: share and rule must"),
         (GOLDEN["resharded"], "reshard.rule", "pad", r"reshard: share and rule must be the config"),
         (GOLDEN["resharded"], "reshard.epoch", 1, r"position: of a rest must be its epoch 1's st"),
-        (GOLDEN["resharded"], "position.in_block", 2, r"position: of a rest must be its epoch 0"),
+        (GOLDEN["resharded"], "position.block", 2, r"position: of a rest must be its epoch 0"),
         # Best fit's window is the one its documents' state is at the start of.
         (GOLDEN["batches_scheduled"], "schedule.packings", [{"rows": 4, "seq_len": 31}, {"rows": 3,
          "seq_len": 16}], r"schedule: packings: each one's seq_len must be one of the schedule's"),

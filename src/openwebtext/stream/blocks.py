@@ -1,5 +1,11 @@
 """Shuffle blocks: consecutive units gathered until they hold enough documents.
 
+Enough *counted* documents: a block is cut where its units' documents as counted (a unit's
+count, or as read: kept, or left out for their content) reach its size, so that a document
+skipped for its content (or a unit skipped whole) still counts, and the blocks of a share are
+a pure function of its counts, as ``plan.advance`` cuts them (a resharded epoch's rest places
+its pieces in them: ``stream.rest``). Without skips they are the blocks of kept documents.
+
 A block is parallel lists over its units' bytes, one entry per kept document,
 and no object per document: nothing for the garbage collector to walk, and no
 text decoded before the consumer asks for it (``stream`` decodes at hand-out).
@@ -70,6 +76,7 @@ class Block:
 
     __slots__ = (
         "_names",
+        "counted",
         "counts",
         "dtype",
         "firsts",
@@ -92,6 +99,8 @@ class Block:
         self.js: list[int] = []
         self.spans: list[tuple[int, int, int, memoryview]] = []
         self.firsts: list[int] = []
+        self.counted = 0
+        """Its units' documents as counted: the kept ones and those skipped (``gather``)."""
 
     @property
     def names(self) -> list[str]:
@@ -222,6 +231,13 @@ def trimmed(loaded: Loaded, trim: tuple[int, int], split: Split | None) -> Loade
     return loaded._replace(offsets=offsets, errors=errors)
 
 
+def _read_count(kept: Loaded, documents: int) -> int:
+    """The documents of a unit read (``documents`` of them kept) as a count of it says them:
+    those kept and those left out for their content (a unit skipped whole, or the part of one
+    after a cut, counts none, as ``count_documents`` counts it under ``skip``)."""
+    return documents + sum(1 for e in kept.errors if isinstance(e, CorruptDocument))
+
+
 def gather(
     loaded: Generator[Loaded, None, None],
     slots: Slots,
@@ -233,8 +249,9 @@ def gather(
     on_unit: Callable[[Loaded, Loaded], None] | None = None,
     trims: Callable[[int], tuple[int, int] | None] | None = None,
     split: Split | None = None,
+    count_at: Callable[[int], int] | None = None,
 ) -> Generator[tuple[int, int, Block], None, None]:
-    """Group units into blocks of at least ``size`` documents.
+    """Group units into blocks of at least ``size`` counted documents (``Block.counted``).
 
     Yields ``(first position, end position, block)``, positions counting units
     in plan order from ``start``. A block's slots are given back once the
@@ -253,6 +270,9 @@ def gather(
         trims: The part ``(lo, hi)`` of the unit at a plan position that is kept
             (``plan.Share.trims``; None: all of it).
         split: The split whose documents ``trims`` count.
+        count_at: The documents (of the split, in its trim) of the unit at a plan position as
+            counted (``plan.Share.counts``); None: as read (kept, or left out for their
+            content: ``_read_count``).
     """
     block = Block(dtype)
     first = position = start
@@ -268,13 +288,16 @@ def gather(
                     view = data if isinstance(data, memoryview) else memoryview(data)
                     _free(view, unit.ticket, slots)
                     raise
+            before = len(block)
             block.add(kept, units[unit.unit], slots)
-            if len(block) >= size:
+            at = position - 1
+            block.counted += count_at(at) if count_at else _read_count(kept, len(block) - before)
+            if block.counted >= size:
                 yield first, position, block
                 block.release(slots)
                 block = Block(dtype)
                 first = position
-        if len(block):
+        if len(block) or block.counted:  # (all of its documents skipped: still counted)
             yield first, position, block
     finally:
         block.release(slots)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from openwebtext.codec import replace
@@ -21,6 +21,7 @@ from openwebtext.plan import (
     DOCUMENTS,
     EpochShares,
     Share,
+    Split,
     advance,
     even_end,
     pass_end,
@@ -35,6 +36,7 @@ from openwebtext.stream.sections import Reshard
 __all__ = [
     "EvenEpoch",
     "EvenLosses",
+    "block_end",
     "block_permutation",
     "block_size",
     "check_in_run",
@@ -47,6 +49,10 @@ __all__ = [
     "nothing_read",
     "say_rest_dropped",
     "share_target",
+    "short_rest",
+    "slots_of",
+    "slots_passed",
+    "split_of",
 ]
 
 log = logging.getLogger("openwebtext")
@@ -181,6 +187,69 @@ def say_rest_dropped(options: Options, epoch: int, dropped: int) -> None:
             "are even (even='drop'; counted in stats.dropped_documents of rank %d)",
             epoch, dropped, options.world_size, options.rank,
         )  # fmt: skip
+
+
+def short_rest(options: Options, epoch: int, lap: int, handed: tuple[int, int], target: int,
+               whole: bool) -> None:  # fmt: skip
+    """An evened-out share of a resharded epoch's rest that skips left short of its ``target``
+    goes round its share again, repeating documents (counted), as ``EvenEpoch`` does a rank's
+    shard: said at its first lap's end. ``handed``: its documents before and after the lap
+    ending, ``whole``: the lap went over all of the share.
+
+    Raises:
+        CorpusError: a lap over all of the share after the first handed out nothing.
+    """
+    before, after = handed
+    if lap and whole and after == before:
+        raise CorpusError(f"rank {options.rank} read no document in a whole pass over its share "
+                          f"of epoch {epoch}'s rest (resharded)")  # fmt: skip
+    if not lap:
+        log.warning(
+            "rank %d, epoch %d, resharded: skips left %d of the %d documents of its share of "
+            "the rest unread; repeating documents of its share to keep ranks even (counted in "
+            "stats.repeated_documents)", options.rank, epoch, target - after, target,
+        )  # fmt: skip
+
+
+def slots_of(corpus: Corpus, options: Options, share: Share) -> Callable[[int], int] | None:
+    """The documents as counted (kept or skipped: their slots) of the unit at each plan
+    position of ``share`` (its counts; one share of the whole epoch: the corpus's, when it was
+    counted), which its blocks are cut by (``blocks.gather``); None: as read (not counted)."""
+    units, per_position = share.units, share.counts
+    n = len(units)
+    if per_position is not None:
+        return lambda p: per_position[p % n]
+    counts = corpus.counts
+    per_unit = None if counts is None else counts.per_unit(options.split, options.val_fraction,
+                                                           options.val_seed)  # fmt: skip
+    return None if per_unit is None else lambda p: per_unit[units[p % n]]
+
+
+def slots_passed(counts: Sequence[int], block: int, in_block: int) -> int:
+    """The slots of a share (``counts``: its documents per plan position) a stream at position
+    ``(block, in_block)`` passed: its units before ``block`` and the first ``in_block`` of its
+    block (whose kept documents are handed out first); past its units (a pass repeating
+    documents after skips), all of them."""
+    if block >= len(counts):
+        return sum(counts)
+    return sum(counts[:block]) + in_block
+
+
+def block_end(counts: Sequence[int], size: int, block: int) -> int:
+    """Where the block that starts at plan position ``block`` of a share ends, cut as the
+    stream cuts it: where its units' counted documents reach ``size``."""
+    end, slots = block, 0
+    while end < len(counts) and slots < size:
+        slots += counts[end]
+        end += 1
+    return end
+
+
+def split_of(options: Options) -> Split | None:
+    """The documents ``options`` keep (None: all of them)."""
+    if options.split == "all":
+        return None
+    return Split(options.split, options.val_fraction, options.val_seed)
 
 
 def block_size(options: Options) -> int:

@@ -384,10 +384,12 @@ def _epoch_section(
     for rank, d in enumerate(ordered):
         if at[rank] and d.reshard is not None and d.reshard.share != (rank, world):
             raise StateError(f"rank {rank}'s state is share {list(d.reshard.share)!r}")
+    # Each share's slots passed: its documents handed out, and the slots of those it skipped.
+    slots = [d.counters.epoch_documents + d.position.in_block for d in ordered]
     level = Level(
         world_size=world,
         rule=ordered[0].config.even,  # (the rule a reshard gave its new ranks' shares)
-        done=tuple(d.counters.epoch_documents * a for d, a in zip(ordered, at, strict=True)),
+        done=tuple(passed * a for passed, a in zip(slots, at, strict=True)),
         cuts=tuple(c * a for c, a in zip(cuts, at, strict=True)),
         finished=tuple(r for r, p in enumerate(past) if p),
         led=tuple(r for r, d in enumerate(ordered) if at[r] and d.reshard and d.reshard.led),

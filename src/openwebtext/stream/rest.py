@@ -2,17 +2,23 @@
 new rank hands out (``Rest``, built from a state's ``reshard`` section and the document counts).
 
 The old ranks' rest is one sequence: old rank 0's remaining documents, in the order it would
-have handed them out, then old rank 1's, and so on (the "rest sequence"; an index into it is a
-document). A reshard cuts it into one equal share per new rank: ``drop`` leaves the last few
-out, ``pad`` goes round to its start for the missing ones (repeats), without even sharding the
-shares differ by at most one. Resharding again before that epoch ends adds a level: each rank's
-share minus what it handed out, joined in rank order, is cut again. Everything is intervals of
-the rest sequence, so the section stays O(ranks) whatever the corpus size.
+have handed them out, then old rank 1's, and so on (the "rest sequence"). An index into it is a
+document *slot*, as the document counts count them: a document the stream skips for its content
+(or a unit skipped whole) still holds its slot, since nothing here knows where skips lie. A
+reshard cuts it into one equal share per new rank: ``drop`` leaves the last few out, ``pad``
+goes round to its start for the missing ones (repeats), without even sharding the shares differ
+by at most one. Resharding again before that epoch ends adds a level: each rank's share minus
+the slots it passed (its documents handed out, and its state's ``position.in_block``: those of
+the documents it skipped), joined in rank order, is cut again. Everything is intervals of the
+rest sequence, so the section stays O(ranks) whatever the corpus size.
 
-A share is handed out as pieces: runs of one old rank's documents, read as that rank would
-(its plan order, blocks and permutations), from the position ``advance`` computes with the
-document counts. With packed batches a document cut across the checkpoint goes on from the
-first id not yet a target (``trim``).
+A share is handed out as pieces: runs of one old rank's slots, read as that rank would (its plan
+order, blocks and permutations; blocks are cut in slots, ``blocks.gather``), from the position
+``advance`` computes with the document counts (an old rank's rest starts at the slots it had
+passed: ``epochs.slots_passed``). Evened out, a share its skips left short goes round again,
+repeating its documents (counted), until it has handed out as many as it has slots, as a rank's
+evened-out epoch does (``Stream._rest_documents``). With packed batches a document cut across
+the checkpoint goes on from the first id not yet a target (``trim``).
 
 Best-fit batches are cut at windows, not documents: an old rank's state is at the start of the
 window it was handing rows of, so that window's documents are not in the rest sequence; they
@@ -32,10 +38,16 @@ from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import Rule, Share, advance
-from openwebtext.stream.epochs import block_size, check_old_ranks, epoch_shares
+from openwebtext.stream.epochs import (
+    block_end,
+    block_size,
+    check_old_ranks,
+    epoch_shares,
+    slots_passed,
+)
 from openwebtext.stream.sections import Begun, Level, OldRank, Packed, Reshard, WindowAt
 from openwebtext.stream.source import WindowAhead
-from openwebtext.stream.spans import Span, count, cut_share, drop_front, slice_spans
+from openwebtext.stream.spans import Span, count, cut_share, drop_front, owner_of, slice_spans
 
 __all__ = ["Piece", "Rest", "Window", "ended"]
 
@@ -70,25 +82,25 @@ class Dealt(NamedTuple):
 
 
 class Piece(NamedTuple):
-    """A run of ``count`` documents of one old rank's share, read as that rank would."""
+    """A run of ``documents`` document slots of one old rank's share, read as that rank would:
+    from position ``(block, in_block)`` (in slots, ``plan.advance``'s) to the end of the block
+    its last slot is in (plan position ``end``)."""
 
     rank: int
     share: Share
     block: int
     in_block: int
-    handed: int
-    """The old rank's documents of the epoch before the piece."""
     documents: int
-    """Documents to hand out (0: to the end of the epoch, for a whole epoch)."""
-    target: int | None
-    """The old rank's even target for the epoch (None: not evened out)."""
+    """Its document slots (a document skipped for its content holds one)."""
+    end: int
+    """The plan position its last block ends at (where its units end)."""
     repeat: bool
     """Handed out again (``pad``): counted in ``repeated_documents``."""
     trim: int
     """Ids of the piece's first document to leave out (delivered before the checkpoint)."""
-    epoch: int | None = None
-    """The epoch whose plan it is read with (None: the stream's; a later epoch's window
-    dealt first, ``Rest.windows``)."""
+    epoch: int
+    """The epoch whose plan it is read with: the rest's (a later epoch's for a window dealt
+    first, ``Rest.windows``)."""
 
 
 class Rest:
@@ -126,7 +138,6 @@ class Rest:
         rule: Rule | None = section.even
         epoch = epoch_shares(len(counts), counts, options, self.epoch)
         self.shares = [epoch.share(r, world, rule) for r in range(world)]
-        self.targets = [None if rule is None else s.documents for s in self.shares]
         self.size = block_size(options)
         # The rest sequence: each old rank's remaining documents, in rank order.
         self.starts: list[int] = []
@@ -145,8 +156,9 @@ class Rest:
         check_old_ranks(section, counts, options, later=entry)
         size = section.window or 0
         for r, old in enumerate(section.ranks):
-            whole = self.shares[r].documents
-            remaining = 0 if old.finished else max(0, whole - old.handed)
+            per = self.shares[r].counts
+            assert per is not None  # (its slots from its position on)
+            remaining = 0 if old.finished else sum(per) - slots_passed(per, old.block, old.in_block)
             if not remaining and old.cut and not old.finished:  # its next document: the next
                 self.carried[0][r] = old.cut  # epoch's first (``next_section``)
             self.starts.append(at)
@@ -357,11 +369,10 @@ class Rest:
         for owner, spans in self.segments:
             n = count(spans)
             if progress < n:
-                epoch = None if owner is self else owner.epoch
-                yield from owner._pieces(spans, progress, lead, epoch)
+                yield from owner._pieces(spans, progress, lead, owner.epoch)
             lead, progress = lead and not n, max(0, progress - n)
 
-    def _pieces(self, spans: list[Span], progress: int, lead: bool, epoch: int | None
+    def _pieces(self, spans: list[Span], progress: int, lead: bool, epoch: int
                 ) -> Iterator[Piece]:  # fmt: skip
         """The pieces of ``spans`` (of this rest's sequence) after their first ``progress``
         documents; ``lead``: their first document is the share's first."""
@@ -369,21 +380,21 @@ class Rest:
         ranks = self.section.ranks
         for a, b, repeat in drop_front(spans, progress):
             while a < b:
-                r = _rank_of(self.starts, a)
+                r = owner_of(self.starts, a)
                 end = self.starts[r + 1] if r + 1 < len(self.starts) else b
                 stop = min(b, end)
                 k = a - self.starts[r]
-                old = ranks[r]
-                handed = -1 if old.finished else old.handed
-                share, target = self.shares[r], self.targets[r]
-                assert share.counts is not None
-                at = advance(share.counts, self.size, (old.block, old.in_block, handed), k, target)
+                old, share = ranks[r], self.shares[r]
+                assert share.counts is not None  # (in slots: one pass, to the share's end)
+                at = advance(share.counts, self.size, (old.block, old.in_block, 0), k, None)
+                last, inside = advance(share.counts, self.size, (*at, 0), stop - a, None)
+                end = block_end(share.counts, self.size, last) if inside else last
                 trim = 0
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)
                     if a == first and lead:
                         trim = max(trim - 1, 0)
-                yield Piece(r, share, *at, handed + k, stop - a, target, repeat, trim, epoch)
+                yield Piece(r, share, *at, stop - a, end, repeat, trim, epoch)
                 a = stop
 
 
@@ -483,15 +494,3 @@ def _applied_trim(
     if share and share[0][0] == x and done == 0 and leads:
         return max(mid.get(x, 0) - 1, 0)
     return mid.get(x, 0)
-
-
-def _rank_of(starts: Sequence[int], index: int) -> int:
-    """The old rank whose remaining documents hold rest index ``index``."""
-    lo, hi = 0, len(starts) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if starts[mid] <= index:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

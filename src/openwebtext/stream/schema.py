@@ -118,7 +118,7 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
             if section.share != (config.rank, config.world_size) or section.rule != config.even:
                 raise Disagree("reshard", "share and rule must be the config's rank, world_size "
                                f"and even: {list(section.share)}, {section.rule!r}")  # fmt: skip
-            if at != Position(section.epoch):
+            if (at.epoch, at.block) != (section.epoch, 0):  # (in_block: skipped slots passed)
                 raise Disagree("position", f"of a rest must be its epoch {section.epoch}'s start")
             return
         if at.in_block > handed:

@@ -1,11 +1,12 @@
 """Intervals of a resharded epoch's rest sequence (``Span``: ``(start, stop, repeat)``), and
-how a sequence of them is cut into even shares (``cut_share``), sliced and dropped from."""
+how a sequence of them is cut into even shares (``cut_share``), sliced and dropped from; the
+part of a block a piece of it takes (``block_part``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["Span", "count", "cut_share", "drop_front", "slice_spans"]
+__all__ = ["Span", "block_part", "count", "cut_share", "drop_front", "owner_of", "slice_spans"]
 
 #: An interval of the rest sequence: ``(start, stop, repeat)``.
 Span = tuple[int, int, bool]
@@ -71,3 +72,27 @@ def drop_front(spans: Sequence[Span], k: int) -> list[Span]:
         out.append((a + k, b, repeat))
         k = 0
     return out
+
+
+def owner_of(starts: Sequence[int], index: int) -> int:
+    """Whose of consecutive intervals starting at ``starts`` (ascending) holds ``index``: the
+    old rank whose remaining documents hold rest index ``index``."""
+    lo, hi = 0, len(starts) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if starts[mid] <= index:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def block_part(slots: int, kept: int, first: int, left: int | None) -> tuple[int, int]:
+    """What a pass from position ``first`` of a block of ``slots`` document slots, ``kept`` of
+    them kept (handed out first, the skipped ones' slots after them), takes of it with ``left``
+    slots to go (None: no bound, whole units): ``(last, out)``, the slot it ends at and the
+    position its hand-out ends at; the slots between are skipped documents'."""
+    if left is None:
+        return slots, kept
+    last = min(slots, first + left)
+    return last, min(last, kept)

@@ -95,15 +95,28 @@ class Mark(NamedTuple):
     read_before: Counters | None = None
     """Inside a block: the counts before its units were read (a state's skips are those: the
     block is read again on resume, and its skips counted then, a member failing only now too)."""
+    repeats_from: int | None = None
+    """The first position of the block whose documents are handed out again (None: none):
+    0 in a pass or a piece that repeats documents (``repeated_documents`` counts them)."""
+    skipped_slots: int = 0
+    """In the rest of a resharded epoch: the slots of its share passed with no document handed
+    out (documents skipped for their content hold theirs), before the current block."""
+    tail: int = 0
+    """A piece of a rest: the skipped slots it passes in the current block after the last
+    document it hands out there (passed once that one is handed out)."""
 
     def counted(self) -> Counters:
-        """The counts at this mark, the documents handed out of the current block included."""
+        """The counts at this mark, the documents handed out of the current block included
+        (and those of them that are repeats)."""
         first, end = self.first_in_block, self.in_block
-        return self.counters.handed(
+        counted = self.counters.handed(
             end - first,
             handed_sum(self.order, first, end, self.sizes),
             handed_sum(self.order, first, end, self.counts),
         )
+        if self.repeats_from is not None and end > max(first, self.repeats_from):
+            return counted.plus(repeated_documents=end - max(first, self.repeats_from))
+        return counted
 
     def position(self) -> Position:
         """The state's position: a block handed out to its end is the next block's start."""
@@ -114,10 +127,14 @@ class Mark(NamedTuple):
     def state(self, config: StreamConfig) -> DocumentState:
         """The state at this mark, for a stream of ``config``.
 
-        In the rest of a resharded epoch the position is the share's documents handed out
-        (``counters.epoch_documents``) and the ``reshard`` section.
+        In the rest of a resharded epoch the position is the share's document slots passed: its
+        documents handed out (``counters.epoch_documents``) and ``in_block`` more, the slots of
+        documents skipped for their content (``stream.rest``), with the ``reshard`` section.
         """
-        position = self.position() if self.reshard is None else Position(self.epoch)
+        position = self.position()
+        if self.reshard is not None:
+            past = self.tail if self.in_block >= self.block_len else 0
+            position = Position(self.epoch, 0, self.skipped_slots + past)
         counted, before = self.counted(), self.read_before
         if before is not None:
             counted = codec.replace(counted, **{k: getattr(before, k) for k in _READ_AGAIN})

@@ -30,7 +30,7 @@ from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
 from openwebtext.errors import OWTError, StateError, TruncatedMember, in_part
 from openwebtext.index import Corpus
 from openwebtext.options import Options
-from openwebtext.plan import Share, Split, block_stop
+from openwebtext.plan import Share, block_stop
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
@@ -47,14 +47,18 @@ from openwebtext.stream.epochs import (
     nothing_read,
     say_rest_dropped,
     share_target,
+    short_rest,
+    slots_of,
+    split_of,
 )
-from openwebtext.stream.rest import Piece, Rest, ended
+from openwebtext.stream.rest import Rest, ended
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead, failure
-from openwebtext.stream.state import Mark, Stats, check_in_block, config_of, handed_sum
+from openwebtext.stream.spans import block_part
+from openwebtext.stream.state import Mark, Stats, check_in_block, config_of
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options", "split_of"]
+__all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options"]
 
 #: What ``Stream.documents(epoch_ends=True)`` yields between two epochs.
 EPOCH_END: Any = object()
@@ -132,13 +136,6 @@ class ErrorPolicy:
         return skips_in({**counts, "skipped_files": self.files})
 
 
-def split_of(options: Options) -> Split | None:
-    """The documents ``options`` keep (None: all of them)."""
-    if options.split == "all":
-        return None
-    return Split(options.split, options.val_fraction, options.val_seed)
-
-
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
     """What the worker pool of a stream with ``options`` is told (``tokenizer``: resolved)."""
     split = split_of(options)
@@ -200,12 +197,14 @@ class Stream:
         self._epoch = position.epoch
         self._block = self._block_end = position.block
         self._block_len = 0
-        self._in_block = position.in_block
+        self._in_block = position.in_block if self._reshard is None else 0
         self._first_in_block = self._in_block  # handed out before this iterator started
         self._finished_pass: int | None = None  # the last epoch's count, once the run ended
         self._block_order: list[int] | None = None
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
+        self._repeats_from: int | None = None  # the block's first position handed out again
+        self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._counters = counters  # documents, bytes and tokens before the current block
         self._read_before = counters  # (and its skips: those of the units before its own)
@@ -233,7 +232,7 @@ class Stream:
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
             self._counters, len(self.policy.skipped), self._reshard, self._passed,
-            None if out else self._read_before,
+            None if out else self._read_before, self._repeats_from, self._skipped_slots, self._tail,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -242,12 +241,11 @@ class Stream:
 
     def windows_ahead(self) -> list[WindowAhead]:
         """The best-fit windows a resharded share still hands out first (``Rest``)."""
-        rest, progress = self._rest, self._counters.epoch_documents
-        return [] if rest is None else rest.windows_ahead(progress)
+        return [] if self._rest is None else self._rest.windows_ahead(self._progress)
 
     def lead_cut(self, may: bool = True) -> bool:
         """Whether the next document leads the rank's stream (``Rest.lead``; ``may``: let it)."""
-        if self._rest is None or self._counters.epoch_documents:
+        if self._rest is None or self._progress:
             return False
         self._reshard = self._rest.lead(may)
         return self._reshard.led
@@ -312,6 +310,7 @@ class Stream:
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
+                self._skipped_slots = self._tail = 0
                 if epoch_ends and (last is None or self._epoch < last):
                     yield EPOCH_END
         except BaseException as exc:
@@ -324,34 +323,29 @@ class Stream:
         return int(self._yielded_before + self._in_block - self._first_in_block)
 
     def _epoch_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
-        """Hand out the rest of the current epoch, from the current block on; at its end,
-        count what evening the shares out left out or read twice."""
-        opts = self.options
+        """Hand out the rest of the current epoch from the current block on (or evened-out passes
+        to its target); at its end, count what evening the shares out left out or read twice."""
+        opts, epoch = self.options, self._epoch
         counts = self._counts_per_unit if opts.needs_counts else None
-        shares = epoch_shares(len(self.corpus.units), counts, opts, self._epoch)
+        shares = epoch_shares(len(self.corpus.units), counts, opts, epoch)
         share = shares.share(opts.rank, opts.world_size, opts.even_mode)
-        target = share_target(share, opts)
-        handed = self._counters.epoch_documents
-        piece = Piece(opts.rank, share, self._block, self._in_block, handed, 0, target, False, 0)
-        yield from self._piece_documents(pool, piece, target, take)
-        if take is not None and self._yielded() >= take:
-            return
-        self._counters = self._losses.count(shares, self._epoch, self._counters)
-
-    def _even_passes(self, pool: Pool, share: Share, even: EvenEpoch, shift: int, stop: int,
-                     take: int | None, epoch: int) -> Generator[Any, None, None]:  # fmt: skip
-        """Hand out evened-out passes up to ``stop`` documents of this stream's epoch;
-        ``shift``: those minus the documents of the shard's rank (a resharded piece)."""
-        while self._counters.epoch_documents < stop:
+        stop, even = share_target(share, opts), None
+        if stop is None:
+            yield from self._pass(pool, share, self._block, len(share.units), None, take, epoch)
+        else:
+            assert share.counts is not None
+            even = EvenEpoch(share.counts, stop, rank=opts.rank, epoch=epoch)
+        while even is not None and self._counters.epoch_documents < even.target:
             start, before = self._block, self._counters.epoch_documents
-            end, repeat = even.next_pass(start, self._in_block, before - shift)
-            yield from self._pass(pool, share, start, end, stop, take, epoch)
-            if repeat:
-                self._counters = self._counters.repeated(before)
+            end, repeat = even.next_pass(start, self._in_block, before)
+            yield from self._pass(pool, share, start, end, even.target, take, epoch, repeat=repeat)
             if take is not None and self._yielded() >= take:
                 return
             even.check_progress(start, end, before, self._counters.epoch_documents)
             self._block, self._in_block = end, 0
+        if take is not None and self._yielded() >= take:
+            return
+        self._counters = self._losses.count(shares, epoch, self._counters)
 
     def _rest_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
         """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
@@ -361,39 +355,39 @@ class Stream:
             self._reshard = replace(section, counted=True)
             self._counters = self._counters.plus(dropped_documents=rest.dropped_here)
             say_rest_dropped(self.options, self._epoch, rest.dropped_here)
-        for piece in rest.pieces(self._counters.epoch_documents):
-            self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
+        target, again = rest.length, section.rule is not None  # evened out: round again if short
+        while self._progress < target or (again and self._counters.epoch_documents < target):
+            lap, at = divmod(self._progress, target)
             before = self._counters.epoch_documents
-            documents = self._piece_documents(pool, piece, before + piece.documents, take)
-            if piece.trim:  # a document cut across the checkpoint goes on from its offset
-                yield from _cut_first(documents, piece.trim, self)
-            yield from documents
-            if piece.repeat:
-                self._counters = self._counters.repeated(before)
-            if take is not None and self._yielded() >= take:
-                return
+            for piece in rest.pieces(at):
+                self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
+                documents = self._pass(pool, piece.share, piece.block, piece.end, target, take,
+                                       piece.epoch, slots=piece.documents,
+                                       repeat=piece.repeat or lap > 0)  # fmt: skip
+                if piece.trim and not lap:  # a document cut across the checkpoint goes on
+                    yield from _cut_first(documents, piece.trim, self)  # from its offset
+                yield from documents
+                done = self._counters.epoch_documents >= target
+                if done or (take is not None and self._yielded() >= take):
+                    return
+            if again:  # short (skips): round again, repeating
+                short_rest(self.options, self._epoch, lap, (before, self._counters.epoch_documents),
+                           target, not at)  # fmt: skip
 
-    def _piece_documents(
-        self, pool: Pool, piece: Piece, stop: int | None, take: int | None
-    ) -> Generator[Any, None, None]:
-        """``piece`` as its rank hands it out, up to ``stop`` documents of the epoch."""
-        share, epoch = piece.share, self._epoch if piece.epoch is None else piece.epoch
-        if piece.target is None:
-            return self._pass(pool, share, piece.block, len(share.units), stop, take, epoch)
-        assert share.counts is not None
-        even = EvenEpoch(share.counts, piece.target, rank=piece.rank, epoch=epoch)
-        shift = self._counters.epoch_documents - piece.handed
-        stop = piece.target + shift if stop is None else stop
-        return self._even_passes(pool, share, even, shift, stop, take, epoch)
+    @property
+    def _progress(self) -> int:
+        """In a rest: the slots of its share passed (``rest``)."""
+        return int(self._counters.epoch_documents + self._skipped_slots)
 
     @functools.cached_property
     def _counts_per_unit(self) -> tuple[int, ...]:
         return even_counts(self.corpus, self.options)
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
-              take: int | None, epoch: int) -> Generator[Any, None, None]:  # fmt: skip
-        """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping
-        around its units), in ``epoch``'s order."""
+              take: int | None, epoch: int, *, slots: int | None = None,
+              repeat: bool = False) -> Generator[Any, None, None]:  # fmt: skip
+        """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping around
+        its units), in ``epoch``'s order (a rest's piece: ``spans.block_part``)."""
         feed = _wrapped(share.units, start, end)
         units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
         skip, self._read_before = self._in_block, self._counters
@@ -408,21 +402,25 @@ class Stream:
             on_unit=self._count_unit,
             trims=(lambda p: share.trims.get(p % units)) if share.trims else None,
             split=split_of(opts),
+            count_at=slots_of(self.corpus, opts, share),
         )
         new, source = tuple.__new__, self.source
         try:
             for block_start, block_end, block in gathered:
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
-                check_in_block(skip, block_len)  # only a resumed state's first block has skip > 0
+                check_in_block(skip, block.counted if slots else block_len)  # (a first block's)
+                last, out = block_part(block.counted, block_len, skip, slots)
+                self._tail = 0 if slots is None else last - max(skip, out)  # (skipped slots)
+                self._repeats_from = 0 if repeat else None
                 self._block, self._block_end = block_start, block_end
-                self._block_len = block_len
+                self._block_len = out
                 self._block_sizes, self._block_counts = sizes, counts = block.sizes, block.counts
                 self._block_order = order_ = block_permutation(
                     block_len, opts, epoch, self._rank, block_start
                 )
-                self._in_block = self._first_in_block = skip
+                self._in_block = self._first_in_block = begin = skip
                 handed = self._counters.epoch_documents
-                stop = block_stop(block_len, skip, target_left=_left(target, handed))
+                stop = block_stop(out, skip, target_left=_left(target, handed))
                 stop = block_stop(stop, skip, take_left=_left(take, self._yielded_before))
                 # The position is set between a document made and its ``yield`` (no signal is
                 # taken between the two): exact whenever the consumer looks, a Ctrl-C included.
@@ -450,17 +448,16 @@ class Stream:
                                                          source)))  # fmt: skip
                         self._in_block = at
                         yield text_made
-                first, handed = self._first_in_block, self._in_block - self._first_in_block
-                self._counters = self._counters.handed(
-                    handed,
-                    handed_sum(order_, first, self._in_block, sizes),
-                    handed_sum(order_, first, self._in_block, counts),
-                )
-                self._yielded_before += handed
+                self._counters = self.mark().counted()
+                if self._in_block >= out:  # past its last: the slots skipped after it too
+                    self._skipped_slots, self._tail = self._skipped_slots + self._tail, 0
+                self._yielded_before += self._in_block - self._first_in_block
                 self._first_in_block = self._in_block
-                if stop < block_len:  # take or the target stopped us mid-block: its skips are
+                if stop < out:  # take or the target stopped us mid-block: its skips are
                     return  # read again on resume (and ``_read_before``'s, those before it)
                 self._read_before = self._counters
+                if slots is not None and (slots := slots - (last - begin)) <= 0:
+                    return  # (a piece: all of its slots passed)
         finally:
             gathered.close()
 
