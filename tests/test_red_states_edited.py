@@ -265,7 +265,7 @@ STEPS = {"schedule": [(0, 8, 2), (10, 16, 2), (30, 32, 1)], "packing": "bestfit"
     ("kw", "pick", "keys", "value", "field", "says"),
     [
         ({"seq_len": 16, "batch_size": 2}, lambda s: s["batches"] == 0, ("offset",), 1, "offset",
-         "with the ids of the documents before it, 1, not the 0 ids"),
+         "offset: is 1: ids of a document in batches out, with none out"),
         ({"seq_len": 16, "batch_size": 2}, lambda s: s["offset"] > 1, ("offset",),
          lambda v: v - 1, "offset", "not the \\d+ ids the batches out hold"),
         (FIT, lambda s: s["batches"] == 0, ("row",), 1, "row", "with no batch out"),

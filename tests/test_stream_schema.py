@@ -240,15 +240,19 @@ def batches_states(draw: Any) -> BatchesState:
     best_fit = draw(st.booleans())
     seq_len, batch_size, documents = draw(positive), draw(positive), draw(document_states())
     offset, batches = draw(counts), draw(counts)
+    section = documents.reshard  # (a rest is packed as the batches are: its window theirs)
+    best_fit = best_fit if section is None else section.window is not None
+    window = draw(positive) if section is None or section.window is None else section.window
     if not best_fit and not documents.resharded:  # concat: the ids before are the batches'
         seq_len, batch_size = draw(st.integers(1, 4096)), draw(st.integers(1, 256))
         ids, tokens = seq_len * batch_size, documents.counters.tokens
         batches = -(-tokens // ids) + draw(st.integers(0, 2))
         offset = batches * ids - tokens
+    offset = offset if batches else 0  # (no batch out: no id of the next document in one)
     return BatchesState(
         seq_len, batch_size, documents, 0 if best_fit else offset, batches,
         "bestfit" if best_fit else "concat",
-        draw(positive) if best_fit else None,
+        window if best_fit else None,
         draw(counts) if best_fit else 0,
         draw(counts) if best_fit and batches else 0,
         draw(st.none() | counts) if best_fit else None,
@@ -282,6 +286,12 @@ def test_a_damaged_field_at_any_depth_is_one_error_naming_it(kind: str, data: An
     ("state", "path", "value", "message"),
     [
         (GOLDEN["documents"], "position.in_block", 10**6, r"in_block=1000000 is more than"),
+        # A rest is packed as its batches are; no batch out holds ids of the next document.
+        (GOLDEN["resharded_bestfit"], "documents.reshard.window", 16,
+         r"documents\.reshard\.window: is 16, not the batches' window 8"),
+        (GOLDEN["resharded_mixture_bestfit"], "documents.parts.js.reshard.window", 16,
+         r"documents\.parts\.js\.reshard\.window: is 16, not the batches' window 8"),
+        (GOLDEN["resharded_twice"], "offset", 1, r"offset: is 1: ids of a document in batches"),
         # No epoch comes before epoch 0, nor before a rest (its counts start from the reshard).
         (GOLDEN["documents"], "counters.documents", 30, r"^bad state: counters: epoch_documents"
          r"=17 is not documents=30: no epoch came before"),

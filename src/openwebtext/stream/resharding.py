@@ -141,17 +141,14 @@ def reshard_states(
         if not batches:
             out.append(state.to_json())
             continue
-        like = batches[0]
-        packed = BatchesState(like.seq_len, like.batch_size, state, schedule=new_schedule(batches))
-        if fit is not None:
+        like, shape = batches[0], new_schedule(batches)
+        if fit is None:
+            packed = BatchesState(like.seq_len, like.batch_size, state, schedule=shape)
+        else:  # (made whole: a rest's window is the batches')
             assert base.next_window is not None
-            packed = replace(
-                packed,
-                packing="bestfit",
-                window=fit[0],
-                window_number=base.next_window,
-                window_epoch=base.epoch,
-            )
+            packed = BatchesState(like.seq_len, like.batch_size, state, schedule=shape,
+                                  packing="bestfit", window=fit[0], window_number=base.next_window,
+                                  window_epoch=base.epoch)  # fmt: skip
         out.append(packed.to_json())
     return out
 

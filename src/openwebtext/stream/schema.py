@@ -343,6 +343,9 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         unknown = set(self.packed_parts or ()).difference(names)
         if unknown:
             raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")
+        if self.offset and not self.batches:
+            raise Disagree("offset", f"is {self.offset}: ids of a document in batches out, with "
+                           "none out")  # fmt: skip
         if self.packing == "bestfit" and self.window is None:
             raise Disagree("window", "is needed by best fit")
         if self.packing == "concat" and self.window is not None:
@@ -358,6 +361,12 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
             raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
         if any(p.seq_len not in {t for _, t, _ in self.steps} for p in packings):
             raise Disagree("schedule", "packings: each one's seq_len must be one of the schedule's")
+        states = docs.parts if isinstance(docs, MixtureState) else {"": docs}
+        for part, state in states.items():  # (a rest is packed as the batches are)
+            if state.reshard is not None and state.reshard.window != self.window:
+                where = f"documents.{f'parts.{part}.' if part else ''}reshard.window"
+                raise Disagree(where, f"is {state.reshard.window}, not the batches' window "
+                               f"{self.window}")  # fmt: skip
         replays = docs.replays if isinstance(docs, MixtureState) else msgspec.UNSET
         if any(r.documents > (self.window or 0) for r in replays or ()):
             raise Disagree("documents.replays", f"hold more than a window of {self.window}")
