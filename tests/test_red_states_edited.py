@@ -52,6 +52,20 @@ def test_old_ranks_epochs_no_run_made_are_refused_at_once(js: str) -> None:
     assert time.monotonic() - began < 5
 
 
+def test_an_old_rank_an_epoch_ahead_with_nothing_handed_out_before_it_is_refused(js: str) -> None:
+    """An old rank's ``position.epoch`` edited 0 -> 1 (its 10 documents all of its epoch): the
+    bound counted the documents of the epoch it is in as of epochs passed, so ``reshard`` took
+    it as having finished epoch 0, and 51 documents of the rest were lost."""
+    states = [_state(js, 6, **_opts(0, 2)), _state(js, 9, **_opts(1, 2))]
+    assert states[0]["position"]["in_block"] and states[0]["position"]["epoch"] == 0
+    assert len(reshard(states, 3)) == 3
+    states[0]["position"]["epoch"] = 1
+    with pytest.raises(StateError, match=r"old rank 0 is at epoch 1, 1 past the earliest rank's, "
+                       r"having handed out 0 documents before it") as caught:  # fmt: skip
+        reshard(states, 3)
+    assert caught.value.field == "position.epoch"
+
+
 def test_a_concat_cut_past_its_document_s_end_is_refused(js: str) -> None:
     """An old rank's concat ``offset`` edited to 10**9: resumed as it is, refused; resharded,
     the new rank whose share began with the cut document skipped the rest of it and went on

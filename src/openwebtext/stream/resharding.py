@@ -327,11 +327,15 @@ def _epoch_sections(
     for rank, d in enumerate(ordered):  # (a section per epoch: a gap no run made is refused)
         # An endless stream hands out a document each epoch it passes (``nothing_read``); a
         # share of a rest may hold none: each is one of ``passed`` (the counts start there).
-        if d.position.epoch - epoch > d.counters.documents + len(d.passed):
+        # Those of its epoch are not of an epoch passed, but at its start (the last epoch's).
+        at = d.position
+        earlier = d.counters.documents - (d.counters.epoch_documents if at.block or at.in_block
+                                          else 0)  # fmt: skip
+        if at.epoch - epoch > earlier + len(d.passed):
             raise StateError(
                 f"states of one run never differ so in epoch: old rank {rank} is at epoch "
                 f"{d.position.epoch}, {d.position.epoch - epoch} past the earliest rank's, having "
-                f"handed out {d.counters.documents} documents", field="position.epoch",
+                f"handed out {earlier} documents before it", field="position.epoch",
             )  # fmt: skip
     while (
         section := _epoch_section(ordered, cuts, world, epoch, not out or epoch in needed)
