@@ -314,3 +314,27 @@ def test_batches_fields_that_disagree_with_the_run_are_refused(
     assert caught.value.field == field
     with pytest.raises(StateError, match=f"^state 0: .*{says}"):
         reshard([bad], 2)
+
+
+def test_reshard_of_batches_states_names_their_fields(js: str) -> None:
+    """A difference of batches states was named as a document state's field (``config.seed``,
+    ``position.epoch``: no such path in the states given), or not at all (``seq_len``,
+    ``window``, two states of one rank)."""
+    def states(seq_len: int = 16, **extra: Any) -> list[dict[str, Any]]:
+        out = []
+        for rank in range(2):
+            opts = _opts(rank, 2, tokenizer="bytes")
+            with Loader(js, **opts).batches(seq_len, 2, **extra) as batches:
+                next(batches)
+                out.append(json.loads(json.dumps(batches.state_dict())))
+        return out
+
+    edited = states()
+    edited[1]["documents"]["config"]["seed"] = 4
+    other = [states()[0], states(packing="bestfit", window=8)[1]]
+    longer = [states()[0], states(32)[1]]
+    for given, field in [(edited, "documents.config.seed"), (longer, "seq_len"),
+                         (other, "packing"), ([edited[0], edited[0]], "documents.config.rank")]:
+        with pytest.raises(StateError) as caught:
+            reshard(given, 3)
+        assert caught.value.field == field, caught.value

@@ -167,6 +167,9 @@ def test_refused_states_say_what_is_wrong(varied: Path) -> None:
     packed_later[2]["documents"]["counters"]["documents"] = 50  # (as if it had read epoch 0)
     with pytest.raises(StateError, match=r"different epochs \(rank: epoch \{0: 0, 1: 0, 2: 1"):
         reshard(packed_later, 2)
+    with pytest.raises(StateError, match=r"old rank 2 is at epoch 1, 1 past .* 0 documents"):
+        reshard([states[0], states[1], later, states[3]], 2)  # (none handed out before epoch 1)
+    later["counters"]["documents"] += 50  # (as if it had read epoch 0)
     again = reshard([states[0], states[1], later, states[3]], 2)  # accepted (its own test)
     with pytest.raises(StateError, match=r"states of different reshards .* in epoch 0"):
         reshard([again[0], reshard(states, 2)[1]], 3)

@@ -8,7 +8,8 @@ counts). The section is O(old ranks) integers, never a list of documents.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from msgspec import UNSET, UnsetType
@@ -110,8 +111,10 @@ def reshard_states(
         if batches
         else decode_each(states, DocumentState)
     )
-    old_world, by_rank = _by_rank([d.config for d in documents])
-    _same_run([d.config for d in documents], by_rank)
+    inside = "documents" if batches else ""  # (a batches state's fields: of it)
+    with _within(inside):
+        old_world, by_rank = _by_rank([d.config for d in documents])
+        _same_run([d.config for d in documents], by_rank)
     ordered = [documents[by_rank[r]] for r in range(old_world)]
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world, replays) if batches else None
@@ -121,7 +124,8 @@ def reshard_states(
     begun = (
         {d.position.epoch for d, w in zip(ordered, fit[1], strict=True) if w.rows} if fit else set()
     )
-    base, *later = _epoch_sections(ordered, cuts, old_world, begun)
+    with _within(inside):
+        base, *later = _epoch_sections(ordered, cuts, old_world, begun)
     if any(d.reshard for d in ordered) and (base.window is not None) != (fit is not None):
         raise StateError(
             "batches states of different packings: the resharded epoch was packed "
@@ -227,14 +231,31 @@ def parse_batches(
             raise StateError(f"state {k}: {exc}", exc.field) from None
     packings = {(b.packing, b.window if b.packing == "bestfit" else None) for b in parsed}
     if len(packings) > 1:
-        raise StateError(f"batches states of different (packing, window): {sorted(packings)}")
+        field = "packing" if len({p for p, _ in packings}) > 1 else "window"
+        raise StateError(f"batches states of different (packing, window): {sorted(packings)}",
+                         field)  # fmt: skip
     sizes = {(b.seq_len, b.batch_size) for b in parsed}
     if len(sizes) > 1:
-        raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}")
+        field = "seq_len" if len({t for t, _ in sizes}) > 1 else "batch_size"
+        raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}",
+                         field)  # fmt: skip
     schedules = {saved_schedule(b).steps for b in parsed}
     if len(schedules) > 1:
-        raise StateError(f"batches states of different schedules: {sorted(schedules)}")
+        raise StateError(f"batches states of different schedules: {sorted(schedules)}",
+                         "schedule")  # fmt: skip
     return parsed
+
+
+@contextlib.contextmanager
+def _within(prefix: str) -> Iterator[None]:
+    """A ``StateError`` of the document states a batches state holds, its field under
+    ``prefix`` (``documents.config.seed``): named where the caller's states say it."""
+    try:
+        yield
+    except StateError as exc:
+        if not (prefix and exc.field):
+            raise
+        raise StateError(str(exc), f"{prefix}.{exc.field}", exc.resume_with) from None
 
 
 def new_schedule(states: Sequence[BatchesState]) -> Scheduled | UnsetType:
@@ -289,7 +310,7 @@ def _by_rank(configs: Sequence[StreamConfig]) -> tuple[int, dict[int, int]]:
         if rank in by_rank:
             raise StateError(
                 f"two states of rank {rank} (states {by_rank[rank]} and {k}): give each "
-                "rank's state once"
+                "rank's state once", "config.rank"
             )
         by_rank[rank] = k
     missing = sorted(set(range(world)) - set(by_rank))
