@@ -376,6 +376,7 @@ def test_library_error_keeps_its_type_and_gains_the_worker_traceback(
     units = Corpus.open(corpus).units
     offset, size = member_offset(Path(units[4].path), units[4].member)
     damage(Path(units[4].path), offset + size // 2, b"\xff" * 64)
+    units = Corpus.open(corpus).units  # (as damaged: else "changed since it was indexed")
     with open_pool(units, PoolOptions(workers=workers)) as pool:
         got = collect(pool, range(6))
     (error,) = got[4][2]

@@ -338,3 +338,19 @@ def test_reshard_of_batches_states_names_their_fields(js: str) -> None:
         with pytest.raises(StateError) as caught:
             reshard(given, 3)
         assert caught.value.field == field, caught.value
+
+
+def test_a_batches_state_whose_begun_document_lies_past_the_run_is_refused(js: str) -> None:
+    """A concat state (ids of its next document in batches out) with its documents' epoch
+    edited to the one after the run's last: taken as a finished run's state, and the run
+    handed out nothing. Its next document is one to read, so it lies within the run."""
+    opts = {**_opts(tokenizer="bytes"), "epochs": 1}
+    with Loader(js, **opts).batches(16, 2) as batches:
+        for _ in range(3):
+            next(batches)
+        state = json.loads(json.dumps(batches.state_dict()))
+    assert state["offset"] > 0 and state["documents"]["position"]["epoch"] == 0
+    state["documents"]["position"] = {"epoch": 1}
+    with pytest.raises(StateError, match="nothing left to read: the state is at epoch 1") as e:
+        Loader(js, **opts).batches(16, 2, state=state)
+    assert e.value.field == "documents.position.epoch"

@@ -237,6 +237,11 @@ class Loader:
         start = batches_start(state, shapes, packing, window)
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id, packing)
         corpus, saved = self.corpus, None if start is None else start.documents
+        if start is not None and start.offset and isinstance(saved, DocumentState):
+            try:  # (its next document is in batches out: within the run, never past it)
+                check_in_run(saved, self.options, begun=True)
+            except StateError as exc:
+                raise exc.within("documents") from None
         if isinstance(corpus, Mixture) and isinstance(saved, DocumentState):
             raise StateError("a state of batches of a corpus, not of this mixture's", "documents")
         if isinstance(corpus, Corpus) and isinstance(saved, MixtureState):

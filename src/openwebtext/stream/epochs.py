@@ -317,14 +317,16 @@ def check_old_ranks(
 
 
 def check_in_run(
-    state: DocumentState, options: Options, *, whose: str = "the state", cli: bool = False
-) -> None:
+    state: DocumentState, options: Options, *, whose: str = "the state", cli: bool = False,
+    begun: bool = False,
+) -> None:  # fmt: skip
     """Refuse a state that lies outside the epochs a run of ``options`` reads: past them it
     would yield nothing, silently (an endless run's state of epoch 2 resumed with
     ``epochs=1``); before them it would read epochs not asked for (a state of epoch 0
     resumed with ``epoch=5``: epochs 0 to 5). A state at the very start of the epoch after
     the last (a finished run's) reads nothing and is taken, unless ``cli`` (``owt stream
-    --resume``: there, nothing left to read is refused).
+    --resume``: there, nothing left to read is refused) or ``begun`` (a batches state whose
+    next document is in batches out: it is one to read).
 
     Raises:
         StateError: naming the state's epoch, the run's and the option that would read it.
@@ -339,7 +341,7 @@ def check_in_run(
         return
     last = options.epoch + options.epochs
     at_start = state.position.block == 0 and state.position.in_block == 0
-    if epoch < last or (epoch == last and at_start and not cli):
+    if epoch < last or (epoch == last and at_start and not (cli or begun)):
         return
     n = epoch - options.epoch + 1
     fix = f"--epochs {n}" if cli else f"epochs={n} (owt stream: --epochs {n}), or epochs=None"

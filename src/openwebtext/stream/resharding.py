@@ -248,8 +248,7 @@ def parse_batches(
 
 @contextlib.contextmanager
 def _within(prefix: str) -> Iterator[None]:
-    """A ``StateError`` of the document states a batches state holds, its field under
-    ``prefix`` (``documents.config.seed``): named where the caller's states say it."""
+    """A ``StateError`` of the documents a batches state holds, named under ``prefix``."""
     try:
         yield
     except StateError as exc:
