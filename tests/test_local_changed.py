@@ -104,3 +104,21 @@ def test_a_file_opened_again_after_a_rewrite_is_read_as_it_is_now(
     _same_size_rewrite(path)
     after = _read(open_corpus(path), 0)
     assert len(after) == len(before) and after != before
+
+
+def test_a_pickled_storage_carries_no_local_identity(tmp_path: Path) -> None:
+    """A local file's identity (size and mtime) is this machine's file's: a Ray task on
+    another node reads its own copy, of other mtimes, which must not be "changed". URLs'
+    identities go with the storage."""
+    import pickle
+
+    from openwebtext.source import FileInfo, Storage
+
+    path = _jsonl(tmp_path)[0]
+    store = Storage(cache_dir=str(tmp_path / "cache"))
+    store.remember(str(path), FileInfo(1, "mtime_ns:1"))
+    store.remember("https://example.invalid/a.jsonl", FileInfo(2, "ETag:x"))
+    again = pickle.loads(pickle.dumps(store))
+    assert again.identity(str(path)) is None
+    assert again.identity("https://example.invalid/a.jsonl") == FileInfo(2, "ETag:x")
+    assert store.identity(str(path)) == FileInfo(1, "mtime_ns:1")  # (this process keeps it)

@@ -101,9 +101,9 @@ class Storage:
 
     It also keeps what indexing learnt about the corpus's files: the real URL
     behind each alias and each file's identity. Workers forked from the process
-    inherit it, and pickling it (Ray) keeps all of it; what a process makes for it
-    (filesystems, Hub resolutions) is its backends' (``PerStorage``). Its ``repr``
-    shows no option.
+    inherit it, and pickling it (Ray) keeps all of it but local files' identities; what a
+    process makes for it (filesystems, Hub resolutions) is its backends' (``PerStorage``).
+    Its ``repr`` shows no option.
 
     Args:
         options: Passed as they are to ``fsspec.filesystem`` (for S3:
@@ -136,6 +136,14 @@ class Storage:
 
     def __repr__(self) -> str:
         return f"Storage(place={self.place!r}, cache={self.cache})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (a Ray task, a spawned worker): all of it but local files' identities,
+        which are this machine's files' (a copy on another node has other mtimes; a forked
+        worker inherits them)."""
+        state = dict(self.__dict__)
+        state["identities"] = {k: v for k, v in self.identities.items() if is_url(k)}
+        return state
 
     def alias(self, url: str) -> str:
         """The name units carry for ``url``: without credentials or query string.
