@@ -246,7 +246,7 @@ def _sizes() -> Iterator[tuple[str, str, int]]:
 #: ``Stream`` is the stream's position and the loop that moves it: the position is set
 #: between a document made and its ``yield``, in each of the three ways a block goes out,
 #: so that a Ctrl-C anywhere leaves it exact; that loop is read whole, not across classes.
-LONGER = {"openwebtext.stream.packing.BestFitBatches": 360, "openwebtext.stream.stream.Stream": 310}
+LONGER = {"openwebtext.stream.packing.BestFitBatches": 380, "openwebtext.stream.stream.Stream": 310}
 
 
 def test_modules_functions_and_classes_stay_readable() -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,8 +52,17 @@ from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
 from openwebtext.stream.sections import Packed
 from openwebtext.stream.shapes import Cursor, Schedule, schedule_of
-from openwebtext.stream.source import AnyMark, DocumentSource, Packer, Run, WindowAhead, copied
-from openwebtext.stream.state import Stats
+from openwebtext.stream.source import (
+    DocumentSource,
+    Packer,
+    Run,
+    TokenRun,
+    WindowAhead,
+    copied,
+    slots_at,
+)
+from openwebtext.stream.state import Mark, Stats
+from openwebtext.stream.windows import Reading, Window
 
 __all__ = [
     "PACKING",
@@ -74,53 +82,6 @@ ROWS = 2
 
 #: Rows best fit makes at a time (batches are views of them).
 MADE_ROWS = 256
-
-
-@dataclass
-class _Reading:
-    """A window of documents being read (``BestFitBatches``), packed once whole."""
-
-    mark: AnyMark
-    """Where the stream was before its first document."""
-    parts: list[tuple[Run, int, int]]
-    """Its documents: ``(run, first, end)``, documents first..end of each run."""
-    documents: int
-    count: int
-    """Ids read into it."""
-    epoch: int | None
-    """Of its documents (None: none read yet)."""
-    size: int
-    """Documents it holds when whole."""
-
-
-@dataclass
-class _Window:
-    """A packed window with rows not handed out (``BestFitBatches``)."""
-
-    mark: AnyMark
-    """Where the stream was before its first document."""
-    number: int
-    """The own window number a state at it says (and its epoch)."""
-    epoch: int
-    fitted: Rows
-    row: int
-    """The next row to hand out (of the window's rows, in their seeded order)."""
-    made: tuple[np.ndarray[Any, Any], ...] = ()
-    """Rows made ahead (tokens, and with segments their segment ids and positions)..."""
-    made_from: int = 0
-    """... from this row ..."""
-    made_to: int = 0
-    """... to this one."""
-    parts: list[tuple[Run, int, int]] | None = None
-    """Its documents (as ``_Reading.parts``), to pack it afresh at another length."""
-    cap: int = 0
-    """Ids of its rows."""
-    packings: tuple[Packed, ...] = ()
-    """Its earlier packings rows were handed out of (packed again at changes of length)."""
-    seeded_by: tuple[int, int] = (0, 0)
-    """The epoch and number its rows' order is seeded by (a dealt window's: the old rank's)."""
-    short: int = 0
-    """Its documents, where the stream ended before it was whole (0: it was)."""
 
 
 class BestFitBatches(Packer):
@@ -182,12 +143,12 @@ class BestFitBatches(Packer):
             self._epoch: int = documents.mark().epoch if epoch is None else epoch
             # A resharded share's windows begun by old ranks: (documents, number, rows handed out).
             self._ahead: deque[WindowAhead] = deque(documents.windows_ahead())
-            self._windows: deque[_Window] = deque()  # packed, with rows not handed out
+            self._windows: deque[Window] = deque()  # packed, with rows not handed out
             self._rows_left = 0  # in them
             # A run read, from its document j on (and where each of its documents ends).
             self._left: tuple[Run, int, np.ndarray[Any, Any]] | None = None
             self._ended = False
-            self._reading: _Reading | None = None  # the window being read, not yet packed
+            self._reading: Reading | None = None  # the window being read, not yet packed
             self._since = 0  # batches handed out since the last window was packed
             if self._skip:
                 self._fill()
@@ -225,9 +186,12 @@ class BestFitBatches(Packer):
 
     def _read(self, enough: int | None) -> bool:
         """Read documents into the window being read (begun here if none is): to its end, or
-        until it holds ``enough`` ids. A window is ``window`` documents (a dealt window's
-        own count), or fewer at the end of its epoch, so that an epoch packs the same whatever
-        follows it. True when the window being read is whole (False: nothing left to read)."""
+        until it holds ``enough`` ids. A window is the documents of ``window`` document slots
+        (a dealt window's own count), or fewer at the end of its epoch, so that an epoch packs
+        the same whatever follows it: a document skipped for its content holds its slot, as a
+        reshard counts the window an old rank had begun (``rest.Rest``), which cannot know
+        where skips lie. True when the window being read is whole (False: nothing left to
+        read)."""
         if self._reading is None:
             if not self._more():
                 return False
@@ -236,9 +200,10 @@ class BestFitBatches(Packer):
                 mark = self._left[0].mark_before(self._left[1])
             else:
                 mark = self._docs.mark()
-            self._reading = _Reading(mark, [], 0, 0, None, size)
+            first = slots_at(mark) if isinstance(mark, Mark) else None
+            self._reading = Reading(mark, [], 0, 0, None, size, first=first)
         reading = self._reading
-        while reading.documents < reading.size and (enough is None or reading.count < enough):
+        while reading.slots < reading.size and (enough is None or reading.count < enough):
             if self._left is None:
                 try:
                     run = self._docs.next_run()
@@ -250,17 +215,30 @@ class BestFitBatches(Packer):
             if reading.epoch is not None and run.epoch != reading.epoch:  # the next epoch's
                 reading.size = reading.documents
                 return True
+            at = reading.slots  # the slot of document j in the window
+            if reading.first is not None and isinstance(run, TokenRun):
+                if reading.epoch is None and run.epoch != reading.mark.epoch:
+                    reading.first = 0  # (begun at the end of the epoch before: at its start)
+                at = run.first_slot() + j - reading.first
             reading.epoch = run.epoch
-            end = min(len(run), j + reading.size - reading.documents)
+            if at >= reading.size and reading.documents:  # skipped slots filled it: document
+                reading.slots = reading.size  # j is the next window's
+                break
+            if at >= reading.size and reading.first is not None:  # (no document in its slots:
+                reading.first, at = reading.first + at, 0  # it starts at its first one)
+            end = min(len(run), j + reading.size - at)
             begin = int(ends[j - 1]) if j else 0
             if enough is not None:  # as many as hold enough ids, an id read for one handed out
                 end = min(end, int(np.searchsorted(ends, begin + enough - reading.count)) + 1)
             reading.parts.append((run, j, end))
             reading.documents += end - j
+            reading.slots = at + end - j
+            if end == len(run) and reading.first is not None and isinstance(run, TokenRun):
+                reading.slots = slots_at(run.after) - reading.first  # (and the skips after it)
             self._read_count += end - j
             reading.count += int(ends[end - 1]) - begin
             self._left = (run, end, ends) if end < len(run) else None
-        return reading.documents >= reading.size
+        return reading.slots >= reading.size
 
     def _more(self) -> bool:
         """Whether a window may be read: documents left, ``take`` not reached (or the state's)."""
@@ -272,7 +250,7 @@ class BestFitBatches(Packer):
         assert self._reading is not None
         reading, self._reading, self._since = self._reading, None, 0
         # Cut by the end of the run it was begun in (or resumed from such a state: still).
-        cut, self._short = reading.documents < reading.size or self._short, 0
+        cut, self._short = reading.slots < reading.size or self._short, 0
         if not reading.documents:
             return
         assert reading.epoch is not None
@@ -311,10 +289,10 @@ class BestFitBatches(Packer):
             self.close()
             raise
         if fitted is not None:
-            window = _Window(reading.mark, *own, fitted, skip)
+            window = Window(reading.mark, *own, fitted, skip)
             window.parts, window.cap, window.packings = reading.parts, cap, packings[:-1]
             window.seeded_by = (epoch, number)
-            window.short = reading.documents if cut else 0
+            window.short = reading.slots if cut else 0
             self._windows.append(window)
             self._rows_left += fitted.rows - skip
             self._reshape()  # (a dealt window was packed at its old rank's lengths: now at ours)
@@ -418,7 +396,7 @@ class BestFitBatches(Packer):
         )
         return PackedBatch(*arrays) if self.segments else arrays[0]
 
-    def _rows(self, window: _Window, take: int) -> list[np.ndarray[Any, Any]]:
+    def _rows(self, window: Window, take: int) -> list[np.ndarray[Any, Any]]:
         """The next ``take`` rows of ``window``, from the rows it made ahead."""
         row = window.row
         if row + take > window.made_to:  # make the next rows, a batch's at least
@@ -470,7 +448,7 @@ class BestFitBatches(Packer):
         too, ``packed_stats``)."""
         return packed_stats(self._docs.stats, *self._packed_now())
 
-    def _count(self, window: _Window) -> None:
+    def _count(self, window: Window) -> None:
         """Count what packing did in the rows of ``window`` handed out, before its packing goes."""
         self._packed = self._packed.add(*window.fitted.counted(window.row))
         self._parts = add_parts(self._parts, window.fitted.counted_parts(window.row))
@@ -484,7 +462,7 @@ class BestFitBatches(Packer):
         return packed, parts
 
 
-def check_window_parts(start: BatchesState | None, windows: deque[_Window]) -> None:
+def check_window_parts(start: BatchesState | None, windows: deque[Window]) -> None:
     """Check a mixture's best-fit state's ``window_parts`` (what a reshard deals; nothing else
     reads them) against the window it is inside, read again: ``StateError`` naming them."""
     said = None if start is None else start.window_parts

@@ -468,8 +468,11 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
             handed, epoch = docs.counters.epoch_documents, docs.position.epoch
             step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
             of, whose = f" (of epoch {epoch + step})", "its epoch"
-        # A corpus's windows are whole but the last of its epoch (its number: the next's).
+        # A corpus's windows are whole but the last of its epoch (its number: the next's), in
+        # document slots: a document skipped for its content holds one (``packing._read``).
         least = n if isinstance(docs, MixtureState) else (n - 1) * size + 1 if n else 0
+        skips = 0 if isinstance(docs, MixtureState) else docs.counters.skipped_documents
+        least = max(min(least, 1), least - skips)  # (skipped documents of the epoch: at most)
         if not ((step == 0 and least <= handed <= n * size) or (step == 1 and not n)
                 or (step == -1 and not handed and not row)):  # fmt: skip
             raise StateError(f"bad batches state: window_number: {n}{of} does not agree with "

@@ -34,6 +34,7 @@ __all__ = [
     "copied",
     "failed_earlier",
     "failure",
+    "slots_at",
 ]
 
 #: A best-fit window an old rank had begun, as a resharded share hands it out first:
@@ -79,6 +80,12 @@ class TokenRun(NamedTuple):
             return self.before
         return self.after._replace(in_block=self.after.in_block - len(self.lengths) + j)
 
+    def first_slot(self) -> int:
+        """The document slot of its first document (``slots_at``; document ``j``'s is this
+        plus ``j``: they lie in one block, kept ones first). Past the slot ``before`` says when
+        blocks all of whose documents were skipped lie between."""
+        return slots_at(self.after._replace(in_block=self.after.in_block - len(self.lengths)))
+
     def end_to_end(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """The documents' ids one after another, and where each ends in them."""
         starts, lengths = self.starts, self.lengths
@@ -87,6 +94,18 @@ class TokenRun(NamedTuple):
             return self.ids[starts[0] : starts[0] + (ends[-1] if len(ends) else 0)], ends
         bounds = zip(starts.tolist(), (starts + lengths).tolist(), strict=True)
         return np.concatenate([self.ids[:0], *[self.ids[a:b] for a, b in bounds]]), ends
+
+
+def slots_at(mark: Mark) -> int:
+    """The document slots of its epoch's share a stream had passed at ``mark``, as the document
+    counts count them (a document skipped for its content holds one, a block's skipped ones
+    after its kept ones: ``epochs.slots_passed``), since the stream's iterator began: the
+    documents handed out, and the slots skipped with none (``Mark.skipped_slots``, and the
+    current block's after its last document once that one is out: ``Mark.tail``). Differences
+    of two marks are what a best-fit window counts, as a reshard deals one (``rest.Rest``)."""
+    past = mark.tail if mark.in_block >= mark.block_len else 0
+    handed = mark.counters.epoch_documents + mark.in_block - mark.first_in_block
+    return int(handed + mark.skipped_slots + past)
 
 
 #: A run of a corpus, or of a mixture (``mixschema.MixRun``: the same reading, marks per part).

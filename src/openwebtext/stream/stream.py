@@ -410,7 +410,7 @@ class Stream:
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
                 check_in_block(skip, block.counted if slots else block_len)  # (a first block's)
                 last, out = block_part(block.counted, block_len, skip, slots)
-                self._tail = 0 if slots is None else last - max(skip, out)  # (skipped slots)
+                self._tail = last - max(skip, out)  # (its skipped slots: ``source.slots_at``)
                 self._repeats_from = 0 if repeat else None
                 self._block, self._block_end = block_start, block_end
                 self._block_len = out
