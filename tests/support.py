@@ -6,11 +6,13 @@ run in this process (``run_owt``; the ``owt`` fixture of conftest.py), and the l
 from __future__ import annotations
 
 import array
+import collections
 import contextlib
 import fcntl
 import gc
 import io
 import json
+import logging
 import lzma
 import multiprocessing
 import os
@@ -25,7 +27,7 @@ import tempfile
 import termios
 import time
 import zlib
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -643,3 +645,70 @@ def in_read_only_mount(folder: Path, command: list[str]) -> subprocess.Completed
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(folder), *command],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
+
+
+def bestfit_doc_names(batch: Any) -> list[str]:
+    """The documents of a best-fit ``PackedBatch`` of ``tokenizer="bytes"`` ids (each row holds
+    whole documents: every one fits a row), by the first word of each."""
+    out = []
+    for row in range(batch.tokens.shape[0]):
+        segments, ids = batch.segment_ids[row], batch.tokens[row]
+        for s in sorted(set(segments.tolist()) - {0}):
+            assert batch.positions[row][segments == s][0] == 0  # (whole: from its start)
+            text = bytes(int(i) for i in ids[segments == s] if i < 256)
+            out.append(text.split()[0].decode())
+    return out
+
+
+def check_once_under_even(
+    epoch: collections.Counter[str], got: collections.Counter[str], even: str | None,
+    dropped: int, repeated: int,
+) -> None:  # fmt: skip
+    """What an epoch handed out (``got``) against its documents (``epoch``): each once under
+    ``even=None``; under ``drop``/``pad`` the extra copies are the ``repeated`` counted, and what
+    is missing at most the ``dropped`` counted (nothing under ``pad``)."""
+    assert set(got) <= set(epoch), sorted(set(got) - set(epoch))  # nothing skipped or foreign
+    missing, extra = epoch - got, got - epoch
+    if even is None:
+        assert got == epoch, (sorted(missing.elements()), sorted(extra.elements()))
+        return
+    assert sum(extra.values()) == repeated, (sorted(extra.elements()), repeated)
+    if even == "pad":
+        assert not missing, sorted(missing.elements())
+    else:
+        assert sum(missing.values()) <= dropped, (sorted(missing.elements()), dropped)
+
+
+def check_each(cases: Iterable[Any], check: Callable[[Any], None]) -> None:
+    """``check`` each case, the library's warnings quieted (a grid's evened-out shares say
+    theirs); an ``AssertionError`` names its case."""
+    logger = logging.getLogger("openwebtext")
+    logger.setLevel(logging.ERROR)
+    try:
+        for case in cases:
+            try:
+                check(case)
+            except AssertionError as exc:
+                raise AssertionError(f"{case}: {exc}") from exc
+    finally:
+        logger.setLevel(logging.NOTSET)
+
+
+def kept_of_shares(
+    counts: Sequence[int], docs: Sequence[Sequence[str]], bad: Collection[str], ranks: int, *,
+    shuffle: bool, seed: int, even: str | None,
+) -> collections.Counter[str]:  # fmt: skip
+    """The kept documents (not in ``bad``) of an epoch's ``ranks`` shares by the plan (units of
+    ``counts`` documents named ``docs``): a document in two shares, ``pad``'s, twice; one in
+    none, ``drop``'s, not at all. The oracle of what a resharded epoch hands out."""
+    from openwebtext.plan import EpochShares, plan
+
+    shares = EpochShares(plan(len(counts), shuffle=shuffle, seed=seed, epoch=0), list(counts))
+    rule = even if ranks > 1 else None
+    out: collections.Counter[str] = collections.Counter()
+    for r in range(ranks):
+        share = shares.share(r, ranks, rule)  # type: ignore[arg-type]
+        for p, unit in enumerate(share.units):
+            lo, hi = share.trims.get(p, (0, counts[unit]))
+            out.update(d for d in docs[unit][lo:hi] if d not in bad)
+    return out

@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -32,6 +31,7 @@ import pytest
 from openwebtext import Corpus, CorpusError, Loader, reshard
 from openwebtext.index import Counts
 from openwebtext.plan import EpochShares, plan, share_bounds, share_losses
+from support import bestfit_doc_names, check_each, check_once_under_even, kept_of_shares
 
 SEED = 3
 
@@ -113,30 +113,11 @@ def _layout(root: Path, case: Case) -> Layout:
 
 
 def _epoch(layout: Layout, case: Case) -> Docs:
-    """The oracle: the kept documents of the old shares' slots (one in two shares, ``pad``'s,
-    twice; one in none, ``drop``'s, not at all)."""
-    order = plan(len(layout.counts), shuffle=case.shuffle, seed=SEED, epoch=0)
-    shares = EpochShares(order, layout.counts)
-    rule = case.even if case.old > 1 else None
-    out: Docs = collections.Counter()
-    for r in range(case.old):
-        share = shares.share(r, case.old, rule)
-        for p, unit in enumerate(share.units):
-            lo, hi = share.trims.get(p, (0, layout.counts[unit]))
-            out.update(d for d in layout.docs[unit][lo:hi] if d not in layout.bad)
-    return out
+    """The oracle: the kept documents of the old shares' slots."""
+    return kept_of_shares(layout.counts, layout.docs, layout.bad, case.old, shuffle=case.shuffle,
+                          seed=SEED, even=case.even)  # fmt: skip
 
 
-def doc_names(batch: Any) -> list[str]:
-    """The documents of a best-fit batch of ``tokenizer="bytes"`` ids, each whole in a row."""
-    out = []
-    for row in range(batch.tokens.shape[0]):
-        segments, ids = batch.segment_ids[row], batch.tokens[row]
-        for s in sorted(set(segments.tolist()) - {0}):
-            assert batch.positions[row][segments == s][0] == 0  # (whole: from its start)
-            text = bytes(int(i) for i in ids[segments == s] if i < 256)
-            out.append(text.split()[0].decode())
-    return out
 
 
 def _loader(layout: Layout, case: Case, rank: int, world: int) -> Loader:
@@ -157,7 +138,7 @@ def _run(loader: Loader, case: Case, state: Any = None, at: int | None = None
             taken = json.loads(json.dumps(it.state_dict()))
         try:
             for batch in it:
-                out.append(doc_names(batch))
+                out.append(bestfit_doc_names(batch))
                 if len(out) == at:
                     taken = json.loads(json.dumps(it.state_dict()))
         except CorpusError as exc:  # an evened-out share all of whose documents were skipped
@@ -244,14 +225,7 @@ def _check(case: Case, epoch: Docs, got: Docs, dropped: int, repeated: int) -> N
         assert not extra if case.even is None else sum(extra.values()) <= repeated, extra
         assert sum(missing.values()) <= most + dropped, sorted(missing.elements())
         return
-    if case.even is None:
-        assert got == epoch, (sorted(missing.elements()), sorted(extra.elements()))
-        return
-    assert sum(extra.values()) == repeated, (sorted(extra.elements()), repeated)
-    if case.even == "pad":
-        assert not missing, sorted(missing.elements())
-    else:
-        assert sum(missing.values()) <= dropped, (sorted(missing.elements()), dropped)
+    check_once_under_even(epoch, got, case.even, dropped, repeated)
 
 
 WORLDS = ((1, 2), (2, 3), (3, 2), (2, 1), (4, 3))
@@ -280,15 +254,7 @@ GRID = _grid()
 
 
 def _check_all(root: Path, cases: list[Case]) -> None:
-    logging.getLogger("openwebtext").setLevel(logging.ERROR)
-    try:
-        for case in cases:
-            try:
-                check_case(root, case)
-            except AssertionError as exc:
-                raise AssertionError(f"{case}: {exc}") from exc
-    finally:
-        logging.getLogger("openwebtext").setLevel(logging.NOTSET)
+    check_each(cases, lambda case: check_case(root, case))
 
 
 @pytest.mark.parametrize("bad", BADS)

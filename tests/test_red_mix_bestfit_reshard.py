@@ -13,22 +13,12 @@ import pytest
 
 from openwebtext import Loader, Mixture, Schedule, StateError, reshard
 from openwebtext.synth import write_corpus
+from support import bestfit_doc_names
 from tables_support import write_jsonl, write_parquet
 
 Docs = collections.Counter[str]
 
 
-def doc_names(batch: Any) -> list[str]:
-    """The documents of a best-fit batch of ``tokenizer="bytes"`` ids (each row holds whole
-    documents: every one here fits a row), by the first word of each."""
-    out = []
-    for row in range(batch.tokens.shape[0]):
-        segments, ids = batch.segment_ids[row], batch.tokens[row]
-        for s in sorted(set(segments.tolist()) - {0}):
-            assert batch.positions[row][segments == s][0] == 0  # (whole: from its start)
-            text = bytes(int(i) for i in ids[segments == s] if i < 256)
-            out.append(text.split()[0].decode())
-    return out
 
 
 def run(loader: Loader, kw: dict[str, Any], state: Any = None, n: int | None = None
@@ -37,7 +27,7 @@ def run(loader: Loader, kw: dict[str, Any], state: Any = None, n: int | None = N
     got: Docs = collections.Counter()
     with loader.batches(state=state, **kw) as it:
         for k, batch in enumerate(it, 1):
-            got.update(doc_names(batch))
+            got.update(bestfit_doc_names(batch))
             if n is not None and k >= n:
                 break
         return got, json.loads(json.dumps(it.state_dict()))
@@ -195,7 +185,7 @@ def test_twice_resharded_rank_counts_what_it_hands_out(three: dict[str, str]) ->
     got: Docs = collections.Counter()
     with loader.batches(state=states[0], **kw) as it:
         for batch in it:
-            got.update(doc_names(batch))
+            got.update(bestfit_doc_names(batch))
         counted = {name: s.documents for name, s in it.stats.parts.items()}
     assert counted["p"] == sum(of(got, "DOC-p").values())
     assert counted["j"] == sum(of(got, "DOC-j").values())

@@ -25,7 +25,6 @@ import collections
 import gzip
 import itertools
 import json
-import logging
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,7 +32,8 @@ import pytest
 
 from openwebtext import Corpus, CorpusError, Loader, reshard
 from openwebtext.index import Counts
-from openwebtext.plan import EpochShares, plan, share_bounds, share_losses
+from openwebtext.plan import plan, share_bounds, share_losses
+from support import check_each, check_once_under_even, kept_of_shares
 
 SEED = 5
 
@@ -128,18 +128,9 @@ def _content(name: str, bad: set[str]) -> bytes:
 
 
 def _epoch(layout: Layout, case: Case) -> collections.Counter[str]:
-    """The oracle: the kept documents of the old shares' slots (a document in two shares,
-    ``pad``'s, twice; one in none, ``drop``'s, not at all)."""
-    order = plan(len(layout.counts), shuffle=case.shuffle, seed=SEED, epoch=0)
-    shares = EpochShares(order, layout.counts)
-    rule = case.even if case.old > 1 else None
-    out: collections.Counter[str] = collections.Counter()
-    for r in range(case.old):
-        share = shares.share(r, case.old, rule)
-        for p, unit in enumerate(share.units):
-            lo, hi = share.trims.get(p, (0, layout.counts[unit]))
-            out.update(d for d in layout.docs[unit][lo:hi] if d not in layout.bad)
-    return out
+    """The oracle: the kept documents of the old shares' slots."""
+    return kept_of_shares(layout.counts, layout.docs, layout.bad, case.old, shuffle=case.shuffle,
+                          seed=SEED, even=case.even)  # fmt: skip
 
 
 def _options(case: Case, rank: int, world: int) -> dict[str, Any]:
@@ -213,17 +204,9 @@ def _repeats(case: Case, layout: Layout, state: Any, rank: int) -> int:
 
 def _check(case: Case, epoch: collections.Counter[str], handed: list[str], dropped: int,
            repeated: int, shares: list[list[str]], layout: Layout) -> None:  # fmt: skip
-    got = collections.Counter(handed)
-    assert set(got) <= set(epoch), sorted(set(got) - set(epoch))  # nothing skipped or foreign
-    missing, extra = epoch - got, got - epoch
+    check_once_under_even(epoch, collections.Counter(handed), case.even, dropped, repeated)
     if case.even is None:
-        assert got == epoch, (sorted(missing.elements()), sorted(extra.elements()))
         return
-    assert sum(extra.values()) == repeated, (sorted(extra.elements()), repeated)
-    if case.even == "pad":
-        assert not missing, sorted(missing.elements())
-    else:
-        assert sum(missing.values()) <= dropped, (sorted(missing.elements()), dropped)
     # Even: the same number each (but a share all of whose documents were skipped: it stopped).
     if len(shares) > 1 and all(shares):
         assert len({len(s) for s in shares}) == 1, [len(s) for s in shares]
@@ -291,15 +274,7 @@ GRID = _grid()
 
 
 def _check_all(root: Path, cases: list[Case], inside: bool) -> None:
-    logging.getLogger("openwebtext").setLevel(logging.ERROR)
-    try:
-        for case in cases:
-            try:
-                check_case(root, case, inside)
-            except AssertionError as exc:
-                raise AssertionError(f"{case}: {exc}") from exc
-    finally:
-        logging.getLogger("openwebtext").setLevel(logging.NOTSET)
+    check_each(cases, lambda case: check_case(root, case, inside))
 
 
 @pytest.mark.parametrize("bad", BADS)
