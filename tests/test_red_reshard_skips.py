@@ -33,6 +33,7 @@ import pytest
 from openwebtext import Corpus, CorpusError, Loader, reshard
 from openwebtext.index import Counts
 from openwebtext.plan import plan, share_bounds, share_losses
+from openwebtext.stream.counts import count_documents
 from support import check_each, check_once_under_even, kept_of_shares
 
 SEED = 5
@@ -312,3 +313,35 @@ def test_the_red_team_s_reproducer(tmp_path: Path, bad: set[str], stops: tuple[i
     shares, _, _ = _new_world(layout, case, states, 3, False)
     _check(case, _epoch(layout, case), handed + [d for s in shares for d in s], 0, 0, shares,
            layout)
+
+
+def test_a_run_s_blocks_do_not_change_when_a_counts_file_appears(tmp_path: Path) -> None:
+    """A world-1 run under skip, with a member skipped for a limit that is not a shaping option
+    (``max_member_bytes``), cut its blocks by the documents read until a counts file appeared
+    (``owt index``), then by the counts: a state taken before resumed into other blocks, a
+    document twice and another lost. A run that needs no counts cuts by what it reads."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    for name, n in {"a": 6, "b": 5, "c": 7, "d": 4, "e": 6, "f": 5, "h": 3, "i": 9}.items():
+        lines = [json.dumps({"text": f"{name}{k} " + "x" * (k * 7 % 13)}) for k in range(n)]
+        (folder / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    big = b"".join(json.dumps({"text": f"g{k} " + "y" * 300}).encode() + b"\n" for k in range(6))
+    (folder / "g.jsonl.gz").write_bytes(gzip.compress(big, mtime=0))
+    opts = {"seed": 3, "shuffle_buffer": 8, "workers": 0, "on_error": "skip",
+            "max_member_bytes": 1000, "epochs": 1}  # fmt: skip
+
+    def run(state: Any = None, at: int | None = None) -> tuple[list[str], Any]:
+        out, taken = [], None
+        with Loader(Corpus.open(folder, on_error="skip"), **opts).iter(state=state) as it:
+            for d in it:
+                out.append(d.text.split()[0])
+                if len(out) == at:
+                    taken = json.loads(json.dumps(it.state_dict()))
+        return out, taken
+
+    full = run()[0]
+    states = {at: run(at=at)[1] for at in range(1, len(full), 3)}
+    corpus = Corpus.open(folder, on_error="skip")
+    corpus.save_counts(count_documents(corpus, workers=0, on_error="skip"))
+    for at, state in states.items():
+        assert full[:at] + run(state)[0] == full, at

@@ -211,18 +211,13 @@ def short_rest(options: Options, epoch: int, lap: int, handed: tuple[int, int], 
         )  # fmt: skip
 
 
-def slots_of(corpus: Corpus, options: Options, share: Share) -> Callable[[int], int] | None:
+def slots_of(share: Share) -> Callable[[int], int] | None:
     """The documents as counted (kept or skipped: their slots) of the unit at each plan
-    position of ``share`` (its counts; one share of the whole epoch: the corpus's, when it was
-    counted), which its blocks are cut by (``blocks.gather``); None: as read (not counted)."""
-    units, per_position = share.units, share.counts
-    n = len(units)
-    if per_position is not None:
-        return lambda p: per_position[p % n]
-    counts = corpus.counts
-    per_unit = None if counts is None else counts.per_unit(options.split, options.val_fraction,
-                                                           options.val_seed)  # fmt: skip
-    return None if per_unit is None else lambda p: per_unit[units[p % n]]
+    position of ``share`` (its counts), which its blocks are cut by (``blocks.gather``); None:
+    as read (a share not counted: the run needs no counts, and its blocks never change with a
+    counts file that appears, whose limits may differ from the run's)."""
+    per_position, n = share.counts, len(share.units)
+    return None if per_position is None else lambda p: per_position[p % n]
 
 
 def slots_passed(counts: Sequence[int], block: int, in_block: int) -> int:

@@ -402,7 +402,7 @@ class Stream:
             on_unit=self._count_unit,
             trims=(lambda p: share.trims.get(p % units)) if share.trims else None,
             split=split_of(opts),
-            count_at=slots_of(self.corpus, opts, share),
+            count_at=slots_of(share),
         )
         new, source = tuple.__new__, self.source
         try:
