@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from openwebtext import Corpus, CorpusError, Loader, reshard
+from openwebtext import Corpus, CorpusError, Loader, StateError, reshard
 from openwebtext.index import Counts
 from openwebtext.plan import plan, share_bounds, share_losses
 from openwebtext.stream.counts import count_documents
@@ -345,3 +345,44 @@ def test_a_run_s_blocks_do_not_change_when_a_counts_file_appears(tmp_path: Path)
     corpus.save_counts(count_documents(corpus, workers=0, on_error="skip"))
     for at, state in states.items():
         assert full[:at] + run(state)[0] == full, at
+
+
+@pytest.mark.parametrize("even", ["pad", "drop"])
+def test_a_state_of_an_evened_out_share_with_skips_resumes_exactly_or_is_refused(
+    tmp_path: Path, even: str
+) -> None:
+    """World 2, rank 1, skips: a state inside the pass that repeats the share's documents was
+    taken and resumed into other blocks (the pass's end depends on where it began, which the
+    state does not say): other documents, silently. Every state now resumes exactly, or (inside
+    such a pass) is refused naming ``position.block``."""
+    folder = tmp_path / "c"
+    folder.mkdir()
+    bad = {"a2", "c0", "c1", "c2", "c3", "c4", "c5", "c6", "e5", "i3", "h0"}
+    for name, n in {"a": 6, "b": 5, "c": 7, "d": 4, "e": 6, "f": 5, "g": 6, "h": 3, "i": 9}.items():
+        lines = [b"{not json" if f"{name}{k}" in bad else
+                 json.dumps({"text": f"{name}{k} " + "x" * (k * 7 % 13)}).encode()
+                 for k in range(n)]  # fmt: skip
+        (folder / f"{name}.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    opts = {"seed": 3, "shuffle_buffer": 8, "workers": 0, "epochs": 2, "world_size": 2,
+            "rank": 1, "even": even, "on_error": "skip"}  # fmt: skip
+
+    def run(state: Any = None) -> tuple[list[str], list[Any]]:
+        out, states = [], []
+        with Loader(Corpus.open(folder, on_error="skip"), **opts).iter(state=state) as it:
+            states.append(json.loads(json.dumps(it.state_dict())))
+            for d in it:
+                out.append(d.text.split()[0])
+                states.append(json.loads(json.dumps(it.state_dict())))
+        return out, states
+
+    full, states = run()
+    refused = 0
+    for at, state in enumerate(states):
+        try:
+            rest = run(state)[0]
+        except StateError as exc:
+            assert exc.field == "position.block" and "repeats documents" in str(exc), exc
+            refused += 1
+            continue
+        assert rest == full[at:], at
+    assert refused < len(states) // 2  # (the states before the repeats resume)

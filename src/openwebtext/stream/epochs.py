@@ -91,7 +91,9 @@ class EvenEpoch:
     that rank's ``target`` (``stream.rest``).
     """
 
-    def __init__(self, counts: Sequence[int], target: int, *, rank: int, epoch: int) -> None:
+    def __init__(self, counts: Sequence[int] | None, target: int, *, rank: int, epoch: int
+                 ) -> None:  # fmt: skip
+        assert counts is not None  # (an evened-out share is counted)
         self.counts = counts
         self.target = target
         self.rank = rank
@@ -112,6 +114,23 @@ class EvenEpoch:
                 self.rank, self.epoch, self.target - handed, self.target,
             )  # fmt: skip
         return end, repeat
+
+    def check_resumed(self, start: int, in_block: int, skips: int) -> None:
+        """Refuse to resume inside a pass repeating documents after skips (past its start):
+        where such a pass ends depends on where it began, which a state does not say (the
+        documents handed out since are fewer than the slots passed), so the blocks would be cut
+        otherwise than the run cut them. Not exact yet: refused, never read otherwise.
+
+        Raises:
+            StateError: naming ``position.block``.
+        """
+        if skips and (start > self.expected_end or (start == self.expected_end and in_block)):
+            raise StateError(
+                f"the state is inside a pass that repeats documents of rank {self.rank}'s "
+                f"evened-out share after skips (epoch {self.epoch}, block {start}): resuming "
+                "there is not exact yet; resume from a state taken before the epoch's repeats",
+                "position.block",
+            )
 
     def check_progress(self, start: int, end: int, before: int, after: int) -> None:
         """Stop a rank that read no document in a whole pass over its shard.

@@ -333,8 +333,8 @@ class Stream:
         if stop is None:
             yield from self._pass(pool, share, self._block, len(share.units), None, take, epoch)
         else:
-            assert share.counts is not None
-            even = EvenEpoch(share.counts, stop, rank=opts.rank, epoch=epoch)
+            even = EvenEpoch(share.counts, stop, rank=opts.rank, epoch=epoch)  # (counted)
+            even.check_resumed(self._block, self._in_block, self._counters.skips)
         while even is not None and self._counters.epoch_documents < even.target:
             start, before = self._block, self._counters.epoch_documents
             end, repeat = even.next_pass(start, self._in_block, before)
