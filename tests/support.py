@@ -8,6 +8,7 @@ from __future__ import annotations
 import array
 import collections
 import contextlib
+import errno
 import fcntl
 import gc
 import io
@@ -712,3 +713,18 @@ def kept_of_shares(
             lo, hi = share.trims.get(p, (0, counts[unit]))
             out.update(d for d in docs[unit][lo:hi] if d not in bad)
     return out
+
+
+def lock_file_read_only(monkeypatch: Any) -> None:
+    """The prepare lock file cannot be created (EROFS), as on a read-only mount: tests run as
+    root, for whom a folder's mode is no bar."""
+    from openwebtext.prepare.lock import LOCK
+
+    real_open = os.open
+
+    def refuse(path: str | os.PathLike[str], flags: int, *args: int, **kwargs: int) -> int:
+        if os.fspath(path).endswith(LOCK):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse)

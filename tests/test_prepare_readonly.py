@@ -5,8 +5,6 @@ with something to write still takes it (and fails on a read-only folder, naming 
 
 from __future__ import annotations
 
-import errno
-import os
 import shutil
 import subprocess
 import sys
@@ -16,23 +14,10 @@ import pytest
 
 from openwebtext import Corpus
 from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
-from openwebtext.prepare.lock import LOCK
-from support import in_read_only_mount
+from support import in_read_only_mount, lock_file_read_only
 
 OPTIONS = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
 
-
-def _lock_file_is_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lock file cannot be created (EROFS), as on a read-only mount: tests run as root,
-    for whom a folder's mode is no bar."""
-    real_open = os.open
-
-    def refuse(path: str | os.PathLike[str], flags: int, *args: int, **kwargs: int) -> int:
-        if os.fspath(path).endswith(LOCK):
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refuse)
 
 
 def test_a_finished_run_on_a_read_only_folder_is_nothing_to_do(
@@ -45,7 +30,7 @@ def test_a_finished_run_on_a_read_only_folder_is_nothing_to_do(
     for i, folder in enumerate(slices):
         prepare(corpus, folder, OPTIONS, shard=(i, 2))
     merged = merge(slices, tmp_path / "merged")
-    _lock_file_is_read_only(monkeypatch)
+    lock_file_read_only(monkeypatch)
     again = prepare(corpus, out, OPTIONS)
     assert again.already and again.meta == done.meta
     assert prepare(corpus, slices[0], OPTIONS, shard=(0, 2)).already

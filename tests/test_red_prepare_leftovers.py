@@ -10,7 +10,6 @@ the lock file) is put in the folder as the kill leaves it; one test kills a proc
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ from openwebtext.prepare import (
 )
 from openwebtext.prepare.lock import LOCK
 from openwebtext.prepare.workdir import OUTPUTS, PROGRESS, Part, Workdir, owned, sha256_file
-from support import in_read_only_mount, s3_objects
+from support import in_read_only_mount, lock_file_read_only, s3_objects
 
 FORMATS = ("megatron", "llmc", "datatrove")
 SHARD = 20_000  # ids an llm.c shard holds at most here: several shards of train
@@ -103,6 +102,14 @@ def reference(small_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> C
         return made[key]
 
     return make
+
+
+@pytest.fixture
+def finished(small_corpus: Path, tmp_path: Path) -> Path:
+    """The folder of a finished run (the ``hash`` rule: ``_opts()``)."""
+    out = tmp_path / "out"
+    prepare(Corpus.open(small_corpus), out, _opts())
+    return out
 
 
 @pytest.fixture
@@ -231,19 +238,30 @@ def test_bug1_a_finished_folder_whose_rerun_finds_leftovers_sweeps_them(
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bug2_a_format_pass_cut_after_its_marker_leaves_no_record(
-    small_corpus: Path, tmp_path: Path, fmt: str, reference: Callable[..., Path],
+    finished: Path, fmt: str, reference: Callable[..., Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    out = tmp_path / "out"
-    prepare(Corpus.open(small_corpus), out, _opts())
+    out = finished
     record = f".{fmt}.progress.json"
-    undo = _kill_at_unlink(  # between the marker and the record's removal
-        monkeypatch, lambda p: p.name == record and (p.parent / f"{fmt}.json").exists()
+    _format_pass_killed(  # between the marker and the record's removal
+        out, fmt, monkeypatch, lambda p: p.name == record and (p.parent / f"{fmt}.json").exists()
     )
+    assert (out / record).exists()
+    _format_pass_finished(out, fmt, reference)
+
+
+def _format_pass_killed(
+    out: Path, fmt: str, monkeypatch: pytest.MonkeyPatch, at: Callable[[Path], bool]
+) -> None:
+    """A format pass into ``out`` killed at the removal of the first path ``at`` takes."""
+    undo = _kill_at_unlink(monkeypatch, at)
     with pytest.raises(_Kill):
         write_format(out, fmt, shard_tokens=SHARD)
     undo()
-    assert (out / record).exists()
+
+
+def _format_pass_finished(out: Path, fmt: str, reference: Callable[..., Path]) -> None:
+    """The pass run again: the folder holds the files of one never interrupted."""
     write_format(out, fmt, shard_tokens=SHARD)
     assert _files(out) == _files(reference("hash", fmt))
 
@@ -272,17 +290,6 @@ def test_bug2_at_a_url_a_format_pass_cut_after_its_marker_leaves_no_record(
 # -- bug 3: a finished format on a read-only folder ------------------------------------------
 
 
-def _lock_file_is_read_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lock file cannot be made (EROFS), as on a read-only mount (root ignores modes)."""
-    real_open = os.open
-
-    def refuse(path: str | os.PathLike[str], flags: int, *args: int, **kwargs: int) -> int:
-        if os.fspath(path).endswith(LOCK):
-            raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(path))
-        return real_open(path, flags, *args, **kwargs)
-
-    monkeypatch.setattr(os, "open", refuse)
-
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bug3_a_finished_format_on_a_read_only_folder_is_nothing_to_do(
@@ -293,7 +300,7 @@ def test_bug3_a_finished_format_on_a_read_only_folder_is_nothing_to_do(
     marker = write_format(out, fmt, shard_tokens=SHARD)
     before = _files(out)
     _killed_write(out, "meta.json")  # a leftover it cannot sweep there: still nothing to do
-    _lock_file_is_read_only(monkeypatch)
+    lock_file_read_only(monkeypatch)
     assert prepare(corpus, out, _opts()).already
     assert write_format(out, fmt, shard_tokens=SHARD) == marker
     # Something to write: the lock is needed, and its failure is named.
@@ -492,11 +499,10 @@ def test_bug5_a_hash_run_after_a_nanogpt_run_killed_before_a_checkpoint_leaves_n
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_bug6_a_format_write_cut_by_a_kill_leaves_no_temporary_file(
-    small_corpus: Path, tmp_path: Path, fmt: str, reference: Callable[..., Path],
+    finished: Path, fmt: str, reference: Callable[..., Path],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    out = tmp_path / "out"
-    prepare(Corpus.open(small_corpus), out, _opts())
+    out = finished
     first = {"megatron": "train.idx", "llmc": "train_000000.bin", "datatrove": "train.ds.index"}
     # A pass killed while it wrote its first file (what the kill leaves is put there),
     # then one killed after its marker (its record left too).
@@ -504,21 +510,16 @@ def test_bug6_a_format_write_cut_by_a_kill_leaves_no_temporary_file(
     _killed_write(out, f"{fmt}.json")
     _killed_write(out, f".{fmt}.progress.json")
     (out / ".train.ds.link").write_bytes(b"")
-    undo = _kill_at_unlink(monkeypatch, lambda p: p.name == f".{fmt}.progress.json")
-    with pytest.raises(_Kill):
-        write_format(out, fmt, shard_tokens=SHARD)
-    undo()
+    _format_pass_killed(out, fmt, monkeypatch, lambda p: p.name == f".{fmt}.progress.json")
     _killed_write(out, "val.idx" if fmt == "megatron" else "val.ds.index")
-    write_format(out, fmt, shard_tokens=SHARD)
-    assert _files(out) == _files(reference("hash", fmt))
+    _format_pass_finished(out, fmt, reference)
 
 
 def test_bug6_a_sigkilled_llmc_shard_write_leaves_no_temporary_file(
-    small_corpus: Path, tmp_path: Path, reference: Callable[..., Path]
+    small_corpus: Path, finished: Path, reference: Callable[..., Path]
 ) -> None:
     """A real SIGKILL while an llm.c shard is written (its first bytes on disk)."""
-    out = tmp_path / "out"
-    prepare(Corpus.open(small_corpus), out, _opts())
+    out = finished
     if not Path("/proc/self/fd").is_dir():
         pytest.skip("no /proc/self/fd to name the file being written")
     code = (
