@@ -122,7 +122,9 @@ class Corpus:
     """``file_version`` of each file (``files()`` order) when it was indexed."""
     storage: Storage | None = field(default=None, compare=False, repr=False)
     """What its URLs are read with (``Corpus.open``'s options and member cache), carried
-    to its pools and readers; None: the process's default (``source.configure``)."""
+    to its pools and readers; opened without options, a view of the process's default
+    (``source.configure``) keeping its files' identities as it indexed them
+    (``Storage.pinned``); None: the default."""
     text_column: str = TEXT_COLUMN
     """The parquet column (JSON lines field) its documents are read from: part of what
     the documents are, so part of ``fingerprint`` (a parquet unit's size is its chunk's,
@@ -175,7 +177,7 @@ class Corpus:
             store = Storage(storage_options, cache_dir, cache_size)  # (which checks them)
         indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
-        versions = noted_versions(dict.fromkeys(u.path for u in units), store)
+        versions, store = noted_versions(dict.fromkeys(u.path for u in units), store)
         corpus = cls(units, None, tuple(indexed.skipped), versions, store, text_column)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus
@@ -224,7 +226,7 @@ class Corpus:
         if not units:
             where = os.fspath(names[0]) if names else None
             raise CorpusError("no document in these token files", where)
-        versions = noted_versions(dict.fromkeys(u.path for u in units), store)
+        versions, store = noted_versions(dict.fromkeys(u.path for u in units), store)
         return cls(tuple(units), Counts(tuple(counts)), (), versions, store)
 
     def files(self) -> list[str]:

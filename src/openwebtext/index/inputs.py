@@ -227,16 +227,21 @@ def distinct_names(paths: Iterable[str]) -> dict[str, str]:
             depth[p] += 1
 
 
-def noted_versions(paths: Iterable[str], storage: Storage | None = None) -> tuple[str, ...]:
+def noted_versions(
+    paths: Iterable[str], storage: Storage | None = None
+) -> tuple[tuple[str, ...], Storage]:
     """``file_version`` of each of ``paths``, a local file's noted as its identity in
     ``storage`` (a URL's is noted as it is indexed): the workers' reads check it (``engine.raw``),
-    so a file changed after it was indexed is said to be, never read as another corpus."""
-    versions = []
+    so a file changed after it was indexed is said to be, never read as another corpus. And the
+    storage the corpus of ``paths`` reads with: ``storage``, or (None) a view of the process's
+    default keeping these identities (``Storage.pinned``), which every corpus opened without
+    options shares: the same files opened again once changed do not move this corpus's."""
+    versions, paths = [], list(paths)
     for path in paths:
         if not is_url(path):
             resolve(storage).remember(path, FileInfo.of_local(os.stat(path)))
         versions.append(file_version(path, storage))
-    return tuple(versions)
+    return tuple(versions), resolve(None).pinned(paths) if storage is None else storage
 
 
 def file_version(path: str, storage: Storage | None = None) -> str:

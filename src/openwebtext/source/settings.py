@@ -23,6 +23,7 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Iterable
 from typing import Any, Generic, NamedTuple, TypeVar
 
 from openwebtext.source.redaction import public_options, redact
@@ -133,6 +134,9 @@ class Storage:
         """What caches on disk are keyed on besides the URL (``place``)."""
         self.aliases: dict[str, str] = {}
         self.identities: dict[str, FileInfo] = {}
+        self.root = self
+        """Whose options, cache, aliases and backends' tables these are: itself, or the storage
+        a corpus's view was made of (``pinned``)."""
 
     def __repr__(self) -> str:
         return f"Storage(place={self.place!r}, cache={self.cache})"
@@ -167,14 +171,29 @@ class Storage:
         self.identities[url] = info
 
     def identity(self, url: str) -> FileInfo | None:
-        """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
+        """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was
+        (a view's: as its corpus indexed it).
 
         What a cache of anything read from ``url`` (members, counts) should be keyed on.
         """
-        return self.identities.get(url)
+        return self.identities.get(url) or self.root.identities.get(url)
+
+    def pinned(self, paths: Iterable[str]) -> Storage:
+        """A view of this storage for one corpus's files (``Corpus.open``): the same options,
+        cache, aliases and backends' tables (``PerStorage`` keys by ``root``), with the
+        identities of ``paths`` as noted now. The same files indexed again once they changed
+        (another corpus opened on them) are noted anew here, never in the view: the first
+        corpus's reads are checked against what it indexed, and said to have changed."""
+        view = object.__new__(Storage)
+        view.__dict__.update(self.__dict__)
+        view.identities = {p: self.identities[p] for p in paths if p in self.identities}
+        if self.root is _default:  # (``configure`` sets the options of the default's views)
+            _views.add(view)
+        return view
 
 
 _default = Storage()
+_views: weakref.WeakSet[Storage] = weakref.WeakSet()
 _registered: list[PerStorage[Any, Any]] = []
 
 
@@ -190,7 +209,7 @@ class PerStorage(Generic[K, V]):
 
     def of(self, storage: Storage | None) -> dict[K, V]:
         """The table of ``storage`` (None: the default one); read and change it under ``LOCK``."""
-        store = resolve(storage)
+        store = resolve(storage).root
         with LOCK:
             return self._tables.setdefault(store, {})
 
@@ -223,6 +242,7 @@ def configure(
     """
     fresh = Storage(storage_options, cache_dir, cache_size)
     with LOCK:  # what indexing learnt (aliases, identities) stays
-        _default.options, _default.cache, _default.place = fresh.options, fresh.cache, fresh.place
+        for store in (_default, *_views):
+            store.options, store.cache, store.place = fresh.options, fresh.cache, fresh.place
     for table in _registered:  # filesystems and resolutions made with the old endpoint, token…
         table.forget(_default)
