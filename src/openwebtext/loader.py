@@ -237,11 +237,6 @@ class Loader:
         start = batches_start(state, shapes, packing, window)
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id, packing)
         corpus, saved = self.corpus, None if start is None else start.documents
-        if start is not None and start.offset and isinstance(saved, DocumentState):
-            try:  # (its next document is in batches out: within the run, never past it)
-                check_in_run(saved, self.options, begun=True)
-            except StateError as exc:
-                raise exc.within("documents") from None
         if isinstance(corpus, Mixture) and isinstance(saved, DocumentState):
             raise StateError("a state of batches of a corpus, not of this mixture's", "documents")
         if isinstance(corpus, Corpus) and isinstance(saved, MixtureState):
@@ -264,7 +259,8 @@ class Loader:
                     documents = MixtureIterator(corpus, options, state=saved)
                 else:
                     assert not isinstance(saved, MixtureState)
-                    documents = DocumentIterator(corpus, options, state=saved)
+                    # (a next document in batches out: within the run, never past it)
+                    documents = DocumentIterator(corpus, options, state=saved, _begun=begun > 0)
             except StateError as exc:
                 raise exc.within("documents") from None
             assert documents.tokenizer is not None
@@ -314,6 +310,9 @@ class DocumentIterator(Running[Stream]):
             continue right after the last document it handed out.
         as_tuples: Yield the reference API's ``((i, j), (member, name), text)``.
         tokenizer: ``options.tokenizer`` already loaded (else it is loaded here).
+        _begun: ``state`` is a batches state's documents whose next document is in batches
+            out (``Loader.batches``): one to read, so never a finished run's state
+            (``check_in_run``'s ``begun``).
 
     Raises:
         StateError: ``state`` belongs to another corpus or other options.
@@ -328,12 +327,13 @@ class DocumentIterator(Running[Stream]):
         state: dict[str, Any] | DocumentState | None = None,
         as_tuples: bool = False,
         tokenizer: Tokenizer | None = None,
+        _begun: bool = False,
     ) -> None:
         if tokenizer is None and options.tokenizer is not None:
             tokenizer = load_tokenizer(options.tokenizer)  # the one place a spec is resolved
         if state is not None:  # a state that does not fit is refused before any counting
             state = check_state(state, config_of(corpus, options, tokenizer))
-            check_in_run(state, options)
+            check_in_run(state, options, begun=_begun)
         # The rest of a resharded epoch is cut with the document counts, evened out or not.
         resharded = state is not None and state.reshard is not None
         corpus = ensure_counts(corpus, options, always=resharded)
