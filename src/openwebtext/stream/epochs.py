@@ -30,6 +30,7 @@ from openwebtext.plan import (
     share_losses,
 )
 from openwebtext.stream.counters import Counters
+from openwebtext.stream.passes import check_pass_end
 from openwebtext.stream.schema import DocumentState
 from openwebtext.stream.sections import Reshard
 
@@ -89,10 +90,14 @@ class EvenEpoch:
     ended repeats: a pure function of the position, so a resumed run counts what an
     uninterrupted one does. A resharded epoch's piece of an old rank's shard is one too, with
     that rank's ``target`` (``stream.rest``).
+
+    Where a repeating pass ends depends on where it began (the documents handed out since are
+    fewer than the slots passed): a state inside one says it (``position.pass_end``, checked by
+    ``check_pass_end``), and the resumed pass ends there (``ends``), as the run's did.
     """
 
-    def __init__(self, counts: Sequence[int] | None, target: int, *, rank: int, epoch: int
-                 ) -> None:  # fmt: skip
+    def __init__(self, counts: Sequence[int] | None, target: int, *, rank: int, epoch: int,
+                 ends: int | None = None) -> None:  # fmt: skip
         assert counts is not None  # (an evened-out share is counted)
         self.counts = counts
         self.target = target
@@ -100,11 +105,15 @@ class EvenEpoch:
         self.epoch = epoch
         self.expected_end = even_end(counts, self.target)
         self.warned = False
+        self.resumed = ends  # the end of the pass a resumed state is inside (its first pass)
 
     def next_pass(self, start: int, in_block: int, handed: int) -> tuple[int, bool]:
         """Where the pass from plan position ``start`` ends (``in_block`` documents of its first
         block and ``handed`` of the epoch already handed out), and whether it repeats."""
         end = pass_end(self.counts, start, self.target - handed + in_block)
+        resumed, self.resumed = self.resumed, None
+        if resumed is not None and resumed > start:  # (at its end: the next pass's start)
+            end = resumed
         repeat = start >= self.expected_end
         if repeat and not self.warned:
             self.warned = True
@@ -114,23 +123,6 @@ class EvenEpoch:
                 self.rank, self.epoch, self.target - handed, self.target,
             )  # fmt: skip
         return end, repeat
-
-    def check_resumed(self, start: int, in_block: int, skips: int) -> None:
-        """Refuse to resume inside a pass repeating documents after skips (past its start):
-        where such a pass ends depends on where it began, which a state does not say (the
-        documents handed out since are fewer than the slots passed), so the blocks would be cut
-        otherwise than the run cut them. Not exact yet: refused, never read otherwise.
-
-        Raises:
-            StateError: naming ``position.block``.
-        """
-        if skips and (start > self.expected_end or (start == self.expected_end and in_block)):
-            raise StateError(
-                f"the state is inside a pass that repeats documents of rank {self.rank}'s "
-                f"evened-out share after skips (epoch {self.epoch}, block {start}): resuming "
-                "there is not exact yet; resume from a state taken before the epoch's repeats",
-                "position.block",
-            )
 
     def check_progress(self, start: int, end: int, before: int, after: int) -> None:
         """Stop a rank that read no document in a whole pass over its shard.
@@ -297,11 +289,12 @@ def check_resumed(
                              f"block, whose epoch handed out {counters.epoch_documents}",
                              "position.in_block")  # fmt: skip
         return
+    target = share_target(share, options)
     check_position(
-        known, block_size(options), share_target(share, options),
-        (at.block, at.in_block, counters.epoch_documents),
+        known, block_size(options), target, (at.block, at.in_block, counters.epoch_documents),
         exact=counters.skips == 0, whose=f"rank {options.rank}'s share",
     )  # fmt: skip
+    check_pass_end(known, block_size(options), target, state)
 
 
 def check_old_ranks(

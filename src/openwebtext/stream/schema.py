@@ -28,25 +28,10 @@ from openwebtext.stream.counters import Counters, PackingCounts, PartPacking
 from openwebtext.stream.sections import Packed, Reshard
 
 __all__ = [
-    "BATCHES_FORMAT",
-    "MIXTURE_FORMAT",
-    "STATE_FORMAT",
-    "BatchesState",
-    "By",
-    "Change",
-    "Counters",
-    "DocumentState",
-    "MixtureConfig",
-    "MixtureState",
-    "Packing",
-    "Position",
-    "Replay",
-    "Sampling",
-    "Scheduled",
-    "Step",
-    "StreamConfig",
-    "kind_of",
-]
+    "BATCHES_FORMAT", "MIXTURE_FORMAT", "STATE_FORMAT", "BatchesState", "By", "Change",
+    "Counters", "DocumentState", "MixtureConfig", "MixtureState", "Packing", "Position", "Replay",
+    "Sampling", "Scheduled", "Step", "StreamConfig", "kind_of",
+]  # fmt: skip
 
 STATE_FORMAT = "openwebtext-state/2"
 BATCHES_FORMAT = "openwebtext-batches/2"
@@ -87,6 +72,15 @@ class Position(Record, frozen=True):
     epoch: Count = 0
     block: Count = 0
     in_block: Count = 0
+    pass_end: Count | msgspec.UnsetType = msgspec.UNSET
+    """Inside a pass repeating an evened-out share's documents after skips (past its start,
+    ``epochs.EvenEpoch``): the plan position where the pass ends, which depends on where it
+    began (``epochs.check_pass_end`` checks it against the share); absent elsewhere."""
+
+    def check(self) -> None:
+        if isinstance(self.pass_end, int) and (self.pass_end, 0) < (self.block, self.in_block):
+            raise Disagree("pass_end", f"is {self.pass_end}: a pass ends past the position in it "
+                           f"(block={self.block}, in_block={self.in_block})")  # fmt: skip
 
 
 class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format", tag=STATE_FORMAT):
@@ -114,6 +108,10 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
         if (at.epoch == 0 or (section and not self.passed)) and handed != self.counters.documents:
             raise Disagree("counters", f"epoch_documents={handed} is not documents="
                            f"{self.counters.documents}: no epoch came before")  # fmt: skip
+        if isinstance(at.pass_end, int) and (section or not config.even or not handed
+                                              or not self.counters.skips):  # fmt: skip
+            raise Disagree("position.pass_end", "is the end of a pass repeating documents after "
+                           "skips: in an evened-out epoch, not in a rest")  # fmt: skip
         if section is not None:  # the share's position is checked against its pieces
             if section.share != (config.rank, config.world_size) or section.rule != config.even:
                 raise Disagree("reshard", "share and rule must be the config's rank, world_size "

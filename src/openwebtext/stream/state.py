@@ -3,7 +3,9 @@
 
 A state says where the stream is — ``(epoch, block, in_block)``: the epoch, the
 plan position of the first unit of the current shuffle block, and how many of
-that block's documents were handed out — plus running counts (``Counters``). It
+that block's documents were handed out; inside a pass repeating an evened-out
+share's documents after skips, also where that pass ends (``pass_end``) — plus
+running counts (``Counters``). It
 belongs to the last document the consumer was given, never to what the
 workers have read ahead.
 
@@ -92,6 +94,9 @@ class Mark(NamedTuple):
     """In the rest of a resharded epoch: the state's ``reshard`` section."""
     passed: tuple[Reshard, ...] = ()
     """The sections of the rests handed out to their end (``DocumentState.passed``)."""
+    pass_end: int | None = None
+    """In a pass repeating an evened-out share's documents after skips: where it ends (the
+    state's ``position.pass_end``, which ``EvenEpoch`` resumes the pass to)."""
     read_before: Counters | None = None
     """Inside a block: the counts before its units were read (a state's skips are those: the
     block is read again on resume, and its skips counted then, a member failing only now too)."""
@@ -119,10 +124,12 @@ class Mark(NamedTuple):
         return counted
 
     def position(self) -> Position:
-        """The state's position: a block handed out to its end is the next block's start."""
+        """The state's position: a block handed out to its end is the next block's start (in a
+        pass repeating documents after skips: with where the pass ends)."""
+        end = msgspec.UNSET if self.pass_end is None else self.pass_end
         if self.block_len and self.in_block >= self.block_len:
-            return Position(self.epoch, self.block_end, 0)
-        return Position(self.epoch, self.block, self.in_block)
+            return Position(self.epoch, self.block_end, 0, end)
+        return Position(self.epoch, self.block, self.in_block, end)
 
     def state(self, config: StreamConfig) -> DocumentState:
         """The state at this mark, for a stream of ``config``.

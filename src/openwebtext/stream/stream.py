@@ -195,8 +195,7 @@ class Stream:
         self._passed = at.passed  # the rests handed out to their end (``ended``)
         # Where the stream is: the block being handed out and how far into it.
         self._epoch = position.epoch
-        self._block = self._block_end = position.block
-        self._block_len = 0
+        self._block, self._block_end, self._block_len = position.block, position.block, 0
         self._in_block = position.in_block if self._reshard is None else 0
         self._first_in_block = self._in_block  # handed out before this iterator started
         self._finished_pass: int | None = None  # the last epoch's count, once the run ended
@@ -204,6 +203,7 @@ class Stream:
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
         self._repeats_from: int | None = None  # the block's first position handed out again
+        self._pass_end = position.pass_end or None  # (a pass repeating after skips: its end)
         self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._counters = counters  # documents, bytes and tokens before the current block
@@ -231,7 +231,7 @@ class Stream:
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
-            self._counters, len(self.policy.skipped), self._reshard, self._passed,
+            self._counters, len(self.policy.skipped), self._reshard, self._passed, self._pass_end,
             None if out else self._read_before, self._repeats_from, self._skipped_slots, self._tail,
         )  # fmt: skip
 
@@ -304,7 +304,7 @@ class Stream:
                                        self.policy.files, self.source, no_ids)  # fmt: skip
                 self._epoch += 1
                 self._block = self._block_end = self._in_block = self._first_in_block = 0
-                self._block_len, self._rank = 0, opts.rank
+                self._block_len, self._rank, self._pass_end = 0, opts.rank, None
                 self._passed, self._rest = ended(self._rest, self._passed)
                 self._reshard = None if self._rest is None else self._rest.section
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
@@ -333,11 +333,11 @@ class Stream:
         if stop is None:
             yield from self._pass(pool, share, self._block, len(share.units), None, take, epoch)
         else:
-            even = EvenEpoch(share.counts, stop, rank=opts.rank, epoch=epoch)  # (counted)
-            even.check_resumed(self._block, self._in_block, self._counters.skips)
+            even = EvenEpoch(share.counts, stop, rank=opts.rank, epoch=epoch, ends=self._pass_end)
         while even is not None and self._counters.epoch_documents < even.target:
             start, before = self._block, self._counters.epoch_documents
             end, repeat = even.next_pass(start, self._in_block, before)
+            self._pass_end = end if repeat else None  # (the state says it: ``Mark.pass_end``)
             yield from self._pass(pool, share, start, end, even.target, take, epoch, repeat=repeat)
             if take is not None and self._yielded() >= take:
                 return
@@ -413,7 +413,6 @@ class Stream:
                 self._tail = last - max(skip, out)  # (its skipped slots: ``source.slots_at``)
                 self._repeats_from = 0 if repeat else None
                 self._block, self._block_end = block_start, block_end
-                self._block_len = out
                 self._block_sizes, self._block_counts = sizes, counts = block.sizes, block.counts
                 self._block_order = order_ = block_permutation(
                     block_len, opts, epoch, self._rank, block_start
@@ -421,6 +420,7 @@ class Stream:
                 self._in_block = self._first_in_block = begin = skip
                 handed = self._counters.epoch_documents
                 stop = block_stop(out, skip, target_left=_left(target, handed))
+                self._block_len = out if slots is not None else stop  # (target: never read again)
                 stop = block_stop(stop, skip, take_left=_left(take, self._yielded_before))
                 # The position is set between a document made and its ``yield`` (no signal is
                 # taken between the two): exact whenever the consumer looks, a Ctrl-C included.
