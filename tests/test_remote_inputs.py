@@ -111,8 +111,8 @@ def test_a_cached_footer_of_an_earlier_version_is_not_used(
     pq.write_table(pa.table({"text": TEXTS}), root / "x.parquet", row_group_size=2)
     with RangeServer(root) as server:
         url = server.url + "/x.parquet"
-        Corpus.open(url)  # indexed: its footer kept in the cache, stamped
-        old = parquet.footer_of(url, None)
+        corpus = Corpus.open(url)  # indexed: its footer kept in the cache, stamped
+        old = parquet.footer_of(url, corpus.storage)
         pq.write_table(pa.table({"text": TEXTS}), root / "x.parquet", row_group_size=3)
         later = os.stat(root / "x.parquet").st_mtime_ns + 10**9
         os.utime(root / "x.parquet", ns=(later, later))

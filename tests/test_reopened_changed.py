@@ -3,12 +3,21 @@ without options): the first corpus still reads against what *it* indexed. A revi
 second open noted the file's new identity in the default storage every corpus opened without
 options shares, and the first corpus then read the new bytes at its old offsets without a word
 (locally and over HTTP: the range reads asked ``If-Match`` the new ETag). Each corpus now reads
-with a view of the default storage keeping its own files' identities (``Storage.pinned``)."""
+with a view of the default storage with aliases and identities of its own (``Storage.view``),
+noted as it is indexed.
+
+A red team then found the same class elsewhere: a file changed *while* it was indexed (its
+identity was noted after), a server's whole body kept by URL for every corpus, ``file://`` URLs
+never checked, a file put in place by a rename with its size and mtime kept, two URLs that
+differ only in their query string sharing one alias, and a content fingerprint hashing the
+file as it is now: each below."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,18 +74,131 @@ def test_a_remote_corpus_is_not_moved_by_another_open_of_its_replaced_file(
 
 def test_a_view_shares_its_storage_s_options_tables_and_configure(tmp_path: Path) -> None:
     """A view reads as the storage it was made of: the same backends' tables (its filesystems
-    are not made twice), aliases, and ``configure``'s options; only the identities of its
-    corpus's files are its own."""
+    are not made twice) and ``configure``'s options; the aliases and identities of its corpus's
+    files are its own."""
     table: PerStorage[str, int] = PerStorage()
     default = resolve(None)
-    default.remember("https://h.invalid/a", FileInfo(1, "etag:1"))
-    view = default.pinned(["https://h.invalid/a"])
+    view = default.view()
+    view.remember("https://h.invalid/a", FileInfo(1, "etag:1"))
     table.of(None)["made"] = 1
     assert table.of(view) == {"made": 1} and view.root is default
-    default.remember("https://h.invalid/a", FileInfo(2, "etag:2"))  # indexed again: changed
-    default.remember("https://h.invalid/b", FileInfo(3, "etag:3"))
+    other = default.view()
+    other.remember("https://h.invalid/a", FileInfo(2, "etag:2"))  # indexed again: changed
+    default.remember("https://h.invalid/a", FileInfo(3, "etag:3"))
     assert view.identity("https://h.invalid/a") == FileInfo(1, "etag:1")
-    assert view.identity("https://h.invalid/b") == FileInfo(3, "etag:3")  # (not its file's)
+    assert other.identity("https://h.invalid/a") == FileInfo(2, "etag:2")
+    assert view.alias("https://h.invalid/a?sig=1") == "https://h.invalid/a"
+    assert other.real_url("https://h.invalid/a") == "https://h.invalid/a"  # (not the view's)
     configure({"anon": True})
     assert view.options == {"anon": True} and view.place == default.place
     assert table.of(view) == {}  # (configure emptied the default's tables: the view's too)
+
+
+def test_a_file_changed_while_it_is_indexed_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its identity is the descriptor's it was indexed with, before a byte was read: a
+    writer between the indexing and the open's end is a change (before: noted after the
+    indexing, so the new bytes were read at the old offsets, silently)."""
+    from openwebtext.index import corpus as corpus_module
+
+    path, _ = KINDS["jsonl"](tmp_path)
+    index = corpus_module.index_inputs
+
+    def and_a_writer(*args: object, **kwargs: object) -> object:
+        indexed = index(*args, **kwargs)  # type: ignore[arg-type]
+        _same_size_rewrite(path)
+        return indexed
+
+    monkeypatch.setattr(corpus_module, "index_inputs", and_a_writer)
+    with pytest.raises(OWTError, match="changed while it was indexed") as caught:
+        Corpus.open(path)
+    assert caught.value.path == str(path)
+
+
+def test_a_file_put_in_place_by_a_rename_keeping_size_and_mtime_has_changed(
+    tmp_path: Path,
+) -> None:
+    """``cp -p``, ``rsync -t``, ``mv`` of a file whose mtime was kept: its inode is another."""
+    path, open_corpus = KINDS["jsonl"](tmp_path)
+    corpus = open_corpus(path)
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(path.read_bytes().replace(b"hello", b"HACKD"))
+    stat = path.stat()
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, path)
+    with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
+        _read(corpus, 0)
+
+
+def test_a_content_fingerprint_is_never_of_a_file_changed_since_indexing(tmp_path: Path) -> None:
+    """What a prepared run's files are said to be of (``owt tokenize``): hashed from the file
+    as it is now, it named the new content while the run read (or skipped) the old units."""
+    path, open_corpus = KINDS["jsonl"](tmp_path)
+    corpus = open_corpus(path)
+    _same_size_rewrite(path)
+    with pytest.raises(OWTError, match="the file changed since it was indexed"):
+        corpus.content_fingerprint()
+
+
+def test_a_file_url_changed_after_opening_is_said_to_have_changed(tmp_path: Path) -> None:
+    """``file://`` (and any protocol read without a validator): the file's info is asked
+    after each read and compared with the indexed (before: never checked)."""
+    pytest.importorskip("fsspec")
+    path, _ = KINDS["jsonl"](tmp_path)
+    corpus = Corpus.open(f"file://{path}")
+    _same_size_rewrite(path)
+    with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
+        _read(corpus, 0)
+
+
+@pytest.mark.remote
+def test_a_whole_body_kept_for_a_server_ignoring_ranges_is_its_version_s(tmp_path: Path) -> None:
+    """A small file from a server that ignores byte ranges is read whole once: kept by its URL
+    alone, a corpus opened on it after it changed read the first corpus's body, silently."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from openwebtext.index import jsonl
+
+    root = tmp_path / "served"
+    root.mkdir()
+    (root / "a.jsonl").write_bytes(b'{"text": "hello world"}\n{"text": "second doc"}\n')
+    with RangeServer(root) as server, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jsonl, "CHUNK_BYTES", 20)  # a unit per line: no range is the whole file
+        server.misbehave.ignore_range = True
+        url = server.url + "/a.jsonl"
+        assert texts(Corpus.open(url), shuffle=False, workers=0) == ["hello world", "second doc"]
+        (root / "a.jsonl").write_bytes(b'{"text": "NEW!! world"}\n{"text": "NEWWWW doc"}\n')
+        os.utime(root / "a.jsonl", ns=(10**18, 10**18))
+        second = Corpus.open(url)
+        assert texts(second, shuffle=False, workers=0) == ["NEW!! world", "NEWWWW doc"]
+
+
+@pytest.mark.remote
+def test_urls_differing_only_in_their_query_string_keep_their_own_files(tmp_path: Path) -> None:
+    """A download endpoint's ``?f=…`` (or S3's ``?versionId=…``) is left out of the units'
+    names, which must not send one corpus's reads to another's URL; in one corpus the two
+    would be one name, refused."""
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    from urllib.parse import parse_qs, urlsplit
+
+    class ByQuery(RangeServer):
+        def _answer(self, h: Any, head: bool) -> None:
+            asked = parse_qs(urlsplit(h.path).query)
+            if "f" in asked:
+                h.path = "/" + asked["f"][0]
+            super()._answer(h, head)
+
+    root = tmp_path / "served"
+    root.mkdir()
+    (root / "a.jsonl").write_bytes(b'{"text": "file A one"}\n{"text": "file A two"}\n')
+    (root / "b.jsonl").write_bytes(b'{"text": "file B one"}\n{"text": "file B two"}\n')
+    with ByQuery(root) as server:
+        server.misbehave.validators = False  # (with them: a false "changed")
+        first = Corpus.open(server.url + "/get.jsonl?f=a.jsonl")
+        second = Corpus.open(server.url + "/get.jsonl?f=b.jsonl")
+        assert texts(second, shuffle=False, workers=0) == ["file B one", "file B two"]
+        assert texts(first, shuffle=False, workers=0) == ["file A one", "file A two"]
+        with pytest.raises(OWTError, match="differs from it only in its query string"):
+            Corpus.open([server.url + "/get.jsonl?f=a.jsonl", server.url + "/get.jsonl?f=b.jsonl"])

@@ -33,7 +33,16 @@ from openwebtext.index.paths import index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.options import as_int, check_on_error, int_at_least
 from openwebtext.records import Unit
-from openwebtext.source import RangeFile, Storage, file_info, is_url, resolve, watched
+from openwebtext.source import (
+    CHANGED,
+    FileInfo,
+    RangeFile,
+    Storage,
+    file_info,
+    is_url,
+    resolve,
+    watched,
+)
 from openwebtext.tokenfiles import INT_DTYPE
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "split_key"]
@@ -123,8 +132,8 @@ class Corpus:
     storage: Storage | None = field(default=None, compare=False, repr=False)
     """What its URLs are read with (``Corpus.open``'s options and member cache), carried
     to its pools and readers; opened without options, a view of the process's default
-    (``source.configure``) keeping its files' identities as it indexed them
-    (``Storage.pinned``); None: the default."""
+    (``source.configure``) with the aliases and identities of its own files as it indexed them
+    (``Storage.view``); None: the default."""
     text_column: str = TEXT_COLUMN
     """The parquet column (JSON lines field) its documents are read from: part of what
     the documents are, so part of ``fingerprint`` (a parquet unit's size is its chunk's,
@@ -172,12 +181,12 @@ class Corpus:
         check_on_error(on_error)
         if not isinstance(text_column, str) or not text_column:
             raise ValueError(f"text_column must be a column's name, not {text_column!r}")
-        store = None  # without options: the process's default (``source.configure``)
+        store = resolve(None).view()  # without options: the default's (``configure``)
         if storage_options is not None or cache_dir is not None or cache_size is not None:
             store = Storage(storage_options, cache_dir, cache_size)  # (which checks them)
         indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
-        versions, store = noted_versions(dict.fromkeys(u.path for u in units), store)
+        versions = noted_versions(dict.fromkeys(u.path for u in units), store)
         corpus = cls(units, None, tuple(indexed.skipped), versions, store, text_column)
         counts = corpus.load_counts()
         return corpus.with_counts(counts) if counts else corpus
@@ -219,14 +228,14 @@ class Corpus:
         if dtype is not None and not (isinstance(dtype, str) and re.fullmatch(INT_DTYPE, dtype)):
             raise ValueError(f"dtype must be None or an integer dtype's name (uint16, int32, …), "
                              f"not {dtype!r}")  # fmt: skip
-        store = None if storage_options is None else Storage(storage_options)
+        store = resolve(None).view() if storage_options is None else Storage(storage_options)
         units, counts = token_units(
             names, eot=eot, dtype=dtype, unit_tokens=unit_tokens, storage=store
         )
         if not units:
             where = os.fspath(names[0]) if names else None
             raise CorpusError("no document in these token files", where)
-        versions, store = noted_versions(dict.fromkeys(u.path for u in units), store)
+        versions = noted_versions(dict.fromkeys(u.path for u in units), store)
         return cls(tuple(units), Counts(tuple(counts)), (), versions, store)
 
     def files(self) -> list[str]:
@@ -309,7 +318,11 @@ class Corpus:
             if not is_url(path):
                 try:
                     with open(path, "rb") as f:
-                        local = LocalFile(f.fileno(), os.fstat(f.fileno()).st_size)
+                        stat = os.fstat(f.fileno())
+                        noted = resolve(self.storage).identity(path)
+                        if noted is not None and FileInfo.of_local(stat) != noted:
+                            raise OSError(CHANGED)  # (not the content its units are of)
+                        local = LocalFile(f.fileno(), stat.st_size)
                         yield from (member_check(local, unit) for unit in units)
                 except OSError as exc:
                     raise CorpusError(f"cannot read: {exc.strerror or exc}", path=path) from exc

@@ -227,21 +227,27 @@ def distinct_names(paths: Iterable[str]) -> dict[str, str]:
             depth[p] += 1
 
 
-def noted_versions(
-    paths: Iterable[str], storage: Storage | None = None
-) -> tuple[tuple[str, ...], Storage]:
-    """``file_version`` of each of ``paths``, a local file's noted as its identity in
-    ``storage`` (a URL's is noted as it is indexed): the workers' reads check it (``engine.raw``),
-    so a file changed after it was indexed is said to be, never read as another corpus. And the
-    storage the corpus of ``paths`` reads with: ``storage``, or (None) a view of the process's
-    default keeping these identities (``Storage.pinned``), which every corpus opened without
-    options shares: the same files opened again once changed do not move this corpus's."""
-    versions, paths = [], list(paths)
+def noted_versions(paths: Iterable[str], storage: Storage | None = None) -> tuple[str, ...]:
+    """``file_version`` of each of ``paths``, a local file's identity noted in ``storage``
+    (where indexing did not note it: a URL's is noted as it is indexed, a local file's from
+    the descriptor it is indexed with): the workers' reads check it (``engine.raw``), so a
+    file changed after it was indexed is said to be, never read as another corpus.
+
+    Raises:
+        CorpusError: a local file changed while it was indexed (its units may be the old
+            file's): open the corpus again.
+    """
+    store, versions = resolve(storage), []
     for path in paths:
         if not is_url(path):
-            resolve(storage).remember(path, FileInfo.of_local(os.stat(path)))
+            now, noted = FileInfo.of_local(os.stat(path)), store.identity(path)
+            if noted is None:
+                store.remember(path, now)
+            elif noted != now:
+                raise CorpusError("the file changed while it was indexed: open the corpus "
+                                  "again", path=path)  # fmt: skip
         versions.append(file_version(path, storage))
-    return tuple(versions), resolve(None).pinned(paths) if storage is None else storage
+    return tuple(versions)
 
 
 def file_version(path: str, storage: Storage | None = None) -> str:

@@ -26,6 +26,7 @@ from openwebtext.formats import TAR
 from openwebtext.index.outer import LocalFile, file_kind, walk_outer_tar
 from openwebtext.index.tables import table_units
 from openwebtext.records import Unit
+from openwebtext.source import FileInfo, Storage
 
 __all__ = ["LocalFile", "index_file", "index_file_before_damage"]
 
@@ -45,11 +46,13 @@ def index_file(path: Path, text_column: str = "text") -> list[Unit]:
 
 
 def index_file_before_damage(
-    path: Path, text_column: str = "text"
+    path: Path, text_column: str = "text", storage: Storage | None = None
 ) -> tuple[list[Unit], CorpusError | None]:
     """The units of one file, and the damage to its outer tar headers that ended the
     listing, if any: the members before a damaged header are intact (each is checked
-    when read), so ``on_error="skip"`` keeps them.
+    when read), so ``on_error="skip"`` keeps them. With ``storage``, the file's identity
+    there, from the descriptor it is indexed with before a byte is read (``FileInfo``): a
+    file changed while it is indexed is one changed since (``noted_versions``).
 
     Raises:
         CorpusError: the file cannot be read, or is no tar of members at all.
@@ -59,7 +62,10 @@ def index_file_before_damage(
     subset = path.name.split(".", 1)[0]
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            stat = os.fstat(f.fileno())
+            size = stat.st_size
+            if storage is not None:
+                storage.remember(name, FileInfo.of_local(stat))
             local = LocalFile(f.fileno(), size)
             table = table_units(local, name, subset, path.name, text_column)
             if table is not None:

@@ -20,7 +20,7 @@ from openwebtext.index.local import index_file_before_damage
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.remote import Ignored, index_url
 from openwebtext.records import Unit
-from openwebtext.source import Storage, is_url
+from openwebtext.source import Storage, is_url, resolve
 
 __all__ = ["Indexed", "file_key", "index_inputs", "index_paths"]
 
@@ -61,7 +61,7 @@ def index_inputs(
     indexed = Indexed([], [], [])
     for local, group in itertools.groupby(paths, key=lambda p: not is_url(p)):
         if local:
-            _index_local(list(group), on_error, indexed, text_column)
+            _index_local(list(group), on_error, indexed, text_column, resolve(storage))
             continue
         for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
             try:
@@ -150,8 +150,9 @@ def _named_apart(units: list[Unit]) -> list[Unit]:
 
 
 def _index_local(
-    paths: list[str | os.PathLike[str]], on_error: str, indexed: Indexed, text_column: str
-) -> None:
+    paths: list[str | os.PathLike[str]], on_error: str, indexed: Indexed, text_column: str,
+    storage: Storage,
+) -> None:  # fmt: skip
     """Index local paths, folders and globs into ``indexed`` (see ``index_inputs``)."""
     found = find_files(paths)
     if on_error == "raise" and found.problems:
@@ -161,7 +162,7 @@ def _index_local(
         try:
             if isinstance(item, CorpusError):
                 raise item
-            before, damage = index_file_before_damage(item, text_column)
+            before, damage = index_file_before_damage(item, text_column, storage)
         except CorpusError as exc:
             if on_error == "raise":
                 raise

@@ -19,7 +19,7 @@ import logging
 from typing import Any
 
 from openwebtext.errors import CorruptMember
-from openwebtext.source.filesystems import filesystem, within
+from openwebtext.source.filesystems import filesystem, info_of, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
 from openwebtext.source.retry import (
@@ -51,8 +51,9 @@ log = logging.getLogger("openwebtext")
 #: past the range: several times a member's own bytes, for every member.
 _RANGE_OPTIONS: dict[str, dict[str, Any]] = {"hf": {"cache_type": "none"}}
 
-#: Small files of servers that ignore byte ranges, read whole once per storage (by real URL).
-_bodies: PerStorage[str, bytes] = PerStorage()
+#: Small files of servers that ignore byte ranges, read whole once per storage (by real URL and
+#: the identity indexed: a corpus opened on the file after it changed reads its own body).
+_bodies: PerStorage[tuple[str, FileInfo | None], bytes] = PerStorage()
 
 
 def fetch(
@@ -77,6 +78,12 @@ def fetch(
         data: bytes = within(fs, end - start, fs.cat_file, real, start=start, end=end, **options)
         return _exactly(data, start, end)
 
+    def through_fs_checked() -> bytes:  # (no read conditional on a validator: asked after it)
+        data = through_fs()
+        if known is not None and info_of(within(fs, 0, fs.info, real)) != known:
+            raise Fatal(CHANGED)
+        return data
+
     def through_gcs() -> bytes:
         # gcsfs's cat_file takes no ETag condition: the read names the indexed generation,
         # which a replaced object no longer has (404), unless the bucket keeps versions
@@ -92,7 +99,7 @@ def fetch(
     def through_http() -> bytes:
         bodies = _bodies.of(store)
         with LOCK:
-            body = bodies.get(real)
+            body = bodies.get((real, known))
         if body is None:
             try:
                 data = within(fs, end - start, _http_range, fs, real, start, end, known, sync=True)
@@ -105,14 +112,14 @@ def fetch(
                 len(body),
             )
             with LOCK:
-                bodies[real] = body
+                bodies[(real, known)] = body
         return _exactly(body[start:end], start, end)
 
     def through_s3() -> bytes:
         data = within(fs, end - start, _s3_range, fs, real, start, end, known, sync=True)
         return _exactly(data, start, end)
 
-    call = through_fs
+    call = through_fs_checked  # (file://, sftp://…; the others ask for the indexed version)
     generation = indexed_generation(known)
     if proto in ("gs", "gcs") and generation is not None:
         call = through_gcs

@@ -28,7 +28,7 @@ from openwebtext.source.settings import (
     resolve,
 )
 
-__all__ = ["expand_url", "file_info", "filesystem", "is_pattern", "within"]
+__all__ = ["expand_url", "file_info", "filesystem", "info_of", "is_pattern", "within"]
 
 #: Each storage's filesystems in this process, by (pid, protocol): a forked worker makes its own.
 _filesystems: PerStorage[tuple[int, str], Any] = PerStorage()
@@ -154,10 +154,16 @@ def file_info(url: str, storage: Storage | None = None) -> FileInfo:
         raise CorpusError(exc.reason, path=redact(url)) from None
     if info.get("type") == "directory":
         raise CorpusError("is a folder, not a file", path=redact(url))
-    size = info.get("size")
-    if not isinstance(size, int):
+    found = info_of(info)
+    if found is None:
         raise CorpusError("the server does not say the file's size", path=redact(url))
-    return FileInfo(size, _identity(info))
+    return found
+
+
+def info_of(info: dict[str, Any]) -> FileInfo | None:
+    """The size and identity an fsspec ``info`` says (None: no size)."""
+    size = info.get("size")
+    return FileInfo(size, _identity(info)) if isinstance(size, int) else None
 
 
 def _listed(name: str) -> bool:

@@ -23,9 +23,9 @@ import os
 import re
 import threading
 import weakref
-from collections.abc import Iterable
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from openwebtext.errors import CorpusError
 from openwebtext.source.redaction import public_options, redact
 
 __all__ = [
@@ -77,8 +77,9 @@ class FileInfo(NamedTuple):
 
     @classmethod
     def of_local(cls, st: os.stat_result) -> FileInfo:
-        """A local file's, from its ``os.stat``: its size and modification time."""
-        return cls(st.st_size, f"mtime_ns:{st.st_mtime_ns}")
+        """A local file's, from its ``os.stat``: its size, modification time and inode (a file
+        put in its place by a rename, its size and mtime kept, is another)."""
+        return cls(st.st_size, f"mtime_ns:{st.st_mtime_ns}:ino:{st.st_ino}:dev:{st.st_dev}")
 
 
 def place(options: dict[str, Any] | None) -> str:
@@ -135,8 +136,8 @@ class Storage:
         self.aliases: dict[str, str] = {}
         self.identities: dict[str, FileInfo] = {}
         self.root = self
-        """Whose options, cache, aliases and backends' tables these are: itself, or the storage
-        a corpus's view was made of (``pinned``)."""
+        """Whose options, cache and backends' tables these are: itself, or the storage a
+        corpus's ``view`` was made of."""
 
     def __repr__(self) -> str:
         return f"Storage(place={self.place!r}, cache={self.cache})"
@@ -159,7 +160,10 @@ class Storage:
         shown = redact(url)
         if shown != url:
             with LOCK:
-                self.aliases[shown] = url
+                if self.aliases.setdefault(shown, url) != url:
+                    raise CorpusError("another URL of this corpus differs from it only in its "
+                                      "query string or credentials: their units would have the "
+                                      "same names", path=shown)  # fmt: skip
         return shown
 
     def real_url(self, url: str) -> str:
@@ -171,23 +175,23 @@ class Storage:
         self.identities[url] = info
 
     def identity(self, url: str) -> FileInfo | None:
-        """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was
-        (a view's: as its corpus indexed it).
+        """The size and identity (ETag, generation…) of ``url`` as last indexed, if it was.
 
         What a cache of anything read from ``url`` (members, counts) should be keyed on.
         """
-        return self.identities.get(url) or self.root.identities.get(url)
+        return self.identities.get(url)
 
-    def pinned(self, paths: Iterable[str]) -> Storage:
-        """A view of this storage for one corpus's files (``Corpus.open``): the same options,
-        cache, aliases and backends' tables (``PerStorage`` keys by ``root``), with the
-        identities of ``paths`` as noted now. The same files indexed again once they changed
-        (another corpus opened on them) are noted anew here, never in the view: the first
-        corpus's reads are checked against what it indexed, and said to have changed."""
+    def view(self) -> Storage:
+        """A storage for one corpus (``Corpus.open`` without options): this one's options,
+        cache and backends' tables (``PerStorage`` keys by ``root``; ``configure`` reaches the
+        default's views), with aliases and identities of its own, noted as the corpus is
+        indexed. The same files opened again once they changed (another corpus) are noted in
+        that corpus's view, never here: this corpus's reads are checked against what it
+        indexed, and said to have changed.
+        """
         view = object.__new__(Storage)
-        view.__dict__.update(self.__dict__)
-        view.identities = {p: self.identities[p] for p in paths if p in self.identities}
-        if self.root is _default:  # (``configure`` sets the options of the default's views)
+        view.__dict__.update(self.__dict__, aliases={}, identities={})
+        if self.root is _default:
             _views.add(view)
         return view
 
