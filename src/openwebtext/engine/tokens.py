@@ -1,8 +1,12 @@
 """The token reader: a unit of a token file (``kind="tokens"``, member ``docs FIRST-STOP``)
 → its documents' ids as they lie in the file, no decoding, no tar.
 
-Each document's place comes from the file's ends (``tokenfiles.opened``: a forked worker
-has them from the main process's index); its names are document indices. A document
+Each document's place comes from the file's ends as its corpus indexed them
+(``tokenfiles.opened`` with the corpus's storage: a forked worker has them from the main
+process's index, read with the corpus's eot and dtype); its names are document indices. The
+file, or a file read beside it (its index, the ``meta.json``: ``tokenfiles.companions``),
+changed since the corpus indexed it (one put there, or gone), is said to have changed
+(``source.CHANGED``), never read as another cut nor blamed on the file's ids. A document
 holding an id outside the tokenizer's vocabulary (at or past its size, or below 0: a signed
 dtype's, such as megatron-core's int32) is left out as a ``CorruptDocument`` (never handed to
 a model's embedding). Beside ``read``'s text reader, which hands it the token units.
@@ -10,15 +14,18 @@ a model's embedding). Beside ``read``'s text reader, which hands it the token un
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from openwebtext.engine.member import Member, Split, leave_out_split
 from openwebtext.engine.raw import UnitBytes
 from openwebtext.errors import CorruptDocument, CorruptMember
 from openwebtext.records import Unit
-from openwebtext.source import resolve
+from openwebtext.source import CHANGED, FileInfo, Storage, is_url, resolve
 from openwebtext.tokenfiles import (
     TokenFileError,
+    companions,
     document_names,
     document_range,
     opened,
@@ -48,11 +55,15 @@ class TokenReader:
         """The unit's ids and where each of its documents lies in them.
 
         Raises:
-            CorruptMember: the file cannot be read or indexed, or is cut short.
+            CorruptMember: the file cannot be read or indexed, is cut short, or it or a file
+                read beside it changed since its corpus indexed it.
         """
+        storage = resolve(self.raw.storage)
         try:
-            token_file = opened(unit.path, eot=self.eot, storage=resolve(self.raw.storage))
-            data = self.raw.read(unit)
+            data = self.raw.read(unit)  # (the file as indexed, or CHANGED: ``engine.raw``)
+            if not is_url(unit.path):
+                _unchanged_beside(unit.path, storage)
+            token_file = opened(unit.path, eot=self.eot, storage=storage)
         except TokenFileError as exc:
             raise CorruptMember(exc.message, unit.path, unit.member) from exc
         except OSError as exc:
@@ -97,6 +108,25 @@ class TokenReader:
         if offsets and min(offsets) < 0:  # outside the split, or left out: no ids
             counts[np.asarray(offsets) < 0] = 0
         return Member(data, names, offsets, sizes, dropped, 0, counts=counts.tolist())
+
+
+def _unchanged_beside(path: str, storage: Storage) -> None:
+    """Check that each file read beside the local token file ``path`` (``companions``) is as
+    its corpus noted it (``index.tokens``; a size of -1: not there). Two ``stat`` calls.
+
+    Raises:
+        OSError: ``CHANGED``, one that did.
+    """
+    for other in companions(path):
+        known = storage.identity(other)
+        if known is None:  # not noted (a storage pickled: another machine's files)
+            continue
+        try:
+            now: FileInfo | None = FileInfo.of_local(os.stat(other))
+        except OSError:  # (absent; or unreadable, as the index took it)
+            now = None
+        if now != (None if known.size < 0 else known):
+            raise OSError(CHANGED)
 
 
 def _outside(ids: np.ndarray, vocab: int) -> bool:

@@ -4,8 +4,11 @@ are runs of whole documents, their counts known at once (no counting pass).
 A unit is ``Unit(path, member="DOCS FIRST-STOP", offset, size, kind=TOKENS, ...)``: the
 byte range of documents ``[FIRST, STOP)`` of its file, about ``unit_tokens`` ids of whole
 documents. A worker reads those bytes (``engine.read``) and finds the documents in them
-from the file's ends (``tokenfiles.opened``: opened here, in the main process, so forked
-workers inherit them); each document's name is its index in the file.
+from the file's ends (``tokenfiles.indexed``: opened here, in the main process, kept by the
+corpus's storage, so forked workers inherit them as this corpus indexed them); each
+document's name is its index in the file. The identity of each local file read (the file, its
+index, the ``meta.json`` beside it, there or not) is noted in the storage: the reader says a
+change of any.
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import numpy as np
 from openwebtext.errors import CorpusError
 from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
-from openwebtext.source import ABSENT, Storage, fetch, file_info, is_url, resolve
+from openwebtext.source import ABSENT, FileInfo, Storage, fetch, file_info, is_url, resolve
 from openwebtext.tokenfiles import (
     TOKENS,
     TokenFile,
     Vocabulary,
     beside,
+    companions,
+    indexed,
     opened,
     read_datatrove_index,
     read_megatron_index,
@@ -35,10 +40,13 @@ from openwebtext.tokenfiles import (
 
 log = logging.getLogger("openwebtext")
 
-__all__ = ["UNIT_TOKENS", "token_units"]
+__all__ = ["NOT_THERE", "UNIT_TOKENS", "token_units"]
 
 #: Ids a unit holds, about (whole documents): ~2 MB of uint16, like a text member's text.
 UNIT_TOKENS = 1 << 20
+#: The identity noted of a file read beside a token file (``companions``) that is not there: one
+#: put there since is a change (the token reader says so, ``engine.tokens``).
+NOT_THERE = FileInfo(-1, "not there")
 
 
 def token_units(
@@ -85,10 +93,12 @@ def token_units(
                 raise CorpusError("no such token file", name)
             st = os.stat(name)
             _once(seen, (st.st_dev, st.st_ino), name)
+            _note(name, st, store)  # before it is read: a change since is said by the reader
             run = beside(name)  # the run's meta.json: its eot and dtype, else GPT-2's
             file_eot = eot if eot is not None else 50256 if run is None else run.eot
             file_dtype = dtype or ("uint16" if run is None else run.dtype)
             token_file = opened(name, eot=file_eot, dtype=file_dtype)
+            indexed(name, token_file, store)  # what the corpus's readers read it as
         base = int(getattr(token_file.ids, "offset", 0))  # an llm.c shard's header
         itemsize = token_file.ids.dtype.itemsize
         ends = token_file.ends
@@ -105,6 +115,19 @@ def token_units(
             counts.append(stop - first)
             first = stop
     return units, counts
+
+
+def _note(name: str, stat: os.stat_result, store: Storage) -> None:
+    """Note in ``store`` the identity of the local token file ``name`` (its ``stat``) and of
+    each file read beside it (``companions``: its index, the ``meta.json``; ``NOT_THERE``
+    for one that is not): the corpus's readers check them, so that any of them changed since
+    is said to be (``engine.raw``, ``engine.tokens``), never read as another cut, eot or dtype."""
+    store.remember(name, FileInfo.of_local(stat))
+    for path in companions(name):
+        try:
+            store.remember(path, FileInfo.of_local(os.stat(path)))
+        except OSError:  # (absent; or unreadable: the open says so)
+            store.remember(path, NOT_THERE)
 
 
 def _once(seen: dict[object, str], key: object, name: str) -> None:

@@ -58,7 +58,13 @@ from openwebtext.tokenfiles.megatron import (
     megatron_index,
     read_megatron_index,
 )
-from openwebtext.tokenfiles.opening import open_token_file, opened, remember
+from openwebtext.tokenfiles.opening import (
+    companions,
+    indexed,
+    open_token_file,
+    opened,
+    remember,
+)
 
 __all__ = [
     "FORMATS",
@@ -77,10 +83,12 @@ __all__ = [
     "TokenFormat",
     "Vocabulary",
     "beside",
+    "companions",
     "datatrove_index",
     "document_names",
     "document_range",
     "eot_ends",
+    "indexed",
     "llmc_cuts",
     "llmc_header",
     "megatron_code",

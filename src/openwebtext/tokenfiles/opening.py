@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import struct
-from collections.abc import Hashable
+import weakref
 from pathlib import Path
 from stat import S_ISREG
 from typing import Protocol
@@ -22,27 +22,32 @@ from openwebtext.tokenfiles.llmc import (
 )
 from openwebtext.tokenfiles.megatron import read_megatron_index
 
-__all__ = ["Placed", "open_token_file", "opened", "remember"]
+__all__ = ["Placed", "companions", "indexed", "open_token_file", "opened", "remember"]
 
 #: What of a file ``open_token_file`` reads beside it, by (size, mtime_ns) or None: absent.
 _Beside = tuple[tuple[int, int] | None, ...]
-#: Files opened by ``opened``, by (path, size, mtime_ns, what beside it, eot, dtype): a forked
-#: worker inherits what the main process opened when it indexed the corpus ...
+#: Files opened by ``opened``, by (path, size, mtime_ns, what beside it, eot, dtype) ...
 _OPENED: dict[tuple[str, int, int, _Beside, int | None, str], TokenFile] = {}
-#: ... and finds it by (path, size, mtime_ns, what beside it): the last one opened.
+#: ... and by (path, size, mtime_ns, what beside it): the last one opened (a process that
+#: finds no corpus's own, ``_INDEXED``: a spawned worker).
 _LAST: dict[tuple[str, int, int, _Beside], TokenFile] = {}
-#: Remote files' (``remember``), by URL, then by where they were read (``Placed``): the same
-#: URL on two endpoints, or in two versions, is two files.
-_REMOTE: dict[str, dict[tuple[str, Hashable], TokenFile]] = {}
 
 
 class Placed(Protocol):
-    """Where a URL is read from (``source.Storage``): its ``place`` (an endpoint…) and the
-    version of a file it indexed (``identity``)."""
+    """What a corpus reads with (``source.Storage``, one per corpus): where its URLs are read
+    from (``place``: an endpoint…)."""
 
     place: str
 
-    def identity(self, url: str) -> Hashable: ...
+
+#: Each corpus's token files as it indexed them (their ends, read with its eot and dtype), by
+#: the storage it reads with (``indexed``; ``Corpus.open_tokens`` makes one per corpus), then
+#: by path or URL: forked workers inherit them. Two corpora of one file (another cut once its
+#: index changed, another eot) keep their own, and let them go with their storage.
+_INDEXED: weakref.WeakKeyDictionary[Placed, dict[str, TokenFile]] = weakref.WeakKeyDictionary()
+#: Remote files' (``remember``), by URL, then by place: what ``opened`` without a storage
+#: finds (the same URL on two endpoints is two files).
+_REMOTE: dict[str, dict[str, TokenFile]] = {}
 
 
 def _ids(path: str | os.PathLike[str], dtype: np.dtype, offset: int = 0) -> np.ndarray:
@@ -130,14 +135,15 @@ def opened(
     dtype: str | None = None,
     storage: Placed | None = None,
 ) -> TokenFile:
-    """``open_token_file``, once per process for a file as it is now (the size and mtime of
-    it, of its index, ``X.idx`` or ``X.ds.index``, and of the ``meta.json`` beside it: a
-    changed or damaged index is read again) and as it is read (``eot`` and ``dtype``): a
-    token corpus's index opens every file in the main process, and forked workers find
-    them here, end-of-text scan and index done. A worker gives no ``dtype``: it reads the
-    file as it was last opened (a spawned one, which finds none, opens it with ``eot`` as
-    ``uint16``). A URL's are those ``remember`` kept for it as read from ``storage`` (None:
-    the one place this process read it from).
+    """The token file ``path`` as the corpus reading with ``storage`` indexed it (``indexed``:
+    its ends, its eot and dtype), when ``dtype`` is not given: a worker's read, its file and
+    the files beside it checked unchanged by the reader (``engine.tokens``). Else (no
+    storage, a dtype, or a process that inherited no index: spawned) ``open_token_file``, once
+    per process for a file as it is now (the size and mtime of it, of its index, ``X.idx`` or
+    ``X.ds.index``, and of the ``meta.json`` beside it: a changed or damaged index is read
+    again) and as it is read (``eot`` and ``dtype``); without a ``dtype``, as it was last
+    opened (else as ``uint16``). A URL's are those ``remember`` kept for it as read from
+    ``storage`` (None: the one place this process read it from).
 
     Raises:
         OSError: the file is gone, or is no longer a regular file (a FIFO put in its place
@@ -148,6 +154,10 @@ def opened(
     name = os.fspath(path)
     if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
         return _remembered(name, storage)
+    if storage is not None and dtype is None:
+        known = _INDEXED.get(storage, {}).get(name)
+        if known is not None:
+            return known
     stat = os.stat(name)
     if not S_ISREG(stat.st_mode):  # put in the file's place since the open: never opened
         raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
@@ -163,12 +173,18 @@ def opened(
     return known
 
 
+def companions(path: str) -> tuple[str, str]:
+    """The files ``open_token_file`` reads beside the local token file ``path``: its index
+    (``X.idx``; ``X.ds.index`` for ``X.ds``), there or not, and its folder's ``meta.json``."""
+    index = path + ".index" if path.endswith(".ds") else str(Path(path).with_suffix(".idx"))
+    return index, os.path.join(os.path.dirname(path), "meta.json")
+
+
 def _beside(name: str) -> _Beside:
-    """The size and mtime of each file ``open_token_file`` may read beside ``name`` (its
-    index, the ``meta.json`` of its folder), None for one that is not there."""
-    index = name + ".index" if name.endswith(".ds") else str(Path(name).with_suffix(".idx"))
+    """The size and mtime of each file ``open_token_file`` may read beside ``name``
+    (``companions``), None for one that is not there."""
     stamps: list[tuple[int, int] | None] = []
-    for path in (index, os.path.join(os.path.dirname(name), "meta.json")):
+    for path in companions(name):
         try:
             stat = os.stat(path)
         except OSError:  # (absent, or unreadable: then the open says so)
@@ -178,29 +194,34 @@ def _beside(name: str) -> _Beside:
     return tuple(stamps)
 
 
+def indexed(path: str, token_file: TokenFile, storage: Placed) -> None:
+    """Keep ``token_file`` as the corpus reading with ``storage`` indexed ``path`` (a local
+    path, or a URL's alias): ``opened`` with that storage hands it out, in this process and
+    the workers it forks, whatever was opened of the same file since."""
+    table = _INDEXED.get(storage)
+    if table is None:
+        table = _INDEXED[storage] = {}
+    table[path] = token_file
+
+
 def remember(url: str, token_file: TokenFile, storage: Placed) -> None:
     """Keep a remote token file's ends (its index fetched) as read from ``storage``, for
-    ``opened`` in this process and the workers it forks."""
-    versions = _REMOTE.setdefault(url, {})
-    key = (storage.place, storage.identity(url))
-    versions.pop(key, None)  # the last one remembered, last
-    versions[key] = token_file
+    ``opened`` in this process and the workers it forks (``indexed``)."""
+    indexed(url, token_file, storage)
+    places = _REMOTE.setdefault(url, {})
+    places.pop(storage.place, None)  # the last one remembered, last
+    places[storage.place] = token_file
 
 
 def _remembered(url: str, storage: Placed | None) -> TokenFile:
     """What ``remember`` kept of ``url`` as read from ``storage`` (None: from its one place)."""
-    versions = _REMOTE.get(url, {})
     if storage is not None:
-        identity = storage.identity(url)
-        found = versions.get((storage.place, identity))
-        same = [kept for (_, known), kept in versions.items() if known == identity]
-        if found is None and len(same) == 1:  # its place since changed (``configure``)
-            found = same[0]
-    elif len({place for place, _ in versions}) > 1:
+        found = _INDEXED.get(storage, {}).get(url)
+    elif len(places := _REMOTE.get(url, {})) > 1:
         raise damaged(url, "read from several endpoints in this process: which one is meant "
                            "is not said (the same URL there may be another file)")  # fmt: skip
     else:  # its last version read
-        found = next(reversed(versions.values()), None)
+        found = next(reversed(places.values()), None)
     if found is None:
         raise damaged(url, "a remote token file's index was not read in this process")
     return found
