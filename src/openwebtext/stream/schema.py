@@ -249,10 +249,11 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         if any(map(operator.gt, self.served, each)):
             raise Disagree("served", f"{list(self.served)} counts more than its parts handed "
                            f"out ({each})")  # fmt: skip
+        if (self.config.sampling, self.config.by) != ("stratified", "documents"):
+            return
         total = sum(self.served)  # stratified by documents: a part ahead is never chosen
-        ahead = [s > w * total + 1 + 1e-9 * (1 + total) for s, w in zip(self.served,
-                                                                       self.weights, strict=True)]
-        if self.config.sampling == "stratified" and self.config.by == "documents" and any(ahead):
+        if any(s > w * total + 1 + 1e-9 * (1 + total) for s, w in zip(self.served, self.weights,
+                                                                      strict=True)):  # fmt: skip
             raise Disagree("served", f"{list(self.served)}: a part more than one document ahead "
                            f"of its weight's share ({list(self.weights)})")  # fmt: skip
 
