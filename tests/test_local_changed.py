@@ -63,17 +63,27 @@ def _read(corpus: Corpus, workers: int) -> list[object]:
         return [d.tokens.tolist() if tokenizer else d.text for d in it]
 
 
+@pytest.mark.parametrize("again", [False, True], ids=["", "opened-again"])
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_a_file_rewritten_after_opening_is_said_to_have_changed(
-    tmp_path: Path, kind: str, workers: int
+    tmp_path: Path, kind: str, workers: int, again: bool
 ) -> None:
+    """And so when the file was opened again since (``again``: another corpus of it, which reads
+    it as it is now): a review found the second open noted the new identity in the default
+    storage every corpus opened without options shared, and the first corpus then read the new
+    bytes at its old offsets without a word (``Storage.view``: each corpus its own)."""
     path, open_corpus = KINDS[kind](tmp_path)
     corpus = open_corpus(path)
+    before = _read(corpus, 0)
     _same_size_rewrite(path)
+    second = open_corpus(path) if again else None
     with pytest.raises(CorruptMember, match="the file changed since it was indexed") as caught:
         _read(corpus, workers)
     assert caught.value.path == str(path) and caught.value.member
+    if second is not None:
+        after = _read(second, workers)
+        assert len(after) == len(before) and after != before
 
 
 def test_a_tar_member_rewritten_after_opening_is_said_to_have_changed(

@@ -34,23 +34,6 @@ from test_source_validators import _replace_member_bytes
 isolated_storage = remote_servers.isolated_storage  # fixture
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_a_corpus_is_not_moved_by_another_open_of_its_changed_file(
-    tmp_path: Path, kind: str, workers: int
-) -> None:
-    path, open_corpus = KINDS[kind](tmp_path)
-    first = open_corpus(path)
-    before = _read(first, 0)
-    _same_size_rewrite(path)
-    second = open_corpus(path)  # indexes the file as it is now
-    with pytest.raises(CorruptMember, match="the file changed since it was indexed") as caught:
-        _read(first, workers)
-    assert caught.value.path == str(path) and caught.value.member
-    after = _read(second, workers)
-    assert len(after) == len(before) and after != before
-
-
 @pytest.mark.remote
 def test_a_remote_corpus_is_not_moved_by_another_open_of_its_replaced_file(
     small_corpus: Path, tmp_path: Path

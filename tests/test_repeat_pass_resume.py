@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -120,21 +121,28 @@ def _inside(state: Any) -> bool:
     return "pass_end" in state["position"]
 
 
+def _every_state(root: Path, case: Case, epochs: int) -> Iterator[tuple[Any, ...]]:
+    """``(layout, rank, options, the run's names, its states, its stats, at, the state after
+    document at)`` for every state of every rank of ``case``'s run of ``epochs``."""
+    layout = _layout(root, case)
+    for r in range(case.world):
+        options = _options(case, r, case.world, epochs)
+        full, states, stats = _run(layout, options)
+        for at, state in enumerate(states):
+            yield layout, r, options, full, states, stats, at, state
+
+
 def check_resumes(root: Path, case: Case) -> None:
     """Every state of every rank resumes into the rest of its run, exactly; and the ranks do
     take states inside a repeating pass (the property is not vacuous)."""
-    layout = _layout(root, case)
     inside = 0
-    for r in range(case.world):
-        options = _options(case, r, case.world, 2)
-        full, states, stats = _run(layout, options)
-        for at, state in enumerate(states):
-            inside += _inside(state)
-            rest, after, resumed = _run(layout, options, state)
-            assert rest == full[at:], (r, at, state["position"])
-            assert after[0] == state
-            assert list(map(_but_reads, after)) == list(map(_but_reads, states[at:])), (r, at)
-            assert resumed == stats, (r, at)
+    for layout, r, options, full, states, stats, at, state in _every_state(root, case, 2):
+        inside += _inside(state)
+        rest, after, resumed = _run(layout, options, state)
+        assert rest == full[at:], (r, at, state["position"])
+        assert after[0] == state
+        assert list(map(_but_reads, after)) == list(map(_but_reads, states[at:])), (r, at)
+        assert resumed == stats, (r, at)
     assert inside, "no state inside a pass repeating documents"
 
 
@@ -295,25 +303,21 @@ def test_an_edited_pass_end_is_refused_or_changes_nothing(tmp_path: Path, world:
     docs/reliability.md: the checks bound the end, no position inside the pass derives it)."""
 
     def check(case: Case) -> None:
-        layout = _layout(tmp_path, case)
         refused = 0
-        for r in range(case.world):
-            options = _options(case, r, case.world, 1)
-            full, states, _ = _run(layout, options)
-            for at, state in enumerate(states):
-                if not _inside(state):
+        for layout, r, options, full, _, _, at, state in _every_state(tmp_path, case, 1):
+            if not _inside(state):
+                continue
+            block, end = state["position"]["block"], state["position"]["pass_end"]
+            for value in set(range(block, block + 10)) - {end}:
+                edited = json.loads(json.dumps(state))
+                edited["position"]["pass_end"] = value
+                try:
+                    rest = _run(layout, options, edited)[0]
+                except StateError as exc:
+                    assert exc.field == "position.pass_end", str(exc)
+                    refused += 1
                     continue
-                block, end = state["position"]["block"], state["position"]["pass_end"]
-                for value in set(range(block, block + 10)) - {end}:
-                    edited = json.loads(json.dumps(state))
-                    edited["position"]["pass_end"] = value
-                    try:
-                        rest = _run(layout, options, edited)[0]
-                    except StateError as exc:
-                        assert exc.field == "position.pass_end", str(exc)
-                        refused += 1
-                        continue
-                    assert rest == full[at:], (r, at, end, value)
+                assert rest == full[at:], (r, at, end, value)
         assert refused
 
     check_each([c for c in CASES if c.world == world and c.where == "start"], check)
