@@ -40,8 +40,14 @@ class Member(NamedTuple):
     """A token unit's: the ids of each document (0: left out), made with its offsets."""
 
 
-def leave_out_split(split: Split | None, names: Sequence[str], offsets: list[int]) -> None:
-    """Set to -1 the offset of every document outside ``split`` (decided by its name)."""
+def leave_out_split(
+    split: Split | None, names: Sequence[str], offsets: list[int],
+    dropped: list[CorruptMember] | None = None,
+) -> None:  # fmt: skip
+    """Set to -1 the offset of every document outside ``split`` (decided by its name), and
+    take out of ``dropped`` those of them left out before (a line that is not JSON): another
+    split's documents are not this stream's to count as skipped (nor to count as its split's
+    against the counts file)."""
     if split is None:
         return
     which, fraction, seed = split
@@ -49,6 +55,9 @@ def leave_out_split(split: Split | None, names: Sequence[str], offsets: list[int
     for k, name in enumerate(names):
         if in_validation(name, fraction, seed) is not held_out:
             offsets[k] = -1
+    if dropped:
+        dropped[:] = [d for d in dropped if not isinstance(d, CorruptDocument) or d.document is None
+                      or in_validation(d.document, fraction, seed) is held_out]  # fmt: skip
 
 
 def check_utf8(

@@ -230,7 +230,7 @@ class Reader:
         dropped: list[CorruptMember],
     ) -> Member:
         """What of a unit's documents is kept: its split, the size limit, the UTF-8 check."""
-        leave_out_split(self.split, names, offsets)
+        leave_out_split(self.split, names, offsets, dropped)
         limit = self.max_document_bytes
         if sizes and max(sizes) > limit:
             for k, size in enumerate(sizes):

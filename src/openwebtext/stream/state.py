@@ -98,8 +98,9 @@ class Mark(NamedTuple):
     """In a pass repeating an evened-out share's documents after skips: where it ends (the
     state's ``position.pass_end``, which ``EvenEpoch`` resumes the pass to)."""
     read_before: Counters | None = None
-    """Inside a block: the counts before its units were read (a state's skips are those: the
-    block is read again on resume, and its skips counted then, a member failing only now too)."""
+    """The counts before the current block's units were read: inside it, a state's skips are
+    those (the block is read again on resume, and its skips counted then, a member failing only
+    now too); a block handed out to its end is not read again (its skips count)."""
     repeats_from: int | None = None
     """The first position of the block whose documents are handed out again (None: none):
     0 in a pass or a piece that repeats documents (``repeated_documents`` counts them)."""
@@ -143,6 +144,8 @@ class Mark(NamedTuple):
             past = self.tail if self.in_block >= self.block_len else 0
             position = Position(self.epoch, 0, self.skipped_slots + past)
         counted, before = self.counted(), self.read_before
+        if self.block_len and self.in_block >= self.block_len:  # (out: never read again)
+            before = None
         if before is not None:
             counted = codec.replace(counted, **{k: getattr(before, k) for k in _READ_AGAIN})
         return DocumentState(config, position, counted, self.reshard, self.passed)

@@ -227,12 +227,11 @@ class Stream:
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
         before every document (a tuple of references); ``state(mark)`` makes it a state."""
-        out = self._block_len and self._in_block >= self._block_len  # (else read again on resume)
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
             self._counters, len(self.policy.skipped), self._reshard, self._passed, self._pass_end,
-            None if out else self._read_before, self._repeats_from, self._skipped_slots, self._tail,
+            self._read_before, self._repeats_from, self._skipped_slots, self._tail,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -310,6 +309,7 @@ class Stream:
                 if last is not None and self._epoch >= last:  # Stats reports the pass it ended
                     self._finished_pass = self._counters.epoch_documents
                 self._counters = replace(self._counters, epoch_documents=0)
+                self._read_before = self._counters  # (the epoch's last block: never read again)
                 self._skipped_slots = self._tail = 0
                 if epoch_ends and (last is None or self._epoch < last):
                     yield EPOCH_END
