@@ -122,3 +122,30 @@ def test_another_split_s_bad_line_is_not_this_split_s(tmp_path: Path) -> None:
     assert set(names["val"]) | set(names["train"]) == {
         f"{u}{i}" for u, k in {"a": 8, "b": 4, "c": 5, "d": 3}.items() for i in range(k)
     } - {"a3", "a6"}
+
+
+def test_a_position_edited_to_its_block_s_end_is_a_bad_state(tmp_path: Path) -> None:
+    """A state is never at a block's end (``Mark.position`` writes the next block's start):
+    ``in_block`` edited there (or the epoch edited, the block now of that many documents) was
+    taken, and the rank said it "read no document in a whole pass over its shard", blaming the
+    corpus."""
+    from openwebtext import StateError
+
+    corpus = _corpus(tmp_path / "a", {"a": 1, "b": 3, "c": 5, "d": 8, "e": 5, "f": 3, "g": 1},
+                     {"c0", "c1", "c2", "c3", "c4", "d0", "d4", "e2", "f1", "g0"})  # fmt: skip
+    loader = Loader(corpus, rank=3, world_size=4, even="drop", shuffle=True, shuffle_buffer=3,
+                    seed=29, workers=0, on_error="skip", epochs=2)  # fmt: skip
+    with loader.iter() as it:
+        states = [_json(it.state_dict())]
+        states += [_json(it.state_dict()) for _ in it]
+    for field, value in (("in_block", 2), ("epoch", 1)):
+        edited = _json(states[3])
+        assert edited["position"]["in_block"] == 1 and edited["position"]["epoch"] == 0
+        edited["position"][field] = value
+        try:
+            with loader.iter(state=edited) as it:
+                list(it)
+        except StateError as exc:
+            assert exc.field == "position.in_block", str(exc)
+        else:
+            raise AssertionError(f"{field}={value} taken")

@@ -230,16 +230,18 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
     return parsed
 
 
-def check_in_block(in_block: int, n: int) -> None:
-    """Check a state's ``in_block`` against the block of ``n`` documents it points into.
+def check_in_block(in_block: int, n: int, whole: bool = False) -> None:
+    """Check a state's ``in_block`` against the block of ``n`` documents it points into
+    (``whole``: documents, not a rest's slots: a state is never at such a block's end, which
+    ``Mark.position`` writes as the next block's start).
 
     Raises:
-        StateError: it lies past the block's end.
+        StateError: it lies past the block's end (``whole``: at it, past its start).
     """
-    if in_block > n:
+    if in_block > n or (whole and 0 < in_block == n):
         raise StateError(
-            f"bad state: position in_block={in_block} lies past the end of its block "
-            f"of {n} documents", "position.in_block"
+            f"bad state: position in_block={in_block} lies {'at' if in_block == n else 'past'} "
+            f"the end of its block of {n} documents", "position.in_block"
         )
 
 

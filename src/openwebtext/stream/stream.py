@@ -408,7 +408,7 @@ class Stream:
         try:
             for block_start, block_end, block in gathered:
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
-                check_in_block(skip, block.counted if slots else block_len)  # (a first block's)
+                check_in_block(skip, block.counted if slots else block_len, not slots)  # (first)
                 last, out = block_part(block.counted, block_len, skip, slots)
                 self._tail = last - max(skip, out)  # (its skipped slots: ``source.slots_at``)
                 self._repeats_from = 0 if repeat else None
