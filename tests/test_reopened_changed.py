@@ -185,3 +185,61 @@ def test_urls_differing_only_in_their_query_string_keep_their_own_files(tmp_path
         assert texts(first, shuffle=False, workers=0) == ["file A one", "file A two"]
         with pytest.raises(OWTError, match="differs from it only in its query string"):
             Corpus.open([server.url + "/get.jsonl?f=a.jsonl", server.url + "/get.jsonl?f=b.jsonl"])
+
+
+def test_a_token_file_put_in_place_by_a_rename_is_read_as_it_is(tmp_path: Path) -> None:
+    """The files opened in this process are kept by their size, mtime and inode: keyed by
+    size and mtime alone, a second ``open_tokens`` of a file renamed over the first (its size
+    and mtime kept) took the old file's cut, and read the new ids at the old ends, silently."""
+    import numpy as np
+
+    path = tmp_path / "train.bin"
+    np.array([1, 2, 3, 256, 4, 5, 256], "<u2").tofile(path)
+    first = Corpus.open_tokens(path, eot=256)
+    assert len(_read(first, 0)) == 2
+    other = tmp_path / "other.bin"
+    np.array([7, 256, 8, 9, 10, 11, 256], "<u2").tofile(other)  # same size, another cut
+    stat = path.stat()
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, path)
+    assert _read(Corpus.open_tokens(path, eot=256), 0) == [[7, 256], [8, 9, 10, 11, 256]]
+    with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
+        _read(first, 0)
+
+
+def test_a_file_url_put_in_place_by_a_rename_has_changed(tmp_path: Path) -> None:
+    """As a local path's: a ``file://`` URL's identity holds the file's inode."""
+    pytest.importorskip("fsspec")
+    path, _ = KINDS["jsonl"](tmp_path)
+    corpus = Corpus.open(f"file://{path}")
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(path.read_bytes().replace(b"hello", b"HACKD"))
+    stat = path.stat()
+    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(other, path)
+    with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
+        _read(corpus, 0)
+
+
+def test_a_pickled_view_reads_with_the_default_of_the_process_it_lands_in(tmp_path: Path) -> None:
+    """A corpus opened without options, pickled (a Ray task's argument, a spawned worker):
+    its storage is a view of *that* process's default, which ``configure`` there reaches
+    (``ray.tokenize`` configures its tasks with the ``storage_options`` it is given); its
+    URLs' identities travel, none of the driver's options. ``detached`` keeps them (the
+    driver's default, for ``ray.read_openwebtext``'s readers)."""
+    import pickle
+
+    path, _ = KINDS["jsonl"](tmp_path)
+    configure({"endpoint_url": "http://driver.invalid:9000"})
+    corpus = Corpus.open(path)
+    corpus.storage.remember("https://h.invalid/x", FileInfo(3, "etag:3"))
+    sent = pickle.dumps(corpus)
+    assert b"driver.invalid" not in sent
+    landed = pickle.loads(sent)
+    configure({"endpoint_url": "http://task.invalid:9000"})
+    assert landed.storage.root is resolve(None)
+    assert landed.storage.options == {"endpoint_url": "http://task.invalid:9000"}
+    assert landed.storage.identity("https://h.invalid/x") == FileInfo(3, "etag:3")
+    kept = pickle.loads(pickle.dumps(corpus.storage.detached()))
+    assert kept.options == {"endpoint_url": "http://task.invalid:9000"}  # (this process's now)
+    assert kept.root is kept and kept.identity("https://h.invalid/x") == FileInfo(3, "etag:3")

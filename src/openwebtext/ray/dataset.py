@@ -275,7 +275,7 @@ def read_openwebtext(
         units = corpus.units
         cuts = unit_groups(len(units), units_per_task)
         groups += tuple(tuple(units[k] for k in cut) for cut in cuts)
-        storages += (resolve(corpus.storage),) * len(cuts)
+        storages += (resolve(corpus.storage).detached(),) * len(cuts)  # (the driver's options)
         if sources is not None:
             sources += (name,) * len(cuts)
     read = _ReadGroup(

@@ -130,10 +130,11 @@ def _identity(info: dict[str, Any]) -> str:
     lfs = info.get("lfs")
     if isinstance(lfs, dict) and lfs.get("sha256"):
         return f"sha256:{lfs['sha256']}"
+    inode = f":ino:{info['ino']}" if info.get("ino") else ""  # (file://: a rename is another)
     for key in _IDENTITY_KEYS:
         value = info.get(key)
         if value:
-            return f"{key}:{value}".replace('"', "")
+            return f"{key}:{value}{inode}".replace('"', "")
     return ""
 
 

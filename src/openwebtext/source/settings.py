@@ -145,10 +145,32 @@ class Storage:
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (a Ray task, a spawned worker): all of it but local files' identities,
         which are this machine's files' (a copy on another node has other mtimes; a forked
-        worker inherits them)."""
+        worker inherits them). A view of the default is unpickled as a view of that process's
+        default (its options, and ``configure`` there reaching it), as a corpus opened without
+        options always read with the default of the process it is read in; ``detached`` for
+        a copy that keeps this process's options."""
         state = dict(self.__dict__)
         state["identities"] = {k: v for k, v in self.identities.items() if is_url(k)}
+        if self.root is _default and self is not _default:
+            state.update(root=None, options={}, cache=None, place="")  # (none of them travels)
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.root is None:  # a view of the default, in this process
+            self.root = _default
+            with LOCK:
+                self.options, self.cache, self.place = _default.options, _default.cache, \
+                    _default.place  # fmt: skip
+                _views.add(self)
+
+    def detached(self) -> Storage:
+        """A storage of its own with this one's options, cache, aliases and identities (what
+        travels to a Ray worker that must read as this process does)."""
+        copy = object.__new__(Storage)
+        copy.__dict__.update(self.__dict__)
+        copy.root = copy
+        return copy
 
     def alias(self, url: str) -> str:
         """The name units carry for ``url``: without credentials or query string.
@@ -192,7 +214,8 @@ class Storage:
         view = object.__new__(Storage)
         view.__dict__.update(self.__dict__, aliases={}, identities={})
         if self.root is _default:
-            _views.add(view)
+            with LOCK:
+                _views.add(view)
         return view
 
 
@@ -246,7 +269,7 @@ def configure(
     """
     fresh = Storage(storage_options, cache_dir, cache_size)
     with LOCK:  # what indexing learnt (aliases, identities) stays
-        for store in (_default, *_views):
+        for store in (_default, *list(_views)):
             store.options, store.cache, store.place = fresh.options, fresh.cache, fresh.place
     for table in _registered:  # filesystems and resolutions made with the old endpoint, token…
         table.forget(_default)

@@ -241,7 +241,8 @@ def check_in_block(in_block: int, n: int, whole: bool = False) -> None:
     if in_block > n or (whole and 0 < in_block == n):
         raise StateError(
             f"bad state: position in_block={in_block} lies {'at' if in_block == n else 'past'} "
-            f"the end of its block of {n} documents", "position.in_block"
+            f"the end of its block of {n} documents (a state is never written there: edited, or "
+            "a member of the block that fails only now)", "position.in_block"
         )
 
 

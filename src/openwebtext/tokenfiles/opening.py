@@ -24,13 +24,15 @@ from openwebtext.tokenfiles.megatron import read_megatron_index
 
 __all__ = ["Placed", "companions", "indexed", "open_token_file", "opened", "remember"]
 
-#: What of a file ``open_token_file`` reads beside it, by (size, mtime_ns) or None: absent.
-_Beside = tuple[tuple[int, int] | None, ...]
-#: Files opened by ``opened``, by (path, size, mtime_ns, what beside it, eot, dtype) ...
-_OPENED: dict[tuple[str, int, int, _Beside, int | None, str], TokenFile] = {}
-#: ... and by (path, size, mtime_ns, what beside it): the last one opened (a process that
+#: What of a file ``open_token_file`` reads beside it, by (size, mtime_ns, inode, device) or None:
+#: absent (a file put in place by a rename keeping its size and mtime is another).
+_Stamp = tuple[int, int, int, int]
+_Beside = tuple[_Stamp | None, ...]
+#: Files opened by ``opened``, by (path, its stamp, what beside it, eot, dtype) ...
+_OPENED: dict[tuple[str, _Stamp, _Beside, int | None, str], TokenFile] = {}
+#: ... and by (path, its stamp, what beside it): the last one opened (a process that
 #: finds no corpus's own, ``_INDEXED``: a spawned worker).
-_LAST: dict[tuple[str, int, int, _Beside], TokenFile] = {}
+_LAST: dict[tuple[str, _Stamp, _Beside], TokenFile] = {}
 
 
 class Placed(Protocol):
@@ -161,7 +163,7 @@ def opened(
     stat = os.stat(name)
     if not S_ISREG(stat.st_mode):  # put in the file's place since the open: never opened
         raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-    now = (name, stat.st_size, stat.st_mtime_ns, _beside(name))
+    now = (name, _stamp(stat), _beside(name))
     if dtype is None and now in _LAST:
         return _LAST[now]
     dtype = dtype or "uint16"
@@ -181,17 +183,21 @@ def companions(path: str) -> tuple[str, str]:
 
 
 def _beside(name: str) -> _Beside:
-    """The size and mtime of each file ``open_token_file`` may read beside ``name``
+    """The size, mtime and inode of each file ``open_token_file`` may read beside ``name``
     (``companions``), None for one that is not there."""
-    stamps: list[tuple[int, int] | None] = []
+    stamps: list[_Stamp | None] = []
     for path in companions(name):
         try:
             stat = os.stat(path)
         except OSError:  # (absent, or unreadable: then the open says so)
             stamps.append(None)
             continue
-        stamps.append((stat.st_size, stat.st_mtime_ns))
+        stamps.append(_stamp(stat))
     return tuple(stamps)
+
+
+def _stamp(stat: os.stat_result) -> _Stamp:
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_dev
 
 
 def indexed(path: str, token_file: TokenFile, storage: Placed) -> None:
