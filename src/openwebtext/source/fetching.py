@@ -80,9 +80,10 @@ def fetch(
 
     def through_fs_checked() -> bytes:  # (no read conditional on a validator: asked after it)
         data = through_fs()
-        fs.invalidate_cache(real)  # (an info from a folder's listing, cached, says nothing now)
-        if known is not None and info_of(within(fs, 0, fs.info, real)) != known:
-            raise Fatal(CHANGED)
+        if known is not None:
+            fs.invalidate_cache(real)  # (an info from a folder's listing, cached, says nothing)
+            if info_of(within(fs, 0, fs.info, real)) != known:
+                raise Fatal(CHANGED)
         return data
 
     def through_gcs() -> bytes:
