@@ -99,17 +99,26 @@ def test_a_file_changed_while_it_is_indexed_is_refused(
     assert caught.value.path == str(path)
 
 
-def test_a_file_put_in_place_by_a_rename_keeping_size_and_mtime_has_changed(
-    tmp_path: Path,
-) -> None:
-    """``cp -p``, ``rsync -t``, ``mv`` of a file whose mtime was kept: its inode is another."""
-    path, open_corpus = KINDS["jsonl"](tmp_path)
-    corpus = open_corpus(path)
-    other = tmp_path / "other.jsonl"
-    other.write_bytes(path.read_bytes().replace(b"hello", b"HACKD"))
+def _renamed_over(path: Path, data: bytes) -> None:
+    """``data`` put in ``path``'s place by a rename, its size and mtime kept."""
+    other = path.with_name("other" + path.suffix)
+    other.write_bytes(data)
     stat = path.stat()
     os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     os.replace(other, path)
+
+
+@pytest.mark.parametrize("as_url", [False, True], ids=["path", "file-url"])
+def test_a_file_put_in_place_by_a_rename_keeping_size_and_mtime_has_changed(
+    tmp_path: Path, as_url: bool
+) -> None:
+    """``cp -p``, ``rsync -t``, ``mv`` of a file whose mtime was kept: its inode is another
+    (a ``file://`` URL's identity holds it too)."""
+    if as_url:
+        pytest.importorskip("fsspec")
+    path, _ = KINDS["jsonl"](tmp_path)
+    corpus = Corpus.open(f"file://{path}" if as_url else path)
+    _renamed_over(path, path.read_bytes().replace(b"hello", b"HACKD"))
     with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
         _read(corpus, 0)
 
@@ -197,28 +206,10 @@ def test_a_token_file_put_in_place_by_a_rename_is_read_as_it_is(tmp_path: Path) 
     np.array([1, 2, 3, 256, 4, 5, 256], "<u2").tofile(path)
     first = Corpus.open_tokens(path, eot=256)
     assert len(_read(first, 0)) == 2
-    other = tmp_path / "other.bin"
-    np.array([7, 256, 8, 9, 10, 11, 256], "<u2").tofile(other)  # same size, another cut
-    stat = path.stat()
-    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    os.replace(other, path)
+    _renamed_over(path, np.array([7, 256, 8, 9, 10, 11, 256], "<u2").tobytes())  # another cut
     assert _read(Corpus.open_tokens(path, eot=256), 0) == [[7, 256], [8, 9, 10, 11, 256]]
     with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
         _read(first, 0)
-
-
-def test_a_file_url_put_in_place_by_a_rename_has_changed(tmp_path: Path) -> None:
-    """As a local path's: a ``file://`` URL's identity holds the file's inode."""
-    pytest.importorskip("fsspec")
-    path, _ = KINDS["jsonl"](tmp_path)
-    corpus = Corpus.open(f"file://{path}")
-    other = tmp_path / "other.jsonl"
-    other.write_bytes(path.read_bytes().replace(b"hello", b"HACKD"))
-    stat = path.stat()
-    os.utime(other, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    os.replace(other, path)
-    with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
-        _read(corpus, 0)
 
 
 def test_a_pickled_view_reads_with_the_default_of_the_process_it_lands_in(tmp_path: Path) -> None:
