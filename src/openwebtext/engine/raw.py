@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from openwebtext.files import open_to_read
 from openwebtext.records import Unit
-from openwebtext.source import CHANGED, FileInfo, RangeReader, Storage, is_url, resolve
+from openwebtext.source import FileInfo, RangeReader, Storage, is_url, resolve, unchanged
 
 __all__ = ["UnitBytes"]
 
@@ -36,10 +36,8 @@ class UnitBytes:
         """
         if is_url(unit.path):  # by byte range (see ``source.ranges``)
             return self._ranges().read(unit)
-        fd = self._fd(unit.path)
-        known = resolve(self.storage).identity(unit.path)  # (as indexed: ``noted_versions``)
-        if known is not None and FileInfo.of_local(os.fstat(fd)) != known:
-            raise OSError(CHANGED)  # (rewritten in place, or cut: not the corpus indexed)
+        fd = self._fd(unit.path)  # (rewritten in place, or cut: not the corpus indexed)
+        unchanged(resolve(self.storage), unit.path, FileInfo.of_local(os.fstat(fd)))
         return os.pread(fd, unit.size, unit.offset)
 
     def prefetch(self, units: Sequence[Unit]) -> None:

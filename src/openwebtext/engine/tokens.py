@@ -14,15 +14,13 @@ a model's embedding). Beside ``read``'s text reader, which hands it the token un
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from openwebtext.engine.member import Member, Split, leave_out_split
 from openwebtext.engine.raw import UnitBytes
 from openwebtext.errors import CorruptDocument, CorruptMember
 from openwebtext.records import Unit
-from openwebtext.source import CHANGED, FileInfo, Storage, is_url, resolve
+from openwebtext.source import Storage, is_url, local_identity, resolve, unchanged
 from openwebtext.tokenfiles import (
     TokenFileError,
     companions,
@@ -112,21 +110,13 @@ class TokenReader:
 
 def _unchanged_beside(path: str, storage: Storage) -> None:
     """Check that each file read beside the local token file ``path`` (``companions``) is as
-    its corpus noted it (``index.tokens``; a size of -1: not there). Two ``stat`` calls.
+    its corpus noted it (``index.tokens``). Two ``stat`` calls.
 
     Raises:
         OSError: ``CHANGED``, one that did.
     """
     for other in companions(path):
-        known = storage.identity(other)
-        if known is None:  # not noted (a storage pickled: another machine's files)
-            continue
-        try:
-            now: FileInfo | None = FileInfo.of_local(os.stat(other))
-        except OSError:  # (absent; or unreadable, as the index took it)
-            now = None
-        if now != (None if known.size < 0 else known):
-            raise OSError(CHANGED)
+        unchanged(storage, other, local_identity(other))
 
 
 def _outside(ids: np.ndarray, vocab: int) -> bool:

@@ -34,13 +34,13 @@ from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.options import as_int, check_on_error, int_at_least
 from openwebtext.records import Unit
 from openwebtext.source import (
-    CHANGED,
     FileInfo,
     RangeFile,
     Storage,
     file_info,
     is_url,
     resolve,
+    unchanged,
     watched,
 )
 from openwebtext.tokenfiles import INT_DTYPE
@@ -318,10 +318,8 @@ class Corpus:
             if not is_url(path):
                 try:
                     with open(path, "rb") as f:
-                        stat = os.fstat(f.fileno())
-                        noted = resolve(self.storage).identity(path)
-                        if noted is not None and FileInfo.of_local(stat) != noted:
-                            raise OSError(CHANGED)  # (not the content its units are of)
+                        stat = os.fstat(f.fileno())  # (else not the content its units are of)
+                        unchanged(resolve(self.storage), path, FileInfo.of_local(stat))
                         local = LocalFile(f.fileno(), stat.st_size)
                         yield from (member_check(local, unit) for unit in units)
                 except OSError as exc:

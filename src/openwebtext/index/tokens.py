@@ -22,7 +22,16 @@ import numpy as np
 from openwebtext.errors import CorpusError
 from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
-from openwebtext.source import ABSENT, FileInfo, Storage, fetch, file_info, is_url, resolve
+from openwebtext.source import (
+    ABSENT,
+    FileInfo,
+    Storage,
+    fetch,
+    file_info,
+    is_url,
+    local_identity,
+    resolve,
+)
 from openwebtext.tokenfiles import (
     TOKENS,
     TokenFile,
@@ -40,13 +49,10 @@ from openwebtext.tokenfiles import (
 
 log = logging.getLogger("openwebtext")
 
-__all__ = ["NOT_THERE", "UNIT_TOKENS", "token_units"]
+__all__ = ["UNIT_TOKENS", "token_units"]
 
 #: Ids a unit holds, about (whole documents): ~2 MB of uint16, like a text member's text.
 UNIT_TOKENS = 1 << 20
-#: The identity noted of a file read beside a token file (``companions``) that is not there: one
-#: put there since is a change (the token reader says so, ``engine.tokens``).
-NOT_THERE = FileInfo(-1, "not there")
 
 
 def token_units(
@@ -124,10 +130,7 @@ def _note(name: str, stat: os.stat_result, store: Storage) -> None:
     is said to be (``engine.raw``, ``engine.tokens``), never read as another cut, eot or dtype."""
     store.remember(name, FileInfo.of_local(stat))
     for path in companions(name):
-        try:
-            store.remember(path, FileInfo.of_local(os.stat(path)))
-        except OSError:  # (absent; or unreadable: the open says so)
-            store.remember(path, NOT_THERE)
+        store.remember(path, local_identity(path))
 
 
 def _once(seen: dict[object, str], key: object, name: str) -> None:

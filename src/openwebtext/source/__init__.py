@@ -33,7 +33,7 @@ from openwebtext.source.settings import (
     placed,
     resolve,
 )
-from openwebtext.source.validators import CHANGED
+from openwebtext.source.validators import CHANGED, local_identity, unchanged
 from openwebtext.source.watchdog import watched
 
 __all__ = [
@@ -54,12 +54,14 @@ __all__ = [
     "file_info",
     "filesystem",
     "is_url",
+    "local_identity",
     "placed",
     "redact",
     "redact_options",
     "resolve",
     "retry_waited",
     "storage_kwargs",
+    "unchanged",
     "watched",
     "with_retries",
 ]

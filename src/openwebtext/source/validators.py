@@ -9,25 +9,58 @@ validators are compared, whatever the request asked. ETags are compared weakly (
 matches there, and a server that follows the standard would answer 412 to every range.
 A ranged answer also states the file's whole size (``Content-Range: bytes a-b/n``): another
 size than the indexed one is the file changed too, or a server whose HEAD said another
-(:func:`resized`): never a file read short or long of what was indexed.
+(:func:`resized`): never a file read short or long of what was indexed. A local file is
+checked against its identity as noted (``unchanged``: size, mtime and inode; ``NOT_THERE``
+for a file read beside a token file that was not there).
 """
 
 from __future__ import annotations
 
-from openwebtext.source.settings import FileInfo
+import os
+
+from openwebtext.source.settings import FileInfo, Storage
 
 __all__ = [
     "CHANGED",
     "CHANGED_OR_GONE",
+    "NOT_THERE",
     "content_range",
     "indexed_generation",
+    "local_identity",
     "resized",
     "same_file",
     "strong_etag",
+    "unchanged",
 ]
 
 CHANGED = "the file changed since it was indexed (index it again)"
 CHANGED_OR_GONE = "the file changed since it was indexed, or is gone (index it again)"
+#: The identity noted of a local file that is not there (an index or ``meta.json`` beside a
+#: token file): one put there since is a change.
+NOT_THERE = FileInfo(-1, "not there")
+
+
+def local_identity(path: str) -> FileInfo:
+    """The local file ``path``'s identity now (``FileInfo.of_local``), or ``NOT_THERE`` (absent;
+    or unreadable: then its open says so)."""
+    try:
+        return FileInfo.of_local(os.stat(path))
+    except OSError:
+        return NOT_THERE
+
+
+def unchanged(storage: Storage, path: str, now: FileInfo) -> None:
+    """Check the local file ``path`` (its identity ``now``: ``FileInfo.of_local`` of its open
+    descriptor, or ``local_identity``) against what ``storage`` noted of it; nothing noted (a
+    pickled storage: another machine's files) is nothing to check.
+
+    Raises:
+        OSError: ``CHANGED``.
+    """
+    known = storage.identity(path)
+    if known is not None and known != now:
+        raise OSError(CHANGED)
+
 
 #: The identity kinds ``filesystems.file_info`` notes, by the validator that carries them.
 _ETAG = frozenset({"ETag", "etag"})

@@ -204,10 +204,7 @@ def indexed(path: str, token_file: TokenFile, storage: Placed) -> None:
     """Keep ``token_file`` as the corpus reading with ``storage`` indexed ``path`` (a local
     path, or a URL's alias): ``opened`` with that storage hands it out, in this process and
     the workers it forks, whatever was opened of the same file since."""
-    table = _INDEXED.get(storage)
-    if table is None:
-        table = _INDEXED[storage] = {}
-    table[path] = token_file
+    _INDEXED.setdefault(storage, {})[path] = token_file
 
 
 def remember(url: str, token_file: TokenFile, storage: Placed) -> None:
