@@ -116,11 +116,14 @@ def test_a_file_opened_again_after_a_rewrite_is_read_as_it_is_now(
     assert len(after) == len(before) and after != before
 
 
-def test_a_pickled_storage_carries_no_local_identity(tmp_path: Path) -> None:
-    """A local file's identity (size and mtime) is this machine's file's: a Ray task on
+def test_a_storage_pickled_to_another_host_carries_no_local_identity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A local file's identity (size, mtime, inode) is this machine's file's: a Ray task on
     another node reads its own copy, of other mtimes, which must not be "changed". URLs'
-    identities go with the storage."""
+    identities go with the storage; a process of the same host (spawned) keeps both."""
     import pickle
+    import socket
 
     from openwebtext.source import FileInfo, Storage
 
@@ -128,7 +131,10 @@ def test_a_pickled_storage_carries_no_local_identity(tmp_path: Path) -> None:
     store = Storage(cache_dir=str(tmp_path / "cache"))
     store.remember(str(path), FileInfo(1, "mtime_ns:1"))
     store.remember("https://example.invalid/a.jsonl", FileInfo(2, "ETag:x"))
-    again = pickle.loads(pickle.dumps(store))
+    sent = pickle.dumps(store)
+    assert pickle.loads(sent).identity(str(path)) == FileInfo(1, "mtime_ns:1")  # (this host)
+    monkeypatch.setattr(socket, "gethostname", lambda: "another-node.invalid")
+    again = pickle.loads(sent)
     assert again.identity(str(path)) is None
     assert again.identity("https://example.invalid/a.jsonl") == FileInfo(2, "ETag:x")
     assert store.identity(str(path)) == FileInfo(1, "mtime_ns:1")  # (this process keeps it)

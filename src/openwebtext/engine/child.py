@@ -28,9 +28,10 @@ from openwebtext.engine.options import Lanes, PoolOptions
 from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import Done, Failed, Request, failed
 from openwebtext.errors import CorpusError, WorkerError
+from openwebtext.index import as_indexed
 from openwebtext.records import Unit
 from openwebtext.source import Storage, resolve
-from openwebtext.tokenfiles import TOKENS, opened
+from openwebtext.tokenfiles import TOKENS
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["LaneReaders", "open_reader", "read_unit", "worker_main"]
@@ -223,7 +224,7 @@ def token_counts(
             unit.member,
         )
     itemsize = tokenizer.dtype.itemsize
-    token_file = opened(unit.path, eot=tokenizer.eot, storage=resolve(storage))  # as the reader
+    token_file = as_indexed(unit.path, resolve(storage), tokenizer.eot)  # as the reader
     width = token_file.ids.dtype.itemsize
     if width != itemsize:
         why = f"ids of {width} bytes, not the {itemsize} of the tokenizer {tokenizer.spec!r}"

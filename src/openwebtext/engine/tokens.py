@@ -2,14 +2,15 @@
 → its documents' ids as they lie in the file, no decoding, no tar.
 
 Each document's place comes from the file's ends as its corpus indexed them
-(``tokenfiles.opened`` with the corpus's storage: a forked worker has them from the main
-process's index, read with the corpus's eot and dtype); its names are document indices. The
-file, or a file read beside it (its index, the ``meta.json``: ``tokenfiles.companions``),
-changed since the corpus indexed it (one put there, or gone), is said to have changed
-(``source.CHANGED``), never read as another cut nor blamed on the file's ids. A document
-holding an id outside the tokenizer's vocabulary (at or past its size, or below 0: a signed
-dtype's, such as megatron-core's int32) is left out as a ``CorruptDocument`` (never handed to
-a model's embedding). Beside ``read``'s text reader, which hands it the token units.
+(``index.as_indexed`` with the corpus's storage: a forked worker has them from the main
+process's index, a process the corpus was pickled to indexes the file again with the
+corpus's eot and dtype); its names are document indices. The file, or a file read beside it
+(its index, the ``meta.json``: ``tokenfiles.companions``), changed since the corpus indexed
+it (one put there, or gone), is said to have changed (``source.CHANGED``), never read as
+another cut nor blamed on the file's ids. A document holding an id outside the tokenizer's
+vocabulary (at or past its size, or below 0: a signed dtype's, such as megatron-core's int32)
+is left out as a ``CorruptDocument`` (never handed to a model's embedding). Beside ``read``'s
+text reader, which hands it the token units.
 """
 
 from __future__ import annotations
@@ -19,22 +20,17 @@ import numpy as np
 from openwebtext.engine.member import Member, Split, leave_out_split
 from openwebtext.engine.raw import UnitBytes
 from openwebtext.errors import CorruptDocument, CorruptMember
+from openwebtext.index import as_indexed
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url, local_identity, resolve, unchanged
-from openwebtext.tokenfiles import (
-    TokenFileError,
-    companions,
-    document_names,
-    document_range,
-    opened,
-)
+from openwebtext.tokenfiles import TokenFileError, companions, document_names, document_range
 
 __all__ = ["TokenReader"]
 
 
 class TokenReader:
-    """Reads token units from ``raw``: ``eot`` is the corpus's end-of-text id (should a
-    worker open the file anew: spawned), ``vocab`` its tokenizer's vocabulary size (None:
+    """Reads token units from ``raw``: ``eot`` is the tokenizer's end-of-text id (for a file
+    its storage did not index: ``index.as_indexed``), ``vocab`` its vocabulary size (None:
     ids not checked)."""
 
     def __init__(
@@ -61,7 +57,7 @@ class TokenReader:
             data = self.raw.read(unit)  # (the file as indexed, or CHANGED: ``engine.raw``)
             if not is_url(unit.path):
                 _unchanged_beside(unit.path, storage)
-            token_file = opened(unit.path, eot=self.eot, storage=storage)
+            token_file = as_indexed(unit.path, storage, self.eot)
         except TokenFileError as exc:
             raise CorruptMember(exc.message, unit.path, unit.member) from exc
         except OSError as exc:

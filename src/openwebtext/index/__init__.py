@@ -10,11 +10,13 @@ from openwebtext.index.corpus import Corpus, Counts, split_key
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.parquet import TEXT_COLUMN, footer_of, parse_footer
 from openwebtext.index.paths import file_key
+from openwebtext.index.tokens import as_indexed
 
 __all__ = [
     "TEXT_COLUMN",
     "Corpus",
     "Counts",
+    "as_indexed",
     "file_key",
     "footer_of",
     "parse_footer",

@@ -8,11 +8,15 @@ from the file's ends (``tokenfiles.indexed``: opened here, in the main process, 
 corpus's storage, so forked workers inherit them as this corpus indexed them); each
 document's name is its index in the file. The identity of each local file read (the file, its
 index, the ``meta.json`` beside it, there or not) is noted in the storage: the reader says a
-change of any.
+change of any. How each file was indexed (its eot and dtype, a remote index's digest) is
+noted there too (``Storage.tokens``), so that a process the corpus is pickled to, which
+inherits no ends, indexes it again the same way (``as_indexed``), once, after checking it is
+the file indexed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -24,6 +28,7 @@ from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
 from openwebtext.source import (
     ABSENT,
+    CHANGED,
     FileInfo,
     Storage,
     fetch,
@@ -31,14 +36,18 @@ from openwebtext.source import (
     is_url,
     local_identity,
     resolve,
+    unchanged,
 )
 from openwebtext.tokenfiles import (
     TOKENS,
+    IndexedAs,
     TokenFile,
+    TokenFileError,
     Vocabulary,
     beside,
     companions,
     indexed,
+    kept,
     opened,
     read_datatrove_index,
     read_megatron_index,
@@ -49,7 +58,7 @@ from openwebtext.tokenfiles import (
 
 log = logging.getLogger("openwebtext")
 
-__all__ = ["UNIT_TOKENS", "token_units"]
+__all__ = ["UNIT_TOKENS", "as_indexed", "token_units"]
 
 #: Ids a unit holds, about (whole documents): ~2 MB of uint16, like a text member's text.
 UNIT_TOKENS = 1 << 20
@@ -105,6 +114,7 @@ def token_units(
             file_dtype = dtype or ("uint16" if run is None else run.dtype)
             token_file = opened(name, eot=file_eot, dtype=file_dtype)
             indexed(name, token_file, store)  # what the corpus's readers read it as
+            store.tokens[name] = IndexedAs(file_eot, file_dtype)  # (where they are not forked)
         base = int(getattr(token_file.ids, "offset", 0))  # an llm.c shard's header
         itemsize = token_file.ids.dtype.itemsize
         ends = token_file.ends
@@ -145,23 +155,49 @@ def _once(seen: dict[object, str], key: object, name: str) -> None:
     seen[key] = name
 
 
+def as_indexed(path: str, storage: Storage, eot: int | None = None) -> TokenFile:
+    """The token file ``path`` (a unit's) as the corpus reading with ``storage`` indexed it:
+    its ends as kept in this process or the one it was forked from (``tokenfiles.kept``), else
+    (a process the corpus was pickled to: spawned, a Ray task) indexed again here as
+    ``storage.tokens`` says (the same eot and dtype), once: the ends are not pickled with the
+    corpus (tens of MB for a large one). A storage that indexed no such file reads it as it
+    is now, with ``eot`` (the reader's: ``tokenfiles.opened``).
+
+    Raises:
+        OSError: ``CHANGED``, a local file or one read beside it that is not the one noted
+            at the open (its identity travels to a process of the same host only); the file
+            is gone, or is no longer a regular file.
+        TokenFileError: a remote file's index that is not the one indexed (``CHANGED``),
+            or cannot be read again; a damaged file.
+    """
+    found = kept(path, storage)
+    if found is not None:
+        return found
+    how = storage.tokens.get(path)
+    if how is None:
+        return opened(path, eot=eot, storage=storage)
+    if is_url(path):
+        found = _remote_again(path, how, storage)
+    else:  # checked as a read is (``engine.tokens``): never the ends of another file
+        for noted in (path, *companions(path)):
+            unchanged(storage, noted, local_identity(noted))
+        found = opened(path, eot=how.eot, dtype=how.dtype)
+    indexed(path, found, storage)
+    return found
+
+
 def _remote(url: str, name: str, dtype: str | None, store: Storage) -> TokenFile:
     """A remote token file's ends, from its index (fetched whole: ~20 bytes a document),
-    kept for the workers (``tokenfiles.remember``); ``name`` is its alias, what is shown.
-    ``dtype`` defaults to that of its run's ``meta.json``, else uint16 (a ``.ds``'s)."""
-    base = name.rsplit("/", 1)[-1]  # the alias's: no query string to end with
-    if base.endswith(".ds"):
-        index = base + ".index"
-    elif base.endswith(".bin"):
-        index = base[: -len(".bin")] + ".idx"
-    else:
-        raise CorpusError("not a token file this reads remotely (X.bin with X.idx, X.ds)", name)
+    kept for the workers (``tokenfiles.remember``), and how it was indexed for a process the
+    corpus is pickled to (``as_indexed``); ``name`` is its alias, what is shown. ``dtype``
+    defaults to that of its run's ``meta.json``, else uint16 (a ``.ds``'s)."""
+    index = _index_of(name)
     run = _remote_run(url, name, store)
     info = file_info(url, store)
     store.remember(name, info)  # its ETag or Last-Modified: the corpus's identity
+    dtype = dtype or ("uint16" if run is None else run.dtype)
     size = info.size
     if index.endswith(".index"):
-        dtype = dtype or ("uint16" if run is None else run.dtype)
         ids_dtype = np.dtype(dtype).newbyteorder("<")
         if size % ids_dtype.itemsize:  # (as a local one: ``tokenfiles.opening``)
             raise CorpusError(f"{size} bytes of ids, not a whole number of {dtype} ids", name)
@@ -173,15 +209,58 @@ def _remote(url: str, name: str, dtype: str | None, store: Storage) -> TokenFile
             "id; download them, or write the index (owt tokenize --format megatron)",
             name,
         )
+    token_file = _from_index(name, index, body, size, dtype, run)
+    remember(name, token_file, store)
+    store.tokens[name] = IndexedAs(None, dtype, _digest(body), run)
+    return token_file
+
+
+def _remote_again(name: str, how: IndexedAs, store: Storage) -> TokenFile:
+    """The remote token file ``name`` (an alias) indexed again as ``how`` says, in a process
+    its corpus was pickled to: its index fetched again must be the one indexed (its digest:
+    whatever validators the server sends), its ``meta.json`` is taken as it was recorded, its
+    size is the one noted (every range of it is read checked against that version)."""
+    index, url = _index_of(name), store.real_url(name)
+    try:
+        size = (store.identity(name) or file_info(url, store)).size
+        body = _whole(_beside(url, index), _beside(name, index), store)
+    except CorpusError as exc:
+        raise TokenFileError(f"its {index} cannot be read again: {exc.message}", name) from None
+    if body is None or _digest(body) != how.digest:
+        raise TokenFileError(f"{CHANGED}: its {index} is not the one it was indexed with", name)
+    return _from_index(name, index, body, size, how.dtype, how.tokenizer)
+
+
+def _index_of(name: str) -> str:
+    """The name of the index beside the remote token file ``name`` (an alias: no query
+    string to end with)."""
+    base = name.rsplit("/", 1)[-1]
+    if base.endswith(".ds"):
+        return base + ".index"
+    if base.endswith(".bin"):
+        return base[: -len(".bin")] + ".idx"
+    raise CorpusError("not a token file this reads remotely (X.bin with X.idx, X.ds)", name)
+
+
+def _from_index(
+    name: str, index: str, body: bytes, size: int, dtype: str, run: Vocabulary | None
+) -> TokenFile:
+    """The remote token file ``name`` of ``size`` bytes, its ends from its index's ``body``
+    (a datatrove index counts ids of ``dtype``; a Megatron one says its own)."""
     if index.endswith(".index"):
+        ids_dtype = np.dtype(dtype).newbyteorder("<")
         ends = read_datatrove_index(_beside(name, index), size // ids_dtype.itemsize, body)
     else:
         ids_dtype, ends = read_megatron_index(_beside(name, index), body)
         if (ends[-1] if ends.size else 0) * ids_dtype.itemsize != size:
             raise CorpusError(f"{size} bytes, not the ids of {index}", name)
-    token_file = TokenFile(name, np.zeros(0, ids_dtype), ends, run)
-    remember(name, token_file, store)
-    return token_file
+    return TokenFile(name, np.zeros(0, ids_dtype), ends, run)
+
+
+def _digest(body: bytes) -> str:
+    """What a remote index is known by where it is fetched again: a hash of its bytes (the
+    same on every host, whatever validators its server sends or not)."""
+    return hashlib.blake2b(body, digest_size=16).hexdigest()
 
 
 def _remote_run(url: str, name: str, store: Storage) -> Vocabulary | None:

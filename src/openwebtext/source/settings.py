@@ -1,13 +1,13 @@
 """Settings, per corpus: a ``Storage`` holds what one corpus's URLs are read with (its
 fsspec options, passed as they are, and its member cache) and what indexing learnt (the
-real URL behind each alias, each file's identity). ``Corpus.open(..., storage_options=...)``
-makes one and the corpus carries it to its pools and readers; forked workers inherit it with
-their units. Two corpora opened with different options never share a filesystem, an alias or
-an identity. Every function of ``source`` takes the ``storage`` to use; None means the
-process's default one (``resolve``), which ``configure`` sets. What is kept on disk about a
-remote file is keyed on the URL and the storage's ``place``: a hash of its options without
-anything that looks like a secret, so ``endpoint_url`` tells two servers apart and no
-credential is ever written.
+real URL behind each alias, each file's identity, how each token file was indexed).
+``Corpus.open(..., storage_options=...)`` makes one and the corpus carries it to its pools
+and readers; forked workers inherit it with their units. Two corpora opened with different
+options never share a filesystem, an alias or an identity. Every function of ``source``
+takes the ``storage`` to use; None means the process's default one (``resolve``), which
+``configure`` sets. What is kept on disk about a remote file is keyed on the URL and the
+storage's ``place``: a hash of its options without anything that looks like a secret, so
+``endpoint_url`` tells two servers apart and no credential is ever written.
 
 What a process makes for a storage (fsspec filesystems, Hub resolutions, small files read
 whole) belongs to the backend module that makes it, in a :class:`PerStorage` table of that
@@ -21,12 +21,16 @@ import hashlib
 import json
 import os
 import re
+import socket
 import threading
 import weakref
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from openwebtext.errors import CorpusError
 from openwebtext.source.redaction import public_options, redact
+
+if TYPE_CHECKING:
+    from openwebtext.tokenfiles import IndexedAs
 
 __all__ = [
     "LOCK",
@@ -102,10 +106,11 @@ class Storage:
     """What one corpus's URLs are read with: fsspec options and the member cache.
 
     It also keeps what indexing learnt about the corpus's files: the real URL
-    behind each alias and each file's identity. Workers forked from the process
-    inherit it, and pickling it (Ray) keeps all of it but local files' identities; what a
-    process makes for it (filesystems, Hub resolutions) is its backends' (``PerStorage``).
-    Its ``repr`` shows no option.
+    behind each alias, each file's identity and how each token file was indexed. Workers
+    forked from the process inherit it, and pickling it (Ray, a spawned process) keeps all of
+    it, local files' identities only for a process of the same host; what a process makes
+    for it (filesystems, Hub resolutions, token files' ends) is its backends' (``PerStorage``,
+    ``tokenfiles.indexed``). Its ``repr`` shows no option.
 
     Args:
         options: Passed as they are to ``fsspec.filesystem`` (for S3:
@@ -135,6 +140,10 @@ class Storage:
         """What caches on disk are keyed on besides the URL (``place``)."""
         self.aliases: dict[str, str] = {}
         self.identities: dict[str, FileInfo] = {}
+        self.tokens: dict[str, IndexedAs] = {}
+        """How each token file (path, or URL's alias) was indexed: its eot and dtype, a remote
+        index's digest. Its ends are this process's (``tokenfiles.indexed``, inherited by
+        forked workers); a process it is pickled to indexes the file again this way."""
         self.root = self
         """Whose options, cache and backends' tables these are: itself, or the storage a
         corpus's ``view`` was made of."""
@@ -143,19 +152,23 @@ class Storage:
         return f"Storage(place={self.place!r}, cache={self.cache})"
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled (a Ray task, a spawned worker): all of it but local files' identities,
-        which are this machine's files' (a copy on another node has other mtimes; a forked
-        worker inherits them). A view of the default is unpickled as a view of that process's
-        default (its options, and ``configure`` there reaching it), as a corpus opened without
-        options always read with the default of the process it is read in; ``detached`` for
-        a copy that keeps this process's options."""
-        state = dict(self.__dict__)
-        state["identities"] = {k: v for k, v in self.identities.items() if is_url(k)}
+        """Pickled (a Ray task, a spawned worker): all of it, with the host it was pickled on.
+        Local files' identities are that host's files' (a copy on another node has other
+        mtimes and inodes): a process of another host drops them, one of the same host keeps
+        them, so that its reads are checked as a forked worker's are, and a token file is
+        indexed again there only if it is the one this corpus indexed (``index.tokens``),
+        never new bytes cut at the old ends. A view of the default is unpickled as a view of
+        that process's default (its options, and ``configure`` there reaching it), as a corpus
+        opened without options always read with the default of the process it is read in;
+        ``detached`` for a copy that keeps this process's options."""
+        state = dict(self.__dict__, host=_host())
         if self.root is _default and self is not _default:
             state.update(root=None, options={}, cache=None, place="")  # (none of them travels)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        if state.pop("host", None) != _host():  # another host's local files
+            state["identities"] = {k: v for k, v in state["identities"].items() if is_url(k)}
         self.__dict__.update(state)
         if self.root is None:  # a view of the default, in this process
             self.root = _default
@@ -206,13 +219,13 @@ class Storage:
     def view(self) -> Storage:
         """A storage for one corpus (``Corpus.open`` without options): this one's options,
         cache and backends' tables (``PerStorage`` keys by ``root``; ``configure`` reaches the
-        default's views), with aliases and identities of its own, noted as the corpus is
-        indexed. The same files opened again once they changed (another corpus) are noted in
-        that corpus's view, never here: this corpus's reads are checked against what it
-        indexed, and said to have changed.
+        default's views), with aliases, identities and token files of its own, noted as the
+        corpus is indexed. The same files opened again once they changed (another corpus) are
+        noted in that corpus's view, never here: this corpus's reads are checked against what
+        it indexed, and said to have changed.
         """
         view = object.__new__(Storage)
-        view.__dict__.update(self.__dict__, aliases={}, identities={})
+        view.__dict__.update(self.__dict__, aliases={}, identities={}, tokens={})
         if self.root is _default:
             with LOCK:
                 _views.add(view)
@@ -249,6 +262,17 @@ class PerStorage(Generic[K, V]):
 def resolve(storage: Storage | None) -> Storage:
     """``storage``, or the process's default one (set by ``configure``) when None."""
     return _default if storage is None else storage
+
+
+def _host() -> str:
+    """This machine, as far as its local files are concerned: its host name, and where the
+    kernel says it (Linux) its boot's id, so that two machines of one name are told apart."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()} {boot}"
 
 
 def configure(

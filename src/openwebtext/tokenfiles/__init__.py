@@ -59,8 +59,10 @@ from openwebtext.tokenfiles.megatron import (
     read_megatron_index,
 )
 from openwebtext.tokenfiles.opening import (
+    IndexedAs,
     companions,
     indexed,
+    kept,
     open_token_file,
     opened,
     remember,
@@ -77,6 +79,7 @@ __all__ = [
     "MEGATRON_MAGIC",
     "PREPARE_FORMAT",
     "TOKENS",
+    "IndexedAs",
     "IntDtype",
     "TokenFile",
     "TokenFileError",
@@ -89,6 +92,7 @@ __all__ = [
     "document_range",
     "eot_ends",
     "indexed",
+    "kept",
     "llmc_cuts",
     "llmc_header",
     "megatron_code",

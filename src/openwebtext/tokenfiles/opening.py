@@ -8,11 +8,11 @@ import struct
 import weakref
 from pathlib import Path
 from stat import S_ISREG
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from openwebtext.tokenfiles.common import TokenFile, beside, damaged, eot_ends
+from openwebtext.tokenfiles.common import TokenFile, Vocabulary, beside, damaged, eot_ends
 from openwebtext.tokenfiles.datatrove import read_datatrove_index
 from openwebtext.tokenfiles.llmc import (
     LLMC_HEADER_BYTES,
@@ -22,7 +22,16 @@ from openwebtext.tokenfiles.llmc import (
 )
 from openwebtext.tokenfiles.megatron import read_megatron_index
 
-__all__ = ["Placed", "companions", "indexed", "open_token_file", "opened", "remember"]
+__all__ = [
+    "IndexedAs",
+    "Placed",
+    "companions",
+    "indexed",
+    "kept",
+    "open_token_file",
+    "opened",
+    "remember",
+]
 
 #: What of a file ``open_token_file`` reads beside it, by (size, mtime_ns, inode, device) or None:
 #: absent (a file put in place by a rename keeping its size and mtime is another).
@@ -30,9 +39,29 @@ _Stamp = tuple[int, int, int, int]
 _Beside = tuple[_Stamp | None, ...]
 #: Files opened by ``opened``, by (path, its stamp, what beside it, eot, dtype) ...
 _OPENED: dict[tuple[str, _Stamp, _Beside, int | None, str], TokenFile] = {}
-#: ... and by (path, its stamp, what beside it): the last one opened (a process that
-#: finds no corpus's own, ``_INDEXED``: a spawned worker).
+#: ... and by (path, its stamp, what beside it): the last one opened (a reader whose storage
+#: indexed no such file: neither ``_INDEXED`` nor ``Storage.tokens`` say how).
 _LAST: dict[tuple[str, _Stamp, _Beside], TokenFile] = {}
+
+
+class IndexedAs(NamedTuple):
+    """How a corpus indexed one token file: what its storage carries where the file's ends do
+    not travel (``Storage.tokens``). A process the corpus is pickled to (spawned, a Ray task)
+    did not inherit the ends (``indexed``) and is not sent them (tens of MB for a large
+    corpus): it indexes the file again this way, once, as the corpus did (``index.tokens``),
+    never with a reader's defaults (the tokenizer's end-of-text id, uint16), which would refuse
+    a file of its own eot or read a signed dtype's ids as others."""
+
+    eot: int | None
+    """The end-of-text id its documents were cut at (a file without an index)."""
+    dtype: str
+    """The ids' type it was read as (an index of Megatron's gives its own)."""
+    digest: str = ""
+    """A remote file's: a hash of its index as fetched (``X.idx``, ``X.ds.index``; a local
+    one is checked by its identity), which the index fetched again must have."""
+    tokenizer: Vocabulary | None = None
+    """A remote file's: what its run's ``meta.json`` recorded then (taken as it was, not
+    fetched again)."""
 
 
 class Placed(Protocol):
@@ -140,7 +169,8 @@ def opened(
     """The token file ``path`` as the corpus reading with ``storage`` indexed it (``indexed``:
     its ends, its eot and dtype), when ``dtype`` is not given: a worker's read, its file and
     the files beside it checked unchanged by the reader (``engine.tokens``). Else (no
-    storage, a dtype, or a process that inherited no index: spawned) ``open_token_file``, once
+    storage, a dtype, or a storage that indexed no such file here: a process it was pickled to
+    indexes it again as ``Storage.tokens`` says, ``index.tokens``) ``open_token_file``, once
     per process for a file as it is now (the size and mtime of it, of its index, ``X.idx`` or
     ``X.ds.index``, and of the ``meta.json`` beside it: a changed or damaged index is read
     again) and as it is read (``eot`` and ``dtype``); without a ``dtype``, as it was last
@@ -157,7 +187,7 @@ def opened(
     if "://" in name:  # a URL: its ends were fetched when its corpus was opened (``remember``)
         return _remembered(name, storage)
     if storage is not None and dtype is None:
-        known = _INDEXED.get(storage, {}).get(name)
+        known = kept(name, storage)
         if known is not None:
             return known
     stat = os.stat(name)
@@ -207,6 +237,12 @@ def indexed(path: str, token_file: TokenFile, storage: Placed) -> None:
     _INDEXED.setdefault(storage, {})[path] = token_file
 
 
+def kept(path: str, storage: Placed) -> TokenFile | None:
+    """What ``indexed`` kept of ``path`` for the corpus reading with ``storage``, in this
+    process or the one it was forked from; None: nothing (a storage pickled to this process)."""
+    return _INDEXED.get(storage, {}).get(path)
+
+
 def remember(url: str, token_file: TokenFile, storage: Placed) -> None:
     """Keep a remote token file's ends (its index fetched) as read from ``storage``, for
     ``opened`` in this process and the workers it forks (``indexed``)."""
@@ -219,7 +255,7 @@ def remember(url: str, token_file: TokenFile, storage: Placed) -> None:
 def _remembered(url: str, storage: Placed | None) -> TokenFile:
     """What ``remember`` kept of ``url`` as read from ``storage`` (None: from its one place)."""
     if storage is not None:
-        found = _INDEXED.get(storage, {}).get(url)
+        found = kept(url, storage)
     elif len(places := _REMOTE.get(url, {})) > 1:
         raise damaged(url, "read from several endpoints in this process: which one is meant "
                            "is not said (the same URL there may be another file)")  # fmt: skip
