@@ -435,6 +435,8 @@ class BestFitBatches(Packer):
             cut["window_parts"] = window_part_counts(self._windows[0].parts, documents)
         if row and self._windows[0].short:
             cut["window_documents"] = self._windows[0].short
+        if row and (again := window_repeats(self._windows[0].parts)):  # (a reshard deals them)
+            cut["window_repeats"] = again
         return BatchesState(
             *self._shape.first(), documents, 0, self._batches,
             "bestfit", self.window, number, row, epoch, self._shape.section(packings),
@@ -460,6 +462,12 @@ class BestFitBatches(Packer):
             packed = packed.add(*window.fitted.counted(window.row))
             parts = add_parts(parts, window.fitted.counted_parts(window.row))
         return packed, parts
+
+
+def window_repeats(parts: list[tuple[Run, int, int]] | None) -> int:
+    """A corpus's window's documents handed out again (a mixture's: 0, its parts say theirs)."""
+    return sum(end - first for run, first, end in parts or ()
+               if isinstance(run, TokenRun) and run.after.repeats_from is not None)  # fmt: skip
 
 
 def check_window_parts(start: BatchesState | None, windows: deque[Window]) -> None:

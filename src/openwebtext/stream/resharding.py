@@ -69,11 +69,10 @@ def reshard(
     rank before one had not begun it, and the rests of every epoch an old rank had begun follow
     one another (best-fit batches of a corpus: states of one epoch only; of a mixture, each old
     rank's window is read from its epoch of each part, and past its end from the next, all
-    handed out first). After those, every epoch is
-    the new world size's own. The new ranks' counters start at 0. States of a resharded
-    epoch can be resharded again. Batches under a ``Schedule`` go on in it from the batch the
-    furthest old rank had reached (best fit: a window packed again at a change is packed the
-    same way by the new rank it is dealt to).
+    handed out first). After those, every epoch is the new world size's own. The new ranks'
+    counters start at 0. States of a resharded epoch can be resharded again. Batches under a
+    ``Schedule`` go on in it from the batch the furthest old rank had reached (best fit: a
+    window packed again at a change is packed the same way by the new rank it is dealt to).
 
     Args:
         states: The states of all ranks of one run.
@@ -290,7 +289,7 @@ def _best_fit(
     numbers = [
         WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings,
                  s.window_parts[0] if s.window_parts and s.row else None,  # (a mixture's part)
-                 None if replays is None else replays[by_rank[r]])
+                 s.window_repeats or 0, None if replays is None else replays[by_rank[r]])
         for r, s in enumerate(ordered)
     ]  # fmt: skip
     return window, numbers
@@ -419,7 +418,7 @@ def _epoch_section(
 
 
 #: ``_view`` of an epoch after a rest's sections: its world's own, or a rest that the cuts
-#: carried into it make (``Rest.next_section``), which a rank already in it says.
+#: carried into it make (``rest.next_section``), which a rank already in it says.
 _UNSAID = Reshard(world_size=1, epoch=0, even=None, ranks=(OldRank(0, 0),))
 
 
@@ -474,7 +473,7 @@ def _best_fit_sections(
         for r, (d, w) in enumerate(zip(ordered, numbers, strict=True)):
             k = d.position.epoch - base.epoch
             if w.rows:
-                dealt = Begun(w.number, w.rows, w.packings, w.documents, rank=r)
+                dealt = Begun(w.number, w.rows, w.packings, w.documents, w.repeats, rank=r)
                 sections[k] = replace(sections[k], windows=(*(sections[k].windows or ()), dealt))
         return sections[0], sections[1:]
     if window != base.window:
@@ -497,4 +496,5 @@ def _old_rank(state: DocumentState, epoch: int, cut: int) -> OldRank:
     position = state.position
     if position.epoch > epoch:
         return OldRank(0, 0, finished=True)
-    return OldRank(position.block, position.in_block, state.counters.epoch_documents, cut=cut)
+    return OldRank(position.block, position.in_block, state.counters.epoch_documents, cut=cut,
+                   pass_end=position.pass_end or None)

@@ -31,13 +31,14 @@ finished into the next level the same way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import Rule, Share, advance
+from openwebtext.stream.dealing import Window, applied_trim, windows_left
 from openwebtext.stream.epochs import (
     block_end,
     block_size,
@@ -45,28 +46,12 @@ from openwebtext.stream.epochs import (
     epoch_shares,
     slots_passed,
 )
-from openwebtext.stream.sections import Begun, Level, OldRank, Packed, Reshard, WindowAt
+from openwebtext.stream.overrun import Overrun, overrun_of
+from openwebtext.stream.sections import Begun, Level, OldRank, Reshard
 from openwebtext.stream.source import WindowAhead
-from openwebtext.stream.spans import Span, count, cut_share, drop_front, owner_of, slice_spans
+from openwebtext.stream.spans import Span, count, cut_share, drop_front, owner_of
 
-__all__ = ["Piece", "Rest", "Window", "ended"]
-
-
-class Window(NamedTuple):
-    """A best-fit window of documents some rank had begun handing the rows of."""
-
-    spans: list[Span]
-    """Its documents, as intervals of the rest sequence."""
-    number: int
-    """The number its rows were shuffled with."""
-    skip: int
-    """Its rows already handed out (in their shuffled order)."""
-    packings: tuple[Packed, ...] = ()
-    """Under a schedule: its packings rows were handed out of (the last's rows: ``skip``)."""
-
-    @property
-    def documents(self) -> int:
-        return count(self.spans)
+__all__ = ["Piece", "Rest", "Window", "ended", "next_section"]
 
 
 class Dealt(NamedTuple):
@@ -101,6 +86,9 @@ class Piece(NamedTuple):
     epoch: int
     """The epoch whose plan it is read with: the rest's (a later epoch's for a window dealt
     first, ``Rest.windows``)."""
+    overrun: Overrun | None = None
+    """A best-fit window's overrun into the pass repeating its old rank's share (its slots:
+    ``documents``; ``in_block``: those of them passed before)."""
 
 
 class Rest:
@@ -139,8 +127,11 @@ class Rest:
         epoch = epoch_shares(len(counts), counts, options, self.epoch)
         self.shares = [epoch.share(r, world, rule) for r in range(world)]
         self.size = block_size(options)
-        # The rest sequence: each old rank's remaining documents, in rank order.
+        # The rest sequence: each old rank's remaining documents (and its window's overrun,
+        # ``overrun``), in rank order.
         self.starts: list[int] = []
+        self.ends: list[int] = []  # (where each one's remaining documents end)
+        self.overruns: dict[int, tuple[Overrun, int]] = {}  # (and their slots)
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
         begun = {b.rank: b for b in section.windows or ()}
@@ -152,9 +143,8 @@ class Rest:
         self.begun, self.crossing = begun, {}
         """Best fit of a mixture's part: the old ranks whose window crosses the epoch's end,
         and its documents in the next epoch (the first of their share of it)."""
-        at = 0
+        at, size = 0, section.window or 0
         check_old_ranks(section, counts, options, later=entry)
-        size = section.window or 0
         for r, old in enumerate(section.ranks):
             per = self.shares[r].counts
             assert per is not None  # (its slots from its position on)
@@ -162,11 +152,12 @@ class Rest:
             if not remaining and old.cut and not old.finished:  # its next document: the next
                 self.carried[0][r] = old.cut  # epoch's first (``next_section``)
             self.starts.append(at)
-            first = at
-            b = begun.get(r)
+            self.ends.append(at + remaining)
+            first, b = at, begun.get(r)
+            over = overrun_of(r, old, b, self.shares[r], remaining, size)
             # Its window's documents: a window, not the sequence (a mixture's part's: its
             # documents in the window, none too, so that every part deals the same windows).
-            if b is not None and (remaining or b.documents is not None):
+            if b is not None and (remaining or over or b.documents is not None):
                 m = min(size, remaining) if b.documents is None else b.documents
                 if m > remaining and not section.levels:  # the rest: the next epoch's first
                     self.crossing[r], m = m - remaining, remaining
@@ -177,6 +168,8 @@ class Rest:
                         f"{remaining} left: the window crosses the part's epoch end; resume "
                         "on the same world size, or reshard when no window does"
                     )
+                if over is not None:  # (its slots past the share's: the window's other ones)
+                    m, self.overruns[r] = size, (over, size - remaining)
                 windows.append(Window([(at, at + m, False)], b.number, b.rows, b.packings))
                 ranked.append(r)
                 first = at + m
@@ -184,7 +177,7 @@ class Rest:
                 spans.append((first, at + remaining, False))
                 if old.cut:
                     mid[at] = old.cut
-            at += remaining
+            at = max(at + remaining, first)
         if section.dealt and section.levels:  # resharded again: the old ranks' windows were
             windows = []  # handed out in an earlier epoch's rest, in no level's share (``_dealt``)
         # Each level: the shares of a reshard, minus what their ranks handed out.
@@ -202,7 +195,7 @@ class Rest:
                     at_window = level.windows[s]
                     dealt = windows[s :: level.world_size]
                     try:
-                        left_windows, left = _windows_left(dealt, share, done, at_window, size)
+                        left_windows, left = windows_left(dealt, share, done, at_window, size)
                     except StateError as exc:
                         if part is None:
                             raise
@@ -216,7 +209,7 @@ class Rest:
                 if left and cut:
                     x, _, repeat = left[0]
                     led = leads or s in level.led  # (a part's share: if it led, said)
-                    applied = _applied_trim(mid, share, done, x, repeat, led)
+                    applied = applied_trim(mid, share, done, x, repeat, led)
                     new_mid[x] = applied + cut
                 joined += left
             spans, mid, windows = joined, new_mid, carried
@@ -231,6 +224,15 @@ class Rest:
         """What ``drop`` left out, for the last share to count (0 for the others)."""
         self.mid = mid
         self.length = count(self.spans)
+        self.documents = self.length - sum(
+            owner.overrun_slots(spans) for owner, spans in self.segments
+        )
+        """The documents it hands out evened out: its slots less its overruns' (``Piece``)."""
+
+    def overrun_slots(self, spans: list[Span]) -> int:
+        """The slots of overruns (``Piece.overrun``) ``spans`` hold."""
+        zones = [(self.ends[r], self.ends[r] + size) for r, (_, size) in self.overruns.items()]
+        return sum(max(0, min(b, y) - max(a, x)) for a, b, _ in spans for x, y in zones)
 
     def _dealt(self) -> list[Dealt]:
         """The best-fit windows to deal: a level's, in the order they were carried; else
@@ -299,57 +301,11 @@ class Rest:
     def following(self) -> Rest | None:
         """The next epoch's rest, or None: the next epoch is the rank's own (``next_section``).
         Its first id leads only if this share held none (else it follows this share's)."""
-        section = self.next_section()
+        section = next_section(self)
         if section is None:
             return None
         leads = self.leads and not self.length
         return Rest(section, self.counts, self.options, leads=leads, part=self.part, entry=False)
-
-    def next_section(self) -> Reshard | None:
-        """The section of the next epoch (``Reshard.following``), with the cuts of ranks that
-        had handed out all of this epoch while a batch had begun their next epoch's first
-        document (``carried``): that epoch is then a rest too (their ranks not begun, theirs
-        cut), so that the document goes on from its first id not yet a target.
-
-        The worlds of this epoch (its old ranks', then each level's) resharded one into the
-        next. A world with a rank past this epoch had begun the next: the reshard of the
-        last such world put it on top of ``following`` (as its old ranks, or its last level),
-        and its carried cuts go there. Each world after it had not begun the next epoch: with
-        carried cuts it adds itself on top, not begun (as its old ranks, when it is first)."""
-        section = self.section
-        following = section.following()
-        worlds = [(section.world_size, section.even),
-                  *((level.world_size, level.rule) for level in section.levels)]  # fmt: skip
-        began = [any(old.finished for old in section.ranks),
-                 *(bool(level.finished) for level in section.levels)]  # fmt: skip
-        last = max((k for k, b in enumerate(began) if b), default=-1)
-        built = following
-        if built is not None and last >= 0 and self.carried[last]:
-            cuts = self.carried[last]
-            if built.levels:
-                top = built.levels[-1]
-                top = replace(top, cuts=tuple(cuts.get(s, c) for s, c in enumerate(top.cuts)))
-                built = replace(built, levels=(*built.levels[:-1], top))
-            else:
-                ranks = tuple(replace(old, cut=cuts.get(r, old.cut))
-                              for r, old in enumerate(built.ranks))  # fmt: skip
-                built = replace(built, ranks=ranks)
-        for (world, rule), cuts in list(zip(worlds, self.carried, strict=True))[last + 1 :]:
-            if not cuts:
-                continue
-            cut = tuple(cuts.get(r, 0) for r in range(world))
-            if built is None:
-                ranks = tuple(OldRank(0, 0, cut=c) for c in cut)
-                built = Reshard(world_size=world, epoch=section.epoch + 1, even=rule, ranks=ranks,
-                                share=section.share, rule=section.rule, counted=False)  # fmt: skip
-            else:
-                level = Level(world_size=world, rule=rule, done=(0,) * world, cuts=cut)
-                built = replace(built, levels=(*built.levels, level))
-        if self.crossing:  # windows that cross into it: their documents there left out
-            built = built or replace(self.not_begun(), share=section.share, rule=section.rule)
-            windows = (*(built.windows or ()), *self.crossed(self.crossing))
-            built = replace(built, windows=windows, dealt=True)
-        return built
 
     def windows_ahead(self, progress: int) -> list[WindowAhead]:
         """``(documents, number, rows handed out, packings)`` of the windows this share
@@ -385,6 +341,12 @@ class Rest:
                 stop = min(b, end)
                 k = a - self.starts[r]
                 old, share = ranks[r], self.shares[r]
+                if a >= self.ends[r]:  # its window's overrun
+                    yield Piece(r, share, 0, a - self.ends[r], stop - a, 0, True, 0, epoch,
+                                self.overruns[r][0])  # fmt: skip
+                    a = stop
+                    continue
+                stop = min(stop, self.ends[r])
                 assert share.counts is not None  # (in slots: one pass, to the share's end)
                 at = advance(share.counts, self.size, (old.block, old.in_block, 0), k, None)
                 last, inside = advance(share.counts, self.size, (*at, 0), stop - a, None)
@@ -408,89 +370,48 @@ def ended(
     return (*passed, rest.said()), rest.following()
 
 
-def _windows_left(
-    windows: Sequence[Window],
-    share: Sequence[Span],
-    done: int,
-    at_window: WindowAt,
-    size: int,
-) -> tuple[list[Window], list[Span]]:
-    """What a best-fit share left: the windows it had not finished (the one it was in,
-    ``at_window``: its number, rows handed out and packings) and the spans of its sequence
-    after them.
+def next_section(rest: Rest) -> Reshard | None:
+    """The section of the epoch after ``rest``'s (``Reshard.following``), with the cuts of
+    ranks that had handed out all of this epoch while a batch had begun their next epoch's first
+    document (``carried``): that epoch is then a rest too (their ranks not begun, theirs
+    cut), so that the document goes on from its first id not yet a target.
 
-    The share's sequence is its ``windows``' documents, then ``share``; its state is at the
-    start of the window it was in (``done`` documents before it): own windows are ``size``
-    documents from the end of the dealt ones, each rank numbering its own.
-    """
-    number, row, packings = at_window.number, at_window.rows, at_window.packings
-    if at_window.replays is not None:  # a mixture's part: the dealt windows left are said
-        return _part_windows_left(windows, share, done, at_window)
-    left: list[Window] = []
-    at, inside = 0, False  # inside: the share was in one of the dealt windows
-    for window in windows:
-        n = window.documents
-        if at == done and row > 0:  # the share's packings of it go on from the old rank's
-            skip = row if packings else max(row, window.skip)
-            left.append(window._replace(skip=skip, packings=packings))
-            inside = True
-        elif at >= done:
-            left.append(window)
-        elif at + n > done:
-            raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
-        at += n
-    if done < at or inside or (done == at and row == 0):
-        return left, list(share)
-    into = done - at
-    total = count(share)
-    if row > 0:
-        if into % size and into != total:
-            raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
-        m = min(size, total - into)
-        left.append(Window(slice_spans(share, into, into + m, repeat=False), number, row, packings))
-        into += m
-    return left, drop_front(share, into)
-
-
-def _part_windows_left(
-    windows: Sequence[Window], share: Sequence[Span], done: int, at_window: WindowAt
-) -> tuple[list[Window], list[Span]]:
-    """``_windows_left`` for a mixture's part: the share was in the first of the last
-    ``at_window.replays`` windows dealt to it, or past them in a window of its own holding
-    ``at_window.documents`` of the part (a window may hold none of a part's documents: its
-    count cannot say which window the share was in, the mixture's state says it)."""
-    k, row, packings = at_window.replays or 0, at_window.rows, at_window.packings
-    finished = sum(w.documents for w in windows[: len(windows) - k])
-    if (done != finished) if k else (done < finished):
-        raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
-    left = list(windows[len(windows) - k :])
-    if left and row > 0:  # its packings of the first go on from the old rank's
-        skip = row if packings else max(row, left[0].skip)
-        left[0] = left[0]._replace(skip=skip, packings=packings)
-    if k:
-        return left, list(share)
-    into = done - finished
-    if row > 0:
-        m = at_window.documents or 0
-        if into + m > count(share):
-            raise StateError(
-                f"a best-fit window holds {m} documents of a share of this epoch that had "
-                f"{count(share) - into} left: it crosses the epoch's end, which a state resharded "
-                "again does not follow; resume on the same world size, or reshard when no "
-                "window does"
-            )
-        left.append(Window(slice_spans(share, into, into + m, repeat=False), at_window.number,
-                           row, packings))  # fmt: skip
-        into += m
-    return left, drop_front(share, into)
-
-
-def _applied_trim(
-    mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool, leads: bool
-) -> int:
-    """The ids of document ``x`` its rank left out when it handed it out (``Rest.leads``)."""
-    if repeat:
-        return 0
-    if share and share[0][0] == x and done == 0 and leads:
-        return max(mid.get(x, 0) - 1, 0)
-    return mid.get(x, 0)
+    The worlds of this epoch (its old ranks', then each level's) resharded one into the
+    next. A world with a rank past this epoch had begun the next: the reshard of the
+    last such world put it on top of ``following`` (as its old ranks, or its last level),
+    and its carried cuts go there. Each world after it had not begun the next epoch: with
+    carried cuts it adds itself on top, not begun (as its old ranks, when it is first)."""
+    section = rest.section
+    following = section.following()
+    worlds = [(section.world_size, section.even),
+              *((level.world_size, level.rule) for level in section.levels)]  # fmt: skip
+    began = [any(old.finished for old in section.ranks),
+             *(bool(level.finished) for level in section.levels)]  # fmt: skip
+    last = max((k for k, b in enumerate(began) if b), default=-1)
+    built = following
+    if built is not None and last >= 0 and rest.carried[last]:
+        cuts = rest.carried[last]
+        if built.levels:
+            top = built.levels[-1]
+            top = replace(top, cuts=tuple(cuts.get(s, c) for s, c in enumerate(top.cuts)))
+            built = replace(built, levels=(*built.levels[:-1], top))
+        else:
+            ranks = tuple(replace(old, cut=cuts.get(r, old.cut))
+                          for r, old in enumerate(built.ranks))  # fmt: skip
+            built = replace(built, ranks=ranks)
+    for (world, rule), cuts in list(zip(worlds, rest.carried, strict=True))[last + 1 :]:
+        if not cuts:
+            continue
+        cut = tuple(cuts.get(r, 0) for r in range(world))
+        if built is None:
+            ranks = tuple(OldRank(0, 0, cut=c) for c in cut)
+            built = Reshard(world_size=world, epoch=section.epoch + 1, even=rule, ranks=ranks,
+                            share=section.share, rule=section.rule, counted=False)  # fmt: skip
+        else:
+            level = Level(world_size=world, rule=rule, done=(0,) * world, cuts=cut)
+            built = replace(built, levels=(*built.levels, level))
+    if rest.crossing:  # windows that cross into it: their documents there left out
+        built = built or replace(rest.not_begun(), share=section.share, rule=section.rule)
+        windows = (*(built.windows or ()), *rest.crossed(rest.crossing))
+        built = replace(built, windows=windows, dealt=True)
+    return built

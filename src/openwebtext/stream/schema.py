@@ -25,7 +25,7 @@ from openwebtext.mixing import check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
 from openwebtext.stream.counters import Counters, PackingCounts, PartPacking
-from openwebtext.stream.sections import Packed, Reshard
+from openwebtext.stream.sections import Packed, Reshard, Scheduled, Step
 
 __all__ = [
     "BATCHES_FORMAT", "MIXTURE_FORMAT", "STATE_FORMAT", "BatchesState", "By", "Change",
@@ -94,7 +94,7 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     passed: tuple[Reshard, ...] = ()
     """The sections of the rests this rank handed out to their end since it was resharded,
     oldest first (``reshard`` reads them: nobody else says a rest that cuts carried into the
-    next epoch made, ``Rest.next_section``)."""
+    next epoch made, ``rest.next_section``)."""
 
     def check(self) -> None:
         at, config, section = self.position, self.config, self.reshard
@@ -118,6 +118,8 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
                                f"and even: {list(section.share)}, {section.rule!r}")  # fmt: skip
             if (at.epoch, at.block) != (section.epoch, 0):  # (in_block: skipped slots passed)
                 raise Disagree("position", f"of a rest must be its epoch {section.epoch}'s start")
+            if section.overrun > handed:
+                raise Disagree("reshard.overrun", f"is more than epoch_documents={handed}")
             return
         if at.in_block > handed:
             raise Disagree("position", f"in_block={at.in_block} is more than the counters."
@@ -264,34 +266,6 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         return bool(self.replays) or any(p.resharded for p in self.parts.values())
 
 
-class Step(Record, frozen=True):
-    """A step of a schedule: from batch ``batch`` on, batches of ``batch_size`` rows of
-    ``seq_len + 1`` ids."""
-
-    batch: Count
-    seq_len: Positive
-    batch_size: Positive
-
-
-class Scheduled(Record, frozen=True, omit_defaults=True):
-    """The schedule section of a batches state whose shapes change (absent for fixed sizes):
-    the steps after the first (whose shape is the state's ``seq_len`` and ``batch_size``) and
-    where the run is in them."""
-
-    changes: Annotated[tuple[Step, ...], msgspec.Meta(min_length=1)]
-    """At least one (a schedule of one step is fixed sizes: no section)."""
-    at: Count
-    """Batches of the schedule handed out before (a resharded state keeps the old ranks')."""
-    packings: tuple[Packed, ...] = ()
-    """Best fit: the packings rows of the next batch's window were handed out of, oldest first
-    (packed again at each change of ``seq_len``); the last's rows are ``row``; none at its start."""
-
-    def check(self) -> None:
-        batches = [step.batch for step in self.changes]
-        if any(b <= a for a, b in itertools.pairwise([0, *batches])):
-            raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")
-
-
 class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """A ``Loader.batches`` state: the state of the documents it packs (before the document
     the next batch starts in), and where in them the next batch starts."""
@@ -325,12 +299,18 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     reshard deals the window to a new rank, which hands them out in the old order)."""
     window_documents: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit, rows of the window out: its documents, the run having ended before it was whole."""
+    window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
+    """Best fit of a corpus, rows of the window out: its documents handed out again (a reshard
+    deals them: ``sections.FitWindow.repeats``)."""
 
     def check(self) -> None:
         docs = self.documents
-        short = self.window_documents
+        short, again = self.window_documents, self.window_repeats
         if isinstance(short, int) and not (self.row and self.window and short < self.window):
             raise Disagree("window_documents", "is a best-fit window's, cut short, rows out")
+        if isinstance(again, int) and (not self.row or isinstance(docs, MixtureState)
+                                       or again > (self.window or 0)):  # fmt: skip
+            raise Disagree("window_repeats", "counts a corpus's best-fit window's, rows out")
         names = docs.config.parts if isinstance(docs, MixtureState) else ()
         counted, out = self.window_parts or (), bool(self.row and self.window)
         if (names and out and not counted) or (counted and not out):

@@ -5,16 +5,22 @@ documents. ``reshard`` writes it; ``rest.Rest`` hands out a new rank's share of 
 The old ranks at their states (``OldRank``), each earlier reshard of the same epoch (``Level``:
 its shares' world size, rule and what each handed out), and for best fit the windows old ranks
 had begun (``FitWindow``: ``WindowAt``, a share's; ``Begun``, one with its rank), each packing
-of one (``Packed``).
+of one (``Packed``); and a batches state's schedule section (``Scheduled``, its ``Step``s).
 """
 
 from __future__ import annotations
+
+import itertools
+from typing import Annotated
+
+import msgspec
 
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Positive, Record
 from openwebtext.plan import Rule
 
-__all__ = ["Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard", "WindowAt"]
+__all__ = ["Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard", "Scheduled", "Step",
+           "WindowAt"]
 
 
 class OldRank(Record, frozen=True, omit_defaults=True):
@@ -28,6 +34,9 @@ class OldRank(Record, frozen=True, omit_defaults=True):
     """It had finished the epoch (its state was at the next one's start)."""
     cut: Count = 0
     """Concat batches: ids of its next document already targets, plus one (0: none)."""
+    pass_end: Count | None = None
+    """Inside a pass repeating its share's documents after skips: where it ends (its state's
+    ``position.pass_end``; best fit goes on with it for the window it had begun there)."""
 
 
 class Packed(Record, frozen=True):
@@ -47,6 +56,9 @@ class FitWindow(Record, frozen=True, omit_defaults=True):
     documents: Count | None = None
     """A mixture's part: its documents in the window (None: the window's size, or fewer at the
     end of the epoch)."""
+    repeats: Count = 0
+    """A corpus's: its documents handed out again (``BatchesState.window_repeats``): an old
+    rank's window that ran past its evened-out share into the pass repeating it (``Overrun``)."""
 
 
 class WindowAt(FitWindow, frozen=True, omit_defaults=True):
@@ -121,6 +133,9 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     dealt: bool = False
     """Best fit, a later epoch's section: its ``windows`` were handed out first, in the rest
     of the first epoch (``Rest``); here their documents are only left out."""
+    overrun: Count = 0
+    """Best fit: documents this share handed out of old ranks' windows' overruns into passes
+    repeating their shares (``overrun.Overrun``): in no slot of the rest, nor its even target."""
     later: tuple[Reshard, ...] = ()
     """The sections of the epochs after ``epoch`` an old rank had begun (a mixture's small part),
     one per epoch: their rests follow this one's, before the new world size's (``following``)."""
@@ -153,8 +168,38 @@ class Reshard(Record, frozen=True, omit_defaults=True):
         if not self.later:
             return None
         return codec.replace(self.later[0], later=self.later[1:], share=self.share, rule=self.rule,
-                             counted=False, dealt=self.window is not None, led=False)  # fmt: skip
+                             counted=False, dealt=self.window is not None, led=False,
+                             overrun=0)  # fmt: skip
 
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""
-        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False, led=False)
+        return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False, led=False,
+                             overrun=0)
+
+
+class Step(Record, frozen=True):
+    """A step of a schedule: from batch ``batch`` on, batches of ``batch_size`` rows of
+    ``seq_len + 1`` ids."""
+
+    batch: Count
+    seq_len: Positive
+    batch_size: Positive
+
+
+class Scheduled(Record, frozen=True, omit_defaults=True):
+    """The schedule section of a batches state whose shapes change (absent for fixed sizes):
+    the steps after the first (whose shape is the state's ``seq_len`` and ``batch_size``) and
+    where the run is in them."""
+
+    changes: Annotated[tuple[Step, ...], msgspec.Meta(min_length=1)]
+    """At least one (a schedule of one step is fixed sizes: no section)."""
+    at: Count
+    """Batches of the schedule handed out before (a resharded state keeps the old ranks')."""
+    packings: tuple[Packed, ...] = ()
+    """Best fit: the packings rows of the next batch's window were handed out of, oldest first
+    (packed again at each change of ``seq_len``); the last's rows are ``row``; none at its start."""
+
+    def check(self) -> None:
+        batches = [step.batch for step in self.changes]
+        if any(b <= a for a, b in itertools.pairwise([0, *batches])):
+            raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")

@@ -110,6 +110,10 @@ class Mark(NamedTuple):
     tail: int = 0
     """A piece of a rest: the skipped slots it passes in the current block after the last
     document it hands out there (passed once that one is handed out)."""
+    overrun: tuple[int, int, int] | None = None
+    """Inside a best-fit window's overrun (``overrun.hand_out``): the slots of the share passed
+    at its end, and the overrun documents and epoch documents before it. A state there is at
+    the window's end (its documents out so far counted apart): the next window starts there."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included
@@ -139,16 +143,21 @@ class Mark(NamedTuple):
         documents handed out (``counters.epoch_documents``) and ``in_block`` more, the slots of
         documents skipped for their content (``stream.rest``), with the ``reshard`` section.
         """
-        position = self.position()
-        if self.reshard is not None:
+        position, section, counted = self.position(), self.reshard, self.counted()
+        if section is not None:
             past = self.tail if self.in_block >= self.block_len else 0
             position = Position(self.epoch, 0, self.skipped_slots + past)
-        counted, before = self.counted(), self.read_before
+        before = self.read_before
         if self.block_len and self.in_block >= self.block_len:  # (out: never read again)
+            before = None
+        if self.overrun is not None and section is not None:  # (its block: never read again)
+            end, overrun, handed = self.overrun
+            position = Position(self.epoch, 0, end - counted.epoch_documents)
+            section = codec.replace(section, overrun=overrun + counted.epoch_documents - handed)
             before = None
         if before is not None:
             counted = codec.replace(counted, **{k: getattr(before, k) for k in _READ_AGAIN})
-        return DocumentState(config, position, counted, self.reshard, self.passed)
+        return DocumentState(config, position, counted, section, self.passed)
 
 
 def handed_sum(order: list[int] | None, first: int, end: int, values: list[int]) -> int:

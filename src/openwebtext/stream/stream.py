@@ -16,10 +16,9 @@ tuple, and keeps its position in an attribute as the loop's own target.
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -27,11 +26,10 @@ import numpy as np
 
 from openwebtext.codec import replace
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import OWTError, StateError, TruncatedMember, in_part
+from openwebtext.errors import in_part
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import Share, block_stop
-from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy, skips_in
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
 from openwebtext.stream.counters import Counters
@@ -45,13 +43,13 @@ from openwebtext.stream.epochs import (
     epoch_shares,
     even_counts,
     nothing_read,
-    say_rest_dropped,
     share_target,
-    short_rest,
     slots_of,
     split_of,
 )
+from openwebtext.stream.errorpolicy import ErrorPolicy
 from openwebtext.stream.rest import Rest, ended
+from openwebtext.stream.resthandout import RestHandOut
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.spans import block_part
@@ -64,76 +62,6 @@ __all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options"]
 EPOCH_END: Any = object()
 
 log = logging.getLogger("openwebtext")
-
-
-class ErrorPolicy:
-    """``on_error`` over a stream's ``Counters``: ``policy.SkipPolicy``, the one skip rule.
-
-    Every kind of skip counts against ``max_errors``: members, documents, members
-    cut short (their documents before the cut are kept) and files skipped when
-    the corpus was opened.
-
-    Args:
-        options: The stream's options.
-        skipped_files: The corpus's files skipped at open (named first).
-        part: The mixture's part the stream reads (its errors say it: ``in_part``).
-    """
-
-    def __init__(self, options: Options, skipped_files: Sequence[OWTError] = (),
-                 units: Sequence[Any] = (), part: str | None = None) -> None:  # fmt: skip
-        self.policy = SkipPolicy(options.on_error, options.max_errors)
-        self.units = units
-        self.part = part
-        self.files = len(skipped_files)
-        self.skipped: list[str] = [str(in_part(copy.copy(e), part)) for e in skipped_files]
-        """What was skipped, by name (the first 10,000)."""
-        self.others: Callable[[], int] = lambda: 0
-        """The skips of the other streams of the same run (a mixture's other parts), which
-        count against ``max_errors`` too."""
-
-    def skip(self, error: OWTError, counters: Counters) -> Counters:
-        """``counters`` with ``error`` counted under its counter (``policy.counter_of``), or
-        raise it.
-
-        Raises:
-            OWTError: ``error`` itself, under ``on_error="raise"`` (its ``__cause__``
-                says where the worker raised it).
-            TooManyErrors: past ``max_errors`` skips.
-        """
-        key = self.policy.take(in_part(error, self.part))
-        counters = counters.plus(**{key: 1})
-        if len(self.skipped) < 10_000:
-            self.skipped.append(str(error))
-        self.check(counters, error)
-        return counters
-
-    def unit_read(
-        self, loaded: Loaded, kept: Loaded, counters: Counters, expected: ExpectedCounts | None
-    ) -> Counters:
-        """``counters`` after a unit read, the policy applied to the errors of what is kept of
-        it (all of it, or a share's part of a unit on its boundary); a member read whole is
-        checked against the counts (``expected``)."""
-        counters = counters.plus(units=1, replaced_documents=kept.replace)
-        for error in kept.errors:
-            counters = self.skip(error, counters)
-        cut = any(isinstance(e, TruncatedMember) for e in loaded.errors) and bool(loaded.names)
-        if expected is not None and not cut and (loaded.names or not loaded.errors):
-            expected.check(self.units[loaded.unit], loaded)
-        return counters
-
-    def check(self, counters: Counters, error: OWTError | None) -> None:
-        """End the run once the skips are more than ``max_errors``.
-
-        Raises:
-            TooManyErrors: naming ``error``, the last skip.
-        """
-        if error is not None:
-            self.policy.check(self.skips(counters) + self.others(), error)
-
-    def skips(self, counters: Counters) -> int:
-        """Every skip of ``counters``, the files skipped at open included."""
-        counts = {key: getattr(counters, key) for key in MEMBER_COUNTERS}
-        return skips_in({**counts, "skipped_files": self.files})
 
 
 def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
@@ -153,7 +81,7 @@ def pool_options(options: Options, tokenizer: Tokenizer | None) -> PoolOptions:
     )
 
 
-class Stream:
+class Stream(RestHandOut):
     """The state and the stages of one running stream of documents.
 
     ``documents()`` is the generator; it references this object, never the reverse, so
@@ -205,6 +133,7 @@ class Stream:
         self._repeats_from: int | None = None  # the block's first position handed out again
         self._pass_end = position.pass_end or None  # (a pass repeating after skips: its end)
         self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
+        self._overrun_at: tuple[int, int, int] | None = None  # (inside an overrun: Mark's)
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._counters = counters  # documents, bytes and tokens before the current block
         self._read_before = counters  # (and its skips: those of the units before its own)
@@ -232,6 +161,7 @@ class Stream:
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
             self._counters, len(self.policy.skipped), self._reshard, self._passed, self._pass_end,
             self._read_before, self._repeats_from, self._skipped_slots, self._tail,
+            self._overrun_at,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -347,38 +277,6 @@ class Stream:
             return
         self._counters = self._losses.count(shares, epoch, self._counters)
 
-    def _rest_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
-        """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
-        section, rest = self._reshard, self._rest
-        assert section is not None and rest is not None
-        if not section.counted:  # the last share counts what drop left out, and says it
-            self._reshard = replace(section, counted=True)
-            self._counters = self._counters.plus(dropped_documents=rest.dropped_here)
-            say_rest_dropped(self.options, self._epoch, rest.dropped_here)
-        target, again = rest.length, section.rule is not None  # evened out: round again if short
-        while self._progress < target or (again and self._counters.epoch_documents < target):
-            lap, at = divmod(self._progress, target)
-            before = self._counters.epoch_documents
-            for piece in rest.pieces(at):
-                self._rank, self._block, self._in_block = piece.rank, piece.block, piece.in_block
-                documents = self._pass(pool, piece.share, piece.block, piece.end, target, take,
-                                       piece.epoch, slots=piece.documents,
-                                       repeat=piece.repeat or lap > 0)  # fmt: skip
-                if piece.trim and not lap:  # a document cut across the checkpoint goes on
-                    yield from _cut_first(documents, piece.trim, self)  # from its offset
-                yield from documents
-                done = self._counters.epoch_documents >= target
-                if done or (take is not None and self._yielded() >= take):
-                    return
-            if again:  # short (skips): round again, repeating
-                short_rest(self.options, self._epoch, lap, (before, self._counters.epoch_documents),
-                           target, not at)  # fmt: skip
-
-    @property
-    def _progress(self) -> int:
-        """In a rest: the slots of its share passed (``rest``)."""
-        return int(self._counters.epoch_documents + self._skipped_slots)
-
     @functools.cached_property
     def _counts_per_unit(self) -> tuple[int, ...]:
         return even_counts(self.corpus, self.options)
@@ -463,24 +361,6 @@ class Stream:
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected)
-
-
-def _cut_first(documents: Iterator[Any], trim: int, stream: Stream) -> Iterator[Any]:
-    """The first of ``documents`` (or a run's) less its first ``trim`` (``stream.start`` says)."""
-    for document in documents:
-        length = int(document[2][0]) if stream._runs else len(document.tokens)
-        if trim > length:  # (an edited cut: the document's rest would be lost unsaid)
-            raise StateError(f"bad state: reshard: a cut of {trim} ids lies past the end of the "
-                             f"document it is in ({length} ids)", field="reshard")  # fmt: skip
-        if stream._runs:  # a run (RunParts)
-            ids, starts, lengths, _ = document
-            starts[0], lengths[0] = starts[0] + trim, lengths[0] - trim
-            yield ids, starts, lengths, trim
-        else:
-            stream.start = trim
-            yield document._replace(tokens=document.tokens[trim:])
-            stream.start = 0
-        break
 
 
 def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:

@@ -1,0 +1,144 @@
+"""The hand-out of a rank's share of a resharded epoch's rest (``RestHandOut``, a part of
+``stream.Stream``): its pieces (``rest.Rest``), read as their old ranks would; the overruns of
+best-fit windows dealt to it (``overrun``); a document cut across a checkpoint of concat
+batches going on from its first id not yet a target.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from typing import Any
+
+from openwebtext.codec import replace
+from openwebtext.engine import Pool
+from openwebtext.errors import StateError
+from openwebtext.options import Options
+from openwebtext.plan import Share
+from openwebtext.stream.counters import Counters
+from openwebtext.stream.epochs import say_rest_dropped, short_rest
+from openwebtext.stream.overrun import OverrunPasses
+from openwebtext.stream.rest import Piece, Rest
+from openwebtext.stream.sections import Reshard
+
+__all__ = ["RestHandOut"]
+
+
+class RestHandOut:
+    """A stream's hand-out of its share of a rest (mixed into ``Stream``, whose position,
+    counts and passes it uses)."""
+
+    options: Options
+    start: int
+    _reshard: Reshard | None
+    _rest: Rest | None
+    _counters: Counters
+    _epoch: int
+    _rank: int
+    _block: int
+    _in_block: int
+    _skipped_slots: int
+    _tail: int
+    _runs: str | None
+    _overrun_at: tuple[int, int, int] | None
+
+    def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
+              take: int | None, epoch: int, *, slots: int | None = None,
+              repeat: bool = False) -> Generator[Any, None, None]:  # fmt: skip
+        raise NotImplementedError  # (``Stream._pass``)
+
+    def _yielded(self) -> int:
+        raise NotImplementedError  # (``Stream._yielded``)
+
+    def _rest_documents(self, pool: Pool, take: int | None) -> Generator[Any, None, None]:
+        """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
+        section, rest = self._reshard, self._rest
+        assert section is not None and rest is not None
+        if not section.counted:  # the last share counts what drop left out, and says it
+            self._reshard = replace(section, counted=True)
+            self._counters = self._counters.plus(dropped_documents=rest.dropped_here)
+            say_rest_dropped(self.options, self._epoch, rest.dropped_here)
+        target, again = rest.length, section.rule is not None  # evened out: round again if short
+        due = rest.documents  # (the documents of overruns apart: ``overrun``)
+        while self._progress < target or (again and self._own_documents < due):
+            lap, at = divmod(self._progress, target)
+            before, kept = self._own_documents, (-1, 0, 0)  # (the last piece's rank, slots, out)
+            for piece in rest.pieces(at):
+                if piece.overrun is not None:  # (after the window's slots of the old share)
+                    yield from self._overrun(pool, piece, kept, take, lap)
+                else:
+                    handed = self._own_documents
+                    self._rank, self._block = piece.rank, piece.block
+                    self._in_block = piece.in_block
+                    documents = self._pass(pool, piece.share, piece.block, piece.end,
+                                           due + self._overrun_out, take, piece.epoch,
+                                           slots=piece.documents, repeat=piece.repeat or lap > 0)
+                    if piece.trim and not lap:  # a document cut across the checkpoint goes on
+                        yield from self._cut_first(documents, piece.trim)  # from its offset
+                    yield from documents
+                    kept = (piece.rank, piece.documents, self._own_documents - handed)
+                done = self._own_documents >= due and (lap > 0 or self._progress >= target)
+                if done or (take is not None and self._yielded() >= take):
+                    return
+            if again:  # short (skips): round again, repeating
+                short_rest(self.options, self._epoch, lap, (before, self._own_documents), due,
+                           not at)  # fmt: skip
+
+    def _overrun(self, pool: Pool, piece: Piece, kept: tuple[int, int, int], take: int | None,
+                 lap: int) -> Generator[Any, None, None]:  # fmt: skip
+        """Hand out a best-fit window's overrun (``piece``; ``kept``: the old rank, slots and
+        documents of the piece before it), then pass the slots it did not fill, so that the
+        window ends where its old rank's did; a lap repeating the share passes them only. A
+        state inside it is at its end (``Mark.overrun``)."""
+        start, slots, over = self._progress, piece.documents, piece.overrun
+        counts = piece.share.counts
+        assert over is not None and counts is not None
+        passes = None if lap else OverrunPasses(over, counts, slots, piece.in_block, kept,
+                                                self._counters.epoch_documents)  # fmt: skip
+        if passes is not None:
+            self._overrun_at = (start + slots, self._overrun_out, self._counters.epoch_documents)
+        while passes is not None and (
+            step := passes.next(self._counters.epoch_documents, self._progress - start)
+        ) is not None:
+            block, end, in_block, left, room, repeat = step
+            self._rank, self._block, self._in_block = over.rank, block, in_block
+            yield from self._pass(pool, piece.share, block, end, self._counters.epoch_documents
+                                  + left, take, piece.epoch, slots=room, repeat=repeat)
+            if take is not None and self._yielded() >= take:
+                return
+        if passes is not None and self._reshard is not None:  # (its documents: counted apart)
+            got = passes.handed_out(self._counters.epoch_documents)
+            self._reshard = replace(self._reshard, overrun=self._reshard.overrun + got)
+        self._skipped_slots += start + slots - self._progress  # (the slots it did not fill)
+        self._tail, self._overrun_at = 0, None
+
+    def _cut_first(self, documents: Iterator[Any], trim: int) -> Iterator[Any]:
+        """The first of ``documents`` (or a run's) less its first ``trim`` (``start`` says)."""
+        for document in documents:
+            length = int(document[2][0]) if self._runs else len(document.tokens)
+            if trim > length:  # (an edited cut: the document's rest would be lost unsaid)
+                raise StateError(f"bad state: reshard: a cut of {trim} ids lies past the end of "
+                                 f"the document it is in ({length} ids)", field="reshard")
+            if self._runs:  # a run (RunParts)
+                ids, starts, lengths, _ = document
+                starts[0], lengths[0] = starts[0] + trim, lengths[0] - trim
+                yield ids, starts, lengths, trim
+            else:
+                self.start = trim
+                yield document._replace(tokens=document.tokens[trim:])
+                self.start = 0
+            break
+
+    @property
+    def _overrun_out(self) -> int:
+        """In a rest: the documents of overruns it handed out (``overrun``)."""
+        return 0 if self._reshard is None else self._reshard.overrun
+
+    @property
+    def _own_documents(self) -> int:
+        """In a rest: the documents it handed out, less those of overruns."""
+        return int(self._counters.epoch_documents - self._overrun_out)
+
+    @property
+    def _progress(self) -> int:
+        """In a rest: the slots of its share passed (``rest``)."""
+        return int(self._counters.epoch_documents + self._skipped_slots)
