@@ -226,3 +226,62 @@ def test_local_identities_travel_to_the_same_host_only(
     there: Storage = pickle.loads(sent)
     assert there.identities == {"https://h.invalid/x.bin": FileInfo(3, "etag:3")}
     assert there.tokens == corpus.storage.tokens
+
+
+def test_local_identities_do_not_travel_to_another_mount_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A container sharing the host's name and boot (``--net=host``) sees other files at the
+    same paths (a bind-mounted copy: other inodes): its mount namespace tells it apart, and a
+    corpus pickled to it reads its copy, as on another host (was: refused as changed)."""
+    if not os.path.exists("/proc/self/ns/mnt"):
+        pytest.skip("no mount namespaces here (not Linux)")
+    corpus = Corpus.open_tokens(_own_eot(tmp_path), eot=OWN_EOT)
+    sent = pickle.dumps(corpus.storage)
+    readlink = os.readlink
+
+    def elsewhere(path: Any, *args: Any, **kwargs: Any) -> Any:
+        return "mnt:[1]" if str(path) == "/proc/self/ns/mnt" else readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", elsewhere)
+    there: Storage = pickle.loads(sent)
+    assert corpus.storage.identities and not there.identities
+
+
+def test_a_detached_storage_notes_its_own(tmp_path: Path) -> None:
+    """``Storage.detached`` (what ``read_openwebtext`` sends) is a storage of its own: what is
+    noted in it is not noted in the corpus's (they shared their tables)."""
+    corpus = Corpus.open_tokens(_own_eot(tmp_path), eot=OWN_EOT)
+    before = (dict(corpus.storage.identities), dict(corpus.storage.tokens))
+    copy = corpus.storage.detached()
+    copy.remember("https://h.invalid/y.bin", FileInfo(3, "etag:3"))
+    copy.tokens["elsewhere.bin"] = copy.tokens[str(tmp_path / "train.bin")]
+    assert (corpus.storage.identities, corpus.storage.tokens) == before
+
+
+@pytest.mark.remote
+def test_a_remote_index_is_fetched_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each copy of a corpus unpickled in one process (a task's, a worker's) indexes its remote
+    files again from the index the first copy fetched there: one fetch, not one per copy
+    (~20 bytes a document: 160 MB for OpenWebText's)."""
+    pytest.importorskip("aiohttp")
+    from openwebtext.index import tokens as index_tokens
+
+    fetched: list[str] = []
+    whole = index_tokens._whole
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        fetched.append(args[0])
+        return whole(*args, **kwargs)
+
+    monkeypatch.setattr(index_tokens, "_whole", counted)
+    _megatron(tmp_path)
+    with RangeServer(tmp_path) as server:
+        corpus = Corpus.open_tokens(f"{server.url}/train.bin")
+        opened = len(fetched)
+        for _ in range(3):
+            copy = pickle.loads(pickle.dumps(corpus))
+            loader = Loader(copy, tokenizer="bytes", workers=0, shuffle=False)
+            assert _documents(loader) == FIRST_DOCS
+    assert len(fetched) == opened + 1, fetched

@@ -223,12 +223,22 @@ def _remote_again(name: str, how: IndexedAs, store: Storage) -> TokenFile:
     index, url = _index_of(name), store.real_url(name)
     try:
         size = (store.identity(name) or file_info(url, store)).size
+        key = (store.place, url, size, how)
+        if key in _AGAIN:  # (another copy of the corpus in this process: its index fetched)
+            return _AGAIN[key]
         body = _whole(_beside(url, index), _beside(name, index), store)
     except CorpusError as exc:
         raise TokenFileError(f"its {index} cannot be read again: {exc.message}", name) from None
     if body is None or _digest(body) != how.digest:
         raise TokenFileError(f"{CHANGED}: its {index} is not the one it was indexed with", name)
-    return _from_index(name, index, body, size, how.dtype, how.tokenizer)
+    found = _AGAIN[key] = _from_index(name, index, body, size, how.dtype, how.tokenizer)
+    return found
+
+
+#: Remote token files indexed again in this process (``_remote_again``), by place, URL, size
+#: and how they were indexed (its index's digest): each copy of a corpus unpickled here (a
+#: task's, a spawned worker's) finds the ends fetched for the first, not fetched again.
+_AGAIN: dict[tuple[str, str, int, IndexedAs], TokenFile] = {}
 
 
 def _index_of(name: str) -> str:

@@ -181,7 +181,8 @@ class Storage:
         """A storage of its own with this one's options, cache, aliases and identities (what
         travels to a Ray worker that must read as this process does)."""
         copy = object.__new__(Storage)
-        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(self.__dict__, aliases=dict(self.aliases),
+                             identities=dict(self.identities), tokens=dict(self.tokens))
         copy.root = copy
         return copy
 
@@ -265,14 +266,17 @@ def resolve(storage: Storage | None) -> Storage:
 
 
 def _host() -> str:
-    """This machine, as far as its local files are concerned: its host name, and where the
-    kernel says it (Linux) its boot's id, so that two machines of one name are told apart."""
+    """This machine's view of its local files: its host name and, where the kernel says them
+    (Linux), its boot's id (two machines of one name told apart) and the process's mount
+    namespace (a container sharing the host's name sees other files at the same paths; a
+    spawned process or a Ray worker of the same node shares it)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
+        mounts = os.readlink("/proc/self/ns/mnt")
     except OSError:
-        boot = ""
-    return f"{socket.gethostname()} {boot}"
+        boot = mounts = ""
+    return f"{socket.gethostname()} {boot} {mounts}"
 
 
 def configure(
