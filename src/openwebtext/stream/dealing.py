@@ -13,7 +13,15 @@ from openwebtext.errors import StateError
 from openwebtext.stream.sections import Packed, WindowAt
 from openwebtext.stream.spans import Span, count, drop_front, slice_spans
 
-__all__ = ["Window", "applied_trim", "windows_left"]
+__all__ = ["RAN_INTO_LAP", "Window", "applied_trim", "windows_left"]
+
+#: The refusal of a best-fit window that ran into the lap repeating its share (``Window.least``).
+RAN_INTO_LAP = (
+    "a best-fit window a share of the earlier reshard had begun runs past the end of its share "
+    "into the lap repeating its documents after skips, which a reshard again does not follow "
+    "(its documents would be lost): resume these states on their world size until that window "
+    "is out, then reshard"
+)
 
 
 class Window(NamedTuple):
@@ -27,6 +35,9 @@ class Window(NamedTuple):
     """Its rows already handed out (in their shuffled order)."""
     packings: tuple[Packed, ...] = ()
     """Under a schedule: its packings rows were handed out of (the last's rows: ``skip``)."""
+    least: int = 0
+    """The documents of it handed out again that its slots here must hold (``windows_left``:
+    fewer, and it ran into the lap repeating its share, which is refused)."""
 
     @property
     def documents(self) -> int:
@@ -69,19 +80,16 @@ def windows_left(
         return left, list(share)
     into = done - at
     total = count(share)
-    if row > 0:
-        if into % size and into != total:
-            raise StateError(f"bad batches state: {done} documents is inside a best-fit window")
-        m = min(size, total - into)
-        if at_window.repeats > sum(b - a for a, b, again in slice_spans(
-                share, into, into + m, repeat=False) if again):  # fmt: skip
-            raise StateError(
-                "a best-fit window a share of the earlier reshard had begun runs past the end of "
-                "its share into the lap repeating its documents after skips, which a reshard "
-                "again does not follow (its documents would be lost): resume these states on "
-                "their world size until that window is out, then reshard"
-            )
-        left.append(Window(slice_spans(share, into, into + m, repeat=False), number, row, packings))
+    if row > 0:  # (its own windows begin ``size`` slots apart, or later: the skipped slots
+        m = min(size, total - into)  # a window's last block ends with are the window's)
+        spans = slice_spans(share, into, into + m, repeat=False)
+        again = at_window.repeats
+        if again > sum(b - a for a, b, marked in spans if marked):
+            raise StateError(RAN_INTO_LAP)
+        # Its repeats fit its slots marked as repeats, unless some of those were skipped: the
+        # rank it is dealt to checks it hands out as many of them (``RestHandOut``).
+        least = again if m < size else 0
+        left.append(Window(spans, number, row, packings, least))
         into += m
     return left, drop_front(share, into)
 

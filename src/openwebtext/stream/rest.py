@@ -229,6 +229,16 @@ class Rest:
         )
         """The documents it hands out evened out: its slots less its overruns' (``Piece``)."""
 
+    def least_repeats(self, progress: int) -> dict[int, tuple[int, int]]:
+        """The windows this share starts with at or after its first ``progress`` slots whose
+        slots must hand out documents again (``Window.least``): ``{end: (start, least)}``."""
+        out, at = {}, 0
+        for dealt in self.windows:
+            if dealt.window.least and at >= progress:
+                out[at + dealt.documents] = (at, dealt.window.least)
+            at += dealt.documents
+        return out
+
     def overrun_slots(self, spans: list[Span]) -> int:
         """The slots of overruns (``Piece.overrun``) ``spans`` hold."""
         zones = [(self.ends[r], self.ends[r] + size) for r, (_, size) in self.overruns.items()]

@@ -15,6 +15,7 @@ from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import Share
 from openwebtext.stream.counters import Counters
+from openwebtext.stream.dealing import RAN_INTO_LAP
 from openwebtext.stream.epochs import say_rest_dropped, short_rest
 from openwebtext.stream.overrun import OverrunPasses
 from openwebtext.stream.rest import Piece, Rest
@@ -62,7 +63,10 @@ class RestHandOut:
         while self._progress < target or (again and self._own_documents < due):
             lap, at = divmod(self._progress, target)
             before, kept = self._own_documents, (-1, 0, 0)  # (the last piece's rank, slots, out)
+            least = {} if lap else rest.least_repeats(at)
+            began: dict[int, int] = {}  # (the repeats counted as each piece began)
             for piece in rest.pieces(at):
+                began.setdefault(self._progress, self._counters.repeated_documents)
                 if piece.overrun is not None:  # (after the window's slots of the old share)
                     yield from self._overrun(pool, piece, kept, take, lap)
                 else:
@@ -76,6 +80,8 @@ class RestHandOut:
                         yield from self._cut_first(documents, piece.trim)  # from its offset
                     yield from documents
                     kept = (piece.rank, piece.documents, self._own_documents - handed)
+                    _check_least(least.get(self._progress), began,
+                                 self._counters.repeated_documents)  # fmt: skip
                 done = self._own_documents >= due and (lap > 0 or self._progress >= target)
                 if done or (take is not None and self._yielded() >= take):
                     return
@@ -142,3 +148,19 @@ class RestHandOut:
     def _progress(self) -> int:
         """In a rest: the slots of its share passed (``rest``)."""
         return int(self._counters.epoch_documents + self._skipped_slots)
+
+
+def _check_least(window: tuple[int, int] | None, began: dict[int, int], repeated: int) -> None:
+    """At the end of a best-fit window dealt by a reshard again (``window``: its start and the
+    documents of it handed out again, ``Window.least``; None: no such window ends here), from
+    the repeats counted when each piece began (``began``).
+
+    Raises:
+        StateError: it handed out fewer again: the window ran into the lap repeating its share.
+    """
+    if window is None or window[0] not in began:
+        return
+    first, least = window
+    if repeated - began[first] < least:
+        raise StateError(f"{RAN_INTO_LAP} ({least} of its documents were handed out again, "
+                         f"{repeated - began[first]} of its slots here)", field="reshard")
