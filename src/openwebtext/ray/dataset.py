@@ -1,6 +1,12 @@
 """``read_openwebtext``: a ``ray.data.Dataset`` of the documents of a corpus, one read task per
 group of units (``plan.unit_groups``), and ``SkipLog``, where its tasks count what they
-left out under the skip policy (``policy.SkipPolicy``)."""
+left out under the skip policy (``policy.SkipPolicy``).
+
+A token corpus's units (``Corpus.open_tokens``: ids already) are read as the loader reads
+them, through the engine's inline pool: its documents' ids as the file holds them, the
+tokenizer refused when its ids are not the file's (width, the ``meta.json``'s fingerprint),
+a document holding an id outside its vocabulary left out (``CorruptDocument``). They have no
+text: read without a tokenizer, ``read_openwebtext`` refuses them at once."""
 
 from __future__ import annotations
 
@@ -11,7 +17,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from openwebtext.errors import CorpusError
+from openwebtext.errors import CorpusError, in_part
 from openwebtext.index import Corpus
 from openwebtext.loader import Mixture
 from openwebtext.options import ErrorPolicy, check_on_error
@@ -20,6 +26,7 @@ from openwebtext.policy import SkipPolicy
 from openwebtext.ray.cluster import ray_module
 from openwebtext.records import Unit
 from openwebtext.source import Storage, resolve
+from openwebtext.tokenfiles import TOKENS
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 
 __all__ = ["SkipLog", "read_openwebtext"]
@@ -108,10 +115,9 @@ class _ReadGroup:
     def __call__(self, batch: dict[str, Any]) -> Any:
         import pyarrow as pa
 
-        from openwebtext.engine import Reader
-
         tokenizer = self.tokenizer
         readers: dict[int, Any] = {}  # one per storage (a mixture's parts may each have one)
+        pools: dict[int, Any] = {}  # one per group of token units (``_read_ids``)
         columns: dict[str, list[Any]] = {"subset": [], "member": [], "name": [], "value": []}
         ids: list[Any] = []  # with a tokenizer: each member's packed ids ("value": the counts)
         skipped: list[str] = []
@@ -120,17 +126,19 @@ class _ReadGroup:
             for group in map(int, batch["group"]):
                 before = len(columns["name"])
                 storage = _one_copy(self.storages[group])
-                if id(storage) not in readers:  # texts: the UTF-8 check decodes each document
-                    readers[id(storage)] = Reader(self.max_member_bytes, self.max_document_bytes,
-                                                  storage=storage, texts=True)  # fmt: skip
-                reader = readers[id(storage)]
-                for unit in self.groups[group]:
+                for k, unit in enumerate(self.groups[group]):
+                    if unit.kind == TOKENS:
+                        self._read_ids(group, k, storage, pools, columns, ids, skipped)
+                        continue
+                    reader = self._reader(readers, storage)
                     self._read(reader, unit, tokenizer, columns, ids, skipped)
                 if self.sources is not None:
                     source += [self.sources[group]] * (len(columns["name"]) - before)
         finally:
             for reader in readers.values():
                 reader.close()
+            for pool in pools.values():
+                pool.close()
         if self.skips is not None:
             self.skips.add(skipped)
         if tokenizer is None:
@@ -143,6 +151,59 @@ class _ReadGroup:
         if self.sources is not None:
             arrays = {"source": pa.array(source, pa.string()), **arrays}
         return pa.table({**arrays, key: value})
+
+    def _reader(self, readers: dict[int, Any], storage: Storage) -> Any:
+        """The text reader of ``storage``, opened at its first unit."""
+        from openwebtext.engine import Reader
+
+        if id(storage) not in readers:  # texts: the UTF-8 check decodes each document
+            readers[id(storage)] = Reader(self.max_member_bytes, self.max_document_bytes,
+                                          storage=storage, texts=True)  # fmt: skip
+        return readers[id(storage)]
+
+    def _read_ids(
+        self,
+        group: int,
+        k: int,
+        storage: Storage,
+        pools: dict[int, Any],
+        columns: dict[str, list[Any]],
+        ids: list[Any],
+        skipped: list[str],
+    ) -> None:
+        """Unit ``k`` of ``group``, a token unit: read as the loader reads it (the engine's
+        inline pool: its tokenizer checked against the file, its ids against the vocabulary),
+        each kept document's ids as the file holds them."""
+        import numpy as np
+
+        from openwebtext.engine import PoolOptions, open_pool
+
+        units = self.groups[group]
+        if group not in pools:
+            options = PoolOptions(workers=0, max_member_bytes=self.max_member_bytes,
+                                  max_document_bytes=self.max_document_bytes,
+                                  tokenizer=self.tokenizer)  # fmt: skip
+            pools[group] = open_pool(units, options, storage)
+        unit = units[k]
+        for loaded in pools[group].run([k]):
+            for error in loaded.errors:  # the unit's failure (nothing read), or documents left out
+                self._error(error, skipped)
+            if loaded.counts is None or self.tokenizer is None:
+                return
+            dtype = self.tokenizer.dtype  # the file's width (checked): the loader's ids
+            data = np.frombuffer(loaded.data, dtype)
+            kept = [j for j, offset in enumerate(loaded.offsets) if offset >= 0]
+            if len(kept) == len(loaded.offsets):  # every document: the unit's ids as they lie
+                ids.append(data)
+            else:
+                for j in kept:
+                    start = loaded.offsets[j] // dtype.itemsize
+                    ids.append(data[start : start + loaded.counts[j]])
+            for j in kept:
+                columns["subset"].append(unit.subset)
+                columns["member"].append(unit.member)
+                columns["name"].append(loaded.names[j])
+                columns["value"].append(loaded.counts[j])
 
     def _read(
         self,
@@ -208,8 +269,22 @@ def _ids_column(parts: list[Any], counts: list[int]) -> Any:
     return chunks[0] if len(chunks) == 1 else pa.chunked_array(chunks, pa.list_(pa.int64()))
 
 
+def _has_text(corpus: Corpus, part: str | None) -> None:
+    """Check that ``corpus`` (the mixture's ``part``) can be read as text.
+
+    Raises:
+        CorpusError: it holds token ids (``Corpus.open_tokens``), naming its first token file.
+    """
+    unit = next((u for u in corpus.units if u.kind == TOKENS), None)
+    if unit is not None:
+        raise in_part(CorpusError(
+            "a token corpus holds ids, not text: read it with the tokenizer its ids were "
+            "written with (read_openwebtext(..., tokenizer=...)), rows of ids", unit.path
+        ), part)  # fmt: skip
+
+
 def read_openwebtext(
-    paths: Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    paths: Corpus | Mixture | str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     storage_options: dict[str, Any] | None = None,
     tokenizer: str | None = None,
@@ -230,13 +305,21 @@ def read_openwebtext(
     ``source``). Ray Data is order-free bulk processing, so the weights do not shape it: a
     weighted, ordered, resumable stream of a mixture is ``Loader``'s (or PyTorch's).
 
+    A token corpus (``Corpus.open_tokens``, or a mixture's part) is read as ``Loader`` reads
+    it: ``ids`` are each document's ids as the file holds them (its own end-of-text id
+    included, none added), never tokenized again. It needs the tokenizer its ids were written
+    with: another width, or another fingerprint than its ``meta.json``'s, is the loader's
+    ``CorpusError`` (in the task, under ``on_error``); a document holding an id outside the
+    vocabulary is a ``CorruptDocument`` (raised, or left out under ``skip``).
+
     Args:
         paths: Files, folders or glob patterns readable by every node, or URLs; or a
-            ``Mixture``.
+            ``Corpus`` (``Corpus.open``, ``Corpus.open_tokens``) or a ``Mixture``.
         storage_options: For URLs (``s3://``…, the ``remote`` extra): the options of their
-            filesystems (``Corpus.open``), here and in every task. Not with a ``Mixture``:
-            each part is read in the tasks with the storage it was opened with.
+            filesystems (``Corpus.open``), here and in every task. Not with a ``Corpus`` or a
+            ``Mixture``: each is read in the tasks with the storage it was opened with.
         tokenizer: A tokenizer spec (``openwebtext.tokenizer``): rows carry ``ids``.
+            Needed for a token corpus (rows of ids: it holds no text).
         on_error: ``raise`` the library's error (naming file and member) in the task: the
             consumer gets Ray's ``RayTaskError(CorruptMember)``, also a ``CorruptMember``
             (``library_errors()`` gives back the error itself); ``skip`` or ``warn``
@@ -248,19 +331,21 @@ def read_openwebtext(
 
     Raises:
         EngineError: Ray is not installed.
-        CorpusError: a path holds no corpus (raised here, at once).
+        CorpusError: a path holds no corpus, or a token corpus is read without a
+            tokenizer (raised here, at once, naming its file).
     """
     check_on_error(on_error)
     unit_groups(0, units_per_task)  # a bad value fails here, before Ray is asked
     ray = ray_module()
     # Resolved once: a bad spec fails here, not in every task.
     resolved = None if tokenizer is None else load_tokenizer(tokenizer)
-    if isinstance(paths, Mixture):
+    if isinstance(paths, Mixture | Corpus):
         if storage_options is not None:
-            raise ValueError("storage_options: a Mixture's parts are read with the storage "
-                             "each was opened with (Corpus.open(url, storage_options=...))")
-        parts = paths.corpora
-        sources: tuple[str, ...] | None = ()
+            what = "a Mixture's parts are" if isinstance(paths, Mixture) else "a Corpus is"
+            raise ValueError(f"storage_options: {what} read with the storage each was opened "
+                             f"with (Corpus.open(url, storage_options=...))")  # fmt: skip
+        mixed = isinstance(paths, Mixture)
+        parts = paths.corpora if isinstance(paths, Mixture) else {"": paths}
         bad = [error for corpus in parts.values() for error in corpus.skipped_files]
         for error in bad:  # a part's files left out at its open: raised, or logged and counted
             SkipPolicy(on_error).take(error)
@@ -268,7 +353,11 @@ def read_openwebtext(
             skips.add([str(error) for error in bad])
     else:
         parts = {"": Corpus.open(paths, storage_options=storage_options)}
-        sources = None
+        mixed = False
+    if resolved is None:
+        for name, corpus in parts.items():
+            _has_text(corpus, name if mixed else None)
+    sources: tuple[str, ...] | None = () if mixed else None
     groups: tuple[tuple[Unit, ...], ...] = ()
     storages: tuple[Storage, ...] = ()
     for name, corpus in parts.items():
