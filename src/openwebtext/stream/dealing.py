@@ -113,7 +113,7 @@ def _part_windows_left(
         return left, list(share)
     into = done - finished
     if row > 0:
-        m = at_window.documents or 0
+        m = at_window.dealt or 0  # (its slots: its documents and those skipped among them)
         if into + m > count(share):
             raise StateError(
                 f"a best-fit window holds {m} documents of a share of this epoch that had "

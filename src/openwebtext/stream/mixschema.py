@@ -131,6 +131,10 @@ class MixRun:
             tuple(marks), b.handed + j, b.weights, tuple(served), b.applied, following
         )
 
+    def part_after(self, j: int) -> Mark:
+        """The stream mark of document ``j``'s part after it."""
+        return self._afters[j]
+
     def end_to_end(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """The documents' ids one after another, and where each ends in them."""
         return self.ids, np.cumsum(self.lengths)

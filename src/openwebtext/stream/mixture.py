@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
 from typing import Any, cast
 
-from msgspec import UNSET
+from msgspec import UNSET, UnsetType
 
 from openwebtext.codec import differing, replace
 from openwebtext.errors import CorpusError, StateError, in_part
@@ -334,11 +334,12 @@ def _reshard_best_fit(
 ) -> list[dict[str, Any]]:
     """Best-fit batches of a mixture, resharded: each part's states as a corpus's best-fit
     batches, the window an old rank had begun holding its documents of that part
-    (``window_parts``); the new rank each window is dealt to (round robin, as every part deals
-    it) replays the old rank's turns from the window's start (``Replay``), so that it packs
-    the same documents in the same order into the same rows and hands out those not handed
-    out. Its own turns start after them, where old rank 0's would after the window of its own
-    it had begun (``_after_window``: its position and the weights in force there)."""
+    (``window_parts``; in the slots ``window_slots`` says, where skips lie among them); the
+    new rank each window is dealt to (round robin, as every part deals it) replays the old
+    rank's turns from the window's start (``Replay``), so that it packs the same documents in
+    the same order into the same rows and hands out those not handed out. Its own turns start
+    after them, where old rank 0's would after the window of its own it had begun
+    (``_after_window``: its position and the weights in force there)."""
     ranks = [next(iter(m.parts.values())).config.rank for m in parsed]
     order = sorted(range(len(batches)), key=ranks.__getitem__)
     batches, parsed = [batches[k] for k in order], [parsed[k] for k in order]
@@ -362,7 +363,8 @@ def _reshard_best_fit(
     for i, name in enumerate(names):
         states = [
             replace(b, documents=m.parts[name], packed_parts=UNSET,
-                    window_parts=(b.window_parts[i],) if b.window_parts else UNSET).to_json()
+                    window_parts=(b.window_parts[i],) if b.window_parts else UNSET,
+                    window_slots=_part_slots(b, i)).to_json()
             for b, m in zip(batches, parsed, strict=True)
         ]  # fmt: skip
         try:
@@ -382,6 +384,15 @@ def _reshard_best_fit(
         like = BatchesState.from_json(new_parts[names[0]][rank])  # (its window number: past all)
         out.append(replace(like, documents=state, window_epoch=batches[0].window_epoch).to_json())
     return out
+
+
+def _part_slots(batches: BatchesState, part: int) -> tuple[int] | UnsetType:
+    """A part's ``window_slots`` in its state resharded: the slots its documents in the window
+    lie in, where some of it were skipped among them (what its share deals; absent: none)."""
+    slots, counts = batches.window_slots, batches.window_parts
+    if not slots or not counts or slots[part] == counts[part]:
+        return UNSET
+    return (slots[part],)
 
 
 def _after_window(

@@ -46,7 +46,9 @@ from openwebtext.stream.partpacking import (
     packed_stats,
     parts_of_state,
     parts_to_state,
+    window_fields,
     window_part_counts,
+    window_part_slots,
 )
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
@@ -432,7 +434,7 @@ class BestFitBatches(Packer):
         packed, parts = self._packed_now()
         cut: dict[str, Any] = {}
         if row and isinstance(documents, MixtureState):  # what a reshard deals of the window
-            cut["window_parts"] = window_part_counts(self._windows[0].parts, documents)
+            cut.update(window_fields(self._windows[0].parts, self._windows[0].mark, documents))
         if row and self._windows[0].short:
             cut["window_documents"] = self._windows[0].short
         if row and (again := window_repeats(self._windows[0].parts)):  # (a reshard deals them)
@@ -481,3 +483,8 @@ def check_window_parts(start: BatchesState | None, windows: deque[Window]) -> No
         if found != said:
             raise StateError(f"bad batches state: window_parts: {list(said)}, but its window "
                              f"holds {list(found)} documents of each part", field="window_parts")
+        slots = window_part_slots(windows[0].parts, windows[0].mark, found)
+        if start.window_slots and tuple(start.window_slots) != slots:
+            raise StateError(f"bad batches state: window_slots: {list(start.window_slots)}, but "
+                             f"its window's documents of each part lie in {list(slots)} slots",
+                             field="window_slots")  # fmt: skip

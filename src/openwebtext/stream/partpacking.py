@@ -1,7 +1,8 @@
 """Packing figures and labels per part of a mixture: each part's cut documents and pieces
 (``counters.PartPacking``), kept running as an array with a column per part while batches are
 made, written into a batches state (``packed_parts``) and its ``stats.parts``; a best-fit
-window's documents of each part (``window_parts``, what a reshard deals) and the part of
+window's documents of each part (``window_parts``) and their slots (``window_slots``, what a
+reshard deals) and the part of
 every id of its rows (``PackedBatch.sources``)."""
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import numpy as np
 
 from openwebtext import codec
 from openwebtext.stream.counters import PackingCounts, PartPacking
-from openwebtext.stream.mixschema import MixRun, MixtureStats
+from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.schema import BatchesState, DocumentState, MixtureState
-from openwebtext.stream.source import Run
-from openwebtext.stream.state import Stats
+from openwebtext.stream.source import AnyMark, Run, slots_at
+from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
     "NO_PARTS",
@@ -29,7 +30,9 @@ __all__ = [
     "packed_stats",
     "parts_of_state",
     "parts_to_state",
+    "window_fields",
     "window_part_counts",
+    "window_part_slots",
 ]
 
 
@@ -108,6 +111,46 @@ def window_part_counts(
     for run, j, end in pieces or ():
         counts += np.bincount(cast(MixRun, run).parts[j:end], minlength=len(counts))
     return tuple(int(c) for c in counts)
+
+
+def window_part_slots(
+    pieces: list[tuple[Run, int, int]] | None, before: AnyMark, counts: tuple[int, ...]
+) -> tuple[int, ...]:
+    """A mixture's window's document slots of each part's share (``counts``: its documents of
+    each part; ``before``: the mixture's mark at its start): from the part's mark there to its
+    mark after its last document in the window (``source.slots_at``), the documents of it
+    skipped among them held, as a reshard deals the window of the part's share
+    (``rest.Rest``). A window crossing a part's epoch end: its slots of the first epoch so,
+    plus its documents of the next (its documents, if none of the first were skipped: a
+    reshard then counts those of the next epoch; else it refuses the window)."""
+    out = list(counts)
+    if not isinstance(before, MixMark):
+        return tuple(out)
+    last: dict[int, Mark] = {}  # each part's mark after its last document of its first epoch
+    later = [0] * len(out)  # and its documents of the epochs after
+    for run, j, end in pieces or ():
+        if isinstance(run, MixRun):
+            for k in range(j, end):
+                part, after = int(run.parts[k]), run.part_after(k)
+                if after.epoch == before.parts[part].epoch:
+                    last[part] = after
+                else:
+                    later[part] += 1
+    for part, after in last.items():
+        slots = slots_at(after) - slots_at(before.parts[part])
+        if slots > out[part] - later[part]:  # (skipped ones among them)
+            out[part] = slots + later[part]
+    return tuple(out)
+
+
+def window_fields(
+    pieces: list[tuple[Run, int, int]] | None, before: AnyMark, documents: MixtureState
+) -> dict[str, tuple[int, ...]]:
+    """A mixture's best-fit state's window fields, rows of it out: ``window_parts``, and its
+    ``window_slots`` where skips lie among a part's documents in it."""
+    counts = window_part_counts(pieces, documents)
+    slots = window_part_slots(pieces, before, counts)
+    return {"window_parts": counts} | ({"window_slots": slots} if slots != counts else {})
 
 
 def document_parts(parts: list[tuple[Run, int, int]]) -> np.ndarray[Any, Any] | None:

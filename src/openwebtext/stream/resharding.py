@@ -289,9 +289,9 @@ def _best_fit(
     numbers = [
         WindowAt(s.window_number, s.row, () if s.scheduled is None else s.scheduled.packings,
                  s.window_parts[0] if s.window_parts and s.row else None,  # (a mixture's part)
-                 s.window_repeats or 0, None if replays is None else replays[by_rank[r]])
-        for r, s in enumerate(ordered)
-    ]  # fmt: skip
+                 s.window_repeats or 0, replays=None if replays is None else replays[by_rank[r]],
+                 slots=s.window_slots[0] if s.window_slots and s.row else None)
+        for r, s in enumerate(ordered)]  # fmt: skip
     return window, numbers
 
 
@@ -473,7 +473,7 @@ def _best_fit_sections(
         for r, (d, w) in enumerate(zip(ordered, numbers, strict=True)):
             k = d.position.epoch - base.epoch
             if w.rows:
-                dealt = Begun(w.number, w.rows, w.packings, w.documents, w.repeats, rank=r)
+                dealt = Begun(w.number, w.rows, w.packings, w.documents, w.repeats, w.slots, rank=r)
                 sections[k] = replace(sections[k], windows=(*(sections[k].windows or ()), dealt))
         return sections[0], sections[1:]
     if window != base.window:

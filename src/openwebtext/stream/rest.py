@@ -158,7 +158,7 @@ class Rest:
             # Its window's documents: a window, not the sequence (a mixture's part's: its
             # documents in the window, none too, so that every part deals the same windows).
             if b is not None and (remaining or over or b.documents is not None):
-                m = min(size, remaining) if b.documents is None else b.documents
+                m = _window_slots(r, old, b, per, remaining, section)  # (a part's: refused?)
                 if m > remaining and not section.levels:  # the rest: the next epoch's first
                     self.crossing[r], m = m - remaining, remaining
                 if m > remaining:
@@ -282,7 +282,7 @@ class Rest:
     def crossed(self, ranks: Iterable[int]) -> list[Begun]:
         """What the next epoch's section leaves out of ``ranks``' shares: their windows'
         documents past this epoch's end (``crossing``), as windows of those ranks."""
-        return [replace(self.begun[r], documents=self.crossing[r]) for r in ranks]
+        return [replace(self.begun[r], documents=self.crossing[r], slots=None) for r in ranks]
 
     def not_begun(self) -> Reshard:
         """The next epoch's section when no old rank had begun it (a window crossed into it)."""
@@ -425,3 +425,36 @@ def next_section(rest: Rest) -> Reshard | None:
         windows = (*(built.windows or ()), *rest.crossed(rest.crossing))
         built = replace(built, windows=windows, dealt=True)
     return built
+
+
+def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
+                  remaining: int, section: Reshard) -> int:  # fmt: skip
+    """The slots of old rank ``rank``'s share (``counts``, ``remaining`` of them left) its
+    best-fit ``window`` holds: a corpus's, the window's or fewer (the share's end); a mixture
+    part's, as its state says (``FitWindow.dealt``). A part's window that holds more crosses
+    its epoch's end, its documents past it the next epoch's first (``Rest.crossing``), unless
+    skips lie among it: its documents past the share's end are then those of a pass repeating
+    the share (evened out) or fewer than its slots say, which a part's window (its turns'
+    documents, not an overrun's slots) cannot follow.
+
+    Raises:
+        StateError: such a window with skips among its documents (``FitWindow.slots``), or in
+            its evened-out share before the state (the pass repeating it: its share's end is
+            no epoch's end).
+    """
+    size = section.window or 0
+    if window.dealt is None:
+        return min(size, remaining)
+    passed = sum(counts) - remaining
+    skipped = not old.finished and (passed > old.handed or old.pass_end is not None)
+    if window.dealt <= remaining or section.levels or (
+        window.slots is None and not (section.even is not None and skipped)
+    ):
+        return window.dealt
+    raise StateError(
+        f"old rank {rank}'s best-fit window runs past the end of "
+        f"its share ({remaining} slots left) after skips, into the pass repeating its documents "
+        "or the next epoch, which a reshard does not follow (its documents would be lost or "
+        "handed out twice): resume these states on their world size until that window is out, "
+        "then reshard"
+    )

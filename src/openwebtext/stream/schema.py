@@ -299,6 +299,11 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     reshard deals the window to a new rank, which hands them out in the old order)."""
     window_documents: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit, rows of the window out: its documents, the run having ended before it was whole."""
+    window_slots: tuple[Count, ...] | msgspec.UnsetType = msgspec.UNSET
+    """Best fit of a mixture, rows of the window handed out, documents of a part skipped among
+    its own in it (absent: none): the document slots of each part's share the window passed,
+    its skipped ones held (``source.slots_at``), which a reshard deals of the part's share (a
+    part's state, ``mixture.reshard`` builds it: its own)."""
     window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a corpus, rows of the window out: its documents handed out again (a reshard
     deals them: ``sections.FitWindow.repeats``)."""
@@ -319,6 +324,12 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         if counted and (len(counted) != (len(names) or 1) or not bool(names) <= held <= most):
             raise Disagree("window_parts", f"must count each part's documents (a part's state: "
                            f"its own) of a window of at most {self.window}")  # fmt: skip
+        slots = self.window_slots or ()
+        if slots and (len(slots) != len(counted) or slots == counted
+                      or any(s < d for s, d in zip(slots, counted, strict=True))):  # fmt: skip
+            raise Disagree("window_slots", "counts the slots of each part's documents (a part's "
+                           "state: its own) in a mixture's best-fit window, rows out, where some "
+                           "were skipped (at least its window_parts)")  # fmt: skip
         unknown = set(self.packed_parts or ()).difference(names)
         if unknown:
             raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")

@@ -59,6 +59,15 @@ class FitWindow(Record, frozen=True, omit_defaults=True):
     repeats: Count = 0
     """A corpus's: its documents handed out again (``BatchesState.window_repeats``): an old
     rank's window that ran past its evened-out share into the pass repeating it (``Overrun``)."""
+    slots: Count | None = None
+    """A mixture's part, documents of it skipped among its own in the window: the document
+    slots they lie in (``BatchesState.window_slots``), which the window deals of its share
+    (None: ``documents``)."""
+
+    @property
+    def dealt(self) -> int | None:
+        """A mixture's part: the slots of its share the window deals (None: a corpus's)."""
+        return self.documents if self.slots is None else self.slots
 
 
 class WindowAt(FitWindow, frozen=True, omit_defaults=True):
@@ -161,6 +170,10 @@ class Reshard(Record, frozen=True, omit_defaults=True):
         held = [w.documents or 0 for f in fits for w in f or ()]
         if self.window is not None and max(held, default=0) > self.window:
             raise Disagree("windows", f"hold more documents than a window's {self.window}")
+        if any(w.slots is not None and w.slots <= (w.documents or 0)
+               for f in fits for w in f or ()):  # fmt: skip
+            raise Disagree("windows", "say slots of a part's documents only where some of them "
+                           "were skipped (more than its documents)")  # fmt: skip
 
     def following(self) -> Reshard | None:
         """The section of the next epoch's rest (``later``'s first, as this share's), or None:
