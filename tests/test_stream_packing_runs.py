@@ -197,6 +197,7 @@ def _start(state: dict[str, Any]) -> Any:
         documents = None  # (not a mixture's: no per-part counts)
         window_documents = None  # (its window whole)
         window_parts = None  # (not a mixture's)
+        window_repeats = None  # (no document of its window handed out again)
 
     return Start()
 

@@ -41,14 +41,14 @@ from openwebtext.stream.fitting import Rows, best_fit, fit, fit_documents, paddi
 from openwebtext.stream.packed import PackedBatch
 from openwebtext.stream.partpacking import (
     add_parts,
+    check_window,
     document_parts,
     id_parts,
     packed_stats,
     parts_of_state,
     parts_to_state,
     window_fields,
-    window_part_counts,
-    window_part_slots,
+    window_repeats,
 )
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
@@ -154,7 +154,8 @@ class BestFitBatches(Packer):
             self._since = 0  # batches handed out since the last window was packed
             if self._skip:
                 self._fill()
-                check_window_parts(start, self._windows)
+                if self._windows:  # (what a reshard deals of it, as its state says)
+                    check_window(start, self._windows[0].parts, self._windows[0].mark)
         except BaseException:
             documents.close()
             raise
@@ -464,27 +465,3 @@ class BestFitBatches(Packer):
             packed = packed.add(*window.fitted.counted(window.row))
             parts = add_parts(parts, window.fitted.counted_parts(window.row))
         return packed, parts
-
-
-def window_repeats(parts: list[tuple[Run, int, int]] | None) -> int:
-    """A corpus's window's documents handed out again (a mixture's: 0, its parts say theirs)."""
-    return sum(end - first for run, first, end in parts or ()
-               if isinstance(run, TokenRun) and run.after.repeats_from is not None)  # fmt: skip
-
-
-def check_window_parts(start: BatchesState | None, windows: deque[Window]) -> None:
-    """Check a mixture's best-fit state's ``window_parts`` (what a reshard deals; nothing else
-    reads them) against the window it is inside, read again: ``StateError`` naming them."""
-    said = None if start is None else start.window_parts
-    if start is not None and isinstance(said, tuple) and windows and isinstance(
-        start.documents, MixtureState
-    ):
-        found = window_part_counts(windows[0].parts, start.documents)
-        if found != said:
-            raise StateError(f"bad batches state: window_parts: {list(said)}, but its window "
-                             f"holds {list(found)} documents of each part", field="window_parts")
-        slots = window_part_slots(windows[0].parts, windows[0].mark, found)
-        if start.window_slots and tuple(start.window_slots) != slots:
-            raise StateError(f"bad batches state: window_slots: {list(start.window_slots)}, but "
-                             f"its window's documents of each part lie in {list(slots)} slots",
-                             field="window_slots")  # fmt: skip

@@ -14,15 +14,17 @@ import msgspec
 import numpy as np
 
 from openwebtext import codec
+from openwebtext.errors import StateError
 from openwebtext.stream.counters import PackingCounts, PartPacking
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.schema import BatchesState, DocumentState, MixtureState
-from openwebtext.stream.source import AnyMark, Run, slots_at
+from openwebtext.stream.source import AnyMark, Run, TokenRun, slots_at
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
     "NO_PARTS",
     "add_parts",
+    "check_window",
     "document_parts",
     "id_parts",
     "indexed_parts",
@@ -33,6 +35,7 @@ __all__ = [
     "window_fields",
     "window_part_counts",
     "window_part_slots",
+    "window_repeats",
 ]
 
 
@@ -168,3 +171,35 @@ def id_parts(parts: list[tuple[Run, int, int]], cap: int) -> list[np.ndarray[Any
         return None
     labels = [np.repeat(run.parts.astype(np.int16), run.lengths) for run in runs]
     return [*labels, np.full(cap, -1, np.int16)]
+
+
+def window_repeats(parts: list[tuple[Run, int, int]] | None) -> int:
+    """A corpus's window's documents handed out again (a mixture's: 0, its parts say theirs)."""
+    return sum(end - first for run, first, end in parts or ()
+               if isinstance(run, TokenRun) and run.after.repeats_from is not None)  # fmt: skip
+
+
+def check_window(start: BatchesState | None, parts: list[tuple[Run, int, int]] | None,
+                 mark: AnyMark) -> None:  # fmt: skip
+    """Check a best-fit state's fields that say what a reshard deals of the window it is inside
+    (nothing else reads them) against that window read again (its ``parts``, ``mark`` at its
+    start): a mixture's ``window_parts`` and ``window_slots``, a corpus's ``window_repeats``
+    (when said: a state written before they were has none; a window dealt by a reshard whose
+    ``repeats`` were edited holds other documents). ``StateError`` naming them."""
+    if start is None:
+        return
+    again = start.window_repeats
+    if isinstance(again, int) and again != (held := window_repeats(parts)):
+        raise StateError(f"bad batches state: window_repeats: {again}, but its window holds "
+                         f"{held} documents handed out again", field="window_repeats")
+    said = start.window_parts
+    if isinstance(said, tuple) and isinstance(start.documents, MixtureState):
+        found = window_part_counts(parts, start.documents)
+        if found != said:
+            raise StateError(f"bad batches state: window_parts: {list(said)}, but its window "
+                             f"holds {list(found)} documents of each part", field="window_parts")
+        slots = window_part_slots(parts, mark, found)
+        if start.window_slots and tuple(start.window_slots) != slots:
+            raise StateError(f"bad batches state: window_slots: {list(start.window_slots)}, but "
+                             f"its window's documents of each part lie in {list(slots)} slots",
+                             field="window_slots")  # fmt: skip

@@ -21,7 +21,7 @@ from openwebtext.stream.overrun import OverrunPasses
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.sections import Reshard
 
-__all__ = ["RestHandOut"]
+__all__ = ["RestHandOut", "check_overrun"]
 
 
 class RestHandOut:
@@ -40,7 +40,7 @@ class RestHandOut:
     _skipped_slots: int
     _tail: int
     _runs: str | None
-    _overrun_at: tuple[int, int, int] | None
+    _overrun_at: tuple[int, int, int, int] | None
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
               take: int | None, epoch: int, *, slots: int | None = None,
@@ -62,6 +62,7 @@ class RestHandOut:
         due = rest.documents  # (the documents of overruns apart: ``overrun``)
         while self._progress < target or (again and self._own_documents < due):
             lap, at = divmod(self._progress, target)
+            moved = (self._progress, self._counters.epoch_documents)  # (a round that moves not:
             before, kept = self._own_documents, (-1, 0, 0)  # (the last piece's rank, slots, out)
             least = {} if lap else rest.least_repeats(at)
             began: dict[int, int] = {}  # (the repeats counted as each piece began)
@@ -85,6 +86,9 @@ class RestHandOut:
                 done = self._own_documents >= due and (lap > 0 or self._progress >= target)
                 if done or (take is not None and self._yielded() >= take):
                     return
+            if moved == (self._progress, self._counters.epoch_documents):  # an edited state)
+                raise StateError(_STALLED.format(due + self._overrun_out, self._progress, target),
+                                 field="reshard.overrun")  # fmt: skip
             if again:  # short (skips): round again, repeating
                 short_rest(self.options, self._epoch, lap, (before, self._own_documents), due,
                            not at)  # fmt: skip
@@ -94,14 +98,17 @@ class RestHandOut:
         """Hand out a best-fit window's overrun (``piece``; ``kept``: the old rank, slots and
         documents of the piece before it), then pass the slots it did not fill, so that the
         window ends where its old rank's did; a lap repeating the share passes them only. A
-        state inside it is at its end (``Mark.overrun``)."""
+        state inside it is at its end (``Mark.overrun``), and so is the mark after its last
+        document (``source.slots_at``: the next window starts there, though the stream passes
+        those slots only when it goes on)."""
         start, slots, over = self._progress, piece.documents, piece.overrun
         counts = piece.share.counts
         assert over is not None and counts is not None
         passes = None if lap else OverrunPasses(over, counts, slots, piece.in_block, kept,
                                                 self._counters.epoch_documents)  # fmt: skip
         if passes is not None:
-            self._overrun_at = (start + slots, self._overrun_out, self._counters.epoch_documents)
+            handed = self._counters.epoch_documents
+            self._overrun_at = (start + slots, self._overrun_out, handed, handed + over.repeats)
         while passes is not None and (
             step := passes.next(self._counters.epoch_documents, self._progress - start)
         ) is not None:
@@ -148,6 +155,36 @@ class RestHandOut:
     def _progress(self) -> int:
         """In a rest: the slots of its share passed (``rest``)."""
         return int(self._counters.epoch_documents + self._skipped_slots)
+
+
+#: A rest whose documents' target is reached before its slots are passed (``_rest_documents``).
+_STALLED = ("bad state: reshard.overrun: the rest's {} documents (its own and its overruns') "
+            "were handed out with {} of its {} slots passed: its overrun documents are not as "
+            "the state's position says (edited?)")
+
+
+def check_overrun(rest: Rest, progress: int, overrun: int) -> None:
+    """Check a state's ``reshard.overrun`` at its entry (``progress``: the slots of ``rest`` it
+    passed): the documents of the overruns of the windows dealt before it (``Overrun.repeats``,
+    each checked as its overrun is handed out); a state at an overrun's end may have been taken
+    inside it (``Mark.overrun``: at least one of its documents out).
+
+    Raises:
+        StateError: it says another number.
+    """
+    at, least, most = 0, 0, 0
+    for piece in rest.pieces(0):
+        if at >= progress:
+            break
+        at += piece.documents
+        if piece.overrun is not None and at <= progress:
+            most += piece.overrun.repeats
+            least = most - piece.overrun.repeats + 1 if at == progress else most
+    if not least <= overrun <= most:
+        said = str(most) if least == most else f"{least} to {most}"
+        raise StateError(f"bad state: reshard.overrun is {overrun}, not {said}: the documents "
+                         "of the overruns of the best-fit windows dealt before its position "
+                         f"({progress} slots of its share passed)", field="reshard.overrun")
 
 
 def _check_least(window: tuple[int, int] | None, began: dict[int, int], repeated: int) -> None:

@@ -102,9 +102,14 @@ def slots_at(mark: Mark) -> int:
     after its kept ones: ``epochs.slots_passed``), since the stream's iterator began: the
     documents handed out, and the slots skipped with none (``Mark.skipped_slots``, and the
     current block's after its last document once that one is out: ``Mark.tail``). Differences
-    of two marks are what a best-fit window counts, as a reshard deals one (``rest.Rest``)."""
-    past = mark.tail if mark.in_block >= mark.block_len else 0
+    of two marks are what a best-fit window counts, as a reshard deals one (``rest.Rest``).
+    After the last document of a best-fit window's overrun (``Mark.overrun``), the window's end:
+    the slots it did not fill are passed with that document (as ``Mark.state`` says), not when
+    the stream goes on, so that the next window starts there whenever its start is taken."""
     handed = mark.counters.epoch_documents + mark.in_block - mark.first_in_block
+    if mark.overrun is not None and handed >= mark.overrun[3]:
+        return mark.overrun[0]
+    past = mark.tail if mark.in_block >= mark.block_len else 0
     return int(handed + mark.skipped_slots + past)
 
 

@@ -110,10 +110,13 @@ class Mark(NamedTuple):
     tail: int = 0
     """A piece of a rest: the skipped slots it passes in the current block after the last
     document it hands out there (passed once that one is handed out)."""
-    overrun: tuple[int, int, int] | None = None
-    """Inside a best-fit window's overrun (``overrun.hand_out``): the slots of the share passed
-    at its end, and the overrun documents and epoch documents before it. A state there is at
-    the window's end (its documents out so far counted apart): the next window starts there."""
+    overrun: tuple[int, int, int, int] | None = None
+    """Inside a best-fit window's overrun (``RestHandOut._overrun``): the slots of the share
+    passed at its end, the overrun documents and epoch documents before it, and the epoch
+    documents once its last is out (its documents: ``Overrun.repeats``). A state there is at
+    the window's end (its documents out so far counted apart): the next window starts there;
+    once its last document is out, the slots it did not fill are passed (``source.slots_at``),
+    as the stream passes them when it goes on."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included
@@ -151,7 +154,7 @@ class Mark(NamedTuple):
         if self.block_len and self.in_block >= self.block_len:  # (out: never read again)
             before = None
         if self.overrun is not None and section is not None:  # (its block: never read again)
-            end, overrun, handed = self.overrun
+            end, overrun, handed, _ = self.overrun
             position = Position(self.epoch, 0, end - counted.epoch_documents)
             section = codec.replace(section, overrun=overrun + counted.epoch_documents - handed)
             before = None

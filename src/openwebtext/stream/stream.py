@@ -49,7 +49,7 @@ from openwebtext.stream.epochs import (
 )
 from openwebtext.stream.errorpolicy import ErrorPolicy
 from openwebtext.stream.rest import Rest, ended
-from openwebtext.stream.resthandout import RestHandOut
+from openwebtext.stream.resthandout import RestHandOut, check_overrun
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.spans import block_part
@@ -133,7 +133,7 @@ class Stream(RestHandOut):
         self._repeats_from: int | None = None  # the block's first position handed out again
         self._pass_end = position.pass_end or None  # (a pass repeating after skips: its end)
         self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
-        self._overrun_at: tuple[int, int, int] | None = None  # (inside an overrun: Mark's)
+        self._overrun_at: tuple[int, int, int, int] | None = None  # (inside an overrun: Mark's)
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._counters = counters  # documents, bytes and tokens before the current block
         self._read_before = counters  # (and its skips: those of the units before its own)
@@ -152,6 +152,8 @@ class Stream(RestHandOut):
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
+        if self._rest is not None and self._reshard is not None:  # (its overruns' documents)
+            check_overrun(self._rest, self._progress, self._reshard.overrun)
 
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
