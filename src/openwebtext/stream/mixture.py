@@ -21,15 +21,8 @@ from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
 from openwebtext.options import MOST_INT, Options, as_int, countable
 from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.resharding import (
-    KEEP,
-    Even,
-    check_is_state,
-    decode_each,
-    new_schedule,
-    parse_batches,
-    reshard_states,
-)
+from openwebtext.stream.given import check_is_state, decode_each, new_schedule, parse_batches
+from openwebtext.stream.resharding import KEEP, Even, reshard_states
 from openwebtext.stream.resharding import reshard as reshard_stream
 from openwebtext.stream.schema import (
     BatchesState,

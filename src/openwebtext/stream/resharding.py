@@ -10,38 +10,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Literal, TypeAlias, cast
 
-from msgspec import UNSET, UnsetType
-
-from openwebtext.codec import Record, differing, replace
+from openwebtext.codec import differing, replace
 from openwebtext.errors import StateError
 from openwebtext.options import MOST_INT, Options, as_int, countable
 from openwebtext.plan import Rule
+from openwebtext.stream.given import decode_each, new_schedule, parse_batches
 from openwebtext.stream.schema import (
-    BATCHES_FORMAT,
-    STATE_FORMAT,
     BatchesState,
     Counters,
     DocumentState,
     MixtureState,
     Position,
-    Scheduled,
     StreamConfig,
-    kind_of,
 )
 from openwebtext.stream.sections import Begun, Level, OldRank, Reshard, WindowAt
-from openwebtext.stream.shapes import saved_schedule
 
-__all__ = [
-    "KEEP",
-    "check_is_state",
-    "decode_each",
-    "new_schedule",
-    "parse_batches",
-    "reshard",
-    "reshard_states",
-]
+__all__ = ["KEEP", "reshard", "reshard_states"]
 
 #: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
 KEEP: Literal["keep"] = "keep"
@@ -174,77 +160,6 @@ def _of_corpus(state: DocumentState | MixtureState) -> DocumentState:
     return state
 
 
-R = TypeVar("R", bound=Record)
-
-
-def decode_each(states: Sequence[Any], cls: type[R]) -> list[R]:
-    """Each of the states given to ``reshard`` as record ``cls``: a refusal says which one
-    (``state 1: …``), its ``field`` the path in that state."""
-    out = []
-    for k, state in enumerate(states):
-        try:
-            out.append(cls.from_json(state))
-        except StateError as exc:
-            raise StateError(f"state {k}: {exc}", exc.field, exc.resume_with) from None
-    return out
-
-
-def check_is_state(k: int, state: Any) -> None:
-    """State ``k`` given to a reshard is a state (of documents or batches, of any kind), checked
-    before anything else is read of it.
-
-    Raises:
-        StateError: naming the state (``field``: ``format``, when it has one of no state).
-    """
-    if not isinstance(state, Mapping):
-        raise StateError(f"state {k} is {type(state).__name__}, not a state")
-    if kind_of(state) is None:
-        found = state.get("format")
-        raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
-                         field="format")  # fmt: skip
-
-
-def parse_batches(
-    states: Sequence[Mapping[str, Any]], runs: bool = True
-) -> list[BatchesState] | None:
-    """The states as batches states (of one packing and size), or None for document states;
-    ``runs``: each checked against its run (``BatchesState.check_run``; not a mixture's part's
-    view of its batches, which its ``reshard`` builds)."""
-    kinds = set()
-    for k, state in enumerate(states):
-        check_is_state(k, state)
-        kinds.add(state["format"])
-    if kinds == {STATE_FORMAT}:
-        return None
-    if kinds != {BATCHES_FORMAT}:
-        raise StateError(
-            f"cannot reshard states of formats {sorted(map(str, kinds))}: give the states of "
-            f"every rank's document iterator ({STATE_FORMAT!r}) or of every rank's batches "
-            f"({BATCHES_FORMAT!r})"
-        )
-    parsed = decode_each(states, BatchesState)
-    for k, batches in enumerate(parsed if runs else ()):  # (as batches started from it do)
-        try:
-            batches.check_run()
-        except StateError as exc:
-            raise StateError(f"state {k}: {exc}", exc.field) from None
-    packings = {(b.packing, b.window if b.packing == "bestfit" else None) for b in parsed}
-    if len(packings) > 1:
-        field = "packing" if len({p for p, _ in packings}) > 1 else "window"
-        raise StateError(f"batches states of different (packing, window): {sorted(packings)}",
-                         field)  # fmt: skip
-    sizes = {(b.seq_len, b.batch_size) for b in parsed}
-    if len(sizes) > 1:
-        field = "seq_len" if len({t for t, _ in sizes}) > 1 else "batch_size"
-        raise StateError(f"batches states of different (seq_len, batch_size): {sorted(sizes)}",
-                         field)  # fmt: skip
-    schedules = {saved_schedule(b).steps for b in parsed}
-    if len(schedules) > 1:
-        raise StateError(f"batches states of different schedules: {sorted(schedules)}",
-                         "schedule")  # fmt: skip
-    return parsed
-
-
 @contextlib.contextmanager
 def _within(prefix: str) -> Iterator[None]:
     """A ``StateError`` of the documents a batches state holds, named under ``prefix``."""
@@ -254,16 +169,6 @@ def _within(prefix: str) -> Iterator[None]:
         if not (prefix and exc.field):
             raise
         raise StateError(str(exc), f"{prefix}.{exc.field}", exc.resume_with) from None
-
-
-def new_schedule(states: Sequence[BatchesState]) -> Scheduled | UnsetType:
-    """The new ranks' schedule section: the old ranks' schedule, from the batch the furthest
-    of them had reached (none for fixed sizes)."""
-    sections = [s.scheduled for s in states]
-    if sections[0] is None:
-        return UNSET
-    at = max(s.at for s in sections if s is not None)
-    return Scheduled(sections[0].changes, at)
 
 
 def _best_fit(
@@ -413,8 +318,19 @@ def _epoch_section(
         cuts=tuple(c * a for c, a in zip(cuts, at, strict=True)),
         finished=tuple(r for r, p in enumerate(past) if p),
         led=tuple(r for r, d in enumerate(ordered) if at[r] and d.reshard and d.reshard.led),
+        counted=_last_counted(ordered[-1], at[-1], past[-1]),
     )
-    return replace(base, levels=(*base.levels, level))
+    levels = base.levels
+    if level.counted:  # (the last share's count held every earlier level's left uncounted)
+        levels = tuple(replace(earlier, counted=True) for earlier in levels)
+    return replace(base, levels=(*levels, level))
+
+
+def _last_counted(last: DocumentState, at: bool, past: bool) -> bool:
+    """Whether the last share of a rest had counted what ``drop`` left out of it (and of the
+    earlier levels it counts for) at its state: past the epoch, or in it once it began handing
+    its rest out (a state at a best-fit window begun before is at that window's start)."""
+    return past or (at and (last.reshard is None or last.reshard.counted))
 
 
 #: ``_view`` of an epoch after a rest's sections: its world's own, or a rest that the cuts

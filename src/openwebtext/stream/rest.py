@@ -180,8 +180,35 @@ class Rest:
             at = max(at + remaining, first)
         if section.dealt and section.levels:  # resharded again: the old ranks' windows were
             windows = []  # handed out in an earlier epoch's rest, in no level's share (``_dealt``)
-        # Each level: the shares of a reshard, minus what their ranks handed out.
+        spans, mid, windows, uncounted = self._levels(spans, mid, windows, size, leads)
+        share_rank, share_world = section.share
+        plain, dropped = cut_share(spans, share_rank, share_world, section.rule)
+        self.ranked, self.own = ranked, windows
+        self.windows: list[Dealt] = self._dealt()[share_rank::share_world]
+        """The windows this share hands out first (best fit), in order."""
+        self.segments = [s for dealt in self.windows for s in dealt.segments] + [(self, plain)]
+        self.spans = [span for _, spans in self.segments for span in spans]
+        self.dropped_here = dropped + uncounted if share_rank == share_world - 1 else 0
+        """What ``drop`` left out, for the last share to count (0 for the others), with what
+        earlier reshards' levels left out that their last shares had not counted."""
+        self.mid = mid
+        self.length = count(self.spans)
+        self.documents = self.length - sum(
+            owner.overrun_slots(spans) for owner, spans in self.segments
+        )
+        """The documents it hands out evened out: its slots less its overruns' (``Piece``)."""
+
+    def _levels(self, spans: list[Span], mid: dict[int, int], windows: list[Window], size: int,
+                leads: bool) -> tuple[list[Span], dict[int, int], list[Window], int]:  # fmt: skip
+        """The rest sequence after each level of the section (the shares of an earlier
+        reshard, minus what their ranks handed out): its spans, concat cuts and best-fit
+        windows, and what ``drop`` left out at levels whose last share had not counted it
+        (``leads``: the stream's first document of a concat share led, as ``__init__``'s)."""
+        section, part = self.section, self.part
+        uncounted = 0  # what ``drop`` left out at levels whose last share had not counted it
         for level in section.levels:
+            if not level.counted:
+                uncounted += cut_share(spans, 0, level.world_size, level.rule)[1]
             joined: list[Span] = []
             carried: list[Window] = []
             new_mid = dict(mid)
@@ -213,21 +240,7 @@ class Rest:
                     new_mid[x] = applied + cut
                 joined += left
             spans, mid, windows = joined, new_mid, carried
-        share_rank, share_world = section.share
-        plain, dropped = cut_share(spans, share_rank, share_world, section.rule)
-        self.ranked, self.own = ranked, windows
-        self.windows: list[Dealt] = self._dealt()[share_rank::share_world]
-        """The windows this share hands out first (best fit), in order."""
-        self.segments = [s for dealt in self.windows for s in dealt.segments] + [(self, plain)]
-        self.spans = [span for _, spans in self.segments for span in spans]
-        self.dropped_here = dropped if share_rank == share_world - 1 else 0
-        """What ``drop`` left out, for the last share to count (0 for the others)."""
-        self.mid = mid
-        self.length = count(self.spans)
-        self.documents = self.length - sum(
-            owner.overrun_slots(spans) for owner, spans in self.segments
-        )
-        """The documents it hands out evened out: its slots less its overruns' (``Piece``)."""
+        return spans, mid, windows, uncounted
 
     def least_repeats(self, progress: int) -> dict[int, tuple[int, int]]:
         """The windows this share starts with at or after its first ``progress`` slots whose

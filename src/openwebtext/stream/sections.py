@@ -100,6 +100,9 @@ class Level(Record, frozen=True, omit_defaults=True):
     """The shares that had handed all of theirs out (their ranks were in a later epoch)."""
     led: tuple[Count, ...] = ()
     """A mixture's part, concat batches: the shares whose first document led (``Reshard.led``)."""
+    counted: bool = True
+    """Whether its last share had counted what ``drop`` left out of its rest (its
+    ``Reshard.counted``) before this reshard; if not, the last share of this rest counts it."""
 
     def check(self) -> None:
         for name in ("finished", "led"):
