@@ -563,12 +563,41 @@ def _entries(folder: str) -> set[str]:
 
 
 def _lasting_new(folder: str, before: set[str]) -> set[str]:
-    """Entries of ``folder`` not in ``before``, ignoring ones another process removes soon."""
+    """Entries of ``folder`` not in ``before``, ignoring ones another process removes soon and
+    ones another process maps (a named semaphore of a spawn context's pool, say, in a test
+    running beside this one: alive there, no leak of this test's, whose processes are gone)."""
     new = _entries(folder) - before
     if new:
         time.sleep(0.5)
         new &= _entries(folder)
-    return new
+    if not new:
+        return new
+    mapped = _mapped_elsewhere(folder)
+    return {e for e in new if _inode(os.path.join(folder, e)) not in mapped}
+
+
+def _inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _mapped_elsewhere(folder: str) -> set[int]:
+    """The inodes of files of ``folder`` that a live process other than this one maps
+    (Linux's ``/proc/PID/maps``, by inode: a semaphore is mapped under the temporary name it
+    was made with, then linked to its own; elsewhere, none is known)."""
+    found: set[int] = set()
+    prefix = folder.rstrip("/") + "/"
+    for pid in filter(str.isdigit, os.listdir("/proc") if os.path.isdir("/proc") else ()):
+        if int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                found.update(int(line.split()[4]) for line in maps if prefix in line)
+        except (OSError, ValueError, IndexError):  # (gone meanwhile, or not ours to read)
+            continue
+    return found
 
 
 def _lasting_new_fds(before: dict[str, str]) -> dict[str, str]:

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from support import (
-    no_leaks,
-)
+from support import _entries, _lasting_new, no_leaks
 
 #: The reliability suite's leak guard: nothing a test starts or makes outlives it.
 pytestmark = pytest.mark.usefixtures("leaves_nothing_behind")
@@ -37,3 +35,36 @@ def test_the_leak_guard_fails_on_our_leaks_only(tmp_path: Path) -> None:
         # A child of this test.
         subprocess.run([sys.executable, "-c", _MAKE_TEMP_FOLDER.format("pymp-")], check=True)
     assert [p.name[:5] for p in ours.iterdir()] == ["pymp-"]
+
+
+_HOLD_A_SEMAPHORE = (
+    "import multiprocessing, sys\n"
+    "sys.stdin.readline()\n"
+    "lock = multiprocessing.get_context('spawn').Lock()\n"  # a named semaphore in /dev/shm
+    "print(lock._semlock.name, flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def test_the_leak_guard_fails_on_our_shared_memory_only(tmp_path: Path) -> None:
+    """A lasting /dev/shm entry this test's processes left counts; a live one another process
+    maps (a spawn context's pool's semaphores, in a test running beside this one) does not."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    before = _entries("/dev/shm")
+    other = subprocess.Popen([sys.executable, "-c", _HOLD_A_SEMAPHORE], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert other.stdin is not None and other.stdout is not None
+    name = f"owt-leak-{os.getpid()}"
+    left = Path("/dev/shm", name)
+    try:
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        made = "sem." + other.stdout.readline().strip().lstrip("/")
+        left.write_bytes(b"x" * 16)  # (what a segment this test made and never unlinked is)
+        new = _lasting_new("/dev/shm", before)
+        assert made in _entries("/dev/shm") and made not in new
+        assert name in new
+    finally:
+        other.communicate("")
+        left.unlink(missing_ok=True)

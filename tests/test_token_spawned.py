@@ -18,7 +18,7 @@ import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pytest
@@ -53,9 +53,35 @@ SIGNED_KEPT = [[1, 2], [4, 5]]
 
 def _in_a_spawned_process(function: Callable[..., T], *args: Any) -> T:
     """``function(*args)`` in a process started by multiprocessing's "spawn" (its arguments
-    pickled to it), within ``DEADLINE``: the pool is terminated on the way out, done or not."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply_async(function, args).get(timeout=DEADLINE)
+    pickled to it), within ``DEADLINE``: the process is terminated on the way out, done or not.
+    A bare process and a pipe, not a ``Pool``: a spawn context's pool keeps named semaphores in
+    /dev/shm while it lives, which the leak guards of tests running beside it would see."""
+    context = multiprocessing.get_context("spawn")
+    here, there = context.Pipe(duplex=False)
+    process = context.Process(target=_send_result, args=(there, function, args), daemon=True)
+    process.start()
+    there.close()
+    try:
+        if not here.poll(DEADLINE):
+            raise TimeoutError(f"the spawned process did not answer in {DEADLINE} s")
+        done, value = here.recv()
+    finally:
+        here.close()
+        process.terminate()
+        process.join(DEADLINE)
+    if not done:
+        raise value
+    return cast(T, value)
+
+
+def _send_result(there: Any, function: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """Run in the spawned process: send ``(True, result)`` or ``(False, the exception)``."""
+    try:
+        there.send((True, function(*args)))
+    except Exception as exc:  # (the library's errors pickle whole: ``errors.__reduce__``)
+        there.send((False, exc))
+    finally:
+        there.close()
 
 
 def _documents(loader: Loader) -> list[list[int]]:
