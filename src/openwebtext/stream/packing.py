@@ -86,6 +86,16 @@ ROWS = 2
 MADE_ROWS = 256
 
 
+def _mark_at(run: Run, j: int) -> Mark:
+    """The stream's mark just before document ``j`` of a corpus's ``run``, in its block (not
+    before the skipped slots that lie between it and the document before, as ``mark_before(0)``
+    may be): where a window whose first slots held no document starts, so that its state's
+    position is its first document's slot (``slots_at``), from which a reshard deals
+    the window (``rest.Rest``) and a resumed run reads it again."""
+    assert isinstance(run, TokenRun)
+    return run.after._replace(in_block=run.after.in_block - len(run) + j)
+
+
 class BestFitBatches(Packer):
     """The running iterator of best-fit packed batches (``Loader.batches(packing="bestfit")``).
 
@@ -227,8 +237,9 @@ class BestFitBatches(Packer):
             if at >= reading.size and reading.documents:  # skipped slots filled it: document
                 reading.slots = reading.size  # j is the next window's
                 break
-            if at >= reading.size and reading.first is not None:  # (no document in its slots:
-                reading.first, at = reading.first + at, 0  # it starts at its first one)
+            if at and not reading.documents and reading.first is not None:  # (a window starts
+                reading.first, at = reading.first + at, 0  # at its first document, the slots
+                reading.mark = _mark_at(run, j)  # skipped before it in none: its state there)
             end = min(len(run), j + reading.size - at)
             begin = int(ends[j - 1]) if j else 0
             if enough is not None:  # as many as hold enough ids, an id read for one handed out
