@@ -757,3 +757,12 @@ def lock_file_read_only(monkeypatch: Any) -> None:
         return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", refuse)
+
+
+def rewrite_later(path: Path, body: bytes) -> None:
+    """Write ``body`` to ``path``, its mtime a second later than before (a coarse clock's
+    rewrite within its tick still changes it: the inode or size may not)."""
+    before = path.stat().st_mtime_ns if path.exists() else 0
+    path.write_bytes(body)
+    later = max(before, path.stat().st_mtime_ns) + 10**9
+    os.utime(path, ns=(later, later))

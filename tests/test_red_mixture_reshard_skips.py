@@ -29,9 +29,9 @@ from typing import Any
 import pytest
 
 import test_red_bestfit_reshard_skips as grid
-from openwebtext import Corpus, CorpusError, Loader, Mixture, StateError, reshard
+from openwebtext import Corpus, Loader, Mixture, StateError, reshard
 from openwebtext.plan import share_losses
-from support import bestfit_doc_names, check_once_under_even
+from support import check_once_under_even
 
 #: Part ``y``'s files and documents (clean, small: it ends its epoch first on every rank).
 YLINES = {"g": 3, "h": 4}
@@ -57,23 +57,7 @@ def _run(mixture: Mixture, case: grid.Case, rank: int, world: int, state: Any = 
     loader = Loader(mixture, rank=rank, world_size=world, even=case.even, shuffle=False,
                     seed=grid.SEED, workers=0, on_error=on_error, tokenizer="bytes",
                     epochs=1)  # fmt: skip
-    out: list[list[str]] = []
-    taken = None
-    with loader.batches(seq_len=case.seq_len, batch_size=1, packing="bestfit", window=case.window,
-                        segments=True, state=state) as it:  # fmt: skip
-        if at == 0:
-            taken = json.loads(json.dumps(it.state_dict()))
-        try:
-            for batch in it:
-                out.append(bestfit_doc_names(batch))
-                if len(out) == at:
-                    taken = json.loads(json.dumps(it.state_dict()))
-        except CorpusError as exc:  # an evened-out share all of whose documents were skipped
-            assert "read no document in a whole pass" in str(exc) and not out, exc
-            assert case.even is not None, exc
-        if at is not None and taken is None:
-            taken = json.loads(json.dumps(it.state_dict()))
-        return out, taken, it.stats
+    return grid._run(loader, case._replace(batch_size=1), state, at)  # (the grid's batches)
 
 
 def _check(root: Path, case: grid.Case, stops: tuple[int, ...], two: bool) -> str:

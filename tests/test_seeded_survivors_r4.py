@@ -12,7 +12,6 @@ URL; what a pickled storage keeps of a host's local identities (its boot id); wh
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
 from pathlib import Path
@@ -26,18 +25,19 @@ from openwebtext import Corpus, CorpusError, CorruptMember, Loader
 from openwebtext.source import CHANGED, FileInfo, Storage
 from openwebtext.tokenfiles import megatron_index
 from remote_servers import RangeServer
+from support import rewrite_later
+from test_token_spawned import (
+    FIRST_CUT,
+    IDS,
+    SECOND_CUT,
+    SIGNED_KEPT,
+    _megatron,
+    _signed,
+)
 
 isolated_storage = remote_servers.isolated_storage  # autouse: a fresh cache folder each test
 
-#: Twelve ids, cut into 3, 3 and 6 by the index as first written, into 1, 7 and 4 after.
-IDS = np.arange(1, 13, dtype="<u2")
-FIRST_CUT, SECOND_CUT = [3, 6, 12], [1, 8, 12]
-FIRST_DOCS = [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10, 11, 12]]
 SECOND_DOCS = [[1], [2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12]]
-#: int16 ids for GPT-2: -20000 is outside its vocabulary, 45536 (the same bits as uint16) is not.
-SIGNED = np.array([1, 2, 3, -20000, 4, 5], "<i2")
-SIGNED_ENDS = np.array([2, 4, 6], "<u8")
-SIGNED_KEPT = [[1, 2], [4, 5]]
 
 
 def _copy(corpus: Corpus) -> Corpus:
@@ -51,28 +51,6 @@ def _read(corpus: Corpus, tokenizer: str = "bytes", **options: Any) -> list[list
     loader = Loader(corpus, tokenizer=tokenizer, workers=0, shuffle=False, **options)
     with loader.iter() as it:
         return [d.tokens.tolist() for d in it]
-
-
-def _rewrite(path: Path, body: bytes) -> None:
-    """Write ``body`` to ``path``, its mtime a second later than before."""
-    before = path.stat().st_mtime_ns
-    path.write_bytes(body)
-    later = max(before, path.stat().st_mtime_ns) + 10**9
-    os.utime(path, ns=(later, later))
-
-
-def _megatron(folder: Path) -> Path:
-    path = folder / "train.bin"
-    IDS.tofile(path)
-    (folder / "train.idx").write_bytes(megatron_index(np.array(FIRST_CUT), np.dtype("<u2")))
-    return path
-
-
-def _signed(folder: Path) -> Path:
-    path = folder / "train.ds"
-    SIGNED.tofile(path)
-    (folder / "train.ds.index").write_bytes(SIGNED_ENDS.tobytes())
-    return path
 
 
 # --- a local file indexed again as its meta.json said -----------------------------------------
@@ -141,7 +119,7 @@ def test_a_file_changed_after_the_readers_check_is_not_indexed_again_at_its_new_
         checked(*args)
         if not rewritten:
             rewritten.append(changed)
-            _rewrite(tmp_path / changed, body)
+            rewrite_later(tmp_path / changed, body)
 
     rewritten: list[str] = []
     monkeypatch.setattr(engine_tokens, "_unchanged_beside", then_rewritten)
@@ -203,7 +181,7 @@ def test_two_corpora_of_one_remote_file_are_indexed_again_each_as_its_own(tmp_pa
     _megatron(tmp_path)
     with RangeServer(tmp_path) as server:
         first = Corpus.open_tokens(f"{server.url}/train.bin")
-        _rewrite(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
+        rewrite_later(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
         second = Corpus.open_tokens(f"{server.url}/train.bin")
         assert _read(_copy(second)) == SECOND_DOCS
         with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
@@ -242,7 +220,7 @@ def test_a_remote_index_changed_past_its_first_bytes_is_said_changed_in_a_copy(
         corpus = Corpus.open_tokens(f"{server.url}/train.ds")
         moved = ends.copy()
         moved[8] = 10
-        _rewrite(tmp_path / "train.ds.index", moved.tobytes())
+        rewrite_later(tmp_path / "train.ds.index", moved.tobytes())
         with pytest.raises(CorruptMember, match="the file changed since it was indexed"):
             _read(_copy(corpus))
 

@@ -10,7 +10,6 @@ first corpus's own cut), naming the ``.bin`` and the member."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +20,7 @@ from openwebtext import Corpus, CorruptMember, Loader
 from openwebtext.source import CHANGED
 from openwebtext.tokenfiles import megatron_index
 from remote_servers import RangeServer
+from support import rewrite_later
 
 isolated_storage = remote_servers.isolated_storage  # fixture (autouse): fresh cache, storage
 
@@ -34,15 +34,6 @@ SECOND_DOCS = [[1], [2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12]]
 def _read(corpus: Corpus, workers: int = 0) -> list[list[int]]:
     with Loader(corpus, workers=workers, shuffle=False, tokenizer="bytes").iter() as it:
         return [d.tokens.tolist() for d in it]
-
-
-def _rewrite(path: Path, body: bytes) -> None:
-    """Write ``body`` to ``path``, its mtime a second later than before (a coarse clock's
-    rewrite within its tick still changes it: the inode or size may not)."""
-    before = path.stat().st_mtime_ns if path.exists() else 0
-    path.write_bytes(body)
-    later = max(before, path.stat().st_mtime_ns) + 10**9
-    os.utime(path, ns=(later, later))
 
 
 def _megatron(folder: Path) -> Path:
@@ -66,7 +57,7 @@ def test_a_megatron_index_rewritten_after_the_open_is_a_change(
     path = _megatron(tmp_path)
     corpus = Corpus.open_tokens(path)
     assert _read(corpus, workers) == FIRST_DOCS
-    _rewrite(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
+    rewrite_later(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
     _said_changed(corpus, path, workers)  # not SECOND_DOCS, silently
 
 
@@ -76,7 +67,7 @@ def test_a_datatrove_index_rewritten_after_the_open_is_a_change(tmp_path: Path) 
     index.write_bytes(np.array(FIRST_CUT, "<u8").tobytes())
     corpus = Corpus.open_tokens(path)
     assert _read(corpus) == FIRST_DOCS
-    _rewrite(index, np.array(SECOND_CUT, "<u8").tobytes())
+    rewrite_later(index, np.array(SECOND_CUT, "<u8").tobytes())
     _said_changed(corpus, path)
 
 
@@ -103,7 +94,7 @@ def test_a_meta_json_put_beside_after_the_open_is_a_change(tmp_path: Path, worke
 
 def test_a_meta_json_changed_after_the_open_is_a_change(tmp_path: Path) -> None:
     path, corpus = _nanogpt(tmp_path, meta="{}")
-    _rewrite(tmp_path / "meta.json", b'{"written by": "another program"}')
+    rewrite_later(tmp_path / "meta.json", b'{"written by": "another program"}')
     _said_changed(corpus, path)
 
 
@@ -131,7 +122,7 @@ def test_corpora_of_one_file_read_it_as_each_indexed_it(tmp_path: Path, workers:
     path = _megatron(tmp_path)
     one, two = Corpus.open_tokens(path), Corpus.open_tokens(path)
     assert _read(one, workers) == _read(two, workers) == FIRST_DOCS
-    _rewrite(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
+    rewrite_later(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
     three = Corpus.open_tokens(path)
     assert _read(three, workers) == SECOND_DOCS
     _said_changed(one, path, workers)
@@ -155,7 +146,7 @@ def test_a_remote_index_replaced_and_opened_again_moves_no_first_corpus(
         url = server.url + "/train.bin"
         first = Corpus.open_tokens(url)
         assert _read(first, workers) == FIRST_DOCS
-        _rewrite(root / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
+        rewrite_later(root / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
         second = Corpus.open_tokens(url)
         assert _read(second, workers) == SECOND_DOCS
         assert _read(first, workers) == FIRST_DOCS  # its own cut, as it indexed it

@@ -28,6 +28,7 @@ from openwebtext import Corpus, CorruptMember, Loader
 from openwebtext.source import CHANGED, FileInfo, Storage
 from openwebtext.tokenfiles import megatron_index
 from remote_servers import RangeServer
+from support import rewrite_later
 
 isolated_storage = remote_servers.isolated_storage  # fixture (autouse): fresh cache, storage
 
@@ -88,14 +89,6 @@ def _documents(loader: Loader) -> list[list[int]]:
     """Every document's ids (run in the spawned process too)."""
     with loader.iter() as it:
         return [d.tokens.tolist() for d in it]
-
-
-def _rewrite(path: Path, body: bytes) -> None:
-    """Write ``body`` to ``path``, its mtime a second later than before."""
-    before = path.stat().st_mtime_ns
-    path.write_bytes(body)
-    later = max(before, path.stat().st_mtime_ns) + 10**9
-    os.utime(path, ns=(later, later))
 
 
 def _own_eot(folder: Path) -> Path:
@@ -208,11 +201,11 @@ def test_a_file_changed_since_the_open_is_refused_there(tmp_path: Path, changed:
         path = tmp_path / "train.bin"
         np.array([1, 2, 3, 256, 4, 5, 256], "<u2").tofile(path)
         corpus = Corpus.open_tokens(path, eot=256)
-        _rewrite(path, np.array([7, 256, 8, 9, 10, 11, 256], "<u2").tobytes())  # another cut
+        rewrite_later(path, np.array([7, 256, 8, 9, 10, 11, 256], "<u2").tobytes())  # another cut
     else:
         path = _megatron(tmp_path)
         corpus = Corpus.open_tokens(path)
-        _rewrite(tmp_path / changed, megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
+        rewrite_later(tmp_path / changed, megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
     loader = Loader(corpus, tokenizer="bytes", workers=0, shuffle=False)
     with pytest.raises(CorruptMember, match="the file changed since it was indexed") as caught:
         _in_a_spawned_process(_documents, loader)
@@ -227,7 +220,7 @@ def test_a_remote_index_changed_since_the_open_is_refused_there(tmp_path: Path) 
     _megatron(tmp_path)
     with RangeServer(tmp_path) as server:
         corpus = Corpus.open_tokens(f"{server.url}/train.bin")
-        _rewrite(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
+        rewrite_later(tmp_path / "train.idx", megatron_index(np.array(SECOND_CUT), np.dtype("<u2")))
         loader = Loader(corpus, tokenizer="bytes", workers=0, shuffle=False)
         with pytest.raises(CorruptMember, match="the file changed since it was indexed") as caught:
             _in_a_spawned_process(_documents, loader)
