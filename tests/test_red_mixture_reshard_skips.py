@@ -100,7 +100,8 @@ def _grid(even: str | None) -> list[tuple[grid.Case, tuple[int, ...]]]:
     return out
 
 
-@pytest.mark.parametrize("two", [False, True], ids=["one-part", "two-parts"])
+@pytest.mark.parametrize("two", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["one-part", "two-parts"])  # (the heavy variant: the slow step)
 @pytest.mark.parametrize("even", [None, "drop", "pad"])
 def test_a_mixture_s_windows_resharded_after_skips(tmp_path: Path, even: str | None,
                                                    two: bool) -> None:  # fmt: skip
