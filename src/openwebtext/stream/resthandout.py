@@ -20,6 +20,7 @@ from openwebtext.stream.epochs import say_rest_dropped, short_rest
 from openwebtext.stream.overrun import OverrunPasses
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.sections import Reshard
+from openwebtext.stream.state import OverrunAt
 
 __all__ = ["RestHandOut", "check_overrun"]
 
@@ -40,7 +41,7 @@ class RestHandOut:
     _skipped_slots: int
     _tail: int
     _runs: str | None
-    _overrun_at: tuple[int, int, int, int] | None
+    _overrun_at: OverrunAt | None
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
               take: int | None, epoch: int, *, slots: int | None = None,
@@ -108,7 +109,8 @@ class RestHandOut:
                                                 self._counters.epoch_documents)  # fmt: skip
         if passes is not None:
             handed = self._counters.epoch_documents
-            self._overrun_at = (start + slots, self._overrun_out, handed, handed + over.repeats)
+            self._overrun_at = OverrunAt(start + slots, self._overrun_out, handed,
+                                         handed + over.repeats)  # fmt: skip
         while passes is not None and (
             step := passes.next(self._counters.epoch_documents, self._progress - start)
         ) is not None:

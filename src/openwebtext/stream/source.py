@@ -107,8 +107,8 @@ def slots_at(mark: Mark) -> int:
     the slots it did not fill are passed with that document (as ``Mark.state`` says), not when
     the stream goes on, so that the next window starts there whenever its start is taken."""
     handed = mark.counters.epoch_documents + mark.in_block - mark.first_in_block
-    if mark.overrun is not None and handed >= mark.overrun[3]:
-        return mark.overrun[0]
+    if mark.overrun is not None and handed >= mark.overrun.last:
+        return mark.overrun.end
     past = mark.tail if mark.in_block >= mark.block_len else 0
     return int(handed + mark.skipped_slots + past)
 

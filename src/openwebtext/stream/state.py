@@ -34,6 +34,7 @@ from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
     "Mark",
+    "OverrunAt",
     "Stats",
     "check_in_block",
     "check_state",
@@ -66,6 +67,19 @@ class Stats(Counters, frozen=True):
 #: The counts a unit read adds that a block read again on resume adds again (``units`` aside: its
 #: reads are counted, the second too).
 _READ_AGAIN = ("skipped_members", "skipped_documents", "partial_members", "replaced_documents")
+
+
+class OverrunAt(NamedTuple):
+    """Where a best-fit window's overrun is (``RestHandOut._overrun``), for ``Mark.overrun``."""
+
+    end: int
+    """The slots of the share passed at the window's end."""
+    overrun: int
+    """The documents of overruns handed out before it (``Reshard.overrun``)."""
+    handed: int
+    """The epoch's documents handed out before it."""
+    last: int
+    """The epoch's documents once its last is out (``handed`` and ``Overrun.repeats``)."""
 
 
 class Mark(NamedTuple):
@@ -110,13 +124,11 @@ class Mark(NamedTuple):
     tail: int = 0
     """A piece of a rest: the skipped slots it passes in the current block after the last
     document it hands out there (passed once that one is handed out)."""
-    overrun: tuple[int, int, int, int] | None = None
-    """Inside a best-fit window's overrun (``RestHandOut._overrun``): the slots of the share
-    passed at its end, the overrun documents and epoch documents before it, and the epoch
-    documents once its last is out (its documents: ``Overrun.repeats``). A state there is at
-    the window's end (its documents out so far counted apart): the next window starts there;
-    once its last document is out, the slots it did not fill are passed (``source.slots_at``),
-    as the stream passes them when it goes on."""
+    overrun: OverrunAt | None = None
+    """Inside a best-fit window's overrun (``RestHandOut._overrun``): where it is. A state
+    there is at the window's end (its documents out so far counted apart): the next window
+    starts there; once its last document is out, the slots it did not fill are passed
+    (``source.slots_at``), as the stream passes them when it goes on."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included
@@ -154,9 +166,10 @@ class Mark(NamedTuple):
         if self.block_len and self.in_block >= self.block_len:  # (out: never read again)
             before = None
         if self.overrun is not None and section is not None:  # (its block: never read again)
-            end, overrun, handed, _ = self.overrun
-            position = Position(self.epoch, 0, end - counted.epoch_documents)
-            section = codec.replace(section, overrun=overrun + counted.epoch_documents - handed)
+            at = self.overrun
+            position = Position(self.epoch, 0, at.end - counted.epoch_documents)
+            section = codec.replace(section, overrun=at.overrun + counted.epoch_documents
+                                    - at.handed)  # fmt: skip
             before = None
         if before is not None:
             counted = codec.replace(counted, **{k: getattr(before, k) for k in _READ_AGAIN})

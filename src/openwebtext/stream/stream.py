@@ -53,7 +53,7 @@ from openwebtext.stream.resthandout import RestHandOut, check_overrun
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.spans import block_part
-from openwebtext.stream.state import Mark, Stats, check_in_block, config_of
+from openwebtext.stream.state import Mark, OverrunAt, Stats, check_in_block, config_of
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options"]
@@ -133,7 +133,7 @@ class Stream(RestHandOut):
         self._repeats_from: int | None = None  # the block's first position handed out again
         self._pass_end = position.pass_end or None  # (a pass repeating after skips: its end)
         self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
-        self._overrun_at: tuple[int, int, int, int] | None = None  # (inside an overrun: Mark's)
+        self._overrun_at: OverrunAt | None = None  # (inside an overrun: Mark's)
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._counters = counters  # documents, bytes and tokens before the current block
         self._read_before = counters  # (and its skips: those of the units before its own)
