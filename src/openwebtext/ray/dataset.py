@@ -200,10 +200,7 @@ class _ReadGroup:
                     start = loaded.offsets[j] // dtype.itemsize
                     ids.append(data[start : start + loaded.counts[j]])
             for j in kept:
-                columns["subset"].append(unit.subset)
-                columns["member"].append(unit.member)
-                columns["name"].append(loaded.names[j])
-                columns["value"].append(loaded.counts[j])
+                _add_row(columns, unit, loaded.names[j], loaded.counts[j])
 
     def _read(
         self,
@@ -234,14 +231,19 @@ class _ReadGroup:
             if offset < 0:
                 continue
             value: Any = next(texts) if tokenizer is None else encoded.counts[k]
-            columns["subset"].append(unit.subset)
-            columns["member"].append(unit.member)
-            columns["name"].append(member.names[k])
-            columns["value"].append(value)
+            _add_row(columns, unit, member.names[k], value)
 
     def _error(self, error: CorpusError, skipped: list[str]) -> None:
         SkipPolicy(self.on_error).take(error)  # raise it, or log it (warn)
         skipped.append(str(error))
+
+
+def _add_row(columns: dict[str, list[Any]], unit: Unit, name: str, value: Any) -> None:
+    """One document's row: its unit's subset and member, its name, its text or id count."""
+    columns["subset"].append(unit.subset)
+    columns["member"].append(unit.member)
+    columns["name"].append(name)
+    columns["value"].append(value)
 
 
 def _ids_column(parts: list[Any], counts: list[int]) -> Any:
