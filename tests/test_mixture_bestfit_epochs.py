@@ -7,6 +7,7 @@ every id of every document is handed out equally often."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,12 +40,13 @@ def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def _batches(case: Case, state: Any, rank: int, world: int, n: int, whole: bool = False,
-             workers: int = 0, window: int = WINDOW
+             workers: int = 0, window: int = WINDOW, on_error: str = "raise"
              ) -> tuple[list[tuple[Any, ...]], Any]:  # fmt: skip
     """``n`` rows (ids, segment ids, positions), or on to the end of the window and of every
     dealt window (``whole``), and the state after them."""
     loader = Loader(case.mixture, workers=workers, seed=case.seed, tokenizer="bytes",
-                    epochs=None, even=None, rank=rank, world_size=world)  # fmt: skip
+                    epochs=None, even=None, rank=rank, world_size=world,
+                    on_error=on_error)  # type: ignore[arg-type]  # fmt: skip
     out = []
     with loader.batches(S, 1, packing="bestfit", window=window, segments=True,
                         state=state) as it:  # fmt: skip
@@ -158,3 +160,35 @@ def test_windows_across_many_epochs_of_a_tiny_part_are_dealt_once_per_epoch(
     got, _ = _batches(case, state, 0, 1, 0, whole=True, window=24)
     assert _equal(got[: len(want)], want)
     assert len(built) < 100, len(built)
+
+
+@pytest.mark.parametrize("bad", ["a", "b"])
+def test_windows_across_many_epochs_of_a_tiny_part_with_skips(
+    tmp_path: Path, bad: str
+) -> None:
+    """The tiny part's units each hold a bad line (``{"text": 5}``, ``on_error="skip"``) after
+    or before its documents: each old rank's window crosses several epochs of the part, each
+    with a skipped slot. Its state says the epoch ends it crosses and its slots of the last
+    (``window_next``); resharded to 1, the dealt windows hand out the rows their old ranks
+    would have. Before, such a window was refused (``StateError``: it runs past its share after
+    skips)."""
+    folder = tmp_path
+    write_parquet(folder / "pq" / "a.parquet", sample_texts(50, seed=1))
+    (folder / "js").mkdir()
+    lines = {"a": ["a0", "a1"], "b": ["b0", "b1"]}
+    lines[bad] = [*lines[bad], "x"] if bad == "a" else ["x", *lines[bad]]
+    for name, texts in lines.items():
+        (folder / "js" / f"{name}.jsonl").write_text("".join(
+            ('{"text": 5}' if t == "x" else json.dumps({"text": f"{t} tiny text"})) + "\n"
+            for t in texts))  # fmt: skip
+    mixture = Mixture({"pq": str(folder / "pq"), "js": str(folder / "js")})
+    case = Case(mixture, 5, (1, 1))
+    for n in (1, 7):
+        states = [_batches(case, None, r, 2, n, window=24, on_error="skip")[1] for r in range(2)]
+        assert all(s["window_next"][1]["ends"] > 2 for s in states)  # (across epochs)
+        want = [row for r, s in enumerate(states)
+                for row in _batches(case, s, r, 2, 0, whole=True, window=24,
+                                    on_error="skip")[0]]  # fmt: skip
+        (state,) = reshard(states, 1)
+        got, _ = _batches(case, state, 0, 1, 0, whole=True, window=24, on_error="skip")
+        assert _equal(got[: len(want)], want), n

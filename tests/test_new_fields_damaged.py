@@ -4,13 +4,15 @@ written only where skips lie in a best-fit window resharded, and left out at its
 a batches state's ``window_repeats`` and a mixture's ``window_slots``, a reshard section's
 ``ranks[].pass_end``, ``windows[].repeats`` and ``overrun``. Each state is one the library made;
 every damage of each such field (a wrong type, a bool for an int, out of bounds, missing) is one
-``StateError`` naming its path, or, for one left out, a state that reads."""
+``StateError`` naming its path, or, for one left out, a state that reads. Session 27 added a
+mixture's ``window_next`` and a reshard section's ``windows[].next``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import test_red_bestfit_skipped_units as units
 from openwebtext import Mixture, reshard
 from records import DELETE, changed, check_one_error, get, paths, wrong_values
 from test_red_bestfit_reshard_skips import Case, _layout, _loader
@@ -19,7 +21,7 @@ from test_red_overrun_resume import Resharded, _every
 from test_stream_schema import parse
 
 #: The fields, by the last key of their path.
-NEW = {"window_repeats", "window_slots", "pass_end", "repeats", "overrun"}
+NEW = {"window_repeats", "window_slots", "pass_end", "repeats", "overrun", "window_next", "next"}
 
 
 def _damages(state: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
@@ -52,8 +54,13 @@ def test_every_damage_of_the_new_fields_is_one_error_naming_it(tmp_path: Path) -
     layout = _layout(tmp_path, inside)
     olds = [_every(_loader(layout, inside, r, 2), inside)[1] for r in range(2)]
     in_pass = reshard([_holding(olds[0], "pass_end"), olds[1][0]], 1, even="drop")[0]
+    (tmp_path / "u").mkdir()  # (a part's window across its epoch end, after skipped slots)
+    crossing = Mixture({"x": units._corpus(tmp_path / "u", "c")})
+    ranks = [units._run(crossing, r, 2, epochs=2)[1] for r in range(2)]
+    across = _holding(ranks[1], "window_next")
+    dealt = reshard([ranks[0][5], across], 1, even=None)[0]
     states = [_holding(old, "window_repeats"), in_pass, _holding(new, "repeats"),
-              _holding(new, "overrun"), mixture_state]  # fmt: skip
+              _holding(new, "overrun"), mixture_state, across, dealt]  # fmt: skip
     damaged = [d for state in states for d in _damages(state)]
     assert {p.rsplit(".", 1)[-1].split("[")[0] for _, _, p in damaged} >= NEW  # each is reached
     for damage in damaged:

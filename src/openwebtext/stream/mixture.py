@@ -357,7 +357,9 @@ def _reshard_best_fit(
         states = [
             replace(b, documents=m.parts[name], packed_parts=UNSET,
                     window_parts=(b.window_parts[i],) if b.window_parts else UNSET,
-                    window_slots=_part_slots(b, i)).to_json()
+                    window_slots=_part_slots(b, i),
+                    window_next=(b.window_next[i],) if b.window_next and b.window_next[i].ends
+                    else UNSET).to_json()
             for b, m in zip(batches, parsed, strict=True)
         ]  # fmt: skip
         try:

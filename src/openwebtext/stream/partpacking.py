@@ -18,6 +18,7 @@ from openwebtext.errors import StateError
 from openwebtext.stream.counters import PackingCounts, PartPacking
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
 from openwebtext.stream.schema import BatchesState, DocumentState, MixtureState
+from openwebtext.stream.sections import Across
 from openwebtext.stream.source import AnyMark, Run, TokenRun, slots_at
 from openwebtext.stream.state import Mark, Stats
 
@@ -118,42 +119,44 @@ def window_part_counts(
 
 def window_part_slots(
     pieces: list[tuple[Run, int, int]] | None, before: AnyMark, counts: tuple[int, ...]
-) -> tuple[int, ...]:
+) -> tuple[tuple[int, ...], tuple[Across, ...]]:
     """A mixture's window's document slots of each part's share (``counts``: its documents of
     each part; ``before``: the mixture's mark at its start): from the part's mark there to its
     mark after its last document in the window (``source.slots_at``), the documents of it
     skipped among them held, as a reshard deals the window of the part's share
-    (``rest.Rest``). A window crossing a part's epoch end: its slots of the first epoch so,
-    plus its documents of the next (its documents, if none of the first were skipped: a
-    reshard then counts those of the next epoch; else it refuses the window)."""
-    out = list(counts)
+    (``rest.Rest``); and for each part the epoch ends the window crosses and its slots of the
+    share of the last epoch it reaches (``Across``). A window crossing a part's epoch end holds
+    all the slots of its share left in the epoch before (and all of an epoch between), which the
+    part's marks do not count (skipped ones may follow its last document there, or be all it
+    holds there): its slots are then its documents, and where it ends says the rest
+    (``FitWindow.next``)."""
+    out, crossing = list(counts), [Across()] * len(counts)
     if not isinstance(before, MixMark):
-        return tuple(out)
-    last: dict[int, Mark] = {}  # each part's mark after its last document of its first epoch
-    later = [0] * len(out)  # and its documents of the epochs after
+        return tuple(out), tuple(crossing)
+    last: dict[int, Mark] = {}  # each part's mark after its last document in the window
     for run, j, end in pieces or ():
         if isinstance(run, MixRun):
             for k in range(j, end):
-                part, after = int(run.parts[k]), run.part_after(k)
-                if after.epoch == before.parts[part].epoch:
-                    last[part] = after
-                else:
-                    later[part] += 1
+                last[int(run.parts[k])] = run.part_after(k)
     for part, after in last.items():
-        slots = slots_at(after) - slots_at(before.parts[part])
-        if slots > out[part] - later[part]:  # (skipped ones among them)
-            out[part] = slots + later[part]
-    return tuple(out)
+        start = before.parts[part]
+        if after.epoch != start.epoch:  # (counted from its next epoch's start)
+            crossing[part] = Across(after.epoch - start.epoch, slots_at(after))
+        else:
+            out[part] = max(out[part], slots_at(after) - slots_at(start))
+    return tuple(out), tuple(crossing)
 
 
 def window_fields(
     pieces: list[tuple[Run, int, int]] | None, before: AnyMark, documents: MixtureState
-) -> dict[str, tuple[int, ...]]:
+) -> dict[str, tuple[int, ...] | tuple[Across, ...]]:
     """A mixture's best-fit state's window fields, rows of it out: ``window_parts``, and its
-    ``window_slots`` where skips lie among a part's documents in it."""
+    ``window_slots`` where skips lie among a part's documents in it, its ``window_next`` where
+    it crosses a part's epoch end."""
     counts = window_part_counts(pieces, documents)
-    slots = window_part_slots(pieces, before, counts)
-    return {"window_parts": counts} | ({"window_slots": slots} if slots != counts else {})
+    slots, crossing = window_part_slots(pieces, before, counts)
+    return ({"window_parts": counts} | ({"window_slots": slots} if slots != counts else {})
+            | ({"window_next": crossing} if any(a.ends for a in crossing) else {}))  # fmt: skip
 
 
 def document_parts(parts: list[tuple[Run, int, int]]) -> np.ndarray[Any, Any] | None:
@@ -183,9 +186,9 @@ def check_window(start: BatchesState | None, parts: list[tuple[Run, int, int]] |
                  mark: AnyMark) -> None:  # fmt: skip
     """Check a best-fit state's fields that say what a reshard deals of the window it is inside
     (nothing else reads them) against that window read again (its ``parts``, ``mark`` at its
-    start): a mixture's ``window_parts`` and ``window_slots``, a corpus's ``window_repeats``
-    (when said: a state written before they were has none; a window dealt by a reshard whose
-    ``repeats`` were edited holds other documents). ``StateError`` naming them."""
+    start): a mixture's ``window_parts``, ``window_slots`` and ``window_next`` (absent: its
+    documents', none), a corpus's ``window_repeats`` (when said: a window dealt by a reshard
+    whose ``repeats`` were edited holds other documents). ``StateError`` naming them."""
     if start is None:
         return
     again = start.window_repeats
@@ -198,8 +201,14 @@ def check_window(start: BatchesState | None, parts: list[tuple[Run, int, int]] |
         if found != said:
             raise StateError(f"bad batches state: window_parts: {list(said)}, but its window "
                              f"holds {list(found)} documents of each part", field="window_parts")
-        slots = window_part_slots(parts, mark, found)
-        if start.window_slots and tuple(start.window_slots) != slots:
-            raise StateError(f"bad batches state: window_slots: {list(start.window_slots)}, but "
+        slots, crossing = window_part_slots(parts, mark, found)
+        if tuple(start.window_slots or said) != slots:  # (absent: its documents')
+            raise StateError(f"bad batches state: window_slots: {list(start.window_slots or ())}, "
+                             "but "
                              f"its window's documents of each part lie in {list(slots)} slots",
                              field="window_slots")  # fmt: skip
+        if tuple(start.window_next or (Across(),) * len(said)) != crossing:
+            found_next = [msgspec.to_builtins(a) for a in crossing]
+            raise StateError("bad batches state: window_next: its window crosses "
+                             f"{found_next} (each part's epoch ends, and its slots of the last "
+                             "epoch it reaches)", field="window_next")  # fmt: skip

@@ -140,9 +140,10 @@ class Rest:
         their next epoch's first document (all of their share handed out), and their cuts."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         ranked: list[int] = []  # (their old ranks)
-        self.begun, self.crossing = begun, {}
+        self.begun: dict[int, Begun] = begun
+        self.crossing: dict[int, Begun] = {}
         """Best fit of a mixture's part: the old ranks whose window crosses the epoch's end,
-        and its documents in the next epoch (the first of their share of it)."""
+        and the window as the next epoch deals it (the first of their share of it)."""
         at, size = 0, section.window or 0
         check_old_ranks(section, counts, options, later=entry)
         for r, old in enumerate(section.ranks):
@@ -160,7 +161,7 @@ class Rest:
             if b is not None and (remaining or over or b.documents is not None):
                 m = _window_slots(r, old, b, per, remaining, section)  # (a part's: refused?)
                 if m > remaining and not section.levels:  # the rest: the next epoch's first
-                    self.crossing[r], m = m - remaining, remaining
+                    self.crossing[r], m = _crossed(b, m - remaining), remaining
                 if m > remaining:
                     raise StateError(
                         f"old rank {r}'s best-fit window holds {m} documents of its share of "
@@ -294,8 +295,8 @@ class Rest:
 
     def crossed(self, ranks: Iterable[int]) -> list[Begun]:
         """What the next epoch's section leaves out of ``ranks``' shares: their windows'
-        documents past this epoch's end (``crossing``), as windows of those ranks."""
-        return [replace(self.begun[r], documents=self.crossing[r], slots=None) for r in ranks]
+        slots past this epoch's end (``crossing``), as windows of those ranks."""
+        return [self.crossing[r] for r in ranks]
 
     def not_begun(self) -> Reshard:
         """The next epoch's section when no old rank had begun it (a window crossed into it)."""
@@ -440,15 +441,28 @@ def next_section(rest: Rest) -> Reshard | None:
     return built
 
 
+def _crossed(window: Begun, past: int) -> Begun:
+    """A part's best-fit ``window`` crossing its epoch's end, ``past`` slots of it past there,
+    as the next epoch deals it: to that epoch's end again where it crosses more than one
+    (``FitWindow.ends``), else its slots of the last one (its documents there: at most those,
+    and the window's)."""
+    if window.ends > 1:
+        return replace(window, ends=window.ends - 1)
+    slots = window.next or past
+    held = min(slots, window.documents or slots)
+    return replace(window, documents=held, slots=slots if slots > held else None, next=0, ends=0)
+
+
 def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
                   remaining: int, section: Reshard) -> int:  # fmt: skip
     """The slots of old rank ``rank``'s share (``counts``, ``remaining`` of them left) its
     best-fit ``window`` holds: a corpus's, the window's or fewer (the share's end); a mixture
-    part's, as its state says (``FitWindow.dealt``). A part's window that holds more crosses
-    its epoch's end, its documents past it the next epoch's first (``Rest.crossing``), unless
-    skips lie among it: its documents past the share's end are then those of a pass repeating
-    the share (evened out) or fewer than its slots say, which a part's window (its turns'
-    documents, not an overrun's slots) cannot follow.
+    part's, as its state says (``FitWindow.dealt``). A part's window that crosses its epoch's
+    end (``FitWindow.ends``) holds all the slots left and then slots of the next epoch (the
+    first it says, ``FitWindow.next``, or all: ``Rest.crossing``), unless its share was evened
+    out after skips: its documents past the share's end are then those of a pass repeating
+    it, which a part's window (its turns' documents, not an overrun's slots) cannot follow;
+    nor a window resharded again.
 
     Raises:
         StateError: such a window with skips among its documents (``FitWindow.slots``), or in
@@ -460,9 +474,12 @@ def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
         return min(size, remaining)
     passed = sum(counts) - remaining
     skipped = not old.finished and (passed > old.handed or old.pass_end is not None)
-    if window.dealt <= remaining or section.levels or (
-        window.slots is None and not (section.even is not None and skipped)
-    ):
+    evened = section.even is not None and skipped  # (its share's end: no epoch's end)
+    if window.ends and not section.levels and not evened:  # (all its share's left, then)
+        return remaining + (window.next if window.ends == 1 else 1)
+    if not window.ends and (window.dealt <= remaining or section.levels or (
+        window.slots is None and not evened
+    )):  # fmt: skip
         return window.dealt
     raise StateError(
         f"old rank {rank}'s best-fit window runs past the end of "

@@ -25,7 +25,7 @@ from openwebtext.mixing import check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
 from openwebtext.stream.counters import Counters, PackingCounts, PartPacking
-from openwebtext.stream.sections import Packed, Reshard, Scheduled, Step
+from openwebtext.stream.sections import Across, Packed, Reshard, Scheduled, Step
 
 __all__ = [
     "BATCHES_FORMAT", "MIXTURE_FORMAT", "STATE_FORMAT", "BatchesState", "By", "Change",
@@ -304,6 +304,10 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     its own in it (absent: none): the document slots of each part's share the window passed,
     its skipped ones held (``source.slots_at``), which a reshard deals of the part's share (a
     part's state, ``mixture.reshard`` builds it: its own)."""
+    window_next: tuple[Across, ...] | msgspec.UnsetType = msgspec.UNSET
+    """Best fit of a mixture, rows of the window handed out, crossing a part's epoch end (absent:
+    none does): each part's epoch ends it crosses and its slots of the part's share of the last
+    epoch it reaches, after all those of its share before (``FitWindow.next``)."""
     window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a corpus, rows of the window out: its documents handed out again (a reshard
     deals them: ``sections.FitWindow.repeats``)."""
@@ -330,6 +334,10 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
             raise Disagree("window_slots", "counts the slots of each part's documents (a part's "
                            "state: its own) in a mixture's best-fit window, rows out, where some "
                            "were skipped (at least its window_parts)")  # fmt: skip
+        crossing = self.window_next or ()
+        if crossing and (len(crossing) != len(counted) or not any(a.ends for a in crossing)):
+            raise Disagree("window_next", "counts each part's slots of its next epoch in a "
+                           "mixture's best-fit window, rows out, that crosses one's epoch end")
         unknown = set(self.packed_parts or ()).difference(names)
         if unknown:
             raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")

@@ -19,8 +19,8 @@ from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Positive, Record
 from openwebtext.plan import Rule
 
-__all__ = ["Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard", "Scheduled", "Step",
-           "WindowAt"]
+__all__ = ["Across", "Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard", "Scheduled",
+           "Step", "WindowAt"]
 
 
 class OldRank(Record, frozen=True, omit_defaults=True):
@@ -63,6 +63,12 @@ class FitWindow(Record, frozen=True, omit_defaults=True):
     """A mixture's part, documents of it skipped among its own in the window: the document
     slots they lie in (``BatchesState.window_slots``), which the window deals of its share
     (None: ``documents``)."""
+    next: Count = 0
+    """A mixture's part, the window crossing its epoch's end (``ends``): the slots of its share
+    of the last epoch it reaches it holds, after all those of its share before
+    (``BatchesState.window_next``)."""
+    ends: Count = 0
+    """The part's epoch ends the window crosses (a tiny part's window may cross several)."""
 
     @property
     def dealt(self) -> int | None:
@@ -76,6 +82,19 @@ class WindowAt(FitWindow, frozen=True, omit_defaults=True):
     replays: Count | None = None
     """A mixture's part: the windows dealt to the share not finished, this one included (a
     window may hold none of the part's documents)."""
+
+
+class Across(Record, frozen=True, omit_defaults=True):
+    """A mixture's best-fit window, of one part (``BatchesState.window_next``): the part's epoch
+    ends it crosses, and its slots of the part's share of the last epoch it reaches."""
+
+    ends: Count = 0
+    slots: Count = 0
+
+    def check(self) -> None:
+        if bool(self.ends) != bool(self.slots):
+            raise Disagree("slots", "of the last epoch a window reaches: some where it crosses "
+                           "an epoch's end, else none")  # fmt: skip
 
 
 class Begun(FitWindow, frozen=True, omit_defaults=True, kw_only=True):
