@@ -5,7 +5,8 @@ a batches state's ``window_repeats`` and a mixture's ``window_slots``, a reshard
 ``ranks[].pass_end``, ``windows[].repeats`` and ``overrun``. Each state is one the library made;
 every damage of each such field (a wrong type, a bool for an int, out of bounds, missing) is one
 ``StateError`` naming its path, or, for one left out, a state that reads. Session 27 added a
-mixture's ``window_next`` and a reshard section's ``windows[].next``."""
+mixture's ``window_next``, a reshard section's ``windows[].next`` and a document state's
+``block_skips``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import test_red_bestfit_skipped_units as units
-from openwebtext import Mixture, reshard
+import test_red_skips_resumed
+from openwebtext import Loader, Mixture, reshard
 from records import DELETE, changed, check_one_error, get, paths, wrong_values
 from test_red_bestfit_reshard_skips import Case, _layout, _loader
 from test_red_mixture_reshard_skips import _run
@@ -21,7 +23,8 @@ from test_red_overrun_resume import Resharded, _every
 from test_stream_schema import parse
 
 #: The fields, by the last key of their path.
-NEW = {"window_repeats", "window_slots", "pass_end", "repeats", "overrun", "window_next", "next"}
+NEW = {"window_repeats", "window_slots", "pass_end", "repeats", "overrun", "window_next", "next",
+       "block_skips"}
 
 
 def _damages(state: dict[str, Any]) -> list[tuple[str, dict[str, Any], str]]:
@@ -59,8 +62,11 @@ def test_every_damage_of_the_new_fields_is_one_error_naming_it(tmp_path: Path) -
     ranks = [units._run(crossing, r, 2, epochs=2)[1] for r in range(2)]
     across = _holding(ranks[1], "window_next")
     dealt = reshard([ranks[0][5], across], 1, even=None)[0]
+    skips = test_red_skips_resumed._corpus(tmp_path / "s", {"a": 6}, {"a1", "a4"})
+    with Loader(skips, workers=0, on_error="skip").iter() as it:
+        in_block = _holding([it.state_dict() for _ in it], "block_skips")
     states = [_holding(old, "window_repeats"), in_pass, _holding(new, "repeats"),
-              _holding(new, "overrun"), mixture_state, across, dealt]  # fmt: skip
+              _holding(new, "overrun"), mixture_state, across, dealt, in_block]  # fmt: skip
     damaged = [d for state in states for d in _damages(state)]
     assert {p.rsplit(".", 1)[-1].split("[")[0] for _, _, p in damaged} >= NEW  # each is reached
     for damage in damaged:

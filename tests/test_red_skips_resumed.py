@@ -149,3 +149,58 @@ def test_a_position_edited_to_its_block_s_end_is_a_bad_state(tmp_path: Path) -> 
             assert exc.field == "position.in_block", str(exc)
         else:
             raise AssertionError(f"{field}={value} taken")
+
+
+def test_a_part_never_read_again_keeps_the_skips_of_its_block(tmp_path: Path) -> None:
+    """Red team, session 27: a mixture's state inside a block of part ``g`` left that block's
+    skips out of its counters (to be counted when the block is read again on resume); a weight
+    schedule then set ``g`` to 0, so the resumed run never read it again and ended saying g
+    skipped 0 of its 3 (27 of 35 states). Now the state says them apart (``block_skips``) and
+    the stream counts them until it reads the block again; every resumed run ends as the
+    uninterrupted one, and a run resumed and read no further says them too."""
+    g = _corpus(tmp_path / "g", {"g": 20}, {f"g{i}" for i in range(3, 20, 6)}, counted=False)
+    h = _corpus(tmp_path / "h", {"h": 30}, set(), counted=False)
+    mixture = Mixture({"g": g, "h": h}, {"g": 0.5, "h": 0.5},
+                      schedule=[(10, {"g": 0.0, "h": 1.0})])  # fmt: skip
+    loader = Loader(mixture, workers=0, seed=0, epochs=1, on_error="skip")
+    with loader.iter() as it:
+        states = [_json(it.state_dict()) for _ in it]
+        whole = it.stats
+    assert whole.parts["g"].skipped_documents == 3
+    for k, state in enumerate(states):
+        with loader.iter(state=state) as it:
+            at_start = it.stats
+            list(it)
+            got = it.stats
+        assert got.parts["g"].skipped_documents == 3, k
+        assert got.skipped_documents == whole.skipped_documents, k
+        if "block_skips" in state["parts"]["g"]:  # (said before the block is read again)
+            assert at_start.parts["g"].skipped_documents == 3, k
+    assert any("block_skips" in s["parts"]["g"] for s in states)
+
+
+def test_a_state_inside_a_block_read_again_counts_its_skips_once(tmp_path: Path) -> None:
+    """A corpus's state inside a block whose units skipped documents: resumed, the stream says
+    the block's skips at once and, reading it again, counts them once (the state after says
+    them apart again while inside it, as the uninterrupted run's states do)."""
+    corpus = _corpus(tmp_path / "c", {"a": 6, "b": 6}, {"a1", "a4", "b2"})
+    options = dict(workers=0, on_error="skip", shuffle=True, shuffle_buffer=12, seed=3)
+    with Loader(corpus, **options).iter() as it:
+        states = [_json(it.state_dict()) for _ in it]
+        whole = it.stats
+    inside = [s for s in states if "block_skips" in s]
+    assert inside and all(s["block_skips"] == {"skipped_documents": 3} for s in inside)
+    for state in inside:
+        k = states.index(state)
+        with Loader(corpus, **options).iter(state=state) as it:
+            assert it.stats.skipped_documents == 3
+            again = _json(it.state_dict())
+            if k + 1 < len(states):
+                next(it)  # (units read count the block's again: reads)
+                after, want = _json(it.state_dict()), states[k + 1]
+                for one in (after, want):
+                    one["counters"].pop("units")
+                assert after == want
+            list(it)
+            assert it.stats.skipped_documents == whole.skipped_documents == 3
+        assert again == state

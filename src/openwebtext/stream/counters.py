@@ -7,7 +7,11 @@ from __future__ import annotations
 
 from openwebtext.codec import Count, Record
 
-__all__ = ["Counters", "PackingCounts", "PartPacking"]
+__all__ = ["READ_AGAIN", "BlockSkips", "Counters", "PackingCounts", "PartPacking"]
+
+#: The counts a unit read adds that a block read again on resume adds again (``units`` aside: its
+#: reads are counted, the second too).
+READ_AGAIN = ("skipped_members", "skipped_documents", "partial_members", "replaced_documents")
 
 
 class Counters(Record, frozen=True, omit_defaults=True):
@@ -55,6 +59,18 @@ class Counters(Record, frozen=True, omit_defaults=True):
     def skips(self) -> int:
         """What was skipped: members, documents and members cut short."""
         return self.skipped_members + self.skipped_documents + self.partial_members
+
+
+class BlockSkips(Record, frozen=True, omit_defaults=True):
+    """What the units of the block a state is inside counted when they were read (the counts
+    of ``READ_AGAIN``), left out of its ``counters``: the block is read again on resume and
+    counts them then; until it is, the stream's counts say them (``DocumentState.block_skips``:
+    a mixture's part may never read it again)."""
+
+    skipped_members: Count = 0
+    skipped_documents: Count = 0
+    partial_members: Count = 0
+    replaced_documents: Count = 0
 
 
 class PackingCounts(Record, frozen=True):

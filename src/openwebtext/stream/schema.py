@@ -24,7 +24,7 @@ from openwebtext.errors import StateError
 from openwebtext.mixing import check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
-from openwebtext.stream.counters import Counters, PackingCounts, PartPacking
+from openwebtext.stream.counters import BlockSkips, Counters, PackingCounts, PartPacking
 from openwebtext.stream.sections import Across, Packed, Reshard, Scheduled, Step
 
 __all__ = [
@@ -95,6 +95,9 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     """The sections of the rests this rank handed out to their end since it was resharded,
     oldest first (``reshard`` reads them: nobody else says a rest that cuts carried into the
     next epoch made, ``rest.next_section``)."""
+    block_skips: BlockSkips | None = None
+    """Inside a block whose units counted skips when read: those counts, not in ``counters``
+    (the block is read again on resume, and counts them then)."""
 
     def check(self) -> None:
         at, config, section = self.position, self.config, self.reshard

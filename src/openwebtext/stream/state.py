@@ -27,7 +27,7 @@ from openwebtext.codec import Count
 from openwebtext.errors import StateError
 from openwebtext.index import Corpus
 from openwebtext.options import SHAPING, Options
-from openwebtext.stream.counters import Counters, PackingCounts
+from openwebtext.stream.counters import READ_AGAIN, BlockSkips, Counters, PackingCounts
 from openwebtext.stream.schema import DocumentState, Position, StreamConfig, kind_of
 from openwebtext.stream.sections import Reshard
 from openwebtext.tokenizer import Tokenizer
@@ -64,9 +64,6 @@ class Stats(Counters, frozen=True):
         return codec.replace(self, **msgspec.structs.asdict(counts))
 
 
-#: The counts a unit read adds that a block read again on resume adds again (``units`` aside: its
-#: reads are counted, the second too).
-_READ_AGAIN = ("skipped_members", "skipped_documents", "partial_members", "replaced_documents")
 
 
 class OverrunAt(NamedTuple):
@@ -172,7 +169,11 @@ class Mark(NamedTuple):
                                     - at.handed)  # fmt: skip
             before = None
         if before is not None:
-            counted = codec.replace(counted, **{k: getattr(before, k) for k in _READ_AGAIN})
+            read = {k: getattr(counted, k) - getattr(before, k) for k in READ_AGAIN}
+            counted = codec.replace(counted, **{k: getattr(before, k) for k in READ_AGAIN})
+            if any(read.values()):  # (said apart: the block is read again on resume)
+                return DocumentState(config, position, counted, section, self.passed,
+                                     BlockSkips(**read))  # fmt: skip
         return DocumentState(config, position, counted, section, self.passed)
 
 

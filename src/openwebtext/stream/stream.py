@@ -32,7 +32,7 @@ from openwebtext.options import Options
 from openwebtext.plan import Share, block_stop
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
-from openwebtext.stream.counters import Counters
+from openwebtext.stream.counters import READ_AGAIN, Counters
 from openwebtext.stream.counts import ExpectedCounts
 from openwebtext.stream.epochs import (
     EvenEpoch,
@@ -135,8 +135,11 @@ class Stream(RestHandOut):
         self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
         self._overrun_at: OverrunAt | None = None  # (inside an overrun: Mark's)
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
-        self._counters = counters  # documents, bytes and tokens before the current block
         self._read_before = counters  # (and its skips: those of the units before its own)
+        self._unread = at.block_skips  # (its block's: said until it is read again)
+        # documents, bytes and tokens before the current block
+        self._counters = counters if at.block_skips is None else counters.plus(
+            **msgspec.structs.asdict(at.block_skips))  # fmt: skip
         self._yielded_before = 0  # by this iterator, for ``take``
         # Files skipped at open are the corpus's: named here, counted by every iterator.
         self.policy = ErrorPolicy(options, corpus.skipped_files, corpus.units, source)
@@ -290,6 +293,10 @@ class Stream(RestHandOut):
         its units), in ``epoch``'s order (a rest's piece: ``spans.block_part``)."""
         feed = _wrapped(share.units, start, end)
         units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
+        if self._unread is not None:  # a state's block, read again: its skips counted so
+            self._counters = replace(self._counters, **{k: getattr(self._read_before, k)
+                                                        for k in READ_AGAIN})  # fmt: skip
+            self._unread = None
         skip, self._read_before = self._in_block, self._counters
         opts = self.options
         gathered = blocks.gather(
