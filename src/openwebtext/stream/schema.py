@@ -96,8 +96,7 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     oldest first (``reshard`` reads them: nobody else says a rest that cuts carried into the
     next epoch made, ``rest.next_section``)."""
     block_skips: BlockSkips | None = None
-    """Inside a block whose units counted skips when read: those counts, not in ``counters``
-    (the block is read again on resume, and counts them then)."""
+    """Inside a block whose units counted skips: those, left out of ``counters``."""
 
     def check(self) -> None:
         at, config, section = self.position, self.config, self.reshard
