@@ -30,7 +30,8 @@ They are plain picklable values so they cross process boundaries intact.
 
 from __future__ import annotations
 
-from typing import TypeVar
+import json
+from typing import Any, TypeVar
 
 __all__ = [
     "CorpusError",
@@ -44,6 +45,7 @@ __all__ = [
     "TruncatedMember",
     "UnknownFormat",
     "WorkerError",
+    "carry",
     "in_part",
     "install_hint",
 ]
@@ -53,16 +55,59 @@ class OWTError(Exception):
     """Base class of every error raised by openwebtext."""
 
 
+#: The note (PEP 678) ``carry`` adds to an error: torch rebuilds an error raised in a
+#: ``DataLoader`` worker from its type and the text of its traceback alone (``exc_type(text)``,
+#: pytorch/pytorch#34130), which holds its notes; the error's constructor reads it back.
+_CARRIED = "openwebtext error: "
+#: What a note may carry: each attribute, of a type JSON keeps.
+_ATTRIBUTES = {"message": str, "path": str, "member": str, "part": str, "document": str,
+               "field": str, "resume_with": list}  # fmt: skip
+
+
+def carry(error: BaseException) -> None:
+    """Note ``error``'s message and attributes in it, once, for torch to carry to the main
+    process in the text it rebuilds the error from (``DataLoader`` workers; Python 3.11+)."""
+    if not isinstance(error, _Located | StateError) or not hasattr(error, "add_note"):
+        return
+    if any(str(n).startswith(_CARRIED) for n in getattr(error, "__notes__", ())):
+        return
+    said = {k: v for k, v in vars(error).items() if k in _ATTRIBUTES and v not in (None, ())}
+    error.add_note(_CARRIED + json.dumps({"message": str(error), **said}))
+
+
+def _carried(text: str) -> dict[str, Any] | None:
+    """What ``carry`` noted in ``text`` (torch's text of an error raised in a worker), each of
+    its attribute's type; None: no such note."""
+    at = text.rfind("\n" + _CARRIED)
+    try:
+        said = json.loads(text[at + 1 + len(_CARRIED) :].split("\n", 1)[0]) if at >= 0 else None
+    except ValueError:
+        return None
+    if not isinstance(said, dict) or not isinstance(said.get("message"), str) or any(
+        k not in _ATTRIBUTES or not isinstance(v, _ATTRIBUTES[k]) for k, v in said.items()
+    ):  # fmt: skip
+        return None
+    worker = text[:at].strip()  # (its traceback there: a note of the error rebuilt)
+    return {**said, "resume_with": tuple(said.get("resume_with", ())), "worker": worker}
+
+
 class _Located(OWTError):
     """An error about a file and, maybe, one of its members; picklable as such."""
 
     def __init__(self, message: str, path: str | None = None, member: str | None = None) -> None:
+        said = _carried(message) if path is None and member is None else None
+        if said is not None:  # rebuilt by torch from a worker's text (``carry``)
+            message, path, member = said["message"], said.get("path"), said.get("member")
         super().__init__(message)
         self.message = message
         self.path = path
         self.member = member
-        self.part: str | None = None
+        self.part: str | None = None if said is None else said.get("part")
         """The mixture's part whose corpus it is (None: not a mixture's)."""
+        if said is not None:
+            if "document" in said:
+                self.document = said["document"]
+            self.add_note(said["worker"])
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.message, self.path, self.member), {"part": self.part})
@@ -129,7 +174,7 @@ class CorruptDocument(CorruptMember):
         document: str | None = None,
     ) -> None:
         super().__init__(message, path, member)
-        self.document = document
+        self.document = document if document is not None else getattr(self, "document", None)
 
     def __reduce__(self) -> tuple[object, ...]:
         args = (self.message, self.path, self.member, self.document)
@@ -167,9 +212,14 @@ class StateError(OWTError):
     def __init__(
         self, message: str, field: str | None = None, resume_with: tuple[str, ...] = ()
     ) -> None:
+        said = _carried(message) if field is None and not resume_with else None
+        if said is not None:  # rebuilt by torch from a worker's text (``carry``)
+            message, field, resume_with = said["message"], said.get("field"), said["resume_with"]
         super().__init__(message)
         self.field = field
         self.resume_with = resume_with
+        if said is not None:
+            self.add_note(said["worker"])
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self), self.field, self.resume_with))

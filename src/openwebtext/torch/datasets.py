@@ -16,7 +16,7 @@ import torch  # the package's ``__init__`` says what to install when it is missi
 from numpy.typing import DTypeLike
 from torch.utils.data import IterableDataset, get_worker_info
 
-from openwebtext.errors import StateError
+from openwebtext.errors import StateError, carry
 from openwebtext.index import Corpus
 from openwebtext.loader import (
     BatchIterator,
@@ -42,13 +42,8 @@ from openwebtext.stream import (
 )
 from openwebtext.tokenizer import load_tokenizer
 
-__all__ = [
-    "OpenWebTextDataset",
-    "PackedBatchDataset",
-    "loader_dataset_states",
-    "reshard_loader_states",
-    "same_steps",
-]
+__all__ = ["OpenWebTextDataset", "PackedBatchDataset", "loader_dataset_states",
+           "reshard_loader_states", "same_steps"]  # fmt: skip
 
 # torchdata 0.11's StatefulDataLoader.__init__ calls torch.set_vital, which newer torch says
 # is deprecated: a line in each process that builds a loader (each rank), nothing to act on.
@@ -85,9 +80,11 @@ class _Pass(Iterator[T]):
     def __next__(self) -> T:
         try:
             got = next(self._next)
-        except BaseException:  # it ended: from now on the running iterator says how
+        except BaseException as exc:  # it ended: from now on the running iterator says how
             self._next = self._running  # (RuntimeError after a failure, else StopIteration)
             self.close()
+            if get_worker_info() is not None:  # (a DataLoader worker: torch rebuilds it)
+                carry(exc)
             raise
         return got if self._item is None else self._item(got)
 
