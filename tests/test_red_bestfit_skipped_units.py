@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Corpus, CorpusError, Loader, Mixture, reshard
+from openwebtext import Corpus, CorpusError, Loader, Mixture, StateError, reshard
 from openwebtext.index import Counts
 from support import bestfit_doc_names
 
@@ -144,3 +144,35 @@ def test_a_part_s_window_across_its_epoch_end_after_skipped_slots(
             assert (sorted((kept + kept - got).elements()),
                     sorted((got - kept - kept).elements())) == ([], []), (stop, to)  # fmt: skip
     assert "window_next" in seen  # (the grid holds windows across the epoch end)
+
+
+@pytest.mark.parametrize(("unit", "stops", "again"), [("c", (6, 9), (4, 2)),
+                                                      ("f", (12, 0), (6, 4))])  # fmt: skip
+def test_a_window_across_a_part_s_epoch_end_resharded_again_is_refused(
+    tmp_path: Path, unit: str, stops: tuple[int, int], again: tuple[int, int]
+) -> None:
+    """A new rank's window crossing the part's epoch end, its states resharded again, is
+    refused (``StateError``: resume on the same world size), never dealt as the slots its
+    documents would fill in the epoch it began in (``dealing._part_windows_left``: a window
+    whose state says ``window_next``; without that refusal, ``a0``, ``b3`` lost)."""
+    mixture = Mixture({"x": _corpus(tmp_path, unit)})
+    olds = [_run(mixture, r, 2, epochs=2)[1][stop] for r, stop in enumerate(stops)]
+    new = reshard(olds, 2, even=None)
+    states = [_run(mixture, r, 2, epochs=2, state=new[r])[1][k] for r, k in enumerate(again)]
+    assert any("window_next" in s for s in states)
+    with pytest.raises(StateError, match="crosses the epoch's end"):  # (where it is read)
+        _run(mixture, 0, 1, epochs=2, state=reshard(states, 1, even=None)[0])
+
+
+def test_an_edited_window_next_is_refused_where_the_window_is_read_again(tmp_path: Path) -> None:
+    """``window_next`` is what a reshard alone reads of a window: resumed on its world size,
+    a state whose ``window_next`` another crossing was written into is refused naming it."""
+    mixture = Mixture({"x": _corpus(tmp_path, "c")})
+    states = _run(mixture, 1, 2, epochs=2)[1]
+    state = next(s for s in states if "window_next" in s)
+    for field, value in (("slots", 1), ("ends", 1)):
+        edited = json.loads(json.dumps(state))
+        edited["window_next"][0][field] += value
+        with pytest.raises(StateError) as info:
+            _run(mixture, 1, 2, epochs=2, state=edited)
+        assert info.value.field == "window_next"

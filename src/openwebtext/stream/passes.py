@@ -24,7 +24,8 @@ def check_pass_end(
 ) -> None:
     """Check a state's ``position.pass_end`` against its share (``counts``: documents per plan
     position; ``size``: a block's least; ``target``: its even target, or None): there inside a
-    pass repeating documents after skips, past its start (``EvenEpoch``), and only there; the
+    pass repeating documents after skips, past its start (``EvenEpoch``), and only there (or at
+    the first one's start, where a pass from there ends); the
     pass never crossing the end of the lap its position is in, nor past where the documents the
     epoch still hands out would end it (the documents handed out since the pass began are at
     most the slots passed; none left: the epoch is done, its pass's end not read), nor before
@@ -38,8 +39,8 @@ def check_pass_end(
     at, counters = state.position, state.counters
     end, n, handed = at.pass_end, len(counts), counters.epoch_documents
     repeats = 0 if target is None else even_end(counts, target)
-    inside = target is not None and n > 0 and counters.skips > 0 and (at.block, at.in_block) > (
-        repeats, 0)  # fmt: skip
+    repeating = target is not None and n > 0 and counters.skips > 0
+    inside = repeating and (at.block, at.in_block) > (repeats, 0)
     whose = f"the share's passes that repeat begin at plan position {repeats}"
     if not isinstance(end, int):
         if inside:
@@ -47,7 +48,9 @@ def check_pass_end(
                              f"{at.in_block} is inside a pass repeating documents after skips, "
                              f"whose end only the state says ({whose})", "position.pass_end")
         return
-    if not inside or target is None:
+    # (at the first pass's start, a state taken before its first document (best fit's window
+    # start) may say its end: then where a pass from there ends, ``least`` and ``most`` below)
+    if not (inside or (repeating and (at.block, at.in_block) == (repeats, 0))) or target is None:
         raise StateError(f"bad state: position.pass_end: is {end}, but block={at.block}, in_block="
                          f"{at.in_block} is inside no pass repeating documents after skips "
                          f"({whose})", "position.pass_end")  # fmt: skip

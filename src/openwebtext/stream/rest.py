@@ -476,7 +476,7 @@ def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
     skipped = not old.finished and (passed > old.handed or old.pass_end is not None)
     evened = section.even is not None and skipped  # (its share's end: no epoch's end)
     if window.ends and not section.levels and not evened:  # (all its share's left, then)
-        return remaining + (window.next if window.ends == 1 else 1)
+        return remaining + window.next  # (past it: where it crosses more than one, any)
     if not window.ends and (window.dealt <= remaining or section.levels or (
         window.slots is None and not evened
     )):  # fmt: skip

@@ -192,6 +192,8 @@ class Reshard(Record, frozen=True, omit_defaults=True):
         held = [w.documents or 0 for f in fits for w in f or ()]
         if self.window is not None and max(held, default=0) > self.window:
             raise Disagree("windows", f"hold more documents than a window's {self.window}")
+        if any(bool(w.next) != bool(w.ends) for f in fits for w in f or ()):
+            raise Disagree("windows", "say a window's next slots where it crosses an epoch's end")
         if any(w.slots is not None and w.slots <= (w.documents or 0)
                for f in fits for w in f or ()):  # fmt: skip
             raise Disagree("windows", "say slots of a part's documents only where some of them "
