@@ -204,3 +204,22 @@ def test_a_state_inside_a_block_read_again_counts_its_skips_once(tmp_path: Path)
             list(it)
             assert it.stats.skipped_documents == whole.skipped_documents == 3
         assert again == state
+
+
+def test_take_ending_at_a_block_s_end_reads_no_further(tmp_path: Path) -> None:
+    """``take=N`` whose N-th document is a block's last: the iterator ended without reading
+    the next block (red team, session 27: it read it, counting its units and skips, and its
+    state after the end said another block than the state after the N-th document)."""
+    corpus = _corpus(tmp_path / "c", {"a": 4, "b": 3, "c": 4, "d": 3}, {"a1", "b0", "c2", "d1"})
+    options = dict(workers=0, on_error="skip", shuffle=True, shuffle_buffer=0, seed=7)
+    with Loader(corpus, **options).iter() as it:
+        ends = [k + 1 for k, _ in enumerate(it) if _json(it.state_dict())["position"]["in_block"]
+                == 0]  # fmt: skip
+    assert len(ends) > 1
+    for take in ends[:-1]:
+        with Loader(corpus, **options, take=take).iter() as it:
+            for _ in range(take):
+                next(it)
+            after, stats = _json(it.state_dict()), it.stats
+            assert list(it) == []
+            assert _json(it.state_dict()) == after and it.stats == stats, take

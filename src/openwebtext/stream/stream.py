@@ -365,6 +365,8 @@ class Stream(RestHandOut):
                 self._read_before = self._counters
                 if slots is not None and (slots := slots - (last - begin)) <= 0:
                     return  # (a piece: all of its slots passed)
+                if take is not None and self._yielded_before >= take:
+                    return  # (at a block's end: the next one is not read, nor its skips counted)
         finally:
             gathered.close()
 
