@@ -36,8 +36,8 @@ LINES = {"a": 6, "b": 5, "c": 7, "d": 4, "e": 6, "f": 5}
 
 
 @pytest.fixture(autouse=True)
-def _quiet() -> None:
-    logging.getLogger("openwebtext").setLevel(logging.ERROR)
+def _quiet(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.ERROR, "openwebtext")  # (restored after the test)
 
 
 def _text(name: str, k: int) -> str:

@@ -48,9 +48,9 @@ CASES = [("pad", 0, 3, 3), ("pad", 1, 2, 7), ("drop", 0, 2, 4), ("drop", 1, 4, 7
 
 @pytest.mark.parametrize(("even", "rank", "window", "seed"), CASES)
 def test_every_best_fit_state_at_a_repeating_pass_s_start_resumes(
-    tmp_path: Path, even: str, rank: int, window: int, seed: int
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, even: str, rank: int, window: int, seed: int
 ) -> None:
-    logging.getLogger("openwebtext").setLevel(logging.ERROR)
+    caplog.set_level(logging.ERROR, "openwebtext")  # (evening out's warnings; restored after)
     loader = Loader(_corpus(tmp_path / "c"), workers=0, on_error="skip", shuffle=True,
                     shuffle_buffer=0, seed=seed, tokenizer="bytes", rank=rank, world_size=2,
                     even=even, epochs=2)  # type: ignore[arg-type]  # fmt: skip
