@@ -17,10 +17,13 @@ paths, no dependencies, ~20 ms to import (measured: ``python -X importtime``).
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import operator
+import os
 import re
+import stat
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -30,6 +33,7 @@ from openwebtext.errors import StateError
 from openwebtext.options import MOST_INT
 
 __all__ = [
+    "MOST_FILE_BYTES",
     "Count",
     "Disagree",
     "Fingerprint",
@@ -41,6 +45,7 @@ __all__ = [
     "differing",
     "encode",
     "parse",
+    "read_file",
     "replace",
     "whose",
 ]
@@ -236,6 +241,31 @@ def _fails(value: Any, cls: type[Any]) -> str | None:
     except msgspec.ValidationError as exc:
         return str(exc)
     return None
+
+
+#: The most bytes of a file read whole (``read_file``): a record file, a cache, a tokenizer's.
+MOST_FILE_BYTES = 256 << 20
+
+
+def read_file(path: str | os.PathLike[str], most: int = MOST_FILE_BYTES) -> bytes:
+    """The bytes of a file the library reads whole (a record file: a ``meta.json``, a counts
+    or index cache, a run's progress; a tokenizer's file), a regular file's only: a FIFO put in
+    its place would make the read wait for a writer forever, a device (``/dev/zero``) never end.
+
+    Raises:
+        OSError: missing (``FileNotFoundError``), unreadable, not a regular file (a FIFO, a
+            socket, a device, a folder), or more than ``most`` bytes; its ``strerror`` says it.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO's open: no wait for a writer)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket, device or folder)")
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(most + 1)
+    if len(data) > most:
+        raise OSError(errno.EFBIG, f"more than {most:,} bytes: not a file the library writes")
+    return data
 
 
 def parse(text: str | bytes) -> Any:

@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
-from openwebtext.codec import Count, Disagree, Record, parse, whose
+from openwebtext.codec import Count, Disagree, Record, parse, read_file, whose
 from openwebtext.errors import CorpusError, OutputError, StateError
-from openwebtext.files import atomic_write, cache_root
+from openwebtext.files import atomic_write, cache_root, open_to_read
 from openwebtext.index.checks import member_check
 from openwebtext.index.inputs import file_version, noted_versions
 from openwebtext.index.local import LocalFile
@@ -317,7 +317,7 @@ class Corpus:
         for path, units in by_file.items():
             if not is_url(path):
                 try:
-                    with open(path, "rb") as f:
+                    with os.fdopen(open_to_read(path), "rb") as f:  # (a FIFO: no wait)
                         stat = os.fstat(f.fileno())  # (else not the content its units are of)
                         unchanged(resolve(self.storage), path, FileInfo.of_local(stat))
                         local = LocalFile(f.fileno(), stat.st_size)
@@ -355,7 +355,7 @@ class Corpus:
         """
         for path in self.counts_paths():
             try:
-                raw = parse(path.read_text())
+                raw = parse(read_file(path))
             except FileNotFoundError:
                 continue
             except (OSError, ValueError) as exc:

@@ -25,7 +25,7 @@ import os
 import threading
 from typing import Any
 
-from openwebtext.codec import parse
+from openwebtext.codec import parse, read_file
 from openwebtext.errors import CorpusError, OutputError, install_hint
 from openwebtext.files import atomic_write, cache_root, open_to_read
 from openwebtext.formats import PARQUET
@@ -229,7 +229,7 @@ def _load_footer(url: str, store: Storage) -> bytes | None:
     if info is None or not info.identity:
         return None
     try:
-        stamp, body = _footer_path(url, store.place).read_text().split("\n", 1)
+        stamp, body = read_file(_footer_path(url, store.place)).decode().split("\n", 1)
         known = parse(stamp)
         footer = bytes.fromhex(body)
     except (OSError, ValueError):

@@ -29,7 +29,7 @@ from typing import Annotated, NamedTuple
 
 import msgspec
 
-from openwebtext.codec import Count, Record, parse, whose
+from openwebtext.codec import Count, Record, parse, read_file, whose
 from openwebtext.errors import CorpusError, OutputError, StateError, UnknownFormat
 from openwebtext.files import atomic_write, cache_root
 from openwebtext.formats import PARQUET, TAR
@@ -219,7 +219,7 @@ def _load(url: str, info: FileInfo, place: str, column: str) -> list[Unit] | Non
     """The units of the cached index of ``url`` as it is now (``info``); None: none cached,
     of another file, version or identity, or wrong (said; the file is indexed again)."""
     try:
-        raw = parse(cache_path(url, place, column).read_text())
+        raw = parse(read_file(cache_path(url, place, column)))
     except (OSError, ValueError):
         return None
     if whose(raw, IndexCache) == "version":  # another version's entry: not this one's

@@ -124,7 +124,7 @@ def read_json(folder: Location, name: str, store: Storage | None = None) -> dict
     """
     if isinstance(folder, Path):
         try:
-            body: Any = codec.parse((folder / name).read_text())
+            body: Any = codec.parse(codec.read_file(folder / name))
         except (OSError, ValueError):
             return None
     else:
@@ -198,7 +198,7 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
     Raises:
         PrepareError: an upload failed (the remote folder then has no ``meta.json``).
     """
-    meta: dict[str, Any] = codec.parse((folder / "meta.json").read_text())
+    meta: dict[str, Any] = codec.parse(codec.read_file(folder / "meta.json"))
     fs = filesystem(url, store)
     marker = str(join(url, "meta.json"))
 

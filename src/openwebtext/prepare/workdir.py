@@ -196,7 +196,7 @@ class Workdir:
         """
         path = self.progress_path
         try:
-            body = codec.parse(path.read_text())
+            body = codec.parse(codec.read_file(path))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -271,7 +271,7 @@ class Workdir:
         if record.phase != "commit" or record.meta is None:
             return False
         try:
-            written = Meta.from_json(codec.parse((self.folder / "meta.json").read_text()))
+            written = Meta.from_json(codec.parse(codec.read_file(self.folder / "meta.json")))
         except (OSError, ValueError, StateError):
             return False
         return written == record.meta

@@ -13,7 +13,7 @@ from typing import Annotated, Literal, NamedTuple, overload
 import msgspec
 import numpy as np
 
-from openwebtext.codec import Count, Disagree, Positive, Record, parse, whose
+from openwebtext.codec import Count, Disagree, Positive, Record, parse, read_file, whose
 from openwebtext.errors import CorpusError, StateError
 
 __all__ = [
@@ -209,7 +209,7 @@ def beside(path: str) -> Vocabulary | None:
     """
     meta = Path(path).parent / "meta.json"
     try:
-        body = meta.read_bytes()
+        body = read_file(meta)
     except FileNotFoundError:
         return None
     except OSError as exc:

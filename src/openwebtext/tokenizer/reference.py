@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from openwebtext.codec import read_file
 from openwebtext.errors import install_hint
 from openwebtext.tokenizer.fingerprint import file_fingerprint, table_fingerprint
 from openwebtext.tokenizer.spec import (
@@ -182,7 +183,7 @@ _TO_LATIN1 = {char: chr(byte) for char, byte in _DATA_GYM_BYTES.items()}
 
 
 def _read_checked(path: str, sha256: str) -> bytes:
-    content = Path(path).read_bytes()
+    content = read_file(path)
     if hashlib.sha256(content).hexdigest() != sha256:
         raise ValueError(f"{path} does not have the SHA-256 {sha256}")
     return content
@@ -302,7 +303,7 @@ def load_hf(spec: str, path: str) -> Vocabulary:
             f"tokenizer {spec!r} needs the tokenizers package: {install_hint('tokenize')}"
         ) from exc
     try:
-        content = Path(path).expanduser().read_bytes()
+        content = read_file(Path(path).expanduser())
     except OSError as exc:
         raise TokenizerError(f"tokenizer {spec!r}: cannot read {path}: {exc}") from exc
     try:

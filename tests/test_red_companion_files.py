@@ -1,0 +1,82 @@
+"""Files the library reads whole beside a corpus or an output (a token file's ``meta.json``, the
+counts cache, a run's progress and ``meta.json``, an index or footer cache, a tokenizer's
+file) are read by ``codec.read_file``: a regular file's only, bounded (red team, session 27: a
+FIFO put in a ``meta.json``'s or the counts cache's place hung the run forever, waiting for a
+writer; a ``meta.json`` linked to ``/dev/zero`` died in a bare ``MemoryError``). A damaged cache
+is ignored with a warning and rebuilt; a record a run reads is an error naming the file."""
+
+from __future__ import annotations
+
+import errno
+import glob
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from openwebtext import Corpus, Loader, OWTError
+from openwebtext.codec import read_file
+from openwebtext.synth import write_corpus
+from openwebtext.tokenfiles.megatron import megatron_index
+
+pytestmark = pytest.mark.timeout(30)  # (a regression waits on a FIFO: fail, not hang)
+
+
+def _token_file(folder: Path) -> Path:
+    folder.mkdir()
+    np.array([1, 2, 50256, 3, 50256], np.uint16).tofile(folder / "train.bin")
+    (folder / "train.idx").write_bytes(megatron_index(np.array([3, 5]), np.dtype(np.uint16)))
+    return folder / "train.bin"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_meta_json_that_is_no_file_is_an_error_naming_it(tmp_path: Path, kind: str) -> None:
+    path = _token_file(tmp_path / "tok")
+    meta = path.parent / "meta.json"
+    if kind == "fifo":
+        os.mkfifo(meta)
+    elif kind == "device":
+        meta.symlink_to("/dev/zero")
+    else:
+        meta.mkdir()
+    with pytest.raises(OWTError, match=r"meta\.json: cannot read it: not a regular file"):
+        Corpus.open_tokens(str(path))
+
+
+def test_a_counts_cache_that_is_a_fifo_is_counted_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "corpus"
+    write_corpus(str(folder), subsets=1, members=2, docs=10, seed=1)
+    with Loader(str(folder), workers=0, world_size=2, rank=0).iter() as it:
+        first = [doc.name for doc in it]
+    (cache,) = glob.glob(str(folder / ".owt-counts-*.json"))
+    os.remove(cache)
+    os.mkfifo(cache)
+    caplog.set_level(logging.WARNING, "openwebtext")
+    with Loader(str(folder), workers=0, world_size=2, rank=0).iter() as it:
+        assert [doc.name for doc in it] == first
+    assert "is damaged" in caplog.text and "not a regular file" in caplog.text
+
+
+def test_read_file_is_bounded_and_reads_regular_files(tmp_path: Path) -> None:
+    small = tmp_path / "small.json"
+    small.write_bytes(b"{}")
+    assert read_file(small) == b"{}" and read_file(small, most=2) == b"{}"
+    with pytest.raises(OSError) as info:
+        read_file(small, most=1)
+    assert info.value.errno == errno.EFBIG
+    with pytest.raises(FileNotFoundError):
+        read_file(tmp_path / "missing.json")
+
+
+def test_a_tokenizer_file_that_is_a_fifo_is_an_error(tmp_path: Path) -> None:
+    pytest.importorskip("tokenizers")
+    from openwebtext import load_tokenizer
+
+    fifo = tmp_path / "tokenizer.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OWTError, match="not a regular file"):
+        load_tokenizer(f"hf:{fifo}")
