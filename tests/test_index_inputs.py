@@ -327,7 +327,7 @@ def test_a_dataset_folder_reads_its_corpus_files_and_mentions_the_rest(
         assert got == small_docs
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == 1, lines
-        assert all(n in lines[0] for n in ("README.md", "SHA256SUMS", "manifest.json"))
+        assert all(n in lines[0] for n in ("README.md", "SHA256SUMS", "manifest.json", "sub/"))
         assert ".gitattributes" not in lines[0]
     with pytest.raises(UnknownFormat):
         Corpus.open(corpus_copy / "README.md")  # named explicitly: still an error
@@ -457,3 +457,15 @@ def test_counting_shows_a_progress_bar_when_interactive(
     assert len(names(Loader(corpus_copy, workers=0, rank=1, world_size=2))) == 60
     err = capfd.readouterr().err
     assert "counting documents for sharding" in err and "/6 " in err
+
+
+def test_a_folder_of_folders_says_they_are_not_read(tmp_path: Path) -> None:
+    """Red team, session 27: a folder's folders are not read, and nothing said so (a Hub
+    layout's ``train/`` left out in silence); now the warning names them, and a folder of
+    folders only is an error naming one to give."""
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    (tmp_path / "data" / "train" / "part-0.jsonl").write_text('{"text": "a"}\n')
+    with pytest.raises(CorpusError, match=r"holds no corpus file \(its folders are not read: "
+                       r"name one, e\.g\. .*train/?\)"):  # fmt: skip
+        Corpus.open(tmp_path / "data")
+    assert len(Corpus.open(tmp_path / "data" / "train").units) == 1

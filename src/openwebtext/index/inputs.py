@@ -131,7 +131,8 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
 
     A folder (not recursive; names starting with ``.`` or ``_`` are left out)
     or a pattern keeps the files that are corpus files by their magic bytes or
-    their OpenWebText names; the others are ``ignored``. A path named
+    their OpenWebText names; the others, and the folders in it (said with a
+    trailing separator), are ``ignored``. A path named
     explicitly is kept whatever it holds (indexing it says what is wrong).
     Unreadable paths are ``problems``. The same file named twice, by any
     spelling, is refused: its documents would silently count twice.
@@ -155,6 +156,9 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
 
     def entries(source: str, listed: list[str]) -> None:
         before = len(found.items)
+        folders = [path for path in listed if os.path.isdir(path)]  # (not read: said)
+        found.ignored.extend(os.path.join(path, "") for path in folders)
+        listed = [path for path in listed if path not in folders]
         for path in listed:
             kind, st, _ = _classify(path)
             if kind == "bad":
@@ -170,7 +174,8 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
             elif kind == "other":
                 found.ignored.append(path)
         if len(found.items) == before:
-            raise CorpusError("holds no corpus file", path=source)
+            sub = f" (its folders are not read: name one, e.g. {folders[0]})" if folders else ""
+            raise CorpusError(f"holds no corpus file{sub}", path=source)
 
     for raw in paths:
         text = os.fspath(raw)
@@ -181,7 +186,7 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
                 for name in os.listdir(text)
                 if not name.startswith((".", "_"))
             )
-            entries(text, [p for p in listed if not os.path.isdir(p)])
+            entries(text, listed)
         elif kind == "file" and st is not None:
             keep(text, st)
         elif kind == "other":
@@ -190,7 +195,7 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
             matches = sorted(glob.glob(text))
             if not matches:
                 raise CorpusError("pattern matches no file", path=text)
-            entries(text, [p for p in matches if not os.path.isdir(p)])
+            entries(text, matches)
         else:
             found.items.append(_unreadable(text, os.path.lexists(text)))
     return found

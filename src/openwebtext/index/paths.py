@@ -86,15 +86,21 @@ def index_inputs(
             f"no documents: the corpus has no members{why}",
             path=", ".join(os.fspath(p) for p in paths),
         )
-    if ignored:
-        shown = ", ".join(os.path.basename(p) for p in ignored[:10])
-        more = f" and {len(ignored) - 10} more" if len(ignored) > 10 else ""
-        files = (
-            "file that is not a corpus file"
-            if len(ignored) == 1
-            else ("files that are not corpus files")
-        )
-        log.warning("left out %d %s: %s%s", len(ignored), files, shown, more)
+    folders = [p for p in ignored if p.endswith(os.sep)]
+    said = []
+    for left, one, many in [
+        ([p for p in ignored if p not in folders], "file that is not a corpus file",
+         "files that are not corpus files"),
+        (folders, "folder (a folder's files are read, not its folders': name it to read it)",
+         "folders (a folder's files are read, not its folders': name them to read them)"),
+    ]:  # fmt: skip
+        if left:
+            shown = ", ".join(os.path.basename(p.rstrip(os.sep)) + p[-1:] * (p in folders)
+                              for p in left[:10])  # fmt: skip
+            more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+            said.append(f"{len(left)} {one if len(left) == 1 else many}: {shown}{more}")
+    if said:
+        log.warning("left out %s", "; ".join(said))
     return indexed
 
 
