@@ -155,16 +155,18 @@ def test_a_member_skipped_under_even_drop_is_not_padded_silently(
 @pytest.mark.timeout(30)
 def test_endless_run_over_an_empty_split_is_an_error(small_corpus: Path) -> None:
     loader = Loader(small_corpus, workers=0, epochs=None, split="val", val_fraction=1e-9)
-    with pytest.raises(CorpusError, match="yielded no document"):
+    with pytest.raises(CorpusError, match="yielded no document") as info:
         next(iter(loader))
+    assert info.value.path == str(small_corpus)  # (the folder its files share)
 
 
 @pytest.mark.timeout(30)
 def test_endless_run_when_every_member_is_skipped_is_an_error(tmp_path: Path) -> None:
     tar = outer_tar(tmp_path / "t.tar", [("a_data.xz", b"\xfd7zXZ\x00 not really xz" * 30)])
     loader = Loader(tar, workers=0, epochs=None, on_error="skip")
-    with pytest.raises(CorpusError, match="yielded no document"):
+    with pytest.raises(CorpusError, match="yielded no document") as info:
         next(iter(loader))
+    assert info.value.path == str(tar)  # (the file, not its folder: red team, session 27)
 
 
 @pytest.mark.timeout(30)

@@ -367,6 +367,16 @@ def block_permutation(
     return permutation(n, options.seed, DOCUMENTS, epoch, rank, block_start)
 
 
+def _where(corpus: Corpus) -> str:
+    """The corpus's file, or the folder (or URL prefix) its files share: what an error about
+    the whole corpus names."""
+    files = sorted({unit.path for unit in corpus.units})
+    if len(files) == 1:
+        return files[0]
+    common = os.path.commonprefix(files)  # noqa: RUF071 (by character: URLs too, cut at "/")
+    return common[: common.rfind("/")] if "/" in common else common
+
+
 def nothing_read(
     corpus: Corpus,
     options: Options,
@@ -395,7 +405,7 @@ def nothing_read(
         f"epoch {epoch} yielded {'documents of no id' if no_ids else 'no document'}"
         + (f" ({', '.join(why)})" if why else "")
         + f": {endless} would wait forever",
-        path=os.path.dirname(corpus.units[0].path),
+        path=_where(corpus),
     )
     return in_part(error, source)  # (its message begins with the part: "part 'web': ")
 
