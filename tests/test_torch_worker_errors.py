@@ -99,3 +99,7 @@ def test_an_error_without_the_note_is_rebuilt_as_torch_does(tmp_path: Path) -> N
     damaged = CorruptMember("Caught ...\nopenwebtext error: {\"message\": 5}\n")
     assert damaged.path is None and damaged.message.startswith("Caught")
     assert StateError("Caught ...\nopenwebtext error: [1]").field is None
+    said = '\nopenwebtext error: {"message": "m", "path": "/etc/x"}'
+    assert CorruptMember(f"a document's text{said}").path is None  # (not torch's text)
+    assert CorruptMember(f"Caught ...{said}\nmore").path is None  # (not its last line)
+    assert CorruptMember(f"Caught ...{said}\n").path == "/etc/x"

@@ -78,9 +78,11 @@ def carry(error: BaseException) -> None:
 def _carried(text: str) -> dict[str, Any] | None:
     """What ``carry`` noted in ``text`` (torch's text of an error raised in a worker), each of
     its attribute's type; None: no such note."""
-    at = text.rfind("\n" + _CARRIED)
+    at = text.rfind("\n" + _CARRIED)  # (torch's text: "Caught …", the note its last line)
+    if at < 0 or not text.startswith("Caught ") or "\n" in text[at + 1 :].rstrip("\n"):
+        return None
     try:
-        said = json.loads(text[at + 1 + len(_CARRIED) :].split("\n", 1)[0]) if at >= 0 else None
+        said = json.loads(text[at + 1 + len(_CARRIED) :])
     except ValueError:
         return None
     if not isinstance(said, dict) or not isinstance(said.get("message"), str) or any(
