@@ -5,7 +5,7 @@ a batches state's ``window_repeats`` and a mixture's ``window_slots``, a reshard
 ``ranks[].pass_end``, ``windows[].repeats`` and ``overrun``. Each state is one the library made;
 every damage of each such field (a wrong type, a bool for an int, out of bounds, missing) is one
 ``StateError`` naming its path, or, for one left out, a state that reads. Session 27 added a
-mixture's ``window_next``, a reshard section's ``windows[].next`` and a document state's
+mixture's ``window_next``, a reshard section's ``windows[].across`` and a document state's
 ``block_skips``."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from test_red_overrun_resume import Resharded, _every
 from test_stream_schema import parse
 
 #: The fields, by the last key of their path.
-NEW = {"window_repeats", "window_slots", "pass_end", "repeats", "overrun", "window_next", "next",
+NEW = {"window_repeats", "window_slots", "pass_end", "repeats", "overrun", "window_next", "across",
        "block_skips"}
 
 

@@ -114,7 +114,7 @@ def _part_windows_left(
     into = done - finished
     if row > 0:
         m = at_window.dealt or 0  # (its slots: its documents and those skipped among them)
-        if into + m > count(share) or at_window.ends:
+        if into + m > count(share) or at_window.across.ends:
             raise StateError(
                 f"a best-fit window holds {m} documents of a share of this epoch that had "
                 f"{count(share) - into} left: it crosses the epoch's end, which a state resharded "

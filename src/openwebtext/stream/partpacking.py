@@ -129,7 +129,7 @@ def window_part_slots(
     all the slots of its share left in the epoch before (and all of an epoch between), which the
     part's marks do not count (skipped ones may follow its last document there, or be all it
     holds there): its slots are then its documents, and where it ends says the rest
-    (``FitWindow.next``)."""
+    (``FitWindow.across``)."""
     out, crossing = list(counts), [Across()] * len(counts)
     if not isinstance(before, MixMark):
         return tuple(out), tuple(crossing)

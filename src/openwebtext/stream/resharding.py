@@ -25,7 +25,7 @@ from openwebtext.stream.schema import (
     Position,
     StreamConfig,
 )
-from openwebtext.stream.sections import Begun, Level, OldRank, Reshard, WindowAt
+from openwebtext.stream.sections import NOT_ACROSS, Begun, Level, OldRank, Reshard, WindowAt
 
 __all__ = ["KEEP", "reshard", "reshard_states"]
 
@@ -196,16 +196,9 @@ def _best_fit(
                  s.window_parts[0] if s.window_parts and s.row else None,  # (a mixture's part)
                  s.window_repeats or 0, replays=None if replays is None else replays[by_rank[r]],
                  slots=s.window_slots[0] if s.window_slots and s.row else None,
-                 **_across(s))
+                 across=s.window_next[0] if s.window_next and s.row else NOT_ACROSS)
         for r, s in enumerate(ordered)]  # fmt: skip
     return window, numbers
-
-
-def _across(state: BatchesState) -> dict[str, int]:
-    """A mixture's part's best-fit window crossing its epoch end, rows out (its
-    ``window_next``): ``FitWindow``'s ``next`` and ``ends``."""
-    across = state.window_next[0] if state.window_next and state.row else None
-    return {} if across is None else {"next": across.slots, "ends": across.ends}
 
 
 def _by_rank(configs: Sequence[StreamConfig]) -> tuple[int, dict[int, int]]:
@@ -398,7 +391,7 @@ def _best_fit_sections(
             k = d.position.epoch - base.epoch
             if w.rows:
                 dealt = Begun(w.number, w.rows, w.packings, w.documents, w.repeats, w.slots,
-                              w.next, w.ends, rank=r)
+                              w.across, rank=r)
                 sections[k] = replace(sections[k], windows=(*(sections[k].windows or ()), dealt))
         return sections[0], sections[1:]
     if window != base.window:

@@ -47,7 +47,7 @@ from openwebtext.stream.epochs import (
     slots_passed,
 )
 from openwebtext.stream.overrun import Overrun, overrun_of
-from openwebtext.stream.sections import Begun, Level, OldRank, Reshard
+from openwebtext.stream.sections import NOT_ACROSS, Begun, Level, OldRank, Reshard
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.spans import Span, count, cut_share, drop_front, owner_of
 
@@ -444,13 +444,13 @@ def next_section(rest: Rest) -> Reshard | None:
 def _crossed(window: Begun, past: int) -> Begun:
     """A part's best-fit ``window`` crossing its epoch's end, ``past`` slots of it past there,
     as the next epoch deals it: to that epoch's end again where it crosses more than one
-    (``FitWindow.ends``), else its slots of the last one (its documents there: at most those,
+    (``FitWindow.across``), else its slots of the last one (its documents there: at most those,
     and the window's)."""
-    if window.ends > 1:
-        return replace(window, ends=window.ends - 1)
-    slots = window.next or past
+    ends, slots = window.across.ends, window.across.slots or past
+    if ends > 1:
+        return replace(window, across=replace(window.across, ends=ends - 1))
     held = min(slots, window.documents or slots)
-    return replace(window, documents=held, slots=slots if slots > held else None, next=0, ends=0)
+    return replace(window, documents=held, slots=slots if slots > held else None, across=NOT_ACROSS)
 
 
 def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
@@ -458,8 +458,8 @@ def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
     """The slots of old rank ``rank``'s share (``counts``, ``remaining`` of them left) its
     best-fit ``window`` holds: a corpus's, the window's or fewer (the share's end); a mixture
     part's, as its state says (``FitWindow.dealt``). A part's window that crosses its epoch's
-    end (``FitWindow.ends``) holds all the slots left and then slots of the next epoch (the
-    first it says, ``FitWindow.next``, or all: ``Rest.crossing``), unless its share was evened
+    end (``FitWindow.across``) holds all the slots left and then slots of the next epoch (the
+    first it says, or all: ``Rest.crossing``), unless its share was evened
     out after skips: its documents past the share's end are then those of a pass repeating
     it, which a part's window (its turns' documents, not an overrun's slots) cannot follow;
     nor a window resharded again.
@@ -475,9 +475,10 @@ def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
     passed = sum(counts) - remaining
     skipped = not old.finished and (passed > old.handed or old.pass_end is not None)
     evened = section.even is not None and skipped  # (its share's end: no epoch's end)
-    if window.ends and not section.levels and not evened:  # (all its share's left, then)
-        return remaining + window.next  # (past it: where it crosses more than one, any)
-    if not window.ends and (window.dealt <= remaining or section.levels or (
+    crosses = window.across.ends
+    if crosses and not section.levels and not evened:  # (all its share's left, then)
+        return remaining + window.across.slots  # (past it: where it crosses more than one, any)
+    if not crosses and (window.dealt <= remaining or section.levels or (
         window.slots is None and not evened
     )):  # fmt: skip
         return window.dealt

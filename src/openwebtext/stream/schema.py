@@ -309,7 +309,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     window_next: tuple[Across, ...] | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a mixture, rows of the window handed out, crossing a part's epoch end (absent:
     none does): each part's epoch ends it crosses and its slots of the part's share of the last
-    epoch it reaches, after all those of its share before (``FitWindow.next``)."""
+    epoch it reaches, after all those of its share before (``FitWindow.across``)."""
     window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a corpus, rows of the window out: its documents handed out again (a reshard
     deals them: ``sections.FitWindow.repeats``)."""

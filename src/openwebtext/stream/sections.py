@@ -19,8 +19,8 @@ from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Positive, Record
 from openwebtext.plan import Rule
 
-__all__ = ["Across", "Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard", "Scheduled",
-           "Step", "WindowAt"]
+__all__ = ["NOT_ACROSS", "Across", "Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard",
+           "Scheduled", "Step", "WindowAt"]
 
 
 class OldRank(Record, frozen=True, omit_defaults=True):
@@ -46,6 +46,23 @@ class Packed(Record, frozen=True):
     rows: Positive
 
 
+class Across(Record, frozen=True, omit_defaults=True):
+    """A mixture's best-fit window, of one part (``BatchesState.window_next``): the part's epoch
+    ends it crosses, and its slots of the part's share of the last epoch it reaches."""
+
+    ends: Count = 0
+    slots: Count = 0
+
+    def check(self) -> None:
+        if bool(self.ends) != bool(self.slots):
+            raise Disagree("slots", "of the last epoch a window reaches: some where it crosses "
+                           "an epoch's end, else none")  # fmt: skip
+
+
+#: No crossing: ``FitWindow.across``'s default, the one instance (a state leaves it out).
+NOT_ACROSS = Across()
+
+
 class FitWindow(Record, frozen=True, omit_defaults=True):
     """A best-fit window: its number, and the rows of it handed out."""
 
@@ -63,12 +80,10 @@ class FitWindow(Record, frozen=True, omit_defaults=True):
     """A mixture's part, documents of it skipped among its own in the window: the document
     slots they lie in (``BatchesState.window_slots``), which the window deals of its share
     (None: ``documents``)."""
-    next: Count = 0
-    """A mixture's part, the window crossing its epoch's end (``ends``): the slots of its share
-    of the last epoch it reaches it holds, after all those of its share before
-    (``BatchesState.window_next``)."""
-    ends: Count = 0
-    """The part's epoch ends the window crosses (a tiny part's window may cross several)."""
+    across: Across = NOT_ACROSS
+    """A mixture's part, the window crossing its epoch's end (a tiny part's may cross several):
+    the epoch ends it crosses and its slots of the last epoch it reaches, after all those of
+    its share before (``BatchesState.window_next``; none: ``ends`` 0)."""
 
     @property
     def dealt(self) -> int | None:
@@ -82,19 +97,6 @@ class WindowAt(FitWindow, frozen=True, omit_defaults=True):
     replays: Count | None = None
     """A mixture's part: the windows dealt to the share not finished, this one included (a
     window may hold none of the part's documents)."""
-
-
-class Across(Record, frozen=True, omit_defaults=True):
-    """A mixture's best-fit window, of one part (``BatchesState.window_next``): the part's epoch
-    ends it crosses, and its slots of the part's share of the last epoch it reaches."""
-
-    ends: Count = 0
-    slots: Count = 0
-
-    def check(self) -> None:
-        if bool(self.ends) != bool(self.slots):
-            raise Disagree("slots", "of the last epoch a window reaches: some where it crosses "
-                           "an epoch's end, else none")  # fmt: skip
 
 
 class Begun(FitWindow, frozen=True, omit_defaults=True, kw_only=True):
@@ -192,8 +194,6 @@ class Reshard(Record, frozen=True, omit_defaults=True):
         held = [w.documents or 0 for f in fits for w in f or ()]
         if self.window is not None and max(held, default=0) > self.window:
             raise Disagree("windows", f"hold more documents than a window's {self.window}")
-        if any(bool(w.next) != bool(w.ends) for f in fits for w in f or ()):
-            raise Disagree("windows", "say a window's next slots where it crosses an epoch's end")
         if any(w.slots is not None and w.slots <= (w.documents or 0)
                for f in fits for w in f or ()):  # fmt: skip
             raise Disagree("windows", "say slots of a part's documents only where some of them "
