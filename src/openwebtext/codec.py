@@ -44,6 +44,7 @@ __all__ = [
     "decode",
     "differing",
     "encode",
+    "open_regular",
     "parse",
     "read_file",
     "replace",
@@ -247,6 +248,27 @@ def _fails(value: Any, cls: type[Any]) -> str | None:
 MOST_FILE_BYTES = 256 << 20
 
 
+def open_regular(path: str | os.PathLike[str], *, folder: bool = False) -> int:
+    """A descriptor of ``path`` open to read, a regular file's (a folder's too, with
+    ``folder``): opened without waiting (a FIFO's open would wait for a writer forever), then
+    checked, then blocking.
+
+    Raises:
+        OSError: it cannot be opened, or is a FIFO, a socket or a device (or a folder).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISREG(mode) or (folder and stat.S_ISDIR(mode))):
+            said = "a FIFO, socket or device" + ("" if folder else " or folder")
+            raise OSError(errno.EINVAL, f"not a regular file ({said})")
+        os.set_blocking(fd, True)  # (a FUSE or network filesystem is told of the flag)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def read_file(path: str | os.PathLike[str], most: int = MOST_FILE_BYTES) -> bytes:
     """The bytes of a file the library reads whole (a record file: a ``meta.json``, a counts
     or index cache, a run's progress; a tokenizer's file), a regular file's only: a FIFO put in
@@ -256,12 +278,7 @@ def read_file(path: str | os.PathLike[str], most: int = MOST_FILE_BYTES) -> byte
         OSError: missing (``FileNotFoundError``), unreadable, not a regular file (a FIFO, a
             socket, a device, a folder), or more than ``most`` bytes; its ``strerror`` says it.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO's open: no wait for a writer)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket, device or folder)")
-    os.set_blocking(fd, True)
-    with os.fdopen(fd, "rb") as f:
+    with os.fdopen(open_regular(path), "rb") as f:
         data = f.read(most + 1)
     if len(data) > most:
         raise OSError(errno.EFBIG, f"more than {most:,} bytes: not a file the library writes")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import os
 import re
 import stat
@@ -23,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from openwebtext.codec import open_regular
 from openwebtext.errors import OutputError
 
 __all__ = [
@@ -66,16 +66,7 @@ def open_to_read(path: str) -> int:
         OSError: it cannot be opened, or is a FIFO, a socket or a device (put in the file's
             place since the corpus was opened).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-        os.set_blocking(fd, True)  # (a FUSE or network filesystem is told of the flag)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
+    return open_regular(path, folder=True)
 
 
 def named(what: str) -> Callable[[str], str]:
