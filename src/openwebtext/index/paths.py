@@ -95,7 +95,7 @@ def index_inputs(
          "folders (a folder's files are read, not its folders': name them to read them)"),
     ]:  # fmt: skip
         if left:
-            shown = ", ".join(os.path.basename(p.rstrip(os.sep)) + p[-1:] * (p in folders)
+            shown = ", ".join(os.path.basename(p.rstrip(os.sep)) + ("/" if p in folders else "")
                               for p in left[:10])  # fmt: skip
             more = f" and {len(left) - 10} more" if len(left) > 10 else ""
             said.append(f"{len(left)} {one if len(left) == 1 else many}: {shown}{more}")
