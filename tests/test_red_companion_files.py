@@ -80,3 +80,47 @@ def test_a_tokenizer_file_that_is_a_fifo_is_an_error(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(OWTError, match="not a regular file"):
         load_tokenizer(f"hf:{fifo}")
+
+
+def _no_file(path: Path, kind: str) -> None:
+    """Put a FIFO, a link to a device or a folder in ``path``'s place."""
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+@pytest.mark.parametrize("which", ["ids", "idx", "ds", "ds.index", "llmc"])
+def test_a_token_file_or_index_that_is_no_file_is_an_error(
+    tmp_path: Path, which: str, kind: str
+) -> None:
+    """``open_token_file`` and the index readers open through ``codec.open_regular`` (session
+    28: a FIFO given as a token file hung ``open_token_file`` forever; a FIFO or a folder in a
+    Megatron ``.idx``'s place was read as no index, the ids as nanoGPT's)."""
+    from openwebtext.tokenfiles import (
+        open_token_file,
+        read_datatrove_index,
+        read_llmc_header,
+        read_megatron_index,
+    )
+
+    path = _token_file(tmp_path / "tok")
+    ds = path.with_suffix(".ds")
+    ds.write_bytes(path.read_bytes())
+    Path(f"{ds}.index").write_bytes(np.array([3, 5], "<u8").tobytes())
+    target = {"ids": path, "idx": path.with_suffix(".idx"), "ds": ds,
+              "ds.index": Path(f"{ds}.index"), "llmc": tmp_path / "tok" / "shard.bin"}[which]  # fmt: skip
+    _no_file(target, kind)
+    opened = ds if which.startswith("ds") else path if which != "llmc" else target
+    with pytest.raises((OSError, OWTError), match="not a regular file") as got:
+        open_token_file(opened, eot=50256)
+    assert target.name in str(got.value)
+    reader = {"idx": lambda: read_megatron_index(target), "llmc": lambda: read_llmc_header(target),
+              "ds.index": lambda: read_datatrove_index(target, 5)}.get(which)  # fmt: skip
+    if reader is not None:
+        with pytest.raises(OSError, match="not a regular file"):
+            reader()

@@ -261,7 +261,7 @@ def open_regular(path: str | os.PathLike[str], *, folder: bool = False) -> int:
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISREG(mode) or (folder and stat.S_ISDIR(mode))):
             said = "a FIFO, socket or device" + ("" if folder else " or folder")
-            raise OSError(errno.EINVAL, f"not a regular file ({said})")
+            raise OSError(errno.EINVAL, f"not a regular file ({said})", os.fspath(path))
         os.set_blocking(fd, True)  # (a FUSE or network filesystem is told of the flag)
     except OSError:
         os.close(fd)

@@ -13,7 +13,16 @@ from typing import Annotated, Literal, NamedTuple, overload
 import msgspec
 import numpy as np
 
-from openwebtext.codec import Count, Disagree, Positive, Record, parse, read_file, whose
+from openwebtext.codec import (
+    Count,
+    Disagree,
+    Positive,
+    Record,
+    open_regular,
+    parse,
+    read_file,
+    whose,
+)
 from openwebtext.errors import CorpusError, StateError
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "document_names",
     "document_range",
     "eot_ends",
+    "local_bytes",
     "recorded",
     "unit_member",
 ]
@@ -98,6 +108,18 @@ class TokenFile(NamedTuple):
 def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
     """The error for ``path``, damaged as ``why`` says."""
     return TokenFileError(why, os.fspath(path))
+
+
+def local_bytes(path: str | os.PathLike[str], head: int = -1) -> bytes:
+    """The bytes of the local file ``path`` (its first ``head``: all), a regular file's only
+    (``codec.open_regular``): a FIFO in a token file's or an index's place would make a read
+    wait for a writer forever, a device (``/dev/zero``) never end.
+
+    Raises:
+        OSError: missing (``FileNotFoundError``), unreadable, or not a regular file.
+    """
+    with os.fdopen(open_regular(path), "rb") as f:
+        return f.read(head)
 
 
 def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndarray:

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from openwebtext.tokenfiles.common import damaged
+from openwebtext.tokenfiles.common import damaged, local_bytes
 
 __all__ = ["datatrove_index", "read_datatrove_index"]
 
@@ -26,7 +26,7 @@ def read_datatrove_index(
         TokenFileError: a size not a multiple of 8, ends that go back or do not reach
             ``tokens``.
     """
-    data = np.fromfile(path, dtype=np.uint8) if body is None else np.frombuffer(body, np.uint8)
+    data = np.frombuffer(local_bytes(path) if body is None else body, np.uint8)
     if data.size % 8:
         raise damaged(path, f"{data.size} bytes, not a whole number of uint64 document ends")
     ends = data.view("<u8").astype(np.int64)

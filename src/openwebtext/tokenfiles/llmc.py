@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from openwebtext.codec import open_regular
 from openwebtext.tokenfiles.common import damaged
 
 __all__ = [
@@ -38,9 +39,8 @@ def read_llmc_header(path: str | os.PathLike[str]) -> int:
         TokenFileError: a file shorter than the header, a wrong magic or version, or a count
             the file's size does not hold.
     """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        raw = f.read(LLMC_HEADER_BYTES)
+    with os.fdopen(open_regular(path), "rb") as f:  # (a FIFO's read would wait forever)
+        size, raw = os.fstat(f.fileno()).st_size, f.read(LLMC_HEADER_BYTES)
     if len(raw) < LLMC_HEADER_BYTES:  # before the parse: a cut header is not whole int32s
         raise damaged(path, f"{size} bytes, shorter than an llm.c header ({LLMC_HEADER_BYTES})")
     head = np.frombuffer(raw, dtype="<i4")

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 
-from openwebtext.tokenfiles.common import damaged
+from openwebtext.tokenfiles.common import damaged, local_bytes
 
 __all__ = [
     "MEGATRON_DTYPES",
@@ -73,7 +73,7 @@ def read_megatron_index(
             float codes), a count its size does not hold, pointers or document indices that
             do not follow from the sizes.
     """
-    data = np.fromfile(path, dtype=np.uint8) if body is None else np.frombuffer(body, np.uint8)
+    data = np.frombuffer(local_bytes(path) if body is None else body, np.uint8)
     if data.size < _MEGATRON_HEAD.size:
         raise damaged(path, f"{data.size} bytes, shorter than a megatron index header")
     magic, version, code, sequences, documents = _MEGATRON_HEAD.unpack(

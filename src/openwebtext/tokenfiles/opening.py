@@ -8,11 +8,19 @@ import struct
 import weakref
 from pathlib import Path
 from stat import S_ISREG
-from typing import NamedTuple, Protocol
+from typing import BinaryIO, NamedTuple, Protocol
 
 import numpy as np
 
-from openwebtext.tokenfiles.common import TokenFile, Vocabulary, beside, damaged, eot_ends
+from openwebtext.codec import open_regular
+from openwebtext.tokenfiles.common import (
+    TokenFile,
+    Vocabulary,
+    beside,
+    damaged,
+    eot_ends,
+    local_bytes,
+)
 from openwebtext.tokenfiles.datatrove import read_datatrove_index
 from openwebtext.tokenfiles.llmc import (
     LLMC_HEADER_BYTES,
@@ -81,13 +89,26 @@ _INDEXED: weakref.WeakKeyDictionary[Placed, dict[str, TokenFile]] = weakref.Weak
 _REMOTE: dict[str, dict[str, TokenFile]] = {}
 
 
-def _ids(path: str | os.PathLike[str], dtype: np.dtype, offset: int = 0) -> np.ndarray:
-    size = os.path.getsize(path) - offset
+def _ids(
+    f: BinaryIO, name: str, dtype: np.dtype, offset: int = 0
+) -> np.ndarray:
+    """The ids of the open token file ``f`` (named ``name``) past ``offset``, memory-mapped."""
+    size = os.fstat(f.fileno()).st_size - offset
     if size % dtype.itemsize:
-        raise damaged(path, f"{size} bytes of ids, not a whole number of {dtype} ids")
+        raise damaged(name, f"{size} bytes of ids, not a whole number of {dtype} ids")
     if size == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset)
+    return np.memmap(f, dtype=dtype, mode="r", offset=offset)
+
+
+def _index(path: str | os.PathLike[str]) -> bytes | None:
+    """The bytes of the index beside a token file, None if there is none."""
+    try:
+        return local_bytes(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # (a FIFO, a folder: never read as no index)
+        raise damaged(path, f"cannot read it: {exc.strerror}") from None
 
 
 def open_token_file(
@@ -113,30 +134,38 @@ def open_token_file(
     if np.dtype(dtype).kind not in "iu":
         raise ValueError(f"token ids are integers: dtype {dtype!r} is not")
     name = os.fspath(path)
+    with os.fdopen(open_regular(name), "rb") as f:  # (a FIFO's read would wait forever)
+        return _open(f, name, eot, np.dtype(dtype).newbyteorder("<"))
+
+
+def _open(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype) -> TokenFile:
+    """``open_token_file`` of the open file ``f``: its ids memory-mapped, their ends read."""
     tokenizer = beside(name)
     if name.endswith(".ds"):
-        if not os.path.isfile(name + ".index"):
-            index = os.path.basename(name) + ".index"
-            raise damaged(name, f"a datatrove .ds is read with {index} beside it: it is missing")
-        ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
-        return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids)), tokenizer)
-    with open(name, "rb") as f:
-        head = f.read(LLMC_HEADER_BYTES)
+        index = _index(name + ".index")
+        if index is None:
+            raise damaged(name, f"a datatrove .ds is read with {os.path.basename(name)}.index "
+                          "beside it: it is missing")  # fmt: skip
+        ids = _ids(f, name, dtype)
+        return TokenFile(name, ids, read_datatrove_index(name + ".index", len(ids), index),
+                         tokenizer)  # fmt: skip
+    head = f.read(LLMC_HEADER_BYTES)
     if (len(head) >= 4 and struct.unpack("<i", head[:4])[0] == LLMC_MAGIC) or _damaged_llmc(
-        head, os.path.getsize(name)
+        head, os.fstat(f.fileno()).st_size
     ):
         tokens = read_llmc_header(name)  # a damaged magic is said there, naming the file
-        ids = _ids(name, np.dtype("<u2"), LLMC_HEADER_BYTES)
+        ids = _ids(f, name, np.dtype("<u2"), LLMC_HEADER_BYTES)
         return TokenFile(name, ids, _eot_ends_of(ids, eot, name, tokens), tokenizer)
     idx = Path(name).with_suffix(".idx")
-    if idx.is_file():
-        idx_dtype, ends = read_megatron_index(idx)
-        ids = _ids(name, idx_dtype)
+    body = _index(idx)
+    if body is not None:
+        idx_dtype, ends = read_megatron_index(idx, body)
+        ids = _ids(f, name, idx_dtype)
         want = int(ends[-1]) if ends.size else 0
         if want != len(ids):
             raise damaged(name, f"{len(ids)} ids, not the {want} of its {idx.name}")
         return TokenFile(name, ids, ends, tokenizer)
-    ids = _ids(name, np.dtype(dtype).newbyteorder("<"))
+    ids = _ids(f, name, dtype)
     return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids)), tokenizer)
 
 
