@@ -124,3 +124,16 @@ def test_a_token_file_or_index_that_is_no_file_is_an_error(
     if reader is not None:
         with pytest.raises(OSError, match="not a regular file"):
             reader()
+
+
+def test_a_state_file_read_by_path_is_a_regular_files(tmp_path: Path) -> None:
+    """``load_state(path)`` reads through ``codec.read_file`` (``/dev/zero`` was read until
+    memory ran out; the CLI reads a pipe's state itself, ``cli.summary._state_bytes``)."""
+    from openwebtext.errors import StateError
+    from openwebtext.stream.state import load_state
+
+    with pytest.raises(StateError, match="/dev/zero: cannot read the state: not a regular file"):
+        load_state("/dev/zero")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(StateError, match="not a regular file"):
+        load_state(tmp_path / "fifo")

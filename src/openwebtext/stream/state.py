@@ -217,9 +217,8 @@ def load_state(
     """
     name = os.fspath(path)
     try:
-        if data is None:
-            with open(path, "rb") as f:
-                data = f.read()
+        if data is None:  # (a regular file's only, bounded: the CLI reads a pipe's itself)
+            data = codec.read_file(path)
         raw = codec.parse(data)
         kind = (kind_of(raw) if any_kind else None) or DocumentState
         return kind.from_json(raw)
