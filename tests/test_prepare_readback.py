@@ -227,3 +227,28 @@ def test_a_slice_file_whose_bytes_are_not_its_count_of_items_is_refused(
     with pytest.raises(PrepareError, match=damaged):
         merge(folders, tmp_path / "out")
     assert not (tmp_path / "out" / "train.bin").exists()
+
+
+@pytest.mark.timeout(60)
+def test_a_slice_file_that_is_missing_or_a_fifo_is_said_so(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """A slice's file that is missing, or a FIFO in place of an empty ``val.bin`` (whose size 0
+    its meta.json says) is said so (session 28: "holds -1 bytes"); never read."""
+    import os
+
+    corpus = Corpus.open(small_corpus)
+    folders = [tmp_path / f"s{i}" for i in range(2)]
+    for i, folder in enumerate(folders):
+        prepare(corpus, folder, _opts(val_fraction=1e-9), shard=(i, 2))
+    val = folders[1] / "val.bin"
+    assert val.stat().st_size == 0
+    val.unlink()
+    os.mkfifo(val)
+    said = "is missing or not a regular file, not the"
+    for verify in (True, False):
+        with pytest.raises(PrepareError, match=rf"val\.bin {said} 0 bytes"):
+            merge(folders, tmp_path / "out", verify=verify)
+    (folders[0] / "train.bin").unlink()
+    with pytest.raises(PrepareError, match=rf"train\.bin {said} \d+ bytes"):
+        merge(folders, tmp_path / "out")

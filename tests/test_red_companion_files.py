@@ -112,8 +112,9 @@ def test_a_token_file_or_index_that_is_no_file_is_an_error(
     ds = path.with_suffix(".ds")
     ds.write_bytes(path.read_bytes())
     Path(f"{ds}.index").write_bytes(np.array([3, 5], "<u8").tobytes())
-    target = {"ids": path, "idx": path.with_suffix(".idx"), "ds": ds,
-              "ds.index": Path(f"{ds}.index"), "llmc": tmp_path / "tok" / "shard.bin"}[which]  # fmt: skip
+    index, shard = Path(f"{ds}.index"), tmp_path / "tok" / "shard.bin"
+    target = {"ids": path, "idx": path.with_suffix(".idx"), "ds": ds, "ds.index": index,
+              "llmc": shard}[which]  # fmt: skip
     _no_file(target, kind)
     opened = ds if which.startswith("ds") else path if which != "llmc" else target
     with pytest.raises((OSError, OWTError), match="not a regular file") as got:

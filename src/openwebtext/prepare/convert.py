@@ -303,9 +303,9 @@ def _link(source: Path, path: Path) -> FileInfo:
     try:
         os.link(source, tmp)
     except OSError:
-        with open(source, "rb") as f:
+        with os.fdopen(codec.open_regular(source), "rb") as f:
             return _write(path, iter(lambda: f.read(_COPY), b""))
     os.replace(tmp, path)
-    with open(path, "rb") as f:
+    with os.fdopen(codec.open_regular(path), "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     return FileInfo(path.stat().st_size, digest)

@@ -186,9 +186,12 @@ def _slice_meta(folder: outputs.Location, store: Storage | None) -> tuple[Meta, 
     found = outputs.sizes(folder, list(files), store)
     for name, info in files.items():
         if found[name] != info.bytes:
+            holds = f"holds {found[name]} bytes"
+            if found[name] < 0:  # (``outputs.sizes``: missing, or no regular file)
+                holds = "is missing or not a regular file"
             raise PrepareError(
-                f"{outputs.shown(outputs.join(folder, name))} holds {found[name]} bytes, not the "
-                f"{info.bytes} of its meta.json"
+                f"{outputs.shown(outputs.join(folder, name))} {holds}, not the {info.bytes} bytes "
+                "of its meta.json"
             )
     return meta, piece
 
@@ -260,7 +263,7 @@ def _merge_hashed(
                 part = workdir.part(name)
                 try:
                     for folder, _ in ordered:
-                        with open(folder / name, "rb") as f:
+                        with os.fdopen(codec.open_regular(folder / name), "rb") as f:
                             shutil.copyfileobj(f, part.file, 8 << 20)
                         done += (folder / name).stat().st_size
                         if progress is not None:

@@ -121,8 +121,8 @@ class PrepareError(OWTError):
 
 
 def sha256_file(path: Path) -> str:
-    """The sha256 of a file's bytes, in hex."""
-    with open(path, "rb") as f:
+    """The sha256 of a file's bytes, in hex (a regular file's: a FIFO's read would wait)."""
+    with os.fdopen(codec.open_regular(path), "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
