@@ -62,6 +62,22 @@ def test_member_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
     assert cache.get("k0", 99) is None  # a wrong length is never data
 
 
+@pytest.mark.timeout(30)
+def test_a_cache_entry_that_is_no_file_is_a_miss(tmp_path: Path) -> None:
+    """An entry is read as a regular file only, at most its size (session 28: a FIFO in an
+    entry's place made the read wait forever, a link to ``/dev/zero`` read until memory ran
+    out)."""
+    cache = MemberCache(tmp_path)
+    for key, put in [("fifo", os.mkfifo), ("zero", lambda p: p.symlink_to("/dev/zero"))]:
+        cache.put(key, bytes(100))
+        path = cache._path(key)
+        path.unlink()
+        put(path)
+        assert cache.get(key, 100) is None
+    cache.put("big", bytes(200))
+    assert cache.get("big", 100) is None and cache.get("big", 200) == bytes(200)
+
+
 def test_member_cache_survives_a_process_killed_mid_write(tmp_path: Path) -> None:
     child = f"""
 import os, sys, time

@@ -26,6 +26,7 @@ import re
 import time
 from pathlib import Path
 
+from openwebtext.codec import read_file
 from openwebtext.errors import OutputError
 from openwebtext.files import atomic_file
 
@@ -85,8 +86,8 @@ class MemberCache:
         """The cached bytes, or None (missing, or not ``size`` bytes long, or damaged: then
         the entry is removed and counted in ``dropped``)."""
         path = self._path(key)
-        try:
-            raw = path.read_bytes()
+        try:  # (a regular file's, at most the entry's size: a FIFO's read would wait forever)
+            raw = read_file(path, CHECKSUM_BYTES + size)
         except OSError:
             self.misses += 1
             return None
