@@ -175,9 +175,25 @@ def test_a_long_integer_in_another_field_does_not_refuse_the_line(tmp_path: Path
     texts, stats = _stream(path)
     assert texts == ["first", "second", "third"]
     assert stats.skipped_documents == 1  # type: ignore[attr-defined]
-    with pytest.raises(CorruptDocument, match=r"line 3: .*no string field 'text'") as raised:
+    with pytest.raises(CorruptDocument, match=r"line 3: .*its 'text' is not a string") as raised:
         list(Loader(path, workers=0, shuffle=False))
     assert raised.value.path == str(path)
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [(b'{"body": "x"}', "no field 'text'"), (b'{"text": null}', "its 'text' is not a string "
+     "(NoneType)"), (b'{"text": ["x"]}', "its 'text' is not a string (list)")],
+)  # fmt: skip
+def test_a_line_without_its_text_says_why(tmp_path: Path, line: bytes, why: str) -> None:
+    """A line with no text field said a bare ``'text'`` (the ``KeyError``'s text) as its
+    reason (red team, session 28)."""
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"text": "a"}\n' + line + b"\n")
+    with pytest.raises(CorruptDocument) as raised:
+        list(Loader(path, workers=0, shuffle=False))
+    assert str(raised.value).endswith(f"line 2: not a JSON object with a string 'text': {why}"
+                                      " (document m.jsonl@14)"), str(raised.value)  # fmt: skip
 
 
 # -- a token file's index changed after it was opened -------------------------------------------

@@ -426,9 +426,11 @@ def _lines(
             value = _loads(source)
             if not isinstance(value, dict):
                 raise ValueError(f"a JSON {type(value).__name__}, not an object")
+            if field not in value:
+                raise ValueError(f"no field {field!r}")
             document = value[field]
             if not isinstance(document, str):
-                raise ValueError(f"no string field {field!r}")
+                raise ValueError(f"its {field!r} is not a string ({type(document).__name__})")
             try:
                 encoded = document.encode("utf-8")
             except UnicodeEncodeError as exc:
@@ -436,7 +438,7 @@ def _lines(
                     why = f"its {field!r} holds a lone surrogate at character {exc.start}"
                     raise _NotUtf8(f"{why}, not UTF-8 text") from None
                 encoded, bad = _SURROGATE.sub("\ufffd", document).encode("utf-8"), True
-        except (ValueError, KeyError, RecursionError) as exc:
+        except (ValueError, RecursionError) as exc:
             why = "nested too deep to parse" if isinstance(exc, RecursionError) else str(exc)
             if not isinstance(exc, _NotUtf8):
                 why = f"not a JSON object with a string {field!r}: {why}"
