@@ -117,6 +117,29 @@ def test_a_batch_the_consumer_side_could_not_receive_ends_the_stage() -> None:
     assert stage.state_dict() == {"taken": 1} and source.closed
 
 
+def test_a_ctrl_c_in_the_wait_for_a_batch_ends_the_stage() -> None:
+    """A Ctrl-C that lands in ``next()``'s wait, after the batch was taken off the queue, ends
+    the stage as one in its hand-out does (red team, session 28: it left the stage going, and
+    the next ``next()`` handed out the batch after the lost one)."""
+    source = NumberedBatches(10)
+    stage = Ahead(source, 2)
+    assert int(next(stage)[0, 0]) == 1
+    ready = stage._producer.ready
+    get = ready.get
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        get(*args, **kwargs)  # the batch taken, then the signal's handler runs
+        raise KeyboardInterrupt
+
+    ready.get = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        next(stage)
+    ready.get = get  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match=r"earlier next\(\) \(KeyboardInterrupt\)"):
+        next(stage)
+    assert stage.state_dict() == {"taken": 1} and source.closed
+
+
 def test_the_stats_of_a_stage_whose_source_has_none_are_a_clear_absence() -> None:
     stage = ahead(NumberedBatches(3))
     with stage:

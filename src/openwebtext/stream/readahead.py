@@ -202,15 +202,17 @@ class Ahead(Closing):
         if self._ended:
             raise StopIteration
         self.start()
-        item = self._wait()
-        if item is END:
-            if not self._ended:  # (else another thread closes the stage: it waits for the thread)
-                self.close()
-            raise StopIteration
-        try:
+        try:  # (a Ctrl-C in the wait may come after the item was taken: it is lost too)
+            item = self._wait()
+            if item is END:
+                if not self._ended:  # (else another thread closes the stage: it waits for it)
+                    self.close()
+                raise StopIteration
             if isinstance(item, Failed):
                 raise item.error
             batch = self._receive(item.batch)
+        except StopIteration:
+            raise
         except BaseException as exc:  # the stage ends here: the batch is lost with it
             self._failed = failure(exc) or type(exc).__name__
             self.close()
