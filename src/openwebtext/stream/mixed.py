@@ -243,7 +243,9 @@ class MixedStream:
 
     def next_run(self, handed: Iterator[Any]) -> MixRun:
         """The next of ``handed`` (``documents()``: the caller's, or it would make a cycle) out
-        together (up to ``RUN``, never across a change of weights), ids end to end, with parts."""
+        together, ids end to end, with parts: up to the next multiple of ``RUN`` documents the
+        rank handed out, so that a run resumed from any state has read as far as the run it
+        resumes at each batch (its ``stats`` the same), never across a change of weights."""
         before = self.mark()
         dealt = len(self.replays)  # a run is one dealt window's, or of the rank's own turns
         if not dealt and self._due():  # the run goes on under the new weights: its marks
@@ -261,8 +263,8 @@ class MixedStream:
                 replays.append(tuple(self.replays))
                 if len(self.replays) < dealt:  # the window's last document
                     break
-            if len(documents) >= RUN or (not dealt and self._due()):
-                break
+            if (before.handed + len(documents)) % RUN == 0 or (not dealt and self._due()):
+                break  # (runs end at multiples of RUN: a resumed run reads ahead as far)
         if not documents:
             raise StopIteration
         lengths = np.fromiter(map(len, documents), np.int64, len(documents))
