@@ -215,7 +215,12 @@ def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
      (["--pack", "concat", "--tokenizer", "bytes", "--window", "3"], "--window shapes --pack "),
      (["--mix-by", "tokens"], "--mix-by shapes --mix"),
      (["--max-errors", "3"], "--max-errors shapes --on-error skip or warn"),
-     (["--cache-size", "1G"], "cache_size caps the member cache of cache_dir")],
+     (["--cache-size", "1G"], "cache_size caps the member cache of cache_dir"),
+     # session 28 (red team): each ran with the flag ignored
+     (["--val-fraction", "0.5"], "--val-fraction shapes --split train or val: give one"),
+     (["--split", "all", "--val-seed", "7"], "--val-seed shapes --split train or val"),
+     (["--even", "pad"], "--even shapes the shares of --world-size > 1"),
+     (["--even", "off", "--world-size", "1"], "--even shapes the shares of --world-size > 1")],
 )  # fmt: skip
 def test_owt_stream_refuses_a_flag_that_would_do_nothing(
     jsonl: Path, owt: Callable[..., Ran], flags: list[str], said: str
@@ -229,7 +234,10 @@ def test_owt_stream_refuses_a_flag_that_would_do_nothing(
     "argv",
     [["stream", "J", "--take", "2", "--state-out", ""], ["stream", "J", "--resume", ""],
      ["stream", "J", "--resume", " "], ["merge", "J", "--out", ""], ["merge", "", "--out", "m"],
-     ["synth", ""], ["bench", "--out", "", "J"]],
+     ["synth", ""], ["bench", "--out", "", "J"],
+     # session 28 (red team): the corpus's paths said "no such file or folder", exit 1
+     ["stream", ""], ["stream", "J", ""], ["index", ""], ["tokenize", "", "--out", "t"],
+     ["bench", "", "--out", "b"]],
 )  # fmt: skip
 def test_an_empty_path_is_refused_naming_its_argument(
     jsonl: Path, tmp_path: Path, owt: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch,
@@ -241,7 +249,7 @@ def test_an_empty_path_is_refused_naming_its_argument(
     monkeypatch.chdir(tmp_path)
     ran = owt(*(str(jsonl) if a == "J" else a for a in argv), "-q")
     assert ran.returncode == 2, ran.stderr
-    assert re.search(r"argument [-\w]+: must name a (file|folder)", ran.stderr), ran.stderr
+    assert re.search(r"argument [-\w]+: must name a (file|folder|path)", ran.stderr), ran.stderr
     assert not list(tmp_path.iterdir())
 
 
@@ -264,3 +272,17 @@ def test_owt_tokenize_refuses_an_empty_out_and_ray_s_flags_without_ray(
     ran = owt(*base, "--out", str(tmp_path / "a"), "--address", "x:1")
     assert ran.returncode == 2 and "--address is --engine ray's" in ran.stderr
     assert owt(*base, "--out", str(tmp_path / "a"), "--units-per-task", "0").returncode == 2
+
+
+@pytest.mark.parametrize("spec", ["", "nonsense", "gpt2@foo", "bytes@splintr", "tiktoken:"])
+@pytest.mark.parametrize("command", ["stream", "tokenize"])
+def test_a_tokenizer_spec_that_does_not_parse_is_refused_by_the_parser(
+    jsonl: Path, tmp_path: Path, owt: Callable[..., Ran], command: str, spec: str
+) -> None:
+    """A flag's value refused is exit 2 (session 28: an unknown spec was an error of the run,
+    exit 1, after the corpus was opened); an encoding or file is loaded by the run."""
+    out = ["--out", str(tmp_path / "t")] if command == "tokenize" else []
+    ran = owt(command, str(jsonl), "-q", "-j", "0", "--tokenizer", spec, *out)
+    assert ran.returncode == 2, ran.stderr
+    assert "argument --tokenizer: " in ran.stderr and "tokenizer spec" in ran.stderr
+    assert not (tmp_path / "t").exists()

@@ -79,7 +79,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "timings.csv, bench.json and scaling.png. No path: the built-in bench corpus "
         "(335 MB of text, generated once).",
     )
-    p.add_argument("paths", nargs="*", help="files, folders or glob patterns")
+    p.add_argument("paths", nargs="*", type=named("path"), help="files, folders or glob patterns")
     p.add_argument(
         "--workers",
         type=_worker_counts,

@@ -8,10 +8,12 @@ import argparse
 from typing import Any, TypeAlias
 
 from openwebtext.engine import cpu_count
+from openwebtext.files import named
 from openwebtext.index import Corpus
 from openwebtext.options import option_type as option_type
 from openwebtext.source import add_text_column, storage_kwargs
 from openwebtext.synth import paths_or_default
+from openwebtext.tokenizer.spec import TokenizerError, parse_spec
 
 __all__ = [
     "Subparsers",
@@ -25,6 +27,7 @@ __all__ = [
     "option_type",
     "parse_shard",
     "plural",
+    "tokenizer_spec",
 ]
 
 #: What ``add_subparsers`` returns: each command module adds its parser to it.
@@ -67,7 +70,19 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 def add_paths(parser: argparse.ArgumentParser) -> None:
     """The corpus paths of ``stream``, ``index`` and ``tokenize``."""
-    parser.add_argument("paths", nargs="*", help="files, folders or glob patterns (or URLs)")
+    parser.add_argument(
+        "paths", nargs="*", type=named("path"), help="files, folders or glob patterns (or URLs)"
+    )
+
+
+def tokenizer_spec(text: str) -> str:
+    """An argparse type of ``--tokenizer``: a spec as ``parse_spec`` reads it, else refused
+    (exit 2); its encoding or file is loaded by the run."""
+    try:
+        parse_spec(text)
+    except TokenizerError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def add_jobs(parser: argparse.ArgumentParser) -> None:

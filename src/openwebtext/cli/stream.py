@@ -26,6 +26,7 @@ from openwebtext.cli.args import (
     at_least,
     open_corpus,
     option_type,
+    tokenizer_spec,
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
@@ -278,6 +279,17 @@ def _defaults(args: argparse.Namespace) -> None:
             both = " and ".join(idle)
             raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} the shuffle: leave out "
                              f"--no-shuffle or {both}")  # fmt: skip
+    if args.resume is not None:  # (the state says the split and the ranks)
+        return
+    idle = [flag for flag, name in (("--val-fraction", "val_fraction"), ("--val-seed", "val_seed"))
+            if getattr(args, name) is not None and args.split not in ("train", "val")]  # fmt: skip
+    if idle:
+        both = " and ".join(idle)
+        raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} --split train or val: give one, "
+                         f"or leave {both} out")  # fmt: skip
+    if args.even is not None and (args.world_size or 1) == 1:
+        raise ValueError("--even shapes the shares of --world-size > 1: give one, or leave "
+                         "--even out")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -467,6 +479,7 @@ def _add_mix_flags(stream: argparse.ArgumentParser) -> None:
     )
     stream.add_argument(
         "--tokenizer",
+        type=tokenizer_spec,
         default=None,
         help="hand out token ids (gpt2, tiktoken:NAME, hf:PATH, bytes): counted in the summary",
     )

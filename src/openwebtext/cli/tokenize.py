@@ -20,6 +20,7 @@ from openwebtext.cli.args import (
     open_corpus,
     option_type,
     parse_shard,
+    tokenizer_spec,
 )
 from openwebtext.cli.formats import add_format, check_format, formatted
 from openwebtext.cli.prepared import with_progress
@@ -180,6 +181,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     tokenize.add_argument(
         "--tokenizer",
+        type=tokenizer_spec,
         default="gpt2",
         help="gpt2 (offline), bytes, tiktoken:NAME or hf:PATH (default gpt2)",
     )
