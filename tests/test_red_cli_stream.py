@@ -97,15 +97,35 @@ def test_jsonl_onto_a_corpus_file_is_refused(
     corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Standard output opened onto a corpus file of the run (``>> corpus/x.tar``): refused
-    (exit 1), nothing written into it."""
+    (exit 2, as cli.md says: it was 1), nothing written into it."""
     tar = corpus / "urlsf_subset00.tar"
     before = tar.read_bytes()
     with open(tar, "a") as out:
         monkeypatch.setattr(sys, "stdout", out)
         ran = run_owt(capsys, "stream", str(corpus), "-j", "0", "-q", "--jsonl", "--take", "2")
-    assert ran.returncode == 1
+    assert ran.returncode == 2
     assert "standard output is a file this run reads" in ran.stderr
     assert tar.read_bytes() == before
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+@pytest.mark.parametrize("mix", [False, True])
+def test_jsonl_into_a_new_file_of_the_corpus_folder_is_refused(
+    corpus: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    on_error: str, mix: bool,
+) -> None:  # fmt: skip
+    """``> corpus/out.jsonl``: the shell makes the file, empty, in the corpus's folder, where the
+    run finds it (red team, session 28: "out.jsonl: empty file", exit 1; under ``skip`` it was
+    left out, and the documents written into the corpus's folder)."""
+    new = corpus / "out.jsonl"
+    source = ["--mix", f"a={corpus}:1"] if mix else [str(corpus)]
+    with open(new, "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        ran = run_owt(capsys, "stream", *source, "-j", "0", "-q", "--jsonl", "--take", "2",
+                      "--on-error", on_error)  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    assert "standard output is a file this run reads" in ran.stderr
+    assert new.stat().st_size == 0
 
 
 # -- --resume: read once, and at most a bound ---------------------------------------------

@@ -10,9 +10,9 @@ import os
 import stat
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from openwebtext import interrupts
 from openwebtext.cli import summary
@@ -48,6 +48,8 @@ from openwebtext.stream import (
 
 __all__ = ["add_parser", "run"]
 
+
+_T = TypeVar("_T")
 
 #: The flags whose value is not the option's: ``--even off`` is ``even=None`` (not evened out).
 _OPTION_VALUES = {"even": {"off": None}}
@@ -113,25 +115,49 @@ def _mixture(args: argparse.Namespace) -> Mixture:
 
 
 def _refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool) -> None:
-    """Refuse, before a document is read, an output that is a file this run reads (compared
-    by ``file_key``: device and inode): ``--state-out``, which the state would replace, and the
-    standard output ``--jsonl`` writes, which its lines would grow."""
+    """Refuse, before a document is read, an output that is a file this run reads or leaves
+    out (compared by ``file_key``: device and inode): ``--state-out``, which the state would
+    replace, and the standard output ``--jsonl`` writes, which its lines would grow."""
     corpora = source.corpora.values() if isinstance(source, Mixture) else (source,)
     inputs = set()
     for corpus in corpora:
-        for path in dict.fromkeys(unit.path for unit in corpus.units):
+        paths = [unit.path for unit in corpus.units] + [e.path for e in corpus.skipped_files]
+        for path in dict.fromkeys(p for p in paths if p):
             with contextlib.suppress(OSError):  # (the files were just opened)
                 inputs.add(file_key(path))
     if state_out is not None and state_out.exists() and file_key(str(state_out)) in inputs:
         raise ValueError(f"{state_out}: --state-out names a file this run reads: the state "
                          "would replace it; write the state elsewhere")  # fmt: skip
+    if jsonl and _stdout_key() in inputs:
+        raise _INTO_INPUT
+
+
+#: ``--jsonl`` with standard output opened onto a corpus file (exit 2, as ``--state-out``).
+_INTO_INPUT = ValueError("standard output is a file this run reads: --jsonl would write its "
+                         "documents into it; write them elsewhere")  # fmt: skip
+
+
+def _stdout_key() -> object:
+    """The device and inode of the regular file standard output writes (None: another)."""
     try:
-        out = os.fstat(sys.stdout.fileno()) if jsonl else None
+        out = os.fstat(sys.stdout.fileno())
     except (AttributeError, OSError, ValueError):  # (a stream without a descriptor: tests)
-        out = None
-    if out is not None and stat.S_ISREG(out.st_mode) and (out.st_dev, out.st_ino) in inputs:
-        raise OutputError("standard output is a file this run reads: --jsonl would write its "
-                          "documents into it; write them elsewhere")  # fmt: skip
+        return None
+    return (out.st_dev, out.st_ino) if stat.S_ISREG(out.st_mode) else None
+
+
+def _refusing_stdout(args: argparse.Namespace, opening: Callable[[], _T]) -> _T:
+    """``opening()`` (a corpus, a mixture), where a file that cannot be read being standard
+    output's own (the shell made ``> corpus/out.jsonl`` empty in the corpus's folder) is
+    ``--jsonl``'s refusal."""
+    try:
+        return opening()
+    except CorpusError as exc:
+        out = _stdout_key() if args.jsonl and exc.path else None
+        with contextlib.suppress(OSError):
+            if out is not None and file_key(str(exc.path)) == out:
+                raise _INTO_INPUT from None
+        raise
 
 
 def _documents(
@@ -226,7 +252,7 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
         raise OutputError("standard output is closed: nowhere to write --jsonl")
     with _opening(state_out, state):
         opening = time.perf_counter()
-        mixture = _mixture(args)
+        mixture = _refusing_stdout(args, lambda: _mixture(args))
         _refuse_inputs(mixture, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, 0.0)
         first = None if state is None else next(iter(state.parts.values()))
@@ -311,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
         raise OutputError("standard output is closed: nowhere to write --jsonl")
     with _opening(state_out, state):
         opening, waited_before = time.perf_counter(), retry_waited()
-        corpus = open_corpus(args)
+        corpus = _refusing_stdout(args, lambda: open_corpus(args))
         _refuse_inputs(corpus, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
         options = _stream_options(args, state)
