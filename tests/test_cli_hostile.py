@@ -263,6 +263,24 @@ def test_state_out_refuses_what_it_must_not_replace(
         assert (path.is_symlink(), os.lstat(path).st_mode) == before
 
 
+def test_state_out_onto_a_pipe_through_proc_is_refused_as_one(
+    small_corpus: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--state-out /dev/stdout`` with standard output a pipe: the path resolves to no file
+    (``/proc/PID/fd/pipe:[N]``), and the refusal said "cannot write a file in the folder
+    /proc/PID/fd" (red team, session 28). It is refused as the pipe it is."""
+    read, write = os.pipe()
+    try:
+        path = f"/proc/self/fd/{write}"
+        code = owt_cli.main(["stream", str(small_corpus), "-q", "--state-out", path])
+    finally:
+        os.close(read)
+        os.close(write)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"owt: error: {path}: is not a regular file"), err
+
+
 def test_state_out_where_the_filesystem_refuses_a_file_is_refused_at_start_up(
     small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

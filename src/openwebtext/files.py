@@ -112,16 +112,25 @@ def _unwritable(path: str | os.PathLike[str], target: Path, exc: OSError) -> Out
                        f"{exc.strerror or exc}")  # fmt: skip
 
 
+_NOT_REGULAR = "is not a regular file (a device, FIFO or socket); refusing to replace it"
+
+
 def _target(path: str | os.PathLike[str]) -> Path:
     """``output_path`` without making a file: its checks of the path and the folder's modes."""
     given = os.fspath(path)
+    try:  # (as the kernel opens it: /dev/stdout onto a pipe resolves to no path, "pipe:[N]")
+        mode: int | None = os.stat(given).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        raise OutputError(f"{given}: {_NOT_REGULAR}")
     try:
         target = Path(given).resolve()  # follows every link; a dangling one gives its target
     except (OSError, RuntimeError) as exc:  # a symlink loop
         raise OutputError(f"{given}: cannot follow this path: {exc}") from exc
     shown = given if str(target) == os.path.abspath(given) else f"{given} (-> {target})"
     try:
-        mode: int | None = os.stat(target).st_mode
+        mode = os.stat(target).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:
@@ -129,9 +138,7 @@ def _target(path: str | os.PathLike[str]) -> Path:
     if mode is not None and stat.S_ISDIR(mode):
         raise OutputError(f"{shown}: is a folder; give a file name")
     if mode is not None and not stat.S_ISREG(mode):
-        raise OutputError(
-            f"{shown}: is not a regular file (a device, FIFO or socket); refusing to replace it"
-        )
+        raise OutputError(f"{shown}: {_NOT_REGULAR}")
     folder = target.parent
     if not folder.is_dir():
         raise OutputError(f"{shown}: the folder {folder} does not exist")
