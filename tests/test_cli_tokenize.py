@@ -128,3 +128,22 @@ def test_a_split_shorter_than_a_block_is_said(
     short = "train" if train < 1024 else "val"
     assert len(warnings) == 1 and warnings[0].startswith(f"warning: {short}.bin "), warnings
     assert ("empty" in warnings[0]) == (min(train, val) == 0)
+
+
+@pytest.mark.parametrize(
+    ("take", "said"),
+    [(None, "the corpus is too small for both splits"),
+     (0, "the run took --take 0 documents: take more")],
+)  # fmt: skip
+def test_empty_splits_of_a_small_run_say_why(
+    take: int | None, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--take 0`` said "the corpus is too small for both splits" of a corpus of 120 documents
+    (red team, session 28): a run cut by ``--take`` says so."""
+    meta = {"config": {"dtype": "uint16", "split_rule": "nanogpt", "take": take},
+            "counts": {"documents": {"train": 0, "val": 0}, "tokens": {"train": 0, "val": 0},
+                       "skipped_members": 0, "skipped_documents": 0, "partial_members": 0},
+            "files": ["train.bin", "val.bin"]}  # fmt: skip
+    assert with_progress(lambda update: Report(Path("OUT"), meta), quiet=True) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert len(warnings) == 2 and all(line.endswith(f"; {said}") for line in warnings), warnings

@@ -130,6 +130,8 @@ def _warn_small_splits(meta: dict[str, Any]) -> None:
                 f"{config['val_fraction']}), or use --split nanogpt, which always holds out "
                 f"ceil({NANOGPT_SPLIT.fraction} n) >= 1 documents"
             )
+        elif total < 2 * BLOCK_TOKENS and config.get("take") is not None:
+            line += f"; the run took --take {config['take']} documents: take more"
         elif total < 2 * BLOCK_TOKENS:
             line += "; the corpus is too small for both splits"
         print(line, file=sys.stderr)
