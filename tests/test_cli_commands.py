@@ -153,7 +153,7 @@ def test_index_under_skip_counts_what_a_skipping_stream_reads(
     proc = owt("index", str(tar), "-j", "2", "-q", "--on-error", policy)
     assert proc.returncode == 0, proc.stderr
     assert f"{3 + before_cut + 4} documents in 4 members" in proc.stderr
-    assert "skipped 1 members; 1 members cut short" in proc.stderr
+    assert "skipped 1 member; 1 member cut short" in proc.stderr
     for member in ("c_data.xz", "d_data.xz"):
         assert f"  skipped: {tar}[{member}]: " in proc.stderr
     # warn also logs each as it happens (on stderr, when nothing else handles the log)

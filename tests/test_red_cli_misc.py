@@ -199,4 +199,4 @@ def test_synth_where_refuses_the_flags_of_a_corpus_written(owt: Owt, tmp_path: P
     assert owt("synth", "--where", "-j", "2").returncode == 2
     # A flag not given still has its default.
     ran = owt("synth", str(tmp_path / "c"), "--members", "1", "--docs", "2", "-q", "-j", "1")
-    assert ran.returncode == 0 and "in 3 subsets x 1 members" in ran.stderr
+    assert ran.returncode == 0 and "in 3 subsets x 1 member to" in ran.stderr

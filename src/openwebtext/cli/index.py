@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
         # Counted as a stream under --on-error skip reads them; a stream meets them again
         # under its own --on-error.
         print(
-            f"skipped {len(skipped) - cut} members; {cut} members cut short (their documents "
-            "before the cut counted)",
+            f"skipped {plural(len(skipped) - cut, 'member')}; {plural(cut, 'member')} cut short "
+            "(their documents before the cut counted)",
             file=sys.stderr,
         )
         for error in skipped[:20]:

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from openwebtext.cli.args import Subparsers, add_quiet, at_least
+from openwebtext.cli.args import Subparsers, add_quiet, at_least, plural
 from openwebtext.files import named, print_out
 from openwebtext.synth import (
     COMPLETE_MARKER,
@@ -69,8 +69,9 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     print(
-        f"wrote {report.documents} documents in {report.subsets} subsets x {report.members} "
-        f"members to {report.path}: {report.text_bytes / 1e6:.1f} MB of text, "
+        f"wrote {plural(report.documents, 'document')} in {plural(report.subsets, 'subset')} x "
+        f"{plural(report.members, 'member')} to {report.path}: "
+        f"{report.text_bytes / 1e6:.1f} MB of text, "
         f"{report.compressed_bytes / 1e6:.1f} MB compressed "
         f"({report.text_bytes / max(1, report.compressed_bytes):.2f}x), {report.seconds:.1f} s",
         file=sys.stderr,
