@@ -220,7 +220,11 @@ def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
      (["--val-fraction", "0.5"], "--val-fraction shapes --split train or val: give one"),
      (["--split", "all", "--val-seed", "7"], "--val-seed shapes --split train or val"),
      (["--even", "pad"], "--even shapes the shares of --world-size > 1"),
-     (["--even", "off", "--world-size", "1"], "--even shapes the shares of --world-size > 1")],
+     (["--even", "off", "--world-size", "1"], "--even shapes the shares of --world-size > 1"),
+     (["--mix", "a=x:1", "--mix-by", "tokens"], "--mix-by tokens weighs the parts by their ids: "
+      "give --tokenizer"),  # (it said "needs the loader's tokenizer", the library's words)
+     (["--mix", "a=x:inf"], "(a finite weight >= 0)"),  # (refused later, in other words)
+     (["--mix", "a=x:1e309"], "(a finite weight >= 0)")],
 )  # fmt: skip
 def test_owt_stream_refuses_a_flag_that_would_do_nothing(
     jsonl: Path, owt: Callable[..., Ran], flags: list[str], said: str

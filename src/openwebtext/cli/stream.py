@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import stat
 import sys
@@ -89,9 +90,10 @@ def _parse_mix(value: str) -> tuple[str, str, float]:
         number = float(weight)
     except ValueError:
         number = -1.0
-    if not eq or not name or not colon or not where or not number >= 0:
+    if not eq or not name or not colon or not where or not 0 <= number < math.inf:
         raise argparse.ArgumentTypeError(
-            f"{value!r}: give NAME=PATH_OR_URL:WEIGHT, e.g. web=data/owt:0.7 (a weight >= 0)"
+            f"{value!r}: give NAME=PATH_OR_URL:WEIGHT, e.g. web=data/owt:0.7 (a finite weight "
+            ">= 0)"
         )
     return name, where, number
 
@@ -305,6 +307,8 @@ def _defaults(args: argparse.Namespace) -> None:
             both = " and ".join(idle)
             raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} the shuffle: leave out "
                              f"--no-shuffle or {both}")  # fmt: skip
+    if args.mix_by == "tokens" and not args.tokenizer:
+        raise ValueError("--mix-by tokens weighs the parts by their ids: give --tokenizer")
     if args.resume is not None:  # (the state says the split and the ranks)
         return
     idle = [flag for flag, name in (("--val-fraction", "val_fraction"), ("--val-seed", "val_seed"))
