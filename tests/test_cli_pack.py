@@ -69,6 +69,12 @@ def test_what_pack_refuses(small_corpus: Path, owt: Owt, tmp_path: Path) -> None
     owt("stream", str(small_corpus), "--take", "3", "--state-out", str(state), "-q")
     resumed = owt("stream", str(small_corpus), "--pack", "concat", *SHAPE, "--resume", str(state))
     assert resumed.returncode == 1 and "not of --pack batches" in resumed.stderr
+    # A finished best-fit run's state, resumed by concat: the packing is said first, not that
+    # nothing is left to read (red team, session 28).
+    owt("stream", str(small_corpus), "--pack", "bestfit", *SHAPE, "--state-out", str(state), "-q")
+    resumed = owt("stream", str(small_corpus), "--pack", "concat", *SHAPE, "--resume", str(state))
+    assert resumed.returncode == 1, resumed.stderr
+    assert "saved for packing='bestfit', window=4096; now packing='concat'" in resumed.stderr
 
 
 def test_a_mixture_packed_sums_up_per_part(small_corpus: Path, owt: Owt, tmp_path: Path) -> None:

@@ -302,9 +302,12 @@ def test_bestfit_is_deterministic_and_refuses_other_packings(small_corpus: Path)
 
     one, state = first("bestfit", window=17)
     assert (one == first("bestfit", window=17)[0]).all()
-    with pytest.raises(Exception, match="packing='bestfit', window=17"):
+    with pytest.raises(StateError, match=r"packing='bestfit', window=17; now packing='concat'$"):
         first("concat", state)
-    with pytest.raises(Exception, match="window=17"):
+    with pytest.raises(StateError, match="window=17; now packing='bestfit', window=18"):
         first("bestfit", state, window=18)
+    _, concat = first("concat")  # (its window was said as the one asked for: red team, 28)
+    with pytest.raises(StateError, match=r"for packing='concat'; now packing='bestfit', window=17"):
+        first("bestfit", concat, window=17)
     with pytest.raises(ValueError, match="packing must be one of"):
         first("firstfit")

@@ -43,6 +43,7 @@ from openwebtext.stream import (
     DocumentState,
     MixtureState,
     check_in_run,
+    check_packing,
     members_in_run,
     resume_options,
 )
@@ -210,6 +211,8 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
         if isinstance(documents, MixtureState):
             documents = next(iter(documents.parts.values()))
         options = _stream_options(args, documents)
+        if isinstance(state, BatchesState):  # (said before a finished state's "nothing left")
+            check_packing(state, args.pack, args.window)
         if isinstance(state, BatchesState) and isinstance(state.documents, DocumentState):
             check_in_run(state.documents, options, whose=args.resume, cli=True)  # finished
         loader = Loader(source, options)

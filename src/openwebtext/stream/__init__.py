@@ -8,7 +8,13 @@ sibling).
 from __future__ import annotations
 
 from openwebtext.plan import Rule
-from openwebtext.stream.batches import Batches, BatchIterator, batch_ids, batches_start
+from openwebtext.stream.batches import (
+    Batches,
+    BatchIterator,
+    batch_ids,
+    batches_start,
+    check_packing,
+)
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.counts import count_documents, ensure_counts
@@ -74,6 +80,7 @@ __all__ = [
     "batch_ids",
     "batches_start",
     "check_in_run",
+    "check_packing",
     "check_sizes",
     "check_state",
     "config_of",

@@ -38,7 +38,7 @@ from openwebtext.stream.source import DocumentSource, Packer, Run, copied
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "batch_ids", "batches_start"]
+__all__ = ["BatchIterator", "Batches", "batch_ids", "batches_start", "check_packing"]
 
 
 Item = TypeVar("Item", covariant=True)
@@ -427,11 +427,19 @@ def batches_start(
     parsed = BatchesState.from_json(state)
     check_schedule(parsed, schedule)
     parsed.check_run()
-    if parsed.packing != packing or (packing == "bestfit" and parsed.window != window):
-        saved_window = parsed.window if parsed.packing == "bestfit" else window
-        raise StateError(
-            f"the state was saved for packing={parsed.packing!r}, window={saved_window}; now "
-            f"packing={packing!r}, window={window}",
-            "packing" if parsed.packing != packing else "window",
-        )
+    check_packing(parsed, packing, window)
     return parsed
+
+
+def check_packing(state: BatchesState, packing: str, window: int) -> None:
+    """Raise a ``StateError`` (field ``packing`` or ``window``) if ``state`` was saved for
+    another packing, or best fit over another window."""
+    if state.packing != packing or (packing == "bestfit" and state.window != window):
+
+        def said(packing: str, window: int | None) -> str:
+            return f"packing={packing!r}" + (f", window={window}" if packing == "bestfit" else "")
+
+        raise StateError(
+            f"the state was saved for {said(state.packing, state.window)}; now "
+            f"{said(packing, window)}", "packing" if state.packing != packing else "window",
+        )  # fmt: skip
