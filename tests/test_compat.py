@@ -90,3 +90,30 @@ def test_reference_main_runs_unchanged(small_corpus: Path, tmp_path: Path) -> No
     assert proc.returncode == 0, proc.stderr
     assert "load 2 parts" in proc.stdout
     assert "120/500000" in proc.stderr  # tqdm's last count: every document, then the end
+
+
+def test_two_passes_of_one_loader_each_go_to_their_end(small_corpus: Path) -> None:
+    """A second ``iter()`` closed the first pass, which then ended as if the data had (red
+    team, session 28: ``zip(loader, loader)`` gave 0 items, a peek cut the loop short)."""
+    with OpenWebTextLoader(str(small_corpus), num_workers=1) as loader:
+        first = iter(loader)
+        head = [next(first) for _ in range(3)]
+        peeked = next(iter(loader))
+        assert len(head + list(first)) == 120
+        assert peeked == head[0]
+        assert sum(1 for _ in zip(loader, loader, strict=True)) == 120
+    after = iter(loader)  # (a closed loader still begins a new pass)
+    assert len(list(after)) == 120
+
+
+@pytest.mark.parametrize(
+    ("subsets", "prefetch", "error", "said"),
+    [(b"/data", 2048, TypeError, "not bytes"), (None, 2048, TypeError, "not NoneType"),
+     (".", float("nan"), ValueError, "not nan"), (".", None, ValueError, "not None")],
+)  # fmt: skip
+def test_arguments_the_reference_would_misread_are_refused(
+    subsets: object, prefetch: object, error: type[Exception], said: str
+) -> None:
+    """bytes were read as a list of ints, None failed in ``list()``, a NaN prefetch was taken."""
+    with pytest.raises(error, match=said):
+        OpenWebTextLoader(subsets, prefetch=prefetch)  # type: ignore[arg-type]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
@@ -73,8 +74,15 @@ class OpenWebTextLoader:
         prefetch: int = 2048,
         random_state: RandomState = None,
     ) -> None:
-        if prefetch <= 1:
-            raise ValueError("prefetch buffer should be strictly larger than 1")
+        try:
+            larger = bool(prefetch > 1)  # (NaN is not)
+        except TypeError:
+            larger = False
+        if not larger:
+            raise ValueError(f"prefetch buffer should be strictly larger than 1, not {prefetch!r}")
+        if isinstance(subsets, bytes) or not isinstance(subsets, str | os.PathLike | Iterable):
+            raise TypeError(f"subsets are paths (str or os.PathLike, or a list of them), not "
+                            f"{type(subsets).__name__}")  # fmt: skip
         self.subsets: list[str | os.PathLike[str]] = (
             [subsets] if isinstance(subsets, (str, os.PathLike)) else list(subsets)
         )
@@ -84,20 +92,21 @@ class OpenWebTextLoader:
         self.options = Options(workers=num_workers, seed=self.seed, shuffle_buffer=0)
         self.num_workers = self.options.workers  # (a Python int, whatever integral it was)
         self._corpus: Corpus | None = None
-        self._iterator: DocumentIterator | None = None
+        self._iterators: weakref.WeakSet[DocumentIterator] = weakref.WeakSet()
 
     def __iter__(self) -> Iterator[Item]:
+        """A pass of its own: another pass begun meanwhile (``zip(loader, loader)``, a peek)
+        leaves this one going (each stops its workers when dropped, or at ``close``)."""
         if self._corpus is None:
             self._corpus = Corpus.open(self.subsets)
-        if self._iterator is not None:
-            self._iterator.close()
-        self._iterator = DocumentIterator(self._corpus, self.options, as_tuples=True)
-        return iter(self._iterator)
+        iterator = DocumentIterator(self._corpus, self.options, as_tuples=True)
+        self._iterators.add(iterator)
+        return iter(iterator)
 
     def close(self) -> None:
-        """Stop the workers."""
-        if self._iterator is not None:
-            self._iterator.close()
+        """Stop the workers of every pass."""
+        for iterator in list(self._iterators):
+            iterator.close()
 
     def __enter__(self) -> OpenWebTextLoader:
         return self
