@@ -478,6 +478,8 @@ def test_a_member_cut_short_keeps_its_documents_before_the_cut_under_skip(
         {"on_error": "ignore"},
         {"max_errors": -1},
         {"max_errors": False},
+        {"shuffle": 1},  # (session 28: PrepareOptions took it, wrote "shuffle": 1, and
+        {"shuffle": "no"},  # refused its own meta.json; "no" shuffled)
     ],
 )
 def test_prepare_options_and_loader_options_refuse_the_same_values(
@@ -489,3 +491,36 @@ def test_prepare_options_and_loader_options_refuse_the_same_values(
     with pytest.raises(ValueError, match=next(iter(options))) as prepare_:
         PrepareOptions(**options)  # type: ignore[arg-type]
     assert str(loader.value) == str(prepare_.value)
+
+
+def test_prepare_and_merge_refuse_arguments_they_would_misread(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team, session 28: ``prepare(corpus, "")`` wrote its files into the working folder;
+    a tokenizer of None, a path for the corpus, a dict of options failed deep inside; ``merge``
+    of one path read its characters as folders; ``max_errors=-1`` was a ``TooManyErrors``."""
+    from openwebtext.prepare import slice_folders
+
+    monkeypatch.chdir(tmp_path)
+    corpus = Corpus.open(small_corpus)
+    with pytest.raises(ValueError, match="out must name a folder or a URL, not ''"):
+        prepare(corpus, "")
+    with pytest.raises(ValueError, match="out must name a folder or a URL, not ' '"):
+        prepare(corpus, " ")
+    with pytest.raises(ValueError, match="tokenizer must be a tokenizer spec"):
+        PrepareOptions(tokenizer=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"corpus must be a Corpus \(Corpus.open\(paths\)\)"):
+        prepare(str(small_corpus), "o")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="options must be a PrepareOptions, not dict"):
+        prepare(corpus, "o", {"workers": 0})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="folders must be a list of the slices' folders"):
+        merge("s0", "o")
+    with pytest.raises(ValueError, match="max_errors must be None or >= 0, not -1"):
+        merge(["s0"], "o", max_errors=-1)
+    with pytest.raises(ValueError, match="a slice's folder must name a folder or a URL"):
+        merge([""], "o")
+    with pytest.raises(ValueError, match="count must be an int >= 1, not -1"):
+        slice_folders("o", ".s", -1)
+    with pytest.raises(ValueError, match=r"under must be a folder inside out, not '\.\./x'"):
+        slice_folders("o", "../x", 2)
+    assert not list(tmp_path.iterdir())

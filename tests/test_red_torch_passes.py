@@ -181,3 +181,35 @@ def test_a_pass_after_a_corpus_error_says_it_failed(tmp_path: Path, kind: str) -
             pass
     with pytest.raises(RuntimeError, match="failed inside an earlier next"):
         next(bare)
+
+
+# --- a copy of a dataset with a pass running; a corpus opened under skip ------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dataset_with_a_pass_running_is_copied_without_it(indexed: Path, kind: str) -> None:
+    """One pass in the main process (a peek, an eval pass), then a spawned DataLoader worker's
+    copy: the pickle failed on the running pass's error policy (red team, session 28). The
+    copy's passes start as the dataset's next pass does."""
+    dataset = dataset_of(kind, indexed)
+    running = iter(DataLoader(dataset, batch_size=None, num_workers=0))
+    first = item(next(running))
+    copy = pickle.loads(pickle.dumps(dataset))
+    copied = [item(x) for x in DataLoader(copy, batch_size=None, num_workers=0)]
+    assert copied == [item(x) for x in DataLoader(dataset_of(kind, indexed), batch_size=None)]
+    assert copied[0] == first and item(next(running)) == copied[1]  # (the pass here goes on)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_dataset_opens_its_corpus_under_its_on_error(
+    small_corpus: Path, tmp_path: Path, kind: str
+) -> None:
+    """``on_error="skip"``: a file that is not a corpus file is left out when the dataset opens
+    its paths, as ``Loader`` leaves it (it was opened under ``raise``: ``UnknownFormat``)."""
+    import shutil
+
+    folder = tmp_path / "c"
+    shutil.copytree(small_corpus, folder)
+    (folder / "urlsf_subset99.tar").write_bytes(b"not a tar" * 100)
+    dataset = dataset_of(kind, folder, on_error="skip")
+    assert dataset.corpus.skipped_files and len(list(DataLoader(dataset, batch_size=None))) > 0

@@ -29,7 +29,9 @@ __all__ = [
     "check_max_errors",
     "check_on_error",
     "check_seed",
+    "check_shuffle",
     "check_take",
+    "check_tokenizer",
     "check_val_fraction",
     "check_val_seed",
     "check_workers",
@@ -164,7 +166,7 @@ class Options:
         hold_numbers(self)  # (numpy's too, held as Python numbers: a state's)
         check_workers(self.workers)
         check_seed(self.seed)
-        need(isinstance(self.shuffle, bool), f"shuffle must be True or False, not {self.shuffle!r}")
+        check_shuffle(self.shuffle)
         need(
             countable(self.shuffle_buffer, 0),
             f"shuffle_buffer must be >= 0 and at most {MOST_INT}, not {self.shuffle_buffer!r}",
@@ -326,6 +328,17 @@ def check_workers(value: object) -> None:
 def check_seed(value: object) -> None:
     """``seed``: an int >= 0 (the unit order's seed)."""
     _need(int_at_least(value, 0), f"seed must be an int >= 0, not {value!r}")
+
+
+def check_shuffle(value: object) -> None:
+    """``shuffle``: True or False (1 and "no" are neither)."""
+    _need(isinstance(value, bool), f"shuffle must be True or False, not {value!r}")
+
+
+def check_tokenizer(value: object) -> None:
+    """``tokenizer`` of a run that writes ids: a spec such as ``"gpt2"`` (a non-empty str)."""
+    ok = isinstance(value, str) and bool(value.strip())
+    _need(ok, f"tokenizer must be a tokenizer spec such as 'gpt2', not {value!r}")
 
 
 def check_val_fraction(value: object) -> None:

@@ -19,7 +19,9 @@ from openwebtext.options import (
     check_max_errors,
     check_on_error,
     check_seed,
+    check_shuffle,
     check_take,
+    check_tokenizer,
     check_val_fraction,
     check_val_seed,
     check_workers,
@@ -81,6 +83,8 @@ class PrepareOptions:
         hold_numbers(self)  # (numpy's too, held as Python numbers: a record's)
         check_workers(self.workers)
         check_seed(self.seed)
+        check_shuffle(self.shuffle)
+        check_tokenizer(self.tokenizer)
         check_val_fraction(self.val_fraction)
         check_val_seed(self.val_seed)
         check_take(self.take)

@@ -13,6 +13,7 @@ import numpy as np
 
 from openwebtext import codec
 from openwebtext.errors import StateError
+from openwebtext.options import check_max_errors
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import BINS, Progress, Report, difference
@@ -70,7 +71,11 @@ def merge(
             size, or (``verify``) not its sha256; a download or upload failed.
         TooManyErrors: more skips in all than ``max_errors``.
     """
-    locations = [outputs.location(f) for f in folders]
+    if isinstance(folders, str | os.PathLike):  # (its characters are no folders)
+        raise TypeError("folders must be a list of the slices' folders, not one path")
+    check_max_errors(max_errors)
+    locations = [outputs.location(f, "a slice's folder") for f in folders]
+    target = outputs.location(out)
     found = [_slice_meta(f, storage) for f in locations]
     if not found:
         raise PrepareError("no slice to merge")
@@ -85,7 +90,6 @@ def merge(
                 f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
             )
     ordered = _check_tiling(locations, found, config.units)
-    target = outputs.location(out)
     for folder in locations:
         if outputs.same_place(folder, target):
             raise PrepareError(

@@ -64,8 +64,18 @@ def is_remote(out: str | os.PathLike[str]) -> bool:
     return isinstance(out, str) and is_url(out)
 
 
-def location(out: str | os.PathLike[str]) -> Location:
-    """``out`` as a ``Location``: a URL stays a string (a ``Path`` would fold its ``//``)."""
+def location(out: str | os.PathLike[str], name: str = "out") -> Location:
+    """``out`` as a ``Location``: a URL stays a string (a ``Path`` would fold its ``//``).
+
+    Raises:
+        TypeError: ``out`` is not a str or ``os.PathLike``.
+        ValueError: it is empty or blank (``Path("")`` is the working folder: a run wrote its
+            files there), naming the argument (``name``).
+    """
+    if not isinstance(out, str | os.PathLike):
+        raise TypeError(f"{name} must be a folder's path or a URL, not {type(out).__name__}")
+    if not os.fspath(out).strip():
+        raise ValueError(f"{name} must name a folder or a URL, not {os.fspath(out)!r}")
     return out.rstrip("/") if isinstance(out, str) and is_remote(out) else Path(out)
 
 

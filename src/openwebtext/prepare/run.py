@@ -82,6 +82,12 @@ def prepare(
         CorpusError: a bad member or document under ``on_error="raise"``.
         TokenizerError: the tokenizer cannot be loaded.
     """
+    if not isinstance(corpus, Corpus):
+        raise TypeError(f"corpus must be a Corpus (Corpus.open(paths)), not "
+                        f"{type(corpus).__name__}")  # fmt: skip
+    if options is not None and not isinstance(options, PrepareOptions):
+        raise TypeError(f"options must be a PrepareOptions, not {type(options).__name__}")
+    target = outputs.location(out)  # (checked before anything is read)
     options = options or PrepareOptions()
     tokenizer = load_tokenizer(options.tokenizer)
     order = unit_order(corpus, options)
@@ -102,7 +108,7 @@ def prepare(
     work = _Work(corpus, options, tokenizer, order, stop, config, progress, checkpoint_seconds)
     # The output is written with the options the input was opened with.
     return written(
-        outputs.location(out),
+        target,
         config,
         restart,
         corpus.storage,

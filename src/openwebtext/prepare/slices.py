@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from openwebtext.index import Corpus
+from openwebtext.options import as_int, int_at_least
 from openwebtext.plan import shard_range
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import PrepareOptions, Report, run_config, unit_order
@@ -55,7 +56,17 @@ def slice_folders(out: str | os.PathLike[str], under: str, count: int) -> list[o
 
     Returns:
         ``out/under/IIIII-of-NNNNN`` for each slice, in order.
+
+    Raises:
+        ValueError: ``count`` is not an int >= 1; ``under`` is not a folder's name inside
+            ``out`` (empty, absolute, or with ``..``).
     """
+    count = as_int(count)
+    if not int_at_least(count, 1):
+        raise ValueError(f"count must be an int >= 1, not {count!r}")
+    parts = under.replace("\\", "/").split("/") if isinstance(under, str) else [""]
+    if not under or under.startswith("/") or ".." in parts:
+        raise ValueError(f"under must be a folder inside out, not {under!r}")
     root = outputs.join(outputs.location(out), under)
     return [outputs.join(root, f"{i:05d}-of-{count:05d}") for i in range(count)]
 

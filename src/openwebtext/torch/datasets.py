@@ -132,15 +132,25 @@ class _ShardedDataset(IterableDataset[T]):
 
     def __init__(self, corpus: CorpusLike, options: Options | None, overrides: dict[str, Any]):
         super().__init__()
-        opened = corpus if isinstance(corpus, Corpus | Mixture) else Corpus.open(corpus)
-        self.corpus: Corpus | Mixture = opened
         self.options = options_with(options, overrides)
+        opened = corpus if isinstance(corpus, Corpus | Mixture) else Corpus.open(
+            corpus, on_error=self.options.on_error
+        )  # (a file left out under skip, as ``Loader`` opens it)
+        self.corpus: Corpus | Mixture = opened
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
         self._taken: Any = None  # which workers started from their share (shared memory)
         self._epoch = _SharedEpoch(self.options.epoch)  # (what persistent workers read)
         self._running: _Running | None = None  # the latest pass's (its state_dict())
         self._count()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The dataset without the pass running here (its workers and pipes are this
+        process's): a copy (a spawned DataLoader worker's) starts its passes as this one's
+        next pass starts."""
+        state = dict(self.__dict__)
+        state["_running"] = None
+        return state
 
     def _rank_options(self) -> Options:
         """The options of this training rank: its distributed rank and world, and ``even``."""
