@@ -49,3 +49,26 @@ def test_configure_empties_the_default_storages_tables_only(default_storage: Sto
     assert resolve(None) is default_storage and default_storage.options == {"anon": True}
     assert table.of(None) == {} and table.of(other) == {"made": 2}
     assert default_storage.identity("u") == FileInfo(1, "etag:1")  # what indexing learnt stays
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "said"),
+    [({"cache_dir": "c", "cache_size": "1G"}, ValueError, "cache_size must be None or an int"),
+     ({"cache_dir": "c", "cache_size": -1}, ValueError, "not -1"),
+     ({"cache_dir": "c", "cache_size": 1.5}, ValueError, "not 1.5"),
+     ({"cache_dir": "c", "cache_size": True}, ValueError, "not True"),
+     ({"cache_dir": 5}, TypeError, "cache_dir must be a folder's path, not int"),
+     ({"options": "anon"}, TypeError, "storage_options must be a mapping"),
+     ({"options": [1]}, TypeError, "storage_options must be a mapping")],
+)  # fmt: skip
+def test_a_storage_refuses_what_it_would_misread(
+    kwargs: dict[str, object], error: type[Exception], said: str
+) -> None:
+    """Red team, session 28: a cache_size of "1G" failed every read deep in the engine, -1,
+    1.5 and True were taken (nothing cached); a cache_dir of 5 and storage options that are
+    no mapping failed inside ``os`` and ``dict()``."""
+    with pytest.raises(error, match=said):
+        Storage(**kwargs)  # type: ignore[arg-type]
+    import numpy as np
+
+    assert Storage(cache_dir="c", cache_size=np.int64(5)).cache.cap == 5  # type: ignore[union-attr]

@@ -24,9 +24,11 @@ import re
 import socket
 import threading
 import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from openwebtext.errors import CorpusError
+from openwebtext.options import as_int, countable
 from openwebtext.source.redaction import public_options, redact
 
 if TYPE_CHECKING:
@@ -132,8 +134,17 @@ class Storage:
         if cache_size is not None and cache_dir is None:
             raise ValueError("cache_size caps the member cache of cache_dir: give cache_dir "
                              "(owt: --cache-dir), or leave it out")  # fmt: skip
+        cache_size = as_int(cache_size)  # (numpy's integers too, as every door)
+        if cache_size is not None and not countable(cache_size, 0):
+            raise ValueError(f"cache_size must be None or an int of bytes >= 0, not "
+                             f"{cache_size!r}")  # fmt: skip
+        if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+            raise TypeError(f"cache_dir must be a folder's path, not {type(cache_dir).__name__}")
         if cache_dir is not None and not os.fspath(cache_dir).strip():
             raise ValueError(f"cache_dir must name a folder, not {cache_dir!r}")
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"storage_options must be a mapping of option names to values, "
+                            f"not {type(options).__name__}")  # fmt: skip
         self.options: dict[str, Any] = dict(options or {})
         self.cache = None if cache_dir is None else CacheSettings(os.fspath(cache_dir), cache_size)
         self.place = place(self.options)
