@@ -321,10 +321,27 @@ def test_bad_parameters(tmp_path: Path) -> None:
         {"seed": -1},
         {"preset": 10},
         {"subsets": 100, "members": 1000, "docs": 101},  # more than 10**7 documents
+        # session 28 (red team): taken (a bool), or failed deep inside numpy or lzma
+        {"subsets": True},
+        {"seed": 1.5},
+        {"docs": 2.0},
+        {"preset": 9.0},
     ):
-        with pytest.raises(ValueError):
-            synth.write_corpus(tmp_path / "c", **kwargs)
+        with pytest.raises(ValueError, match=f"{next(iter(kwargs))} must be an int|at most"):
+            synth.write_corpus(tmp_path / "c", **kwargs)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_numpy_integers_are_taken_as_ints(tmp_path: Path) -> None:
+    """They failed in the JSON of the marker, after the whole corpus was written."""
+    import json
+
+    import numpy as np
+
+    report = synth.write_corpus(tmp_path / "c", np.int64(1), np.int64(1), np.int64(2),
+                                np.int64(3), workers=1, preset=np.int64(1))  # fmt: skip
+    assert report.subsets == 1 and type(report.subsets) is int
+    assert json.loads((tmp_path / "c" / synth.COMPLETE_MARKER).read_text())["seed"] == 3
 
 
 # --------------------------------------------------------------------------------------

@@ -213,6 +213,16 @@ def _fsync(path: Path) -> None:
             os.close(fd)
 
 
+def _int_in(name: str, value: object, low: int, high: int | None) -> int:
+    """``value`` as a Python int within ``[low, high]`` (numpy's integers too; a bool or a
+    float is not one), else a ``ValueError`` naming ``name``."""
+    number = integral(value)
+    if number is None or number < low or (high is not None and number > high):
+        within = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name} must be an int {within}, got {value!r}")
+    return number
+
+
 def write_corpus(
     out: Path,
     subsets: int = 3,
@@ -258,16 +268,14 @@ def write_corpus(
     """
     start = time.perf_counter()
     out = Path(out)
-    if not 1 <= subsets <= 100:
-        raise ValueError(f"subsets must be in 1..100, got {subsets}")
-    if members < 1 or docs < 1:
-        raise ValueError(f"members and docs must be >= 1, got {members} and {docs}")
+    # Ints (numpy's too, held as Python ints: the marker is JSON), never bools or floats.
+    subsets, members, docs, seed, preset = (
+        _int_in(name, value, low, high) for name, value, low, high in [
+            ("subsets", subsets, 1, 100), ("members", members, 1, None), ("docs", docs, 1, None),
+            ("seed", seed, 0, None), ("preset", preset, 0, 9)]
+    )  # fmt: skip
     if subsets * members * docs > _MAX_RUNNING_NUMBER:
         raise ValueError(f"at most {_MAX_RUNNING_NUMBER} documents (7-digit numbers)")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
-    if not 0 <= preset <= 9:
-        raise ValueError(f"preset must be in 0..9, got {preset}")
     if workers is None:
         workers = os.cpu_count() or 1
     count = integral(workers)
