@@ -340,3 +340,17 @@ def test_an_interrupt_while_a_document_is_made_leaves_the_state_of_the_last_one(
     it.close()
     with loader.iter(state=state) as rest:
         assert first + [key(d) for d in rest] == whole
+
+
+def test_a_loader_is_comparable_and_immutable_as_its_docstring_says(small_corpus: Path) -> None:
+    """Red team, session 28: two loaders of one corpus and options compared unequal (a pickled
+    copy too), and ``loader.options = ...`` was taken."""
+    a, b = Loader(small_corpus, workers=0, seed=3), Loader(small_corpus, workers=0, seed=3)
+    assert a == b and a == pickle.loads(pickle.dumps(a)) and hash(a) == hash(b)
+    assert a != a.replace(seed=4) and a != Loader(small_corpus, workers=0, seed=3, take=2)
+    assert len({a, b, a.replace(seed=4)}) == 2
+    with pytest.raises(AttributeError, match=r"a Loader is immutable \(options\)"):
+        a.options = b.options.__class__(seed=7)  # type: ignore[misc]
+    with pytest.raises(AttributeError, match=r"immutable \(corpus\)"):
+        a.corpus = b.corpus  # type: ignore[misc]
+    assert a == b

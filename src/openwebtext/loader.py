@@ -119,6 +119,22 @@ class Loader:
             raise corpus.skipped_files[0]
         self.corpus = corpus
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__:  # (set once, by ``__init__``)
+            raise AttributeError(f"a Loader is immutable ({name}): loader.replace(seed=...) "
+                                 "makes one of other options, Loader(corpus, loader.options) "
+                                 "one of another corpus")  # fmt: skip
+        super().__setattr__(name, value)
+
+    def __eq__(self, other: object) -> bool:
+        """The same corpus (its fingerprint, files and units) and the same options."""
+        if not isinstance(other, Loader):
+            return NotImplemented
+        return (self.corpus, self.options) == (other.corpus, other.options)
+
+    def __hash__(self) -> int:
+        return hash(self.options)
+
     def replace(self, **overrides: Any) -> Loader:
         """A loader of the same corpus with some options changed."""
         return Loader(self.corpus, self.options, **overrides)
