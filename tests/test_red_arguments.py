@@ -13,7 +13,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from openwebtext import Corpus, Loader, Mixture, Schedule, StateError, reshard, shuffle, take
+from openwebtext import (
+    Corpus,
+    Loader,
+    Mixture,
+    Options,
+    Schedule,
+    StateError,
+    reshard,
+    shuffle,
+    take,
+)
 from support import Ran
 from tables_support import sample_texts, write_jsonl
 
@@ -290,3 +300,21 @@ def test_a_tokenizer_spec_that_does_not_parse_is_refused_by_the_parser(
     assert ran.returncode == 2, ran.stderr
     assert "argument --tokenizer: " in ran.stderr and "tokenizer spec" in ran.stderr
     assert not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(
+    ("limit", "value"),
+    [("max_member_bytes", "64M"), ("max_member_bytes", -1), ("max_document_bytes", 0),
+     ("max_document_bytes", True)],
+)  # fmt: skip
+def test_ray_reads_refuse_a_limit_as_a_loader_does(jsonl: Path, limit: str, value: object) -> None:
+    """Red team, session 28: ``read_openwebtext`` took them, and every task failed (a
+    ``TypeError`` deep in the engine, or every member "too large"). Refused at the call, before
+    Ray is asked, with the loader's message."""
+    from openwebtext.ray import read_openwebtext
+
+    with pytest.raises(ValueError, match=f"{limit} must be") as raised:
+        read_openwebtext(str(jsonl), **{limit: value})  # type: ignore[arg-type]
+    with pytest.raises(ValueError) as loader:
+        Options(**{limit: value})  # type: ignore[arg-type]
+    assert str(raised.value) == str(loader.value)

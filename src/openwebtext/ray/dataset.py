@@ -20,7 +20,7 @@ from typing import Any
 from openwebtext.errors import CorpusError, in_part
 from openwebtext.index import Corpus
 from openwebtext.loader import Mixture
-from openwebtext.options import ErrorPolicy, check_on_error
+from openwebtext.options import ErrorPolicy, Options
 from openwebtext.plan import unit_groups
 from openwebtext.policy import SkipPolicy
 from openwebtext.ray.cluster import ray_module
@@ -332,12 +332,17 @@ def read_openwebtext(
         max_document_bytes: A document larger than this is an error.
 
     Raises:
+        ValueError: ``on_error``, ``units_per_task``, ``max_member_bytes`` or
+            ``max_document_bytes`` is not valid (checked as a loader's options, here).
         EngineError: Ray is not installed.
         CorpusError: a path holds no corpus, or a token corpus is read without a
             tokenizer (raised here, at once, naming its file).
     """
-    check_on_error(on_error)
-    unit_groups(0, units_per_task)  # a bad value fails here, before Ray is asked
+    # Checked as a loader's options are (one rule each), before Ray is asked.
+    limits = Options(on_error=on_error, max_member_bytes=max_member_bytes,
+                     max_document_bytes=max_document_bytes)  # fmt: skip
+    max_member_bytes, max_document_bytes = limits.max_member_bytes, limits.max_document_bytes
+    unit_groups(0, units_per_task)
     ray = ray_module()
     # Resolved once: a bad spec fails here, not in every task.
     resolved = None if tokenizer is None else load_tokenizer(tokenizer)
