@@ -213,3 +213,21 @@ def test_a_dataset_opens_its_corpus_under_its_on_error(
     (folder / "urlsf_subset99.tar").write_bytes(b"not a tar" * 100)
     dataset = dataset_of(kind, folder, on_error="skip")
     assert dataset.corpus.skipped_files and len(list(DataLoader(dataset, batch_size=None))) > 0
+
+
+def test_states_that_are_no_dataloader_states_are_said_so() -> None:
+    """Red team, session 28: ``loader_dataset_states(None)`` said "(no argument of type
+    'NoneType' is not iterable in it)", ``reshard_loader_states(None, 2, 0)`` a bare
+    ``TypeError``."""
+    from openwebtext import StateError
+    from openwebtext.torch import loader_dataset_states, reshard_loader_states
+
+    for state, said in [(None, r"\(a dict\), but NoneType"), ([], r"\(a dict\), but list"),
+                        ({"_snapshot": 5}, "its _snapshot is not one's"),
+                        ({"x": 1}, "no 'dataset_state' in it")]:  # fmt: skip
+        with pytest.raises(StateError, match=said):
+            loader_dataset_states(state)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="states must be a list of every old rank's"):
+        reshard_loader_states(None, 2, 0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not dict"):
+        reshard_loader_states({"dataset_state": {}}, 2, 0)  # type: ignore[arg-type]

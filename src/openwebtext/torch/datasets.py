@@ -429,14 +429,21 @@ def loader_dataset_states(state: dict[str, Any]) -> list[dict[str, Any]]:
     Raises:
         StateError: ``state`` is not a ``StatefulDataLoader``'s ``state_dict()``.
     """
+    give = "give each rank's loader.state_dict()"
+    if not isinstance(state, Mapping):
+        raise StateError(f"not a StatefulDataLoader's state_dict() (a dict), but "
+                         f"{type(state).__name__}: {give}")  # fmt: skip
     try:
         if "_snapshot" not in state:
             return [state["dataset_state"]]
         workers = state["_snapshot"]["_worker_snapshots"]
         return [workers[f"worker_{k}"]["dataset_state"] for k in range(len(workers))]
-    except (KeyError, TypeError) as exc:
-        raise StateError(f"not a StatefulDataLoader's state_dict() (no {exc} in it): give "
-                         "each rank's loader.state_dict()") from None  # fmt: skip
+    except KeyError as exc:
+        raise StateError(f"not a StatefulDataLoader's state_dict() (no {exc} in it): "
+                         f"{give}") from None  # fmt: skip
+    except TypeError:  # (a snapshot or a worker's that is not a dict)
+        raise StateError(f"not a StatefulDataLoader's state_dict() (its _snapshot is not "
+                         f"one's): {give}") from None  # fmt: skip
 
 
 def reshard_loader_states(
@@ -462,6 +469,9 @@ def reshard_loader_states(
     if not countable(world_size, 1) or not countable(world_size * max(1, num_workers), 1):
         raise ValueError(f"world_size must be an int >= 1 and, times num_workers, at most "
                          f"{MOST_INT}, not {world_size!r}")  # fmt: skip
+    if isinstance(states, Mapping) or not isinstance(states, Sequence):
+        raise TypeError(f"states must be a list of every old rank's StatefulDataLoader."
+                        f"state_dict(), not {type(states).__name__}")  # fmt: skip
     shares = [share for state in states for share in loader_dataset_states(state)]
     per_rank = max(1, num_workers)
     new = reshard(shares, world_size * per_rank, even=even if world_size > 1 else None)
