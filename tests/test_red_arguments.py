@@ -35,6 +35,12 @@ def jsonl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _hf_shard(shard: object, count: object) -> Any:
+    from openwebtext.hf import shard_options
+
+    return shard_options(Options(), shard, count)  # type: ignore[arg-type]
+
+
 CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
     ("a number as the corpus", lambda p: Loader(5), TypeError, "the corpus is a path"),  # type: ignore[arg-type]
     ("None as the corpus", lambda p: Loader(None), TypeError, "the corpus is a path"),  # type: ignore[arg-type]
@@ -61,6 +67,16 @@ CALLS: list[tuple[str, Callable[[Path], Any], type[Exception], str]] = [
      "size must be an int >= 0"),
     ("a shuffle buffer of 2.5", lambda p: shuffle(iter(()), 2.5), ValueError,  # type: ignore[arg-type]
      "buffer_size must be an int >= 1"),
+    # session 28: islice's own words
+    ("take of 2**63", lambda p: take(iter(()), 2**63), ValueError, "size must be an int >= 0 "
+     "and at most"),
+    ("a shuffle buffer of 2**63", lambda p: shuffle(iter(()), 2**63), ValueError,
+     "buffer_size must be an int >= 1 and at most"),
+    ("shard True of hf's", lambda p: _hf_shard(True, 2), ValueError, "shard must be an int in "
+     r"0\.\.1, not True"),
+    ("shard 0.5 of hf's", lambda p: _hf_shard(0.5, 2), ValueError, "shard must be an int in"),
+    ("shard '1' of hf's", lambda p: _hf_shard("1", 2), ValueError, "shard must be an int in"),
+    ("num_shards 0 of hf's", lambda p: _hf_shard(0, 0), ValueError, "num_shards must be an int"),
     ("a batch of 2**40 ids", lambda p: Loader(p, tokenizer="bytes", workers=0).batches(
      2**40, 1, packing="bestfit"), ValueError, "more than the 2147483648 a batch holds"),
     ("a schedule of 2**32 ids a batch", lambda p: Schedule([(0, 2**20, 2**12)]), ValueError,

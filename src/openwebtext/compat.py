@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
@@ -130,8 +131,9 @@ def shuffle(
             item).
     """
     size = integral(buffer_size)  # (numpy's integers too, as the reference took them)
-    if not int_at_least(size, 1):
-        raise ValueError(f"buffer_size must be an int >= 1, not {buffer_size!r}")
+    if not (int_at_least(size, 1) and size <= sys.maxsize):
+        raise ValueError(f"buffer_size must be an int >= 1 and at most {sys.maxsize}, not "
+                         f"{buffer_size!r}")  # fmt: skip
     return _shuffled(it, size, random.Random(_seed(random_state)))
 
 
@@ -155,6 +157,6 @@ def take(it: Iterable[T], size: int) -> Iterator[T]:
         ValueError: ``size`` is not an int >= 0.
     """
     count = integral(size)  # (numpy's integers too, as the reference took them)
-    if not int_at_least(count, 0):
-        raise ValueError(f"size must be an int >= 0, not {size!r}")
+    if not (int_at_least(count, 0) and count <= sys.maxsize):
+        raise ValueError(f"size must be an int >= 0 and at most {sys.maxsize}, not {size!r}")
     return islice(it, count)

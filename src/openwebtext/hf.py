@@ -59,10 +59,14 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
     With one shard these are ``options`` themselves (``even`` resolved).
 
     Raises:
-        ValueError: not ``0 <= shard < num_shards``.
+        ValueError: ``num_shards`` is not an int >= 1, or ``shard`` not one in
+            ``0..num_shards - 1`` (numpy's integers are ints; a bool or a float is not).
     """
-    if not (0 <= shard < num_shards):
-        raise ValueError(f"shard must be in 0..{num_shards - 1}, not {shard!r}")
+    shard, num_shards = as_int(shard), as_int(num_shards)
+    if not int_at_least(num_shards, 1):
+        raise ValueError(f"num_shards must be an int >= 1, not {num_shards!r}")
+    if not (int_at_least(shard, 0) and shard < num_shards):
+        raise ValueError(f"shard must be an int in 0..{num_shards - 1}, not {shard!r}")
     world = options.world_size
     return replace(
         options,
