@@ -164,7 +164,7 @@ def test_shard_options_nest_under_the_rank() -> None:
     second = shard_options(options, 1, 3)  # the 2nd of 3 intervals cut from rank 1's
     assert (second.rank, second.world_size, second.even) == (4, 6, "drop")
     assert shard_options(Options(), 1, 2).even is None  # one training rank: not evened out
-    with pytest.raises(ValueError, match=r"shard must be in 0\.\.2"):
+    with pytest.raises(ValueError, match=r"shard must be an int in 0\.\.2"):
         shard_options(options, 3, 3)
 
 
