@@ -176,6 +176,7 @@ def test_the_torch_doors_check_their_arguments(jsonl: Path) -> None:
         ({"packing": "fifo"}, "packing must be one of"),
         ({"window": 0}, "window must be an int >= 1"),
         ({"dtype": np.uint8}, "dtype must be an integer dtype that holds every id"),
+        ({"dtype": None}, "holds every id .*, not None"),  # (session 28: "not 'float64'")
         ({"packing": "bestfit", "dtype": np.uint8}, "holds every id"),
         ({"packing": "bestfit", "pad_id": "x"}, "pad_id must be an int"),
         ({"segments": "no"}, "segments must be True or False"),

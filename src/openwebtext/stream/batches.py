@@ -388,7 +388,7 @@ def batch_ids(
     """
     largest = vocabulary.n_vocab - 1
     try:
-        kind = np.dtype(dtype)
+        kind = None if dtype is None else np.dtype(dtype)  # (numpy's None is float64)
     except TypeError:
         kind = None
     if kind is None or kind.kind not in "iu" or np.iinfo(kind).max < largest:
