@@ -67,6 +67,15 @@ def test_a_bad_schedule_is_refused_naming_its_step(steps: list[Any], says: str) 
     assert says in str(caught.value)
 
 
+def test_a_schedule_takes_the_rows_of_an_array_of_steps() -> None:
+    """Red team, session 28: "step 0 is array([0, 8, 2]), not (batch_index, seq_len,
+    batch_size)"; numpy's integers in a list of steps are taken as every door takes them."""
+    steps = [(0, 8, 2), (10, 16, 2)]
+    assert Schedule(np.array(steps)) == Schedule(steps)
+    assert Schedule([tuple(np.int64(v) for v in step) for step in steps]) == Schedule(steps)
+    assert all(type(v) is int for step in Schedule(np.array(steps)).steps for v in step)
+
+
 def test_a_schedule_gives_each_batch_its_step_shape() -> None:
     schedule = Schedule([[0, 64, 16], (50, 256, 4), (200, 1024, 1)])
     assert schedule.steps == ((0, 64, 16), (50, 256, 4), (200, 1024, 1))

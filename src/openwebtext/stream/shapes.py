@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
+import numpy as np
 
 from openwebtext.errors import StateError
 from openwebtext.options import MOST_INT, as_int, countable, int_at_least
@@ -63,6 +64,8 @@ class Schedule:
                              f"not {steps!r}")  # fmt: skip
         checked: list[tuple[int, int, int]] = []
         for k, step in enumerate(steps):
+            if isinstance(step, np.ndarray) and step.ndim == 1:  # (a row of an array of steps)
+                step = step.tolist()
             if isinstance(step, (str, bytes)) or not isinstance(step, Sequence) or len(step) != 3:
                 raise ValueError(
                     f"schedule step {k} is {step!r}, not (batch_index, seq_len, batch_size)"
