@@ -203,3 +203,16 @@ def test_a_damaged_meta_json_beside_a_remote_file_names_its_url(run: Path, tmp_p
         corpus = Corpus.open_tokens(f"{server.url}/train.ds")
         documents = list(Loader(corpus, tokenizer="bytes", workers=0))
         assert corpus.counts is not None and len(documents) == sum(corpus.counts.documents)
+
+
+def test_an_eot_the_ids_cannot_hold_is_said_as_the_eot_given(tmp_path: Path) -> None:
+    """``eot=70000`` for uint16 ids blamed the file ("its 5 ids do not end with the end-of-text
+    id 70000"; red team, session 28): the eot given is what is wrong."""
+    import numpy as np
+
+    from openwebtext import Corpus
+
+    path = tmp_path / "t.bin"
+    np.array([1, 2, 50256, 3, 50256], np.uint16).tofile(path)
+    with pytest.raises(ValueError, match="end-of-text id 70000 is no id of its uint16 ids"):
+        Corpus.open_tokens(path, eot=70000)

@@ -126,8 +126,14 @@ def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndar
     """The document ends of ``ids`` laid out as ``doc, eot, doc, eot, …`` (scanned in chunks).
 
     Raises:
+        ValueError: ``eot`` is no id of the file's dtype (the eot given, not the file, is
+            wrong).
         TokenFileError: the ids do not end with ``eot`` (a cut file, or another layout).
     """
+    held = np.iinfo(ids.dtype) if ids.dtype.kind in "iu" else None
+    if held is not None and not held.min <= eot <= held.max:
+        raise ValueError(f"{os.fspath(path)}: the end-of-text id {eot} is no id of its "
+                         f"{ids.dtype.name} ids: give the eot they were written with")  # fmt: skip
     found = [
         np.flatnonzero(ids[at : at + _SCAN] == eot) + (at + 1) for at in range(0, len(ids), _SCAN)
     ]
