@@ -224,6 +224,7 @@ class RangeServer(Loopback):
         self.in_flight = 0
         self.max_in_flight = 0  # GETs being answered at once, at most
         self.refused_if_match = 0  # 412s answered
+        self.sort_links = False  # a folder's page links to itself, sorted: Apache's ?C=N;O=D
         self._lock = threading.Lock()
         server = self
 
@@ -337,6 +338,9 @@ class RangeServer(Loopback):
             f'<a href="{html.escape(base + p.name)}">{html.escape(p.name)}</a>\n'
             for p in sorted(path.iterdir())
         )
+        if self.sort_links:  # (Apache's autoindex: sort links, the parent, the folder itself)
+            sorts = ("?C=N;O=D", "?C=M;O=A", "?C=S;O=A", f"{base}#top", base, "/")
+            links = "".join(f'<a href="{html.escape(s)}">x</a>\n' for s in sorts) + links
         body = f"<html><body>\n{links}</body></html>\n".encode()
         h.send_response(200)
         h.send_header("Content-Type", "text/html")

@@ -54,6 +54,22 @@ def test_http_folder_gives_the_local_units_and_stream(
         assert texts(remote, seed=5, workers=workers) == local_stream(small_corpus, seed=5)
 
 
+def test_an_http_folder_page_s_sort_links_are_not_its_files(
+    small_corpus: Path, http: RangeServer
+) -> None:
+    """Apache's listing links to itself with query strings (``?C=N;O=D``), which fsspec lists
+    as files: they were read as corpus files, and their name (the folder's, without its
+    query) refused the whole folder (red team, session 28). A single file's URL is asked
+    one HEAD when opened, not two."""
+    http.sort_links = True
+    remote = Corpus.open(http.url + "/")
+    local = Corpus.open(str(small_corpus))
+    assert [u[1:] for u in remote.units] == [u[1:] for u in local.units]
+    before = http.requests
+    Corpus.open(http.url + "/urlsf_subset00.tar")
+    assert http.requests - before == 1
+
+
 def test_http_stream_survives_faults(small_corpus: Path, http: RangeServer) -> None:
     corpus = Corpus.open([http.url + "/urlsf_subset00.tar", http.url + "/urlsf_subset01.tar"])
     http.faults.next_503 = 2

@@ -92,10 +92,12 @@ def index_url(
     listed = watched(lambda _: expand_url(url, storage), [url], url)[0]
     if isinstance(listed, BaseException):
         raise listed
-    files = list(listed or [])  # nothing listed: the caller's "no documents"
+    infos = dict(listed or {})  # nothing listed: the caller's "no documents"
+    files = list(infos)
     results = watched(
-        lambda file: index_remote_file(file, storage, text_column), files, url, INDEX_THREADS
-    )
+        lambda file: index_remote_file(file, storage, text_column, infos[file]), files, url,
+        INDEX_THREADS,
+    )  # fmt: skip
     for result in results:
         if isinstance(result, BaseException) and not isinstance(result, CorpusError):
             raise result
@@ -129,18 +131,22 @@ def _not_corpus(url: str, error: CorpusError, store: Storage) -> bool:
 
 
 def index_remote_file(
-    url: str, storage: Storage | None = None, text_column: str = TEXT_COLUMN
+    url: str,
+    storage: Storage | None = None,
+    text_column: str = TEXT_COLUMN,
+    info: FileInfo | None = None,
 ) -> list[Unit]:
     """The units of one remote file: from the cache if it still describes the file.
 
     The units' path is ``storage.alias(url)``: the URL without credentials or
     query string (a signed URL's signature must not reach errors or states).
     ``storage`` (None: the process's default) is what the file is read with,
-    and what it learns (alias, identity) is kept there.
+    and what it learns (alias, identity) is kept there. ``info``: its size and identity,
+    where the listing just asked them (None: asked here).
     """
     storage = resolve(storage)
     name = storage.alias(url)
-    info = file_info(url, storage)
+    info = info or file_info(url, storage)
     storage.remember(name, info)
     if storage.cache is not None and not info.identity:
         _say_cache_off(name)

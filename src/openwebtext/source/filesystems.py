@@ -172,8 +172,10 @@ def _listed(name: str) -> bool:
     return not name.startswith((".", "_"))
 
 
-def expand_url(url: str, storage: Storage | None = None) -> list[str]:
-    """Turn a URL naming a file, a folder or a glob pattern into sorted file URLs.
+def expand_url(url: str, storage: Storage | None = None) -> dict[str, FileInfo | None]:
+    """Turn a URL naming a file, a folder or a glob pattern into sorted file URLs, each with
+    its size and identity where the asking said them (a file's URL: its one HEAD, which
+    ``file_info`` would ask again), else None.
 
     Raises:
         CorpusError: nothing there, or a folder or pattern that holds no file.
@@ -199,20 +201,33 @@ def expand_url(url: str, storage: Storage | None = None) -> list[str]:
         ]
         if not files:
             raise CorpusError("pattern matches no file", path=shown)
-        return sorted(_full(fs, url, name) for name in files)
+        return dict.fromkeys(sorted(_full(fs, url, name) for name in files))
     if not url.endswith("/"):  # over HTTP only a trailing slash says "folder"
         info = entries(lambda: within(fs, 0, fs.info, url), "HEAD")
         if info.get("type") != "directory":
-            return [url]
+            return {url: info_of(info)}
     listing = entries(lambda: within(fs, 0, fs.ls, url, detail=True), "listing")
     files = [
         e["name"]
         for e in listing
         if e.get("type") != "directory" and _listed(e["name"].rstrip("/").rsplit("/", 1)[-1])
-    ]
+        and _in_folder(url, e["name"])
+    ]  # fmt: skip
     if not files:
         raise CorpusError("folder holds no corpus file", path=shown)
-    return sorted(_full(fs, url, name) for name in files)
+    return dict.fromkeys(sorted(_full(fs, url, name) for name in files))
+
+
+def _in_folder(folder: str, name: str) -> bool:
+    """Whether a name an HTTP folder's page links to is a file in the folder: not a link with
+    a query string or a fragment (an Apache listing's sort links, ``?C=N;O=D``, which fsspec
+    lists as files), nor the folder itself."""
+    if protocol(folder) not in ("http", "https"):
+        return True
+    parts = urllib.parse.urlsplit(name)
+    return not (parts.query or parts.fragment) and (
+        parts.path.rstrip("/") != urllib.parse.urlsplit(folder).path.rstrip("/")
+    )
 
 
 def is_pattern(url: str) -> bool:
