@@ -163,6 +163,11 @@ def test_an_index_that_cannot_be_read_is_no_missing_index(
         server.fault = 404  # not there: the index is missing, and said so
         with pytest.raises(CorpusError, match=f"read with its index beside it \\({index} is not"):
             Corpus.open_tokens(f"{server.url}/{name}")
+        fix = "--format datatrove" if name.endswith(".ds") else "--format megatron"
+        with pytest.raises(CorpusError) as raised:  # (a .ds was told to write a megatron .idx)
+            Corpus.open_tokens(f"{server.url}/{name}")
+        assert str(raised.value).endswith(f"(owt tokenize {fix})")
+        assert ("llm.c" in str(raised.value)) == name.endswith(".bin")
 
 
 # -- 08: the same URL on two endpoints ---------------------------------------------------------

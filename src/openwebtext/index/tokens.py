@@ -203,12 +203,16 @@ def _remote(url: str, name: str, dtype: str | None, store: Storage) -> TokenFile
             raise CorpusError(f"{size} bytes of ids, not a whole number of {dtype} ids", name)
     body = _whole(_beside(url, index), _beside(name, index), store)
     if body is None:
+        why = (
+            "write it (owt tokenize --format datatrove)"
+            if index.endswith(".index")
+            else "llm.c shards and a bare train.bin are found in documents only by reading "
+            "every id; download them, or write the index (owt tokenize --format megatron)"
+        )
         raise CorpusError(
             f"a remote token file is read with its index beside it ({index} is not there): "
-            "llm.c shards and a bare train.bin are found in documents only by reading every "
-            "id; download them, or write the index (owt tokenize --format megatron)",
-            name,
-        )
+            f"{why}", name,
+        )  # fmt: skip
     token_file = _from_index(name, index, body, size, dtype, run)
     remember(name, token_file, store)
     store.tokens[name] = IndexedAs(None, dtype, _digest(body), run)
