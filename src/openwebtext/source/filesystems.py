@@ -10,6 +10,7 @@ extra) a URL is a clear error naming the extra.
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.parse
 from collections.abc import Callable
@@ -59,8 +60,8 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
         fs = made.get(key)
         if fs is None:
             options = dict(store.options)
-            if proto in ("http", "https") and "client_kwargs" not in options:
-                options["client_kwargs"] = {"timeout": _http_timeout()}
+            if proto in ("http", "https"):
+                options = _http_options(options)
             try:
                 fs = fsspec.filesystem(proto, skip_instance_cache=True, **options)
             except ImportError as exc:
@@ -72,6 +73,33 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
                 raise CorpusError(f"unknown protocol {proto}://: {exc}") from None
             made[key] = fs
     return fs
+
+
+#: The storage options ``_http_options`` said it left out.
+_SAID: set[tuple[str, ...]] = set()
+
+
+def _http_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The storage options an HTTP(S) filesystem takes: its own and its requests' (aiohttp's),
+    with a read timeout; the others (a store's: ``endpoint_url``, ``anon``, given for the run's
+    ``s3://`` URLs) left out with a warning, never passed on to fail each request."""
+    import inspect
+
+    import aiohttp
+    from fsspec.implementations.http import HTTPFileSystem
+
+    taken = {*inspect.signature(HTTPFileSystem.__init__).parameters,
+             *inspect.signature(aiohttp.ClientSession._request).parameters}  # fmt: skip
+    foreign = sorted(set(options) - taken)
+    if foreign and tuple(foreign) not in _SAID:  # (once: forked workers inherit it)
+        _SAID.add(tuple(foreign))
+        logging.getLogger("openwebtext").warning(
+            "storage options %s do not apply to http(s):// URLs: left out for them",
+            ", ".join(foreign),
+        )
+    kept = {k: v for k, v in options.items() if k not in foreign}
+    kept.setdefault("client_kwargs", {"timeout": _http_timeout()})
+    return kept
 
 
 def _http_timeout() -> Any:
