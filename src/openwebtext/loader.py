@@ -281,25 +281,12 @@ class Loader:
                 raise exc.within("documents") from None
             assert documents.tokenizer is not None
             if bestfit:
-                return BestFitBatches(
-                    documents,
-                    schedule=shapes,
-                    seed=self.options.seed,
-                    pad_id=documents.tokenizer.eot if pad_id is None else pad_id,
-                    dtype=kind,
-                    segments=segments,
-                    window=window,
-                    start=start,
-                    take=take,
-                )
-            return Batches(
-                documents,
-                documents.tokenizer,
-                schedule=shapes,
-                dtype=kind,
-                segments=segments,
-                start=start,
-            )
+                pad = documents.tokenizer.eot if pad_id is None else pad_id
+                return BestFitBatches(documents, schedule=shapes, seed=self.options.seed,
+                                      pad_id=pad, dtype=kind, segments=segments, window=window,
+                                      start=start, take=take)  # fmt: skip
+            return Batches(documents, documents.tokenizer, schedule=shapes, dtype=kind,
+                           segments=segments, start=start)  # fmt: skip
 
         if isinstance(corpus, Mixture):
             checked = functools.partial(batches_start, schedule=shapes, packing=packing,

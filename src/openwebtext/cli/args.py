@@ -13,7 +13,7 @@ from openwebtext.index import Corpus
 from openwebtext.options import option_type as option_type
 from openwebtext.source import add_text_column, storage_kwargs
 from openwebtext.synth import paths_or_default
-from openwebtext.tokenizer.spec import TokenizerError, parse_spec
+from openwebtext.tokenizer import TokenizerError, parse_spec
 
 __all__ = [
     "Subparsers",

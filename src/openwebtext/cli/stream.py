@@ -7,13 +7,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-import os
-import stat
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from openwebtext import interrupts
 from openwebtext.cli import summary
@@ -31,9 +29,10 @@ from openwebtext.cli.args import (
 )
 from openwebtext.cli.jsonl import write_jsonl
 from openwebtext.cli.standard import CLOSED_AT_START
+from openwebtext.cli.streamchecks import check_flags, refuse_inputs, refusing_stdout
 from openwebtext.errors import CorpusError, OutputError, OWTError, StateError, in_part
 from openwebtext.files import named, output_path
-from openwebtext.index import Corpus, file_key
+from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited, storage_kwargs
@@ -50,8 +49,6 @@ from openwebtext.stream import (
 
 __all__ = ["add_parser", "run"]
 
-
-_T = TypeVar("_T")
 
 #: The flags whose value is not the option's: ``--even off`` is ``even=None`` (not evened out).
 _OPTION_VALUES = {"even": {"off": None}}
@@ -117,52 +114,6 @@ def _mixture(args: argparse.Namespace) -> Mixture:
     return Mixture(parts, {name: w for name, _, w in args.mix}, by=args.mix_by)
 
 
-def _refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool) -> None:
-    """Refuse, before a document is read, an output that is a file this run reads or leaves
-    out (compared by ``file_key``: device and inode): ``--state-out``, which the state would
-    replace, and the standard output ``--jsonl`` writes, which its lines would grow."""
-    corpora = source.corpora.values() if isinstance(source, Mixture) else (source,)
-    inputs = set()
-    for corpus in corpora:
-        paths = [unit.path for unit in corpus.units] + [e.path for e in corpus.skipped_files]
-        for path in dict.fromkeys(p for p in paths if p):
-            with contextlib.suppress(OSError):  # (the files were just opened)
-                inputs.add(file_key(path))
-    if state_out is not None and state_out.exists() and file_key(str(state_out)) in inputs:
-        raise ValueError(f"{state_out}: --state-out names a file this run reads: the state "
-                         "would replace it; write the state elsewhere")  # fmt: skip
-    if jsonl and _stdout_key() in inputs:
-        raise _INTO_INPUT
-
-
-#: ``--jsonl`` with standard output opened onto a corpus file (exit 2, as ``--state-out``).
-_INTO_INPUT = ValueError("standard output is a file this run reads: --jsonl would write its "
-                         "documents into it; write them elsewhere")  # fmt: skip
-
-
-def _stdout_key() -> object:
-    """The device and inode of the regular file standard output writes (None: another)."""
-    try:
-        out = os.fstat(sys.stdout.fileno())
-    except (AttributeError, OSError, ValueError):  # (a stream without a descriptor: tests)
-        return None
-    return (out.st_dev, out.st_ino) if stat.S_ISREG(out.st_mode) else None
-
-
-def _refusing_stdout(args: argparse.Namespace, opening: Callable[[], _T]) -> _T:
-    """``opening()`` (a corpus, a mixture), where a file that cannot be read being standard
-    output's own (the shell made ``> corpus/out.jsonl`` empty in the corpus's folder) is
-    ``--jsonl``'s refusal."""
-    try:
-        return opening()
-    except CorpusError as exc:
-        out = _stdout_key() if args.jsonl and exc.path else None
-        with contextlib.suppress(OSError):
-            if out is not None and file_key(str(exc.path)) == out:
-                raise _INTO_INPUT from None
-        raise
-
-
 def _documents(
     corpus: Corpus, options: Options, state: DocumentState | None, whose: str | None
 ) -> DocumentIterator:
@@ -205,7 +156,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     with _opening(state_out, state):
         opening = time.perf_counter()
         source = _mixture(args) if args.mix else open_corpus(args)
-        _refuse_inputs(source, state_out, jsonl=False)
+        refuse_inputs(source, state_out, jsonl=False)
         opening_s = (time.perf_counter() - opening, 0.0)
         documents = None if state is None else state.documents
         if isinstance(documents, MixtureState):
@@ -257,8 +208,8 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
         raise OutputError("standard output is closed: nowhere to write --jsonl")
     with _opening(state_out, state):
         opening = time.perf_counter()
-        mixture = _refusing_stdout(args, lambda: _mixture(args))
-        _refuse_inputs(mixture, state_out, args.jsonl)
+        mixture = refusing_stdout(args, lambda: _mixture(args))
+        refuse_inputs(mixture, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, 0.0)
         first = None if state is None else next(iter(state.parts.values()))
         options = _stream_options(args, first)
@@ -285,51 +236,11 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
     return 0
 
 
-#: The flags that only shape something another flag asks for, with it, and their defaults.
-_NEEDS = {
-    "seq_len": ("--pack", 1024), "batch_size": ("--pack", 8), "window": ("--pack bestfit", WINDOW),
-    "mix_by": ("--mix", "documents"), "max_errors": ("--on-error skip or warn", None),
-}  # fmt: skip
-
-
-def _defaults(args: argparse.Namespace) -> None:
-    """Refuse a flag given without the one it shapes (it would do nothing); set the defaults
-    of those not given."""
-    asked = {"--pack": bool(args.pack), "--pack bestfit": args.pack == "bestfit",
-             "--mix": bool(args.mix), "--on-error skip or warn": args.on_error != "raise"}
-    for name, (needs, default) in _NEEDS.items():
-        flag = "--" + name.replace("_", "-")
-        if getattr(args, name) is not None and not asked[needs]:
-            raise ValueError(f"{flag} shapes {needs}: give {needs}, or leave {flag} out")
-        if getattr(args, name) is None:
-            setattr(args, name, default)
-    if args.shuffle is False:  # corpus order: the seed then orders best fit's rows only
-        idle = [flag for flag, name in (("--seed", "seed"), ("--shuffle-buffer", "shuffle_buffer"))
-                if getattr(args, name) is not None and (name, args.pack) != ("seed", "bestfit")]
-        if idle:
-            both = " and ".join(idle)
-            raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} the shuffle: leave out "
-                             f"--no-shuffle or {both}")  # fmt: skip
-    if args.mix_by == "tokens" and not args.tokenizer:
-        raise ValueError("--mix-by tokens weighs the parts by their ids: give --tokenizer")
-    if args.resume is not None:  # (the state says the split and the ranks)
-        return
-    idle = [flag for flag, name in (("--val-fraction", "val_fraction"), ("--val-seed", "val_seed"))
-            if getattr(args, name) is not None and args.split not in ("train", "val")]  # fmt: skip
-    if idle:
-        both = " and ".join(idle)
-        raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} --split train or val: give one, "
-                         f"or leave {both} out")  # fmt: skip
-    if args.even is not None and (args.world_size or 1) == 1:
-        raise ValueError("--even shapes the shares of --world-size > 1: give one, or leave "
-                         "--even out")  # fmt: skip
-
-
 def run(args: argparse.Namespace) -> int:
     """``owt stream``: read, show or write, save the state, sum up."""
     if args.jsonl and (args.tokenizer or args.pack):
         raise ValueError("--jsonl writes text: leave --tokenizer and --pack out")
-    _defaults(args)
+    check_flags(args)
     if args.pack:
         return _run_packed(args, summary.read_state(args.resume) if args.resume else None)
     if args.mix:
@@ -344,8 +255,8 @@ def run(args: argparse.Namespace) -> int:
         raise OutputError("standard output is closed: nowhere to write --jsonl")
     with _opening(state_out, state):
         opening, waited_before = time.perf_counter(), retry_waited()
-        corpus = _refusing_stdout(args, lambda: open_corpus(args))
-        _refuse_inputs(corpus, state_out, args.jsonl)
+        corpus = refusing_stdout(args, lambda: open_corpus(args))
+        refuse_inputs(corpus, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
         options = _stream_options(args, state)
         iterator = _documents(corpus, options, state, args.resume)  # checks the state first

@@ -75,6 +75,15 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
     return fs
 
 
+#: The keyword arguments of aiohttp's requests (``ClientSession.request``), which fsspec's HTTP
+#: filesystem passes its other storage options to.
+_AIOHTTP_REQUEST = frozenset({
+    "params", "data", "json", "cookies", "headers", "skip_auto_headers", "auth",
+    "allow_redirects", "max_redirects", "compress", "chunked", "expect100", "raise_for_status",
+    "read_until_eof", "proxy", "proxy_auth", "timeout", "verify_ssl", "fingerprint",
+    "ssl_context", "ssl", "server_hostname", "proxy_headers", "trace_request_ctx", "read_bufsize",
+    "auto_decompress", "max_line_size", "max_field_size", "max_headers",
+})  # fmt: skip
 #: The storage options ``_http_options`` said it left out.
 _SAID: set[tuple[str, ...]] = set()
 
@@ -85,11 +94,9 @@ def _http_options(options: dict[str, Any]) -> dict[str, Any]:
     ``s3://`` URLs) left out with a warning, never passed on to fail each request."""
     import inspect
 
-    import aiohttp
     from fsspec.implementations.http import HTTPFileSystem
 
-    taken = {*inspect.signature(HTTPFileSystem.__init__).parameters,
-             *inspect.signature(aiohttp.ClientSession._request).parameters}  # fmt: skip
+    taken = {*inspect.signature(HTTPFileSystem.__init__).parameters, *_AIOHTTP_REQUEST}
     foreign = sorted(set(options) - taken)
     if foreign and tuple(foreign) not in _SAID:  # (once: forked workers inherit it)
         _SAID.add(tuple(foreign))

@@ -73,6 +73,7 @@ from openwebtext.tokenizer.spec import (
     SPECS,
     TokenizerError,
     TokenizerWarning,
+    parse_spec,
     token_dtype,
 )
 
@@ -83,5 +84,6 @@ __all__ = [
     "TokenizerError",
     "TokenizerWarning",
     "load_tokenizer",
+    "parse_spec",
     "token_dtype",
 ]

@@ -69,14 +69,9 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the extra
     raise ImportError(f"openwebtext.torch needs PyTorch: {install_hint('torch')}") from exc
 
-from openwebtext.torch.datasets import (
-    OpenWebTextDataset,
-    PackedBatchDataset,
-    loader_dataset_states,
-    reshard_loader_states,
-    same_steps,
-)
+from openwebtext.torch.datasets import OpenWebTextDataset, PackedBatchDataset, same_steps
 from openwebtext.torch.feed import DeviceBatches, to_device
+from openwebtext.torch.loaderstates import loader_dataset_states, reshard_loader_states
 from openwebtext.torch.masks import (
     Varlen,
     document_block_mask,
