@@ -235,6 +235,18 @@ def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "flags", [["--split", "all", "--val-fraction", "0.1"], ["--world-size", "1", "--even", "pad"]]
+)
+def test_owt_stream_takes_the_flags_a_launch_script_gives_every_run(
+    jsonl: Path, owt: Callable[..., Ran], flags: list[str]
+) -> None:
+    """``--split "$S" --val-fraction F`` with S=all, ``--world-size "$W" --even pad`` with W=1:
+    the flag they shape is given, whatever its value; taken as the library takes them."""
+    ran = owt("stream", str(jsonl), "-q", "-j", "0", "--take", "2", *flags)
+    assert ran.returncode == 0, ran.stderr
+
+
+@pytest.mark.parametrize(
     ("flags", "said"),
     [(["--seq-len", "64"], "--seq-len shapes --pack: give --pack, or leave --seq-len out"),
      (["--batch-size", "3"], "--batch-size shapes --pack"),
@@ -245,9 +257,9 @@ def test_a_loader_state_of_other_workers_says_to_reshard(jsonl: Path) -> None:
      (["--cache-size", "1G"], "cache_size caps the member cache of cache_dir"),
      # session 28 (red team): each ran with the flag ignored
      (["--val-fraction", "0.5"], "--val-fraction shapes --split train or val: give one"),
-     (["--split", "all", "--val-seed", "7"], "--val-seed shapes --split train or val"),
+     (["--val-seed", "7"], "--val-seed shapes --split train or val"),
      (["--even", "pad"], "--even shapes the shares of --world-size > 1"),
-     (["--even", "off", "--world-size", "1"], "--even shapes the shares of --world-size > 1"),
+     (["--even", "off"], "--even shapes the shares of --world-size > 1"),
      (["--mix", "a=x:1", "--mix-by", "tokens"], "--mix-by tokens weighs the parts by their ids: "
       "give --tokenizer"),  # (it said "needs the loader's tokenizer", the library's words)
      (["--mix", "a=x:inf"], "(a finite weight >= 0)"),  # (refused later, in other words)

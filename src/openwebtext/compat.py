@@ -127,8 +127,8 @@ def shuffle(
     ``random_state`` as in ``OpenWebTextLoader`` (None: seed 0).
 
     Raises:
-        ValueError: ``buffer_size`` is not an int >= 1 (said at the call, not at the first
-            item).
+        ValueError: ``buffer_size`` is not an int >= 1 (at most ``sys.maxsize``; said at the
+            call, not at the first item).
     """
     size = integral(buffer_size)  # (numpy's integers too, as the reference took them)
     if not (int_at_least(size, 1) and size <= sys.maxsize):
@@ -154,7 +154,7 @@ def take(it: Iterable[T], size: int) -> Iterator[T]:
     """The first ``size`` items of ``it``.
 
     Raises:
-        ValueError: ``size`` is not an int >= 0.
+        ValueError: ``size`` is not an int >= 0 (and at most ``sys.maxsize``).
     """
     count = integral(size)  # (numpy's integers too, as the reference took them)
     if not (int_at_least(count, 0) and count <= sys.maxsize):

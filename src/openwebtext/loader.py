@@ -120,14 +120,18 @@ class Loader:
         self.corpus = corpus
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self.__dict__:  # (set once, by ``__init__``)
+        if name in self.__dict__ or name not in ("options", "corpus"):  # (set once, __init__)
             raise AttributeError(f"a Loader is immutable ({name}): loader.replace(seed=...) "
                                  "makes one of other options, Loader(corpus, loader.options) "
                                  "one of another corpus")  # fmt: skip
         super().__setattr__(name, value)
 
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Loader is immutable ({name})")
+
     def __eq__(self, other: object) -> bool:
-        """The same corpus (its fingerprint, files and units) and the same options."""
+        """The same corpus (a ``Corpus`` equal to it: its files and units; a ``Mixture``: the
+        same object) and the same options."""
         if not isinstance(other, Loader):
             return NotImplemented
         return (self.corpus, self.options) == (other.corpus, other.options)

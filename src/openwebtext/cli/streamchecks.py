@@ -52,13 +52,15 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError("--mix-by tokens weighs the parts by their ids: give --tokenizer")
     if args.resume is not None:  # (the state says the split and the ranks)
         return
+    # Without the flag they shape (a launch script's --split "$S" or --world-size "$W" given,
+    # whatever its value, goes on: the flags are the same for every one of its runs).
     idle = [flag for flag, name in (("--val-fraction", "val_fraction"), ("--val-seed", "val_seed"))
-            if getattr(args, name) is not None and args.split not in ("train", "val")]  # fmt: skip
+            if getattr(args, name) is not None and args.split is None]  # fmt: skip
     if idle:
         both = " and ".join(idle)
         raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} --split train or val: give one, "
                          f"or leave {both} out")  # fmt: skip
-    if args.even is not None and (args.world_size or 1) == 1:
+    if args.even is not None and args.world_size is None:
         raise ValueError("--even shapes the shares of --world-size > 1: give one, or leave "
                          "--even out")  # fmt: skip
 
@@ -78,12 +80,13 @@ def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool)
         raise ValueError(f"{state_out}: --state-out names a file this run reads: the state "
                          "would replace it; write the state elsewhere")  # fmt: skip
     if jsonl and _stdout_key() in inputs:
-        raise _INTO_INPUT
+        raise _into_input()
 
 
-#: ``--jsonl`` with standard output opened onto a corpus file (exit 2, as ``--state-out``).
-_INTO_INPUT = ValueError("standard output is a file this run reads: --jsonl would write its "
-                         "documents into it; write them elsewhere")  # fmt: skip
+def _into_input() -> ValueError:
+    """``--jsonl`` with standard output opened onto a corpus file (exit 2, as ``--state-out``)."""
+    return ValueError("standard output is a file this run reads: --jsonl would write its "
+                      "documents into it; write them elsewhere")  # fmt: skip
 
 
 def _stdout_key() -> object:
@@ -105,5 +108,5 @@ def refusing_stdout(args: argparse.Namespace, opening: Callable[[], _T]) -> _T:
         out = _stdout_key() if args.jsonl and exc.path else None
         with contextlib.suppress(OSError):
             if out is not None and file_key(str(exc.path)) == out:
-                raise _INTO_INPUT from None
+                raise _into_input() from None
         raise

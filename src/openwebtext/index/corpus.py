@@ -158,7 +158,8 @@ class Corpus:
             on_error: ``raise``: a bad file is an error; ``skip`` (or ``warn``):
                 it is left out and listed in ``skipped_files``.
             storage_options: Passed as they are to the filesystems of URLs (for
-                S3: ``endpoint_url``, ``anon``…), here and in the workers. They
+                S3: ``endpoint_url``, ``anon``…; ``http(s)://`` URLs take theirs only,
+                ``source.Storage``), here and in the workers. They
                 belong to this corpus (``storage``): another corpus opened in the
                 same process with other options does not change them.
             cache_dir: Keep the remote members read in this folder (off by
@@ -170,6 +171,7 @@ class Corpus:
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
             UnknownFormat: a file or member is in no known format.
+            ValueError, TypeError: a storage argument that is not valid (``source.Storage``).
         """
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]

@@ -70,6 +70,9 @@ def merge(
             slice missing, given twice, or overlapping another; a slice's file of the wrong
             size, or (``verify``) not its sha256; a download or upload failed.
         TooManyErrors: more skips in all than ``max_errors``.
+        TypeError: ``folders`` is one path, not a list of them; a folder or ``out`` that is
+            not a path or URL.
+        ValueError: an empty folder or ``out``; ``max_errors`` not None or an int >= 0.
     """
     if isinstance(folders, str | os.PathLike):  # (its characters are no folders)
         raise TypeError("folders must be a list of the slices' folders, not one path")

@@ -81,6 +81,10 @@ def prepare(
             run is writing into it (without ``wait``), or an upload failed.
         CorpusError: a bad member or document under ``on_error="raise"``.
         TokenizerError: the tokenizer cannot be loaded.
+        TypeError: ``corpus`` is not a ``Corpus``, ``options`` not ``PrepareOptions``, ``out``
+            not a path or URL.
+        ValueError: ``out`` is empty; a slice (``start``, ``stop``, ``shard``) that is not
+            one of the corpus.
     """
     if not isinstance(corpus, Corpus):
         raise TypeError(f"corpus must be a Corpus (Corpus.open(paths)), not "

@@ -64,8 +64,8 @@ def slice_folders(out: str | os.PathLike[str], under: str, count: int) -> list[o
     count = as_int(count)
     if not int_at_least(count, 1):
         raise ValueError(f"count must be an int >= 1, not {count!r}")
-    parts = under.replace("\\", "/").split("/") if isinstance(under, str) else [""]
-    if not under or under.startswith("/") or ".." in parts:
+    under = os.fspath(under) if isinstance(under, str | os.PathLike) else ""
+    if not under or under.startswith("/") or ".." in under.replace("\\", "/").split("/"):
         raise ValueError(f"under must be a folder inside out, not {under!r}")
     root = outputs.join(outputs.location(out), under)
     return [outputs.join(root, f"{i:05d}-of-{count:05d}") for i in range(count)]

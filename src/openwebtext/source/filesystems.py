@@ -82,21 +82,25 @@ _AIOHTTP_REQUEST = frozenset({
     "allow_redirects", "max_redirects", "compress", "chunked", "expect100", "raise_for_status",
     "read_until_eof", "proxy", "proxy_auth", "timeout", "verify_ssl", "fingerprint",
     "ssl_context", "ssl", "server_hostname", "proxy_headers", "trace_request_ctx", "read_bufsize",
-    "auto_decompress", "max_line_size", "max_field_size", "max_headers",
+    "auto_decompress", "max_line_size", "max_field_size", "max_headers", "middlewares",
+    "upload_tracker",
 })  # fmt: skip
 #: The storage options ``_http_options`` said it left out.
 _SAID: set[tuple[str, ...]] = set()
 
 
 def _http_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The storage options an HTTP(S) filesystem takes: its own and its requests' (aiohttp's),
-    with a read timeout; the others (a store's: ``endpoint_url``, ``anon``, given for the run's
-    ``s3://`` URLs) left out with a warning, never passed on to fail each request."""
+    """The storage options an HTTP(S) filesystem takes: its own (its listings cache's too) and
+    its requests' (aiohttp's), with a read timeout; the others (a store's: ``endpoint_url``,
+    ``anon``, given for the run's ``s3://`` URLs) left out with a warning, never passed on to
+    fail each request."""
     import inspect
 
+    from fsspec.dircache import DirCache
     from fsspec.implementations.http import HTTPFileSystem
 
-    taken = {*inspect.signature(HTTPFileSystem.__init__).parameters, *_AIOHTTP_REQUEST}
+    taken = {*inspect.signature(HTTPFileSystem.__init__).parameters, *_AIOHTTP_REQUEST,
+             *inspect.signature(DirCache.__init__).parameters, "skip_instance_cache"}  # fmt: skip
     foreign = sorted(set(options) - taken)
     if foreign and tuple(foreign) not in _SAID:  # (once: forked workers inherit it)
         _SAID.add(tuple(foreign))

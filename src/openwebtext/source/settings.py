@@ -116,13 +116,15 @@ class Storage:
 
     Args:
         options: Passed as they are to ``fsspec.filesystem`` (for S3:
-            ``endpoint_url``, ``anon``, ``key``…).
+            ``endpoint_url``, ``anon``, ``key``…); for ``http(s)://`` URLs, those its
+            filesystem and aiohttp's requests take (the others left out, with a warning).
         cache_dir: Keep the remote members read in this folder (None: no cache).
         cache_size: The member cache's cap in bytes (None: no cap).
 
     Raises:
-        ValueError: a ``cache_size`` without a ``cache_dir`` (it would bound nothing), or an
-            empty ``cache_dir``.
+        ValueError: a ``cache_size`` without a ``cache_dir`` (it would bound nothing), or not
+            an int of bytes >= 0; an empty ``cache_dir``.
+        TypeError: a ``cache_dir`` that is not a path, ``options`` that are not a mapping.
     """
 
     def __init__(

@@ -127,9 +127,11 @@ def open_token_file(
         dtype: A nanoGPT file's and a datatrove ``.ds``'s id type.
 
     Raises:
-        TokenFileError: a damaged header or index, or ids that do not fit it.
-        ValueError: boundaries needed from end-of-text and no ``eot`` given; a ``dtype`` not
-            of integers.
+        OSError: the file cannot be opened, or is not a regular file (a FIFO, a device).
+        TokenFileError: a damaged header or index (one that is not a regular file too), or ids
+            that do not fit it.
+        ValueError: boundaries needed from end-of-text and no ``eot`` given, or an ``eot``
+            the ids' dtype cannot hold; a ``dtype`` not of integers.
     """
     if np.dtype(dtype).kind not in "iu":
         raise ValueError(f"token ids are integers: dtype {dtype!r} is not")
