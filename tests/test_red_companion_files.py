@@ -31,16 +31,21 @@ def _token_file(folder: Path) -> Path:
     return folder / "train.bin"
 
 
+def _no_file(path: Path, kind: str) -> None:
+    """Put a FIFO, a link to a device or a folder in ``path``'s place."""
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        path.mkdir()
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
 def test_a_meta_json_that_is_no_file_is_an_error_naming_it(tmp_path: Path, kind: str) -> None:
     path = _token_file(tmp_path / "tok")
-    meta = path.parent / "meta.json"
-    if kind == "fifo":
-        os.mkfifo(meta)
-    elif kind == "device":
-        meta.symlink_to("/dev/zero")
-    else:
-        meta.mkdir()
+    _no_file(path.parent / "meta.json", kind)
     with pytest.raises(OWTError, match=r"meta\.json: cannot read it: not a regular file"):
         Corpus.open_tokens(str(path))
 
@@ -80,17 +85,6 @@ def test_a_tokenizer_file_that_is_a_fifo_is_an_error(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(OWTError, match="not a regular file"):
         load_tokenizer(f"hf:{fifo}")
-
-
-def _no_file(path: Path, kind: str) -> None:
-    """Put a FIFO, a link to a device or a folder in ``path``'s place."""
-    path.unlink(missing_ok=True)
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "device":
-        path.symlink_to("/dev/zero")
-    else:
-        path.mkdir()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
