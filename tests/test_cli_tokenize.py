@@ -147,3 +147,22 @@ def test_empty_splits_of_a_small_run_say_why(
     assert with_progress(lambda update: Report(Path("OUT"), meta), quiet=True) == 0
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert len(warnings) == 2 and all(line.endswith(f"; {said}") for line in warnings), warnings
+
+
+@pytest.mark.parametrize(
+    ("tokens", "fraction", "said"),
+    [({"train": 0, "val": 5}, 0.9, "; the corpus is too small for both splits"),
+     ({"train": 40000, "val": 900}, 0.6, "a trainer cannot take a batch from it")],
+)  # fmt: skip
+def test_a_small_val_split_is_told_to_hold_out_more_only_where_that_helps(
+    tokens: dict[str, int], fraction: float, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Red team, session 28: a corpus of one document under ``--val-fraction 0.9`` was told
+    "hold out more with --val-fraction 0.5 (now 0.9)", and "(1 documents)"."""
+    meta = {"config": {"dtype": "uint16", "split_rule": "hash", "val_fraction": fraction},
+            "counts": {"documents": {"train": 40, "val": 1}, "tokens": tokens,
+                       "skipped_members": 0, "skipped_documents": 0, "partial_members": 0},
+            "files": ["train.bin", "val.bin"]}  # fmt: skip
+    assert with_progress(lambda update: Report(Path("OUT"), meta), quiet=True) == 0
+    val = [line for line in capsys.readouterr().err.splitlines() if "warning: val.bin" in line]
+    assert len(val) == 1 and val[0].endswith(said) and "(1 document)" in val[0], val

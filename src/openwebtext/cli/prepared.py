@@ -118,22 +118,22 @@ def _warn_small_splits(meta: dict[str, Any]) -> None:
             continue
         size = "is empty" if tokens[name] == 0 else f"holds only {tokens[name]:,} tokens"
         line = (
-            f"warning: {name}.bin {size} ({documents.get(name, 0)} documents), less than one "
-            f"block of {BLOCK_TOKENS:,} tokens: a trainer cannot take a batch from it"
+            f"warning: {name}.bin {size} ({plural(documents.get(name, 0), 'document')}), less "
+            f"than one block of {BLOCK_TOKENS:,} tokens: a trainer cannot take a batch from it"
         )
-        if name == "val" and config["split_rule"] == "hash" and total:
-            # A keyed hash holds out each document by chance: aim at a few blocks and documents.
-            n = sum(documents.values())
-            wanted = min(0.5, max(4 * BLOCK_TOKENS / total, 5 / max(n, 1)))
+        # A keyed hash holds out each document by chance: aim at a few blocks and documents.
+        n = sum(documents.values())
+        wanted = min(0.5, max(4 * BLOCK_TOKENS / max(total, 1), 5 / max(n, 1)))
+        if total < 2 * BLOCK_TOKENS and config.get("take") is not None:
+            line += f"; the run took --take {config['take']} documents: take more"
+        elif total < 2 * BLOCK_TOKENS:
+            line += "; the corpus is too small for both splits"
+        elif name == "val" and config["split_rule"] == "hash" and wanted > config["val_fraction"]:
             line += (
                 f"; hold out more with --val-fraction {wanted:.2g} (now "
                 f"{config['val_fraction']}), or use --split nanogpt, which always holds out "
                 f"ceil({NANOGPT_SPLIT.fraction} n) >= 1 documents"
             )
-        elif total < 2 * BLOCK_TOKENS and config.get("take") is not None:
-            line += f"; the run took --take {config['take']} documents: take more"
-        elif total < 2 * BLOCK_TOKENS:
-            line += "; the corpus is too small for both splits"
         print(line, file=sys.stderr)
 
 
