@@ -112,10 +112,12 @@ def iterable_dataset(
     reader, ``num_shards = num_workers`` of the ``torch.utils.data.DataLoader`` (times the
     nodes, for ``split_dataset_by_node``): DataLoader worker ``i`` then reads exactly the
     documents, in the order, of ``Loader(paths, rank=i, world_size=num_workers)`` (of
-    ``rank=r * num_workers + i, world_size=W * num_workers`` under rank ``r`` of ``W``), reading in
-    its own process, and the DataLoader interleaves the workers. The union of all workers
-    is every document of each epoch exactly once (``even`` aside, which may drop or
-    repeat to keep shards equal). Fewer shards than workers leaves workers idle
+    ``rank=r * num_workers + i, world_size=W * num_workers`` under rank ``r`` of ``W``) with
+    ``even`` as the training ranks decide it (``shard_options``: with one training rank,
+    None, where such a ``Loader`` would even its shares), reading in its own process, and the
+    DataLoader interleaves the workers. The union of all workers is every document of each
+    epoch exactly once (``even`` aside, which across training ranks may drop or repeat to
+    keep shards equal). Fewer shards than workers leaves workers idle
     (``datasets`` warns); a worker given several shards reads them one after another,
     so with ``epochs=None`` (endless) only its first would ever be read: keep one shard
     per reader. Split across ranks either with our ``rank=``/``world_size=`` options or
