@@ -110,16 +110,16 @@ def damaged(path: str | os.PathLike[str], why: str) -> TokenFileError:
     return TokenFileError(why, os.fspath(path))
 
 
-def local_bytes(path: str | os.PathLike[str], head: int = -1) -> bytes:
-    """The bytes of the local file ``path`` (its first ``head``: all), a regular file's only
-    (``codec.open_regular``): a FIFO in a token file's or an index's place would make a read
-    wait for a writer forever, a device (``/dev/zero``) never end.
+def local_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The bytes of the local file ``path``, a regular file's only (``codec.open_regular``): a
+    FIFO in a token file's or an index's place would make a read wait for a writer forever, a
+    device (``/dev/zero``) never end.
 
     Raises:
         OSError: missing (``FileNotFoundError``), unreadable, or not a regular file.
     """
     with os.fdopen(open_regular(path), "rb") as f:
-        return f.read(head)
+        return f.read()
 
 
 def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndarray:

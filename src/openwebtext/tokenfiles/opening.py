@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import errno
 import os
 import struct
 import weakref
 from pathlib import Path
-from stat import S_ISREG
 from typing import BinaryIO, NamedTuple, Protocol
 
 import numpy as np
@@ -221,10 +219,9 @@ def opened(
         known = kept(name, storage)
         if known is not None:
             return known
-    stat = os.stat(name)
-    if not S_ISREG(stat.st_mode):  # put in the file's place since the open: never opened
-        raise OSError(errno.EINVAL, "not a regular file (a FIFO, socket or device)")
-    now = (name, _stamp(stat), _beside(name))
+    # (a FIFO or device put in the file's place since the open: another stamp, so never one
+    # opened before; ``open_token_file`` refuses it)
+    now = (name, _stamp(os.stat(name)), _beside(name))
     if dtype is None and now in _LAST:
         return _LAST[now]
     dtype = dtype or "uint16"
