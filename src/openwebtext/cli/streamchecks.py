@@ -44,10 +44,7 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.shuffle is False:  # corpus order: the seed then orders best fit's rows only
         idle = [flag for flag, name in (("--seed", "seed"), ("--shuffle-buffer", "shuffle_buffer"))
                 if getattr(args, name) is not None and (name, args.pack) != ("seed", "bestfit")]
-        if idle:
-            both = " and ".join(idle)
-            raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} the shuffle: leave out "
-                             f"--no-shuffle or {both}")  # fmt: skip
+        _refuse_idle(idle, "the shuffle", "leave out --no-shuffle or {}")
     if args.mix_by == "tokens" and not args.tokenizer:
         raise ValueError("--mix-by tokens weighs the parts by their ids: give --tokenizer")
     if args.resume is not None:  # (the state says the split and the ranks)
@@ -56,13 +53,17 @@ def check_flags(args: argparse.Namespace) -> None:
     # whatever its value, goes on: the flags are the same for every one of its runs).
     idle = [flag for flag, name in (("--val-fraction", "val_fraction"), ("--val-seed", "val_seed"))
             if getattr(args, name) is not None and args.split is None]  # fmt: skip
-    if idle:
-        both = " and ".join(idle)
-        raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} --split train or val: give one, "
-                         f"or leave {both} out")  # fmt: skip
+    _refuse_idle(idle, "--split train or val", "give one, or leave {} out")
     if args.even is not None and args.world_size is None:
         raise ValueError("--even shapes the shares of --world-size > 1: give one, or leave "
                          "--even out")  # fmt: skip
+
+
+def _refuse_idle(idle: list[str], shapes: str, fix: str) -> None:
+    """Refuse the ``idle`` flags, which shape ``shapes``, saying the ``fix`` (``{}``: them)."""
+    if idle:
+        both = " and ".join(idle)
+        raise ValueError(f"{both} shape{'s' * (len(idle) == 1)} {shapes}: {fix.format(both)}")
 
 
 def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool) -> None:
