@@ -766,3 +766,8 @@ def rewrite_later(path: Path, body: bytes) -> None:
     path.write_bytes(body)
     later = max(before, path.stat().st_mtime_ns) + 10**9
     os.utime(path, ns=(later, later))
+
+
+def fit_window(packing: str, window: int) -> int | None:
+    """``window`` for best fit; None for concat (which refuses a window)."""
+    return window if packing == "bestfit" else None

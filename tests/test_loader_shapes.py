@@ -14,6 +14,7 @@ import pytest
 
 from openwebtext import Loader, Schedule, StateError, reshard
 from resumable import check_save_load
+from support import fit_window
 
 #: 64 -> 256 -> 1024 ids a row, 1024 ids a batch: changes at batches 4 and 8.
 WARMUP = Schedule.warmup(64, 1024, tokens=1024, batches=8, stages=3, ramp="geometric")
@@ -223,7 +224,8 @@ def test_a_scheduled_run_passes_the_resume_checker(indexed: Path, packing: str) 
 
     def start(state: dict[str, Any] | None, epochs: int) -> Any:
         loader = Loader(indexed, tokenizer="bytes", seed=2, shuffle_buffer=30, epochs=epochs)
-        return loader.batches(schedule=schedule, state=state, packing=packing, window=40)
+        window = fit_window(packing, 40)
+        return loader.batches(schedule=schedule, state=state, packing=packing, window=window)
 
     def cuts(first: int, whole: int) -> list[int]:  # around the changes and the epoch's end
         return [0, 59, 60, 61, first - 1, first, 190, whole]

@@ -18,7 +18,14 @@ import pytest
 
 from openwebtext import Corpus, CorruptMember, Loader, ahead
 from openwebtext.stream import Ahead
-from support import NumberedBatches, child_pids, copy_corpus, member_offset, wait_until
+from support import (
+    NumberedBatches,
+    child_pids,
+    copy_corpus,
+    fit_window,
+    member_offset,
+    wait_until,
+)
 
 try:
     from openwebtext.torch import to_device
@@ -185,7 +192,8 @@ def test_closing_a_started_iterator_whose_worker_is_stuck_ends_at_once(
     packing: str, small_corpus: Path, worker_fault: Callable[..., Path]
 ) -> None:
     worker_fault(members(small_corpus), "hang")
-    batches = Loader(small_corpus, **OPTIONS).batches(32, 2, packing=packing, window=8)
+    window = fit_window(packing, 8)
+    batches = Loader(small_corpus, **OPTIONS).batches(32, 2, packing=packing, window=window)
     state = batches.state_dict()
     batches.start()
     assert wait_until(lambda: len(child_pids()) == 2, 10)

@@ -16,6 +16,7 @@ from openwebtext.loader import DocumentIterator
 from openwebtext.stream import PackedBatch, cu_seqlens
 from openwebtext.stream.packing import best_fit
 from resumable import check_save_load, without_units
+from support import fit_window
 
 EOT = 256  # the bytes tokenizer's end-of-text id (the only id above 255)
 
@@ -127,7 +128,7 @@ def key(batch: Any) -> Any:
 def test_packed_batches_resume_exactly(packing: str, segments: bool, small_corpus: Path) -> None:
     def start(state: dict[str, Any] | None, epochs: int) -> Any:
         return loader(small_corpus, epochs=epochs).batches(
-            96, 2, state=state, segments=segments, packing=packing, window=17
+            96, 2, state=state, segments=segments, packing=packing, window=fit_window(packing, 17)
         )
 
     check_save_load(start, key=key)
@@ -168,7 +169,7 @@ def test_runs_of_take_resumed_from_each_other_go_on(
 
     def rows(state: Any = None, **extra: Any) -> tuple[list[bytes], Any]:
         with loader(small_corpus, epochs=1, **extra).batches(
-            64, 2, packing=packing, window=4, state=state
+            64, 2, packing=packing, window=fit_window(packing, 4), state=state
         ) as it:
             return [row.tobytes() for b in it for row in b], it.state_dict()
 
@@ -192,7 +193,9 @@ def test_closed_batches_end_where_they_were_closed(small_corpus: Path, packing: 
     a resumed run hands out what the closed one had not."""
 
     def batches(state: Any = None) -> Any:
-        return loader(small_corpus, epochs=1).batches(64, 2, packing=packing, window=5, state=state)
+        window = fit_window(packing, 5)
+        return loader(small_corpus, epochs=1).batches(64, 2, packing=packing, window=window,
+                                                      state=state)  # fmt: skip
 
     with batches() as it:
         whole = [b.tobytes() for b in it]
@@ -219,7 +222,8 @@ def test_an_interrupt_inside_next_leaves_the_state_of_the_last_batch(
     fit's state counted the batch never handed out or lost the window being packed."""
 
     def batches(state: Any = None) -> Any:
-        return loader(small_corpus, epochs=2).batches(512, 4, packing=packing, window=7,
+        window = fit_window(packing, 7)
+        return loader(small_corpus, epochs=2).batches(512, 4, packing=packing, window=window,
                                                       state=state)  # fmt: skip
 
     with batches() as it:
@@ -259,7 +263,7 @@ def test_a_run_of_take_stopped_anywhere_resumes_with_the_take_it_has_left(
 
     def batches(state: Any = None, **extra: Any) -> Any:
         return loader(small_corpus, epochs=1, **extra).batches(
-            64, 2, packing=packing, window=5, state=state
+            64, 2, packing=packing, window=fit_window(packing, 5), state=state
         )
 
     with batches(take=9) as it:
@@ -311,3 +315,21 @@ def test_bestfit_is_deterministic_and_refuses_other_packings(small_corpus: Path)
         first("bestfit", concat, window=17)
     with pytest.raises(ValueError, match="packing must be one of"):
         first("firstfit")
+
+
+def test_a_window_is_best_fits_only_and_defaults_to_window(small_corpus: Path) -> None:
+    """Concat refuses a window, as it refuses a ``pad_id`` (it would be ignored); best fit
+    without one packs over ``WINDOW`` documents (its state says so)."""
+    from openwebtext.stream import WINDOW
+    from openwebtext.torch import PackedBatchDataset
+
+    with pytest.raises(ValueError, match="window is best fit's .* leave it out, or pass packing="):
+        loader(small_corpus).batches(64, 2, window=5)
+    with pytest.raises(ValueError, match="window is best fit's"):
+        PackedBatchDataset(small_corpus, 64, 2, tokenizer="bytes", packing="concat", window=5)
+    with loader(small_corpus).batches(64, 2, packing="bestfit") as batches:
+        next(batches)
+        assert batches.state_dict()["window"] == WINDOW
+    with loader(small_corpus).batches(64, 2, packing="concat", window=None) as batches:
+        next(batches)
+        assert "window" not in batches.state_dict() or batches.state_dict()["window"] is None

@@ -15,6 +15,7 @@ from openwebtext import Corpus, Loader, TokenDocument
 from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.tokenfiles import TokenFileError
 from resumable import check_save_load
+from support import fit_window
 
 EOT = 256  # the bytes tokenizer's
 UNIT = 3_000  # ids a unit holds: ~20 units of the small corpus's train.bin
@@ -81,7 +82,7 @@ def test_packed_batches_resume_exactly(run: Path, packing: str, segments: bool) 
 
     def start(state: dict[str, Any] | None, epochs: int) -> Any:
         return _loader(corpus, epochs=epochs, shuffle_buffer=5).batches(
-            256, 2, state=state, segments=segments, packing=packing, window=7
+            256, 2, state=state, segments=segments, packing=packing, window=fit_window(packing, 7)
         )
 
     def key(batch: Any) -> Any:

@@ -25,7 +25,7 @@ stateful = pytest.importorskip("torchdata.stateful_dataloader")
 from openwebtext import Loader, ahead  # noqa: E402
 from openwebtext.torch import DeviceBatches, PackedBatchDataset, to_device  # noqa: E402
 from resumable import check_save_load  # noqa: E402
-from support import NumberedBatches  # noqa: E402
+from support import NumberedBatches, fit_window  # noqa: E402
 
 S, B = 256, 4  # a few hundred batches a pass of the small corpus
 OPTIONS: dict[str, Any] = dict(tokenizer="bytes", seed=3, shuffle_buffer=30, workers=1)
@@ -45,7 +45,7 @@ def as_lists(batch: Any) -> Any:
 
 def plain(corpus: Path, packing: str, segments: bool, **extra: Any) -> Any:
     return Loader(corpus, **OPTIONS, **extra).batches(
-        S, B, packing=packing, segments=segments, window=20
+        S, B, packing=packing, segments=segments, window=fit_window(packing, 20)
     )
 
 
@@ -111,7 +111,7 @@ def test_a_state_saved_mid_prefetch_is_the_batchs_and_resumes_exactly(
     assert state == after_k
     with to_device(
         Loader(small_corpus, **OPTIONS).batches(
-            S, B, packing=packing, segments=True, window=20, state=state
+            S, B, packing=packing, segments=True, window=fit_window(packing, 20), state=state
         ),
         "cpu",
         depth=depth,

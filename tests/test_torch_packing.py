@@ -27,6 +27,7 @@ from openwebtext.torch import (  # noqa: E402
     loader_dataset_states,
     reshard_loader_states,
 )
+from support import fit_window  # noqa: E402
 
 S, B = 32, 2
 OPTIONS: dict[str, Any] = dict(
@@ -66,9 +67,10 @@ def test_document_mask_is_attention_within_each_document() -> None:
 
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
 def test_packed_batch_dataset_gives_segments(packing: str, varied: Path) -> None:
-    dataset = PackedBatchDataset(varied, S, B, segments=True, packing=packing, window=20, **OPTIONS)
+    fits = {"packing": packing, "window": fit_window(packing, 20)}
+    dataset = PackedBatchDataset(varied, S, B, segments=True, **fits, **OPTIONS)
     got = list(torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0))
-    want = list(Loader(varied, **OPTIONS).batches(S, B, segments=True, packing=packing, window=20))
+    want = list(Loader(varied, **OPTIONS).batches(S, B, segments=True, **fits))
     assert len(got) == len(want) > 0
     for item, batch in zip(got, want, strict=True):
         assert set(item) == {"tokens", "segment_ids", "positions"}
@@ -84,7 +86,8 @@ def run_ranks(
     batches, states = [], []
     for rank in range(world):
         dataset = PackedBatchDataset(
-            corpus, S, B, rank=rank, world_size=world, workers=0, packing=packing, window=7,
+            corpus, S, B, rank=rank, world_size=world, workers=0, packing=packing,
+            window=fit_window(packing, 7),
             **OPTIONS,
         )  # fmt: skip
         if shares is not None:
@@ -134,7 +137,7 @@ def test_stateful_dataloader_resumes_on_another_world_and_num_workers(
                 "world_size": 3 * len(shares[rank]),
             }
             with Loader(varied, **opts).batches(
-                S, B, state=state, packing=packing, window=7
+                S, B, state=state, packing=packing, window=fit_window(packing, 7)
             ) as batches:
                 per_share.append([b.tolist() for b in batches])
         want = []  # the DataLoader's round robin over its workers, until one runs out

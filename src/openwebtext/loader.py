@@ -24,7 +24,6 @@ from openwebtext.index import Corpus
 from openwebtext.options import Options, as_int, options_with
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import (
-    WINDOW,
     Ahead,
     Batches,
     BatchesState,
@@ -57,6 +56,7 @@ from openwebtext.stream import (
     config_of,
     cu_seqlens,
     ensure_counts,
+    packing_window,
     schedule_of,
 )
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
@@ -168,7 +168,7 @@ class Loader:
         state: dict[str, Any] | None = ...,
         segments: Literal[False] = ...,
         packing: Packing = ...,
-        window: int = ...,
+        window: int | None = ...,
         pad_id: int | None = ...,
     ) -> BatchIterator[np.ndarray[Any, Any]]: ...
 
@@ -183,7 +183,7 @@ class Loader:
         state: dict[str, Any] | None = ...,
         segments: Literal[True],
         packing: Packing = ...,
-        window: int = ...,
+        window: int | None = ...,
         pad_id: int | None = ...,
     ) -> BatchIterator[PackedBatch]: ...
 
@@ -198,7 +198,7 @@ class Loader:
         state: dict[str, Any] | None = ...,
         segments: bool = ...,
         packing: Packing = ...,
-        window: int = ...,
+        window: int | None = ...,
         pad_id: int | None = ...,
     ) -> BatchIterator[Any]: ...
 
@@ -212,7 +212,7 @@ class Loader:
         state: dict[str, Any] | None = None,
         segments: bool = False,
         packing: Packing = "concat",
-        window: int = WINDOW,
+        window: int | None = None,
         pad_id: int | None = None,
     ) -> BatchIterator[Any]:
         """Start reading packed batches: arrays of ``batch_size`` rows of ``seq_len + 1`` ids.
@@ -240,7 +240,8 @@ class Loader:
                 segments into the attention layouts of SDPA and FlashAttention's varlen.
             packing: ``concat`` or ``bestfit``.
             window: Documents best fit packs at a time (a window is packed whole: under
-                ``take`` it reads on to the end of the window the last document is in).
+                ``take`` it reads on to the end of the window the last document is in);
+                None: 4096 (``WINDOW``). Best fit's only: concat refuses one.
             pad_id: The padding id of ``bestfit`` (None: the tokenizer's end-of-text id).
 
         Example::
@@ -252,7 +253,8 @@ class Loader:
         """
         if self.options.tokenizer is None:
             raise ValueError("batches need token ids: make the loader with tokenizer='gpt2' (or …)")
-        window, pad_id = as_int(window), as_int(pad_id)  # (numpy's integers too)
+        pad_id = as_int(pad_id)  # (numpy's integers too)
+        window = packing_window(packing, as_int(window))
         shapes = schedule_of(seq_len, batch_size, schedule)
         start = batches_start(state, shapes, packing, window)
         kind = batch_ids(dtype, load_tokenizer(self.options.tokenizer), segments, pad_id, packing)
@@ -286,6 +288,7 @@ class Loader:
             assert documents.tokenizer is not None
             if bestfit:
                 pad = documents.tokenizer.eot if pad_id is None else pad_id
+                assert window is not None  # (``packing_window``: best fit's)
                 return BestFitBatches(documents, schedule=shapes, seed=self.options.seed,
                                       pad_id=pad, dtype=kind, segments=segments, window=window,
                                       start=start, take=take)  # fmt: skip

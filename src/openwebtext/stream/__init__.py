@@ -14,6 +14,7 @@ from openwebtext.stream.batches import (
     batch_ids,
     batches_start,
     check_packing,
+    packing_window,
 )
 from openwebtext.stream.blocks import gather
 from openwebtext.stream.counters import Counters
@@ -91,6 +92,7 @@ __all__ = [
     "kind_of",
     "load_state",
     "members_in_run",
+    "packing_window",
     "reshard",
     "resume_options",
     "schedule_of",

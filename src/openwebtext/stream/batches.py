@@ -29,7 +29,7 @@ from openwebtext.options import MOST_INT, countable
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.packed import PackedBatch, segmented
-from openwebtext.stream.packing import PACKING
+from openwebtext.stream.packing import PACKING, WINDOW
 from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_state, parts_to_state
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
@@ -38,7 +38,9 @@ from openwebtext.stream.source import DocumentSource, Packer, Run, copied
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
-__all__ = ["BatchIterator", "Batches", "batch_ids", "batches_start", "check_packing"]
+__all__ = [
+    "BatchIterator", "Batches", "batch_ids", "batches_start", "check_packing", "packing_window",
+]  # fmt: skip
 
 
 Item = TypeVar("Item", covariant=True)
@@ -407,21 +409,40 @@ def batch_ids(
     return kind
 
 
-def batches_start(
-    state: Any, schedule: Schedule, packing: str = "concat", window: int = 1
-) -> BatchesState | None:
-    """A saved ``state_dict()`` of batches, parsed and checked against the batches about to
-    start from it (None: a fresh start).
+def packing_window(packing: str, window: int | None) -> int | None:
+    """The best-fit window of ``packing`` given ``window`` (None: ``WINDOW`` under best fit;
+    concat has none, and refuses one: it would be ignored).
 
     Raises:
-        ValueError: an unknown packing, or a window that is not a positive int.
-        StateError: ``state`` is not a batches state, or was saved for another schedule (or
-            other sizes), another packing or window.
+        ValueError: an unknown packing, a window that is not a positive int, or a window
+            given to concat.
     """
     if packing not in PACKING:
         raise ValueError(f"packing must be one of {PACKING}, not {packing!r}")
+    if packing != "bestfit":
+        if window is not None:
+            raise ValueError(f"window is best fit's documents packed at a time; {packing} packs "
+                             "documents end to end: leave it out, or pass packing='bestfit'")
+        return None
+    window = WINDOW if window is None else window
     if not countable(window, 1):
         raise ValueError(f"window must be an int >= 1 and at most {MOST_INT}, not {window!r}")
+    return window
+
+
+def batches_start(
+    state: Any, schedule: Schedule, packing: str = "concat", window: int | None = None
+) -> BatchesState | None:
+    """A saved ``state_dict()`` of batches, parsed and checked against the batches about to
+    start from it (None: a fresh start); ``window`` as ``packing_window`` takes it.
+
+    Raises:
+        ValueError: an unknown packing, or a window that is not a positive int (or is given
+            to concat).
+        StateError: ``state`` is not a batches state, or was saved for another schedule (or
+            other sizes), another packing or window.
+    """
+    window = packing_window(packing, window)
     if state is None:
         return None
     parsed = BatchesState.from_json(state)
@@ -431,7 +452,7 @@ def batches_start(
     return parsed
 
 
-def check_packing(state: BatchesState, packing: str, window: int) -> None:
+def check_packing(state: BatchesState, packing: str, window: int | None) -> None:
     """Raise a ``StateError`` (field ``packing`` or ``window``) if ``state`` was saved for
     another packing, or best fit over another window."""
     if state.packing != packing or (packing == "bestfit" and state.window != window):

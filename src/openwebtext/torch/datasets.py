@@ -30,14 +30,13 @@ from openwebtext.loader import (
 )
 from openwebtext.options import Options, as_int, options_with
 from openwebtext.stream import (
-    WINDOW,
     DocumentState,
     Packing,
     Schedule,
     batch_ids,
-    batches_start,
     ensure_counts,
     kind_of,
+    packing_window,
     schedule_of,
 )
 from openwebtext.tokenizer import load_tokenizer
@@ -357,7 +356,8 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
             (``Loader.batches(segments=True)``); ``document_mask(segment_ids[:, :-1])`` is the
             attention mask of the inputs.
         packing: ``concat`` or ``bestfit`` (``Loader.batches``).
-        window: Documents best fit packs at a time.
+        window: Documents best fit packs at a time (None: ``Loader.batches``' default; best
+            fit's only).
         pad_id: Best fit's padding id (None: the end-of-text id).
 
     Raises:
@@ -384,17 +384,18 @@ class PackedBatchDataset(_ShardedDataset["torch.Tensor"]):
         dtype: DTypeLike = np.int64,
         segments: bool = False,
         packing: Packing = "concat",
-        window: int = WINDOW,
+        window: int | None = None,
         pad_id: int | None = None,
         **overrides: Any,
     ) -> None:
+        # Checked here too, so that a mistake surfaces in the main process, not in a worker;
+        # the arguments before the corpus is opened (and counted).
+        shapes, window = schedule_of(seq_len, batch_size, schedule), as_int(window)
+        window, pad_id = packing_window(packing, window), as_int(pad_id)  # (numpy's ints too)
         super().__init__(corpus, options, overrides)
-        # Checked here too, so that a mistake surfaces in the main process, not in a worker.
         if self.options.tokenizer is None:
             raise ValueError("packed batches need token ids: pass tokenizer='gpt2' (or …)")
-        self.schedule = schedule_of(seq_len, batch_size, schedule)
-        window, pad_id = as_int(window), as_int(pad_id)  # (numpy's integers too)
-        batches_start(None, self.schedule, packing, window)  # (the packing and window)
+        self.schedule = shapes
         vocabulary = load_tokenizer(self.options.tokenizer)
         self.dtype = batch_ids(dtype, vocabulary, segments, pad_id, packing)
         self.segments, self.packing, self.window, self.pad_id = segments, packing, window, pad_id
