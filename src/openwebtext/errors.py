@@ -7,12 +7,13 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     OWTError
     ├── CorpusError            no corpus at a path, unreadable file, bad outer tar
     │   ├── UnknownFormat      a file or member whose magic bytes are not ours
-    │   └── TokenFileError     a token file whose header, index or size is not its format's
-    │                          (defined in ``tokenfiles``)
-    ├── CorruptMember          an inner member that fails to decompress or parse
-    │   ├── MemberTooLarge     decompressed past ``max_member_bytes``
-    │   ├── TruncatedMember    cut short (an interrupted download); what precedes the cut is kept
-    │   └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
+    │   ├── TokenFileError     a token file whose header, index or size is not its format's
+    │   │                      (defined in ``tokenfiles``)
+    │   └── CorruptMember      an inner member that fails to decompress or parse
+    │       ├── MemberTooLarge     decompressed past ``max_member_bytes``
+    │       ├── TruncatedMember    cut short (an interrupted download); what precedes the cut
+    │       │                      is kept
+    │       └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
     ├── WorkerError            a worker died, hung, or could not be started
     ├── StateError             a state dict that does not fit this loader
     ├── OutputError            a path an output may not be written to (device, FIFO, folder)

@@ -236,7 +236,7 @@ class Loader:
             state: A ``state_dict()`` of batches of the same packing to continue from.
             segments: Yield ``PackedBatch`` records: ``tokens``, ``segment_ids`` (documents
                 numbered from 1 within a row, 0 for padding) and ``positions`` (in the
-                document); ``openwebtext.torch.document_mask`` and ``cu_seqlens`` turn
+                document); ``openwebtext.torch.document_mask`` and ``varlen`` turn
                 segments into the attention layouts of SDPA and FlashAttention's varlen.
             packing: ``concat`` or ``bestfit``.
             window: Documents best fit packs at a time (a window is packed whole: under
