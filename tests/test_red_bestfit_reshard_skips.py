@@ -156,10 +156,11 @@ def _stop(case: Case, rank: int, batches: int) -> int:
 
 def _repeats(case: Case, layout: Layout, state: Any, rank: int) -> int:
     """What an old rank's state counts as repeated, less ``pad``'s documents of the next
-    share, which the oracle's slots hold twice."""
+    share, which the oracle's slots hold twice (counted when its epoch ended, or else by the
+    new ranks' last)."""
     documents = state["documents"]
     repeated = documents["counters"].get("repeated_documents", 0)
-    if documents["position"]["epoch"] > 0 and case.old > 1 and case.even is not None:
+    if case.old > 1 and case.even is not None:
         repeated -= share_losses(sum(layout.counts), rank, case.old, case.even)[1]
     return int(repeated)
 

@@ -75,7 +75,7 @@ def _check(root: Path, case: grid.Case, stops: tuple[int, ...], two: bool) -> st
         states.append(state)
         part = state["documents"]["parts"]["x"]
         repeated += part["counters"].get("repeated_documents", 0)
-        if part["position"]["epoch"] > 0 and case.old > 1 and case.even is not None:
+        if case.old > 1 and case.even is not None:
             repeated -= share_losses(sum(layout.counts), r, case.old, case.even)[1]  # (pad's)
     try:
         new = reshard(states, case.new, even=case.even)

@@ -195,10 +195,11 @@ def _new_world(layout: Layout, case: Case, states: list[Any], world: int, inside
 
 def _repeats(case: Case, layout: Layout, state: Any, rank: int) -> int:
     """What an old rank's state counts as repeated, less ``pad``'s documents of the next
-    share, which the oracle's slots hold twice (counted when its epoch ended)."""
+    share, which the oracle's slots hold twice (counted when its epoch ended, or else by the
+    new ranks' last)."""
     counters = state["counters"]
     repeated = counters.get("repeated_documents", 0)
-    if state["position"]["epoch"] > 0 and case.old > 1 and case.even is not None:
+    if case.old > 1 and case.even is not None:
         repeated -= share_losses(sum(layout.counts), rank, case.old, case.even)[1]
     return int(repeated)
 

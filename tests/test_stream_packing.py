@@ -323,7 +323,7 @@ def test_a_window_is_best_fits_only_and_defaults_to_window(small_corpus: Path) -
     from openwebtext.stream import WINDOW
     from openwebtext.torch import PackedBatchDataset
 
-    with pytest.raises(ValueError, match="window is best fit's .* leave it out, or pass packing="):
+    with pytest.raises(ValueError, match=r"window is best fit's .* leave it out, or pass packing="):
         loader(small_corpus).batches(64, 2, window=5)
     with pytest.raises(ValueError, match="window is best fit's"):
         PackedBatchDataset(small_corpus, 64, 2, tokenizer="bytes", packing="concat", window=5)

@@ -93,6 +93,43 @@ def test_documents_exactly_once_on_3_6_and_1_ranks(rule: str, varied: Path) -> N
     assert evened > 0
 
 
+@pytest.mark.parametrize("rule", ["drop", "pad"])
+def test_what_the_old_shares_left_out_or_repeated_is_counted_once(rule: str, varied: Path) -> None:
+    """Against the corpus, not the old shares: what the old ranks' evened-out shares left out
+    (``drop``) or read twice (``pad``) is counted once, by the old rank that finished its
+    epoch (``None``: read past its end) or else by the new ranks' last, as an unresharded run
+    counts it; also a share stopped at its last document (``all``: not yet past the epoch's
+    end), and a reshard again before the last new rank began its rest."""
+    corpus = collections.Counter(read(varied, None, **options(None, 1, 0))[0])  # type: ignore
+    for world, new_world, stops in [(3, 2, (2, None, 4)), (4, 3, (0, "all", 1, None)),
+                                    (3, 3, (None, None, "all"))]:  # fmt: skip
+        got: collections.Counter[str] = collections.Counter()
+        counted = collections.Counter[str]()
+        states = []
+        for r, stop in enumerate(stops):
+            share = len(read(varied, None, **options(rule, world, r))[0])
+            n = share if stop == "all" else stop  # (None: to the epoch's end, past it)
+            names, state, stats = read(varied, None, n, **options(rule, world, r))
+            got.update(names)
+            states.append(state)
+            counted.update(dropped=stats.dropped_documents, repeated=stats.repeated_documents)
+        middle = reshard(states, new_world)
+        again = []
+        for r, state in enumerate(middle):  # the first new rank goes some way, then again
+            first = 3 if r == 0 else 0
+            names, later, stats = read(varied, state, first, **options(rule, new_world, r))
+            got.update(names)
+            again.append(later)
+            counted.update(dropped=stats.dropped_documents, repeated=stats.repeated_documents)
+        for r, state in enumerate(reshard(again, 2)):
+            names, _, stats = read(varied, state, **options(rule, 2, r))
+            got.update(names)
+            counted.update(dropped=stats.dropped_documents, repeated=stats.repeated_documents)
+        assert sum((corpus - got).values()) == counted["dropped"], (world, new_world, stops)
+        assert sum((got - corpus).values()) == counted["repeated"], (world, new_world, stops)
+        assert counted["repeated" if rule == "drop" else "dropped"] == 0
+
+
 def test_documents_with_worker_processes(varied: Path) -> None:
     """2 worker processes (old and new ranks) hand out what 0 do."""
     _, _, states = old_world(varied, "drop")

@@ -48,7 +48,6 @@ __all__ = [
     "even_counts",
     "members_in_run",
     "nothing_read",
-    "say_rest_dropped",
     "share_target",
     "short_rest",
     "slots_of",
@@ -186,17 +185,6 @@ def _warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> N
             "epoch %d: rank %d reads %d documents of the next rank's share again so that the "
             "%d shares are even (even='pad'; counted in stats.repeated_documents)",
             epoch, options.rank, repeated, options.world_size,
-        )  # fmt: skip
-
-
-def say_rest_dropped(options: Options, epoch: int, dropped: int) -> None:
-    """Say what ``drop`` leaves out of a resharded epoch's rest, on the rank that counts it
-    (as ``EvenLosses`` says a plain sharded epoch's)."""
-    if dropped:
-        log.warning(
-            "epoch %d, resharded: %d documents of its rest left out so that the %d new shares "
-            "are even (even='drop'; counted in stats.dropped_documents of rank %d)",
-            epoch, dropped, options.world_size, options.rank,
         )  # fmt: skip
 
 

@@ -39,26 +39,28 @@ def reshard(
 ) -> list[dict[str, Any]]:
     """One state per rank of ``world_size`` from the states of every rank of a run.
 
-    ``states`` are the ``state_dict()`` of every rank's document iterator, or of every
-    rank's ``Loader.batches`` (one kind), each taken at that rank's own position, in any
-    order. State ``r`` of the result resumes ``Loader(..., rank=r, world_size=world_size)``
+    ``states`` are the ``state_dict()`` of every rank's document iterator, or of every rank's
+    ``Loader.batches`` (one kind), each taken at that rank's own position, in any order. State
+    ``r`` of the result resumes ``Loader(..., rank=r, world_size=world_size)``
     (``.iter(state=…)`` or ``.batches(..., state=…)``): the old ranks' documents up to their
-    states, plus what the new ranks hand out to the end of that epoch, are the epoch's
-    documents once each. Every new rank hands out the same number: under ``even="drop"``
-    the last few of the rest are left out (``stats.dropped_documents``, on the last rank),
-    under ``"pad"`` the first few are repeated (``stats.repeated_documents``); without even
-    sharding the shares differ by at most one. With concat batches, a document cut across the
+    states, plus what the new ranks hand out to the end of that epoch, are the epoch's documents
+    once each. Every new rank hands out the same number: under ``even="drop"`` the last few of
+    the rest are left out (``stats.dropped_documents``, on the last rank), under ``"pad"`` the
+    first few are repeated (``stats.repeated_documents``); without even sharding the shares
+    differ by at most one. What the old ranks' own even shares left out or repeat (of ranks that
+    had not finished the epoch, which count theirs) is counted on the last new rank too, so that
+    the counts over all ranks are the run's. With concat batches, a document cut across the
     checkpoint goes on from its first id not yet a target; with best-fit batches, the window
-    each old rank was in is packed again by one new rank (round robin), which hands out only
-    the rows not handed out before. States may be in different epochs (a mixture's small
-    part runs through its epochs at each rank's pace): a rank past an epoch had finished it, a
-    rank before one had not begun it, and the rests of every epoch an old rank had begun follow
-    one another (best-fit batches of a corpus: states of one epoch only; of a mixture, each old
-    rank's window is read from its epoch of each part, and past its end from the next, all
-    handed out first). After those, every epoch is the new world size's own. The new ranks'
-    counters start at 0. States of a resharded epoch can be resharded again. Batches under a
-    ``Schedule`` go on in it from the batch the furthest old rank had reached (best fit: a
-    window packed again at a change is packed the same way by the new rank it is dealt to).
+    each old rank was in is packed again by one new rank (round robin), which hands out only the
+    rows not handed out before. States may be in different epochs (a mixture's small part runs
+    through its epochs at each rank's pace): a rank past an epoch had finished it, a rank before
+    one had not begun it, and the rests of every epoch an old rank had begun follow one another
+    (best-fit batches of a corpus: states of one epoch only; of a mixture, each old rank's
+    window is read from its epoch of each part, and past its end from the next, all handed out
+    first). After those, every epoch is the new world size's own. The new ranks' counters start
+    at 0. States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on
+    in it from the batch the furthest old rank had reached (best fit: a window packed again at a
+    change is packed the same way by the new rank it is dealt to).
 
     Args:
         states: The states of all ranks of one run.

@@ -6,6 +6,7 @@ batches going on from its first id not yet a target.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -13,16 +14,18 @@ from openwebtext.codec import replace
 from openwebtext.engine import Pool
 from openwebtext.errors import StateError
 from openwebtext.options import Options
-from openwebtext.plan import Share
+from openwebtext.plan import Share, share_losses
 from openwebtext.stream.counters import Counters
 from openwebtext.stream.dealing import RAN_INTO_LAP
-from openwebtext.stream.epochs import say_rest_dropped, short_rest
+from openwebtext.stream.epochs import short_rest
 from openwebtext.stream.overrun import OverrunPasses
 from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.sections import Reshard
 from openwebtext.stream.state import OverrunAt
 
-__all__ = ["RestHandOut", "check_overrun"]
+__all__ = ["RestHandOut", "check_overrun", "old_losses"]
+
+log = logging.getLogger("openwebtext")
 
 
 class RestHandOut:
@@ -55,10 +58,13 @@ class RestHandOut:
         """Hand out this rank's share of a resharded epoch's rest, piece by piece."""
         section, rest = self._reshard, self._rest
         assert section is not None and rest is not None
-        if not section.counted:  # the last share counts what drop left out, and says it
+        if not section.counted:  # the last share counts what evening out cost, and says it
             self._reshard = replace(section, counted=True)
-            self._counters = self._counters.plus(dropped_documents=rest.dropped_here)
-            say_rest_dropped(self.options, self._epoch, rest.dropped_here)
+            last = section.share[0] == section.share[1] - 1
+            dropped, repeated = old_losses(section, sum(rest.counts)) if last else (0, 0)
+            self._counters = self._counters.plus(dropped_documents=rest.dropped_here + dropped,
+                                                 repeated_documents=repeated)  # fmt: skip
+            _say_losses(self.options, self._epoch, rest.dropped_here + dropped, repeated)
         target, again = rest.length, section.rule is not None  # evened out: round again if short
         due = rest.documents  # (the documents of overruns apart: ``overrun``)
         while self._progress < target or (again and self._own_documents < due):
@@ -203,3 +209,34 @@ def _check_least(window: tuple[int, int] | None, began: dict[int, int], repeated
     if repeated - began[first] < least:
         raise StateError(f"{RAN_INTO_LAP} ({least} of its documents were handed out again, "
                          f"{repeated - began[first]} of its slots here)", field="reshard")
+
+
+def old_losses(section: Reshard, total: int) -> tuple[int, int]:
+    """``(left out, read twice)`` by the old ranks' evened-out shares of an epoch of ``total``
+    documents that no rank counted: a rank counts its share's when it finishes the epoch
+    (``epochs.EvenLosses``), and the first reshard's last share those of the old ranks that
+    had not (a reshard again: if the first level's last share had not counted its own,
+    ``Level.counted``, it had not counted these either)."""
+    if section.levels and section.levels[0].counted:
+        return 0, 0
+    lost = [share_losses(total, r, section.world_size, section.even)
+            for r, old in enumerate(section.ranks) if not old.finished]  # fmt: skip
+    return sum(d for d, _ in lost), sum(r for _, r in lost)
+
+
+def _say_losses(options: Options, epoch: int, dropped: int, repeated: int) -> None:
+    """Say what evening out leaves out of a resharded epoch's rest (``drop``) or repeats in it
+    (the old ranks' ``pad``), on the rank that counts it (as ``EvenLosses`` says a plain
+    sharded epoch's)."""
+    if dropped:
+        log.warning(
+            "epoch %d, resharded: %d documents of its rest left out so that the shares are "
+            "even (even='drop'; counted in stats.dropped_documents of rank %d)",
+            epoch, dropped, options.rank,
+        )  # fmt: skip
+    if repeated:
+        log.warning(
+            "epoch %d, resharded: %d documents of its rest read twice, as the old ranks' "
+            "shares held them to be even (even='pad'; counted in stats.repeated_documents of "
+            "rank %d)", epoch, repeated, options.rank,
+        )  # fmt: skip
