@@ -55,10 +55,12 @@ def reshard(
     rows not handed out before. States may be in different epochs (a mixture's small part runs
     through its epochs at each rank's pace): a rank past an epoch had finished it, a rank before
     one had not begun it, and the rests of every epoch an old rank had begun follow one another
-    (best-fit batches of a corpus: states of one epoch only; of a mixture, each old rank's
-    window is read from its epoch of each part, and past its end from the next, all handed out
-    first). After those, every epoch is the new world size's own. The new ranks' counters start
-    at 0. States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on
+    (best-fit batches of a corpus: states of one epoch only, or at the very start of the next
+    with no row of it out; of a mixture, each old rank's window is read from its epoch of each
+    part, and past its end from the next, all handed out first). After those, every epoch is the
+    new world size's own, and so is an epoch no old rank had begun (all at its very start); a
+    rank whose share is empty passes a finite run's epochs with no document. The new ranks'
+    counters start at 0. States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on
     in it from the batch the furthest old rank had reached (best fit: a window packed again at a
     change is packed the same way by the new rank it is dealt to).
 
@@ -105,7 +107,11 @@ def reshard_states(
     ordered = [documents[by_rank[r]] for r in range(old_world)]
     first = ordered[0]
     fit = _best_fit(batches, by_rank, old_world, replays) if batches else None
-    if fit and any(d.reshard for d in ordered) and len({d.position.epoch for d in ordered}) > 1:
+    low = min(d.position.epoch for d in ordered)  # (resharded again: at most the next's start)
+    if fit and any(d.reshard for d in ordered) and any(
+        d.position.epoch > low and (w.rows or not _at_start(d, low + 1, 0))
+        for d, w in zip(ordered, fit[1], strict=True)
+    ):
         raise StateError(_different_epochs(ordered, "best-fit batches states resharded again"))
     cuts = [batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)]
     begun = (
@@ -251,14 +257,18 @@ def _epoch_sections(
     the rests an earlier reshard had left for after them."""
     out: list[Reshard] = []
     epoch = min(d.position.epoch for d in ordered)
+    if epoch and epoch not in needed and all(_at_start(d, epoch, cut) for d, cut in zip(
+            ordered, cuts, strict=True)):  # fmt: skip
+        epoch -= 1  # no old rank began it: the new world's own, after the last one's (empty) rest
     for rank, d in enumerate(ordered):  # (a section per epoch: a gap no run made is refused)
         # An endless stream hands out a document each epoch it passes (``nothing_read``); a
         # share of a rest may hold none: each is one of ``passed`` (the counts start there).
         # Those of its epoch are not of an epoch passed, but at its start (the last epoch's).
+        # A finite run's rank whose shares are empty passes its epochs with none.
         at = d.position
         earlier = d.counters.documents - (d.counters.epoch_documents if at.block or at.in_block
                                           else 0)  # fmt: skip
-        if at.epoch - epoch > earlier + len(d.passed):
+        if at.epoch - epoch > earlier + len(d.passed) and d.counters.documents:
             raise StateError(
                 f"states of one run never differ so in epoch: old rank {rank} is at epoch "
                 f"{d.position.epoch}, {d.position.epoch - epoch} past the earliest rank's, having "
@@ -270,6 +280,14 @@ def _epoch_sections(
         out.append(section)
         epoch += 1
     return out
+
+
+def _at_start(state: DocumentState, epoch: int, cut: int) -> bool:
+    """``state`` is at ``epoch``'s very start, nothing of it begun (no concat cut into its first
+    document, not in a rest)."""
+    counters = state.counters
+    return (state.position == Position(epoch) and state.reshard is None and not cut
+            and not counters.epoch_documents)  # fmt: skip
 
 
 def _epoch_section(

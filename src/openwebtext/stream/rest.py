@@ -218,6 +218,8 @@ class Rest:
                 share, _ = cut_share(spans, s, level.world_size, level.rule)
                 done, cut = level.done[s], level.cuts[s]
                 if s in level.finished:  # its rank was past this epoch: all of it handed out
+                    if level.windows is not None:  # (best fit: its windows dealt too)
+                        continue
                     done = count(share)
                 if level.windows is not None:  # best fit: what of its windows and share is left
                     at_window = level.windows[s]
