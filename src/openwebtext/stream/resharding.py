@@ -60,9 +60,9 @@ def reshard(
     part, and past its end from the next, all handed out first). After those, every epoch is the
     new world size's own, and so is an epoch no old rank had begun (all at its very start); a
     rank whose share is empty passes a finite run's epochs with no document. The new ranks'
-    counters start at 0. States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on
-    in it from the batch the furthest old rank had reached (best fit: a window packed again at a
-    change is packed the same way by the new rank it is dealt to).
+    counters start at 0. States of a resharded epoch can be resharded again. Batches under a
+    ``Schedule`` go on in it from the batch the furthest old rank had reached (best fit: a
+    window packed again at a change is packed the same way by the new rank it is dealt to).
 
     Args:
         states: The states of all ranks of one run.
