@@ -139,3 +139,26 @@ def test_to_s3_a_slice_is_not_a_finished_run_nor_a_merge_target(
         for u in [url, *slices]:
             outputs.remove(outputs.staging(u))
             outputs.remove(outputs.staging(u, "fetch"))
+
+
+@pytest.mark.parametrize("split", ["hash", "nanogpt"])
+def test_a_merge_refuses_an_unfinished_run_s_progress_but_restart(
+    small_corpus: Path, tmp_path: Path, split: str
+) -> None:
+    """The progress of another run in ``out`` (an interrupted ``prepare`` of other options)
+    is refused by a merge as by every run, unless ``restart``: a hash merge threw it away."""
+    corpus = Corpus.open(small_corpus)
+    options = _opts(split_rule=split)
+    slices = [tmp_path / f"s{k}" for k in range(2)]
+    for k, folder in enumerate(slices):
+        prepare(corpus, folder, options, shard=(k, 2))
+    with pytest.raises(_Stop):
+        prepare(corpus, tmp_path / "x", _opts(split_rule=split, seed=7), checkpoint_seconds=0,
+                progress=_stop_after_first_unit)  # fmt: skip
+    before = _files(tmp_path / "x") | {".owt-progress.json": b""}
+    with pytest.raises(PrepareError, match="holds the progress of a run of different options"):
+        merge(slices, tmp_path / "x")
+    assert (tmp_path / "x" / ".owt-progress.json").exists()
+    assert set(_files(tmp_path / "x")) >= set(before) - {".owt-progress.json"}
+    whole = prepare(corpus, tmp_path / "whole", options)
+    assert merge(slices, tmp_path / "x", restart=True).meta == whole.meta

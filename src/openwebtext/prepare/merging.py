@@ -143,7 +143,7 @@ def _merge_in(
         return copies
 
     if config.split_rule == "hash":
-        return _merge_hashed(workdir, config, local(), progress)
+        return _merge_hashed(workdir, config, local(), progress, restart)
     shown = tuple(Piece(outputs.shown(f, resolve=True), m.files) for f, m in ordered)
     record_config = codec.replace(config, merge_of=shown)
     counts = Counts.new(("train", "val"))
@@ -252,9 +252,12 @@ def _merge_hashed(
     config: RunConfig,
     ordered: list[tuple[Path, Meta]],
     progress: Callable[[Progress], None] | None,
+    restart: bool,
 ) -> Report:
     """Concatenate the slices' train.bin and val.bin (a hash split is decided per document).
-    A copy is quick to redo: it is never resumed, and leaves nothing behind when it fails."""
+    A copy is quick to redo: it is never resumed, and leaves nothing behind when it fails; the
+    progress of another run in the folder is refused (``restart``: thrown away), as by every
+    run."""
     counts = _skips([m for _, m in ordered])
     for _, meta in ordered:
         for split in ("train", "val"):
@@ -282,6 +285,8 @@ def _merge_hashed(
             workdir.clear()
             raise
 
-    run = Run(workdir, ProgressRecord(config, "tokenize", counts), progress, 0)
+    fresh = lambda: ProgressRecord(config, "tokenize", counts)  # noqa: E731
+    open_record(workdir, config, restart, fresh)  # (this merge's own: redone from the start)
+    run = Run(workdir, fresh(), progress, 0)
     meta = drive(run, Passes(tokenize=copy, permute=None, finals=BINS))
     return Report(workdir.folder, codec.encode(meta))
