@@ -7,6 +7,7 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +167,24 @@ def test_a_small_val_split_is_told_to_hold_out_more_only_where_that_helps(
     assert with_progress(lambda update: Report(Path("OUT"), meta), quiet=True) == 0
     val = [line for line in capsys.readouterr().err.splitlines() if "warning: val.bin" in line]
     assert len(val) == 1 and val[0].endswith(said) and "(1 document)" in val[0], val
+
+
+def test_a_seed_of_corpus_order_is_refused_and_not_in_the_config(
+    small_corpus: Path, tmp_path: Path, owt: Callable[..., Any]
+) -> None:
+    """``--seed`` with ``--no-shuffle`` orders nothing: refused (exit 2) as ``owt stream``
+    refuses it; the API's ``seed`` under ``shuffle=False`` is not in the config, so that
+    slices made with and without one merge (their bytes are the same)."""
+    ran = owt("tokenize", str(small_corpus), "--out", str(tmp_path / "x"), "--tokenizer",
+              "bytes", "--no-shuffle", "--seed", "3", "-q")  # fmt: skip
+    assert ran.returncode == 2 and "--no-shuffle keeps corpus order" in ran.stderr
+    assert not (tmp_path / "x").exists()
+    corpus = Corpus.open(small_corpus)
+    options = {"tokenizer": "bytes", "workers": 0, "shuffle": False}
+    one = prepare(corpus, tmp_path / "a", PrepareOptions(**options, seed=3), shard=(0, 2))
+    two = prepare(corpus, tmp_path / "b", PrepareOptions(**options), shard=(1, 2))
+    assert one.meta["config"]["seed"] == two.meta["config"]["seed"] == 0
+    from openwebtext.prepare import merge
+
+    whole = prepare(corpus, tmp_path / "whole", PrepareOptions(**options, seed=5))
+    assert merge([tmp_path / "a", tmp_path / "b"], tmp_path / "m").meta == whole.meta

@@ -62,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
         order = "--seed" if args.seed is not None else "--no-shuffle"
         raise ValueError(f"{order} orders --split hash's members; nanogpt's order is nanoGPT's: "
                          f"leave {order} out")  # fmt: skip
+    if args.seed is not None and not args.shuffle:  # (as owt stream refuses it)
+        raise ValueError("--seed orders the members; --no-shuffle keeps corpus order: give one")
     args.seed = 0 if args.seed is None else args.seed
     options = PrepareOptions(
         split_rule=args.split,

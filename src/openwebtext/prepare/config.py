@@ -160,7 +160,8 @@ def run_config(
         val_seed=options.val_seed,
         take=options.take,
         on_error=options.on_error,
-        seed=options.seed if hashed else None,
+        # (corpus order: the files do not depend on a seed, so neither does the config)
+        seed=(options.seed if options.shuffle else 0) if hashed else None,
         shuffle=options.shuffle if hashed else None,
         slice=piece,
     )
