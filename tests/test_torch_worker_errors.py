@@ -103,3 +103,26 @@ def test_an_error_without_the_note_is_rebuilt_as_torch_does(tmp_path: Path) -> N
     assert CorruptMember(f"a document's text{said}").path is None  # (not torch's text)
     assert CorruptMember(f"Caught ...{said}\nmore").path is None  # (not its last line)
     assert CorruptMember(f"Caught ...{said}\n").path == "/etc/x"
+
+
+def test_a_state_refused_as_a_worker_s_pass_starts_keeps_its_attributes(tmp_path: Path) -> None:
+    """A state refused where a worker's pass starts (not inside ``next()``): the library's
+    message, ``field`` and ``resume_with`` reach the main process (red team, session 29)."""
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+    folder = _folder(tmp_path / "web", bad=False)
+
+    def refused(num_workers: int) -> StateError:
+        loader = stateful.StatefulDataLoader(OpenWebTextDataset(str(folder), workers=0, seed=0),
+                                             batch_size=None, num_workers=num_workers)  # fmt: skip
+        next(iter(loader))
+        state = loader.state_dict()
+        other = stateful.StatefulDataLoader(OpenWebTextDataset(str(folder), workers=0, seed=1),
+                                            batch_size=None, num_workers=num_workers)  # fmt: skip
+        other.load_state_dict(state)
+        with pytest.raises(StateError) as info:
+            next(iter(other))
+        return info.value
+
+    inline, worker = refused(0), refused(1)
+    assert (str(worker), worker.field, worker.resume_with) == (
+        str(inline), inline.field, inline.resume_with) == (str(inline), "config.seed", ("seed",))

@@ -191,12 +191,24 @@ class _ShardedDataset(IterableDataset[T]):
 
     def __iter__(self) -> Iterator[T]:
         # (a pass running goes on: its own workers, ended by itself, never by this one)
+        try:  # (an error here too reaches the main process as the library's: ``carry``)
+            running = self._begin()
+        except BaseException as exc:
+            if get_worker_info() is not None:
+                carry(exc)
+            raise
+        self._started()
+        self._running = running
+        return self._pass(running)
+
+    def _begin(self) -> Any:
+        """The running iterator of this process's next pass."""
         options = self.shard_options()
         # Counted already, unless ``torch.distributed`` was initialised after the dataset was
         # built (then even sharding was not known to be needed): count once per process.
         self.corpus = _counted(self.corpus, options)
         try:
-            running = self._start(options, self._next_start())
+            return self._start(options, self._next_start())
         except StateError as exc:
             if not {"rank", "world_size"} & set(exc.resume_with):
                 raise
@@ -206,9 +218,6 @@ class _ShardedDataset(IterableDataset[T]):
                 "world size, or reshard it (reshard_loader_states, then load_resharded)",
                 exc.field, exc.resume_with,
             ) from None
-        self._started()
-        self._running = running
-        return self._pass(running)
 
     def _next_start(self) -> dict[str, Any] | None:
         """The state the next pass of this process starts from (None: the epoch's start):
