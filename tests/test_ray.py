@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus
+from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember, TooManyErrors
 from openwebtext.prepare import PrepareOptions, outputs, prepare, slice_folders
 from support import (
@@ -196,8 +196,8 @@ def _refusal(corpus: Corpus, out: Path) -> str:
 
 def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: Path) -> None:
     tars = sorted(small_corpus.glob("*.tar"))
-    expected = {
-        (file.split(".")[0], member, name): text
+    expected = {  # (the member's file name, as ``Document.member``: red team, session 29)
+        (file.split(".")[0], os.path.basename(member), name): text
         for (file, member), docs in read_members(tars).items()
         for name, text in docs.items()
     }
@@ -205,6 +205,8 @@ def test_read_openwebtext_every_document_once(ray_instance: None, small_corpus: 
     got = [((r["subset"], r["member"], r["name"]), r["text"]) for r in rows]
     assert len(got) == len(expected)
     assert dict(got) == expected
+    loader = {(d.subset, d.member, d.name): d.text for d in Loader(small_corpus, workers=0)}
+    assert loader == expected
 
 
 def test_read_openwebtext_of_a_mixture_says_each_rows_part(

@@ -241,7 +241,7 @@ class _ReadGroup:
 def _add_row(columns: dict[str, list[Any]], unit: Unit, name: str, value: Any) -> None:
     """One document's row: its unit's subset and member, its name, its text or id count."""
     columns["subset"].append(unit.subset)
-    columns["member"].append(unit.member)
+    columns["member"].append(os.path.basename(unit.member))  # (``Document.member``'s)
     columns["name"].append(name)
     columns["value"].append(value)
 
