@@ -285,8 +285,8 @@ def _merge_hashed(
             workdir.clear()
             raise
 
-    fresh = lambda: ProgressRecord(config, "tokenize", counts)  # noqa: E731
-    open_record(workdir, config, restart, fresh)  # (this merge's own: redone from the start)
-    run = Run(workdir, fresh(), progress, 0)
+    record = ProgressRecord(config, "tokenize", counts)
+    open_record(workdir, config, restart, lambda: record)  # (its own: redone from the start)
+    run = Run(workdir, record, progress, 0)
     meta = drive(run, Passes(tokenize=copy, permute=None, finals=BINS))
     return Report(workdir.folder, codec.encode(meta))
