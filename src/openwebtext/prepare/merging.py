@@ -274,7 +274,7 @@ def _merge_hashed(
                 try:
                     for folder, _ in ordered:
                         with os.fdopen(codec.open_regular(folder / name), "rb") as f:
-                            shutil.copyfileobj(f, part.file, 8 << 20)
+                            shutil.copyfileobj(f, part, 8 << 20)  # (Part.write: counted)
                         done += (folder / name).stat().st_size
                         if progress is not None:
                             progress(Progress("copy", done, total, 0))

@@ -30,7 +30,7 @@ from openwebtext.prepare.meta import finished_run
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
 from openwebtext.prepare.state import Counts, ProgressRecord, RunConfig, Shard, Slice
-from openwebtext.prepare.workdir import PROGRESS, Workdir, untidy
+from openwebtext.prepare.workdir import PROGRESS, PrepareError, Workdir, untidy
 from openwebtext.prepare.writers import tokenize_units
 from openwebtext.source import Storage
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
@@ -149,7 +149,12 @@ def written(
         if not restart and (done := finished_run(target, config, store)) is not None:
             return done
         staged = None if restart or folder == target else finished_run(folder, config)
-        report = build(folder) if staged is None else staged
+        try:
+            report = build(folder) if staged is None else staged
+        except OSError as exc:  # (a full disk, a quota: said of the folder, not bare)
+            where = exc.filename if exc.filename else f"writing into {folder}"
+            raise PrepareError(f"{where}: {exc.strerror or exc} (run the same command again to "
+                               "go on)") from exc
         if isinstance(target, Path):
             return report
         confirm(folder)  # the staged files are still this run's
