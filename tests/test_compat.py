@@ -106,6 +106,18 @@ def test_two_passes_of_one_loader_each_go_to_their_end(small_corpus: Path) -> No
     assert len(list(after)) == 120
 
 
+def test_close_stops_the_workers_of_every_pass(small_corpus: Path) -> None:
+    """``close()`` (the ``with``'s exit) stopped no pass: ``iter(loader)`` is a generator,
+    and the loader tracked the iterator object, collected at once (red team, session 29)."""
+    with OpenWebTextLoader(str(small_corpus), num_workers=2) as loader:
+        samples = take(shuffle(iter(loader), 16), 500_000)  # main.py's chain
+        other = iter(loader)
+        next(samples), next(other)
+        assert len(child_pids()) == 4
+    assert child_pids() == []
+    assert list(other) == [] and sum(1 for _ in samples) <= 16  # (the shuffle's buffer)
+
+
 @pytest.mark.parametrize(
     ("subsets", "prefetch", "error", "said"),
     [(b"/data", 2048, TypeError, "not bytes"), (None, 2048, TypeError, "not NoneType"),

@@ -13,7 +13,7 @@ import os
 import random
 import sys
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -93,7 +93,7 @@ class OpenWebTextLoader:
         self.options = Options(workers=num_workers, seed=self.seed, shuffle_buffer=0)
         self.num_workers = self.options.workers  # (a Python int, whatever integral it was)
         self._corpus: Corpus | None = None
-        self._iterators: weakref.WeakSet[DocumentIterator] = weakref.WeakSet()
+        self._passes: weakref.WeakSet[Generator[Item, None, None]] = weakref.WeakSet()
 
     def __iter__(self) -> Iterator[Item]:
         """A pass of its own: another pass begun meanwhile (``zip(loader, loader)``, a peek)
@@ -101,13 +101,14 @@ class OpenWebTextLoader:
         if self._corpus is None:
             self._corpus = Corpus.open(self.subsets)
         iterator = DocumentIterator(self._corpus, self.options, as_tuples=True)
-        self._iterators.add(iterator)
-        return iter(iterator)
+        running: Generator[Item, None, None] = iter(iterator)  # (the pass: its generator)
+        self._passes.add(running)
+        return running
 
     def close(self) -> None:
-        """Stop the workers of every pass."""
-        for iterator in list(self._iterators):
-            iterator.close()
+        """Stop the workers of every pass (each pass ends: a ``next()`` after is the end)."""
+        for running in list(self._passes):
+            running.close()
 
     def __enter__(self) -> OpenWebTextLoader:
         return self
