@@ -230,6 +230,20 @@ def test_a_fifo_in_a_folder_is_left_out_not_opened(corpus_copy: Path) -> None:
     assert len(Corpus.open(corpus_copy).units) == 6  # and no hang on open()
 
 
+def test_a_fifo_named_as_a_corpus_file_in_a_folder_is_an_error_or_a_counted_skip(
+    corpus_copy: Path,
+) -> None:
+    """As a dangling symlink of that name is (red team, session 29: left out as "not a corpus
+    file", a whole subset gone under raise)."""
+    os.mkfifo(corpus_copy / "urlsf_subset02.tar")
+    with pytest.raises(CorpusError, match="is a FIFO, not a file") as info:
+        Corpus.open(corpus_copy)
+    assert info.value.path == str(corpus_copy / "urlsf_subset02.tar")
+    with Loader(corpus_copy, workers=0, on_error="skip").iter() as it:
+        assert len(list(it)) == 120
+        assert it.stats.skipped_files == 1
+
+
 @pytest.mark.parametrize("kind", ["tar", "jsonl", "parquet", "tokens"])
 def test_a_file_replaced_by_a_fifo_after_the_open_is_an_error_not_a_hang(
     kind: str, corpus_copy: Path, tmp_path: Path

@@ -160,8 +160,10 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
         found.ignored.extend(os.path.join(path, "") for path in folders)
         listed = [path for path in listed if path not in folders]
         for path in listed:
-            kind, st, _ = _classify(path)
-            if kind == "bad":
+            kind, st, what = _classify(path)
+            if kind == "other" and named_as_corpus_file(path):  # (a corpus file's name: said)
+                found.items.append(CorpusError(f"is {what}, not a file", path=path))
+            elif kind == "bad":
                 found.items.append(_unreadable(path, os.path.lexists(path)))
             elif kind == "file" and st is not None:
                 corpus_file = _is_corpus_file(path)
