@@ -7,15 +7,18 @@ room and slots are free, waits on the workers' pipes and exit sentinels, reorder
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import mmap
 import multiprocessing as mp
+import multiprocessing.util  # (its exit handler, registered first, runs after ours)
 import os
 import selectors
 import signal
 import threading
 import time
+import weakref
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -61,6 +64,21 @@ class _Run:
 #: Shared memory reserved for the slots of a pool of several lanes at most (past it, units
 #: travel through the pipes: a mixture of many parts keeps a shuffle block of each).
 MAX_SHARED_BYTES = 8 << 30
+
+
+#: The pools not collected: closed at exit (``_close_open``), before multiprocessing's own exit
+#: handler joins their workers with no deadline (a worker SIGTERM cannot stop, stopped or in
+#: an uninterruptible read, would hang the exit of a program whose traceback holds the pool).
+_OPEN: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
+
+
+def _close_open() -> None:
+    for pool in list(_OPEN):
+        with contextlib.suppress(Exception):
+            pool.close()
+
+
+atexit.register(_close_open)
 
 
 class WorkerPool:
@@ -111,6 +129,7 @@ class WorkerPool:
         self.tasks = Tasks(self.slots)  # they live across runs
         self._runs: dict[int, _Run] = {}  # the run of each lane going on
         self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
+        _OPEN.add(self)
 
     # -- processes ---------------------------------------------------------
 
