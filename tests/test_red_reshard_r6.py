@@ -91,3 +91,21 @@ def test_bestfit_resharded_again_with_a_rank_at_the_next_epoch_s_start(varied: P
     for r, again in enumerate(reshard(states, 3, even=None)):
         got += _fit(varied, again, None, pieces, **options(None, 3, r, epochs=1))[0]  # type: ignore
     assert sorted(got) == sorted(set(pieces.values()))  # every piece once
+
+
+def test_a_rest_s_position_past_its_slots_with_no_skip_is_refused(varied: Path) -> None:
+    """A resharded state's ``in_block`` (its share's slots passed with no document handed out)
+    with no skip counted: no run is there (red team, session 29: 7 or 2**63-1 was taken, the
+    first documents moved to the end and counted as repeats)."""
+    from openwebtext import StateError
+
+    olds = [read(varied, None, n, **options("pad", 2, r))[1] for r, n in enumerate((30, 45))]
+    new = reshard(olds, 3)[1]
+    genuine = read(varied, new, **options("pad", 3, 1))[0]
+    assert genuine and new["position"]["in_block"] == 0
+    for value in (7, 2**63 - 1):
+        edited = json.loads(json.dumps(new))
+        edited["position"]["in_block"] = value
+        with pytest.raises(StateError, match="slots of the rest") as info:
+            read(varied, edited, **options("pad", 3, 1))
+        assert info.value.field == "position.in_block"

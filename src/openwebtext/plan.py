@@ -330,7 +330,7 @@ def advance(
                 docs += counts[q % n]
                 q += 1
             left = docs - in_block
-            if k < left:
+            if k < left or k == 0:  # (a block of none next: a stream's state is at its start)
                 return p, in_block + k
             k -= left
             handed += left

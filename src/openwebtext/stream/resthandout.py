@@ -171,15 +171,22 @@ _STALLED = ("bad state: reshard.overrun: the rest's {} documents (its own and it
             "the state's position says (edited?)")
 
 
-def check_overrun(rest: Rest, progress: int, overrun: int) -> None:
+def check_overrun(rest: Rest, progress: int, overrun: int, bare: int = 0, skips: int = 0
+                  ) -> None:  # fmt: skip
     """Check a state's ``reshard.overrun`` at its entry (``progress``: the slots of ``rest`` it
     passed): the documents of the overruns of the windows dealt before it (``Overrun.repeats``,
     each checked as its overrun is handed out); a state at an overrun's end may have been taken
-    inside it (``Mark.overrun``: at least one of its documents out).
+    inside it (``Mark.overrun``: at least one of its documents out). With no skip counted
+    (``skips``) and no overrun, every slot passed handed out a document: none passed bare (its
+    position's ``in_block``, ``bare``), and they are the rest's.
 
     Raises:
-        StateError: it says another number.
+        StateError: it says another number, or a position no run without skips reaches.
     """
+    if not skips and not overrun and (bare or progress > rest.length):
+        raise StateError(f"bad state: position: in_block={bare}: {progress} slots of the rest's "
+                         f"{rest.length} passed, {bare} with no document handed out, with no "
+                         "skip counted", field="position.in_block")  # fmt: skip
     at, least, most = 0, 0, 0
     for piece in rest.pieces(0):
         if at >= progress:

@@ -156,7 +156,8 @@ class Stream(RestHandOut):
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
         if self._rest is not None and self._reshard is not None:  # (its overruns' documents)
-            check_overrun(self._rest, self._progress, self._reshard.overrun)
+            check_overrun(self._rest, self._progress, self._reshard.overrun,
+                          self._skipped_slots, self._counters.skips)  # fmt: skip
 
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
