@@ -98,6 +98,10 @@ def _print_prepared(report: Report, seconds: float) -> None:
         )
         for line in report.skipped[:20]:
             print(f"  skipped: {line}", file=sys.stderr)
+        unnamed = skipped + files - len(report.skipped)  # (an earlier run's, or the slices')
+        if unnamed > 0:
+            print(f"  ({plural(unnamed, 'skip')} not named here: by the run this one went on "
+                  "from, or by the slices merged, named in their output)", file=sys.stderr)
     _warn_small_splits(meta)
 
 
