@@ -109,3 +109,18 @@ def test_a_rest_s_position_past_its_slots_with_no_skip_is_refused(varied: Path) 
         with pytest.raises(StateError, match="slots of the rest") as info:
             read(varied, edited, **options("pad", 3, 1))
         assert info.value.field == "position.in_block"
+
+
+def test_a_split_key_past_8_bytes_is_refused_naming_the_field(varied: Path) -> None:
+    """``val_seed`` of a state or a run's config as ``Options`` bounds it (red team, session
+    29: ``owt stream --resume`` said "val_seed must be …", naming neither file nor field)."""
+    from openwebtext import StateError
+    from openwebtext.stream.schema import DocumentState
+
+    state = read(varied, None, 2, **options("drop", 1, 0))[1]
+    state["config"]["val_seed"] = 2**64
+    with pytest.raises(StateError, match=r"not < 2\*\*64") as info:
+        DocumentState.from_json(state)
+    assert info.value.field == "config.val_seed"
+    state["config"]["val_seed"] = 2**64 - 1
+    assert DocumentState.from_json(state).config.val_seed == 2**64 - 1

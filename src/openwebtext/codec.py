@@ -41,6 +41,7 @@ __all__ = [
     "Positive",
     "Record",
     "Seed",
+    "check_key",
     "decode",
     "differing",
     "encode",
@@ -56,8 +57,8 @@ __all__ = [
 Count = Annotated[int, msgspec.Meta(ge=0, le=MOST_INT)]
 #: An int >= 1 (a size, a world size), at most ``MOST_INT``.
 Positive = Annotated[int, msgspec.Meta(ge=1, le=MOST_INT)]
-#: A seed or a key: any int >= 0 (``Options.seed``: numpy's generators take any; ``val_seed``
-#: is bounded by ``Options``, which a state's config must equal).
+#: A seed or a key: any int >= 0 (``Options.seed``: numpy's generators take any; a
+#: ``val_seed``, 8 bytes, is checked by its record: msgspec bounds no int past int64's).
 Seed = Annotated[int, msgspec.Meta(ge=0)]
 #: A float strictly between 0 and 1.
 Fraction = Annotated[float, msgspec.Meta(gt=0, lt=1)]
@@ -108,6 +109,12 @@ class Disagree(ValueError):
 
     def __init__(self, field: str, why: str) -> None:
         super().__init__(f"field `{field}` {why}")
+
+
+def check_key(value: int, field: str = "val_seed") -> None:
+    """Raise ``Disagree`` if a split's key is past 8 bytes (``Options``' bound)."""
+    if value >= 2**64:
+        raise Disagree(field, f"is {value}, not < 2**64 (the split's 8-byte key)")
 
 
 _AT = re.compile(r"^(?P<says>.*?)(?: - at (?P<key>`key` in )?`\$(?P<at>[^`]*)`)?$", re.DOTALL)

@@ -156,6 +156,7 @@ class RunConfig(Vocabulary, frozen=True, omit_defaults=True):
 
     def check(self) -> None:
         super().check()
+        codec.check_key(self.val_seed)
         hashed = self.split_rule == "hash"
         for name in ("seed", "shuffle"):
             if (getattr(self, name) is None) == hashed:

@@ -63,6 +63,7 @@ class StreamConfig(Record, frozen=True):
     def check(self) -> None:
         if self.rank >= self.world_size:
             raise Disagree("rank", f"is {self.rank}, not below world_size {self.world_size}")
+        codec.check_key(self.val_seed)
 
 
 class Position(Record, frozen=True):
