@@ -174,7 +174,8 @@ def test_the_torch_doors_check_their_arguments(jsonl: Path) -> None:
     # Checked in the main process, at the constructor, not at the first batch in a worker:
     bad: list[tuple[dict[str, Any], str]] = [
         ({"packing": "fifo"}, "packing must be one of"),
-        ({"window": 0}, "window must be an int >= 1"),
+        ({"packing": "bestfit", "window": 0}, "window must be an int >= 1"),
+        ({"window": 8}, "window is best fit's"),  # (concat's: refused, not ignored)
         ({"dtype": np.uint8}, "dtype must be an integer dtype that holds every id"),
         ({"dtype": None}, "holds every id .*, not None"),  # (session 28: "not 'float64'")
         ({"packing": "bestfit", "dtype": np.uint8}, "holds every id"),
