@@ -67,10 +67,9 @@ def check_shares(counts: Sequence[int], world: int, rule: str | None, seed: int)
     sizes = [s.documents for s in shares]
     taken: dict[int, list[tuple[int, int]]] = {}
     for share in shares:
-        held = [p for p, unit in enumerate(share.units) if counts[unit]]
         for p, (unit, lo, hi) in enumerate(segments(share)):
             assert 0 <= lo < hi <= counts[unit] or (lo == hi == 0 and counts[unit] == 0)
-            if held and held[0] < p < held[-1]:
+            if 0 < p < len(share.units) - 1:
                 assert (lo, hi) == (0, counts[unit])  # only the ends are cut
             taken.setdefault(unit, []).append((lo, hi))
     # At most the units on the shares' boundaries are read twice.
@@ -200,14 +199,12 @@ def test_a_pass_ends_once_it_has_enough_documents_or_at_the_lap_s_end(
     end = pass_end(counts, start, need)
     lap_end = (start // len(counts) + 1) * len(counts)
     assert start <= end <= lap_end
-    if end < lap_end:
-        assert documents(counts, start, end) >= need
-        assert counts[end % len(counts)] > 0  # (units of none at its end: in it)
-    held = [p for p in range(start, end) if counts[p % len(counts)]]
-    if held:  # no unit of documents more than needed
-        assert documents(counts, start, held[-1]) < need
     if need <= 0:
-        assert not held
+        assert end == start
+    elif end < lap_end:
+        assert documents(counts, start, end) >= need
+    if end > start:  # no unit more than needed
+        assert documents(counts, start, end - 1) < need
 
 
 @given(counts=shards, start=st.integers(0, 40), need=st.integers(1, 80), data=st.data())

@@ -291,7 +291,7 @@ def test_a_commit_cut_short_is_finished_by_the_next_run(
         real(src, dst)
 
     monkeypatch.setattr("openwebtext.prepare.workdir.os.replace", replace)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(PrepareError, match="No space"):  # (naming the folder: session 29)
         prepare(corpus, tmp_path, options)
     # train.bin is renamed, val.bin is not: no meta.json may describe them now.
     assert (tmp_path / "train.bin").exists() and not (tmp_path / "meta.json").exists()

@@ -1,8 +1,9 @@
 """Red team, session 29: a member that failed when the documents were counted (under
 ``skip``: ``owt index --on-error skip``, or a skipping dataset that counted first) is counted
-as 0 documents. Shares cut from those counts never read it when it lay at a share's edge: under
-``raise`` no error and its documents silently gone, under ``skip`` no skip counted. Each unit
-of no document next to a share's edge is now read by the share after it."""
+as 0 documents, and shares cut from those counts never read it: under ``raise`` no error, its
+documents silently gone. The counts now say which members failed (``Counts.failed``): a
+sharded run under ``raise`` stops at once with a ``CorruptMember`` naming it; under ``skip`` it
+is left out with a warning naming it."""
 
 from __future__ import annotations
 
@@ -38,25 +39,22 @@ def _corpus(tmp_path: Path, bad: int) -> Path:
 @pytest.mark.parametrize("bad", [0, 3, MEMBERS - 1])
 @pytest.mark.parametrize("world", [2, 3, 4])
 @pytest.mark.parametrize("even", [None, "drop", "pad"])
-def test_a_member_counted_as_failed_is_met_by_one_share(
+def test_a_member_counted_as_failed_is_an_error_under_raise_and_said_under_skip(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, bad: int, world: int, even: str | None
 ) -> None:
-    caplog.set_level(logging.ERROR, "openwebtext")
     corpus = _corpus(tmp_path, bad)
     member = f"openwebtext/urlsf_subset00-{bad}_data.xz"
     opts = {"workers": 0, "shuffle": False, "world_size": world, "even": even}
-    raised = []
     for rank in range(world):
-        try:
+        with pytest.raises(CorruptMember, match="could not be read when the corpus's") as info:
             for _ in Loader(corpus, rank=rank, **opts):
                 pass
-        except CorruptMember as exc:
-            raised.append(exc.member)
-    assert raised and set(raised) == {member}, (raised, member)
-    skipped = 0
+        assert info.value.member == member
+    caplog.set_level(logging.WARNING, "openwebtext")
+    names = []
     for rank in range(world):
         with Loader(corpus, rank=rank, on_error="skip", **opts).iter() as docs:
-            for _ in docs:
-                pass
-            skipped += docs.stats.skipped_members
-    assert skipped >= 1
+            names += [d.name for d in docs]
+    assert f"[{member}]" in caplog.text and "left out of every share" in caplog.text
+    kept = (MEMBERS - 1) * 4
+    assert len(set(names)) == kept - {None: 0, "drop": kept % world, "pad": 0}[even]

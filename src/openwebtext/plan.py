@@ -192,14 +192,10 @@ class EpochShares:
             return Share(self.order, self.per_position, {})
         if self.ends is None or self.per_position is None:
             raise ValueError("cutting an epoch into shares needs the document counts")
-        start, stop = share_bounds(self.total, index, shares, rule)
-        before = share_bounds(self.total, index - 1, shares, rule)[1] if index else 0
-        return self.interval(start, stop, lead=before <= start, trail=index == shares - 1)
+        return self.interval(*share_bounds(self.total, index, shares, rule))
 
-    def interval(self, start: int, stop: int, lead: bool = True, trail: bool = True) -> Share:
-        """Documents ``[start, stop)`` of the epoch's sequence as a share; ``lead``: with the
-        units of no document just before its first (no share before it holds them); ``trail``:
-        with those after its last, if it ends at the epoch's end (no share after it)."""
+    def interval(self, start: int, stop: int) -> Share:
+        """Documents ``[start, stop)`` of the epoch's sequence as a share."""
         assert self.ends is not None and self.per_position is not None
         if stop <= start:
             return Share([], [], {})
@@ -215,20 +211,9 @@ class EpochShares:
         if last > first and stop - begins[1] != counts[-1]:
             trims[last - first] = (0, stop - begins[1])
         taken = list(counts)
-        for position, (low, high) in trims.items():
-            taken[position] = high - low
-        # Units of no document next to its ends (a member that failed when counted, or all of
-        # whose documents are the other split's) are read by the share after them (the last:
-        # those at the end too), so that each is met by one: its error is raised, or counted.
-        head, tail, per = first, last, self.per_position
-        while lead and lo == 0 and head > 0 and per[head - 1] == 0:  # (from its first's start)
-            head -= 1
-        while trail and stop >= self.total and tail + 1 < len(per) and per[tail + 1] == 0:
-            tail += 1
-        shift = first - head
-        trims = {position + shift: bounds for position, bounds in trims.items()}
-        taken = [0] * shift + taken + [0] * (tail - last)
-        return Share(self.order[head : tail + 1], taken, trims)
+        for position, (lo, hi) in trims.items():
+            taken[position] = hi - lo
+        return Share(self.order[first : last + 1], taken, trims)
 
 
 def pass_end(counts: Sequence[int], start: int, need: int) -> int:
@@ -247,8 +232,6 @@ def pass_end(counts: Sequence[int], start: int, need: int) -> int:
     end = start
     while need > 0 and end < lap_end:
         need -= counts[end % n]
-        end += 1
-    while end < lap_end and counts[end % n] == 0:  # (units of none at its end: read too)
         end += 1
     return end
 

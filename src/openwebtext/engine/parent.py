@@ -166,9 +166,8 @@ class WorkerPool:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         task_r.close()
         result_w.close()
-        worker = _Worker(self._next_number, process, task_w, result_r)
         self._next_number += 1
-        return worker
+        return _Worker(self._next_number - 1, process, task_w, result_r)
 
     def close(self) -> None:
         """Stop every worker now (they hold nothing worth finishing). Safe to call again, also

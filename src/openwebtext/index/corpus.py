@@ -75,10 +75,14 @@ class CountsFile(Record, frozen=True, tag_field="format", tag=COUNTS_FORMAT):
     total: Count
     documents: tuple[Count, ...]
     val: dict[str, tuple[Count, ...]] = msgspec.field(default_factory=dict)
+    failed: tuple[Count, ...] = ()
+    """The units that could not be read when counted (under skip), counted as no document."""
 
     def check(self) -> None:
         if len(self.documents) != self.units:
             raise Disagree("documents", f"must count each of the {self.units} units")
+        if any(u >= self.units or self.documents[u] for u in self.failed):
+            raise Disagree("failed", "must name units of the corpus counted as no document")
         if sum(self.documents) != self.total:
             raise Disagree("total", f"is {self.total}, not the documents' {sum(self.documents)}")
         for key, held in self.val.items():
@@ -94,10 +98,13 @@ class Counts:
     Attributes:
         documents: Documents in each unit.
         val: For each ``split_key(fraction, seed)``, held-out documents per unit.
+        failed: The units that could not be read when counted (under skip): counted as no
+            document, so that no share reads them (``stream.ensure_counts`` says them).
     """
 
     documents: tuple[int, ...]
     val: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    failed: tuple[int, ...] = ()
 
     def per_unit(self, split: str, fraction: float, seed: int) -> tuple[int, ...] | None:
         """Documents per unit for ``split`` (all, train or val); None if not counted."""
@@ -116,7 +123,7 @@ class Counts:
         split never drops the splits counted before."""
         if counted.documents != self.documents:
             return counted
-        return Counts(counted.documents, {**self.val, **counted.val})
+        return Counts(counted.documents, {**self.val, **counted.val}, counted.failed)
 
 
 @dataclass(frozen=True)
@@ -378,7 +385,7 @@ class Corpus:
                             "corpus): ignored, to be rewritten", path, saved.units,
                             len(self.units))  # fmt: skip
                 continue
-            return Counts(saved.documents, dict(saved.val))
+            return Counts(saved.documents, dict(saved.val), saved.failed)
         return None
 
     def save_counts(self, counts: Counts) -> Path:
@@ -390,6 +397,7 @@ class Corpus:
             total=sum(counts.documents),
             documents=counts.documents,
             val=dict(counts.val),
+            failed=counts.failed,
         )
         body = json.dumps(record.to_json())
         errors = []

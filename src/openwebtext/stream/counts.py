@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from openwebtext.engine import Loaded, PoolOptions, open_pool
-from openwebtext.errors import CorpusError, OWTError, TruncatedMember
+from openwebtext.errors import CorpusError, CorruptMember, OWTError, TruncatedMember
 from openwebtext.index import Corpus, Counts, split_key
 from openwebtext.options import NANOGPT_SPLIT, Options
 from openwebtext.plan import in_validation
@@ -55,6 +55,7 @@ def count_documents(
         decode_errors=None,  # counted from the tar headers; the loader's policy decides
     )
     documents: list[int] = []
+    failed: list[int] = []  # (read under skip as nothing: no share reads them)
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
     with open_pool(corpus.units, options, corpus.storage) as pool:
         for loaded in pool.run(range(len(corpus.units))):
@@ -70,6 +71,8 @@ def count_documents(
                     log.warning("skipped: %s", error)
                 if on_skip is not None:
                     on_skip(error)
+            if member_failed:
+                failed.append(len(documents))
             documents.append(len(loaded.names))
             for fraction, seed in splits:
                 held[split_key(fraction, seed)].append(
@@ -77,7 +80,7 @@ def count_documents(
                 )
             if progress is not None:
                 progress(1)
-    return Counts(tuple(documents), {k: tuple(v) for k, v in held.items()})
+    return Counts(tuple(documents), {k: tuple(v) for k, v in held.items()}, tuple(failed))
 
 
 def ensure_counts(
@@ -98,10 +101,10 @@ def ensure_counts(
         return corpus
     split = (options.split, options.val_fraction, options.val_seed)
     if corpus.counts is not None and corpus.counts.per_unit(*split) is not None:
-        return corpus
+        return _failed(corpus, corpus.counts, options)
     cached = corpus.load_counts()
     if cached is not None and cached.per_unit(*split) is not None:
-        return corpus.with_counts(cached)
+        return _failed(corpus.with_counts(cached), cached, options)
     known = corpus.counts or cached  # (its splits stay: this count adds the one it lacks)
     wanted = [NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]
     splits = tuple(s for s in dict.fromkeys(wanted) if not (known and split_key(*s) in known.val))
@@ -135,7 +138,32 @@ def ensure_counts(
         corpus.save_counts(counts)
     except CorpusError as exc:
         log.warning("counted, but cannot cache the counts: %s", exc)
-    return corpus.with_counts(counts)
+    return _failed(corpus.with_counts(counts), counts, options)
+
+
+def _failed(corpus: Corpus, counts: Counts, options: Options) -> Corpus:
+    """``corpus``, if no member failed when its documents were counted; under ``raise`` the
+    first that did is a ``CorruptMember`` here (shares cut from the counts read none of them:
+    it would be lost without a word). Under ``skip`` they are left out, said once per run.
+
+    Raises:
+        CorruptMember: under ``on_error="raise"``, a member counted as failed (named).
+    """
+    if not counts.failed:
+        return corpus
+    units = [corpus.units[u] for u in counts.failed]
+    if options.on_error == "raise":
+        raise CorruptMember(
+            "could not be read when the corpus's documents were counted (under skip: `owt "
+            "index --on-error skip`, or a run under skip), so no share reads it: under "
+            "on_error='raise' the run stops here; mend the file and count again (owt index "
+            f"--force), or read under on_error='skip' ({len(units)} such member(s))",
+            units[0].path, units[0].member,
+        )  # fmt: skip
+    log.warning("%d member(s) that could not be read when the documents were counted are "
+                "left out of every share (count again: owt index --force): %s", len(units),
+                ", ".join(f"{u.path}[{u.member}]" for u in units[:5]))  # fmt: skip
+    return corpus
 
 
 def _interactive() -> bool:

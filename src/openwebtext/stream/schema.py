@@ -312,8 +312,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     none does): each part's epoch ends it crosses and its slots of the part's share of the last
     epoch it reaches, after all those of its share before (``FitWindow.across``)."""
     window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
-    """Best fit of a corpus, rows of the window out: its documents handed out again (a reshard
-    deals them: ``sections.FitWindow.repeats``)."""
+    """Best fit of a corpus, rows of the window out: its documents handed out again (dealt)."""
 
     def check(self) -> None:
         docs = self.documents
