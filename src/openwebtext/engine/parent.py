@@ -67,8 +67,8 @@ MAX_SHARED_BYTES = 8 << 30
 
 
 #: The pools not collected: closed at exit (``_close_open``), before multiprocessing's own exit
-#: handler joins their workers with no deadline (a worker SIGTERM cannot stop, stopped or in
-#: an uninterruptible read, would hang the exit of a program whose traceback holds the pool).
+#: handler joins their workers with no deadline (a worker SIGTERM cannot stop, a stopped one,
+#: would hang the exit of a program whose traceback holds the pool; SIGKILL ends it).
 _OPEN: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 

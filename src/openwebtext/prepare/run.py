@@ -5,6 +5,7 @@ into the staging folder of a URL (then published); ``written``, that choice, sha
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -121,6 +122,10 @@ def prepare(
     )
 
 
+#: What a write into the output folder fails with when the disk (or a quota) is full.
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
 def written(
     target: outputs.Location,
     config: RunConfig,
@@ -152,6 +157,8 @@ def written(
         try:
             report = build(folder) if staged is None else staged
         except OSError as exc:  # (a full disk, a quota: said of the folder, not bare)
+            if exc.errno not in _FULL:
+                raise
             where = exc.filename if exc.filename else f"writing into {folder}"
             raise PrepareError(f"{where}: {exc.strerror or exc} (run the same command again to "
                                "go on)") from exc

@@ -58,11 +58,12 @@ def reshard(
     (best-fit batches of a corpus: states of one epoch only, or at the very start of the next
     with no row of it out; of a mixture, each old rank's window is read from its epoch of each
     part, and past its end from the next, all handed out first). After those, every epoch is the
-    new world size's own, and so is an epoch no old rank had begun (all at its very start); a
-    rank whose share is empty passes a finite run's epochs with no document. The new ranks'
-    counters start at 0. States of a resharded epoch can be resharded again. Batches under a
-    ``Schedule`` go on in it from the batch the furthest old rank had reached (best fit: a
-    window packed again at a change is packed the same way by the new rank it is dealt to).
+    new world size's own, and so is an epoch no old rank had begun (all at its very start: the
+    new states are at the end of an empty rest of the epoch before it); a rank whose share is
+    empty passes a finite run's epochs with no document. The new ranks' counters start at 0.
+    States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on in it
+    from the batch the furthest old rank had reached (best fit: a window packed again at a
+    change is packed the same way by the new rank it is dealt to).
 
     Args:
         states: The states of all ranks of one run.
