@@ -98,8 +98,9 @@ class Counts:
     Attributes:
         documents: Documents in each unit.
         val: For each ``split_key(fraction, seed)``, held-out documents per unit.
-        failed: The units that could not be read when counted (under skip): counted as no
-            document, so that no share reads them (``stream.ensure_counts`` says them).
+        failed: The units that could not be read when counted (under skip), counted as no
+            document (a share whose edge one lies on does not read it: ``ensure_counts``
+            refuses them under ``raise``).
     """
 
     documents: tuple[int, ...]

@@ -142,29 +142,23 @@ def ensure_counts(
 
 
 def _failed(corpus: Corpus, counts: Counts, options: Options) -> Corpus:
-    """``corpus``, if no member failed when its documents were counted; under ``raise`` the
-    first that did is a ``CorruptMember`` here (shares cut from the counts read none of them:
-    it would be lost without a word). Under ``skip`` they are left out, said once per run.
+    """``corpus``, unless a member failed when its documents were counted and the run is under
+    ``raise``: the first such member is a ``CorruptMember`` here (a share whose edge it lies on
+    would not read it: its documents would be lost without a word). Under ``skip`` a share reads
+    it where it lies inside the share (a counted skip), not at an edge (docs/sharding.md).
 
     Raises:
         CorruptMember: under ``on_error="raise"``, a member counted as failed (named).
     """
-    if not counts.failed:
+    if not counts.failed or options.on_error != "raise":
         return corpus
-    units = [corpus.units[u] for u in counts.failed]
-    if options.on_error == "raise":
-        raise CorruptMember(
-            "could not be read when the corpus's documents were counted (under skip: `owt "
-            "index --on-error skip`, or a run under skip), so no share reads it: under "
-            "on_error='raise' the run stops here; mend the file and count again (owt index "
-            f"--force), or read under on_error='skip' ({len(units)} such member(s))",
-            units[0].path, units[0].member,
-        )  # fmt: skip
-    log.warning("%d member(s) that could not be read when the documents were counted are "
-                "left out of every share (count again: owt index --force): %s", len(units),
-                ", ".join(f"{u.path}[{u.member}]" for u in units[:5]))  # fmt: skip
-    return corpus
-
+    unit = corpus.units[counts.failed[0]]
+    raise CorruptMember(
+        "could not be read when the corpus's documents were counted (under skip: `owt index "
+        "--on-error skip`, or a run under skip); under on_error='raise' the run stops here: "
+        "mend the file and count again (owt index --force), or read under on_error='skip' "
+        f"({len(counts.failed)} such member(s))", unit.path, unit.member,
+    )  # fmt: skip
 
 def _interactive() -> bool:
     try:
