@@ -101,8 +101,7 @@ class WorkerPool:
         self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
         self.units = self.lanes.units
         self.options = options
-        methods = mp.get_all_start_methods()
-        self._ctx = mp.get_context("fork" if "fork" in methods else None)
+        self._ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
         # More workers than units would only wait, each with its slots reserved.
         self._n_workers = max(1, min(options.workers, len(self.units)))
         # A lane's run may hold this many slots: what the workers read ahead, and a block.
@@ -166,8 +165,9 @@ class WorkerPool:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         task_r.close()
         result_w.close()
+        worker = _Worker(self._next_number, process, task_w, result_r)
         self._next_number += 1
-        return _Worker(self._next_number - 1, process, task_w, result_r)
+        return worker
 
     def close(self) -> None:
         """Stop every worker now (they hold nothing worth finishing). Safe to call again, also

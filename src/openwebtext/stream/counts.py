@@ -55,7 +55,7 @@ def count_documents(
         decode_errors=None,  # counted from the tar headers; the loader's policy decides
     )
     documents: list[int] = []
-    failed: list[int] = []  # (read under skip as nothing: no share reads them)
+    failed: list[int] = []  # (counted as no document: ``_failed`` refuses them under raise)
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
     with open_pool(corpus.units, options, corpus.storage) as pool:
         for loaded in pool.run(range(len(corpus.units))):
@@ -159,6 +159,7 @@ def _failed(corpus: Corpus, counts: Counts, options: Options) -> Corpus:
         "mend the file and count again (owt index --force), or read under on_error='skip' "
         f"({len(counts.failed)} such member(s))", unit.path, unit.member,
     )  # fmt: skip
+
 
 def _interactive() -> bool:
     try:

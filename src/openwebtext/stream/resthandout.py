@@ -23,7 +23,7 @@ from openwebtext.stream.rest import Piece, Rest
 from openwebtext.stream.sections import Reshard
 from openwebtext.stream.state import OverrunAt
 
-__all__ = ["RestHandOut", "check_overrun", "old_losses"]
+__all__ = ["RestHandOut", "check_rest_entry", "old_losses"]
 
 log = logging.getLogger("openwebtext")
 
@@ -171,8 +171,8 @@ _STALLED = ("bad state: reshard.overrun: the rest's {} documents (its own and it
             "the state's position says (edited?)")
 
 
-def check_overrun(rest: Rest, progress: int, overrun: int, bare: int = 0, skips: int = 0
-                  ) -> None:  # fmt: skip
+def check_rest_entry(rest: Rest, progress: int, overrun: int, bare: int = 0, skips: int = 0
+                     ) -> None:  # fmt: skip
     """Check a state's ``reshard.overrun`` at its entry (``progress``: the slots of ``rest`` it
     passed): the documents of the overruns of the windows dealt before it (``Overrun.repeats``,
     each checked as its overrun is handed out); a state at an overrun's end may have been taken

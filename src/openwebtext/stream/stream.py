@@ -49,7 +49,7 @@ from openwebtext.stream.epochs import (
 )
 from openwebtext.stream.errorpolicy import ErrorPolicy
 from openwebtext.stream.rest import Rest, ended
-from openwebtext.stream.resthandout import RestHandOut, check_overrun
+from openwebtext.stream.resthandout import RestHandOut, check_rest_entry
 from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.spans import block_part
@@ -155,9 +155,9 @@ class Stream(RestHandOut):
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
-        if self._rest is not None and self._reshard is not None:  # (its overruns' documents)
-            check_overrun(self._rest, self._progress, self._reshard.overrun,
-                          self._skipped_slots, self._counters.skips)  # fmt: skip
+        if self._rest is not None and self._reshard is not None:  # (its position, overruns)
+            check_rest_entry(self._rest, self._progress, self._reshard.overrun,
+                             self._skipped_slots, self._counters.skips)  # fmt: skip
 
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
