@@ -348,3 +348,17 @@ def test_ray_reads_refuse_a_limit_as_a_loader_does(jsonl: Path, limit: str, valu
     with pytest.raises(ValueError) as loader:
         Options(**{limit: value})  # type: ignore[arg-type]
     assert str(raised.value) == str(loader.value)
+
+
+def test_a_text_column_for_a_corpus_of_tars_is_refused(
+    small_corpus: Path, owt: Callable[..., Ran]
+) -> None:
+    """A tar's documents are files, with no column: ``--text-column body`` was taken and
+    ignored, a run reading the files' text while saying it read ``body``."""
+    with pytest.raises(ValueError, match="text_column='body' names the text of parquet files"):
+        Corpus.open(small_corpus, text_column="body")
+    for command in ("stream", "index"):
+        result = owt(command, str(small_corpus), "--text-column", "body")
+        assert result.returncode == 2, result.stderr
+        assert "holds neither (its documents are files in tars)" in result.stderr
+    assert len(Corpus.open(small_corpus, text_column="text").units) > 0  # the default's name

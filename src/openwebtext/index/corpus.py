@@ -29,7 +29,7 @@ from openwebtext.index.checks import member_check
 from openwebtext.index.inputs import file_version, noted_versions
 from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
-from openwebtext.index.paths import index_inputs
+from openwebtext.index.paths import in_records, index_inputs
 from openwebtext.index.tokens import UNIT_TOKENS, token_units
 from openwebtext.options import as_int, check_on_error, int_at_least
 from openwebtext.records import Unit
@@ -196,6 +196,10 @@ class Corpus:
             store = Storage(storage_options, cache_dir, cache_size)  # (which checks them)
         indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
+        if text_column != TEXT_COLUMN and units and not any(map(in_records, units)):
+            raise ValueError(f"text_column={text_column!r} names the text of parquet files or "
+                             "JSON lines; the corpus holds neither (its documents are files in "
+                             "tars)")  # fmt: skip
         versions = noted_versions(dict.fromkeys(u.path for u in units), store)
         corpus = cls(units, None, tuple(indexed.skipped), versions, store, text_column)
         counts = corpus.load_counts()

@@ -22,7 +22,7 @@ from openwebtext.index.remote import Ignored, index_url
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url, resolve
 
-__all__ = ["Indexed", "file_key", "index_inputs", "index_paths"]
+__all__ = ["Indexed", "file_key", "in_records", "index_inputs", "index_paths"]
 
 log = logging.getLogger("openwebtext")
 
@@ -138,12 +138,18 @@ def _refuse_twice(units: list[Unit]) -> None:
         seen.add((key, unit.member, unit.offset))
 
 
+def in_records(unit: Unit) -> bool:
+    """Whether ``unit`` is of a file of records (parquet rows, JSON lines), whose documents'
+    text is a column or field (``text_column``), not a file of a tar."""
+    return unit.kind == PARQUET or split_jsonl_kind(unit.kind) is not None
+
+
 def _named_apart(units: list[Unit]) -> list[Unit]:
     """Units whose documents are named after their file (parquet rows, JSON lines) with the
     file's name made distinct within the corpus (``inputs.distinct_names``): a member
     ``train.parquet#rg0`` of ``en/`` and of ``de/`` becomes ``en/train.parquet#rg0``. Files
     whose names differ keep their members (and their documents' names) as they were."""
-    named = [u for u in units if u.kind == PARQUET or split_jsonl_kind(u.kind) is not None]
+    named = [u for u in units if in_records(u)]
     names = distinct_names(u.path for u in named)
     renamed = []
     for unit in units:
