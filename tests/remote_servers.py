@@ -94,6 +94,11 @@ class Misbehaviour:
     passes on); ``If-Match`` of the strong tag is still honoured."""
     ignore_if_match: bool = False
     """Serve whatever the file holds now, whatever ``If-Match`` says."""
+    understate: int = 0
+    """Say a GET body's ``Content-Length`` that many bytes short of what is sent (the rest
+    left on a kept-alive connection)."""
+    redirect_loop: bool = False
+    """Answer every request with a redirect to its own URL."""
 
     def throttled(self) -> bool:
         if self.throttle > 0:
@@ -140,7 +145,8 @@ def send_bytes(
             return
         status = 206
     h.send_response(status)
-    h.send_header("Content-Length", str(end - start))
+    said = end - start - (0 if head else bad.understate)
+    h.send_header("Content-Length", str(max(0, said)))
     h.send_header("Accept-Ranges", "bytes")
     h.send_header("Content-Type", "application/octet-stream")
     for key, val in headers.items():
@@ -224,6 +230,7 @@ class RangeServer(Loopback):
         self.in_flight = 0
         self.max_in_flight = 0  # GETs being answered at once, at most
         self.refused_if_match = 0  # 412s answered
+        self.if_matches: list[str | None] = []  # each GET's If-Match header (None: none)
         self.sort_links = False  # a folder's page links to itself, sorted: Apache's ?C=N;O=D
         self._lock = threading.Lock()
         server = self
@@ -251,12 +258,14 @@ class RangeServer(Loopback):
             self.requests = self.gets = self.bytes_sent = self.injected = 0
             self.max_in_flight = 0
             self.refused_if_match = 0
+            self.if_matches.clear()
 
     def _handle(self, h: BaseHTTPRequestHandler, head: bool) -> None:
         with self._lock:
             self.requests += 1
             if not head:
                 self.gets += 1
+                self.if_matches.append(h.headers.get("If-Match"))
                 self.in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
@@ -275,6 +284,12 @@ class RangeServer(Loopback):
             h.send_response(429)
             if self.misbehave.retry_after is not None:
                 h.send_header("Retry-After", self.misbehave.retry_after)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        if self.misbehave.redirect_loop:
+            h.send_response(302)
+            h.send_header("Location", h.path)
             h.send_header("Content-Length", "0")
             h.end_headers()
             return

@@ -78,8 +78,9 @@ class _Lying(RangeServer):
                 self.stalls -= stall
                 self.stalled += stall
             if stall:  # no Content-Range, no validators: nothing is told but the stall
+                first, _, last = h.headers["Range"].removeprefix("bytes=").partition("-")
                 h.send_response(206)
-                h.send_header("Content-Length", "100")
+                h.send_header("Content-Length", str(int(last) - int(first) + 1))
                 h.end_headers()
                 h.wfile.flush()
                 self.closing.wait(60)

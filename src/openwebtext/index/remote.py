@@ -154,7 +154,7 @@ def index_remote_file(
     cached = _load(name, info, place, text_column)
     if cached is not None:
         return cached
-    units = _walk(url, name, info, storage, text_column)
+    units = _walk(name, info, storage, text_column)
     _save(name, info, units, place, text_column)
     return units
 
@@ -174,12 +174,12 @@ def _say_cache_off(name: str) -> None:
     )
 
 
-def _walk(
-    url: str, name: str, info: FileInfo, storage: Storage | None, text_column: str
-) -> list[Unit]:
+def _walk(name: str, info: FileInfo, storage: Storage | None, text_column: str) -> list[Unit]:
+    """The units of the file ``name`` (an alias: ``fetch`` reads the URL behind it, checked
+    against the identity noted under it)."""
     base = name.rstrip("/").rsplit("/", 1)[-1]
     subset = base.split(".", 1)[0]
-    f = RangeFile(url, info.size, storage=storage)
+    f = RangeFile(name, info.size, storage=storage)
     try:
         table = table_units(f, name, subset, base, text_column)
         if table is not None:

@@ -223,6 +223,11 @@ async def _answer(response: Any, url: str, start: int, end: int, known: FileInfo
             f"the server answered bytes from {answered} to a request for bytes from {start} "
             "(it does not honour byte ranges)"
         )
+    if status == 206 and encoding == "identity" and got is not None and got < end - start:
+        # Never read: aiohttp reads the length said, and gives the connection back with the
+        # rest of the body on it, which the next request on it would read as its answer.
+        response.close()
+        raise ShortRead(f"the server said {got} bytes for a range of {end - start}")
     return await _capped(response, end - start)
 
 

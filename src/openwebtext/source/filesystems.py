@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from openwebtext.errors import CorpusError, install_hint
-from openwebtext.source.redaction import redact
+from openwebtext.source.redaction import hide_in_logs, redact
 from openwebtext.source.retry import Fatal, deadline, host_of, with_retries
 from openwebtext.source.settings import (
     LOCK,
@@ -72,6 +72,7 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
             except ValueError as exc:
                 raise CorpusError(f"unknown protocol {proto}://: {exc}") from None
             made[key] = fs
+            hide_in_logs()  # (its modules, and so their loggers, are imported now)
     return fs
 
 

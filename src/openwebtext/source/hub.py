@@ -9,7 +9,7 @@ CDN), this module's table for the storage keeps the answer (forked workers inher
 ``Storage`` pickled for Ray does not carry it), and reads go to the
 signed URL; a URL that stops working (401/403/404/410) is resolved again once, and content
 other than what was indexed (ETag, size) is an error, never a misread. Signed URLs are kept
-out of messages and of the HTTP libraries' request logs (:class:`_HideQueries`). Without a
+out of messages and of the HTTP libraries' request logs (``redaction.hide_in_logs``). Without a
 redirect off the Hub (the Hub serves the file itself, or a bucket), reads go through
 ``HfFileSystem`` as before.
 
@@ -19,7 +19,6 @@ filesystems, retries), never on ``fetching``.
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import threading
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from typing import NamedTuple, TypeGuard
 
 from openwebtext.source.filesystems import filesystem
-from openwebtext.source.redaction import redact
+from openwebtext.source.redaction import hide_in_logs
 from openwebtext.source.retry import Fatal, HTTPStatus, ShortRead, deadline
 from openwebtext.source.settings import LOCK, FileInfo, PerStorage, Storage
 from openwebtext.source.validators import CHANGED
@@ -144,7 +143,7 @@ def resolve_hub(url: str, storage: Storage | None = None) -> Resolved:
     """
     from huggingface_hub import HfApi, constants, hf_hub_url
 
-    _hide_in_logs()  # before the first request: the redirect's headers are logged at DEBUG
+    hide_in_logs()  # before the first request: the redirect's headers are logged at DEBUG
     fs = filesystem(url, storage)
     path = fs.resolve_path(url)
     if getattr(path, "repo_id", None) is None:  # a bucket: no resolve/ redirect to follow
@@ -206,36 +205,3 @@ def _cdn_get(location: str, start: int, end: int, resolved: Resolved) -> bytes:
     return bytes(data)
 
 
-class _HideQueries(logging.Filter):
-    """Shows URLs without their query string in the request logs of huggingface_hub, httpx
-    and httpcore (``INFO: HTTP Request: GET <url>…``, the headers of a redirect at DEBUG),
-    where a signed URL's signature would otherwise be written."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            text = record.getMessage()
-        except Exception:  # not ours to fix: let logging report it
-            return True
-        if "?" in text:
-            record.msg, record.args = redact(text), None
-        return True
-
-
-#: Loggers that write request URLs or headers (filters apply to a logger's own records only,
-#: not to those its children pass up, so every one is named).
-_REQUEST_LOGGERS = (
-    "huggingface_hub.utils._http",
-    *(
-        f"{package}{suffix}"
-        for package in ("httpx2", "httpx", "httpcore2", "httpcore")
-        for suffix in ("", ".connection", ".http11", ".http2", ".proxy", ".socks")
-    ),
-)
-_hide_queries = _HideQueries()
-
-
-def _hide_in_logs() -> None:
-    for name in _REQUEST_LOGGERS:
-        logger = logging.getLogger(name)
-        if _hide_queries not in logger.filters:
-            logger.addFilter(_hide_queries)

@@ -4,10 +4,11 @@ be shown or hashed (secret-named entries left out or shown as ``***``)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 
-__all__ = ["public_options", "redact", "redact_options"]
+__all__ = ["hide_in_logs", "public_options", "redact", "redact_options"]
 
 _USERINFO = re.compile(r"(://)[^/@\s]*@")
 _QUERY = re.compile(r"\?[^\s'\"]*")
@@ -54,3 +55,39 @@ def redact_options(options: dict[str, Any] | None) -> dict[str, Any]:
     """Storage options as they may be shown or written: secret-named values as ``***``."""
     shown: dict[str, Any] = public_options(options or {}, mask=True)
     return shown
+
+
+class _Redacted(logging.Filter):
+    """Writes a record's message redacted (``redact``): the request logs of the HTTP and
+    storage libraries name URLs with their credentials and query strings (a signed URL's
+    signature), and S3's signing logs its signature, at DEBUG or INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # not ours to fix: let logging report it
+            return True
+        shown = redact(text)
+        if shown != text:
+            record.msg, record.args = shown, None
+        return True
+
+
+#: The packages whose loggers may write a URL or a signature (fsspec's backends, the HTTP
+#: clients under them, botocore's signing, huggingface_hub's requests).
+_LIBRARIES = ("fsspec", "s3fs", "gcsfs", "adlfs", "aiobotocore", "botocore", "aiohttp", "urllib3",
+              "httpx", "httpx2", "httpcore", "httpcore2", "huggingface_hub")  # fmt: skip
+_redacted = _Redacted()
+
+
+def hide_in_logs() -> None:
+    """Redact the records of every logger of ``_LIBRARIES`` there is (a filter applies to its
+    logger's own records only, not to those its children pass up, so each one is given it).
+    Called as a filesystem is made (its modules, so their loggers, are imported by then) and
+    before the Hub's first request."""
+    known = list(logging.Logger.manager.loggerDict)  # (a copy: loggers are made as we go)
+    for name in known:
+        if name.split(".", 1)[0] in _LIBRARIES:
+            logger = logging.getLogger(name)
+            if _redacted not in logger.filters:
+                logger.addFilter(_redacted)

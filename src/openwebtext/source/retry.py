@@ -171,9 +171,12 @@ def classify(exc: BaseException) -> str | None:
     """Why ``exc`` must not be retried, or None if it may pass."""
     if isinstance(exc, Fatal):
         return exc.reason
+    if any(type(one).__name__ == "TooManyRedirects" for one in _chain(exc)):  # (aiohttp's)
+        return "too many redirects (a redirect loop)"
     status = http_status(exc)
     if isinstance(exc, FileNotFoundError) and status in (None, 404, 410):
-        return ABSENT
+        behind = _not_absent(exc) if status is None else None
+        return ABSENT if behind is None else classify(behind)
     if isinstance(exc, PermissionError) or (
         # gcsfs raises a plain OSError for a 403, its text starting with "Forbidden"
         type(exc) is OSError and str(exc).startswith("Forbidden")
@@ -192,6 +195,21 @@ def classify(exc: BaseException) -> str | None:
     return None
 
 
+def _not_absent(exc: FileNotFoundError) -> BaseException | None:
+    """What failed behind a "not found" that says no missing file: fsspec's HTTP ``info`` turns
+    any failure of its GET into ``FileNotFoundError`` (a connection reset, a timeout, an option
+    aiohttp refuses), which is retried or said as what it is; None: a missing file (a status
+    404 or 410, or no cause: a local file's, s3fs's translated ``NoSuchKey``)."""
+    for one in _chain(exc.__cause__):
+        if isinstance(one, FileNotFoundError):
+            continue
+        transport = type(one).__module__.startswith("aiohttp")
+        if transport or isinstance(one, (OSError, TimeoutError, ValueError, TypeError)):
+            return one
+        return None
+    return None
+
+
 def _chain(exc: BaseException | None, depth: int = 4) -> Iterator[BaseException]:
     """``exc`` and the exceptions behind it (its cause, else its context), ``depth`` at most:
     what a library raised around the error that says why."""
@@ -206,7 +224,10 @@ def http_status(exc: BaseException | None) -> int | None:
     """The HTTP status behind ``exc`` (fsspec's HTTP ``info`` hides it as the cause)."""
     for one in _chain(exc):
         status = getattr(one, "status", None)
-        if isinstance(status, int):
+        # (aiohttp says an answer it cannot parse, or a redirect loop, with a status the
+        # server never sent: 400 for a bad status line, 0)
+        parsed = type(one.__cause__).__module__ != "aiohttp.http_exceptions"
+        if isinstance(status, int) and 100 <= status <= 599 and parsed:
             return status
         # huggingface_hub's errors keep their response; gcsfs's HttpError has a code
         # (only gcsfs's: aiohttp's parse errors, e.g. a body cut short, say code 400).
@@ -252,6 +273,12 @@ def describe(exc: BaseException) -> str:
     status = http_status(exc) if isinstance(exc, FileNotFoundError) else None
     if status is not None and status not in (404, 410):
         return f"HTTPStatus: HTTP {status}"
+    behind = _not_absent(exc) if isinstance(exc, FileNotFoundError) else None
+    if behind is not None:
+        return describe(behind)
+    if type(exc.__cause__).__module__ == "aiohttp.http_exceptions":
+        said = str(getattr(exc.__cause__, "message", "") or "").strip().splitlines()
+        return redact(f"a malformed answer from the server{f': {said[0]}' if said else ''}")
     exc = _socket_timeout(exc) or exc
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
