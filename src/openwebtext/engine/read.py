@@ -36,7 +36,7 @@ from openwebtext.formats import (
     decompress,
     detect,
 )
-from openwebtext.index import footer_of, split_jsonl_kind
+from openwebtext.index import footer_of, json_hint, split_jsonl_kind
 from openwebtext.records import Unit
 from openwebtext.source import Storage
 from openwebtext.tarwalk import TarFormatError, walk
@@ -169,7 +169,7 @@ class Reader:
         try:
             names, offsets, sizes = walk(data, partial=cut is not None)
         except TarFormatError as exc:
-            why = f"not a valid tar: {exc}{self.raw.cached_note(unit)}"
+            why = f"not a valid tar: {exc}{json_hint(data[:64])}{self.raw.cached_note(unit)}"
             raise CorruptMember(why, unit.path, unit.member) from exc
         dropped: list[CorruptMember] = []
         if cut is not None:

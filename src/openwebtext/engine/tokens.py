@@ -82,6 +82,14 @@ class TokenReader:
         leave_out_split(self.split, names, offsets)
         dropped: list[CorruptMember] = []
         ids = np.frombuffer(data, dtype=token_file.ids.dtype)
+        run = token_file.tokenizer  # (the run's meta.json: each document ends with its eot)
+        if run is not None and ids.size:
+            last = ids[ends[first:stop] - start - 1]
+            if not (last == run.eot).all():
+                k = int(np.flatnonzero(last != run.eot)[0])
+                why = (f"document {names[k]} does not end with the end-of-text id {run.eot} its "
+                       "run's meta.json records: the file's index puts its end elsewhere")
+                raise CorruptMember(why, unit.path, unit.member)
         # One reduction over the ids, not a mask of them; outside the vocabulary is rare.
         if self.vocab is not None and ids.size and _outside(ids, self.vocab):
             past = np.flatnonzero((ids < 0) | (ids >= self.vocab))

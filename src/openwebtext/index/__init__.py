@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from openwebtext.index.corpus import Corpus, Counts, split_key
 from openwebtext.index.jsonl import split_jsonl_kind
+from openwebtext.index.outer import json_hint
 from openwebtext.index.parquet import TEXT_COLUMN, footer_of, parse_footer
 from openwebtext.index.paths import file_key
 from openwebtext.index.tokens import as_indexed
@@ -19,6 +20,7 @@ __all__ = [
     "as_indexed",
     "file_key",
     "footer_of",
+    "json_hint",
     "parse_footer",
     "split_jsonl_kind",
     "split_key",

@@ -1,11 +1,11 @@
 """JSON lines files as units: a compressed file is one unit, a plain one is cut at lines.
 
 A JSON lines file is known by its name (``.jsonl``, ``.ndjson``, each optionally ``.gz`` or
-``.zst``): plain JSON has no magic bytes. Each non-blank line is one object, and its field
-``text`` (or the one named, ``--text-column``) one document. A compressed file is read whole
-(a stream cannot be entered in the middle), under ``max_member_bytes``; a plain file is cut
-into units of about ``CHUNK_BYTES``, each ending at a line's end, found by reading a little
-at each cut (locally or by range).
+``.zst``; ``.json.gz``, ``.json.zst``): plain JSON has no magic bytes. Each non-blank line is
+one object, and its field ``text`` (or the one named, ``--text-column``) one document. A
+compressed file is read whole (a stream cannot be entered in the middle), under
+``max_member_bytes``; a plain file is cut into units of about ``CHUNK_BYTES``, each ending at a
+line's end, found by reading a little at each cut (locally or by range).
 
 The unit's ``kind`` is the format (``jsonl``, ``jsonl.gz``, ``jsonl.zst``), followed by
 ``:FIELD`` when the field is not ``text``: the field is part of how the bytes are read, so
@@ -34,8 +34,11 @@ JSONL = "jsonl"
 #: A plain file's units hold about this many bytes (cut at the next line's end).
 CHUNK_BYTES = 64 << 20
 _SEARCH = 64 << 10
+#: ``.json.gz`` and ``.json.zst`` too: allenai/c4's and Dolma's JSON lines are named so (a plain
+#: ``.json`` is not: a folder's ``config.json`` or ``dataset_info.json`` is no corpus).
 _SUFFIXES = {".jsonl": "", ".ndjson": "", ".jsonl.gz": GZIP, ".ndjson.gz": GZIP,
-             ".jsonl.zst": ZSTD, ".ndjson.zst": ZSTD}  # fmt: skip
+             ".json.gz": GZIP, ".jsonl.zst": ZSTD, ".ndjson.zst": ZSTD,
+             ".json.zst": ZSTD}  # fmt: skip
 _KINDS = {"": JSONL, GZIP: "jsonl.gz", ZSTD: "jsonl.zst"}
 _COMPRESSION = {kind: compression for compression, kind in _KINDS.items()}
 
@@ -84,8 +87,10 @@ def jsonl_units(
     head = f.pread(512, 0)
     if head.startswith(LFS_POINTER):
         raise CorpusError(f"named JSON lines, but{placeholder(head)[1:]}", path=name)
+    found = detect(head) or ("parquet" if head.startswith(b"PAR1") else None)
+    if not compression and found is not None:
+        raise CorpusError(f"named plain JSON lines, but its bytes are {found}", path=name)
     if compression:
-        found = detect(head)
         if found != compression:
             raise CorpusError(
                 f"named {compression} JSON lines, but its bytes are {found or 'not compressed'}",

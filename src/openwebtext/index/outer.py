@@ -20,6 +20,7 @@ __all__ = [
     "LocalFile",
     "Readable",
     "file_kind",
+    "json_hint",
     "placeholder",
     "walk_outer_tar",
 ]
@@ -95,8 +96,18 @@ def file_kind(f: Readable, name: str) -> str:
     if kind is None and is_empty_tar(head):
         raise CorpusError("empty tar: it holds no member", path=name)
     if kind is None:
-        raise UnknownFormat(f"not {KNOWN}{placeholder(head) or _ids_hint(name)}", path=name)
+        hint = placeholder(head) or _ids_hint(name) or json_hint(head)
+        raise UnknownFormat(f"not {KNOWN}{hint}", path=name)
     return kind
+
+
+def json_hint(head: bytes) -> str:
+    """Words for a file or member whose first bytes (decompressed) look like JSON, to follow
+    an error's message: JSON lines are known by their name only; "" for any other bytes."""
+    if head.lstrip()[:1] not in (b"{", b"["):
+        return ""
+    return ("; its bytes look like JSON: JSON lines are read by their name (.jsonl or .ndjson, "
+            "each optionally .gz or .zst; .json.gz; .json.zst)")  # fmt: skip
 
 
 def _ids_hint(name: str) -> str:

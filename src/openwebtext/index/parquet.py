@@ -155,18 +155,29 @@ def _chunk_span(chunk: Any) -> tuple[int, int]:
 
 def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -> list[Unit]:
     """The units of one parquet file: one per row group, the span of ``column``'s chunk (a
-    row group of no rows: a unit of 0 bytes and no document, where the one before ends).
+    row group of no rows: a unit of 0 bytes and no document, where the one before ends; a file
+    of no row group, as a writer closed before any row writes it: none).
 
     Raises:
-        CorpusError: no footer, a footer that does not parse, no such column, a column
-            chunk past the file's end.
+        CorpusError: no footer, a footer that does not parse or whose counts of rows disagree,
+            no such column, a column chunk past the file's end.
     """
     footer = read_footer(f, name)
     meta = parse_footer(footer, name)
     index = column_of(meta, column, name)
+    rows = [meta.row_group(k).num_rows for k in range(meta.num_row_groups)]
+    # Each row group's rows name its documents (``FILE#ROW``) and bound what is read of it:
+    # counts the footer says twice must agree (a flat column holds one value per row).
+    values = [meta.row_group(k).column(index).num_values if n else 0 for k, n in enumerate(rows)]
+    if sum(rows) != meta.num_rows or values != rows:
+        k = next((k for k, (n, v) in enumerate(zip(rows, values, strict=True)) if n != v), None)
+        said = (f"row group {k} says {rows[k]} rows and {values[k]} values of {column!r}"
+                if k is not None else f"its row groups hold {sum(rows)} rows, not the file's "
+                f"{meta.num_rows}")  # fmt: skip
+        raise CorpusError(f"parquet footer is damaged: {said}", path=name)
     units: list[Unit] = []
     for k in range(meta.num_row_groups):
-        if meta.row_group(k).num_rows == 0:  # a unit of no document (writers leave such)
+        if rows[k] == 0:  # a unit of no document (writers leave such)
             at = units[-1].offset + units[-1].size if units else 4
             units.append(Unit(name, f"{base}#rg{k}", at, 0, PARQUET, subset, k))
             continue
@@ -176,8 +187,6 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
                 f"row group {k}'s column {column!r} lies outside the file's data", path=name
             )
         units.append(Unit(name, f"{base}#rg{k}", start, size, PARQUET, subset, k))
-    if not units:
-        raise CorpusError("parquet file without row groups: it holds no document", path=name)
     if is_url(name):
         _READ[name, threading.get_ident()] = footer  # (``save_footer``'s, on this thread)
     return units

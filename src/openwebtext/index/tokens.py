@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from openwebtext.errors import CorpusError
+from openwebtext.formats import MAGIC_BYTES, PARQUET, detect
 from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
 from openwebtext.source import (
@@ -106,6 +107,7 @@ def token_units(
         else:
             if not os.path.isfile(name):
                 raise CorpusError("no such token file", name)
+            _not_text(name)
             st = os.stat(name)
             _once(seen, (st.st_dev, st.st_ino), name)
             _note(name, st, store)  # before it is read: a change since is said by the reader
@@ -318,3 +320,23 @@ def _beside(url: str, file: str) -> str:
     token; a signed URL's signature is its own file's, refused for another)."""
     head, mark, query = url.partition("?")
     return f"{head.rsplit('/', 1)[0]}/{file}{mark}{query}"
+
+
+def _not_text(name: str) -> None:
+    """Refuse a file of text given as token ids (a tar, compressed data, parquet, JSON), not
+    named as token files are (``.bin``, ``.ds``: whose ids may begin with any bytes): its bytes
+    would be read as ids, and said not to end with the end-of-text id.
+
+    Raises:
+        CorpusError: naming what the file is, and what opens it.
+    """
+    if name.endswith((".bin", ".ds")):
+        return
+    with open(name, "rb") as f:  # (a regular file: ``isfile``)
+        head = f.read(MAGIC_BYTES)
+    kind = detect(head) or (PARQUET if head.startswith(b"PAR1") else None)
+    if kind is None and head.lstrip()[:1] in (b"{", b"["):
+        kind = "JSON"
+    if kind is not None:
+        raise CorpusError(f"is {kind} data, not token ids: a corpus of text is opened with "
+                          "Corpus.open", name)  # fmt: skip

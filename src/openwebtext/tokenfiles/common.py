@@ -37,6 +37,7 @@ __all__ = [
     "TokenFormat",
     "Vocabulary",
     "beside",
+    "check_run_record",
     "damaged",
     "document_names",
     "document_range",
@@ -87,10 +88,53 @@ class _Seen(Vocabulary, frozen=True, forbid_unknown_fields=False):
     checked when the run reads it back)."""
 
 
+class _Sized(Record, frozen=True, forbid_unknown_fields=False):
+    bytes: Count
+
+
+class _Counted(Record, frozen=True, forbid_unknown_fields=False):
+    documents: dict[str, Count]
+
+
 class _Meta(Record, frozen=True, forbid_unknown_fields=False, tag_field="format",
             tag=PREPARE_FORMAT):  # fmt: skip
     what = "meta.json"
     config: _Seen
+    files: dict[str, _Sized] = msgspec.field(default_factory=dict)
+    counts: _Counted | None = None
+
+
+#: The split whose documents a run's file of ids holds, by the file's stem (``train.bin``, the
+#: ``train.ds`` and megatron ``train.bin`` made of it: ``train``; a slice's ``tokens.bin``: all).
+_SPLIT_OF = {"train": "train", "val": "val", "tokens": "all"}
+
+
+def check_run_record(path: str, size: int, documents: int) -> None:
+    """Check a local token file of ``size`` bytes and ``documents`` documents against what
+    the run's ``meta.json`` beside it records, where it records them: its size (``train.bin``,
+    ``val.bin``, ``tokens.bin``) and its split's documents (those and the formats made of them,
+    ``train.ds``; not llm.c's shards, which cut a split). A file cut at a document's end, or
+    another run's, is then refused, not read as the run's.
+
+    Raises:
+        TokenFileError: naming the file and what its run records.
+    """
+    meta = Path(path).parent / "meta.json"
+    try:
+        value = parse(read_file(meta))
+        run = _Meta.from_json(value) if whose(value, _Meta) == "this" else None
+    except (OSError, ValueError, StateError):  # none, or said by ``beside``
+        return
+    name = os.path.basename(path)
+    said = run.files.get(name) if run is not None else None
+    if said is not None and said.bytes != size:
+        raise damaged(path, f"{size} bytes, not the {said.bytes} its run's meta.json records "
+                      "(cut short, or not the run's)")  # fmt: skip
+    split = _SPLIT_OF.get(name.split(".", 1)[0])
+    counts = run.counts.documents if run is not None and run.counts is not None else {}
+    if split in counts and counts[split] != documents:
+        raise damaged(path, f"{documents} documents, not the {counts[split]} of {split} its run's "
+                      "meta.json records (cut at a document's end, or not the run's)")  # fmt: skip
 
 
 

@@ -15,6 +15,7 @@ from openwebtext.tokenfiles.common import (
     TokenFile,
     Vocabulary,
     beside,
+    check_run_record,
     damaged,
     eot_ends,
     local_bytes,
@@ -139,7 +140,14 @@ def open_token_file(
 
 
 def _open(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype) -> TokenFile:
-    """``open_token_file`` of the open file ``f``: its ids memory-mapped, their ends read."""
+    """``open_token_file`` of the open file ``f``: its ids memory-mapped, their ends read,
+    checked against its run's records (``check_run_record``)."""
+    found = _ends(f, name, eot, dtype)
+    check_run_record(name, os.fstat(f.fileno()).st_size, len(found.ends))
+    return found
+
+
+def _ends(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype) -> TokenFile:
     tokenizer = beside(name)
     if name.endswith(".ds"):
         index = _index(name + ".index")
