@@ -48,7 +48,9 @@ def test_the_state_of_an_ended_epoch_cut_by_its_target_keeps_its_skips(tmp_path:
         list(it)
         ended, stats = _json(it.state_dict()), it.stats
     assert ended["position"] == {"epoch": 1, "block": 0, "in_block": 0}
-    assert ended["counters"]["skipped_documents"] == stats.skipped_documents == 6
+    # The share's 3 bad documents, once: the pass repeating the share after them reads them
+    # again, not counted again (session 30: 6, each counted twice).
+    assert ended["counters"]["skipped_documents"] == stats.skipped_documents == 3
     with Loader(corpus, **options, epochs=2).iter(state=ended) as it:
         list(it)
         resumed = it.stats
@@ -57,7 +59,7 @@ def test_the_state_of_an_ended_epoch_cut_by_its_target_keeps_its_skips(tmp_path:
         whole = it.stats
     counted = ("documents", "skipped_documents", "repeated_documents", "dropped_documents")
     assert [getattr(resumed, k) for k in counted] == [getattr(whole, k) for k in counted]
-    assert whole.skipped_documents == 10
+    assert whole.skipped_documents == 6  # (3 in each epoch)
 
 
 def test_a_mixture_part_s_state_past_its_epoch_end_keeps_its_skips(tmp_path: Path) -> None:
@@ -223,3 +225,22 @@ def test_take_ending_at_a_block_s_end_reads_no_further(tmp_path: Path) -> None:
             after, stats = _json(it.state_dict()), it.stats
             assert list(it) == []
             assert _json(it.state_dict()) == after and it.stats == stats, take
+
+
+def test_a_pass_repeating_a_share_after_skips_counts_them_once(tmp_path: Path) -> None:
+    """The pass that repeats a share's documents after skips reads their units again: it
+    counted their bad documents again (the share's 3 said 6), the sum over ranks was more than
+    the corpus's bad documents, and ``max_errors`` of the share's skips stopped the run."""
+    bad = {"a1", "a3", "b0", "c0", "d0", "d1"}
+    corpus = _corpus(tmp_path / "a", {"a": 4, "b": 4, "c": 3, "d": 4}, bad)
+    said = []
+    for rank in range(2):
+        options = dict(rank=rank, world_size=2, even="drop", seed=3, workers=0,
+                       on_error="skip", max_errors=3)  # fmt: skip
+        with Loader(corpus, **options).iter() as it:
+            names = [d.name for d in it]
+        assert it.stats.repeated_documents > 0  # (a pass repeating after skips: both ranks')
+        assert len(it.stats.skipped) == it.stats.skipped_documents == 3
+        said.append(it.stats.skipped_documents)
+        assert len(names) == 7  # (15 documents, 1 dropped: 7 a rank)
+    assert sum(said) == len(bad)

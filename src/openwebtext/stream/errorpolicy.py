@@ -59,13 +59,16 @@ class ErrorPolicy:
         return counters
 
     def unit_read(
-        self, loaded: Loaded, kept: Loaded, counters: Counters, expected: ExpectedCounts | None
-    ) -> Counters:
+        self, loaded: Loaded, kept: Loaded, counters: Counters, expected: ExpectedCounts | None,
+        again: bool = False,
+    ) -> Counters:  # fmt: skip
         """``counters`` after a unit read, the policy applied to the errors of what is kept of
         it (all of it, or a share's part of a unit on its boundary); a member read whole is
-        checked against the counts (``expected``)."""
-        counters = counters.plus(units=1, replaced_documents=kept.replace)
-        for error in kept.errors:
+        checked against the counts (``expected``). ``again``: a unit the rank reads again in
+        the epoch (a pass repeating its share after skips), whose skips and replacements its
+        first read counted, said and bounded (``max_errors``): read, not counted again."""
+        counters = counters.plus(units=1, replaced_documents=0 if again else kept.replace)
+        for error in () if again else kept.errors:
             counters = self.skip(error, counters)
         cut = any(isinstance(e, TruncatedMember) for e in loaded.errors) and bool(loaded.names)
         if expected is not None and not cut and (loaded.names or not loaded.errors):

@@ -48,7 +48,7 @@ class RestHandOut:
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
               take: int | None, epoch: int, *, slots: int | None = None,
-              repeat: bool = False) -> Generator[Any, None, None]:  # fmt: skip
+              repeat: bool = False, again: bool = False) -> Generator[Any, None, None]:  # fmt: skip
         raise NotImplementedError  # (``Stream._pass``)
 
     def _yielded(self) -> int:
@@ -83,7 +83,8 @@ class RestHandOut:
                     self._in_block = piece.in_block
                     documents = self._pass(pool, piece.share, piece.block, piece.end,
                                            due + self._overrun_out, take, piece.epoch,
-                                           slots=piece.documents, repeat=piece.repeat or lap > 0)
+                                           slots=piece.documents, repeat=piece.repeat or lap > 0,
+                                           again=lap > 0)  # fmt: skip
                     if piece.trim and not lap:  # a document cut across the checkpoint goes on
                         yield from self._cut_first(documents, piece.trim)  # from its offset
                     yield from documents

@@ -131,6 +131,7 @@ class Stream(RestHandOut):
         self._block_sizes: list[int] = []
         self._block_counts: list[int] = []
         self._repeats_from: int | None = None  # the block's first position handed out again
+        self._again = False  # (the pass reads units the epoch read: ``_pass``)
         self._pass_end = position.pass_end or None  # (a pass repeating after skips: its end)
         self._skipped_slots, self._tail = position.in_block - self._in_block, 0  # (a rest's: Mark)
         self._overrun_at: OverrunAt | None = None  # (inside an overrun: Mark's)
@@ -274,7 +275,8 @@ class Stream(RestHandOut):
             start, before = self._block, self._counters.epoch_documents
             end, repeat = even.next_pass(start, self._in_block, before)
             self._pass_end = end if repeat else None  # (the state says it: ``Mark.pass_end``)
-            yield from self._pass(pool, share, start, end, even.target, take, epoch, repeat=repeat)
+            yield from self._pass(pool, share, start, end, even.target, take, epoch, repeat=repeat,
+                                  again=repeat)  # fmt: skip
             if take is not None and self._yielded() >= take:
                 return
             even.check_progress(start, end, before, self._counters.epoch_documents)
@@ -289,9 +291,12 @@ class Stream(RestHandOut):
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
               take: int | None, epoch: int, *, slots: int | None = None,
-              repeat: bool = False) -> Generator[Any, None, None]:  # fmt: skip
+              repeat: bool = False, again: bool = False) -> Generator[Any, None, None]:  # fmt: skip
         """Hand out the documents of plan positions ``start..end`` of ``share`` (wrapping around
-        its units), in ``epoch``'s order (a rest's piece: ``spans.block_part``)."""
+        its units), in ``epoch``'s order (a rest's piece: ``spans.block_part``). ``repeat``: its
+        documents are counted as repeats; ``again``: its units were read in the epoch's first
+        lap over the share, which counted their skips (``ErrorPolicy.unit_read``)."""
+        self._again = again
         feed = _wrapped(share.units, start, end)
         units = len(share.units)  # not ``n``: the loop below rebinds it, and both closures ran late
         if self._unread is not None:  # a state's block, read again: its skips counted so
@@ -372,7 +377,8 @@ class Stream(RestHandOut):
             gathered.close()
 
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
-        self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected)
+        self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected,
+                                               self._again)  # fmt: skip
 
 
 def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:
