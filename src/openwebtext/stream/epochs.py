@@ -386,13 +386,15 @@ def nothing_read(
     skipped = counters.skipped_members + skipped_files
     if skipped:
         why.append(f"{skipped} members or files skipped")
-    endless = "an endless run (epochs=None)"
+    said = ": an endless run (epochs=None) would wait forever"
     if source is not None:
-        endless = "a mixture reads each part endlessly: it"
+        said = ": a mixture reads each part endlessly: it would wait forever"
+    if source is not None and no_ids:  # (by tokens, or packed: its documents add no id)
+        said = (": by tokens it would be chosen for ever, and packed its weight would buy "
+                "nothing: leave the part out")
     error = CorpusError(
         f"epoch {epoch} yielded {'documents of no id' if no_ids else 'no document'}"
-        + (f" ({', '.join(why)})" if why else "")
-        + f": {endless} would wait forever",
+        + (f" ({', '.join(why)})" if why else "") + said,
         path=_where(corpus),
     )
     return in_part(error, source)  # (its message begins with the part: "part 'web': ")

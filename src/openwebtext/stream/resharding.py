@@ -398,6 +398,14 @@ def _best_fit_sections(
     resharded = any(d.reshard is not None for d in ordered)
     part = all(w.documents is not None for w in numbers if w.rows)
     # (states resharded again in different epochs: refused before the sections are made)
+    if later and resharded and part:  # (rests of other epochs an earlier reshard left)
+        raise StateError(
+            f"the states still have rests of epochs {[s.epoch for s in later]} to hand out after "
+            f"epoch {base.epoch}'s (an earlier reshard left them: a small part's ranks were in "
+            "different epochs of it): best-fit batches states resharded again are resharded once "
+            "those are out; resume them on this world size until then, or reshard concat batches "
+            "or documents"
+        )
     if (later and (resharded or not part)) or any(
         d.position.epoch > base.epoch and w.rows and not part
         for d, w in zip(ordered, numbers, strict=True)
@@ -417,6 +425,14 @@ def _best_fit_sections(
         return sections[0], sections[1:]
     if window != base.window:
         raise StateError(f"best-fit windows of {window} documents, resharded with {base.window}")
+    crossing = [b.rank for b in base.windows or () if b.across.ends]
+    if crossing:  # (dealt again with a level: ``rest._window_slots`` refuses it, at every open)
+        raise StateError(
+            f"old rank {crossing[0]}'s best-fit window crosses its part's epoch end, in states "
+            "resharded again, which a reshard does not follow: resume these states on their "
+            "world size until that window is out, then reshard (or reshard concat batches or "
+            "documents)"
+        )
     level = replace(base.levels[-1], windows=tuple(numbers))
     return replace(base, levels=(*base.levels[:-1], level), next_window=next_window), []
 

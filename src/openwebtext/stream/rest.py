@@ -484,10 +484,12 @@ def _window_slots(rank: int, old: OldRank, window: Begun, counts: Sequence[int],
         window.slots is None and not evened
     )):  # fmt: skip
         return window.dealt
+    why = (f"runs past the end of its share ({remaining} slots left) after skips, into the "
+           "pass repeating its documents or the next epoch")  # fmt: skip
+    if crosses and section.levels:  # (``reshard`` refuses to make such states)
+        why = "crosses its part's epoch end, in states resharded again"
     raise StateError(
-        f"old rank {rank}'s best-fit window runs past the end of "
-        f"its share ({remaining} slots left) after skips, into the pass repeating its documents "
-        "or the next epoch, which a reshard does not follow (its documents would be lost or "
-        "handed out twice): resume these states on their world size until that window is out, "
-        "then reshard"
+        f"old rank {rank}'s best-fit window {why}, which a reshard does not follow (its "
+        "documents would be lost or handed out twice): resume these states on their world size "
+        "until that window is out, then reshard"
     )

@@ -153,6 +153,9 @@ class Stream(RestHandOut):
         self.start = 0  # where the last document handed out begins in its ids
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self._runs: str | None = None  # token documents handed out a block's rest at a time
+        self.needs_ids = False
+        """Whether what reads this stream waits for ids (a mixture by tokens, or packed; a
+        packer's runs do): an endless run's epoch of documents of no id is then an error."""
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
@@ -234,7 +237,8 @@ class Stream(RestHandOut):
                     yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
-                no_ids = self._runs is not None and self._counters.tokens == ids_before
+                waits = self._runs is not None or (self.needs_ids and self._dtype is not None)
+                no_ids = waits and self._counters.tokens == ids_before
                 if last is None and whole and (no_ids or not self._counters.epoch_documents):
                     raise nothing_read(self.corpus, opts, self._epoch, self._counters,
                                        self.policy.files, self.source, no_ids)  # fmt: skip
