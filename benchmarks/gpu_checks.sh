@@ -47,6 +47,10 @@ skipped=()
 if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     cuda=1
     "$PY" -c 'import torch; print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__)'
+elif ! "$PY" -c 'import torch' 2>/dev/null; then
+    cuda=0
+    why="torch does not import in $PY (install the project: unset OWT_NO_INSTALL)"
+    echo "$why: the CUDA steps are skipped, the others run"
 else
     cuda=0
     why="no CUDA device: torch.cuda.is_available() is False (torch $("$PY" -c 'import torch; print(torch.__version__)'))"

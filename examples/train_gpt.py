@@ -251,7 +251,11 @@ def main() -> None:
     train = PackedBatchDataset(
         corpus, args.seq_len, args.batch_size, split="train", epochs=None, **packed, **read
     )  # endless: epoch after epoch, each in its own order
-    loader = StatefulDataLoader(train, batch_size=None, num_workers=args.num_workers)
+    # A DataLoader worker reads in its own process: a read stuck there (a hung network mount) is
+    # bounded by the DataLoader's timeout only (torch's default, 0, waits for ever).
+    timeout = 600 if args.num_workers else 0  # (torch: no timeout without workers)
+    loader = StatefulDataLoader(train, batch_size=None, num_workers=args.num_workers,
+                                timeout=timeout)
     val_loader = Loader(corpus, split="val", workers=0, **read)
     with val_loader.batches(args.seq_len, args.batch_size, **packed) as val_batches:
         val = [as_tensors(b, device) for b in islice(val_batches, args.eval_batches)]

@@ -24,7 +24,7 @@ from dataclasses import replace
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from openwebtext.errors import install_hint
+from openwebtext.errors import carry, install_hint
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator, Loader, Mixture
 from openwebtext.options import Options, as_int, int_at_least
@@ -85,16 +85,21 @@ def _shard_documents(
     shard is read in the process itself (``workers=0``).
     """
     in_daemon = multiprocessing.current_process().daemon
-    for shard in shards:
-        options = shard_options(loader.options, shard, num_shards)
+    try:
+        for shard in shards:
+            options = shard_options(loader.options, shard, num_shards)
+            if in_daemon:
+                options = replace(options, workers=0)
+            with Loader(loader.corpus, options).iter() as documents:
+                for document in documents:
+                    row = document._asdict()
+                    if row.get("source") is None:  # (a corpus's: no part; None fails a collate)
+                        del row["source"]
+                    yield row
+    except BaseException as exc:  # (a DataLoader worker's: torch rebuilds it from its text)
         if in_daemon:
-            options = replace(options, workers=0)
-        with Loader(loader.corpus, options).iter() as documents:
-            for document in documents:
-                row = document._asdict()
-                if row.get("source") is None:  # (a corpus's: no part; None fails a collate)
-                    del row["source"]
-                yield row
+            carry(exc)
+        raise
 
 
 def iterable_dataset(
@@ -141,8 +146,11 @@ def iterable_dataset(
     them in the shard is read and decompressed again. ``Loader.iter(state=…)`` and the
     datasets of ``openwebtext.torch`` under ``StatefulDataLoader`` resume exactly without
     reading again what came before. ``IterableDataset.shuffle`` and ``set_epoch`` (called
-    by the Trainer) reorder the shards only: the documents' order within a shard is ours,
-    set by ``seed=`` and ``epoch=`` (run several epochs with ``epochs=``).
+    by the Trainer) are ``datasets``': ``shuffle`` reorders the shards and mixes their
+    documents through a buffer (``buffer_size``, 1000 by default; ``buffer_size=1`` reorders
+    the shards only), reseeded by ``set_epoch``, which does nothing without it. Unshuffled, the
+    documents' order within a shard is ours, set by ``seed=`` and ``epoch=`` (run several
+    epochs with ``epochs=``).
 
     Args:
         paths: A ``Corpus``, or paths, folders or glob patterns.

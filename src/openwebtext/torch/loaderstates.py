@@ -66,5 +66,11 @@ def reshard_loader_states(
                         f"state_dict(), not {type(states).__name__}")  # fmt: skip
     shares = [share for state in states for share in loader_dataset_states(state)]
     per_rank = max(1, num_workers)
-    new = reshard(shares, world_size * per_rank, even=even if world_size > 1 else None)
+    try:
+        new = reshard(shares, world_size * per_rank, even=even if world_size > 1 else None)
+    except StateError as exc:  # (its ranks are the shares: rank x worker)
+        if not str(exc).startswith("ranks missing"):
+            raise
+        raise StateError(f"{exc} (here a rank is a share: old rank * its DataLoader workers + "
+                         "worker; give every old rank's state_dict)", exc.field) from None
     return [new[r * per_rank : (r + 1) * per_rank] for r in range(world_size)]

@@ -24,12 +24,31 @@ if TYPE_CHECKING:
 __all__ = ["Varlen", "document_block_mask", "document_cu_seqlens", "document_mask", "varlen"]
 
 
+def _rows(segment_ids: torch.Tensor, what: str) -> torch.Tensor:
+    """``segment_ids`` checked as rows (B, L) of ints.
+
+    Raises:
+        ValueError: another shape or dtype, named (one row (L,): ``segment_ids[None]``).
+    """
+    shape = tuple(getattr(segment_ids, "shape", ()))
+    if not isinstance(segment_ids, torch.Tensor) or segment_ids.ndim != 2:
+        hint = " (one row: segment_ids[None])" if len(shape) == 1 else ""
+        raise ValueError(f"{what} takes segment ids as rows (B, L), not of shape {shape}{hint}")
+    if segment_ids.dtype.is_floating_point or segment_ids.dtype == torch.bool:
+        raise ValueError(f"{what} takes segment ids of an integer dtype, not {segment_ids.dtype}")
+    return segment_ids
+
+
 def document_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     """The block-diagonal causal mask of ``segment_ids`` (B, L) for
     ``torch.nn.functional.scaled_dot_product_attention(attn_mask=…)``: (B, 1, L, L), True where
     a position may attend, i.e. to itself and the earlier positions of its own document; a
-    padding position (segment 0) attends to itself only (so that no row is all masked)."""
-    length = segment_ids.shape[-1]
+    padding position (segment 0) attends to itself only (so that no row is all masked).
+
+    Raises:
+        ValueError: ``segment_ids`` not (B, L) ints.
+    """
+    length = _rows(segment_ids, "document_mask").shape[-1]
     same = segment_ids[:, :, None] == segment_ids[:, None, :]
     causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
     eye = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
@@ -55,7 +74,9 @@ def document_block_mask(
 
     Raises:
         ImportError: torch has no FlexAttention (before 2.5).
+        ValueError: ``segment_ids`` not (B, L) ints.
     """
+    _rows(segment_ids, "document_block_mask")
     if create_block_mask is None:
         raise ImportError(
             f"document_block_mask needs FlexAttention (torch >= 2.5): {torch.__version__}"
@@ -81,8 +102,12 @@ def document_block_mask(
 
 def document_cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
     """``cu_seqlens`` (int32, on the device of ``segment_ids``) of the rows (B, L) flattened,
-    for FlashAttention's varlen kernels: every run of one segment in a row is a sequence."""
-    starts = cu_seqlens(segment_ids.detach().cpu().numpy())
+    for FlashAttention's varlen kernels: every run of one segment in a row is a sequence.
+
+    Raises:
+        ValueError: ``segment_ids`` not (B, L) ints.
+    """
+    starts = cu_seqlens(_rows(segment_ids, "document_cu_seqlens").detach().cpu().numpy())
     return torch.from_numpy(starts).to(segment_ids.device)
 
 
@@ -101,7 +126,11 @@ def varlen(segment_ids: torch.Tensor) -> Varlen:
     ``flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
     causal=True)``: every run of one segment in a row is a sequence (a run of padding too, so
     that the lengths add up to B*L). The lengths are found on the host (one copy of the ids),
-    as the kernels want ``max_seqlen`` as a Python int."""
-    starts = cu_seqlens(segment_ids.detach().cpu().numpy())
+    as the kernels want ``max_seqlen`` as a Python int.
+
+    Raises:
+        ValueError: ``segment_ids`` not (B, L) ints.
+    """
+    starts = cu_seqlens(_rows(segment_ids, "varlen").detach().cpu().numpy())
     longest = int((starts[1:] - starts[:-1]).max()) if len(starts) > 1 else 0
     return Varlen(torch.from_numpy(starts).to(segment_ids.device), longest)
