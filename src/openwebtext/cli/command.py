@@ -70,6 +70,27 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
 
+#: What to give to resume a state refused for a field ``--resume`` does not take from it
+#: (a state's last field, or its last two), as flags.
+_GIVE = {
+    "config.tokenizer": "give the --tokenizer it was saved with",
+    "config.corpus": "give the corpus it was saved on, with its --text-column",
+    "seq_len": "give --seq-len and --batch-size as saved",
+    "batch_size": "give --seq-len and --batch-size as saved",
+    "schedule": "give the shapes it was saved with",
+    "packing": "give --pack and --window as saved",
+    "window": "give --pack and --window as saved",
+}
+
+
+def _give(exc: BaseException) -> str | None:
+    """``_GIVE``'s words for the field a state was refused for (None: none)."""
+    if not isinstance(exc, StateError) or not exc.field:
+        return None
+    steps = exc.field.split(".")
+    return _GIVE.get(".".join(steps[-2:])) or _GIVE.get(steps[-1])
+
+
 def _said(exc: BaseException, resumed: str | None = None) -> str:
     """What ``owt`` says of ``exc``: a state's error with the ``--resume`` file it is of
     (``resumed``; one found as its documents are read said none), its options to resume it
@@ -77,7 +98,8 @@ def _said(exc: BaseException, resumed: str | None = None) -> str:
     if isinstance(exc, StateError) and resumed and not str(exc).startswith(resumed):
         exc = StateError(f"{resumed}: {exc}", exc.field, resume_with=exc.resume_with)
     if not isinstance(exc, StateError) or not exc.resume_with:
-        return str(exc)
+        hint = _give(exc) if resumed else None
+        return f"{exc} (to resume it, {hint})" if hint else str(exc)
     names = exc.resume_with
     flags = ["--no-shuffle" if n == "shuffle" else f"--{n.replace('_', '-')}" for n in names]
     given = ", ".join(flags)

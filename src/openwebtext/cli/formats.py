@@ -4,6 +4,7 @@ written beside the finished run (``openwebtext.prepare.write_format``)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Callable
 
@@ -51,4 +52,4 @@ def formatted(
         from tqdm import tqdm  # the format's bar is still open: the line goes above it
 
         tqdm.write(f"{args.format}: {shown} in {report.out}", file=sys.stderr)
-    return report
+    return dataclasses.replace(report, format=args.format)

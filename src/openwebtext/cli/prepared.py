@@ -61,8 +61,11 @@ class _Bars:
 
 def _print_prepared(report: Report, seconds: float) -> None:
     meta = report.meta
-    if report.already:
-        print(f"{report.out} already holds these files (meta.json): nothing to do", file=sys.stderr)
+    if report.already:  # (a format asked for: written beside them, if it was not)
+        done = "nothing to do"
+        if report.format is not None:
+            done = f"not run again; {report.format}'s files are beside them"
+        print(f"{report.out} already holds these files (meta.json): {done}", file=sys.stderr)
         return
     counts, config = meta["counts"], meta["config"]
     documents, tokens = counts["documents"], counts["tokens"]

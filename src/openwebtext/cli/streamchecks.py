@@ -69,7 +69,8 @@ def _refuse_idle(idle: list[str], shapes: str, fix: str) -> None:
 def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool) -> None:
     """Refuse, before a document is read, an output that is a file this run reads or leaves
     out (compared by ``file_key``: device and inode): ``--state-out``, which the state would
-    replace, and the standard output ``--jsonl`` writes, which its lines would grow."""
+    replace, and the standard output ``--jsonl`` writes, which its lines would grow; and a
+    ``--state-out`` that is standard output's file, whose lines the state would replace."""
     corpora = source.corpora.values() if isinstance(source, Mixture) else (source,)
     inputs = set()
     for corpus in corpora:
@@ -82,6 +83,12 @@ def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool)
                          "would replace it; write the state elsewhere")  # fmt: skip
     if jsonl and _stdout_key() in inputs:
         raise _into_input()
+    out = _stdout_key()
+    if state_out is not None and out is not None and state_out.exists() and file_key(
+        str(state_out)
+    ) == out:  # (its rename would replace what the run wrote there: the documents)
+        raise ValueError(f"{state_out}: --state-out names the file standard output writes: the "
+                         "state would replace the run's output; write the state elsewhere")
 
 
 def _into_input() -> ValueError:

@@ -116,6 +116,8 @@ class Report:
         skipped: Messages of the members and documents skipped by this process.
         tokenized: Tokens this run tokenized (not those of an earlier run it went on from):
             a rate is ``tokenized`` over this run's seconds.
+        format: The format whose files were then written beside (``write_format``; ``owt
+            tokenize --format``), or None.
     """
 
     out: Path | str
@@ -124,6 +126,7 @@ class Report:
     already: bool = False
     skipped: tuple[str, ...] = ()
     tokenized: int = 0
+    format: str | None = None
 
 
 def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
