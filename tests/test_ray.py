@@ -357,6 +357,23 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _in_group(group: int) -> list[str]:
+    """The live processes of process group ``group``, by command line (Ray's agents call
+    themselves ``ray::…``: no folder of theirs names them)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                line = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, ValueError):
+            continue
+        if int(fields[2]) == group and fields[0] != b"Z":
+            found.append(line[:60])
+    return found
+
+
 def _ray_env(home: Path, temp: Path) -> dict[str, str]:
     env = {**os.environ, "HOME": str(home), "TMPDIR": str(temp)}
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS"):
@@ -506,6 +523,8 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
         assert 2 <= kept < 20 and not (out / "train.bin").exists()
         time.sleep(1)
         assert _processes_mentioning(str(temp)) == []
+        # (session 30: Ray's agents, orphaned by the raylet's end, ignore SIGTERM: left running)
+        assert _in_group(proc.pid) == []
         assert [p.name for p in temp.iterdir() if p.name.startswith("owt-ray-")] == []
         again = subprocess.run(command, env=env, capture_output=True, text=True,
                                timeout=left("the second run"))  # fmt: skip
@@ -516,6 +535,47 @@ def test_cli_interrupted_then_run_again_continues(tmp_path: Path, home: Path) ->
     assert _files(out) == _files(tmp_path / "local")
     assert json.loads(_files(out)["meta.json"]) == local.meta
 
+
+
+def test_cli_interrupted_as_ray_starts_leaves_no_process(tmp_path: Path, home: Path) -> None:
+    """Ctrl-C to the whole group as soon as Ray's agents run (session 30's red team): the
+    signal ends the raylet before it stops its agents, which ignore SIGTERM and were left
+    running, orphaned, in the command's group."""
+    import signal
+    import time
+
+    from openwebtext.synth import write_corpus
+
+    corpus = tmp_path / "corpus"
+    write_corpus(corpus, subsets=1, members=10, docs=300, seed=1, workers=1)
+    temp = Path(tempfile.mkdtemp(prefix="owt-T", dir="/tmp"))
+    command = [sys.executable, "-m", "openwebtext.cli", "tokenize", str(corpus), "-j", "2",
+               "--out", str(tmp_path / "ray"), "--engine", "ray", "-q"]  # fmt: skip
+    try:
+        proc = subprocess.Popen(
+            command, env=_ray_env(home, temp), stderr=subprocess.PIPE, text=True,
+            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )  # fmt: skip
+        try:
+            end = time.monotonic() + 60
+            while not any(p.startswith("ray::") for p in _in_group(proc.pid)):
+                assert time.monotonic() < end and proc.poll() is None, "Ray's agents never ran"
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, err
+        time.sleep(1)
+        left = _in_group(proc.pid)
+        for pid in (int(e) for e in os.listdir("/proc") if e.isdigit()):
+            with contextlib.suppress(OSError):  # (the test's own cleanup: never left behind)
+                if os.getpgid(pid) == proc.pid:
+                    os.kill(pid, signal.SIGKILL)
+        assert left == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
 
 # -- output to S3 (moto's server on 127.0.0.1, the s3_endpoint fixture) ---------------------
 

@@ -15,6 +15,7 @@ import signal
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,8 +94,44 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
         with _running(ray, "cannot start a local Ray instance", num_cpus=num_cpus, _temp_dir=temp):
             yield
     finally:
+        _stop_strays(temp)
         _auth_environment({k: saved[k] for k in private})
         shutil.rmtree(temp, ignore_errors=True)
+
+
+#: Seconds the processes of a private instance have to end by themselves after ``shutdown``.
+STRAY_GRACE = 3.0
+
+
+def _stop_strays(temp: str) -> None:
+    """Kill what is left of the private instance of ``temp`` once it was shut down: its
+    processes in this process group, which name its folder or call themselves ``ray::``
+    (its agents do). A Ctrl-C to the group ends the raylet before it stops its agents, which
+    ignore SIGTERM and were left running, orphaned (Linux: read from ``/proc``)."""
+    group, deadline = os.getpgrp(), time.monotonic() + STRAY_GRACE
+    while (left := _strays(temp, group)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _strays(temp: str, group: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                line = f.read()
+        except OSError:  # (gone meanwhile, or another user's)
+            continue
+        ours = line.startswith(b"ray::") or temp.encode() in line
+        if ours and fields[0] != b"Z" and int(fields[2]) == group:  # (state, then pgrp)
+            found.append(int(entry))
+    return found
 
 
 #: The name a private instance's temporary folder starts with.
@@ -172,16 +209,37 @@ def _running(ray: Any, failure: str, **init: Any) -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+        _handlers_again()
+
+
+def _handlers_again() -> None:
+    """Set Python's handlers of SIGINT and SIGTERM again: ``ray.shutdown`` puts back, at the
+    C level, what its failure-signal handler found when ``ray.init`` installed it (the default:
+    a SIGTERM then killed ``owt`` outright, while Python still named its handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if handler is not None:
+            signal.signal(signum, handler)
 
 
 @contextlib.contextmanager
 def _keep_sigterm() -> Iterator[None]:
     """Undo ``ray.init``'s SIGTERM handler (``sys.exit(15)``): the caller's stays in force
-    (``owt tokenize`` turns SIGTERM into the same clean stop as Ctrl-C, exit status 143)."""
+    (``owt tokenize`` turns SIGTERM into the same clean stop as Ctrl-C, exit status 143). A
+    SIGTERM that came while ``ray.init`` ran (its handler's ``SystemExit(15)``) is handed to
+    the caller's."""
     main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
         yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM or not callable(previous):
+            raise
+        signal.signal(signal.SIGTERM, previous)
+        previous(signal.SIGTERM, None)  # (the caller's stop: it raises)
+        raise
     finally:
         if main and previous is not None:
             signal.signal(signal.SIGTERM, previous)
