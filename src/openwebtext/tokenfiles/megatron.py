@@ -89,7 +89,9 @@ def read_megatron_index(
     if dtype.kind not in "iu":  # megatron-core's float codes: no token ids
         raise damaged(path, f"megatron dtype code {code} is {dtype}: token ids are integers")
     want = _MEGATRON_HEAD.size + 12 * sequences + 8 * documents
-    if data.size != want or documents < 1:
+    if documents < 1:  # (its first document index, 0, is always there)
+        raise damaged(path, "0 document indices: a megatron index holds one at least (0)")
+    if data.size != want:
         raise damaged(
             path,
             f"{data.size} bytes, not the {want} of {sequences} sequences and {documents} "
