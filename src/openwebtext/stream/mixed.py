@@ -146,8 +146,6 @@ class MixedStream:
         ]
         self._pool: LanePool = open_lanes(lanes, pool_options(options, tokenizer))
         streams = _part_streams(mixture, corpora, opened, tokenizer, states, self._pool)
-        for stream in streams:  # (by tokens, a part of documents of no id is chosen for ever)
-            stream.needs_ids = mixture.by == "tokens"
         self.parts = [_Part(name, stream, options.epochs is not None)
                       for name, stream in zip(mixture.names, streams, strict=True)]  # fmt: skip
         if options.max_errors is not None:  # one bound over every part's skips
@@ -248,8 +246,6 @@ class MixedStream:
         together, ids end to end, with parts: up to the next multiple of ``RUN`` documents the
         rank handed out, so that a run resumed from any state has read as far as the run it
         resumes at each batch (its ``stats`` the same), never across a change of weights."""
-        for part in self.parts:  # (a packer waits for ids: an epoch of none never ends it)
-            part.stream.needs_ids = True
         before = self.mark()
         dealt = len(self.replays)  # a run is one dealt window's, or of the rank's own turns
         if not dealt and self._due():  # the run goes on under the new weights: its marks
@@ -481,6 +477,9 @@ def _part_streams(
             try:
                 streams.append(Stream(corpora[name], opened[name], tokenizer, state=states[name],
                                       pool=pool.lane(k), source=name))  # fmt: skip
+                # A part of ids whose epoch holds none: by tokens chosen for ever, packed never
+                # a batch (and its documents, all empty, nothing a model learns from).
+                streams[-1].needs_ids = True
             except StateError as exc:
                 raise exc.within(f"parts.{name}", f"part {name!r}: ") from None
     except BaseException:
