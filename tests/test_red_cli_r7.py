@@ -75,3 +75,19 @@ def test_a_resume_refused_for_an_option_not_taken_from_the_state_says_what_to_gi
                   "16", "--batch-size", "2", "--resume", str(packed), "-q")  # fmt: skip
     assert refused.returncode == 1
     assert "(to resume it, give --pack and --window as saved)" in refused.stderr
+
+
+def test_a_damaged_state_gets_no_flags_to_give(owt: Owt, tmp_path: Path) -> None:
+    """The review: an edited best-fit state ("packing": "concat") resumed with the flags it was
+    saved with was told to give them."""
+    corpus = _corpus(tmp_path)
+    packed = tmp_path / "p.json"
+    flags = ["--tokenizer", "bytes", "--pack", "bestfit", "--seq-len", "16", "--batch-size", "2",
+             "--window", "5"]  # fmt: skip
+    assert owt("stream", str(corpus), *flags, "--take", "3", "--state-out", str(packed),
+               "-q").returncode == 0  # fmt: skip
+    state = json.loads(packed.read_text())
+    packed.write_text(json.dumps({**state, "packing": "concat"}))
+    refused = owt("stream", str(corpus), *flags, "--resume", str(packed), "-q")
+    assert refused.returncode == 1 and "bad batches state" in refused.stderr
+    assert "to resume it" not in refused.stderr

@@ -142,3 +142,30 @@ def test_an_index_that_moves_a_document_end_is_a_corrupt_member(
         list(Loader(Corpus.open_tokens(ds / "train.ds"), shuffle=False, workers=0))
     stats = Loader(Corpus.open_tokens(ds / "train.ds"), workers=0, on_error="skip").iter()
     assert sum(1 for _ in stats) < len(ends) and stats.stats.skipped_members >= 1
+
+
+def test_ids_or_lines_that_begin_like_another_kind_are_read(tmp_path: Path) -> None:
+    """The review of these checks: ids whose first bytes are ``{``, ``[`` or gzip's magic, and
+    a plain JSON lines file with tar's ``ustar`` at byte 257 of its text, were refused."""
+    for first in (123, 91, 35615):
+        path = tmp_path / f"{first}.tokens"
+        np.array([first, 8, 5, 50256, 7, 50256], dtype="<u2").tofile(path)
+        corpus = Corpus.open_tokens(path, eot=50256)
+        assert len(list(Loader(corpus, workers=0, tokenizer="gpt2"))) == 2, first
+    text = "x" * (257 - len('{"text": "')) + "ustar\x0000"
+    lines = tmp_path / "u.jsonl"
+    lines.write_text(json.dumps({"text": text}) + "\n" + json.dumps({"text": "b"}) + "\n")
+    assert lines.read_bytes()[257:262] == b"ustar"
+    assert [d.text for d in Loader(lines, shuffle=False, workers=0)] == [text, "b"]
+
+
+def test_a_text_column_for_a_mixture_names_its_parts_of_records(
+    tmp_path: Path, small_corpus: Path
+) -> None:
+    from openwebtext import cli
+
+    write_jsonl(tmp_path / "code" / "a.jsonl", ["one", "two"], field="content")
+    code = cli.main(["stream", "--mix", f"web={small_corpus}:0.5", "--mix",
+                     f"code={tmp_path / 'code'}:0.5", "--text-column", "content", "--take", "6",
+                     "-q"])  # fmt: skip
+    assert code == 0

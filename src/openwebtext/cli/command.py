@@ -74,18 +74,19 @@ def _run(args: argparse.Namespace) -> int:
 #: (a state's last field, or its last two), as flags.
 _GIVE = {
     "config.tokenizer": "give the --tokenizer it was saved with",
-    "config.corpus": "give the corpus it was saved on, with its --text-column",
+    "config.corpus": "give the corpus it was saved on (a table's with the --text-column read)",
     "seq_len": "give --seq-len and --batch-size as saved",
     "batch_size": "give --seq-len and --batch-size as saved",
-    "schedule": "give the shapes it was saved with",
+    "schedule": "give the --seq-len and --batch-size (or schedule) it was saved with",
     "packing": "give --pack and --window as saved",
     "window": "give --pack and --window as saved",
 }
 
 
 def _give(exc: BaseException) -> str | None:
-    """``_GIVE``'s words for the field a state was refused for (None: none)."""
-    if not isinstance(exc, StateError) or not exc.field:
+    """``_GIVE``'s words for the field a state was refused for, as saved for other options
+    (None: none; a damaged state's field is never a flag to give)."""
+    if not isinstance(exc, StateError) or not exc.field or "was saved for" not in str(exc):
         return None
     steps = exc.field.split(".")
     return _GIVE.get(".".join(steps[-2:])) or _GIVE.get(steps[-1])

@@ -32,7 +32,7 @@ from openwebtext.cli.standard import CLOSED_AT_START
 from openwebtext.cli.streamchecks import check_flags, refuse_inputs, refusing_stdout
 from openwebtext.errors import CorpusError, OutputError, OWTError, StateError, in_part
 from openwebtext.files import named, output_path
-from openwebtext.index import Corpus
+from openwebtext.index import Corpus, NoColumn
 from openwebtext.loader import DocumentIterator, Loader, Mixture, MixtureIterator
 from openwebtext.options import NANOGPT_SPLIT, SHAPING, Options
 from openwebtext.source import add_storage_options, retry_waited, storage_kwargs
@@ -106,8 +106,11 @@ def _mixture(args: argparse.Namespace) -> Mixture:
     parts = {}
     for name, where, _ in args.mix:
         try:
-            parts[name] = Corpus.open(where, on_error=args.on_error, text_column=args.text_column,
-                                      **storage_kwargs(args))  # fmt: skip
+            try:  # (--text-column names the column of the parts of records: a tars part has none)
+                parts[name] = Corpus.open(where, on_error=args.on_error,
+                                          text_column=args.text_column, **storage_kwargs(args))
+            except NoColumn:
+                parts[name] = Corpus.open(where, on_error=args.on_error, **storage_kwargs(args))
         except CorpusError as exc:
             in_part(exc, name)
             raise

@@ -6,7 +6,7 @@ Rule: imports the leaves and ``openwebtext.source``; nothing above.
 
 from __future__ import annotations
 
-from openwebtext.index.corpus import Corpus, Counts, split_key
+from openwebtext.index.corpus import Corpus, Counts, NoColumn, split_key
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import json_hint
 from openwebtext.index.parquet import TEXT_COLUMN, footer_of, parse_footer
@@ -17,6 +17,7 @@ __all__ = [
     "TEXT_COLUMN",
     "Corpus",
     "Counts",
+    "NoColumn",
     "as_indexed",
     "file_key",
     "footer_of",

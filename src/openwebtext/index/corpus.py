@@ -45,7 +45,7 @@ from openwebtext.source import (
 )
 from openwebtext.tokenfiles import INT_DTYPE
 
-__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "split_key"]
+__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "NoColumn", "split_key"]
 
 #: /2: the counts carry the files' ``version`` (size and mtime), so a changed file makes
 #: them stale; /1 files are treated as absent.
@@ -127,6 +127,10 @@ class Counts:
         return Counts(counted.documents, {**self.val, **counted.val}, counted.failed)
 
 
+class NoColumn(ValueError):
+    """A ``text_column`` for a corpus with no file of records (tars only): it names nothing."""
+
+
 @dataclass(frozen=True)
 class Corpus:
     """An indexed corpus: its units, in corpus order, and their counts if cached."""
@@ -197,7 +201,7 @@ class Corpus:
         indexed = index_inputs(given, on_error=on_error, storage=store, text_column=text_column)
         units = tuple(indexed.units)
         if text_column != TEXT_COLUMN and units and not any(map(in_records, units)):
-            raise ValueError(f"text_column={text_column!r} names the text of parquet files or "
+            raise NoColumn(f"text_column={text_column!r} names the text of parquet files or "
                              "JSON lines; the corpus holds neither (its documents are files in "
                              "tars)")  # fmt: skip
         versions = noted_versions(dict.fromkeys(u.path for u in units), store)

@@ -87,16 +87,20 @@ def jsonl_units(
     head = f.pread(512, 0)
     if head.startswith(LFS_POINTER):
         raise CorpusError(f"named JSON lines, but{placeholder(head)[1:]}", path=name)
-    found = detect(head) or ("parquet" if head.startswith(b"PAR1") else None)
-    if not compression and found is not None:
-        raise CorpusError(f"named plain JSON lines, but its bytes are {found}", path=name)
     if compression:
+        found = detect(head)
         if found != compression:
             raise CorpusError(
                 f"named {compression} JSON lines, but its bytes are {found or 'not compressed'}",
                 path=name,
             )
         return [Unit(name, base, 0, size, kind, subset, 0)]
+    # A plain file's bytes: magic at their start only (a tar's "ustar" at byte 257 may lie in
+    # a document's text), never of a file that begins as JSON lines do.
+    if head.lstrip()[:1] != b"{":
+        found = detect(head[:256]) or ("parquet" if head.startswith(b"PAR1") else None)
+        if found is not None:
+            raise CorpusError(f"named plain JSON lines, but its bytes are {found}", path=name)
     chunk = chunk or CHUNK_BYTES
     units: list[Unit] = []
     start = 0

@@ -17,6 +17,7 @@ the file indexed.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -24,7 +25,18 @@ from collections.abc import Sequence
 import numpy as np
 
 from openwebtext.errors import CorpusError
-from openwebtext.formats import MAGIC_BYTES, PARQUET, detect
+from openwebtext.formats import (
+    BZIP2,
+    GZIP,
+    MAGIC_BYTES,
+    PARQUET,
+    XZ,
+    ZSTD,
+    LimitExceeded,
+    Truncated,
+    decompress,
+    detect,
+)
 from openwebtext.index.inputs import distinct_names
 from openwebtext.records import Unit
 from openwebtext.source import (
@@ -324,8 +336,10 @@ def _beside(url: str, file: str) -> str:
 
 def _not_text(name: str) -> None:
     """Refuse a file of text given as token ids (a tar, compressed data, parquet, JSON), not
-    named as token files are (``.bin``, ``.ds``: whose ids may begin with any bytes): its bytes
-    would be read as ids, and said not to end with the end-of-text id.
+    named as token files are (``.bin``, ``.ds``): its bytes would be read as ids, and said not
+    to end with the end-of-text id. Ids may begin with any bytes, a magic's or a ``{``: each
+    kind is taken only on evidence (its head decompresses; parquet's magic at both ends; a
+    first line that parses as JSON).
 
     Raises:
         CorpusError: naming what the file is, and what opens it.
@@ -334,9 +348,36 @@ def _not_text(name: str) -> None:
         return
     with open(name, "rb") as f:  # (a regular file: ``isfile``)
         head = f.read(MAGIC_BYTES)
-    kind = detect(head) or (PARQUET if head.startswith(b"PAR1") else None)
-    if kind is None and head.lstrip()[:1] in (b"{", b"["):
-        kind = "JSON"
+        f.seek(-4, os.SEEK_END)  # (a file of a few bytes: its start)
+        tail = f.read(4)
+    kind = _text_kind(head, tail)
     if kind is not None:
         raise CorpusError(f"is {kind} data, not token ids: a corpus of text is opened with "
                           "Corpus.open", name)  # fmt: skip
+
+
+def _text_kind(head: bytes, tail: bytes) -> str | None:
+    found = detect(head)
+    if found in (GZIP, XZ, BZIP2, ZSTD):
+        try:
+            out = decompress(head, found, 1 << 20)
+        except Truncated as exc:  # (its head decodes: that data, if it says something)
+            out = exc.data
+        except LimitExceeded:
+            return found
+        except Exception:  # any decoder's own error: ids that begin with its magic
+            return None
+        return found if out else None
+    if found is not None or (head.startswith(b"PAR1") and tail == b"PAR1"):
+        return found or PARQUET
+    line, _, rest = head.partition(b"\n")
+    cut = not rest and len(head) == MAGIC_BYTES  # (a first line past the head: its start)
+    try:
+        text = (line[: len(line) - 3] if cut else line).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    try:
+        json.loads(text)
+    except ValueError:
+        return "JSON" if cut and text.lstrip().startswith(('{"', "[{", '["')) else None
+    return "JSON" if text.lstrip()[:1] in ("{", "[") else None

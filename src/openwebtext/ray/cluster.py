@@ -105,9 +105,11 @@ STRAY_GRACE = 3.0
 
 def _stop_strays(temp: str) -> None:
     """Kill what is left of the private instance of ``temp`` once it was shut down: its
-    processes in this process group, which name its folder or call themselves ``ray::``
-    (its agents do). A Ctrl-C to the group ends the raylet before it stops its agents, which
-    ignore SIGTERM and were left running, orphaned (Linux: read from ``/proc``)."""
+    processes in this process group, which name its folder or hold a file of it open (its
+    agents retitle themselves ``ray::…``, but write their logs there; another instance's,
+    in the same group, hold their own folder's). A Ctrl-C to the group ends the raylet before
+    it stops its agents, which ignore SIGTERM and were left running, orphaned (Linux: read
+    from ``/proc``)."""
     group, deadline = os.getpgrp(), time.monotonic() + STRAY_GRACE
     while (left := _strays(temp, group)) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -124,12 +126,16 @@ def _strays(temp: str, group: int) -> list[int]:
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
+            if fields[0] == b"Z" or int(fields[2]) != group:  # (state, then pgrp)
+                continue
             with open(f"/proc/{entry}/cmdline", "rb") as f:
-                line = f.read()
+                ours = temp.encode() in f.read()
+            fds = f"/proc/{entry}/fd"
+            ours = ours or any(os.readlink(f"{fds}/{fd}").startswith(temp + os.sep)
+                               for fd in os.listdir(fds))  # fmt: skip
         except OSError:  # (gone meanwhile, or another user's)
             continue
-        ours = line.startswith(b"ray::") or temp.encode() in line
-        if ours and fields[0] != b"Z" and int(fields[2]) == group:  # (state, then pgrp)
+        if ours:
             found.append(int(entry))
     return found
 

@@ -234,8 +234,8 @@ def http_status(exc: BaseException | None) -> int | None:
         status = getattr(getattr(one, "response", None), "status_code", None)
         if isinstance(status, int):
             return status
-        status = getattr(one, "code", None)
-        if isinstance(status, int) and type(one).__module__.startswith("gcsfs"):
+        status = getattr(one, "code", None) if type(one).__module__.startswith("gcsfs") else None
+        if isinstance(status, int):
             return status
     return None
 

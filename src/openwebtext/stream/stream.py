@@ -54,6 +54,7 @@ from openwebtext.stream.schema import DocumentState, Position
 from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.spans import block_part
 from openwebtext.stream.state import Mark, OverrunAt, Stats, check_in_block, config_of
+from openwebtext.tokenfiles import TOKENS
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = ["EPOCH_END", "ErrorPolicy", "Stream", "pool_options"]
@@ -238,7 +239,8 @@ class Stream(RestHandOut):
                 if take is not None and self._yielded() >= take:
                     return
                 waits = self._runs is not None or (self.needs_ids and self._dtype is not None)
-                no_ids = waits and self._counters.tokens == ids_before
+                no_ids = waits and self._counters.tokens == ids_before and _never_ids(
+                    self.corpus, opts)  # fmt: skip
                 if last is None and whole and (no_ids or not self._counters.epoch_documents):
                     raise nothing_read(self.corpus, opts, self._epoch, self._counters,
                                        self.policy.files, self.source, no_ids)  # fmt: skip
@@ -383,6 +385,15 @@ class Stream(RestHandOut):
     def _count_unit(self, loaded: Loaded, kept: Loaded) -> None:
         self._counters = self.policy.unit_read(loaded, kept, self._counters, self._expected,
                                                self._again)  # fmt: skip
+
+
+def _never_ids(corpus: Corpus, options: Options) -> bool:
+    """Whether a rank's epoch of documents of no id means every epoch of it holds none: the
+    corpus holds no id (token units of no byte), or each epoch reads the same documents (in
+    corpus order, or of one unit). Else another epoch's share may hold some (shuffled)."""
+    units = corpus.units
+    empty = all(unit.kind == TOKENS and unit.size == 0 for unit in units)
+    return empty or not options.shuffle or len(units) == 1
 
 
 def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:
