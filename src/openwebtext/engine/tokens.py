@@ -83,7 +83,8 @@ class TokenReader:
         dropped: list[CorruptMember] = []
         ids = np.frombuffer(data, dtype=token_file.ids.dtype)
         run = token_file.tokenizer  # (the run's meta.json: each document ends with its eot)
-        if run is not None and ids.size:
+        held = np.iinfo(ids.dtype)  # (an eot the ids cannot hold: a record of no run's ends)
+        if run is not None and ids.size and held.min <= run.eot <= held.max:
             last = ids[ends[first:stop] - start - 1]
             if not (last == run.eot).all():
                 k = int(np.flatnonzero(last != run.eot)[0])
