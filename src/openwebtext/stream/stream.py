@@ -155,8 +155,9 @@ class Stream(RestHandOut):
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self._runs: str | None = None  # token documents handed out a block's rest at a time
         self.needs_ids = False
-        """Whether what reads this stream waits for ids (a mixture by tokens, or packed; a
-        packer's runs do): an endless run's epoch of documents of no id is then an error."""
+        """Whether what reads this stream needs ids (a mixture's part, its turns by tokens or
+        its documents packed; a packer's runs): an endless run's epoch of documents of no id,
+        where no epoch can hold one (``_never_ids``), is then an error."""
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
