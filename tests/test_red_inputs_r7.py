@@ -147,9 +147,9 @@ def test_an_index_that_moves_a_document_end_is_a_corrupt_member(
 def test_ids_or_lines_that_begin_like_another_kind_are_read(tmp_path: Path) -> None:
     """The review of these checks: ids whose first bytes are ``{``, ``[`` or gzip's magic, and
     a plain JSON lines file with tar's ``ustar`` at byte 257 of its text, were refused."""
-    for first in (123, 91, 35615):
+    for first, second in ((123, 8), (91, 8), (35615, 8), (0x4150, 0x3152)):  # (last: "PAR1")
         path = tmp_path / f"{first}.tokens"
-        np.array([first, 8, 5, 50256, 7, 50256], dtype="<u2").tofile(path)
+        np.array([first, second, 5, 50256, 7, 50256], dtype="<u2").tofile(path)
         corpus = Corpus.open_tokens(path, eot=50256)
         assert len(list(Loader(corpus, workers=0, tokenizer="gpt2"))) == 2, first
     text = "x" * (257 - len('{"text": "')) + "ustar\x0000"

@@ -98,7 +98,7 @@ def jsonl_units(
     # A plain file's bytes: magic at their start only (a tar's "ustar" at byte 257 may lie in
     # a document's text), never of a file that begins as JSON lines do.
     if head.lstrip()[:1] != b"{":
-        found = detect(head[:256]) or ("parquet" if head.startswith(b"PAR1") else None)
+        found = detect(head[:256])  # (parquet's PAR1 too)
         if found is not None:
             raise CorpusError(f"named plain JSON lines, but its bytes are {found}", path=name)
     chunk = chunk or CHUNK_BYTES

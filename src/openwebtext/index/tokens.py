@@ -368,8 +368,10 @@ def _text_kind(head: bytes, tail: bytes) -> str | None:
         except Exception:  # any decoder's own error: ids that begin with its magic
             return None
         return found if out else None
-    if found is not None or (head.startswith(b"PAR1") and tail == b"PAR1"):
-        return found or PARQUET
+    if found == PARQUET:  # (its magic at both ends)
+        return found if tail == b"PAR1" else None
+    if found is not None:  # (a tar)
+        return found
     line, _, rest = head.partition(b"\n")
     cut = not rest and len(head) == MAGIC_BYTES  # (a first line past the head: its start)
     try:
