@@ -78,15 +78,14 @@ def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool)
         for path in dict.fromkeys(p for p in paths if p):
             with contextlib.suppress(OSError):  # (the files were just opened)
                 inputs.add(file_key(path))
-    if state_out is not None and state_out.exists() and file_key(str(state_out)) in inputs:
+    out = _stdout_key()
+    state = file_key(str(state_out)) if state_out is not None and state_out.exists() else None
+    if state is not None and state in inputs:
         raise ValueError(f"{state_out}: --state-out names a file this run reads: the state "
                          "would replace it; write the state elsewhere")  # fmt: skip
-    if jsonl and _stdout_key() in inputs:
+    if jsonl and out in inputs:
         raise _into_input()
-    out = _stdout_key()
-    if state_out is not None and out is not None and state_out.exists() and file_key(
-        str(state_out)
-    ) == out:  # (its rename would replace what the run wrote there: the documents)
+    if state is not None and state == out:  # (its rename would replace the documents written)
         raise ValueError(f"{state_out}: --state-out names the file standard output writes: the "
                          "state would replace the run's output; write the state elsewhere")
 

@@ -44,6 +44,7 @@ __all__ = [
     "eot_ends",
     "local_bytes",
     "recorded",
+    "run_beside",
     "unit_member",
 ]
 
@@ -109,29 +110,25 @@ class _Meta(Record, frozen=True, forbid_unknown_fields=False, tag_field="format"
 _SPLIT_OF = {"train": "train", "val": "val", "tokens": "all"}
 
 
-def check_run_record(path: str, size: int, documents: int) -> None:
+def check_run_record(run: _Meta | None, path: str, size: int, documents: int) -> None:
     """Check a local token file of ``size`` bytes and ``documents`` documents against what
-    the run's ``meta.json`` beside it records, where it records them: its size (``train.bin``,
-    ``val.bin``, ``tokens.bin``) and its split's documents (those and the formats made of them,
-    ``train.ds``; not llm.c's shards, which cut a split). A file cut at a document's end, or
-    another run's, is then refused, not read as the run's.
+    its run (``run_beside``; None: none) records, where it records them: its size
+    (``train.bin``, ``val.bin``, ``tokens.bin``) and its split's documents (those and the
+    formats made of them, ``train.ds``; not llm.c's shards, which cut a split). A file cut at a
+    document's end, or another run's, is then refused, not read as the run's.
 
     Raises:
         TokenFileError: naming the file and what its run records.
     """
-    meta = Path(path).parent / "meta.json"
-    try:
-        value = parse(read_file(meta))
-        run = _Meta.from_json(value) if whose(value, _Meta) == "this" else None
-    except (OSError, ValueError, StateError):  # none, or said by ``beside``
+    if run is None:
         return
     name = os.path.basename(path)
-    said = run.files.get(name) if run is not None else None
+    said = run.files.get(name)
     if said is not None and said.bytes != size:
         raise damaged(path, f"{size} bytes, not the {said.bytes} its run's meta.json records "
                       "(cut short, or not the run's)")  # fmt: skip
     split = _SPLIT_OF.get(name.split(".", 1)[0])
-    counts = run.counts.documents if run is not None and run.counts is not None else {}
+    counts = run.counts.documents if run.counts is not None else {}
     if split in counts and counts[split] != documents:
         raise damaged(path, f"{documents} documents, not the {counts[split]} of {split} its run's "
                       "meta.json records (cut at a document's end, or not the run's)")  # fmt: skip
@@ -259,6 +256,12 @@ def recorded(body: bytes | None, meta: str) -> Vocabulary | None:
             (of another format, missing, of the wrong type): the message names the file and
             the field's dotted path.
     """
+    run = _run(body, meta)
+    return None if run is None else run.config
+
+
+def _run(body: bytes | None, meta: str) -> _Meta | None:
+    """``recorded``'s record whole: the config, and what it says of the files and counts."""
     if body is None:
         return None
     try:
@@ -268,7 +271,7 @@ def recorded(body: bytes | None, meta: str) -> Vocabulary | None:
     if whose(value, _Meta) == "other":
         return None
     try:
-        return _Meta.from_json(value).config
+        return _Meta.from_json(value)
     except StateError as exc:
         raise TokenFileError(str(exc), meta) from None
 
@@ -279,6 +282,18 @@ def beside(path: str) -> Vocabulary | None:
     Raises:
         TokenFileError: as ``recorded``; or the ``meta.json`` is there but cannot be read.
     """
+    run = run_beside(path)
+    return None if run is None else run.config
+
+
+def run_beside(path: str) -> _Meta | None:
+    """The record of the run whose ``meta.json`` lies beside the local token file ``path``
+    (None: none, or another program's): ``beside``'s, with its files and counts
+    (``check_run_record``).
+
+    Raises:
+        TokenFileError: as ``beside``.
+    """
     meta = Path(path).parent / "meta.json"
     try:
         body = read_file(meta)
@@ -286,4 +301,4 @@ def beside(path: str) -> Vocabulary | None:
         return None
     except OSError as exc:
         raise TokenFileError(f"cannot read it: {exc.strerror or exc}", str(meta)) from None
-    return recorded(body, str(meta))
+    return _run(body, str(meta))

@@ -14,11 +14,11 @@ from openwebtext.codec import open_regular
 from openwebtext.tokenfiles.common import (
     TokenFile,
     Vocabulary,
-    beside,
     check_run_record,
     damaged,
     eot_ends,
     local_bytes,
+    run_beside,
 )
 from openwebtext.tokenfiles.datatrove import read_datatrove_index
 from openwebtext.tokenfiles.llmc import (
@@ -142,13 +142,14 @@ def open_token_file(
 def _open(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype) -> TokenFile:
     """``open_token_file`` of the open file ``f``: its ids memory-mapped, their ends read,
     checked against its run's records (``check_run_record``)."""
-    found = _ends(f, name, eot, dtype)
-    check_run_record(name, os.fstat(f.fileno()).st_size, len(found.ends))
+    run = run_beside(name)  # (its meta.json read once: the tokenizer, the files, the counts)
+    found = _ends(f, name, eot, dtype, None if run is None else run.config)
+    check_run_record(run, name, os.fstat(f.fileno()).st_size, len(found.ends))
     return found
 
 
-def _ends(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype) -> TokenFile:
-    tokenizer = beside(name)
+def _ends(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype,
+          tokenizer: Vocabulary | None) -> TokenFile:  # fmt: skip
     if name.endswith(".ds"):
         index = _index(name + ".index")
         if index is None:
