@@ -477,9 +477,6 @@ def _part_streams(
             try:
                 streams.append(Stream(corpora[name], opened[name], tokenizer, state=states[name],
                                       pool=pool.lane(k), source=name))  # fmt: skip
-                # A part of ids whose epoch holds none: by tokens chosen for ever, packed never
-                # a batch (and its documents, all empty, nothing a model learns from).
-                streams[-1].needs_ids = True
             except StateError as exc:
                 raise exc.within(f"parts.{name}", f"part {name!r}: ") from None
     except BaseException:

@@ -154,10 +154,6 @@ class Stream(RestHandOut):
         self.start = 0  # where the last document handed out begins in its ids
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self._runs: str | None = None  # token documents handed out a block's rest at a time
-        self.needs_ids = False
-        """Whether what reads this stream needs ids (a mixture's part, its turns by tokens or
-        its documents packed; a packer's runs): an endless run's epoch of documents of no id,
-        where no epoch can hold one (``_never_ids``), is then an error."""
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
@@ -239,9 +235,11 @@ class Stream(RestHandOut):
                     yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
                     return
-                waits = self._runs is not None or (self.needs_ids and self._dtype is not None)
-                no_ids = waits and self._counters.tokens == ids_before and _never_ids(
-                    self.corpus, opts)  # fmt: skip
+                # What reads ids (a packer's runs; a mixture's part: its turns by tokens or its
+                # documents packed) waits for ever on an epoch of none where no epoch holds one.
+                waits = self._runs is not None or self.source is not None
+                no_ids = waits and self._dtype is not None and self._counters.tokens == ids_before
+                no_ids = no_ids and _never_ids(self.corpus, opts)
                 if last is None and whole and (no_ids or not self._counters.epoch_documents):
                     raise nothing_read(self.corpus, opts, self._epoch, self._counters,
                                        self.policy.files, self.source, no_ids)  # fmt: skip
