@@ -81,15 +81,17 @@ def _rebuilt(error: BaseException) -> BaseException:
 
 @pytest.mark.parametrize("error", [
     StateError("bad state: position.block: is 9", "position.block", ("seed",)),
+    StateError("the state was saved for packing='concat'", "packing", mismatch=True),
     WorkerError("worker 1 died reading f.tar[m.xz]", "f.tar", "m.xz"),
     CorruptMember("corrupt xz data: openwebtext error: {\"message\": \"x\"}", "f.tar", "m.xz"),
     CorruptDocument("invalid UTF-8\nsecond line", "f.tar", "m.xz", "doc 7"),
-], ids=["state", "worker", "marker-in-message", "document"])  # fmt: skip
+], ids=["state", "mismatch", "worker", "marker-in-message", "document"])  # fmt: skip
 def test_every_error_torch_rebuilds_is_the_one_raised(error: BaseException) -> None:
     got = _rebuilt(error)
     assert _said(got) == _said(error)
     assert getattr(got, "field", None) == getattr(error, "field", None)
     assert getattr(got, "resume_with", ()) == getattr(error, "resume_with", ())
+    assert getattr(got, "mismatch", None) == getattr(error, "mismatch", None)
 
 
 def test_an_error_without_the_note_is_rebuilt_as_torch_does(tmp_path: Path) -> None:

@@ -62,7 +62,7 @@ class OWTError(Exception):
 _CARRIED = "openwebtext error: "
 #: What a note may carry: each attribute, of a type JSON keeps.
 _ATTRIBUTES = {"message": str, "path": str, "member": str, "part": str, "document": str,
-               "field": str, "resume_with": list}  # fmt: skip
+               "field": str, "resume_with": list, "mismatch": bool}  # fmt: skip
 
 
 def carry(error: BaseException) -> None:
@@ -72,7 +72,7 @@ def carry(error: BaseException) -> None:
         return
     if any(str(n).startswith(_CARRIED) for n in getattr(error, "__notes__", ())):
         return
-    said = {k: v for k, v in vars(error).items() if k in _ATTRIBUTES and v not in (None, ())}
+    said = {k: v for k, v in vars(error).items() if k in _ATTRIBUTES and v not in (None, (), False)}
     error.add_note(_CARRIED + json.dumps({"message": str(error), **said}))
 
 
@@ -209,30 +209,41 @@ class StateError(OWTError):
     """A saved state or record that cannot be read, or cannot resume this loader (other
     corpus, seed, options). ``field`` is the dotted path of the first wrong field of a record
     (``reshard.ranks[1].handed``), or None when the record as a whole does not fit;
+    ``mismatch``, whether the state is sound but was saved for another run (corpus, options,
+    mixture, packing or schedule: ``field`` names the first that differs), never a damaged one;
     ``resume_with``, the options whose saved values would resume it (a state of another
     seed: ``("seed",)``), for a caller to say how it takes them (``owt``: its flags)."""
 
     def __init__(
-        self, message: str, field: str | None = None, resume_with: tuple[str, ...] = ()
+        self,
+        message: str,
+        field: str | None = None,
+        resume_with: tuple[str, ...] = (),
+        mismatch: bool = False,
     ) -> None:
-        said = _carried(message) if field is None and not resume_with else None
+        said = _carried(message) if field is None and not resume_with and not mismatch else None
         if said is not None:  # rebuilt by torch from a worker's text (``carry``)
             message, field, resume_with = said["message"], said.get("field"), said["resume_with"]
+            mismatch = said.get("mismatch", False)
         super().__init__(message)
         self.field = field
         self.resume_with = resume_with
+        self.mismatch = mismatch or bool(resume_with)
         if said is not None:
             self.add_note(said["worker"])
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (str(self), self.field, self.resume_with))
+        return (type(self), (str(self), self.field, self.resume_with, self.mismatch))
 
     def within(self, path: str, says: str = "") -> StateError:
         """This error as one of the record at ``path`` inside the record entered (a batches
         state's ``documents``, a mixture's ``parts.web``): its field under ``path`` (or
         ``path`` itself, for an error of that record as a whole), its message after ``says``."""
-        field = f"{path}.{self.field}" if self.field else path
-        return StateError(f"{says}{self}", field, self.resume_with)
+        return self.retold(f"{says}{self}", f"{path}.{self.field}" if self.field else path)
+
+    def retold(self, message: str, field: str | None = None) -> StateError:
+        """This error said as ``message`` (of ``field``, if given), what else it says kept."""
+        return StateError(message, field or self.field, self.resume_with, self.mismatch)
 
     def reason(self) -> str:
         """The message without its hint of the options to pass (``resume_with``), for a

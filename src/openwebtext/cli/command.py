@@ -86,7 +86,7 @@ _GIVE = {
 def _give(exc: BaseException) -> str | None:
     """``_GIVE``'s words for the field a state was refused for, as saved for other options
     (None: none; a damaged state's field is never a flag to give)."""
-    if not isinstance(exc, StateError) or not exc.field or "was saved for" not in str(exc):
+    if not isinstance(exc, StateError) or not exc.field or not exc.mismatch:
         return None
     steps = exc.field.split(".")
     return _GIVE.get(".".join(steps[-2:])) or _GIVE.get(steps[-1])
@@ -97,7 +97,7 @@ def _said(exc: BaseException, resumed: str | None = None) -> str:
     (``resumed``; one found as its documents are read said none), its options to resume it
     as flags (``owt stream --resume`` takes those not given from the state)."""
     if isinstance(exc, StateError) and resumed and not str(exc).startswith(resumed):
-        exc = StateError(f"{resumed}: {exc}", exc.field, resume_with=exc.resume_with)
+        exc = exc.retold(f"{resumed}: {exc}")
     if not isinstance(exc, StateError) or not exc.resume_with:
         hint = _give(exc) if resumed else None
         return f"{exc} (to resume it, {hint})" if hint else str(exc)

@@ -463,4 +463,5 @@ def check_packing(state: BatchesState, packing: str, window: int | None) -> None
         raise StateError(
             f"the state was saved for {said(state.packing, state.window)}; now "
             f"{said(packing, window)}", "packing" if state.packing != packing else "window",
+            mismatch=True,
         )  # fmt: skip

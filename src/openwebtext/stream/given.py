@@ -37,7 +37,7 @@ def decode_each(states: Sequence[Any], cls: type[R]) -> list[R]:
         try:
             out.append(cls.from_json(state))
         except StateError as exc:
-            raise StateError(f"state {k}: {exc}", exc.field, exc.resume_with) from None
+            raise exc.retold(f"state {k}: {exc}") from None
     return out
 
 
@@ -79,7 +79,7 @@ def parse_batches(
         try:
             batches.check_run()
         except StateError as exc:
-            raise StateError(f"state {k}: {exc}", exc.field) from None
+            raise exc.retold(f"state {k}: {exc}") from None
     packings = {(b.packing, b.window if b.packing == "bestfit" else None) for b in parsed}
     if len(packings) > 1:
         field = "packing" if len({p for p, _ in packings}) > 1 else "window"

@@ -457,7 +457,7 @@ def _check(state: MixtureState, config: MixtureConfig) -> MixtureState:
         differ = [f"{k}: saved {getattr(state.config, k)!r}, now {getattr(config, k)!r}"
                   for k in keys]  # fmt: skip
         raise StateError("the state was saved for another mixture; " + "; ".join(differ),
-                         f"config.{keys[0]}")  # fmt: skip
+                         f"config.{keys[0]}", mismatch=True)  # fmt: skip
     return state
 
 

@@ -177,7 +177,7 @@ def _within(prefix: str) -> Iterator[None]:
     except StateError as exc:
         if not (prefix and exc.field):
             raise
-        raise StateError(str(exc), f"{prefix}.{exc.field}", exc.resume_with) from None
+        raise exc.retold(str(exc), f"{prefix}.{exc.field}") from None
 
 
 def _best_fit(
@@ -230,7 +230,7 @@ def _by_rank(configs: Sequence[StreamConfig]) -> tuple[int, dict[int, int]]:
     if missing:
         raise StateError(
             f"ranks missing: {missing} of world_size {world} (got {len(by_rank)} states): "
-            "resharding needs the state of every rank"
+            "resharding needs the state of every rank", "config.rank"
         )
     return world, by_rank
 

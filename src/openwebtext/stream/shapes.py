@@ -234,7 +234,7 @@ def check_schedule(state: BatchesState, schedule: Schedule) -> None:
         (_, seq_len, batch_size), now = saved.steps[0], schedule.steps[0]
         field = "seq_len" if seq_len != now[1] else "batch_size" if batch_size != now[2] else None
         raise StateError(f"the state was saved for {_described(saved)}; now "
-                         f"{_described(schedule)}", field or "schedule")  # fmt: skip
+                         f"{_described(schedule)}", field or "schedule", mismatch=True)  # fmt: skip
 
 
 class Cursor:

@@ -227,7 +227,7 @@ def load_state(
     except ValueError as exc:  # not JSON, not UTF-8, or nested too deeply
         raise StateError(f"{name}: not a JSON state file: {exc}") from exc
     except StateError as exc:
-        raise StateError(f"{name}: {exc}", exc.field) from None
+        raise exc.retold(f"{name}: {exc}") from None
 
 
 def check_state(state: Any, config: StreamConfig) -> DocumentState:
@@ -251,6 +251,7 @@ def check_state(state: Any, config: StreamConfig) -> DocumentState:
             + ("; a resharded state's even is reshard's even=" if again else ""),
             f"config.{differ[0]}",
             resume_with=tuple(key for key in differ if key in SHAPING),
+            mismatch=True,
         )
     return parsed
 

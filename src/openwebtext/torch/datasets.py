@@ -212,11 +212,10 @@ class _ShardedDataset(IterableDataset[T]):
         except StateError as exc:
             if not {"rank", "world_size"} & set(exc.resume_with):
                 raise
-            raise StateError(  # (each DataLoader worker is a share: rank * N + worker)
+            raise exc.retold(  # (each DataLoader worker is a share: rank * N + worker)
                 f"{exc.reason()}: a state of a DataLoader of another num_workers or world "
                 "size, whose workers read other shares: load it with the same num_workers and "
-                "world size, or reshard it (reshard_loader_states, then load_resharded)",
-                exc.field, exc.resume_with,
+                "world size, or reshard it (reshard_loader_states, then load_resharded)"
             ) from None
 
     def _next_start(self) -> dict[str, Any] | None:

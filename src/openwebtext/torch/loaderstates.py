@@ -69,8 +69,8 @@ def reshard_loader_states(
     try:
         new = reshard(shares, world_size * per_rank, even=even if world_size > 1 else None)
     except StateError as exc:  # (its ranks are the shares: rank x worker)
-        if not str(exc).startswith("ranks missing"):
+        if not (exc.field or "").endswith("config.rank"):  # (ranks missing, or given twice)
             raise
-        raise StateError(f"{exc} (here a rank is a share: old rank * its DataLoader workers + "
-                         "worker; give every old rank's state_dict)", exc.field) from None
+        raise exc.retold(f"{exc} (here a rank is a share: old rank * its DataLoader workers + "
+                         "worker; give every old rank's state_dict once)") from None
     return [new[r * per_rank : (r + 1) * per_rank] for r in range(world_size)]
