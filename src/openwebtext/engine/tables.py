@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from openwebtext.errors import CorruptDocument, CorruptMember, MemberTooLarge, TruncatedMember
-from openwebtext.formats import LimitExceeded, Truncated, decompress
+from openwebtext.formats import LimitExceeded, Truncated, decompress, detect
 from openwebtext.index import parse_footer, split_jsonl_kind
 from openwebtext.records import Unit
 
@@ -364,7 +364,8 @@ def jsonl_records(
     cut (a ``TruncatedMember`` in ``dropped``).
 
     Raises:
-        CorruptMember: compressed data that does not decompress.
+        CorruptMember: compressed data that does not decompress, or holds another format (a
+            tar, parquet).
         MemberTooLarge: a compressed file past ``limit`` bytes once decompressed.
     """
     kind = split_jsonl_kind(unit.kind)
@@ -385,6 +386,10 @@ def jsonl_records(
         except (zlib.error, OSError, EOFError, ValueError) as exc:
             why = cut or f"corrupt {compression} data: {exc}"
             raise CorruptMember(why, unit.path, unit.member) from exc
+        found = detect(text[:512]) if text.lstrip()[:1] != b"{" else None
+        if found is not None:  # (a tar's "ustar" at byte 257 of JSON lines' text: never so)
+            why = f"named {compression} JSON lines, but its {compression} data holds {found}"
+            raise CorruptMember(f"{why}, not JSON lines", unit.path, unit.member)
     if cut is not None:
         text = text[: text.rfind(b"\n") + 1]  # the lines before the cut, whole
         dropped.append(
