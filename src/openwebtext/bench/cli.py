@@ -16,6 +16,7 @@ from openwebtext.bench.runner import run_bench
 from openwebtext.bench.runs import Settings
 from openwebtext.engine import cpu_count
 from openwebtext.files import named, print_out
+from openwebtext.index import refuse_corpus_folder
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from openwebtext.interrupts import exit_code, interruptible
 from openwebtext.options import option_type
@@ -127,6 +128,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def _bench(args: argparse.Namespace) -> int:
+    try:
+        refuse_corpus_folder(str(args.out))
+    except ValueError as exc:
+        print(f"owt: error: {exc}", file=sys.stderr)
+        return 2
     settings = Settings(
         paths=tuple(args.paths),
         workers=args.workers,

@@ -7,6 +7,7 @@ Rule: imports the leaves and ``openwebtext.source``; nothing above.
 from __future__ import annotations
 
 from openwebtext.index.corpus import Corpus, Counts, NoColumn, split_key
+from openwebtext.index.inputs import refuse_corpus_folder
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import json_hint
 from openwebtext.index.parquet import TEXT_COLUMN, footer_of, parse_footer
@@ -23,6 +24,7 @@ __all__ = [
     "footer_of",
     "json_hint",
     "parse_footer",
+    "refuse_corpus_folder",
     "split_jsonl_kind",
     "split_key",
 ]

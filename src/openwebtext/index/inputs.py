@@ -35,6 +35,7 @@ __all__ = [
     "file_version",
     "find_files",
     "named_as_corpus_file",
+    "refuse_corpus_folder",
     "noted_versions",
 ]
 
@@ -109,6 +110,22 @@ def named_as_corpus_file(path: str) -> bool:
     lines): such a file is read, or is an error naming it, whatever its bytes."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     return bool(_CORPUS_NAME.match(name)) or is_jsonl(name)
+
+
+def refuse_corpus_folder(out: str) -> None:
+    """Refuse an output folder (``--out``) that holds corpus files by their names: a run's
+    files written beside them would be read with them next time (each warned of as left out).
+
+    Raises:
+        ValueError: naming the folder and the first of those files.
+    """
+    if "://" in out or not os.path.isdir(out):
+        return
+    found = sorted(e.name for e in os.scandir(out) if named_as_corpus_file(e.name))
+    if found:
+        more = f" and {len(found) - 1} more" if len(found) > 1 else ""
+        raise ValueError(f"--out {out} holds corpus files ({found[0]}{more}): its files would "
+                         "be read with them next time; give a folder of its own")  # fmt: skip
 
 
 def _is_corpus_file(path: str) -> bool | CorpusError:
