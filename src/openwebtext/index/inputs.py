@@ -35,8 +35,8 @@ __all__ = [
     "file_version",
     "find_files",
     "named_as_corpus_file",
-    "refuse_corpus_folder",
     "noted_versions",
+    "refuse_corpus_folder",
 ]
 
 
