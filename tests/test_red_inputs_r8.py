@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import gzip
 import io
+import shutil
+import struct
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from openwebtext import Loader
-from openwebtext.errors import CorruptMember
+from openwebtext import Corpus, Loader
+from openwebtext.errors import CorpusError, CorruptMember
+from openwebtext.tokenfiles import TokenFileError
+from support import outer_tar, sample_docs, xz_member
 from tables_support import sample_texts, write_jsonl
 
 
@@ -37,3 +42,94 @@ def test_a_gzipped_tar_named_json_lines_is_said_as_a_tar(tmp_path: Path, name: s
     documents = Loader(str(tmp_path), workers=0, on_error="skip").iter()
     assert len(list(documents)) == 3
     assert (documents.stats.skipped_members, documents.stats.skipped_documents) == (1, 0)
+
+
+def _copy_run(token_run: Path, to: Path, names: tuple[str, ...]) -> Path:
+    to.mkdir()
+    for name in ("meta.json", *names):
+        shutil.copy(token_run / name, to / name)
+    return to
+
+
+def test_an_index_that_empties_a_document_is_a_corrupt_member(
+    token_run: Path, tmp_path: Path
+) -> None:
+    """An end set equal to the one before it: an empty document was handed out, and the next
+    held two (its check read the previous document's end-of-text)."""
+    ds = _copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
+    ends = np.fromfile(ds / "train.ds.index", dtype="<u8")
+    for k, end in ((0, 0), (3, int(ends[2]))):
+        edited = ends.copy()
+        edited[k] = end
+        edited.tofile(ds / "train.ds.index")
+        with pytest.raises(CorruptMember, match=rf"document {k} holds no id, not even the "
+                           r"end-of-text id 256 its run's meta\.json records"):  # fmt: skip
+            list(Loader(Corpus.open_tokens(ds / "train.ds"), shuffle=False, workers=0))
+    mega = _copy_run(token_run, tmp_path / "mega", ("train.bin", "train.idx"))
+    idx = bytearray((mega / "train.idx").read_bytes())
+    n = struct.unpack("<Q", idx[18:26])[0]
+    sizes = np.frombuffer(bytes(idx[34 : 34 + 4 * n]), "<i4").copy()
+    sizes[1] += sizes[0]
+    sizes[0] = 0  # (the pointers made to follow)
+    pointers = np.concatenate([[0], np.cumsum(sizes[:-1]) * 2]).astype("<i8")
+    idx[34 : 34 + 4 * n], idx[34 + 4 * n : 34 + 12 * n] = sizes.tobytes(), pointers.tobytes()
+    (mega / "train.idx").write_bytes(bytes(idx))
+    with pytest.raises(CorruptMember, match=r"document 0 holds no id"):
+        list(Loader(Corpus.open_tokens(mega / "train.bin"), shuffle=False, workers=0))
+
+
+def test_an_emptied_llmc_shard_is_refused_by_its_marker(token_run: Path, tmp_path: Path) -> None:
+    """A shard cut to no byte has no llm.c header: it was read as a bare ``.bin`` of no id,
+    its documents lost without a count. ``llmc.json`` records its size."""
+    shards = sorted(p.name for p in token_run.glob("train_*.bin"))
+    run = _copy_run(token_run, tmp_path / "run", ("llmc.json", *shards))
+    (run / shards[-1]).write_bytes(b"")
+    with pytest.raises(TokenFileError, match=rf"{shards[-1]}: 0 bytes, not the \d+ its run's "
+                       r"llmc\.json records"):  # fmt: skip
+        Corpus.open_tokens(run / shards[-1])
+    assert Corpus.open_tokens(run / shards[0]).units  # (the others: read)
+    (run / "llmc.json").write_text("{")
+    with pytest.raises(TokenFileError, match=r"llmc\.json: a damaged format marker"):
+        Corpus.open_tokens(run / shards[0])
+
+
+def _outer_with_size(path: Path, size_field: bytes) -> Path:
+    """An outer tar of three members, the second's header's size field ``size_field`` (12
+    bytes: octal or base-256), its checksum made again."""
+    members = [(f"{c}_data.xz", xz_member(sample_docs(c, 2))) for c in "abc"]
+    outer_tar(path, members)
+    raw = bytearray(path.read_bytes())
+    with tarfile.open(path) as tar:
+        at = tar.getmember("b_data.xz").offset
+    header = raw[at : at + 512]
+    header[124:136] = size_field
+    header[148:156] = b"        "
+    header[148:156] = b"%06o\x00 " % sum(header)
+    raw[at : at + 512] = header
+    path.write_bytes(bytes(raw))
+    return path
+
+
+@pytest.mark.parametrize("size", [-5, -1536])
+def test_a_member_header_of_a_negative_size_is_a_damaged_header(
+    tmp_path: Path, size: int
+) -> None:
+    """Said as "cannot read: Invalid argument", the whole file left out under skip; -1536
+    took the walk back onto a header it had read, for ever."""
+    field = bytes([0xFF]) + (size % 256**11).to_bytes(11, "big")  # base-256, negative
+    path = _outer_with_size(tmp_path / "urlsf_subset00.tar", field)
+    with pytest.raises(CorpusError, match=rf"broken tar after this member: a header says a "
+                       rf"negative size, {size}, for 'b_data.xz'") as info:  # fmt: skip
+        Corpus.open(path)
+    assert info.value.member == "a_data.xz"
+    assert len(Corpus.open(path, on_error="skip").units) == 1  # (the member before it: kept)
+
+
+def test_a_member_header_of_a_huge_size_is_a_member_cut_short(tmp_path: Path) -> None:
+    """A size of 2**60 in a small file: its read asked for a buffer of that size (an
+    "unexpected MemoryError", said as a bug); it is a member cut short, as read remotely."""
+    path = _outer_with_size(tmp_path / "urlsf_subset00.tar", bytes([0x80]) + (2**60).to_bytes(11,
+                                                                                      "big"))
+    with pytest.raises(CorruptMember, match=r"b_data.xz\]: file is truncated: \d+ of "
+                       rf"{2**60} bytes"):  # fmt: skip
+        list(Loader(path, shuffle=False, workers=0))

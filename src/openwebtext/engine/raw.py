@@ -37,8 +37,10 @@ class UnitBytes:
         if is_url(unit.path):  # by byte range (see ``source.ranges``)
             return self._ranges().read(unit)
         fd = self._fd(unit.path)  # (rewritten in place, or cut: not the corpus indexed)
-        unchanged(resolve(self.storage), unit.path, FileInfo.of_local(os.fstat(fd)))
-        return os.pread(fd, unit.size, unit.offset)
+        st = os.fstat(fd)
+        unchanged(resolve(self.storage), unit.path, FileInfo.of_local(st))
+        # (a header's size past the file's end: what is there, never a buffer of that size)
+        return os.pread(fd, max(0, min(unit.size, st.st_size - unit.offset)), unit.offset)
 
     def prefetch(self, units: Sequence[Unit]) -> None:
         """Start fetching the remote ones of ``units`` (read next, in this order)."""

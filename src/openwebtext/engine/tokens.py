@@ -84,12 +84,15 @@ class TokenReader:
         ids = np.frombuffer(data, dtype=token_file.ids.dtype)
         run = token_file.tokenizer  # (the run's meta.json: each document ends with its eot)
         held = np.iinfo(ids.dtype)  # (an eot the ids cannot hold: a record of no run's ends)
-        if run is not None and ids.size and held.min <= run.eot <= held.max:
-            last = ids[ends[first:stop] - start - 1]
-            if not (last == run.eot).all():
-                k = int(np.flatnonzero(last != run.eot)[0])
-                why = (f"document {names[k]} does not end with the end-of-text id {run.eot} its "
-                       "run's meta.json records: the file's index puts its end elsewhere")
+        if run is not None and held.min <= run.eot <= held.max and stop > first:
+            # (a document of none: its "last" id would be the one before it, or none)
+            last = ids[np.maximum(ends[first:stop] - start - 1, 0)] if ids.size else counts
+            wrong = (counts <= 0) | (last != run.eot)
+            if wrong.any():
+                k = int(np.flatnonzero(wrong)[0])
+                says = "holds no id, not even" if counts[k] <= 0 else "does not end with"
+                why = (f"document {names[k]} {says} the end-of-text id {run.eot} its run's "
+                       "meta.json records: the file's index puts its end elsewhere")
                 raise CorruptMember(why, unit.path, unit.member)
         # One reduction over the ids, not a mask of them; outside the vocabulary is rare.
         if self.vocab is not None and ids.size and _outside(ids, self.vocab):

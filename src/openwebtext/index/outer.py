@@ -151,6 +151,10 @@ def walk_outer_tar(
     try:
         with tarfile.open(fileobj=_Cursor(f, name), mode="r:") as tar:
             for m in tar:
+                if m.size < 0:  # (tarfile takes it, and would seek back: before the start, or
+                    # onto a header it read, for ever)
+                    raise tarfile.ReadError(f"a header says a negative size, {m.size}, for "
+                                            f"{m.name!r}")  # fmt: skip
                 if m.isreg():
                     members.append(m)
             end = tar.offset

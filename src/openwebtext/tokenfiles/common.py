@@ -21,6 +21,7 @@ from openwebtext.codec import (
     open_regular,
     parse,
     read_file,
+    replace,
     whose,
 )
 from openwebtext.errors import CorpusError, StateError
@@ -91,6 +92,8 @@ class _Seen(Vocabulary, frozen=True, forbid_unknown_fields=False):
 
 class _Sized(Record, frozen=True, forbid_unknown_fields=False):
     bytes: Count
+    said_by: str = "meta.json"
+    """The record that says it (never in a file: a format's marker sets it when read)."""
 
 
 class _Counted(Record, frozen=True, forbid_unknown_fields=False):
@@ -105,6 +108,14 @@ class _Meta(Record, frozen=True, forbid_unknown_fields=False, tag_field="format"
     counts: _Counted | None = None
 
 
+class _Marked(Record, frozen=True, forbid_unknown_fields=False):
+    """A format's marker (``llmc.json``: ``prepare.state.Marker``) as a reader sees it: the
+    files the format wrote beside the run's."""
+
+    what = "format marker"
+    files: dict[str, _Sized]
+
+
 #: The split whose documents a run's file of ids holds, by the file's stem (``train.bin``, the
 #: ``train.ds`` and megatron ``train.bin`` made of it: ``train``; a slice's ``tokens.bin``: all).
 _SPLIT_OF = {"train": "train", "val": "val", "tokens": "all"}
@@ -113,9 +124,10 @@ _SPLIT_OF = {"train": "train", "val": "val", "tokens": "all"}
 def check_run_record(run: _Meta | None, path: str, size: int, documents: int) -> None:
     """Check a local token file of ``size`` bytes and ``documents`` documents against what
     its run (``run_beside``; None: none) records, where it records them: its size
-    (``train.bin``, ``val.bin``, ``tokens.bin``) and its split's documents (those and the
-    formats made of them, ``train.ds``; not llm.c's shards, which cut a split). A file cut at a
-    document's end, or another run's, is then refused, not read as the run's.
+    (``train.bin``, ``val.bin``, ``tokens.bin``; a format's files by its marker, llm.c's
+    shards by ``llmc.json``) and its split's documents (those and the formats made of them,
+    ``train.ds``; not llm.c's shards, which cut a split). A file cut at a document's end, or
+    another run's, is then refused, not read as the run's.
 
     Raises:
         TokenFileError: naming the file and what its run records.
@@ -125,8 +137,8 @@ def check_run_record(run: _Meta | None, path: str, size: int, documents: int) ->
     name = os.path.basename(path)
     said = run.files.get(name)
     if said is not None and said.bytes != size:
-        raise damaged(path, f"{size} bytes, not the {said.bytes} its run's meta.json records "
-                      "(cut short, or not the run's)")  # fmt: skip
+        raise damaged(path, f"{size} bytes, not the {said.bytes} its run's {said.said_by} "
+                      "records (cut short, or not the run's)")  # fmt: skip
     split = _SPLIT_OF.get(name.split(".", 1)[0])
     counts = run.counts.documents if run.counts is not None else {}
     if split in counts and counts[split] != documents:
@@ -289,16 +301,36 @@ def beside(path: str) -> Vocabulary | None:
 def run_beside(path: str) -> _Meta | None:
     """The record of the run whose ``meta.json`` lies beside the local token file ``path``
     (None: none, or another program's): ``beside``'s, with its files and counts
-    (``check_run_record``).
+    (``check_run_record``), and the files the markers of the formats written beside it say
+    (``llmc.json``: the shards; an emptied shard is no bare ``.bin`` of no id).
 
     Raises:
-        TokenFileError: as ``beside``.
+        TokenFileError: as ``beside``, or a marker beside it that cannot be read.
     """
-    meta = Path(path).parent / "meta.json"
+    folder = Path(path).parent
+    run = _run(_read_beside(folder / "meta.json"), str(folder / "meta.json"))
+    if run is None:
+        return None
+    files = dict(run.files)
+    for fmt in FORMATS[1:]:
+        marker = folder / f"{fmt}.json"
+        body = _read_beside(marker)
+        if body is None:
+            continue
+        try:
+            marked = _Marked.from_json(parse(body)).files
+        except (ValueError, StateError) as exc:  # (not JSON, or a field wrong)
+            raise TokenFileError(f"a damaged format marker: {exc}", str(marker)) from None
+        said = {name: replace(f, said_by=marker.name) for name, f in marked.items()}
+        files = said | files  # (the run's own files: as meta.json says them)
+    return replace(run, files=files)
+
+
+def _read_beside(path: Path) -> bytes | None:
+    """The bytes of the record ``path`` beside a token file (None: there is none)."""
     try:
-        body = read_file(meta)
+        return read_file(path)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise TokenFileError(f"cannot read it: {exc.strerror or exc}", str(meta)) from None
-    return _run(body, str(meta))
+        raise TokenFileError(f"cannot read it: {exc.strerror or exc}", str(path)) from None
