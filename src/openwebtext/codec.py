@@ -143,7 +143,10 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
         if found != config.tag:
             raise StateError(f"bad {what}: {key}: not {config.tag!r} (found {found!r})", field=key)
     try:
-        at = _surrogate(value)  # (JSON's "\udcff", which json.loads takes: text in no field)
+        try:
+            at = _surrogate(value)  # (JSON's "\udcff", which json.loads takes: text in no field)
+        except RecursionError:  # (no record nests so deep: msgspec names the field first)
+            at = None
         if at is None:
             return msgspec.convert(value, cls)
     except msgspec.ValidationError as exc:
@@ -301,9 +304,17 @@ def parse(text: str | bytes) -> Any:
             ``RecursionError``, which a reader catching ``ValueError`` missed).
     """
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_int)
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
+
+
+def _int(digits: str) -> int:
+    """A JSON integer; one of more digits than Python converts (4,300) as ``2**128`` of its
+    sign: past every record's bounds, so said as the field's, not as text that is no JSON."""
+    if len(digits) < 4000:
+        return int(digits)
+    return -(2**128) if digits.startswith("-") else 2**128
 
 
 def encode(record: Record) -> dict[str, Any]:

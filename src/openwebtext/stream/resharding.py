@@ -249,6 +249,11 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
                              f" rank 0's): " + "; ".join(differ), f"config.{keys[0]}")  # fmt: skip
 
 
+#: The most epochs an old rank that handed out nothing may be past the earliest one (its shares
+#: all empty): a section is written for each epoch between.
+_MOST_APART = 1024
+
+
 def _epoch_sections(
     ordered: Sequence[DocumentState], cuts: Sequence[int], world: int, needed: set[int]
 ) -> list[Reshard]:
@@ -261,15 +266,18 @@ def _epoch_sections(
     if epoch and epoch not in needed and all(_at_start(d, epoch, cut) for d, cut in zip(
             ordered, cuts, strict=True)):  # fmt: skip
         epoch -= 1  # no old rank began it: the new world's own, after the last one's (empty) rest
-    for rank, d in enumerate(ordered):  # (a section per epoch: a gap no run made is refused)
-        # An endless stream hands out a document each epoch it passes (``nothing_read``); a
-        # share of a rest may hold none: each is one of ``passed`` (the counts start there).
-        # Those of its epoch are not of an epoch passed, but at its start (the last epoch's).
-        # A finite run's rank whose shares are empty passes its epochs with none.
+    for rank, (d, cut) in enumerate(zip(ordered, cuts, strict=True)):
+        # (a section per epoch: a gap no run made is refused.) An endless stream hands out a
+        # document each epoch it passes (``nothing_read``); a share of a rest may hold none:
+        # each is one of ``passed`` (the counts start there). Those of its epoch are not of an
+        # epoch passed, but at its start (the last epoch's). A finite run's rank whose shares
+        # are empty passes its epochs with none (no document out, nor one begun: ``cut``), but
+        # never more of them than sections can be written for.
         at = d.position
         earlier = d.counters.documents - (d.counters.epoch_documents if at.block or at.in_block
                                           else 0)  # fmt: skip
-        if at.epoch - epoch > earlier + len(d.passed) and d.counters.documents:
+        handed = d.counters.documents or cut
+        if at.epoch - epoch > (earlier + len(d.passed) if handed else _MOST_APART):
             raise StateError(
                 f"states of one run never differ so in epoch: old rank {rank} is at epoch "
                 f"{d.position.epoch}, {d.position.epoch - epoch} past the earliest rank's, having "

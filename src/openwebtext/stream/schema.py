@@ -243,6 +243,13 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
             raise Disagree("next", f"is {self.next}, not a part's index (< {n})")
         if set(self.parts) != set(names):  # JSON's objects are unordered
             raise Disagree("parts", f"names {sorted(self.parts)}, not the config's {list(names)}")
+        total = sum(self.served)  # stratified by documents: a part ahead is never chosen
+        if (self.config.sampling, self.config.by) == ("stratified", "documents") and any(
+            s > w * total + 1 + 1e-9 * (1 + total)
+            for s, w in zip(self.served, self.weights, strict=True)
+        ):  # (a reshard's turns too: old rank 0's)
+            raise Disagree("served", f"{list(self.served)}: a part more than one document ahead "
+                           f"of its weight's share ({list(self.weights)})")  # fmt: skip
         states = [self.parts[name].counters for name in names]
         if self.resharded:
             return  # (a reshard's turns start from old rank 0's, each part's counts from 0)
@@ -254,13 +261,6 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
         if any(map(operator.gt, self.served, each)):
             raise Disagree("served", f"{list(self.served)} counts more than its parts handed "
                            f"out ({each})")  # fmt: skip
-        if (self.config.sampling, self.config.by) != ("stratified", "documents"):
-            return
-        total = sum(self.served)  # stratified by documents: a part ahead is never chosen
-        if any(s > w * total + 1 + 1e-9 * (1 + total) for s, w in zip(self.served, self.weights,
-                                                                      strict=True)):  # fmt: skip
-            raise Disagree("served", f"{list(self.served)}: a part more than one document ahead "
-                           f"of its weight's share ({list(self.weights)})")  # fmt: skip
 
     @property
     def resharded(self) -> bool:
