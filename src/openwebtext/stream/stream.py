@@ -239,6 +239,7 @@ class Stream(RestHandOut):
                 # documents packed) waits for ever on an epoch of none where no epoch holds one.
                 waits = self._runs is not None or self.source is not None
                 no_ids = waits and self._dtype is not None and self._counters.tokens == ids_before
+                no_ids = no_ids and bool(self._counters.epoch_documents)  # (else: no document)
                 no_ids = no_ids and _never_ids(self.corpus, opts)
                 if last is None and whole and (no_ids or not self._counters.epoch_documents):
                     raise nothing_read(self.corpus, opts, self._epoch, self._counters,
