@@ -137,6 +137,10 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
     """
     if isinstance(value, Record) and not isinstance(value, cls):  # (said as its JSON is)
         value = encode(value)
+    if not isinstance(value, Record | dict | list | str | int | float | bool | None):
+        # (a numpy array or scalar: msgspec's IndexError, not its error)
+        what_is = type(value).__name__
+        raise StateError(f"bad {what}: the record: an object as JSON's, not a {what_is}")
     config = cls.__struct_config__
     if config.tag_field is not None and isinstance(value, dict):
         key, found = config.tag_field, value.get(config.tag_field)

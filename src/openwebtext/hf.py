@@ -62,6 +62,8 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
         ValueError: ``num_shards`` is not an int >= 1, or ``shard`` not one in
             ``0..num_shards - 1`` (numpy's integers are ints; a bool or a float is not).
     """
+    if not isinstance(options, Options):
+        raise TypeError(f"options must be an Options, not {type(options).__name__}")
     shard, num_shards = as_int(shard), as_int(num_shards)
     if not int_at_least(num_shards, 1):
         raise ValueError(f"num_shards must be an int >= 1, not {num_shards!r}")

@@ -10,7 +10,6 @@ from openwebtext.cli.args import Subparsers, add_quiet, add_wait
 from openwebtext.cli.formats import add_format, formatted
 from openwebtext.cli.prepared import with_progress
 from openwebtext.files import named
-from openwebtext.index import refuse_corpus_folder
 from openwebtext.prepare import Progress, Report
 from openwebtext.source import add_storage_option, configure
 
@@ -23,7 +22,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.storage_options:
         configure(dict(args.storage_options))
-    refuse_corpus_folder(args.out)
 
     def work(update: Callable[[Progress], None]) -> Report:
         report = merge(

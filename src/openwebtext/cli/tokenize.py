@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from openwebtext.files import named
 from openwebtext.index import Corpus
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
+from openwebtext.prepare.outputs import refuse_beside
 from openwebtext.source import add_storage_options
 
 __all__ = ["add_parser", "run"]
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                          "it out")  # fmt: skip
     args.units_per_task = args.units_per_task or 16
     corpus = open_corpus(args)
-    _refuse_out_beside(args.out, corpus)
+    refuse_beside(args.out, corpus)  # (before a Ray cluster starts; prepare checks too)
 
     def work(update: Callable[[Progress], None]) -> Report:
         if args.engine == "ray":
@@ -95,18 +95,6 @@ def run(args: argparse.Namespace) -> int:
         return formatted(args, report, corpus.storage, update)
 
     return with_progress(work, args.quiet)
-
-
-def _refuse_out_beside(out: str, corpus: Corpus) -> None:
-    """Refuse an ``--out`` that is a folder the corpus's files are in: the run's ``.bin`` files
-    and ``meta.json`` would be read with them next time (each warned of as left out)."""
-    if "://" in out:
-        return
-    local = {unit.path for unit in corpus.units if "://" not in unit.path}
-    folders = {os.path.realpath(os.path.dirname(path)) for path in local}
-    if os.path.realpath(out) in folders:
-        raise ValueError(f"--out {out} is a folder of the corpus's files: the run's files would "
-                         "be read with them next time; give a folder of its own")  # fmt: skip
 
 
 def _tokenize_here(

@@ -185,13 +185,7 @@ class Corpus:
             UnknownFormat: a file or member is in no known format.
             ValueError, TypeError: a storage argument that is not valid (``source.Storage``).
         """
-        if isinstance(paths, (str, os.PathLike)):
-            paths = [paths]
-        many = isinstance(paths, Iterable) and not isinstance(paths, bytes | Mapping)
-        given = list(paths) if many else None
-        if given is None or not all(isinstance(p, str | os.PathLike) for p in given):
-            raise TypeError("the corpus is a path, a URL, a folder or a glob pattern (str or "
-                            f"os.PathLike), or a list of them, not {paths!r}")  # fmt: skip
+        given = _given(paths, "the corpus is a path, a URL, a folder or a glob pattern")
         check_on_error(on_error)
         if not isinstance(text_column, str) or not text_column:
             raise ValueError(f"text_column must be a column's name, not {text_column!r}")
@@ -237,7 +231,7 @@ class Corpus:
             CorpusError: no file, a URL without an index, or no document in them.
             TokenFileError: a damaged header or index (naming the file).
         """
-        names = [os.fspath(paths)] if isinstance(paths, (str, os.PathLike)) else list(paths)
+        names = [os.fspath(p) for p in _given(paths, "token files are paths or URLs")]
         unit_tokens, eot = as_int(unit_tokens), as_int(eot)  # (numpy's integers too)
         if not int_at_least(unit_tokens, 1):
             raise ValueError(f"unit_tokens must be an int >= 1, not {unit_tokens!r}")
@@ -425,3 +419,18 @@ class Corpus:
         return Corpus(
             self.units, counts, self.skipped_files, self.versions, self.storage, self.text_column
         )
+
+
+def _given(paths: Any, what: str) -> list[str | os.PathLike[str]]:
+    """``paths`` (one, or an iterable of them) as a list.
+
+    Raises:
+        TypeError: ``what``, naming what was given (a bool, bytes, a mapping).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    many = isinstance(paths, Iterable) and not isinstance(paths, bytes | Mapping)
+    given = list(paths) if many else None
+    if given is None or not all(isinstance(p, str | os.PathLike) for p in given):
+        raise TypeError(f"{what} (str or os.PathLike), or a list of them, not {paths!r}")
+    return given

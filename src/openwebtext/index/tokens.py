@@ -118,7 +118,10 @@ def token_units(
             token_file = _remote(given, name, dtype, store)
         else:
             if not os.path.isfile(name):
-                raise CorpusError("no such token file", name)
+                folder = " in it (DIR/train.bin)" if os.path.isdir(name) else ""
+                what = "is a folder" if folder else "is not a regular file"
+                raise CorpusError(f"{what}: give a token file{folder}" if os.path.exists(name)
+                                  else "no such token file", name)  # fmt: skip
             _not_text(name)
             st = os.stat(name)
             _once(seen, (st.st_dev, st.st_ino), name)

@@ -13,6 +13,7 @@ import numpy as np
 
 from openwebtext import codec
 from openwebtext.errors import StateError
+from openwebtext.index import refuse_corpus_folder
 from openwebtext.options import check_max_errors
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy
 from openwebtext.prepare import outputs
@@ -21,7 +22,7 @@ from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
-from openwebtext.prepare.run import written
+from openwebtext.prepare.run import check_run_arguments, written
 from openwebtext.prepare.state import (
     Counts,
     Meta,
@@ -72,13 +73,18 @@ def merge(
         TooManyErrors: more skips in all than ``max_errors``.
         TypeError: ``folders`` is one path, not a list of them; a folder or ``out`` that is
             not a path or URL.
-        ValueError: an empty folder or ``out``; ``max_errors`` not None or an int >= 0.
+        ValueError: an empty folder or ``out``, or an ``out`` that holds corpus files;
+            ``max_errors`` not None or an int >= 0; ``checkpoint_seconds`` not >= 0.
     """
     if isinstance(folders, str | os.PathLike):  # (its characters are no folders)
         raise TypeError("folders must be a list of the slices' folders, not one path")
     check_max_errors(max_errors)
+    check_run_arguments(restart, progress, checkpoint_seconds, wait)
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be a bool, not {verify!r}")
     locations = [outputs.location(f, "a slice's folder") for f in folders]
     target = outputs.location(out)
+    refuse_corpus_folder(os.fspath(target))
     found = [_slice_meta(f, storage) for f in locations]
     if not found:
         raise PrepareError("no slice to merge")

@@ -83,9 +83,10 @@ def prepare(
         CorpusError: a bad member or document under ``on_error="raise"``.
         TokenizerError: the tokenizer cannot be loaded.
         TypeError: ``corpus`` is not a ``Corpus``, ``options`` not ``PrepareOptions``, ``out``
-            not a path or URL.
-        ValueError: ``out`` is empty; a slice (``start``, ``stop``, ``shard``) that is not
-            one of the corpus.
+            not a path or URL; ``restart`` or ``wait`` not a bool, ``progress`` not callable.
+        ValueError: ``out`` is empty, or the folder of the corpus's files; a slice (``start``,
+            ``stop``, ``shard``) that is not one of the corpus; ``checkpoint_seconds`` not a
+            number >= 0.
     """
     if not isinstance(corpus, Corpus):
         raise TypeError(f"corpus must be a Corpus (Corpus.open(paths)), not "
@@ -93,6 +94,8 @@ def prepare(
     if options is not None and not isinstance(options, PrepareOptions):
         raise TypeError(f"options must be a PrepareOptions, not {type(options).__name__}")
     target = outputs.location(out)  # (checked before anything is read)
+    outputs.refuse_beside(out, corpus)
+    check_run_arguments(restart, progress, checkpoint_seconds, wait)
     options = options or PrepareOptions()
     tokenizer = load_tokenizer(options.tokenizer)
     order = unit_order(corpus, options)
@@ -120,6 +123,27 @@ def prepare(
         lambda folder: _prepare_in(folder, work, restart),
         wait,
     )
+
+
+def check_run_arguments(restart: object, progress: object, checkpoint_seconds: object,
+                        wait: object) -> None:  # fmt: skip
+    """Check the arguments ``prepare`` and ``merge`` share, before anything is read.
+
+    Raises:
+        TypeError: ``restart`` or ``wait`` not a bool, ``progress`` neither None nor callable.
+        ValueError: ``checkpoint_seconds`` not a number >= 0 (NaN: a run that never saved its
+            progress between units).
+    """
+    for name, value in (("restart", restart), ("wait", wait)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be a bool, not {value!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be None or a callable taking a Progress, not "
+                        f"{progress!r}")  # fmt: skip
+    seconds = checkpoint_seconds
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 <= seconds < 1e9:
+        raise ValueError(f"checkpoint_seconds must be a number of seconds >= 0, not "
+                         f"{checkpoint_seconds!r}")  # fmt: skip
 
 
 #: What a write into the output folder fails with when the disk (or a quota) is full.

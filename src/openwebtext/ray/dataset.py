@@ -339,6 +339,8 @@ def read_openwebtext(
             tokenizer (raised here, at once, naming its file).
     """
     # Checked as a loader's options are (one rule each), before Ray is asked.
+    if skips is not None and not isinstance(skips, SkipLog):
+        raise TypeError(f"skips must be None or a SkipLog, not {type(skips).__name__}")
     limits = Options(on_error=on_error, max_member_bytes=max_member_bytes,
                      max_document_bytes=max_document_bytes)  # fmt: skip
     max_member_bytes, max_document_bytes = limits.max_member_bytes, limits.max_document_bytes

@@ -173,6 +173,9 @@ class Ahead(Closing):
             raise ValueError(f"depth must be an int >= 1, not {depth!r}")
         if not callable(getattr(batches, "state_dict", None)):
             raise TypeError(f"batches made ahead need a state_dict(), not {batches!r}")
+        for name, function in (("move", move), ("receive", receive)):
+            if not callable(function):
+                raise TypeError(f"{name} must be a callable taking a batch, not {function!r}")
         self.depth = depth
         self._source = batches
         self._move, self._receive = move, receive

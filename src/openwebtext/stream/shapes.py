@@ -96,7 +96,14 @@ class Schedule:
         object.__setattr__(self, "steps", tuple(checked))
 
     def shape(self, batch: int) -> tuple[int, int]:
-        """``(seq_len, batch_size)`` of batch ``batch`` (from 0)."""
+        """``(seq_len, batch_size)`` of batch ``batch`` (from 0).
+
+        Raises:
+            ValueError: ``batch`` is not an int >= 0 (numpy's integers are ints).
+        """
+        batch = as_int(batch)
+        if not int_at_least(batch, 0):
+            raise ValueError(f"batch must be an int >= 0 (a batch's index), not {batch!r}")
         step = self.steps[bisect.bisect_right(self.steps, (batch, math.inf, math.inf)) - 1]
         return step[1], step[2]
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -131,6 +132,8 @@ def bench_corpus(cache_dir: Path | None = None, *, progress: bool = True) -> Pat
 
 
 def _shape_path(shape: tuple[int, int, int, int], cache_dir: Path | None) -> Path:
+    if cache_dir is not None and not isinstance(cache_dir, str | os.PathLike):
+        raise TypeError(f"cache_dir must be None or a folder's path, not {cache_dir!r}")
     root = Path(cache_dir) if cache_dir is not None else cache_root()
     return root / corpus_dirname(*shape)
 

@@ -267,6 +267,8 @@ def write_corpus(
         ValueError: parameters out of range.
     """
     start = time.perf_counter()
+    if not isinstance(out, str | os.PathLike):
+        raise TypeError(f"out must be a folder's path (str or os.PathLike), not {out!r}")
     out = Path(out)
     # Ints (numpy's too, held as Python ints: the marker is JSON), never bools or floats.
     subsets, members, docs, seed, preset = (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 
 from openwebtext.loader import cu_seqlens
+from openwebtext.options import as_int, int_at_least
 
 try:  # FlexAttention came with torch 2.5; the rest of this module needs less
     from torch.nn.attention.flex_attention import create_block_mask
@@ -74,9 +75,13 @@ def document_block_mask(
 
     Raises:
         ImportError: torch has no FlexAttention (before 2.5).
-        ValueError: ``segment_ids`` not (B, L) ints.
+        ValueError: ``segment_ids`` not (B, L) ints; ``block_size`` not an int >= 1.
     """
     _rows(segment_ids, "document_block_mask")
+    block_size = as_int(block_size)
+    if not int_at_least(block_size, 1) or block_size > 2**31:
+        raise ValueError(f"block_size must be an int >= 1 (FlexAttention's block), not "
+                         f"{block_size!r}")  # fmt: skip
     if create_block_mask is None:
         raise ImportError(
             f"document_block_mask needs FlexAttention (torch >= 2.5): {torch.__version__}"
