@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 
@@ -20,9 +21,11 @@ def open_standard_streams() -> None:
     for stderr would go into it (or fail, ending the run).
     """
     for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
-        try:
-            os.fstat(fd)
-            continue
+        try:  # (an output open for reading only: a closed one's number taken before we ran,
+            # as a pyenv shim's script takes a closed stderr's)
+            if not fd or fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY:
+                os.fstat(fd)
+                continue
         except OSError:
             pass
         null = os.open(os.devnull, os.O_RDWR)
