@@ -161,11 +161,11 @@ class BestFitBatches(Packer):
             self._left: tuple[Run, int, np.ndarray[Any, Any]] | None = None
             self._ended = False
             self._reading: Reading | None = None  # the window being read, not yet packed
-            self._since = 0  # batches handed out since the last window was packed
             if self._skip:
                 self._fill()
                 if self._windows:  # (what a reshard deals of it, as its state says)
                     check_window(start, self._windows[0].parts, self._windows[0].mark)
+                self._read_ahead()  # (as far as the run the state is of had read)
         except BaseException:
             documents.close()
             raise
@@ -262,7 +262,7 @@ class BestFitBatches(Packer):
     def _pack(self) -> None:
         """Pack the window read into rows, in its seeded order, less the rows handed out."""
         assert self._reading is not None
-        reading, self._reading, self._since = self._reading, None, 0
+        reading, self._reading = self._reading, None
         # Cut by the end of the run it was begun in (or resumed from such a state: still).
         cut, self._short = reading.slots < reading.size or self._short, 0
         if not reading.documents:
@@ -363,7 +363,7 @@ class BestFitBatches(Packer):
         return lambda rows: permutation(rows, self.seed, ROWS, *key)
 
     _KEPT = ("_windows", "_reading", "_left", "_ahead", "_shape", "_rows_left", "_next",
-             "_epoch", "_skip", "_packings", "_packed", "_parts", "_batches", "_since",
+             "_epoch", "_skip", "_packings", "_packed", "_parts", "_batches",
              "_ended", "_read_count", "_short", "_at")  # fmt: skip
 
     def _copies(self) -> dict[str, Any]:
@@ -394,21 +394,28 @@ class BestFitBatches(Packer):
                 self._count(window)
                 self._windows.popleft()
         self._batches += 1
-        # Read the next window as the rows go, an id read for each id handed out (every
-        # MADE_ROWS rows, not at every batch), so that the workers never wait for a whole
-        # window to be asked for at once.
-        self._since += 1
-        enough = self._since * batch_size * (shape.seq_len + 1)
         shape.advance()  # the next window is packed at the next batch's length
-        # Fixed shapes read every MADE_ROWS rows; under a schedule at every batch, so that a
-        # window is packed at the length of the batch after which it was read.
-        every = max(1, MADE_ROWS // batch_size) if shape.fixed else 1
-        if self._since % every == 0 and self._read(enough):
-            self._pack()
+        self._read_ahead()
         arrays = (
             parts[0] if len(parts) == 1 else [np.concatenate(a) for a in zip(*parts, strict=True)]
         )
         return PackedBatch(*arrays) if self.segments else arrays[0]
+
+    def _read_ahead(self) -> None:
+        """Read the window after the one being handed out as its rows go, an id read for
+        each id handed out of it (fixed shapes: in steps of MADE_ROWS rows, not at every
+        batch; under a schedule at every batch, so that a window is packed at the length of
+        the batch after which it was read), so that the workers never wait for a whole window
+        to be asked for at once; none further. How far is a function of that window and its
+        rows handed out, which a state holds: a run resumed from it has read as far at every
+        batch (its ``stats`` the uninterrupted run's), not counted from where it resumed."""
+        if len(self._windows) != 1:  # (none being handed out, or the next one packed)
+            return
+        window = self._windows[0]
+        rows = window.row - window.row % MADE_ROWS if self._shape.fixed else window.row
+        enough = sum(p.rows * (p.seq_len + 1) for p in window.packings) + rows * window.cap
+        if enough and self._read(enough):
+            self._pack()
 
     def _rows(self, window: Window, take: int) -> list[np.ndarray[Any, Any]]:
         """The next ``take`` rows of ``window``, from the rows it made ahead."""
