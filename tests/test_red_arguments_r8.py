@@ -97,6 +97,9 @@ def test_the_torch_and_hf_doors_check_theirs() -> None:
     for bad in (0, -1, 1.5, True, 2**70):
         with pytest.raises(ValueError, match=r"block_size must be an int >= 1"):
             document_block_mask(rows, block_size=bad)  # type: ignore[arg-type]
+    for shape in ((0, 5), (2, 0), (0, 0)):  # (torch's IndexError, or an internal assert)
+        with pytest.raises(ValueError, match=r"takes at least one row of one position"):
+            document_block_mask(torch.zeros(shape, dtype=torch.int32))
     with pytest.raises(TypeError, match=r"options must be an Options, not NoneType"):
         shard_options(None, 0, 2)  # type: ignore[arg-type]
 

@@ -75,9 +75,12 @@ def document_block_mask(
 
     Raises:
         ImportError: torch has no FlexAttention (before 2.5).
-        ValueError: ``segment_ids`` not (B, L) ints; ``block_size`` not an int >= 1.
+        ValueError: ``segment_ids`` not (B, L) ints, or empty; ``block_size`` not an int >= 1.
     """
     _rows(segment_ids, "document_block_mask")
+    if 0 in segment_ids.shape:  # (FlexAttention's own error, an IndexError or an assert)
+        raise ValueError(f"document_block_mask takes at least one row of one position, not "
+                         f"segment ids of shape {tuple(segment_ids.shape)}")  # fmt: skip
     block_size = as_int(block_size)
     if not int_at_least(block_size, 1) or block_size > 2**31:
         raise ValueError(f"block_size must be an int >= 1 (FlexAttention's block), not "
