@@ -91,3 +91,22 @@ def test_a_field_nested_too_deeply_and_a_long_integer_are_named(js: str, tmp_pat
     with pytest.raises(StateError, match=r"bad state: position\.in_block: Expected `int` <=") as e:
         load_state(path)
     assert e.value.field == "position.in_block"  # (was "not a JSON state file")
+
+
+def test_a_resharded_best_fit_window_far_off_is_refused(js: str) -> None:
+    """``window_number`` or ``window_epoch`` of a resharded state edited to 10**6 was taken
+    (its checks were skipped for resharded states): documents were lost or repeated."""
+    kw: dict[str, Any] = {"seq_len": 16, "batch_size": 2, "packing": "bestfit", "window": 4}
+    old = []
+    for r, n in enumerate([1, 3, 2]):
+        with Loader(js, tokenizer="bytes", **_opts(r, 3)).batches(**kw) as batches:
+            for _ in range(n):
+                next(batches)
+            old.append(json.loads(json.dumps(batches.state_dict())))
+    new = reshard(old, 2)
+    loader = Loader(js, tokenizer="bytes", **_opts(0, 2))
+    assert sum(1 for _ in loader.batches(state=new[0], **kw)) > 0  # (as made: taken)
+    for field in ("window_number", "window_epoch"):
+        with pytest.raises(StateError, match=rf"bad batches state: {field}: 1000000") as info:
+            loader.batches(state={**new[0], field: 10**6}, **kw)
+        assert info.value.field == field

@@ -463,10 +463,20 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
                 return
             handed, step, of, whose = docs.handed, 0, "", "the mixture"
         else:
-            if resharded:
-                return
             handed, epoch = docs.counters.epoch_documents, docs.position.epoch
             step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
+            if resharded and abs(step) > 1:  # (a window is of the documents' epoch, or next to)
+                raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, not "
+                                 f"within one of the documents' epoch {epoch}",
+                                 field="window_epoch")  # fmt: skip
+            rest = docs.reshard  # (a rest's own windows are numbered from its next_window on,
+            own = None if rest is None or step or rest.epoch != epoch else rest.next_window
+            if own is not None and n > own + handed + 1:  # an old rank's dealt: below)
+                raise StateError(f"bad batches state: window_number: {n}, past the rest's "
+                                 f"first window {own} and the {handed} documents it handed "
+                                 "out", field="window_number")  # fmt: skip
+            if resharded:
+                return
             of, whose = f" (of epoch {epoch + step})", "its epoch"
         # A corpus's windows are whole but the last of its epoch (its number: the next's), in
         # document slots: a document skipped for its content holds one (``packing._read``).
