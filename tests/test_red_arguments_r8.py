@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ def test_a_state_of_numpy_is_a_state_error(jsonl: Path) -> None:
     for given in (np.array(state, dtype=object), np.int64(3)):
         with pytest.raises(StateError, match=r"an object as JSON's, not a"):
             Loader(jsonl, workers=0).iter(state=given)  # (was msgspec's IndexError)
-    assert json.loads(json.dumps(state))  # (the state itself: taken)
+    proxied = types.MappingProxyType(json.loads(json.dumps(state)))  # (any mapping: taken)
+    assert len(list(Loader(jsonl, workers=0).iter(state=proxied))) == 12
 
 
 def test_a_schedule_s_shape_of_no_batch_index_is_refused() -> None:

@@ -110,3 +110,50 @@ def test_a_resharded_best_fit_window_far_off_is_refused(js: str) -> None:
         with pytest.raises(StateError, match=rf"bad batches state: {field}: 1000000") as info:
             loader.batches(state={**new[0], field: 10**6}, **kw)
         assert info.value.field == field
+
+
+@pytest.fixture
+def five(tmp_path: Path) -> str:
+    """5 documents: most ranks of 7 or 8 hold an empty share."""
+    write_jsonl(tmp_path / "five" / "a.jsonl", sample_texts(5, seed=4))
+    return str(tmp_path / "five")
+
+
+def test_a_best_fit_state_of_an_empty_share_resumes(five: str) -> None:
+    """The review of this session's checks: a rank of an empty share packs no window, so its
+    ``window_epoch`` stays behind its documents' epoch; its own end-of-run state (resharded or
+    not) was refused on resume."""
+    kw: dict[str, Any] = {"seq_len": 64, "batch_size": 2, "packing": "bestfit", "window": 3}
+
+    def loader(rank: int, world: int, epochs: int) -> Loader:
+        return Loader(five, seed=7, tokenizer="bytes", rank=rank, world_size=world,
+                      epochs=epochs, even=None, workers=0)  # fmt: skip
+
+    with loader(0, 7, 3).batches(**kw) as batches:
+        assert sum(1 for _ in batches) == 0
+        state = json.loads(json.dumps(batches.state_dict()))
+    assert (state["window_epoch"], state["documents"]["position"]["epoch"]) == (0, 3)
+    assert sum(1 for _ in loader(0, 7, 3).batches(state=state, **kw)) == 0  # (was refused)
+    with loader(0, 1, 2).batches(**kw) as batches:
+        next(batches)
+        one = json.loads(json.dumps(batches.state_dict()))
+    for rank, new in enumerate(reshard([one], 8, even=None)):
+        with loader(rank, 8, 2).batches(state=new, **kw) as batches:
+            for _ in batches:
+                pass
+            end = json.loads(json.dumps(batches.state_dict()))
+        assert sum(1 for _ in loader(rank, 8, 2).batches(state=end, **kw)) == 0, rank
+
+
+def test_ranks_of_empty_shares_many_epochs_ahead_are_resharded(five: str) -> None:
+    """A finite run of 1,500 epochs: ranks of empty shares end it at once, 1,498 epochs past
+    the others (this session's first bound, 1,024, refused them)."""
+    states = []
+    for rank in range(8):
+        with Loader(five, seed=7, rank=rank, world_size=8, epochs=1500, even=None,
+                    workers=0).iter() as documents:  # fmt: skip
+            for _ in zip(range(3), documents, strict=False):
+                pass
+            states.append(json.loads(json.dumps(documents.state_dict())))
+    assert max(s["position"]["epoch"] for s in states) == 1500
+    assert len(reshard(states, 2)) == 2

@@ -137,6 +137,8 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
     """
     if isinstance(value, Record) and not isinstance(value, cls):  # (said as its JSON is)
         value = encode(value)
+    if isinstance(value, Mapping) and not isinstance(value, dict):  # (a mappingproxy: as given)
+        value = dict(value)
     if not isinstance(value, Record | dict | list | str | int | float | bool | None):
         # (a numpy array or scalar: msgspec's IndexError, not its error)
         what_is = type(value).__name__
@@ -308,14 +310,19 @@ def parse(text: str | bytes) -> Any:
             ``RecursionError``, which a reader catching ``ValueError`` missed).
     """
     try:
-        return json.loads(text, parse_int=_int)
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            raise
+        except ValueError:  # (an integer of more digits than Python converts, 4,300)
+            return json.loads(text, parse_int=_int)
     except RecursionError:
         raise ValueError("JSON nested too deeply to parse") from None
 
 
 def _int(digits: str) -> int:
-    """A JSON integer; one of more digits than Python converts (4,300) as ``2**128`` of its
-    sign: past every record's bounds, so said as the field's, not as text that is no JSON."""
+    """A JSON integer, one of 4,000 digits or more as ``2**128`` of its sign: past every
+    record's bounds, so said as the field's, not as text that is no JSON."""
     if len(digits) < 4000:
         return int(digits)
     return -(2**128) if digits.startswith("-") else 2**128

@@ -208,7 +208,8 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
         raise OWTError(f"{args.resume}: a corpus's state, not a mixture's: resume it without --mix")
     state_out = output_path(args.state_out) if args.state_out else None
     if args.jsonl and CLOSED_AT_START.get(1):
-        raise OutputError("standard output is closed: nowhere to write --jsonl")
+        raise OutputError("standard output is closed (or open for reading only): nowhere to "
+                          "write --jsonl")
     with _opening(state_out, state):
         opening = time.perf_counter()
         mixture = refusing_stdout(args, lambda: _mixture(args))
@@ -255,7 +256,8 @@ def run(args: argparse.Namespace) -> int:
     # Checked now, not after the whole run; written only onto a regular file or a new path.
     state_out = output_path(args.state_out) if args.state_out else None
     if args.jsonl and CLOSED_AT_START.get(1):
-        raise OutputError("standard output is closed: nowhere to write --jsonl")
+        raise OutputError("standard output is closed (or open for reading only): nowhere to "
+                          "write --jsonl")
     with _opening(state_out, state):
         opening, waited_before = time.perf_counter(), retry_waited()
         corpus = refusing_stdout(args, lambda: open_corpus(args))

@@ -364,8 +364,8 @@ def jsonl_records(
     cut (a ``TruncatedMember`` in ``dropped``).
 
     Raises:
-        CorruptMember: compressed data that does not decompress, or holds another format (a
-            tar, parquet).
+        CorruptMember: compressed data that does not decompress, or that holds another format
+            (a tar, parquet) and no line of JSON lines.
         MemberTooLarge: a compressed file past ``limit`` bytes once decompressed.
     """
     kind = split_jsonl_kind(unit.kind)
@@ -386,16 +386,18 @@ def jsonl_records(
         except (zlib.error, OSError, EOFError, ValueError) as exc:
             why = cut or f"corrupt {compression} data: {exc}"
             raise CorruptMember(why, unit.path, unit.member) from exc
-        found = detect(text[:512]) if text.lstrip()[:1] != b"{" else None
-        if found is not None:  # (a tar's "ustar" at byte 257 of JSON lines' text: never so)
-            why = f"named {compression} JSON lines, but its {compression} data holds {found}"
-            raise CorruptMember(f"{why}, not JSON lines", unit.path, unit.member)
     if cut is not None:
         text = text[: text.rfind(b"\n") + 1]  # the lines before the cut, whole
         dropped.append(
             TruncatedMember(f"{cut}: the lines before it are kept", unit.path, unit.member)
         )
-    return _lines(text, unit, field, 0 if compression else unit.offset, dropped, errors)
+    records = _lines(text, unit, field, 0 if compression else unit.offset, dropped, errors)
+    none_read = bool(records.offsets) and max(records.offsets) < 0  # (lines, but no document)
+    found = detect(text[:512]) if compression and none_read else None
+    if found is not None:  # (its bytes another format's, no line of JSON lines: said whole)
+        why = f"named {compression} JSON lines, but its {compression} data holds {found}"
+        raise CorruptMember(f"{why}, not JSON lines", unit.path, unit.member)
+    return records
 
 
 #: A UTF-16 surrogate alone (JSON's ``\ud800`` escape gives one): no UTF-8 encodes it.

@@ -60,7 +60,8 @@ def reshard(
     part, and past its end from the next, all handed out first). After those, every epoch is the
     new world size's own, and so is an epoch no old rank had begun (all at its very start: the
     new states are at the end of an empty rest of the epoch before it); a rank whose share is
-    empty passes a finite run's epochs with no document. The new ranks' counters start at 0.
+    empty passes a finite run's epochs with no document (at most 65,536 past the earliest
+    rank's: a section is written for each epoch between). The new ranks' counters start at 0.
     States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on in it
     from the batch the furthest old rank had reached (best fit: a window packed again at a
     change is packed the same way by the new rank it is dealt to).
@@ -251,7 +252,7 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
 
 #: The most epochs an old rank that handed out nothing may be past the earliest one (its shares
 #: all empty): a section is written for each epoch between.
-_MOST_APART = 1024
+_MOST_APART = 1 << 16
 
 
 def _epoch_sections(
@@ -281,7 +282,8 @@ def _epoch_sections(
             raise StateError(
                 f"states of one run never differ so in epoch: old rank {rank} is at epoch "
                 f"{d.position.epoch}, {d.position.epoch - epoch} past the earliest rank's, having "
-                f"handed out {earlier} documents before it", field="position.epoch",
+                f"handed out {earlier} documents before it" + ("" if handed else " (a rank of "
+                f"empty shares: at most {_MOST_APART} epochs past it)"), field="position.epoch",
             )  # fmt: skip
     while (
         section := _epoch_section(ordered, cuts, world, epoch, not out or epoch in needed)

@@ -465,9 +465,10 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         else:
             handed, epoch = docs.counters.epoch_documents, docs.position.epoch
             step = (epoch if self.window_epoch is None else self.window_epoch) - epoch
-            if resharded and abs(step) > 1:  # (a window is of the documents' epoch, or next to)
-                raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, not "
-                                 f"within one of the documents' epoch {epoch}",
+            if resharded and step > 1:  # (a window's epoch is the documents', or the next; an
+                # earlier one's where no window was packed since: a rank of empty shares)
+                raise StateError(f"bad batches state: window_epoch: {self.window_epoch}, past "
+                                 f"the documents' epoch {epoch} and the next",
                                  field="window_epoch")  # fmt: skip
             rest = docs.reshard  # (a rest's own windows are numbered from its next_window on,
             own = None if rest is None or step or rest.epoch != epoch else rest.next_window
@@ -484,7 +485,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         skips = 0 if isinstance(docs, MixtureState) else docs.counters.skipped_documents
         least = max(min(least, 1), least - skips)  # (skipped documents of the epoch: at most)
         if not ((step == 0 and least <= handed <= n * size) or (step == 1 and not n)
-                or (step == -1 and not handed and not row)):  # fmt: skip
+                or (step < 0 and not handed and not row)):  # fmt: skip (empty shares since)
             raise StateError(f"bad batches state: window_number: {n}{of} does not agree with "
                              f"the {handed} documents {whose} handed out before it (windows of "
                              f"{size})", field="window_number")  # fmt: skip

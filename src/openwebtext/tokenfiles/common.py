@@ -93,7 +93,7 @@ class _Seen(Vocabulary, frozen=True, forbid_unknown_fields=False):
 class _Sized(Record, frozen=True, forbid_unknown_fields=False):
     bytes: Count
     said_by: str = "meta.json"
-    """The record that says it (never in a file: a format's marker sets it when read)."""
+    """The record that says it (set when it is read: ``run_beside``)."""
 
 
 class _Counted(Record, frozen=True, forbid_unknown_fields=False):
@@ -301,28 +301,28 @@ def beside(path: str) -> Vocabulary | None:
 def run_beside(path: str) -> _Meta | None:
     """The record of the run whose ``meta.json`` lies beside the local token file ``path``
     (None: none, or another program's): ``beside``'s, with its files and counts
-    (``check_run_record``), and the files the markers of the formats written beside it say
-    (``llmc.json``: the shards; an emptied shard is no bare ``.bin`` of no id).
+    (``check_run_record``); a file ``meta.json`` does not name (a format's), with the size
+    the marker of a format written beside it says (``llmc.json``: an emptied shard is no bare
+    ``.bin`` of no id). A marker that is not one (another program's ``megatron.json``, or
+    damaged: ``convert`` writes it again) says nothing.
 
     Raises:
-        TokenFileError: as ``beside``, or a marker beside it that cannot be read.
+        TokenFileError: as ``beside``.
     """
-    folder = Path(path).parent
+    folder, name = Path(path).parent, Path(path).name
     run = _run(_read_beside(folder / "meta.json"), str(folder / "meta.json"))
     if run is None:
         return None
-    files = dict(run.files)
-    for fmt in FORMATS[1:]:
-        marker = folder / f"{fmt}.json"
+    files = {key: replace(f, said_by="meta.json") for key, f in run.files.items()}
+    for marker in [] if name in files else [folder / f"{fmt}.json" for fmt in FORMATS[1:]]:
         body = _read_beside(marker)
-        if body is None:
-            continue
         try:
-            marked = _Marked.from_json(parse(body)).files
-        except (ValueError, StateError) as exc:  # (not JSON, or a field wrong)
-            raise TokenFileError(f"a damaged format marker: {exc}", str(marker)) from None
-        said = {name: replace(f, said_by=marker.name) for name, f in marked.items()}
-        files = said | files  # (the run's own files: as meta.json says them)
+            said = None if body is None else _Marked.from_json(parse(body)).files.get(name)
+        except (ValueError, StateError):
+            said = None
+        if said is not None:
+            files[name] = replace(said, said_by=marker.name)
+            break
     return replace(run, files=files)
 
 
