@@ -771,3 +771,11 @@ def rewrite_later(path: Path, body: bytes) -> None:
 def fit_window(packing: str, window: int) -> int | None:
     """``window`` for best fit; None for concat (which refuses a window)."""
     return window if packing == "bestfit" else None
+
+
+def copy_run(token_run: Path, to: Path, names: tuple[str, ...]) -> Path:
+    """A folder ``to`` holding ``token_run``'s ``meta.json`` and the files ``names``."""
+    to.mkdir()
+    for name in ("meta.json", *names):
+        shutil.copy(token_run / name, to / name)
+    return to

@@ -18,6 +18,7 @@ import pytest
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember, UnknownFormat
 from openwebtext.tokenfiles import TokenFileError
+from support import copy_run
 from tables_support import sample_texts, write_jsonl, write_parquet
 
 pq = pytest.importorskip("pyarrow.parquet")
@@ -101,13 +102,6 @@ def test_text_given_as_token_ids_is_refused_saying_what_it_is(
             Corpus.open_tokens(path)
 
 
-def _copy_run(token_run: Path, to: Path, names: tuple[str, ...]) -> Path:
-    to.mkdir()
-    for name in ("meta.json", *names):
-        shutil.copy(token_run / name, to / name)
-    return to
-
-
 def test_a_token_file_cut_at_a_document_end_is_refused_by_its_run_record(
     token_run: Path, tmp_path: Path
 ) -> None:
@@ -115,12 +109,12 @@ def test_a_token_file_cut_at_a_document_end_is_refused_by_its_run_record(
     eot = 256  # the bytes tokenizer's: uint16 ids
     ids = np.fromfile(token_run / "train.bin", dtype="<u2")
     cut = int(np.flatnonzero(ids == eot)[9]) + 1  # after the tenth document
-    bare = _copy_run(token_run, tmp_path / "bare", ("train.bin",))
+    bare = copy_run(token_run, tmp_path / "bare", ("train.bin",))
     (bare / "train.bin").write_bytes(ids[:cut].tobytes())
     with pytest.raises(TokenFileError, match=r"train.bin: \d+ bytes, not the \d+ its run's "
                        r"meta.json records \(cut short, or not the run's\)"):  # fmt: skip
         Corpus.open_tokens(bare / "train.bin")
-    ds = _copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
+    ds = copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
     (ds / "train.ds").write_bytes(ids[:cut].tobytes())
     ends = np.fromfile(token_run / "train.ds.index", dtype="<u8")[:10]
     ends.tofile(ds / "train.ds.index")
@@ -133,7 +127,7 @@ def test_a_token_file_cut_at_a_document_end_is_refused_by_its_run_record(
 def test_an_index_that_moves_a_document_end_is_a_corrupt_member(
     token_run: Path, tmp_path: Path
 ) -> None:
-    ds = _copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
+    ds = copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
     ends = np.fromfile(ds / "train.ds.index", dtype="<u8")
     ends[5] += 1  # document 5 takes document 6's first id
     ends.tofile(ds / "train.ds.index")

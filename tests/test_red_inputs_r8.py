@@ -16,7 +16,7 @@ import pytest
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, CorruptMember
 from openwebtext.tokenfiles import TokenFileError
-from support import outer_tar, sample_docs, xz_member
+from support import copy_run, outer_tar, sample_docs, xz_member
 from tables_support import sample_texts, write_jsonl
 
 
@@ -45,19 +45,12 @@ def test_a_gzipped_tar_named_json_lines_is_said_as_a_tar(tmp_path: Path, name: s
     assert (documents.stats.skipped_members, documents.stats.skipped_documents) == (1, 0)
 
 
-def _copy_run(token_run: Path, to: Path, names: tuple[str, ...]) -> Path:
-    to.mkdir()
-    for name in ("meta.json", *names):
-        shutil.copy(token_run / name, to / name)
-    return to
-
-
 def test_an_index_that_empties_a_document_is_a_corrupt_member(
     token_run: Path, tmp_path: Path
 ) -> None:
     """An end set equal to the one before it: an empty document was handed out, and the next
     held two (its check read the previous document's end-of-text)."""
-    ds = _copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
+    ds = copy_run(token_run, tmp_path / "ds", ("train.ds", "train.ds.index"))
     ends = np.fromfile(ds / "train.ds.index", dtype="<u8")
     for k, end in ((0, 0), (3, int(ends[2]))):
         edited = ends.copy()
@@ -66,7 +59,7 @@ def test_an_index_that_empties_a_document_is_a_corrupt_member(
         with pytest.raises(CorruptMember, match=rf"document {k} holds no id, not even the "
                            r"end-of-text id 256 its run's meta\.json records"):  # fmt: skip
             list(Loader(Corpus.open_tokens(ds / "train.ds"), shuffle=False, workers=0))
-    mega = _copy_run(token_run, tmp_path / "mega", ("train.bin", "train.idx"))
+    mega = copy_run(token_run, tmp_path / "mega", ("train.bin", "train.idx"))
     idx = bytearray((mega / "train.idx").read_bytes())
     n = struct.unpack("<Q", idx[18:26])[0]
     sizes = np.frombuffer(bytes(idx[34 : 34 + 4 * n]), "<i4").copy()
@@ -83,7 +76,7 @@ def test_an_emptied_llmc_shard_is_refused_by_its_marker(token_run: Path, tmp_pat
     """A shard cut to no byte has no llm.c header: it was read as a bare ``.bin`` of no id,
     its documents lost without a count. ``llmc.json`` records its size."""
     shards = sorted(p.name for p in token_run.glob("train_*.bin"))
-    run = _copy_run(token_run, tmp_path / "run", ("llmc.json", *shards))
+    run = copy_run(token_run, tmp_path / "run", ("llmc.json", *shards))
     (run / shards[-1]).write_bytes(b"")
     with pytest.raises(TokenFileError, match=rf"{shards[-1]}: 0 bytes, not the \d+ its run's "
                        r"llmc\.json records"):  # fmt: skip
