@@ -514,7 +514,8 @@ def test_jsonl_with_stdout_closed_is_a_message(small_corpus: Path) -> None:
     proc = owt("stream", str(small_corpus), "--jsonl", preexec_fn=_close(1))
     err = proc.stderr.decode()
     assert proc.returncode == 1, err
-    assert err == "owt: error: standard output is closed: nowhere to write --jsonl\n"
+    assert err == ("owt: error: standard output is closed (or open for reading only): nowhere "
+                   "to write --jsonl\n")
 
 
 @pytest.mark.parametrize("how", [["--jsonl"], ["-q"], []], ids=["jsonl", "quiet", "bar"])

@@ -246,7 +246,9 @@ def _sizes() -> Iterator[tuple[str, str, int]]:
 #: ``Stream`` is the stream's position and the loop that moves it: the position is set
 #: between a document made and its ``yield``, in each of the three ways a block goes out,
 #: so that a Ctrl-C anywhere leaves it exact; that loop is read whole, not across classes.
-LONGER = {"openwebtext.stream.packing.BestFitBatches": 380, "openwebtext.stream.stream.Stream": 310}
+#: Past their limit, each for the reason docs/design.md gives ("A size limit that is a guide").
+LONGER = {"openwebtext.stream.packing.BestFitBatches": 385, "openwebtext.stream.stream.Stream": 310,
+          "openwebtext.stream.schema": 515, "openwebtext.engine.tables": 510}  # fmt: skip
 
 
 def test_modules_functions_and_classes_stay_readable() -> None:

@@ -25,10 +25,9 @@ from openwebtext.cli.formats import add_format, check_format, formatted
 from openwebtext.cli.prepared import with_progress
 from openwebtext.errors import install_hint
 from openwebtext.files import named
-from openwebtext.index import Corpus
+from openwebtext.index import Corpus, refuse_corpus_folder
 from openwebtext.options import NANOGPT_SPLIT
 from openwebtext.prepare import Progress, Report
-from openwebtext.prepare.outputs import refuse_beside
 from openwebtext.source import add_storage_options
 
 __all__ = ["add_parser", "run"]
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                          "it out")  # fmt: skip
     args.units_per_task = args.units_per_task or 16
     corpus = open_corpus(args)
-    refuse_beside(args.out, corpus)  # (before a Ray cluster starts; prepare checks too)
+    refuse_corpus_folder(args.out, corpus.units)  # (before a Ray cluster starts; prepare too)
 
     def work(update: Callable[[Progress], None]) -> Report:
         if args.engine == "ray":

@@ -26,6 +26,7 @@ from typing import NamedTuple
 from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
+from openwebtext.records import Unit
 from openwebtext.source import FileInfo, Storage, is_url, resolve
 
 __all__ = [
@@ -112,14 +113,26 @@ def named_as_corpus_file(path: str) -> bool:
     return bool(_CORPUS_NAME.match(name)) or is_jsonl(name)
 
 
-def refuse_corpus_folder(out: str) -> None:
-    """Refuse an output folder (``--out``) that holds corpus files by their names: a run's
-    files written beside them would be read with them next time (each warned of as left out).
+def refuse_corpus_folder(
+    out: str | os.PathLike[str], units: Iterable[Unit] | None = None
+) -> None:
+    """Refuse an output folder (``--out``) a run's files written into would be read with
+    corpus files next time (each warned of as left out): a folder of ``units``' files (a
+    corpus's), or with no units one that holds corpus files by their names (a merge's).
 
     Raises:
-        ValueError: naming the folder and the first of those files.
+        ValueError: naming the folder (and the first of those files).
     """
-    if "://" in out or not os.path.isdir(out):
+    out = os.fspath(out)
+    if is_url(out):
+        return
+    if units is not None:
+        local = {unit.path for unit in units if not is_url(unit.path)}
+        if os.path.realpath(out) in {os.path.realpath(os.path.dirname(p)) for p in local}:
+            raise ValueError(f"out {out} is a folder of the corpus's files: the run's files "
+                             "would be read with them next time; give a folder of its own")
+        return
+    if not os.path.isdir(out):
         return
     found = sorted(e.name for e in os.scandir(out) if named_as_corpus_file(e.name))
     if found:

@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 
 from openwebtext import codec
 from openwebtext.files import atomic_file
-from openwebtext.index import Corpus
 from openwebtext.prepare.workdir import PrepareError, owned, sha256_file
 from openwebtext.source import Storage, describe, filesystem, is_url, redact, with_retries
 
@@ -63,23 +62,6 @@ T = TypeVar("T")
 def is_remote(out: str | os.PathLike[str]) -> bool:
     """Whether ``out`` is a URL (``scheme://…``), not a local path."""
     return isinstance(out, str) and is_url(out)
-
-
-def refuse_beside(out: str | os.PathLike[str], corpus: Corpus) -> None:
-    """Refuse an ``out`` that is a folder the corpus's files are in: the run's ``.bin`` files
-    and ``meta.json`` would be read with them next time (each warned of as left out).
-
-    Raises:
-        ValueError: naming the folder.
-    """
-    if is_url(os.fspath(out)):
-        return
-    local = {unit.path for unit in corpus.units if not is_url(unit.path)}
-    folders = {os.path.realpath(os.path.dirname(path)) for path in local}
-    if os.path.realpath(out) in folders:
-        raise ValueError(f"out {os.fspath(out)} is a folder of the corpus's files: the run's "
-                         "files would be read with them next time; give a folder of its "
-                         "own")  # fmt: skip
 
 
 def location(out: str | os.PathLike[str], name: str = "out") -> Location:

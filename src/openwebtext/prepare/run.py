@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from openwebtext import codec
-from openwebtext.index import Corpus
+from openwebtext.index import Corpus, refuse_corpus_folder
 from openwebtext.options import as_int, int_at_least
 from openwebtext.plan import shard_range
 from openwebtext.policy import SkipPolicy
@@ -94,7 +94,7 @@ def prepare(
     if options is not None and not isinstance(options, PrepareOptions):
         raise TypeError(f"options must be a PrepareOptions, not {type(options).__name__}")
     target = outputs.location(out)  # (checked before anything is read)
-    outputs.refuse_beside(out, corpus)
+    refuse_corpus_folder(out, corpus.units)
     check_run_arguments(restart, progress, checkpoint_seconds, wait)
     options = options or PrepareOptions()
     tokenizer = load_tokenizer(options.tokenizer)

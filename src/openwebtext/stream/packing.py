@@ -402,13 +402,8 @@ class BestFitBatches(Packer):
         return PackedBatch(*arrays) if self.segments else arrays[0]
 
     def _read_ahead(self) -> None:
-        """Read the window after the one being handed out as its rows go, an id read for
-        each id handed out of it (fixed shapes: in steps of MADE_ROWS rows, not at every
-        batch; under a schedule at every batch, so that a window is packed at the length of
-        the batch after which it was read), so that the workers never wait for a whole window
-        to be asked for at once; none further. How far is a function of that window and its
-        rows handed out, which a state holds: a run resumed from it has read as far at every
-        batch (its ``stats`` the uninterrupted run's), not counted from where it resumed."""
+        """Read the next window an id for each id of this one out (by MADE_ROWS rows; under a
+        schedule at every batch): as far as a state says (resumed, as far at every batch)."""
         if len(self._windows) != 1:  # (none being handed out, or the next one packed)
             return
         window = self._windows[0]
