@@ -472,7 +472,8 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
                                  field="window_epoch")  # fmt: skip
             rest = docs.reshard  # (a rest's own windows are numbered from its next_window on,
             own = None if rest is None or step or rest.epoch != epoch else rest.next_window
-            if own is not None and n > own + handed + 1:  # an old rank's dealt: below)
+            if own is not None and n > own + handed + 1 and not docs.counters.skips:  # (an old
+                # rank's dealt: below; skipped documents' slots fill windows too)
                 raise StateError(f"bad batches state: window_number: {n}, past the rest's "
                                  f"first window {own} and the {handed} documents it handed "
                                  "out", field="window_number")  # fmt: skip
