@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.slow,  # (about a minute: the device stage's tests, two benchmarks' small runs)
+    pytest.mark.timeout(1200),  # (the script's own bound: past the suite's 120 s on a slow day)
     pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device: the script is its run"),
 ]
 
