@@ -269,11 +269,11 @@ class Corpus:
     def compressed_bytes(self) -> int:
         return sum(u.size for u in self.units)
 
-    def _shape(self) -> str:
-        """A short hash of what the units are (names, sizes, formats) and the column they
-        are read from, not where they lie."""
+    def _shape(self, order: Iterable[int] | None = None) -> str:
+        """A short hash of what the units are (names, sizes, formats; in ``order``, positions
+        of ``units``: None, theirs) and the column they are read from, not where they lie."""
         h = hashlib.sha256()
-        for u in self.units:
+        for u in self.units if order is None else (self.units[k] for k in order):
             line = f"{os.path.basename(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n"
             h.update(line.encode("utf-8", "surrogateescape"))  # names need not be UTF-8
         if self.text_column != TEXT_COLUMN:  # "text" adds nothing: older states still fit
@@ -299,33 +299,44 @@ class Corpus:
             h.update(line.encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:16]
 
-    def content_fingerprint(self) -> str:
-        """A short hash of what the units hold: ``fingerprint`` (names, sizes, formats) and
-        each member's integrity checks (``checks.member_check``: an xz member's block checks
-        and index, read at its end; any other member's bytes hashed), so that it changes
-        whenever a member's content does, even at the same size. Where the files lie, their
-        mtimes and ETags do not count (``_shape``, not ``fingerprint``): the same corpus
-        copied elsewhere, or read by URL, has the same one. What a prepared run's files are
-        of (``owt tokenize``, ``owt merge``).
+    def content_fingerprint(self, order: Sequence[int] | None = None) -> str:
+        """A short hash of what the units hold, in the order a run reads them: ``fingerprint``
+        (names, sizes, formats) and each member's integrity checks (``checks.member_check``:
+        an xz member's block checks and index, read at its end; any other member's bytes
+        hashed), so that it changes whenever a member's content does, even at the same size.
+        Where the files lie, their mtimes and ETags do not count (``_shape``, not
+        ``fingerprint``): the same corpus copied elsewhere, or read by URL, has the same one.
+        What a prepared run's files are of (``owt tokenize``, ``owt merge``).
+
+        Args:
+            order: The positions of ``units`` in the order a run reads them (``prepare``'s
+                ``unit_order``: nanogpt's sorts the files by name, then path); None: corpus
+                order. The same units read in another order make other files, so they are
+                another run's; files given in another order that a run sorts are the same.
 
         Costs a few reads at the end of every member (the full corpus: ~20,600 members),
-        one ranged request each for a remote file; worked out once per ``Corpus`` (kept with
-        it when it is pickled, as for Ray tasks).
+        one ranged request each for a remote file; worked out once per ``Corpus`` and order
+        (kept with it when it is pickled, as for Ray tasks).
         """
-        known = self.__dict__.get("_content_fingerprint")
-        if known is None:
-            h = hashlib.sha256(self._shape().encode())
-            for check in self._member_checks():
-                h.update(len(check).to_bytes(4, "little") + check)
-            known = h.hexdigest()[:16]
-            object.__setattr__(self, "_content_fingerprint", known)  # frozen: a cache only
-        return str(known)
+        positions = range(len(self.units)) if order is None else order
+        if sorted(positions) != list(range(len(self.units))):
+            raise ValueError("order must hold each position of the corpus's units once")
+        key = hashlib.sha256(repr(list(positions)).encode()).hexdigest()[:16]
+        known: dict[str, str] = self.__dict__.get("_content_fingerprints", {})
+        if key not in known:
+            checks = dict(self._member_checks())
+            h = hashlib.sha256(self._shape(positions).encode())
+            for k in positions:
+                h.update(len(checks[k]).to_bytes(4, "little") + checks[k])
+            known = known | {key: h.hexdigest()[:16]}
+            object.__setattr__(self, "_content_fingerprints", known)  # frozen: a cache only
+        return known[key]
 
-    def _member_checks(self) -> Iterator[bytes]:
-        """``member_check`` of every unit, in corpus order."""
-        by_file: dict[str, list[Unit]] = {}
-        for unit in self.units:
-            by_file.setdefault(unit.path, []).append(unit)
+    def _member_checks(self) -> Iterator[tuple[int, bytes]]:
+        """``member_check`` of every unit, by its position, file by file."""
+        by_file: dict[str, list[tuple[int, Unit]]] = {}
+        for k, unit in enumerate(self.units):
+            by_file.setdefault(unit.path, []).append((k, unit))
         for path, units in by_file.items():
             if not is_url(path):
                 try:
@@ -333,7 +344,7 @@ class Corpus:
                         stat = os.fstat(f.fileno())  # (else not the content its units are of)
                         unchanged(resolve(self.storage), path, FileInfo.of_local(stat))
                         local = LocalFile(f.fileno(), stat.st_size)
-                        yield from (member_check(local, unit) for unit in units)
+                        yield from ((k, member_check(local, unit)) for k, unit in units)
                 except OSError as exc:
                     raise CorpusError(f"cannot read: {exc.strerror or exc}", path=path) from exc
                 continue
@@ -344,10 +355,11 @@ class Corpus:
 
             # On daemon threads, watched: a stalled request neither outlives the watchdog nor
             # holds a Ctrl-C'd process until its deadline (an executor joins its threads).
-            for result in watched(check, units, path, CHECK_THREADS, first=True):
+            results = watched(check, [unit for _, unit in units], path, CHECK_THREADS, first=True)
+            for (k, _), result in zip(units, results, strict=True):
                 if isinstance(result, BaseException):
                     raise result
-                yield result
+                yield k, result
 
     # -- the counts cache ------------------------------------------------------
 

@@ -291,10 +291,14 @@ def file_version(path: str, storage: Storage | None = None) -> str:
     """What changes when the file changes: its size and modification time.
 
     The counts cache is keyed on it. A remote file gives its size and ETag (or
-    generation, or last-modified) as indexed (``storage.identity``).
+    generation, or last-modified) as indexed (``storage.identity``); a remote token file,
+    also a hash of the index fetched beside it (``index.tokens``: its documents' ends), which
+    its own validators do not cover.
     """
     if is_url(path):
-        info = resolve(storage).identity(path)  # remembered when the file was indexed
-        return f"{info.size}:{info.identity}" if info else "unknown"
+        store = resolve(storage)
+        info, how = store.identity(path), store.tokens.get(path)  # (noted when indexed)
+        index = "" if how is None else f":{how.digest}"
+        return f"{info.size}:{info.identity}{index}" if info else "unknown"
     st = os.stat(path)
     return f"{st.st_size}:{st.st_mtime_ns}"

@@ -38,6 +38,7 @@ __all__ = [
     "PrepareOptions",
     "Progress",
     "Report",
+    "corpus_identity",
     "difference",
     "run_config",
     "unit_order",
@@ -144,6 +145,16 @@ def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
     return plan(len(units), shuffle=options.shuffle, seed=options.seed)
 
 
+def corpus_identity(corpus: Corpus, options: PrepareOptions) -> str:
+    """What a run's files are of: its corpus's members' content, not only their sizes
+    (``Corpus.content_fingerprint``), in the order that decides the files: ``hash``'s, the
+    corpus's (its plan permutes it by the seed, which the config holds too); ``nanogpt``'s,
+    its files sorted (``unit_order``: two files of one name in other folders are read in
+    the order of their paths, so the same files in other folders may make other files)."""
+    order = None if options.split_rule == "hash" else unit_order(corpus, options)
+    return corpus.content_fingerprint(order)
+
+
 def run_config(
     corpus: Corpus, options: PrepareOptions, tokenizer: Tokenizer, piece: Slice | None = None
 ) -> RunConfig:
@@ -152,7 +163,7 @@ def run_config(
     hashed = options.split_rule == "hash"
     return RunConfig(
         split_rule=options.split_rule,
-        corpus=corpus.content_fingerprint(),  # its members' content, not only their sizes
+        corpus=corpus_identity(corpus, options),
         units=len(corpus.units),
         tokenizer=tokenizer.spec,
         fingerprint=tokenizer.fingerprint,

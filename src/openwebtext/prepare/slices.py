@@ -17,7 +17,13 @@ from openwebtext.index import Corpus
 from openwebtext.options import as_int, int_at_least
 from openwebtext.plan import shard_range
 from openwebtext.prepare import outputs
-from openwebtext.prepare.config import PrepareOptions, Report, run_config, unit_order
+from openwebtext.prepare.config import (
+    PrepareOptions,
+    Report,
+    corpus_identity,
+    run_config,
+    unit_order,
+)
 from openwebtext.prepare.lock import hold
 from openwebtext.prepare.meta import finished_run
 from openwebtext.prepare.run import tidy
@@ -30,9 +36,9 @@ __all__ = ["finished_report", "lock_output", "remove_folder", "slice_folders", "
 def slice_sizes(corpus: Corpus, options: PrepareOptions, count: int) -> list[int]:
     """The compressed bytes of the units of each of ``count`` slices of a run.
 
-    Works out ``corpus.content_fingerprint()`` (a read at every member's end) here, once: the
-    engine's tasks get the corpus pickled with it, and each would read them all again."""
-    _ = corpus.content_fingerprint()
+    Works out ``corpus_identity`` (a read at every member's end) here, once: the engine's
+    tasks get the corpus pickled with it, and each would read them all again."""
+    _ = corpus_identity(corpus, options)
     order = unit_order(corpus, options)
     units = corpus.units
     sizes = []
