@@ -14,7 +14,7 @@ import pytest
 
 from openwebtext import Corpus
 from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
-from openwebtext.prepare.workdir import PROGRESS
+from openwebtext.prepare.workdir import PROGRESS, SEAL, seal_of
 
 GOLDEN = Path(__file__).parent / "fixtures" / "prepare-2"
 METAS = json.loads((Path(__file__).parent / "data" / "prepare-2.json").read_text())
@@ -28,6 +28,12 @@ def _golden_meta(name: str) -> dict[str, object]:
     """A ``meta.json`` pinned in ``tests/data/prepare-2.json`` (``meta_hash_slice``, ...)."""
     meta: dict[str, object] = METAS[name]
     return meta
+
+
+def sealed(body: dict[str, Any]) -> dict[str, Any]:
+    """A progress record's fields sealed again, as a run writes them (``Workdir.save``)."""
+    fields = {k: v for k, v in body.items() if k != SEAL}
+    return fields | {SEAL: seal_of(fields)}
 
 
 def _hidden(folder: Path) -> list[str]:
@@ -58,7 +64,8 @@ def test_a_merge_of_the_last_release_resumes_to_its_files(tmp_path: Path) -> Non
     slices = shutil.copytree(GOLDEN / "runs" / "slices", tmp_path / "slices").resolve()
     out = shutil.copytree(GOLDEN / "runs" / "merge-permute", tmp_path / "out")
     record = out / PROGRESS
-    record.write_text(record.read_text().replace("{SLICES}", str(slices)))
+    body = json.loads(record.read_text().replace("{SLICES}", str(slices)))
+    record.write_text(json.dumps(sealed(body)))  # (of the folders it names)
     report = merge([slices / "s1", slices / "s0"], out)
     assert report.resumed
     assert json.loads((out / "meta.json").read_text()) == _golden_meta("meta_nanogpt")
@@ -151,7 +158,7 @@ def test_a_record_in_a_phase_its_run_does_not_have_is_refused(
 ) -> None:
     out = shutil.copytree(GOLDEN / "runs" / "hash-tokenize", tmp_path / "out")
     body = json.loads((out / PROGRESS).read_text())
-    (out / PROGRESS).write_text(json.dumps({**body, "phase": "permute"}))
+    (out / PROGRESS).write_text(json.dumps(sealed({**body, "phase": "permute"})))
     with pytest.raises(PrepareError, match=r"is in phase permute, which a run of its config"):
         prepare(corpus, out, _options("hash"))
 

@@ -99,7 +99,9 @@ def test_an_order_that_is_not_of_the_units_is_refused(two: tuple[Path, Path]) ->
     assert corpus.content_fingerprint([1, 0]) != corpus.content_fingerprint()
 
 
-@pytest.mark.parametrize(("name", "index"), [("train.bin", "train.idx"), ("train.ds", "train.ds.index")])
+@pytest.mark.parametrize(
+    ("name", "index"), [("train.bin", "train.idx"), ("train.ds", "train.ds.index")]
+)
 def test_a_remote_token_file_whose_index_was_replaced_is_another_corpus(
     token_run: Path, tmp_path: Path, name: str, index: str
 ) -> None:

@@ -225,12 +225,15 @@ def _convert(
 
 def _finished(folder: Path, fmt: str, sources: Sources) -> Marker | None:
     """The marker of ``fmt``'s finished files made of ``sources`` in the local ``folder``:
-    the marker says them, and every file it lists has its size; else None."""
+    the marker says them, every file it lists has its size, and no llm.c shard beside it is
+    one it does not list; else None."""
     marker = _read(folder, f"{fmt}.json", Marker)
     if marker is None or (marker.format, marker.source) != (fmt, sources):
         return None
     sizes = outputs.sizes(folder, list(marker.files))
     if any(sizes[n] != info.bytes for n, info in marker.files.items()):
+        return None
+    if _stale_shards(folder, fmt, marker.files):  # (a shard it does not name: the pass again)
         return None
     return marker
 

@@ -40,16 +40,18 @@ from typing import Any
 from openwebtext import codec
 from openwebtext.errors import OWTError, StateError
 from openwebtext.files import atomic_file, sync_folder, written_for
-from openwebtext.prepare.state import Meta, ProgressRecord
+from openwebtext.prepare.state import FileInfo, Meta, ProgressRecord
 
 __all__ = [
     "LOCK",
     "OUTPUTS",
     "PROGRESS",
+    "SEAL",
     "Part",
     "PrepareError",
     "Workdir",
     "owned",
+    "seal_of",
     "sha256_file",
     "untidy",
 ]
@@ -118,6 +120,28 @@ def untidy(folder: Path) -> bool:
 
 class PrepareError(OWTError):
     """``owt tokenize`` / ``owt merge`` cannot go on: another run's progress, a bad slice, ..."""
+
+
+#: The key of a progress record's seal (``Workdir.save``), beside its fields.
+SEAL = "seal"
+
+
+def seal_of(body: dict[str, Any]) -> str:
+    """A progress record's seal: a hash of its fields as written. A record whose fields were
+    changed since (by hand, by another program) is refused (``Workdir.load``): one that says
+    a position, a phase or counts its parts do not hold, each within its bounds, would
+    resume a run that skips or repeats units, or commits part of one."""
+    text = json.dumps(body, indent=1, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _is_of(path: Path, info: FileInfo | None) -> bool:
+    """Whether ``path`` is the file ``info`` says (its size, then its sha256)."""
+    try:
+        return info is not None and path.stat().st_size == info.bytes and (
+            sha256_file(path) == info.sha256)  # fmt: skip
+    except FileNotFoundError:
+        return False
 
 
 def sha256_file(path: Path) -> str:
@@ -203,18 +227,26 @@ class Workdir:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from exc
+        seal = body.pop(SEAL, None) if isinstance(body, dict) else None
         try:
             record = ProgressRecord.from_json(body)
             record.check_parts()
-            return record
         except StateError as exc:
             raise PrepareError(
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from None
+        if seal != seal_of(body):  # (after the fields: a damaged one is named)
+            raise PrepareError(
+                f"{path} was changed since this run wrote it (its {SEAL} is "
+                f"{'missing' if seal is None else 'not of what it holds'}): its position, phase "
+                "or counts may not be those of its parts; run again with --restart"
+            )
+        return record
 
     def save(self, record: ProgressRecord) -> None:
         """Replace the progress record atomically (call after syncing the parts it describes)."""
-        self.write_json(PROGRESS, codec.encode(record))
+        body = codec.encode(record)
+        self.write_json(PROGRESS, body | {SEAL: seal_of(body)})
 
     def write_json(self, name: str, body: dict[str, Any]) -> None:
         """Write ``name`` atomically and durably (``files.atomic_file``): a temporary file,
@@ -301,14 +333,18 @@ class Workdir:
         for path in sorted(stale, key=lambda p: not p.name.endswith(".json")):
             path.unlink(missing_ok=True)
         sync_folder(self.folder)
+        files: dict[str, FileInfo] = {str(k): v for k, v in meta.files.items()}
         for name in names:
             part = self.part_path(name)
             if part.exists():
                 os.replace(part, self.folder / name)
-            elif not (self.folder / name).exists():
+            elif not _is_of(self.folder / name, files.get(name)):  # (renamed by a commit
+                # cut short; not an earlier run's file of the name, or another's)
+                there = (self.folder / name).exists()
                 raise PrepareError(
-                    f"{self.folder}: neither {part.name} nor {name} exists: run again with "
-                    "--restart"
+                    f"{self.folder}: {part.name} is gone, and {name} is "
+                    + ("not this run's (its size or sha256)" if there else "not there")
+                    + ": run again with --restart"
                 )
         sync_folder(self.folder)
         self.guard()  # no meta.json over files another run may have replaced meanwhile

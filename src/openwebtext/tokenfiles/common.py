@@ -6,6 +6,7 @@ scan."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Literal, NamedTuple, overload
@@ -317,13 +318,23 @@ def run_beside(path: str) -> _Meta | None:
     for marker in [] if name in files else [folder / f"{fmt}.json" for fmt in FORMATS[1:]]:
         body = _read_beside(marker)
         try:
-            said = None if body is None else _Marked.from_json(parse(body)).files.get(name)
+            said = None if body is None else _Marked.from_json(parse(body)).files
         except (ValueError, StateError):
             said = None
-        if said is not None:
-            files[name] = replace(said, said_by=marker.name)
+        if said is not None and name in said:
+            files[name] = replace(said[name], said_by=marker.name)
             break
+        owned = _OWNED.get(marker.stem)
+        if said is not None and owned is not None and owned.fullmatch(name):
+            raise damaged(path, f"a file of {marker.stem}'s names that its run's {marker.name} "
+                          "does not name (another run's, or copied in): not the run's")  # fmt: skip
     return replace(run, files=files)
+
+
+#: The names of the token files a format writes beside a run's (``prepare.convert``), by
+#: format: a file of such a name that the format's marker does not name is not the run's.
+_OWNED = {"llmc": re.compile(r"(train|val)_\d{6}\.bin"),
+          "datatrove": re.compile(r"(train|val)\.ds")}  # fmt: skip
 
 
 def _read_beside(path: Path) -> bytes | None:
