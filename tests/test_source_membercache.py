@@ -62,6 +62,22 @@ def test_member_cache_evicts_the_least_recently_used(tmp_path: Path) -> None:
     assert cache.get("k0", 99) is None  # a wrong length is never data
 
 
+def test_the_cap_counts_what_each_entry_takes_on_disk(tmp_path: Path) -> None:
+    """An entry takes its checksum too: two entries of 16 bytes (24 on disk) were counted 16
+    and 40 and kept past a cap of 40; one of 36 (44) was stored past the cap, evicting every
+    other entry, then itself."""
+    cache = MemberCache(tmp_path, cap=40)
+    for k in range(2):
+        cache.put(f"k{k}", bytes(16))
+        os.utime(cache._path(f"k{k}"), (1000 + k, 1000 + k))
+    held = {p.name: p.stat().st_size for p in tmp_path.glob("*/*")}
+    assert held == {"k1": CHECKSUM_BYTES + 16}  # (the older evicted)
+    cache.put("big", bytes(40 - CHECKSUM_BYTES + 1))
+    assert sorted(p.name for p in tmp_path.glob("*/*")) == ["k1"]
+    cache.put("fits", bytes(40 - CHECKSUM_BYTES - 24))
+    assert sum(p.stat().st_size for p in tmp_path.glob("*/*")) <= 40
+
+
 @pytest.mark.timeout(30)
 def test_a_cache_entry_that_is_no_file_is_a_miss(tmp_path: Path) -> None:
     """An entry is read as a regular file only, at most its size (session 28: a FIFO in an

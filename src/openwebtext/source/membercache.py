@@ -107,8 +107,11 @@ class MemberCache:
         return data
 
     def put(self, key: str, data: bytes) -> None:
-        """Store ``data`` atomically, then evict past the cap (errors only cost the cache)."""
-        if self.cap is not None and len(data) > self.cap:
+        """Store ``data`` atomically, then evict past the cap (errors only cost the cache).
+        An entry takes its checksum and its data (``CHECKSUM_BYTES`` more than the data): one
+        that cannot fit the cap is not stored (else it evicted every other, then itself)."""
+        held = CHECKSUM_BYTES + len(data)
+        if self.cap is not None and held > self.cap:
             return
         path = self._path(key)
         try:
@@ -123,7 +126,7 @@ class MemberCache:
         if self._total is None:
             self._total = self._scan_total()
         else:
-            self._total += len(data)
+            self._total += held
         if self._total > self.cap:
             self.evict()
 
