@@ -236,10 +236,13 @@ class Workdir:
                 f"{path} is not a progress record ({exc}): run again with --restart"
             ) from None
         if seal != seal_of(body):  # (after the fields: a damaged one is named)
+            why = "not of what it holds"
+            if seal is None:
+                why = "missing: edited, or written before records were sealed"
             raise PrepareError(
-                f"{path} was changed since this run wrote it (its {SEAL} is "
-                f"{'missing' if seal is None else 'not of what it holds'}): its position, phase "
-                "or counts may not be those of its parts; run again with --restart"
+                f"{path} was changed since this run wrote it (its {SEAL} is {why}): its "
+                "position, phase or counts may not be those of its parts; run again with "
+                "--restart"
             )
         return record
 
