@@ -156,3 +156,33 @@ def test_a_format_file_its_marker_does_not_name_is_not_the_runs(
         named = json.loads((out / "llmc.json").read_text())["files"]
         assert {p.name for p in shards} <= set(named)
         Corpus.open_tokens(shards)
+
+
+def test_a_format_written_to_a_url_leaves_no_shard_its_marker_does_not_name(
+    token_run: Path,
+) -> None:
+    """Behind a URL the pass is made in a local copy, and only its files were uploaded: the
+    shards of an earlier pass at another size stayed beside the new ``llmc.json`` (a
+    trainer's ``train_*.bin`` read documents twice), and a shard copied in stayed too."""
+    import fsspec
+
+    from openwebtext.prepare import write_format
+
+    fs, url = fsspec.filesystem("memory"), "memory://r9-formats/run"
+    try:
+        for name in ("meta.json", "train.bin", "val.bin"):
+            fs.pipe(f"{url}/{name}", (token_run / name).read_bytes())
+
+        def shards() -> set[str]:
+            return {p.rsplit("/", 1)[1] for p in fs.ls(url, detail=False) if "_0" in p}
+
+        many = write_format(url, "llmc", shard_tokens=40_000)
+        assert many is not None and shards() == set(many["files"]) and len(shards()) > 2
+        few = write_format(url, "llmc", shard_tokens=10**8)
+        assert few is not None and shards() == set(few["files"]) == {
+            "train_000000.bin", "val_000000.bin"}  # fmt: skip
+        fs.pipe(f"{url}/train_000099.bin", fs.cat(f"{url}/val_000000.bin"))
+        assert write_format(url, "llmc", shard_tokens=10**8) == few
+        assert shards() == set(few["files"])
+    finally:
+        fs.rm(url.removesuffix("/run"), recursive=True)

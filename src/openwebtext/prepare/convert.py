@@ -102,23 +102,30 @@ def write_format(
     if fmt == "llmc" and meta.config.dtype != "uint16":
         raise ValueError(f"llm.c shards hold uint16 ids; this run's ids are {meta.config.dtype}")
     sources = _sources(meta, fmt, shard_tokens)
+    stale = _SHARD.fullmatch if fmt == "llmc" else None  # (a trainer's glob takes them)
     if isinstance(target, Path):
         # A finished format is seen before the lock is taken, as a finished run is
         # (``run.written``): on a read-only folder it is "nothing to do".
         if (done := _finished(target, fmt, sources)) is not None:
             tidy(target)  # what a killed pass left beside it, if the lock can be taken
+            if _stale_shards(target, fmt, done.files):  # (copied in: they go, as a pass's)
+                with hold(target, wait):
+                    for path in _stale_shards(target, fmt, done.files):
+                        path.unlink(missing_ok=True)
             return codec.encode(done)
         with hold(target, wait):
             return _convert(target, fmt, meta, shard_tokens, progress)
     known = _read(target, f"{fmt}.json", Marker, store)
     if known is not None and (known.format, known.source) == (fmt, sources):
+        if stale is not None:
+            outputs.strays(target, set(known.files), stale, store)
         return codec.encode(known)
     folder = outputs.staging(target, "fetch")
     with hold(folder, wait):  # (the copy is made under the lock too: it is swept there)
         outputs.fetch(target, codec.encode(meta), store, verify=False)
         marker = _convert(folder, fmt, meta, shard_tokens, progress)
         confirm(folder)
-        outputs.upload(folder, target, [*marker["files"], f"{fmt}.json"], store)
+        outputs.upload(folder, target, [*marker["files"], f"{fmt}.json"], store, stale)
     return marker
 
 
@@ -225,15 +232,12 @@ def _convert(
 
 def _finished(folder: Path, fmt: str, sources: Sources) -> Marker | None:
     """The marker of ``fmt``'s finished files made of ``sources`` in the local ``folder``:
-    the marker says them, every file it lists has its size, and no llm.c shard beside it is
-    one it does not list; else None."""
+    the marker says them, and every file it lists has its size; else None."""
     marker = _read(folder, f"{fmt}.json", Marker)
     if marker is None or (marker.format, marker.source) != (fmt, sources):
         return None
     sizes = outputs.sizes(folder, list(marker.files))
     if any(sizes[n] != info.bytes for n, info in marker.files.items()):
-        return None
-    if _stale_shards(folder, fmt, marker.files):  # (a shard it does not name: the pass again)
         return None
     return marker
 
@@ -243,8 +247,11 @@ def _stale_shards(folder: Path, fmt: str, files: dict[str, FileInfo]) -> list[Pa
     them)."""
     if fmt != "llmc":
         return []
-    pattern = re.compile(r"(train|val)_\d{6}\.bin")
-    return [p for p in folder.iterdir() if pattern.fullmatch(p.name) and p.name not in files]
+    return [p for p in folder.iterdir() if _SHARD.fullmatch(p.name) and p.name not in files]
+
+
+#: An llm.c shard's name (``_files``).
+_SHARD = re.compile(r"(train|val)_\d{6}\.bin")
 
 
 def _kept(path: Path, info: FileInfo | None) -> bool:

@@ -50,6 +50,7 @@ __all__ = [
     "shown",
     "sizes",
     "staging",
+    "strays",
     "upload",
 ]
 
@@ -226,10 +227,13 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
     return meta
 
 
-def _remove_stale(fs: Any, url: str, keep: set[str]) -> None:
+def _remove_stale(
+    fs: Any, url: str, keep: set[str], which: Callable[[str], object] = owned
+) -> None:
     """Delete the token files an earlier run left at ``url`` that this one does not write
-    (``workdir.owned``: its ``train.idx``, llm.c shards, ``.ds`` files), as a local commit
-    does: a trainer reading the folder would take them with the new ``train.bin``."""
+    (``which``; by default ``workdir.owned``: its ``train.idx``, llm.c shards, ``.ds`` files),
+    as a local commit does: a trainer reading the folder would take them with the new
+    ``train.bin``."""
     folder = url.rstrip("/")
 
     def listing() -> list[str]:
@@ -242,18 +246,47 @@ def _remove_stale(fs: Any, url: str, keep: set[str]) -> None:
 
     for entry in _remote(listing, "listing", folder):
         name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if owned(name) and name not in keep:
+        if which(name) and name not in keep:
             target = str(join(url, name))
             _remote(functools.partial(fs.rm_file, target), "DELETE", target)
 
 
-def upload(folder: Path, url: str, names: list[str], store: Storage | None = None) -> None:
-    """Upload ``names`` of the local ``folder`` to ``url``, in order (a marker last).
+def strays(url: str, names: set[str], stale: Callable[[str], object],
+           store: Storage | None = None) -> None:  # fmt: skip
+    """Remove the files at ``url`` that ``stale`` says of a format's kind and its marker's
+    ``names`` does not name (a shard copied in beside a finished format).
 
     Raises:
-        PrepareError: an upload failed.
+        PrepareError: the listing or a removal failed.
+    """
+    _remove_stale(filesystem(url, store), url, names, stale)
+
+
+def upload(
+    folder: Path,
+    url: str,
+    names: list[str],
+    store: Storage | None = None,
+    stale: Callable[[str], object] | None = None,
+) -> None:
+    """Upload ``names`` of the local ``folder`` to ``url``, in order (a marker last), first
+    removing the marker at ``url`` and the files there that ``stale`` says of its kind and
+    ``names`` does not name (llm.c shards of an earlier pass: a trainer's glob would take
+    them; a marker is never beside a file of its kind it does not name).
+
+    Raises:
+        PrepareError: an upload (or a removal) failed.
     """
     fs = filesystem(url, store)
+    if stale is not None:
+        marker = str(join(url, names[-1]))
+
+        def unmark() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(marker)
+
+        _remote(unmark, "DELETE", marker)
+        _remove_stale(fs, url, set(names), stale)
     for name in names:
         target = str(join(url, name))
         _remote(functools.partial(fs.put_file, str(folder / name), target), "PUT", target)
