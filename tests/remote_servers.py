@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 
@@ -307,7 +308,7 @@ class RangeServer(Loopback):
             h.close_connection = True
             h.connection.shutdown(2)  # no answer at all: the client sees a reset connection
             return
-        path = self.root / h.path.split("?", 1)[0].lstrip("/")
+        path = self.root / unquote(h.path.split("?", 1)[0]).lstrip("/")  # (as servers do)
         if path.is_dir():
             self._listing(h, path, head)
             return
@@ -350,7 +351,7 @@ class RangeServer(Loopback):
         base = "/" + str(path.relative_to(self.root)).strip(".").strip("/")
         base = base.rstrip("/") + "/"
         links = "".join(
-            f'<a href="{html.escape(base + p.name)}">{html.escape(p.name)}</a>\n'
+            f'<a href="{html.escape(quote(base + p.name))}">{html.escape(p.name)}</a>\n'
             for p in sorted(path.iterdir())
         )
         if self.sort_links:  # (Apache's autoindex: sort links, the parent, the folder itself)

@@ -138,3 +138,30 @@ def test_a_remote_token_file_whose_index_was_replaced_is_another_corpus(
         assert [u.size for u in after.units] == [u.size for u in before.units]
         with pytest.raises(StateError, match="another stream; corpus"):
             Loader(after, workers=0, shuffle=False, tokenizer="bytes").iter(state=state).close()
+
+
+def test_a_file_read_by_url_has_the_name_it_has_on_disk(
+    two: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A server's folder page quotes its links (``%C3%A9_subset00.tar``): the file was known
+    by the quoted name, sorted by it among the others, so a corpus read by URL was not the
+    same files as its local copy (``content_fingerprint``, nanogpt's order), nor the same file
+    given as ``é`` and as ``%C3%A9``."""
+    from remote_servers import RangeServer
+
+    served = tmp_path / "served"
+    served.mkdir()
+    shutil.copy(two[0], served / "é_subset00.tar")
+    shutil.copy(two[1], served / "a_subset01.tar")
+    local = Corpus.open(served)
+    with RangeServer(served) as server:
+        folder = Corpus.open(server.url + "/")
+        assert [Path(u.path).name for u in local.units] == [
+            u.path.rsplit("/", 1)[1].replace("%C3%A9", "é") for u in folder.units
+        ]
+        assert folder.content_fingerprint() == local.content_fingerprint()
+        quoted = Corpus.open(server.url + "/%C3%A9_subset00.tar")
+        plain = Corpus.open(server.url + "/é_subset00.tar")
+        assert quoted.content_fingerprint() == plain.content_fingerprint()
+        remote = prepare(folder, tmp_path / "remote", _OPTS)
+    assert remote.meta == prepare(local, tmp_path / "local", _OPTS).meta

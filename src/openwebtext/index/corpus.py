@@ -38,6 +38,7 @@ from openwebtext.source import (
     RangeFile,
     Storage,
     file_info,
+    file_name,
     is_url,
     resolve,
     unchanged,
@@ -262,7 +263,7 @@ class Corpus:
         h = hashlib.sha256()
         for k, path in enumerate(files):
             current = versions[k] if versions is not None else file_version(path, self.storage)
-            h.update(f"{os.path.basename(path)}\0{current}\n".encode("utf-8", "surrogateescape"))
+            h.update(f"{file_name(path)}\0{current}\n".encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:16]
 
     @property
@@ -274,7 +275,7 @@ class Corpus:
         of ``units``: None, theirs) and the column they are read from, not where they lie."""
         h = hashlib.sha256()
         for u in self.units if order is None else (self.units[k] for k in order):
-            line = f"{os.path.basename(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n"
+            line = f"{file_name(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n"
             h.update(line.encode("utf-8", "surrogateescape"))  # names need not be UTF-8
         if self.text_column != TEXT_COLUMN:  # "text" adds nothing: older states still fit
             h.update(f"column\0{self.text_column}\n".encode("utf-8", "surrogateescape"))
@@ -295,7 +296,7 @@ class Corpus:
         h = hashlib.sha256(shape.encode())
         for k in remote:
             version = versions[k] if versions is not None else file_version(files[k], self.storage)
-            line = f"{os.path.basename(files[k])}\0{version}\n"
+            line = f"{file_name(files[k])}\0{version}\n"
             h.update(line.encode("utf-8", "surrogateescape"))
         return h.hexdigest()[:16]
 

@@ -7,7 +7,6 @@ progress or the files of another config is never taken for this one's.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args
@@ -29,6 +28,7 @@ from openwebtext.options import (
 )
 from openwebtext.plan import plan
 from openwebtext.prepare.state import CORPUS_ORDER, LENGTH, FileName, RunConfig, Slice, SplitRule
+from openwebtext.source import file_name
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -140,7 +140,7 @@ def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
     if options.split_rule == "nanogpt":
         return sorted(
             range(len(units)),
-            key=lambda u: (os.path.basename(units[u].path), units[u].path, units[u].member_index),
+            key=lambda u: (file_name(units[u].path), units[u].path, units[u].member_index),
         )
     return plan(len(units), shuffle=options.shuffle, seed=options.seed)
 

@@ -24,6 +24,7 @@ from openwebtext.source.settings import (
     FileInfo,
     PerStorage,
     Storage,
+    decoded,
     is_url,
     protocol,
     resolve,
@@ -241,7 +242,7 @@ def expand_url(url: str, storage: Storage | None = None) -> dict[str, FileInfo |
         ]
         if not files:
             raise CorpusError("pattern matches no file", path=shown)
-        return dict.fromkeys(sorted(_full(fs, url, name) for name in files))
+        return dict.fromkeys(sorted((_full(fs, url, name) for name in files), key=decoded))
     if not url.endswith("/"):  # over HTTP only a trailing slash says "folder"
         info = entries(lambda: within(fs, 0, fs.info, url), "HEAD")
         if info.get("type") != "directory":
@@ -255,7 +256,7 @@ def expand_url(url: str, storage: Storage | None = None) -> dict[str, FileInfo |
     ]  # fmt: skip
     if not files:
         raise CorpusError("folder holds no corpus file", path=shown)
-    return dict.fromkeys(sorted(_full(fs, url, name) for name in files))
+    return dict.fromkeys(sorted((_full(fs, url, name) for name in files), key=decoded))
 
 
 def _in_folder(folder: str, name: str) -> bool:

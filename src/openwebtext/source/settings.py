@@ -26,6 +26,7 @@ import threading
 import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from urllib.parse import unquote
 
 from openwebtext.errors import CorpusError
 from openwebtext.options import as_int, countable
@@ -59,6 +60,19 @@ LOCK = threading.Lock()
 def is_url(path: object) -> bool:
     """True for ``scheme://…`` (two letters at least, so ``C:\\`` stays a path)."""
     return isinstance(path, str) and _URL.match(path) is not None
+
+
+def decoded(path: str) -> str:
+    """``path`` as its files are named: an http(s) URL percent-decoded (a server's folder page
+    quotes its links: ``%C3%A9.tar`` is ``é.tar``), anything else as it is."""
+    return unquote(path) if protocol(path) in ("http", "https") else path
+
+
+def file_name(path: str) -> str:
+    """The name of the file at ``path``: its last part, ``decoded``, so that a file has one
+    name whichever way it is reached (a corpus's identity, nanogpt's order)."""
+    name = os.path.basename(path)
+    return unquote(name) if protocol(path) in ("http", "https") else name
 
 
 def protocol(url: str) -> str:
