@@ -5,6 +5,7 @@ decides its files (``prepare.config.corpus_identity``), not in the order it was 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -165,3 +166,60 @@ def test_a_file_read_by_url_has_the_name_it_has_on_disk(
         assert quoted.content_fingerprint() == plain.content_fingerprint()
         remote = prepare(folder, tmp_path / "remote", _OPTS)
     assert remote.meta == prepare(local, tmp_path / "local", _OPTS).meta
+
+
+def test_a_records_file_read_by_url_names_its_documents_as_on_disk(tmp_path: Path) -> None:
+    """A JSON lines file ``é.jsonl`` read by URL was indexed under its quoted name: its
+    documents were named ``%C3%A9.jsonl@…`` (the held-out split hashes names: other documents
+    held out than from the local copy), and its content fingerprint was not the local one's."""
+    from openwebtext import Loader
+    from remote_servers import RangeServer
+
+    served = tmp_path / "served"
+    served.mkdir()
+    lines = [json.dumps({"text": f"document {k} " * 5}) + "\n" for k in range(200)]
+    (served / "é.jsonl").write_text("".join(lines), encoding="utf-8")
+    local = Corpus.open(served)
+    options = {"workers": 0, "shuffle": False, "split": "val", "val_fraction": 0.1}
+    with RangeServer(served) as server:
+        remote = Corpus.open(server.url + "/")
+        assert remote.content_fingerprint() == local.content_fingerprint()
+        held = [d.name for d in Loader(remote, **options)]  # type: ignore[arg-type]
+    assert held == [d.name for d in Loader(local, **options)]  # type: ignore[arg-type]
+    assert held and held[0].startswith("é.jsonl")
+
+
+def test_nanogpt_orders_files_of_one_name_by_their_decoded_folders(
+    two: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``aé/`` sorts after ``az/`` on disk, but its quoted URL ``a%C3%A9/`` sorted before:
+    the same files read by URL were read in another order (another run's identity)."""
+    from openwebtext.prepare.config import corpus_identity
+    from remote_servers import RangeServer
+
+    served = tmp_path / "served"
+    for folder, source in (("aé", two[0]), ("az", two[1])):
+        (served / folder).mkdir(parents=True)
+        shutil.copy(source, served / folder / source.name)
+    local = Corpus.open([served / "aé" / two[0].name, served / "az" / two[1].name])
+    with RangeServer(served) as server:
+        remote = Corpus.open([f"{server.url}/a%C3%A9/{two[0].name}",
+                              f"{server.url}/az/{two[1].name}"])  # fmt: skip
+        assert corpus_identity(remote, _OPTS) == corpus_identity(local, _OPTS)
+
+
+def test_one_url_spelled_two_ways_is_one_file_given_twice(
+    two: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``é`` and ``%C3%A9`` are one file: given both ways, its documents were read twice."""
+    from openwebtext.errors import CorpusError
+    from remote_servers import RangeServer
+
+    served = tmp_path / "served"
+    served.mkdir()
+    shutil.copy(two[0], served / "é_subset00.tar")
+    with RangeServer(served) as server:
+        plain, quoted = server.url + "/é_subset00.tar", server.url + "/%C3%A9_subset00.tar"
+        for given in ([server.url + "/", plain], [quoted, plain]):
+            with pytest.raises(CorpusError, match="the same file is given twice"):
+                Corpus.open(given)

@@ -307,17 +307,17 @@ class Corpus:
         hashed), so that it changes whenever a member's content does, even at the same size.
         Where the files lie, their mtimes and ETags do not count (``_shape``, not
         ``fingerprint``): the same corpus copied elsewhere, or read by URL, has the same one.
-        What a prepared run's files are of (``owt tokenize``, ``owt merge``).
+        What a prepared run's files are of (``owt tokenize``, ``owt merge``). Costs a read at
+        the end of every member (~20,600), a ranged request each remotely; worked out once per
+        ``Corpus`` and order (kept with it when it is pickled, as for Ray tasks).
 
         Args:
             order: The positions of ``units`` in the order a run reads them (``prepare``'s
                 ``unit_order``: nanogpt's sorts the files by name, then path); None: corpus
-                order. The same units read in another order make other files, so they are
-                another run's; files given in another order that a run sorts are the same.
+                order. The same units in another order make other files: another run's.
 
-        Costs a few reads at the end of every member (the full corpus: ~20,600 members),
-        one ranged request each for a remote file; worked out once per ``Corpus`` and order
-        (kept with it when it is pickled, as for Ray tasks).
+        Raises:
+            ValueError: ``order`` does not hold each position of ``units`` once.
         """
         positions = range(len(self.units)) if order is None else order
         if sorted(positions) != list(range(len(self.units))):

@@ -27,7 +27,7 @@ from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
 from openwebtext.records import Unit
-from openwebtext.source import FileInfo, Storage, is_url, resolve
+from openwebtext.source import FileInfo, Storage, decoded, is_url, resolve
 
 __all__ = [
     "Found",
@@ -250,7 +250,7 @@ def distinct_names(paths: Iterable[str]) -> dict[str, str]:
     other of ``paths`` ends with: what names its documents, so that files of one base name in
     different folders (the Hub's ``en/train-00000-of-00001.parquet``, ``de/…``) never give
     two documents one name (the held-out split hashes names)."""
-    parts = {path: path.rstrip("/").split("/") for path in dict.fromkeys(paths)}
+    parts = {path: decoded(path).rstrip("/").split("/") for path in dict.fromkeys(paths)}
     depth = dict.fromkeys(parts, 1)
     while True:
         tails = {p: "/".join(parts[p][-depth[p] :]) for p in parts}

@@ -20,7 +20,7 @@ from openwebtext.index.local import index_file_before_damage
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.remote import Ignored, index_url
 from openwebtext.records import Unit
-from openwebtext.source import Storage, is_url, resolve
+from openwebtext.source import Storage, decoded, file_name, is_url, resolve
 
 __all__ = ["Indexed", "file_key", "in_records", "index_inputs", "index_paths"]
 
@@ -109,7 +109,7 @@ def file_key(path: str) -> object:
     or a ``file://`` URL's) device and inode, else the URL itself."""
     local = path[len("file://") :] if path.startswith("file://") else None
     if local is None and is_url(path):
-        return path
+        return decoded(path)  # (``é`` and ``%C3%A9``: one file)
     info = os.stat(local if local is not None else path)
     return (info.st_dev, info.st_ino)
 
@@ -153,7 +153,7 @@ def _named_apart(units: list[Unit]) -> list[Unit]:
     names = distinct_names(u.path for u in named)
     renamed = []
     for unit in units:
-        base = unit.path.rstrip("/").rsplit("/", 1)[-1]
+        base = file_name(unit.path.rstrip("/"))
         name = names.get(unit.path, base)
         if name != base and unit.member.startswith(base):
             unit = unit._replace(member=name + unit.member[len(base) :])

@@ -45,6 +45,7 @@ from openwebtext.source import (
     Storage,
     expand_url,
     file_info,
+    file_name,
     placed,
     resolve,
     watched,
@@ -61,7 +62,7 @@ __all__ = [
 
 log = logging.getLogger("openwebtext")
 
-INDEX_FORMAT = "openwebtext-remote-index/2"  # /2: with the digest of its units
+INDEX_FORMAT = "openwebtext-remote-index/3"  # /2: with the digest of its units; /3: names decoded
 BLOCK = 512  # a tar header, and the unit members are padded to
 INDEX_THREADS = 32  # one per file for OpenWebText's 21 subset tars
 
@@ -177,7 +178,7 @@ def _say_cache_off(name: str) -> None:
 def _walk(name: str, info: FileInfo, storage: Storage | None, text_column: str) -> list[Unit]:
     """The units of the file ``name`` (an alias: ``fetch`` reads the URL behind it, checked
     against the identity noted under it)."""
-    base = name.rstrip("/").rsplit("/", 1)[-1]
+    base = file_name(name.rstrip("/"))  # (decoded: a folder page's links are quoted)
     subset = base.split(".", 1)[0]
     f = RangeFile(name, info.size, storage=storage)
     try:

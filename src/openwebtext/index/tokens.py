@@ -46,6 +46,7 @@ from openwebtext.source import (
     Storage,
     fetch,
     file_info,
+    file_name,
     is_url,
     local_identity,
     resolve,
@@ -135,7 +136,7 @@ def token_units(
         base = int(getattr(token_file.ids, "offset", 0))  # an llm.c shard's header
         itemsize = token_file.ids.dtype.itemsize
         ends = token_file.ends
-        subset = name.rstrip("/").rsplit("/", 1)[-1].split(".")[0]
+        subset = file_name(name.rstrip("/")).split(".")[0]
         first, index = 0, 0
         while first < len(ends):
             start = int(ends[first - 1]) if first else 0

@@ -28,7 +28,7 @@ from openwebtext.options import (
 )
 from openwebtext.plan import plan
 from openwebtext.prepare.state import CORPUS_ORDER, LENGTH, FileName, RunConfig, Slice, SplitRule
-from openwebtext.source import file_name
+from openwebtext.source import decoded, file_name
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -140,7 +140,7 @@ def unit_order(corpus: Corpus, options: PrepareOptions) -> list[int]:
     if options.split_rule == "nanogpt":
         return sorted(
             range(len(units)),
-            key=lambda u: (file_name(units[u].path), units[u].path, units[u].member_index),
+            key=lambda u: (file_name(units[u].path), decoded(units[u].path), units[u].member_index),
         )
     return plan(len(units), shuffle=options.shuffle, seed=options.seed)
 

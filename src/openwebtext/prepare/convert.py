@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -48,6 +47,7 @@ from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
     FORMATS,
+    LLMC_SHARD,
     LLMC_SHARD_TOKENS,
     datatrove_index,
     eot_ends,
@@ -102,19 +102,22 @@ def write_format(
     if fmt == "llmc" and meta.config.dtype != "uint16":
         raise ValueError(f"llm.c shards hold uint16 ids; this run's ids are {meta.config.dtype}")
     sources = _sources(meta, fmt, shard_tokens)
-    stale = _SHARD.fullmatch if fmt == "llmc" else None  # (a trainer's glob takes them)
+    stale = LLMC_SHARD.fullmatch if fmt == "llmc" else None  # (a trainer's glob takes them)
     if isinstance(target, Path):
         # A finished format is seen before the lock is taken, as a finished run is
         # (``run.written``): on a read-only folder it is "nothing to do".
-        if (done := _finished(target, fmt, sources)) is not None:
+        done = _finished(target, fmt, sources)
+        if done is not None:
             tidy(target)  # what a killed pass left beside it, if the lock can be taken
-            if _stale_shards(target, fmt, done.files):  # (copied in: they go, as a pass's)
-                with hold(target, wait):
-                    for path in _stale_shards(target, fmt, done.files):
-                        path.unlink(missing_ok=True)
-            return codec.encode(done)
+            if not _stale_shards(target, fmt, done.files):
+                return codec.encode(done)
         with hold(target, wait):
-            return _convert(target, fmt, meta, shard_tokens, progress)
+            done = _finished(target, fmt, sources)  # (again: a pass may have run meanwhile)
+            if done is None:
+                return _convert(target, fmt, meta, shard_tokens, progress)
+            for path in _stale_shards(target, fmt, done.files):  # (copied in: they go, as
+                path.unlink(missing_ok=True)  # a pass removes them)
+            return codec.encode(done)
     known = _read(target, f"{fmt}.json", Marker, store)
     if known is not None and (known.format, known.source) == (fmt, sources):
         if stale is not None:
@@ -247,11 +250,7 @@ def _stale_shards(folder: Path, fmt: str, files: dict[str, FileInfo]) -> list[Pa
     them)."""
     if fmt != "llmc":
         return []
-    return [p for p in folder.iterdir() if _SHARD.fullmatch(p.name) and p.name not in files]
-
-
-#: An llm.c shard's name (``_files``).
-_SHARD = re.compile(r"(train|val)_\d{6}\.bin")
+    return [p for p in folder.iterdir() if LLMC_SHARD.fullmatch(p.name) and p.name not in files]
 
 
 def _kept(path: Path, info: FileInfo | None) -> bool:

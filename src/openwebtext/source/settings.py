@@ -64,15 +64,22 @@ def is_url(path: object) -> bool:
 
 def decoded(path: str) -> str:
     """``path`` as its files are named: an http(s) URL percent-decoded (a server's folder page
-    quotes its links: ``%C3%A9.tar`` is ``é.tar``), anything else as it is."""
-    return unquote(path) if protocol(path) in ("http", "https") else path
+    quotes its links: ``%C3%A9.tar`` is ``é.tar``; bytes not UTF-8 as a local name's are,
+    ``surrogateescape``), anything else as it is."""
+    return unquote(path, errors="surrogateescape") if _quoted(path) else path
 
 
 def file_name(path: str) -> str:
     """The name of the file at ``path``: its last part, ``decoded``, so that a file has one
-    name whichever way it is reached (a corpus's identity, nanogpt's order)."""
+    name whichever way it is reached (a corpus's identity, its documents' names, nanogpt's
+    order)."""
     name = os.path.basename(path)
-    return unquote(name) if protocol(path) in ("http", "https") else name
+    return unquote(name, errors="surrogateescape") if _quoted(path) else name
+
+
+def _quoted(path: str) -> bool:
+    """Whether ``path``'s names are percent-encoded (an http(s) URL's)."""
+    return protocol(path) in ("http", "https")
 
 
 def protocol(url: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 from openwebtext.tokenfiles.common import (
     FORMATS,
     INT_DTYPE,
+    LLMC_SHARD,
     PREPARE_FORMAT,
     TOKENS,
     IntDtype,
@@ -73,6 +74,7 @@ __all__ = [
     "INT_DTYPE",
     "LLMC_HEADER_BYTES",
     "LLMC_MAGIC",
+    "LLMC_SHARD",
     "LLMC_SHARD_TOKENS",
     "LLMC_VERSION",
     "MEGATRON_DTYPES",

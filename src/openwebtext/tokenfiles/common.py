@@ -30,6 +30,7 @@ from openwebtext.errors import CorpusError, StateError
 __all__ = [
     "FORMATS",
     "INT_DTYPE",
+    "LLMC_SHARD",
     "PREPARE_FORMAT",
     "TOKENS",
     "DocumentNames",
@@ -299,6 +300,10 @@ def beside(path: str) -> Vocabulary | None:
     return None if run is None else run.config
 
 
+#: The name of an llm.c shard a format pass writes beside a run (``prepare.convert``).
+LLMC_SHARD = re.compile(r"(train|val)_\d{6}\.bin")
+
+
 def run_beside(path: str) -> _Meta | None:
     """The record of the run whose ``meta.json`` lies beside the local token file ``path``
     (None: none, or another program's): ``beside``'s, with its files and counts
@@ -308,7 +313,8 @@ def run_beside(path: str) -> _Meta | None:
     damaged: ``convert`` writes it again) says nothing.
 
     Raises:
-        TokenFileError: as ``beside``.
+        TokenFileError: as ``beside``; or ``path`` is of a format's names (an llm.c shard, a
+            ``.ds``) that the format's marker beside it does not name (not the run's).
     """
     folder, name = Path(path).parent, Path(path).name
     run = _run(_read_beside(folder / "meta.json"), str(folder / "meta.json"))
@@ -333,8 +339,7 @@ def run_beside(path: str) -> _Meta | None:
 
 #: The names of the token files a format writes beside a run's (``prepare.convert``), by
 #: format: a file of such a name that the format's marker does not name is not the run's.
-_OWNED = {"llmc": re.compile(r"(train|val)_\d{6}\.bin"),
-          "datatrove": re.compile(r"(train|val)\.ds")}  # fmt: skip
+_OWNED = {"llmc": LLMC_SHARD, "datatrove": re.compile(r"(train|val)\.ds")}
 
 
 def _read_beside(path: Path) -> bytes | None:
