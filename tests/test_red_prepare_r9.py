@@ -90,18 +90,27 @@ def _cut_at_rename(monkeypatch: pytest.MonkeyPatch, nth: int) -> None:
     monkeypatch.setattr(workdir_module.os, "replace", replace)
 
 
+def _cut_over_an_earlier_run(
+    corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nth: int
+) -> Path:
+    """A folder finished by an earlier run (another seed: files of the same sizes), then a
+    run of seed 0 into it cut at its ``nth`` rename."""
+    out = tmp_path / "out"
+    prepare(corpus, out, _options("hash", seed=1))
+    with monkeypatch.context() as patch:
+        _cut_at_rename(patch, nth)
+        with pytest.raises(_Cut):
+            prepare(corpus, out, _options("hash"))
+    return out
+
+
 def test_a_lost_part_is_not_replaced_by_an_earlier_runs_file(
     corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An earlier run (another seed: files of the same sizes) finished in the folder; this
     run is cut before its first rename, and its train part is lost: the rerun kept the
     earlier train.bin under this run's meta.json, and said "nothing to do" after."""
-    out = tmp_path / "out"
-    prepare(corpus, out, _options("hash", seed=1))
-    with monkeypatch.context() as patch:
-        _cut_at_rename(patch, 1)
-        with pytest.raises(_Cut):
-            prepare(corpus, out, _options("hash"))
+    out = _cut_over_an_earlier_run(corpus, tmp_path, monkeypatch, 1)
     (out / ".train.bin.part").unlink()
     with pytest.raises(PrepareError, match=r"\.train\.bin\.part is gone, and train\.bin is not "
                        r"this run's \(its size or sha256\): run again with --restart"):  # fmt: skip
@@ -113,12 +122,7 @@ def test_a_commit_cut_after_its_first_rename_finishes(
     corpus: Corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The part renamed before the cut is this run's file: it is kept, the run finishes."""
-    out = tmp_path / "out"
-    prepare(corpus, out, _options("hash", seed=1))
-    with monkeypatch.context() as patch:
-        _cut_at_rename(patch, 2)
-        with pytest.raises(_Cut):
-            prepare(corpus, out, _options("hash"))
+    out = _cut_over_an_earlier_run(corpus, tmp_path, monkeypatch, 2)
     assert sorted(p.name for p in out.glob(".*.part")) == [".val.bin.part"]
     finished = prepare(corpus, out, _options("hash"))
     assert finished.resumed
