@@ -96,7 +96,25 @@ def local_ray(address: str | None = None, num_cpus: int | None = None) -> Iterat
     finally:
         _stop_strays(temp)
         _auth_environment({k: saved[k] for k in private})
-        shutil.rmtree(temp, ignore_errors=True)
+        _remove_temp(temp)
+
+
+def _remove_temp(temp: str) -> None:
+    """Remove a private instance's folder, its owner file last: what a process still writing
+    kept from removal is left with its owner named, for ``sweep_stale`` to remove at the next
+    start (it passes by a folder of no owner file: never this library's to remove)."""
+    for name in os.listdir(temp) if os.path.isdir(temp) else []:
+        if name != OWNER:
+            path = os.path.join(temp, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+    with contextlib.suppress(OSError):
+        if os.listdir(temp) == [OWNER]:
+            os.unlink(os.path.join(temp, OWNER))
+            os.rmdir(temp)
 
 
 #: Seconds the processes of a private instance have to end by themselves after ``shutdown``.

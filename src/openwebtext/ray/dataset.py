@@ -38,9 +38,15 @@ _MAX_LIST_VALUES = (1 << 31) - 1
 class _SkipActor:
     def __init__(self) -> None:
         self.messages: list[str] = []
+        self._seen: set[str] = set()
 
     def add(self, messages: list[str]) -> int:
-        self.messages += messages
+        """Add each message not added before: a dataset read again (a second pass, ``count()``
+        then ``take_all()``) runs its tasks again, and they skip the same things."""
+        for message in messages:
+            if message not in self._seen:
+                self._seen.add(message)
+                self.messages.append(message)
         return len(self.messages)
 
     def get(self) -> list[str]:
@@ -64,7 +70,8 @@ class SkipLog:
             self._ray.get(self._actor.add.remote(messages))
 
     def messages(self) -> list[str]:
-        """Every skipped member or document, as the library's error message."""
+        """Every skipped member or document, as the library's error message: once, however
+        many times the dataset was read."""
         result: list[str] = self._ray.get(self._actor.get.remote())
         return result
 
@@ -355,14 +362,14 @@ def read_openwebtext(
                              f"with (Corpus.open(url, storage_options=...))")  # fmt: skip
         mixed = isinstance(paths, Mixture)
         parts = paths.corpora if isinstance(paths, Mixture) else {"": paths}
-        bad = [error for corpus in parts.values() for error in corpus.skipped_files]
-        for error in bad:  # a part's files left out at its open: raised, or logged and counted
-            SkipPolicy(on_error).take(error)
-        if bad and skips is not None:
-            skips.add([str(error) for error in bad])
-    else:
-        parts = {"": Corpus.open(paths, storage_options=storage_options)}
+    else:  # (under ``skip``, files that are no corpus file are left out, as a loader's are)
+        parts = {"": Corpus.open(paths, storage_options=storage_options, on_error=on_error)}
         mixed = False
+    bad = [error for corpus in parts.values() for error in corpus.skipped_files]
+    for error in bad:  # files left out at the open: raised, or logged and counted
+        SkipPolicy(on_error).take(error)
+    if bad and skips is not None:
+        skips.add([str(error) for error in bad])
     if resolved is None:
         for name, corpus in parts.items():
             _has_text(corpus, name if mixed else None)

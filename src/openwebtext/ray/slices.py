@@ -30,7 +30,7 @@ from openwebtext.prepare import (
     slice_folders,
     slice_sizes,
 )
-from openwebtext.ray.cluster import configure_storage, local_ray, ray_module, unwrap
+from openwebtext.ray.cluster import EngineError, configure_storage, local_ray, ray_module, unwrap
 
 __all__ = ["SLICES", "tokenize"]
 
@@ -38,6 +38,8 @@ __all__ = ["SLICES", "tokenize"]
 SLICES = ".owt-ray"
 
 _log = logging.getLogger("openwebtext")
+#: How many times a slice's task runs again after its worker died.
+_RETRIES = 3
 
 
 def _slice_task(
@@ -176,7 +178,9 @@ def _run_slices(
     count, total = len(folders), sum(sizes)
     skipped: list[str] = []
     ray = ray_module()
-    task = ray.remote(num_cpus=1, max_retries=0)(_slice_task)
+    # A task whose worker died (killed, out of memory) runs again: its slice goes on from its
+    # checkpoint. An error a task raises is never retried (``retry_exceptions``: off).
+    task = ray.remote(num_cpus=1, max_retries=_RETRIES)(_slice_task)
     shared = ray.put(corpus)
     storage = ray.put(storage_options)
     pending = {
@@ -199,7 +203,14 @@ def _run_slices(
             try:
                 slice_tokens, messages = ray.get(ref)
             except Exception as exc:
-                raise unwrap(exc) from None
+                found = unwrap(exc)
+                if found is exc:  # (Ray's own: a worker that died again and again, …)
+                    raise EngineError(
+                        f"a Ray task of slice {i} failed: {type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''} (run the command again: "
+                        "each slice goes on from its checkpoint)"
+                    ) from exc
+                raise found from None
             tokens += slice_tokens
             skipped += messages
             done += sizes[i]
