@@ -211,13 +211,7 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
     """
     meta: dict[str, Any] = codec.parse(codec.read_file(folder / "meta.json"))
     fs = filesystem(url, store)
-    marker = str(join(url, "meta.json"))
-
-    def unmark() -> None:
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(marker)
-
-    _remote(unmark, "DELETE", marker)
+    _unmark(fs, url, "meta.json")
     _remove_stale(fs, url, set(meta["files"]))
     for name in [*meta["files"], "meta.json"]:
         target = str(join(url, name))
@@ -225,6 +219,17 @@ def publish(folder: Path, url: str, store: Storage | None = None) -> dict[str, A
         _remote(functools.partial(fs.put_file, source, target), "PUT", target)
     shutil.rmtree(folder, ignore_errors=True)
     return meta
+
+
+def _unmark(fs: Any, url: str, name: str) -> None:
+    """Delete the marker ``name`` at ``url`` if it is there, before what it says changes."""
+    marker = str(join(url, name))
+
+    def unmark() -> None:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(marker)
+
+    _remote(unmark, "DELETE", marker)
 
 
 def _remove_stale(
@@ -279,13 +284,7 @@ def upload(
     """
     fs = filesystem(url, store)
     if stale is not None:
-        marker = str(join(url, names[-1]))
-
-        def unmark() -> None:
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm_file(marker)
-
-        _remote(unmark, "DELETE", marker)
+        _unmark(fs, url, names[-1])
         _remove_stale(fs, url, set(names), stale)
     for name in names:
         target = str(join(url, name))
