@@ -8,13 +8,17 @@ import io
 import lzma
 import os
 import re
+import signal
 import tarfile
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from openwebtext import synth
+from openwebtext.errors import WorkerError
 from openwebtext.synth import builtin
 from support import child_pids
 
@@ -237,6 +241,63 @@ def test_worker_processes_are_gone_afterwards(tmp_path: Path) -> None:
     report = synth.write_corpus(tmp_path / "c", 1, 4, 3, workers=2)
     assert report.documents == 12
     assert child_pids() == []  # (multiprocessing's resource tracker aside: not ours)
+
+
+#: A member's result large enough that a worker sends it over many writes (a pipe holds 64 KiB).
+_BIG = b"x" * (48 << 20)
+
+
+def _big_member(*job: int) -> tuple[bytes, int]:
+    return _BIG, 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_stop_while_workers_send_their_results_ends_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C of ``owt synth -j 2`` stops the workers at once (SIGKILL): one killed while it
+    wrote its result left half a message that the executor's reading thread waited on for
+    ever, and ``close()`` joined that thread (the run hung after Ctrl-C)."""
+    monkeypatch.setattr(synth.pack, "_make_member", _big_member)  # (forked: the workers' too)
+    results = synth.pack._InOrder([(0, 0, k, 1, 0, 0) for k in range(12)], workers=2)
+    assert len(next(results)[0]) == len(_BIG)
+    time.sleep(0.5)  # (the workers are in the middle of sending the next ones)
+    closing = threading.Thread(target=results.close, daemon=True)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "close() hung on a result half sent"
+    assert child_pids() == []
+
+
+_MAKE_MEMBER = synth.pack._make_member
+
+
+def _failing_member(*job: int) -> tuple[bytes, int]:
+    if job[2] == 3:
+        raise ValueError("no member 3 today")
+    return _MAKE_MEMBER(*job)
+
+
+def _killed_member(*job: int) -> tuple[bytes, int]:
+    if job[2] == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _MAKE_MEMBER(*job)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+@pytest.mark.parametrize(
+    ("member", "error", "says"),
+    [(_failing_member, ValueError, "no member 3 today"),
+     (_killed_member, WorkerError, "a worker process ended without its result")],
+)  # fmt: skip
+def test_a_worker_s_error_or_death_is_raised_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, member: Any, error: type, says: str
+) -> None:
+    monkeypatch.setattr(synth.pack, "_make_member", member)
+    with pytest.raises(error, match=says):
+        synth.write_corpus(tmp_path / "corpus", 1, 6, 2, workers=2)
+    assert list(tmp_path.iterdir()) == []
+    assert child_pids() == []
 
 
 # --------------------------------------------------------------------------------------

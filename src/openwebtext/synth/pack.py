@@ -22,14 +22,15 @@ import tarfile
 import tempfile
 import time
 import warnings
-from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
+from multiprocessing.connection import Connection
+from multiprocessing.context import DefaultContext, ForkContext
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from tqdm import tqdm
 
+from openwebtext.errors import WorkerError
 from openwebtext.options import integral
 from openwebtext.synth.text import member_documents
 
@@ -119,45 +120,65 @@ _Job = tuple[int, int, int, int, int, int]  # arguments of _make_member
 _Result = tuple[bytes, int]
 
 
-def _mp_context() -> BaseContext:
+def _mp_context() -> ForkContext | DefaultContext:
     # fork where there is one (like the package's loader): forkserver and spawn leave a
     # server or resource-tracker process behind for the life of the caller.
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else None)
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context(None)
 
 
 class _InOrder:
     """Results of ``_make_member(*job)`` in job order, from ``workers`` processes.
 
-    With one worker (or one job) everything runs in this process. Only a bounded window
-    of results waits in memory ahead of the consumer. Call :meth:`close` when done.
+    With one worker (or one job) everything runs in this process. Job ``k`` goes to worker
+    ``k % workers``, each with its own pipes, at most ``_AHEAD`` jobs ahead, so the results
+    come back in order by reading each worker in turn. Call :meth:`close` when done.
+
+    Not ``concurrent.futures``: its pool reads every result in a thread of its own, and a
+    worker killed while it writes a result (an interrupt stops the workers at once) leaves
+    half a message that thread waits on for ever, the pipe's write end being held by this
+    process too; ``shutdown`` and the interpreter's exit join that thread. Here the pipes
+    are read only by the caller, whose read a signal interrupts, and ``close`` kills and
+    closes: nothing waits on a pipe after it.
     """
+
+    _AHEAD = 2  # jobs queued per worker beyond the one it makes
 
     def __init__(self, jobs: list[_Job], workers: int) -> None:
         self._todo = iter(jobs)
-        self._pending: deque[Future[_Result]] = deque()
-        self._pool: ProcessPoolExecutor | None = None
+        self._sent = self._read = 0
+        self._workers: list[tuple[BaseProcess, Connection, Connection]] = []
         self._closed = False
         if workers <= 1 or len(jobs) <= 1:
             return
-        workers = min(workers, len(jobs))
-        self._pool = ProcessPoolExecutor(
-            max_workers=workers, mp_context=_mp_context(), initializer=_leave_signals_to_parent
-        )
+        context = _mp_context()
         try:
             with warnings.catch_warnings():
                 # Python >= 3.12 warns on fork() in a process with threads (numpy's BLAS
                 # pool, idle here); the workers only run _make_member.
                 warnings.filterwarnings(
-                    "ignore",
-                    message=r".*fork\(\) may lead to deadlocks",
+                    "ignore", message=r".*fork\(\) may lead to deadlocks",
                     category=DeprecationWarning,
-                )
-                for job in itertools.islice(self._todo, 2 * workers + 2):
-                    self._pending.append(self._pool.submit(_make_member, *job))
+                )  # fmt: skip
+                for _ in range(min(workers, len(jobs))):
+                    job_out, job_in = context.Pipe(duplex=False)
+                    result_out, result_in = context.Pipe(duplex=False)
+                    process = context.Process(target=_work, args=(job_out, result_in),
+                                              daemon=True)  # fmt: skip
+                    self._workers.append((process, job_in, result_out))
+                    process.start()
+                    job_out.close()  # (the worker's ends: EOF once it is gone)
+                    result_in.close()
+            self._send(len(self._workers) * (1 + self._AHEAD))
         except BaseException:
             self.close()
             raise
+
+    def _send(self, count: int) -> None:
+        for job in itertools.islice(self._todo, count):
+            self._workers[self._sent % len(self._workers)][1].send(job)
+            self._sent += 1
 
     def __iter__(self) -> _InOrder:
         return self
@@ -165,43 +186,70 @@ class _InOrder:
     def __next__(self) -> _Result:
         if self._closed:
             raise StopIteration
-        if self._pool is None:
+        if not self._workers:
             return _make_member(*next(self._todo))
-        if not self._pending:
+        if self._read == self._sent:
             raise StopIteration
-        result = self._pending.popleft().result()
-        for job in itertools.islice(self._todo, 1):
-            self._pending.append(self._pool.submit(_make_member, *job))
-        return result
+        process, _, results = self._workers[self._read % len(self._workers)]
+        try:
+            ok, value = results.recv()
+        except EOFError:
+            process.join(1)
+            raise WorkerError(
+                f"synth: a worker process ended without its result (exit code "
+                f"{process.exitcode}): killed, or out of memory?"
+            ) from None
+        self._read += 1
+        if not ok:
+            raise value if isinstance(value, BaseException) else RuntimeError(value)
+        self._send(1)
+        return value  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Stop the worker processes: at once if work is still pending (an error, an
-        interrupt), since nothing they would finish is wanted."""
+        """Stop the worker processes: at once (SIGKILL) if work is still pending (an error,
+        an interrupt), since nothing they would finish is wanted."""
         self._closed = True
-        if self._pool is None:
-            return
-        pool, self._pool = self._pool, None
-        for future in self._pending:
-            future.cancel()
-        if self._pending:
-            _kill_workers(pool)
-        self._pending.clear()
-        pool.shutdown(wait=True, cancel_futures=True)
+        workers, self._workers = self._workers, []
+        pending = self._read < self._sent
+        for process, jobs, _ in workers:
+            with contextlib.suppress(OSError, ValueError):
+                if pending:
+                    process.kill()
+                else:
+                    jobs.send(None)  # (done: the worker ends)
+        for process, jobs, results in workers:
+            jobs.close()
+            results.close()
+            with contextlib.suppress(AssertionError):  # (one never started)
+                process.join(5)
+                if process.is_alive():  # (a worker that does not stop when told)
+                    process.kill()
+                    process.join()
 
 
-def _leave_signals_to_parent() -> None:
-    """In a worker: Ctrl-C or SIGTERM to the process group is the parent's to handle (it
-    stops the workers); the worker must neither print a traceback nor outlive it."""
+def _work(jobs: Connection, results: Connection) -> None:
+    """A worker: make each job's member and send it back, until told to stop (None) or the
+    parent is gone (EOF). Ctrl-C or SIGTERM to the process group is the parent's to handle
+    (it stops the workers): a worker neither prints a traceback nor outlives it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _kill_workers(pool: ProcessPoolExecutor) -> None:
-    """SIGKILL the pool's processes (``terminate_workers`` from Python 3.14 on)."""
-    processes = getattr(pool, "_processes", None) or {}
-    for process in list(processes.values()):
-        with contextlib.suppress(OSError, ValueError):
-            process.kill()
+    while True:
+        try:
+            job = jobs.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        try:
+            reply: tuple[bool, object] = (True, _make_member(*job))
+        except Exception as exc:  # (the parent raises it: ours, or what pickles of it)
+            reply = (False, exc)
+        try:
+            results.send(reply)
+        except (OSError, ValueError):
+            return  # (the parent closed: nothing to send to)
+        except Exception as exc:  # an exception that does not pickle
+            results.send((False, RuntimeError(f"synth worker: {exc!r} ({reply[1]!r})")))
 
 
 def _fsync(path: Path) -> None:
