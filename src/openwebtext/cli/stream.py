@@ -172,6 +172,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
         loader = Loader(source, options)
         window = {"window": args.window} if args.pack == "bestfit" else {}
         saved = None if state is None else state.to_json()
+        start = time.perf_counter()  # (best fit resumed reads its window again here: timed)
         batches = loader.batches(
             args.seq_len, args.batch_size, packing=args.pack, state=saved, **window
         )
@@ -180,7 +181,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     before = batches.stats  # best fit may have read its window again: count from the state
     if state is not None:
         before = summary.at_state(before, state.documents)
-    start, made, finished = time.perf_counter(), 0, False
+    made, finished = 0, False
     try:
         with tqdm(unit="batch", disable=args.quiet, file=sys.stderr, mininterval=0.5) as bar:
             for _ in batches:
@@ -383,8 +384,9 @@ def add_parser(sub: Subparsers) -> None:
         help=f"seconds a busy worker may stay silent (default {Options.timeout:g})",
     )
     stream.add_argument(
-        "--take", type=option_type("take"), default=None, help="stop after N documents"
-    )
+        "--take", type=option_type("take"), default=None,
+        help="stop after N documents (--pack bestfit: packs the whole window it is in)",
+    )  # fmt: skip
     add_on_error(stream)
     stream.add_argument(
         "--max-errors",

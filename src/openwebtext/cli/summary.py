@@ -106,6 +106,9 @@ def summary(
             f"; skipped {plural(members, 'member')}, {plural(skipped, 'document')}"
             f"; replaced invalid UTF-8 in {plural(replaced, 'document')}"
         )
+    partial = stats.partial_members - before.partial_members
+    if partial:  # (named in stats.skipped too)
+        line += f"; {plural(partial, 'member')} cut short (the documents before the cut read)"
     if stats.skipped_files:  # left out when the corpus was opened (--on-error skip)
         line += f"; skipped {plural(stats.skipped_files, 'file')} (not read at all)"
     dropped = stats.dropped_documents - before.dropped_documents

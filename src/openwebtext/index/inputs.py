@@ -118,7 +118,7 @@ def refuse_corpus_folder(
 ) -> None:
     """Refuse an output folder (``--out``) a run's files written into would be read with
     corpus files next time (each warned of as left out): a folder of ``units``' files (a
-    corpus's), or with no units one that holds corpus files by their names (a merge's).
+    corpus's), or one that holds corpus files by their names.
 
     Raises:
         ValueError: naming the folder (and the first of those files).
@@ -131,7 +131,6 @@ def refuse_corpus_folder(
         if os.path.realpath(out) in {os.path.realpath(os.path.dirname(p)) for p in local}:
             raise ValueError(f"out {out} is a folder of the corpus's files: the run's files "
                              "would be read with them next time; give a folder of its own")
-        return
     if not os.path.isdir(out):
         return
     found = sorted(e.name for e in os.scandir(out) if named_as_corpus_file(e.name))
