@@ -109,7 +109,8 @@ def fetch(
             except _WholeFile as whole:
                 body = whole.body
             log.warning(
-                "%s: the server ignores byte ranges; the file (%d bytes) is read whole, once",
+                "%s: the server ignores byte ranges; the file (%d bytes) is read whole, once "
+                "in each process that reads it",
                 redact(url),
                 len(body),
             )

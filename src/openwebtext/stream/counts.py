@@ -110,15 +110,15 @@ def ensure_counts(
     splits = tuple(s for s in dict.fromkeys(wanted) if not (known and split_key(*s) in known.val))
     if not _interactive() and progress is None:  # no bar to show it: one line says the wait
         log.warning(
-            "counting the documents of %d members for even shares (once: cached beside the "
-            "corpus; owt index counts ahead of time)", len(corpus.units),
+            "counting the documents of %d members (once: cached beside the corpus; owt index "
+            "counts ahead of time)", len(corpus.units),
         )  # fmt: skip
     from tqdm import tqdm
 
     with tqdm(
         total=len(corpus.units),
         unit="member",
-        desc="counting documents for sharding (once)",
+        desc="counting documents (once)",
         file=sys.stderr,
         disable=not _interactive(),
         leave=False,
