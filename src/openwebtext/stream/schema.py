@@ -359,7 +359,8 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         packings = () if self.scheduled is None else self.scheduled.packings
         if packings and (self.packing != "bestfit" or packings[-1].rows != self.row):
             raise Disagree("schedule", "packings: the last's rows must be the best-fit row")
-        if any(p.seq_len not in {t for _, t, _ in self.steps} for p in packings):
+        lengths = {t for _, t, _ in self.steps} if packings else set()  # (once: steps * packings)
+        if any(p.seq_len not in lengths for p in packings):
             raise Disagree("schedule", "packings: each one's seq_len must be one of the schedule's")
         states = docs.parts if isinstance(docs, MixtureState) else {"": docs}
         for part, state in states.items():  # (a rest is packed as the batches are)
