@@ -10,10 +10,9 @@ file through ``_Spans``, which holds those bytes at their offset, against the fo
 (``index.footer_of``), so nothing else of the file is read. Its text column's values are
 already one buffer with offsets: the member's bytes are that buffer, copied once.
 
-What a chunk decodes to is bounded by its pages, never by the footer alone (``_pages``): their
-headers say how much each decompresses to (the codec holds them to it) and how its values are
-encoded, so a footer that understates its chunk, or says it has no dictionary, gets no more
-past ``max_member_bytes`` than an honest one.
+What a chunk decodes to is bounded by its pages, never by the footer alone
+(``pages.chunk_pages``): their headers say how much each decompresses to (the codec holds them
+to it) and how its values are encoded.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from openwebtext.engine.pages import chunk_pages
 from openwebtext.errors import CorruptDocument, CorruptMember, MemberTooLarge, TruncatedMember
 from openwebtext.formats import LimitExceeded, Truncated, decompress, detect
 from openwebtext.index import parse_footer, split_jsonl_kind
@@ -115,103 +115,6 @@ class _Spans(io.RawIOBase):
         return len(chunk)
 
 
-#: Data page encodings whose values are no larger decoded than in their page (PLAIN,
-#: DELTA_LENGTH_BYTE_ARRAY); a dictionary's, or DELTA_BYTE_ARRAY's prefixes, repeat values.
-_PLAIN_ENCODINGS = (0, 6)
-
-
-def _pages(raw: bytes, values: int) -> tuple[int, bool]:
-    """The most bytes a column chunk's pages decompress to, and whether they are plain (no
-    dictionary page, every data page's values in ``_PLAIN_ENCODINGS``: none decodes to more
-    than its page). The pages are walked as pyarrow reads them: a Thrift ``PageHeader``, then
-    its ``compressed_page_size`` bytes, until the footer's count of ``values`` is read (data
-    pages count theirs) or the chunk's bytes end. A page decompresses to the size its header
-    says (the codec fails otherwise), or, stored uncompressed, is its bytes.
-
-    Raises:
-        ValueError: a page header that does not parse.
-    """
-    size, plain, seen, at = 0, True, 0, 0
-    try:
-        while at < len(raw) and seen < values:
-            page = at
-            header, at = _thrift_struct(raw, at, 0)
-            kind, unpacked, packed = (header.get(k, -1) for k in (1, 2, 3))
-            if not all(isinstance(v, int) for v in (kind, unpacked, packed)) or packed < 0:
-                raise ValueError(f"page type {kind}, sizes {unpacked} and {packed}")
-            size, at = size + max(unpacked, packed), at + packed
-            data = header.get({0: 5, 3: 8}.get(kind, 0))  # DATA_PAGE's, DATA_PAGE_V2's header
-            if isinstance(data, dict):
-                seen += data[1] if isinstance(data.get(1), int) else 0
-                plain = plain and data.get(2 if kind == 0 else 4) in _PLAIN_ENCODINGS
-            elif kind != 1:  # (an INDEX_PAGE: skipped by pyarrow)
-                plain = False  # a DICTIONARY_PAGE, or a data page without its header
-    except IndexError:
-        raise ValueError(f"the page header at byte {page} of the chunk is cut short") from None
-    except ValueError as exc:
-        raise ValueError(f"a damaged page header at byte {page} of the chunk: {exc}") from None
-    return size, plain
-
-
-def _varint(buf: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while buf[at] & 0x80:
-        value, shift, at = value | (buf[at] & 0x7F) << shift, shift + 7, at + 1
-    return value | buf[at] << shift, at + 1
-
-
-def _thrift_struct(buf: bytes, at: int, depth: int) -> tuple[dict[int, Any], int]:
-    """A Thrift compact struct at ``at``: its fields by id (ints, bools, structs; None for
-    the rest, skipped), and where it ends."""
-    fields: dict[int, Any] = {}
-    field = 0
-    while True:
-        byte, at = buf[at], at + 1
-        if byte == 0:
-            return fields, at
-        if byte >> 4:
-            field += byte >> 4
-        else:
-            zigzag, at = _varint(buf, at)
-            field = (zigzag >> 1) ^ -(zigzag & 1)
-        fields[field], at = _thrift_value(buf, at, byte & 0x0F, depth)
-
-
-def _thrift_value(buf: bytes, at: int, kind: int, depth: int) -> tuple[Any, int]:
-    """A Thrift compact value of type ``kind`` at ``at``, and where it ends."""
-    if depth > 16:
-        raise ValueError("values nested too deep")
-    if kind in (1, 2):  # a bool field: its value is its type
-        return kind == 1, at
-    if kind == 3:
-        return buf[at], at + 1
-    if kind in (4, 5, 6):
-        zigzag, at = _varint(buf, at)
-        return (zigzag >> 1) ^ -(zigzag & 1), at
-    if kind in (7, 8):  # a double; binary, its length first
-        length, at = (8, at) if kind == 7 else _varint(buf, at)
-        if at + length > len(buf):
-            raise IndexError  # (a list of them would otherwise walk past the end forever)
-        return None, at + length
-    if kind in (9, 10, 11):  # a list or set (a bool of one is a byte), a map
-        if kind == 11:
-            count, at = _varint(buf, at)
-            kinds = [buf[at] >> 4, buf[at] & 0x0F] if count else []
-            at += 1 if count else 0
-        else:
-            count, kinds, at = buf[at] >> 4, [buf[at] & 0x0F], at + 1
-            if count == 15:
-                count, at = _varint(buf, at)
-        kinds = [3 if k in (1, 2) else k for k in kinds]
-        for _ in range(count):
-            for each in kinds:
-                _, at = _thrift_value(buf, at, each, depth + 1)
-        return None, at
-    if kind == 12:
-        return _thrift_struct(buf, at, depth + 1)
-    raise ValueError(f"Thrift type {kind}")
-
-
 def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limit: int) -> Records:
     """The documents of one row group, from its text column's chunk (``raw``).
 
@@ -246,7 +149,7 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
         )
     leaf, column, chunk = found
     try:
-        pages, plain = _pages(raw, chunk.num_values)
+        pages, plain, widest = chunk_pages(raw, chunk.num_values)
     except ValueError as exc:
         raise CorruptMember(
             f"corrupt parquet row group {group} (column {column!r}): {exc}", unit.path, unit.member
@@ -263,7 +166,7 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
             page_checksum_verification=True,  # (where the writer put CRCs in the pages)
         )  # fmt: skip
         if not plain:  # a dictionary's or a delta's values may repeat: read a few at once
-            array = _bounded(source, group, leaf, column, size, limit, unit)
+            array = _bounded(source, group, leaf, column, min(widest, size), limit, unit)
         else:  # plain values: no longer decoded than their pages, bounded above
             # (``source.reader``: by index; ``read_row_group(columns=["a.b"])`` would read a
             # struct a's field b too)
@@ -305,15 +208,16 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
 
 
 def _bounded(
-    source: Any, group: int, leaf: int, column: str, pages: int, limit: int, unit: Unit
+    source: Any, group: int, leaf: int, column: str, widest: int, limit: int, unit: Unit
 ) -> Any:
     """A row group's column decoded a few rows at a time, stopped past ``limit`` bytes: a
-    dictionary (or a delta of prefixes) may repeat a value of up to ``pages`` bytes on every
-    row, so each batch holds at most ``limit // pages`` rows, and the most ever decoded is
-    about twice the limit."""
+    dictionary (or a delta of prefixes) may repeat a value of up to ``widest`` bytes on every
+    row, so each batch holds at most ``limit // widest`` rows, and the most ever decoded is
+    about twice the limit (the batches of a row group: its size over the limit's share of
+    ``widest``, not of the whole chunk, whose batches grew with it: quadratic)."""
     import pyarrow as pa
 
-    rows = max(1, min(1 << 16, limit // max(pages, 1)))
+    rows = max(1, min(1 << 16, limit // max(widest, 1)))
     parts: list[Any] = []
     total = 0
     for batch in source.reader.iter_batches(rows, row_groups=[group], column_indices=[leaf]):
