@@ -50,7 +50,8 @@ def test_a_resumed_best_fit_run_times_the_window_it_reads_again(
     state = tmp_path / "state.json"
     flags = ["--pack", "bestfit", "--tokenizer", "bytes", "--seq-len", "64", "--window", "20",
              "-j", "0", "-q"]  # fmt: skip
-    assert owt("stream", str(corpus), *flags, "--take", "25", "--state-out", str(state)).returncode == 0
+    first = owt("stream", str(corpus), *flags, "--take", "25", "--state-out", str(state))
+    assert first.returncode == 0, first.stderr
     opening = Loader.batches
 
     def slow(*args: Any, **kwargs: Any) -> Any:

@@ -388,7 +388,9 @@ class DocumentIterator(Running[Stream]):
         return self._stream.windows_ahead()
 
     def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
+        """Stop the workers now. Safe to call twice. On the thread that reads it (another
+        thread inside ``next``: ``RuntimeError``, the iterator goes on)."""
+        self._not_inside(self._runs)
         self._gen.close()
         if self._runs is not None:
             self._runs.close()
@@ -495,6 +497,8 @@ class MixtureIterator(Running[MixedStream]):
         return self._stream.state(mark)
 
     def close(self) -> None:
-        """Stop the workers now. Safe to call twice."""
+        """Stop the workers now. Safe to call twice. On the thread that reads it (another
+        thread inside ``next``: ``RuntimeError``, the iterator goes on)."""
+        self._not_inside()
         self._gen.close()
         self._stream.close()

@@ -124,6 +124,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._next_number = 0
         self.closed = False
+        self._closing = threading.Lock()  # (the exit's close and a stage thread's at once)
         self._owner = os.getpid()  # (a forked copy's close leaves the workers to it)
         self.tasks = Tasks(self.slots)  # they live across runs
         self._runs: dict[int, _Run] = {}  # the run of each lane going on
@@ -173,7 +174,16 @@ class WorkerPool:
         """Stop every worker now (they hold nothing worth finishing). Safe to call again, also
         after an interrupt inside it: it goes on with the workers left. In a process forked
         with the pool (a DataLoader worker), the workers are its parent's: only the copies of
-        their pipes are closed."""
+        their pipes are closed. From two threads at once (a program's exit closes the pools a
+        stage's thread is closing), one closes, the other waits for it."""
+        held = self._closing.acquire(timeout=5.0)  # (a lock a fork copied held: not for ever)
+        try:
+            self._close()
+        finally:
+            if held:
+                self._closing.release()
+
+    def _close(self) -> None:
         self.closed = True
         ours = os.getpid() == self._owner
         for w in self._workers if ours else ():

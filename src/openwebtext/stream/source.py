@@ -11,6 +11,7 @@ between them), so a packer's state is the same as if it had read them one at a t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Generator
 from typing import Any, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
@@ -209,6 +210,8 @@ class Packer(Closing):
             raise
         except BaseException as exc:
             self.__dict__.update(saved)
+            if self._closed:  # by another thread meanwhile (a stage's: its Halted): the end
+                raise StopIteration from None
             self._failed = failure(exc)
             self.close()
             raise
@@ -224,8 +227,12 @@ class Packer(Closing):
 
     def close(self) -> None:
         """Stop the workers now: the batches end here. Safe to call twice."""
-        self._closed = True
-        self._docs.close()
+        closed, self._closed = self._closed, True
+        try:
+            self._docs.close()
+        except RuntimeError:  # (refused: another thread is inside next, which goes on)
+            self._closed = closed
+            raise
 
 
 def failure(exc: BaseException) -> str:
@@ -272,6 +279,19 @@ class Running(Closing, Generic[S]):
         except StopIteration:
             self._check()
             raise
+
+    def _not_inside(self, *others: Generator[Any, None, None] | None) -> None:
+        """Refuse a ``close`` while another thread is inside ``next`` (the generator cannot
+        be closed there, and a pool closed under it would end its read with a worker's
+        error): read and close an iterator on one thread; a stage (``ahead``,
+        ``Loader.batches(...).start()``) is closed from any."""
+        for gen in (self._gen, *others):
+            if gen is not None and inspect.getgeneratorstate(gen) == inspect.GEN_RUNNING:
+                raise RuntimeError(
+                    "close() while another thread is inside next(): close an iterator on the "
+                    "thread that reads it (a stage, ahead() or Loader.batches(...).start(), "
+                    "may be closed from any thread)"
+                )
 
     def _check(self) -> None:
         if self._stream.failed:
