@@ -12,6 +12,7 @@ between them), so a packer's state is the same as if it had read them one at a t
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Generator
 from typing import Any, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
 
@@ -192,6 +193,8 @@ class Packer(Closing):
 
     _docs: DocumentSource
     _closed = False
+    _closer = 0
+    """The thread that closed it (a packer closes itself before it raises a bad state's error)."""
     _failed = ""
     _at: AnyMark | None = None
     """Where the stream was when the packer held no document it had read (its state's)."""
@@ -210,8 +213,8 @@ class Packer(Closing):
             raise
         except BaseException as exc:
             self.__dict__.update(saved)
-            if self._closed:  # by another thread meanwhile (a stage's: its Halted): the end
-                raise StopIteration from None
+            if self._closed and self._closer != threading.get_ident():  # (closed meanwhile by
+                raise StopIteration from None  # another thread, a stage's: its Halted): the end
             self._failed = failure(exc)
             self.close()
             raise
@@ -227,7 +230,7 @@ class Packer(Closing):
 
     def close(self) -> None:
         """Stop the workers now: the batches end here. Safe to call twice."""
-        closed, self._closed = self._closed, True
+        closed, self._closed, self._closer = self._closed, True, threading.get_ident()
         try:
             self._docs.close()
         except RuntimeError:  # (refused: another thread is inside next, which goes on)
