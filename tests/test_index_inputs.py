@@ -472,7 +472,7 @@ def test_counting_shows_a_progress_bar_when_interactive(
     monkeypatch.setattr(counts, "_interactive", lambda: True)
     assert len(names(Loader(corpus_copy, workers=0, rank=1, world_size=2))) == 60
     err = capfd.readouterr().err
-    assert "counting documents for sharding" in err and "/6 " in err
+    assert "counting documents (once)" in err and "/6 " in err
 
 
 def test_a_folder_of_folders_says_they_are_not_read(tmp_path: Path) -> None:

@@ -388,12 +388,8 @@ class DocumentIterator(Running[Stream]):
         return self._stream.windows_ahead()
 
     def close(self) -> None:
-        """Stop the workers now. Safe to call twice. On the thread that reads it (another
-        thread inside ``next``: ``RuntimeError``, the iterator goes on)."""
-        self._not_inside(self._runs)
-        self._gen.close()
-        if self._runs is not None:
-            self._runs.close()
+        """Stop the workers now. Safe to call twice; on the reading thread (``_end``)."""
+        self._end(self._runs)
         self._stream.close()
 
     @property
@@ -497,8 +493,6 @@ class MixtureIterator(Running[MixedStream]):
         return self._stream.state(mark)
 
     def close(self) -> None:
-        """Stop the workers now. Safe to call twice. On the thread that reads it (another
-        thread inside ``next``: ``RuntimeError``, the iterator goes on)."""
-        self._not_inside()
-        self._gen.close()
+        """Stop the workers now. Safe to call twice; on the reading thread (``_end``)."""
+        self._end()
         self._stream.close()

@@ -81,6 +81,19 @@ def _close_open() -> None:
 atexit.register(_close_open)
 
 
+@contextlib.contextmanager
+def _one_close(lock: threading.Lock) -> Iterator[None]:
+    """A pool's close, one thread at a time: a program's exit closes the pools still open
+    (``_close_open``) while a stage's thread may be closing one (the other waits for it: two
+    at once closed a process the other was joining). Not for ever: a fork may copy it held."""
+    held = lock.acquire(timeout=5.0)
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
+
+
 class WorkerPool:
     """Runs units on worker processes and hands them back in plan order.
 
@@ -171,36 +184,26 @@ class WorkerPool:
         return worker
 
     def close(self) -> None:
-        """Stop every worker now (they hold nothing worth finishing). Safe to call again, also
-        after an interrupt inside it: it goes on with the workers left. In a process forked
-        with the pool (a DataLoader worker), the workers are its parent's: only the copies of
-        their pipes are closed. From two threads at once (a program's exit closes the pools a
-        stage's thread is closing), one closes, the other waits for it."""
-        held = self._closing.acquire(timeout=5.0)  # (a lock a fork copied held: not for ever)
-        try:
-            self._close()
-        finally:
-            if held:
-                self._closing.release()
-
-    def _close(self) -> None:
-        self.closed = True
-        ours = os.getpid() == self._owner
-        for w in self._workers if ours else ():
-            if w.process.is_alive():
-                w.process.terminate()
-        deadline = time.monotonic() + 2.0
-        while self._workers:
-            w = self._workers[0]
-            if ours:
-                w.process.join(max(0.0, deadline - time.monotonic()))
+        """Stop every worker now (they hold nothing worth finishing), one close at a time; again
+        after an interrupt inside it, it goes on with the workers left. Forked with the pool (a
+        DataLoader worker), the workers are its parent's: only its pipes' copies are closed."""
+        self.closed, ours = True, os.getpid() == self._owner
+        with _one_close(self._closing):
+            for w in self._workers if ours else ():
                 if w.process.is_alive():
-                    w.process.kill()
-                    w.process.join()
-                w.process.close()
-            w.tasks.close()
-            w.results.close()
-            self._workers.pop(0)
+                    w.process.terminate()
+            deadline = time.monotonic() + 2.0
+            while self._workers:
+                w = self._workers[0]
+                if ours:
+                    w.process.join(max(0.0, deadline - time.monotonic()))
+                    if w.process.is_alive():
+                        w.process.kill()
+                        w.process.join()
+                    w.process.close()
+                w.tasks.close()
+                w.results.close()
+                self._workers.pop(0)
         self._selector.close()
         if self._shared is not None:
             # A view still held by the consumer keeps the mapping until it is dropped.

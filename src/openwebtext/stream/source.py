@@ -283,18 +283,20 @@ class Running(Closing, Generic[S]):
             self._check()
             raise
 
-    def _not_inside(self, *others: Generator[Any, None, None] | None) -> None:
-        """Refuse a ``close`` while another thread is inside ``next`` (the generator cannot
-        be closed there, and a pool closed under it would end its read with a worker's
-        error): read and close an iterator on one thread; a stage (``ahead``,
-        ``Loader.batches(...).start()``) is closed from any."""
-        for gen in (self._gen, *others):
-            if gen is not None and inspect.getgeneratorstate(gen) == inspect.GEN_RUNNING:
-                raise RuntimeError(
-                    "close() while another thread is inside next(): close an iterator on the "
-                    "thread that reads it (a stage, ahead() or Loader.batches(...).start(), "
-                    "may be closed from any thread)"
-                )
+    def _end(self, *others: Generator[Any, None, None] | None) -> None:
+        """Close the stream's generators (``others`` too), for ``close``; refused while another
+        thread is inside ``next`` (a generator cannot be closed there, and a pool closed under
+        it would end its read with a worker's error): an iterator is read and closed on one
+        thread; a stage (``ahead``, ``Loader.batches(...).start()``) is closed from any."""
+        generators = [gen for gen in (self._gen, *others) if gen is not None]
+        if any(inspect.getgeneratorstate(gen) == inspect.GEN_RUNNING for gen in generators):
+            raise RuntimeError(
+                "close() while another thread is inside next(): close an iterator on the "
+                "thread that reads it (a stage, ahead() or Loader.batches(...).start(), may "
+                "be closed from any thread)"
+            )
+        for gen in generators:
+            gen.close()
 
     def _check(self) -> None:
         if self._stream.failed:
