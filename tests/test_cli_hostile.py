@@ -94,6 +94,7 @@ def read_up_to(fd: int, limit: int) -> bytes:
     return got
 
 
+@pytest.mark.slow  # (~12 s: 40 cycles at random points; a Ctrl-C and resume: test_cli_stream.py)
 def test_interrupted_and_resumed_jsonl_equals_one_run(small_corpus: Path, tmp_path: Path) -> None:
     """Many interrupt (SIGINT or SIGTERM) + resume cycles: the pieces are the whole run.
 

@@ -412,6 +412,7 @@ def test_bug4_no_crash_point_of_a_commit_leaves_a_new_bin_beside_an_old_index(
     assert step > 5  # every rename and removal of the run was a crash point
 
 
+@pytest.mark.slow  # (~20 s: a crash at every step of the pass; strays: test_red_prepare_r9.py)
 def test_bug4_no_crash_point_of_a_format_pass_leaves_its_marker_beside_other_shards(
     small_corpus: Path, tmp_path: Path, reference: Callable[..., Path],
     monkeypatch: pytest.MonkeyPatch,

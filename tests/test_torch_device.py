@@ -119,6 +119,7 @@ def test_a_state_saved_mid_prefetch_is_the_batchs_and_resumes_exactly(
         assert head + [as_lists(b) for b in resumed] == whole
 
 
+@pytest.mark.slow  # (~13 s: every cut of two epochs; a state mid-prefetch resumes just above)
 def test_the_device_stage_resumes_from_any_state(small_corpus: Path) -> None:
     def start(state: dict[str, Any] | None, epochs: int) -> DeviceBatches:
         batches = Loader(small_corpus, **OPTIONS, epochs=epochs).batches(
