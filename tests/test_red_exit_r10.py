@@ -146,3 +146,52 @@ def test_a_pool_closed_from_two_threads_at_once_closes_once(
     assert errors == []
     assert pool.closed
     reading.close()
+
+
+def test_a_close_from_another_thread_while_best_fit_packs_ends_that_next(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A close from another thread that lands while the packer packs (no document being read:
+    the close goes through) left best fit to pack the window it had as if the documents had
+    ended, and hand out its batch after the close. That ``next`` ends now, the packer's
+    state the last batch's."""
+    from openwebtext.stream import packing
+
+    loader = Loader(small_corpus, workers=0, seed=3, tokenizer="bytes")
+    packing_now, go = threading.Event(), threading.Event()
+    real_fit, calls = packing.fit, []
+
+    def fit(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # (the second window)
+            packing_now.set()
+            assert go.wait(30)
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(packing, "fit", fit)
+    batches = loader.batches(64, 2, packing="bestfit", window=8)
+    first = [next(batches) for _ in range(3)]
+    assert len(calls) == 1
+    states = [batches.state_dict()]
+    outcome: list[str] = []
+
+    def consume() -> None:
+        try:
+            while True:
+                next(batches)
+                states.append(batches.state_dict())
+        except StopIteration:
+            outcome.append("StopIteration")
+        except BaseException as exc:  # (what the test is about: any other end)
+            outcome.append(type(exc).__name__)
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    assert packing_now.wait(30)
+    batches.close()  # (the documents' generator is not running: the close goes through)
+    handed = len(states)
+    go.set()
+    consumer.join(30)
+    assert first and outcome == ["StopIteration"]
+    assert len(states) == handed  # no batch after the close
+    assert batches.state_dict() == states[-1]  # (the last batch handed out's)

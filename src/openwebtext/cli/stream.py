@@ -172,7 +172,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
         loader = Loader(source, options)
         window = {"window": args.window} if args.pack == "bestfit" else {}
         saved = None if state is None else state.to_json()
-        start = time.perf_counter()  # (best fit resumed reads its window again here: timed)
+        opened = time.perf_counter()
         batches = loader.batches(
             args.seq_len, args.batch_size, packing=args.pack, state=saved, **window
         )
@@ -181,7 +181,8 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     before = batches.stats  # best fit may have read its window again: count from the state
     if state is not None:
         before = summary.at_state(before, state.documents)
-    made, finished = 0, False
+    again = state is not None and args.pack == "bestfit"  # (its window read again: timed)
+    start, made, finished = opened if again else time.perf_counter(), 0, False
     try:
         with tqdm(unit="batch", disable=args.quiet, file=sys.stderr, mininterval=0.5) as bar:
             for _ in batches:

@@ -82,11 +82,12 @@ atexit.register(_close_open)
 
 
 @contextlib.contextmanager
-def _one_close(lock: threading.Lock) -> Iterator[None]:
+def _one_close(lock: threading.Lock, ours: bool) -> Iterator[None]:
     """A pool's close, one thread at a time: a program's exit closes the pools still open
     (``_close_open``) while a stage's thread may be closing one (the other waits for it: two
-    at once closed a process the other was joining). Not for ever: a fork may copy it held."""
-    held = lock.acquire(timeout=5.0)
+    at once closed a process the other was joining). Not in a forked copy (``ours`` False),
+    which may hold the lock copied held, and only closes its pipes' copies; else not for ever."""
+    held = ours and lock.acquire(timeout=5.0)
     try:
         yield
     finally:
@@ -188,7 +189,7 @@ class WorkerPool:
         after an interrupt inside it, it goes on with the workers left. Forked with the pool (a
         DataLoader worker), the workers are its parent's: only its pipes' copies are closed."""
         self.closed, ours = True, os.getpid() == self._owner
-        with _one_close(self._closing):
+        with _one_close(self._closing, ours):
             for w in self._workers if ours else ():
                 if w.process.is_alive():
                     w.process.terminate()

@@ -27,6 +27,7 @@ __all__ = [
     "AnyMark",
     "Closing",
     "DocumentSource",
+    "InsideNext",
     "Packer",
     "Run",
     "RunParts",
@@ -195,6 +196,8 @@ class Packer(Closing):
     _closed = False
     _closer = 0
     """The thread that closed it (a packer closes itself before it raises a bad state's error)."""
+    _closing: tuple[int, threading.Event] | None = None
+    """A close under way: its thread, and what is set once it has ended (done or refused)."""
     _failed = ""
     _at: AnyMark | None = None
     """Where the stream was when the packer held no document it had read (its state's)."""
@@ -208,16 +211,28 @@ class Packer(Closing):
         saved = {name: getattr(self, name) for name in self._KEPT}
         saved.update(self._copies())
         try:
-            return self._batch()
+            batch = self._batch()
         except StopIteration:
             raise
         except BaseException as exc:
             self.__dict__.update(saved)
-            if self._closed and self._closer != threading.get_ident():  # (closed meanwhile by
-                raise StopIteration from None  # another thread, a stage's: its Halted): the end
+            if self._closed_by_another():  # (a stage's close: its Halted): the end
+                raise StopIteration from None
             self._failed = failure(exc)
             self.close()
             raise
+        if self._closed_by_another():  # (between two reads of documents: read to their end)
+            self.__dict__.update(saved)
+            raise StopIteration
+        return batch
+
+    def _closed_by_another(self) -> bool:
+        """Whether another thread closed the packer during this ``next`` (a close under way
+        is waited for: refused, the ``next`` goes on, or raises what it raised)."""
+        me, closing = threading.get_ident(), self._closing
+        if closing is not None and closing[0] != me:
+            closing[1].wait(60)
+        return self._closed and self._closer != me
 
     def _batch(self) -> Any:
         """The next batch (``next``), changing the fields as it goes."""
@@ -229,13 +244,31 @@ class Packer(Closing):
         return {}
 
     def close(self) -> None:
-        """Stop the workers now: the batches end here. Safe to call twice."""
-        closed, self._closed, self._closer = self._closed, True, threading.get_ident()
+        """Stop the workers now: the batches end here. Safe to call twice. From another thread
+        while a ``next`` runs: ``InsideNext`` (that ``next`` goes on), but for a stage's."""
+        me, settled, refused = threading.get_ident(), threading.Event(), False
+        self._closing = (me, settled)
         try:
             self._docs.close()
-        except RuntimeError:  # (refused: another thread is inside next, which goes on)
-            self._closed = closed
+        except InsideNext:
+            refused = True
             raise
+        finally:
+            if not refused:
+                self._closed, self._closer = True, me
+            self._closing = None
+            settled.set()
+
+
+class InsideNext(RuntimeError):
+    """A ``close`` refused: another thread is inside the iterator's ``next``, which goes on."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "close() while another thread is inside next(): close an iterator on the thread "
+            "that reads it (ahead() and to_device() may be closed from any thread, and "
+            "Loader.batches(...).start() while it reads ahead)"
+        )
 
 
 def failure(exc: BaseException) -> str:
@@ -290,13 +323,12 @@ class Running(Closing, Generic[S]):
         thread; a stage (``ahead``, ``Loader.batches(...).start()``) is closed from any."""
         generators = [gen for gen in (self._gen, *others) if gen is not None]
         if any(inspect.getgeneratorstate(gen) == inspect.GEN_RUNNING for gen in generators):
-            raise RuntimeError(
-                "close() while another thread is inside next(): close an iterator on the "
-                "thread that reads it (a stage, ahead() or Loader.batches(...).start(), may "
-                "be closed from any thread)"
-            )
+            raise InsideNext()
         for gen in generators:
-            gen.close()
+            try:
+                gen.close()
+            except ValueError:  # "generator already executing": entered since the look
+                raise InsideNext() from None
 
     def _check(self) -> None:
         if self._stream.failed:

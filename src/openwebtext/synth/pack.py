@@ -24,9 +24,9 @@ import time
 import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.context import DefaultContext, ForkContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
@@ -120,7 +120,7 @@ _Job = tuple[int, int, int, int, int, int]  # arguments of _make_member
 _Result = tuple[bytes, int]
 
 
-def _mp_context() -> ForkContext | DefaultContext:
+def _mp_context() -> Any:  # (a ForkContext where there is fork: none on Windows)
     # fork where there is one (like the package's loader): forkserver and spawn leave a
     # server or resource-tracker process behind for the life of the caller.
     if "fork" in multiprocessing.get_all_start_methods():
@@ -177,7 +177,8 @@ class _InOrder:
 
     def _send(self, count: int) -> None:
         for job in itertools.islice(self._todo, count):
-            self._workers[self._sent % len(self._workers)][1].send(job)
+            with contextlib.suppress(OSError):  # (a worker gone: its turn to be read says so)
+                self._workers[self._sent % len(self._workers)][1].send(job)
             self._sent += 1
 
     def __iter__(self) -> _InOrder:
