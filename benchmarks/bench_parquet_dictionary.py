@@ -6,7 +6,7 @@ Writes one row group of N short documents twice (pyarrow's default dictionary en
 (``workers=0``). The plain file is the reference, measured in the same run: a dictionary's
 column is decoded in batches bounded by its widest page (``engine/pages.py``); sized by the
 whole chunk (session 32 and before), their number grew with the chunk and the ratio with N
-(1.0x at small N, 5.6x at 4 M rows on these machines, where it is now ~1.05x).
+(2.2x at 1 M rows, 3.9x at 4 M on these machines; now 0.8-0.9x at both: docs/benchmarks.md).
 """
 
 from __future__ import annotations
