@@ -166,7 +166,7 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
             page_checksum_verification=True,  # (where the writer put CRCs in the pages)
         )  # fmt: skip
         if not plain:  # a dictionary's or a delta's values may repeat: read a few at once
-            array = _bounded(source, group, leaf, column, min(widest, size), limit, unit)
+            array = _bounded(source, group, leaf, column, widest, limit, unit)  # (<= size)
         else:  # plain values: no longer decoded than their pages, bounded above
             # (``source.reader``: by index; ``read_row_group(columns=["a.b"])`` would read a
             # struct a's field b too)
