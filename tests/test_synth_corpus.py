@@ -300,6 +300,19 @@ def test_a_worker_s_error_or_death_is_raised_and_leaves_nothing(
     assert child_pids() == []
 
 
+def test_a_worker_s_error_carries_the_worker_s_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error a worker raised is raised from its traceback in the worker (the line that
+    raised it), as ``concurrent.futures`` shows one: not only its message."""
+    monkeypatch.setattr(synth.pack, "_make_member", _failing_member)
+    with pytest.raises(ValueError, match="no member 3 today") as caught:
+        synth.write_corpus(tmp_path / "corpus", 1, 6, 2, workers=2)
+    cause = str(caught.value.__cause__)
+    assert "in _failing_member" in cause
+    assert 'raise ValueError("no member 3 today")' in cause
+
+
 # --------------------------------------------------------------------------------------
 # Writing safely
 # --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import signal
 import tarfile
 import tempfile
 import time
+import traceback
 import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -202,7 +203,8 @@ class _InOrder:
             ) from None
         self._read += 1
         if not ok:
-            raise value if isinstance(value, BaseException) else RuntimeError(value)
+            error, where = value
+            raise error from _InWorker(where)
         self._send(1)
         return value  # type: ignore[no-any-return]
 
@@ -228,6 +230,14 @@ class _InOrder:
                     process.join()
 
 
+class _InWorker(Exception):
+    """The traceback of an error raised in a worker, as its cause (as ``concurrent.futures``
+    shows it)."""
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.args[0]}"""'
+
+
 def _work(jobs: Connection, results: Connection) -> None:
     """A worker: make each job's member and send it back, until told to stop (None) or the
     parent is gone (EOF). Ctrl-C or SIGTERM to the process group is the parent's to handle
@@ -243,14 +253,15 @@ def _work(jobs: Connection, results: Connection) -> None:
             return
         try:
             reply: tuple[bool, object] = (True, _make_member(*job))
-        except Exception as exc:  # (the parent raises it: ours, or what pickles of it)
-            reply = (False, exc)
+        except Exception as exc:  # (the parent raises it, from its traceback here)
+            reply = (False, (exc, traceback.format_exc()))
         try:
             results.send(reply)
         except (OSError, ValueError):
             return  # (the parent closed: nothing to send to)
         except Exception as exc:  # an exception that does not pickle
-            results.send((False, RuntimeError(f"synth worker: {exc!r} ({reply[1]!r})")))
+            where = reply[1][1] if isinstance(reply[1], tuple) else ""
+            results.send((False, (RuntimeError(f"synth worker: {exc!r}"), where)))
 
 
 def _fsync(path: Path) -> None:
