@@ -27,7 +27,7 @@ from openwebtext.engine import Loaded, Pool, PoolOptions, Reader, State, open_po
 from openwebtext.engine.inline import InlinePool
 from openwebtext.engine.member import Member
 from openwebtext.engine.parent import WorkerPool
-from openwebtext.engine.tasks import WorkerTraceback
+from openwebtext.errors import WorkerTraceback
 from openwebtext.records import Unit
 from openwebtext.tokenizer import Tokenizer, load_tokenizer
 from support import child_pids, damage, member_offset, read_members

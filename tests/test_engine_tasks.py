@@ -12,7 +12,8 @@ import pytest
 
 from openwebtext import CorruptDocument, CorruptMember, WorkerError
 from openwebtext.engine import Done, Request, State, failed
-from openwebtext.engine.tasks import Failed, Tasks, WorkerTraceback
+from openwebtext.engine.tasks import Failed, Tasks
+from openwebtext.errors import WorkerTraceback
 from openwebtext.records import Unit
 
 SENT, QUEUED, DONE, HELD, ABANDONED = State

@@ -26,7 +26,9 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
 ``CorpusError`` and its subclasses carry ``path`` (the file) and ``member``
 (the inner member name, or ``None``); ``CorruptDocument`` adds ``document``;
 in a mixture, ``part`` names the part whose corpus it is (its message says it).
-They are plain picklable values so they cross process boundaries intact.
+They are plain picklable values so they cross process boundaries intact. An error raised in
+a worker process (the pool's, ``owt synth``'s) is raised from its traceback there, as text
+(``WorkerTraceback``, its ``__cause__``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "TruncatedMember",
     "UnknownFormat",
     "WorkerError",
+    "WorkerTraceback",
     "carry",
     "in_part",
     "install_hint",
@@ -198,6 +201,20 @@ class WorkerError(_Located):
 
     def __str__(self) -> str:
         return self._of_part(self.message)
+
+
+class WorkerTraceback(Exception):
+    """The traceback of an error raised in a worker, as text: the ``__cause__`` of that error.
+
+    Shown above the consumer's own traceback, it points at the worker's line.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text}"""'
 
 
 class OutputError(OWTError):

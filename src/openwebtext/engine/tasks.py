@@ -45,7 +45,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from openwebtext.errors import CorruptMember, OWTError, WorkerError
+from openwebtext.errors import CorruptMember, OWTError, WorkerError, WorkerTraceback
 from openwebtext.records import Unit
 
 __all__ = [
@@ -56,7 +56,6 @@ __all__ = [
     "State",
     "Task",
     "Tasks",
-    "WorkerTraceback",
     "failed",
     "failure",
 ]
@@ -110,20 +109,6 @@ class Done(NamedTuple):
     """Documents left out (``CorruptDocument``), or the cut of a ``TruncatedMember``."""
     replace: int
     counts: list[int] | None
-
-
-class WorkerTraceback(Exception):
-    """The traceback of an error raised in a worker, as text: the ``__cause__`` of that error.
-
-    Shown above the consumer's own traceback, it points at the worker's line.
-    """
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return f'\n"""\n{self.text}"""'
 
 
 class Failed(NamedTuple):

@@ -31,7 +31,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from openwebtext.errors import WorkerError
+from openwebtext.errors import WorkerError, WorkerTraceback
 from openwebtext.options import integral
 from openwebtext.synth.text import member_documents
 
@@ -204,7 +204,7 @@ class _InOrder:
         self._read += 1
         if not ok:
             error, where = value
-            raise error from _InWorker(where)
+            raise error from WorkerTraceback(where)
         self._send(1)
         return value  # type: ignore[no-any-return]
 
@@ -228,14 +228,6 @@ class _InOrder:
                 if process.is_alive():  # (a worker that does not stop when told)
                     process.kill()
                     process.join()
-
-
-class _InWorker(Exception):
-    """The traceback of an error raised in a worker, as its cause (as ``concurrent.futures``
-    shows it)."""
-
-    def __str__(self) -> str:
-        return f'\n"""\n{self.args[0]}"""'
 
 
 def _work(jobs: Connection, results: Connection) -> None:
