@@ -5,14 +5,17 @@ documents each count from 0."""
 from __future__ import annotations
 
 import pickle
+from array import array
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from openwebtext import Corpus, Loader
+from openwebtext.engine import Reader
 from openwebtext.index.inputs import distinct_names
 from openwebtext.prepare import PrepareOptions, prepare, write_format
+from openwebtext.records import Names
 from openwebtext.tokenfiles import document_names
 from tables_support import sample_texts, write_jsonl, write_parquet
 
@@ -89,3 +92,37 @@ def test_a_token_units_names_are_made_when_asked(member: str) -> None:
         names[6]
     assert pickle.loads(pickle.dumps(names)) == expected
     assert names != expected[:-1] and names != "".join(expected)
+
+
+def test_names_numbered_by_line_start_read_as_their_list() -> None:
+    """``records.Names`` over an int64 array (a JSON lines chunk's line starts) reads as the
+    list of its names: by index (negative too), slice, iteration, equality, a pickle."""
+    names = Names("d/a.jsonl", array("q", [0, 17, 40]), "@")
+    expected = ["d/a.jsonl@0", "d/a.jsonl@17", "d/a.jsonl@40"]
+    assert len(names) == 3 and list(names) == expected and names == expected
+    assert names[-1] == expected[-1] and names[1:] == expected[1:] and names[::2] == expected[::2]
+    with pytest.raises(IndexError):
+        names[3]
+    again = pickle.loads(pickle.dumps(names))
+    assert again == expected and isinstance(again.numbers, array)
+
+
+def test_table_units_hold_no_name_string_per_document(tmp_path: Path) -> None:
+    """A parquet row group's and a JSON lines chunk's names travel from the worker as a file,
+    a separator and numbers (a ``range``, or 8 bytes a document), made only when asked: a
+    unit of millions of short documents held a string for each, in the worker, the pipe and
+    the consumer. The names a loader hands out are the same."""
+    write_jsonl(tmp_path / "j" / "a.jsonl", TEXTS[:5])
+    write_parquet(tmp_path / "p" / "a.parquet", TEXTS[:5])
+    for folder, sep in (("j", "@"), ("p", "#")):
+        corpus = Corpus.open(tmp_path / folder)
+        reader = Reader(1 << 24, 1 << 20)
+        try:
+            names = reader.read(corpus.units[0]).names
+        finally:
+            reader.close()
+        assert isinstance(names, Names)
+        assert isinstance(names.numbers, array if folder == "j" else range)
+        assert list(names) == _names(corpus)
+        assert all(name.startswith(f"a.{'jsonl' if folder == 'j' else 'parquet'}{sep}")
+                   for name in names)  # fmt: skip

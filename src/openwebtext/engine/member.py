@@ -63,7 +63,7 @@ def leave_out_split(
 def check_utf8(
     data: bytes,
     unit: Unit,
-    names: list[str],
+    names: Sequence[str],
     offsets: list[int],
     sizes: list[int],
     dropped: list[CorruptMember],

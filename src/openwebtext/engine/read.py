@@ -224,7 +224,7 @@ class Reader:
         self,
         unit: Unit,
         data: bytes,
-        names: list[str],
+        names: Sequence[str],
         offsets: list[int],
         sizes: list[int],
         dropped: list[CorruptMember],

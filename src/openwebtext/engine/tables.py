@@ -21,6 +21,8 @@ import io
 import json
 import re
 import zlib
+from array import array
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,7 +31,7 @@ from openwebtext.engine.pages import chunk_pages
 from openwebtext.errors import CorruptDocument, CorruptMember, MemberTooLarge, TruncatedMember
 from openwebtext.formats import LimitExceeded, Truncated, decompress, detect
 from openwebtext.index import parse_footer, split_jsonl_kind
-from openwebtext.records import Unit
+from openwebtext.records import Names, Unit
 
 __all__ = ["Footer", "Records", "jsonl_records", "parquet_records"]
 
@@ -39,7 +41,7 @@ class Records(NamedTuple):
     (their offset -1)."""
 
     data: bytes
-    names: list[str]
+    names: Sequence[str]
     offsets: list[int]
     sizes: list[int]
     dropped: list[CorruptMember]
@@ -194,7 +196,7 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
     sizes = np.diff(ends).tolist()
     base = unit.member.rsplit("#rg", 1)[0]
     first = footer.first_rows[group]
-    names = [f"{base}#{first + k}" for k in range(n)]
+    names = Names(base, range(first, first + n))
     dropped: list[CorruptMember] = []
     if array.null_count:
         for k in np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False)).tolist():
@@ -319,7 +321,7 @@ def _lines(
     base = unit.member if unit.offset == 0 else unit.member.rsplit("@", 1)[0]
     where = f" of the chunk at byte {unit.offset}" if at else ""
     parts: list[bytes] = []
-    names: list[str] = []
+    starts = array("q")  # (each line's first byte: its document's name)
     offsets: list[int] = []
     sizes: list[int] = []
     position = 0
@@ -329,7 +331,6 @@ def _lines(
         start, line_start = line_start, line_start + len(line) + 1
         if line in (b"", b"\r"):  # an empty line (or the file's last newline): no document
             continue
-        name = f"{base}@{at + start}"
         try:
             if not line.strip():
                 raise ValueError("a line of whitespace only")
@@ -354,18 +355,19 @@ def _lines(
             if not isinstance(exc, _NotUtf8):
                 why = f"not a JSON object with a string {field!r}: {why}"
             reason = f"line {number}{where}: {why}"
+            name = f"{base}@{at + start}"
             dropped.append(CorruptDocument(reason, unit.path, unit.member, name))
-            names.append(name)
+            starts.append(at + start)
             offsets.append(-1)
             sizes.append(0)
             continue
         replaced += bad
-        names.append(name)
+        starts.append(at + start)
         offsets.append(position)
         sizes.append(len(encoded))
         parts.append(encoded)
         position += len(encoded)
-    return Records(b"".join(parts), names, offsets, sizes, dropped, replaced)
+    return Records(b"".join(parts), Names(base, starts, "@"), offsets, sizes, dropped, replaced)
 
 
 class _LongInt:

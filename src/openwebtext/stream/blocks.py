@@ -23,6 +23,7 @@ new ``Block``, never the old one cleared.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 from collections.abc import Callable, Generator, Sequence
@@ -68,14 +69,13 @@ class Block:
     is empty), its name and its index in the member. ``spans`` are the kept
     units' slots: ``(ticket, first document, end document)``; ``firsts`` where each
     unit's documents begin. The names are kept as the units give them (a token unit's
-    are made when asked: ``tokenfiles.DocumentNames``) and put in one list when asked.
+    are made when asked: ``records.Names``) and put in one list when asked.
 
     Args:
         dtype: The token ids' dtype (a stream of token documents), or None (text).
     """
 
     __slots__ = (
-        "_names",
         "counted",
         "counts",
         "dtype",
@@ -95,19 +95,17 @@ class Block:
         self.sizes: list[int] = []
         self.counts: list[int] = []
         self.name_parts: list[Sequence[str]] = []
-        self._names: list[str] | None = None
         self.js: list[int] = []
         self.spans: list[tuple[int, int, int, memoryview]] = []
         self.firsts: list[int] = []
         self.counted = 0
         """Its units' documents as counted: the kept ones and those skipped (``gather``)."""
 
-    @property
-    def names(self) -> list[str]:
-        """Each document's name (made at the first ask: a run of documents never asks)."""
-        if self._names is None:
-            self._names = list(itertools.chain.from_iterable(self.name_parts))
-        return self._names
+    def name(self, k: int) -> str:
+        """Document ``k``'s name, from its unit's names (made when asked: a unit's
+        ``records.Names`` holds none until then, and a run of documents never asks)."""
+        part = bisect.bisect_right(self.firsts, k) - 1
+        return self.name_parts[part][k - self.firsts[part]]
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -151,7 +149,6 @@ class Block:
         self.offsets += offsets
         self.sizes += sizes
         self.name_parts.append(names)
-        self._names = None
         self.js += js
         self.sources += [source] * len(offsets)
 

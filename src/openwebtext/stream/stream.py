@@ -350,20 +350,20 @@ class Stream(RestHandOut):
                     run, self._in_block = block.token_run(picks, self._runs == "in order"), stop
                     yield run  # (the position as if its documents went out one by one)
                 elif self._dtype is not None:  # token ids: copied, since the slot will be reused
-                    frombuffer, names = np.frombuffer, block.names  # names made now (runs: never)
+                    frombuffer, name = np.frombuffer, block.name  # (runs: no names)
                     for at, k in enumerate(picks, self._in_block + 1):
                         view, subset, member, i, dtype = sources[k]
                         ids = frombuffer(view, dtype, counts[k], offsets[k]).copy()
-                        made = new(TokenDocument, (ids, subset, member, names[k], i, js[k], source))
+                        made = new(TokenDocument, (ids, subset, member, name(k), i, js[k], source))
                         self._in_block = at
                         yield made
                 else:
-                    names = block.names
+                    name = block.name
                     for at, k in enumerate(picks, self._in_block + 1):
                         view, subset, member, i, errors = sources[k]
                         text = str(view[offsets[k] : offsets[k] + sizes[k]], "utf-8", errors)
-                        text_made = (((i, js[k]), (member, names[k]), text) if self._as_tuples
-                                     else new(Document, (text, subset, member, names[k], i, js[k],
+                        text_made = (((i, js[k]), (member, name(k)), text) if self._as_tuples
+                                     else new(Document, (text, subset, member, name(k), i, js[k],
                                                          source)))  # fmt: skip
                         self._in_block = at
                         yield text_made

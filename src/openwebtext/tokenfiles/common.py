@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Literal, NamedTuple, overload
+from typing import Annotated, Literal, NamedTuple
 
 import msgspec
 import numpy as np
@@ -26,6 +25,7 @@ from openwebtext.codec import (
     whose,
 )
 from openwebtext.errors import CorpusError, StateError
+from openwebtext.records import Names
 
 __all__ = [
     "FORMATS",
@@ -33,7 +33,6 @@ __all__ = [
     "LLMC_SHARD",
     "PREPARE_FORMAT",
     "TOKENS",
-    "DocumentNames",
     "IntDtype",
     "TokenFile",
     "TokenFileError",
@@ -210,54 +209,12 @@ def document_range(member: str) -> tuple[int, int]:
     return int(first), int(stop)
 
 
-class DocumentNames(Sequence[str]):
-    """The names of documents ``[first, stop)`` of a token unit, each made when asked: a
-    unit's names cost nothing until a document is handed out by itself (a run of documents
-    never asks), and travel from a worker as three values."""
-
-    __slots__ = ("file", "first", "stop")
-
-    def __init__(self, file: str, first: int, stop: int) -> None:
-        self.file, self.first, self.stop = file, first, stop
-
-    def __len__(self) -> int:
-        return self.stop - self.first
-
-    @overload
-    def __getitem__(self, k: int) -> str: ...
-    @overload
-    def __getitem__(self, k: slice) -> list[str]: ...
-    def __getitem__(self, k: int | slice) -> str | list[str]:
-        if isinstance(k, slice):
-            return [self._name(j) for j in range(self.first, self.stop)[k]]
-        return self._name(range(self.first, self.stop)[k])  # IndexError past the end
-
-    def __iter__(self) -> Iterator[str]:
-        return map(self._name, range(self.first, self.stop))
-
-    def __eq__(self, other: object) -> bool:  # as the list of them would
-        if isinstance(other, DocumentNames | list):
-            return list(self) == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # like a list's
-
-    def __repr__(self) -> str:
-        return f"DocumentNames({self.file!r}, {self.first}, {self.stop})"
-
-    def __reduce__(self) -> tuple[type[DocumentNames], tuple[str, int, int]]:
-        return DocumentNames, (self.file, self.first, self.stop)
-
-    def _name(self, k: int) -> str:
-        return f"{self.file}#{k}" if self.file else str(k)
-
-
-def document_names(member: str, first: int, stop: int) -> DocumentNames:
+def document_names(member: str, first: int, stop: int) -> Names:
     """The names of documents ``[first, stop)`` of a token unit: their index in the file,
     after the file's name when the member carries it (a corpus of several files, whose
     names must differ: the held-out split hashes them). Made one by one when asked."""
     file = member.rsplit(" docs ", 1)[0] if " docs " in member else ""
-    return DocumentNames(file, first, stop)
+    return Names(file, range(first, stop))
 
 
 def recorded(body: bytes | None, meta: str) -> Vocabulary | None:
