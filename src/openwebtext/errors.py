@@ -52,8 +52,19 @@ __all__ = [
     "carry",
     "in_part",
     "install_hint",
+    "one_line",
 ]
 
+
+
+def one_line(text: str, *, name: bool = False) -> str:
+    """``text`` as one printable line: what every error and warning says is (a library's
+    message quoted in one, pyarrow's with newlines, made one skip several WARNING lines, and
+    raw bytes on a terminal). A message's newline or tab becomes a space; a name's (a file's,
+    a member's, a document's: ``name``) is escaped as Python writes it (``\\n``), since a
+    space would show another name. Other characters that do not print are escaped alike."""
+    return "".join(c if c.isprintable() else " " if c in "\n\t" and not name
+                   else repr(c)[1:-1] for c in (text if name else text.strip()))  # fmt: skip
 
 class OWTError(Exception):
     """Base class of every error raised by openwebtext."""
@@ -137,14 +148,12 @@ class CorpusError(_Located):
     """
 
     def __str__(self) -> str:
-        where = self.path or ""
+        where = one_line(self.path or "", name=True)
         if self.member:
-            where = f"{where}[{self.member}]" if where else self.member
-        said = self._of_part(f"{where}: {self.message}" if where else self.message)
-        # One line, printable: a library's message quoted in it (pyarrow's: newlines, control
-        # bytes) made one skip several WARNING lines, and raw bytes on a terminal.
-        return "".join(c if c.isprintable() else " " if c in "\n\t" else repr(c)[1:-1]
-                       for c in said.strip())  # fmt: skip
+            member = one_line(self.member, name=True)
+            where = f"{where}[{member}]" if where else member
+        return self._of_part(f"{where}: {one_line(self.message)}" if where else
+                             one_line(self.message))  # fmt: skip
 
 
 class UnknownFormat(CorpusError):
@@ -188,7 +197,8 @@ class CorruptDocument(CorruptMember):
 
     def __str__(self) -> str:
         base = super().__str__()
-        return f"{base} (document {self.document})" if self.document else base
+        named = one_line(self.document or "", name=True)
+        return f"{base} (document {named})" if named else base
 
 
 class WorkerError(_Located):

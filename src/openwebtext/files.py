@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +35,7 @@ __all__ = [
     "output_path",
     "print_out",
     "sync_folder",
+    "umask",
     "written_for",
 ]
 
@@ -151,9 +153,20 @@ def _new_file_mode(target: Path) -> int:
     """The mode the output gets: the file's own if it exists, else 0666 less the umask."""
     with contextlib.suppress(OSError):
         return stat.S_IMODE(os.stat(target).st_mode)
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
+    return 0o666 & ~umask()
+
+
+def umask() -> int:
+    """The process's umask, read without changing it (``/proc/self/status``): setting it to
+    read it back gives a file another thread creates meanwhile the mode set. Where there is
+    no such file, set to 022 and back (a moment of the common default, not of 0)."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -219,9 +232,16 @@ def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
 def print_out(text: str) -> None:
     """Print ``text`` (a line) on standard output, flushed: what a command prints there (a
     path, a table). A full disk or an I/O error is an ``OutputError`` naming standard output,
-    not a bare errno; a reader gone away stays ``BrokenPipeError`` (``owt`` ends quietly)."""
+    not a bare errno; a reader gone away stays ``BrokenPipeError`` (``owt`` ends quietly).
+    Characters stdout's encoding cannot write (``PYTHONIOENCODING=ascii``, a path with an
+    ``é``) are written as the bytes the file system names them by (``os.fsencode``)."""
     try:
-        print(text, flush=True)
+        try:
+            print(text, flush=True)
+        except UnicodeEncodeError:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(os.fsencode(text) + b"\n")
+            sys.stdout.buffer.flush()
     except BrokenPipeError:
         raise
     except OSError as exc:

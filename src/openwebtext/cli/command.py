@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from openwebtext import bench, interrupts
 from openwebtext.cli import index, merge, stream, synth, tokenize
-from openwebtext.cli.standard import open_standard_streams
-from openwebtext.errors import OWTError, StateError
+from openwebtext.cli.standard import messages, open_standard_streams, stdout_gone
+from openwebtext.errors import OWTError, StateError, one_line
 from openwebtext.interrupts import EXIT_INTERRUPTED
 
 __all__ = ["build_parser", "main"]
@@ -38,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``owt`` with ``argv`` (default: the command line); its exit code."""
     try:
         open_standard_streams()
-        with interrupts.interruptible():
+        with messages(), interrupts.interruptible():
             parser = build_parser()  # interrupted here too: the commands' parsers import
             args = parser.parse_args(argv)
             return _run(args)
@@ -57,16 +57,20 @@ def _run(args: argparse.Namespace) -> int:
         code = interrupts.exit_code(interrupt)
         print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
         return code
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if not stdout_gone():  # (another pipe's: an error like any other)
+            print(f"owt: error: {one_line(str(exc))}", file=sys.stderr)
+            return 1
         # The reader of our stdout went away (e.g. `owt stream --jsonl | head`).
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except (OWTError, OSError) as exc:
-        print(f"owt: error: {_said(exc, getattr(args, 'resume', None))}", file=sys.stderr)
+        print(f"owt: error: {one_line(_said(exc, getattr(args, 'resume', None)))}",
+              file=sys.stderr)  # fmt: skip
         return 1
     except ValueError as exc:  # an argument refused once the command ran: as argparse's
-        print(f"owt: error: {exc}", file=sys.stderr)
+        print(f"owt: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
 
 

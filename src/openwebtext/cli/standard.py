@@ -1,14 +1,24 @@
-"""The process's standard streams at start: a closed stdin, stdout or stderr is given
+"""The process's standard streams: at start a closed stdin, stdout or stderr is given
 /dev/null (so no file opened later takes its number), and remembered in
-``CLOSED_AT_START`` (``owt stream --jsonl`` refuses a closed stdout)."""
+``CLOSED_AT_START`` (``owt stream --jsonl`` refuses a closed stdout); while a command
+runs, stderr's reader going away drops what it says but stops nothing (``messages``), and
+the library's warnings are one line each; ``stdout_gone`` tells a broken pipe of stdout's
+from another's."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import logging
 import os
+import select
 import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
 
-__all__ = ["CLOSED_AT_START", "open_standard_streams"]
+from openwebtext.errors import one_line
+
+__all__ = ["CLOSED_AT_START", "messages", "open_standard_streams", "stdout_gone"]
 
 #: Standard descriptors found closed at start (and given /dev/null): {fd: True}.
 CLOSED_AT_START: dict[int, bool] = {}
@@ -35,3 +45,70 @@ def open_standard_streams() -> None:
         CLOSED_AT_START[fd] = True
         if getattr(sys, name) is None:
             setattr(sys, name, open(fd, "w" if fd else "r", closefd=False))  # noqa: SIM115
+
+
+class _Stderr:
+    """``sys.stderr`` while a command runs: a reader gone away (``owt tokenize |& head``)
+    makes what is written after it go to /dev/null, not a ``BrokenPipeError`` in the middle
+    of the work (a progress bar's write) read as stdout's and ending the run with 0."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class _OneLine(logging.Handler):
+    """The library's warnings on the stderr of the moment, one line each (``one_line``)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(one_line(record.getMessage()) + "\n")
+        except Exception:  # (as every handler: a message that cannot be said is not an error)
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def messages() -> Iterator[None]:
+    """While a command runs: stderr's reader going away stops nothing (``_Stderr``), and the
+    library's warnings are one line each (a file named with a newline: not two lines)."""
+    stderr, handler = sys.stderr, _OneLine(logging.WARNING)
+    library = logging.getLogger("openwebtext")
+    sys.stderr = _Stderr(stderr)
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+        sys.stderr = stderr
+
+
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe or socket whose reader went away (a ``BrokenPipeError`` is
+    its, not another pipe's: a worker's, a server's)."""
+    try:
+        poll = select.poll()
+        poll.register(1, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poll.poll(0))
+    except (OSError, ValueError):
+        return False

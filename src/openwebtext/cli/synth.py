@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from openwebtext.cli.args import Subparsers, add_quiet, at_least, plural
+from openwebtext.cli.standard import CLOSED_AT_START
+from openwebtext.errors import OutputError
 from openwebtext.files import named, print_out
 from openwebtext.synth import (
     COMPLETE_MARKER,
@@ -26,6 +28,9 @@ __all__ = ["add_parser", "run"]
 def _where() -> int:
     """``--where``: the default corpus's path on stdout; on stderr, whether it is there yet."""
     path = default_corpus_path()
+    if CLOSED_AT_START.get(1):
+        raise OutputError("--where prints the default corpus's path on standard output, which "
+                          "is closed")  # fmt: skip
     print_out(str(path))
     if not (path / COMPLETE_MARKER).is_file():
         print(

@@ -376,15 +376,19 @@ class Corpus:
         """The cached counts, if a file holds them for this corpus as it is now.
 
         A damaged file is treated as absent, with a warning (the next count
-        rewrites it); counts made before a file changed are stale, and absent.
+        rewrites it); counts made before a file changed are stale, and absent; one this user
+        may not read (another's, private) is absent too, and left as it is (``save_counts``).
         """
         for path in self.counts_paths():
             try:
                 raw = parse(read_file(path))
             except FileNotFoundError:
                 continue
+            except PermissionError as exc:
+                _warn_once(path, "counts file %s cannot be read (%s): counted again", exc)
+                continue
             except (OSError, ValueError) as exc:
-                log.warning("counts file %s is damaged (%s): ignored, to be rewritten", path, exc)
+                _warn_once(path, "counts file %s is damaged (%s): ignored, to be rewritten", exc)
                 continue
             if whose(raw, CountsFile) == "version":  # another version's file: absent
                 continue
@@ -418,6 +422,9 @@ class Corpus:
         body = json.dumps(record.to_json())
         errors = []
         for path in self.counts_paths():
+            if path.exists() and not os.access(path, os.R_OK):  # (another's: kept, not taken)
+                errors.append(f"{path}: another's, which this user may not read")
+                continue
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(path, body)
@@ -432,6 +439,16 @@ class Corpus:
         return Corpus(
             self.units, counts, self.skipped_files, self.versions, self.storage, self.text_column
         )
+
+
+#: The counts files warned of in this process (a corpus's counts are looked up more than once).
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _warn_once(path: Path, said: str, exc: BaseException) -> None:
+    if (str(path), said) not in _WARNED:
+        _WARNED.add((str(path), said))
+        log.warning(said, path, exc)
 
 
 def _given(paths: Any, what: str) -> list[str | os.PathLike[str]]:

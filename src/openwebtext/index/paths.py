@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from openwebtext.errors import CorpusError
+from openwebtext.errors import CorpusError, one_line
 from openwebtext.formats import PARQUET
 from openwebtext.index.inputs import distinct_names, find_files
 from openwebtext.index.jsonl import split_jsonl_kind
@@ -95,8 +95,8 @@ def index_inputs(
          "folders (a folder's files are read, not its folders': name them to read them)"),
     ]:  # fmt: skip
         if left:
-            shown = ", ".join(os.path.basename(p.rstrip(os.sep)) + ("/" if p in folders else "")
-                              for p in left[:10])  # fmt: skip
+            shown = ", ".join(one_line(os.path.basename(p.rstrip(os.sep)), name=True)
+                              + ("/" if p in folders else "") for p in left[:10])  # fmt: skip
             more = f" and {len(left) - 10} more" if len(left) > 10 else ""
             said.append(f"{len(left)} {one if len(left) == 1 else many}: {shown}{more}")
     if said:

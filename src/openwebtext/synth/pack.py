@@ -32,6 +32,7 @@ from typing import Any
 from tqdm import tqdm
 
 from openwebtext.errors import WorkerError, WorkerTraceback
+from openwebtext.files import umask
 from openwebtext.options import integral
 from openwebtext.synth.text import member_documents
 
@@ -339,7 +340,7 @@ def write_corpus(
     _check_free(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    tmp.chmod(0o755)  # mkdtemp makes it private; the corpus is not
+    tmp.chmod(0o777 & ~umask())  # mkdtemp makes it private; the corpus is as a new folder
     jobs = [
         (seed, s, k, docs, (s * members + k - 1) * docs, preset)
         for s in range(subsets)
