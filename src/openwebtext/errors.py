@@ -15,6 +15,8 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │       │                      is kept
     │       └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
     ├── WorkerError            a worker died, hung, or could not be started
+    │   └── OutOfResources     the machine ran out of file descriptors or memory reading a
+    │                          unit: never skipped, whatever ``on_error`` (not the data's fault)
     ├── StateError             a state dict that does not fit this loader
     ├── OutputError            a path an output may not be written to (device, FIFO, folder)
     ├── TooManyErrors          more skips than ``max_errors`` allows
@@ -33,6 +35,7 @@ a worker process (the pool's, ``owt synth``'s) is raised from its traceback ther
 
 from __future__ import annotations
 
+import errno
 import json
 from typing import Any, TypeVar
 
@@ -42,6 +45,7 @@ __all__ = [
     "CorruptMember",
     "MemberTooLarge",
     "OWTError",
+    "OutOfResources",
     "OutputError",
     "StateError",
     "TooManyErrors",
@@ -53,6 +57,7 @@ __all__ = [
     "in_part",
     "install_hint",
     "one_line",
+    "read_error",
 ]
 
 
@@ -211,6 +216,30 @@ class WorkerError(_Located):
 
     def __str__(self) -> str:
         return self._of_part(self.message)
+
+
+class OutOfResources(WorkerError):
+    """The machine ran out of something while a unit was read: file descriptors (EMFILE,
+    ENFILE) or memory (ENOMEM, ``MemoryError``). Not the data's fault, so never counted as a
+    skip under ``on_error="skip"``: a skip would be kept as a fact of the corpus (its counts
+    cached, a finished run's ``meta.json``) though a run with room reads the unit whole."""
+
+
+#: The errnos of a machine that ran out (``OutOfResources``), not of a file that is bad.
+SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def read_error(
+    exc: OSError, path: str, member: str | None = None, kind: type[CorpusError] = CorruptMember
+) -> CorpusError | OutOfResources:
+    """The error of a file or unit that could not be read (``exc``): a ``kind`` naming it,
+    or ``OutOfResources`` when the machine ran out (``SHORTAGES``): not a ``CorpusError``,
+    so no ``on_error="skip"`` leaves the file or unit out for it."""
+    if exc.errno in SHORTAGES:
+        where = f"{path}[{member}]" if member else path
+        return OutOfResources(f"{where}: cannot read: {exc.strerror or exc} (the machine ran "
+                              "out: raise the limit, or use fewer workers)", path, member)
+    return kind(f"cannot read: {exc.strerror or exc}", path, member)
 
 
 class WorkerTraceback(Exception):

@@ -17,7 +17,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, MutableMapping
 
-from openwebtext.errors import CorruptDocument, OWTError, TooManyErrors, TruncatedMember
+from openwebtext.errors import (
+    CorruptDocument,
+    OutOfResources,
+    OWTError,
+    TooManyErrors,
+    TruncatedMember,
+)
 from openwebtext.options import int_at_least
 
 __all__ = ["COUNTERS", "MEMBER_COUNTERS", "SkipPolicy", "counter_of", "skips_in"]
@@ -74,8 +80,8 @@ class SkipPolicy:
 
         The caller adds one to that counter, then calls ``check`` with its new total.
         """
-        if self.on_error == "raise":
-            raise error
+        if self.on_error == "raise" or isinstance(error, OutOfResources):
+            raise error  # (a machine that ran out: a skip would be kept as the corpus's)
         if self.on_error == "warn":
             _log.warning("skipped: %s", error)
         return counter_of(error)

@@ -69,6 +69,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"owt: error: {one_line(_said(exc, getattr(args, 'resume', None)))}",
               file=sys.stderr)  # fmt: skip
         return 1
+    except MemoryError:  # (the machine's limit: one line, as every error)
+        print("owt: error: out of memory (fewer workers, -j, need less)",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except ValueError as exc:  # an argument refused once the command ran: as argparse's
         print(f"owt: error: {one_line(str(exc))}", file=sys.stderr)
         return 2

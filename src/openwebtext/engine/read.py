@@ -26,6 +26,7 @@ from openwebtext.errors import (
     MemberTooLarge,
     TruncatedMember,
     UnknownFormat,
+    read_error,
 )
 from openwebtext.formats import (
     MAGIC_BYTES,
@@ -137,9 +138,7 @@ class Reader:
         try:
             raw = self.raw.read(unit)
         except OSError as exc:
-            raise CorruptMember(
-                f"cannot read: {exc.strerror or exc}", unit.path, unit.member
-            ) from exc
+            raise read_error(exc, unit.path, unit.member) from exc
         if unit.kind == PARQUET or split_jsonl_kind(unit.kind) is not None:
             records = self._records(unit, raw)  # ``tables``
             member = self._keep(unit, *records[:5])

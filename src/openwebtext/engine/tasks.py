@@ -45,7 +45,7 @@ import traceback
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from openwebtext.errors import CorruptMember, OWTError, WorkerError, WorkerTraceback
+from openwebtext.errors import CorruptMember, OutOfResources, OWTError, WorkerError, WorkerTraceback
 from openwebtext.records import Unit
 
 __all__ = [
@@ -134,6 +134,9 @@ def failure(exc: Exception, unit: Unit) -> OWTError:
     """
     if isinstance(exc, OWTError):
         return exc
+    if isinstance(exc, MemoryError):  # (the machine's, not the data's: never skipped)
+        return OutOfResources(f"out of memory reading {unit.path}[{unit.member}]",
+                              path=unit.path, member=unit.member)  # fmt: skip
     return WorkerError(
         f"unexpected {type(exc).__name__} reading {unit.path}[{unit.member}]: {exc}",
         path=unit.path,

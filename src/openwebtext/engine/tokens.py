@@ -19,7 +19,7 @@ import numpy as np
 
 from openwebtext.engine.member import Member, Split, leave_out_split
 from openwebtext.engine.raw import UnitBytes
-from openwebtext.errors import CorruptDocument, CorruptMember
+from openwebtext.errors import CorruptDocument, CorruptMember, read_error
 from openwebtext.index import as_indexed
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url, local_identity, resolve, unchanged
@@ -61,8 +61,7 @@ class TokenReader:
         except TokenFileError as exc:
             raise CorruptMember(exc.message, unit.path, unit.member) from exc
         except OSError as exc:
-            why = f"cannot read: {exc.strerror or exc}"
-            raise CorruptMember(why, unit.path, unit.member) from exc
+            raise read_error(exc, unit.path, unit.member) from exc
         first, stop = document_range(unit.member)
         ends, itemsize = token_file.ends, token_file.ids.dtype.itemsize
         if len(data) != unit.size:

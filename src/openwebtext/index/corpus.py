@@ -375,27 +375,22 @@ class Corpus:
     def load_counts(self) -> Counts | None:
         """The cached counts, if a file holds them for this corpus as it is now.
 
-        A damaged file is treated as absent, with a warning (the next count
-        rewrites it); counts made before a file changed are stale, and absent; one this user
-        may not read (another's, private) is absent too, and left as it is (``save_counts``).
-        """
+        A damaged or unreadable file is absent, with a warning (a count rewrites a damaged
+        one, never another user's); counts made before a file changed are stale, and absent."""
         for path in self.counts_paths():
             try:
                 raw = parse(read_file(path))
             except FileNotFoundError:
                 continue
-            except PermissionError as exc:
-                _warn_once(path, "counts file %s cannot be read (%s): counted again", exc)
-                continue
             except (OSError, ValueError) as exc:
-                _warn_once(path, "counts file %s is damaged (%s): ignored, to be rewritten", exc)
+                _warn_once(path, exc)
                 continue
             if whose(raw, CountsFile) == "version":  # another version's file: absent
                 continue
             try:
                 saved = CountsFile.from_json(raw)
             except StateError as exc:
-                log.warning("counts file %s is damaged (%s): ignored, to be rewritten", path, exc)
+                _warn_once(path, exc)
                 continue
             if saved.fingerprint != self.fingerprint() or saved.version != self.version():
                 log.info("counts file %s is stale: a file changed since it was counted", path)
@@ -423,7 +418,6 @@ class Corpus:
         errors = []
         for path in self.counts_paths():
             if path.exists() and not os.access(path, os.R_OK):  # (another's: kept, not taken)
-                errors.append(f"{path}: another's, which this user may not read")
                 continue
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -445,7 +439,11 @@ class Corpus:
 _WARNED: set[tuple[str, str]] = set()
 
 
-def _warn_once(path: Path, said: str, exc: BaseException) -> None:
+def _warn_once(path: Path, exc: BaseException) -> None:
+    """Say that the counts file ``path`` is damaged (``exc``), or that this user may not read
+    it, once in the process."""
+    said = ("counts file %s cannot be read (%s): counted again" if isinstance(exc, PermissionError)
+            else "counts file %s is damaged (%s): ignored, to be rewritten")  # fmt: skip
     if (str(path), said) not in _WARNED:
         _WARNED.add((str(path), said))
         log.warning(said, path, exc)

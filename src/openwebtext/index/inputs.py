@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from openwebtext.errors import CorpusError
+from openwebtext.errors import CorpusError, OutOfResources, read_error
 from openwebtext.formats import MAGIC_BYTES, detect, is_empty_tar
 from openwebtext.index.jsonl import is_jsonl
 from openwebtext.records import Unit
@@ -77,6 +77,14 @@ _KINDS = (
 )
 
 
+def _unless_out_of_resources(error: CorpusError | OutOfResources) -> CorpusError:
+    """``error``, a file's to list (and skip, under ``skip``); raised when the machine ran
+    out (never a file's fault)."""
+    if isinstance(error, OutOfResources):
+        raise error
+    return error
+
+
 def _unreadable(path: str, lstat_ok: bool) -> CorpusError:
     """Why ``path`` (which ``os.stat`` refused) cannot be read."""
     try:
@@ -88,7 +96,7 @@ def _unreadable(path: str, lstat_ok: bool) -> CorpusError:
             return CorpusError(f"dangling symlink to {os.readlink(path)}", path=path)
         if exc.errno == errno.ENOENT:
             return CorpusError("no such file or folder", path=path)
-        return CorpusError(f"cannot read: {exc.strerror or exc}", path=path)
+        return _unless_out_of_resources(read_error(exc, path, kind=CorpusError))
     return CorpusError("cannot read", path=path)  # pragma: no cover - it went away and back
 
 
@@ -151,7 +159,7 @@ def _is_corpus_file(path: str) -> bool | CorpusError:
         with open(path, "rb") as f:
             head = f.read(MAGIC_BYTES)
     except OSError as exc:
-        return CorpusError(f"cannot read: {exc.strerror or exc}", path=path)
+        return _unless_out_of_resources(read_error(exc, path, kind=CorpusError))
     return detect(head) is not None or is_empty_tar(head)
 
 

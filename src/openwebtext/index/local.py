@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from openwebtext.errors import CorpusError
+from openwebtext.errors import CorpusError, read_error
 from openwebtext.formats import TAR
 from openwebtext.index.outer import LocalFile, file_kind, walk_outer_tar
 from openwebtext.index.tables import table_units
@@ -75,4 +75,4 @@ def index_file_before_damage(
                 return [Unit(name, path.name, 0, size, kind, subset, 0)], None
             return walk_outer_tar(local, name, subset, path.name)
     except OSError as exc:
-        raise CorpusError(f"cannot read: {exc.strerror or exc}", path=name) from exc
+        raise read_error(exc, name, kind=CorpusError) from exc

@@ -1,0 +1,103 @@
+"""What a red team of resource exhaustion (session 34) found: a machine that ran out of file
+descriptors or memory was counted as bad data."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, WorkerError, cli
+from openwebtext.codec import read_file
+from openwebtext.engine import raw
+from openwebtext.engine.tasks import failure
+from openwebtext.errors import OutOfResources
+from openwebtext.index import Corpus
+from openwebtext.records import Unit
+from openwebtext.synth import write_corpus
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOMEM])
+def test_a_machine_out_of_descriptors_or_memory_is_never_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """Under ``ulimit -n 24``, ``owt tokenize --on-error skip`` skipped 40 of 60 members
+    ("cannot read: Too many open files") and finished with 0: a run with room then found the
+    output done; ``owt index`` cached the short counts. A unit the machine could not open
+    is ``OutOfResources`` (a ``WorkerError``), raised whatever ``on_error``."""
+    corpus = write_corpus(tmp_path / "c", subsets=1, members=3, docs=4, seed=0, workers=1).path
+    reading = raw.UnitBytes.read
+
+    def read(self: Any, unit: Unit) -> bytes:
+        if unit.member_index == 1:
+            raise OSError(code, os.strerror(code))
+        return reading(self, unit)
+
+    monkeypatch.setattr(raw.UnitBytes, "read", read)
+    for on_error in ("raise", "skip", "warn"):
+        loader = Loader(corpus, workers=0, shuffle=False, on_error=on_error)
+        with pytest.raises(OutOfResources, match=r"-2_data\.xz\]: cannot read: .*the machine ran"):
+            list(loader)
+        assert issubclass(OutOfResources, WorkerError)
+
+
+def test_memory_error_reading_a_unit_is_out_of_resources() -> None:
+    """A ``MemoryError`` while a worker read a unit became "unexpected MemoryError", a
+    ``WorkerError`` that ``skip`` counted as a bad member."""
+    unit = Unit("/c/a.tar", "a-1_data.xz", 0, 10, "xz", "a", 1)
+    error = failure(MemoryError(), unit)
+    assert isinstance(error, OutOfResources)
+    assert str(error) == "out of memory reading /c/a.tar[a-1_data.xz]"
+    assert not isinstance(failure(ValueError("x"), unit), OutOfResources)
+
+
+def test_a_file_the_machine_cannot_open_is_not_skipped_at_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Indexing under ``skip`` left a file out (``skipped_files``) for a descriptor the
+    machine did not have, as if the file were unreadable."""
+    corpus = write_corpus(tmp_path / "c", subsets=2, members=1, docs=2, seed=0, workers=1).path
+    opening = open
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("urlsf_subset01.tar"):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return opening(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", open_)
+    with pytest.raises(OutOfResources, match=r"urlsf_subset01\.tar: cannot read: Too many"):
+        Corpus.open(corpus, on_error="skip")
+
+
+def test_a_small_record_file_is_read_without_asking_for_its_bound(tmp_path: Path) -> None:
+    """``read_file`` of a 279-byte counts file asked for 256 MiB first (``read(most + 1)``):
+    under ``ulimit -v 400000`` every ``owt`` command ended in a ``MemoryError`` traceback."""
+    tracemalloc = pytest.importorskip("tracemalloc")
+    path = tmp_path / "counts.json"
+    path.write_text("x" * 279)
+    tracemalloc.start()
+    try:
+        assert read_file(path) == b"x" * 279
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    with pytest.raises(OSError, match="more than 100 bytes"):
+        path.write_text("x" * 101)
+        read_file(path, most=100)
+
+
+def test_out_of_memory_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``MemoryError`` reached ``owt``'s top as a traceback."""
+
+    def run(args: object) -> int:
+        raise MemoryError
+
+    monkeypatch.setattr(cli.synth, "run", run)
+    assert cli.main(["synth", "never-written"]) == 1
+    assert capsys.readouterr().err == "owt: error: out of memory (fewer workers, -j, need less)\n"
