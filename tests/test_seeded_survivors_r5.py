@@ -20,9 +20,10 @@ from openwebtext.stream.packing import best_fit
 
 def test_a_warmup_s_steps_stay_within_its_start_and_end() -> None:
     """A middle stage's length rounded to ``multiple`` may round past ``end``; it is held at
-    ``end`` (S7: ``min(end, …)`` dropped gave a step of 128 for ``end=100``)."""
+    ``end`` (S7: ``min(end, …)`` dropped gave a step of 128 for ``end=100``), and merged
+    into the last, since ``end`` begins at ``batches`` (session 34: it began at 5)."""
     schedule = Schedule.warmup(96, 100, tokens=128, batches=10, stages=3, multiple=64)
-    assert schedule.steps == ((0, 96, 1), (5, 100, 1))
+    assert schedule.steps == ((0, 96, 1), (10, 100, 1))
     for end in (100, 130, 200):
         steps = Schedule.warmup(96, end, tokens=4 * end, batches=40, stages=5, multiple=64).steps
         assert all(96 <= seq_len <= end for _, seq_len, _ in steps), steps

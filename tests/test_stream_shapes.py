@@ -327,3 +327,14 @@ def test_a_damaged_schedule_section_is_one_error_naming_it() -> None:
         with pytest.raises(StateError) as caught:
             BatchesState.from_json(state | {"schedule": section})
         assert caught.value.field == field
+
+
+@pytest.mark.parametrize("ramp", ["linear", "geometric"])
+def test_a_warmup_reaches_its_end_at_its_batches_whatever_its_stages(ramp: str) -> None:
+    """``batches`` is the batch the last step (``end``) begins at: with many stages a middle
+    one rounded to ``end`` began it early (batch 969 of 1000, linear; 989, geometric)."""
+    for batches, stages in ((1000, 100), (100, 10), (40, 41)):
+        steps = Schedule.warmup(64, 1024, tokens=4096, batches=batches, stages=stages,
+                                ramp=ramp).steps  # fmt: skip
+        assert steps[-1] == (batches, 1024, 4)
+        assert all(seq_len < 1024 for _, seq_len, _ in steps[:-1])

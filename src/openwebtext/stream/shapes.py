@@ -165,8 +165,8 @@ class Schedule:
             length = start + (end - start) * f if ramp == "linear" else start * (end / start) ** f
             seq_len = min(end, max(start, multiple * round(length / multiple)))
             seq_len = start if k == 0 else end if k == stages - 1 else seq_len
-            if steps and steps[-1][1] == seq_len:
-                continue
+            if (steps and steps[-1][1] == seq_len) or (0 < k < stages - 1 and seq_len == end):
+                continue  # (merged; ``end`` only from ``batches`` on, though a stage rounds to it)
             steps.append((k * batches // (stages - 1), seq_len, max(1, tokens // seq_len)))
         return cls(steps)
 
