@@ -146,7 +146,8 @@ def share_bounds(total: int, index: int, shares: int, rule: Rule | None) -> tupl
     starts (they cover the sequence, their sizes differ by at most one); under ``drop`` each
     holds ``total // shares`` (at most ``shares - 1`` left out, each at a share's end); under
     ``pad`` each holds ``ceil(total / shares)`` and reaches into the next (at most
-    ``shares - 1`` read twice), the last one ending at the sequence's end.
+    ``shares - 1`` reads again: each twice at most while ``shares <= total``), the last one
+    ending at the sequence's end.
     """
     start = index * total // shares
     if rule == "drop":

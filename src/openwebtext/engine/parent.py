@@ -130,10 +130,11 @@ class WorkerPool:
                 self._shared = mmap.mmap(-1, size)
             except OSError as exc:
                 raise WorkerError(
-                    f"cannot reserve {size / 2**30:.1f} GiB of shared memory for "
-                    f"{self._n_workers} workers ({options.prefetch + 1} slots of "
-                    f"{options.slot_bytes >> 20} MiB each): {exc.strerror or exc}; "
-                    "use fewer workers"
+                    f"cannot reserve {size / 2**30:.1f} GiB of shared memory: {self.slots} "
+                    f"slots of {options.slot_bytes >> 20} MiB ({self._n_workers} workers "
+                    f"with {options.prefetch + 1} each, and {options.hold} the consumer holds"
+                    f"{f', for each of {len(self.lanes)} lanes' if len(self.lanes) > 1 else ''}"
+                    f"): {exc.strerror or exc}; use fewer workers, or none (workers=0, -j 0)"
                 ) from exc
         self._workers: list[_Worker] = []
         self._next_number = 0
