@@ -313,6 +313,28 @@ def test_a_worker_s_error_carries_the_worker_s_traceback(
     assert 'raise ValueError("no member 3 today")' in cause
 
 
+def _stopped_member(*job: int) -> tuple[bytes, int]:
+    if job[2] == 3:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    return _MAKE_MEMBER(*job)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_stopped_worker_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped (SIGSTOP) made ``owt synth -j 2`` wait for ever on its result. It is
+    a ``WorkerError`` once it has sent nothing for its deadline, and the stopped worker is
+    killed with the others."""
+    monkeypatch.setattr(synth.pack, "_make_member", _stopped_member)
+    monkeypatch.setattr(synth.pack._InOrder, "_PATIENCE", 2.0)
+    monkeypatch.setattr(synth.pack._InOrder, "_PER_DOCUMENT", 0.0)
+    with pytest.raises(WorkerError, match=r"a worker sent nothing for 2 s \(stopped, or stuck"):
+        synth.write_corpus(tmp_path / "corpus", 1, 6, 2, workers=2)
+    assert list(tmp_path.iterdir()) == []
+    assert child_pids() == []
+
+
 # --------------------------------------------------------------------------------------
 # Writing safely
 # --------------------------------------------------------------------------------------

@@ -146,8 +146,14 @@ class _InOrder:
     """
 
     _AHEAD = 2  # jobs queued per worker beyond the one it makes
+    #: A worker that sends nothing for this long, plus ``_PER_DOCUMENT`` for each document of
+    #: the jobs it may be making first (~4 ms each is the cost), is stopped or stuck.
+    _PATIENCE = 60.0
+    _PER_DOCUMENT = 0.05
 
     def __init__(self, jobs: list[_Job], workers: int) -> None:
+        most = max((job[3] for job in jobs), default=0)
+        self._deadline = self._PATIENCE + (1 + self._AHEAD) * most * self._PER_DOCUMENT
         self._todo = iter(jobs)
         self._sent = self._read = 0
         self._workers: list[tuple[BaseProcess, Connection, Connection]] = []
@@ -194,6 +200,9 @@ class _InOrder:
         if self._read == self._sent:
             raise StopIteration
         process, _, results = self._workers[self._read % len(self._workers)]
+        if not results.poll(self._deadline):  # (a worker stopped, SIGSTOP: never a hang)
+            raise WorkerError(f"synth: a worker sent nothing for {self._deadline:.0f} s "
+                              "(stopped, or stuck?)")  # fmt: skip
         try:
             ok, value = results.recv()
         except EOFError:
