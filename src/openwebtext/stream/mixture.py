@@ -11,7 +11,7 @@ import itertools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace as replace_options
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from msgspec import UNSET, UnsetType
 
@@ -22,8 +22,7 @@ from openwebtext.mixing import check_weights
 from openwebtext.options import MOST_INT, Options, as_int, countable
 from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.given import check_is_state, decode_each, new_schedule, parse_batches
-from openwebtext.stream.resharding import KEEP, Even, reshard_states
-from openwebtext.stream.resharding import reshard as reshard_stream
+from openwebtext.stream.resharding import KEEP, Even, new_ranks, reshard_states
 from openwebtext.stream.schema import (
     BatchesState,
     By,
@@ -239,10 +238,20 @@ def _refuse_shared_files(corpora: Mapping[str, Corpus]) -> None:
                 )
 
 
+@overload
 def reshard(
-    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP
-) -> list[dict[str, Any]]:
-    """``resharding.reshard`` for states of single corpora, and for mixtures (the states of
+    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = ..., rank: None = ...
+) -> list[dict[str, Any]]: ...
+@overload
+def reshard(
+    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = ..., rank: int
+) -> dict[str, Any]: ...
+def reshard(
+    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP,
+    rank: int | None = None,
+) -> list[dict[str, Any]] | dict[str, Any]:  # fmt: skip
+    """``resharding.reshard`` (``rank``: that new rank's state only, not a list) for states
+    of single corpora, and for mixtures (the states of
     their documents, or of their batches): each part's states resharded as a corpus's, each
     new rank with the weights in force on old rank 0 (and its schedule position); the
     proportions count again from the reshard. A document a concat batch had begun goes on
@@ -252,14 +261,21 @@ def reshard(
     if isinstance(states, str | bytes | Mapping) or not isinstance(states, Iterable):
         raise TypeError(f"states must be a list of every rank's state_dict(), not {states!r}")
     states, world_size = list(states), as_int(world_size)  # (a generator: read once)
-    if not countable(world_size, 1):  # (first, as ``resharding.reshard`` checks it)
-        raise ValueError(f"world_size must be an int >= 1 and at most {MOST_INT}, not "
-                         f"{world_size!r}")  # fmt: skip
+    ranks = new_ranks(world_size, rank)  # (first, as ``resharding.reshard`` checks them)
+    made = _reshard(states, world_size, even, ranks)
+    return made if rank is None else made[0]
+
+
+def _reshard(
+    states: list[Mapping[str, Any]], world_size: int, even: Even, ranks: Sequence[int]
+) -> list[dict[str, Any]]:
+    """``reshard``: the states of ``ranks`` (of ``world_size``) in a list."""
+    rank = None if len(ranks) == world_size else ranks[0]
     for k, given in enumerate(states):  # each a state first, whatever the others are
         check_is_state(k, given)
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):
-        return reshard_stream(states, world_size, even=even)
+        return reshard_states(states, world_size, even=even, rank=rank)
     if any(_of_corpus(s) for s in states):  # (documents of no state: decoded, said below)
         raise StateError("states of a mixture and of a single corpus cannot be resharded together")
     if len({_batches(s) for s in states}) > 1:
@@ -279,7 +295,7 @@ def reshard(
             raise StateError(f"the states are of different mixtures: {differ}")
     names = first.config.parts
     if batches is not None and batches[0].packing == "bestfit":
-        return _reshard_best_fit(batches, parsed, world_size, even)
+        return _reshard_best_fit(batches, parsed, world_size, even, ranks)
 
     def part_states(index: int, name: str) -> list[dict[str, Any]]:
         if batches is None:
@@ -299,15 +315,15 @@ def reshard(
     for i, name in enumerate(names):
         try:
             new_parts[name] = reshard_states(part_states(i, name), world_size, even=even,
-                                             part=True)  # fmt: skip
+                                             part=True, rank=rank)  # fmt: skip
         except StateError as exc:  # (its field: the part's, inside the mixture's state)
             at = f"parts.{name}" if batches is None else f"documents.parts.{name}"
             raise exc.within(at, f"the mixture's part {name!r}: ") from None
     out = []
-    for rank in range(world_size):
+    for k in range(len(ranks)):
         each = {
             name: DocumentState.from_json(
-                new_parts[name][rank]["documents"] if batches else new_parts[name][rank]
+                new_parts[name][k]["documents"] if batches else new_parts[name][k]
             )
             for name in names
         }
@@ -323,8 +339,9 @@ def reshard(
 
 
 def _reshard_best_fit(
-    batches: Sequence[BatchesState], parsed: Sequence[MixtureState], world: int, even: Even
-) -> list[dict[str, Any]]:
+    batches: Sequence[BatchesState], parsed: Sequence[MixtureState], world: int, even: Even,
+    new: Sequence[int],
+) -> list[dict[str, Any]]:  # fmt: skip
     """Best-fit batches of a mixture, resharded: each part's states as a corpus's best-fit
     batches, the window an old rank had begun holding its documents of that part
     (``window_parts``; in the slots ``window_slots`` says, where skips lie among them); the
@@ -364,19 +381,20 @@ def _reshard_best_fit(
         ]  # fmt: skip
         try:
             new_parts[name] = reshard_states(states, world, even=even, replays=unfinished,
-                                             part=True)  # fmt: skip
+                                             part=True, rank=None if len(new) == world
+                                             else new[0])  # fmt: skip
         except StateError as exc:  # (as concat's: its field, the part's in the batches state)
             raise exc.within(f"documents.parts.{name}", f"the mixture's part {name!r}: ") from None
     first = parsed[0]
     handed, weights, changes = _after_window(batches[0], first)
     out = []
-    for rank in range(world):
-        each = {name: _left_out(DocumentState.from_json(new_parts[name][rank]["documents"]),
+    for k, rank in enumerate(new):
+        each = {name: _left_out(DocumentState.from_json(new_parts[name][k]["documents"]),
                                 [m.parts[name] for m in parsed]) for name in names}  # fmt: skip
         dealt = tuple(replays[rank::world])
         state = MixtureState(first.config, each, handed, weights, (0,) * len(names), changes,
                              replays=dealt or UNSET)  # fmt: skip
-        like = BatchesState.from_json(new_parts[names[0]][rank])  # (its window number: past all)
+        like = BatchesState.from_json(new_parts[names[0]][k])  # (its window number: past all)
         out.append(replace(like, documents=state, window_epoch=batches[0].window_epoch).to_json())
     return out
 
