@@ -103,11 +103,11 @@ def _docstring(path: Path, name: str) -> str | None:
     """What griffe reads as ``name``'s docstring: a def's or class's, or the string right
     after a module-level assignment."""
     body = ast.parse(path.read_text()).body
+    defined = [node for node in body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                          ast.ClassDef)) and node.name == name]
+    if defined:  # (the last: an overloaded function's implementation, as griffe reads it)
+        return ast.get_docstring(defined[-1])
     for node, after in zip(body, [*body[1:], None], strict=True):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if node.name == name:
-                return ast.get_docstring(node)
-            continue
         targets = node.targets if isinstance(node, ast.Assign) else (
             [node.target] if isinstance(node, ast.AnnAssign) else [])
         if any(isinstance(t, ast.Name) and t.id == name for t in targets):
