@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
-from openwebtext import Loader, WorkerError, cli
+from openwebtext import Loader, WorkerError, cli, prepare, synth
 from openwebtext.codec import read_file
 from openwebtext.engine import raw
 from openwebtext.engine.tasks import failure
-from openwebtext.errors import OutOfResources
+from openwebtext.errors import OutOfResources, OutputError
 from openwebtext.index import Corpus
+from openwebtext.prepare import convert
+from openwebtext.prepare.workdir import PrepareError
 from openwebtext.records import Unit
 from openwebtext.synth import write_corpus
 
@@ -101,3 +103,36 @@ def test_out_of_memory_is_one_line(
     monkeypatch.setattr(cli.synth, "run", run)
     assert cli.main(["synth", "never-written"]) == 1
     assert capsys.readouterr().err == "owt: error: out of memory (fewer workers, -j, need less)\n"
+
+
+def test_a_format_pass_on_a_full_disk_names_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--format megatron|llmc|datatrove`` on a full disk said ``[Errno 28] No space left on
+    device`` and nothing else: the run's own pass named its folder, the format pass did not."""
+    corpus = write_corpus(tmp_path / "c", subsets=1, members=1, docs=4, seed=0, workers=1).path
+    out = tmp_path / "out"
+    prepare.prepare(Corpus.open(corpus), out, prepare.PrepareOptions(tokenizer="bytes"))
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(convert, "_convert", full)
+    with pytest.raises(PrepareError, match=rf"writing into {out}: No space left on device "
+                       r"\(run the same command again to go on\)"):  # fmt: skip
+        prepare.write_format(out, "megatron")
+
+
+def test_a_synthetic_corpus_on_a_full_disk_names_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``owt synth`` on a full disk said a bare errno, with no path."""
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(synth.pack, "_fsync", full)
+    out = tmp_path / "c"
+    with pytest.raises(OutputError, match=rf"writing the corpus {out}: No space left on device"):
+        write_corpus(out, subsets=1, members=1, docs=2, seed=0, workers=1)
+    assert list(tmp_path.iterdir()) == []

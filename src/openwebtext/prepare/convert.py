@@ -41,7 +41,7 @@ from openwebtext.prepare import outputs
 from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
-from openwebtext.prepare.run import tidy
+from openwebtext.prepare.run import said_full, tidy
 from openwebtext.prepare.state import FileInfo, FormatPass, Marker, Meta, Sources, Split
 from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
@@ -114,7 +114,8 @@ def write_format(
         with hold(target, wait):
             done = _finished(target, fmt, sources)  # (again: a pass may have run meanwhile)
             if done is None:
-                return _convert(target, fmt, meta, shard_tokens, progress)
+                with said_full(target):
+                    return _convert(target, fmt, meta, shard_tokens, progress)
             for path in _stale_shards(target, fmt, done.files):  # (copied in: they go, as
                 path.unlink(missing_ok=True)  # a pass removes them)
             return codec.encode(done)
@@ -126,7 +127,8 @@ def write_format(
     folder = outputs.staging(target, "fetch")
     with hold(folder, wait):  # (the copy is made under the lock too: it is swept there)
         outputs.fetch(target, codec.encode(meta), store, verify=False)
-        marker = _convert(folder, fmt, meta, shard_tokens, progress)
+        with said_full(folder):
+            marker = _convert(folder, fmt, meta, shard_tokens, progress)
         confirm(folder)
         outputs.upload(folder, target, [*marker["files"], f"{fmt}.json"], store, stale)
     return marker

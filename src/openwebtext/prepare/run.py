@@ -4,10 +4,11 @@ into the staging folder of a URL (then published); ``written``, that choice, sha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -150,6 +151,24 @@ def check_run_arguments(restart: object, progress: object, checkpoint_seconds: o
 _FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
+@contextlib.contextmanager
+def said_full(folder: Path) -> Iterator[None]:
+    """A full disk, a quota or a file-size limit met while writing into ``folder`` (a run's
+    files, a format pass's) said of the file or the folder, not a bare errno.
+
+    Raises:
+        PrepareError: naming the file (or the folder), and that running again goes on.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _FULL:
+            raise
+        where = exc.filename if exc.filename else f"writing into {folder}"
+        raise PrepareError(f"{where}: {exc.strerror or exc} (run the same command again to "
+                           "go on)") from exc
+
+
 def written(
     target: outputs.Location,
     config: RunConfig,
@@ -178,14 +197,8 @@ def written(
         if not restart and (done := finished_run(target, config, store)) is not None:
             return done
         staged = None if restart or folder == target else finished_run(folder, config)
-        try:
+        with said_full(folder):
             report = build(folder) if staged is None else staged
-        except OSError as exc:  # (a full disk, a quota: said of the folder, not bare)
-            if exc.errno not in _FULL:
-                raise
-            where = exc.filename if exc.filename else f"writing into {folder}"
-            raise PrepareError(f"{where}: {exc.strerror or exc} (run the same command again to "
-                               "go on)") from exc
         if isinstance(target, Path):
             return report
         confirm(folder)  # the staged files are still this run's

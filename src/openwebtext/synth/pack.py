@@ -9,6 +9,7 @@ that layout.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import itertools
@@ -31,7 +32,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from openwebtext.errors import WorkerError, WorkerTraceback
+from openwebtext.errors import OutputError, WorkerError, WorkerTraceback
 from openwebtext.files import umask
 from openwebtext.options import integral
 from openwebtext.synth.text import member_documents
@@ -392,6 +393,12 @@ def write_corpus(
                 f"{out} was created by someone else while the corpus was being written"
             ) from exc
         _fsync(out.parent)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise OutputError(f"writing the corpus {out}: {exc.strerror or exc} (nothing of it "
+                          "kept)") from exc  # fmt: skip
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
