@@ -4,13 +4,16 @@ descriptors or memory was counted as bad data."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from openwebtext import Loader, WorkerError, cli, prepare, synth
+from openwebtext.cli import jsonl
 from openwebtext.codec import read_file
 from openwebtext.engine import raw
 from openwebtext.engine.tasks import failure
@@ -136,3 +139,41 @@ def test_a_synthetic_corpus_on_a_full_disk_names_its_folder(
     with pytest.raises(OutputError, match=rf"writing the corpus {out}: No space left on device"):
         write_corpus(out, subsets=1, members=1, docs=2, seed=0, workers=1)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_under_jsonl_leaves_no_line_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``owt stream --jsonl > file`` on a disk that fills: the write that failed had put part
+    of a line in the file (349 bytes of no JSON), the state ending before it, so ``cat`` of
+    the file and a resumed run's differed from one run. A regular file is truncated back to
+    its last whole line, and the error says so."""
+    corpus = write_corpus(tmp_path / "c", subsets=1, members=1, docs=40, seed=0, workers=1).path
+    path = tmp_path / "out.jsonl"
+
+    def writer() -> Any:
+        fd = sys.stdout.fileno()
+
+        def write(data: bytes, sent: list[int]) -> None:
+            sent[0] = 0
+            if not data:  # (nothing to write: as os.write's loop, no error)
+                return
+            sent[0] = os.write(fd, data[: len(data) // 2 + 7])  # (inside a line)
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        return write
+
+    monkeypatch.setattr(jsonl, "_writer", writer)
+    written: list[Any] = [None]
+    with open(path, "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        with Loader(corpus, workers=0).iter() as it, pytest.raises(
+            OutputError, match=r"No space left on device \(the \d+ bytes of a line it cut taken "
+            r"back: it ends with a whole line\)"
+        ):  # fmt: skip
+            jsonl.write_jsonl(it, written)
+    text = path.read_text()
+    assert text and text.endswith("\n")
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert written[0] is not None  # (the mark of the last whole line: what the state says)
+    assert [d["name"] for d in lines] == [d.name for d in Loader(corpus, workers=0)][: len(lines)]

@@ -4,9 +4,11 @@ with signals held back, following the mark of the last line that got out whole."
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import json
 import os
+import stat
 import sys
 from typing import Any
 
@@ -60,6 +62,24 @@ def _json_line(doc: Document) -> bytes:
         return (json.dumps(record) + "\n").encode()
 
 
+def _cut_line(sent: int, lines: list[bytes]) -> str:
+    """After a write of ``lines`` that failed once ``sent`` bytes got out (a full disk): the
+    part of a line it left is taken back from a regular file (truncated to the last whole
+    line, as the state says), or said. What to add to the error."""
+    ends = list(itertools.accumulate(map(len, lines), initial=0))
+    cut = sent - ends[bisect.bisect_right(ends, sent) - 1]
+    if not cut:
+        return ""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        fd = sys.stdout.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            at = os.lseek(fd, 0, os.SEEK_CUR) - cut
+            os.ftruncate(fd, at)
+            os.lseek(fd, at, os.SEEK_SET)
+            return f" (the {cut} bytes of a line it cut taken back: it ends with a whole line)"
+    return f" (its last line cut after {cut} bytes: the state ends before it)"
+
+
 def write_jsonl(iterator: DocumentIterator | MixtureIterator, written: list[Any]) -> None:
     """Write one JSON line per document to stdout; ``written[0]`` follows what got out.
 
@@ -83,8 +103,9 @@ def write_jsonl(iterator: DocumentIterator | MixtureIterator, written: list[Any]
             except BrokenPipeError:  # (the reader went away: owt ends quietly)
                 raise
             except OSError as exc:  # a full disk, an I/O error: said of the output
+                cut = _cut_line(sent[0], lines)
                 raise OutputError(f"cannot write standard output (--jsonl): "
-                                  f"{exc.strerror or exc}") from exc  # fmt: skip
+                                  f"{exc.strerror or exc}{cut}") from exc  # fmt: skip
             finally:
                 ends = itertools.accumulate(map(len, lines))
                 whole = bisect.bisect_right(list(ends), sent[0])
