@@ -503,7 +503,8 @@ def test_shared_memory_refused_says_what_to_do(
     # The slots counted as reserved: 2 workers' 3 each and the 16 the consumer holds (the
     # message said "for 2 workers (3 slots …)" of 0.3 GiB, 22 slots).
     with pytest.raises(WorkerError, match=r"0\.3 GiB of shared memory: 22 slots of 16 MiB \(2 "
-                       r"workers with 3 each, and 16 the consumer holds\): .* use fewer workers, "
+                       r"workers with 3 each, and 16 the consumer holds, per lane\): .* use "
+                       r"fewer workers, "
                        r"or none \(workers=0, -j 0\)"):  # fmt: skip
         list(Loader(str(small_corpus), workers=2))
 

@@ -10,11 +10,13 @@ import os
 import stat
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 from openwebtext import cli, errors, files, synth
+from openwebtext.cli import standard
 from openwebtext.errors import CorruptDocument
 from openwebtext.index import Corpus
 from openwebtext.index import corpus as corpus_module
@@ -57,12 +59,13 @@ def test_a_broken_pipe_not_stdout_s_is_an_error(
 
 
 def test_a_name_that_holds_a_newline_is_said_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """cli.md: every error is one line. A document's name was added after the error's
     message was made one line, and the warning of files left out named them raw: a file
     named ``a⏎b.jsonl`` split both. A name's newline is written ``\\n`` (a space would name
-    another file); a message's becomes a space."""
+    another file); a message's becomes a space. While ``owt`` runs, every record the library
+    logs is one line (wherever it goes: here, the test's capture), and so is a warning."""
     error = CorruptDocument("line 2: bad\nvalue", "d/a\nb.jsonl", "a\nb.jsonl", "a\nb.jsonl@15")
     assert str(error) == "d/a\\nb.jsonl[a\\nb.jsonl]: line 2: bad value (document a\\nb.jsonl@15)"
     assert errors.one_line("x\x00y\n", name=True) == "x\\x00y\\n"
@@ -70,15 +73,19 @@ def test_a_name_that_holds_a_newline_is_said_in_one_line(
     folder.mkdir()
     (folder / "a\nb.jsonl").write_text('{"text": "one"}\n{"text": \n')
     (folder / "READ\nME.md").write_text("not a corpus file")
-    code = cli.main(["stream", str(folder), "-j", "0", "--on-error", "warn", "-q"])
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        code = cli.main(["stream", str(folder), "-j", "0", "--on-error", "warn", "-q"])
     err = capsys.readouterr().err
     assert code == 0, err
-    lines = err.splitlines()
-    assert any("left out 1 file that is not a corpus file: READ\\nME.md" in line
-               for line in lines), err  # fmt: skip
-    warned = [line for line in lines if "line 2:" in line]
-    assert warned and all("(document a\\nb.jsonl@" in line for line in warned), err
-    assert not [line for line in lines if line.startswith(("b.jsonl", "ME.md"))], err
+    said = [record.getMessage() for record in caplog.records]
+    assert "left out 1 file that is not a corpus file: READ\\nME.md" in said, said
+    assert said and all("\n" not in line for line in said), said
+    warned = [line for line in said if "line 2:" in line]
+    assert warned and all("(document a\\nb.jsonl@" in line for line in warned), said
+    assert not [line for line in err.splitlines() if line.startswith(("b.jsonl", "ME.md"))], err
+    with standard.messages():
+        assert warnings.formatwarning("two\nlines", UserWarning, "f.py", 1) == (
+            "UserWarning: two lines\n")
 
 
 def test_the_umask_is_read_without_changing_it(
@@ -164,3 +171,15 @@ def test_where_refuses_a_closed_stdout(tmp_path: Path) -> None:
                          preexec_fn=lambda: os.close(1))  # fmt: skip
     assert ran.returncode == 1
     assert b"standard output, which is closed" in ran.stderr
+
+
+def test_messages_nest_and_restore() -> None:
+    """``cli.main`` inside a command (nested ``messages``) added a second handler (each
+    warning said twice) and left ``sys.stderr`` wrapped once both were done."""
+    before, library = sys.stderr, logging.getLogger("openwebtext")
+    with standard.messages():
+        outer = sys.stderr
+        with standard.messages():
+            assert sys.stderr is outer and len(library.filters) == 1
+        assert sys.stderr is outer and len(library.filters) == 1
+    assert sys.stderr is before and library.filters == []

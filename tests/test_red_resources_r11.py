@@ -22,6 +22,7 @@ from openwebtext.index import Corpus
 from openwebtext.prepare import convert
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.records import Unit
+from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
 
 
@@ -47,6 +48,24 @@ def test_a_machine_out_of_descriptors_or_memory_is_never_skipped(
         with pytest.raises(OutOfResources, match=r"-2_data\.xz\]: cannot read: .*the machine ran"):
             list(loader)
         assert issubclass(OutOfResources, WorkerError)
+
+
+def test_counting_never_counts_a_unit_the_machine_could_not_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count behind ``owt index`` and sharded runs applied ``on_error`` itself: under
+    ``skip`` a unit it had no descriptor for was counted as no document, and cached so."""
+    corpus = write_corpus(tmp_path / "c", subsets=1, members=3, docs=4, seed=0, workers=1).path
+    reading = raw.UnitBytes.read
+
+    def read(self: Any, unit: Unit) -> bytes:
+        if unit.member_index == 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return reading(self, unit)
+
+    monkeypatch.setattr(raw.UnitBytes, "read", read)
+    with pytest.raises(OutOfResources, match="Too many open files"):
+        count_documents(Corpus.open(corpus), workers=0, on_error="skip")
 
 
 def test_memory_error_reading_a_unit_is_out_of_resources() -> None:

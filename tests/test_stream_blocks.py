@@ -10,7 +10,7 @@ import pytest
 
 from openwebtext import Loader
 from openwebtext.engine import Loaded
-from openwebtext.records import Unit
+from openwebtext.records import Names, Unit
 from openwebtext.stream import blocks, gather
 from openwebtext.stream.blocks import Block
 from openwebtext.synth import write_corpus
@@ -84,6 +84,17 @@ def test_left_out_documents_are_not_in_the_block_and_keep_their_index() -> None:
     assert [block.name(k) for k in range(len(block))] == ["3-1.txt", "3-2.txt", "3-4.txt"]
     _, subset, member, member_index, errors = block.sources[0]
     assert (subset, member, member_index, errors) == ("s0", "s0-3_data.xz", 3, "strict")
+
+
+def test_a_unit_s_names_stay_made_when_asked_with_documents_left_out() -> None:
+    """A unit with documents left out (a held-out split, a bad line) kept its names as a
+    list of those kept, each made then: a ``records.Names`` of a table's or token unit's
+    lost its point under ``split="train"``. The block keeps the unit's own and reads one by
+    the document's index in it."""
+    loaded = unit(3, docs(3, 5), left_out=[0, 3])._replace(names=Names("a.jsonl", range(5), "@"))
+    ((_, _, block),) = gather(feed([loaded]), Slots(), units=UNITS, start=0, size=10)
+    assert block.name_parts == [loaded.names] and isinstance(block.name_parts[0], Names)
+    assert _names(block) == ["a.jsonl@1", "a.jsonl@2", "a.jsonl@4"]
 
 
 def test_a_unit_with_nothing_kept_gives_its_slot_back_at_once() -> None:

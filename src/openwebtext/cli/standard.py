@@ -13,6 +13,7 @@ import logging
 import os
 import select
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any, TextIO
 
@@ -78,29 +79,40 @@ class _Stderr:
         return getattr(self._stream, name)
 
 
-class _OneLine(logging.Handler):
-    """The library's warnings on the stderr of the moment, one line each (``one_line``)."""
+class _OneLine(logging.Filter):
+    """The library's log records made one line each (``one_line``), wherever they go: the
+    last-resort handler on stderr, a host program's own handlers, a test's capture."""
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            sys.stderr.write(one_line(record.getMessage()) + "\n")
-        except Exception:  # (as every handler: a message that cannot be said is not an error)
-            self.handleError(record)
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = one_line(record.getMessage()), None
+        return True
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: Any,
+                      **kwargs: Any) -> str:  # fmt: skip
+    """A ``warnings`` warning as one line (the default adds the source line under it)."""
+    return f"{category.__name__}: {one_line(str(message))}\n"
 
 
 @contextlib.contextmanager
 def messages() -> Iterator[None]:
     """While a command runs: stderr's reader going away stops nothing (``_Stderr``), and the
-    library's warnings are one line each (a file named with a newline: not two lines)."""
-    stderr, handler = sys.stderr, _OneLine(logging.WARNING)
-    library = logging.getLogger("openwebtext")
-    sys.stderr = _Stderr(stderr)
-    library.addHandler(handler)
+    library's log records and warnings are one line each (a file named with a newline: not
+    two lines). Re-entrant (``cli.main`` called inside a command): the outer one holds."""
+    if isinstance(sys.stderr, _Stderr):
+        yield
+        return
+    stderr, library, one = sys.stderr, logging.getLogger("openwebtext"), _OneLine()
+    wrapped, formatting = _Stderr(stderr), warnings.formatwarning
+    sys.stderr, warnings.formatwarning = wrapped, _one_line_warning
+    library.addFilter(one)
     try:
         yield
     finally:
-        library.removeHandler(handler)
-        sys.stderr = stderr
+        library.removeFilter(one)
+        warnings.formatwarning = formatting
+        if sys.stderr is wrapped:  # (another thread's, swapped meanwhile: left to it)
+            sys.stderr = stderr
 
 
 def stdout_gone() -> bool:

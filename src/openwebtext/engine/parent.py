@@ -131,10 +131,9 @@ class WorkerPool:
             except OSError as exc:
                 raise WorkerError(
                     f"cannot reserve {size / 2**30:.1f} GiB of shared memory: {self.slots} "
-                    f"slots of {options.slot_bytes >> 20} MiB ({self._n_workers} workers "
-                    f"with {options.prefetch + 1} each, and {options.hold} the consumer holds"
-                    f"{f', for each of {len(self.lanes)} lanes' if len(self.lanes) > 1 else ''}"
-                    f"): {exc.strerror or exc}; use fewer workers, or none (workers=0, -j 0)"
+                    f"slots of {options.slot_bytes >> 20} MiB ({self._n_workers} workers with "
+                    f"{options.prefetch + 1} each, and {options.hold} the consumer holds, per "
+                    f"lane): {exc.strerror or exc}; use fewer workers, or none (workers=0, -j 0)"
                 ) from exc
         self._workers: list[_Worker] = []
         self._next_number = 0

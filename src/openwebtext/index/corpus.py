@@ -373,10 +373,9 @@ class Corpus:
         return [Path(self.units[0].path).parent / name, cached]
 
     def load_counts(self) -> Counts | None:
-        """The cached counts, if a file holds them for this corpus as it is now.
-
-        A damaged or unreadable file is absent, with a warning (a count rewrites a damaged
-        one, never another user's); counts made before a file changed are stale, and absent."""
+        """The cached counts, if a file holds them for this corpus as it is now: a damaged or
+        unreadable file is absent, with a warning (a count rewrites a damaged one, never
+        another user's); counts made before a file changed are stale, and absent."""
         for path in self.counts_paths():
             try:
                 raw = parse(read_file(path))
@@ -418,6 +417,7 @@ class Corpus:
         errors = []
         for path in self.counts_paths():
             if path.exists() and not os.access(path, os.R_OK):  # (another's: kept, not taken)
+                errors.append(f"{path}: another user's, which this one may not read")
                 continue
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -442,7 +442,7 @@ _WARNED: set[tuple[str, str]] = set()
 def _warn_once(path: Path, exc: BaseException) -> None:
     """Say that the counts file ``path`` is damaged (``exc``), or that this user may not read
     it, once in the process."""
-    said = ("counts file %s cannot be read (%s): counted again" if isinstance(exc, PermissionError)
+    said = ("counts file %s cannot be read (%s): not used" if isinstance(exc, PermissionError)
             else "counts file %s is damaged (%s): ignored, to be rewritten")  # fmt: skip
     if (str(path), said) not in _WARNED:
         _WARNED.add((str(path), said))

@@ -66,10 +66,11 @@ class Block:
     Parallel lists, one entry per document: its unit's ``source`` tuple
     ``(view, subset, member, member index, errors or dtype)``, its offset in
     ``view``, its UTF-8 size, its token count (with a tokenizer, else the list
-    is empty), its name and its index in the member. ``spans`` are the kept
+    is empty) and its index in the member (``js``). ``spans`` are the kept
     units' slots: ``(ticket, first document, end document)``; ``firsts`` where each
-    unit's documents begin. The names are kept as the units give them (a token unit's
-    are made when asked: ``records.Names``) and put in one list when asked.
+    unit's documents begin. The names are each kept unit's, all of them, as it gives them
+    (``name_parts``: a table unit's or a token unit's ``records.Names`` holds none until
+    one is asked for), read by ``name``.
 
     Args:
         dtype: The token ids' dtype (a stream of token documents), or None (text).
@@ -102,10 +103,10 @@ class Block:
         """Its units' documents as counted: the kept ones and those skipped (``gather``)."""
 
     def name(self, k: int) -> str:
-        """Document ``k``'s name, from its unit's names (made when asked: a unit's
-        ``records.Names`` holds none until then, and a run of documents never asks)."""
-        part = bisect.bisect_right(self.firsts, k) - 1
-        return self.name_parts[part][k - self.firsts[part]]
+        """Document ``k``'s name, from its unit's names, all of them (``js[k]``: its index
+        there; made when asked: a unit's ``records.Names`` holds none until then, and a run
+        of documents never asks)."""
+        return self.name_parts[bisect.bisect_right(self.firsts, k) - 1][self.js[k]]
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -122,7 +123,6 @@ class Block:
             js = [j for j, offset in enumerate(offsets) if offset >= 0]
             offsets = [offsets[j] for j in js]
             sizes = [sizes[j] for j in js]
-            names = [names[j] for j in js]
             counts = None if counts is None else [counts[j] for j in js]
         if not offsets:
             _free(view, ticket, slots)

@@ -9,7 +9,13 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from openwebtext.engine import Loaded, PoolOptions, open_pool
-from openwebtext.errors import CorpusError, CorruptMember, OWTError, TruncatedMember
+from openwebtext.errors import (
+    CorpusError,
+    CorruptMember,
+    OutOfResources,
+    OWTError,
+    TruncatedMember,
+)
 from openwebtext.index import Corpus, Counts, split_key
 from openwebtext.options import NANOGPT_SPLIT, Options
 from openwebtext.plan import in_validation
@@ -63,6 +69,8 @@ def count_documents(
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
             if member_failed or cut:
                 error = loaded.errors[0]
+                if isinstance(error, OutOfResources):  # (the machine's: never counted as 0)
+                    raise error
                 if on_error == "raise":
                     message = getattr(error, "message", str(error))
                     path, member = getattr(error, "path", None), getattr(error, "member", None)

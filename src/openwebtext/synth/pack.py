@@ -24,6 +24,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -267,6 +268,27 @@ def _work(jobs: Connection, results: Connection) -> None:
             results.send((False, (RuntimeError(f"synth worker: {exc!r}"), where)))
 
 
+@contextlib.contextmanager
+def _kept_only_whole(tmp: Path, out: Path) -> Iterator[None]:
+    """Remove the corpus being written in ``tmp`` if the block ends early (an error, an
+    interrupt); a full disk, a quota or a file-size limit said of ``out``, not a bare errno.
+
+    Raises:
+        OutputError: the disk was full.
+    """
+    try:
+        yield
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        raise OutputError(f"writing the corpus {out}: {exc.strerror or exc} (nothing of it "
+                          "kept)") from exc  # fmt: skip
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def _fsync(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
@@ -357,7 +379,7 @@ def write_corpus(
         for k in range(1, members + 1)
     ]
     text_bytes = compressed_bytes = 0
-    try:
+    with _kept_only_whole(tmp, out):
         with (
             contextlib.closing(_InOrder(jobs, workers)) as results,
             tqdm(total=len(jobs), desc="synth members", unit="member", disable=not progress) as bar,
@@ -393,15 +415,6 @@ def write_corpus(
                 f"{out} was created by someone else while the corpus was being written"
             ) from exc
         _fsync(out.parent)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise
-        raise OutputError(f"writing the corpus {out}: {exc.strerror or exc} (nothing of it "
-                          "kept)") from exc  # fmt: skip
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return SynthReport(
         path=out,
         subsets=subsets,
