@@ -15,15 +15,16 @@ import pytest
 from openwebtext import Loader, WorkerError, cli, prepare, synth
 from openwebtext.cli import jsonl
 from openwebtext.codec import read_file
-from openwebtext.engine import raw
+from openwebtext.engine import raw, tables
 from openwebtext.engine.tasks import failure
-from openwebtext.errors import OutOfResources, OutputError
+from openwebtext.errors import OutOfResources, OutputError, read_error
 from openwebtext.index import Corpus
 from openwebtext.prepare import convert
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.records import Unit
 from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
+from tables_support import write_parquet
 
 
 @pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOMEM])
@@ -196,3 +197,26 @@ def test_a_full_disk_under_jsonl_leaves_no_line_cut(
     lines = [json.loads(line) for line in text.splitlines()]
     assert written[0] is not None  # (the mark of the last whole line: what the state says)
     assert [d["name"] for d in lines] == [d.name for d in Loader(corpus, workers=0)][: len(lines)]
+
+
+def test_pyarrow_out_of_memory_is_not_a_corrupt_row_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow's ``ArrowMemoryError`` (a ``MemoryError`` and an ``ArrowException``) was
+    caught as a damaged row group's error: under ``skip``, 0 documents of 10 and exit 0."""
+    pa = pytest.importorskip("pyarrow")
+    write_parquet(tmp_path / "p" / "a.parquet", [f"row {k}" for k in range(10)])
+
+    def no_memory(*args: object) -> None:
+        raise pa.ArrowMemoryError("malloc of size 64 failed")
+
+    monkeypatch.setattr(tables.Footer, "column_at", no_memory)
+    with pytest.raises(OutOfResources, match=r"out of memory reading .*a\.parquet"):
+        list(Loader(tmp_path / "p", workers=0, on_error="skip"))
+
+
+def test_out_of_resources_names_its_file_in_one_line() -> None:
+    error = read_error(OSError(errno.EMFILE, "Too many open files"), "d/a\nb.tar", "m\n1.xz")
+    assert isinstance(error, OutOfResources) and "\n" not in str(error)
+    assert str(error).startswith("d/a\\nb.tar[m\\n1.xz]: cannot read: Too many open files")
+    assert (error.path, error.member) == ("d/a\nb.tar", "m\n1.xz")

@@ -25,7 +25,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, BinaryIO, ClassVar, Literal, TypeVar
 
 import msgspec
 
@@ -47,6 +47,7 @@ __all__ = [
     "encode",
     "open_regular",
     "parse",
+    "read_at_most",
     "read_file",
     "replace",
     "whose",
@@ -285,6 +286,20 @@ def open_regular(path: str | os.PathLike[str], *, folder: bool = False) -> int:
     return fd
 
 
+def read_at_most(f: BinaryIO, most: int) -> bytes:
+    """At most ``most + 1`` bytes of ``f`` (one more than ``most`` says it holds more): what
+    its size says and one byte, then reads of at most 64 KiB (a FIFO's, a file that grew). One
+    read of ``most + 1`` asks for that much memory first (256 MiB for a counts file of 300
+    bytes), whatever the file holds."""
+    size = os.fstat(f.fileno()).st_size
+    chunks, got, step = [], 0, min(size, most) + 1
+    while got <= most and (chunk := f.read(min(step, most + 1 - got))):
+        step = 1 << 16
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
 def read_file(path: str | os.PathLike[str], most: int = MOST_FILE_BYTES) -> bytes:
     """The bytes of a file the library reads whole (a record file: a ``meta.json``, a counts
     or index cache, a run's progress; a tokenizer's file), a regular file's only: a FIFO put in
@@ -295,12 +310,7 @@ def read_file(path: str | os.PathLike[str], most: int = MOST_FILE_BYTES) -> byte
             socket, a device, a folder), or more than ``most`` bytes; its ``strerror`` says it.
     """
     with os.fdopen(open_regular(path), "rb") as f:
-        # Its size and one byte more: a read of ``most + 1`` asks for that much memory
-        # first (256 MiB for a counts file of 300 bytes), whatever the file holds.
-        size = os.fstat(f.fileno()).st_size
-        data = f.read(min(size, most) + 1)
-        if size < len(data) <= most:  # (it grew meanwhile: the rest, within the bound)
-            data += f.read(most + 1 - len(data))
+        data = read_at_most(f, most)
     if len(data) > most:
         raise OSError(errno.EFBIG, f"more than {most:,} bytes: not a file the library writes")
     return data

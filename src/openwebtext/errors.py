@@ -40,6 +40,7 @@ import json
 from typing import Any, TypeVar
 
 __all__ = [
+    "SHORTAGES",
     "CorpusError",
     "CorruptDocument",
     "CorruptMember",
@@ -236,7 +237,8 @@ def read_error(
     or ``OutOfResources`` when the machine ran out (``SHORTAGES``): not a ``CorpusError``,
     so no ``on_error="skip"`` leaves the file or unit out for it."""
     if exc.errno in SHORTAGES:
-        where = f"{path}[{member}]" if member else path
+        file, inner = one_line(path, name=True), one_line(member or "", name=True)
+        where = f"{file}[{inner}]" if inner else file
         return OutOfResources(f"{where}: cannot read: {exc.strerror or exc} (the machine ran "
                               "out: raise the limit, or use fewer workers)", path, member)
     return kind(f"cannot read: {exc.strerror or exc}", path, member)

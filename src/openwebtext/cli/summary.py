@@ -184,7 +184,7 @@ def _state_bytes(path: str) -> bytes:
             mode = os.fstat(f.fileno()).st_mode
             if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
                 raise StateError(f"{path}: is a device, not a state file")
-            data = f.read(MOST_STATE_BYTES + 1)
+            data = codec.read_at_most(f, MOST_STATE_BYTES)
     except OSError as exc:
         raise StateError(f"{path}: cannot read the state: {exc.strerror or exc}") from exc
     if len(data) > MOST_STATE_BYTES:

@@ -20,6 +20,7 @@ from openwebtext.engine.raw import UnitBytes
 from openwebtext.engine.tables import Footer, Records, jsonl_records, parquet_records
 from openwebtext.engine.tokens import TokenReader
 from openwebtext.errors import (
+    SHORTAGES,
     CorpusError,
     CorruptDocument,
     CorruptMember,
@@ -213,6 +214,8 @@ class Reader:
             except CorpusError as exc:
                 raise CorruptMember(exc.message, unit.path, unit.member) from exc
             except OSError as exc:
+                if exc.errno in SHORTAGES:  # (the machine's: never a skip)
+                    raise read_error(exc, unit.path, unit.member) from exc
                 why = f"cannot read its footer: {exc.strerror or exc}"
                 raise CorruptMember(why, unit.path, unit.member) from exc
             self._footers[unit.path] = footer

@@ -28,7 +28,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from openwebtext.engine.pages import chunk_pages
-from openwebtext.errors import CorruptDocument, CorruptMember, MemberTooLarge, TruncatedMember
+from openwebtext.errors import (
+    SHORTAGES,
+    CorruptDocument,
+    CorruptMember,
+    MemberTooLarge,
+    TruncatedMember,
+    read_error,
+)
 from openwebtext.formats import LimitExceeded, Truncated, decompress, detect
 from openwebtext.index import parse_footer, split_jsonl_kind
 from openwebtext.records import Names, Unit
@@ -138,6 +145,8 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
     group = unit.member_index
     try:
         found = footer.column_at(group, unit.offset)
+    except MemoryError:  # (pyarrow's ArrowMemoryError too: the machine's, not the file's)
+        raise
     except (ValueError, pa.ArrowException) as exc:
         raise CorruptMember(
             f"corrupt parquet row group {group}: its footer entry: {exc}", unit.path, unit.member
@@ -181,7 +190,14 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
         rows = footer.first_rows[group + 1] - footer.first_rows[group]
         if len(array) != rows:  # a page pyarrow skipped (a damaged page type), say
             raise ValueError(f"{len(array)} rows decoded, not the footer's {rows}")
-    except (OSError, ValueError, pa.ArrowException) as exc:
+    except MemoryError:  # (pyarrow's ArrowMemoryError too: the machine's, not the file's)
+        raise
+    except OSError as exc:
+        if exc.errno in SHORTAGES:
+            raise read_error(exc, unit.path, unit.member) from exc
+        raise CorruptMember(f"corrupt parquet row group {group} (column {column!r}): {exc}",
+                            unit.path, unit.member) from exc  # fmt: skip
+    except (ValueError, pa.ArrowException) as exc:
         raise CorruptMember(
             f"corrupt parquet row group {group} (column {column!r}): {exc}", unit.path, unit.member
         ) from exc

@@ -95,6 +95,8 @@ def parse_footer(footer: bytes, name: str) -> Any:
     pa = _pyarrow()
     try:
         return pa.parquet.read_metadata(pa.BufferReader(footer))
+    except MemoryError:  # (pyarrow's ArrowMemoryError too: the machine's, not the file's)
+        raise
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise CorpusError(f"parquet footer does not parse: {exc}", path=name) from exc
 

@@ -24,7 +24,7 @@ from openwebtext.codec import (
     replace,
     whose,
 )
-from openwebtext.errors import CorpusError, StateError
+from openwebtext.errors import SHORTAGES, CorpusError, StateError
 from openwebtext.records import Names
 
 __all__ = [
@@ -306,4 +306,6 @@ def _read_beside(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
+        if exc.errno in SHORTAGES:  # (the machine's, not the file's: its reader says so)
+            raise
         raise TokenFileError(f"cannot read it: {exc.strerror or exc}", str(path)) from None

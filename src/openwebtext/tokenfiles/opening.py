@@ -11,6 +11,7 @@ from typing import BinaryIO, NamedTuple, Protocol
 import numpy as np
 
 from openwebtext.codec import open_regular
+from openwebtext.errors import SHORTAGES
 from openwebtext.tokenfiles.common import (
     TokenFile,
     Vocabulary,
@@ -107,6 +108,8 @@ def _index(path: str | os.PathLike[str]) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:  # (a FIFO, a folder: never read as no index)
+        if exc.errno in SHORTAGES:  # (the machine's, not the file's: its reader says so)
+            raise
         raise damaged(path, f"cannot read it: {exc.strerror}") from None
 
 
