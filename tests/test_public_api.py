@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]  # the repository (its docs), whatever src is tested
 ERRORS = [
     "CorpusError", "CorruptDocument", "CorruptMember", "MemberTooLarge", "OWTError",
-    "OutputError", "StateError", "TokenFileError", "TokenizerError", "TooManyErrors",
-    "TruncatedMember", "UnknownFormat", "WorkerError",
+    "OutOfResources", "OutputError", "StateError", "TokenFileError", "TokenizerError",
+    "TooManyErrors", "TruncatedMember", "UnknownFormat", "WorkerError",
 ]  # fmt: skip
 DOORS = {
     "openwebtext": sorted([
