@@ -13,6 +13,7 @@ from openwebtext.engine.halting import Halt, Halted, check_halt
 from openwebtext.engine.options import Lane, PoolOptions
 from openwebtext.engine.pool import LanePool, Pool, cpu_count, open_lanes, open_pool
 from openwebtext.engine.read import Reader
+from openwebtext.engine.receive import recv_within
 from openwebtext.engine.tasks import (
     Done,
     Loaded,
@@ -40,4 +41,5 @@ __all__ = [
     "nanogpt_text",
     "open_lanes",
     "open_pool",
+    "recv_within",
 ]

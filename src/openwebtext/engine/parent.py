@@ -26,6 +26,7 @@ from typing import Any
 from openwebtext.engine.child import worker_main
 from openwebtext.engine.halting import halting_wait
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
+from openwebtext.engine.receive import recv_within
 from openwebtext.engine.tasks import Done, Failed, Loaded, Request, Task, Tasks
 from openwebtext.errors import WorkerError
 from openwebtext.records import Unit
@@ -340,10 +341,9 @@ class WorkerPool:
             if w.number in dead:
                 continue
             if is_results:
-                try:
-                    message: Done | Failed = w.results.recv()
-                except (EOFError, OSError):
-                    dead[w.number] = (w, "")
+                message = _received(w, self.options.timeout)
+                if isinstance(message, str):
+                    dead[w.number] = (w, message)
                     continue
                 w.last_heard = time.monotonic()
                 w.inflight.remove(message.seq)
@@ -395,6 +395,19 @@ class WorkerPool:
             )
             if again is not None:
                 self._send(fresh, again)
+
+
+def _received(w: _Worker, timeout: float) -> Done | Failed | str:
+    """The message ``w`` sent (read whole within ``timeout``: one stopped inside it, SIGSTOP,
+    is a hang too, and is killed), or why it is dead ("": its pipe ended)."""
+    try:
+        message: Done | Failed = recv_within(w.results, timeout)
+    except TimeoutError:  # (an OSError: first)
+        w.process.kill()
+        return f"stopped inside a message for {timeout:g} s"
+    except (EOFError, OSError):
+        return ""
+    return message
 
 
 def _loaded(

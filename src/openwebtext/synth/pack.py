@@ -33,6 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from openwebtext.engine import recv_within
 from openwebtext.errors import OutputError, WorkerError, WorkerTraceback
 from openwebtext.files import umask
 from openwebtext.options import integral
@@ -202,12 +203,12 @@ class _InOrder:
         if self._read == self._sent:
             raise StopIteration
         process, _, results = self._workers[self._read % len(self._workers)]
-        if not results.poll(self._deadline):  # (a worker stopped, SIGSTOP: never a hang)
+        try:  # (a worker stopped, SIGSTOP, before or inside its result: never a hang)
+            ok, value = recv_within(results, self._deadline)
+        except TimeoutError:
             raise WorkerError(f"synth: a worker sent nothing for {self._deadline:.0f} s "
-                              "(stopped, or stuck?)")  # fmt: skip
-        try:
-            ok, value = results.recv()
-        except EOFError:
+                              "(stopped, or stuck?)") from None
+        except (EOFError, OSError):
             process.join(1)
             raise WorkerError(
                 f"synth: a worker process ended without its result (exit code "
