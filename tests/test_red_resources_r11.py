@@ -17,11 +17,13 @@ from openwebtext.cli import jsonl
 from openwebtext.codec import read_file
 from openwebtext.engine import raw, tables
 from openwebtext.engine.tasks import failure
-from openwebtext.errors import OutOfResources, OutputError, read_error
+from openwebtext.errors import OutOfResources, OutputError, ran_out, read_error
 from openwebtext.index import Corpus
 from openwebtext.prepare import convert
 from openwebtext.prepare.workdir import PrepareError
 from openwebtext.records import Unit
+from openwebtext.source import fetching
+from openwebtext.source.retry import Fatal
 from openwebtext.stream import count_documents
 from openwebtext.synth import write_corpus
 from tables_support import write_parquet
@@ -220,3 +222,22 @@ def test_out_of_resources_names_its_file_in_one_line() -> None:
     assert isinstance(error, OutOfResources) and "\n" not in str(error)
     assert str(error).startswith("d/a\\nb.tar[m\\n1.xz]: cannot read: Too many open files")
     assert (error.path, error.member) == ("d/a\nb.tar", "m\n1.xz")
+
+
+def test_a_remote_read_out_of_descriptors_is_not_a_corrupt_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A ranged read whose retries ran out on the machine's shortage (every attempt: no
+    socket, EMFILE) was a ``CorruptMember``, skipped under ``skip``."""
+
+    def out_of_descriptors(*args: object, **kwargs: object) -> bytes:
+        raise Fatal("GET bytes 0-9 failed 5 times in 1.0 s; last: [Errno 24] Too many open "
+                    "files", OSError(errno.EMFILE, "Too many open files"))  # fmt: skip
+
+    monkeypatch.setattr(fetching, "with_retries", out_of_descriptors)
+    with pytest.raises(OutOfResources, match=r"x\.tar\[m\]: cannot read: GET bytes 0-9 failed"):
+        fetching.fetch("http://127.0.0.1:9/x.tar", 0, 10, "m")
+    assert ran_out(ValueError("wrapped").with_traceback(None)) is False
+    wrapped = RuntimeError("a library's")
+    wrapped.__cause__ = MemoryError()
+    assert ran_out(wrapped)

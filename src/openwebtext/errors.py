@@ -58,6 +58,7 @@ __all__ = [
     "in_part",
     "install_hint",
     "one_line",
+    "ran_out",
     "read_error",
 ]
 
@@ -228,6 +229,18 @@ class OutOfResources(WorkerError):
 
 #: The errnos of a machine that ran out (``OutOfResources``), not of a file that is bad.
 SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+
+
+def ran_out(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an error it was raised from (a library's wrapping one), is the
+    machine's running out (``SHORTAGES``, a ``MemoryError``)."""
+    for _ in range(8):  # (a chain of wrappers: a few deep at most)
+        if exc is None:
+            return False
+        if isinstance(exc, MemoryError) or getattr(exc, "errno", None) in SHORTAGES:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def read_error(

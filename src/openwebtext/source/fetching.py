@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from openwebtext.errors import CorruptMember
+from openwebtext.errors import CorruptMember, OutOfResources, ran_out
 from openwebtext.source.filesystems import filesystem, info_of, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
@@ -137,6 +137,9 @@ def fetch(
         host = host_of(real, store.place)
         return with_retries(call, f"GET bytes {start}-{end - 1}", host, deadline(end - start))
     except Fatal as exc:
+        if ran_out(exc.last):  # (the machine's: never a skip)
+            raise OutOfResources(f"{redact(url)}[{member}]: cannot read: {exc.reason}",
+                                 redact(url), member) from None  # fmt: skip
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
 
 

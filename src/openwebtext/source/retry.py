@@ -150,11 +150,12 @@ class Stalled(Exception):
 
 
 class Fatal(Exception):
-    """A request that must not be retried, or whose retries ran out: ``reason`` says why."""
+    """A request that must not be retried, or whose retries ran out: ``reason`` says why,
+    ``last`` is the last attempt's error (a machine out of descriptors is not the file's)."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, last: BaseException | None = None):
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.last = reason, last
 
 
 class HTTPStatus(Exception):
@@ -339,7 +340,8 @@ def with_retries(
             last = elapsed + wait + max(longest, REQUEST_FLOOR if limit is None else limit)
             if attempt >= RETRY_ATTEMPTS or spent >= RETRY_SECONDS or last > RETRY_CEILING:
                 raise Fatal(
-                    f"{what} failed {attempt} times in {elapsed:.1f} s; last: {describe(exc)}"
+                    f"{what} failed {attempt} times in {elapsed:.1f} s; last: {describe(exc)}",
+                    exc,
                 ) from None
             if asked is not None and host is not None:  # the host's wait, for every request
                 _hold_off(host, min(RETRY_AFTER_CAP, asked))
