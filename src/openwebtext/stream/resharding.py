@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeAlias, cast, overload
+from typing import Any, Literal, TypeAlias, cast
 
 from openwebtext.codec import differing, replace
 from openwebtext.errors import StateError
@@ -34,14 +34,6 @@ KEEP: Literal["keep"] = "keep"
 Even: TypeAlias = Rule | Literal["keep"] | None
 
 
-@overload
-def reshard(
-    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = ..., rank: None = ...
-) -> list[dict[str, Any]]: ...
-@overload
-def reshard(
-    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = ..., rank: int
-) -> dict[str, Any]: ...
 def reshard(
     states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP,
     rank: int | None = None,
