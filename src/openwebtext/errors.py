@@ -63,7 +63,6 @@ __all__ = [
 ]
 
 
-
 def one_line(text: str, *, name: bool = False) -> str:
     """``text`` as one printable line: what every error and warning says is (a library's
     message quoted in one, pyarrow's with newlines, made one skip several WARNING lines, and
@@ -72,6 +71,7 @@ def one_line(text: str, *, name: bool = False) -> str:
     space would show another name. Other characters that do not print are escaped alike."""
     return "".join(c if c.isprintable() else " " if c in "\n\t" and not name
                    else repr(c)[1:-1] for c in (text if name else text.strip()))  # fmt: skip
+
 
 class OWTError(Exception):
     """Base class of every error raised by openwebtext."""
