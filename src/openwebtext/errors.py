@@ -226,6 +226,15 @@ class OutOfResources(WorkerError):
     skip under ``on_error="skip"``: a skip would be kept as a fact of the corpus (its counts
     cached, a finished run's ``meta.json``) though a run with room reads the unit whole."""
 
+    @classmethod
+    def reading(cls, path: str, member: str | None, why: str) -> OutOfResources:
+        """The error of ``path`` (``[member]``) that could not be read for ``why``, names
+        escaped (``one_line``), with what to do."""
+        file, inner = one_line(path, name=True), one_line(member or "", name=True)
+        where = f"{file}[{inner}]" if inner else file
+        return cls(f"{where}: cannot read: {why} (the machine ran out: raise the limit, or use "
+                   "fewer workers)", path, member)  # fmt: skip
+
 
 #: The errnos of a machine that ran out (``OutOfResources``), not of a file that is bad.
 SHORTAGES = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
@@ -244,17 +253,15 @@ def ran_out(exc: BaseException | None) -> bool:
 
 
 def read_error(
-    exc: OSError, path: str, member: str | None = None, kind: type[CorpusError] = CorruptMember
-) -> CorpusError | OutOfResources:
-    """The error of a file or unit that could not be read (``exc``): a ``kind`` naming it,
-    or ``OutOfResources`` when the machine ran out (``SHORTAGES``): not a ``CorpusError``,
-    so no ``on_error="skip"`` leaves the file or unit out for it."""
+    exc: OSError, path: str, member: str | None = None, kind: type[CorpusError] = CorruptMember,
+    what: str = "cannot read",
+) -> CorpusError | OutOfResources:  # fmt: skip
+    """The error of a file or unit that could not be read (``exc``): a ``kind`` saying
+    ``what`` failed, or ``OutOfResources`` when the machine ran out (``SHORTAGES``): not a
+    ``CorpusError``, so no ``on_error="skip"`` leaves the file or unit out for it."""
     if exc.errno in SHORTAGES:
-        file, inner = one_line(path, name=True), one_line(member or "", name=True)
-        where = f"{file}[{inner}]" if inner else file
-        return OutOfResources(f"{where}: cannot read: {exc.strerror or exc} (the machine ran "
-                              "out: raise the limit, or use fewer workers)", path, member)
-    return kind(f"cannot read: {exc.strerror or exc}", path, member)
+        return OutOfResources.reading(path, member, exc.strerror or str(exc))
+    return kind(f"{what}: {exc.strerror or exc}", path, member)
 
 
 class WorkerTraceback(Exception):

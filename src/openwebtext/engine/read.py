@@ -20,7 +20,6 @@ from openwebtext.engine.raw import UnitBytes
 from openwebtext.engine.tables import Footer, Records, jsonl_records, parquet_records
 from openwebtext.engine.tokens import TokenReader
 from openwebtext.errors import (
-    SHORTAGES,
     CorpusError,
     CorruptDocument,
     CorruptMember,
@@ -214,10 +213,8 @@ class Reader:
             except CorpusError as exc:
                 raise CorruptMember(exc.message, unit.path, unit.member) from exc
             except OSError as exc:
-                if exc.errno in SHORTAGES:  # (the machine's: never a skip)
-                    raise read_error(exc, unit.path, unit.member) from exc
-                why = f"cannot read its footer: {exc.strerror or exc}"
-                raise CorruptMember(why, unit.path, unit.member) from exc
+                raise read_error(exc, unit.path, unit.member,
+                                 what="cannot read its footer") from exc  # fmt: skip
             self._footers[unit.path] = footer
         # The file seen as ending with the chunk: pyarrow then reads nothing past it.
         return parquet_records(raw, unit, footer, unit.offset + unit.size, self.max_member_bytes)

@@ -29,7 +29,6 @@ import numpy as np
 
 from openwebtext.engine.pages import chunk_pages
 from openwebtext.errors import (
-    SHORTAGES,
     CorruptDocument,
     CorruptMember,
     MemberTooLarge,
@@ -192,11 +191,9 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
             raise ValueError(f"{len(array)} rows decoded, not the footer's {rows}")
     except MemoryError:  # (pyarrow's ArrowMemoryError too: the machine's, not the file's)
         raise
-    except OSError as exc:
-        if exc.errno in SHORTAGES:
-            raise read_error(exc, unit.path, unit.member) from exc
-        raise CorruptMember(f"corrupt parquet row group {group} (column {column!r}): {exc}",
-                            unit.path, unit.member) from exc  # fmt: skip
+    except OSError as exc:  # (the machine's shortage: never a damaged row group's skip)
+        what = f"corrupt parquet row group {group} (column {column!r})"
+        raise read_error(exc, unit.path, unit.member, what=what) from exc
     except (ValueError, pa.ArrowException) as exc:
         raise CorruptMember(
             f"corrupt parquet row group {group} (column {column!r}): {exc}", unit.path, unit.member

@@ -138,8 +138,7 @@ def fetch(
         return with_retries(call, f"GET bytes {start}-{end - 1}", host, deadline(end - start))
     except Fatal as exc:
         if ran_out(exc.last):  # (the machine's: never a skip)
-            raise OutOfResources(f"{redact(url)}[{member}]: cannot read: {exc.reason}",
-                                 redact(url), member) from None  # fmt: skip
+            raise OutOfResources.reading(redact(url), member, exc.reason) from None
         raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
 
 
