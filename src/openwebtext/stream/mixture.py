@@ -270,12 +270,11 @@ def _reshard(
     states: list[Mapping[str, Any]], world_size: int, even: Even, ranks: Sequence[int]
 ) -> list[dict[str, Any]]:
     """``reshard``: the states of ``ranks`` (of ``world_size``) in a list."""
-    rank = None if len(ranks) == world_size else ranks[0]
     for k, given in enumerate(states):  # each a state first, whatever the others are
         check_is_state(k, given)
     mixtures = [_is_mixture(s) for s in states]
     if not states or not any(mixtures):
-        return reshard_states(states, world_size, even=even, rank=rank)
+        return reshard_states(states, world_size, even=even, ranks=ranks)
     if any(_of_corpus(s) for s in states):  # (documents of no state: decoded, said below)
         raise StateError("states of a mixture and of a single corpus cannot be resharded together")
     if len({_batches(s) for s in states}) > 1:
@@ -315,7 +314,7 @@ def _reshard(
     for i, name in enumerate(names):
         try:
             new_parts[name] = reshard_states(part_states(i, name), world_size, even=even,
-                                             part=True, rank=rank)  # fmt: skip
+                                             part=True, ranks=ranks)  # fmt: skip
         except StateError as exc:  # (its field: the part's, inside the mixture's state)
             at = f"parts.{name}" if batches is None else f"documents.parts.{name}"
             raise exc.within(at, f"the mixture's part {name!r}: ") from None
@@ -381,8 +380,7 @@ def _reshard_best_fit(
         ]  # fmt: skip
         try:
             new_parts[name] = reshard_states(states, world, even=even, replays=unfinished,
-                                             part=True, rank=None if len(new) == world
-                                             else new[0])  # fmt: skip
+                                             part=True, ranks=new)  # fmt: skip
         except StateError as exc:  # (as concat's: its field, the part's in the batches state)
             raise exc.within(f"documents.parts.{name}", f"the mixture's part {name!r}: ") from None
     first = parsed[0]

@@ -86,19 +86,22 @@ def reshard(
             are of different runs, epochs, batch sizes or schedules; the message names what.
         ValueError: ``world_size`` is not an int >= 1, or ``rank`` not one of its ranks.
     """
-    made = reshard_states(states, world_size, even=even, rank=rank)
+    world_size = as_int(world_size)
+    made = reshard_states(states, world_size, even=even, ranks=new_ranks(world_size, rank))
     return made if rank is None else made[0]
 
 
 def reshard_states(
     states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP,
-    replays: Sequence[int] | None = None, part: bool = False, rank: int | None = None,
+    replays: Sequence[int] | None = None, part: bool = False,
+    ranks: Sequence[int] | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """``reshard`` (every new rank's state, or ``rank``'s only, in a list), and for a mixture's
-    ``part`` (the states its ``reshard`` builds) the windows each old rank had dealt to it not
-    finished (``replays``: its part's documents cannot say which, ``WindowAt.replays``)."""
+    """``reshard`` (the states of the new ``ranks``, as ``new_ranks`` gives them: None, all
+    of them), and for a mixture's ``part`` (the states its ``reshard`` builds) the windows
+    each old rank had dealt to it not finished (``replays``: its part's documents cannot say
+    which, ``WindowAt.replays``)."""
     world_size = as_int(world_size)
-    ranks = new_ranks(world_size, rank)
+    ranks = new_ranks(world_size) if ranks is None else ranks
     if not states:
         raise StateError("nothing to reshard: no state given")
     batches = parse_batches(states, runs=not part)
