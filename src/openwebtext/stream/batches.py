@@ -34,7 +34,7 @@ from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_sta
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, Packer, Run, copied
+from openwebtext.stream.source import DocumentSource, Packer, Run, copied, guarded
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -109,7 +109,7 @@ class Batches(Packer):
         segments: bool = False,
         start: BatchesState | None = None,
     ) -> None:
-        self._docs = documents
+        super().__init__(documents)
         self.segments = segments
         try:
             self._shape = Cursor(schedule_of(seq_len, batch_size, schedule), start)
@@ -297,6 +297,7 @@ class Batches(Packer):
                 parts = add_parts(parts, counted.astype(np.int64))
         return self._packed.add(0, firsts, cuts + firsts), parts
 
+    @guarded
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
@@ -314,6 +315,7 @@ class Batches(Packer):
         return state.to_json()
 
     @property
+    @guarded
     def stats(self) -> Stats:
         """The document stream's counts (documents read ahead into the pending batch included),
         and what packing did to the documents of the batches handed out (a mixture's: per part

@@ -148,7 +148,8 @@ class MixtureBatches(Closing, Generic[Item]):
     @property
     def stats(self) -> Stats:
         """The documents' counts (read ahead included), and what packing did."""
-        return self._batches.stats
+        with self._turn:
+            return self._batches.stats
 
     def close(self) -> None:
         """Stop the workers now: the batches end here. Safe to call twice."""

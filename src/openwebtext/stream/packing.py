@@ -61,6 +61,7 @@ from openwebtext.stream.source import (
     TokenRun,
     WindowAhead,
     copied,
+    guarded,
     slots_at,
 )
 from openwebtext.stream.state import Mark, Stats
@@ -128,7 +129,7 @@ class BestFitBatches(Packer):
         start: BatchesState | None = None,
         take: int | None = None,
     ) -> None:
-        self._docs = documents
+        super().__init__(documents)
         self._take, self._read_count, self._start = take, 0, start  # (read into windows)
         # The documents of the first window, when the run it was begun in ended before it.
         short = None if start is None else start.window_documents
@@ -424,6 +425,7 @@ class BestFitBatches(Packer):
         at = row - window.made_from
         return [a[at : at + take] for a in window.made]
 
+    @guarded
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         if self._skip and self._start is not None:  # its window not read again (take=0)
@@ -460,6 +462,7 @@ class BestFitBatches(Packer):
         ).to_json()  # fmt: skip
 
     @property
+    @guarded
     def stats(self) -> Stats:
         """The document stream's counts (documents read ahead into packed windows included),
         and what packing did to the documents of the batches handed out (a mixture's: per part

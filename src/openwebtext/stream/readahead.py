@@ -193,6 +193,7 @@ class Ahead(Closing):
             producer = self._producer
             if producer.thread.ident is None and not producer.stopping.is_set():
                 self._state = self._source.state_dict()  # nothing handed out: the start's
+                self._stats = getattr(self._source, "stats", None)  # (never read beside the thread)
                 producer.thread.start()
         return self
 
@@ -279,7 +280,8 @@ class Ahead(Closing):
     @property
     def stats(self) -> Any:
         """The source's ``stats`` (``Loader.batches``') after the last batch handed out, as its
-        state: the batches made ahead are not in them (before the first: the source's).
+        state: the batches made ahead are not in them (before the first: the source's when the
+        stage started, never read while its thread packs).
 
         Raises:
             AttributeError: the source has no ``stats`` (e.g. a ``StatefulDataLoader``): nor

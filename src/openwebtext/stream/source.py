@@ -11,10 +11,11 @@ between them), so a packer's state is the same as if it had read them one at a t
 
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
-from collections.abc import Generator
-from typing import Any, Generic, NamedTuple, Protocol, TypeAlias, TypeVar
+from collections.abc import Callable, Generator
+from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -28,6 +29,7 @@ __all__ = [
     "Closing",
     "DocumentSource",
     "InsideNext",
+    "OtherThread",
     "Packer",
     "Run",
     "RunParts",
@@ -37,6 +39,7 @@ __all__ = [
     "copied",
     "failed_earlier",
     "failure",
+    "guarded",
     "slots_at",
 ]
 
@@ -155,6 +158,9 @@ class DocumentSource(Protocol):
 
 
 C = TypeVar("C", bound="Closing")
+P = TypeVar("P", bound="Packer")
+A = ParamSpec("A")
+T = TypeVar("T")
 
 
 class Closing:
@@ -180,6 +186,18 @@ def copied(value: Any, **fields: Any) -> Any:
     return new
 
 
+def guarded(method: Callable[Concatenate[P, A], T]) -> Callable[Concatenate[P, A], T]:
+    """``method`` of a packer run holding its ``_turn``: a ``state_dict`` or ``stats`` asked
+    for on another thread waits for the batch being made (``next`` holds it)."""
+
+    def held(self: P, /, *args: A.args, **kwargs: A.kwargs) -> T:
+        with self._turn:
+            return method(self, *args, **kwargs)
+
+    functools.update_wrapper(held, method)
+    return held
+
+
 class Packer(Closing):
     """What every packer (``Batches``, ``BestFitBatches``) is besides its batches: the owner
     of its documents until it is closed, in ``with``. Closed, it has ended: ``next`` raises
@@ -203,28 +221,35 @@ class Packer(Closing):
     """Where the stream was when the packer held no document it had read (its state's)."""
     _KEPT: tuple[str, ...] = ()
 
+    def __init__(self, documents: DocumentSource) -> None:
+        self._docs = documents
+        self._turn = threading.RLock()
+        """Held by ``next`` and by ``state_dict`` and ``stats``, which another thread may ask
+        for: they wait for the batch being made, and say the state after it."""
+
     def __next__(self) -> Any:
-        if self._failed:
-            raise failed_earlier(self._failed)
-        if self._closed:
-            raise StopIteration
-        saved = {name: getattr(self, name) for name in self._KEPT}
-        saved.update(self._copies())
-        try:
-            batch = self._batch()
-        except StopIteration:
-            raise
-        except BaseException as exc:
-            self.__dict__.update(saved)
-            if self._closed_by_another():  # (a stage's close: its Halted): the end
-                raise StopIteration from None
-            self._failed = failure(exc)
-            self.close()
-            raise
-        if self._closed_by_another():  # (between two reads of documents: read to their end)
-            self.__dict__.update(saved)
-            raise StopIteration
-        return batch
+        with self._turn:
+            if self._failed:
+                raise failed_earlier(self._failed)
+            if self._closed:
+                raise StopIteration
+            saved = {name: getattr(self, name) for name in self._KEPT}
+            saved.update(self._copies())
+            try:
+                batch = self._batch()
+            except StopIteration:
+                raise
+            except BaseException as exc:
+                self.__dict__.update(saved)
+                if self._closed_by_another():  # (a stage's close: its Halted): the end
+                    raise StopIteration from None
+                self._failed = failure(exc)
+                self.close()
+                raise
+            if self._closed_by_another():  # (between two reads of documents: to their end)
+                self.__dict__.update(saved)
+                raise StopIteration
+            return batch
 
     def _closed_by_another(self) -> bool:
         """Whether another thread closed the packer during this ``next`` (a close under way
@@ -258,6 +283,19 @@ class Packer(Closing):
                 self._closed, self._closer = True, me
             self._closing = None
             settled.set()
+
+
+class OtherThread(RuntimeError):
+    """A document iterator's state, mark or stats (or a mixture's ``set_weights``) asked for on
+    another thread than the one reading it, while that one lives: it would read (or change) a
+    stream that thread may be changing, and say a state no run was ever at."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} of a document iterator on another thread than the one reading it: take "
+            "it on that thread between two documents (or once that thread has ended); batches "
+            "(Loader.batches, ahead(), to_device()) give their state_dict() to any thread"
+        )
 
 
 class InsideNext(RuntimeError):
@@ -302,14 +340,19 @@ class Running(Closing, Generic[S]):
 
     _gen: Generator[Any, None, None]
     _stream: S
+    _reader = 0
+    """The thread that read it last, by ``iter`` or ``next`` (0: none; a packer reads it by
+    ``next_run``, and guards its own state): its state is that thread's (``_owned``)."""
 
     def __iter__(self) -> Generator[Any, None, None]:
         # The generator itself: ``for`` then resumes it directly, with no Python-level
         # ``__next__`` call per document.
         self._check()
+        self._reader = threading.get_ident()
         return self._gen
 
     def __next__(self) -> Any:
+        self._reader = threading.get_ident()
         try:
             return next(self._gen)
         except StopIteration:
@@ -330,9 +373,16 @@ class Running(Closing, Generic[S]):
             except ValueError:  # "generator already executing": entered since the look
                 raise InsideNext() from None
 
+    def _owned(self, what: str) -> None:
+        """Raise ``OtherThread`` if the thread that read the iterator last is another, and
+        alive: ``what`` (its state, its stats) would be read while that thread changes them."""
+        reader = self._reader
+        me = threading.get_ident()
+        if reader and reader != me and any(t.ident == reader for t in threading.enumerate()):
+            raise OtherThread(what)
+
     def _check(self) -> None:
         if self._stream.failed:
             raise RuntimeError(f"the documents failed inside an earlier next() "
                                f"({self._stream.failed}); go on from their state_dict(): after "
                                "the last document handed out")  # fmt: skip
-

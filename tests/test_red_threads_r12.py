@@ -1,0 +1,175 @@
+"""What a red team of concurrent use (session 35) found: a state taken on another thread.
+
+A checkpointing thread asked a document iterator for its ``state_dict()`` while the reading
+thread handed out documents: the state was read field by field while that thread changed them
+(the position of the next block beside the counts of the last), and a state resumed a whole
+shuffle block later, 200 documents lost without a word. Batches' states were torn the same way
+(a best-fit window's number beside another batch's count). Now batches hold their ``next``
+while a state or stats is taken, from any thread; a document iterator, which hands out
+documents with no call of ours between them, refuses another thread's while its reader lives.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from openwebtext import Loader, Mixture
+from openwebtext.engine import inline as inline_module
+from openwebtext.stream import ahead
+
+_READ = inline_module.read_unit
+
+
+def _held(monkeypatch: pytest.MonkeyPatch, at: int = 2) -> tuple[threading.Event, threading.Event]:
+    """Reads in this process (``workers=0``) wait at unit ``at``: ``inside`` is set there, and
+    they go on once ``go`` is."""
+    inside, go, seen = threading.Event(), threading.Event(), []
+
+    def read_unit(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        if len(seen) == at:
+            inside.set()
+            assert go.wait(30)
+        return _READ(*args, **kwargs)
+
+    monkeypatch.setattr(inline_module, "read_unit", read_unit)
+    return inside, go
+
+
+@pytest.mark.parametrize("packing", ["concat", "bestfit"])
+def test_a_batches_state_from_another_thread_waits_for_the_batch_being_made(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch, packing: str
+) -> None:
+    """Asked for while the reader is inside ``next`` (held in a unit's read), the state is the
+    one after that batch, given once it is out: never one read while the batch is made."""
+    loader = Loader(small_corpus, workers=0, seed=3, tokenizer="bytes")
+    with loader.batches(256, 2, packing=packing) as whole:  # type: ignore[arg-type]
+        next(whole)
+        next(whole)
+        want = whole.state_dict()  # after the second batch
+    inside, go = _held(monkeypatch, at=2)
+    taken: list[Any] = []
+    with loader.batches(256, 2, packing=packing) as it:  # type: ignore[arg-type]
+        reader = threading.Thread(target=lambda: (next(it), next(it)))
+        reader.start()
+        assert inside.wait(30)  # the reader is inside next(), in the second unit's read
+        taker = threading.Thread(target=lambda: taken.append(it.state_dict()))
+        taker.start()
+        taker.join(0.5)
+        waited = taker.is_alive()
+        go.set()
+        reader.join(30)
+        taker.join(30)
+    assert waited, "the state was taken while a batch was being made"
+    first = [want]  # (the read held is the first batch's, or the second's)
+    with loader.batches(256, 2, packing=packing) as again:  # type: ignore[arg-type]
+        next(again)
+        first.append(again.state_dict())
+    assert taken[0] in first
+
+
+def test_a_document_iterator_s_state_on_another_thread_is_refused_while_its_reader_lives(
+    small_corpus: Path,
+) -> None:
+    """``state_dict()``, ``state()``, ``mark()`` and ``stats`` of an iterator another thread
+    reads, and is alive: refused (``RuntimeError`` naming what was asked); once that thread
+    has ended, given, and the same as the reader's own."""
+    loader = Loader(small_corpus, workers=0, seed=3)
+    paused, done = threading.Event(), threading.Event()
+    own: list[Any] = []
+    with loader.iter() as docs:
+
+        def read() -> None:
+            for _ in range(7):
+                next(docs)
+            own.append(docs.state_dict())
+            paused.set()
+            assert done.wait(30)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert paused.wait(30)
+        for what, ask in [("state_dict()", docs.state_dict), ("state_dict()", docs.state),
+                          ("mark()", docs.mark), ("stats", lambda: docs.stats)]:  # fmt: skip
+            with pytest.raises(RuntimeError, match=f"^{re.escape(what)} of a document"):
+                ask()
+        done.set()
+        reader.join(30)
+        assert docs.state_dict() == own[0]
+        assert docs.stats.documents == 7
+
+
+def test_a_for_loop_s_thread_is_the_reader(small_corpus: Path) -> None:
+    """``for`` resumes the generator with no call of ours per document: the thread that began
+    the loop (``iter``) is the reader."""
+    loader = Loader(small_corpus, workers=0, seed=3)
+    paused, done = threading.Event(), threading.Event()
+    with loader.iter() as docs:
+
+        def read() -> None:
+            for k, _ in enumerate(docs):
+                if k == 4:
+                    paused.set()
+                    assert done.wait(30)
+                    return
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert paused.wait(30)
+        with pytest.raises(RuntimeError, match="another thread than the one reading it"):
+            docs.state_dict()
+        done.set()
+        reader.join(30)
+        assert docs.stats.documents == 5
+
+
+def test_a_mixture_s_weights_set_on_another_thread_are_refused_while_its_reader_lives(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """``set_weights`` changes the turns the reading thread takes: on another thread it is
+    refused as the state is, and the weights stay."""
+    from openwebtext.synth import write_corpus
+
+    write_corpus(tmp_path / "b", subsets=1, members=2, docs=10, seed=1, workers=1)
+    mixture = Mixture({"a": small_corpus, "b": tmp_path / "b"}, {"a": 0.5, "b": 0.5})
+    paused, done = threading.Event(), threading.Event()
+    with Loader(mixture, workers=0, seed=0).iter() as docs:
+
+        def read() -> None:
+            next(docs)
+            paused.set()
+            assert done.wait(30)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        assert paused.wait(30)
+        with pytest.raises(RuntimeError, match=r"^set_weights\(\) of a document iterator"):
+            docs.set_weights({"a": 1.0, "b": 0.0})
+        done.set()
+        reader.join(30)
+    assert docs.weights == {"a": 0.5, "b": 0.5}
+
+
+def test_batches_made_ahead_say_their_stats_at_once_while_the_first_is_made(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before the first batch is handed out, a stage's ``stats`` are its source's when it
+    started, never read from the source while its thread packs (they would wait for the batch
+    being made, or be read while it changes them)."""
+    inside, go = _held(monkeypatch, at=2)
+    loader = Loader(small_corpus, workers=0, seed=3, tokenizer="bytes")
+    with ahead(loader.batches(256, 2)) as stage:
+        stage.start()
+        assert inside.wait(30)
+        began = time.monotonic()
+        stats = stage.stats
+        took = time.monotonic() - began
+        go.set()
+        next(stage)
+    assert took < 5 and stats.documents == 0
