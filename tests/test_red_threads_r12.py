@@ -11,6 +11,8 @@ documents with no call of ours between them, refuses another thread's while its 
 
 from __future__ import annotations
 
+import multiprocessing
+import pickle
 import re
 import threading
 import time
@@ -173,3 +175,39 @@ def test_batches_made_ahead_say_their_stats_at_once_while_the_first_is_made(
         go.set()
         next(stage)
     assert took < 5 and stats.documents == 0
+
+
+@pytest.mark.parametrize("kind", ["documents", "batches", "ahead"])
+def test_a_running_iterator_refuses_to_pickle_saying_what(small_corpus: Path, kind: str) -> None:
+    """Pickled, a running iterator failed on what it holds (a lambda of its error policy, a
+    mixture's ``mmap``). It says what to pickle instead: its Loader and its state."""
+    loader = Loader(small_corpus, workers=0, seed=3, tokenizer="bytes")
+    made = {"documents": loader.iter, "batches": lambda: loader.batches(64, 2),
+            "ahead": lambda: ahead(loader.batches(64, 2))}[kind]  # fmt: skip
+    said = r"does not pickle .* pickle its Loader and its state_dict\(\)"
+    with made() as running, pytest.raises(TypeError, match=said):
+        pickle.dumps(running)
+
+
+def _read_in_a_pool_task(corpus: str) -> list[str]:
+    with Loader(corpus, workers=2, seed=5).iter() as docs:
+        return [doc.name for doc in docs]
+
+
+def _synth_in_a_pool_task(out: str) -> int:
+    from openwebtext.synth import write_corpus
+
+    return write_corpus(out, subsets=1, members=3, docs=4, seed=2, workers=2).documents
+
+
+def test_a_daemonic_process_reads_its_units_itself(small_corpus: Path, tmp_path: Path) -> None:
+    """Inside a ``multiprocessing.Pool``'s worker (daemonic: it may start no process) a loader
+    of ``workers=2`` ended with multiprocessing's ``AssertionError`` ("daemonic processes are
+    not allowed to have children"), and ``write_corpus(workers=2)`` too. They now do their
+    workers' work in it, as ``workers=0`` (the same documents, in the same order)."""
+    want = _read_in_a_pool_task(str(small_corpus))
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        got = pool.apply(_read_in_a_pool_task, (str(small_corpus),))
+        made = pool.apply(_synth_in_a_pool_task, (str(tmp_path / "synth"),))
+    assert got == want and len(got) == 120
+    assert made == 12

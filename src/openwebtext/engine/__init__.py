@@ -11,7 +11,7 @@ from __future__ import annotations
 from openwebtext.engine.encode import encode_member, nanogpt_text
 from openwebtext.engine.halting import Halt, Halted, check_halt
 from openwebtext.engine.options import Lane, PoolOptions
-from openwebtext.engine.pool import LanePool, Pool, cpu_count, open_lanes, open_pool
+from openwebtext.engine.pool import LanePool, Pool, cpu_count, daemonic, open_lanes, open_pool
 from openwebtext.engine.read import Reader
 from openwebtext.engine.receive import recv_within
 from openwebtext.engine.tasks import (
@@ -36,6 +36,7 @@ __all__ = [
     "State",
     "check_halt",
     "cpu_count",
+    "daemonic",
     "encode_member",
     "failed",
     "nanogpt_text",

@@ -32,6 +32,9 @@ starts when it is given work while idle, and restarts with every message.
 
 from __future__ import annotations
 
+import functools
+import logging
+import multiprocessing
 import os
 from collections.abc import Generator, Iterable, Sequence
 from typing import Protocol
@@ -43,7 +46,9 @@ from openwebtext.engine.tasks import Loaded
 from openwebtext.records import Unit
 from openwebtext.source import Storage
 
-__all__ = ["LanePool", "Pool", "cpu_count", "open_lanes", "open_pool"]
+__all__ = ["LanePool", "Pool", "cpu_count", "daemonic", "open_lanes", "open_pool"]
+
+log = logging.getLogger(__name__)
 
 
 class Pool(Protocol):
@@ -75,7 +80,7 @@ def open_pool(units: Sequence[Unit], options: PoolOptions, storage: Storage | No
     Raises:
         WorkerError: a worker process cannot be started (on the first ``run``).
     """
-    if options.workers == 0:
+    if options.workers == 0 or daemonic():
         return InlinePool(units, options, storage)
     return WorkerPool(units, options, storage)
 
@@ -84,9 +89,25 @@ def open_lanes(lanes: Sequence[Lane], options: PoolOptions) -> LanePool:
     """One pool for several corpora (a mixture's parts): ``options`` says how many workers
     (or none), the prefetch, timeout, retries and hold; each lane how its units are read.
     ``LanePool.lane(i)`` is lane ``i`` as a ``Pool`` of its own."""
-    if options.workers == 0:
+    if options.workers == 0 or daemonic():
         return LanePool(InlinePool((), options, lanes=lanes))
     return LanePool(WorkerPool((), options, lanes=lanes))
+
+
+def daemonic() -> bool:
+    """Whether this process is daemonic (a ``multiprocessing.Pool``'s worker, a DataLoader's),
+    which may not start processes: its units are read in it (``workers=0``: the same
+    documents in the same order), said once per process."""
+    if multiprocessing.current_process().daemon:
+        _say_daemonic()
+        return True
+    return False
+
+
+@functools.cache
+def _say_daemonic() -> None:
+    log.warning("a daemonic process (a multiprocessing.Pool's worker) may not start processes: "
+                "the workers' work is done in it, as with workers=0")  # fmt: skip
 
 
 class LanePool:

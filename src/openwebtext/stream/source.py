@@ -15,7 +15,17 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Generator
-from typing import Any, Concatenate, Generic, NamedTuple, ParamSpec, Protocol, TypeAlias, TypeVar
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    NamedTuple,
+    NoReturn,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeVar,
+)
 
 import numpy as np
 
@@ -173,6 +183,13 @@ class Closing:
 
     def __enter__(self: C) -> C:
         return self
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            f"a running {type(self).__name__} does not pickle (it owns its workers and what they "
+            "read): pickle its Loader and its state_dict(), and go on from them with "
+            "Loader.iter(state=...) or Loader.batches(..., state=...)"
+        )
 
     def __exit__(self, *exc: object) -> None:
         self.close()

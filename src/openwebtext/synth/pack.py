@@ -33,7 +33,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from openwebtext.engine import recv_within
+from openwebtext.engine import daemonic, recv_within
 from openwebtext.errors import OutputError, WorkerError, WorkerTraceback
 from openwebtext.files import umask
 from openwebtext.options import integral
@@ -161,7 +161,7 @@ class _InOrder:
         self._sent = self._read = 0
         self._workers: list[tuple[BaseProcess, Connection, Connection]] = []
         self._closed = False
-        if workers <= 1 or len(jobs) <= 1:
+        if workers <= 1 or len(jobs) <= 1 or daemonic():  # (which may start no process)
             return
         context = _mp_context()
         try:
