@@ -19,7 +19,7 @@ from openwebtext import cli, errors, files, synth
 from openwebtext.cli import standard
 from openwebtext.errors import CorruptDocument
 from openwebtext.index import Corpus
-from openwebtext.index import corpus as corpus_module
+from openwebtext.index import countsfile as counts_module
 from openwebtext.synth import write_corpus
 
 OWT = [sys.executable, "-m", "openwebtext.cli"]
@@ -133,21 +133,21 @@ def test_a_counts_file_this_user_may_not_read_is_kept_and_not_said_damaged(
     monkeypatch.setenv("OWT_CACHE_DIR", str(tmp_path / "cache"))
     beside, cached = corpus.counts_paths()
     beside.write_text("theirs")
-    reading = corpus_module.read_file
+    reading = counts_module.read_file
 
     def read(path: Path, *args: object, **kwargs: object) -> bytes:
         if Path(path) == beside:
             raise PermissionError(13, "Permission denied", str(path))
         return reading(path, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(corpus_module, "read_file", read)
+    monkeypatch.setattr(counts_module, "read_file", read)
     monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != beside)
     with caplog.at_level(logging.WARNING, logger="openwebtext"):
         assert corpus.load_counts() is None
         assert corpus.load_counts() is None
     said = [r.getMessage() for r in caplog.records if "counts file" in r.getMessage()]
     assert len(said) == 1 and "cannot be read" in said[0] and "damaged" not in said[0]
-    written = corpus.save_counts(corpus_module.Counts((3, 3)))
+    written = corpus.save_counts(counts_module.Counts((3, 3)))
     assert written == cached and beside.read_text() == "theirs"
 
 

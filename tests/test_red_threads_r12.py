@@ -211,3 +211,39 @@ def test_a_daemonic_process_reads_its_units_itself(small_corpus: Path, tmp_path:
         made = pool.apply(_synth_in_a_pool_task, (str(tmp_path / "synth"),))
     assert got == want and len(got) == 120
     assert made == 12
+
+
+def test_two_counts_of_other_splits_saved_at_once_keep_both(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """Two ``owt index`` runs of other held-out splits at once: each read the counts file
+    before the other wrote it, then replaced it whole, so one split was lost though both said
+    they saved it. A save now joins the splits the file holds by then, its folder locked."""
+    import shutil
+
+    from openwebtext.files import folder_locked
+    from openwebtext.index import Corpus, Counts
+
+    shutil.copytree(small_corpus, tmp_path / "c")
+    corpus = Corpus.open(tmp_path / "c")
+    documents = (20,) * 6
+    first = corpus.save_counts(Counts(documents, {"0.1/1": (2,) * 6}))
+    # The second was counted before the first was saved: it knows only its own split.
+    second = corpus.save_counts(Counts(documents, {"0.2/1": (4,) * 6}))
+    assert first == second
+    assert Corpus.open(tmp_path / "c").load_counts() == Counts(
+        documents, {"0.1/1": (2,) * 6, "0.2/1": (4,) * 6}
+    )
+    # The read, join and write wait for the folder's lock (another process's save).
+    saved: list[Path] = []
+    with folder_locked(first.parent) as held:
+        assert held
+        saver = threading.Thread(
+            target=lambda: saved.append(corpus.save_counts(Counts(documents, {"0.3/1": (1,) * 6})))
+        )
+        saver.start()
+        saver.join(0.5)
+        assert saver.is_alive() and not saved
+    saver.join(30)
+    assert saved == [first]
+    assert set(Corpus.open(tmp_path / "c").load_counts().val) == {"0.1/1", "0.2/1", "0.3/1"}  # type: ignore[union-attr]

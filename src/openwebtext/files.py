@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import re
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
@@ -30,6 +32,7 @@ __all__ = [
     "atomic_file",
     "atomic_write",
     "cache_root",
+    "folder_locked",
     "named",
     "open_to_read",
     "output_path",
@@ -221,6 +224,34 @@ def sync_folder(folder: str | os.PathLike[str]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def folder_locked(folder: str | os.PathLike[str], most: float = 10.0) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` of ``folder`` (for a read, join and replace of a small file
+    in it by several processes at once, the counts file's), waiting at most ``most`` seconds:
+    yields whether it is held (not: a file system that cannot lock, or a holder stopped for
+    longer; the work goes on, as it did with no lock, rather than wait for ever)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield False
+        return
+    try:
+        end, held = time.monotonic() + most, False
+        while not held:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except BlockingIOError:
+                if time.monotonic() > end:
+                    break
+                time.sleep(0.005)
+            except OSError:  # (ENOLCK, EBADF: a file system that cannot lock)
+                break
+        yield held
+    finally:
+        os.close(fd)  # (the lock goes with it)
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:

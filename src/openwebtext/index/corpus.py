@@ -1,4 +1,5 @@
-"""The corpus: its units, and the per-member document counts cached by ``owt index``.
+"""The corpus: its units, and the per-member document counts cached by ``owt index`` (the
+counts and their file: ``countsfile``).
 
 Counts are optional: reading never needs them. Options that must know how many
 documents each rank will see before reading (``even`` sharding) need them, and
@@ -10,9 +11,6 @@ cache folder (``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``) otherwise.
 from __future__ import annotations
 
 import hashlib
-import json
-import logging
-import operator
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -20,12 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from openwebtext.codec import Count, Disagree, Record, parse, read_file, whose
-from openwebtext.errors import CorpusError, OutputError, StateError
-from openwebtext.files import atomic_write, cache_root, open_to_read
+from openwebtext.errors import CorpusError
+from openwebtext.files import cache_root, open_to_read
 from openwebtext.index.checks import member_check
+from openwebtext.index.countsfile import (
+    COUNTS_FORMAT,
+    CountedOf,
+    Counts,
+    CountsFile,
+    load_counts,
+    save_counts,
+    split_key,
+)
 from openwebtext.index.inputs import file_version, noted_versions
 from openwebtext.index.local import LocalFile
 from openwebtext.index.parquet import TEXT_COLUMN
@@ -48,84 +52,11 @@ from openwebtext.tokenfiles import INT_DTYPE
 
 __all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "NoColumn", "split_key"]
 
-#: /2: the counts carry the files' ``version`` (size and mtime), so a changed file makes
-#: them stale; /1 files are treated as absent.
-COUNTS_FORMAT = "openwebtext-counts/2"
-
-log = logging.getLogger("openwebtext")
 
 #: Threads reading remote members' checks: each is a small request at a member's end.
 CHECK_THREADS = 16
 
 PathLike = str | os.PathLike[str]
-
-
-def split_key(fraction: float, seed: int) -> str:
-    return f"{fraction!r}/{seed}"
-
-
-class CountsFile(Record, frozen=True, tag_field="format", tag=COUNTS_FORMAT):
-    """A counts file (``Corpus.save_counts``): what it was counted of (the corpus's
-    fingerprint, its files' ``version``, its units) and the documents of each unit, all and
-    held out per split (``split_key``), read by the one codec; a damaged one is absent."""
-
-    what = "counts file"
-    fingerprint: str
-    version: str
-    units: Count
-    total: Count
-    documents: tuple[Count, ...]
-    val: dict[str, tuple[Count, ...]] = msgspec.field(default_factory=dict)
-    failed: tuple[Count, ...] = ()
-    """The units that could not be read when counted (under skip), counted as no document."""
-
-    def check(self) -> None:
-        if len(self.documents) != self.units:
-            raise Disagree("documents", f"must count each of the {self.units} units")
-        if any(u >= self.units or self.documents[u] for u in self.failed):
-            raise Disagree("failed", "must name units of the corpus counted as no document")
-        if sum(self.documents) != self.total:
-            raise Disagree("total", f"is {self.total}, not the documents' {sum(self.documents)}")
-        for key, held in self.val.items():
-            if len(held) != self.units or any(map(operator.gt, held, self.documents)):
-                raise Disagree(f"val[{key!r}]", f"must count each of the {self.units} units, "
-                               "each at most its documents")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Counts:
-    """Documents per unit (in corpus order), and per held-out split.
-
-    Attributes:
-        documents: Documents in each unit.
-        val: For each ``split_key(fraction, seed)``, held-out documents per unit.
-        failed: The units that could not be read when counted (under skip), counted as no
-            document (a share whose edge one lies on does not read it: ``ensure_counts``
-            refuses them under ``raise``).
-    """
-
-    documents: tuple[int, ...]
-    val: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    failed: tuple[int, ...] = ()
-
-    def per_unit(self, split: str, fraction: float, seed: int) -> tuple[int, ...] | None:
-        """Documents per unit for ``split`` (all, train or val); None if not counted."""
-        if split == "all":
-            return self.documents
-        held = self.val.get(split_key(fraction, seed))
-        if held is None:
-            return None
-        if split == "val":
-            return held
-        return tuple(n - v for n, v in zip(self.documents, held, strict=True))
-
-    def joined(self, counted: Counts) -> Counts:
-        """``counted`` (a later count), with the held-out splits of these counts it lacks when
-        both count the same documents per unit (else ``counted`` alone): a count of one more
-        split never drops the splits counted before."""
-        if counted.documents != self.documents:
-            return counted
-        return Counts(counted.documents, {**self.val, **counted.val}, counted.failed)
 
 
 class NoColumn(ValueError):
@@ -373,80 +304,22 @@ class Corpus:
         return [Path(self.units[0].path).parent / name, cached]
 
     def load_counts(self) -> Counts | None:
-        """The cached counts, if a file holds them for this corpus as it is now: a damaged or
-        unreadable file is absent, with a warning (a count rewrites a damaged one, never
-        another user's); counts made before a file changed are stale, and absent."""
-        for path in self.counts_paths():
-            try:
-                raw = parse(read_file(path))
-            except FileNotFoundError:
-                continue
-            except (OSError, ValueError) as exc:
-                _warn_once(path, exc)
-                continue
-            if whose(raw, CountsFile) == "version":  # another version's file: absent
-                continue
-            try:
-                saved = CountsFile.from_json(raw)
-            except StateError as exc:
-                _warn_once(path, exc)
-                continue
-            if saved.fingerprint != self.fingerprint() or saved.version != self.version():
-                log.info("counts file %s is stale: a file changed since it was counted", path)
-                continue
-            if saved.units != len(self.units):
-                log.warning("counts file %s is damaged (it counts %d units, not the %d of the "
-                            "corpus): ignored, to be rewritten", path, saved.units,
-                            len(self.units))  # fmt: skip
-                continue
-            return Counts(saved.documents, dict(saved.val), saved.failed)
-        return None
+        """The cached counts, if a file holds them for this corpus as it is now (``countsfile``:
+        a damaged, unreadable or stale file is absent)."""
+        return load_counts(self.counts_paths(), self._counted())
 
     def save_counts(self, counts: Counts) -> Path:
-        """Write ``counts`` atomically to the first writable place; return it."""
-        record = CountsFile(
-            fingerprint=self.fingerprint(),
-            version=self.version(),
-            units=len(self.units),
-            total=sum(counts.documents),
-            documents=counts.documents,
-            val=dict(counts.val),
-            failed=counts.failed,
-        )
-        body = json.dumps(record.to_json())
-        errors = []
-        for path in self.counts_paths():
-            if path.exists() and not os.access(path, os.R_OK):  # (another's: kept, not taken)
-                errors.append(f"{path}: another user's, which this one may not read")
-                continue
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                atomic_write(path, body)
-                return path
-            except OSError as exc:
-                errors.append(f"{path}: {exc.strerror or exc}")
-            except OutputError as exc:  # the folder is not writable: try the next place
-                errors.append(f"{path}: {exc}")
-        raise CorpusError("cannot write the counts file: " + "; ".join(errors))
+        """Write ``counts`` to the first writable place (``countsfile.save_counts``: joined
+        with the splits counted there meanwhile); return it."""
+        return save_counts(self.counts_paths(), self._counted(), counts)
+
+    def _counted(self) -> CountedOf:
+        return CountedOf(self.fingerprint(), self.version(), len(self.units))
 
     def with_counts(self, counts: Counts) -> Corpus:
         return Corpus(
             self.units, counts, self.skipped_files, self.versions, self.storage, self.text_column
         )
-
-
-#: The counts files warned of in this process (a corpus's counts are looked up more than once).
-_WARNED: set[tuple[str, str]] = set()
-
-
-def _warn_once(path: Path, exc: BaseException) -> None:
-    """Say that the counts file ``path`` is damaged (``exc``), or that this user may not read
-    it, once in the process."""
-    said = ("counts file %s cannot be read (%s): not used" if isinstance(exc, PermissionError)
-            else "counts file %s is damaged (%s): ignored, to be rewritten")  # fmt: skip
-    if (str(path), said) not in _WARNED:
-        _WARNED.add((str(path), said))
-        log.warning(said, path, exc)
 
 
 def _given(paths: Any, what: str) -> list[str | os.PathLike[str]]:
