@@ -247,3 +247,39 @@ def test_two_counts_of_other_splits_saved_at_once_keep_both(
     saver.join(30)
     assert saved == [first]
     assert set(Corpus.open(tmp_path / "c").load_counts().val) == {"0.1/1", "0.2/1", "0.3/1"}  # type: ignore[union-attr]
+
+
+def test_a_merge_never_reads_a_slice_a_run_is_writing(small_corpus: Path, tmp_path: Path) -> None:
+    """``owt merge`` read a slice folder while ``owt tokenize`` wrote it again: it said the
+    merge's own output was damaged ("run again with --restart", which cannot help) and left
+    its parts behind, or merged the slice's old and new bytes. It now holds each local slice's
+    lock: a run writing one is named at once (or, with ``wait``, waited for)."""
+    from openwebtext.index import Corpus
+    from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
+    from openwebtext.prepare.lock import hold
+
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
+    slices = [tmp_path / f"s{i}" for i in range(2)]
+    for i, folder in enumerate(slices):
+        prepare(corpus, folder, options, shard=(i, 2))
+    taken, release = threading.Event(), threading.Event()
+
+    def writing() -> None:  # holds slice 1 as a run writing into it does
+        with hold(slices[1]):
+            taken.set()
+            assert release.wait(60)
+
+    writer = threading.Thread(target=writing)
+    writer.start()
+    try:
+        assert taken.wait(60)
+        with pytest.raises(PrepareError, match=r"s1 is in use by another run"):
+            merge(slices, tmp_path / "m")
+        assert not (tmp_path / "m" / "meta.json").exists()
+        threading.Timer(0.5, release.set).start()
+        report = merge(slices, tmp_path / "m", wait=True)  # (waits for the run to end)
+    finally:
+        release.set()
+        writer.join(60)
+    assert report.meta["files"]["train.bin"]["bytes"] > 0

@@ -33,7 +33,7 @@ from pathlib import Path
 from openwebtext import codec
 from openwebtext.prepare.workdir import LOCK, PrepareError
 
-__all__ = ["LOCK", "confirm", "hold", "hold_if_free"]
+__all__ = ["LOCK", "confirm", "hold", "hold_if_free", "hold_to_read"]
 
 _log = logging.getLogger("openwebtext")
 #: The folders each thread holds (``folders``: resolved folder -> the locked file's
@@ -163,6 +163,26 @@ def hold_if_free(folder: Path) -> Iterator[bool]:
         except PrepareError:
             free = False
         yield free
+
+
+@contextlib.contextmanager
+def hold_to_read(folder: Path, wait: bool = False) -> Iterator[None]:
+    """Hold the lock of a folder a run may write, for reading it (a slice a merge reads): a
+    run writing it is refused at once (or, ``wait``, waited for) and none starts meanwhile.
+    A folder whose lock file cannot be made or locked (read-only: no run of ours writes it
+    either) or that is no folder is read as it is (its reader says what it lacks).
+
+    Raises:
+        PrepareError: another live run holds it (not ``wait``).
+    """
+    with contextlib.ExitStack() as held:
+        if folder.is_dir():
+            try:
+                held.enter_context(hold(folder, wait))
+            except PrepareError as exc:
+                if not isinstance(exc.__cause__, OSError):  # (held by a run: said at once)
+                    raise
+        yield
 
 
 def confirm(folder: Path) -> None:

@@ -18,7 +18,7 @@ from openwebtext.options import check_max_errors
 from openwebtext.policy import MEMBER_COUNTERS, SkipPolicy
 from openwebtext.prepare import outputs
 from openwebtext.prepare.config import BINS, Progress, Report, difference
-from openwebtext.prepare.lock import confirm, hold
+from openwebtext.prepare.lock import confirm, hold, hold_to_read
 from openwebtext.prepare.meta import read_meta
 from openwebtext.prepare.permute import permute
 from openwebtext.prepare.record import Passes, Run, drive, open_record
@@ -59,6 +59,10 @@ def merge(
     skips add up to more than this (``policy.SkipPolicy``: the bound of the whole run that
     wrote them; None: no bound).
 
+    A local slice is read holding its folder's lock (unless none can be taken: a read-only
+    folder): a run writing into it (``owt tokenize --out`` of it, again) is refused or waited
+    for (``wait``), and one started meanwhile is refused, rather than read half-written.
+
     ``verify``: before a slice's files are read, check that each still has the sha256 its
     ``meta.json`` records (a file changed in place, at the same size, is refused). This reads
     every slice once more, at about the speed of the disk: some 30 s for the 17 GB of a full
@@ -69,7 +73,8 @@ def merge(
     Raises:
         PrepareError: a folder is not a slice; slices of different corpora or options; a
             slice missing, given twice, or overlapping another; a slice's file of the wrong
-            size, or (``verify``) not its sha256; a download or upload failed.
+            size, or (``verify``) not its sha256; a slice in use by another run (not
+            ``wait``); a download or upload failed.
         TooManyErrors: more skips in all than ``max_errors``.
         TypeError: ``folders`` is one path, not a list of them; a folder or ``out`` that is
             not a path or URL.
@@ -85,37 +90,40 @@ def merge(
     locations = [outputs.location(f, "a slice's folder") for f in folders]
     target = outputs.location(out)
     refuse_corpus_folder(os.fspath(target))
-    found = [_slice_meta(f, storage) for f in locations]
-    if not found:
-        raise PrepareError("no slice to merge")
-    metas = [meta for meta, _ in found]
-    config = codec.replace(metas[0].config, slice=None)
-    for folder, meta in zip(locations[1:], metas[1:], strict=True):
-        other = codec.replace(meta.config, slice=None)
-        if other != config:
-            first = f"in {outputs.shown(locations[0])}"
-            what = difference(other, config, first)
-            raise PrepareError(
-                f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
-            )
-    ordered = _check_tiling(locations, found, config.units)
-    for folder in locations:
-        if outputs.same_place(folder, target):
-            raise PrepareError(
-                f"cannot merge into {outputs.shown(target)}: it is one of the slices being "
-                "merged; give another --out"
-            )
-    SkipPolicy("skip", max_errors).check(_skips(metas).skips)
-    run = (config, ordered, restart, progress, checkpoint_seconds, storage, verify)
-    build = lambda folder: _merge_in(folder, *run)  # noqa: E731
-    copies = [outputs.staging(f, "fetch") for f, _ in ordered if isinstance(f, str)]
     with contextlib.ExitStack() as held:
+        for f in locations:  # a local slice: never read while a run writes it again
+            if isinstance(f, Path):
+                held.enter_context(hold_to_read(f, wait))
+        found = [_slice_meta(f, storage) for f in locations]
+        if not found:
+            raise PrepareError("no slice to merge")
+        metas = [meta for meta, _ in found]
+        config = codec.replace(metas[0].config, slice=None)
+        for folder, meta in zip(locations[1:], metas[1:], strict=True):
+            other = codec.replace(meta.config, slice=None)
+            if other != config:
+                first = f"in {outputs.shown(locations[0])}"
+                what = difference(other, config, first)
+                raise PrepareError(
+                    f"cannot merge slices of different runs: {outputs.shown(folder)} is of {what}"
+                )
+        ordered = _check_tiling(locations, found, config.units)
+        for folder in locations:
+            if outputs.same_place(folder, target):
+                raise PrepareError(
+                    f"cannot merge into {outputs.shown(target)}: it is one of the slices being "
+                    "merged; give another --out"
+                )
+        SkipPolicy("skip", max_errors).check(_skips(metas).skips)
+        run = (config, ordered, restart, progress, checkpoint_seconds, storage, verify)
+        build = lambda folder: _merge_in(folder, *run)  # noqa: E731
+        copies = [outputs.staging(f, "fetch") for f, _ in ordered if isinstance(f, str)]
         for copy in copies:  # another merge of the same remote slice shares its local copy
             held.enter_context(hold(copy, wait))
         report = written(target, config, restart, storage, build, wait)
         for copy in copies:  # done: the local copies of remote slices go, for any target
             outputs.remove(copy)
-    return report
+        return report
 
 
 def _merge_in(
