@@ -31,7 +31,7 @@ from openwebtext.index import Corpus
 from openwebtext.mixing import Interleave
 from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
-from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
+from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats, Pending
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState, Replay
 from openwebtext.stream.source import WindowAhead, failure
@@ -156,8 +156,7 @@ class MixedStream:
         weights = mixture.weights if saved is None else saved.weights
         self.interleave = Interleave(weights, None if saved is None else saved.served)
         self.handed = 0 if saved is None else saved.handed
-        self.changes: list[Change] = [] if saved is None else list(saved.changes)
-        self.applied = 0  # changes in the weights now (a state holds only those not in them)
+        self.pending = Pending(() if saved is None else saved.changes)  # (not in the weights)
         # A saved batches state's part of the document its next batch begins in: kept in
         # this stream's marks until it hands out a document (a state taken before then).
         self._next = None if saved is None else saved.next
@@ -183,14 +182,13 @@ class MixedStream:
         """New weights from the next document the mixture chooses on (the proportions count
         from there): recorded as a change at that position, so a resume applies it there."""
         values = self.mixture.weights_of(weights, "set_weights")
-        del self.changes[self.applied :]  # (they apply here or later: never in force)
-        self.changes.append(Change(self.handed, values))
+        self.pending.set(Change(self.handed, values))
 
     def _due(self) -> bool:
         """A change of weights applies before the next document."""
-        pending = self.changes[self.applied :]
+        pending = self.pending.change
         stepped = self.handed in self._schedule and self._stepped != self.handed
-        return stepped or bool(pending and pending[0].at <= self.handed)
+        return stepped or (pending is not None and pending.at <= self.handed)
 
     def _apply_due(self) -> None:
         """The schedule's step at this position (once), then every ``set_weights`` made up
@@ -199,9 +197,9 @@ class MixedStream:
         if step is not None and self._stepped != self.handed:
             self.interleave.set_weights(step)
             self._stepped = self.handed
-        while self.applied < len(self.changes) and self.changes[self.applied].at <= self.handed:
-            self.interleave.set_weights(self.changes[self.applied].weights)
-            self.applied += 1
+        while (change := self.pending.change) is not None and change.at <= self.handed:
+            self.interleave.set_weights(change.weights)
+            self.pending = self.pending.following()
 
     def documents(self) -> Generator[Any, None, None]:
         """The mixture's documents in order (``Document.source``: the part's name)."""
@@ -364,7 +362,7 @@ class MixedStream:
         """Where the mixture is now, after the last document handed out."""
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
-        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.applied, self._next,
+        return MixMark(marks, self.handed, it.weights, tuple(it.served), self.pending, self._next,
                        tuple(self.replays))  # fmt: skip
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
@@ -376,7 +374,7 @@ class MixedStream:
             m.handed,
             m.weights,
             m.served,
-            tuple(self.changes[m.applied :]),  # the ones before are in weights and served
+            m.pending.changes(),  # the ones before are in weights and served
             m.next,
             m.replays or UNSET,
         )

@@ -4,13 +4,14 @@ summed and by name), ``MixMark`` (a mark per part; its state is ``schema.Mixture
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
 
 from openwebtext.stream.counters import Counters
-from openwebtext.stream.schema import Replay
+from openwebtext.stream.schema import Change, Replay
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = ["MixMark", "MixRun", "MixtureStats"]
@@ -24,6 +25,42 @@ class MixtureStats(Stats, frozen=True):
     """Each part's epoch: of the last document it handed out (or where it starts)."""
 
 
+class Pending:
+    """The changes of weights ``set_weights`` recorded that a mark's weights do not include yet,
+    as a chain of links: the stream holds its first link not applied, each mark the one it was
+    taken at; ``set`` fills the stream's (those after it are dropped: they would apply here or
+    later, never in force) and opens an empty one after it. A change no mark holds any more is
+    let go: a stream reweighted at every step keeps what its live marks need, not every change.
+    """
+
+    __slots__ = ("after", "change")
+
+    def __init__(self, changes: Sequence[Change] = ()) -> None:
+        self.change: Change | None = None
+        self.after: Pending | None = None
+        link = self
+        for change in changes:
+            link = link.set(change)
+
+    def set(self, change: Change) -> Pending:
+        """Record ``change`` here, dropping what was after it; the new empty link after it."""
+        self.change, self.after = change, Pending()
+        return self.after
+
+    def following(self) -> Pending:
+        """The link after this one, once its change is applied."""
+        assert self.after is not None, "an empty link is never applied"
+        return self.after
+
+    def changes(self) -> tuple[Change, ...]:
+        """The changes from this link on, in order."""
+        found, link = [], self
+        while link.change is not None and link.after is not None:
+            found.append(link.change)
+            link = link.after
+        return tuple(found)
+
+
 class MixMark(NamedTuple):
     """Where a mixture was (``MixedStream.mark``), cheaply: each part's stream mark (before
     the document it read ahead), the rank's position and the turns' counts."""
@@ -32,8 +69,8 @@ class MixMark(NamedTuple):
     handed: int
     weights: tuple[float, ...]
     served: tuple[int, ...]
-    applied: int
-    """How many weight changes the weights and counts include."""
+    pending: Pending
+    """The changes of weights recorded that the weights and counts do not include."""
     next: int | None = None
     """The part of the next document, where it was already chosen (``MixRun.mark_before``)."""
     replays: tuple[Replay, ...] = ()
@@ -128,7 +165,7 @@ class MixRun:
         if self._replays is not None:  # a dealt window's: the old rank's turns moved
             return b._replace(parts=tuple(marks), next=following, replays=self._replays[j - 1])
         return MixMark(
-            tuple(marks), b.handed + j, b.weights, tuple(served), b.applied, following
+            tuple(marks), b.handed + j, b.weights, tuple(served), b.pending, following
         )
 
     def part_after(self, j: int) -> Mark:

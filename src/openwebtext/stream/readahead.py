@@ -22,6 +22,7 @@ have, and its states are the same (the stream's mark is the one before them unti
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +43,8 @@ from openwebtext.stream.source import (
 from openwebtext.stream.state import Stats
 
 __all__ = ["Ahead", "Primed", "Stateful", "ahead"]
+
+log = logging.getLogger("openwebtext")
 
 #: How often (seconds) a thread waiting on a full queue checks whether it should stop.
 POLL = 0.05
@@ -96,7 +99,10 @@ class Producer:
         except BaseException as error:  # handed to the consumer, raised there (not once stopping)
             self.put(Failed(error))
         finally:
-            close_source(self.source)
+            try:
+                close_source(self.source)
+            except Exception as error:  # (nobody waits on the thread: said, not its traceback)
+                log.warning("closing the batches made ahead: %s: %s", type(error).__name__, error)
 
     def read(self) -> None:
         batches = iter(self.source)

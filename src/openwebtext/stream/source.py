@@ -387,7 +387,9 @@ class Running(Closing, Generic[S]):
         for gen in generators:
             try:
                 gen.close()
-            except ValueError:  # "generator already executing": entered since the look
+            except ValueError as exc:  # "generator already executing": entered since the look
+                if "already executing" not in str(exc):  # (its own cleanup's: as it is)
+                    raise
                 raise InsideNext() from None
 
     def _owned(self, what: str) -> None:

@@ -1,0 +1,110 @@
+"""What a red team of leaks over repeated use (session 35) found: every ``set_weights`` of a
+mixture's document iterator was kept for the iterator's life (a list of every change, applied
+or not, which a mark indexed into): a trainer reweighting at every step grew by ~0.2-0.7 GB a
+million steps. The changes are now a chain whose applied links go once no mark holds them."""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Loader, Mixture
+from openwebtext.stream.schema import Change
+from openwebtext.synth import write_corpus
+
+
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory: pytest.TempPathFactory, small_corpus: Path) -> Mixture:
+    other = tmp_path_factory.mktemp("leaks") / "b"
+    write_corpus(other, subsets=1, members=2, docs=10, seed=1, workers=1)
+    return Mixture({"a": small_corpus, "b": other}, {"a": 0.5, "b": 0.5})
+
+
+def _changes() -> int:
+    """Changes of weights alive (a change's weights are a tuple: the GC tracks it)."""
+    gc.collect()
+    return sum(isinstance(o, Change) for o in gc.get_objects())
+
+
+def test_changes_of_weights_applied_are_let_go(mixture: Mixture) -> None:
+    """3,000 ``set_weights``, one per document: the changes alive stay a handful, not 3,000."""
+    with Loader(mixture, workers=0, seed=0, epochs=None).iter() as docs:
+        for n, _ in zip(range(3000), docs, strict=False):
+            docs.set_weights({"a": 0.3 if n % 2 else 0.7, "b": 0.7 if n % 2 else 0.3})
+        alive = _changes()
+        state = docs.state_dict()
+    assert alive <= 4
+    assert [c["at"] for c in state["changes"]] == [3000]
+
+
+def test_a_mark_keeps_the_changes_recorded_after_it(mixture: Mixture) -> None:
+    """A mark taken before changes of weights says them in its state (they apply at or after
+    it), applied meanwhile or not, and a resume from it goes on as the run did."""
+    loader = Loader(mixture, workers=0, seed=0, epochs=None)
+    with loader.iter() as docs:
+        for _ in range(5):
+            next(docs)
+        mark = docs.mark()
+        docs.set_weights({"a": 0.9, "b": 0.1})
+        after = [next(docs).name for _ in range(3)]
+        docs.set_weights({"a": 0.2, "b": 0.8})
+        state = docs.state_dict(mark)
+        rest = [next(docs).name for _ in range(20)]
+    assert [(c["at"], c["weights"]) for c in state["changes"]] == [(5, [0.9, 0.1]),
+                                                                   (8, [0.2, 0.8])]  # fmt: skip
+    with loader.iter(state=state) as again:
+        assert [next(again).name for _ in range(23)] == after + rest
+
+
+def test_an_error_of_a_generator_s_own_cleanup_is_not_called_inside_next(
+    small_corpus: Path,
+) -> None:
+    """A ``ValueError`` a stream's generator raised as it closed (its cleanup's own) was said
+    as ``InsideNext`` ("close() while another thread is inside next()"), hiding it: only
+    CPython's "generator already executing" means that."""
+
+    def cleanup_fails() -> Iterator[int]:
+        try:
+            yield 1
+        finally:
+            raise ValueError("mmap closed or invalid")
+
+    docs = Loader(small_corpus, workers=0, seed=0).iter()
+    docs.close()
+    docs._gen = cleanup_fails()
+    next(docs._gen)
+    with pytest.raises(ValueError, match="mmap closed or invalid"):
+        docs.close()
+
+
+def test_a_stage_s_source_failing_to_close_is_said_not_a_thread_s_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The thread of ``ahead`` closes its source as it ends (a stage dropped, or closed): an
+    error there printed "Exception in thread openwebtext-ahead" and a traceback, with no one
+    to catch it. It is said in one warning."""
+    from openwebtext.stream import ahead
+
+    class Source:
+        def __iter__(self) -> Iterator[int]:
+            return iter(range(100))
+
+        def state_dict(self) -> dict[str, int]:
+            return {}
+
+        def close(self) -> None:
+            raise RuntimeError("cannot close")
+
+    raised: list[BaseException | None] = []
+    hook, threading.excepthook = threading.excepthook, lambda a: raised.append(a.exc_value)
+    try:
+        with caplog.at_level("WARNING", logger="openwebtext"), ahead(Source()) as stage:
+            next(stage)
+    finally:
+        threading.excepthook = hook
+    assert raised == []
+    assert "closing the batches made ahead: RuntimeError: cannot close" in caplog.text
