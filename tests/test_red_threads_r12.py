@@ -6,14 +6,14 @@ thread handed out documents: the state was read field by field while that thread
 shuffle block later, 200 documents lost without a word. Batches' states were torn the same way
 (a best-fit window's number beside another batch's count). Now batches hold their ``next``
 while a state or stats is taken, from any thread; a document iterator, which hands out
-documents with no call of ours between them, refuses another thread's while its reader lives.
+documents with no call of ours between them, reads its state while no thread is inside its
+``next`` (twice, the same), waiting for the document being made, or refuses after a while.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import pickle
-import re
 import threading
 import time
 from pathlib import Path
@@ -76,86 +76,64 @@ def test_a_batches_state_from_another_thread_waits_for_the_batch_being_made(
     assert taken[0] in first
 
 
-def test_a_document_iterator_s_state_on_another_thread_is_refused_while_its_reader_lives(
-    small_corpus: Path,
+def test_a_document_iterator_s_state_on_another_thread_is_the_one_between_two_documents(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``state_dict()``, ``state()``, ``mark()`` and ``stats`` of an iterator another thread
-    reads, and is alive: refused (``RuntimeError`` naming what was asked); once that thread
-    has ended, given, and the same as the reader's own."""
+    """Asked for on another thread while the reader is inside ``next`` (held in a unit's
+    read), a document iterator's state waits for that document to be handed out and is the
+    state after it: never one read while the stream changes."""
     loader = Loader(small_corpus, workers=0, seed=3)
-    paused, done = threading.Event(), threading.Event()
-    own: list[Any] = []
+    with loader.iter() as whole:
+        want = [whole.state_dict() for _ in range(120) if next(whole, None) is not None]
+    inside, go = _held(monkeypatch, at=2)
+    taken: list[Any] = []
     with loader.iter() as docs:
-
-        def read() -> None:
-            for _ in range(7):
-                next(docs)
-            own.append(docs.state_dict())
-            paused.set()
-            assert done.wait(30)
-
-        reader = threading.Thread(target=read)
+        reader = threading.Thread(target=lambda: [next(docs) for _ in range(30)])
         reader.start()
-        assert paused.wait(30)
-        for what, ask in [("state_dict()", docs.state_dict), ("state_dict()", docs.state),
-                          ("mark()", docs.mark), ("stats", lambda: docs.stats)]:  # fmt: skip
-            with pytest.raises(RuntimeError, match=f"^{re.escape(what)} of a document"):
-                ask()
-        done.set()
+        assert inside.wait(30)  # the reader is inside next(), in the second unit's read
+        taker = threading.Thread(target=lambda: taken.append(docs.state_dict()))
+        taker.start()
+        taker.join(0.5)
+        waited = taker.is_alive()
+        go.set()
         reader.join(30)
-        assert docs.state_dict() == own[0]
-        assert docs.stats.documents == 7
+        taker.join(30)
+        assert docs.state_dict() == want[29]  # (the reader's own, after its 30 documents)
+    assert waited, "the state was taken while the stream was being changed"
+    assert taken[0] in want
 
 
-def test_a_for_loop_s_thread_is_the_reader(small_corpus: Path) -> None:
-    """``for`` resumes the generator with no call of ours per document: the thread that began
-    the loop (``iter``) is the reader."""
-    loader = Loader(small_corpus, workers=0, seed=3)
-    paused, done = threading.Event(), threading.Event()
-    with loader.iter() as docs:
-
-        def read() -> None:
-            for k, _ in enumerate(docs):
-                if k == 4:
-                    paused.set()
-                    assert done.wait(30)
-                    return
-
-        reader = threading.Thread(target=read)
-        reader.start()
-        assert paused.wait(30)
-        with pytest.raises(RuntimeError, match="another thread than the one reading it"):
-            docs.state_dict()
-        done.set()
-        reader.join(30)
-        assert docs.stats.documents == 5
-
-
-def test_a_mixture_s_weights_set_on_another_thread_are_refused_while_its_reader_lives(
-    small_corpus: Path, tmp_path: Path
+@pytest.mark.parametrize("ask", ["state_dict", "mark", "stats", "set_weights"])
+def test_another_thread_s_state_is_refused_when_the_reader_stays_inside_next(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ask: str
 ) -> None:
-    """``set_weights`` changes the turns the reading thread takes: on another thread it is
-    refused as the state is, and the weights stay."""
+    """A reader inside ``next`` longer than ``STEADY``: the state, mark, stats (and a
+    mixture's ``set_weights``) asked for on another thread are refused, naming what, rather
+    than read while the stream changes (or wait for ever); the weights stay."""
+    from openwebtext.stream import source
     from openwebtext.synth import write_corpus
 
+    monkeypatch.setattr(source, "STEADY", 0.3)
     write_corpus(tmp_path / "b", subsets=1, members=2, docs=10, seed=1, workers=1)
     mixture = Mixture({"a": small_corpus, "b": tmp_path / "b"}, {"a": 0.5, "b": 0.5})
-    paused, done = threading.Event(), threading.Event()
+    inside, go = _held(monkeypatch, at=3)
+    refused: list[BaseException] = []
     with Loader(mixture, workers=0, seed=0).iter() as docs:
-
-        def read() -> None:
-            next(docs)
-            paused.set()
-            assert done.wait(30)
-
-        reader = threading.Thread(target=read)
+        reader = threading.Thread(target=lambda: [next(docs) for _ in range(30)])
         reader.start()
-        assert paused.wait(30)
-        with pytest.raises(RuntimeError, match=r"^set_weights\(\) of a document iterator"):
-            docs.set_weights({"a": 1.0, "b": 0.0})
-        done.set()
-        reader.join(30)
-    assert docs.weights == {"a": 0.5, "b": 0.5}
+        assert inside.wait(30)
+        try:
+            {"state_dict": docs.state_dict, "mark": docs.mark, "stats": lambda: docs.stats,
+             "set_weights": lambda: docs.set_weights({"a": 1.0, "b": 0.0})}[ask]()  # fmt: skip
+        except RuntimeError as exc:
+            refused.append(exc)
+        finally:
+            go.set()
+            reader.join(30)
+        assert docs.weights == {"a": 0.5, "b": 0.5}
+    assert len(refused) == 1
+    assert str(refused[0]).startswith(f"{ask}{'' if ask == 'stats' else '()'} of a document "
+                                      "iterator while another thread stayed inside")  # fmt: skip
 
 
 def test_batches_made_ahead_say_their_stats_at_once_while_the_first_is_made(

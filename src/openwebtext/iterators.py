@@ -2,9 +2,9 @@
 over a mixture. Each owns its stream's workers until it is closed, exhausted or dropped, and
 hands out documents one by one (``next``) or, to a packer, in runs (``next_run``).
 
-An iterator is read on one thread: its ``state_dict()``, ``state()``, ``mark()`` and ``stats``
-are read on that thread, between two documents (``Running``); another thread's, while the
-reading thread lives, is refused (``OtherThread``), as it would read a stream being changed.
+An iterator is read on one thread. Its ``state_dict()``, ``state()``, ``mark()`` and ``stats``
+are read while no thread is inside its ``next`` (``Running._steady``): asked for on another
+thread, they wait for the document being made, never reading a stream being changed.
 """
 
 from __future__ import annotations
@@ -125,8 +125,7 @@ class DocumentIterator(Running[Stream]):
     @property
     def stats(self) -> Stats:
         """Counts so far (including those carried over from a resumed state)."""
-        self._owned("stats")
-        return self._stream.stats
+        return self._steady("stats", lambda: self._stream.stats)
 
     def state_dict(self, mark: Mark | None = None) -> dict[str, Any]:
         """The state after the last document handed out: resume with ``Loader.iter(state=…)``.
@@ -139,13 +138,12 @@ class DocumentIterator(Running[Stream]):
     def state(self, mark: Mark | None = None) -> DocumentState:
         """``state_dict(mark)`` as its record (what a packer nests in its own state)."""
         if mark is None:
-            self._owned("state_dict()")
+            mark = self._steady("state_dict()", self._stream.mark)
         return self._stream.state(mark)
 
     def mark(self) -> Mark:
         """Where the iterator is, cheaply (e.g. before every document); see ``state_dict``."""
-        self._owned("mark()")
-        return self._stream.mark()
+        return self._steady("mark()", self._stream.mark)
 
 
 class MixtureIterator(Running[MixedStream]):
@@ -183,7 +181,7 @@ class MixtureIterator(Running[MixedStream]):
         """
         if inspect.getgeneratorstate(self._gen) == inspect.GEN_CLOSED:
             raise ValueError("set_weights: the iterator was closed, or ran out")
-        self._owned("set_weights()")
+        self._steady("set_weights()", lambda: None)  # (between two documents: not inside)
         self._stream.set_weights(weights)
 
     @property
@@ -194,8 +192,7 @@ class MixtureIterator(Running[MixedStream]):
     @property
     def stats(self) -> MixtureStats:
         """Counts so far, summed and per part (``stats.parts[name]``)."""
-        self._owned("stats")
-        return self._stream.stats
+        return self._steady("stats", lambda: self._stream.stats)
 
     def state_dict(self, mark: MixMark | None = None) -> dict[str, Any]:
         """The state after the last document handed out (or at ``mark``): resume with
@@ -204,8 +201,7 @@ class MixtureIterator(Running[MixedStream]):
 
     def mark(self) -> MixMark:
         """Where the iterator is, cheaply (a mark per part); see ``state_dict``."""
-        self._owned("mark()")
-        return self._stream.mark()
+        return self._steady("mark()", self._stream.mark)
 
     def next_run(self, in_order: bool = False) -> MixRun:
         """The next token documents, their ids end to end in the order they go out, each with
@@ -228,7 +224,7 @@ class MixtureIterator(Running[MixedStream]):
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """``state_dict(mark)`` as its record (what a packer nests in its own state)."""
         if mark is None:
-            self._owned("state_dict()")
+            mark = self._steady("state_dict()", self._stream.mark)
         return self._stream.state(mark)
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+import time
 from collections.abc import Callable, Generator
 from typing import (
     Any,
@@ -302,15 +303,20 @@ class Packer(Closing):
             settled.set()
 
 
+#: How long (seconds) a document iterator's state asked for on another thread waits for the
+#: thread inside its ``next`` to hand its document out (``Running._steady``).
+STEADY = 10.0
+
+
 class OtherThread(RuntimeError):
-    """A document iterator's state, mark or stats (or a mixture's ``set_weights``) asked for on
-    another thread than the one reading it, while that one lives: it would read (or change) a
-    stream that thread may be changing, and say a state no run was ever at."""
+    """A document iterator's state, mark or stats (or a mixture's ``set_weights``) asked for
+    while another thread stayed inside its ``next`` for ``STEADY`` seconds: they would be read
+    (or changed) while that thread changes them, a state no run was ever at."""
 
     def __init__(self, what: str) -> None:
         super().__init__(
-            f"{what} of a document iterator on another thread than the one reading it: take "
-            "it on that thread between two documents (or once that thread has ended); batches "
+            f"{what} of a document iterator while another thread stayed inside its next() for "
+            f"{STEADY:g} s: take it on the reading thread between two documents; batches "
             "(Loader.batches, ahead(), to_device()) give their state_dict() to any thread"
         )
 
@@ -356,20 +362,16 @@ class Running(Closing, Generic[S]):
     a silent end."""
 
     _gen: Generator[Any, None, None]
+    _runs: Generator[Any, None, None] | None = None
     _stream: S
-    _reader = 0
-    """The thread that read it last, by ``iter`` or ``next`` (0: none; a packer reads it by
-    ``next_run``, and guards its own state): its state is that thread's (``_owned``)."""
 
     def __iter__(self) -> Generator[Any, None, None]:
         # The generator itself: ``for`` then resumes it directly, with no Python-level
         # ``__next__`` call per document.
         self._check()
-        self._reader = threading.get_ident()
         return self._gen
 
     def __next__(self) -> Any:
-        self._reader = threading.get_ident()
         try:
             return next(self._gen)
         except StopIteration:
@@ -392,13 +394,31 @@ class Running(Closing, Generic[S]):
                     raise
                 raise InsideNext() from None
 
-    def _owned(self, what: str) -> None:
-        """Raise ``OtherThread`` if the thread that read the iterator last is another, and
-        alive: ``what`` (its state, its stats) would be read while that thread changes them."""
-        reader = self._reader
-        me = threading.get_ident()
-        if reader and reader != me and any(t.ident == reader for t in threading.enumerate()):
-            raise OtherThread(what)
+    def _steady(self, what: str, read: Callable[[], T]) -> T:
+        """``read()`` of the stream (its mark, its stats) while no thread is inside ``next``:
+        read twice, its generators idle before, between and after, the two reads the same;
+        else again (another thread inside ``next`` changes what is read, field by field, and
+        a state read then is one no run was ever at), for up to ``STEADY`` seconds.
+
+        Raises:
+            OtherThread: another thread stayed inside ``next`` all that while.
+        """
+        generators = [gen for gen in (self._gen, self._runs) if gen is not None]
+
+        def inside() -> bool:
+            return any(inspect.getgeneratorstate(g) == inspect.GEN_RUNNING for g in generators)
+
+        end = time.monotonic() + STEADY
+        while True:
+            if not inside():
+                first = read()
+                if not inside():
+                    second = read()
+                    if not inside() and first == second:
+                        return second
+            if time.monotonic() > end:
+                raise OtherThread(what)
+            time.sleep(0.001)
 
     def _check(self) -> None:
         if self._stream.failed:

@@ -26,13 +26,13 @@ import numpy as np
 
 from openwebtext.codec import replace
 from openwebtext.engine import Loaded, Pool, PoolOptions, open_pool
-from openwebtext.errors import in_part
+from openwebtext.errors import StateError, in_part
 from openwebtext.index import Corpus
 from openwebtext.options import Options
 from openwebtext.plan import Share, block_stop
 from openwebtext.records import Document, TokenDocument
 from openwebtext.stream import blocks
-from openwebtext.stream.counters import READ_AGAIN, Counters
+from openwebtext.stream.counters import READ_AGAIN, BlockSkips, Counters
 from openwebtext.stream.counts import ExpectedCounts
 from openwebtext.stream.epochs import (
     EvenEpoch,
@@ -139,6 +139,8 @@ class Stream(RestHandOut):
         self._rank = options.rank  # whose shard is handed out (an old rank's, resharded)
         self._read_before = counters  # (and its skips: those of the units before its own)
         self._unread = at.block_skips  # (its block's: said until it is read again)
+        # Inside a block: what its units' reads counted then, which the reads again must count.
+        self._read_then = (at.block_skips or BlockSkips()) if self._in_block else None
         # documents, bytes and tokens before the current block
         self._counters = counters if at.block_skips is None else counters.plus(
             **msgspec.structs.asdict(at.block_skips))  # fmt: skip
@@ -328,6 +330,9 @@ class Stream(RestHandOut):
             for block_start, block_end, block in gathered:
                 block_len = len(block.sizes)  # not ``n``: ``feed`` reads it as it runs
                 check_in_block(skip, block.counted if slots else block_len, not slots)  # (first)
+                if self._read_then is not None:  # a state's block, read again: as it read then
+                    _check_read_again(self._read_then, self._counters, self._read_before)
+                    self._read_then = None
                 last, out = block_part(block.counted, block_len, skip, slots)
                 self._tail = last - max(skip, out)  # (its skipped slots: ``source.slots_at``)
                 self._repeats_from = 0 if repeat else None
@@ -408,3 +413,27 @@ def _wrapped(order: Sequence[int], start: int, end: int) -> Iterator[int]:
 def _left(bound: int | None, used: int) -> int | None:
     """What a bound (the even target, ``take``) still allows (None: no bound)."""
     return None if bound is None else bound - used
+
+
+def _check_read_again(then: BlockSkips, now: Counters, before: Counters) -> None:
+    """Check that the units of a state's block, read again, counted the skips they counted
+    when the state was taken (its ``block_skips``): a member that failed then and reads now
+    (a file being synced, a transient error), or the other way round, makes the block hold
+    other documents, and its position in it would hand out some twice and lose others.
+
+    Raises:
+        StateError: the block's reads differ (what was counted then, and now).
+    """
+    read = {k: getattr(now, k) - getattr(before, k) for k in READ_AGAIN}
+    said = msgspec.structs.asdict(then)
+    if read != said:
+        differ = "; ".join(f"{k} {said[k]} then, {read[k]} now" for k in READ_AGAIN
+                           if said[k] != read[k])  # fmt: skip
+        raise StateError(
+            "the state's block reads otherwise now than when the state was taken ("
+            + differ
+            + "): a member failed then or fails now (a file changed, or a passing error), so "
+            "its position in the block would hand out other documents; resume from a state "
+            "taken at another block, or start again",
+            "block_skips",
+        )
