@@ -109,3 +109,43 @@ def test_a_stage_s_source_failing_to_close_is_said_not_a_thread_s_traceback(
         threading.excepthook = hook
     assert raised == []
     assert "closing the batches made ahead: RuntimeError: cannot close" in caplog.text
+
+
+@pytest.mark.parametrize("bad_then", [True, False])
+def test_a_state_s_block_that_reads_otherwise_now_is_refused(
+    tmp_path: Path, bad_then: bool
+) -> None:
+    """(Red team of files changing under a job, session 35.) A member skipped when the state
+    was taken and read now (a file being synced), or the other way round: the block holds
+    other documents, and the state's position in it handed some out twice and lost others,
+    silently. The block read again must count what it counted then (``block_skips``)."""
+    import json
+
+    from openwebtext import StateError
+
+    good, bad = json.dumps({"text": "b1"}) + "\n", '{"text": "b1"X\n'  # (the same size)
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps({"text": f"a{i}"}) + "\n" for i in range(4)))
+
+    def b(line: str) -> None:
+        (folder / "b.jsonl").write_text(
+            "".join(line if i == 1 else json.dumps({"text": f"b{i}"}) + "\n" for i in range(4))
+        )
+
+    b(bad if bad_then else good)
+    options = dict(workers=0, seed=4, shuffle_buffer=8, on_error="skip")
+    with Loader(str(folder), **options).iter() as docs:  # type: ignore[arg-type]
+        for _ in range(3):
+            next(docs)
+        state = docs.state_dict()
+    assert ("block_skips" in state) == bad_then
+    b(good if bad_then else bad)
+    said = (
+        rf"reads otherwise now .*\(skipped_documents {int(bad_then)} then, {int(not bad_then)} now"
+    )
+    with (
+        pytest.raises(StateError, match=said),
+        Loader(str(folder), **options).iter(state=state) as docs,
+    ):
+        next(docs)

@@ -261,3 +261,39 @@ def test_a_merge_never_reads_a_slice_a_run_is_writing(small_corpus: Path, tmp_pa
         release.set()
         writer.join(60)
     assert report.meta["files"]["train.bin"]["bytes"] > 0
+
+
+def test_merges_of_the_same_slices_read_them_at_once_and_a_run_waits(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """A merge's hold of a slice is a reader's: another merge of it goes on (the first took
+    an exclusive lock, refusing it, and two with ``wait`` in opposite orders hung), while a
+    run writing into the slice is refused; the last reader out removes the lock file."""
+    from openwebtext.index import Corpus
+    from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
+    from openwebtext.prepare.lock import LOCK, hold_to_read
+
+    corpus = Corpus.open(small_corpus)
+    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
+    slices = [tmp_path / f"s{i}" for i in range(2)]
+    for i, folder in enumerate(slices):
+        prepare(corpus, folder, options, shard=(i, 2))
+    taken, release = threading.Event(), threading.Event()
+
+    def reading() -> None:  # another merge, reading the slices in the other order
+        with hold_to_read(slices[1]), hold_to_read(slices[0]):
+            taken.set()
+            assert release.wait(60)
+
+    reader = threading.Thread(target=reading)
+    reader.start()
+    try:
+        assert taken.wait(60)
+        report = merge(slices, tmp_path / "m", wait=True)
+        with pytest.raises(PrepareError, match=r"s0 is in use by another run"):
+            prepare(corpus, slices[0], options, shard=(0, 2), restart=True)
+    finally:
+        release.set()
+        reader.join(60)
+    assert report.meta["files"]["train.bin"]["bytes"] > 0
+    assert [s for s in slices if (s / LOCK).exists()] == []

@@ -68,22 +68,24 @@ def _holder(fd: int) -> str:
         return "it has not said which yet"
 
 
-def _open_locked(path: Path, wait: bool) -> int:
-    """An fd of ``path`` holding its lock (``wait``: once the holder lets it go).
+def _open_locked(path: Path, wait: bool, shared: bool = False) -> int:
+    """An fd of ``path`` holding its lock (``wait``: once the holder lets it go; ``shared``: a
+    reader's, which other readers share and a run writing the folder does not).
 
     Raises:
         PrepareError: another process holds it (not ``wait``).
     """
+    kind = fcntl.LOCK_SH if shared else fcntl.LOCK_EX
     while True:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, kind | fcntl.LOCK_NB)
             except BlockingIOError:
                 if not wait:
                     raise
                 _log.warning("%s is in use by another run (%s): waiting", path.parent, _holder(fd))
-                fcntl.flock(fd, fcntl.LOCK_EX)
+                fcntl.flock(fd, kind)
             # The holder before us may have removed the file between our open and our lock
             # (and a third run locked a new one): the lock we hold is then of a file nobody
             # else will see; take the new one's.
@@ -167,22 +169,35 @@ def hold_if_free(folder: Path) -> Iterator[bool]:
 
 @contextlib.contextmanager
 def hold_to_read(folder: Path, wait: bool = False) -> Iterator[None]:
-    """Hold the lock of a folder a run may write, for reading it (a slice a merge reads): a
-    run writing it is refused at once (or, ``wait``, waited for) and none starts meanwhile.
-    A folder whose lock file cannot be made or locked (read-only: no run of ours writes it
-    either) or that is no folder is read as it is (its reader says what it lacks).
+    """Hold a reader's lock of a folder a run may write (a slice a merge reads), shared with
+    other readers (two merges of the same slices): a run writing the folder is refused at
+    once (or, ``wait``, waited for) and none starts meanwhile. The last reader out removes the
+    lock file. A folder whose lock file cannot be made or locked (read-only: no run of ours
+    writes it either), that this thread holds already, or that is no folder is read as it is.
 
     Raises:
         PrepareError: another live run holds it (not ``wait``).
     """
-    with contextlib.ExitStack() as held:
-        if folder.is_dir():
-            try:
-                held.enter_context(hold(folder, wait))
-            except PrepareError as exc:
-                if not isinstance(exc.__cause__, OSError):  # (held by a run: said at once)
-                    raise
+    path = folder / LOCK
+    if not folder.is_dir() or str(folder.resolve()) in _folders():
         yield
+        return
+    try:
+        fd = _open_locked(path, wait, shared=True)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:  # alone (no other reader holds it): the file goes, as a run's does
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _is_ours(path, fd):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        except OSError:  # (another reader: the last one removes it)
+            pass
+        os.close(fd)
 
 
 def confirm(folder: Path) -> None:
