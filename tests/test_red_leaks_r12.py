@@ -149,3 +149,33 @@ def test_a_state_s_block_that_reads_otherwise_now_is_refused(
         Loader(str(folder), **options).iter(state=state) as docs,
     ):
         next(docs)
+
+
+def test_a_token_file_cut_while_its_ends_are_read_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Red team of files changing under a job.) A plain ``train.bin`` cut by another program
+    while its end-of-text ids were scanned through its memory map killed the process with
+    SIGBUS: no error, no state, nothing cleaned. The scan reads the file, and says the cut."""
+    import os
+
+    import numpy as np
+
+    from openwebtext import Corpus
+    from openwebtext.tokenfiles import TokenFileError, common
+
+    path = tmp_path / "train.bin"
+    ids = np.full(100_000, 7, np.uint16)
+    ids[99::100] = 50256
+    ids.tofile(path)
+    read = os.pread
+
+    def cut_after(fd: int, n: int, at: int) -> bytes:  # another program cuts it meanwhile
+        data = read(fd, n, at)
+        os.truncate(path, 1000)
+        return data
+
+    monkeypatch.setattr(common, "_READ", 10_000, raising=False)
+    monkeypatch.setattr(os, "pread", cut_after)
+    with pytest.raises(TokenFileError, match=r"train.bin.*cut while it was read"):
+        Corpus.open_tokens(path, eot=50256)

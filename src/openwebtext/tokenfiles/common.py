@@ -57,6 +57,8 @@ TOKENS = "tokens"
 
 #: Ids scanned at a time for end-of-text (bounds the memory of a scan: 2 bytes each).
 _SCAN = 1 << 26
+#: Ids read at a time from a file scanned by reads (``eot_ends``' ``fd``): 8 MiB of uint16.
+_READ = 1 << 22
 
 
 class TokenFileError(CorpusError):
@@ -176,21 +178,36 @@ def local_bytes(path: str | os.PathLike[str]) -> bytes:
         return f.read()
 
 
-def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str]) -> np.ndarray:
+def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str],
+             fd: int | None = None, offset: int = 0) -> np.ndarray:  # fmt: skip
     """The document ends of ``ids`` laid out as ``doc, eot, doc, eot, …`` (scanned in chunks).
+
+    ``fd``: the file the ids are mapped from (at ``offset``), read by chunks rather than
+    through the map: a file cut meanwhile (a sync, another program) is said, where a page of
+    the map past its new end would kill the process (SIGBUS).
 
     Raises:
         ValueError: ``eot`` is no id of the file's dtype (the eot given, not the file, is
             wrong).
-        TokenFileError: the ids do not end with ``eot`` (a cut file, or another layout).
+        TokenFileError: the ids do not end with ``eot`` (a cut file, or another layout), or
+            the file was cut while it was read.
     """
     held = np.iinfo(ids.dtype) if ids.dtype.kind in "iu" else None
     if held is not None and not held.min <= eot <= held.max:
         raise ValueError(f"{os.fspath(path)}: the end-of-text id {eot} is no id of its "
                          f"{ids.dtype.name} ids: give the eot they were written with")  # fmt: skip
-    found = [
-        np.flatnonzero(ids[at : at + _SCAN] == eot) + (at + 1) for at in range(0, len(ids), _SCAN)
-    ]
+    step = _SCAN if fd is None else _READ
+
+    def chunk(at: int) -> np.ndarray:
+        if fd is None:
+            return ids[at : at + step]
+        want = min(step, len(ids) - at) * ids.dtype.itemsize
+        data = os.pread(fd, want, offset + at * ids.dtype.itemsize)
+        if len(data) != want:
+            raise damaged(path, "it was cut while it was read (changed since it was opened)")
+        return np.frombuffer(data, ids.dtype)
+
+    found = [np.flatnonzero(chunk(at) == eot) + (at + 1) for at in range(0, len(ids), step)]
     ends = np.concatenate(found).astype(np.int64) if found else np.zeros(0, np.int64)
     if len(ids) and (not ends.size or ends[-1] != len(ids)):
         raise damaged(path, f"its {len(ids)} ids do not end with the end-of-text id {eot}")

@@ -167,7 +167,8 @@ def _ends(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype,
     ):
         tokens = read_llmc_header(name)  # a damaged magic is said there, naming the file
         ids = _ids(f, name, np.dtype("<u2"), LLMC_HEADER_BYTES)
-        return TokenFile(name, ids, _eot_ends_of(ids, eot, name, tokens), tokenizer)
+        ends = _eot_ends_of(ids, eot, name, tokens, f.fileno(), LLMC_HEADER_BYTES)
+        return TokenFile(name, ids, ends, tokenizer)
     idx = Path(name).with_suffix(".idx")
     body = _index(idx)
     if body is not None:
@@ -178,7 +179,7 @@ def _ends(f: BinaryIO, name: str, eot: int | None, dtype: np.dtype,
             raise damaged(name, f"{len(ids)} ids, not the {want} of its {idx.name}")
         return TokenFile(name, ids, ends, tokenizer)
     ids = _ids(f, name, dtype)
-    return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids)), tokenizer)
+    return TokenFile(name, ids, _eot_ends_of(ids, eot, name, len(ids), f.fileno()), tokenizer)
 
 
 def _damaged_llmc(head: bytes, size: int) -> bool:
@@ -192,12 +193,13 @@ def _damaged_llmc(head: bytes, size: int) -> bool:
     return not words[3:].any() and (fits or int(words[1]) == LLMC_VERSION)
 
 
-def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int) -> np.ndarray:
+def _eot_ends_of(ids: np.ndarray, eot: int | None, name: str, tokens: int, fd: int,
+                 offset: int = 0) -> np.ndarray:  # fmt: skip
     if eot is None:
         raise ValueError(f"{name}: its documents end at end-of-text: give eot=")
     if tokens != len(ids):
         raise damaged(name, f"{len(ids)} ids, not the {tokens} its header announces")
-    return eot_ends(ids, eot, name)
+    return eot_ends(ids, eot, name, fd, offset)  # (read, not through the map: a cut is said)
 
 
 def opened(
