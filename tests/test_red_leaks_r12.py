@@ -1,7 +1,11 @@
-"""What a red team of leaks over repeated use (session 35) found: every ``set_weights`` of a
-mixture's document iterator was kept for the iterator's life (a list of every change, applied
-or not, which a mark indexed into): a trainer reweighting at every step grew by ~0.2-0.7 GB a
-million steps. The changes are now a chain whose applied links go once no mark holds them."""
+"""What two red teams of session 35 found: leaks over repeated use, and files changing
+under a job.
+
+Every ``set_weights`` of a mixture's document iterator was kept for the iterator's life (a list
+of every change, applied or not, which a mark indexed into): a trainer reweighting at every
+step grew by ~0.2-0.7 GB a million steps. The changes are now a chain whose applied links go
+once no mark holds them. Files changing: a state's block read otherwise on resume, a token file
+cut while scanned (SIGBUS), a file rewritten during a unit's read, a companion named wrongly."""
 
 from __future__ import annotations
 
@@ -179,3 +183,56 @@ def test_a_token_file_cut_while_its_ends_are_read_is_said(
     monkeypatch.setattr(os, "pread", cut_after)
     with pytest.raises(TokenFileError, match=r"train.bin.*cut while it was read"):
         Corpus.open_tokens(path, eot=50256)
+
+
+def test_a_token_file_s_companion_that_changed_is_the_one_named(
+    token_run: Path, tmp_path: Path
+) -> None:
+    """(Red team of files changing under a job.) A token file's ``meta.json`` or ``.idx``
+    changed while it was read: the error said the token file itself had changed."""
+    import os
+    import shutil
+
+    from openwebtext import Corpus
+    from openwebtext.errors import CorruptMember
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name in ("train.bin", "train.idx", "meta.json"):
+        shutil.copy(token_run / name, folder / name)
+    corpus = Corpus.open_tokens(folder / "train.bin")
+    later = os.stat(folder / "meta.json").st_mtime_ns + 10**9
+    os.utime(folder / "meta.json", ns=(later, later))
+    with pytest.raises(CorruptMember, match=r"train.bin\[.*\]: cannot read: meta.json beside it: "
+                       "the file changed since it was indexed"):  # fmt: skip
+        list(Loader(corpus, workers=0, tokenizer="bytes").iter())
+
+
+def test_a_file_rewritten_while_a_unit_is_read_is_not_read_as_the_corpus(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(Red team of files changing under a job.) A JSON lines file rewritten in place (the same
+    size, a new mtime) between the check of a unit's file and its read: the new text was
+    handed out as the indexed corpus's, with no error. The file is checked after the read too."""
+    import json
+    import os
+
+    from openwebtext.errors import CorruptMember
+
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"text": f"old{i}"}) + "\n" for i in range(4)))
+    loader = Loader(str(path), workers=0, seed=0)
+    with loader.iter() as docs:
+        next(docs)  # (indexed)
+    read = os.pread
+
+    def rewritten_first(fd: int, n: int, at: int) -> bytes:
+        new = "".join(json.dumps({"text": f"new{i}"}) + "\n" for i in range(4))
+        path.write_text(new)  # (the same size: another program's rewrite)
+        later = os.stat(path).st_mtime_ns + 10**9
+        os.utime(path, ns=(later, later))
+        return read(fd, n, at)
+
+    monkeypatch.setattr(os, "pread", rewritten_first)
+    with pytest.raises(CorruptMember, match="changed since it was indexed"), loader.iter() as docs:
+        list(docs)

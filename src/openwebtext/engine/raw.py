@@ -40,7 +40,10 @@ class UnitBytes:
         st = os.fstat(fd)
         unchanged(resolve(self.storage), unit.path, FileInfo.of_local(st))
         # (a header's size past the file's end: what is there, never a buffer of that size)
-        return os.pread(fd, max(0, min(unit.size, st.st_size - unit.offset)), unit.offset)
+        data = os.pread(fd, max(0, min(unit.size, st.st_size - unit.offset)), unit.offset)
+        # And after: a file rewritten during the read (its mtime moved) is not what was read.
+        unchanged(resolve(self.storage), unit.path, FileInfo.of_local(os.fstat(fd)))
+        return data
 
     def prefetch(self, units: Sequence[Unit]) -> None:
         """Start fetching the remote ones of ``units`` (read next, in this order)."""

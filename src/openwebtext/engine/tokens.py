@@ -15,6 +15,8 @@ text reader, which hands it the token units.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from openwebtext.engine.member import Member, Split, leave_out_split
@@ -120,10 +122,15 @@ def _unchanged_beside(path: str, storage: Storage) -> None:
     its corpus noted it (``index.tokens``). Two ``stat`` calls.
 
     Raises:
-        OSError: ``CHANGED``, one that did.
+        OSError: ``CHANGED``, one that did (or is gone), named: the unit's error is its
+            file's, and its file did not change.
     """
     for other in companions(path):
-        unchanged(storage, other, local_identity(other))
+        try:
+            unchanged(storage, other, local_identity(other))
+        except OSError as exc:
+            said = f"{os.path.basename(other)} beside it: {exc.strerror or exc}"
+            raise (OSError(said) if exc.errno is None else OSError(exc.errno, said)) from exc
 
 
 def _outside(ids: np.ndarray, vocab: int) -> bool:
