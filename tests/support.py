@@ -779,3 +779,23 @@ def copy_run(token_run: Path, to: Path, names: tuple[str, ...]) -> Path:
     for name in ("meta.json", *names):
         shutil.copy(token_run / name, to / name)
     return to
+
+
+def held_reads(monkeypatch: pytest.MonkeyPatch, at: int = 2) -> tuple[Any, Any]:
+    """Reads in this process (``workers=0``) wait at unit ``at``: the first event returned is
+    set there, and they go on once the second is."""
+    import threading
+
+    from openwebtext.engine import inline
+
+    inside, go, seen, read = threading.Event(), threading.Event(), [], inline.read_unit
+
+    def read_unit(*args: Any, **kwargs: Any) -> Any:
+        seen.append(1)
+        if len(seen) == at:
+            inside.set()
+            assert go.wait(30)
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(inline, "read_unit", read_unit)
+    return inside, go

@@ -11,26 +11,10 @@ import pytest
 
 from openwebtext import Loader
 from openwebtext.engine import PoolOptions, open_pool
-from openwebtext.engine import inline as inline_module
 from openwebtext.index import Corpus
+from support import held_reads
 
-_READ = inline_module.read_unit
-
-
-def _held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
-    """Reads in this process (``workers=0``) wait at their second unit: ``inside`` is set
-    there, and they go on once ``go`` is."""
-    inside, go, seen = threading.Event(), threading.Event(), []
-
-    def read_unit(*args: Any, **kwargs: Any) -> Any:
-        seen.append(1)
-        if len(seen) == 2:
-            inside.set()
-            assert go.wait(30)
-        return _READ(*args, **kwargs)
-
-    monkeypatch.setattr(inline_module, "read_unit", read_unit)
-    return inside, go
+_held = held_reads
 
 
 @pytest.mark.parametrize("kind", ["documents", "batches"])

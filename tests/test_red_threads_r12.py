@@ -12,36 +12,36 @@ documents with no call of ours between them, reads its state while no thread is 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from openwebtext import Loader, Mixture
-from openwebtext.engine import inline as inline_module
 from openwebtext.stream import ahead
+from support import held_reads
 
-_READ = inline_module.read_unit
+_held = held_reads
 
 
-def _held(monkeypatch: pytest.MonkeyPatch, at: int = 2) -> tuple[threading.Event, threading.Event]:
-    """Reads in this process (``workers=0``) wait at unit ``at``: ``inside`` is set there, and
-    they go on once ``go`` is."""
-    inside, go, seen = threading.Event(), threading.Event(), []
-
-    def read_unit(*args: Any, **kwargs: Any) -> Any:
-        seen.append(1)
-        if len(seen) == at:
-            inside.set()
-            assert go.wait(30)
-        return _READ(*args, **kwargs)
-
-    monkeypatch.setattr(inline_module, "read_unit", read_unit)
-    return inside, go
+def _state_while_inside(it: Any, reads: threading.Thread, go: Any) -> tuple[Any, bool]:
+    """``it.state_dict()`` asked for on another thread while ``reads`` (on a thread of its
+    own) is held inside ``next``: the state, and whether it waited for the reads to go on."""
+    taken: list[Any] = []
+    taker = threading.Thread(target=lambda: taken.append(it.state_dict()))
+    taker.start()
+    taker.join(0.5)
+    waited = taker.is_alive()
+    go.set()
+    reads.join(30)
+    taker.join(30)
+    return taken[0], waited
 
 
 @pytest.mark.parametrize("packing", ["concat", "bestfit"])
@@ -56,24 +56,17 @@ def test_a_batches_state_from_another_thread_waits_for_the_batch_being_made(
         next(whole)
         want = whole.state_dict()  # after the second batch
     inside, go = _held(monkeypatch, at=2)
-    taken: list[Any] = []
     with loader.batches(256, 2, packing=packing) as it:  # type: ignore[arg-type]
         reader = threading.Thread(target=lambda: (next(it), next(it)))
         reader.start()
         assert inside.wait(30)  # the reader is inside next(), in the second unit's read
-        taker = threading.Thread(target=lambda: taken.append(it.state_dict()))
-        taker.start()
-        taker.join(0.5)
-        waited = taker.is_alive()
-        go.set()
-        reader.join(30)
-        taker.join(30)
+        taken, waited = _state_while_inside(it, reader, go)
     assert waited, "the state was taken while a batch was being made"
     first = [want]  # (the read held is the first batch's, or the second's)
     with loader.batches(256, 2, packing=packing) as again:  # type: ignore[arg-type]
         next(again)
         first.append(again.state_dict())
-    assert taken[0] in first
+    assert taken in first
 
 
 def test_a_document_iterator_s_state_on_another_thread_is_the_one_between_two_documents(
@@ -86,21 +79,14 @@ def test_a_document_iterator_s_state_on_another_thread_is_the_one_between_two_do
     with loader.iter() as whole:
         want = [whole.state_dict() for _ in range(120) if next(whole, None) is not None]
     inside, go = _held(monkeypatch, at=2)
-    taken: list[Any] = []
     with loader.iter() as docs:
         reader = threading.Thread(target=lambda: [next(docs) for _ in range(30)])
         reader.start()
         assert inside.wait(30)  # the reader is inside next(), in the second unit's read
-        taker = threading.Thread(target=lambda: taken.append(docs.state_dict()))
-        taker.start()
-        taker.join(0.5)
-        waited = taker.is_alive()
-        go.set()
-        reader.join(30)
-        taker.join(30)
+        taken, waited = _state_while_inside(docs, reader, go)
         assert docs.state_dict() == want[29]  # (the reader's own, after its 30 documents)
     assert waited, "the state was taken while the stream was being changed"
-    assert taken[0] in want
+    assert taken in want
 
 
 @pytest.mark.parametrize("ask", ["state_dict", "mark", "stats", "set_weights"])
@@ -227,39 +213,57 @@ def test_two_counts_of_other_splits_saved_at_once_keep_both(
     assert set(Corpus.open(tmp_path / "c").load_counts().val) == {"0.1/1", "0.2/1", "0.3/1"}  # type: ignore[union-attr]
 
 
-def test_a_merge_never_reads_a_slice_a_run_is_writing(small_corpus: Path, tmp_path: Path) -> None:
-    """``owt merge`` read a slice folder while ``owt tokenize`` wrote it again: it said the
-    merge's own output was damaged ("run again with --restart", which cannot help) and left
-    its parts behind, or merged the slice's old and new bytes. It now holds each local slice's
-    lock: a run writing one is named at once (or, with ``wait``, waited for)."""
+def _slices(small_corpus: Path, tmp_path: Path) -> tuple[Any, Any, list[Path]]:
+    """Two slices of the small corpus (``--shard i/2``): the corpus, the options, the folders."""
     from openwebtext.index import Corpus
-    from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
-    from openwebtext.prepare.lock import hold
+    from openwebtext.prepare import PrepareOptions, prepare
 
     corpus = Corpus.open(small_corpus)
     options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
     slices = [tmp_path / f"s{i}" for i in range(2)]
     for i, folder in enumerate(slices):
         prepare(corpus, folder, options, shard=(i, 2))
+    return corpus, options, slices
+
+
+@contextlib.contextmanager
+def _held_by_another(*holds: Any) -> Iterator[threading.Event]:
+    """The locks ``holds`` (their context managers) taken on another thread (another run) for
+    the block, or until the event yielded is set."""
     taken, release = threading.Event(), threading.Event()
 
-    def writing() -> None:  # holds slice 1 as a run writing into it does
-        with hold(slices[1]):
+    def hold() -> None:
+        with contextlib.ExitStack() as stack:
+            for each in holds:
+                stack.enter_context(each)
             taken.set()
             assert release.wait(60)
 
-    writer = threading.Thread(target=writing)
-    writer.start()
+    holder = threading.Thread(target=hold)
+    holder.start()
     try:
         assert taken.wait(60)
+        yield release
+    finally:
+        release.set()
+        holder.join(60)
+
+
+def test_a_merge_never_reads_a_slice_a_run_is_writing(small_corpus: Path, tmp_path: Path) -> None:
+    """``owt merge`` read a slice folder while ``owt tokenize`` wrote it again: it said the
+    merge's own output was damaged ("run again with --restart", which cannot help) and left
+    its parts behind, or merged the slice's old and new bytes. It now holds each local slice's
+    lock: a run writing one is named at once (or, with ``wait``, waited for)."""
+    from openwebtext.prepare import PrepareError, merge
+    from openwebtext.prepare.lock import hold
+
+    _, _, slices = _slices(small_corpus, tmp_path)
+    with _held_by_another(hold(slices[1])) as release:  # (a run writing into slice 1)
         with pytest.raises(PrepareError, match=r"s1 is in use by another run"):
             merge(slices, tmp_path / "m")
         assert not (tmp_path / "m" / "meta.json").exists()
         threading.Timer(0.5, release.set).start()
         report = merge(slices, tmp_path / "m", wait=True)  # (waits for the run to end)
-    finally:
-        release.set()
-        writer.join(60)
     assert report.meta["files"]["train.bin"]["bytes"] > 0
 
 
@@ -269,31 +273,14 @@ def test_merges_of_the_same_slices_read_them_at_once_and_a_run_waits(
     """A merge's hold of a slice is a reader's: another merge of it goes on (the first took
     an exclusive lock, refusing it, and two with ``wait`` in opposite orders hung), while a
     run writing into the slice is refused; the last reader out removes the lock file."""
-    from openwebtext.index import Corpus
-    from openwebtext.prepare import PrepareError, PrepareOptions, merge, prepare
+    from openwebtext.prepare import PrepareError, merge, prepare
     from openwebtext.prepare.lock import LOCK, hold_to_read
 
-    corpus = Corpus.open(small_corpus)
-    options = PrepareOptions(tokenizer="bytes", workers=0, val_fraction=0.1)
-    slices = [tmp_path / f"s{i}" for i in range(2)]
-    for i, folder in enumerate(slices):
-        prepare(corpus, folder, options, shard=(i, 2))
-    taken, release = threading.Event(), threading.Event()
-
-    def reading() -> None:  # another merge, reading the slices in the other order
-        with hold_to_read(slices[1]), hold_to_read(slices[0]):
-            taken.set()
-            assert release.wait(60)
-
-    reader = threading.Thread(target=reading)
-    reader.start()
-    try:
-        assert taken.wait(60)
+    corpus, options, slices = _slices(small_corpus, tmp_path)
+    # (another merge, reading the slices in the other order)
+    with _held_by_another(hold_to_read(slices[1]), hold_to_read(slices[0])):
         report = merge(slices, tmp_path / "m", wait=True)
         with pytest.raises(PrepareError, match=r"s0 is in use by another run"):
             prepare(corpus, slices[0], options, shard=(0, 2), restart=True)
-    finally:
-        release.set()
-        reader.join(60)
     assert report.meta["files"]["train.bin"]["bytes"] > 0
     assert [s for s in slices if (s / LOCK).exists()] == []
