@@ -48,7 +48,7 @@ from openwebtext.source import Storage
 
 __all__ = ["LanePool", "Pool", "cpu_count", "daemonic", "open_lanes", "open_pool"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("openwebtext")
 
 
 class Pool(Protocol):
