@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import openwebtext.loader as loader_module
+import openwebtext.iterators as iterators_module
 import openwebtext.prepare.state as state_module
 from openwebtext import Loader, StateError, codec
 from openwebtext.prepare.state import ProgressRecord
@@ -50,7 +50,7 @@ def test_a_batches_state_is_checked_against_the_run_once(
     opts = {"workers": 0, "seed": 3, "tokenizer": "bytes", "epochs": 1}
     state = _batches_state(small_corpus, 3, **opts)
     assert state["offset"] > 0
-    calls = _counting(monkeypatch, loader_module, "check_in_run")
+    calls = _counting(monkeypatch, iterators_module, "check_in_run")
     with Loader(small_corpus, **opts).batches(16, 2, state=state) as resumed:
         assert calls == [{"begun": True}]
         next(resumed)

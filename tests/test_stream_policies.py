@@ -18,6 +18,7 @@ from openwebtext import (
     CorruptMember,
     Loader,
     Options,
+    StateError,
     TooManyErrors,
 )
 from openwebtext import cli as owt_cli
@@ -139,8 +140,10 @@ def test_a_state_taken_after_a_skip_resumes_without_counting_it_again(
 
 def test_a_member_damaged_since_the_state_was_taken_is_said_on_resume(tmp_path: Path) -> None:
     """The block a state is inside is read again on resume: a member of it damaged since (in
-    place, its size kept) is the error under ``raise`` and a counted, named skip under
-    ``skip`` (never documents left out unsaid)."""
+    place, its size kept) is the error under ``raise``; under ``skip`` the block holds other
+    documents than when the state was taken, and the state's position in it would hand some
+    out twice and lose others (session 35's red team: this test had pinned 9 documents out,
+    not which), so the resume is refused, naming the counts then and now."""
     members = [(f"{c}_data.xz", xz_member(sample_docs(c, 5))) for c in "abc"]
     tar = outer_tar(tmp_path / "t.tar", members)
     with Loader(tar, workers=0).iter() as it:
@@ -151,9 +154,8 @@ def test_a_member_damaged_since_the_state_was_taken_is_said_on_resume(tmp_path: 
     tar.write_bytes(bytes(raw))
     with pytest.raises(CorruptMember, match=re.escape(where(str(tar), "b_data.xz"))):
         list(Loader(tar, workers=0).iter(state=state))
-    with Loader(tar, workers=0, on_error="skip").iter(state=state) as it:
-        assert len(list(it)) == 15 - 1 - 5
-        assert it.stats.skipped_members == 1 and "b_data.xz" in it.stats.skipped[0]
+    with pytest.raises(StateError, match=r"reads otherwise now .*skipped_members 0 then, 1 now"):
+        list(Loader(tar, workers=0, on_error="skip").iter(state=state))
 
 
 def test_the_summary_of_a_resumed_run_says_its_own_skips(
