@@ -37,12 +37,12 @@ class UnitBytes:
         if is_url(unit.path):  # by byte range (see ``source.ranges``)
             return self._ranges().read(unit)
         fd = self._fd(unit.path)  # (rewritten in place, or cut: not the corpus indexed)
-        st = os.fstat(fd)
-        unchanged(resolve(self.storage), unit.path, FileInfo.of_local(st))
+        storage, st = resolve(self.storage), os.fstat(fd)
+        unchanged(storage, unit.path, FileInfo.of_local(st))
         # (a header's size past the file's end: what is there, never a buffer of that size)
         data = os.pread(fd, max(0, min(unit.size, st.st_size - unit.offset)), unit.offset)
         # And after: a file rewritten during the read (its mtime moved) is not what was read.
-        unchanged(resolve(self.storage), unit.path, FileInfo.of_local(os.fstat(fd)))
+        unchanged(storage, unit.path, FileInfo.of_local(os.fstat(fd)))
         return data
 
     def prefetch(self, units: Sequence[Unit]) -> None:
