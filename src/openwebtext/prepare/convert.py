@@ -24,6 +24,7 @@ the marker last.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -42,7 +43,7 @@ from openwebtext.prepare.config import Progress
 from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
 from openwebtext.prepare.run import said_full, tidy
-from openwebtext.prepare.state import FileInfo, FormatPass, Marker, Meta, Sources, Split
+from openwebtext.prepare.state import FileInfo, FileName, FormatPass, Marker, Meta, Sources, Split
 from openwebtext.prepare.workdir import PrepareError, Workdir
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
@@ -212,22 +213,23 @@ def _convert(
     eot = meta.config.eot
     for split in _SPLITS:
         path = folder / f"{split}.bin"
-        ids = np.memmap(path, dtype=dtype, mode="r") if path.stat().st_size else np.zeros(0, dtype)
-        ends = eot_ends(ids, eot, path)
-        if len(ends) != (documents := meta.counts.documents[split]):
-            raise PrepareError(
-                f"{path}: {len(ends)} documents end at the end-of-text id {eot}, not "
-                f"the {documents} its meta.json records: the tokenizer wrote an "
-                "end-of-text inside a document, or the file is not this run's"
-            )
-        for file, write in _files(fmt, folder, split, ids, ends, shard_tokens):
-            if not _kept(folder / file, done.get(file)):
-                done[file] = write()
-                confirm(folder)
-                _save(record_path, FormatPass(sources, done))
-        written += int(ids.nbytes)
+        with os.fdopen(codec.open_regular(path), "rb") as f:  # (read, never through a map)
+            ids = _Ids(f.fileno(), path, dtype, meta.files[cast(FileName, path.name)].bytes)
+            ends = eot_ends(ids.shape, eot, path, ids.fd)
+            if len(ends) != (documents := meta.counts.documents[split]):
+                raise PrepareError(
+                    f"{path}: {len(ends)} documents end at the end-of-text id {eot}, not "
+                    f"the {documents} its meta.json records: the tokenizer wrote an "
+                    "end-of-text inside a document, or the file is not this run's"
+                )
+            for file, write in _files(fmt, folder, split, ids, ends, shard_tokens):
+                if not _kept(folder / file, done.get(file)):
+                    done[file] = write()
+                    confirm(folder)
+                    _save(record_path, FormatPass(sources, done))
+        written += ids.size
         if progress is not None:
-            progress(Progress("format", written, total, len(ids)))
+            progress(Progress("format", written, total, ids.size // dtype.itemsize))
     marked = codec.encode(Marker(source=sources, files=done, format=cast(Any, fmt)))
     with atomic_file(folder / name, durable=True) as f:
         f.write(json.dumps(marked, indent=1).encode())
@@ -269,11 +271,11 @@ Writer = Callable[[], FileInfo]
 
 
 def _files(
-    fmt: str, folder: Path, split: str, ids: np.ndarray, ends: np.ndarray, shard_tokens: int
+    fmt: str, folder: Path, split: str, ids: _Ids, ends: np.ndarray, shard_tokens: int
 ) -> Iterator[tuple[str, Writer]]:
     """Each file ``fmt`` writes for ``split``, with the call that writes it."""
     if fmt == "megatron":
-        body = megatron_index(ends, ids.dtype)
+        body = megatron_index(ends, ids.shape.dtype)
         yield f"{split}.idx", lambda: _write(folder / f"{split}.idx", [body])
     elif fmt == "datatrove":
         yield f"{split}.ds", lambda: _link(folder / f"{split}.bin", folder / f"{split}.ds")
@@ -287,10 +289,37 @@ def _files(
             yield shard.name, _shard_writer(shard, ids, start, end)
 
 
-def _shard_writer(shard: Path, ids: np.ndarray, start: int, end: int) -> Writer:
+class _Ids:
+    """A split's ids, read from its open file ``fd`` by ``pread`` (never mapped: a file cut by
+    another program meanwhile would kill the process with SIGBUS at a page past its end).
+
+    Raises:
+        PrepareError: the file is not the size its ``meta.json`` records, or was cut while
+            it was read.
+    """
+
+    def __init__(self, fd: int, path: Path, dtype: np.dtype[Any], size: int) -> None:
+        self.fd, self.path, self.size = fd, path, os.fstat(fd).st_size
+        if self.size != size:
+            raise PrepareError(f"{path}: {self.size} bytes, not the {size} its meta.json "
+                               "records: the file changed since its run finished")  # fmt: skip
+        #: Only its length and dtype are read (``eot_ends`` reads ``fd``).
+        self.shape = np.broadcast_to(np.zeros((), dtype), (size // dtype.itemsize,))
+
+    def read(self, start: int, end: int) -> bytes:
+        """The bytes of ids ``[start, end)``."""
+        item = self.shape.dtype.itemsize
+        data = os.pread(self.fd, (end - start) * item, start * item)
+        if len(data) != (end - start) * item:
+            raise PrepareError(f"{self.path}: it was cut while it was read (changed since its "
+                               "run finished)")  # fmt: skip
+        return data
+
+
+def _shard_writer(shard: Path, ids: _Ids, start: int, end: int) -> Writer:
     def write() -> FileInfo:
-        chunks = (ids[at : min(at + _COPY, end)] for at in range(start, end, _COPY))
-        return _write(shard, [llmc_header(end - start), *(bytes(c.data) for c in chunks)])
+        chunks = (ids.read(at, min(at + _COPY, end)) for at in range(start, end, _COPY))
+        return _write(shard, itertools.chain([llmc_header(end - start)], chunks))
 
     return write
 
