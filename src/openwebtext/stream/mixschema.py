@@ -60,6 +60,11 @@ class Pending:
             link = link.after
         return tuple(found)
 
+    def __reduce__(self) -> tuple[type[Pending], tuple[tuple[Change, ...]]]:
+        """Copied (``pickle``, ``copy.deepcopy``) as its changes, not link by link: a chain of
+        thousands would pass the recursion limit."""
+        return Pending, (self.changes(),)
+
 
 class MixMark(NamedTuple):
     """Where a mixture was (``MixedStream.mark``), cheaply: each part's stream mark (before
