@@ -23,7 +23,7 @@ from openwebtext.errors import StateError
 from openwebtext.stream.batches import BatchIterator
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import BatchesState, Change, MixtureState
-from openwebtext.stream.source import Closing
+from openwebtext.stream.source import Closing, not_own_next
 from openwebtext.stream.state import Stats
 
 __all__ = ["MixtureBatches"]
@@ -60,6 +60,7 @@ class MixtureBatches(Closing, Generic[Item]):
         self._batches = open_from(start, take)
         self._closed = False
         self._turn = threading.Lock()  # ``next`` or ``set_weights``: one at a time
+        self._inside: int | None = None  # the thread in ``next`` (``not_own_next``)
 
     def set_weights(
         self, weights: Mapping[str, float], *, state: dict[str, Any] | None = None
@@ -84,6 +85,7 @@ class MixtureBatches(Closing, Generic[Item]):
             StateError: ``state`` is not a state of this mixture's batches (of these sizes or
                 schedule, packing and window).
         """
+        not_own_next(self._inside, "set_weights()")
         with self._turn:  # (another thread inside ``next``: after its batch)
             self._set_weights(weights, state)
 
@@ -118,15 +120,20 @@ class MixtureBatches(Closing, Generic[Item]):
         return self
 
     def __next__(self) -> Item:
+        not_own_next(self._inside, "next()")
         with self._turn:
+            self._inside = threading.get_ident()
             try:
                 return next(self._batches)
             except StopIteration:  # (ran out: closed, as ``close`` leaves them)
                 self._closed = True
                 raise
+            finally:
+                self._inside = None
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
+        not_own_next(self._inside, "state_dict()")
         with self._turn:
             return self._batches.state_dict()
 
@@ -148,6 +155,7 @@ class MixtureBatches(Closing, Generic[Item]):
     @property
     def stats(self) -> Stats:
         """The documents' counts (read ahead included), and what packing did."""
+        not_own_next(self._inside, "stats")
         with self._turn:
             return self._batches.stats
 

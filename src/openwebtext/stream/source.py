@@ -41,6 +41,7 @@ __all__ = [
     "DocumentSource",
     "InsideNext",
     "OtherThread",
+    "OwnNext",
     "Packer",
     "Run",
     "RunParts",
@@ -51,6 +52,7 @@ __all__ = [
     "failed_earlier",
     "failure",
     "guarded",
+    "not_own_next",
     "slots_at",
 ]
 
@@ -209,6 +211,7 @@ def guarded(method: Callable[Concatenate[P, A], T]) -> Callable[Concatenate[P, A
     for on another thread waits for the batch being made (``next`` holds it)."""
 
     def held(self: P, /, *args: A.args, **kwargs: A.kwargs) -> T:
+        not_own_next(self._inside, "stats" if method.__name__ == "stats" else "state_dict()")
         with self._turn:
             return method(self, *args, **kwargs)
 
@@ -238,6 +241,8 @@ class Packer(Closing):
     _at: AnyMark | None = None
     """Where the stream was when the packer held no document it had read (its state's)."""
     _KEPT: tuple[str, ...] = ()
+    _inside: int | None = None
+    """The thread inside ``next`` (``not_own_next``)."""
 
     def __init__(self, documents: DocumentSource) -> None:
         self._docs = documents
@@ -246,28 +251,37 @@ class Packer(Closing):
         for: they wait for the batch being made, and say the state after it."""
 
     def __next__(self) -> Any:
+        not_own_next(self._inside, "next()")
         with self._turn:
-            if self._failed:
-                raise failed_earlier(self._failed)
-            if self._closed:
-                raise StopIteration
-            saved = {name: getattr(self, name) for name in self._KEPT}
-            saved.update(self._copies())
+            self._inside = threading.get_ident()
             try:
-                batch = self._batch()
-            except StopIteration:
-                raise
-            except BaseException as exc:
-                self.__dict__.update(saved)
-                if self._closed_by_another():  # (a stage's close: its Halted): the end
-                    raise StopIteration from None
-                self._failed = failure(exc)
-                self.close()
-                raise
-            if self._closed_by_another():  # (between two reads of documents: to their end)
-                self.__dict__.update(saved)
-                raise StopIteration
-            return batch
+                return self._held_next()
+            finally:
+                self._inside = None
+
+    def _held_next(self) -> Any:
+        """``next``, holding the turn."""
+        if self._failed:
+            raise failed_earlier(self._failed)
+        if self._closed:
+            raise StopIteration
+        saved = {name: getattr(self, name) for name in self._KEPT}
+        saved.update(self._copies())
+        try:
+            batch = self._batch()
+        except StopIteration:
+            raise
+        except BaseException as exc:
+            self.__dict__.update(saved)
+            if self._closed_by_another():  # (a stage's close: its Halted): the end
+                raise StopIteration from None
+            self._failed = failure(exc)
+            self.close()
+            raise
+        if self._closed_by_another():  # (between two reads of documents: to their end)
+            self.__dict__.update(saved)
+            raise StopIteration
+        return batch
 
     def _closed_by_another(self) -> bool:
         """Whether another thread closed the packer during this ``next`` (a close under way
@@ -319,6 +333,40 @@ class OtherThread(RuntimeError):
             f"{STEADY:g} s: take it on the reading thread between two documents; batches "
             "(Loader.batches, ahead(), to_device()) give their state_dict() to any thread"
         )
+
+
+class OwnNext(RuntimeError):
+    """A state, mark, stats, ``next``, ``close`` or ``set_weights`` asked for on the thread
+    inside the iterator's own ``next`` (a signal handler, or a callback run there): nothing is
+    whole there (a state read would be one no run was ever at), and that ``next`` cannot end
+    while it waits (a handler waiting for it hangs)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} inside the iterator's own next() on this thread (a signal handler, or a "
+            "callback run there): no state is whole there, and that next() cannot end while "
+            "it waits; in a signal handler set a flag, and take the state after the step "
+            "(ahead() and to_device() give their state_dict() in a handler too)"
+        )
+
+
+def not_own_next(inside: int | None, what: str) -> None:
+    """Raise ``OwnNext`` for ``what`` if this thread is ``inside`` (the thread in ``next``)."""
+    if inside == threading.get_ident():
+        raise OwnNext(what)
+
+
+def on_this_thread(generators: list[Generator[Any, None, None]]) -> bool:
+    """Whether this thread is inside one of ``generators`` (its frame on this thread's stack):
+    a signal handler or a callback run inside ``next``."""
+    running = {id(getattr(g, "gi_frame", None)) for g in generators
+               if inspect.getgeneratorstate(g) == inspect.GEN_RUNNING}  # fmt: skip
+    frame = inspect.currentframe()
+    while running and frame is not None:
+        if id(frame) in running:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class InsideNext(RuntimeError):
@@ -384,6 +432,8 @@ class Running(Closing, Generic[S]):
         it would end its read with a worker's error): an iterator is read and closed on one
         thread; a stage (``ahead``, ``Loader.batches(...).start()``) is closed from any."""
         generators = [gen for gen in (self._gen, *others) if gen is not None]
+        if on_this_thread(generators):
+            raise OwnNext("close()")
         if any(inspect.getgeneratorstate(gen) == inspect.GEN_RUNNING for gen in generators):
             raise InsideNext()
         for gen in generators:
@@ -402,8 +452,11 @@ class Running(Closing, Generic[S]):
 
         Raises:
             OtherThread: another thread stayed inside ``next`` all that while.
+            OwnNext: this thread is (a signal handler's, a callback's).
         """
         generators = [gen for gen in (self._gen, self._runs) if gen is not None]
+        if on_this_thread(generators):
+            raise OwnNext(what)
 
         def inside() -> bool:
             return any(inspect.getgeneratorstate(g) == inspect.GEN_RUNNING for g in generators)
