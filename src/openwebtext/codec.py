@@ -47,6 +47,7 @@ __all__ = [
     "encode",
     "open_regular",
     "parse",
+    "pread_all",
     "read_at_most",
     "read_file",
     "replace",
@@ -298,6 +299,25 @@ def read_at_most(f: BinaryIO, most: int) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+#: The most one ``pread`` returns on Linux (0x7ffff000 bytes), and the largest file offset.
+_ONE_READ, _LAST_OFFSET = 0x7FFFF000, 2**63 - 1
+
+
+def pread_all(fd: int, n: int, offset: int) -> bytes:
+    """``n`` bytes of ``fd`` from ``offset``: fewer only at the file's end (one ``pread``
+    returns at most ~2 GiB; an offset no file reaches, from a damaged header, reads nothing)."""
+    if n <= _ONE_READ and 0 <= offset <= _LAST_OFFSET - n:
+        return os.pread(fd, n, offset)  # (the one read almost every unit takes)
+    parts: list[bytes] = []
+    while n > 0 and offset < _LAST_OFFSET:
+        part = os.pread(fd, min(n, _ONE_READ, _LAST_OFFSET - offset), offset)
+        if not part:
+            break
+        parts.append(part)
+        n, offset = n - len(part), offset + len(part)
+    return b"".join(parts)
 
 
 def read_file(path: str | os.PathLike[str], most: int = MOST_FILE_BYTES) -> bytes:

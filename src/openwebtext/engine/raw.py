@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from openwebtext.codec import pread_all
 from openwebtext.files import open_to_read
 from openwebtext.records import Unit
 from openwebtext.source import FileInfo, RangeReader, Storage, is_url, resolve, unchanged
@@ -40,7 +41,7 @@ class UnitBytes:
         storage, st = resolve(self.storage), os.fstat(fd)
         unchanged(storage, unit.path, FileInfo.of_local(st))
         # (a header's size past the file's end: what is there, never a buffer of that size)
-        data = os.pread(fd, max(0, min(unit.size, st.st_size - unit.offset)), unit.offset)
+        data = pread_all(fd, max(0, min(unit.size, st.st_size - unit.offset)), unit.offset)
         # And after: a file rewritten during the read (its mtime moved) is not what was read.
         unchanged(storage, unit.path, FileInfo.of_local(os.fstat(fd)))
         return data

@@ -6,10 +6,10 @@ remote indexing both call :func:`walk_outer_tar`.
 
 from __future__ import annotations
 
-import os
 import tarfile
 from typing import Protocol
 
+from openwebtext.codec import pread_all
 from openwebtext.errors import CorpusError, UnknownFormat
 from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
 from openwebtext.records import Unit
@@ -48,7 +48,7 @@ class LocalFile:
         self.size = size
 
     def pread(self, n: int, offset: int) -> bytes:
-        return os.pread(self.fd, n, offset)
+        return pread_all(self.fd, n, offset)
 
 
 class _Cursor:

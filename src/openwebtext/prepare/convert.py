@@ -309,7 +309,7 @@ class _Ids:
     def read(self, start: int, end: int) -> bytes:
         """The bytes of ids ``[start, end)``."""
         item = self.shape.dtype.itemsize
-        data = os.pread(self.fd, (end - start) * item, start * item)
+        data = codec.pread_all(self.fd, (end - start) * item, start * item)
         if len(data) != (end - start) * item:
             raise PrepareError(f"{self.path}: it was cut while it was read (changed since its "
                                "run finished)")  # fmt: skip

@@ -66,7 +66,7 @@ def permute(
             for s, offset, size in zip(
                 source.tolist(), local.tolist(), nbytes[docs].tolist(), strict=True
             ):
-                part.write(os.pread(fds[s], size, offset))
+                part.write(codec.pread_all(fds[s], size, offset))
             done += int(nbytes[docs].sum())
             position = end
             if position == n or time.monotonic() - last >= run.checkpoint_seconds:

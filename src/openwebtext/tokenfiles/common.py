@@ -20,6 +20,7 @@ from openwebtext.codec import (
     Record,
     open_regular,
     parse,
+    pread_all,
     read_file,
     replace,
     whose,
@@ -202,7 +203,7 @@ def eot_ends(ids: np.ndarray, eot: int, path: str | os.PathLike[str],
         if fd is None:
             return ids[at : at + step]
         want = min(step, len(ids) - at) * ids.dtype.itemsize
-        data = os.pread(fd, want, offset + at * ids.dtype.itemsize)
+        data = pread_all(fd, want, offset + at * ids.dtype.itemsize)
         if len(data) != want:
             raise damaged(path, "it was cut while it was read (changed since it was opened)")
         return np.frombuffer(data, ids.dtype)
