@@ -23,6 +23,7 @@ import json
 import operator
 import os
 import re
+import reprlib
 import stat
 from collections.abc import Mapping
 from typing import Annotated, Any, BinaryIO, ClassVar, Literal, TypeVar
@@ -149,7 +150,8 @@ def decode(value: Any, cls: type[R], what: str = "state") -> R:
     if config.tag_field is not None and isinstance(value, dict):
         key, found = config.tag_field, value.get(config.tag_field)
         if found != config.tag:
-            raise StateError(f"bad {what}: {key}: not {config.tag!r} (found {found!r})", field=key)
+            raise StateError(f"bad {what}: {key}: not {config.tag!r} (found "
+                             f"{reprlib.repr(found)})", field=key)  # fmt: skip
     try:
         try:
             at = _surrogate(value)  # (JSON's "\udcff", which json.loads takes: text in no field)
@@ -274,7 +276,10 @@ def open_regular(path: str | os.PathLike[str], *, folder: bool = False) -> int:
     Raises:
         OSError: it cannot be opened, or is a FIFO, a socket or a device (or a folder).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except ValueError as exc:  # (a NUL, an unpaired surrogate: no file system's name)
+        raise OSError(errno.EINVAL, f"not a path ({exc})", os.fspath(path)) from None
     try:
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISREG(mode) or (folder and stat.S_ISDIR(mode))):
@@ -366,8 +371,16 @@ def _int(digits: str) -> int:
 def encode(record: Record) -> dict[str, Any]:
     """The JSON-safe dict of ``record`` (objects and lists; a record declared with
     ``omit_defaults=True`` leaves out its fields at their default)."""
-    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(record))
+    out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(record, enc_hook=_plain))
     return out
+
+
+def _plain(value: Any) -> Any:
+    """A value msgspec does not encode as the JSON it is: a ``str`` subclass (numpy's
+    ``np.str_``, an option given from an array) as its ``str``."""
+    if isinstance(value, str):
+        return str(value)
+    raise NotImplementedError(f"{type(value).__name__} is not JSON")
 
 
 def differing(one: R, other: R) -> list[str]:

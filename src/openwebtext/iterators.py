@@ -139,6 +139,7 @@ class DocumentIterator(Running[Stream]):
         """``state_dict(mark)`` as its record (what a packer nests in its own state)."""
         if mark is None:
             mark = self._steady("state_dict()", self._stream.mark)
+        _check_mark(mark, Mark)
         return self._stream.state(mark)
 
     def mark(self) -> Mark:
@@ -225,9 +226,17 @@ class MixtureIterator(Running[MixedStream]):
         """``state_dict(mark)`` as its record (what a packer nests in its own state)."""
         if mark is None:
             mark = self._steady("state_dict()", self._stream.mark)
+        _check_mark(mark, MixMark)
         return self._stream.state(mark)
 
     def close(self) -> None:
         """Stop the workers now. Safe to call twice; on the reading thread (``_end``)."""
         self._end()
         self._stream.close()
+
+
+def _check_mark(mark: object, kind: type[Mark] | type[MixMark]) -> None:
+    """Raise ``TypeError`` unless ``mark`` is a ``mark()`` of an iterator of this kind."""
+    if not isinstance(mark, kind):
+        raise TypeError(f"mark must be a mark() of this iterator (a {kind.__name__}), not "
+                        f"{type(mark).__name__}")  # fmt: skip

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,9 +208,9 @@ class Corpus:
         h = hashlib.sha256()
         for u in self.units if order is None else (self.units[k] for k in order):
             line = f"{file_name(u.path)}\0{u.member}\0{u.size}\0{u.kind}\n"
-            h.update(line.encode("utf-8", "surrogateescape"))  # names need not be UTF-8
+            h.update(_utf8(line))
         if self.text_column != TEXT_COLUMN:  # "text" adds nothing: older states still fit
-            h.update(f"column\0{self.text_column}\n".encode("utf-8", "surrogateescape"))
+            h.update(_utf8(f"column\0{self.text_column}\n"))
         return h.hexdigest()[:16]
 
     def fingerprint(self) -> str:
@@ -322,16 +323,29 @@ class Corpus:
         )
 
 
+def _utf8(text: str) -> bytes:
+    """``text``'s bytes to hash: names need not be UTF-8 (a file system's undecodable bytes
+    come back as they were); a column's unpaired surrogate (JSON's ``"\\ud800"``) too."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
 def _given(paths: Any, what: str) -> list[str | os.PathLike[str]]:
-    """``paths`` (one, or an iterable of them) as a list.
+    """``paths`` (one, or an ordered collection of them) as a list (numpy's ``np.str_`` as
+    ``str``).
 
     Raises:
-        TypeError: ``what``, naming what was given (a bool, bytes, a mapping).
+        TypeError: ``what``, naming what was given (a bool, bytes, a mapping, a set: its order
+            is another in each process, and so would the corpus's be).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    many = isinstance(paths, Iterable) and not isinstance(paths, bytes | Mapping)
+    many = isinstance(paths, Iterable) and not isinstance(paths, bytes | Mapping | AbstractSet)
     given = list(paths) if many else None
     if given is None or not all(isinstance(p, str | os.PathLike) for p in given):
-        raise TypeError(f"{what} (str or os.PathLike), or a list of them, not {paths!r}")
-    return given
+        unordered = isinstance(paths, AbstractSet)  # (its order: another in each process)
+        raise TypeError(f"{what} (str or os.PathLike), or a list of them, not {paths!r}"
+                        + (" (a set has no order: give a sorted list)" if unordered else ""))
+    return [str(p) if isinstance(p, str) else p for p in given]

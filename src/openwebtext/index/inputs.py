@@ -89,6 +89,8 @@ def _unreadable(path: str, lstat_ok: bool) -> CorpusError:
     """Why ``path`` (which ``os.stat`` refused) cannot be read."""
     try:
         os.stat(path)
+    except ValueError:  # (what no file system's name holds: said, never a file read)
+        return CorpusError("not a path: it holds a NUL or an unpaired surrogate", path=path)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return CorpusError("symlink loop: the link never reaches a file", path=path)
@@ -104,7 +106,7 @@ def _classify(path: str) -> tuple[str, os.stat_result | None, str]:
     """``("file" | "folder" | "other" | "bad", stat, why)`` for one path, following links."""
     try:
         st = os.stat(path)
-    except OSError:
+    except (OSError, ValueError):  # (ValueError: a NUL, an unpaired surrogate)
         return "bad", None, ""
     if stat.S_ISDIR(st.st_mode):
         return "folder", st, ""
@@ -218,6 +220,10 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
 
     for raw in paths:
         text = os.fspath(raw)
+        if not isinstance(text, str):
+            raise TypeError(f"the corpus is a path (str or os.PathLike of str), not {raw!r}, "
+                            f"whose os.fspath is {type(text).__name__}")  # fmt: skip
+        text = str(text)  # (numpy's np.str_: its os.listdir gives bytes)
         kind, st, what = _classify(text)
         if kind == "folder":
             listed = sorted(

@@ -71,12 +71,21 @@ def location(out: str | os.PathLike[str], name: str = "out") -> Location:
     Raises:
         TypeError: ``out`` is not a str or ``os.PathLike``.
         ValueError: it is empty or blank (``Path("")`` is the working folder: a run wrote its
-            files there), naming the argument (``name``).
+            files there), or holds what no path does (a NUL, an unpaired surrogate), naming
+            the argument (``name``).
     """
     if not isinstance(out, str | os.PathLike):
         raise TypeError(f"{name} must be a folder's path or a URL, not {type(out).__name__}")
-    if not os.fspath(out).strip():
-        raise ValueError(f"{name} must name a folder or a URL, not {os.fspath(out)!r}")
+    text = os.fspath(out)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{name} must name a folder or a URL, not {text!r}")
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        text = "\0"  # (an unpaired surrogate: no file system's name, as a NUL)
+    if "\0" in text:
+        raise ValueError(f"{name} is not a path: {os.fspath(out)!r} holds a NUL or an unpaired "
+                         "surrogate")  # fmt: skip
     return out.rstrip("/") if isinstance(out, str) and is_remote(out) else Path(out)
 
 

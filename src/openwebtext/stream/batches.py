@@ -342,6 +342,9 @@ class _Run(NamedTuple):
         return 0 if j == 0 else int(self.ends[j - 1])
 
 
+_POSITIONS = np.iinfo(np.int32).max
+
+
 def _marked(
     ends: np.ndarray[Any, Any],
     start: int | np.ndarray[Any, Any],
@@ -351,6 +354,10 @@ def _marked(
     first's ids begin at ``start`` in it; or each document's at its ``start``, an array); a
     mixture's (``parts``, each document's): each id's part too."""
     lengths = np.diff(ends, prepend=0)
+    most = start if isinstance(start, int) else int(start.max()) if len(start) else 0
+    if len(ends) and int(ends[-1]) + most > _POSITIONS:  # (a bound of every position)
+        raise ValueError("segments: a document of more than 2**31-1 ids: its positions do not "
+                         "fit the int32 they are given as")  # fmt: skip
     if parts is not None:
         documents, positions = _marked(ends, start)
         return documents, positions, np.repeat(parts.astype(np.int16), lengths)

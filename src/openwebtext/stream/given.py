@@ -7,6 +7,7 @@ against its run (``parse_batches``); and the schedule the new ranks go on in
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -52,8 +53,8 @@ def check_is_state(k: int, state: Any) -> None:
         raise StateError(f"state {k} is {type(state).__name__}, not a state")
     if kind_of(state) is None:
         found = state.get("format")
-        raise StateError(f"bad state: format: state {k}'s is not a state's (found {found!r})",
-                         field="format")  # fmt: skip
+        raise StateError(f"bad state: format: state {k}'s is not a state's (found "
+                         f"{reprlib.repr(found)})", field="format")  # fmt: skip
 
 
 def parse_batches(

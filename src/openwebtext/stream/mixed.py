@@ -428,7 +428,7 @@ def _size(document: Any) -> int:
 def _draw(weights: Sequence[float], seed: tuple[int, int], position: int) -> int:
     """A seeded draw of a part for ``position`` (``sampling="random"``): a pure function of
     the seed, the rank and the position, so that a resumed run draws the same."""
-    x = _mix64(_mix64(_mix64(seed[0]) ^ seed[1]) ^ position)
+    x = _mix64(_mix64(_seeded(seed[0]) ^ seed[1]) ^ position)
     u = (x >> 11) / float(1 << 53)
     total = 0.0
     last = 0
@@ -439,6 +439,14 @@ def _draw(weights: Sequence[float], seed: tuple[int, int], position: int) -> int
             if u < total:
                 return i
     return last
+
+
+def _seeded(seed: int) -> int:
+    """``_mix64`` of a seed, every 64 bits of it folded in (seeds 0 and 2**64 draw apart)."""
+    x, rest = _mix64(seed), seed >> 64
+    while rest:
+        x, rest = _mix64(x ^ (rest & 0xFFFFFFFFFFFFFFFF)), rest >> 64
+    return x
 
 
 def _mix64(x: int) -> int:

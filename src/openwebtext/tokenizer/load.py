@@ -97,12 +97,24 @@ class Tokenizer:
         self._request = spec if request is None else request
 
     def encode(self, text: str) -> list[int]:
-        """The ids of ``text`` as ordinary text (special tokens' text too), without an eot."""
+        """The ids of ``text`` as ordinary text (special tokens' text too), without an eot.
+
+        Raises:
+            TypeError: ``text`` is not a ``str``.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"encode: text must be a str, not {type(text).__name__}")
         return self._encode(text)
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
-        """``[self.encode(t) for t in texts]``, in this thread (it never starts threads)."""
-        encode = self._encode
+        """``[self.encode(t) for t in texts]``, in this thread (it never starts threads).
+
+        Raises:
+            TypeError: ``texts`` is one ``str`` (not a sequence of them), or holds another type.
+        """
+        if isinstance(texts, str):
+            raise TypeError("encode_batch: texts must be a sequence of str, not one str")
+        encode = self.encode
         return [encode(text) for text in texts]
 
     def encode_packed(self, texts: Sequence[str]) -> tuple[npt.NDArray[Any], list[int]]:
@@ -134,8 +146,19 @@ class Tokenizer:
         return joined.astype(self.dtype, copy=joined.dtype != self.dtype), counts
 
     def decode(self, ids: Sequence[int]) -> str:
-        """The text of ``ids`` (invalid UTF-8 replaced by U+FFFD); eot decodes as its name."""
-        return self._decode(ids)
+        """The text of ``ids`` (invalid UTF-8 replaced by U+FFFD); eot decodes as its name.
+
+        Raises:
+            ValueError: an id is not an int from 0 below ``n_vocab`` (named).
+        """
+        given = list(ids)
+        for i in given:
+            if isinstance(i, bool) or not isinstance(i, int | np.integer) or not (
+                0 <= i < self.n_vocab
+            ):
+                raise ValueError(f"decode: {i!r} is no id of this tokenizer (an int from 0 "
+                                 f"below {self.n_vocab})")  # fmt: skip
+        return self._decode([int(i) for i in given])
 
     def __repr__(self) -> str:
         return (
