@@ -169,3 +169,9 @@ def test_positions_past_int32_are_refused() -> None:
         _marked(np.array([4]), 2**31 - 2)
     _, positions = _marked(np.array([4]), 2**31 - 5)
     assert positions.tolist() == [2**31 - 5 + k for k in range(4)]
+
+
+def test_a_mixture_part_given_as_bytes_is_named_so(tmp_path: Path) -> None:
+    """Bytes are a sequence of ints: the message said "not int"."""
+    with pytest.raises(ValueError, match="not bytes"):
+        Mixture({"a": os.fsencode(str(tmp_path))})

@@ -215,7 +215,7 @@ def _check_part(name: str, where: Any) -> None:
         ValueError: anything else, naming the part.
     """
     each = [where] if isinstance(where, str | os.PathLike) else where
-    if isinstance(where, Mapping | Mixture) or not isinstance(each, Sequence) or not each:
+    if isinstance(where, Mapping | Mixture | bytes) or not isinstance(each, Sequence) or not each:
         raise ValueError(
             f"part {name!r}: a Corpus, a path, a URL or a list of them, not {type(where).__name__}"
         )
