@@ -403,17 +403,19 @@ class MixedStream:
 
 
 def _stats_before(part: _Part) -> Stats:
+    """A part's stats at its state (``_Part.mark``): its document read ahead is not counted,
+    nor what reading it counted (skips and their names, a repeat: a run resumed from the state
+    counts them again); ``units`` counts reads. At an epoch's end, what reaching it counted is."""
     stats = part.stream.stats
     if part.head is None:
         return stats
     counted = part.before.counted()
-    return msgspec.structs.replace(
-        stats,
-        documents=counted.documents,
-        text_bytes=counted.text_bytes,
-        epoch_documents=counted.epoch_documents,
-        tokens=counted.tokens,
-    )
+    if part.head is not EPOCH_END:
+        return msgspec.structs.replace(stats, **msgspec.structs.asdict(
+            replace(counted, units=stats.units)), skipped=stats.skipped[: part.before.skipped])
+    return msgspec.structs.replace(stats, documents=counted.documents, tokens=counted.tokens,
+                                   text_bytes=counted.text_bytes,
+                                   epoch_documents=counted.epoch_documents)  # fmt: skip
 
 
 def _skips_of(streams: list[Stream]) -> Callable[[], int]:
