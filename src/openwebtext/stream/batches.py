@@ -34,7 +34,15 @@ from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_sta
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
-from openwebtext.stream.source import DocumentSource, Packer, Run, copied, guarded
+from openwebtext.stream.source import (
+    DocumentSource,
+    Packer,
+    Run,
+    TokenRun,
+    copied,
+    guarded,
+    slots_at,
+)
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -305,10 +313,11 @@ class Batches(Packer):
             run = self._pending[0]
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
+        where = _cut_slot(self._pending[0].run, mark) if mark is not None and self._batches else {}
         documents = self._docs.state(self._at if mark is None else mark)
         packed, parts = self._packed_now()
         state = BatchesState(
-            *self._shape.first(), documents, offset, self._batches,
+            *self._shape.first(), documents, offset, self._batches, **where,
             schedule=self._shape.section(), packed=packed,
             packed_parts=parts_to_state(documents, parts),
         )  # fmt: skip
@@ -321,6 +330,18 @@ class Batches(Packer):
         and what packing did to the documents of the batches handed out (a mixture's: per part
         too, ``packing.packed_stats``)."""
         return packed_stats(self._docs.stats, *self._packed_now())
+
+
+def _cut_slot(run: Run, mark: Any) -> dict[str, Any]:
+    """Where the document the next batch starts in lies from ``mark`` (its run's mark before
+    it): past the slots of documents skipped between (``BatchesState.cut_slots``), in the next
+    epochs (``cut_next``: its slots counted from that epoch's start). A mixture's: none said."""
+    if not isinstance(run, TokenRun) or mark is not run.before:  # (inside a run: none between)
+        return {}
+    first = run.first_slot()
+    ahead = run.epoch - mark.epoch
+    slots = first if ahead else first - slots_at(mark)
+    return ({"cut_slots": slots} if slots > 0 else {}) | ({"cut_next": ahead} if ahead else {})
 
 
 class _Run(NamedTuple):

@@ -16,6 +16,7 @@ from openwebtext.codec import differing, replace
 from openwebtext.errors import StateError
 from openwebtext.options import MOST_INT, Options, as_int, countable, int_at_least
 from openwebtext.plan import Rule
+from openwebtext.stream.epochrests import at_start, epoch_sections
 from openwebtext.stream.given import decode_each, new_schedule, parse_batches
 from openwebtext.stream.schema import (
     BatchesState,
@@ -25,7 +26,7 @@ from openwebtext.stream.schema import (
     Position,
     StreamConfig,
 )
-from openwebtext.stream.sections import NOT_ACROSS, Begun, Level, OldRank, Reshard, WindowAt
+from openwebtext.stream.sections import NOT_ACROSS, Begun, Reshard, WindowAt
 
 __all__ = ["KEEP", "reshard", "reshard_states"]
 
@@ -119,16 +120,21 @@ def reshard_states(
     fit = _best_fit(batches, by_rank, old_world, replays) if batches else None
     low = min(d.position.epoch for d in ordered)  # (resharded again: at most the next's start)
     if fit and any(d.reshard for d in ordered) and any(
-        d.position.epoch > low and (w.rows or not _at_start(d, low + 1, 0))
+        d.position.epoch > low and (w.rows or not at_start(d, low + 1, 0))
         for d, w in zip(ordered, fit[1], strict=True)
     ):
         raise StateError(_different_epochs(ordered, "best-fit batches states resharded again"))
     cuts = [batches[by_rank[r]].cut if batches and fit is None else 0 for r in range(old_world)]
+    # (where each cut's document lies: past the slots skipped before it, or in the next epoch)
+    wheres = [(0, 0)] * old_world
+    if batches and fit is None:
+        wheres = [(b.cut_slots or 0, b.cut_next or 0) if b.cut else (0, 0)
+                  for b in (batches[by_rank[r]] for r in range(old_world))]  # fmt: skip
     begun = (
         {d.position.epoch for d, w in zip(ordered, fit[1], strict=True) if w.rows} if fit else set()
     )
     with _within(inside):
-        base, *later = _epoch_sections(ordered, cuts, old_world, begun)
+        base, *later = epoch_sections(ordered, cuts, old_world, begun, wheres)
     if any(d.reshard for d in ordered) and (base.window is not None) != (fit is not None):
         raise StateError(
             "batches states of different packings: the resharded epoch was packed "
@@ -279,149 +285,6 @@ def _same_run(configs: Sequence[StreamConfig], by_rank: Mapping[int, int]) -> No
 
 #: The most epochs an old rank that handed out nothing may be past the earliest one (its shares
 #: all empty): a section is written for each epoch between.
-_MOST_APART = 1 << 16
-
-
-def _epoch_sections(
-    ordered: Sequence[DocumentState], cuts: Sequence[int], world: int, needed: set[int]
-) -> list[Reshard]:
-    """The sections of the rests to hand out, one per epoch from the earliest one an old rank
-    is in: every epoch an old rank had begun (a mixture's small part runs through its epochs
-    at each rank's own pace; ``needed``: those of best-fit windows begun at their start), and
-    the rests an earlier reshard had left for after them."""
-    out: list[Reshard] = []
-    epoch = min(d.position.epoch for d in ordered)
-    if epoch and epoch not in needed and all(_at_start(d, epoch, cut) for d, cut in zip(
-            ordered, cuts, strict=True)):  # fmt: skip
-        epoch -= 1  # no old rank began it: the new world's own, after the last one's (empty) rest
-    for rank, (d, cut) in enumerate(zip(ordered, cuts, strict=True)):
-        # (a section per epoch: a gap no run made is refused.) An endless stream hands out a
-        # document each epoch it passes (``nothing_read``); a share of a rest may hold none:
-        # each is one of ``passed`` (the counts start there). Those of its epoch are not of an
-        # epoch passed, but at its start (the last epoch's). A finite run's rank whose shares
-        # are empty passes its epochs with none (no document out, nor one begun: ``cut``), but
-        # never more of them than sections can be written for.
-        at = d.position
-        earlier = d.counters.documents - (d.counters.epoch_documents if at.block or at.in_block
-                                          else 0)  # fmt: skip
-        handed = d.counters.documents or cut
-        if at.epoch - epoch > (earlier + len(d.passed) if handed else _MOST_APART):
-            raise StateError(
-                f"states of one run never differ so in epoch: old rank {rank} is at epoch "
-                f"{d.position.epoch}, {d.position.epoch - epoch} past the earliest rank's, having "
-                f"handed out {earlier} documents before it" + ("" if handed else " (a rank of "
-                f"empty shares: at most {_MOST_APART} epochs past it)"), field="position.epoch",
-            )  # fmt: skip
-    while (
-        section := _epoch_section(ordered, cuts, world, epoch, not out or epoch in needed)
-    ) is not None:
-        out.append(section)
-        epoch += 1
-    return out
-
-
-def _at_start(state: DocumentState, epoch: int, cut: int) -> bool:
-    """``state`` is at ``epoch``'s very start, nothing of it begun (no concat cut into its first
-    document, not in a rest)."""
-    counters = state.counters
-    return (state.position == Position(epoch) and state.reshard is None and not cut
-            and not counters.epoch_documents)  # fmt: skip
-
-
-def _epoch_section(
-    ordered: Sequence[DocumentState], cuts: Sequence[int], world: int, epoch: int, first: bool
-) -> Reshard | None:
-    """The section of ``epoch``'s rest (None: it is the new world size's own). A rank in it
-    is at its state, a rank before it has not begun it, a rank past it had finished it. When
-    the epoch was already a rest (an earlier reshard's), this world's shares of it are one
-    level more; else its old ranks are this world's ranks."""
-    # Ranks in or past the epoch say its rest with the cuts carried into it; a rank before
-    # it only as its reshard wrote it (``later``): the same but for those cuts.
-    said = {_view(d, epoch) for d in ordered if d.position.epoch >= epoch} - {_UNSAID}
-    before = {_view(d, epoch) for d in ordered if d.position.epoch < epoch} - {_UNSAID}
-    views = said or before or {None}
-    if len(views) > 1 or len({_uncut(v) for v in views | before}) > 1:
-        raise StateError(
-            f"states of different reshards (their old ranks differ in epoch {epoch}): reshard "
-            "the states of one run"
-        )
-    (base,) = views
-    at = [d.position.epoch == epoch for d in ordered]
-    past = [d.position.epoch > epoch for d in ordered]
-    if base is None:
-        ranks = tuple(
-            _old_rank(d, epoch, cut) if d.position.epoch >= epoch else OldRank(0, 0)
-            for d, cut in zip(ordered, cuts, strict=True)
-        )
-        if not first and all(r == OldRank(0, 0) for r in ranks):
-            return None
-        return Reshard(
-            world_size=world,
-            epoch=epoch,
-            even=ordered[0].config.even,
-            ranks=ranks,
-            # Whose position must agree exactly with its count (no skip): checked when read.
-            exact=tuple(d.counters.skips == 0 for d in ordered),
-        )
-    if not any(at) and not any(past):  # this world had not begun it: as it was left
-        return base
-    for rank, d in enumerate(ordered):
-        if at[rank] and d.reshard is not None and d.reshard.share != (rank, world):
-            raise StateError(f"rank {rank}'s state is share {list(d.reshard.share)!r}")
-    # Each share's slots passed: its documents handed out, and the slots of those it skipped.
-    slots = [d.counters.epoch_documents + d.position.in_block for d in ordered]
-    level = Level(
-        world_size=world,
-        rule=ordered[0].config.even,  # (the rule a reshard gave its new ranks' shares)
-        done=tuple(passed * a for passed, a in zip(slots, at, strict=True)),
-        cuts=tuple(c * a for c, a in zip(cuts, at, strict=True)),
-        finished=tuple(r for r, p in enumerate(past) if p),
-        led=tuple(r for r, d in enumerate(ordered) if at[r] and d.reshard and d.reshard.led),
-        counted=_last_counted(ordered[-1], at[-1], past[-1]),
-    )
-    levels = base.levels
-    if level.counted:  # (the last share's count held every earlier level's left uncounted)
-        levels = tuple(replace(earlier, counted=True) for earlier in levels)
-    return replace(base, levels=(*levels, level))
-
-
-def _last_counted(last: DocumentState, at: bool, past: bool) -> bool:
-    """Whether the last share of a rest had counted what ``drop`` left out of it (and of the
-    earlier levels it counts for) at its state: past the epoch, or in it once it began handing
-    its rest out (a state at a best-fit window begun before is at that window's start)."""
-    return past or (at and (last.reshard is None or last.reshard.counted))
-
-
-#: ``_view`` of an epoch after a rest's sections: its world's own, or a rest that the cuts
-#: carried into it make (``rest.next_section``), which a rank already in it says.
-_UNSAID = Reshard(world_size=1, epoch=0, even=None, ranks=(OldRank(0, 0),))
-
-
-def _uncut(section: Reshard | None) -> Reshard | None:
-    """``section`` without its concat cuts."""
-    if section is None:
-        return None
-    ranks = tuple(replace(old, cut=0) for old in section.ranks)
-    levels = tuple(replace(level, cuts=(0,) * len(level.cuts)) for level in section.levels)
-    return replace(section, ranks=ranks, levels=levels)
-
-
-def _view(state: DocumentState, epoch: int) -> Reshard | None:
-    """What ``state`` says of ``epoch``: the section of a rest (as every share of it has it),
-    None (an epoch of its world's own), or ``_UNSAID`` (a rank past it says only the rests it
-    handed out: ``DocumentState.passed``)."""
-    section = state.reshard
-    if state.position.epoch > epoch:
-        said = [p for p in state.passed if p.epoch == epoch]
-        return said[0] if said else _UNSAID
-    if section is None:
-        return None
-    k = epoch - state.position.epoch
-    if k == 0:
-        return replace(section.base(), later=())
-    return section.later[k - 1] if k - 1 < len(section.later) else _UNSAID
-
-
 def _best_fit_sections(
     base: Reshard, later: Sequence[Reshard], ordered: Sequence[DocumentState],
     fit: tuple[int, list[WindowAt]],
@@ -481,12 +344,3 @@ def _different_epochs(ordered: Sequence[DocumentState], what: str) -> str:
         "taken in one epoch (or at the very start of the next); resume them on the same world "
         "size, or reshard concat batches or documents"
     )
-
-
-def _old_rank(state: DocumentState, epoch: int, cut: int) -> OldRank:
-    """An old rank at ``state`` in ``epoch``: finished if it is past it."""
-    position = state.position
-    if position.epoch > epoch:
-        return OldRank(0, 0, finished=True)
-    return OldRank(position.block, position.in_block, state.counters.epoch_documents, cut=cut,
-                   pass_end=position.pass_end or None)

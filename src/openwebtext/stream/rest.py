@@ -31,6 +31,7 @@ finished into the next level the same way.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -38,6 +39,7 @@ from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import Rule, Share, advance
+from openwebtext.stream.carried import next_section, piece_start
 from openwebtext.stream.dealing import Window, applied_trim, windows_left
 from openwebtext.stream.epochs import (
     block_end,
@@ -47,7 +49,7 @@ from openwebtext.stream.epochs import (
     slots_passed,
 )
 from openwebtext.stream.overrun import Overrun, overrun_of
-from openwebtext.stream.sections import NOT_ACROSS, Begun, Level, OldRank, Reshard
+from openwebtext.stream.sections import NOT_ACROSS, Begun, OldRank, Reshard
 from openwebtext.stream.source import WindowAhead
 from openwebtext.stream.spans import Span, count, cut_share, drop_front, owner_of
 
@@ -119,7 +121,8 @@ class Rest:
         entry: bool = True,
     ):
         self.section = section
-        self.leads = leads or section.led
+        self.leads = (leads and not section.follows) or section.led
+        self.first_leads = leads  # (a corpus's: its shares lead unless their state says not)
         self.counts, self.options, self.part = counts, options, part
         self.epoch = section.epoch
         world = section.world_size
@@ -138,6 +141,14 @@ class Rest:
         self.carried: list[dict[int, int]] = [{}]
         """Per world (the old ranks', then each level's): the ranks whose concat cut is in
         their next epoch's first document (all of their share handed out), and their cuts."""
+        self.gaps: list[dict[int, int]] = [{}]
+        """Per world, of ``carried``: the slots skipped in its epoch before the document its cut
+        is in (``OldRank.gap``), and the epochs past the next it lies in (``OldRank.ahead``)."""
+        self.aheads: list[dict[int, int]] = [{}]
+        self.unled: list[set[int]] = [set()]
+        """Per world, a corpus's: the ranks of ``carried`` whose next epoch's first document
+        did not lead their stream (their share of this epoch held documents, or did not lead):
+        it went on from its first id not yet a target (``Level.follows``)."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         ranked: list[int] = []  # (their old ranks)
         self.begun: dict[int, Begun] = begun
@@ -150,8 +161,11 @@ class Rest:
             per = self.shares[r].counts
             assert per is not None  # (its slots from its position on)
             remaining = 0 if old.finished else sum(per) - slots_passed(per, old.block, old.in_block)
-            if not remaining and old.cut and not old.finished:  # its next document: the next
-                self.carried[0][r] = old.cut  # epoch's first (``next_section``)
+            if (not remaining or old.ahead) and old.cut and not old.finished:  # its next
+                self.carried[0][r] = old.cut  # document: the next epoch's (``next_section``)
+                self.gaps[0][r], self.aheads[0][r] = old.gap, max(old.ahead - 1, 0)
+                if leads and any(per):
+                    self.unled[0].add(r)
             self.starts.append(at)
             self.ends.append(at + remaining)
             first, b = at, begun.get(r)
@@ -176,12 +190,12 @@ class Rest:
                 first = at + m
             if at + remaining > first:
                 spans.append((first, at + remaining, False))
-                if old.cut:
-                    mid[at] = old.cut
+                if old.cut and not old.ahead:  # (the document: past the slots skipped before)
+                    mid[at + old.gap if old.gap < remaining else at] = old.cut
             at = max(at + remaining, first)
         if section.dealt and section.levels:  # resharded again: the old ranks' windows were
             windows = []  # handed out in an earlier epoch's rest, in no level's share (``_dealt``)
-        spans, mid, windows, uncounted = self._levels(spans, mid, windows, size, leads)
+        spans, mid, windows, uncounted = _levels(self, spans, mid, windows, size, leads)
         share_rank, share_world = section.share
         plain, dropped = cut_share(spans, share_rank, share_world, section.rule)
         self.ranked, self.own = ranked, windows
@@ -198,52 +212,6 @@ class Rest:
             owner.overrun_slots(spans) for owner, spans in self.segments
         )
         """The documents it hands out evened out: its slots less its overruns' (``Piece``)."""
-
-    def _levels(self, spans: list[Span], mid: dict[int, int], windows: list[Window], size: int,
-                leads: bool) -> tuple[list[Span], dict[int, int], list[Window], int]:  # fmt: skip
-        """The rest sequence after each level of the section (the shares of an earlier
-        reshard, minus what their ranks handed out): its spans, concat cuts and best-fit
-        windows, and what ``drop`` left out at levels whose last share had not counted it
-        (``leads``: the stream's first document of a concat share led, as ``__init__``'s)."""
-        section, part = self.section, self.part
-        uncounted = 0  # what ``drop`` left out at levels whose last share had not counted it
-        for level in section.levels:
-            if not level.counted:
-                uncounted += cut_share(spans, 0, level.world_size, level.rule)[1]
-            joined: list[Span] = []
-            carried: list[Window] = []
-            new_mid = dict(mid)
-            self.carried.append({})
-            for s in range(level.world_size):
-                share, _ = cut_share(spans, s, level.world_size, level.rule)
-                done, cut = level.done[s], level.cuts[s]
-                if s in level.finished:  # its rank was past this epoch: all of it handed out
-                    if level.windows is not None:  # (best fit: its windows dealt too)
-                        continue
-                    done = count(share)
-                if level.windows is not None:  # best fit: what of its windows and share is left
-                    at_window = level.windows[s]
-                    dealt = windows[s :: level.world_size]
-                    try:
-                        left_windows, left = windows_left(dealt, share, done, at_window, size)
-                    except StateError as exc:
-                        if part is None:
-                            raise
-                        raise StateError(f"the mixture's part {part!r}: {exc}") from None
-                    carried += left_windows
-                    joined += left
-                    continue
-                left = drop_front(share, done)
-                if not left and cut and s not in level.finished:  # as an old rank's
-                    self.carried[-1][s] = cut
-                if left and cut:
-                    x, _, repeat = left[0]
-                    led = leads or s in level.led  # (a part's share: if it led, said)
-                    applied = applied_trim(mid, share, done, x, repeat, led)
-                    new_mid[x] = applied + cut
-                joined += left
-            spans, mid, windows = joined, new_mid, carried
-        return spans, mid, windows, uncounted
 
     def least_repeats(self, progress: int) -> dict[int, tuple[int, int]]:
         """The windows this share starts with at or after its first ``progress`` slots whose
@@ -331,7 +299,10 @@ class Rest:
         if section is None:
             return None
         leads = self.leads and not self.length
-        return Rest(section, self.counts, self.options, leads=leads, part=self.part, entry=False)
+        if self.first_leads and not leads:  # (a corpus's: its state says it, ``follows``)
+            section = replace(section, follows=True)
+        return Rest(section, self.counts, self.options, leads=self.first_leads or leads,
+                    part=self.part, entry=False)  # fmt: skip
 
     def windows_ahead(self, progress: int) -> list[WindowAhead]:
         """``(documents, number, rows handed out, packings)`` of the windows this share
@@ -360,6 +331,7 @@ class Rest:
         documents; ``lead``: their first document is the share's first."""
         first = spans[0][0]
         ranks = self.section.ranks
+        keys = sorted(self.mid)  # (a piece ends where a cut's document begins)
         for a, b, repeat in drop_front(spans, progress):
             while a < b:
                 r = owner_of(self.starts, a)
@@ -373,6 +345,8 @@ class Rest:
                     a = stop
                     continue
                 stop = min(stop, self.ends[r])
+                nearest = bisect_right(keys, a)
+                stop = min(stop, keys[nearest]) if nearest < len(keys) else stop
                 assert share.counts is not None  # (in slots: one pass, to the share's end)
                 at = advance(share.counts, self.size, (old.block, old.in_block, 0), k, None)
                 last, inside = advance(share.counts, self.size, (*at, 0), stop - a, None)
@@ -386,6 +360,65 @@ class Rest:
                 a = stop
 
 
+def _levels(
+    rest: Rest, spans: list[Span], mid: dict[int, int], windows: list[Window], size: int,
+    leads: bool,
+) -> tuple[list[Span], dict[int, int], list[Window], int]:  # fmt: skip
+    """The rest sequence after each level of the section (the shares of an earlier
+    reshard, minus what their ranks handed out): its spans, concat cuts and best-fit
+    windows, and what ``drop`` left out at levels whose last share had not counted it
+    (``leads``: the stream's first document of a concat share led, as ``Rest``'s)."""
+    section, part = rest.section, rest.part
+    uncounted = 0  # what ``drop`` left out at levels whose last share had not counted it
+    for level in section.levels:
+        if not level.counted:
+            uncounted += cut_share(spans, 0, level.world_size, level.rule)[1]
+        joined: list[Span] = []
+        carried: list[Window] = []
+        new_mid = dict(mid)
+        rest.carried.append({})
+        rest.unled.append(set())
+        rest.gaps.append({})
+        rest.aheads.append({})
+        for s in range(level.world_size):
+            share, _ = cut_share(spans, s, level.world_size, level.rule)
+            done, cut = level.done[s], level.cuts[s]
+            if s in level.finished:  # its rank was past this epoch: all of it handed out
+                if level.windows is not None:  # (best fit: its windows dealt too)
+                    continue
+                done = count(share)
+            if level.windows is not None:  # best fit: what of its windows and share is left
+                at_window = level.windows[s]
+                dealt = windows[s :: level.world_size]
+                try:
+                    left_windows, left = windows_left(dealt, share, done, at_window, size)
+                except StateError as exc:
+                    if part is None:
+                        raise
+                    raise StateError(f"the mixture's part {part!r}: {exc}") from None
+                carried += left_windows
+                joined += left
+                continue
+            left = drop_front(share, done)
+            # (a corpus's share led unless its state said it followed others; a part's
+            # share, if it led, said)
+            led = (leads and s not in level.follows) or s in level.led
+            gap, ahead = (said[s] if said else 0 for said in (level.gaps, level.ahead))
+            if (not left or ahead) and cut and s not in level.finished:  # as an old rank's
+                rest.carried[-1][s] = cut
+                rest.gaps[-1][s], rest.aheads[-1][s] = gap, max(ahead - 1, 0)
+                if leads and (count(share) or not led):  # (its next epoch's first: not
+                    rest.unled[-1].add(s)  # its stream's first, ``following``)
+            elif left and cut:  # (its document: past the slots skipped before it)
+                x, _, repeat = drop_front(left, gap)[0] if gap < count(left) else left[0]
+                at = piece_start(left[0][0], x, share, rest.starts, mid)
+                applied = 0 if at is None else applied_trim(mid, share, done, at, repeat, led)
+                new_mid[x] = applied + cut
+            joined += left
+        spans, mid, windows = joined, new_mid, carried
+    return spans, mid, windows, uncounted
+
+
 def ended(
     rest: Rest | None, passed: tuple[Reshard, ...]
 ) -> tuple[tuple[Reshard, ...], Rest | None]:
@@ -394,53 +427,6 @@ def ended(
     if rest is None:
         return passed, None
     return (*passed, rest.said()), rest.following()
-
-
-def next_section(rest: Rest) -> Reshard | None:
-    """The section of the epoch after ``rest``'s (``Reshard.following``), with the cuts of
-    ranks that had handed out all of this epoch while a batch had begun their next epoch's first
-    document (``carried``): that epoch is then a rest too (their ranks not begun, theirs
-    cut), so that the document goes on from its first id not yet a target.
-
-    The worlds of this epoch (its old ranks', then each level's) resharded one into the
-    next. A world with a rank past this epoch had begun the next: the reshard of the
-    last such world put it on top of ``following`` (as its old ranks, or its last level),
-    and its carried cuts go there. Each world after it had not begun the next epoch: with
-    carried cuts it adds itself on top, not begun (as its old ranks, when it is first)."""
-    section = rest.section
-    following = section.following()
-    worlds = [(section.world_size, section.even),
-              *((level.world_size, level.rule) for level in section.levels)]  # fmt: skip
-    began = [any(old.finished for old in section.ranks),
-             *(bool(level.finished) for level in section.levels)]  # fmt: skip
-    last = max((k for k, b in enumerate(began) if b), default=-1)
-    built = following
-    if built is not None and last >= 0 and rest.carried[last]:
-        cuts = rest.carried[last]
-        if built.levels:
-            top = built.levels[-1]
-            top = replace(top, cuts=tuple(cuts.get(s, c) for s, c in enumerate(top.cuts)))
-            built = replace(built, levels=(*built.levels[:-1], top))
-        else:
-            ranks = tuple(replace(old, cut=cuts.get(r, old.cut))
-                          for r, old in enumerate(built.ranks))  # fmt: skip
-            built = replace(built, ranks=ranks)
-    for (world, rule), cuts in list(zip(worlds, rest.carried, strict=True))[last + 1 :]:
-        if not cuts:
-            continue
-        cut = tuple(cuts.get(r, 0) for r in range(world))
-        if built is None:
-            ranks = tuple(OldRank(0, 0, cut=c) for c in cut)
-            built = Reshard(world_size=world, epoch=section.epoch + 1, even=rule, ranks=ranks,
-                            share=section.share, rule=section.rule, counted=False)  # fmt: skip
-        else:
-            level = Level(world_size=world, rule=rule, done=(0,) * world, cuts=cut)
-            built = replace(built, levels=(*built.levels, level))
-    if rest.crossing:  # windows that cross into it: their documents there left out
-        built = built or replace(rest.not_begun(), share=section.share, rule=section.rule)
-        windows = (*(built.windows or ()), *rest.crossed(rest.crossing))
-        built = replace(built, windows=windows, dealt=True)
-    return built
 
 
 def _crossed(window: Begun, past: int) -> Begun:

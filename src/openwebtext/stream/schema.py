@@ -313,6 +313,14 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     epoch it reaches, after all those of its share before (``FitWindow.across``)."""
     window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a corpus, rows of the window out: its documents handed out again (dealt)."""
+    cut_slots: Count | msgspec.UnsetType = msgspec.UNSET
+    """Concat, the next batch starting inside a document: the document slots between the
+    documents' position and that document, of documents skipped for their content (in the
+    share of its epoch, from its start, with ``cut_next``), so that a reshard cuts the document
+    itself, not the first slot after the position (absent: none)."""
+    cut_next: Positive | msgspec.UnsetType = msgspec.UNSET
+    """Concat: the epochs past the documents' that that document is in (1: the next; absent:
+    the documents' own)."""
 
     def check(self) -> None:
         docs = self.documents
@@ -343,6 +351,9 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
         unknown = set(self.packed_parts or ()).difference(names)
         if unknown:
             raise Disagree("packed_parts", f"name {sorted(unknown)}, not the mixture's parts")
+        if (self.cut_slots or self.cut_next) and (not self.batches or self.window):
+            raise Disagree("cut_slots", "and cut_next say where the document a concat batch "
+                           "starts in lies, with batches out")  # fmt: skip
         if self.offset and not self.batches:
             raise Disagree("offset", f"is {self.offset}: ids of a document in batches out, with "
                            "none out")  # fmt: skip

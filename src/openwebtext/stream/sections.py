@@ -37,6 +37,12 @@ class OldRank(Record, frozen=True, omit_defaults=True):
     pass_end: Count | None = None
     """Inside a pass repeating its share's documents after skips: where it ends (its state's
     ``position.pass_end``; best fit goes on with it for the window it had begun there)."""
+    gap: Count = 0
+    """Concat batches: the slots of documents skipped between its position and the document
+    its cut is in (``BatchesState.cut_slots``; with ``ahead``, from its next epoch's start)."""
+    ahead: Count = 0
+    """Concat batches: the epochs past this one the document its cut is in lies in (1: the
+    next; ``BatchesState.cut_next``)."""
 
 
 class Packed(Record, frozen=True):
@@ -124,12 +130,22 @@ class Level(Record, frozen=True, omit_defaults=True):
     counted: bool = True
     """Whether its last share had counted what ``drop`` left out of its rest (its
     ``Reshard.counted``) before this reshard; if not, the last share of this rest counts it."""
+    gaps: tuple[Count, ...] = ()
+    """Concat batches: each share's ``OldRank.gap`` (none: all 0)."""
+    ahead: tuple[Count, ...] = ()
+    """Concat batches: each share's ``OldRank.ahead`` (none: all 0)."""
+    follows: tuple[Count, ...] = ()
+    """A corpus's, concat batches: the shares whose first document followed documents their
+    rank had handed out before (``Reshard.follows``; a carried cut's share, ``rest.next_section``:
+    one that held documents of the epoch before), so it went on from its first id not yet a
+    target."""
 
     def check(self) -> None:
-        for name in ("finished", "led"):
+        for name in ("finished", "led", "follows"):
             if any(s >= self.world_size for s in getattr(self, name)):
                 raise Disagree(name, f"names a share past {self.world_size - 1}")
         held = [self.done, self.cuts] + ([] if self.windows is None else [self.windows])
+        held += [said for said in (self.gaps, self.ahead) if said]
         if {len(shares) for shares in held} != {self.world_size}:
             raise Disagree("done", f"cuts and windows must each hold {self.world_size} shares")
 
@@ -172,6 +188,11 @@ class Reshard(Record, frozen=True, omit_defaults=True):
     later: tuple[Reshard, ...] = ()
     """The sections of the epochs after ``epoch`` an old rank had begun (a mixture's small part),
     one per epoch: their rests follow this one's, before the new world size's (``following``)."""
+    follows: bool = False
+    """A corpus's share, concat batches: its first document does not lead the rank's stream (a
+    rest of the epoch before, handed out before it, held documents: ``Rest.following``), so a
+    document cut across the checkpoint goes on from its first id not yet a target (a corpus's
+    share otherwise leads: from the last id that was one)."""
 
     def check(self) -> None:
         if len(self.ranks) != self.world_size:
@@ -206,12 +227,12 @@ class Reshard(Record, frozen=True, omit_defaults=True):
             return None
         return codec.replace(self.later[0], later=self.later[1:], share=self.share, rule=self.rule,
                              counted=False, dealt=self.window is not None, led=False,
-                             overrun=0)  # fmt: skip
+                             follows=False, overrun=0)  # fmt: skip
 
     def base(self) -> Reshard:
         """The section without this share: what every share of one reshard has in common."""
         return codec.replace(self, share=(0, 1), rule=None, counted=True, dealt=False, led=False,
-                             overrun=0)
+                             follows=False, overrun=0)
 
 
 class Step(Record, frozen=True):
