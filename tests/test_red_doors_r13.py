@@ -175,3 +175,18 @@ def test_a_mixture_part_given_as_bytes_is_named_so(tmp_path: Path) -> None:
     """Bytes are a sequence of ints: the message said "not int"."""
     with pytest.raises(ValueError, match="not bytes"):
         Mixture({"a": os.fsencode(str(tmp_path))})
+
+
+def test_the_reference_api_refuses_at_the_call(small_corpus: Path) -> None:
+    """``shuffle(5, 2)`` failed at its first ``next()``; a set of subsets or a list of ints
+    was taken and failed (or ordered otherwise per process) later; an array's ``prefetch``
+    raised numpy's "truth value of an array is ambiguous"."""
+    from openwebtext import OpenWebTextLoader, shuffle
+
+    with pytest.raises(TypeError, match="must be iterable"):
+        shuffle(5, 2)  # type: ignore[arg-type]
+    for subsets in ({str(small_corpus)}, [5], {str(small_corpus): 1}):
+        with pytest.raises(TypeError, match="subsets are paths"):
+            OpenWebTextLoader(subsets)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="prefetch buffer"):
+        OpenWebTextLoader(str(small_corpus), prefetch=np.array([2, 3]))  # type: ignore[arg-type]

@@ -13,7 +13,8 @@ import os
 import random
 import sys
 import weakref
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -77,7 +78,7 @@ class OpenWebTextLoader:
     ) -> None:
         try:
             larger = bool(prefetch > 1)  # (NaN is not)
-        except TypeError:
+        except (TypeError, ValueError):  # (ValueError: an array's truth)
             larger = False
         if not larger:
             raise ValueError(f"prefetch buffer should be strictly larger than 1, not {prefetch!r}")
@@ -87,6 +88,10 @@ class OpenWebTextLoader:
         self.subsets: list[str | os.PathLike[str]] = (
             [subsets] if isinstance(subsets, (str, os.PathLike)) else list(subsets)
         )
+        if isinstance(subsets, AbstractSet | Mapping) or not all(
+            isinstance(p, str | os.PathLike) for p in self.subsets
+        ):  # (a set's order is another in each process)
+            raise TypeError(f"subsets are paths (str or os.PathLike), in a list, not {subsets!r}")
         self.prefetch = prefetch
         self.seed = _seed(random_state)
         # Units are shuffled; documents keep their member order (the caller shuffles).
@@ -131,6 +136,8 @@ def shuffle(
         ValueError: ``buffer_size`` is not an int >= 1 (at most ``sys.maxsize``; said at the
             call, not at the first item).
     """
+    if not (hasattr(it, "__iter__") or hasattr(it, "__getitem__")):
+        raise TypeError(f"shuffle: it must be iterable, not {type(it).__name__}")
     size = integral(buffer_size)  # (numpy's integers too, as the reference took them)
     if not (int_at_least(size, 1) and size <= sys.maxsize):
         raise ValueError(f"buffer_size must be an int >= 1 and at most {sys.maxsize}, not "
