@@ -57,7 +57,7 @@ def _asked_inside(monkeypatch: pytest.MonkeyPatch, ask: Callable[[], object]) ->
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("kind", ["docs", "concat", "bestfit"])
 @pytest.mark.parametrize("mixed", [False, True], ids=["corpus", "mixture"])
-@pytest.mark.parametrize("what", ["state_dict", "stats", "next"])
+@pytest.mark.parametrize("what", ["state_dict", "stats", "next", "close"])
 def test_a_state_asked_inside_its_own_next_is_refused_at_once(
     small_corpus: Path, mixture: Mixture, monkeypatch: pytest.MonkeyPatch, kind: str,
     mixed: bool, what: str,
@@ -66,7 +66,12 @@ def test_a_state_asked_inside_its_own_next_is_refused_at_once(
     with _open(kind, source) as plain:
         expected = [_bytes(item) for item in plain]
     with _open(kind, source) as it:
-        asks = {"state_dict": it.state_dict, "stats": lambda: it.stats, "next": lambda: next(it)}
+        asks = {
+            "state_dict": it.state_dict,
+            "stats": lambda: it.stats,
+            "next": lambda: next(it),
+            "close": it.close,
+        }  # (a close there ended batches after one, silently)
         said = _asked_inside(monkeypatch, asks[what])
         got = [_bytes(item) for item in it]
     assert got == expected  # (the run went on whole)

@@ -186,11 +186,11 @@ class Batches(Packer):
             try:
                 run = self._docs.next_run(in_order=True)
             except StopIteration:
-                self.close()
+                self._shut()
                 raise
             ids, ends = run.end_to_end()
             if not self._read and self._head and (not len(ends) or self._head >= ends[0]):
-                self.close()  # a resumed state's offset: inside the document it begins in
+                self._shut()  # a resumed state's offset: inside the document it begins in
                 raise StateError(
                     f"bad batches state: offset: {self._head} lies past the end of the "
                     f"document the next batch begins in ({int(ends[0]) if len(ends) else 0} "
@@ -263,7 +263,7 @@ class Batches(Packer):
         """A mixture's state inside a document (``offset``) names its part (``documents.next``,
         which a reshard deals the document by): the part of the document read again."""
         if part != self._cut_part:
-            self.close()
+            self._shut()
             raise StateError(f"bad batches state: documents.next: {self._cut_part}, but the "
                              f"document the next batch begins in is part {part}'s",
                              field="documents.next")  # fmt: skip

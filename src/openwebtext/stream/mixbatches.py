@@ -59,7 +59,9 @@ class MixtureBatches(Closing, Generic[Item]):
         self._take, self._first = take, 0 if start is None else _counted_from(start)
         self._batches = open_from(start, take)
         self._closed = False
-        self._turn = threading.Lock()  # ``next`` or ``set_weights``: one at a time
+        # ``next`` or ``set_weights``: one at a time (reentrant: a signal handler landing
+        # between taking it and ``_inside`` said reads a whole state, never waits for itself)
+        self._turn = threading.RLock()
         self._inside: int | None = None  # the thread in ``next`` (``not_own_next``)
 
     def set_weights(
@@ -161,6 +163,7 @@ class MixtureBatches(Closing, Generic[Item]):
 
     def close(self) -> None:
         """Stop the workers now: the batches end here. Safe to call twice."""
+        not_own_next(self._inside, "close()")
         self._closed = True
         self._batches.close()
 

@@ -301,7 +301,7 @@ class BestFitBatches(Packer):
                 fitted = fit(documents, lengths, cap, self._seeded(epoch, number), skip,
                              labels=labels, parts=parts)  # fmt: skip
         except StateError:
-            self.close()
+            self._shut()
             raise
         if fitted is not None:
             window = Window(reading.mark, *own, fitted, skip)
@@ -382,7 +382,7 @@ class BestFitBatches(Packer):
         while self._rows_left < batch_size and (self._reading is not None or self._more()):
             self._fill()
         if self._rows_left < batch_size:  # fewer rows than a batch left: dropped
-            self.close()
+            self._shut()
             raise StopIteration
         parts = []  # the batch's rows, from one window or two
         need = batch_size

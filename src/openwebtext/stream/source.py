@@ -276,7 +276,7 @@ class Packer(Closing):
             if self._closed_by_another():  # (a stage's close: its Halted): the end
                 raise StopIteration from None
             self._failed = failure(exc)
-            self.close()
+            self._shut()
             raise
         if self._closed_by_another():  # (between two reads of documents: to their end)
             self.__dict__.update(saved)
@@ -302,12 +302,19 @@ class Packer(Closing):
 
     def close(self) -> None:
         """Stop the workers now: the batches end here. Safe to call twice. From another thread
-        while a ``next`` runs: ``InsideNext`` (that ``next`` goes on), but for a stage's."""
+        while a ``next`` runs: ``InsideNext`` (that ``next`` goes on), but for a stage's; inside
+        its own ``next`` (a signal handler): ``OwnNext`` (it goes on whole)."""
+        not_own_next(self._inside, "close()")
+        self._shut()
+
+    def _shut(self) -> None:
+        """``close``, also from inside ``next`` (the packer ends itself there: run out, or a
+        bad state found)."""
         me, settled, refused = threading.get_ident(), threading.Event(), False
         self._closing = (me, settled)
         try:
             self._docs.close()
-        except InsideNext:
+        except (InsideNext, OwnNext):
             refused = True
             raise
         finally:
