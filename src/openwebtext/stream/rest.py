@@ -161,8 +161,8 @@ class Rest:
             per = self.shares[r].counts
             assert per is not None  # (its slots from its position on)
             remaining = 0 if old.finished else sum(per) - slots_passed(per, old.block, old.in_block)
-            if (not remaining or old.ahead) and old.cut and not old.finished:  # its next
-                self.carried[0][r] = old.cut  # document: the next epoch's (``next_section``)
+            if _carried(old.cut and not old.finished, remaining, old.ahead, rule, part):  # its
+                self.carried[0][r] = old.cut  # next document: the next epoch's (``next_section``)
                 self.gaps[0][r], self.aheads[0][r] = old.gap, max(old.ahead - 1, 0)
                 if leads and any(per):
                     self.unled[0].add(r)
@@ -404,7 +404,7 @@ def _levels(
             # share, if it led, said)
             led = (leads and s not in level.follows) or s in level.led
             gap, ahead = (said[s] if said else 0 for said in (level.gaps, level.ahead))
-            if (not left or ahead) and cut and s not in level.finished:  # as an old rank's
+            if _carried(cut and s not in level.finished, count(left), ahead, level.rule, part):
                 rest.carried[-1][s] = cut
                 rest.gaps[-1][s], rest.aheads[-1][s] = gap, max(ahead - 1, 0)
                 if leads and (count(share) or not led):  # (its next epoch's first: not
@@ -417,6 +417,22 @@ def _levels(
             joined += left
         spans, mid, windows = joined, new_mid, carried
     return spans, mid, windows, uncounted
+
+
+def _carried(cut: int | bool, left: int, ahead: int, rule: Rule | None, part: str | None
+             ) -> bool:  # fmt: skip
+    """Whether a share's concat cut (``cut``: it has one) is in its next epoch's first document
+    (``Rest.carried``), its share having ``left`` slots: said so (``ahead``, a batches state's
+    ``cut_next``), or all of its slots passed. Evened out (``rule``), a share its skips left short
+    goes round again (``Stream._rest_documents``, ``epochs.EvenPasses``): with all its slots
+    passed, a corpus's cut the state does not say is ahead is in a document that pass repeats,
+    not in the next epoch; it is left out with the repeats that pass still owed (the new shares
+    are evened out anew). A mixture's part says no ``cut_next``: its cut is carried as before."""
+    if not cut:
+        return False
+    if ahead:
+        return True
+    return not left and (rule is None or part is not None)
 
 
 def ended(
