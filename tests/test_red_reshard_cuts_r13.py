@@ -103,3 +103,23 @@ def test_concat_cuts_resharded_again_target_each_id_once(
     tmp_path: Path, seed: int, phases: int
 ) -> None:
     assert _life(tmp_path, seed, phases) == {}
+
+
+def test_a_state_s_cut_slots_are_checked_where_its_document_is_read(small_corpus: Path) -> None:
+    """Only a reshard reads ``cut_slots``/``cut_next`` (where the document a batch starts in
+    lies past skipped slots); a state saying otherwise than its documents is refused on resume,
+    as ``offset`` is, not cut elsewhere later by a reshard."""
+    from openwebtext import StateError
+
+    loader = Loader(small_corpus, workers=0, seed=0, tokenizer="bytes")
+    with loader.batches(seq_len=64, batch_size=2) as batches:
+        for _ in range(3):
+            next(batches)
+        state = json.loads(json.dumps(batches.state_dict()))
+    assert state["offset"] and "cut_slots" not in state
+    with loader.batches(seq_len=64, batch_size=2, state=state) as again:
+        next(again)
+    with pytest.raises(StateError) as said:
+        with loader.batches(seq_len=64, batch_size=2, state={**state, "cut_slots": 2}) as bad:
+            next(bad)
+    assert said.value.field == "cut_slots"

@@ -26,6 +26,7 @@ from numpy.typing import DTypeLike
 
 from openwebtext.errors import StateError
 from openwebtext.options import MOST_INT, countable
+from openwebtext.stream.carried import cut_slot
 from openwebtext.stream.counters import PackingCounts
 from openwebtext.stream.mixschema import MixRun
 from openwebtext.stream.packed import PackedBatch, segmented
@@ -34,15 +35,7 @@ from openwebtext.stream.partpacking import add_parts, packed_stats, parts_of_sta
 from openwebtext.stream.readahead import Primed
 from openwebtext.stream.schema import BatchesState, MixtureState
 from openwebtext.stream.shapes import Cursor, Schedule, check_schedule, schedule_of
-from openwebtext.stream.source import (
-    DocumentSource,
-    Packer,
-    Run,
-    TokenRun,
-    copied,
-    guarded,
-    slots_at,
-)
+from openwebtext.stream.source import DocumentSource, Packer, Run, copied, guarded
 from openwebtext.stream.state import Stats
 from openwebtext.tokenizer import Tokenizer
 
@@ -131,6 +124,11 @@ class Batches(Packer):
         self._pending: deque[_Run] = deque()
         offset = 0 if start is None else start.offset
         self._head = offset  # where the next batch starts among the ids read
+        # Where the state says the document it starts inside lies (checked when it is read: only
+        # a reshard reads it; a resharded state's are its old rank's, unchecked).
+        self._cut_said = None if start is None or start.resharded else {
+            k: v for k, v in (("cut_slots", start.cut_slots), ("cut_next", start.cut_next))
+            if isinstance(v, int)}  # fmt: skip
         self._read = self._numbered = 0  # ids and documents read
         self._batches = 0 if start is None else start.batches
         # Documents cut by the rows' starts, counted up to ``_counted`` (among the ids read) as
@@ -198,6 +196,8 @@ class Batches(Packer):
                 )  # fmt: skip
             if not self._read and self._head and isinstance(run, MixRun):  # (what reshard deals)
                 self._check_cut_part(int(run.parts[0]))
+            elif not self._read and self._head and self._cut_said is not None:
+                self._check_cut_slots(run)
             begins = run.begins if isinstance(run, MixRun) else run.start
             marked = _marked(ends, begins, getattr(run, "parts", None)) if self.segments else ()
             self._pending.append(_Run(run, ids, ends, self._read, self._numbered, marked))
@@ -259,6 +259,16 @@ class Batches(Packer):
             None if sources is None else overlapping_rows(sources, seq_len),
         )
 
+    def _check_cut_slots(self, run: Run) -> None:
+        """A state inside a document says where it lies (``cut_slots``, ``cut_next``: what a
+        reshard cuts): where the document read again lies."""
+        found = cut_slot(run, run.mark_before(0))
+        if found != self._cut_said:
+            self._shut()
+            raise StateError(f"bad batches state: cut_slots: the state says {self._cut_said}, "
+                             f"but the document the next batch begins in lies at {found}",
+                             field="cut_slots")  # fmt: skip
+
     def _check_cut_part(self, part: int) -> None:
         """A mixture's state inside a document (``offset``) names its part (``documents.next``,
         which a reshard deals the document by): the part of the document read again."""
@@ -313,7 +323,7 @@ class Batches(Packer):
             run = self._pending[0]
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
-        where = _cut_slot(self._pending[0].run, mark) if mark is not None and self._batches else {}
+        where = cut_slot(self._pending[0].run, mark) if mark is not None and self._batches else {}
         documents = self._docs.state(self._at if mark is None else mark)
         packed, parts = self._packed_now()
         state = BatchesState(
@@ -330,18 +340,6 @@ class Batches(Packer):
         and what packing did to the documents of the batches handed out (a mixture's: per part
         too, ``packing.packed_stats``)."""
         return packed_stats(self._docs.stats, *self._packed_now())
-
-
-def _cut_slot(run: Run, mark: Any) -> dict[str, Any]:
-    """Where the document the next batch starts in lies from ``mark`` (its run's mark before
-    it): past the slots of documents skipped between (``BatchesState.cut_slots``), in the next
-    epochs (``cut_next``: its slots counted from that epoch's start). A mixture's: none said."""
-    if not isinstance(run, TokenRun) or mark is not run.before:  # (inside a run: none between)
-        return {}
-    first = run.first_slot()
-    ahead = run.epoch - mark.epoch
-    slots = first if ahead else first - slots_at(mark)
-    return ({"cut_slots": slots} if slots > 0 else {}) | ({"cut_next": ahead} if ahead else {})
 
 
 class _Run(NamedTuple):

@@ -1,18 +1,20 @@
 """The concat cuts a rest carries into the next epoch (``Rest.following``): a rank that had
 handed out all of its share of an epoch while a batch had begun its next epoch's first document
 makes that epoch a rest too, so that the document goes on from its first id not yet a target;
-and where a cut's document begins among the slots of skipped ones (``piece_start``)."""
+and where a cut's document lies among the slots of skipped ones (``cut_slot``, as a batches state
+says it; ``piece_start``, as a rest finds it)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from openwebtext.codec import replace
 from openwebtext.stream.sections import Begun, Level, OldRank, Reshard
+from openwebtext.stream.source import Run, TokenRun, slots_at
 from openwebtext.stream.spans import Span
 
-__all__ = ["Carrier", "next_section", "piece_start"]
+__all__ = ["Carrier", "cut_slot", "next_section", "piece_start"]
 
 
 class Carrier(Protocol):
@@ -101,3 +103,15 @@ def piece_start(after: int, x: int, share: Sequence[Span], starts: Sequence[int]
     was handed out before, and the one in ``x`` had nothing left out)."""
     bounds = [a for a, _, _ in share] + list(starts) + list(mid)
     return max((b for b in bounds if after <= b <= x), default=None)
+
+
+def cut_slot(run: Run, mark: Any) -> dict[str, Any]:
+    """Where the document the next batch starts in lies from ``mark`` (its run's mark before
+    it): past the slots of documents skipped between (``BatchesState.cut_slots``), in the next
+    epochs (``cut_next``: its slots counted from that epoch's start). A mixture's: none said."""
+    if not isinstance(run, TokenRun) or mark is not run.before:  # (inside a run: none between)
+        return {}
+    first = run.first_slot()
+    ahead = run.epoch - mark.epoch
+    slots = first if ahead else first - slots_at(mark)
+    return ({"cut_slots": slots} if slots > 0 else {}) | ({"cut_next": ahead} if ahead else {})
