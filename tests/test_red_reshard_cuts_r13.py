@@ -119,7 +119,10 @@ def test_a_state_s_cut_slots_are_checked_where_its_document_is_read(small_corpus
     assert state["offset"] and "cut_slots" not in state
     with loader.batches(seq_len=64, batch_size=2, state=state) as again:
         next(again)
-    with pytest.raises(StateError) as said:
-        with loader.batches(seq_len=64, batch_size=2, state={**state, "cut_slots": 2}) as bad:
-            next(bad)
+    bad = {**state, "cut_slots": 2}
+    with (
+        pytest.raises(StateError) as said,
+        loader.batches(seq_len=64, batch_size=2, state=bad) as it,
+    ):
+        next(it)
     assert said.value.field == "cut_slots"
