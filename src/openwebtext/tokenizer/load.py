@@ -151,14 +151,15 @@ class Tokenizer:
         Raises:
             ValueError: an id is not an int from 0 below ``n_vocab`` (named).
         """
-        given = list(ids)
-        for i in given:
-            if isinstance(i, bool) or not isinstance(i, int | np.integer) or not (
-                0 <= i < self.n_vocab
-            ):
-                raise ValueError(f"decode: {i!r} is no id of this tokenizer (an int from 0 "
-                                 f"below {self.n_vocab})")  # fmt: skip
-        return self._decode([int(i) for i in given])
+        given = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids))
+        fast = given.ndim == 1 and given.dtype.kind in "iu"  # (else: bools, floats, huge ints)
+        if not fast or (given.size and not 0 <= given.min() <= given.max() < self.n_vocab):
+            bad = [i for i in given.ravel().tolist() if isinstance(i, bool)
+                   or not isinstance(i, int) or not 0 <= i < self.n_vocab]  # fmt: skip
+            if bad or given.ndim != 1:
+                raise ValueError(f"decode: {(bad or [ids])[0]!r} is no id of this tokenizer "
+                                 f"(an int from 0 below {self.n_vocab})")  # fmt: skip
+        return self._decode(given.tolist())
 
     def __repr__(self) -> str:
         return (
