@@ -56,9 +56,11 @@ def _corpus(root: Path, seed: int) -> dict[str, str]:
     return docs
 
 
-def _life(root: Path, seed: int, phases: int) -> dict[str, tuple[int, int]]:
-    """Run the life; the ids targeted more often than their document's length times the
-    epochs, by document."""
+def _life(
+    root: Path, seed: int, phases: int, even: str | None = None
+) -> dict[str, tuple[int, int]]:
+    """Run the life (to its end: a refusal raises); the ids targeted more often than their
+    document's length times the epochs, by document (under ``pad``/``drop``: repeats too)."""
     rng = random.Random(seed)
     docs = _corpus(root / "A", seed)
     corpus = Corpus.open(root / "A", on_error="skip")
@@ -74,7 +76,7 @@ def _life(root: Path, seed: int, phases: int) -> dict[str, tuple[int, int]]:
                 corpus,
                 rank=r,
                 world_size=world,
-                even=None,
+                even=even,
                 seed=seed,
                 epochs=EPOCHS,
                 on_error="skip",
@@ -90,7 +92,7 @@ def _life(root: Path, seed: int, phases: int) -> dict[str, tuple[int, int]]:
         if final:
             break
         world = rng.choice(SIZES)
-        states = reshard(new_states, world, even=None)
+        states = reshard(new_states, world, even=even)
     return {
         d: (targets[ord(d)], EPOCHS * len(t))
         for d, t in docs.items()
@@ -103,6 +105,20 @@ def test_concat_cuts_resharded_again_target_each_id_once(
     tmp_path: Path, seed: int, phases: int
 ) -> None:
     assert _life(tmp_path, seed, phases) == {}
+
+
+@pytest.mark.parametrize(
+    ("seed", "phases", "even"), [(9, 5, "drop"), (10, 4, "drop"), (2, 25, "pad")]
+)
+def test_concat_cut_in_a_repeat_is_not_carried_into_the_next_epoch(
+    tmp_path: Path, seed: int, phases: int, even: str
+) -> None:
+    """Under ``drop``/``pad`` a share its skips left short goes round again, repeating its
+    documents; a rank whose next batch had begun such a repeat (all its slots passed, the state
+    not saying the document is in the next epoch) had its cut carried into the next epoch's
+    first document, which a new rank refused mid-run ("a cut of N ids lies past the end of the
+    document it is in") or trimmed of ids never targets. The life now runs to its end."""
+    _life(tmp_path, seed, phases, even)
 
 
 def test_a_state_s_cut_slots_are_checked_where_its_document_is_read(small_corpus: Path) -> None:
