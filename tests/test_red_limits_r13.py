@@ -81,3 +81,18 @@ def test_a_tar_member_declaring_2_63_bytes_is_a_truncated_member(
     with loader.iter() as docs:
         assert sum(1 for _ in docs) > 0
     assert [s for s in docs.stats.skipped if "-2_data.xz" in s]
+
+
+def test_pread_all_goes_on_after_a_short_read_inside_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network or FUSE file system may return fewer bytes than asked, far from the end."""
+    path = tmp_path / "f"
+    path.write_bytes(bytes(range(200)))
+    read = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, at: read(fd, min(n, 7), at))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert codec.pread_all(fd, 150, 10) == bytes(range(10, 160))
+    finally:
+        os.close(fd)

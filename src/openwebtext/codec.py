@@ -312,10 +312,15 @@ _ONE_READ, _LAST_OFFSET = 0x7FFFF000, 2**63 - 1
 
 def pread_all(fd: int, n: int, offset: int) -> bytes:
     """``n`` bytes of ``fd`` from ``offset``: fewer only at the file's end (one ``pread``
-    returns at most ~2 GiB; an offset no file reaches, from a damaged header, reads nothing)."""
-    if n <= _ONE_READ and 0 <= offset <= _LAST_OFFSET - n:
-        return os.pread(fd, n, offset)  # (the one read almost every unit takes)
+    returns at most ~2 GiB, a network or FUSE file system's fewer; an offset no file reaches,
+    from a damaged header, reads nothing)."""
     parts: list[bytes] = []
+    if n <= _ONE_READ and 0 <= offset <= _LAST_OFFSET - n:
+        first = os.pread(fd, n, offset)  # (the one read almost every unit takes)
+        if len(first) == n or not first:
+            return first
+        parts.append(first)
+        n, offset = n - len(first), offset + len(first)
     while n > 0 and offset < _LAST_OFFSET:
         part = os.pread(fd, min(n, _ONE_READ, _LAST_OFFSET - offset), offset)
         if not part:
