@@ -368,12 +368,17 @@ def on_this_thread(generators: list[Generator[Any, None, None]]) -> bool:
     a signal handler or a callback run inside ``next``."""
     running = {id(getattr(g, "gi_frame", None)) for g in generators
                if inspect.getgeneratorstate(g) == inspect.GEN_RUNNING}  # fmt: skip
+    if not running:
+        return False
     frame = inspect.currentframe()
-    while running and frame is not None:
-        if id(frame) in running:
-            return True
-        frame = frame.f_back
-    return False
+    try:
+        while frame is not None:
+            if id(frame) in running:
+                return True
+            frame = frame.f_back
+        return False
+    finally:
+        del frame  # (a frame held by its own local: a cycle keeping the caller's generators)
 
 
 class InsideNext(RuntimeError):
