@@ -7,24 +7,35 @@ says it; ``piece_start``, as a rest finds it)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from openwebtext.codec import replace
 from openwebtext.stream.sections import Begun, Level, OldRank, Reshard
 from openwebtext.stream.source import Run, TokenRun, slots_at
 from openwebtext.stream.spans import Span
 
-__all__ = ["Carrier", "cut_slot", "next_section", "piece_start"]
+__all__ = ["Carrier", "Carry", "cut_slot", "next_section", "piece_start"]
+
+
+class Carry(NamedTuple):
+    """A concat cut a share carries into its next epoch's first document (``Rest.carried``)."""
+
+    cut: int
+    gap: int = 0
+    """The slots skipped in that epoch before the document (``OldRank.gap``)."""
+    ahead: int = 0
+    """The epochs past the next it lies in (``OldRank.ahead``)."""
+    unled: bool = False
+    """A corpus's: that document did not lead its stream (the share of this epoch held
+    documents, or did not lead): it goes on from its first id not yet a target
+    (``Level.follows``)."""
 
 
 class Carrier(Protocol):
     """What ``next_section`` reads of a rest (``rest.Rest``)."""
 
     section: Reshard
-    carried: list[dict[int, int]]
-    gaps: list[dict[int, int]]
-    aheads: list[dict[int, int]]
-    unled: list[set[int]]
+    carried: list[dict[int, Carry]]
     crossing: dict[int, Begun]
 
     def not_begun(self) -> Reshard: ...
@@ -52,40 +63,38 @@ def next_section(rest: Carrier) -> Reshard | None:
     last = max((k for k, b in enumerate(began) if b), default=-1)
     built = following
     if built is not None and last >= 0 and rest.carried[last]:
-        cuts, gaps, aheads = rest.carried[last], rest.gaps[last], rest.aheads[last]
+        carried = rest.carried[last]
         if built.levels:
             top = built.levels[-1]
-            follows = tuple(sorted({*top.follows, *rest.unled[last]}))
-            none = (0,) * top.world_size
-            gapped, further = (
-                tuple(new.get(s, g) for s, g in enumerate(had or none))
-                for new, had in ((gaps, top.gaps), (aheads, top.ahead))
-            )
-            top = replace(top, cuts=tuple(cuts.get(s, c) for s, c in enumerate(top.cuts)),
-                          follows=follows, gaps=gapped if any(gapped) else (),
+            none, new = (0,) * top.world_size, [carried.get(s) for s in range(top.world_size)]
+            cuts = tuple(c if n is None else n.cut for n, c in zip(new, top.cuts, strict=True))
+            gapped = tuple(g if n is None else n.gap
+                           for n, g in zip(new, top.gaps or none, strict=True))  # fmt: skip
+            further = tuple(a if n is None else n.ahead
+                            for n, a in zip(new, top.ahead or none, strict=True))  # fmt: skip
+            follows = tuple(sorted({*top.follows, *(s for s, c in carried.items() if c.unled)}))
+            top = replace(top, cuts=cuts, follows=follows, gaps=gapped if any(gapped) else (),
                           ahead=further if any(further) else ())  # fmt: skip
             built = replace(built, levels=(*built.levels[:-1], top))
         else:
-            ranks = tuple(replace(old, cut=cuts.get(r, old.cut), gap=gaps.get(r, old.gap),
-                                  ahead=aheads.get(r, old.ahead))
+            ranks = tuple(old if (c := carried.get(r)) is None else
+                          replace(old, cut=c.cut, gap=c.gap, ahead=c.ahead)
                           for r, old in enumerate(built.ranks))  # fmt: skip
             built = replace(built, ranks=ranks)
-    for (world, rule), cuts, unled, gaps, aheads in list(zip(
-        worlds, rest.carried, rest.unled, rest.gaps, rest.aheads, strict=True
-    ))[last + 1 :]:  # fmt: skip
-        if not cuts:
+    for (world, rule), carried in list(zip(worlds, rest.carried, strict=True))[last + 1 :]:
+        if not carried:
             continue
-        cut = tuple(cuts.get(r, 0) for r in range(world))
-        gap = tuple(gaps.get(r, 0) for r in range(world))
-        further = tuple(aheads.get(r, 0) for r in range(world))
+        each = [carried.get(r, Carry(0)) for r in range(world)]
+        gap, further = tuple(c.gap for c in each), tuple(c.ahead for c in each)
         if built is None:
-            ranks = tuple(OldRank(0, 0, cut=c, gap=g, ahead=n)
-                          for c, g, n in zip(cut, gap, further, strict=True))  # fmt: skip
+            ranks = tuple(OldRank(0, 0, cut=c.cut, gap=c.gap, ahead=c.ahead) for c in each)
             built = Reshard(world_size=world, epoch=section.epoch + 1, even=rule, ranks=ranks,
                             share=section.share, rule=section.rule, counted=False)  # fmt: skip
         else:
-            level = Level(world_size=world, rule=rule, done=(0,) * world, cuts=cut,
-                          follows=tuple(sorted(unled)), gaps=gap if any(gap) else (),
+            level = Level(world_size=world, rule=rule, done=(0,) * world,
+                          cuts=tuple(c.cut for c in each),
+                          follows=tuple(r for r, c in enumerate(each) if c.unled),
+                          gaps=gap if any(gap) else (),
                           ahead=further if any(further) else ())  # fmt: skip
             built = replace(built, levels=(*built.levels, level))
     if rest.crossing:  # windows that cross into it: their documents there left out

@@ -39,7 +39,7 @@ from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import Rule, Share, advance
-from openwebtext.stream.carried import next_section, piece_start
+from openwebtext.stream.carried import Carry, next_section, piece_start
 from openwebtext.stream.dealing import Window, applied_trim, windows_left
 from openwebtext.stream.epochs import (
     block_end,
@@ -138,17 +138,9 @@ class Rest:
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
         begun = {b.rank: b for b in section.windows or ()}
-        self.carried: list[dict[int, int]] = [{}]
+        self.carried: list[dict[int, Carry]] = [{}]
         """Per world (the old ranks', then each level's): the ranks whose concat cut is in
         their next epoch's first document (all of their share handed out), and their cuts."""
-        self.gaps: list[dict[int, int]] = [{}]
-        """Per world, of ``carried``: the slots skipped in its epoch before the document its cut
-        is in (``OldRank.gap``), and the epochs past the next it lies in (``OldRank.ahead``)."""
-        self.aheads: list[dict[int, int]] = [{}]
-        self.unled: list[set[int]] = [set()]
-        """Per world, a corpus's: the ranks of ``carried`` whose next epoch's first document
-        did not lead their stream (their share of this epoch held documents, or did not lead):
-        it went on from its first id not yet a target (``Level.follows``)."""
         windows: list[Window] = []  # best fit: the windows old ranks had begun
         ranked: list[int] = []  # (their old ranks)
         self.begun: dict[int, Begun] = begun
@@ -161,11 +153,10 @@ class Rest:
             per = self.shares[r].counts
             assert per is not None  # (its slots from its position on)
             remaining = 0 if old.finished else sum(per) - slots_passed(per, old.block, old.in_block)
-            if _carried(old.cut and not old.finished, remaining, old.ahead, rule, part):  # its
-                self.carried[0][r] = old.cut  # next document: the next epoch's (``next_section``)
-                self.gaps[0][r], self.aheads[0][r] = old.gap, max(old.ahead - 1, 0)
-                if leads and any(per):
-                    self.unled[0].add(r)
+            if _carried(old.cut and not old.finished, remaining, old.ahead, rule, part):
+                # (its next document: the next epoch's first, ``next_section``)
+                self.carried[0][r] = Carry(old.cut, old.gap, max(old.ahead - 1, 0),
+                                           leads and any(per))  # fmt: skip
             self.starts.append(at)
             self.ends.append(at + remaining)
             first, b = at, begun.get(r)
@@ -377,9 +368,6 @@ def _levels(
         carried: list[Window] = []
         new_mid = dict(mid)
         rest.carried.append({})
-        rest.unled.append(set())
-        rest.gaps.append({})
-        rest.aheads.append({})
         for s in range(level.world_size):
             share, _ = cut_share(spans, s, level.world_size, level.rule)
             done, cut = level.done[s], level.cuts[s]
@@ -405,10 +393,9 @@ def _levels(
             led = (leads and s not in level.follows) or s in level.led
             gap, ahead = (said[s] if said else 0 for said in (level.gaps, level.ahead))
             if _carried(cut and s not in level.finished, count(left), ahead, level.rule, part):
-                rest.carried[-1][s] = cut
-                rest.gaps[-1][s], rest.aheads[-1][s] = gap, max(ahead - 1, 0)
-                if leads and (count(share) or not led):  # (its next epoch's first: not
-                    rest.unled[-1].add(s)  # its stream's first, ``following``)
+                # (its next epoch's first: not its stream's first if its share held some)
+                rest.carried[-1][s] = Carry(cut, gap, max(ahead - 1, 0),
+                                            leads and bool(count(share) or not led))  # fmt: skip
             elif left and cut:  # (its document: past the slots skipped before it)
                 x, _, repeat = drop_front(left, gap)[0] if gap < count(left) else left[0]
                 at = piece_start(left[0][0], x, share, rest.starts, mid)
