@@ -40,7 +40,7 @@ def mark_at(document: int, lengths: list[int] | None = None) -> Mark:
     every document (``lengths``) its state counts those before it, as a stream's does (concat's
     offset adds to them)."""
     counts = lengths or []
-    return Mark(0, 0, 0, 0, document, 0, None, counts, counts, Counters(), 0)
+    return Mark(0, 0, 0, 0, document, 0, None, counts, counts, Counters(), 0, config=CONFIG)
 
 
 class Runs:

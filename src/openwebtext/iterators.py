@@ -132,6 +132,9 @@ class DocumentIterator(Running[Stream]):
 
         Args:
             mark: A ``mark()`` taken earlier: the state as it was then.
+
+        Raises:
+            ValueError: ``mark`` is of an iterator of another run (a copy of one's own is not).
         """
         return self.state(mark).to_json()
 
@@ -197,7 +200,7 @@ class MixtureIterator(Running[MixedStream]):
 
     def state_dict(self, mark: MixMark | None = None) -> dict[str, Any]:
         """The state after the last document handed out (or at ``mark``): resume with
-        ``Loader.iter(state=…)``."""
+        ``Loader.iter(state=…)``. A mark of an iterator of another run is a ``ValueError``."""
         return self.state(mark).to_json()
 
     def mark(self) -> MixMark:

@@ -363,14 +363,14 @@ class MixedStream:
         it = self.interleave
         marks = tuple(p.mark() for p in self.parts)
         return MixMark(marks, self.handed, it.weights, tuple(it.served), self.pending, self._next,
-                       tuple(self.replays))  # fmt: skip
+                       tuple(self.replays), self.mixture.config())  # fmt: skip
 
     def state(self, mark: MixMark | None = None) -> MixtureState:
         """The state after the last document handed out (or at ``mark``)."""
-        m = self.mark() if mark is None else mark
+        m, config = self.mark() if mark is None else mark, self.mixture.config()
         return MixtureState(
-            self.mixture.config(),
-            {p.name: p.stream.state(pm) for p, pm in zip(self.parts, m.parts, strict=True)},
+            config,
+            {p.name: p.stream.state(pm) for p, pm in zip(self.parts, m.of(config), strict=True)},
             m.handed,
             m.weights,
             m.served,

@@ -11,7 +11,7 @@ import msgspec
 import numpy as np
 
 from openwebtext.stream.counters import Counters
-from openwebtext.stream.schema import Change, Replay
+from openwebtext.stream.schema import Change, MixtureConfig, Replay
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = ["MixMark", "MixRun", "MixtureStats"]
@@ -80,6 +80,18 @@ class MixMark(NamedTuple):
     """The part of the next document, where it was already chosen (``MixRun.mark_before``)."""
     replays: tuple[Replay, ...] = ()
     """The dealt best-fit windows not yet handed out whole (``MixtureState.replays``)."""
+    config: MixtureConfig | None = None
+    """The config of the mixture that took it: a mark is a state of its run's only."""
+
+    def of(self, config: MixtureConfig) -> tuple[Mark, ...]:
+        """Its parts' marks, for a state of a mixture of ``config`` (each part checks its own).
+
+        Raises:
+            ValueError: the mark is of another mixture.
+        """
+        if self.config != config:
+            raise ValueError("mark is a mark() of an iterator of another run: a state is its own")
+        return self.parts
 
     @property
     def epoch(self) -> int:
@@ -169,9 +181,8 @@ class MixRun:
         following = int(self.parts[j]) if j < len(self.parts) else None
         if self._replays is not None:  # a dealt window's: the old rank's turns moved
             return b._replace(parts=tuple(marks), next=following, replays=self._replays[j - 1])
-        return MixMark(
-            tuple(marks), b.handed + j, b.weights, tuple(served), b.pending, following
-        )
+        return MixMark(tuple(marks), b.handed + j, b.weights, tuple(served), b.pending, following,
+                       config=b.config)  # fmt: skip
 
     def part_after(self, j: int) -> Mark:
         """The stream mark of document ``j``'s part after it."""

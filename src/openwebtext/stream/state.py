@@ -126,6 +126,8 @@ class Mark(NamedTuple):
     there is at the window's end (its documents out so far counted apart): the next window
     starts there; once its last document is out, the slots it did not fill are passed
     (``source.slots_at``), as the stream passes them when it goes on."""
+    config: StreamConfig | None = None
+    """The config of the stream that took it: a mark is a state of its run's only."""
 
     def counted(self) -> Counters:
         """The counts at this mark, the documents handed out of the current block included
@@ -155,6 +157,8 @@ class Mark(NamedTuple):
         documents handed out (``counters.epoch_documents``) and ``in_block`` more, the slots of
         documents skipped for their content (``stream.rest``), with the ``reshard`` section.
         """
+        if self.config != config:  # (another run's: its position is in another order)
+            raise ValueError("mark is a mark() of an iterator of another run: a state is its own")
         position, section, counted = self.position(), self.reshard, self.counted()
         if section is not None:
             past = self.tail if self.in_block >= self.block_len else 0

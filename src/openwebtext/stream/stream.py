@@ -171,7 +171,7 @@ class Stream(RestHandOut):
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
             self._counters, len(self.policy.skipped), self._reshard, self._passed, self._pass_end,
             self._read_before, self._repeats_from, self._skipped_slots, self._tail,
-            self._overrun_at,
+            self._overrun_at, self._config,
         )  # fmt: skip
 
     def close(self) -> None:
