@@ -1,12 +1,13 @@
-"""The ``owt`` console entry point, outside the package: Ctrl-C ends it with 130 from its
-first instant.
+"""The ``owt`` console entry point, outside the package: Ctrl-C and SIGTERM end it as a
+command's (130, 143, ``--state-out`` written) from its first instant.
 
 Importing ``openwebtext.cli`` first imports the package (numpy, the records, the
 loader…): a second or more on a busy machine, before :func:`openwebtext.cli.main` can take
-the signal (``interrupts.interruptible``). A KeyboardInterrupt in those imports would print
-a traceback and end the process by the signal itself. This module imports nothing heavy, so
-that such an interrupt is caught here and said as a command's Ctrl-C is: ``interrupted``,
-exit status 130 (128 + SIGINT).
+the signals (``interrupts.interruptible``). A KeyboardInterrupt in those imports would print
+a traceback, and SIGTERM would end the process by the signal itself (-15, no state written).
+This module imports nothing heavy: it holds both signals while the package loads, and hands
+one that came meanwhile to the command, which raises it where it can end as it would have
+(``interrupts.came_early``).
 """
 
 from __future__ import annotations
@@ -21,27 +22,32 @@ _EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 def main() -> int:
-    """Run ``owt`` (``openwebtext.cli.main``); 130 if interrupted while it loads.
+    """Run ``owt`` (``openwebtext.cli.main``); a signal that came while it loaded ends it.
 
-    SIGINT is held (blocked) while the package imports: an interrupt inside an extension
-    module's import can surface as an ``ImportError`` (numpy's), not a KeyboardInterrupt.
-    A SIGINT that came meanwhile is taken, said, and ends the command with 130.
+    SIGINT and SIGTERM are held (blocked) while the package imports: an interrupt inside an
+    extension module's import can surface as an ``ImportError`` (numpy's), not a
+    KeyboardInterrupt. One that came meanwhile is taken here and raised by the command once
+    it can end cleanly (a resumed ``owt stream`` writes ``--state-out``, as if it came then).
     """
+    held = {signal.SIGINT, signal.SIGTERM}
     hold = hasattr(signal, "pthread_sigmask")
+    came: list[int] = []
     if hold:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
         from openwebtext.cli import main as run
     except KeyboardInterrupt:
         return _interrupted()
     finally:
         if hold:
-            came = signal.SIGINT in signal.sigpending()
-            if came:
-                signal.sigwait({signal.SIGINT})  # taken here, not raised at the unblock
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    if hold and came:
-        return _interrupted()
+            came = sorted(held.intersection(signal.sigpending()))
+            for signum in came:
+                signal.sigwait({signum})  # taken here, not raised at the unblock
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+    if came:
+        from openwebtext import interrupts
+
+        interrupts.came_early(came[-1])  # (SIGTERM's 143 over SIGINT's 130 when both came)
     return run()
 
 

@@ -1,9 +1,12 @@
-"""Ctrl-C at any instant of an ``owt`` command, its first second included (while the package
-imports, before the command's handler is in place): exit status 130, "interrupted", no
-traceback. The console entry point is ``openwebtext_cli.main``, outside the package."""
+"""Ctrl-C or SIGTERM at any instant of an ``owt`` command, its first second included (while the
+package imports, before the command's handler is in place): exit status 130 or 143,
+"interrupted" or "terminated", no traceback, and a resumed stream's ``--state-out`` written.
+The console entry point is ``openwebtext_cli.main``, outside the package (SIGTERM there killed
+the process by the signal until session 37, writing no state)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -12,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from openwebtext import cli
 from test_cli_hostile import kill_group, start
 
 ENTRY = [sys.executable, "-m", "openwebtext_cli"]
@@ -38,29 +42,55 @@ MOMENTS = [("_multiarray_umath", 0.0), ("_multiarray_umath", 0.1), ("_multiarray
            ("_multiarray_umath", 0.4), ("_multiarray_umath", 1.5)]  # fmt: skip
 
 
-@pytest.mark.parametrize(("library", "delay"), MOMENTS)
-def test_ctrl_c_early_exits_130_without_a_traceback(
-    small_corpus: Path, library: str, delay: float
-) -> None:
-    """The signal lands while the package imports (the interpreter's own start, before any
-    code of ours runs, is not ours to handle: it is waited out by the library's mapping)."""
-    # An endless stream: whenever the signal comes, the command is still running.
-    proc = start([*ENTRY, "stream", str(small_corpus), "--epochs", "0", "-q"],
-                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+#: Each signal, its exit status and its word.
+SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminated")}
+
+
+def _signal_early(argv: list[str], library: str, delay: float, signum: int) -> tuple[int, str]:
+    """Run ``owt argv``, send ``signum`` ``delay`` s after it mapped ``library``: its exit
+    status and standard error."""
+    proc = start([*ENTRY, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 60
         while not _loading(proc.pid, library) and proc.poll() is None:
             assert time.monotonic() < deadline, f"{library} never loaded"
             time.sleep(0.002)
         time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             kill_group(proc)
-    text = err.decode(errors="replace")
-    assert proc.returncode == 130, text
-    assert "Traceback" not in text and "interrupted" in text
+    return proc.returncode, err.decode(errors="replace")
+
+
+@pytest.mark.parametrize("signum", list(SIGNALS))
+@pytest.mark.parametrize(("library", "delay"), MOMENTS)
+def test_a_signal_early_exits_as_later_without_a_traceback(
+    small_corpus: Path, library: str, delay: float, signum: int
+) -> None:
+    """The signal lands while the package imports (the interpreter's own start, before any
+    code of ours runs, is not ours to handle: it is waited out by the library's mapping)."""
+    # An endless stream: whenever the signal comes, the command is still running.
+    code, text = _signal_early(["stream", str(small_corpus), "--epochs", "0", "-q"], library,
+                               delay, signum)  # fmt: skip
+    assert (code, "Traceback" in text) == (SIGNALS[signum][0], False), text
+    assert SIGNALS[signum][1] in text
+
+
+@pytest.mark.parametrize("signum", list(SIGNALS))
+def test_a_resumed_stream_signalled_as_it_loads_writes_its_state_out(
+    small_corpus: Path, tmp_path: Path, signum: int
+) -> None:
+    """``--state-out`` is the state resumed from, as it was: nothing was read."""
+    first, out = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli.main(["stream", str(small_corpus), "-q", "--take", "7", "--state-out",
+                     str(first)]) == 0  # fmt: skip
+    code, text = _signal_early(["stream", str(small_corpus), "--epochs", "0", "-q", "--resume",
+                                str(first), "--state-out", str(out)], "_multiarray_umath", 0.1,
+                               signum)  # fmt: skip
+    assert code == SIGNALS[signum][0], text
+    assert json.loads(out.read_text()) == json.loads(first.read_text())
 
 
 def test_the_entry_point_runs_the_command(small_corpus: Path) -> None:

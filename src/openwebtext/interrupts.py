@@ -32,7 +32,10 @@ from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
-__all__ = ["EXIT_INTERRUPTED", "Interrupted", "deferred", "exit_code", "interruptible"]
+__all__ = [
+    "EXIT_INTERRUPTED", "Interrupted", "came_early", "deferred", "exit_code", "interruptible",
+    "raise_early",
+]  # fmt: skip
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
@@ -167,3 +170,20 @@ def interruptible() -> Iterator[None]:
             signal.signal(signum, handler)
         deferred.owner, deferred.previous = owner, before
         deferred._clear()
+
+
+_early: list[int] = []
+
+
+def came_early(signum: int) -> None:
+    """Note a signal that came while ``owt`` loaded, held until the command could take it
+    (``openwebtext_cli``): :func:`raise_early` raises it."""
+    _early[:] = [signum]
+
+
+def raise_early() -> None:
+    """Raise :class:`Interrupted` for a signal that came while ``owt`` loaded, once: where the
+    command can end as it would have then (``owt stream``: as it opens, ``--state-out``
+    written)."""
+    if _early:
+        raise Interrupted(_early.pop())

@@ -51,7 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     """The command ``args`` names, its errors said in one line each."""
     try:
+        if args.command != "stream":  # (a stream raises it as it opens: --state-out written)
+            interrupts.raise_early()
         code: int = args.run(args)
+        interrupts.raise_early()  # (one that ended before it opened)
         return code
     except KeyboardInterrupt as interrupt:
         code = interrupts.exit_code(interrupt)

@@ -135,8 +135,10 @@ def _documents(
 def _opening(state_out: Path | None, resumed: Any) -> Iterator[None]:
     """Opening the stream (its corpus, counts, the state checked): a Ctrl-C here, before any
     document is read, still writes ``--state-out``: the state resumed from, as it was. A fresh
-    run has none yet (nothing was read): that is said, and nothing written."""
+    run has none yet (nothing was read): that is said, and nothing written. A signal that
+    came while ``owt`` loaded is raised here (``interrupts.raise_early``)."""
     try:
+        interrupts.raise_early()
         yield
     except KeyboardInterrupt:
         if state_out is not None and resumed is not None:
@@ -336,7 +338,8 @@ def add_parser(sub: Subparsers) -> None:
         "--even",
         choices=("drop", "pad", "off"),
         default=None,
-        help="equal counts per rank (default drop when --world-size > 1; needs owt index)",
+        help="equal counts per rank (default drop when --world-size > 1; the documents are "
+        "counted first, once, unless owt index did)",
     )
     stream.add_argument(
         "--split",
