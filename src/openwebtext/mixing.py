@@ -16,6 +16,7 @@ weights hold within one document from there, whatever came before.
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from collections.abc import Sequence
@@ -25,6 +26,10 @@ __all__ = ["LEAST_SHARE", "Interleave", "check_weights"]
 #: The smallest share of the total a positive weight may have: one document in 10**12 is a
 #: part that never comes (a run of ``epochs`` would wait for it without end).
 LEAST_SHARE = 1e-12
+
+#: The share refused: below ``LEAST_SHARE`` by more than rounding, so that weights once taken
+#: are taken again normalised (a state's, ``set_weights``' own), whatever their last ulp.
+_REFUSED_BELOW = LEAST_SHARE * (1 - 1e-9)
 
 
 def check_weights(
@@ -41,9 +46,12 @@ def check_weights(
     whose = [f" (part {name!r})" for name in names] or [""] * parts
     values: list[float] = []
     for w, part in zip(weights, whose, strict=True):  # any real number: numpy's too
+        if not isinstance(w, numbers.Real | decimal.Decimal) or isinstance(w, bool):
+            raise ValueError(f"a weight must be a real number (an int, a float, a Fraction, a "
+                             f"Decimal), not {w!r}{part}")  # fmt: skip
         try:
-            value = float(w) if isinstance(w, numbers.Real) and not isinstance(w, bool) else -1.0
-        except (OverflowError, ValueError):  # an int or a Fraction past a float's range
+            value = float(w)
+        except (OverflowError, ValueError):  # past a float's range (or a signalling NaN)
             value = math.inf
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"a weight must be a finite number >= 0, not {w!r}{part}")
@@ -57,8 +65,9 @@ def check_weights(
     if total <= 0:
         raise ValueError("at least one weight must be positive")
     shares = tuple(v / total for v in values)
-    for w, share, part in zip(weights, shares, whose, strict=True):
-        if 0 < share < LEAST_SHARE:  # its turn would never come (1 / share overflows, or near)
+    for w, value, share, part in zip(weights, values, shares, whose, strict=True):
+        if value > 0 and share < _REFUSED_BELOW:  # never its turn (1 / share overflows, or near;
+            # a share that underflowed to 0 too: the weight is not 0)
             raise ValueError(
                 f"a weight of {w!r}{part} is {share:.3g} of the total: too small to ever be chosen "
                 f"(at least {LEAST_SHARE:g}); give 0 to leave the part out"
