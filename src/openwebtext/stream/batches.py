@@ -125,10 +125,12 @@ class Batches(Packer):
         offset = 0 if start is None else start.offset
         self._head = offset  # where the next batch starts among the ids read
         # Where the state says the document it starts inside lies (checked when it is read: only
-        # a reshard reads it; a resharded state's are its old rank's, unchecked).
-        self._cut_said = None if start is None or start.resharded else {
+        # a reshard reads it; a resharded state's are its old rank's, unchecked), said again by
+        # a state taken before it is read.
+        self._cut_where: dict[str, Any] = {} if start is None else {
             k: v for k, v in (("cut_slots", start.cut_slots), ("cut_next", start.cut_next))
             if isinstance(v, int)}  # fmt: skip
+        self._cut_said = None if start is None or start.resharded else self._cut_where
         self._read = self._numbered = 0  # ids and documents read
         self._batches = 0 if start is None else start.batches
         # Documents cut by the rows' starts, counted up to ``_counted`` (among the ids read) as
@@ -196,7 +198,7 @@ class Batches(Packer):
                 )  # fmt: skip
             if not self._read and self._head and isinstance(run, MixRun):  # (what reshard deals)
                 self._check_cut_part(int(run.parts[0]))
-            elif not self._read and self._head and self._cut_said is not None:
+            if not self._read and self._head and self._cut_said is not None:
                 self._check_cut_slots(run)
             begins = run.begins if isinstance(run, MixRun) else run.start
             marked = _marked(ends, begins, getattr(run, "parts", None)) if self.segments else ()
@@ -262,7 +264,7 @@ class Batches(Packer):
     def _check_cut_slots(self, run: Run) -> None:
         """A state inside a document says where it lies (``cut_slots``, ``cut_next``: what a
         reshard cuts): where the document read again lies."""
-        found = cut_slot(run, run.mark_before(0))
+        found = cut_slot(run, 0)
         if found != self._cut_said:
             self._shut()
             raise StateError(f"bad batches state: cut_slots: the state says {self._cut_said}, "
@@ -319,11 +321,12 @@ class Batches(Packer):
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
+        where = self._cut_where if offset else {}
         if self._pending:  # the document the next batch starts in
             run = self._pending[0]
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))
             mark, offset = run.run.mark_before(j), self._head - run.first - run.begin(j)
-        where = cut_slot(self._pending[0].run, mark) if mark is not None and self._batches else {}
+            where = cut_slot(run.run, j) if self._batches else {}
         documents = self._docs.state(self._at if mark is None else mark)
         packed, parts = self._packed_now()
         state = BatchesState(

@@ -10,11 +10,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from openwebtext.codec import replace
+from openwebtext.plan import Rule
 from openwebtext.stream.sections import Begun, Level, OldRank, Reshard
 from openwebtext.stream.source import Run, TokenRun, slots_at
 from openwebtext.stream.spans import Span
 
-__all__ = ["Carrier", "Carry", "cut_slot", "next_section", "piece_start"]
+__all__ = ["Carrier", "Carry", "cut_slot", "is_carried", "next_section", "piece_start"]
 
 
 class Carry(NamedTuple):
@@ -114,13 +115,36 @@ def piece_start(after: int, x: int, share: Sequence[Span], starts: Sequence[int]
     return max((b for b in bounds if after <= b <= x), default=None)
 
 
-def cut_slot(run: Run, mark: Any) -> dict[str, Any]:
-    """Where the document the next batch starts in lies from ``mark`` (its run's mark before
-    it): past the slots of documents skipped between (``BatchesState.cut_slots``), in the next
-    epochs (``cut_next``: its slots counted from that epoch's start). A mixture's: none said."""
-    if not isinstance(run, TokenRun) or mark is not run.before:  # (inside a run: none between)
-        return {}
-    first = run.first_slot()
-    ahead = run.epoch - mark.epoch
-    slots = first if ahead else first - slots_at(mark)
+def cut_slot(run: Run, j: int) -> dict[str, Any]:
+    """Where document ``j`` of ``run`` (the one the next batch starts in) lies from its stream's
+    mark before it (a mixture's: its part's, ``MixtureState.next``): past the slots of documents
+    skipped between (``BatchesState.cut_slots``), in the next epochs (``cut_next``: its slots
+    counted from that epoch's start)."""
+    if isinstance(run, TokenRun):
+        if j:  # (inside a run: none between)
+            return {}
+        before, slot, epoch = run.before, run.first_slot(), run.epoch
+    else:  # a mixture's: its part's mark before it, and after it (the part's run had it last)
+        mark = run.mark_before(j)
+        assert mark.next is not None  # (a document follows)
+        before, after = mark.parts[mark.next], run.part_after(j)
+        slot, epoch = slots_at(after._replace(in_block=after.in_block - 1)), after.epoch
+    ahead = epoch - before.epoch
+    slots = slot if ahead else slot - slots_at(before)
     return ({"cut_slots": slots} if slots > 0 else {}) | ({"cut_next": ahead} if ahead else {})
+
+
+def is_carried(cut: int | bool, left: int, ahead: int, rule: Rule | None) -> bool:
+    """Whether a share's concat cut (``cut``: it has one) is in its next epoch's first document
+    (``Rest.carried``), its share having ``left`` slots: said so (``ahead``, a batches state's
+    ``cut_next``), or all of its slots passed. Evened out (``rule``), a share its skips left short
+    goes round again (``Stream._rest_documents``, ``epochs.EvenPasses``): with all its slots
+    passed, a cut the state does not say is ahead (a corpus's, or a mixture's part's: the batches
+    state says it of the part its next batch starts in) is in a document that pass repeats, not
+    in the next epoch; it is left out with the repeats that pass still owed (the new shares are
+    evened out anew)."""
+    if not cut:
+        return False
+    if ahead:
+        return True
+    return not left and rule is None

@@ -13,7 +13,7 @@ from openwebtext.errors import StateError
 from openwebtext.stream.sections import Packed, WindowAt
 from openwebtext.stream.spans import Span, count, drop_front, slice_spans
 
-__all__ = ["RAN_INTO_LAP", "Window", "applied_trim", "windows_left"]
+__all__ = ["RAN_INTO_LAP", "Window", "applied_trim", "heads", "windows_left"]
 
 #: The refusal of a best-fit window that ran into the lap repeating its share (``Window.least``).
 RAN_INTO_LAP = (
@@ -128,11 +128,20 @@ def _part_windows_left(
 
 
 def applied_trim(
-    mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool, leads: bool
-) -> int:
-    """The ids of document ``x`` its rank left out when it handed it out (``Rest.leads``)."""
+    mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool, leads: bool,
+    gapped: Mapping[int, int],
+) -> int:  # fmt: skip
+    """The ids of document ``x`` its rank left out when it handed it out (``Rest.leads``;
+    ``gapped``: ``Rest.gapped``)."""
     if repeat:
         return 0
-    if share and share[0][0] == x and done == 0 and leads:
+    if share and heads(gapped, share[0][0], x) and done == 0 and leads:
         return max(mid.get(x, 0) - 1, 0)
     return mid.get(x, 0)
+
+
+def heads(gapped: Mapping[int, int], first: int, x: int) -> bool:
+    """Slot ``x`` holds the first document of a share whose first slot is ``first``: it is
+    that slot, or a cut's document past slots of skipped ones the share begins among
+    (``Rest.gapped``)."""
+    return x == first or gapped.get(x, x) <= first < x

@@ -105,7 +105,7 @@ class MixtureBatches(Closing, Generic[Item]):
             raise StateError(f"set_weights: the state is of batches of {parts}, not of this "
                              f"mixture's {names}")  # fmt: skip
         at = documents.handed
-        if saved.packing == "concat" and saved.offset:  # its document goes on
+        if saved.packing == "concat" and saved.cut:  # its document goes on (its first id: a target)
             at += 1
         elif saved.row and not documents.replays:  # the window under way (none dealt left:
             at += sum(saved.window_parts or ())  # a dealt one's are not the rank's turns)
@@ -194,5 +194,5 @@ def _counted_from(state: BatchesState) -> int:
     documents = state.documents
     assert isinstance(documents, MixtureState)  # (a mixture's batches)
     if state.packing == "concat":
-        return documents.handed + (state.offset > 0)
+        return documents.handed + (state.cut > 0)
     return documents.handed + (sum(state.window_parts or ()) if state.row else 0)

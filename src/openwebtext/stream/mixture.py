@@ -304,9 +304,11 @@ def _reshard(
             if b.offset and m.next is None:
                 raise StateError("a concat batches state of a mixture begun inside a document "
                                  "must name its part (documents.next)")  # fmt: skip
-            mine = m.next == index
+            mine = m.next == index  # (its cut: where its document lies in the part)
             part = BatchesState(b.seq_len, b.batch_size, m.parts[name],
-                                b.offset if mine else 0, b.batches if mine else 0)  # fmt: skip
+                                b.offset if mine else 0, b.batches if mine else 0,
+                                cut_slots=b.cut_slots if mine else UNSET,
+                                cut_next=b.cut_next if mine else UNSET)  # fmt: skip
             out.append(part.to_json())
         return out
 

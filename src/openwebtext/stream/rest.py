@@ -39,8 +39,8 @@ from openwebtext.codec import replace
 from openwebtext.errors import StateError
 from openwebtext.options import Options
 from openwebtext.plan import Rule, Share, advance
-from openwebtext.stream.carried import Carry, next_section, piece_start
-from openwebtext.stream.dealing import Window, applied_trim, windows_left
+from openwebtext.stream.carried import Carry, is_carried, next_section, piece_start
+from openwebtext.stream.dealing import Window, applied_trim, heads, windows_left
 from openwebtext.stream.epochs import (
     block_end,
     block_size,
@@ -137,6 +137,10 @@ class Rest:
         self.overruns: dict[int, tuple[Overrun, int]] = {}  # (and their slots)
         spans: list[Span] = []
         mid: dict[int, int] = {}  # ids of a document already targets (batches)
+        self.gapped: dict[int, int] = {}
+        """Of ``mid``: a cut's document past slots of documents skipped before it (the state's
+        ``cut_slots``), and where those slots begin: a share that begins among them begins
+        with that document (``heads``)."""
         begun = {b.rank: b for b in section.windows or ()}
         self.carried: list[dict[int, Carry]] = [{}]
         """Per world (the old ranks', then each level's): the ranks whose concat cut is in
@@ -153,7 +157,7 @@ class Rest:
             per = self.shares[r].counts
             assert per is not None  # (its slots from its position on)
             remaining = 0 if old.finished else sum(per) - slots_passed(per, old.block, old.in_block)
-            if _carried(old.cut and not old.finished, remaining, old.ahead, rule, part):
+            if is_carried(old.cut and not old.finished, remaining, old.ahead, rule):
                 # (its next document: the next epoch's first, ``next_section``)
                 self.carried[0][r] = Carry(old.cut, old.gap, max(old.ahead - 1, 0),
                                            leads and any(per))  # fmt: skip
@@ -182,7 +186,10 @@ class Rest:
             if at + remaining > first:
                 spans.append((first, at + remaining, False))
                 if old.cut and not old.ahead:  # (the document: past the slots skipped before)
-                    mid[at + old.gap if old.gap < remaining else at] = old.cut
+                    x = at + old.gap if old.gap < remaining else at
+                    mid[x] = old.cut
+                    if x > first:
+                        self.gapped[x] = first
             at = max(at + remaining, first)
         if section.dealt and section.levels:  # resharded again: the old ranks' windows were
             windows = []  # handed out in an earlier epoch's rest, in no level's share (``_dealt``)
@@ -271,13 +278,25 @@ class Rest:
         hands it out first: the rank's first row begins with it): it goes on from the last id
         that was a target, no target again, as a corpus's share does; the section says it led
         (``Reshard.led``), so that a reshard after reads its cut the same way (``Level.led``).
-        To be called before any of the share is handed out."""
+        Its first document: past the slots of skipped ones before a cut's (``gapped``); a share
+        of no slot, the next epoch's rest's first. To be called before any of it is handed out."""
         if self.section.led or not may:
             return self.section
-        first = next(self.pieces(0), None)
-        if first is not None and first.trim:
+        pieces = self.pieces(0)
+        first = next(pieces, None)
+        if first is not None and not first.trim and self.spans and not self.spans[0][2] and any(
+            heads(self.gapped, self.spans[0][0], x) for x in self.gapped
+        ):  # (its first slots: documents skipped before a cut's, the piece after them)
+            first = next(pieces, None)
+        if (first is not None and first.trim) or (not self.length and self._next_leads()):
             self.leads, self.section = True, replace(self.section, led=True)
         return self.section
+
+    def _next_leads(self) -> bool:
+        """An empty share: whether the next epoch's rest's first document is one cut across a
+        checkpoint (that one leads then: ``following``)."""
+        following = self.following()
+        return following is not None and following.lead().led
 
     def said(self) -> Reshard:
         """This epoch's section as every share of it says it (``DocumentState.passed``)."""
@@ -285,14 +304,17 @@ class Rest:
 
     def following(self) -> Rest | None:
         """The next epoch's rest, or None: the next epoch is the rank's own (``next_section``).
-        Its first id leads only if this share held none (else it follows this share's)."""
+        Its first id leads only if this share held none (else it follows this share's): a
+        corpus's section says when it follows, a mixture's part's when it leads (``led``)."""
         section = next_section(self)
         if section is None:
             return None
         leads = self.leads and not self.length
         if self.first_leads and not leads:  # (a corpus's: its state says it, ``follows``)
             section = replace(section, follows=True)
-        return Rest(section, self.counts, self.options, leads=self.first_leads or leads,
+        elif leads and not self.first_leads:  # (a part's, led through an empty share: said)
+            section = replace(section, led=True)
+        return Rest(section, self.counts, self.options, leads=self.first_leads,
                     part=self.part, entry=False)  # fmt: skip
 
     def windows_ahead(self, progress: int) -> list[WindowAhead]:
@@ -345,7 +367,7 @@ class Rest:
                 trim = 0
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)
-                    if a == first and lead:
+                    if heads(self.gapped, first, a) and lead:
                         trim = max(trim - 1, 0)
                 yield Piece(r, share, *at, stop - a, end, repeat, trim, epoch)
                 a = stop
@@ -392,34 +414,21 @@ def _levels(
             # share, if it led, said)
             led = (leads and s not in level.follows) or s in level.led
             gap, ahead = (said[s] if said else 0 for said in (level.gaps, level.ahead))
-            if _carried(cut and s not in level.finished, count(left), ahead, level.rule, part):
+            if is_carried(cut and s not in level.finished, count(left), ahead, level.rule):
                 # (its next epoch's first: not its stream's first if its share held some)
                 rest.carried[-1][s] = Carry(cut, gap, max(ahead - 1, 0),
                                             leads and bool(count(share) or not led))  # fmt: skip
             elif left and cut:  # (its document: past the slots skipped before it)
                 x, _, repeat = drop_front(left, gap)[0] if gap < count(left) else left[0]
                 at = piece_start(left[0][0], x, share, rest.starts, mid)
-                applied = 0 if at is None else applied_trim(mid, share, done, at, repeat, led)
+                applied = 0 if at is None else applied_trim(mid, share, done, at, repeat, led,
+                                                            rest.gapped)  # fmt: skip
                 new_mid[x] = applied + cut
+                if gap and x - left[0][0] == gap:  # (skipped slots before it: one span's)
+                    rest.gapped[x] = left[0][0]
             joined += left
         spans, mid, windows = joined, new_mid, carried
     return spans, mid, windows, uncounted
-
-
-def _carried(cut: int | bool, left: int, ahead: int, rule: Rule | None, part: str | None
-             ) -> bool:  # fmt: skip
-    """Whether a share's concat cut (``cut``: it has one) is in its next epoch's first document
-    (``Rest.carried``), its share having ``left`` slots: said so (``ahead``, a batches state's
-    ``cut_next``), or all of its slots passed. Evened out (``rule``), a share its skips left short
-    goes round again (``Stream._rest_documents``, ``epochs.EvenPasses``): with all its slots
-    passed, a corpus's cut the state does not say is ahead is in a document that pass repeats,
-    not in the next epoch; it is left out with the repeats that pass still owed (the new shares
-    are evened out anew). A mixture's part says no ``cut_next``: its cut is carried as before."""
-    if not cut:
-        return False
-    if ahead:
-        return True
-    return not left and (rule is None or part is not None)
 
 
 def ended(

@@ -314,10 +314,10 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     window_repeats: Positive | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a corpus, rows of the window out: its documents handed out again (dealt)."""
     cut_slots: Count | msgspec.UnsetType = msgspec.UNSET
-    """Concat, the next batch starting inside a document: the document slots between the
-    documents' position and that document, of documents skipped for their content (in the
-    share of its epoch, from its start, with ``cut_next``), so that a reshard cuts the document
-    itself, not the first slot after the position (absent: none)."""
+    """Concat, the next batch starting inside a document (a mixture's: of its part ``next``):
+    the document slots between the position and that document, of documents skipped for their
+    content (in the share of its epoch, from its start, with ``cut_next``), so that a reshard
+    cuts the document itself, not the first slot after the position (absent: none)."""
     cut_next: Positive | msgspec.UnsetType = msgspec.UNSET
     """Concat: the epochs past the documents' that that document is in (1: the next; absent:
     the documents' own)."""
