@@ -286,7 +286,7 @@ def open_regular(path: str | os.PathLike[str], *, folder: bool = False) -> int:
             said = "a FIFO, socket or device" + ("" if folder else " or folder")
             raise OSError(errno.EINVAL, f"not a regular file ({said})", os.fspath(path))
         os.set_blocking(fd, True)  # (a FUSE or network filesystem is told of the flag)
-    except OSError:
+    except BaseException:  # (an interrupt too: a host's handler raising on our thread)
         os.close(fd)
         raise
     return fd

@@ -163,7 +163,10 @@ def umask() -> int:
     """The process's umask, read without changing it (``/proc/self/status``): setting it to
     read it back gives a file another thread creates meanwhile the mode set. Where there is
     no such file, set to 022 and back (a moment of the common default, not of 0)."""
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="utf-8") as f,
+    ):
         for line in f:
             if line.startswith("Umask:"):
                 return int(line.split()[1], 8)

@@ -16,7 +16,7 @@ from openwebtext.engine import cpu_count
 
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
         for line in f:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
@@ -59,7 +59,7 @@ def machine_info() -> dict[str, Any]:
 def cpu_ticks() -> tuple[int, int, int]:
     """(all, idle, steal) CPU ticks since boot, from /proc/stat (zeros where there is none)."""
     try:
-        with open("/proc/stat") as f:
+        with open("/proc/stat", encoding="utf-8") as f:
             fields = [int(v) for v in f.readline().split()[1:9]]
         # user nice system idle iowait irq softirq steal
         idle, iowait, steal = fields[3], fields[4], fields[7]

@@ -53,7 +53,7 @@ def _group_pids(pgid: int) -> list[int]:
             if not entry.isdigit():
                 continue
             try:
-                with open(f"/proc/{entry}/stat") as f:
+                with open(f"/proc/{entry}/stat", encoding="utf-8") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue
@@ -65,7 +65,7 @@ def _group_pids(pgid: int) -> list[int]:
 def _pss_bytes(pid: int) -> int:
     """Proportional set size of ``pid`` (0 if it is gone or the kernel cannot say)."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
+        with open(f"/proc/{pid}/smaps_rollup", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("Pss:"):
                     return int(line.split()[1]) * 1024

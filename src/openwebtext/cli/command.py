@@ -6,7 +6,9 @@ exit code."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -38,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``owt`` with ``argv`` (default: the command line); its exit code."""
     try:
         open_standard_streams()
+        _own_children()
         with messages(), interrupts.interruptible():
             parser = build_parser()  # interrupted here too: the commands' parsers import
             args = parser.parse_args(argv)
@@ -46,6 +49,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = interrupts.exit_code(interrupt)
         print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
         return code
+
+
+def _own_children() -> None:
+    """Wait for our own children: a parent that ignored SIGCHLD passed that on through
+    ``exec``, and then the kernel reaps them, so no worker could be waited for (a command owns
+    its process; a library leaves the host's signals alone and says it: ``WorkerPool``)."""
+    sigchld = getattr(signal, "SIGCHLD", None)
+    if sigchld is not None and signal.getsignal(sigchld) == signal.SIG_IGN:
+        with contextlib.suppress(ValueError):  # (not the main thread: in-process callers')
+            signal.signal(sigchld, signal.SIG_DFL)
 
 
 def _run(args: argparse.Namespace) -> int:

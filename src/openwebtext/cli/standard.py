@@ -45,7 +45,7 @@ def open_standard_streams() -> None:
             os.close(null)
         CLOSED_AT_START[fd] = True
         if getattr(sys, name) is None:
-            setattr(sys, name, open(fd, "w" if fd else "r", closefd=False))  # noqa: SIM115
+            setattr(sys, name, open(fd, "w" if fd else "r", encoding="utf-8", closefd=False))  # noqa: SIM115
 
 
 class _Stderr:

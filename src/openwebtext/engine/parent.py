@@ -28,7 +28,7 @@ from openwebtext.engine.halting import halting_wait
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
 from openwebtext.engine.receive import recv_within
 from openwebtext.engine.tasks import Done, Failed, Loaded, Request, Task, Tasks
-from openwebtext.errors import WorkerError
+from openwebtext.errors import OWTError, WorkerError
 from openwebtext.records import Unit
 from openwebtext.source import Storage
 
@@ -113,6 +113,10 @@ class WorkerPool:
         *,
         lanes: Sequence[Lane] | None = None,
     ):
+        if hasattr(signal, "SIGCHLD") and signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+            raise OWTError("this process ignores SIGCHLD (signal.SIG_IGN): the kernel reaps its "
+                           "children, so worker processes could never be waited for; set it to "
+                           "signal.SIG_DFL, or read with workers=0")  # fmt: skip
         self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
         self.units = self.lanes.units
         self.options = options

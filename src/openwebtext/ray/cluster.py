@@ -165,7 +165,7 @@ OWNER = "owt-owner.json"
 
 
 def _claim(temp: str) -> None:
-    with open(os.path.join(temp, OWNER), "w") as f:
+    with open(os.path.join(temp, OWNER), "w", encoding="utf-8") as f:
         json.dump({"pid": os.getpid(), "host": socket.gethostname()}, f)
 
 
@@ -204,7 +204,7 @@ def sweep_stale(parent: str) -> list[str]:
         if not name.startswith(PREFIX):
             continue
         try:
-            with open(os.path.join(folder, OWNER)) as f:
+            with open(os.path.join(folder, OWNER), encoding="utf-8") as f:
                 owner = codec.parse(f.read())
             pid, host = int(owner["pid"]), str(owner["host"])
         except (OSError, ValueError, KeyError, TypeError):

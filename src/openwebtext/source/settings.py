@@ -305,7 +305,7 @@ def _host() -> str:
     namespace (a container sharing the host's name sees other files at the same paths; a
     spawned process or a Ray worker of the same node shares it)."""
     try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
+        with open("/proc/sys/kernel/random/boot_id", encoding="utf-8") as f:
             boot = f.read().strip()
         mounts = os.readlink("/proc/self/ns/mnt")
     except OSError:

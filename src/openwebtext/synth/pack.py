@@ -373,14 +373,14 @@ def write_corpus(
     _check_free(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    tmp.chmod(0o777 & ~umask())  # mkdtemp makes it private; the corpus is as a new folder
     jobs = [
         (seed, s, k, docs, (s * members + k - 1) * docs, preset)
         for s in range(subsets)
         for k in range(1, members + 1)
     ]
     text_bytes = compressed_bytes = 0
-    with _kept_only_whole(tmp, out):
+    with _kept_only_whole(tmp, out):  # (from here: gone on any error or interrupt)
+        tmp.chmod(0o777 & ~umask())  # mkdtemp makes it private; the corpus is as a new folder
         with (
             contextlib.closing(_InOrder(jobs, workers)) as results,
             tqdm(total=len(jobs), desc="synth members", unit="member", disable=not progress) as bar,
@@ -406,7 +406,7 @@ def write_corpus(
             "text_bytes": text_bytes,
             "compressed_bytes": compressed_bytes,
         }
-        (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+        (tmp / COMPLETE_MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
         _fsync(tmp / COMPLETE_MARKER)
         _fsync(tmp)
         try:
