@@ -96,6 +96,16 @@ def _one_close(lock: threading.Lock, ours: bool) -> Iterator[None]:
             lock.release()
 
 
+def _check_children_waited() -> None:
+    """Raise ``OWTError`` where this process ignores SIGCHLD (``SIG_IGN``): the kernel reaps
+    its children then, so ``multiprocessing`` takes a worker that exited alive for ever (its
+    ``close`` fails at the end of every run). The host's signal is left as it is."""
+    if hasattr(signal, "SIGCHLD") and signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+        raise OWTError("this process ignores SIGCHLD (signal.SIG_IGN): the kernel reaps its "
+                       "children, so worker processes could never be waited for; set it to "
+                       "signal.SIG_DFL, or read with workers=0")  # fmt: skip
+
+
 class WorkerPool:
     """Runs units on worker processes and hands them back in plan order.
 
@@ -113,10 +123,7 @@ class WorkerPool:
         *,
         lanes: Sequence[Lane] | None = None,
     ):
-        if hasattr(signal, "SIGCHLD") and signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
-            raise OWTError("this process ignores SIGCHLD (signal.SIG_IGN): the kernel reaps its "
-                           "children, so worker processes could never be waited for; set it to "
-                           "signal.SIG_DFL, or read with workers=0")  # fmt: skip
+        _check_children_waited()
         self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
         self.units = self.lanes.units
         self.options = options
