@@ -98,8 +98,9 @@ class _Part:
         return head
 
     def mark(self) -> Mark:
-        """The stream's mark after the last document the part handed out."""
-        return self.before if self.head is not None else self.stream.mark()
+        """The stream's mark after the last document the part handed out (before the one read
+        ahead); at an epoch's end, the next one's start: what reaching it counted is in it."""
+        return self.stream.mark() if self.head is None or self.head is EPOCH_END else self.before
 
 
 class MixedStream:
@@ -392,7 +393,8 @@ class MixedStream:
                           "skipped_files")
         }  # fmt: skip
         skipped = tuple(name for s in each.values() for name in s.skipped)
-        epochs = {p.name: p.mark().epoch for p in self.parts}
+        epochs = {p.name: (p.stream.mark() if p.head is None else p.before).epoch
+                  for p in self.parts}  # (at an epoch's end: of its last document)
         return MixtureStats(**sums, skipped=skipped, parts=each, epochs=epochs)
 
     def close(self) -> None:
@@ -405,7 +407,7 @@ class MixedStream:
 def _stats_before(part: _Part) -> Stats:
     """A part's stats at its state (``_Part.mark``): its document read ahead is not counted,
     nor what reading it counted (skips and their names, a repeat: a run resumed from the state
-    counts them again); ``units`` counts reads. At an epoch's end, what reaching it counted is."""
+    counts them again); ``units`` counts reads. At an epoch's end (the state past it) it is."""
     stats = part.stream.stats
     if part.head is None:
         return stats
@@ -413,9 +415,7 @@ def _stats_before(part: _Part) -> Stats:
     if part.head is not EPOCH_END:
         return msgspec.structs.replace(stats, **msgspec.structs.asdict(
             replace(counted, units=stats.units)), skipped=stats.skipped[: part.before.skipped])
-    return msgspec.structs.replace(stats, documents=counted.documents, tokens=counted.tokens,
-                                   text_bytes=counted.text_bytes,
-                                   epoch_documents=counted.epoch_documents)  # fmt: skip
+    return msgspec.structs.replace(stats, epoch_documents=counted.epoch_documents)
 
 
 def _skips_of(streams: list[Stream]) -> Callable[[], int]:
