@@ -130,7 +130,9 @@ class EvenEpoch:
             CorpusError: the pass ``start..end`` covered the shard and handed nothing out.
         """
         if after == before and end - start >= len(self.counts):
-            raise CorpusError(f"rank {self.rank} read no document in a whole pass over its shard")
+            raise CorpusError(f"rank {self.rank} read no document in a whole pass over its shard:"
+                              f" none to repeat for its even share (all skipped, or none): read "
+                              "it with even=None")  # fmt: skip
 
 
 def epoch_shares(
@@ -201,7 +203,8 @@ def short_rest(options: Options, epoch: int, lap: int, handed: tuple[int, int], 
     before, after = handed
     if lap and whole and after == before:
         raise CorpusError(f"rank {options.rank} read no document in a whole pass over its share "
-                          f"of epoch {epoch}'s rest (resharded)")  # fmt: skip
+                          f"of epoch {epoch}'s rest (resharded): none to repeat for its even "
+                          "share (all skipped, or none): read it with even=None")  # fmt: skip
     if not lap:
         log.warning(
             "rank %d, epoch %d, resharded: skips left %d of the %d documents of its share of "
