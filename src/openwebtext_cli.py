@@ -29,8 +29,9 @@ def main() -> int:
     KeyboardInterrupt. One that came meanwhile is taken here and raised by the command once
     it can end cleanly (a resumed ``owt stream`` writes ``--state-out``, as if it came then).
     """
-    held = {signal.SIGINT, signal.SIGTERM}
-    hold = hasattr(signal, "pthread_sigmask")
+    # (one the caller ignores stays ignored: blocked, it would be pending all the same)
+    held = {s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN}
+    hold = hasattr(signal, "pthread_sigmask") and bool(held)
     came: list[int] = []
     if hold:
         signal.pthread_sigmask(signal.SIG_BLOCK, held)

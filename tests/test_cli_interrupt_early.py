@@ -97,3 +97,31 @@ def test_the_entry_point_runs_the_command(small_corpus: Path) -> None:
     done = subprocess.run([*ENTRY, "stream", str(small_corpus), "-q", "--take", "3"],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("signum", list(SIGNALS))
+def test_a_signal_the_caller_ignores_stays_ignored_while_owt_loads(
+    tmp_path: Path, signum: int
+) -> None:
+    """(A first version of the hold took an ignored signal that came then, and ended.)"""
+    out = tmp_path / "c"
+
+    def ignoring() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signum, signal.SIG_IGN)
+
+    proc = subprocess.Popen([*ENTRY, "synth", str(out), "--subsets", "1", "--members", "2",
+                             "--docs", "5", "-j", "1", "-q"], preexec_fn=ignoring,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _loading(proc.pid, "_multiarray_umath") and proc.poll() is None:
+            assert time.monotonic() < deadline, "numpy never loaded"
+            time.sleep(0.002)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    assert "urlsf_subset00.tar" in {p.name for p in out.iterdir()}

@@ -16,8 +16,8 @@ from openwebtext import Corpus, CorpusError, Loader, reshard
 
 def _corpus(tmp_path: Path) -> Corpus:
     """One file of 4 documents, the second damaged: 4 ranks' shares are one slot each."""
-    lines = [json.dumps({"text": "d0 " + "x" * 9}), '{"text": 5}',
-             json.dumps({"text": "d2 " + "y" * 9}), json.dumps({"text": "d3 " + "z" * 9})]  # fmt: skip
+    lines = [json.dumps({"text": "d0 " + "x" * 9}), '{"text": 5}', json.dumps({"text": "d2 "
+             + "y" * 9}), json.dumps({"text": "d3 " + "z" * 9})]  # fmt: skip
     (tmp_path / "a.jsonl").write_text("\n".join(lines) + "\n")
     return Corpus.open(tmp_path, on_error="skip")
 
@@ -35,8 +35,8 @@ def _texts(corpus: Corpus, options: dict[str, Any], state: Any = None) -> tuple[
 @pytest.mark.parametrize("even", ["drop", "pad"])
 def test_a_share_of_one_damaged_document_says_what_to_do(tmp_path: Path, even: str) -> None:
     corpus = _corpus(tmp_path)
-    with pytest.raises(CorpusError, match="rank 1 read no document in a whole pass over its "
-                       "shard: none to repeat .*read it with even=None"):  # fmt: skip
+    with pytest.raises(CorpusError, match=r"rank 1 read no document in a whole pass over its "
+                       r"shard: none to repeat .*read it with even=None"):  # fmt: skip
         _texts(corpus, _options(1, 4, even))
     texts, stats = _texts(corpus, _options(1, 4, None))
     assert (texts, stats.skipped_documents) == ([], 2)
@@ -54,6 +54,6 @@ def test_a_resharded_share_of_one_damaged_document_says_what_to_do(
         states = [json.loads(json.dumps(it.state_dict()))]
     new = reshard(states, 3, even=even)
     assert _texts(corpus, {**_options(0, 3, even), "epochs": 1}, new[0])[0] == ["d2"]
-    with pytest.raises(CorpusError, match="rank 2 read no document in a whole pass over its "
-                       "share of epoch 0's rest .*read it with even=None"):  # fmt: skip
+    with pytest.raises(CorpusError, match=r"rank 2 read no document in a whole pass over its "
+                       r"share of epoch 0's rest .*read it with even=None"):  # fmt: skip
         _texts(corpus, {**_options(2, 3, even), "epochs": 1}, new[2])

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Loader, Mixture
-from openwebtext.mixing import LEAST_SHARE, check_weights
+from openwebtext.mixing import LEAST_SHARE, TAKEN_SHARE, check_weights
+from openwebtext.stream.schema import MixtureConfig
 from openwebtext.synth import write_corpus
 
 #: Found by the red team: e's share is 1e-12 exactly, then 1e-12 less an ulp normalised again.
@@ -24,20 +25,31 @@ AT_THE_EDGE = [0.6413312397869063, 6.407621028993829, 3.287632227811725, 2.23739
                1.2573981047343845e-11]  # fmt: skip
 
 
-def test_weights_taken_are_taken_again_normalised() -> None:
+@pytest.mark.parametrize("edge", [LEAST_SHARE, LEAST_SHARE * (1 - 1e-9)])
+def test_weights_taken_are_taken_again_normalised(edge: float) -> None:
+    """Sampled about the refusal's edge (and about where a first fix had moved it, a
+    reviewer's): the weights taken, normalised again as a state's and their config are, are
+    taken again."""
     rng, taken = random.Random(0), 0
     for _ in range(20_000):
         n = rng.randint(2, 6)
         weights = [rng.uniform(0, 10) for _ in range(n - 1)]
-        weights.append(sum(weights) * LEAST_SHARE * rng.uniform(0.999999, 1.000001))
+        weights.append(sum(weights) * edge * rng.uniform(0.999999, 1.000001))
         try:
             shares = check_weights(weights, n)
         except ValueError:
             continue
         taken += 1
-        assert check_weights(check_weights(shares, n), n)
-    assert check_weights(check_weights(AT_THE_EDGE, 5), 5)
+        again = check_weights(check_weights(shares, n, least=TAKEN_SHARE), n, least=TAKEN_SHARE)
+        MixtureConfig(tuple("abcdef"[:n]), again, "documents", "stratified")
     assert 5_000 < taken < 15_000  # (both sides of the edge were tried)
+    assert check_weights(check_weights(AT_THE_EDGE, 5), 5, least=TAKEN_SHARE)
+
+
+def test_a_share_a_hair_below_the_edge_is_refused_where_it_is_given() -> None:
+    """The reviewer's: taken by ``Mixture``, then refused by its own config at ``iter()``."""
+    with pytest.raises(ValueError, match=r"part 'b'.* is 9.99999999e-13 of the total"):
+        check_weights([5.398779864433489, 5.398779859040107e-12], 2, ("a", "b"))
 
 
 @pytest.fixture(scope="module")
@@ -77,13 +89,13 @@ def test_a_positive_weight_whose_share_underflows_is_refused(
     parts: dict[str, Path], weights: dict[str, float]
 ) -> None:
     two = {name: parts[name] for name in weights}
-    with pytest.raises(ValueError, match="part 'b'.*too small to ever be chosen"):
+    with pytest.raises(ValueError, match=r"part 'b'.*too small to ever be chosen"):
         Mixture(two, weights)
 
 
 def test_decimal_weights_are_real_numbers_and_a_string_is_not() -> None:
     assert check_weights([Decimal("0.5"), Fraction(1, 2), 1], 3) == (0.25, 0.25, 0.5)
-    with pytest.raises(ValueError, match="a weight must be a real number .*not '0.5'"):
+    with pytest.raises(ValueError, match=r"a weight must be a real number .*not '0.5'"):
         check_weights(["0.5", 1], 2)
-    with pytest.raises(ValueError, match="finite number >= 0, not Decimal\\('NaN'\\)"):
+    with pytest.raises(ValueError, match=r"finite number >= 0, not Decimal\('NaN'\)"):
         check_weights([Decimal("nan"), 1], 2)

@@ -21,21 +21,22 @@ import math
 import numbers
 from collections.abc import Sequence
 
-__all__ = ["LEAST_SHARE", "Interleave", "check_weights"]
+__all__ = ["LEAST_SHARE", "TAKEN_SHARE", "Interleave", "check_weights"]
 
 #: The smallest share of the total a positive weight may have: one document in 10**12 is a
 #: part that never comes (a run of ``epochs`` would wait for it without end).
 LEAST_SHARE = 1e-12
 
-#: The share refused: below ``LEAST_SHARE`` by more than rounding, so that weights once taken
-#: are taken again normalised (a state's, ``set_weights``' own), whatever their last ulp.
-_REFUSED_BELOW = LEAST_SHARE * (1 - 1e-9)
+#: The smallest share of weights once taken, normalised again (a state's, the weights in
+#: force): rounding moves a share by ulps, never by half, so none taken is refused again.
+TAKEN_SHARE = LEAST_SHARE / 2
 
 
 def check_weights(
-    weights: Sequence[float], parts: int, names: Sequence[str] = ()
+    weights: Sequence[float], parts: int, names: Sequence[str] = (), least: float = LEAST_SHARE
 ) -> tuple[float, ...]:
-    """``weights`` normalised to sum to 1.
+    """``weights`` normalised to sum to 1 (``least``: the smallest share of a positive one;
+    ``TAKEN_SHARE`` for weights once taken).
 
     Raises:
         ValueError: not ``parts`` finite numbers >= 0 with a positive sum (a weight refused
@@ -66,11 +67,11 @@ def check_weights(
         raise ValueError("at least one weight must be positive")
     shares = tuple(v / total for v in values)
     for w, value, share, part in zip(weights, values, shares, whose, strict=True):
-        if value > 0 and share < _REFUSED_BELOW:  # never its turn (1 / share overflows, or near;
-            # a share that underflowed to 0 too: the weight is not 0)
+        if value > 0 and share < least:  # never its turn (1 / share overflows, or near; a
+            # share that underflowed to 0 too: the weight is not 0)
             raise ValueError(
-                f"a weight of {w!r}{part} is {share:.3g} of the total: too small to ever be chosen "
-                f"(at least {LEAST_SHARE:g}); give 0 to leave the part out"
+                f"a weight of {w!r}{part} is {share:.10g} of the total: too small to ever be "
+                f"chosen (at least {least:g}); give 0 to leave the part out"
             )
     return shares
 
@@ -84,7 +85,7 @@ class Interleave:
     """
 
     def __init__(self, weights: Sequence[float], served: Sequence[int] | None = None) -> None:
-        self.weights = check_weights(weights, len(weights))
+        self.weights = check_weights(weights, len(weights), least=TAKEN_SHARE)
         self.served = [0] * len(weights) if served is None else list(served)
         if len(self.served) != len(self.weights) or any(s < 0 for s in self.served):
             raise ValueError(f"served must be {len(self.weights)} counts >= 0")
@@ -112,6 +113,6 @@ class Interleave:
 
     def set_weights(self, weights: Sequence[float]) -> None:
         """New weights, counted from here."""
-        self.weights = check_weights(weights, len(self.weights))
+        self.weights = check_weights(weights, len(self.weights), least=TAKEN_SHARE)
         self.served = [0] * len(self.weights)
         self.total = 0

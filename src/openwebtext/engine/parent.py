@@ -99,8 +99,19 @@ def _one_close(lock: threading.Lock, ours: bool) -> Iterator[None]:
 def _check_children_waited() -> None:
     """Raise ``OWTError`` where this process ignores SIGCHLD (``SIG_IGN``): the kernel reaps
     its children then, so ``multiprocessing`` takes a worker that exited alive for ever (its
-    ``close`` fails at the end of every run). The host's signal is left as it is."""
-    if hasattr(signal, "SIGCHLD") and signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN:
+    ``close`` fails at the end of every run). The host's signal is left as it is. Read from the
+    kernel where it says (``SigIgn``): C code (Ray's core worker) sets it past Python's view."""
+    sigchld = getattr(signal, "SIGCHLD", None)
+    if sigchld is None:
+        return
+    ignored = signal.getsignal(sigchld) == signal.SIG_IGN
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="utf-8") as f,
+    ):
+        masks = [line.split()[1] for line in f if line.startswith("SigIgn:")]
+        ignored = ignored or bool(int(masks[0], 16) >> (sigchld - 1) & 1)
+    if ignored:
         raise OWTError("this process ignores SIGCHLD (signal.SIG_IGN): the kernel reaps its "
                        "children, so worker processes could never be waited for; set it to "
                        "signal.SIG_DFL, or read with workers=0")  # fmt: skip

@@ -96,6 +96,7 @@ class Mixture:
                 "sampling='stratified'"
             )
         self.names: tuple[str, ...] = tuple(parts)
+        self._config: MixtureConfig | None = None
         self.by: By = by
         self.sampling: Sampling = sampling
         equal = dict.fromkeys(self.names, 1.0)  # (None: equal; {} names no part, refused)
@@ -198,7 +199,12 @@ class Mixture:
         return counted
 
     def config(self) -> MixtureConfig:
-        return MixtureConfig(self.names, self.weights, self.by, self.sampling, self.schedule)
+        """What a state of the mixture must agree with; made once (it is checked as it is
+        made, schedule and all: a mark takes it)."""
+        if self._config is None:
+            self._config = MixtureConfig(self.names, self.weights, self.by, self.sampling,
+                                         self.schedule)  # fmt: skip
+        return self._config
 
     def __repr__(self) -> str:
         parts = ", ".join(

@@ -21,7 +21,7 @@ import msgspec
 from openwebtext import codec
 from openwebtext.codec import Count, Disagree, Fingerprint, Fraction, Positive, Record
 from openwebtext.errors import StateError
-from openwebtext.mixing import check_weights
+from openwebtext.mixing import TAKEN_SHARE, check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
 from openwebtext.stream.counters import BlockSkips, Counters, PackingCounts, PartPacking
@@ -152,7 +152,7 @@ def _weights(parts: int, weights: tuple[float, ...], changes: tuple[Change, ...]
     named = {f"{at}{name}[{k}].weights": change.weights for k, change in enumerate(changes)}
     for field, values in {f"{at}weights": weights, **named}.items():
         try:
-            normal = check_weights(values, parts)
+            normal = check_weights(values, parts, least=TAKEN_SHARE)
         except ValueError as exc:
             raise Disagree(field, str(exc)) from None
         close = map(math.isclose, values, normal)  # (relative: 1e-9)
