@@ -30,6 +30,9 @@ class Carry(NamedTuple):
     """A corpus's: that document did not lead its stream (the share of this epoch held
     documents, or did not lead): it goes on from its first id not yet a target
     (``Level.follows``)."""
+    led: bool = False
+    """A mixture's part's: that document led its stream (the share of this epoch held none,
+    and led): it goes on from the last id that was a target (``Level.led``)."""
 
 
 class Carrier(Protocol):
@@ -74,7 +77,9 @@ def next_section(rest: Carrier) -> Reshard | None:
             further = tuple(a if n is None else n.ahead
                             for n, a in zip(new, top.ahead or none, strict=True))  # fmt: skip
             follows = tuple(sorted({*top.follows, *(s for s, c in carried.items() if c.unled)}))
-            top = replace(top, cuts=cuts, follows=follows, gaps=gapped if any(gapped) else (),
+            led = tuple(sorted({*top.led, *(s for s, c in carried.items() if c.led)}))
+            top = replace(top, cuts=cuts, follows=follows, led=led,
+                          gaps=gapped if any(gapped) else (),
                           ahead=further if any(further) else ())  # fmt: skip
             built = replace(built, levels=(*built.levels[:-1], top))
         else:
@@ -95,6 +100,7 @@ def next_section(rest: Carrier) -> Reshard | None:
             level = Level(world_size=world, rule=rule, done=(0,) * world,
                           cuts=tuple(c.cut for c in each),
                           follows=tuple(r for r, c in enumerate(each) if c.unled),
+                          led=tuple(r for r, c in enumerate(each) if c.led),
                           gaps=gap if any(gap) else (),
                           ahead=further if any(further) else ())  # fmt: skip
             built = replace(built, levels=(*built.levels, level))

@@ -129,13 +129,15 @@ def _part_windows_left(
 
 def applied_trim(
     mid: Mapping[int, int], share: Sequence[Span], done: int, x: int, repeat: bool, leads: bool,
-    gapped: Mapping[int, int],
+    gapped: Mapping[int, int], skipped: bool = False,
 ) -> int:  # fmt: skip
     """The ids of document ``x`` its rank left out when it handed it out (``Rest.leads``;
-    ``gapped``: ``Rest.gapped``)."""
+    ``gapped``: ``Rest.gapped``; ``skipped``: the share's slots before the one the rank's cut is
+    in all held documents skipped for their content, its state's ``cut_slots``: that document
+    was its first, ``RestHandOut._leads_with``)."""
     if repeat:
         return 0
-    if share and heads(gapped, share[0][0], x) and done == 0 and leads:
+    if share and (skipped or heads(gapped, share[0][0], x)) and done == 0 and leads:
         return max(mid.get(x, 0) - 1, 0)
     return mid.get(x, 0)
 

@@ -157,7 +157,7 @@ def _uncut(section: Reshard | None) -> Reshard | None:
     if section is None:
         return None
     ranks = tuple(replace(old, cut=0, gap=0, ahead=0) for old in section.ranks)
-    levels = [replace(level, cuts=(0,) * len(level.cuts), follows=(), gaps=(), ahead=())
+    levels = [replace(level, cuts=(0,) * len(level.cuts), follows=(), led=(), gaps=(), ahead=())
               for level in section.levels]  # fmt: skip
     while levels and not any(levels[-1].done) and not levels[-1].finished:
         levels.pop()

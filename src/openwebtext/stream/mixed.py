@@ -86,15 +86,17 @@ class _Part:
                 self.head = None
         return self.head
 
-    def ahead(self, last: int | None) -> Any:
+    def ahead(self, last: int | None, leading: bool = False) -> Any:
         """The part's next document, read ahead; None at an epoch's end once the run's
         epochs (up to ``last``) are done, the next one not read. Every other epoch end is
         read past, one at a time: an epoch a reshard's dealt window read ahead of the stream
         (``seen``) ends with no document, so that one read on may be at the run's end too."""
+        self.stream.leading = leading  # (the mixture's first since a reshard: ``Stream.leading``)
         head = self.peek(stop_at_end=last is not None)
         while head is None and last is not None and self.seen < last:
             self.head = None  # (past this epoch end, to the next document or epoch end)
             head = self.peek(stop_at_end=True)
+        self.stream.leading = False
         return head
 
     def mark(self) -> Mark:
@@ -175,8 +177,8 @@ class MixedStream:
         # of the new rank inside another part's cut document let that part lead on resume.
         streams = [p.stream for p in self.parts]
         self._lead = next((k for k, s in enumerate(streams) if s.lead_cut(may=False)), None)
-        begun = any(s.stats.documents for s in streams)
-        if self._lead is None and not self.replays and not begun:
+        self._fresh = not any(s.stats.documents for s in streams)  # (none led: ``ahead``)
+        if self._lead is None and not self.replays and self._fresh:
             self._lead = next((k for k, s in enumerate(streams) if s.lead_cut()), None)
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
@@ -320,10 +322,7 @@ class MixedStream:
         parts, interleave = self.parts, self.interleave
         tokens = self.mixture.by == "tokens"
         random = self.mixture.sampling == "random"
-        seed = (self.options.seed, self.options.rank)
-
-        last = self._last
-
+        seed, last = (self.options.seed, self.options.rank), self._last
         held: list[Any] = [None, []]  # the weights, and their parts of positive weight
 
         def choose() -> int | None:
@@ -344,7 +343,8 @@ class MixedStream:
             else:
                 part = interleave.choose(sizes if tokens else None)
             chosen = parts[part]
-            head = chosen.ahead(last)  # None: at an epoch's end, the run's epochs done
+            # (None: at an epoch's end, the run's epochs done; by tokens, every head read before)
+            head = chosen.ahead(last, self._fresh and not self._taken and not tokens)
             if last is not None and chosen.seen >= last:
                 for p in live:  # has every part done the run's epochs? (else read ahead)
                     if p.seen < last:

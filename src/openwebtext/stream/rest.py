@@ -91,6 +91,9 @@ class Piece(NamedTuple):
     overrun: Overrun | None = None
     """A best-fit window's overrun into the pass repeating its old rank's share (its slots:
     ``documents``; ``in_block``: those of them passed before)."""
+    led: bool = False
+    """Its first document is the share's first, which led: ``trim`` is one less (the last id
+    that was a target goes first again, no target)."""
 
 
 class Rest:
@@ -364,12 +367,12 @@ class Rest:
                 at = advance(share.counts, self.size, (old.block, old.in_block, 0), k, None)
                 last, inside = advance(share.counts, self.size, (*at, 0), stop - a, None)
                 end = block_end(share.counts, self.size, last) if inside else last
-                trim = 0
+                trim, led = 0, False
                 if not repeat:  # the share's first id is no target: start at the last one
                     trim = self.mid.get(a, 0)
                     if heads(self.gapped, first, a) and lead:
-                        trim = max(trim - 1, 0)
-                yield Piece(r, share, *at, stop - a, end, repeat, trim, epoch)
+                        trim, led = max(trim - 1, 0), True
+                yield Piece(r, share, *at, stop - a, end, repeat, trim, epoch, led=led)
                 a = stop
 
 
@@ -415,14 +418,18 @@ def _levels(
             led = (leads and s not in level.follows) or s in level.led
             gap, ahead = (said[s] if said else 0 for said in (level.gaps, level.ahead))
             if is_carried(cut and s not in level.finished, count(left), ahead, level.rule):
-                # (its next epoch's first: not its stream's first if its share held some)
+                # (its next epoch's first: not its stream's first if its share held some; a
+                # part's, its stream's first if its share held none and led: ``Carry.led``)
+                held = bool(count(share))
                 rest.carried[-1][s] = Carry(cut, gap, max(ahead - 1, 0),
-                                            leads and bool(count(share) or not led))  # fmt: skip
+                                            leads and (held or not led),
+                                            not leads and led and not held)  # fmt: skip
             elif left and cut:  # (its document: past the slots skipped before it)
                 x, _, repeat = drop_front(left, gap)[0] if gap < count(left) else left[0]
                 at = piece_start(left[0][0], x, share, rest.starts, mid)
+                # (its share's slots before it all skipped: it was its first, ``_leads_with``)
                 applied = 0 if at is None else applied_trim(mid, share, done, at, repeat, led,
-                                                            rest.gapped)  # fmt: skip
+                                                            rest.gapped, bool(gap))  # fmt: skip
                 new_mid[x] = applied + cut
                 if gap and x - left[0][0] == gap:  # (skipped slots before it: one span's)
                     rest.gapped[x] = left[0][0]

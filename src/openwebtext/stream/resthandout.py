@@ -45,6 +45,9 @@ class RestHandOut:
     _tail: int
     _runs: str | None
     _overrun_at: OverrunAt | None
+    leading: bool
+    """A mixture's part: the mixture reads its next document for its first since a reshard
+    (``MixedStream``): a cut one leads (``_leads_with``)."""
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
               take: int | None, epoch: int, *, slots: int | None = None,
@@ -85,8 +88,9 @@ class RestHandOut:
                                            due + self._overrun_out, take, piece.epoch,
                                            slots=piece.documents, repeat=piece.repeat or lap > 0,
                                            again=lap > 0)  # fmt: skip
-                    if piece.trim and not lap:  # a document cut across the checkpoint goes on
-                        yield from self._cut_first(documents, piece.trim)  # from its offset
+                    trim = piece.trim - self._leads_with(piece) if piece.trim and not lap else 0
+                    if trim:  # a document cut across the checkpoint goes on from its offset
+                        yield from self._cut_first(documents, trim)
                     yield from documents
                     kept = (piece.rank, piece.documents, self._own_documents - handed)
                     _check_least(least.get(self._progress), began,
@@ -132,6 +136,26 @@ class RestHandOut:
             self._reshard = replace(self._reshard, overrun=self._reshard.overrun + got)
         self._skipped_slots += start + slots - self._progress  # (the slots it did not fill)
         self._tail, self._overrun_at = 0, None
+
+    def _leads_with(self, piece: Piece) -> bool:
+        """Whether the cut document ``piece`` begins with leads the rank's stream though its
+        share's first slots did not (``Rest.lead`` reads none of them): those before it held
+        documents skipped for their content, which no state names, and the rank handed out no
+        document before it (a mixture's part: the mixture chose it for its first, ``leading``,
+        or a state of its rank says it led). It goes on from the last id that was a target, and
+        its section says so (a corpus's: it does not follow, ``Reshard.follows``)."""
+        section, rest = self._reshard, self._rest
+        assert section is not None and rest is not None
+        if piece.led or self._counters.documents:
+            return False
+        if rest.first_leads:  # (a corpus's: its first document leads)
+            self._reshard = replace(section, follows=False)
+        elif self.leading or section.led:
+            self._reshard = replace(section, led=True)
+        else:
+            return False
+        rest.leads = True
+        return True
 
     def _cut_first(self, documents: Iterator[Any], trim: int) -> Iterator[Any]:
         """The first of ``documents`` (or a run's) less its first ``trim`` (``start`` says)."""

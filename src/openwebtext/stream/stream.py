@@ -154,6 +154,7 @@ class Stream(RestHandOut):
                           else None)  # fmt: skip
         self._pool: Pool | None = pool  # given: a lane of a mixture's pool (else opened)
         self.start = 0  # where the last document handed out begins in its ids
+        self.leading = False  # (``RestHandOut.leading``)
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self._runs: str | None = None  # token documents handed out a block's rest at a time
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
