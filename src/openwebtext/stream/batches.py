@@ -321,7 +321,7 @@ class Batches(Packer):
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""
         mark, offset = None, self._head - self._read  # nothing pending: a resumed offset
-        where = self._cut_where if offset else {}
+        where = self._cut_where if offset or not self._read else {}  # (the start's, unread)
         if self._pending:  # the document the next batch starts in
             run = self._pending[0]
             j = int(np.searchsorted(run.ends, self._head - run.first, "right"))

@@ -194,5 +194,5 @@ def _counted_from(state: BatchesState) -> int:
     documents = state.documents
     assert isinstance(documents, MixtureState)  # (a mixture's batches)
     if state.packing == "concat":
-        return documents.handed + (state.cut > 0)
+        return documents.handed + (state.offset > 0)  # (as ``Loader.batches`` counts take)
     return documents.handed + (sum(state.window_parts or ()) if state.row else 0)
