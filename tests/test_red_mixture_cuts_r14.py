@@ -89,19 +89,16 @@ class _Pieces:
 
 
 def _life(root: Path, seed: int, phases: int, bad: int, even: str | None = None,
-          schedule: bool = False) -> list[tuple[str, int, list[int]]]:  # fmt: skip
-    """Run the life; the pieces that did not go on where their document was cut."""
+          schedule: bool = False, alone: bool = False
+          ) -> list[tuple[str, int, list[int]]]:  # fmt: skip
+    """Run the life; the pieces that did not go on where their document was cut (``alone``:
+    of part A alone, a corpus, its weights never set)."""
     rng = random.Random(seed)
     made = _corpus(root / "A", "a", 6, seed, bad, 3, 8, 40)
     _corpus(root / "B", "b", 3, seed + 1, 0, 2, 5, 40 + made + 1)
-    mixture = Mixture(
-        {
-            "A": Corpus.open(root / "A", on_error="skip"),
-            "B": Corpus.open(root / "B", on_error="skip"),
-        },
-        {"A": 0.6, "B": 0.4},
-        schedule=[(20, {"A": 0.3, "B": 0.7})] if schedule else [],
-    )
+    parts = {name: Corpus.open(root / name, on_error="skip") for name in "AB"}
+    weights, changes = {"A": 0.6, "B": 0.4}, [(20, {"A": 0.3, "B": 0.7})] if schedule else []
+    source = parts["A"] if alone else Mixture(parts, weights, schedule=changes)
     shape: dict[str, Any] = (
         {"schedule": Schedule([(0, 24, 1), (4, 40, 2), (9, 16, 1), (15, 64, 1)])}
         if schedule else {"seq_len": 32, "batch_size": 1}
@@ -115,7 +112,7 @@ def _life(root: Path, seed: int, phases: int, bad: int, even: str | None = None,
         for r in range(world):
             steps = 10**9 if final else rng.randint(0, 6)
             loader = Loader(
-                mixture,
+                source,
                 rank=r,
                 world_size=world,
                 even=even,
@@ -128,7 +125,7 @@ def _life(root: Path, seed: int, phases: int, bad: int, even: str | None = None,
             with loader.batches(segments=True, packing="concat", state=states[r], **shape) as it:
                 n = 0
                 while n < steps:
-                    if not final and rng.random() < 0.1:
+                    if not final and not alone and rng.random() < 0.1:
                         w = rng.random()
                         it.set_weights({"A": w, "B": 1 - w})
                     b = next(it, None)

@@ -17,43 +17,11 @@ corpus's alone): a document cut across a checkpoint goes on from the id after it
 
 from __future__ import annotations
 
-import json
-import random
 from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus, Loader, reshard
-from test_red_mixture_cuts_r14 import EPOCHS, SIZES, _corpus, _life, _Pieces
-
-
-def _corpus_life(root: Path, seed: int, phases: int, bad: int, even: str | None = None
-                 ) -> list[tuple[str, int, list[int]]]:  # fmt: skip
-    """``_life`` of part A alone, a corpus: the pieces that did not go on where cut."""
-    rng = random.Random(seed)
-    _corpus(root / "A", "a", 6, seed, bad, 3, 8, 40)
-    corpus = Corpus.open(root / "A", on_error="skip")
-    pieces = _Pieces()
-    world = rng.choice(SIZES)
-    states: list = [None] * world
-    for phase in range(phases + 1):
-        final = phase == phases
-        new_states = []
-        for r in range(world):
-            steps = 10**9 if final else rng.randint(0, 6)
-            loader = Loader(corpus, rank=r, world_size=world, even=even, seed=seed,
-                            epochs=EPOCHS, on_error="skip", workers=0, tokenizer="bytes")
-            with loader.batches(seq_len=32, batch_size=1, segments=True, packing="concat",
-                                state=states[r]) as it:  # fmt: skip
-                for _, b in zip(range(steps), it, strict=False):
-                    pieces.row(b.tokens[0].tolist(), b.segment_ids[0].tolist(),
-                               b.positions[0].tolist())  # fmt: skip
-                new_states.append(json.loads(json.dumps(it.state_dict())))
-        if final:
-            break
-        world = rng.choice(SIZES)
-        states = reshard(new_states, world, even=even)
-    return pieces.gone
+from test_red_mixture_cuts_r14 import _life
 
 
 def test_a_cut_carried_from_an_empty_share_that_led_goes_on_where_it_was_cut(
@@ -88,4 +56,4 @@ def test_a_part_s_cut_document_after_skipped_slots_leads(
 def test_a_corpus_s_cut_document_after_skipped_slots_leads(
     tmp_path: Path, seed: int, phases: int, bad: int, even: str | None
 ) -> None:
-    assert _corpus_life(tmp_path, seed, phases, bad, even) == []
+    assert _life(tmp_path, seed, phases, bad, even, alone=True) == []
