@@ -12,6 +12,9 @@ checks both bounds with Hypothesis for 1 to 64 parts, weights of 0 included.
 Weights change at a position (a schedule) or when the training loop says so (``set_weights``);
 the proportions count from the change: ``served`` and ``total`` start again at 0, so the new
 weights hold within one document from there, whatever came before.
+
+Sampled (``sampling="random"``): ``draw``, a seeded draw per position, a pure function of the
+seed, the rank and the position.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
-__all__ = ["LEAST_SHARE", "TAKEN_SHARE", "Interleave", "check_weights"]
+__all__ = ["LEAST_SHARE", "TAKEN_SHARE", "Interleave", "check_weights", "draw"]
 
 #: The smallest share of the total a positive weight may have: one document in 10**12 is a
 #: part that never comes (a run of ``epochs`` would wait for it without end).
@@ -116,3 +119,35 @@ class Interleave:
         self.weights = check_weights(weights, len(self.weights), least=TAKEN_SHARE)
         self.served = [0] * len(self.weights)
         self.total = 0
+
+
+def draw(weights: Sequence[float], seed: tuple[int, int], position: int) -> int:
+    """A seeded draw of a part for ``position`` (``sampling="random"``): a pure function of
+    the seed, the rank and the position, so that a resumed run draws the same."""
+    x = _mix64(_mix64(_seeded(seed[0]) ^ seed[1]) ^ position)
+    u = (x >> 11) / float(1 << 53)
+    total = 0.0
+    last = 0
+    for i, w in enumerate(weights):
+        if w > 0:
+            total += w
+            last = i
+            if u < total:
+                return i
+    return last
+
+
+def _seeded(seed: int) -> int:
+    """``_mix64`` of a seed, every 64 bits of it folded in (seeds 0 and 2**64 draw apart)."""
+    x, rest = _mix64(seed), seed >> 64
+    while rest:
+        x, rest = _mix64(x ^ (rest & 0xFFFFFFFFFFFFFFFF)), rest >> 64
+    return x
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser."""
+    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return x ^ (x >> 31)

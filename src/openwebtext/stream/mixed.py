@@ -17,7 +17,7 @@ its next document to know its size), so resuming hands that document out again, 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -28,7 +28,7 @@ from openwebtext.codec import differing, replace
 from openwebtext.engine import Lane, LanePool, open_lanes
 from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
-from openwebtext.mixing import Interleave
+from openwebtext.mixing import Interleave, draw
 from openwebtext.options import Options
 from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats, Pending
@@ -86,7 +86,7 @@ class _Part:
                 self.head = None
         return self.head
 
-    def ahead(self, last: int | None, leading: bool = False) -> Any:
+    def ahead(self, last: int | None, leading: bool | None = False) -> Any:
         """The part's next document, read ahead; None at an epoch's end once the run's
         epochs (up to ``last``) are done, the next one not read. Every other epoch end is
         read past, one at a time: an epoch a reshard's dealt window read ahead of the stream
@@ -288,7 +288,7 @@ class MixedStream:
             turns.set_weights(changes.pop(0).weights)
         tokens = self.mixture.by == "tokens"
         if self.mixture.sampling == "random":
-            part = _draw(turns.weights, (self.options.seed, replay.rank), replay.handed)
+            part = draw(turns.weights, (self.options.seed, replay.rank), replay.handed)
         else:
             sizes = [(_size(p.peek()) if tokens else 1) if n else math.inf
                      for p, n in zip(parts, replay.left, strict=True)]  # fmt: skip
@@ -330,21 +330,24 @@ class MixedStream:
             if weights is not held[0]:  # (a new tuple at each change of weights)
                 held[:] = weights, [p for p, w in zip(parts, weights, strict=True) if w > 0]
             live: list[_Part] = held[1]
+            first = self._fresh and not self._taken  # (since a reshard: a cut one may lead)
             if tokens:
                 for p in live:  # a part at an epoch's end says so before reading on
-                    p.ahead(last)
+                    p.ahead(last, None if first else False)
                 if last is not None and all(p.seen >= last for p in live):
                     return None  # every part of positive weight handed out the run's epochs
                 sizes = [
                     _size(p.peek()) if w > 0 else 0 for p, w in zip(parts, weights, strict=True)
                 ]
             if random:
-                part = _draw(weights, seed, self.handed)
+                part = draw(weights, seed, self.handed)
             else:
                 part = interleave.choose(sizes if tokens else None)
             chosen = parts[part]
             # (None: at an epoch's end, the run's epochs done; by tokens, every head read before)
-            head = chosen.ahead(last, self._fresh and not self._taken and not tokens)
+            head = chosen.ahead(last, first and not tokens)
+            if first and tokens and (led := chosen.stream.lead_first()) is not None:
+                head = chosen.head = led  # (by tokens: its cut document leads, chosen first)
             if last is not None and chosen.seen >= last:
                 for p in live:  # has every part done the run's epochs? (else read ahead)
                     if p.seen < last:
@@ -425,38 +428,6 @@ def _skips_of(streams: list[Stream]) -> Callable[[], int]:
 
 def _size(document: Any) -> int:
     return len(document.tokens)
-
-
-def _draw(weights: Sequence[float], seed: tuple[int, int], position: int) -> int:
-    """A seeded draw of a part for ``position`` (``sampling="random"``): a pure function of
-    the seed, the rank and the position, so that a resumed run draws the same."""
-    x = _mix64(_mix64(_seeded(seed[0]) ^ seed[1]) ^ position)
-    u = (x >> 11) / float(1 << 53)
-    total = 0.0
-    last = 0
-    for i, w in enumerate(weights):
-        if w > 0:
-            total += w
-            last = i
-            if u < total:
-                return i
-    return last
-
-
-def _seeded(seed: int) -> int:
-    """``_mix64`` of a seed, every 64 bits of it folded in (seeds 0 and 2**64 draw apart)."""
-    x, rest = _mix64(seed), seed >> 64
-    while rest:
-        x, rest = _mix64(x ^ (rest & 0xFFFFFFFFFFFFFFFF)), rest >> 64
-    return x
-
-
-def _mix64(x: int) -> int:
-    """splitmix64's finaliser."""
-    x = (x + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return x ^ (x >> 31)
 
 
 def _check(state: MixtureState, config: MixtureConfig) -> MixtureState:

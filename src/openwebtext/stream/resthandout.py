@@ -45,9 +45,12 @@ class RestHandOut:
     _tail: int
     _runs: str | None
     _overrun_at: OverrunAt | None
-    leading: bool
+    leading: bool | None
     """A mixture's part: the mixture reads its next document for its first since a reshard
-    (``MixedStream``): a cut one leads (``_leads_with``)."""
+    (``MixedStream``): a cut one leads (``_leads_with``); None: it may, the mixture says once
+    it chose (by tokens it reads every part's next document first: ``lead_first``)."""
+    _uncut: tuple[Any, int] | None = None
+    """The cut document read ahead while ``leading`` was None, whole, and its cut."""
 
     def _pass(self, pool: Pool, share: Share, start: int, end: int, target: int | None,
               take: int | None, epoch: int, *, slots: int | None = None,
@@ -88,9 +91,10 @@ class RestHandOut:
                                            due + self._overrun_out, take, piece.epoch,
                                            slots=piece.documents, repeat=piece.repeat or lap > 0,
                                            again=lap > 0)  # fmt: skip
-                    trim = piece.trim - self._leads_with(piece) if piece.trim and not lap else 0
+                    lead = self._leads_with(piece) if piece.trim and not lap else False
+                    trim = piece.trim - bool(lead) if piece.trim and not lap else 0
                     if trim:  # a document cut across the checkpoint goes on from its offset
-                        yield from self._cut_first(documents, trim)
+                        yield from self._cut_first(documents, trim, undecided=lead is None)
                     yield from documents
                     kept = (piece.rank, piece.documents, self._own_documents - handed)
                     _check_least(least.get(self._progress), began,
@@ -137,13 +141,14 @@ class RestHandOut:
         self._skipped_slots += start + slots - self._progress  # (the slots it did not fill)
         self._tail, self._overrun_at = 0, None
 
-    def _leads_with(self, piece: Piece) -> bool:
+    def _leads_with(self, piece: Piece) -> bool | None:
         """Whether the cut document ``piece`` begins with leads the rank's stream though its
         share's first slots did not (``Rest.lead`` reads none of them): those before it held
         documents skipped for their content, which no state names, and the rank handed out no
         document before it (a mixture's part: the mixture chose it for its first, ``leading``,
         or a state of its rank says it led). It goes on from the last id that was a target, and
-        its section says so (a corpus's: it does not follow, ``Reshard.follows``)."""
+        its section says so (a corpus's: it does not follow, ``Reshard.follows``). None: the
+        mixture has not chosen yet (``lead_first``)."""
         section, rest = self._reshard, self._rest
         assert section is not None and rest is not None
         if piece.led or self._counters.documents:
@@ -153,12 +158,26 @@ class RestHandOut:
         elif self.leading or section.led:
             self._reshard = replace(section, led=True)
         else:
-            return False
+            return None if self.leading is None else False
         rest.leads = True
         return True
 
-    def _cut_first(self, documents: Iterator[Any], trim: int) -> Iterator[Any]:
-        """The first of ``documents`` (or a run's) less its first ``trim`` (``start`` says)."""
+    def lead_first(self) -> Any | None:
+        """A mixture's part chosen for the mixture's first document, read ahead while
+        ``leading`` was None: that cut document as one that leads (from the last id that was a
+        target, and its section says so), or None: it was no such document."""
+        if self._uncut is None:
+            return None
+        (document, trim), section, rest = self._uncut, self._reshard, self._rest
+        assert section is not None and rest is not None
+        self._reshard, rest.leads = replace(section, led=True), True
+        self.start, self._uncut = trim - 1, None
+        return document._replace(tokens=document.tokens[trim - 1 :])
+
+    def _cut_first(self, documents: Iterator[Any], trim: int, undecided: bool = False
+                   ) -> Iterator[Any]:  # fmt: skip
+        """The first of ``documents`` (or a run's) less its first ``trim`` (``start`` says;
+        ``undecided``: kept whole meanwhile, ``lead_first``)."""
         for document in documents:
             length = int(document[2][0]) if self._runs else len(document.tokens)
             if trim > length:  # (an edited cut: the document's rest would be lost unsaid)
@@ -169,9 +188,9 @@ class RestHandOut:
                 starts[0], lengths[0] = starts[0] + trim, lengths[0] - trim
                 yield ids, starts, lengths, trim
             else:
-                self.start = trim
+                self.start, self._uncut = trim, (document, trim) if undecided else None
                 yield document._replace(tokens=document.tokens[trim:])
-                self.start = 0
+                self.start, self._uncut = 0, None
             break
 
     @property
