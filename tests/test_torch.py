@@ -57,7 +57,9 @@ RESUME = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("cut", [1, 37, 64])
+@pytest.mark.parametrize("cut", [  # (each ~4 s: a new process; the default step keeps 37)
+    pytest.param(1, marks=pytest.mark.slow), 37, pytest.param(64, marks=pytest.mark.slow)
+])
 def test_stateful_dataloader_resumes_in_a_new_process(
     indexed: Path, tmp_path: Path, cut: int
 ) -> None:
