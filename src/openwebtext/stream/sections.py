@@ -46,10 +46,12 @@ class OldRank(Record, frozen=True, omit_defaults=True):
 
 
 class Packed(Record, frozen=True):
-    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows."""
+    """A packing of a best-fit window rows were handed out of: its ``seq_len`` and those rows
+    (none: a window read ahead behind another, packed again at two changes of ``seq_len``
+    before any of its rows went out; the first packing of a window begun holds some)."""
 
     seq_len: Positive
-    rows: Positive
+    rows: Count
 
 
 class Across(Record, frozen=True, omit_defaults=True):
@@ -261,3 +263,5 @@ class Scheduled(Record, frozen=True, omit_defaults=True):
         batches = [step.batch for step in self.changes]
         if any(b <= a for a, b in itertools.pairwise([0, *batches])):
             raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")
+        if self.packings and not self.packings[0].rows:
+            raise Disagree("packings", "the first's rows: some (the window was begun there)")
