@@ -114,7 +114,8 @@ def _ids_hint(name: str) -> str:
     """Words for a file named as a file of token ids, which ``Corpus.open`` does not read."""
     if name.rsplit("/", 1)[-1].endswith((".bin", ".ds")):
         return (
-            ": a file of token ids is opened with Corpus.open_tokens (a Mixture takes that Corpus)"
+            ": a file of token ids is read by the library, opened with Corpus.open_tokens (a "
+            "Mixture takes that Corpus); owt's commands read text corpora"
         )
     return ""
 

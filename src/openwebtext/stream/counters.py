@@ -24,7 +24,8 @@ class Counters(Record, frozen=True, omit_defaults=True):
     documents: Count = 0
     """Documents handed out."""
     text_bytes: Count = 0
-    """UTF-8 bytes of the documents handed out."""
+    """UTF-8 bytes of the documents handed out; a token corpus's, which hold no text: the
+    bytes of their ids in the file (a mixture's sums both: its parts' say each)."""
     epoch_documents: Count = 0
     """Documents handed out in the current epoch (even sharding stops at its target). A run
     that ended says its last epoch's; a state taken there is at the next epoch's start, so a

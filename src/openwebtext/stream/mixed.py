@@ -458,6 +458,8 @@ def _part_streams(
                                       pool=pool.lane(k), source=name))  # fmt: skip
             except StateError as exc:
                 raise exc.within(f"parts.{name}", f"part {name!r}: ") from None
+            except ValueError as exc:  # (options this part cannot be read with)
+                raise ValueError(f"part {name!r}: {exc}") from None
     except BaseException:
         pool.close()
         raise

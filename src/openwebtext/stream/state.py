@@ -30,6 +30,7 @@ from openwebtext.options import SHAPING, Options
 from openwebtext.stream.counters import READ_AGAIN, BlockSkips, Counters, PackingCounts
 from openwebtext.stream.schema import DocumentState, Position, StreamConfig, kind_of
 from openwebtext.stream.sections import Reshard
+from openwebtext.tokenfiles import TOKENS
 from openwebtext.tokenizer import Tokenizer
 
 __all__ = [
@@ -193,7 +194,19 @@ def handed_sum(order: list[int] | None, first: int, end: int, values: list[int])
 def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> StreamConfig:
     """What a state must agree with to resume a stream: the corpus, the options that shape
     the stream (``even``: the rule in force), and the vocabulary's fingerprint when the stream
-    hands out ids (a state counts tokens, a packer's cuts inside a document)."""
+    hands out ids (a state counts tokens, a packer's cuts inside a document).
+
+    Raises:
+        ValueError: a held-out ``split`` of a token corpus (its documents have no names to
+            hash: its files are a split already).
+    """
+    if options.split != "all" and any(unit.kind == TOKENS for unit in corpus.units[:1]):
+        raise ValueError(
+            f"split={options.split!r} holds documents out by their names, as owt tokenize did "
+            f"when it wrote {corpus.units[0].path}: a token file is one split already (train.bin, "
+            "val.bin); read it with split='all' (a mixture's part: options={NAME: {'split': "
+            "'all'}})"
+        )  # fmt: skip
     shaping = {name: getattr(options, name) for name in SHAPING} | {"even": options.even_mode}
     vocabulary = None if tokenizer is None else tokenizer.fingerprint
     units = len(corpus.units)

@@ -1,0 +1,36 @@
+"""A mixture of input kinds (session 38's red team): the loader's held-out ``split`` was
+applied to a token file's documents, by a hash of their index in the file. A token file is a
+split already (``owt tokenize`` held its documents out by their names when it wrote it):
+``split="train"`` silently left 2 of train.bin's 20 documents out, and ``split="val"`` handed
+train documents out as held-out data. It is refused now, naming the file (and the part)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Corpus, Loader, Mixture
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+def test_a_held_out_split_of_a_token_corpus_is_refused(token_run: Path, split: str) -> None:
+    tokens = Corpus.open_tokens(token_run / "train.bin")
+    with pytest.raises(ValueError, match=rf"split='{split}' .*train\.bin: a token file is one "):
+        Loader(tokens, tokenizer="bytes", workers=0, split=split).iter()
+
+
+def test_a_mixture_names_its_token_part_and_reads_it_whole_when_told(
+    token_run: Path, small_corpus: Path
+) -> None:
+    tokens = Corpus.open_tokens(token_run / "train.bin")
+    with Loader(tokens, tokenizer="bytes", workers=0, epochs=1).iter() as it:
+        every = sorted(d.name for d in it)
+    parts = {"web": Corpus.open(small_corpus), "ids": tokens}
+    loader = Loader(Mixture(parts), tokenizer="bytes", workers=0, split="train", epochs=1)
+    with pytest.raises(ValueError, match=r"^part 'ids': split='train'"):
+        loader.iter()
+    whole = Mixture(parts, options={"ids": {"split": "all"}})
+    with Loader(whole, tokenizer="bytes", workers=0, split="train", epochs=1).iter() as it:
+        got = sorted(d.name for d in it if d.source == "ids")
+    assert set(got) == set(every) and len(got) >= len(every)  # (a part reads on: endless)
