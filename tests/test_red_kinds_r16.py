@@ -1,8 +1,11 @@
 """A mixture of input kinds (session 38's red team): the loader's held-out ``split`` was
-applied to a token file's documents, by a hash of their index in the file. A token file is a
-split already (``owt tokenize`` held its documents out by their names when it wrote it):
+applied to a token file's documents by a hash of their index in the file, ``train.bin`` too,
+a split already (``owt tokenize`` held its documents out by their names when it wrote it):
 ``split="train"`` silently left 2 of train.bin's 20 documents out, and ``split="val"`` handed
-train documents out as held-out data. It is refused now, naming the file (and the part)."""
+train documents out as held-out data, alone or as a mixture's part (where the loader's split
+applies to every part). A file of ids named as a split (train, val) is refused a held-out
+split now, naming the file (and the part); other token files are still split by index
+(``test_seeded_survivors_r7.py``, ``_r11.py``)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ from openwebtext import Corpus, Loader, Mixture
 @pytest.mark.parametrize("split", ["train", "val"])
 def test_a_held_out_split_of_a_token_corpus_is_refused(token_run: Path, split: str) -> None:
     tokens = Corpus.open_tokens(token_run / "train.bin")
-    with pytest.raises(ValueError, match=rf"split='{split}' .*train\.bin: a token file is one "):
+    said = rf"split='{split}' of .*train\.bin: a file of ids named train or val is one split"
+    with pytest.raises(ValueError, match=said):
         Loader(tokens, tokenizer="bytes", workers=0, split=split).iter()
 
 
@@ -28,7 +32,7 @@ def test_a_mixture_names_its_token_part_and_reads_it_whole_when_told(
         every = sorted(d.name for d in it)
     parts = {"web": Corpus.open(small_corpus), "ids": tokens}
     loader = Loader(Mixture(parts), tokenizer="bytes", workers=0, split="train", epochs=1)
-    with pytest.raises(ValueError, match=r"^part 'ids': split='train'"):
+    with pytest.raises(ValueError, match=r"^part 'ids': split='train' of "):
         loader.iter()
     whole = Mixture(parts, options={"ids": {"split": "all"}})
     with Loader(whole, tokenizer="bytes", workers=0, split="train", epochs=1).iter() as it:

@@ -43,8 +43,8 @@ def test_token_documents_keep_their_names_shuffled_with_documents_left_out(
     left out, documents came named "27", "28", "29" whatever they held (names the held-out
     split hashes, and a user reads to find a document)."""
     ids = np.array([[k + 1, 256] for k in range(40)], "<u2")  # document k: [k + 1, eot]
-    (tmp_path / "train.bin").write_bytes(ids.tobytes())
-    corpus = Corpus.open_tokens(tmp_path / "train.bin", eot=256, unit_tokens=6)
+    (tmp_path / "ids.bin").write_bytes(ids.tobytes())  # (not train.bin: a split already)
+    corpus = Corpus.open_tokens(tmp_path / "ids.bin", eot=256, unit_tokens=6)
     assert len(corpus.units) > 2
     docs = list(Loader(corpus, tokenizer="bytes", workers=0, shuffle=True, seed=1,
                        split="train", val_fraction=0.3))  # fmt: skip

@@ -18,6 +18,7 @@ documents that follow.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, NamedTuple
 
 import msgspec
@@ -191,21 +192,28 @@ def handed_sum(order: list[int] | None, first: int, end: int, values: list[int])
     return sum([values[k] for k in order[first:end]])
 
 
+#: The name of a file of ids that is one split of its corpus already: ``train.bin``,
+#: ``val.bin`` (owt tokenize's, nanoGPT's), ``train.ds``, llm.c's ``train_000001.bin``.
+_A_SPLIT = re.compile(r"(train|val)(_\d+)?\.")
+
+
 def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> StreamConfig:
     """What a state must agree with to resume a stream: the corpus, the options that shape
     the stream (``even``: the rule in force), and the vocabulary's fingerprint when the stream
     hands out ids (a state counts tokens, a packer's cuts inside a document).
 
     Raises:
-        ValueError: a held-out ``split`` of a token corpus (its documents have no names to
-            hash: its files are a split already).
+        ValueError: a held-out ``split`` of a token file that is a split already (``_A_SPLIT``).
     """
-    if options.split != "all" and any(unit.kind == TOKENS for unit in corpus.units[:1]):
+    held_out = options.split != "all"
+    splits = (u.path for u in corpus.units if u.kind == TOKENS and held_out)
+    split = next((path for path in splits if _A_SPLIT.match(os.path.basename(path))), None)
+    if split is not None:
         raise ValueError(
-            f"split={options.split!r} holds documents out by their names, as owt tokenize did "
-            f"when it wrote {corpus.units[0].path}: a token file is one split already (train.bin, "
-            "val.bin); read it with split='all' (a mixture's part: options={NAME: {'split': "
-            "'all'}})"
+            f"split={options.split!r} of {split}: a file of ids named train or val is one split "
+            "already (owt tokenize's, nanoGPT's, llm.c's shards): read it with split='all' (a "
+            "mixture's part: options={NAME: {'split': 'all'}}); other token files are split by "
+            "a hash of each document's index"
         )  # fmt: skip
     shaping = {name: getattr(options, name) for name in SHAPING} | {"even": options.even_mode}
     vocabulary = None if tokenizer is None else tokenizer.fingerprint
