@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +74,29 @@ def test_a_state_packed_again_before_any_row_out_resumes_exactly(
         assert _rows(it, 5) == after
 
 
-def test_a_window_s_first_packing_holds_rows() -> None:
-    """Only a packing after the first may hold no row (the window was begun at the first)."""
+def test_a_window_s_first_packing_holds_rows(tmp_path: Path) -> None:
+    """Only a packing after the first may hold no row (the window was begun at the first):
+    the schedule's, and a dealt window's (a mixture's replay, a part's reshard section; the
+    reviewer's find: those took an edited 0, and a replay's gave other rows)."""
     with pytest.raises(StateError, match=r"packings: the first's rows"):
         Scheduled.from_json({"changes": [{"batch": 4, "seq_len": 40, "batch_size": 1}], "at": 5,
                              "packings": [{"seq_len": 24, "rows": 0}]})  # fmt: skip
+    parts = {"A": _part(tmp_path / "A", "a", 6, 5, 8, 40), "B": _part(tmp_path / "B", "b", 3, 6,
+                                                                       5, 120)}  # fmt: skip
+    mixture = Mixture(parts, {"A": 0.6, "B": 0.4})
+    states = []
+    for rank, batches in ((0, 6), (1, 9)):
+        with Loader(mixture, rank=rank, world_size=2, even=None, seed=0, workers=0,
+                    tokenizer="bytes").batches(**SHAPE) as it:  # fmt: skip
+            _rows(it, batches)
+            states.append(json.loads(json.dumps(it.state_dict())))
+    (new,) = reshard(states, 1)
+    docs = new["documents"]
+    for where, packings in [("documents.replays[0]", docs["replays"][0]["packings"]),
+                            ("documents.parts.A.reshard.windows[0]",
+                             docs["parts"]["A"]["reshard"]["windows"][0]["packings"])]:  # fmt: skip
+        rows, packings[0]["rows"] = packings[0]["rows"], 0
+        with pytest.raises(StateError, match=rf"{re.escape(where)}\.packings: the first's rows"):
+            Loader(mixture, even=None, seed=0, workers=0, tokenizer="bytes").batches(
+                **SHAPE, state=new)
+        packings[0]["rows"] = rows

@@ -25,7 +25,7 @@ from openwebtext.mixing import TAKEN_SHARE, check_weights
 from openwebtext.options import DecodePolicy, SplitName
 from openwebtext.plan import Rule
 from openwebtext.stream.counters import BlockSkips, Counters, PackingCounts, PartPacking
-from openwebtext.stream.sections import Across, Packed, Reshard, Scheduled, Step
+from openwebtext.stream.sections import Across, Packed, Reshard, Scheduled, Step, check_packings
 
 __all__ = [
     "BATCHES_FORMAT", "MIXTURE_FORMAT", "STATE_FORMAT", "BatchesState", "By", "Change",
@@ -205,6 +205,7 @@ class Replay(Record, frozen=True, omit_defaults=True):
     def check(self) -> None:
         if sum(self.left) > self.documents:
             raise Disagree("left", f"counts more than the window's {self.documents} documents")
+        check_packings(self.packings)
 
 
 class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):

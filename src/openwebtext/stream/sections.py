@@ -20,7 +20,7 @@ from openwebtext.codec import Count, Disagree, Positive, Record
 from openwebtext.plan import Rule
 
 __all__ = ["NOT_ACROSS", "Across", "Begun", "FitWindow", "Level", "OldRank", "Packed", "Reshard",
-           "Scheduled", "Step", "WindowAt"]
+           "Scheduled", "Step", "WindowAt", "check_packings"]
 
 
 class OldRank(Record, frozen=True, omit_defaults=True):
@@ -71,6 +71,13 @@ class Across(Record, frozen=True, omit_defaults=True):
 NOT_ACROSS = Across()
 
 
+def check_packings(packings: tuple[Packed, ...]) -> None:
+    """Raise ``Disagree`` (``packings``) if the first of a window's packings holds no row: the
+    window was begun there (a later one may hold none, ``Packed``)."""
+    if packings and not packings[0].rows:
+        raise Disagree("packings", "the first's rows: some (the window was begun there)")
+
+
 class FitWindow(Record, frozen=True, omit_defaults=True):
     """A best-fit window: its number, and the rows of it handed out."""
 
@@ -92,6 +99,9 @@ class FitWindow(Record, frozen=True, omit_defaults=True):
     """A mixture's part, the window crossing its epoch's end (a tiny part's may cross several):
     the epoch ends it crosses and its slots of the last epoch it reaches, after all those of
     its share before (``BatchesState.window_next``; none: ``ends`` 0)."""
+
+    def check(self) -> None:
+        check_packings(self.packings)
 
     @property
     def dealt(self) -> int | None:
@@ -263,5 +273,4 @@ class Scheduled(Record, frozen=True, omit_defaults=True):
         batches = [step.batch for step in self.changes]
         if any(b <= a for a, b in itertools.pairwise([0, *batches])):
             raise Disagree("changes", f"must be at increasing batches after 0, not {batches}")
-        if self.packings and not self.packings[0].rows:
-            raise Disagree("packings", "the first's rows: some (the window was begun there)")
+        check_packings(self.packings)
