@@ -9,8 +9,10 @@ split now, naming the file (and the part); other token files are still split by 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from openwebtext import Corpus, Loader, Mixture
@@ -38,3 +40,24 @@ def test_a_mixture_names_its_token_part_and_reads_it_whole_when_told(
     with Loader(whole, tokenizer="bytes", workers=0, split="train", epochs=1).iter() as it:
         got = sorted(d.name for d in it if d.source == "ids")
     assert set(got) == set(every) and len(got) >= len(every)  # (a part reads on: endless)
+
+
+@pytest.mark.parametrize(("name", "refused"), [
+    ("fineweb_val_000000.bin", True), ("tiny_shakespeare_val.bin", True),  # (llm.c's own)
+    ("train-00001.bin", True), ("TRAIN.bin", True), ("train_000001.bin", True),
+    ("training.bin", False), ("interval.bin", False), ("ids.bin", False),  # (split by index)
+])  # fmt: skip
+def test_a_file_of_ids_named_as_a_split_is_refused_a_held_out_split(
+    tmp_path: Path, name: str, refused: bool
+) -> None:
+    """The reviewer's find: the name was matched at its start only (llm.c's own shards,
+    ``fineweb_val_000000.bin``, were split again)."""
+    (tmp_path / name).write_bytes(np.array([[k + 1, 256] for k in range(20)], "<u2").tobytes())
+    loader = Loader(Corpus.open_tokens(tmp_path / name, eot=256), tokenizer="bytes", workers=0,
+                    split="val", val_fraction=0.3, epochs=1)  # fmt: skip
+    if refused:
+        with pytest.raises(ValueError, match=rf"split='val' of .*{re.escape(name)}: a file"):
+            loader.iter()
+    else:
+        with loader.iter() as it:
+            assert 0 < sum(1 for _ in it) < 20

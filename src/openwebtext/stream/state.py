@@ -193,8 +193,9 @@ def handed_sum(order: list[int] | None, first: int, end: int, values: list[int])
 
 
 #: The name of a file of ids that is one split of its corpus already: ``train.bin``,
-#: ``val.bin`` (owt tokenize's, nanoGPT's), ``train.ds``, llm.c's ``train_000001.bin``.
-_A_SPLIT = re.compile(r"(train|val)(_\d+)?\.")
+#: ``val.bin`` (owt tokenize's, nanoGPT's), ``train.ds``, ``train_000001.bin`` (its llmc
+#: format's), llm.c's ``fineweb_val_000000.bin``, ``tiny_shakespeare_val.bin``, ``train-00001``.
+_A_SPLIT = re.compile(r"(?:^|[-_.])(?:train|val)(?:[-_]\d+)?\.", re.IGNORECASE)
 
 
 def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> StreamConfig:
@@ -207,7 +208,7 @@ def config_of(corpus: Corpus, options: Options, tokenizer: Tokenizer | None) -> 
     """
     held_out = options.split != "all"
     splits = (u.path for u in corpus.units if u.kind == TOKENS and held_out)
-    split = next((path for path in splits if _A_SPLIT.match(os.path.basename(path))), None)
+    split = next((path for path in splits if _A_SPLIT.search(os.path.basename(path))), None)
     if split is not None:
         raise ValueError(
             f"split={options.split!r} of {split}: a file of ids named train or val is one split "
