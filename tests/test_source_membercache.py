@@ -220,3 +220,17 @@ def test_a_cached_member_that_fails_to_decode_says_the_remote_copy_is_bad(
                 (skipped,) = it.stats.skipped
             said = "the remote file itself is damaged" in skipped
             assert said == (epoch == 1), skipped  # fetched the first time, cached the second
+
+
+def test_two_writers_keep_the_cap_together(tmp_path: Path) -> None:
+    """Two processes writing one cache (a loader's workers): each counted only its own writes
+    since it listed the folder, so a third entry that passed the cap evicted nothing (the CI of
+    session 38 saw three members held under a cap of two). Their count is one, shared."""
+    size = 1000
+    cap = 2 * (size + CHECKSUM_BYTES) + size // 2  # room for two entries, never three
+    a, b = MemberCache(tmp_path, cap), MemberCache(tmp_path, cap)
+    for cache, key in ((a, "a1"), (b, "b1"), (a, "a2"), (b, "b2")):
+        cache.put(key, bytes([len(key)]) * size)
+        held = [p.stat().st_size for p in tmp_path.glob("*/*")]
+        assert sum(held) <= cap, (key, held)
+    assert b.get("b2", size) is not None  # (the newest kept)

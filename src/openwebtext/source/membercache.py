@@ -8,8 +8,9 @@ mid-write leaves at most a temporary file (``.NAME.XXXX.tmp``), never a short
 member; those are removed once they are older than ``STALE_SECONDS`` and count
 towards the cap meanwhile. A hit refreshes the file's mtime; when the cache
 passes its cap, the files least recently used go first. Workers share the
-folder; each keeps its own estimate of the total and lists the folder again when
-it passes the cap.
+folder, and one count of the bytes it holds (its ``total`` file, kept under the
+folder's lock: a worker's own count missed the others' writes, and the cache
+outgrew its cap); the folder is listed again when the count passes the cap.
 
 Each entry starts with a checksum of the member's bytes (blake2b, 8 bytes), checked on every
 read. An entry damaged on disk (other bytes of the same length) is never taken as data: it
@@ -28,12 +29,14 @@ from pathlib import Path
 
 from openwebtext.codec import read_file
 from openwebtext.errors import OutputError
-from openwebtext.files import atomic_file
+from openwebtext.files import atomic_file, folder_locked
 
 __all__ = ["CHECKSUM_BYTES", "STALE_SECONDS", "MemberCache", "parse_size"]
 
 STALE_SECONDS = 600.0
 CHECKSUM_BYTES = 8
+#: The file in the cache's folder that says the bytes its entries hold (``MemberCache.put``).
+TOTAL = "total"
 
 
 def _checksum(data: bytes) -> bytes:
@@ -70,7 +73,6 @@ class MemberCache:
         self.misses = 0
         self.dropped = 0
         """Entries found damaged (their checksum did not match) and removed."""
-        self._total: int | None = None
 
     @staticmethod
     def key(url: str, identity: str, offset: int, size: int) -> str:
@@ -123,12 +125,27 @@ class MemberCache:
             return
         if self.cap is None:
             return
-        if self._total is None:
-            self._total = self._scan_total()
-        else:
-            self._total += held
-        if self._total > self.cap:
-            self.evict()
+        # The bytes held, one count shared by every process writing here (a worker's own count
+        # missed the others': the cache outgrew its cap), kept under the folder's lock; counted
+        # again where none is said (a file system that cannot lock: at every put).
+        with folder_locked(self.root) as locked:
+            said = self._said_total() if locked else None
+            total = self._scan_total() if said is None else said + held
+            if total > self.cap:
+                total = self.evict()
+            if locked:
+                with (contextlib.suppress(OSError, OutputError),
+                      atomic_file(self.root / TOTAL, durable=False) as f):  # fmt: skip
+                    f.write(str(total).encode())
+
+    def _said_total(self) -> int | None:
+        """The bytes held, as the count shared by the processes writing here says (None: no
+        count, or not one)."""
+        try:
+            text = read_file(self.root / TOTAL, 32)
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     def _entries(self) -> list[tuple[float, int, Path, bool]]:
         """(mtime, size, path, is a temporary file) of everything in the cache."""
@@ -173,5 +190,4 @@ class MemberCache:
                 with contextlib.suppress(OSError):
                     path.unlink()
                 total -= size
-        self._total = total
         return total
