@@ -87,6 +87,16 @@ def _xs(b: Any, letter: str) -> list[int]:
             if t == ord(letter)]  # fmt: skip
 
 
+def _x_before(loader: Loader, batches: int) -> tuple[list[int], dict[str, Any]]:
+    """The positions in X's document of the ids the first ``batches`` rows targeted, and the
+    state after them (as JSON carries it)."""
+    targets = []
+    with loader.batches(seq_len=8, batch_size=1, segments=True) as it:
+        for _ in range(batches):
+            targets += _xs(next(it), "X")
+        return targets, json.loads(json.dumps(it.state_dict()))
+
+
 def _targets_of(loader: Loader, state: Any, letter: str) -> list[int]:
     """The positions in ``letter``'s document of the ids rows targeted (from ``state`` on)."""
     out = []
@@ -102,12 +112,7 @@ def test_a_share_that_begins_with_the_slot_skipped_before_its_cut_goes_on(tmp_pa
     the skipped one), X went on one id late (its id 10, awaited, never a target)."""
     corpus = Corpus.open(_skipping(tmp_path), on_error="skip")
     loader = _loader(corpus)
-    targets = []
-    with loader.batches(seq_len=8, batch_size=1, segments=True) as it:
-        for _ in range(2):
-            b = next(it)
-            targets += _xs(b, "X")
-        state = json.loads(json.dumps(it.state_dict()))
+    targets, state = _x_before(loader, 2)
     assert _said(state) == {"offset": 10, "batches": 2, "cut_slots": 1, "cut_next": None}
     (again,) = reshard([state], 1, even=None)
     assert sorted(targets + _targets_of(loader, again, "X")) == list(range(40))
@@ -172,12 +177,7 @@ def test_a_part_s_share_that_begins_with_the_slot_skipped_before_its_cut_leads(
     mixture = Mixture({"A": Corpus.open(a, on_error="skip"), "B": Corpus.open(b, on_error="skip")},
                       {"A": 0.5, "B": 0.5})  # fmt: skip
     loader = _loader(mixture)
-    before = []
-    with loader.batches(seq_len=8, batch_size=1, segments=True) as it:
-        for _ in range(3):
-            b = next(it)
-            before += _xs(b, "X")
-        state = json.loads(json.dumps(it.state_dict()))
+    before, state = _x_before(loader, 3)
     assert state["documents"]["next"] == 0 and _said(state)["cut_slots"] == 1  # (inside X)
     (again,) = reshard([state], 1, even=None)
     after = _targets_of(loader, again, "X")
