@@ -91,8 +91,9 @@ class RestHandOut:
                                            due + self._overrun_out, take, piece.epoch,
                                            slots=piece.documents, repeat=piece.repeat or lap > 0,
                                            again=lap > 0)  # fmt: skip
-                    lead = self._leads_with(piece) if piece.trim and not lap else False
-                    trim = piece.trim - bool(lead) if piece.trim and not lap else 0
+                    cut = 0 if lap else piece.trim  # (a lap repeating the share: whole)
+                    lead = self._leads_with(piece) if cut else False
+                    trim = cut - bool(lead)
                     if trim:  # a document cut across the checkpoint goes on from its offset
                         yield from self._cut_first(documents, trim, undecided=lead is None)
                     yield from documents
