@@ -141,15 +141,17 @@ def test_a_tokenizer_the_ids_were_not_written_with_is_refused_as_the_loader_refu
     token_run: Path
 ) -> None:
     """train.bin's meta.json says its ids are the bytes tokenizer's: GPT-2's (the same width)
-    is refused by the loader's own check, in the task."""
+    is refused by the loader's own check, in the task, under ``on_error="skip"`` too (a
+    ``WrongTokenizer``: before, every unit was a skip and the dataset had no row)."""
     corpus = Corpus.open_tokens(token_run / "train.bin", unit_tokens=UNIT)
     said = r"its ids were written with the tokenizer 'bytes' .* not read with 'gpt2'"
     with pytest.raises(CorpusError, match=said):
         list(Loader(corpus, tokenizer="gpt2", workers=0))
     for given in (Mixture({"tok": corpus}), corpus):
-        with pytest.raises(CorpusError, match=said) as caught:
-            owt_ray.read_openwebtext(given, tokenizer="gpt2").take_all()
-        assert caught.value.path == str(token_run / "train.bin")
+        for on_error in ("raise", "skip"):  # (skip: the options' fault is never a skip)
+            with pytest.raises(CorpusError, match=said) as caught:
+                owt_ray.read_openwebtext(given, tokenizer="gpt2", on_error=on_error).take_all()
+            assert caught.value.path == str(token_run / "train.bin")
 
 
 def test_ids_that_read_as_ascii_text_are_not_tokenized_again(tmp_path: Path) -> None:

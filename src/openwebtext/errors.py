@@ -9,6 +9,8 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │   ├── UnknownFormat      a file or member whose magic bytes are not ours
     │   ├── TokenFileError     a token file whose header, index or size is not its format's
     │   │                      (defined in ``tokenfiles``)
+    │   ├── WrongTokenizer     a token corpus read without the tokenizer its ids were written
+    │   │                      with: never skipped, whatever ``on_error`` (the options' fault)
     │   └── CorruptMember      an inner member that fails to decompress or parse
     │       ├── MemberTooLarge     decompressed past ``max_member_bytes``
     │       ├── TruncatedMember    cut short (an interrupted download); what precedes the cut
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import errno
 import json
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "SHORTAGES",
@@ -54,6 +56,7 @@ __all__ = [
     "UnknownFormat",
     "WorkerError",
     "WorkerTraceback",
+    "WrongTokenizer",
     "carry",
     "in_part",
     "install_hint",
@@ -75,6 +78,11 @@ def one_line(text: str, *, name: bool = False) -> str:
 
 class OWTError(Exception):
     """Base class of every error raised by openwebtext."""
+
+    #: Whether ``on_error="skip"`` may count it as a skip (``policy.SkipPolicy``). False for a
+    #: fault that is not the data's (the machine's, the options'): a skip would be kept as a
+    #: fact of the corpus, and every unit read so would be skipped for it.
+    skippable: ClassVar[bool] = True
 
 
 #: The note (PEP 678) ``carry`` adds to an error: torch rebuilds an error raised in a
@@ -167,6 +175,14 @@ class UnknownFormat(CorpusError):
     """A file or member that is neither a tar nor xz, gzip, bzip2 or zstd data."""
 
 
+class WrongTokenizer(CorpusError):
+    """A token corpus read without the tokenizer its ids were written with: none, one of
+    another width, or another than its ``meta.json`` records. The options' fault, not the
+    data's, so never counted as a skip under ``on_error="skip"``: every unit would be."""
+
+    skippable = False
+
+
 class CorruptMember(CorpusError):
     """An inner member that cannot be decompressed or parsed as a tar of documents."""
 
@@ -225,6 +241,8 @@ class OutOfResources(WorkerError):
     ENFILE) or memory (ENOMEM, ``MemoryError``). Not the data's fault, so never counted as a
     skip under ``on_error="skip"``: a skip would be kept as a fact of the corpus (its counts
     cached, a finished run's ``meta.json``) though a run with room reads the unit whole."""
+
+    skippable = False
 
     @classmethod
     def reading(cls, path: str, member: str | None, why: str) -> OutOfResources:

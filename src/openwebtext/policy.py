@@ -19,7 +19,6 @@ from collections.abc import Mapping, MutableMapping
 
 from openwebtext.errors import (
     CorruptDocument,
-    OutOfResources,
     OWTError,
     TooManyErrors,
     TruncatedMember,
@@ -80,8 +79,8 @@ class SkipPolicy:
 
         The caller adds one to that counter, then calls ``check`` with its new total.
         """
-        if self.on_error == "raise" or isinstance(error, OutOfResources):
-            raise error  # (a machine that ran out: a skip would be kept as the corpus's)
+        if self.on_error == "raise" or not error.skippable:
+            raise error  # (not the data's fault: a skip would be kept as the corpus's)
         if self.on_error == "warn":
             _log.warning("skipped: %s", error)
         return counter_of(error)

@@ -27,7 +27,7 @@ from openwebtext.engine.member import Member
 from openwebtext.engine.options import Lanes, PoolOptions
 from openwebtext.engine.read import Reader
 from openwebtext.engine.tasks import Done, Failed, Request, failed
-from openwebtext.errors import CorpusError, WorkerError
+from openwebtext.errors import WorkerError, WrongTokenizer
 from openwebtext.index import as_indexed
 from openwebtext.records import Unit
 from openwebtext.source import Storage, resolve
@@ -217,7 +217,7 @@ def token_counts(
     """The ids of each document of a token unit (0: left out), its ids checked to be the
     tokenizer's width (a URL's file as read with ``storage``)."""
     if tokenizer is None:
-        raise CorpusError(
+        raise WrongTokenizer(
             "a token corpus is read with the tokenizer its ids were written with: give "
             "Options(tokenizer=...)",
             unit.path,
@@ -228,7 +228,7 @@ def token_counts(
     width = token_file.ids.dtype.itemsize
     if width != itemsize:
         why = f"ids of {width} bytes, not the {itemsize} of the tokenizer {tokenizer.spec!r}"
-        raise CorpusError(why, unit.path, unit.member)
+        raise WrongTokenizer(why, unit.path, unit.member)
     recorded = token_file.tokenizer  # the meta.json beside it: ids of the same width differ
     if recorded is not None and recorded.fingerprint != tokenizer.fingerprint:
         why = (
@@ -236,7 +236,7 @@ def token_counts(
             f"{recorded.fingerprint}, its meta.json), not read with {tokenizer.spec!r} "
             f"(fingerprint {tokenizer.fingerprint}): read it with {recorded.tokenizer!r}"
         )
-        raise CorpusError(why, unit.path, unit.member)
+        raise WrongTokenizer(why, unit.path, unit.member)
     if member.counts is not None:  # the token reader's
         return member.counts
     counts = np.asarray(member.sizes, dtype=np.int64) // itemsize  # no Python per document

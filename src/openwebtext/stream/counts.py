@@ -12,7 +12,6 @@ from openwebtext.engine import Loaded, PoolOptions, open_pool
 from openwebtext.errors import (
     CorpusError,
     CorruptMember,
-    OutOfResources,
     OWTError,
     TruncatedMember,
 )
@@ -69,7 +68,7 @@ def count_documents(
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
             if member_failed or cut:
                 error = loaded.errors[0]
-                if isinstance(error, OutOfResources):  # (the machine's: never counted as 0)
+                if not error.skippable:  # (the machine's, the options': never counted as 0)
                     raise error
                 if on_error == "raise":
                     message = getattr(error, "message", str(error))

@@ -1,0 +1,119 @@
+"""A token corpus read without the tokenizer its ids were written with, under
+``on_error="skip"`` or ``"warn"``: the options' fault, not the data's.
+
+Before, the reader's refusal was a plain ``CorpusError``, so the skip policy counted every unit
+of the file as a skipped member: a run of no document, or a mixture that said its part
+"yielded no document", the cause buried in ``stats.skipped``. It is now a ``WrongTokenizer``,
+raised whatever ``on_error`` says (``OWTError.skippable``), as the machine running out is.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from openwebtext import Corpus, Loader, Mixture
+from openwebtext.errors import CorpusError, CorruptMember, WrongTokenizer
+from openwebtext.policy import SkipPolicy
+from openwebtext.stream import count_documents
+
+UNIT = 1 << 12
+
+
+def _wide(token_run: Path, tmp_path: Path) -> Path:
+    """val.ds with its ids widened to uint32: ids of 4 bytes, for the bytes tokenizer's 2."""
+    wide = np.fromfile(token_run / "val.bin", dtype="<u2").astype("<u4")
+    (tmp_path / "val.ds").write_bytes(wide.tobytes())
+    (tmp_path / "val.ds.index").write_bytes((token_run / "val.ds.index").read_bytes())
+    return tmp_path / "val.ds"
+
+
+def _case(case: str, token_run: Path, tmp_path: Path) -> tuple[Corpus, str | None, str]:
+    """The corpus, the tokenizer it is wrongly read with, and what the error says."""
+    if case == "none":
+        corpus = Corpus.open_tokens(token_run / "train.bin", unit_tokens=UNIT)
+        return corpus, None, "read with the tokenizer its ids were written with: give"
+    if case == "width":
+        corpus = Corpus.open_tokens(_wide(token_run, tmp_path), dtype="uint32")
+        return corpus, "bytes", "ids of 4 bytes, not the 2 of the tokenizer 'bytes'"
+    corpus = Corpus.open_tokens(token_run / "train.bin", unit_tokens=UNIT)
+    return corpus, "gpt2", r"written with the tokenizer 'bytes' .* not read with 'gpt2'"
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+@pytest.mark.parametrize("on_error", ["skip", "warn"])
+@pytest.mark.parametrize("case", ["none", "width", "fingerprint"])
+def test_a_wrong_tokenizer_is_raised_under_skip_not_counted(
+    token_run: Path, tmp_path: Path, case: str, on_error: str, workers: int,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    corpus, tokenizer, said = _case(case, token_run, tmp_path)
+    loader = Loader(corpus, tokenizer=tokenizer, workers=workers, on_error=on_error)
+    with caplog.at_level(logging.WARNING, "openwebtext"), pytest.raises(
+        WrongTokenizer, match=said
+    ) as caught:  # fmt: skip
+        list(loader)
+    assert caught.value.path == corpus.units[0].path
+    assert isinstance(caught.value, CorpusError) and not isinstance(caught.value, CorruptMember)
+    assert "skipped" not in caplog.text  # (never a warn line: it was not skipped)
+
+
+def test_a_mixture_s_part_read_with_a_wrong_tokenizer_names_the_part(
+    token_run: Path, small_corpus: Path
+) -> None:  # fmt: skip
+    """The part is refused for what it is: not "epoch 0 yielded no document (N members or
+    files skipped)", the mixture's error when every unit of a part was skipped."""
+    tokens = Corpus.open_tokens(token_run / "train.bin", unit_tokens=UNIT)
+    mixture = Mixture({"web": Corpus.open(small_corpus), "tok": tokens})
+    loader = Loader(mixture, tokenizer="gpt2", workers=0, on_error="skip")
+    with pytest.raises(WrongTokenizer, match=r"^part 'tok': .*not read with 'gpt2'") as caught:
+        list(loader)
+    assert caught.value.part == "tok"
+
+
+def test_the_right_tokenizer_under_skip_reads_every_document(token_run: Path) -> None:
+    """The other side: the file read with its own tokenizer under skip is read whole."""
+    corpus = Corpus.open_tokens(token_run / "train.bin", unit_tokens=UNIT)
+    with Loader(corpus, tokenizer="bytes", workers=1, on_error="skip").iter() as it:
+        documents = [d.tokens.tolist() for d in it]
+        assert it.stats.skipped_members == 0
+    raised = Loader(corpus, tokenizer="bytes", workers=0, on_error="raise")
+    assert len(corpus.units) > 1 and documents == [d.tokens.tolist() for d in raised]
+
+
+@pytest.mark.parametrize("on_error", ["skip", "warn"])
+def test_the_skip_policy_never_counts_what_is_not_the_data_s_fault(on_error: str) -> None:
+    """The one rule (``SkipPolicy.take``), which every engine applies: the stream, ``owt
+    tokenize``, Ray's tasks, and counting (``count_documents``)."""
+    policy = SkipPolicy(on_error)
+    error = WrongTokenizer("ids of 4 bytes, not the 2 of the tokenizer 'bytes'", "x.ds", "m")
+    with pytest.raises(WrongTokenizer):
+        policy.take(error)
+    counts: dict[str, int] = {}
+    with pytest.raises(WrongTokenizer):
+        policy.count(error, counts)
+    assert counts == {}
+    assert policy.take(CorruptMember("corrupt xz data", "x.tar", "m")) == "skipped_members"
+
+
+def test_counting_documents_raises_what_is_not_skippable(
+    monkeypatch: pytest.MonkeyPatch, small_corpus: Path
+) -> None:  # fmt: skip
+    """``count_documents`` under skip counts a bad member as none, but a unit whose error is
+    not the data's fault ends the count (it would be cached as the corpus's counts)."""
+    from openwebtext.engine import inline
+
+    real = inline.read_unit
+    corpus = Corpus.open(small_corpus)
+
+    def refuse(reader, tokenizer, unit, normalise=False):  # type: ignore[no-untyped-def]
+        if unit == corpus.units[1]:
+            raise WrongTokenizer("not the tokenizer", unit.path, unit.member)
+        return real(reader, tokenizer, unit, normalise)
+
+    monkeypatch.setattr(inline, "read_unit", refuse)
+    with pytest.raises(WrongTokenizer, match="not the tokenizer"):
+        count_documents(corpus, workers=0, on_error="skip")
