@@ -12,11 +12,14 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │   ├── WrongTokenizer     a token corpus read without the tokenizer its ids were written
     │   │                      with: never skipped, whatever ``on_error`` (the options' fault)
     │   └── CorruptMember      an inner member that fails to decompress or parse
+    │       ├── Unreadable         its bytes could not be read (a disk's, a network's error)
     │       ├── MemberTooLarge     decompressed past ``max_member_bytes``
     │       ├── TruncatedMember    cut short (an interrupted download); what precedes the cut
     │       │                      is kept
     │       └── CorruptDocument    one document: invalid UTF-8, over ``max_document_bytes``
     ├── WorkerError            a worker died, hung, or could not be started
+    │   ├── UnexpectedError    an exception the library did not make (a bug, a missing extra)
+    │   │                      while a unit was read: never skipped, whatever ``on_error``
     │   └── OutOfResources     the machine ran out of file descriptors or memory reading a
     │                          unit: never skipped, whatever ``on_error`` (not the data's fault)
     ├── StateError             a state dict that does not fit this loader
@@ -53,7 +56,9 @@ __all__ = [
     "StateError",
     "TooManyErrors",
     "TruncatedMember",
+    "UnexpectedError",
     "UnknownFormat",
+    "Unreadable",
     "WorkerError",
     "WorkerTraceback",
     "WrongTokenizer",
@@ -187,6 +192,11 @@ class CorruptMember(CorpusError):
     """An inner member that cannot be decompressed or parsed as a tar of documents."""
 
 
+class Unreadable(CorruptMember):
+    """A member whose bytes could not be read: a disk's or a network's error (after its
+    retries). No verdict on the bytes: skipped under ``skip``, but never kept in a count."""
+
+
 class MemberTooLarge(CorruptMember):
     """A member whose decompressed size passes ``max_member_bytes`` (e.g. a bomb)."""
 
@@ -236,6 +246,15 @@ class WorkerError(_Located):
         return self._of_part(self.message)
 
 
+class UnexpectedError(WorkerError):
+    """An exception the library did not make while a unit was read: a bug, a tokenizer's own
+    error, a module an extra installs missing (its message says which). Never counted as a
+    skip under ``on_error="skip"``: a skip would hide it, and keep it as a fact of the corpus
+    (a count's failed member, a finished run's ``meta.json``)."""
+
+    skippable = False
+
+
 class OutOfResources(WorkerError):
     """The machine ran out of something while a unit was read: file descriptors (EMFILE,
     ENFILE) or memory (ENOMEM, ``MemoryError``). Not the data's fault, so never counted as a
@@ -271,7 +290,7 @@ def ran_out(exc: BaseException | None) -> bool:
 
 
 def read_error(
-    exc: OSError, path: str, member: str | None = None, kind: type[CorpusError] = CorruptMember,
+    exc: OSError, path: str, member: str | None = None, kind: type[CorpusError] = Unreadable,
     what: str = "cannot read",
 ) -> CorpusError | OutOfResources:  # fmt: skip
     """The error of a file or unit that could not be read (``exc``): a ``kind`` saying

@@ -18,14 +18,17 @@ import logging
 from collections.abc import Mapping, MutableMapping
 
 from openwebtext.errors import (
+    CorpusError,
     CorruptDocument,
+    MemberTooLarge,
     OWTError,
     TooManyErrors,
     TruncatedMember,
+    Unreadable,
 )
 from openwebtext.options import int_at_least
 
-__all__ = ["COUNTERS", "MEMBER_COUNTERS", "SkipPolicy", "counter_of", "skips_in"]
+__all__ = ["COUNTERS", "MEMBER_COUNTERS", "SkipPolicy", "a_verdict", "counter_of", "skips_in"]
 
 #: The counters of what a member-level reader skips, as ``meta.json`` and states name them.
 MEMBER_COUNTERS = ("skipped_members", "skipped_documents", "partial_members")
@@ -42,6 +45,15 @@ def counter_of(error: OWTError) -> str:
     if isinstance(error, CorruptDocument):
         return "skipped_documents"
     return "skipped_members"
+
+
+def a_verdict(error: OWTError) -> bool:
+    """Whether a unit's failure is a verdict on its bytes, the same in any run that reads them
+    (corrupt, cut short, of no known format): what a count may keep (``Counts.failed``). Not
+    one that could not be read (``Unreadable``: a disk's, a network's error), one over
+    ``max_member_bytes`` (another limit reads it), nor a worker that died, hung or met what the
+    library did not expect (a ``WorkerError``)."""
+    return isinstance(error, CorpusError) and not isinstance(error, MemberTooLarge | Unreadable)
 
 
 def skips_in(counts: Mapping[str, object]) -> int:

@@ -59,12 +59,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if known is not None:  # the splits counted before
         counts = known.joined(counts)
-    path = corpus.save_counts(counts)
-    print(
-        f"{plural(sum(counts.documents), 'document')} in {plural(len(corpus.units), 'member')}; "
-        f"counts in {path}",
-        file=sys.stderr,
-    )
+    members = plural(len(corpus.units), "member")
+    counted = f"{plural(sum(counts.documents), 'document')} in {members}"
+    if counts.unsure:  # a read error, a limit, a worker's death: no fact of the corpus
+        print(f"{counted}; counts NOT saved: {plural(len(counts.unsure), 'member')} could not "
+              "be read for a cause that is not their bytes (below): count again",
+              file=sys.stderr)  # fmt: skip
+    else:
+        print(f"{counted}; counts in {corpus.save_counts(counts)}", file=sys.stderr)
     if skipped:
         cut = sum(isinstance(e, TruncatedMember) for e in skipped)
         # Counted as a stream under --on-error skip reads them; a stream meets them again
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"skipped {files} (not read at all; counts written for the rest)", file=sys.stderr)
         for error in corpus.skipped_files[:20]:
             print(f"  skipped: {error}", file=sys.stderr)
-    return 0
+    return 1 if counts.unsure else 0
 
 
 def add_parser(sub: Subparsers) -> None:

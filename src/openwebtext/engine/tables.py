@@ -193,7 +193,8 @@ def parquet_records(raw: bytes, unit: Unit, footer: Footer, file_size: int, limi
         raise
     except OSError as exc:  # (the machine's shortage: never a damaged row group's skip)
         what = f"corrupt parquet row group {group} (column {column!r})"
-        raise read_error(exc, unit.path, unit.member, what=what) from exc
+        # (pyarrow's OSError of bytes in memory: corrupt, unless the machine ran out)
+        raise read_error(exc, unit.path, unit.member, CorruptMember, what) from exc
     except (ValueError, pa.ArrowException) as exc:
         raise CorruptMember(
             f"corrupt parquet row group {group} (column {column!r}): {exc}", unit.path, unit.member

@@ -14,7 +14,7 @@ worker → consumer
     the unit's document table; its ``size`` bytes are in the slot, or in
     ``data`` when they travel inline.
     ``Failed(seq, error, traceback)``: the library's error for the unit (an
-    unexpected exception becomes a ``WorkerError`` naming file and member) and
+    unexpected exception becomes an ``UnexpectedError`` naming file and member) and
     the worker's formatted traceback. ``Failed.exception()`` attaches that text
     as the error's ``__cause__`` (a ``WorkerTraceback``), as
     ``concurrent.futures`` does, so the consumer's traceback shows the line in
@@ -45,7 +45,13 @@ import traceback
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from openwebtext.errors import CorruptMember, OutOfResources, OWTError, WorkerError, WorkerTraceback
+from openwebtext.errors import (
+    CorruptMember,
+    OutOfResources,
+    OWTError,
+    UnexpectedError,
+    WorkerTraceback,
+)
 from openwebtext.records import Unit
 
 __all__ = [
@@ -129,19 +135,20 @@ class Failed(NamedTuple):
 def failure(exc: Exception, unit: Unit) -> OWTError:
     """The error to report for ``exc`` raised while reading ``unit``.
 
-    The library's errors already name file and member; anything else is a bug
-    or a tokenizer's own error, reported as a ``WorkerError`` that names them.
+    The library's errors already name file and member; anything else is a bug, a
+    tokenizer's own error or a missing extra's module, reported as an ``UnexpectedError``
+    that names them (never skipped: it is no verdict on the unit's bytes).
     """
     if isinstance(exc, OWTError):
         return exc
     if isinstance(exc, MemoryError):  # (the machine's, not the data's: never skipped)
         return OutOfResources(f"out of memory reading {unit.path}[{unit.member}]",
                               path=unit.path, member=unit.member)  # fmt: skip
-    return WorkerError(
-        f"unexpected {type(exc).__name__} reading {unit.path}[{unit.member}]: {exc}",
-        path=unit.path,
-        member=unit.member,
-    )
+    where = f"{unit.path}[{unit.member}]"
+    if isinstance(exc, ImportError):  # (the library's own, with how to install it)
+        return UnexpectedError(f"cannot read {where}: {exc}", unit.path, unit.member)
+    return UnexpectedError(f"unexpected {type(exc).__name__} reading {where}: {exc}",
+                           unit.path, unit.member)  # fmt: skip
 
 
 def failed(seq: int, exc: Exception, unit: Unit) -> Failed:

@@ -89,6 +89,9 @@ class Counts:
     documents: tuple[int, ...]
     val: dict[str, tuple[int, ...]] = field(default_factory=dict)
     failed: tuple[int, ...] = ()
+    unsure: tuple[int, ...] = ()
+    """Of ``failed``, the units whose failure was no verdict on their bytes (a read error, a
+    limit, a worker's death: ``policy.a_verdict``): counts of this run only, never saved."""
 
     def per_unit(self, split: str, fraction: float, seed: int) -> tuple[int, ...] | None:
         """Documents per unit for ``split`` (all, train or val); None if not counted."""
@@ -107,7 +110,8 @@ class Counts:
         split never drops the splits counted before."""
         if counted.documents != self.documents:
             return counted
-        return Counts(counted.documents, {**self.val, **counted.val}, counted.failed)
+        return Counts(counted.documents, {**self.val, **counted.val}, counted.failed,
+                      counted.unsure)  # fmt: skip
 
 
 #: The counts files warned of in this process (a corpus's counts are looked up more than once).
@@ -176,7 +180,11 @@ def save_counts(paths: list[Path], of: CountedOf, counts: Counts) -> Path:
 
     Raises:
         CorpusError: no place can be written (each one's reason said).
+        ValueError: counts with ``unsure`` failures (a fact of no run but this one's).
     """
+    if counts.unsure:
+        raise ValueError(f"counts whose units {list(counts.unsure)} failed for no fault of "
+                         "their bytes are not saved")  # fmt: skip
     errors = []
     for path in paths:
         if path.exists() and not os.access(path, os.R_OK):  # (another's: kept, not taken)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from openwebtext.errors import CorruptMember, OutOfResources, ran_out
+from openwebtext.errors import OutOfResources, Unreadable, ran_out
 from openwebtext.source.filesystems import filesystem, info_of, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
@@ -62,8 +62,8 @@ def fetch(
     """Bytes ``[start, end)`` of ``url``, read with ``storage``: exactly that many, or an error.
 
     Raises:
-        CorruptMember: the file is missing, access is refused, it changed since
-            it was indexed, or retries ran out; names the URL (redacted) and ``member``.
+        Unreadable: the file is missing, access is refused, it changed since it was
+            indexed, or retries ran out; names the URL (redacted) and ``member``.
     """
     if end <= start:  # (no byte: no request, whose range "bytes=0--1" a server refuses)
         return b""
@@ -139,7 +139,7 @@ def fetch(
     except Fatal as exc:
         if ran_out(exc.last):  # (the machine's: never a skip)
             raise OutOfResources.reading(redact(url), member, exc.reason) from None
-        raise CorruptMember(f"cannot read: {exc.reason}", redact(url), member) from None
+        raise Unreadable(f"cannot read: {exc.reason}", redact(url), member) from None
 
 
 def _exactly(data: bytes, start: int, end: int) -> bytes:

@@ -139,7 +139,7 @@ class RangeReader:
         """The bytes of ``span`` (prefetched, or fetched now).
 
         Raises:
-            CorruptMember: the file is missing, access is refused, or the
+            Unreadable: the file is missing, access is refused, or the
                 retries ran out; names the URL and the member.
         """
         key = self._cache_key(span)
@@ -166,7 +166,7 @@ class RangeReader:
             try:
                 data = future.result()
             except CorruptMember as exc:
-                raise CorruptMember(exc.message, exc.path, span.member) from None
+                raise type(exc)(exc.message, exc.path, span.member) from None
             if at != 0 or len(data) != span.size:
                 data = data[at : at + span.size]
         if key is not None and self.cache is not None and len(data) == span.size:

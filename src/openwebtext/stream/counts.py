@@ -18,6 +18,7 @@ from openwebtext.errors import (
 from openwebtext.index import Corpus, Counts, split_key
 from openwebtext.options import NANOGPT_SPLIT, Options
 from openwebtext.plan import in_validation
+from openwebtext.policy import a_verdict
 from openwebtext.records import Unit
 
 __all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
@@ -61,6 +62,7 @@ def count_documents(
     )
     documents: list[int] = []
     failed: list[int] = []  # (counted as no document: ``_failed`` refuses them under raise)
+    unsure: list[int] = []  # (of those, what no run but this one would see: never saved)
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
     with open_pool(corpus.units, options, corpus.storage) as pool:
         for loaded in pool.run(range(len(corpus.units))):
@@ -79,6 +81,8 @@ def count_documents(
                 if on_skip is not None:
                     on_skip(error)
             if member_failed:
+                if not a_verdict(loaded.errors[0]):
+                    unsure.append(len(documents))
                 failed.append(len(documents))
             documents.append(len(loaded.names))
             for fraction, seed in splits:
@@ -87,7 +91,8 @@ def count_documents(
                 )
             if progress is not None:
                 progress(1)
-    return Counts(tuple(documents), {k: tuple(v) for k, v in held.items()}, tuple(failed))
+    held_out = {k: tuple(v) for k, v in held.items()}
+    return Counts(tuple(documents), held_out, tuple(failed), tuple(unsure))
 
 
 def ensure_counts(
@@ -122,6 +127,7 @@ def ensure_counts(
         )  # fmt: skip
     from tqdm import tqdm
 
+    skipped: list[OWTError] = []
     with tqdm(
         total=len(corpus.units),
         unit="member",
@@ -138,9 +144,17 @@ def ensure_counts(
             progress=progress or bar.update,
             # The stream warns when it reads the member: one warning, not one more here.
             on_error="skip" if options.on_error == "warn" else options.on_error,
+            on_skip=skipped.append,
         )
     if known is not None:
         counts = known.joined(counts)
+    if counts.unsure:  # (a member at a share's edge would be left out of every later run)
+        first = next(e for e in skipped if not a_verdict(e))
+        log.warning(
+            "counted, but not cached: %d of the members failed for a cause that is not their "
+            "bytes (first: %s); the next run counts again", len(counts.unsure), first,
+        )  # fmt: skip
+        return _failed(corpus.with_counts(counts), counts, options)
     try:
         corpus.save_counts(counts)
     except CorpusError as exc:

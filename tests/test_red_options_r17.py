@@ -1,0 +1,177 @@
+"""What is not a verdict on a member's bytes is never kept as one (session 39's red team).
+
+- An exception the library did not make while a unit was read (a module an extra installs
+  missing, a bug, a tokenizer's own error) was a ``WorkerError`` counted as a skipped member
+  under ``on_error="skip"``: a run of no document, or ``owt tokenize``'s finished ``meta.json``
+  without the file. It is an ``UnexpectedError`` now, raised whatever ``on_error``.
+- A count under skip kept every failed member in the counts file, whatever the cause: one
+  over ``max_member_bytes``, one a disk or network could not read, one whose worker died. A
+  later run with other options, or once the network was back, read a share's edge past it:
+  its documents lost, no skip counted. Such counts are now this run's only (``Counts.unsure``).
+"""
+
+from __future__ import annotations
+
+import errno
+import gzip
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Corpus, Loader
+from openwebtext.engine import raw as engine_raw
+from openwebtext.errors import UnexpectedError, Unreadable, WorkerError
+from openwebtext.policy import a_verdict
+from openwebtext.stream import count_documents
+
+
+def _two_files(folder: Path) -> Path:
+    """``a.jsonl.gz`` (10 documents, one unit of ~1.2 KB decompressed) and ``b.jsonl`` (10)."""
+    folder.mkdir()
+    with gzip.open(folder / "a.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps({"text": f"document {i} " + "x" * 100}) + "\n" for i in range(10))
+    (folder / "b.jsonl").write_text("".join(json.dumps({"text": f"plain {i}"}) + "\n"
+                                            for i in range(10)))  # fmt: skip
+    return folder
+
+
+def _over_ranks(folder: Path, **options: object) -> list[str]:
+    """The texts of every rank of 2, even shares, under skip."""
+    corpus = Corpus.open(folder, on_error="skip")
+    texts: list[str] = []
+    for rank in range(2):
+        loader = Loader(corpus, workers=0, world_size=2, rank=rank, even="drop", shuffle=False,
+                        on_error="skip", **options)  # type: ignore[arg-type]  # fmt: skip
+        texts += [d.text for d in loader]
+    return texts
+
+
+def _counts_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob(".owt-counts-*"))
+
+
+# --- a limit, a read error: counted for this run, not kept ---------------------------------
+
+
+def test_a_count_under_a_limit_is_not_kept_for_a_run_without_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # fmt: skip
+    folder = _two_files(tmp_path / "c")
+    with caplog.at_level(logging.WARNING, "openwebtext"):
+        limited = _over_ranks(folder, max_member_bytes=1000)
+    assert len(limited) < 20 and _counts_files(folder) == []
+    assert "not cached" in caplog.text and "max_member_bytes=1000" in caplog.text
+    assert sorted(_over_ranks(folder)) == sorted(_over_ranks(_two_files(tmp_path / "fresh")))
+    assert len(_over_ranks(folder)) == 20 and len(_counts_files(folder)) == 1
+
+
+def test_a_member_the_disk_could_not_read_is_not_kept_as_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    folder = _two_files(tmp_path / "c")
+    real = engine_raw.UnitBytes.read
+
+    def eio(self, unit):  # type: ignore[no-untyped-def]
+        if unit.path.endswith(".gz"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, unit)
+
+    monkeypatch.setattr(engine_raw.UnitBytes, "read", eio)
+    counts = count_documents(Corpus.open(folder), workers=0, on_error="skip")
+    assert counts.failed == counts.unsure == (0,)
+    with pytest.raises(ValueError, match="are not saved"):
+        Corpus.open(folder).save_counts(counts)
+    assert len(_over_ranks(folder)) == 10 and _counts_files(folder) == []
+    monkeypatch.undo()
+    assert len(_over_ranks(folder)) == 20
+
+
+def test_a_corrupt_member_is_a_verdict_and_is_kept(tmp_path: Path) -> None:
+    """The other side: a member whose bytes are corrupt fails in any run: kept as failed."""
+    folder = _two_files(tmp_path / "c")
+    body = (folder / "a.jsonl.gz").read_bytes()
+    (folder / "a.jsonl.gz").write_bytes(body[:20] + bytes(b ^ 0xFF for b in body[20:40])
+                                        + body[40:])  # fmt: skip
+    counts = count_documents(Corpus.open(folder), workers=0, on_error="skip")
+    assert counts.failed == (0,) and counts.unsure == ()
+    _over_ranks(folder)
+    assert len(_counts_files(folder)) == 1
+
+
+def test_what_a_count_may_keep() -> None:
+    from openwebtext.errors import CorruptMember, MemberTooLarge, TruncatedMember, UnknownFormat
+
+    kept = [CorruptMember("corrupt xz data"), TruncatedMember("cut"), UnknownFormat("?")]
+    unsure = [Unreadable("cannot read: EIO"), MemberTooLarge("over"), WorkerError("died"),
+              UnexpectedError("unexpected KeyError")]  # fmt: skip
+    assert [a_verdict(e) for e in kept] == [True] * 3
+    assert [a_verdict(e) for e in unsure] == [False] * 4
+
+
+def test_owt_index_does_not_save_counts_it_cannot_vouch_for(
+    tmp_path: Path, owt, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    folder = _two_files(tmp_path / "c")
+    real = engine_raw.UnitBytes.read
+
+    def eio(self, unit):  # type: ignore[no-untyped-def]
+        if unit.path.endswith(".gz"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, unit)
+
+    monkeypatch.setattr(engine_raw.UnitBytes, "read", eio)
+    ran = owt("index", str(folder), "--on-error", "skip", "--jobs", "0")
+    assert ran.returncode == 1 and "counts NOT saved" in ran.stderr
+    assert "Input/output error" in ran.stderr
+    assert _counts_files(folder) == []
+
+
+# --- what the library did not expect: never a skip --------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_missing_extra_is_raised_under_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:  # fmt: skip
+    zstandard = pytest.importorskip("zstandard")
+    path = tmp_path / "a.jsonl.zst"
+    lines = b"".join(json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(10))
+    path.write_bytes(zstandard.ZstdCompressor().compress(lines))
+    monkeypatch.setitem(sys.modules, "zstandard", None)  # (the extra not installed)
+    loader = Loader(Corpus.open(path), workers=workers, on_error="skip")
+    with pytest.raises(UnexpectedError, match=r"a\.jsonl\.zst\]: zstd members need the zst"):
+        list(loader)
+
+
+def test_owt_tokenize_raises_a_missing_extra_under_skip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """Not a finished run of 0 documents, which a second run would have taken as done."""
+    zstandard = pytest.importorskip("zstandard")
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    path = tmp_path / "a.jsonl.zst"
+    lines = b"".join(json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(10))
+    path.write_bytes(zstandard.ZstdCompressor().compress(lines))
+    monkeypatch.setitem(sys.modules, "zstandard", None)
+    options = PrepareOptions(tokenizer="bytes", workers=0, on_error="skip")
+    with pytest.raises(UnexpectedError, match="zstd members need the zstandard package"):
+        prepare(Corpus.open(path), tmp_path / "out", options)
+    assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def test_a_tokenizer_s_own_error_is_raised_under_skip(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    from openwebtext import Tokenizer
+
+    def blows_up(self, texts):  # type: ignore[no-untyped-def]
+        raise RuntimeError("the tokenizer failed")
+
+    monkeypatch.setattr(Tokenizer, "encode_batch", blows_up)
+    loader = Loader(small_corpus, workers=0, tokenizer="bytes", on_error="skip")
+    with pytest.raises(UnexpectedError, match=r"unexpected RuntimeError .*the tokenizer failed"):
+        list(loader)
