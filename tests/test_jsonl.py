@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Corpus, Loader
-from openwebtext.errors import CorruptDocument, CorruptMember
+from openwebtext.errors import CorpusError, CorruptDocument, CorruptMember
 from openwebtext.index import jsonl
 from support import names
 from tables_support import jsonl_bytes, sample_texts, write_jsonl
@@ -56,9 +56,33 @@ def test_document_names_are_file_and_byte(tmp_path: Path) -> None:
 
 def test_a_line_without_the_field_is_a_bad_document(tmp_path: Path) -> None:
     """(The field named by text_column: test_corpus_contract.py.)"""
-    path = write_jsonl(tmp_path / "b.jsonl.gz", TEXTS[:10], field="body")
+    data = gzip.decompress(write_jsonl(tmp_path / "b.jsonl.gz", TEXTS[:10]).read_bytes())
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data.replace(b'"text"', b'"body"', 1)))
     with pytest.raises(CorruptDocument, match=r"line 1: not a JSON object with a string 'text'"):
-        list(Loader(path, workers=0))
+        list(Loader(tmp_path / "b.jsonl.gz", workers=0))
+    with Loader(tmp_path / "b.jsonl.gz", workers=0, on_error="skip", shuffle=False).iter() as it:
+        assert [d.text for d in it] == TEXTS[1:10] and it.stats.skipped_documents == 1
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+@pytest.mark.parametrize("lines", [1, 10, 3000])
+def test_a_file_none_of_whose_first_records_has_the_field_is_refused_at_the_open(
+    tmp_path: Path, suffix: str, lines: int
+) -> None:  # fmt: skip
+    """As a parquet file without the column: not a run of skipped lines (under skip, every
+    line was one, and the run read no document). 3000 lines: more than the head read."""
+    if suffix == ".jsonl.zst":
+        pytest.importorskip("zstandard")
+    texts = (TEXTS * 30)[:lines]
+    path = write_jsonl(tmp_path / f"b{suffix}", texts, field="body")
+    said = r"JSON lines: its first (\d+ records have|record has) no field 'text' \(the first's "
+    said += r"fields: id, body\); name the text field"
+    with pytest.raises(CorpusError, match=said) as raised:
+        Corpus.open(path)
+    assert raised.value.path == str(path)
+    with pytest.raises(CorpusError, match=r"no documents: .*1 files skipped"):
+        Corpus.open(path, on_error="skip")
+    assert len(list(Loader(Corpus.open(path, text_column="body"), workers=0))) == lines
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)

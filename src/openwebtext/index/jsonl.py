@@ -16,8 +16,13 @@ a document's name is ``<file>@<byte>``, where its line starts in the (decompress
 
 from __future__ import annotations
 
-from openwebtext.errors import CorpusError
-from openwebtext.formats import GZIP, ZSTD, detect
+import json
+import lzma
+import zlib
+from typing import Any
+
+from openwebtext.errors import CorpusError, one_line
+from openwebtext.formats import GZIP, ZSTD, LimitExceeded, Truncated, decompress, detect
 from openwebtext.index.outer import LFS_POINTER, Readable, placeholder
 from openwebtext.records import Unit
 
@@ -34,6 +39,9 @@ JSONL = "jsonl"
 #: A plain file's units hold about this many bytes (cut at the next line's end).
 CHUNK_BYTES = 64 << 20
 _SEARCH = 64 << 10
+#: Bytes read at a file's start: its magic, and its first record, whose fields are checked
+#: against the field asked for when it begins there (decompressed: at most 16 times as many).
+_HEAD = 64 << 10
 #: ``.json.gz`` and ``.json.zst`` too: allenai/c4's and Dolma's JSON lines are named so (a plain
 #: ``.json`` is not: a folder's ``config.json`` or ``dataset_info.json`` is no corpus).
 _SUFFIXES = {".jsonl": "", ".ndjson": "", ".jsonl.gz": GZIP, ".ndjson.gz": GZIP,
@@ -84,7 +92,7 @@ def jsonl_units(
         raise CorpusError("empty file", path=name)
     kind = jsonl_kind(base, field)
     compression = _compression(base) or ""
-    head = f.pread(512, 0)
+    head = f.pread(_HEAD, 0)
     if head.startswith(LFS_POINTER):
         raise CorpusError(f"named JSON lines, but{placeholder(head)[1:]}", path=name)
     if compression:
@@ -94,6 +102,8 @@ def jsonl_units(
                 f"named {compression} JSON lines, but its bytes are {found or 'not compressed'}",
                 path=name,
             )
+    _has_field(_first_records(head, compression, whole=size <= len(head)), field, name)
+    if compression:
         return [Unit(name, base, 0, size, kind, subset, 0)]
     # A plain file's bytes: magic at their start only (a tar's "ustar" at byte 257 may lie in
     # a document's text), never of a file that begins as JSON lines do.
@@ -110,6 +120,55 @@ def jsonl_units(
         units.append(Unit(name, member, start, end - start, kind, subset, len(units)))
         start = end
     return units
+
+
+def _first_records(head: bytes, compression: str, whole: bool) -> list[dict[str, Any]] | None:
+    """The records of the lines that end in the first ``_HEAD`` bytes of a JSON lines file
+    (``head``; the file ``whole``): the objects among them, or None when fewer than two
+    lines end there and the file goes on (too little to judge the file by)."""
+    if compression:
+        try:
+            head = decompress(head, compression, 16 * _HEAD)
+            whole = True  # (its stream ended inside the head)
+        except Truncated as exc:
+            head, whole = exc.data, False
+        except (LimitExceeded, ImportError, lzma.LZMAError, zlib.error, OSError, ValueError):
+            return None  # (a missing extra, corrupt data: the reader raises it, naming it)
+    lines = [line for line in head.split(b"\n") if line.strip()]
+    if not whole and not head.endswith(b"\n"):
+        lines = lines[:-1]  # (cut by the head's end)
+    if len(lines) < 2 and not whole:
+        return None
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue  # (the reader says what is wrong with it)
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def _has_field(records: list[dict[str, Any]] | None, field: str, name: str) -> None:
+    """Check that a record at the start of ``name`` has ``field``, as a parquet file is
+    checked to have its text column: a field no record has would make every line a skip.
+    (One line without it among others is a bad document, left to the reader.)
+
+    Raises:
+        CorpusError: none of the records has the field, naming the fields the first has.
+    """
+    if not records or any(field in record for record in records):
+        return
+    first = records[0]
+    fields = ", ".join(one_line(k, name=True) for k in list(first)[:12]) or "none"
+    more = ", …" if len(first) > 12 else ""
+    said = "its first record has" if len(records) == 1 else f"its first {len(records)} records have"
+    raise CorpusError(
+        f"JSON lines: {said} no field {field!r} (the first's fields: {fields}{more}); "
+        "name the text field with --text-column (Corpus.open(text_column=))",
+        path=name,
+    )
 
 
 def _line_end(f: Readable, at: int) -> int:
