@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from openwebtext import Corpus, Loader, Mixture
-from openwebtext.errors import CorpusError, CorruptMember, WrongTokenizer
+from openwebtext.errors import CorpusError, CorruptDocument, CorruptMember, WrongTokenizer
 from openwebtext.policy import SkipPolicy
 from openwebtext.stream import count_documents
 
@@ -117,3 +117,61 @@ def test_counting_documents_raises_what_is_not_skippable(
     monkeypatch.setattr(inline, "read_unit", refuse)
     with pytest.raises(WrongTokenizer, match="not the tokenizer"):
         count_documents(corpus, workers=0, on_error="skip")
+
+
+# --- ids of another tokenizer, with no meta.json to say so -------------------------------------
+
+
+def _ids_file(path: Path, documents: list[list[int]]) -> Path:
+    """``documents`` as uint16 ids, each ended by the bytes tokenizer's end-of-text (256)."""
+    np.array([i for d in documents for i in (*d, 256)], dtype="<u2").tofile(path)
+    return path
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_ids_of_another_tokenizer_without_a_meta_json_are_refused(
+    tmp_path: Path, on_error: str
+) -> None:  # fmt: skip
+    """GPT-2's ids (llm.c's or another tool's file: no meta.json) read with the bytes
+    tokenizer: every document was a skipped document under skip, a run of none."""
+    path = _ids_file(tmp_path / "ids.bin", [[300 + k, 4000, 65] for k in range(10)])
+    corpus = Corpus.open_tokens(path, eot=256)
+    loader = Loader(corpus, tokenizer="bytes", workers=0, on_error=on_error, shuffle=False)
+    said = r"10 of its 10 documents hold ids outside the tokenizer's vocabulary of 257 \(e\.g\. 300"
+    with pytest.raises(WrongTokenizer, match=said) as caught:
+        list(loader)
+    assert caught.value.path == str(path)
+
+
+def test_one_document_of_ids_outside_the_vocabulary_is_still_a_bad_document(
+    tmp_path: Path
+) -> None:  # fmt: skip
+    """The other side: a few damaged documents among many are the file's, skipped."""
+    documents = [[65 + k, 66] for k in range(10)]
+    documents[3] = [65, 9000]
+    path = _ids_file(tmp_path / "ids.bin", documents)
+    corpus = Corpus.open_tokens(path, eot=256)
+    with pytest.raises(CorruptDocument, match="outside the tokenizer's vocabulary of 257"):
+        list(Loader(corpus, tokenizer="bytes", workers=0, shuffle=False))
+    loader = Loader(corpus, tokenizer="bytes", workers=0, shuffle=False, on_error="skip")
+    with loader.iter() as it:
+        got = [d.tokens.tolist() for d in it]
+        assert it.stats.skipped_documents == 1
+    assert got == [[*d, 256] for k, d in enumerate(documents) if k != 3]
+
+
+def test_a_run_s_meta_json_says_why_before_its_ids_are_judged(
+    small_corpus: Path, tmp_path: Path
+) -> None:  # fmt: skip
+    """GPT-2's ids beside their run's meta.json, read with the bytes tokenizer (the same
+    width; most ids outside its vocabulary): the refusal names the tokenizer to read them
+    with, from the record, not the ids."""
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    options = PrepareOptions(tokenizer="gpt2", workers=0, val_fraction=0.2)
+    prepare(Corpus.open(small_corpus), tmp_path / "run", options)
+    corpus = Corpus.open_tokens(tmp_path / "run" / "val.bin")
+    said = r"written with the tokenizer 'gpt2' .* not read with 'bytes'.*: read it with 'gpt2'"
+    for on_error in ("raise", "skip"):
+        with pytest.raises(WrongTokenizer, match=said):
+            list(Loader(corpus, tokenizer="bytes", workers=0, on_error=on_error))

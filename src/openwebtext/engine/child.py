@@ -201,21 +201,28 @@ def read_unit(
     reader: Reader, tokenizer: Tokenizer | None, unit: Unit, normalise: bool = False
 ) -> tuple[Member, bytes, list[int], list[int] | None]:
     """Read a unit: its member, the bytes for the consumer, their offsets and token counts."""
-    member = reader.read(unit)
     if unit.kind == TOKENS:  # ids already: they ride in the member's bytes
-        counts = token_counts(member, tokenizer, unit, reader.storage)
+        try:
+            member = reader.read(unit)
+        except WrongTokenizer:  # (its ids outside the vocabulary: the file's record says why)
+            read_with(tokenizer, unit, reader.storage)
+            raise
+        counts = token_counts(member, read_with(tokenizer, unit, reader.storage))
         return member, member.data, member.offsets, counts
+    member = reader.read(unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
     encoded = encode_member(member, tokenizer, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 
-def token_counts(
-    member: Member, tokenizer: Tokenizer | None, unit: Unit, storage: Storage | None = None
-) -> list[int]:
-    """The ids of each document of a token unit (0: left out), its ids checked to be the
-    tokenizer's width (a URL's file as read with ``storage``)."""
+def read_with(tokenizer: Tokenizer | None, unit: Unit, storage: Storage | None = None) -> int:
+    """The width of the ids of a token unit, checked to be the tokenizer's, and the tokenizer
+    the one its run's ``meta.json`` records, if any (a URL's file as read with ``storage``).
+
+    Raises:
+        WrongTokenizer: no tokenizer, or another width or fingerprint than the file's.
+    """
     if tokenizer is None:
         raise WrongTokenizer(
             "a token corpus is read with the tokenizer its ids were written with: give "
@@ -237,6 +244,11 @@ def token_counts(
             f"(fingerprint {tokenizer.fingerprint}): read it with {recorded.tokenizer!r}"
         )
         raise WrongTokenizer(why, unit.path, unit.member)
+    return itemsize
+
+
+def token_counts(member: Member, itemsize: int) -> list[int]:
+    """The ids of each document of a token unit of ids of ``itemsize`` bytes (0: left out)."""
     if member.counts is not None:  # the token reader's
         return member.counts
     counts = np.asarray(member.sizes, dtype=np.int64) // itemsize  # no Python per document

@@ -21,7 +21,7 @@ import numpy as np
 
 from openwebtext.engine.member import Member, Split, leave_out_split
 from openwebtext.engine.raw import UnitBytes
-from openwebtext.errors import CorruptDocument, CorruptMember, read_error
+from openwebtext.errors import CorruptDocument, CorruptMember, WrongTokenizer, read_error
 from openwebtext.index import as_indexed
 from openwebtext.records import Unit
 from openwebtext.source import Storage, is_url, local_identity, resolve, unchanged
@@ -99,19 +99,26 @@ class TokenReader:
         if self.vocab is not None and ids.size and _outside(ids, self.vocab):
             past = np.flatnonzero((ids < 0) | (ids >= self.vocab))
             # The documents that hold them, found by their ends.
-            for k in sorted(set(np.searchsorted(ends[first:stop] - start, past, "right"))):
-                if offsets[k] < 0:
-                    continue
+            holding = sorted(set(np.searchsorted(ends[first:stop] - start, past, "right")))
+            holding = [k for k in holding if offsets[k] >= 0]
+            said = f"ids outside the tokenizer's vocabulary of {self.vocab} (e.g. {ids[past[0]]})"
+            # Most documents past the vocabulary (never below 0: no tokenizer's ids are) are
+            # a larger vocabulary's ids: no damage is so wide.
+            above = set(np.searchsorted(ends[first:stop] - start, past[ids[past] > 0], "right"))
+            wide = [k for k in holding if k in above]
+            kept = sum(o >= 0 for o in offsets)
+            if len(wide) >= 2 and 2 * len(wide) > kept:
+                raise WrongTokenizer(
+                    f"{len(wide)} of its {kept} documents hold {said}: ids of another "
+                    "tokenizer: read them with the one they were written with",
+                    unit.path, unit.member,
+                )  # fmt: skip
+            for k in holding:
                 offsets[k] = -1
-                dropped.append(
-                    CorruptDocument(
-                        f"holds ids outside the tokenizer's vocabulary of {self.vocab} (e.g. "
-                        f"{int(ids[past[0]])}): ids of another tokenizer, or a damaged file",
-                        unit.path,
-                        unit.member,
-                        names[k],
-                    )
-                )
+                dropped.append(CorruptDocument(
+                    f"holds {said}: ids of another tokenizer, or a damaged file",
+                    unit.path, unit.member, names[k],
+                ))  # fmt: skip
         if offsets and min(offsets) < 0:  # outside the split, or left out: no ids
             counts[np.asarray(offsets) < 0] = 0
         return Member(data, names, offsets, sizes, dropped, 0, counts=counts.tolist())
