@@ -169,3 +169,29 @@ def test_a_row_group_decoding_to_fewer_rows_than_its_footer_says_is_corrupt(
         list(Loader(path, workers=0, shuffle=False))
     texts, stats = _stream(path)
     assert texts == TEXTS[:20] + TEXTS[40:] and stats.skipped_members == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_codec_this_pyarrow_lacks_is_said_at_the_open_not_a_corrupt_row_group(
+    tmp_path: Path, on_error: str
+) -> None:  # fmt: skip
+    """LZO (Hadoop's, Spark's writers): pyarrow has no codec for it. Each row group was a
+    "corrupt parquet row group", skipped under skip: a run of no document. The footer says
+    the codec; the file is refused at the open, naming it (a skipped file under skip)."""
+    import struct
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(20)]}), path,
+                   compression="brotli", row_group_size=10)  # fmt: skip
+    data = bytearray(path.read_bytes())
+    start = len(data) - 8 - struct.unpack("<I", data[-8:-4])[0]
+    footer = bytes(data[start:-8])
+    assert footer.count(b"\x15\x08") == 2  # (codec, field 4 of each chunk: BROTLI, 4)
+    data[start:-8] = footer.replace(b"\x15\x08", b"\x15\x06")  # (LZO, 3)
+    path.write_bytes(bytes(data))
+    said = r"row group 0's column 'text' is compressed with LZO, which this pyarrow cannot"
+    with pytest.raises(CorpusError, match=said if on_error == "raise" else "1 files skipped"):
+        list(Loader(Corpus.open(path, on_error=on_error), workers=0, on_error=on_error))

@@ -19,6 +19,7 @@ whole file (stable however the file's row groups are read).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -146,6 +147,19 @@ def _top_leaf(leaf: Any, column: str) -> bool:
     return bool(leaf.name == column and leaf.path == column)
 
 
+@functools.cache
+def _decompressible(codec: str) -> bool:
+    """Whether this pyarrow decompresses column chunks of ``codec`` (as a footer names it:
+    ``SNAPPY``, ``LZO``…): a build without it read each row group as "corrupt"."""
+    if codec == "UNCOMPRESSED":
+        return True
+    pa = _pyarrow()
+    try:
+        return bool(pa.Codec.is_available(codec.lower()))
+    except (ValueError, pa.ArrowException):  # (LZO: no codec of pyarrow's at all)
+        return False
+
+
 def _chunk_span(chunk: Any) -> tuple[int, int]:
     """Where a column chunk's pages lie: its dictionary page (if any) then its data pages."""
     start = chunk.data_page_offset
@@ -183,7 +197,12 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
             at = units[-1].offset + units[-1].size if units else 4
             units.append(Unit(name, f"{base}#rg{k}", at, 0, PARQUET, subset, k))
             continue
-        start, size = _chunk_span(meta.row_group(k).column(index))
+        chunk = meta.row_group(k).column(index)
+        if not _decompressible(chunk.compression):
+            raise CorpusError(f"row group {k}'s column {column!r} is compressed with "
+                              f"{chunk.compression}, which this pyarrow cannot decompress",
+                              path=name)  # fmt: skip
+        start, size = _chunk_span(chunk)
         if start < 4 or start + size > f.size - len(footer):
             raise CorpusError(
                 f"row group {k}'s column {column!r} lies outside the file's data", path=name
