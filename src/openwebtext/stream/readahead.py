@@ -12,7 +12,16 @@ The thread owns the source from its start to its end: it closes the source when 
 out, when one raises (the error is raised to the consumer, after the batches before it; a
 ``next()`` after says so, never a silent end), and when the consumer closes or drops the
 iterator. A close ends the thread at once, even one waiting for a stuck worker: the thread's
-waits on the workers watch its ``Halt``, which the close sets (``engine.Halt``).
+waits on the workers watch its ``Halt``, which the close sets (``engine.Halt``). Only the
+source running out ends the batches: a ``StopIteration`` out of ``move``, ``receive`` or
+``state_dict()`` is an error of that callable (a ``RuntimeError``, as PEP 479 makes it).
+
+Another thread may close the stage, change its weights (``set_weights``) or take its state
+while the consumer waits in ``next()``. A batch is handed out (taken, received, its state
+kept) and the source restarted (the state read, the thread replaced) under one lock, never
+both at once; the consumer waits for a batch without it. So a batch made before a change is
+either handed out before it (the change is at the batch after) or dropped (made again, with
+the change): a batch of a replaced thread is never handed out.
 
 ``Primed`` is the same idea for ``Loader.batches(...).start()`` itself, without a thread for the
 batches: the first runs of documents a packer needs are read on a thread (the workers started,
@@ -26,6 +35,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from openwebtext.engine import Halt, check_halt
@@ -39,6 +49,7 @@ from openwebtext.stream.source import (
     WindowAhead,
     failed_earlier,
     failure,
+    not_own_next,
 )
 from openwebtext.stream.state import Stats
 
@@ -97,6 +108,8 @@ class Producer:
             with self.halt.watching():
                 self.read()
         except BaseException as error:  # handed to the consumer, raised there (not once stopping)
+            if isinstance(error, StopIteration):  # (not the source's end: that is ``END``)
+                error = stopped("the batches' iterator", error)
             self.put(Failed(error))
         finally:
             try:
@@ -111,8 +124,9 @@ class Producer:
             if batch is END:
                 self.put(END)
                 return
-            state, stats = self.source.state_dict(), getattr(self.source, "stats", None)
-            self.put(Made(self.move(batch), state, stats))
+            state = called("the batches' state_dict()", self.source.state_dict)
+            stats = called("the batches' stats", getattr, self.source, "stats", None)
+            self.put(Made(called("move", self.move, batch), state, stats))
 
     def put(self, item: Any) -> bool:
         """Queue ``item``, waiting for room; False if the stage is stopping."""
@@ -149,6 +163,22 @@ def close_source(source: Any) -> None:
     close = getattr(source, "close", None)
     if close is not None:
         close()
+
+
+def called(what: str, function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)``; a ``StopIteration`` it raises, a ``RuntimeError`` saying so."""
+    try:
+        return function(*args)
+    except StopIteration as stop:
+        raise stopped(what, stop) from stop
+
+
+def stopped(what: str, stop: StopIteration) -> RuntimeError:
+    """What a ``StopIteration`` out of user code is: an error, never the batches' end (which
+    would end the stage silently, the thread gone and the next ``next()`` waiting for ever)."""
+    said = f": {stop}" if str(stop) else ""
+    return RuntimeError(f"{what} raised StopIteration{said} (only the batches running out end "
+                        "them)")  # fmt: skip
 
 
 class Ahead(Closing):
@@ -190,14 +220,30 @@ class Ahead(Closing):
         self._stats: Any = None  # (its stats)
         self._ended = False
         self._failed = ""  # the error a next() raised, the stage's end: a next() after says so
-        self._starting = threading.Lock()
+        # A batch's hand-out, a start, a restart (``set_weights``) and a state read: one at a
+        # time (reentrant: a signal handler or ``receive`` may ask for the state meanwhile;
+        # ``set_weights`` there is refused: ``_inside``, the thread holding it).
+        self._turn = threading.RLock()
+        self._inside: int | None = None
+        # The consumers (``next``): one at a time, so that one never takes another's batch
+        # for lost (two threads in ``next``); held while waiting, ``_turn`` never is.
+        self._taking = threading.RLock()
+
+    @contextmanager
+    def _turning(self) -> Iterator[None]:
+        with self._turn:
+            inside, self._inside = self._inside, threading.get_ident()
+            try:
+                yield
+            finally:
+                self._inside = inside
 
     def start(self: A) -> A:
         """Start the source and make the first ``depth`` batches now, in the background (e.g.
         while a checkpoint loads). Safe to call again; ``next()`` starts it too."""
-        with self._starting:  # (two threads taking the first batch start it once)
+        with self._turning():  # (two threads taking the first batch start it once)
             producer = self._producer
-            if producer.thread.ident is None and not producer.stopping.is_set():
+            if producer.thread.ident is None and not (producer.stopping.is_set() or self._ended):
                 self._state = self._source.state_dict()  # nothing handed out: the start's
                 self._stats = getattr(self._source, "stats", None)  # (never read beside the thread)
                 producer.thread.start()
@@ -213,38 +259,66 @@ class Ahead(Closing):
             raise StopIteration
         self.start()
         try:  # (a Ctrl-C in the wait may come after the item was taken: it is lost too)
-            item = self._wait()
-            if item is END:
-                if not self._ended:  # (else another thread closes the stage: it waits for it)
-                    self.close()
-                raise StopIteration
-            if isinstance(item, Failed):
-                raise item.error
-            batch = self._receive(item.batch)
-        except StopIteration:
-            raise
+            while not self._taking.acquire(timeout=POLL):  # (another thread is in next())
+                check_halt()
+            try:
+                batch = self._hand_out()
+            finally:
+                self._taking.release()
         except BaseException as exc:  # the stage ends here: the batch is lost with it
             self._failed = failure(exc) or type(exc).__name__
             self.close()
             raise
-        self._state, self._stats = item.state, item.stats
+        if batch is END:  # (only the source's end, or a close: never a callable's StopIteration)
+            raise StopIteration
         return batch
 
-    def _wait(self) -> Any:
-        """The next item made, waiting for it; ``END`` once closed. Another thread may close
-        the stage or change its weights meanwhile: the wait then ends, or goes on with the
-        new producer (its first batch is the change's)."""
+    def _hand_out(self) -> Any:
+        """The next batch, received, its state kept; ``END`` once the batches ran out or were
+        closed. The item is taken without the lock (``set_weights`` from another thread never
+        waits for the next batch) and handed out under it: an item of a producer replaced
+        meanwhile was made before the change, and is dropped (the new one makes it again)."""
+        while True:
+            producer, item = self._wait()
+            with self._turning():
+                if self._ended:  # (closed meanwhile: it has ended)
+                    return END
+                if producer is not self._producer:
+                    continue
+                if item is END:
+                    self.close()
+                    return END
+                if isinstance(item, Failed):
+                    raise item.error
+                batch = called("receive", self._receive, item.batch)
+                self._state, self._stats = item.state, item.stats
+                return batch
+
+    def _wait(self) -> tuple[Producer, Any]:
+        """The next item made and its producer, waiting for it; ``END`` once closed. Another
+        thread may close the stage or change its weights meanwhile: the wait then ends, or
+        goes on with the new producer (its first batch is the change's).
+
+        Raises:
+            RuntimeError: the thread ended without a word (neither an end nor an error).
+        """
         while True:
             producer = self._producer
             try:
-                item = producer.ready.get(timeout=POLL)
+                return producer, producer.ready.get(timeout=POLL)
             except queue.Empty:
-                if self._ended:
-                    return END
-                check_halt()  # (this thread reads for a stage another thread closes)
-                self.start()  # (a producer set_weights made meanwhile)
-                continue
-            return END if self._ended else item  # (closed meanwhile: it has ended)
+                pass
+            if self._ended:
+                return producer, END
+            check_halt()  # (this thread reads for a stage another thread closes)
+            self.start()  # (a producer set_weights made meanwhile)
+            with self._turning():  # (not being stopped: a replaced producer's queue is drained)
+                thread = producer.thread
+                if (producer is self._producer and not producer.stopping.is_set()
+                        and thread.ident is not None and not thread.is_alive()
+                        and producer.ready.empty()):  # fmt: skip
+                    raise RuntimeError("the thread making the batches ahead ended without "
+                                       "handing out their end or an error")  # fmt: skip
 
     def set_weights(self, weights: Mapping[str, float]) -> None:
         """New weights of a mixture's batches (``MixtureBatches.set_weights``) from the
@@ -257,20 +331,28 @@ class Ahead(Closing):
         """
         if not callable(getattr(self._source, "set_weights", None)):
             raise TypeError(f"only a mixture's batches change their weights, not {self._source!r}")
+        not_own_next(self._inside, "set_weights()")  # (a batch half handed out on this thread)
+        closed = ValueError("set_weights: the batches made ahead were closed, or ran out")
         if self._ended:
-            raise ValueError("set_weights: the batches made ahead were closed, or ran out")
+            raise closed
         mixture = getattr(self._source, "mixture", None)
         if mixture is not None:  # refused before the thread stops: it could not go on after
             mixture.weights_of(weights, "set_weights")
-        state = self.state_dict()
-        self._producer.stop()  # (it closes the source, which goes on from ``state``)
-        try:
-            self._source.set_weights(weights, state=state)  # type: ignore[attr-defined]
-        except BaseException:
-            self._ended = True  # (the source closed, not gone on: a next() ends, never waits)
-            raise
-        self._producer = Producer(self._source, self.depth, self._move)
-        self._state, self._stats, self._ended = None, None, False
+        with self._turning():  # (no batch handed out from the state read to the new producer)
+            if self._ended:
+                raise closed
+            state = self.state_dict()
+            self._producer.stop()  # (it closes the source, which goes on from ``state``)
+            try:
+                self._source.set_weights(weights, state=state)  # type: ignore[attr-defined]
+            except BaseException as exc:  # (the source closed, not gone on: a next() says so)
+                self._failed = f"set_weights: {failure(exc) or type(exc).__name__}"
+                self._ended = True
+                raise
+            self._producer = Producer(self._source, self.depth, self._move)
+            self._state, self._stats = None, None
+            if self._ended:  # (closed from another thread meanwhile: maybe the old producer)
+                self._producer.stop()
 
     @property
     def ready(self) -> int:
@@ -279,9 +361,8 @@ class Ahead(Closing):
 
     def state_dict(self) -> dict[str, Any]:
         """The source's state after the last batch handed out (before any: where it starts)."""
-        if self._state is None:
-            return self._source.state_dict()
-        return self._state
+        with self._turning():  # (never while the thread is started, or a batch half handed out)
+            return self._source.state_dict() if self._state is None else self._state
 
     @property
     def stats(self) -> Any:
@@ -293,18 +374,20 @@ class Ahead(Closing):
             AttributeError: the source has no ``stats`` (e.g. a ``StatefulDataLoader``): nor
                 has the stage (``hasattr(stage, "stats")`` is False).
         """
-        if self._stats is not None:
-            return self._stats
-        try:
-            return self._source.stats  # type: ignore[attr-defined]
-        except AttributeError:
-            if hasattr(type(self._source), "stats"):
-                raise  # (the source's own property failed)
+        with self._turning():  # (as ``state_dict``)
+            if self._stats is not None:
+                return self._stats
+            try:
+                return self._source.stats  # type: ignore[attr-defined]
+            except AttributeError:
+                if hasattr(type(self._source), "stats"):
+                    raise  # (the source's own property failed)
         raise AttributeError(f"the batches made ahead have no stats: their source, a "
                              f"{type(self._source).__name__}, has none")  # fmt: skip
 
     def close(self) -> None:
-        """Stop the thread and the source now. Safe to call twice."""
+        """Stop the thread and the source now. Safe to call twice, and from another thread
+        (without waiting for a ``set_weights`` under way: it stops the producer it makes)."""
         self._ended = True
         self._producer.stop()
 
