@@ -24,6 +24,7 @@ from openwebtext import Corpus, Loader, source
 from openwebtext.errors import CorpusError
 from openwebtext.index import remote
 from openwebtext.index.remote import cache_path
+from openwebtext.source.membercache import FOLDER
 from openwebtext.synth import write_corpus
 from remote_servers import RangeServer, local_stream
 from support import texts
@@ -330,7 +331,7 @@ def test_the_member_cache_belongs_to_its_corpus(
     assert a == local_stream(small_corpus, seed=5)
     assert b == texts(Corpus.open(str(other_corpus)), seed=5)
     # Only the first corpus's members: its cache is not the second's, nor dropped by it.
-    assert len(list(members.glob("*/*"))) == len(cached.units)
+    assert len(list((members / FOLDER).glob("*/*"))) == len(cached.units)
     again = Corpus.open(
         "s3://owt/data/", storage_options={"endpoint_url": s3_second}, cache_dir=members
     )

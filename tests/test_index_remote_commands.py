@@ -14,6 +14,7 @@ import pytest
 import remote_servers
 from openwebtext import Corpus, Loader, source
 from openwebtext.prepare.workdir import PrepareError
+from openwebtext.source.membercache import FOLDER
 from remote_servers import RangeServer
 from support import Owt, Ran, local_files, s3_objects
 
@@ -121,7 +122,7 @@ def test_owt_bench_on_s3_with_storage_options(
     assert done.returncode == 0, done.stderr
     _, data = check_bench(out, str(small_corpus))
     assert data["settings"]["storage_options"] == {"endpoint_url": s3_endpoint}
-    assert list(members.glob("*/*"))  # the children read with the cache they were given
+    assert list((members / FOLDER).glob("*/*"))  # the children read with the cache they were given
 
 
 # -- output to S3 (owt tokenize --out s3://…, owt merge) -------------------------

@@ -23,6 +23,7 @@ import remote_servers
 from openwebtext import Corpus
 from openwebtext.errors import CorpusError
 from openwebtext.index.remote import cache_path
+from openwebtext.source.membercache import FOLDER
 from remote_servers import RangeServer, local_stream
 from support import texts
 
@@ -75,7 +76,7 @@ def test_without_etag_or_last_modified_the_member_cache_says_it_is_off(
     said = [r.getMessage() for r in caplog.records if "member cache is off" in r.getMessage()]
     assert len(said) == len(corpus.files()) == 2  # once per file, however many opens
     assert all("neither ETag nor Last-Modified" in text for text in said)
-    assert not list((tmp_path / "members").glob("*/*"))
+    assert not list((tmp_path / "members" / FOLDER).glob("*/*"))
 
 
 def _bad_files(folder: Path, kind: str) -> Path:

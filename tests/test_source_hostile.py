@@ -17,6 +17,7 @@ import remote_servers
 from openwebtext import Corpus, Loader
 from openwebtext.errors import CorpusError, OWTError
 from openwebtext.source import fetching, retry, watchdog
+from openwebtext.source.membercache import FOLDER
 from remote_servers import RangeServer, local_stream
 from support import texts
 
@@ -207,7 +208,7 @@ def test_a_damaged_member_cache_entry_is_dropped_and_fetched_again(
     cache = tmp_path / "members"
     corpus = Corpus.open(http.url + "/", cache_dir=cache)
     first = texts(corpus, seed=4, workers=0)
-    entries = sorted(p for p in cache.glob("*/*") if not p.name.startswith("."))
+    entries = sorted(p for p in (cache / FOLDER).glob("*/*") if not p.name.startswith("."))
     assert len(entries) == len(corpus.units)
     for entry in entries:
         data = bytearray(entry.read_bytes())

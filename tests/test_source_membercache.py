@@ -12,7 +12,7 @@ import pytest
 import remote_servers
 from openwebtext import Corpus
 from openwebtext.source import configure
-from openwebtext.source.membercache import CHECKSUM_BYTES, MemberCache, parse_size
+from openwebtext.source.membercache import CHECKSUM_BYTES, FOLDER, MemberCache, parse_size
 from remote_servers import RangeServer, local_stream
 from support import texts
 
@@ -37,7 +37,7 @@ def test_second_epoch_reads_from_the_member_cache(
     second = texts(corpus, seed=4, workers=2)
     assert http.gets == 0
     assert first == second == local_stream(small_corpus, seed=4)
-    assert len(list((tmp_path / "members").glob("*/*"))) == len(corpus.units)
+    assert len(list((tmp_path / "members" / FOLDER).glob("*/*"))) == len(corpus.units)
 
 
 def test_member_cache_respects_its_cap(http: RangeServer, tmp_path: Path) -> None:
@@ -46,7 +46,7 @@ def test_member_cache_respects_its_cap(http: RangeServer, tmp_path: Path) -> Non
     cap = sizes[-1] + sizes[-2]  # room for two members, never three
     configure(None, cache_dir=tmp_path / "members", cache_size=cap)
     texts(corpus, seed=4, workers=2)
-    held = [p.stat().st_size for p in (tmp_path / "members").glob("*/*")]
+    held = [p.stat().st_size for p in (tmp_path / "members" / FOLDER).glob("*/*")]
     assert 1 <= len(held) <= 2 and sum(held) <= cap
 
 
@@ -185,7 +185,7 @@ def test_a_file_replaced_with_the_same_offsets_never_serves_old_cached_members(
             return [json.loads(line)["text"][0] for line in run.stdout.splitlines()]
 
         assert stream("0") == list("aaabbb")
-        assert any(members.glob("*/*"))
+        assert any((members / FOLDER).glob("*/*"))
         _outer_tar(tar, "cd")  # other bytes, the same offsets and sizes, a new ETag
         st = tar.stat()
         os.utime(tar, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
@@ -234,3 +234,62 @@ def test_two_writers_keep_the_cap_together(tmp_path: Path) -> None:
         held = [p.stat().st_size for p in tmp_path.glob("*/*")]
         assert sum(held) <= cap, (key, held)
     assert b.get("b2", size) is not None  # (the newest kept)
+
+
+def test_the_cache_evicts_its_own_files_only(http: RangeServer, tmp_path: Path) -> None:
+    """``cache_dir`` pointed at a folder that holds other files (a run's checkpoint, the
+    built-in corpora of ``OWT_CACHE_DIR``): the cache counted and evicted every file in its
+    subfolders, oldest first, so those went before its own entries. It owns ``FOLDER`` in
+    ``cache_dir`` now, and in it counts and removes its own names only."""
+    scratch = tmp_path / "scratch"
+    keep = scratch / "myrun" / "checkpoint.pt"
+    keep.parent.mkdir(parents=True)
+    keep.write_bytes(b"x" * 5000)
+    os.utime(keep, (1_000_000, 1_000_000))  # (older than any entry: evicted first, before)
+    stray = scratch / FOLDER / "ab" / "notes.txt"  # (not an entry's name, in the cache's own)
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"y" * 5000)
+    os.utime(stray, (1_000_000, 1_000_000))
+    corpus = Corpus.open(http.url + "/")
+    sizes = sorted(u.size for u in corpus.units)
+    configure(None, cache_dir=scratch, cache_size=sizes[-1] + sizes[-2])
+    texts(corpus, seed=4, workers=0)
+    assert keep.read_bytes() == b"x" * 5000 and stray.read_bytes() == b"y" * 5000
+    entries = [p for p in (scratch / FOLDER).glob("*/*") if p != stray]
+    assert 1 <= len(entries) <= 2
+
+
+def test_an_uncapped_writer_s_entries_count_toward_a_capped_one_s_cap(tmp_path: Path) -> None:
+    """One process writing with no cap, one with: the shared count missed the uncapped one's
+    writes, and the cache stayed over its cap at rest."""
+    capped, uncapped = MemberCache(tmp_path, cap=1000), MemberCache(tmp_path)
+    capped.put("aa" * 20, bytes(92))
+    for k in range(20):
+        uncapped.put(f"{k:02d}" + "b" * 38, bytes(92))
+    capped.put("cc" * 20, bytes(92))
+    assert sum(p.stat().st_size for p in tmp_path.glob("*/*")) <= 1000
+
+
+def test_an_entry_that_cannot_be_read_is_replaced_by_a_readable_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A replacement takes the mode of the file it replaces (``files.atomic_file``): an entry
+    made unreadable (mode 000) stayed unreadable, a miss on every read. (Its read refused as
+    it is for a user other than root, who reads any mode.)"""
+    from openwebtext.source import membercache
+
+    cache = MemberCache(tmp_path)
+    cache.put("k1", b"x" * 10)
+    entry = tmp_path / "k1" / "k1"
+    entry.chmod(0)
+    real = membercache.read_file
+
+    def refused(path, limit):  # type: ignore[no-untyped-def]
+        if Path(path) == entry and not entry.stat().st_mode & 0o444:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, limit)
+
+    monkeypatch.setattr(membercache, "read_file", refused)
+    assert cache.get("k1", 10) is None
+    cache.put("k1", b"x" * 10)
+    assert entry.stat().st_mode & 0o400 and cache.get("k1", 10) == b"x" * 10

@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -31,21 +32,19 @@ from openwebtext.codec import read_file
 from openwebtext.errors import OutputError
 from openwebtext.files import atomic_file, folder_locked
 
-__all__ = ["CHECKSUM_BYTES", "STALE_SECONDS", "MemberCache", "parse_size"]
+__all__ = ["CHECKSUM_BYTES", "FOLDER", "STALE_SECONDS", "MemberCache", "parse_size"]
 
 STALE_SECONDS = 600.0
 CHECKSUM_BYTES = 8
 #: The file in the cache's folder that says the bytes its entries hold (``MemberCache.put``).
 TOTAL = "total"
+#: The folder of ``cache_dir`` the member cache owns (``RangeReader``): the cache counts and
+#: evicts its own files only, never another's that share ``cache_dir`` (a checkpoint, a corpus).
+FOLDER = "owt-members"
 
 
 def _checksum(data: bytes) -> bytes:
     return hashlib.blake2b(data, digest_size=CHECKSUM_BYTES).digest()
-
-
-def _is_temporary(name: str) -> bool:
-    """An ``atomic_file`` temporary (``.NAME.XXXX.tmp``; entries' names are hex)."""
-    return name.startswith(".")
 
 
 def parse_size(text: str) -> int:
@@ -61,6 +60,14 @@ def parse_size(text: str) -> int:
 
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def _unreadable(path: Path, exc: OSError) -> None:
+    """Remove the cache's own file ``path`` that could not be read for its permissions (a
+    replacement would take its mode: ``files.atomic_file``), so that the next write is read."""
+    if isinstance(exc, PermissionError):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 class MemberCache:
@@ -90,8 +97,9 @@ class MemberCache:
         path = self._path(key)
         try:  # (a regular file's, at most the entry's size: a FIFO's read would wait forever)
             raw = read_file(path, CHECKSUM_BYTES + size)
-        except OSError:
+        except OSError as exc:
             self.misses += 1
+            _unreadable(path, exc)
             return None
         data = raw[CHECKSUM_BYTES:]
         if len(data) != size:  # never taken as data; the next put replaces it
@@ -123,15 +131,14 @@ class MemberCache:
                 f.write(data)
         except (OSError, OutputError):
             return
-        if self.cap is None:
-            return
         # The bytes held, one count shared by every process writing here (a worker's own count
-        # missed the others': the cache outgrew its cap), kept under the folder's lock; counted
-        # again where none is said (a file system that cannot lock: at every put).
+        # missed the others': the cache outgrew its cap; an uncapped one's writes count too),
+        # kept under the folder's lock; counted again where none is said (a file system that
+        # cannot lock: at every put).
         with folder_locked(self.root) as locked:
             said = self._said_total() if locked else None
             total = self._scan_total() if said is None else said + held
-            if total > self.cap:
+            if self.cap is not None and total > self.cap:
                 total = self.evict()
             if locked:
                 with (contextlib.suppress(OSError, OutputError),
@@ -143,23 +150,31 @@ class MemberCache:
         count, or not one)."""
         try:
             text = read_file(self.root / TOTAL, 32)
-        except OSError:
+        except OSError as exc:
+            _unreadable(self.root / TOTAL, exc)
             return None
         return int(text) if text.isdigit() else None
 
     def _entries(self) -> list[tuple[float, int, Path, bool]]:
-        """(mtime, size, path, is a temporary file) of everything in the cache."""
+        """(mtime, size, path, is a temporary file) of the cache's own files: entries (and
+        their temporaries) by their names, in folders by theirs; nothing else is counted, nor
+        ever removed."""
         found = []
         with contextlib.suppress(OSError):
             for sub in self.root.iterdir():
-                if not sub.is_dir():
+                if len(sub.name) != 2 or not sub.is_dir():  # (``_path``: KEY[:2]/KEY)
                     continue
                 for path in sub.iterdir():
+                    name = path.name  # (an entry: KEY; ``atomic_file``'s: .KEY.XXXX.tmp)
+                    temporary = name.startswith("." + sub.name) and name.endswith(".tmp")
+                    if not (temporary or (name.startswith(sub.name) and "." not in name)):
+                        continue
                     try:
-                        st = path.stat()
+                        st = path.lstat()
                     except OSError:
                         continue
-                    found.append((st.st_mtime, st.st_size, path, _is_temporary(path.name)))
+                    if stat.S_ISREG(st.st_mode):  # (a folder, a link in its place: not ours)
+                        found.append((st.st_mtime, st.st_size, path, temporary))
         return found
 
     def _scan_total(self) -> int:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from openwebtext.errors import CorruptMember
 from openwebtext.source.fetching import fetch
-from openwebtext.source.membercache import MemberCache
+from openwebtext.source.membercache import FOLDER, MemberCache
 from openwebtext.source.settings import Storage, is_url, placed, resolve
 
 __all__ = ["MAX_GAP", "MERGE_BYTES", "THREADS", "ByteSpan", "RangeReader", "Span"]
@@ -80,7 +81,7 @@ class RangeReader:
         self.threads = threads
         self.storage = resolve(storage)
         if cache is None and (settings := self.storage.cache) is not None:
-            cache = MemberCache(settings.root, settings.cap)
+            cache = MemberCache(Path(settings.root) / FOLDER, settings.cap)
         self.cache = cache
         self.from_cache = False
         """Whether the last ``read`` was served by the member cache (its copy intact)."""
