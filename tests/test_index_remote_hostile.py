@@ -237,3 +237,21 @@ def test_a_remote_index_cache_entry_of_wrong_types_names_its_field_and_is_indexe
     with caplog.at_level(logging.WARNING, logger="openwebtext"):
         assert Corpus.open(url).units == first.units
     assert not caplog.records
+
+
+def test_a_cached_index_s_subset_edited_is_indexed_again(
+    http: RangeServer, caplog: pytest.LogCaptureFixture
+) -> None:  # fmt: skip
+    """The entry's digest covered its rows, not its ``subset``, which every document carries
+    (``Document.subset``, ``owt stream --jsonl``, Ray's column): one bit there relabelled the
+    file's documents, taken without a word."""
+    url = http.url + "/urlsf_subset01.tar"
+    first = Corpus.open(url)
+    path = cache_path(url)
+    raw = json.loads(path.read_text())
+    assert raw["subset"] == "urlsf_subset01"
+    path.write_text(json.dumps({**raw, "subset": "urlsf_subset00"}))
+    with caplog.at_level(logging.WARNING, logger="openwebtext"):
+        again = Corpus.open(url)
+    assert {u.subset for u in again.units} == {"urlsf_subset01"} and again.units == first.units
+    assert "its members are not those it was written with" in caplog.text

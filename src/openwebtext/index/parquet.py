@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import threading
 from typing import Any
@@ -32,7 +33,7 @@ from openwebtext.files import atomic_write, cache_root, open_to_read
 from openwebtext.formats import PARQUET
 from openwebtext.index.outer import LocalFile, Readable
 from openwebtext.records import Unit
-from openwebtext.source import RangeFile, Storage, is_url, placed, resolve
+from openwebtext.source import RangeFile, Storage, is_url, placed, redact, resolve
 
 __all__ = [
     "FOOTER_GUESS",
@@ -50,6 +51,8 @@ TEXT_COLUMN = "text"
 #: Bytes read from a file's end to find its footer in one request (most footers fit).
 FOOTER_GUESS = 64 << 10
 _MAGIC = b"PAR1"
+
+log = logging.getLogger("openwebtext")
 _TEXT_TYPES = ("string", "large_string", "binary", "large_binary", "string_view")
 
 
@@ -245,7 +248,8 @@ def save_footer(url: str, storage: Storage | None) -> None:
     _FOOTERS[version] = footer
     if not info.identity:
         return
-    stamp = json.dumps({"url": url, "size": info.size, "identity": info.identity})
+    stamp = json.dumps({"url": url, "size": info.size, "identity": info.identity,
+                        "sha256": hashlib.sha256(footer).hexdigest()})  # fmt: skip
     path = _footer_path(url, store.place)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,9 +268,11 @@ def _load_footer(url: str, store: Storage) -> bytes | None:
         footer = bytes.fromhex(body)
     except (OSError, ValueError):
         return None
-    if known != {"url": url, "size": info.size, "identity": info.identity}:
+    said = {"url": url, "size": info.size, "identity": info.identity}
+    if not isinstance(known, dict) or {k: known.get(k) for k in said} != said:
         return None
-    if footer[-4:] != _MAGIC or int.from_bytes(footer[-8:-4], "little") + 8 != len(footer):
+    if known.get("sha256") != hashlib.sha256(footer).hexdigest():  # (damaged on disk: read it)
+        log.warning("parquet footer cache entry of %s is damaged: read again", redact(url))
         return None
     return footer
 

@@ -243,7 +243,7 @@ def _load(url: str, info: FileInfo, place: str, column: str) -> list[Unit] | Non
     rows = cached.units
     units = [Unit(url, r.member, r.offset, r.size, r.kind, cached.subset, r.index) for r in rows]
     wrong = _inconsistent(units, info)
-    if wrong is None and cached.digest != _digest(rows):
+    if wrong is None and cached.digest != _digest(rows, cached.subset):
         wrong = "its members are not those it was written with"
     if wrong is not None:
         log.warning("%s: the cached index is wrong (%s): the file is indexed again", url, wrong)
@@ -277,10 +277,11 @@ def _rows(units: list[Unit]) -> tuple[_Row, ...]:
     return tuple(_Row(u.member, u.offset, u.size, u.kind, u.member_index) for u in units)
 
 
-def _digest(rows: tuple[_Row, ...]) -> str:
-    """A checksum of the rows of units as written: an entry edited since is never taken."""
-    text = json.dumps([msgspec.structs.astuple(row) for row in rows], separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+def _digest(rows: tuple[_Row, ...], subset: str) -> str:
+    """A checksum of the rows of units as written, and of their subset (every document's
+    ``subset``): an entry edited since is never taken."""
+    said = [subset, [msgspec.structs.astuple(row) for row in rows]]
+    return hashlib.sha256(json.dumps(said, separators=(",", ":")).encode()).hexdigest()
 
 
 def _save(url: str, info: FileInfo, units: list[Unit], place: str, column: str) -> None:
@@ -288,7 +289,8 @@ def _save(url: str, info: FileInfo, units: list[Unit], place: str, column: str) 
     if not units or not info.identity:
         return
     rows = _rows(units)
-    record = IndexCache(url, place, info.size, info.identity, units[0].subset, rows, _digest(rows))
+    subset = units[0].subset
+    record = IndexCache(url, place, info.size, info.identity, subset, rows, _digest(rows, subset))
     path = cache_path(url, place, column)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
