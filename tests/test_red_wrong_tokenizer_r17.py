@@ -175,3 +175,27 @@ def test_a_run_s_meta_json_says_why_before_its_ids_are_judged(
     for on_error in ("raise", "skip"):
         with pytest.raises(WrongTokenizer, match=said):
             list(Loader(corpus, tokenizer="bytes", workers=0, on_error=on_error))
+
+
+@pytest.mark.parametrize("on_error", ["raise", "skip"])
+def test_a_tokenizer_that_writes_its_end_of_text_inside_a_document_is_refused(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch, on_error: str
+) -> None:  # fmt: skip
+    """The loaded tokenizers are checked for it (``load_hf``); the ids of every member are too,
+    in one pass: a document would be cut at the id, and a token file count one more."""
+    from openwebtext import Tokenizer
+
+    real = Tokenizer.encode_packed
+
+    def with_eot_inside(self, texts):  # type: ignore[no-untyped-def]
+        ids, counts = real(self, texts)
+        ids = ids.copy()
+        ids[1] = self.eot  # (inside the first document: it has more than two ids)
+        return ids, counts
+
+    monkeypatch.setattr(Tokenizer, "encode_packed", with_eot_inside)
+    loader = Loader(Corpus.open(small_corpus), tokenizer="bytes", workers=0, on_error=on_error)
+    said = r"the tokenizer 'bytes' wrote its end-of-text id 256 inside document \S+"
+    with pytest.raises(WrongTokenizer, match=said) as caught:
+        list(loader)
+    assert caught.value.path is not None and caught.value.member is not None

@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import pickle
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -235,6 +236,34 @@ def test_hf_without_end_token(tmp_path: Path) -> None:
     with pytest.raises(TokenizerError, match="no end-of-text token") as info:
         load_tokenizer(f"hf:{path}")
     assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["added-not-special", "a-word"])
+def test_hf_whose_end_of_text_text_encodes_as_its_id_is_refused(tmp_path: Path, how: str) -> None:
+    """An end-of-text token a document's text can produce (an added token not marked special,
+    an ordinary word of a word-level vocabulary): such a document was cut there, and ``owt
+    tokenize`` wrote files its own reader then refused (one document more than its meta.json
+    said). Refused when the tokenizer is loaded."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import AddedToken, decoders, models, pre_tokenizers
+
+    if how == "a-word":
+        tok = tokenizers.Tokenizer(models.WordLevel({"<unk>": 0, "hello": 1, "</s>": 2},
+                                                    unk_token="<unk>"))  # fmt: skip
+        tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+        name = "</s>"
+    else:
+        alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+        tok = tokenizers.Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)},
+                                              merges=[]))  # fmt: skip
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_tokens([AddedToken("<|endoftext|>", special=False)])
+        name = "<|endoftext|>"
+    path = tmp_path / "tok.json"
+    tok.save(str(path))
+    with pytest.raises(TokenizerError, match=re.escape(f"encodes the text {name!r} as its end")):
+        load_tokenizer(f"hf:{path}")
 
 
 def test_hf_bad_files(tmp_path: Path) -> None:

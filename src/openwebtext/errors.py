@@ -181,9 +181,11 @@ class UnknownFormat(CorpusError):
 
 
 class WrongTokenizer(CorpusError):
-    """A token corpus read without the tokenizer its ids were written with: none, one of
-    another width, or another than its ``meta.json`` records. The options' fault, not the
-    data's, so never counted as a skip under ``on_error="skip"``: every unit would be."""
+    """A corpus its tokenizer cannot read: a token corpus read without the tokenizer its ids
+    were written with (none, one of another width, another than its ``meta.json`` records,
+    most ids past its vocabulary), or a tokenizer that wrote its end-of-text id inside a
+    document. The options' fault, not the data's, so never counted as a skip under
+    ``on_error="skip"``: every unit would be."""
 
     skippable = False
 

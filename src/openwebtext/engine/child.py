@@ -212,7 +212,7 @@ def read_unit(
     member = reader.read(unit)
     if tokenizer is None:
         return member, member.data, member.offsets, None
-    encoded = encode_member(member, tokenizer, normalise=normalise)
+    encoded = encode_member(member, tokenizer, unit, normalise=normalise)
     return member, encoded.data, encoded.offsets, encoded.counts
 
 

@@ -4,9 +4,13 @@ read it, and nanoGPT's text rule (``nanogpt_text``) applied before, when asked."
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+
+import numpy as np
 
 from openwebtext.engine.member import Member
+from openwebtext.errors import WrongTokenizer
+from openwebtext.records import Unit
 
 if TYPE_CHECKING:
     from openwebtext.tokenizer import Tokenizer
@@ -37,8 +41,26 @@ def nanogpt_text(text: str) -> str:
     return _BLANK_LINES.sub("\n\n", text).strip()
 
 
-def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = False) -> Encoded:
-    """Tokenize the kept documents of ``member`` (its text is already checked).
+def _eot_inside(
+    member: Member, unit: Unit, kept: list[int], ids: Any, counts: list[int], tokenizer: Tokenizer
+) -> NoReturn:
+    """Raise that the tokenizer wrote its end-of-text id inside a document of ``member`` (a
+    stream would cut the document there, a token file count two)."""
+    ends = np.cumsum(counts)
+    inside = np.flatnonzero(ids == tokenizer.eot)
+    first = next(int(at) for at in inside if at + 1 not in set(ends.tolist()))
+    k = kept[int(np.searchsorted(ends, first, "right"))]
+    raise WrongTokenizer(
+        f"the tokenizer {tokenizer.spec!r} wrote its end-of-text id {tokenizer.eot} inside "
+        f"document {member.names[k]}: it would be cut there (the text of a token not marked "
+        "special)", unit.path, unit.member,
+    )  # fmt: skip
+
+
+def encode_member(
+    member: Member, tokenizer: Tokenizer, unit: Unit, *, normalise: bool = False
+) -> Encoded:
+    """Tokenize the kept documents of ``member``, read of ``unit`` (its text is checked).
 
     Each document's ids end with ``tokenizer.eot``, as nanoGPT's
     ``prepare.py`` writes them, so concatenating documents packs them.
@@ -56,6 +78,8 @@ def encode_member(member: Member, tokenizer: Tokenizer, *, normalise: bool = Fal
     if normalise:
         texts = [nanogpt_text(text) for text in texts]
     ids, kept_counts = tokenizer.encode_packed(texts)  # one array: no Python int per id
+    if np.count_nonzero(ids == tokenizer.eot) != len(kept):  # (one pass: ~1% of encoding)
+        _eot_inside(member, unit, kept, ids, kept_counts, tokenizer)
     offsets = [-1] * len(member.offsets)
     counts = [0] * len(member.offsets)
     itemsize = tokenizer.dtype.itemsize

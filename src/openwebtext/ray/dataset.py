@@ -230,7 +230,7 @@ class _ReadGroup:
         for dropped in member.dropped:
             self._error(dropped, skipped)
         if tokenizer is not None:
-            encoded = encode_member(member, tokenizer)
+            encoded = encode_member(member, tokenizer, unit)
             # The kept documents' ids, packed in the order of the rows appended below.
             ids.append(np.frombuffer(encoded.data, dtype=tokenizer.dtype))
         texts = iter(member.texts or ())

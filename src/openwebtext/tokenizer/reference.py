@@ -348,6 +348,15 @@ def load_hf(spec: str, path: str) -> Vocabulary:
         text: str = tok.decode(list(ids), skip_special_tokens=False)
         return text
 
+    # A document is cut at the end-of-text id: its text inside one must be text, never the id
+    # (an added token not marked special, an ordinary word of a word-level vocabulary).
+    name = tok.id_to_token(eot)
+    if eot in encode(f"a {name} b{name}"):
+        raise TokenizerError(
+            f"tokenizer {spec!r}: {path} encodes the text {name!r} as its end-of-text id {eot}: "
+            "a document holding that text would be cut there (make it a special token: "
+            "AddedToken(..., special=True))"
+        )
     # The file's own added tokens, alone and inside text: where a fast backend's matching of
     # them could differ from tokenizers'.
     added = [str(token.content) for token in tok.get_added_tokens_decoder().values()]

@@ -40,7 +40,10 @@ EncodeU32 = Callable[[str], Any]
 
 
 class TokenizerError(OWTError):
-    """A tokenizer spec that cannot be loaded: unknown, a missing extra, a bad file, no network."""
+    """A tokenizer spec that cannot be loaded: unknown, a missing extra, a bad file, no network.
+    Never a skip under ``on_error="skip"`` (the options' fault: every unit would be one)."""
+
+    skippable = False
 
 
 class TokenizerWarning(UserWarning):
