@@ -181,6 +181,27 @@ def test_a_killed_pass_goes_on(
     assert local_files(killed) == local_files(whole)
 
 
+def test_a_datatrove_pass_killed_after_its_link_leaves_no_temporary_file(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """Killed after ``train.ds`` was linked to ``train.bin`` (while hashing it, 18 GB on
+    OpenWebText), the next pass linked it again: a rename onto a link to the same file does
+    nothing, and ``.train.ds.link`` was left beside the finished files."""
+    out = tmp_path / "out"
+    prepare(Corpus.open(small_corpus), out, _opts())
+    real = convert_module.hashlib.file_digest
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # (the pass's end: train.ds linked, nothing recorded)
+
+    monkeypatch.setattr(convert_module.hashlib, "file_digest", killed)
+    with pytest.raises(KeyboardInterrupt):
+        write_format(out, "datatrove")
+    monkeypatch.setattr(convert_module.hashlib, "file_digest", real)
+    write_format(out, "datatrove")
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
 @pytest.mark.parametrize(
     "damage",
     [

@@ -345,7 +345,8 @@ def _link(source: Path, path: Path) -> FileInfo:
     except OSError:
         with os.fdopen(codec.open_regular(source), "rb") as f:
             return _write(path, iter(lambda: f.read(_COPY), b""))
-    os.replace(tmp, path)
+    os.replace(tmp, path)  # (a no-op, tmp kept, when path is a link to source already)
+    tmp.unlink(missing_ok=True)
     with os.fdopen(codec.open_regular(path), "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     return FileInfo(path.stat().st_size, digest)
