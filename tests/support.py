@@ -799,3 +799,18 @@ def held_reads(monkeypatch: pytest.MonkeyPatch, at: int = 2) -> tuple[Any, Any]:
 
     monkeypatch.setattr(inline, "read_unit", read_unit)
     return inside, go
+
+
+def stateful_items(items: list[Any]) -> Any:
+    """``items`` as batches with a state (``Stateful``: what ``ahead``/``to_device`` read):
+    each ``iter`` from the first, and always the state ``{}``."""
+
+    class Items:
+        def __iter__(self) -> Iterator[Any]:
+            return iter(items)
+
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+    return Items()
+

@@ -28,7 +28,7 @@ from openwebtext.stream import Ahead, readahead
 from openwebtext.stream.readahead import Made
 from openwebtext.stream.source import OwnNext
 from openwebtext.synth import write_corpus
-from support import wait_until
+from support import stateful_items, wait_until
 
 #: A bound on every wait for another thread (never reached when the code is right).
 BOUND = 30.0
@@ -372,17 +372,6 @@ def test_a_thread_that_ended_without_a_word_is_an_error_never_a_wait_for_ever(
 
 def test_batches_that_run_out_still_end_the_stage() -> None:
     """(Unchanged: only the source running out ends the batches, as before.)"""
-    stage = Ahead(iter_state([np.zeros(2), np.ones(2)]), 2)
+    stage = Ahead(stateful_items([np.zeros(2), np.ones(2)]), 2)
     assert len(list(stage)) == 2 and next(stage, "ended") == "ended"
-
-
-def iter_state(items: list[Any]) -> Any:
-    class Items:
-        def __iter__(self) -> Iterator[Any]:
-            return iter(items)
-
-        def state_dict(self) -> dict[str, Any]:
-            return {}
-
-    return Items()
 

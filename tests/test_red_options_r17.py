@@ -49,6 +49,18 @@ def _over_ranks(folder: Path, **options: object) -> list[str]:
     return texts
 
 
+def _gz_unreadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the disk fail (EIO) every read of a ``.gz`` file's units."""
+    real = engine_raw.UnitBytes.read
+
+    def eio(self, unit):  # type: ignore[no-untyped-def]
+        if unit.path.endswith(".gz"):
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, unit)
+
+    monkeypatch.setattr(engine_raw.UnitBytes, "read", eio)
+
+
 def _counts_files(folder: Path) -> list[Path]:
     return sorted(folder.glob(".owt-counts-*"))
 
@@ -72,14 +84,7 @@ def test_a_member_the_disk_could_not_read_is_not_kept_as_failed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # fmt: skip
     folder = _two_files(tmp_path / "c")
-    real = engine_raw.UnitBytes.read
-
-    def eio(self, unit):  # type: ignore[no-untyped-def]
-        if unit.path.endswith(".gz"):
-            raise OSError(errno.EIO, "Input/output error")
-        return real(self, unit)
-
-    monkeypatch.setattr(engine_raw.UnitBytes, "read", eio)
+    _gz_unreadable(monkeypatch)
     counts = count_documents(Corpus.open(folder), workers=0, on_error="skip")
     assert counts.failed == counts.unsure == (0,)
     with pytest.raises(ValueError, match="are not saved"):
@@ -115,14 +120,7 @@ def test_owt_index_does_not_save_counts_it_cannot_vouch_for(
     tmp_path: Path, owt, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
 ) -> None:  # fmt: skip
     folder = _two_files(tmp_path / "c")
-    real = engine_raw.UnitBytes.read
-
-    def eio(self, unit):  # type: ignore[no-untyped-def]
-        if unit.path.endswith(".gz"):
-            raise OSError(errno.EIO, "Input/output error")
-        return real(self, unit)
-
-    monkeypatch.setattr(engine_raw.UnitBytes, "read", eio)
+    _gz_unreadable(monkeypatch)
     ran = owt("index", str(folder), "--on-error", "skip", "--jobs", "0")
     assert ran.returncode == 1 and "counts NOT saved" in ran.stderr
     assert "Input/output error" in ran.stderr

@@ -25,7 +25,7 @@ stateful = pytest.importorskip("torchdata.stateful_dataloader")
 from openwebtext import Loader, ahead  # noqa: E402
 from openwebtext.torch import DeviceBatches, PackedBatchDataset, to_device  # noqa: E402
 from resumable import check_save_load  # noqa: E402
-from support import NumberedBatches, fit_window  # noqa: E402
+from support import NumberedBatches, fit_window, stateful_items  # noqa: E402
 
 S, B = 256, 4  # a few hundred batches a pass of the small corpus
 OPTIONS: dict[str, Any] = dict(tokenizer="bytes", seed=3, shuffle_buffer=30, workers=1)
@@ -250,19 +250,8 @@ def test_what_the_stage_refuses() -> None:
         to_device(NumberedBatches(1), "cpu", depth=0)
     with pytest.raises(TypeError, match="need a state_dict"):
         to_device([np.zeros(3)], "cpu")
-    with to_device(iter_of([["not", "arrays"]]), "cpu") as stage, pytest.raises(TypeError):
+    with to_device(stateful_items([["not", "arrays"]]), "cpu") as stage, pytest.raises(TypeError):
         next(stage)
-
-
-def iter_of(items: list[Any]) -> Any:
-    class Items:
-        def __iter__(self) -> Iterator[Any]:
-            return iter(items)
-
-        def state_dict(self) -> dict[str, Any]:
-            return {}
-
-    return Items()
 
 
 def test_a_stateful_dataloader_through_the_stage(indexed: Path) -> None:
