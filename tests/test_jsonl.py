@@ -130,3 +130,18 @@ def test_a_folder_keeps_jsonl_files_by_name(tmp_path: Path) -> None:
     shutil.copy(tmp_path / "f" / "x.jsonl", tmp_path / "f" / "y.ndjson")
     corpus = Corpus.open(tmp_path / "f")
     assert [u.member for u in corpus.units] == ["x.jsonl", "y.ndjson"]
+
+
+def test_a_first_record_without_the_field_before_a_long_one_is_not_judged_alone(
+    tmp_path: Path
+) -> None:  # fmt: skip
+    """A first line without the field, then one longer than the head read at the open: one
+    record alone is no verdict on the file (a bad document, left to the reader)."""
+    path = tmp_path / "docs.jsonl"
+    lines = [json.dumps({"meta": 1}), json.dumps({"text": "x" * (100 << 10)}),
+             json.dumps({"text": "y"})]  # fmt: skip
+    path.write_text("\n".join(lines) + "\n")
+    loader = Loader(Corpus.open(path), workers=0, shuffle=False, on_error="skip")
+    with loader.iter() as it:
+        assert [len(d.text) for d in it] == [100 << 10, 1]
+        assert it.stats.skipped_documents == 1

@@ -16,6 +16,7 @@ Every race here is forced (events, monkeypatched hooks); the waits are bounds, n
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -354,6 +355,44 @@ def test_a_stop_iteration_out_of_the_sources_state_dict_is_its_error() -> None:
         in_thread(lambda: next(stage))
     said_failed(stage, r"the batches' state_dict\(\) raised")
     assert stage.state_dict() == {"n": 2}
+
+
+def test_a_stop_iteration_out_of_the_sources_iter_is_its_error() -> None:
+    """The one ``StopIteration`` no ``called`` wraps: the source's ``iter()`` on the thread."""
+
+    class Source:
+        def __iter__(self) -> Iterator[Any]:
+            raise StopIteration("none")
+
+        def state_dict(self) -> dict[str, Any]:
+            return {}
+
+    stage = Ahead(Source(), 2)
+    with pytest.raises(RuntimeError, match="StopIteration"):
+        next(stage)
+
+
+def test_two_consumers_hand_out_in_order_and_the_state_is_the_last_batch_s() -> None:
+    """Two threads in ``next()``: one holding batch 1 (taken, not yet handed out) while the
+    other took batch 2 and handed it out first; then the first set the state back to batch
+    1's, and a resume from it repeated batch 2. They take turns now. (The other thread is
+    given half a second to take a batch it must not: bounded, it fails only the mutant.)"""
+    stage = Ahead(Weighted(), 2)
+    held, go = held_after_taking(stage, 1)
+    got: dict[str, int] = {}
+    first = threading.Thread(target=lambda: got.setdefault("a", int(next(stage)[0])),
+                             daemon=True)  # fmt: skip
+    first.start()
+    assert held.wait(BOUND)
+    second = threading.Thread(target=lambda: got.setdefault("b", int(next(stage)[0])),
+                              daemon=True)  # fmt: skip
+    second.start()
+    time.sleep(0.5)
+    go.set()
+    first.join(BOUND)
+    second.join(BOUND)
+    assert got == {"a": 1, "b": 2} and stage.state_dict()["n"] == 2
+    stage.close()
 
 
 def test_a_thread_that_ended_without_a_word_is_an_error_never_a_wait_for_ever(

@@ -173,3 +173,77 @@ def test_a_tokenizer_s_own_error_is_raised_under_skip(
     loader = Loader(small_corpus, workers=0, tokenizer="bytes", on_error="skip")
     with pytest.raises(UnexpectedError, match=r"unexpected RuntimeError .*the tokenizer failed"):
         list(loader)
+
+
+def test_joined_counts_keep_this_run_s_unsure_failures() -> None:
+    """A count of one more split joined with the splits counted before keeps what this run
+    could not vouch for: else it was saved."""
+    from openwebtext.index import Counts
+
+    known = Counts((3, 0, 2), {}, (1,))
+    counted = Counts((3, 0, 2), {"val:0.1:1": (0, 0, 1)}, (1,), (1,))
+    assert known.joined(counted).unsure == (1,)
+
+
+def test_a_row_group_pyarrow_finds_corrupt_is_a_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """pyarrow's OSError of a row group's bytes, in memory (corrupt snappy data, say): the
+    bytes' fault, kept in the count as failed (never ``Unreadable``)."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from openwebtext.engine import tables
+
+    path = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(20)]}), path,
+                   row_group_size=10)  # fmt: skip
+    real = tables._one_column
+    calls: list[int] = []
+
+    def corrupt(table):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("Corrupt snappy compressed data.")
+        return real(table)
+
+    monkeypatch.setattr(tables, "_one_column", corrupt)
+    skipped: list[Exception] = []
+    counts = count_documents(Corpus.open(path), workers=0, on_error="skip", on_skip=skipped.append)
+    assert [type(e).__name__ for e in skipped] == ["CorruptMember"]
+    assert counts.failed == (1,) and counts.unsure == ()
+
+
+@pytest.mark.remote
+def test_a_remote_member_that_could_not_be_fetched_is_unreadable(tmp_path: Path) -> None:
+    """A file gone from the server since the open: no verdict on its bytes."""
+    pytest.importorskip("aiohttp")
+    from openwebtext.synth import write_corpus
+    from remote_servers import RangeServer
+
+    write_corpus(tmp_path / "c", subsets=2, members=3, docs=5)
+    with RangeServer(tmp_path / "c") as server:
+        corpus = Corpus.open(server.url + "/")
+        (tmp_path / "c" / "urlsf_subset00.tar").rename(tmp_path / "gone")
+        skipped: list[Exception] = []
+        counts = count_documents(corpus, workers=0, on_error="skip", on_skip=skipped.append)
+    assert skipped and all(type(e) is Unreadable for e in skipped), skipped
+    assert counts.unsure == counts.failed and len(counts.failed) == 3
+
+
+@pytest.mark.remote
+def test_a_prefetched_span_that_could_not_be_fetched_is_unreadable(tmp_path: Path) -> None:
+    """The error of a span fetched ahead (``RangeReader.prefetch``) keeps its kind."""
+    pytest.importorskip("aiohttp")
+    from openwebtext.source.ranges import RangeReader, Span
+    from remote_servers import RangeServer
+
+    (tmp_path / "f.bin").write_bytes(b"x" * 100)
+    with RangeServer(tmp_path) as server:
+        reader = RangeReader(threads=1)
+        (tmp_path / "f.bin").unlink()
+        span = Span(server.url + "/f.bin", 0, 10, "m")
+        reader.prefetch([span])
+        with pytest.raises(Unreadable) as caught:
+            reader.read(span)
+    assert type(caught.value) is Unreadable and caught.value.member == "m"

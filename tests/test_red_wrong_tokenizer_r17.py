@@ -19,6 +19,7 @@ from openwebtext import Corpus, Loader, Mixture
 from openwebtext.errors import CorpusError, CorruptDocument, CorruptMember, WrongTokenizer
 from openwebtext.policy import SkipPolicy
 from openwebtext.stream import count_documents
+from openwebtext.tokenizer import TokenizerError
 
 UNIT = 1 << 12
 
@@ -92,6 +93,8 @@ def test_the_skip_policy_never_counts_what_is_not_the_data_s_fault(on_error: str
     error = WrongTokenizer("ids of 4 bytes, not the 2 of the tokenizer 'bytes'", "x.ds", "m")
     with pytest.raises(WrongTokenizer):
         policy.take(error)
+    with pytest.raises(TokenizerError):
+        policy.take(TokenizerError("tokenizer 'hf:x.json': no end-of-text token"))
     counts: dict[str, int] = {}
     with pytest.raises(WrongTokenizer):
         policy.count(error, counts)
@@ -199,3 +202,75 @@ def test_a_tokenizer_that_writes_its_end_of_text_inside_a_document_is_refused(
     with pytest.raises(WrongTokenizer, match=said) as caught:
         list(loader)
     assert caught.value.path is not None and caught.value.member is not None
+
+
+def _skip(corpus: Corpus, **options: object) -> tuple[list[list[int]], int]:
+    """The documents' ids read with the bytes tokenizer under skip, and the skipped ones."""
+    loader = Loader(corpus, tokenizer="bytes", workers=0, shuffle=False, on_error="skip",
+                    **options)  # type: ignore[arg-type]  # fmt: skip
+    with loader.iter() as it:
+        return [d.tokens.tolist() for d in it], it.stats.skipped_documents
+
+
+def test_a_lone_document_past_the_vocabulary_is_a_bad_document(tmp_path: Path) -> None:
+    """Two documents at least, and most of the unit's, are another tokenizer's: one alone is
+    damage (skipped)."""
+    corpus = Corpus.open_tokens(_ids_file(tmp_path / "ids.bin", [[65, 9000]]), eot=256)
+    assert _skip(corpus) == ([], 1)
+
+
+def test_half_the_documents_past_the_vocabulary_are_bad_documents(tmp_path: Path) -> None:
+    documents = [[65, 9000], [66, 9001], [67], [68]]
+    corpus = Corpus.open_tokens(_ids_file(tmp_path / "ids.bin", documents), eot=256)
+    with pytest.raises(CorruptDocument):
+        list(Loader(corpus, tokenizer="bytes", workers=0, shuffle=False))
+    assert _skip(corpus) == ([[67, 256], [68, 256]], 2)
+
+
+def test_a_bad_document_is_skipped_in_its_own_split_only(tmp_path: Path) -> None:
+    """A document of the other split is not this stream's to judge, nor to count."""
+    documents = [[65 + k, 66] for k in range(40)]
+    documents[7] = [65, 9000]
+    corpus = Corpus.open_tokens(_ids_file(tmp_path / "ids.bin", documents), eot=256)
+    skips = [_skip(corpus, split=s, val_fraction=0.3)[1] for s in ("train", "val")]
+    assert sorted(skips) == [0, 1]
+
+
+def test_negative_ids_are_damage_never_another_tokenizer(tmp_path: Path) -> None:
+    """No tokenizer's ids are below 0 (a signed dtype's): most documents holding them are
+    damaged documents, never a ``WrongTokenizer``."""
+    documents = [[65, -5] for _ in range(4)] + [[66]]
+    path = tmp_path / "ids.bin"
+    np.array([i for d in documents for i in (*d, 256)], dtype="<i2").tofile(path)
+    corpus = Corpus.open_tokens(path, eot=256, dtype="int16")
+    assert _skip(corpus) == ([[66, 256]], 4)
+
+
+@pytest.mark.parametrize("at", [0, 1])
+def test_the_refusal_names_the_document_that_holds_the_end_of_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, at: int
+) -> None:  # fmt: skip
+    """The end-of-text at the third document's first id, or its second: that document is
+    named (the one before ends at its own end-of-text, just before)."""
+    from openwebtext import Tokenizer
+    from openwebtext.synth import write_corpus
+
+    write_corpus(tmp_path / "c", subsets=1, members=1, docs=5)
+    real = Tokenizer.encode_packed
+    seen: dict[str, str] = {}
+
+    def with_eot_inside(self, texts):  # type: ignore[no-untyped-def]
+        ids, counts = real(self, texts)
+        ids = ids.copy()
+        ids[counts[0] + counts[1] + at] = self.eot
+        seen["text"] = texts[2]
+        return ids, counts
+
+    monkeypatch.setattr(Tokenizer, "encode_packed", with_eot_inside)
+    loader = Loader(Corpus.open(tmp_path / "c"), tokenizer="bytes", workers=0, shuffle=False)
+    with pytest.raises(WrongTokenizer) as caught:
+        list(loader)
+    monkeypatch.undo()
+    documents = list(Loader(Corpus.open(tmp_path / "c"), workers=0, shuffle=False))
+    (third,) = [d for d in documents if d.text == seen["text"]]
+    assert f"inside document {third.name}:" in str(caught.value)

@@ -293,3 +293,51 @@ def test_an_entry_that_cannot_be_read_is_replaced_by_a_readable_one(
     assert cache.get("k1", 10) is None
     cache.put("k1", b"x" * 10)
     assert entry.stat().st_mode & 0o400 and cache.get("k1", 10) == b"x" * 10
+
+
+@pytest.mark.parametrize("kind", ["link", "folder"])
+def test_a_link_or_folder_in_an_entry_s_place_is_never_counted_nor_removed(
+    tmp_path: Path, kind: str
+) -> None:  # fmt: skip
+    """A link named as an entry (to a file outside), a file in a folder not of the cache's
+    layout: neither counted toward the cap nor evicted."""
+    root, outside = tmp_path / "cache", tmp_path / "precious"
+    outside.write_bytes(b"p" * 5000)
+    if kind == "link":
+        (root / "ab").mkdir(parents=True)
+        odd = root / "ab" / ("ab" + "0" * 38)
+        odd.symlink_to(outside)
+        os.utime(odd, (1_000_000, 1_000_000), follow_symlinks=False)
+    else:
+        odd = root / "ckpt" / "ckpt"
+        odd.parent.mkdir(parents=True)
+        odd.write_bytes(b"c" * 5000)
+        os.utime(odd, (1_000_000, 1_000_000))
+    cache = MemberCache(root, cap=3 * (1000 + CHECKSUM_BYTES))
+    for k in range(3):
+        cache.put(f"{k:02d}" + "e" * 38, bytes(1000))
+    assert os.path.lexists(odd) and outside.read_bytes() == b"p" * 5000
+    assert len([p for p in root.glob("??/*") if p != odd]) == 3  # (the odd one not counted)
+
+
+def test_a_total_that_cannot_be_read_is_written_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """The shared count made unreadable (mode 000): removed, so the next put writes one that
+    is read (else every put listed the folder again, for ever)."""
+    from openwebtext.source import membercache
+
+    cache = MemberCache(tmp_path, cap=10**6)
+    cache.put("k1", b"x" * 10)
+    total = tmp_path / membercache.TOTAL
+    total.chmod(0)
+    real = membercache.read_file
+
+    def refused(path, limit):  # type: ignore[no-untyped-def]
+        if Path(path) == total and not total.stat().st_mode & 0o444:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, limit)
+
+    monkeypatch.setattr(membercache, "read_file", refused)
+    cache.put("k2", b"y" * 10)
+    assert total.stat().st_mode & 0o400 and cache._said_total() == 2 * (10 + CHECKSUM_BYTES)
