@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from openwebtext.engine import Loaded, PoolOptions, open_pool
@@ -20,6 +20,7 @@ from openwebtext.options import NANOGPT_SPLIT, Options
 from openwebtext.plan import in_validation
 from openwebtext.policy import a_verdict
 from openwebtext.records import Unit
+from openwebtext.tokenfiles import TOKENS, document_names, document_range
 
 __all__ = ["ExpectedCounts", "count_documents", "ensure_counts"]
 
@@ -64,8 +65,13 @@ def count_documents(
     failed: list[int] = []  # (counted as no document: ``_failed`` refuses them under raise)
     unsure: list[int] = []  # (of those, what no run but this one would see: never saved)
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
+    # A token unit's documents are named by their index in the file: counted from its member's
+    # name, never read (it needs the stream's tokenizer, which a count has not).
+    tokens = [unit.kind == TOKENS for unit in corpus.units]
     with open_pool(corpus.units, options, corpus.storage) as pool:
-        for loaded in pool.run(range(len(corpus.units))):
+        read = pool.run([k for k, named in enumerate(tokens) if not named])
+        for k, unit in enumerate(corpus.units):
+            loaded = _named(unit) if tokens[k] else next(read)
             member_failed = loaded.errors and not loaded.names
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
             if member_failed or cut:
@@ -93,6 +99,19 @@ def count_documents(
                 progress(1)
     held_out = {k: tuple(v) for k, v in held.items()}
     return Counts(tuple(documents), held_out, tuple(failed), tuple(unsure))
+
+
+class _Named(NamedTuple):
+    """What a count needs of a unit it does not read (``count_documents``)."""
+
+    names: Sequence[str]
+    errors: tuple[OWTError, ...] = ()
+
+
+def _named(unit: Unit) -> _Named:
+    """A token unit's document names, from its member's name (``docs FIRST-LAST``)."""
+    first, stop = document_range(unit.member)
+    return _Named(document_names(unit.member, first, stop))
 
 
 def ensure_counts(

@@ -30,9 +30,8 @@ from openwebtext.errors import CorpusError, StateError
 from openwebtext.index import Corpus
 from openwebtext.mixing import Interleave, draw
 from openwebtext.options import Options
-from openwebtext.stream.counts import ensure_counts
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats, Pending
-from openwebtext.stream.mixture import Mixture
+from openwebtext.stream.mixture import Mixture, part_counted
 from openwebtext.stream.schema import Change, DocumentState, MixtureConfig, MixtureState, Replay
 from openwebtext.stream.source import WindowAhead, failure
 from openwebtext.stream.state import Mark, Stats, check_state, config_of
@@ -141,7 +140,7 @@ class MixedStream:
             if part_state is not None:
                 part_state = _part_state(name, part_state, config_of(corpus, opts, tokenizer))
             resharded = part_state is not None and part_state.reshard is not None
-            corpora[name] = ensure_counts(corpus, opts, always=resharded)
+            corpora[name] = part_counted(name, corpus, opts, always=resharded)
             states[name] = part_state
         lanes = [
             Lane(corpora[n].units, pool_options(opened[n], tokenizer), corpora[n].storage)

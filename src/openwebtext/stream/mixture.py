@@ -16,7 +16,7 @@ from typing import Any, cast, overload
 from msgspec import UNSET, UnsetType
 
 from openwebtext.codec import differing, replace
-from openwebtext.errors import CorpusError, StateError, in_part
+from openwebtext.errors import CorpusError, OWTError, StateError, in_part
 from openwebtext.index import Corpus, file_key
 from openwebtext.mixing import check_weights
 from openwebtext.options import MOST_INT, Options, as_int, countable
@@ -35,7 +35,7 @@ from openwebtext.stream.schema import (
     kind_of,
 )
 
-__all__ = ["PART_OPTIONS", "Mixture", "reshard"]
+__all__ = ["PART_OPTIONS", "Mixture", "part_counted", "reshard"]
 
 #: The options a part may set for itself (``Mixture(options={name: {...}})``); the rest are
 #: the loader's, for every part.
@@ -193,10 +193,11 @@ class Mixture:
         part, with its own options): a DataLoader's workers then inherit the counts."""
         counted = copy.copy(self)
         counted.corpora = {
-            name: ensure_counts(corpus, self.part_options(name, options), always=always)
+            name: part_counted(name, corpus, self.part_options(name, options), always=always)
             for name, corpus in self.corpora.items()
         }
         return counted
+
 
     def config(self) -> MixtureConfig:
         """What a state of the mixture must agree with; made once (it is checked as it is
@@ -466,3 +467,12 @@ def _is_mixture(state: Any) -> bool:
         return False
     inner = state.get("documents") if _batches(state) else state
     return kind_of(inner) is MixtureState
+
+
+def part_counted(name: str, corpus: Corpus, options: Options, *, always: bool = False) -> Corpus:
+    """``ensure_counts`` of the mixture's part ``name``: an error of its count says the part,
+    as its stream's do."""
+    try:
+        return ensure_counts(corpus, options, always=always)
+    except OWTError as exc:
+        raise in_part(exc, name)  # noqa: B904 (the error itself, tagged: its cause kept)
