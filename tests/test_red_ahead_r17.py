@@ -236,6 +236,48 @@ def test_a_weights_change_the_source_refuses_ends_the_stage_saying_so() -> None:
         in_thread(lambda: next(stage))
 
 
+def test_a_weights_change_refused_while_the_consumer_waits_ends_its_loop_saying_so() -> None:
+    """The consumer already waiting in ``next()`` when the change was refused: its loop ended
+    as if the batches had run out (``END`` of a closed stage), the refusal unsaid."""
+
+    class Slow:
+        def __init__(self) -> None:
+            self.k = 0
+
+        def __iter__(self) -> Iterator[int]:
+            while True:
+                time.sleep(0.2)
+                self.k += 1
+                yield self.k
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"k": self.k}
+
+        def set_weights(self, weights: dict[str, float], *, state: dict[str, Any]) -> None:
+            raise ValueError("the source refuses these weights")
+
+    stage = Ahead(Slow(), 1)
+    first, seen = threading.Event(), []
+
+    def consume() -> None:
+        try:
+            for batch in stage:
+                seen.append(batch)
+                first.set()
+            seen.append("ended")
+        except RuntimeError as error:
+            seen.append(str(error))
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    assert first.wait(BOUND)
+    time.sleep(0.05)  # (the consumer waits for its second batch: 0.2 s away)
+    with pytest.raises(ValueError, match="refuses these weights"):
+        stage.set_weights({"a": 1.0})
+    thread.join(BOUND)
+    assert seen[0] == 1 and "set_weights: ValueError: the source refuses" in seen[-1], seen
+
+
 def test_the_state_read_on_another_thread_as_the_stage_starts_is_never_read_ahead() -> None:
     """A state read while another thread starts the stage is the start's: never the source's
     read ahead beside the thread (nothing was handed out). Before, the state read found no

@@ -341,3 +341,23 @@ def test_a_total_that_cannot_be_read_is_written_again(
     monkeypatch.setattr(membercache, "read_file", refused)
     cache.put("k2", b"y" * 10)
     assert total.stat().st_mode & 0o400 and cache._said_total() == 2 * (10 + CHECKSUM_BYTES)
+
+
+def test_an_uncapped_cache_where_no_lock_is_held_never_lists_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A file system that cannot lock (or a holder busy past the wait): an uncapped cache has
+    no cap to keep and no count to share, so it never lists the folder (each put listed it:
+    quadratic in the entries)."""
+    import contextlib
+
+    from openwebtext.source import membercache
+
+    monkeypatch.setattr(membercache, "folder_locked",
+                        lambda folder: contextlib.nullcontext(False))  # fmt: skip
+    cache = MemberCache(tmp_path)
+    scans: list[int] = []
+    monkeypatch.setattr(cache, "_scan_total", lambda: scans.append(1) or 0)
+    for k in range(5):
+        cache.put(f"k{k}", b"x" * 10)
+    assert scans == [] and cache.get("k4", 10) == b"x" * 10

@@ -271,7 +271,9 @@ def _load_footer(url: str, store: Storage) -> bytes | None:
     said = {"url": url, "size": info.size, "identity": info.identity}
     if not isinstance(known, dict) or {k: known.get(k) for k in said} != said:
         return None
-    if known.get("sha256") != hashlib.sha256(footer).hexdigest():  # (damaged on disk: read it)
+    if "sha256" not in known:  # (an entry of before its digest: absent, nothing said)
+        return None
+    if known["sha256"] != hashlib.sha256(footer).hexdigest():  # (damaged on disk: read it)
         log.warning("parquet footer cache entry of %s is damaged: read again", redact(url))
         return None
     return footer

@@ -62,7 +62,8 @@ __all__ = [
 
 log = logging.getLogger("openwebtext")
 
-INDEX_FORMAT = "openwebtext-remote-index/3"  # /2: with the digest of its units; /3: names decoded
+INDEX_FORMAT = "openwebtext-remote-index/4"  # /2: with the digest of its units; /3: names
+# decoded; /4: the digest covers the subset too (a /3 entry is another version's: absent)
 BLOCK = 512  # a tar header, and the unit members are padded to
 INDEX_THREADS = 32  # one per file for OpenWebText's 21 subset tars
 

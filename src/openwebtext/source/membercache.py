@@ -136,6 +136,8 @@ class MemberCache:
         # kept under the folder's lock; counted again where none is said (a file system that
         # cannot lock: at every put).
         with folder_locked(self.root) as locked:
+            if self.cap is None and not locked:  # (no cap to keep, no count to share)
+                return
             said = self._said_total() if locked else None
             total = self._scan_total() if said is None else said + held
             if self.cap is not None and total > self.cap:

@@ -270,6 +270,8 @@ class Ahead(Closing):
             self.close()
             raise
         if batch is END:  # (only the source's end, or a close: never a callable's StopIteration)
+            if self._failed:  # (a change the source refused while this one waited)
+                raise failed_earlier(self._failed)
             raise StopIteration
         return batch
 
