@@ -7,7 +7,8 @@
 - A count under skip kept every failed member in the counts file, whatever the cause: one
   over ``max_member_bytes``, one a disk or network could not read, one whose worker died. A
   later run with other options, or once the network was back, read a share's edge past it:
-  its documents lost, no skip counted. Such counts are now this run's only (``Counts.unsure``).
+  its documents lost, no skip counted. Such members are now marked (``Counts.unsure``), and
+  the next count reads them again, and them only.
 """
 
 from __future__ import annotations
@@ -65,33 +66,56 @@ def _counts_files(folder: Path) -> list[Path]:
     return sorted(folder.glob(".owt-counts-*"))
 
 
-# --- a limit, a read error: counted for this run, not kept ---------------------------------
+# --- a limit, a read error: kept as unsure, read again by the next count ------------------
 
 
-def test_a_count_under_a_limit_is_not_kept_for_a_run_without_it(
+def _unsure(folder: Path) -> list[int]:
+    (path,) = _counts_files(folder)
+    return list(json.loads(path.read_text()).get("unsure", []))
+
+
+def test_a_count_under_a_limit_is_read_again_by_a_run_without_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:  # fmt: skip
     folder = _two_files(tmp_path / "c")
     with caplog.at_level(logging.WARNING, "openwebtext"):
         limited = _over_ranks(folder, max_member_bytes=1000)
-    assert len(limited) < 20 and _counts_files(folder) == []
-    assert "not cached" in caplog.text and "max_member_bytes=1000" in caplog.text
+    assert len(limited) < 20 and _unsure(folder) == [0]
+    assert "the next run reads them again" in caplog.text and "max_member_bytes=1000" in caplog.text
     assert sorted(_over_ranks(folder)) == sorted(_over_ranks(_two_files(tmp_path / "fresh")))
-    assert len(_over_ranks(folder)) == 20 and len(_counts_files(folder)) == 1
+    assert len(_over_ranks(folder)) == 20 and _unsure(folder) == []
 
 
-def test_a_member_the_disk_could_not_read_is_not_kept_as_failed(
+def test_only_the_unsure_members_are_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A count that met a member it could not vouch for is saved, that member marked: the next
+    count reads it alone (every run reading the whole corpus again was the cost before)."""
+    folder = _two_files(tmp_path / "c")
+    _over_ranks(folder, max_member_bytes=1000)
+    read: list[str] = []
+    real = engine_raw.UnitBytes.read
+
+    def counting(self, unit):  # type: ignore[no-untyped-def]
+        read.append(unit.member)
+        return real(self, unit)
+
+    monkeypatch.setattr(engine_raw.UnitBytes, "read", counting)
+    corpus = Corpus.open(folder)
+    counts = count_documents(corpus, workers=0, on_error="skip", again=corpus.counts)
+    assert read == ["a.jsonl.gz"] and counts.documents == (10, 10) and counts.unsure == ()
+
+
+def test_a_member_the_disk_could_not_read_is_read_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # fmt: skip
     folder = _two_files(tmp_path / "c")
     _gz_unreadable(monkeypatch)
     counts = count_documents(Corpus.open(folder), workers=0, on_error="skip")
     assert counts.failed == counts.unsure == (0,)
-    with pytest.raises(ValueError, match="are not saved"):
-        Corpus.open(folder).save_counts(counts)
-    assert len(_over_ranks(folder)) == 10 and _counts_files(folder) == []
+    assert len(_over_ranks(folder)) == 10 and _unsure(folder) == [0]
     monkeypatch.undo()
-    assert len(_over_ranks(folder)) == 20
+    assert len(_over_ranks(folder)) == 20 and _unsure(folder) == []
 
 
 def test_a_corrupt_member_is_a_verdict_and_is_kept(tmp_path: Path) -> None:
@@ -116,15 +140,19 @@ def test_what_a_count_may_keep() -> None:
     assert [a_verdict(e) for e in unsure] == [False] * 4
 
 
-def test_owt_index_does_not_save_counts_it_cannot_vouch_for(
+def test_owt_index_marks_the_counts_it_cannot_vouch_for_and_reads_them_again(
     tmp_path: Path, owt, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
 ) -> None:  # fmt: skip
     folder = _two_files(tmp_path / "c")
     _gz_unreadable(monkeypatch)
     ran = owt("index", str(folder), "--on-error", "skip", "--jobs", "0")
-    assert ran.returncode == 1 and "counts NOT saved" in ran.stderr
-    assert "Input/output error" in ran.stderr
-    assert _counts_files(folder) == []
+    assert ran.returncode == 0 and "Input/output error" in ran.stderr
+    assert "1 member could not be read for a cause that is not their bytes" in ran.stderr
+    assert _unsure(folder) == [0]
+    monkeypatch.undo()
+    ran = owt("index", str(folder), "--jobs", "0")
+    assert ran.returncode == 0 and "reading them again" in ran.stderr
+    assert _unsure(folder) == [] and "20 documents" in ran.stderr
 
 
 # --- what the library did not expect: never a skip --------------------------------------------

@@ -60,12 +60,17 @@ class CountsFile(Record, frozen=True, tag_field="format", tag=COUNTS_FORMAT):
     val: dict[str, tuple[Count, ...]] = msgspec.field(default_factory=dict)
     failed: tuple[Count, ...] = ()
     """The units that could not be read when counted (under skip), counted as no document."""
+    unsure: tuple[Count, ...] = ()
+    """Of ``failed``, those whose failure was no verdict on their bytes: read again by the
+    next count (``Counts.unsure``)."""
 
     def check(self) -> None:
         if len(self.documents) != self.units:
             raise Disagree("documents", f"must count each of the {self.units} units")
         if any(u >= self.units or self.documents[u] for u in self.failed):
             raise Disagree("failed", "must name units of the corpus counted as no document")
+        if not set(self.unsure) <= set(self.failed):
+            raise Disagree("unsure", "must name units of failed")
         if sum(self.documents) != self.total:
             raise Disagree("total", f"is {self.total}, not the documents' {sum(self.documents)}")
         for key, held in self.val.items():
@@ -91,7 +96,8 @@ class Counts:
     failed: tuple[int, ...] = ()
     unsure: tuple[int, ...] = ()
     """Of ``failed``, the units whose failure was no verdict on their bytes (a read error, a
-    limit, a worker's death: ``policy.a_verdict``): counts of this run only, never saved."""
+    limit, a worker's death: ``policy.a_verdict``): the next count reads them again (only
+    them), and a run that finds them counted so counts them first (``ensure_counts``)."""
 
     def per_unit(self, split: str, fraction: float, seed: int) -> tuple[int, ...] | None:
         """Documents per unit for ``split`` (all, train or val); None if not counted."""
@@ -170,7 +176,7 @@ def _counts_in(path: Path, of: CountedOf) -> Counts | None:
         log.warning("counts file %s is damaged (it counts %d units, not the %d of the "
                     "corpus): ignored, to be rewritten", path, saved.units, of.units)  # fmt: skip
         return None
-    return Counts(saved.documents, dict(saved.val), saved.failed)
+    return Counts(saved.documents, dict(saved.val), saved.failed, saved.unsure)
 
 
 def save_counts(paths: list[Path], of: CountedOf, counts: Counts) -> Path:
@@ -180,11 +186,7 @@ def save_counts(paths: list[Path], of: CountedOf, counts: Counts) -> Path:
 
     Raises:
         CorpusError: no place can be written (each one's reason said).
-        ValueError: counts with ``unsure`` failures (a fact of no run but this one's).
     """
-    if counts.unsure:
-        raise ValueError(f"counts whose units {list(counts.unsure)} failed for no fault of "
-                         "their bytes are not saved")  # fmt: skip
     errors = []
     for path in paths:
         if path.exists() and not os.access(path, os.R_OK):  # (another's: kept, not taken)
@@ -197,7 +199,7 @@ def save_counts(paths: list[Path], of: CountedOf, counts: Counts) -> Path:
                 joined = counts if held is None else held.joined(counts)
                 record = CountsFile(
                     of.fingerprint, of.version, of.units, sum(joined.documents),
-                    joined.documents, dict(joined.val), joined.failed,
+                    joined.documents, dict(joined.val), joined.failed, joined.unsure,
                 )  # fmt: skip
                 atomic_write(path, json.dumps(record.to_json()))
             return path

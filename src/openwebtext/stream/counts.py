@@ -36,6 +36,7 @@ def count_documents(
     progress: Callable[[int], None] | None = None,
     on_error: str = "raise",
     on_skip: Callable[[OWTError], None] | None = None,
+    again: Counts | None = None,
 ) -> Counts:
     """Read every member once and count its documents, and those held out by each split.
 
@@ -50,6 +51,8 @@ def count_documents(
             reads it; if the member reads whole later (a passing fault), the
             stream's check against the counts asks for ``owt index --force``.
         on_skip: Called with the error of each member skipped or cut short.
+        again: Counts made before: only their ``unsure`` units are read (for every split
+            they hold; ``splits`` is not used), the others' counts kept.
 
     Raises:
         CorpusError: a member cannot be read whole, under ``raise`` (naming it).
@@ -64,13 +67,24 @@ def count_documents(
     documents: list[int] = []
     failed: list[int] = []  # (counted as no document: ``_failed`` refuses them under raise)
     unsure: list[int] = []  # (of those, what no run but this one would see: never saved)
+    kept = set() if again is None else set(range(len(corpus.units))) - set(again.unsure)
+    if again is not None:  # (each split key says its fraction and seed: ``split_key``)
+        splits = tuple((float(k.rsplit("/", 1)[0]), int(k.rsplit("/", 1)[1])) for k in again.val)
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
     # A token unit's documents are named by their index in the file: counted from its member's
     # name, never read (it needs the stream's tokenizer, which a count has not).
     tokens = [unit.kind == TOKENS for unit in corpus.units]
     with open_pool(corpus.units, options, corpus.storage) as pool:
-        read = pool.run([k for k, named in enumerate(tokens) if not named])
+        read = pool.run([k for k, named in enumerate(tokens) if not (named or k in kept)])
         for k, unit in enumerate(corpus.units):
+            if again is not None and k in kept:  # (counted before, and a verdict)
+                failed += [k] if k in again.failed else []
+                documents.append(again.documents[k])
+                for key in held:
+                    held[key].append(again.val[key][k])
+                if progress is not None:
+                    progress(1)
+                continue
             loaded = _named(unit) if tokens[k] else next(read)
             member_failed = loaded.errors and not loaded.names
             cut = any(isinstance(e, TruncatedMember) for e in loaded.errors)
@@ -131,12 +145,19 @@ def ensure_counts(
     if not (always or options.needs_counts):
         return corpus
     split = (options.split, options.val_fraction, options.val_seed)
-    if corpus.counts is not None and corpus.counts.per_unit(*split) is not None:
-        return _failed(corpus, corpus.counts, options)
-    cached = corpus.load_counts()
-    if cached is not None and cached.per_unit(*split) is not None:
-        return _failed(corpus.with_counts(cached), cached, options)
-    known = corpus.counts or cached  # (its splits stay: this count adds the one it lacks)
+    known = corpus.counts if corpus.counts is not None else corpus.load_counts()
+    if known is not None and known.unsure:  # (read again: only those, then kept)
+        met: list[OWTError] = []
+        known = count_documents(
+            corpus, workers=options.workers, max_member_bytes=options.max_member_bytes,
+            on_error="skip" if options.on_error == "warn" else options.on_error,
+            on_skip=met.append, again=known,
+        )  # fmt: skip
+        _cache(corpus, known, met)
+    if known is not None and known.per_unit(*split) is not None:
+        counted = corpus if known is corpus.counts else corpus.with_counts(known)
+        return _failed(counted, known, options)
+    # (the splits known stay: this count adds the one they lack)
     wanted = [NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]
     splits = tuple(s for s in dict.fromkeys(wanted) if not (known and split_key(*s) in known.val))
     if not _interactive() and progress is None:  # no bar to show it: one line says the wait
@@ -167,18 +188,24 @@ def ensure_counts(
         )
     if known is not None:
         counts = known.joined(counts)
-    if counts.unsure:  # (a member at a share's edge would be left out of every later run)
-        first = next(e for e in skipped if not a_verdict(e))
+    _cache(corpus, counts, skipped)
+    return _failed(corpus.with_counts(counts), counts, options)
+
+
+def _cache(corpus: Corpus, counts: Counts, skipped: list[OWTError]) -> None:
+    """Save ``counts`` beside ``corpus``, saying the members whose failure was not their
+    bytes' (``unsure``: the next count reads them again, else a share's edge on one would
+    leave its documents out of every later run)."""
+    if counts.unsure:
+        first = next((e for e in skipped if not a_verdict(e)), None)
         log.warning(
-            "counted, but not cached: %d of the members failed for a cause that is not their "
-            "bytes (first: %s); the next run counts again", len(counts.unsure), first,
+            "counted; %d of the members failed for a cause that is not their bytes (first: "
+            "%s): the next run reads them again", len(counts.unsure), first,
         )  # fmt: skip
-        return _failed(corpus.with_counts(counts), counts, options)
     try:
         corpus.save_counts(counts)
     except CorpusError as exc:
         log.warning("counted, but cannot cache the counts: %s", exc)
-    return _failed(corpus.with_counts(counts), counts, options)
 
 
 def _failed(corpus: Corpus, counts: Counts, options: Options) -> Corpus:
