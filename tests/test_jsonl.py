@@ -145,3 +145,14 @@ def test_a_first_record_without_the_field_before_a_long_one_is_not_judged_alone(
     with loader.iter() as it:
         assert [len(d.text) for d in it] == [100 << 10, 1]
         assert it.stats.skipped_documents == 1
+
+
+def test_a_field_of_no_text_in_every_first_record_is_refused_at_the_open(tmp_path: Path) -> None:
+    """``--text-column id`` of records whose ``id`` is a number: every line was a skipped
+    document (parquet refused such a column at the open: "is int64, not text")."""
+    path = tmp_path / "a.jsonl"
+    path.write_text("".join(json.dumps({"text": f"doc {i}", "id": i}) + "\n" for i in range(9)))
+    said = r"its first 9 records have no text in field 'id' \(the first's: a JSON number\)"
+    with pytest.raises(CorpusError, match=said):
+        Corpus.open(path, text_column="id")
+    assert len(list(Loader(Corpus.open(path), workers=0))) == 9

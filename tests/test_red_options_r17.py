@@ -275,3 +275,80 @@ def test_a_prefetched_span_that_could_not_be_fetched_is_unreadable(tmp_path: Pat
         with pytest.raises(Unreadable) as caught:
             reader.read(span)
     assert type(caught.value) is Unreadable and caught.value.member == "m"
+
+
+# --- the other doors (a second red team): the same class -------------------------------------
+
+
+def test_a_url_without_the_remote_extra_is_refused_under_skip_naming_it(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A corpus of local tars and a URL, opened under skip without fsspec: the URL was a
+    skipped file, said without its name (and in Ray, one skip for all its members)."""
+    from openwebtext.errors import Unsupported
+    from openwebtext.source import configure
+
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    configure(None)
+    with pytest.raises(Unsupported, match=r"127\.0\.0\.1:9/x\.tar: reading URLs needs the remote"):
+        Corpus.open([small_corpus, "http://127.0.0.1:9/x.tar"], on_error="skip")
+
+
+def test_a_parquet_file_without_pyarrow_is_one_line_of_owt(
+    tmp_path: Path, owt, monkeypatch: pytest.MonkeyPatch  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """It was a traceback (a ``ModuleNotFoundError`` at the open, which ``owt`` did not
+    catch); under skip, the library's error (never a skipped file)."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"]}), path)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    ran = owt("stream", str(path), "--on-error", "skip", "-q", "-j", "0")
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert "parquet files need pyarrow" in ran.stderr
+
+
+def test_owt_tokenize_never_keeps_a_member_it_could_not_read_as_skipped(
+    small_corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # fmt: skip
+    """A read error under skip was kept in a finished run; a run again, the disk back, found
+    "nothing to do", the member's documents lost for good."""
+    from openwebtext.prepare import PrepareOptions, prepare
+
+    real = engine_raw.UnitBytes.read
+    corpus = Corpus.open(small_corpus)
+
+    def eio(self, unit):  # type: ignore[no-untyped-def]
+        if unit == corpus.units[1]:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(self, unit)
+
+    monkeypatch.setattr(engine_raw.UnitBytes, "read", eio)
+    options = PrepareOptions(tokenizer="bytes", workers=0, on_error="skip")
+    with pytest.raises(Unreadable, match="Input/output error"):
+        prepare(corpus, tmp_path / "out", options)
+    assert not (tmp_path / "out" / "meta.json").exists()
+    monkeypatch.undo()
+    report = prepare(corpus, tmp_path / "out", options)
+    counts = report.meta["counts"]
+    assert not report.already and counts["skipped_members"] == 0
+    assert sum(counts["documents"].values()) == len(list(Loader(corpus, workers=0)))
+
+
+def test_ray_s_reader_names_the_unit_of_an_error_it_did_not_make(small_corpus: Path) -> None:
+    """The Ray door's task read a unit and tokenized it outside the library's errors: a
+    missing extra or a tokenizer's own error came back raw, naming no file."""
+    from openwebtext.ray.dataset import _ReadGroup
+
+    class Failing:
+        def read(self, unit):  # type: ignore[no-untyped-def]
+            raise ModuleNotFoundError("zstd members need the zstandard package")
+
+    unit = Corpus.open(small_corpus).units[0]
+    group = _ReadGroup((), (), None, "skip", None, 1 << 30, 1 << 26)
+    with pytest.raises(UnexpectedError, match=r"cannot read .*\]: zstd members need") as caught:
+        group._read(Failing(), unit, None, {}, [], [])
+    assert (caught.value.path, caught.value.member) == (unit.path, unit.member)

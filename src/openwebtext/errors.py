@@ -9,6 +9,8 @@ lower-level exception caused it, it is chained (``raise ... from exc``)::
     │   ├── UnknownFormat      a file or member whose magic bytes are not ours
     │   ├── TokenFileError     a token file whose header, index or size is not its format's
     │   │                      (defined in ``tokenfiles``)
+    │   ├── Unsupported        a file this installation cannot read (an extra not installed,
+    │   │                      a codec pyarrow lacks): never skipped, whatever ``on_error``
     │   ├── WrongTokenizer     a token corpus read without the tokenizer its ids were written
     │   │                      with: never skipped, whatever ``on_error`` (the options' fault)
     │   └── CorruptMember      an inner member that fails to decompress or parse
@@ -59,6 +61,7 @@ __all__ = [
     "UnexpectedError",
     "UnknownFormat",
     "Unreadable",
+    "Unsupported",
     "WorkerError",
     "WorkerTraceback",
     "WrongTokenizer",
@@ -178,6 +181,14 @@ class CorpusError(_Located):
 
 class UnknownFormat(CorpusError):
     """A file or member that is neither a tar nor xz, gzip, bzip2 or zstd data."""
+
+
+class Unsupported(CorpusError):
+    """A file this installation cannot read: an extra not installed (the message says how to
+    install it), a protocol no installed library knows, a codec pyarrow lacks. Not the data's
+    fault, so never counted as a skip under ``on_error="skip"``."""
+
+    skippable = False
 
 
 class WrongTokenizer(CorpusError):

@@ -20,6 +20,7 @@ from openwebtext.engine.tasks import (
     Request,
     State,
     failed,
+    failure,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "daemonic",
     "encode_member",
     "failed",
+    "failure",
     "nanogpt_text",
     "open_lanes",
     "open_pool",

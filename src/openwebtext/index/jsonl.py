@@ -150,23 +150,33 @@ def _first_records(head: bytes, compression: str, whole: bool) -> list[dict[str,
     return records
 
 
+_JSON_KINDS = {int: "number", float: "number", bool: "boolean", list: "array", dict: "object",
+               type(None): "null"}  # fmt: skip
+
+
 def _has_field(records: list[dict[str, Any]] | None, field: str, name: str) -> None:
     """Check that a record at the start of ``name`` has ``field``, as a parquet file is
     checked to have its text column: a field no record has would make every line a skip.
     (One line without it among others is a bad document, left to the reader.)
 
     Raises:
-        CorpusError: none of the records has the field, naming the fields the first has.
+        CorpusError: none of the records has the field as text, naming the fields the first
+            has (or what the field holds).
     """
-    if not records or any(field in record for record in records):
+    if not records or any(isinstance(record.get(field), str) for record in records):
         return
     first = records[0]
     fields = ", ".join(one_line(k, name=True) for k in list(first)[:12]) or "none"
     more = ", …" if len(first) > 12 else ""
     said = "its first record has" if len(records) == 1 else f"its first {len(records)} records have"
+    if any(field in record for record in records):  # (a number, a list: no text)
+        value = next(r[field] for r in records if field in r)
+        kind = _JSON_KINDS.get(type(value), "value")
+        said = f"{said} no text in field {field!r} (the first's: a JSON {kind})"
+    else:
+        said = f"{said} no field {field!r} (the first's fields: {fields}{more})"
     raise CorpusError(
-        f"JSON lines: {said} no field {field!r} (the first's fields: {fields}{more}); "
-        "name the text field with --text-column (Corpus.open(text_column=))",
+        f"JSON lines: {said}; name the text field with --text-column (Corpus.open(text_column=))",
         path=name,
     )
 

@@ -28,7 +28,7 @@ import threading
 from typing import Any
 
 from openwebtext.codec import parse, read_file
-from openwebtext.errors import CorpusError, OutputError, install_hint
+from openwebtext.errors import CorpusError, OutputError, Unsupported, install_hint
 from openwebtext.files import atomic_write, cache_root, open_to_read
 from openwebtext.formats import PARQUET
 from openwebtext.index.outer import LocalFile, Readable
@@ -61,9 +61,7 @@ def _pyarrow() -> Any:
         import pyarrow
         import pyarrow.parquet
     except ImportError as exc:  # pragma: no cover - depends on the extra
-        raise ModuleNotFoundError(
-            f"parquet files need pyarrow: {install_hint('parquet')}"
-        ) from exc
+        raise Unsupported(f"parquet files need pyarrow: {install_hint('parquet')}") from exc
     return pyarrow
 
 
@@ -202,7 +200,7 @@ def parquet_units(f: Readable, name: str, subset: str, base: str, column: str) -
             continue
         chunk = meta.row_group(k).column(index)
         if not _decompressible(chunk.compression):
-            raise CorpusError(f"row group {k}'s column {column!r} is compressed with "
+            raise Unsupported(f"row group {k}'s column {column!r} is compressed with "
                               f"{chunk.compression}, which this pyarrow cannot decompress",
                               path=name)  # fmt: skip
         start, size = _chunk_span(chunk)

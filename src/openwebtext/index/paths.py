@@ -20,7 +20,7 @@ from openwebtext.index.local import index_file_before_damage
 from openwebtext.index.parquet import TEXT_COLUMN
 from openwebtext.index.remote import Ignored, index_url
 from openwebtext.records import Unit
-from openwebtext.source import Storage, decoded, file_name, is_url, resolve
+from openwebtext.source import Storage, decoded, file_name, is_url, redact, resolve
 
 __all__ = ["Indexed", "file_key", "in_records", "index_inputs", "index_paths"]
 
@@ -66,13 +66,14 @@ def index_inputs(
         for url in group:  # s3://, https://, hf://…: listed and indexed remotely, cached
             try:
                 results = index_url(os.fspath(url), storage, text_column)
-            except CorpusError as exc:
-                results = [exc]
+            except CorpusError as exc:  # (one that names no file: this URL's)
+                named = exc if exc.path else type(exc)(exc.message, redact(os.fspath(url)))
+                results = [named]
             for file in results:
                 if isinstance(file, Ignored):
                     indexed.ignored.append(file.url)
                 elif isinstance(file, CorpusError):
-                    if on_error == "raise":
+                    if on_error == "raise" or not file.skippable:
                         raise file
                     indexed.skipped.append(file)
                 else:
@@ -176,7 +177,7 @@ def _index_local(
                 raise item
             before, damage = index_file_before_damage(item, text_column, storage)
         except CorpusError as exc:
-            if on_error == "raise":
+            if on_error == "raise" or not exc.skippable:
                 raise
             indexed.skipped.append(exc)
             continue

@@ -250,6 +250,8 @@ def _remote_again(name: str, how: IndexedAs, store: Storage) -> TokenFile:
             return _AGAIN[key]
         body = _whole(_beside(url, index), _beside(name, index), store)
     except CorpusError as exc:
+        if not exc.skippable:  # (an extra not installed: said as it is)
+            raise
         raise TokenFileError(f"its {index} cannot be read again: {exc.message}", name) from None
     if body is None or _digest(body) != how.digest:
         raise TokenFileError(f"{CHANGED}: its {index} is not the one it was indexed with", name)

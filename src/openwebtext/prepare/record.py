@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from openwebtext import codec
-from openwebtext.errors import OWTError
+from openwebtext.errors import OWTError, Unreadable
 from openwebtext.policy import SkipPolicy
 from openwebtext.prepare.config import Progress, difference
 from openwebtext.prepare.meta import build_meta
@@ -68,7 +68,11 @@ class Run:
         self.workdir.save(self.record)
 
     def error(self, error: OWTError) -> None:
-        """Apply the skip policy to one bad member or document (``policy.SkipPolicy``)."""
+        """Apply the skip policy to one bad member or document (``policy.SkipPolicy``). A
+        member that could not be read (``Unreadable``: a disk's, a network's error) is never
+        skipped: the finished run would keep its loss, and a run again find nothing to do."""
+        if isinstance(error, Unreadable):
+            raise error
         self.counts = self.counts.plus(**{self.policy.take(error): 1})
         self.policy.check(self.counts.skips, error)
         self.skipped.append(str(error))

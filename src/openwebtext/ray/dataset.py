@@ -17,7 +17,7 @@ import pickle
 from collections.abc import Sequence
 from typing import Any
 
-from openwebtext.errors import CorpusError, in_part
+from openwebtext.errors import CorpusError, OWTError, in_part
 from openwebtext.index import Corpus
 from openwebtext.loader import Mixture
 from openwebtext.options import ErrorPolicy, Options
@@ -220,17 +220,24 @@ class _ReadGroup:
     ) -> None:
         import numpy as np
 
-        from openwebtext.engine import encode_member
+        from openwebtext.engine import encode_member, failure
 
         try:
             member = reader.read(unit)
         except CorpusError as exc:
             self._error(exc, skipped)
             return
+        except Exception as exc:  # (a bug, a missing extra: the library's error, as the pool's)
+            raise failure(exc, unit) from exc
         for dropped in member.dropped:
             self._error(dropped, skipped)
         if tokenizer is not None:
-            encoded = encode_member(member, tokenizer, unit)
+            try:
+                encoded = encode_member(member, tokenizer, unit)
+            except OWTError:
+                raise
+            except Exception as exc:  # (a tokenizer's own error: naming the unit)
+                raise failure(exc, unit) from exc
             # The kept documents' ids, packed in the order of the rows appended below.
             ids.append(np.frombuffer(encoded.data, dtype=tokenizer.dtype))
         texts = iter(member.texts or ())

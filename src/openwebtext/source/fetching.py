@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from openwebtext.errors import OutOfResources, Unreadable, ran_out
+from openwebtext.errors import OutOfResources, Unreadable, Unsupported, ran_out
 from openwebtext.source.filesystems import filesystem, info_of, within
 from openwebtext.source.hub import hub_read
 from openwebtext.source.redaction import redact
@@ -69,7 +69,10 @@ def fetch(
         return b""
     store = resolve(storage)
     real = store.real_url(url)
-    fs = filesystem(real, store)
+    try:
+        fs = filesystem(real, store)
+    except Unsupported as exc:  # (an extra not installed: this URL's, said)
+        raise Unsupported(exc.message, redact(url), member) from exc.__cause__
     proto = protocol(real)
     options = _RANGE_OPTIONS.get(proto, {})
     known = store.identity(url)

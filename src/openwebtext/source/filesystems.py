@@ -16,7 +16,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
-from openwebtext.errors import CorpusError, install_hint
+from openwebtext.errors import CorpusError, Unsupported, install_hint
 from openwebtext.source.redaction import hide_in_logs, redact
 from openwebtext.source.retry import Fatal, deadline, host_of, with_retries
 from openwebtext.source.settings import (
@@ -40,7 +40,7 @@ def _fsspec() -> Any:
     try:
         import fsspec
     except ImportError:
-        raise CorpusError(
+        raise Unsupported(
             f"reading URLs needs the remote extra: {install_hint('remote')}"
         ) from None
     return fsspec
@@ -50,7 +50,7 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
     """This process's fsspec filesystem for ``url``'s protocol, made with ``storage``'s options.
 
     Raises:
-        CorpusError: fsspec, or the protocol's implementation, is not installed.
+        Unsupported: fsspec, or the protocol's implementation, is not installed.
     """
     fsspec = _fsspec()
     proto = protocol(url)
@@ -66,12 +66,12 @@ def filesystem(url: str, storage: Storage | None = None) -> Any:
             try:
                 fs = fsspec.filesystem(proto, skip_instance_cache=True, **options)
             except ImportError as exc:
-                raise CorpusError(
+                raise Unsupported(
                     f"reading {proto}:// URLs needs the remote extra: "
                     f"{install_hint('remote')} ({exc})"
                 ) from None
             except ValueError as exc:
-                raise CorpusError(f"unknown protocol {proto}://: {exc}") from None
+                raise Unsupported(f"unknown protocol {proto}://: {exc}") from None
             made[key] = fs
             hide_in_logs()  # (its modules, and so their loggers, are imported now)
     return fs
