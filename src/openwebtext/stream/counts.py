@@ -49,7 +49,9 @@ def count_documents(
             read of it (nothing, or the documents before a cut), and ``warn``
             logs it. The stream meets the member under its own policy when it
             reads it; if the member reads whole later (a passing fault), the
-            stream's check against the counts asks for ``owt index --force``.
+            stream's check against the counts asks for ``owt index --force``. A
+            failure that is no verdict on the bytes (``policy.a_verdict``) is marked
+            ``unsure``: the next count reads it again (``again``).
         on_skip: Called with the error of each member skipped or cut short.
         again: Counts made before: only their ``unsure`` units are read (for every split
             they hold; ``splits`` is not used), the others' counts kept.
@@ -66,7 +68,7 @@ def count_documents(
     )
     documents: list[int] = []
     failed: list[int] = []  # (counted as no document: ``_failed`` refuses them under raise)
-    unsure: list[int] = []  # (of those, what no run but this one would see: never saved)
+    unsure: list[int] = []  # (of those, what was no verdict: the next count reads them again)
     kept = set() if again is None else set(range(len(corpus.units))) - set(again.unsure)
     if again is not None:  # (each split key says its fraction and seed: ``split_key``)
         splits = tuple((float(k.rsplit("/", 1)[0]), int(k.rsplit("/", 1)[1])) for k in again.val)
