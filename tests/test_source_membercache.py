@@ -270,26 +270,33 @@ def test_an_uncapped_writer_s_entries_count_toward_a_capped_one_s_cap(tmp_path: 
     assert sum(p.stat().st_size for p in tmp_path.glob("*/*")) <= 1000
 
 
+def _unreadable_as_for_a_user(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``path`` made mode 000, its reads refused while it is (as for a user other than root,
+    who reads any mode: the tests run as root in CI)."""
+    from openwebtext.source import membercache
+
+    path.chmod(0)
+    real = membercache.read_file
+
+    def refused(at, limit):  # type: ignore[no-untyped-def]
+        if Path(at) == path and not path.stat().st_mode & 0o444:
+            raise PermissionError(13, "Permission denied", str(at))
+        return real(at, limit)
+
+    monkeypatch.setattr(membercache, "read_file", refused)
+
+
 def test_an_entry_that_cannot_be_read_is_replaced_by_a_readable_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # fmt: skip
     """A replacement takes the mode of the file it replaces (``files.atomic_file``): an entry
     made unreadable (mode 000) stayed unreadable, a miss on every read. (Its read refused as
     it is for a user other than root, who reads any mode.)"""
-    from openwebtext.source import membercache
 
     cache = MemberCache(tmp_path)
     cache.put("k1", b"x" * 10)
     entry = tmp_path / "k1" / "k1"
-    entry.chmod(0)
-    real = membercache.read_file
-
-    def refused(path, limit):  # type: ignore[no-untyped-def]
-        if Path(path) == entry and not entry.stat().st_mode & 0o444:
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path, limit)
-
-    monkeypatch.setattr(membercache, "read_file", refused)
+    _unreadable_as_for_a_user(entry, monkeypatch)
     assert cache.get("k1", 10) is None
     cache.put("k1", b"x" * 10)
     assert entry.stat().st_mode & 0o400 and cache.get("k1", 10) == b"x" * 10
@@ -330,15 +337,7 @@ def test_a_total_that_cannot_be_read_is_written_again(
     cache = MemberCache(tmp_path, cap=10**6)
     cache.put("k1", b"x" * 10)
     total = tmp_path / membercache.TOTAL
-    total.chmod(0)
-    real = membercache.read_file
-
-    def refused(path, limit):  # type: ignore[no-untyped-def]
-        if Path(path) == total and not total.stat().st_mode & 0o444:
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path, limit)
-
-    monkeypatch.setattr(membercache, "read_file", refused)
+    _unreadable_as_for_a_user(total, monkeypatch)
     cache.put("k2", b"y" * 10)
     assert total.stat().st_mode & 0o400 and cache._said_total() == 2 * (10 + CHECKSUM_BYTES)
 
