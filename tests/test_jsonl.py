@@ -65,7 +65,7 @@ def test_a_line_without_the_field_is_a_bad_document(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("suffix", SUFFIXES)
-@pytest.mark.parametrize("lines", [1, 10, 3000])
+@pytest.mark.parametrize("lines", [2, 10, 3000])
 def test_a_file_none_of_whose_first_records_has_the_field_is_refused_at_the_open(
     tmp_path: Path, suffix: str, lines: int
 ) -> None:  # fmt: skip
@@ -156,3 +156,12 @@ def test_a_field_of_no_text_in_every_first_record_is_refused_at_the_open(tmp_pat
     with pytest.raises(CorpusError, match=said):
         Corpus.open(path, text_column="id")
     assert len(list(Loader(Corpus.open(path), workers=0))) == 9
+
+
+def test_a_file_of_one_record_without_the_field_is_a_bad_document(tmp_path: Path) -> None:
+    """One record is too little to judge a file by (a file of one damaged line, among
+    others, is a skipped document, as it always was)."""
+    path = tmp_path / "a.jsonl"
+    path.write_text('{"text": 5}\n')
+    with Loader(Corpus.open(path), workers=0, on_error="skip").iter() as it:
+        assert list(it) == [] and it.stats.skipped_documents == 1

@@ -125,7 +125,7 @@ def jsonl_units(
 def _first_records(head: bytes, compression: str, whole: bool) -> list[dict[str, Any]] | None:
     """The records of the lines that end in the first ``_HEAD`` bytes of a JSON lines file
     (``head``; the file ``whole``): the objects among them, or None when fewer than two
-    lines end there and the file goes on (too little to judge the file by)."""
+    lines end there (too little to judge the file by: one is a bad document at most)."""
     if compression:
         try:
             head = decompress(head, compression, 16 * _HEAD)
@@ -137,7 +137,7 @@ def _first_records(head: bytes, compression: str, whole: bool) -> list[dict[str,
     lines = [line for line in head.split(b"\n") if line.strip()]
     if not whole and not head.endswith(b"\n"):
         lines = lines[:-1]  # (cut by the head's end)
-    if len(lines) < 2 and not whole:
+    if len(lines) < 2:  # (one record, a file's only one too, is a bad document at most)
         return None
     records = []
     for line in lines:
@@ -156,8 +156,10 @@ _JSON_KINDS = {int: "number", float: "number", bool: "boolean", list: "array", d
 
 def _has_field(records: list[dict[str, Any]] | None, field: str, name: str) -> None:
     """Check that a record at the start of ``name`` has ``field``, as a parquet file is
-    checked to have its text column: a field no record has would make every line a skip.
-    (One line without it among others is a bad document, left to the reader.)
+    checked to have its text column: a field no record has would make every line a skip;
+    so would a field named (``--text-column``) that holds no text in any (the default
+    ``text`` holding a number is damage, each such line a bad document). One line without it
+    among others is a bad document, left to the reader.
 
     Raises:
         CorpusError: none of the records has the field as text, naming the fields the first
@@ -165,6 +167,8 @@ def _has_field(records: list[dict[str, Any]] | None, field: str, name: str) -> N
     """
     if not records or any(isinstance(record.get(field), str) for record in records):
         return
+    if field == "text" and any(field in record for record in records):
+        return  # (the default field, there but not text: the records' damage, line by line)
     first = records[0]
     fields = ", ".join(one_line(k, name=True) for k in list(first)[:12]) or "none"
     more = ", …" if len(first) > 12 else ""
