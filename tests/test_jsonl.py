@@ -165,3 +165,21 @@ def test_a_file_of_one_record_without_the_field_is_a_bad_document(tmp_path: Path
     path.write_text('{"text": 5}\n')
     with Loader(Corpus.open(path), workers=0, on_error="skip").iter() as it:
         assert list(it) == [] and it.stats.skipped_documents == 1
+
+
+@pytest.mark.parametrize("kind", ["a long integer", "bytes not UTF-8"])
+def test_a_header_line_before_records_json_loads_cannot_parse_is_read(
+    tmp_path: Path, kind: str
+) -> None:  # fmt: skip
+    """A header record without the field, then records the reader reads but ``json.loads``
+    does not (an integer past Python's digit limit; Latin-1 bytes, kept with U+FFFD): the open
+    judged the file by its header alone and refused it (a review)."""
+    if kind == "a long integer":
+        lines = [b'{"text": "doc %d", "n": %s}' % (i, b"9" * 5000) for i in range(5)]
+    else:
+        lines = [b'{"text": "caf\xe9 %d"}' % i for i in range(5)]
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b'{"version": 1}\n' + b"\n".join(lines) + b"\n")
+    loader = Loader(Corpus.open(path), workers=0, on_error="skip", decode_errors="replace")
+    with loader.iter() as it:
+        assert len(list(it)) == 5 and it.stats.skipped_documents == 1

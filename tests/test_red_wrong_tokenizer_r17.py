@@ -274,3 +274,25 @@ def test_the_refusal_names_the_document_that_holds_the_end_of_text(
     documents = list(Loader(Corpus.open(tmp_path / "c"), workers=0, shuffle=False))
     (third,) = [d for d in documents if d.text == seen["text"]]
     assert f"inside document {third.name}:" in str(caught.value)
+
+
+def test_damage_in_a_split_s_few_documents_is_not_another_tokenizer(tmp_path: Path) -> None:
+    """Judged over the unit's documents, whatever the split keeps: two damaged documents of
+    30 made "2 of its 3 documents" of the held-out split a ``WrongTokenizer`` (a review)."""
+    documents = [[65 + k % 50, 66] for k in range(30)]
+    clean = Corpus.open_tokens(_ids_file(tmp_path / "clean.bin", documents), eot=256)
+    held = [int(d.name) for d in Loader(clean, tokenizer="bytes", workers=0, split="val",
+                                        val_fraction=0.1)]  # fmt: skip
+    assert len(held) >= 2
+    for k in held[:2]:
+        documents[k] = [65, 9000]
+    corpus = Corpus.open_tokens(_ids_file(tmp_path / "ids.bin", documents), eot=256)
+    got, skipped = _skip(corpus, split="val", val_fraction=0.1)
+    assert skipped == 2 and len(got) == len(held) - 2
+
+
+def test_two_of_three_documents_past_the_vocabulary_are_damage(tmp_path: Path) -> None:
+    """Three documents at least, and most of the unit's, are another tokenizer's."""
+    corpus = Corpus.open_tokens(_ids_file(tmp_path / "ids.bin", [[65, 9000], [66, 9001], [67]]),
+                                eot=256)  # fmt: skip
+    assert _skip(corpus) == ([[67, 256]], 2)

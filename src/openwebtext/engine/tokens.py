@@ -102,14 +102,14 @@ class TokenReader:
             holding = sorted(set(np.searchsorted(ends[first:stop] - start, past, "right")))
             holding = [k for k in holding if offsets[k] >= 0]
             said = f"ids outside the tokenizer's vocabulary of {self.vocab} (e.g. {ids[past[0]]})"
-            # Most documents past the vocabulary (never below 0: no tokenizer's ids are) are
-            # a larger vocabulary's ids: no damage is so wide.
+            # Most documents past the vocabulary (never below 0: no tokenizer's ids are), three
+            # at least, are a larger vocabulary's ids: no damage is so wide.
+            # Judged over the unit's documents, whatever the split keeps of them (a property of
+            # the file: a split or a unit of few documents must not make two a majority).
             above = set(np.searchsorted(ends[first:stop] - start, past[ids[past] > 0], "right"))
-            wide = [k for k in holding if k in above]
-            kept = sum(o >= 0 for o in offsets)
-            if len(wide) >= 2 and 2 * len(wide) > kept:
+            if len(above) >= 3 and 2 * len(above) > stop - first:
                 raise WrongTokenizer(
-                    f"{len(wide)} of its {kept} documents hold {said}: ids of another "
+                    f"{len(above)} of its {stop - first} documents hold {said}: ids of another "
                     "tokenizer: read them with the one they were written with",
                     unit.path, unit.member,
                 )  # fmt: skip

@@ -143,8 +143,8 @@ def _first_records(head: bytes, compression: str, whole: bool) -> list[dict[str,
     for line in lines:
         try:
             record = json.loads(line)
-        except (ValueError, RecursionError):
-            continue  # (the reader says what is wrong with it)
+        except (ValueError, RecursionError):  # (a long integer, bytes not UTF-8: the reader
+            return None  # reads more than ``json.loads``; a line unknown here is no verdict)
         if isinstance(record, dict):
             records.append(record)
     return records
