@@ -47,8 +47,8 @@ def _eot_inside(
     """Raise that the tokenizer wrote its end-of-text id inside a document of ``member`` (a
     stream would cut the document there, a token file count two)."""
     ends = np.cumsum(counts)
-    inside = np.flatnonzero(ids == tokenizer.eot)
-    first = next(int(at) for at in inside if at + 1 not in set(ends.tolist()))
+    last = set(ends.tolist())  # (just past each document's own end-of-text)
+    first = next(int(at) for at in np.flatnonzero(ids == tokenizer.eot) if at + 1 not in last)
     k = kept[int(np.searchsorted(ends, first, "right"))]
     raise WrongTokenizer(
         f"the tokenizer {tokenizer.spec!r} wrote its end-of-text id {tokenizer.eot} inside "

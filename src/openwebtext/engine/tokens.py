@@ -99,14 +99,14 @@ class TokenReader:
         if self.vocab is not None and ids.size and _outside(ids, self.vocab):
             past = np.flatnonzero((ids < 0) | (ids >= self.vocab))
             # The documents that hold them, found by their ends.
-            holding = sorted(set(np.searchsorted(ends[first:stop] - start, past, "right")))
-            holding = [k for k in holding if offsets[k] >= 0]
+            of = np.searchsorted(ends[first:stop] - start, past, "right")
+            holding = [k for k in sorted(set(of.tolist())) if offsets[k] >= 0]
             said = f"ids outside the tokenizer's vocabulary of {self.vocab} (e.g. {ids[past[0]]})"
             # Most documents past the vocabulary (never below 0: no tokenizer's ids are), three
             # at least, are a larger vocabulary's ids: no damage is so wide.
             # Judged over the unit's documents, whatever the split keeps of them (a property of
             # the file: a split or a unit of few documents must not make two a majority).
-            above = set(np.searchsorted(ends[first:stop] - start, past[ids[past] > 0], "right"))
+            above = set(of[ids[past] > 0].tolist())
             if len(above) >= 3 and 2 * len(above) > stop - first:
                 raise WrongTokenizer(
                     f"{len(above)} of its {stop - first} documents hold {said}: ids of another "

@@ -6,7 +6,7 @@ Rule: imports the leaves and ``openwebtext.source``; nothing above.
 
 from __future__ import annotations
 
-from openwebtext.index.corpus import Corpus, Counts, NoColumn, split_key
+from openwebtext.index.corpus import Corpus, Counts, NoColumn, split_key, split_of
 from openwebtext.index.inputs import refuse_corpus_folder
 from openwebtext.index.jsonl import split_jsonl_kind
 from openwebtext.index.outer import json_hint
@@ -27,4 +27,5 @@ __all__ = [
     "refuse_corpus_folder",
     "split_jsonl_kind",
     "split_key",
+    "split_of",
 ]

@@ -30,6 +30,7 @@ from openwebtext.index.countsfile import (
     load_counts,
     save_counts,
     split_key,
+    split_of,
 )
 from openwebtext.index.inputs import file_version, noted_versions
 from openwebtext.index.local import LocalFile
@@ -51,7 +52,7 @@ from openwebtext.source import (
 )
 from openwebtext.tokenfiles import INT_DTYPE
 
-__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "NoColumn", "split_key"]
+__all__ = ["COUNTS_FORMAT", "Corpus", "Counts", "CountsFile", "NoColumn", "split_key", "split_of"]
 
 
 #: Threads reading remote members' checks: each is a small request at a member's end.

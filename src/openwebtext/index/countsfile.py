@@ -33,6 +33,7 @@ __all__ = [
     "load_counts",
     "save_counts",
     "split_key",
+    "split_of",
 ]
 
 log = logging.getLogger("openwebtext")
@@ -44,6 +45,12 @@ COUNTS_FORMAT = "openwebtext-counts/2"
 
 def split_key(fraction: float, seed: int) -> str:
     return f"{fraction!r}/{seed}"
+
+
+def split_of(key: str) -> tuple[float, int]:
+    """The split a ``split_key`` names: its fraction and seed."""
+    fraction, seed = key.rsplit("/", 1)
+    return float(fraction), int(seed)
 
 
 class CountsFile(Record, frozen=True, tag_field="format", tag=COUNTS_FORMAT):

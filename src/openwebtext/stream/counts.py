@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from openwebtext.engine import Loaded, PoolOptions, open_pool
 from openwebtext.errors import (
@@ -15,7 +15,7 @@ from openwebtext.errors import (
     OWTError,
     TruncatedMember,
 )
-from openwebtext.index import Corpus, Counts, split_key
+from openwebtext.index import Corpus, Counts, split_key, split_of
 from openwebtext.options import NANOGPT_SPLIT, Options
 from openwebtext.plan import in_validation
 from openwebtext.policy import a_verdict
@@ -70,8 +70,8 @@ def count_documents(
     failed: list[int] = []  # (counted as no document: ``_failed`` refuses them under raise)
     unsure: list[int] = []  # (of those, what was no verdict: the next count reads them again)
     kept = set() if again is None else set(range(len(corpus.units))) - set(again.unsure)
-    if again is not None:  # (each split key says its fraction and seed: ``split_key``)
-        splits = tuple((float(k.rsplit("/", 1)[0]), int(k.rsplit("/", 1)[1])) for k in again.val)
+    if again is not None:
+        splits = tuple(map(split_of, again.val))
     held: dict[str, list[int]] = {split_key(f, s): [] for f, s in splits}
     # A token unit's documents are named by their index in the file: counted from its member's
     # name, never read (it needs the stream's tokenizer, which a count has not).
@@ -149,13 +149,7 @@ def ensure_counts(
     split = (options.split, options.val_fraction, options.val_seed)
     known = corpus.counts if corpus.counts is not None else corpus.load_counts()
     if known is not None and known.unsure:  # (read again: only those, then kept)
-        met: list[OWTError] = []
-        known = count_documents(
-            corpus, workers=options.workers, max_member_bytes=options.max_member_bytes,
-            on_error="skip" if options.on_error == "warn" else options.on_error,
-            on_skip=met.append, again=known,
-        )  # fmt: skip
-        _cache(corpus, known, met)
+        known = _counted(corpus, options, again=known)
     if known is not None and known.per_unit(*split) is not None:
         counted = corpus if known is corpus.counts else corpus.with_counts(known)
         return _failed(counted, known, options)
@@ -169,7 +163,6 @@ def ensure_counts(
         )  # fmt: skip
     from tqdm import tqdm
 
-    skipped: list[OWTError] = []
     with tqdm(
         total=len(corpus.units),
         unit="member",
@@ -178,26 +171,26 @@ def ensure_counts(
         disable=not _interactive(),
         leave=False,
     ) as bar:
-        counts = count_documents(
-            corpus,
-            workers=options.workers,
-            splits=splits,
-            max_member_bytes=options.max_member_bytes,
-            progress=progress or bar.update,
-            # The stream warns when it reads the member: one warning, not one more here.
-            on_error="skip" if options.on_error == "warn" else options.on_error,
-            on_skip=skipped.append,
-        )
-    if known is not None:
-        counts = known.joined(counts)
-    _cache(corpus, counts, skipped)
+        counts = _counted(corpus, options, known, splits=splits, progress=progress or bar.update)
     return _failed(corpus.with_counts(counts), counts, options)
 
 
-def _cache(corpus: Corpus, counts: Counts, skipped: list[OWTError]) -> None:
-    """Save ``counts`` beside ``corpus``, saying the members whose failure was not their
-    bytes' (``unsure``: the next count reads them again, else a share's edge on one would
-    leave its documents out of every later run)."""
+def _counted(corpus: Corpus, options: Options, known: Counts | None = None,
+             **given: Any) -> Counts:  # fmt: skip
+    """``count_documents`` of ``corpus`` with ``options``' workers, limit and policy (under
+    ``warn``, ``skip``: the stream warns when it reads the member, one warning, not one more
+    here), joined with the splits ``known`` holds, then saved (``given``: ``again``, or the
+    splits and a progress bar), saying the members whose failure was not their bytes'
+    (``unsure``: the next count reads them again, else a share's edge on one would leave its
+    documents out of every later run)."""
+    skipped: list[OWTError] = []
+    counts = count_documents(
+        corpus, workers=options.workers, max_member_bytes=options.max_member_bytes,
+        on_error="skip" if options.on_error == "warn" else options.on_error,
+        on_skip=skipped.append, **given,
+    )  # fmt: skip
+    if known is not None:
+        counts = known.joined(counts)
     if counts.unsure:
         first = next((e for e in skipped if not a_verdict(e)), None)
         log.warning(
@@ -208,6 +201,7 @@ def _cache(corpus: Corpus, counts: Counts, skipped: list[OWTError]) -> None:
         corpus.save_counts(counts)
     except CorpusError as exc:
         log.warning("counted, but cannot cache the counts: %s", exc)
+    return counts
 
 
 def _failed(corpus: Corpus, counts: Counts, options: Options) -> Corpus:
