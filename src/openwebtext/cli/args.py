@@ -27,6 +27,7 @@ __all__ = [
     "option_type",
     "parse_shard",
     "plural",
+    "token_files",
     "tokenizer_spec",
 ]
 
@@ -113,12 +114,40 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
-def open_corpus(args: argparse.Namespace) -> Corpus:
-    """The corpus of the command's paths (the built-in one without), with its storage flags."""
-    on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
+#: How a file of token ids is named (``Corpus.open_tokens``: ``train.bin``, llm.c's shards,
+#: datatrove's ``.ds``); ``owt stream`` reads such files with ``--tokenizer``.
+_TOKEN_NAMES = (".bin", ".ds")
+
+
+def token_files(paths: list[str] | None) -> bool:
+    """Whether ``paths`` name files of token ids (by their names), not a text corpus.
+
+    Raises:
+        ValueError: some do and some do not (a mixture takes each kind as a part).
+    """
+    named_so = [str(p).rstrip("/").endswith(_TOKEN_NAMES) for p in paths or ()]
+    if any(named_so) and not all(named_so):
+        raise ValueError("give files of token ids (.bin, .ds) or a text corpus, not both: a "
+                         "mixture takes each as a part (--mix NAME=PATH:WEIGHT)")  # fmt: skip
+    return any(named_so)
+
+
+def open_corpus(args: argparse.Namespace, paths: list[str] | None = None,
+                tokens: bool = False) -> Corpus:  # fmt: skip
+    """The corpus of ``paths`` (the command's; the built-in one without), with its storage
+    flags; with ``tokens``, files of token ids (``token_files``) open as a token corpus,
+    whose eot and dtype are their ``meta.json``'s (else GPT-2's, ``Corpus.open_tokens``)."""
+    given = args.paths if paths is None else paths
     text_column = getattr(args, "text_column", "text")
+    if tokens and token_files(given):
+        kwargs = storage_kwargs(args)
+        if kwargs["cache_dir"] or kwargs["cache_size"] is not None or text_column != "text":
+            raise ValueError("files of token ids are read as they are: leave --cache-dir, "
+                             "--cache-size and --text-column out")  # fmt: skip
+        return Corpus.open_tokens(given, storage_options=kwargs["storage_options"])
+    on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
     return Corpus.open(
-        paths_or_default(args.paths),
+        paths_or_default(given),
         on_error=on_error,
         text_column=text_column,
         **storage_kwargs(args),

@@ -25,6 +25,7 @@ from openwebtext.cli.args import (
     at_least,
     open_corpus,
     option_type,
+    token_files,
     tokenizer_spec,
 )
 from openwebtext.cli.jsonl import write_jsonl
@@ -106,6 +107,9 @@ def _mixture(args: argparse.Namespace) -> Mixture:
     parts = {}
     for name, where, _ in args.mix:
         try:
+            if token_files([where]):  # (read with --tokenizer, as the --pack runs give it)
+                parts[name] = open_corpus(args, [where], tokens=True)
+                continue
             try:  # (--text-column names the column of the parts of records: a tars part has none)
                 parts[name] = Corpus.open(where, on_error=args.on_error,
                                           text_column=args.text_column, **storage_kwargs(args))
@@ -160,7 +164,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
     state_out = output_path(args.state_out) if args.state_out else None
     with _opening(state_out, state):
         opening = time.perf_counter()
-        source = _mixture(args) if args.mix else open_corpus(args)
+        source = _mixture(args) if args.mix else open_corpus(args, tokens=True)
         refuse_inputs(source, state_out, jsonl=False)
         opening_s = (time.perf_counter() - opening, 0.0)
         documents = None if state is None else state.documents
@@ -197,7 +201,8 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
                 summary.save_state(state_out, batches.state_dict(), run_failed=not finished)
         batches.close()
         stats = batches.stats
-        summary.summary(stats, before, time.perf_counter() - start, opening_s, read=True)
+        summary.summary(stats, before, time.perf_counter() - start, opening_s, read=True,
+                        of=_of(args))
         summary.packing_summary(args, stats, before, made)
         if isinstance(source, Mixture):
             summary.parts_summary(stats, before, packed=True)
@@ -239,15 +244,31 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
                 summary.save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
         stats = summary.delivered(iterator, written[0] if args.jsonl else None)
-        summary.summary(stats, before, time.perf_counter() - start, opening_s)
+        summary.summary(stats, before, time.perf_counter() - start, opening_s, of=_of(args))
         summary.parts_summary(stats, before)
     return 0
+
+
+def _of(args: argparse.Namespace) -> str:
+    """What the run's bytes are: ``text``, the ``ids`` of token files (their bytes in the
+    files, ``Counters.text_bytes``), or a mixture's ``text and ids``."""
+    given = [[where] for _, where, _ in args.mix] if args.mix else [args.paths]
+    tokens = [token_files(paths) for paths in given]
+    return "ids" if all(tokens) else "text and ids" if any(tokens) else "text"
 
 
 def run(args: argparse.Namespace) -> int:
     """``owt stream``: read, show or write, save the state, sum up."""
     if args.jsonl and (args.tokenizer or args.pack):
         raise ValueError("--jsonl writes text: leave --tokenizer and --pack out")
+    if args.jsonl and any(token_files([where]) for _, where, _ in args.mix or ()):
+        raise ValueError("--jsonl writes text: a part of token ids holds none")
+    if args.jsonl and token_files(args.paths):
+        raise ValueError("--jsonl writes text: files of token ids hold none (read them with "
+                         "--tokenizer, or --pack, as they were written)")  # fmt: skip
+    if _of(args) != "text" and not args.tokenizer:
+        raise ValueError("files of token ids are read with the tokenizer that wrote them: give "
+                         "--tokenizer (their meta.json's, e.g. gpt2)")  # fmt: skip
     check_flags(args)
     if args.pack:
         return _run_packed(args, summary.read_state(args.resume) if args.resume else None)
@@ -264,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
                           "write --jsonl")
     with _opening(state_out, state):
         opening, waited_before = time.perf_counter(), retry_waited()
-        corpus = refusing_stdout(args, lambda: open_corpus(args))
+        corpus = refusing_stdout(args, lambda: open_corpus(args, tokens=True))
         refuse_inputs(corpus, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, retry_waited() - waited_before)
         options = _stream_options(args, state)
@@ -283,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
         finished = True
     except KeyboardInterrupt:
         sunk = summary.delivered(iterator, written[0] if args.jsonl else None)
-        summary.summary(sunk, before, time.perf_counter() - start, opening_s)
+        summary.summary(sunk, before, time.perf_counter() - start, opening_s, of=_of(args))
         raise
     finally:
         if state_out is not None:
@@ -292,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
                 summary.save_state(state_out, state_now, run_failed=not finished)
         iterator.close()
     sunk = summary.delivered(iterator, written[0] if args.jsonl else None)
-    summary.summary(sunk, before, time.perf_counter() - start, opening_s)
+    summary.summary(sunk, before, time.perf_counter() - start, opening_s, of=_of(args))
     return 0
 
 
@@ -302,7 +323,8 @@ def add_parser(sub: Subparsers) -> None:
         "stream",
         help="read documents (progress bar and summary, or --jsonl to stdout)",
         description="Read a corpus: urlsf_subsetNN.tar files, folders of them, globs, or "
-        "extracted *_data.xz members; parquet or JSON lines files (docs/parquet.md). "
+        "extracted *_data.xz members; parquet or JSON lines files (docs/parquet.md); files of "
+        "token ids (.bin, .ds: docs/token-formats.md) with --tokenizer. "
         "No path: the built-in generated corpus.",
     )
     add_paths(stream)

@@ -85,18 +85,23 @@ def show_progress(
 
 
 def summary(
-    stats: Stats, before: Stats, seconds: float, opening: tuple[float, float], *, read: bool = False
+    stats: Stats, before: Stats, seconds: float, opening: tuple[float, float], *,
+    read: bool = False,
+    of: str = "text",
 ) -> None:
-    """The closing line: documents, text and rates since ``before``, what was skipped, left out
-    or repeated, and a slow opening. ``read``: said of the documents read (batches: the packer
-    reads ahead of the batches handed out: the runs of documents the stream hands it)."""
+    """The closing line: documents, ids (with a tokenizer), text and rates since ``before``,
+    what was skipped, left out or repeated, and a slow opening. ``read``: said of the documents
+    read (batches: the packer reads ahead of the batches handed out: the runs of documents the
+    stream hands it). ``of``: what the bytes counted are (a token corpus's: its ids')."""
     documents = stats.documents - before.documents
     text_bytes = stats.text_bytes - before.text_bytes
+    tokens = stats.tokens - before.tokens
     seconds = max(seconds, 1e-9)
     line = (
         f"{'read ' if read else ''}{plural(documents, 'document')}"
         f"{' (with those read ahead of the batches)' if read else ''}, "
-        f"{text_bytes / 1e6:.1f} MB of text in {seconds:.2f} s: "
+        f"{f'{tokens:,} ids, ' if tokens else ''}"
+        f"{text_bytes / 1e6:.1f} MB of {of} in {seconds:.2f} s: "
         f"{documents / seconds:,.0f} documents/s, {text_bytes / seconds / 1e6:.1f} MB/s"
     )
     keys = ("skipped_members", "skipped_documents", "replaced_documents")

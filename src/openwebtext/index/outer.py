@@ -114,8 +114,9 @@ def _ids_hint(name: str) -> str:
     """Words for a file named as a file of token ids, which ``Corpus.open`` does not read."""
     if name.rsplit("/", 1)[-1].endswith((".bin", ".ds")):
         return (
-            ": a file of token ids is read by the library, opened with Corpus.open_tokens (a "
-            "Mixture takes that Corpus); owt's commands read text corpora"
+            ": a file of token ids is opened with Corpus.open_tokens (a Mixture takes that "
+            "Corpus); owt stream reads it given by name (.bin, .ds) with --tokenizer, not inside "
+            "a folder or beside a text corpus"
         )
     return ""
 

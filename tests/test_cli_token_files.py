@@ -1,0 +1,102 @@
+"""``owt stream`` reads files of token ids (``owt tokenize``'s, Megatron's, llm.c's,
+datatrove's) as the library does (``Corpus.open_tokens``): their documents and ids counted,
+packed into the same batches, saved and resumed, and as a part of a mixture; a run that
+cannot read them (no tokenizer, ``--jsonl``, token files beside a text corpus) is refused
+before any document is read."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from openwebtext import Loader, Mixture, Options
+from openwebtext.index import Corpus
+from support import Owt
+
+
+def _meta_counts(run: Path) -> tuple[int, int]:
+    counts = json.loads((run / "meta.json").read_text())["counts"]
+    return counts["documents"]["train"], counts["tokens"]["train"]
+
+
+@pytest.mark.parametrize("name", ["train.bin", "train.ds", "train_000000.bin"])
+def test_owt_stream_counts_the_documents_and_ids_of_token_files(
+    owt: Owt, token_run: Path, name: str
+) -> None:
+    files = sorted(token_run.glob("train_*.bin")) if name.startswith("train_") else [
+        token_run / name]  # fmt: skip
+    ran = owt("stream", *map(str, files), "--tokenizer", "bytes", "-q", "-j", "1")
+    assert ran.returncode == 0, ran.stderr
+    documents, tokens = _meta_counts(token_run)
+    assert f"{documents:,} documents, {tokens:,} ids, " in ran.stderr
+    assert "MB of ids" in ran.stderr
+
+
+def test_owt_stream_packs_token_files_into_the_library_s_batches_and_resumes(
+    owt: Owt, token_run: Path, tmp_path: Path
+) -> None:
+    path = str(token_run / "train.bin")
+    options = Options(tokenizer="bytes", workers=0, seed=3)
+    with Loader(Corpus.open_tokens(path), options).batches(64, 4) as batches:
+        expected = sum(1 for _ in batches)
+    flags = ["--tokenizer", "bytes", "--seed", "3", "--pack", "concat", "--seq-len", "64",
+             "--batch-size", "4", "-q", "-j", "1"]  # fmt: skip
+    state = tmp_path / "state.json"
+    ran = owt("stream", path, *flags, "--state-out", str(state))
+    assert ran.returncode == 0, ran.stderr
+    assert f"into {expected:,} batches of 4 x 65 ids" in ran.stderr
+    saved = json.loads(state.read_text())
+    assert saved["batches"] == expected
+    again = owt("stream", path, *flags, "--resume", str(state))  # (finished: nothing left)
+    assert again.returncode == 0, again.stderr
+    assert "into 0 batches" in again.stderr
+
+
+def test_a_mixture_takes_token_files_as_a_part(owt: Owt, token_run: Path,
+                                               small_corpus: Path) -> None:  # fmt: skip
+    path = token_run / "train.bin"
+    parts = {"ids": Corpus.open_tokens(path), "text": Corpus.open(small_corpus)}
+    mixture = Mixture(parts, {"ids": 1, "text": 1})
+    with Loader(mixture, Options(tokenizer="bytes", workers=0)).iter() as documents:
+        subsets = Counter("ids" if d.subset == "train" else "text" for d in documents)
+    ran = owt("stream", "--mix", f"ids={path}:1", "--mix", f"text={small_corpus}:1",
+              "--tokenizer", "bytes", "-q", "-j", "1")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    for name in ("ids", "text"):
+        assert f"  {name}: {subsets[name]:,} documents, " in ran.stderr
+    assert "MB of text and ids" in ran.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        ([], "give --tokenizer"),
+        (["--jsonl"], "--jsonl writes text: files of token ids hold none"),
+        (["--tokenizer", "bytes", "--cache-dir", "CACHE"], "leave --cache-dir"),
+        (["--tokenizer", "bytes", "--text-column", "body"], "--text-column out"),
+    ],
+)
+def test_owt_stream_refuses_what_token_files_cannot_do(
+    owt: Owt, token_run: Path, tmp_path: Path, extra: list[str], said: str
+) -> None:
+    extra = [str(tmp_path / "cache") if a == "CACHE" else a for a in extra]
+    ran = owt("stream", str(token_run / "train.bin"), *extra, "-q", "-j", "1")
+    assert ran.returncode == 2, ran.stderr
+    assert said in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_token_files_beside_a_text_corpus_are_refused(
+    owt: Owt, token_run: Path, small_corpus: Path
+) -> None:
+    ran = owt("stream", str(token_run / "train.bin"), str(small_corpus), "--tokenizer", "bytes",
+              "-q")  # fmt: skip
+    assert ran.returncode == 2
+    assert "not both: a mixture takes each as a part" in ran.stderr
+    mixed = owt("stream", "--mix", f"ids={token_run / 'train.bin'}:1", "--mix",
+                f"text={small_corpus}:1", "--jsonl")  # fmt: skip
+    assert mixed.returncode == 2
+    assert "a part of token ids holds none" in mixed.stderr
