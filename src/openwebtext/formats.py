@@ -19,6 +19,7 @@ __all__ = [
     "decompress",
     "detect",
     "is_empty_tar",
+    "sure_kind",
 ]
 
 XZ, GZIP, BZIP2, ZSTD, TAR = "xz", "gzip", "bzip2", "zstd", "tar"
@@ -32,10 +33,12 @@ MAGIC_BYTES = 512
 _MAGIC = (
     (b"\xfd7zXZ\x00", XZ),
     (b"\x1f\x8b", GZIP),
-    (b"BZh", BZIP2),
     (b"\x28\xb5\x2f\xfd", ZSTD),
     (b"PAR1", PARQUET),
 )
+#: bzip2's stream header ("BZh", a level) and what follows it, a block's magic or the end of
+#: stream's: "BZh" alone is text a document may begin with.
+_BZIP2 = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 
 
 def detect(head: bytes) -> str | None:
@@ -46,11 +49,35 @@ def detect(head: bytes) -> str | None:
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
+    if _BZIP2.match(head):
+        return BZIP2
     if head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50:  # a skippable frame (pzstd's)
         return ZSTD
     if len(head) >= 262 and head[257:262] == b"ustar":
         return TAR
     return None
+
+
+def sure_kind(head: bytes, tail: bytes) -> str | None:
+    """The format of a tar's member or document that starts with ``head`` and ends with
+    ``tail``, on evidence text cannot give by chance (a document's text may begin "PAR1",
+    or hold "ustar" at byte 257): a tar's first header must hold its checksum, a parquet file
+    its magic at both ends; None: text, or no known format."""
+    kind = detect(head)
+    if kind == TAR and not _summed(head):
+        return None
+    return None if kind == PARQUET and not tail.endswith(b"PAR1") else kind
+
+
+def _summed(header: bytes) -> bool:
+    """Whether the first 512 bytes are a tar header that holds its own checksum (of its
+    bytes unsigned, or signed as some old tars summed them)."""
+    field = header[148:156].split(b"\0", 1)[0].strip()
+    if len(header) < 512 or not field or not set(field) <= set(b"01234567"):
+        return False
+    rest = header[:148] + b" " * 8 + header[156:512]
+    total = sum(rest)
+    return int(field, 8) in (total, total - 256 * sum(b > 127 for b in rest))
 
 
 def is_empty_tar(head: bytes) -> bool:

@@ -5,9 +5,10 @@ reads only what the loader needs (name, data offset, size) in ~1-2 µs, which
 matters because it runs once per document in the workers
 (``benchmarks/bench_tarwalk.py`` keeps the comparison). It still handles what
 real tars contain: POSIX ustar prefixes, GNU long names (``L``/``K``), pax
-headers (``x``/``g``), base-256 sizes, and verifies every header checksum.
-Links, directories, devices and FIFOs are skipped; sparse files are refused; an entry
-of a type tar does not define is a file under its whole name, as tarfile reads it.
+headers (``x``/``g``, Solaris's ``X``), base-256 sizes, and verifies every header checksum.
+Links, directories (V7's too: a file named with a trailing ``/``), devices and FIFOs are
+skipped, and carry no data whatever their size field says; sparse files are refused; an entry
+of a type tar does not define is a file under its whole name. Each is read as tarfile reads it.
 """
 
 from __future__ import annotations
@@ -22,10 +23,15 @@ BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
 _ENDS = b"\0 "  # what ends a number field that does not fill its whole width
 _REGULAR = frozenset(b"07\x00")
-_SKIPPED = frozenset(b"123456")  # hard/sym links, char/block devices, directories, FIFOs
+#: Hard and symbolic links, char and block devices, directories, FIFOs: no data follows their
+#: header, whatever its size field says (tarfile's rule: a writer may put a linked file's size).
+_SKIPPED = frozenset(b"123456")
+#: What a pax (``x``, Solaris's ``X``) or GNU (``L``, ``K``) extension header sets applies to
+#: the next header that is none of these; a global header (``g``) sets nothing we read.
+_EXTENSIONS = frozenset(b"LKxXg")
 #: Every type read as something other than a file; any type not here nor in _REGULAR is
 #: unknown, and read as a regular file, as tarfile does.
-_NOT_FILES = _SKIPPED | frozenset(b"LKxgS")
+_NOT_FILES = _SKIPPED | _EXTENSIONS | frozenset(b"S")
 
 
 class TarFormatError(ValueError):
@@ -102,7 +108,9 @@ def walk(buf: bytes, partial: bool = False) -> Entries:
         except ValueError:
             checksums.append(_number(buf[pos + 148 : pos + 156], pos))
         kind = buf[pos + 156]
-        if pax_size is not None:
+        if kind == 0 and buf[pos : pos + 100].split(b"\0", 1)[0].endswith(b"/"):
+            kind = 0x35  # V7's directory: a file whose name ends with "/" (tarfile's rule)
+        if pax_size is not None and kind not in _EXTENSIONS:
             size = pax_size
         else:
             try:  # eleven digits, then NUL or space (twelve digits, or base-256: _number)
@@ -111,6 +119,8 @@ def walk(buf: bytes, partial: bool = False) -> Entries:
                 size = int(buf[pos + 124 : pos + 135], 8)
             except ValueError:
                 size = _number(buf[pos + 124 : pos + 136], pos)
+        if kind in _SKIPPED and size >= 0:
+            size = 0  # (no data follows, whatever the header said: tarfile's rule)
         data = pos + BLOCK
         if partial and size >= 0 and data + size > end:
             headers.pop()
@@ -134,7 +144,7 @@ def walk(buf: bytes, partial: bool = False) -> Entries:
             long_name = pax_name = pax_size = None
         elif kind == 0x4C:  # GNU long name: the data is the next entry's name
             long_name = buf[data : data + size].split(b"\0", 1)[0].decode("utf-8", "replace")
-        elif kind == 0x78:  # pax extended header for the next entry
+        elif kind in b"xX":  # pax extended header for the next entry
             records = _pax(buf[data : data + size], pos)
             pax_name = records.get("path", pax_name)
             if "size" in records:

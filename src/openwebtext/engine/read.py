@@ -35,7 +35,7 @@ from openwebtext.formats import (
     LimitExceeded,
     Truncated,
     decompress,
-    detect,
+    sure_kind,
 )
 from openwebtext.index import footer_of, json_hint, split_jsonl_kind
 from openwebtext.records import Unit
@@ -181,7 +181,9 @@ class Reader:
                     unit.member,
                 )
             )
-        if names and detect(data[offsets[0] : offsets[0] + MAGIC_BYTES]) not in (None, TAR):
+        first = (data[offsets[0] : offsets[0] + MAGIC_BYTES],
+                 data[offsets[0] + sizes[0] - 4 : offsets[0] + sizes[0]]) if names else None
+        if first is not None and sure_kind(*first) not in (None, TAR):
             raise CorruptMember(
                 "holds compressed members, not documents: is this a compressed outer tar? "
                 "decompress it first (e.g. xz -d openwebtext.tar.xz)",

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from openwebtext.codec import pread_all
 from openwebtext.errors import CorpusError, UnknownFormat
-from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar
+from openwebtext.formats import MAGIC_BYTES, TAR, detect, is_empty_tar, sure_kind
 from openwebtext.records import Unit
 
 __all__ = [
@@ -178,7 +178,8 @@ def walk_outer_tar(
     units: list[Unit] = []
     for i, m in enumerate(members):
         head = f.pread(min(MAGIC_BYTES, m.size), m.offset_data)
-        kind = detect(head) or ""
+        tail = f.pread(4, m.offset_data + m.size - 4) if head[:4] == b"PAR1" else b""
+        kind = sure_kind(head, tail) or ""  # (a document's text is no evidence: "PAR1 is")
         units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
     if not any(u.kind for u in units):
         # No member is compressed or a tar: the file is itself a tar of documents.
