@@ -22,8 +22,12 @@ from openwebtext.errors import (
     StateError,
     TooManyErrors,
     TruncatedMember,
+    UnexpectedError,
     UnknownFormat,
+    Unreadable,
+    Unsupported,
     WorkerError,
+    WrongTokenizer,
 )
 from openwebtext.index import Corpus
 from openwebtext.loader import (
@@ -77,8 +81,12 @@ __all__ = [
     "TokenizerError",
     "TooManyErrors",
     "TruncatedMember",
+    "UnexpectedError",
     "UnknownFormat",
+    "Unreadable",
+    "Unsupported",
     "WorkerError",
+    "WrongTokenizer",
     "ahead",
     "load_tokenizer",
     "reshard",

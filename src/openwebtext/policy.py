@@ -15,7 +15,7 @@ so the same corpus and options give the same decision on every engine.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping, Sequence
 
 from openwebtext.errors import (
     CorpusError,
@@ -96,6 +96,13 @@ class SkipPolicy:
         if self.on_error == "warn":
             _log.warning("skipped: %s", error)
         return counter_of(error)
+
+    def said(self, errors: Sequence[OWTError]) -> None:
+        """Log, under ``warn``, what was skipped before this policy took over (the files left
+        out when the corpus was opened, which count as skips of the run): one line each."""
+        if self.on_error == "warn":
+            for error in errors:
+                _log.warning("skipped: %s", error)
 
     def count(self, error: OWTError, counts: MutableMapping[str, int]) -> str:
         """``take`` ``error``, add one to its counter in ``counts``, then ``check`` them all.

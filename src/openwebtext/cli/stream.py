@@ -458,7 +458,8 @@ def _add_mix_flags(stream: argparse.ArgumentParser) -> None:
         "--tokenizer",
         type=tokenizer_spec,
         default=None,
-        help="hand out token ids (gpt2, tiktoken:NAME, hf:PATH, bytes): counted in the summary",
+        help="hand out token ids (gpt2, tiktoken:NAME, hf:PATH, bytes): counted in the summary; "
+        "files of token ids are read with the one that wrote them",
     )
 
 

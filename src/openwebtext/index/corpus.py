@@ -116,7 +116,7 @@ class Corpus:
 
         Raises:
             CorpusError: a path holds no corpus, or a file is unreadable.
-            UnknownFormat: a file or member is in no known format.
+            UnknownFormat: a file is in no known format (a member's is found when it is read).
             ValueError, TypeError: a storage argument that is not valid (``source.Storage``).
         """
         given = _given(paths, "the corpus is a path, a URL, a folder or a glob pattern")

@@ -256,6 +256,7 @@ def _prepare_in(folder: Path, work: _Work, restart: bool) -> Report:
     policy = SkipPolicy(options.on_error, options.max_errors)
     run = Run(workdir, record, progress, checkpoint_seconds, policy)
     run.skipped += [str(error) for error in files]  # the files count as skips too
+    policy.said(files)
     policy.check(run.counts.skips, files[-1] if files else None)
 
     def second(run: Run) -> None:

@@ -22,8 +22,9 @@ from openwebtext.stream.counts import count_documents, ensure_counts
 from openwebtext.stream.epochs import check_in_run, members_in_run
 from openwebtext.stream.mixbatches import MixtureBatches
 from openwebtext.stream.mixed import MixedStream
+from openwebtext.stream.mixreshard import reshard
 from openwebtext.stream.mixschema import MixMark, MixRun, MixtureStats
-from openwebtext.stream.mixture import Mixture, reshard
+from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.packed import PackedBatch, cu_seqlens
 from openwebtext.stream.packing import WINDOW, BestFitBatches
 from openwebtext.stream.readahead import Ahead, Stateful, ahead

@@ -36,8 +36,10 @@ class ErrorPolicy:
         self.units = units
         self.part = part
         self.files = len(skipped_files)
-        self.skipped: list[str] = [str(in_part(copy.copy(e), part)) for e in skipped_files]
+        named = [in_part(copy.copy(e), part) for e in skipped_files]
+        self.skipped: list[str] = [str(e) for e in named]
         """What was skipped, by name (the first 10,000)."""
+        self.policy.said(named)  # (under warn: each file, as each member when it is read)
         self.others: Callable[[], int] = lambda: 0
         """The skips of the other streams of the same run (a mixture's other parts), which
         count against ``max_errors`` too."""

@@ -2,7 +2,7 @@
 them: each one a state (``check_is_state``), decoded as its record with a refusal naming
 which (``decode_each``), batches states of one packing, size and schedule, each checked
 against its run (``parse_batches``); and the schedule the new ranks go on in
-(``new_schedule``). ``resharding.reshard`` and a mixture's ``mixture.reshard`` read them.
+(``new_schedule``). ``mixreshard.reshard`` and ``resharding.reshard_states`` read them.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Resharding: the states of all ranks of a run, turned into one state per rank of another
-world size (``reshard``), so that a job preempted on W GPUs resumes exactly on W'.
+world size (``reshard_states``; ``mixreshard.reshard`` is the door), so that a job preempted on W
+GPUs resumes exactly on W'.
 
 Nothing is read here: a new state names the old ranks' positions and this rank's share of
 what they left (``stream.rest`` cuts the shares when the stream starts, with the document
@@ -28,68 +29,12 @@ from openwebtext.stream.schema import (
 )
 from openwebtext.stream.sections import NOT_ACROSS, Begun, Reshard, WindowAt
 
-__all__ = ["KEEP", "reshard", "reshard_states"]
+__all__ = ["KEEP", "reshard_states"]
 
 #: ``reshard(even=KEEP)``: the new ranks keep the run's own rule.
 KEEP: Literal["keep"] = "keep"
 Even: TypeAlias = Rule | Literal["keep"] | None
 
-
-def reshard(
-    states: Sequence[Mapping[str, Any]], world_size: int, *, even: Even = KEEP,
-    rank: int | None = None,
-) -> list[dict[str, Any]] | dict[str, Any]:  # fmt: skip
-    """One state per rank of ``world_size`` from the states of every rank of a run (with
-    ``rank``, that rank's only).
-
-    ``states`` are the ``state_dict()`` of every rank's document iterator, or of every rank's
-    ``Loader.batches`` (one kind), each taken at that rank's own position, in any order. State
-    ``r`` of the result resumes ``Loader(..., rank=r, world_size=world_size)``
-    (``.iter(state=…)`` or ``.batches(..., state=…)``): the old ranks' documents up to their
-    states, plus what the new ranks hand out to the end of that epoch, are the epoch's documents
-    once each. Every new rank hands out the same number: under ``even="drop"`` the last few of
-    the rest are left out (``stats.dropped_documents``, on the last rank), under ``"pad"`` the
-    first few are repeated (``stats.repeated_documents``); without even sharding the shares
-    differ by at most one. What the old ranks' own even shares left out or repeat (of ranks that
-    had not finished the epoch, which count theirs) is counted on the last new rank too, so that
-    the counts over all ranks are the run's. With concat batches, a document cut across the
-    checkpoint goes on from its first id not yet a target; with best-fit batches, the window
-    each old rank was in is packed again by one new rank (round robin), which hands out only the
-    rows not handed out before. States may be in different epochs (a mixture's small part runs
-    through its epochs at each rank's pace): a rank past an epoch had finished it, a rank before
-    one had not begun it, and the rests of every epoch an old rank had begun follow one another
-    (best-fit batches of a corpus: states of one epoch only, or at the very start of the next
-    with no row of it out; of a mixture, each old rank's window is read from its epoch of each
-    part, and past its end from the next, all handed out first). After those, every epoch is the
-    new world size's own, and so is an epoch no old rank had begun (all at its very start: the
-    new states are at the end of an empty rest of the epoch before it); a rank whose share is
-    empty passes a finite run's epochs with no document (at most 65,536 past the earliest
-    rank's: a section is written for each epoch between). The new ranks' counters start at 0.
-    States of a resharded epoch can be resharded again. Batches under a ``Schedule`` go on in it
-    from the batch the furthest old rank had reached (best fit: a window packed again at a
-    change is packed the same way by the new rank it is dealt to).
-
-    Args:
-        states: The states of all ranks of one run.
-        world_size: The new number of ranks.
-        even: How the new ranks are evened out: ``"drop"``, ``"pad"``, None (not evened
-            out), or ``"keep"`` (the default: the run's own rule; a run of one rank, which
-            has none in force, gets ``Loader``'s default, ``"drop"``). The new ranks'
-            ``Loader`` must say the same (``even=``): a state that disagrees is refused
-            with the argument to pass.
-        rank: Make that new rank's state only, and return it (not a list): what each rank
-            of a large job calls with every old state. Each new state holds what it needs of
-            every old rank's, so all of them cost old ranks × new ranks in time and memory
-            (2,000 → 2,000 ranks: 1.6 s and 0.8 GB); one costs old ranks.
-
-    Raises:
-        StateError: a state is not a state, ranks are missing or given twice, the states
-            are of different runs, epochs, batch sizes or schedules; the message names what.
-        ValueError: ``world_size`` is not an int >= 1, or ``rank`` not one of its ranks.
-    """
-    world_size = as_int(world_size)
-    made = reshard_states(states, world_size, even=even, ranks=new_ranks(world_size, rank))
-    return made if rank is None else made[0]
 
 
 def reshard_states(
@@ -197,7 +142,7 @@ def _new_rule(even: Even, old: Rule | None, old_world: int) -> Rule | None:
 
 
 def _of_corpus(state: DocumentState | MixtureState) -> DocumentState:
-    """The documents' state of batches of a corpus (a mixture's: ``mixture.reshard``)."""
+    """The documents' state of batches of a corpus (a mixture's: ``mixreshard.reshard``)."""
     if isinstance(state, MixtureState):
         raise StateError("batches of a mixture are resharded by openwebtext.reshard")
     return state

@@ -307,7 +307,7 @@ class BatchesState(Record, frozen=True, tag_field="format", tag=BATCHES_FORMAT):
     """Best fit of a mixture, rows of the window handed out, documents of a part skipped among
     its own in it (absent: none): the document slots of each part's share the window passed,
     its skipped ones held (``source.slots_at``), which a reshard deals of the part's share (a
-    part's state, ``mixture.reshard`` builds it: its own)."""
+    part's state, ``mixreshard.reshard`` builds it: its own)."""
     window_next: tuple[Across, ...] | msgspec.UnsetType = msgspec.UNSET
     """Best fit of a mixture, rows of the window handed out, crossing a part's epoch end (absent:
     none does): each part's epoch ends it crosses and its slots of the part's share of the last
