@@ -155,8 +155,21 @@ def _streams(data: bytes, kind: str, limit: int) -> bytes:
         nonzero = _NONZERO.search(data, pos)
         pos = nonzero.start() if nonzero else len(data)
         if pos < len(data) and detect(data[pos : pos + MAGIC_BYTES]) != kind:
+            if any(magic.startswith(data[pos:]) for magic in _STARTS[kind]):  # (cut in it)
+                raise Truncated("compressed data ends inside the header of its next stream",
+                                b"".join(parts))  # fmt: skip
             raise ValueError(f"{len(data) - pos} bytes of trailing garbage after the {kind} data")
     return b"".join(parts)
+
+
+#: How each stream of a format begins, as far as ``detect`` reads it: data cut inside these
+#: bytes after a whole stream is a stream cut short, not garbage.
+_STARTS = {
+    XZ: [b"\xfd7zXZ\x00"],
+    GZIP: [b"\x1f\x8b"],
+    BZIP2: [b"BZh%d" % level + then for level in range(1, 10)
+            for then in (b"1AY&SY", b"\x17rE8P\x90")],
+}
 
 
 def _decompressor(kind: str) -> Any:
