@@ -23,6 +23,7 @@ import numpy as np
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
 from openwebtext.options import Options, int_at_least, integral
+from openwebtext.stream.source import InsideNext
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 
@@ -111,9 +112,22 @@ class OpenWebTextLoader:
         return running
 
     def close(self) -> None:
-        """Stop the workers of every pass (each pass ends: a ``next()`` after is the end)."""
+        """Stop the workers of every pass (each pass ends: a ``next()`` after is the end).
+
+        Raises:
+            InsideNext: another thread is inside a pass's ``next`` (that pass goes on; the
+                others are closed).
+        """
+        inside = False
         for running in list(self._passes):
-            running.close()
+            try:
+                running.close()
+            except ValueError as exc:  # (a generator another thread is inside)
+                if "already executing" not in str(exc):
+                    raise
+                inside = True
+        if inside:
+            raise InsideNext()
 
     def __enter__(self) -> OpenWebTextLoader:
         return self

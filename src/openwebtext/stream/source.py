@@ -382,14 +382,15 @@ def on_this_thread(generators: list[Generator[Any, None, None]]) -> bool:
 
 
 class InsideNext(RuntimeError):
-    """A ``close`` refused: another thread is inside the iterator's ``next``, which goes on."""
+    """A ``close`` (or a ``next``) refused: another thread is inside the iterator's ``next``,
+    which goes on."""
 
-    def __init__(self) -> None:
-        super().__init__(
-            "close() while another thread is inside next(): close an iterator on the thread "
-            "that reads it (ahead() and to_device() may be closed from any thread, and "
-            "Loader.batches(...).start() while it reads ahead)"
-        )
+    def __init__(self, what: str = "close()") -> None:
+        fix = ("close an iterator on the thread that reads it (ahead() and to_device() may be "
+               "closed from any thread, and Loader.batches(...).start() while it reads ahead)"
+               if what == "close()" else "an iterator is read on one thread: hand its items to "
+               "the others (a queue), or give each thread an iterator of its own")  # fmt: skip
+        super().__init__(f"{what} while another thread is inside next(): {fix}")
 
 
 def failure(exc: BaseException) -> str:
@@ -437,6 +438,14 @@ class Running(Closing, Generic[S]):
         except StopIteration:
             self._check()
             raise
+        except ValueError as exc:  # raised by next() itself, not inside the stream: two readers
+            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
+                raise
+            if "already executing" not in str(exc):
+                raise
+            if on_this_thread([self._gen]):
+                raise OwnNext("next()") from None
+            raise InsideNext("next()") from None
 
     def _end(self, *others: Generator[Any, None, None] | None) -> None:
         """Close the stream's generators (``others`` too), for ``close``; refused while another
