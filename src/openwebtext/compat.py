@@ -23,7 +23,7 @@ import numpy as np
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
 from openwebtext.options import Options, int_at_least, integral
-from openwebtext.stream.source import InsideNext
+from openwebtext.stream import InsideNext
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 

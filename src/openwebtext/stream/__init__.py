@@ -37,7 +37,14 @@ from openwebtext.stream.schema import (
     kind_of,
 )
 from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of
-from openwebtext.stream.source import DocumentSource, Running, RunParts, TokenRun, WindowAhead
+from openwebtext.stream.source import (
+    DocumentSource,
+    InsideNext,
+    Running,
+    RunParts,
+    TokenRun,
+    WindowAhead,
+)
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -58,6 +65,7 @@ __all__ = [
     "Counters",
     "DocumentSource",
     "DocumentState",
+    "InsideNext",
     "Mark",
     "MixMark",
     "MixRun",

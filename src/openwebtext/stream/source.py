@@ -438,10 +438,8 @@ class Running(Closing, Generic[S]):
         except StopIteration:
             self._check()
             raise
-        except ValueError as exc:  # raised by next() itself, not inside the stream: two readers
-            if exc.__traceback__ is None or exc.__traceback__.tb_next is not None:
-                raise
-            if "already executing" not in str(exc):
+        except ValueError as exc:  # by next() itself (not inside the stream): two readers
+            if not exc.__traceback__ or exc.__traceback__.tb_next or "executing" not in str(exc):
                 raise
             if on_this_thread([self._gen]):
                 raise OwnNext("next()") from None
