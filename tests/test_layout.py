@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]  # the repository (its pyproject.toml
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 120
 MAX_CLASS_LINES = 300
-MAX_TOP_LEVEL_MODULES = 16  # the leaves (one concept each: codec, mixing, plan, …) and the facades
+MAX_TOP_LEVEL_MODULES = 17  # the leaves (one concept each: codec, mixing, plan, …) and the facades
 MIN_SUBPACKAGES = 5
 
 

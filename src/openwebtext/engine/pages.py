@@ -6,7 +6,7 @@ more past ``max_member_bytes`` than an honest one (``tables.parquet_records``)."
 
 from __future__ import annotations
 
-from typing import Any
+from openwebtext.thrift import read_struct
 
 __all__ = ["chunk_pages"]
 
@@ -33,7 +33,7 @@ def chunk_pages(raw: bytes, values: int) -> tuple[int, bool, int]:
     try:
         while at < len(raw) and seen < values:
             page = at
-            header, at = _thrift_struct(raw, at, 0)
+            header, at = read_struct(raw, at)
             kind, unpacked, packed = (header.get(k, -1) for k in (1, 2, 3))
             if not all(isinstance(v, int) for v in (kind, unpacked, packed)) or packed < 0:
                 raise ValueError(f"page type {kind}, sizes {unpacked} and {packed}")
@@ -53,62 +53,3 @@ def chunk_pages(raw: bytes, values: int) -> tuple[int, bool, int]:
     except ValueError as exc:
         raise ValueError(f"a damaged page header at byte {page} of the chunk: {exc}") from None
     return size, plain, size if built else widest
-
-
-def _varint(buf: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while buf[at] & 0x80:
-        value, shift, at = value | (buf[at] & 0x7F) << shift, shift + 7, at + 1
-    return value | buf[at] << shift, at + 1
-
-
-def _thrift_struct(buf: bytes, at: int, depth: int) -> tuple[dict[int, Any], int]:
-    """A Thrift compact struct at ``at``: its fields by id (ints, bools, structs; None for
-    the rest, skipped), and where it ends."""
-    fields: dict[int, Any] = {}
-    field = 0
-    while True:
-        byte, at = buf[at], at + 1
-        if byte == 0:
-            return fields, at
-        if byte >> 4:
-            field += byte >> 4
-        else:
-            zigzag, at = _varint(buf, at)
-            field = (zigzag >> 1) ^ -(zigzag & 1)
-        fields[field], at = _thrift_value(buf, at, byte & 0x0F, depth)
-
-
-def _thrift_value(buf: bytes, at: int, kind: int, depth: int) -> tuple[Any, int]:
-    """A Thrift compact value of type ``kind`` at ``at``, and where it ends."""
-    if depth > 16:
-        raise ValueError("values nested too deep")
-    if kind in (1, 2):  # a bool field: its value is its type
-        return kind == 1, at
-    if kind == 3:
-        return buf[at], at + 1
-    if kind in (4, 5, 6):
-        zigzag, at = _varint(buf, at)
-        return (zigzag >> 1) ^ -(zigzag & 1), at
-    if kind in (7, 8):  # a double; binary, its length first
-        length, at = (8, at) if kind == 7 else _varint(buf, at)
-        if at + length > len(buf):
-            raise IndexError  # (a list of them would otherwise walk past the end forever)
-        return None, at + length
-    if kind in (9, 10, 11):  # a list or set (a bool of one is a byte), a map
-        if kind == 11:
-            count, at = _varint(buf, at)
-            kinds = [buf[at] >> 4, buf[at] & 0x0F] if count else []
-            at += 1 if count else 0
-        else:
-            count, kinds, at = buf[at] >> 4, [buf[at] & 0x0F], at + 1
-            if count == 15:
-                count, at = _varint(buf, at)
-        kinds = [3 if k in (1, 2) else k for k in kinds]
-        for _ in range(count):
-            for each in kinds:
-                _, at = _thrift_value(buf, at, each, depth + 1)
-        return None, at
-    if kind == 12:
-        return _thrift_struct(buf, at, depth + 1)
-    raise ValueError(f"Thrift type {kind}")

@@ -213,6 +213,8 @@ class Reader:
             try:
                 footer = Footer(footer_of(unit.path, self.storage), unit.path)
             except CorpusError as exc:
+                if not exc.skippable:  # (encrypted: an index cached before it was refused)
+                    raise
                 raise CorruptMember(exc.message, unit.path, unit.member) from exc
             except OSError as exc:
                 raise read_error(exc, unit.path, unit.member,

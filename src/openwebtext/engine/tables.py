@@ -56,7 +56,8 @@ class Records(NamedTuple):
 
 
 class Footer:
-    """A parquet file's parsed footer, and the first row of each row group."""
+    """A parquet file's parsed footer (``index.parse_footer``: an encrypted file, or one whose
+    metadata pyarrow would abort on, is refused), and the first row of each row group."""
 
     def __init__(self, footer: bytes, path: str):
         self.meta = parse_footer(footer, path)
@@ -66,6 +67,10 @@ class Footer:
     def column_at(self, group: int, offset: int) -> tuple[int, str, Any] | None:
         """The leaf index, name and chunk metadata of the column whose chunk in row group
         ``group`` starts at byte ``offset`` (``index.column_of``'s), or None: none does.
+
+        The walk reads the metadata of the chunks before it through pyarrow, which aborts
+        the process on an encrypted chunk or on one past the schema's columns: the footer
+        passed ``index.parse_footer``, which refuses a file of either (its cached footer too).
 
         Raises:
             ValueError: the footer's entry for that chunk is damaged: its path is not UTF-8,

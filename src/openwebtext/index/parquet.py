@@ -7,7 +7,9 @@ row group, the byte span of the text column's chunk (dictionary page included): 
 the unit's ``offset`` and ``size``, so the workers read it as any member, locally by
 ``pread`` and remotely through ``source``'s ranged reads (validators, retries, member cache).
 The reader then decodes the chunk with pyarrow against the same footer (``footer_of``), which
-it also uses to find which column the span is.
+it also uses to find which column the span is. Either parses the footer through
+``parse_footer``, which refuses an encrypted file (Parquet Modular Encryption) on its Thrift,
+before pyarrow's accessors abort the process on it.
 
 A remote file's footer is kept in ``<cache folder>/parquet-footers/`` beside the remote index,
 named the same way (URL and storage ``place``) and stamped with the file's size and identity,
@@ -34,8 +36,10 @@ from openwebtext.formats import PARQUET
 from openwebtext.index.outer import LocalFile, Readable
 from openwebtext.records import Unit
 from openwebtext.source import RangeFile, Storage, is_url, placed, redact, resolve
+from openwebtext.thrift import Shape, read_struct
 
 __all__ = [
+    "ENCRYPTED_MAGIC",
     "FOOTER_GUESS",
     "TEXT_COLUMN",
     "column_of",
@@ -51,6 +55,8 @@ TEXT_COLUMN = "text"
 #: Bytes read from a file's end to find its footer in one request (most footers fit).
 FOOTER_GUESS = 64 << 10
 _MAGIC = b"PAR1"
+#: How a parquet file whose footer is encrypted begins and ends (Parquet Modular Encryption).
+ENCRYPTED_MAGIC = b"PARE"
 
 log = logging.getLogger("openwebtext")
 _TEXT_TYPES = ("string", "large_string", "binary", "large_binary", "string_view")
@@ -69,6 +75,7 @@ def read_footer(f: Readable, name: str) -> bytes:
     """The footer of a parquet file (its Thrift metadata, then its length and ``PAR1``).
 
     Raises:
+        Unsupported: a file whose footer is encrypted (it ends with ``PARE``).
         CorpusError: the file does not end as a parquet file does (truncated, or not parquet).
     """
     size = f.size
@@ -76,6 +83,8 @@ def read_footer(f: Readable, name: str) -> bytes:
         raise CorpusError(f"not a parquet file: {size} bytes", path=name)
     guess = min(size, FOOTER_GUESS)
     tail = f.pread(guess, size - guess)
+    if len(tail) == guess and tail[-4:] == ENCRYPTED_MAGIC:
+        raise Unsupported(f"{_ENCRYPTED} (its footer is encrypted)", path=name)
     if len(tail) != guess or tail[-4:] != _MAGIC:
         raise CorpusError(
             "parquet file without its footer (it does not end with PAR1): truncated?", path=name
@@ -89,18 +98,67 @@ def read_footer(f: Readable, name: str) -> bytes:
 
 
 def parse_footer(footer: bytes, name: str) -> Any:
-    """The ``pyarrow.parquet.FileMetaData`` of a footer (``read_footer``).
+    """The ``pyarrow.parquet.FileMetaData`` of a footer (``read_footer``), once its Thrift says
+    pyarrow's accessors may read it (``_judge``): they abort the whole process (a C++
+    exception thrown where Python cannot catch it) on an encrypted column chunk, and on a row
+    group of more column chunks than the schema has columns. Every footer a reader or the
+    index parses comes here, read from the file or from the footer cache alike.
 
     Raises:
-        CorpusError: the footer does not parse.
+        Unsupported: an encrypted file (Parquet Modular Encryption).
+        CorpusError: the footer does not parse, or its row groups' chunks are not its
+            schema's columns.
     """
     pa = _pyarrow()
     try:
-        return pa.parquet.read_metadata(pa.BufferReader(footer))
+        meta = pa.parquet.read_metadata(pa.BufferReader(footer))  # (parsed: no chunk read yet)
     except MemoryError:  # (pyarrow's ArrowMemoryError too: the machine's, not the file's)
         raise
     except (OSError, ValueError, pa.ArrowException) as exc:
         raise CorpusError(f"parquet footer does not parse: {exc}", path=name) from exc
+    _judge(footer, meta.num_columns, meta.num_row_groups, name)
+    return meta
+
+
+#: What ``_judge`` reads of a footer's ``FileMetaData`` (parquet.thrift's field ids): its row
+#: groups (4), each one's column chunks (1) and whether each is encrypted (8:
+#: crypto_metadata, 9: encrypted_column_metadata), and whether the file is (8:
+#: encryption_algorithm, 9: footer_signing_key_metadata).
+_JUDGED: Shape = {4: {1: {8: None, 9: None}}, 8: None, 9: None}
+_ENCRYPTED = "encrypted parquet (Parquet Modular Encryption) is not read: decrypt it first"
+
+
+def _judge(footer: bytes, columns: int, groups: int, name: str) -> None:
+    """Refuse a footer pyarrow's metadata accessors would abort the process on, from its
+    Thrift alone: one that says the file, or any of its column chunks, is encrypted, or a row
+    group of other than ``columns`` chunks (``row_group(k).column(i)`` past the schema's
+    columns). Its row groups and their chunks must be lists of structs, as parquet's C++ reads
+    them whatever their bytes say (else this walk and pyarrow's would see other fields).
+
+    Raises:
+        Unsupported: an encrypted file.
+        CorpusError: a footer this walk does not read as pyarrow did.
+    """
+    try:
+        meta, _ = read_struct(footer, 0, _JUDGED)
+    except (IndexError, ValueError) as exc:  # (pyarrow parsed it: a Thrift it reads past)
+        why = str(exc) or "cut short"
+        raise CorpusError(f"parquet footer does not parse: {why}", path=name) from None
+    row_groups = meta.get(4)
+    chunks: list[list[dict[int, Any]]] = []
+    for group in row_groups if isinstance(row_groups, list) else ():
+        each = group.get(1) if isinstance(group, dict) else None
+        if not isinstance(each, list) or not all(isinstance(c, dict) for c in each):
+            break
+        chunks.append(each)
+    if len(chunks) != groups:
+        raise CorpusError("parquet footer is damaged: its row groups do not parse", path=name)
+    if 8 in meta or 9 in meta or any(8 in each or 9 in each for c in chunks for each in c):
+        raise Unsupported(_ENCRYPTED, path=name)
+    k = next((k for k, c in enumerate(chunks) if len(c) != columns), None)
+    if k is not None:
+        raise CorpusError(f"parquet footer is damaged: row group {k} holds {len(chunks[k])} "
+                          f"column chunks, not its schema's {columns}", path=name)  # fmt: skip
 
 
 def column_of(meta: Any, column: str, name: str) -> int:

@@ -7,7 +7,7 @@ from openwebtext.errors import CorpusError
 from openwebtext.formats import MAGIC_BYTES, PARQUET, detect
 from openwebtext.index.jsonl import is_jsonl, jsonl_units
 from openwebtext.index.outer import Readable, placeholder
-from openwebtext.index.parquet import parquet_units
+from openwebtext.index.parquet import ENCRYPTED_MAGIC, parquet_units
 from openwebtext.records import Unit
 
 __all__ = ["table_units"]
@@ -28,6 +28,8 @@ def table_units(
     if detect(head) == PARQUET:
         return parquet_units(f, name, subset, base, text_column)
     if base.lower().endswith(".parquet"):  # never read as a tar, nor left out as "not parquet"
+        if head[:4] == ENCRYPTED_MAGIC:  # (its footer encrypted: refused as unsupported)
+            return parquet_units(f, name, subset, base, text_column)
         what = "empty" if not head else "not parquet (no PAR1 magic)"
         raise CorpusError(f"named parquet, but its bytes are {what}{placeholder(head)}", path=name)
     return None
