@@ -7,12 +7,15 @@ before any document is read."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from openwebtext import Loader, Mixture, Options
+from openwebtext.cli.args import token_files
+from openwebtext.cli.command import as_flags
 from openwebtext.index import Corpus
 from support import Owt
 
@@ -100,3 +103,78 @@ def test_token_files_beside_a_text_corpus_are_refused(
                 f"text={small_corpus}:1", "--jsonl")  # fmt: skip
     assert mixed.returncode == 2
     assert "a part of token ids holds none" in mixed.stderr
+
+
+# -- what a red team of the door found (session 40) -----------------------------------------
+
+
+@pytest.mark.parametrize(("made", "data", "beside"), [
+    ("megatron", "train.bin", "train.idx"), ("datatrove", "train.ds", "train.ds.index"),
+    (None, "train.bin", "meta.json"),
+])  # fmt: skip
+def test_state_out_never_replaces_a_file_read_beside_the_ids(
+    owt: Owt, token_run: Path, tmp_path: Path, made: str | None, data: str, beside: str
+) -> None:
+    run = Path(shutil.copytree(token_run, tmp_path / "run"))
+    before = (run / beside).read_bytes()
+    ran = owt("stream", str(run / data), "--tokenizer", "bytes", "-q", "-j", "0",
+              "--state-out", str(run / beside))  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    assert "--state-out names a file this run reads" in ran.stderr
+    assert (run / beside).read_bytes() == before
+
+
+def test_a_signed_url_of_a_token_file_is_a_token_file() -> None:
+    assert token_files(["https://host/run/train.bin?X-Amz-Signature=abc&X-Amz-Date=1"])
+    assert token_files(["s3://bucket/run/train.ds"])
+    assert not token_files(["https://host/data/part-0.parquet?sig=a.bin"])
+
+
+def test_a_bare_bin_is_read_with_the_tokenizer_s_end_of_text(
+    owt: Owt, token_run: Path, tmp_path: Path
+) -> None:
+    """nanoGPT's users copy train.bin alone: no meta.json says its end-of-text id, so the
+    --tokenizer given says it (the library's default is GPT-2's, 50256)."""
+    (tmp_path / "bare").mkdir()
+    shutil.copy(token_run / "train.bin", tmp_path / "bare" / "train.bin")
+    ran = owt("stream", str(tmp_path / "bare" / "train.bin"), "--tokenizer", "bytes", "-q",
+              "-j", "0")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    documents, tokens = _meta_counts(token_run)
+    assert f"{documents:,} documents, {tokens:,} ids, " in ran.stderr
+
+
+def test_a_quoted_glob_of_llmc_shards_reads_them_in_order(owt: Owt, token_run: Path) -> None:
+    shards = sorted(token_run.glob("train_*.bin"))
+    assert len(shards) > 1
+    listed = owt("stream", *map(str, shards), "--tokenizer", "bytes", "-q", "-j", "0",
+                 "--no-shuffle")  # fmt: skip
+    pattern = owt("stream", str(token_run / "train_*.bin"), "--tokenizer", "bytes", "-q",
+                  "-j", "0", "--no-shuffle")  # fmt: skip
+    assert (listed.returncode, pattern.returncode) == (0, 0), pattern.stderr
+    line = lambda err: err.splitlines()[-1].split(" in ")[0]  # noqa: E731
+    assert line(pattern.stderr) == line(listed.stderr)
+
+
+def test_a_held_out_split_of_token_files_is_counted_without_a_cache_or_a_word(
+    owt: Owt, token_run: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "ids").mkdir()
+    data = tmp_path / "ids" / "data.bin"
+    shutil.copy(token_run / "train.bin", data)
+    shutil.copy(token_run / "meta.json", tmp_path / "ids" / "meta.json")
+    for rank in ("0", "1"):
+        ran = owt("stream", str(data), "--tokenizer", "bytes", "-q", "-j", "0", "--split",
+                  "val", "--val-fraction", "0.3", "--world-size", "2", "--rank", rank)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert "counting the documents" not in ran.stderr
+    assert sorted(p.name for p in data.parent.iterdir()) == ["data.bin", "meta.json"]
+
+
+def test_errors_speak_in_flags(owt: Owt, token_run: Path) -> None:
+    ran = owt("stream", str(token_run / "train.bin"), "--tokenizer", "bytes", "-q", "--split",
+              "train")  # fmt: skip
+    assert ran.returncode == 2
+    assert "read it with --split all" in ran.stderr and "options={" not in ran.stderr
+    assert as_flags("3 skipped, more than max_errors=2") == "3 skipped, more than --max-errors 2"
+    assert as_flags("data/split=train/a.parquet: bad") == "data/split=train/a.parquet: bad"

@@ -5,15 +5,19 @@ every command that has them (corpus paths, ``-j``, ``--on-error``, ``-q``)."""
 from __future__ import annotations
 
 import argparse
+import glob
+import os
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 from openwebtext.engine import cpu_count
 from openwebtext.files import named
 from openwebtext.index import Corpus
 from openwebtext.options import option_type as option_type
-from openwebtext.source import add_text_column, storage_kwargs
+from openwebtext.source import add_text_column, is_url, storage_kwargs
 from openwebtext.synth import paths_or_default
-from openwebtext.tokenizer import TokenizerError, parse_spec
+from openwebtext.tokenfiles import companions
+from openwebtext.tokenizer import TokenizerError, load_tokenizer, parse_spec
 
 __all__ = [
     "Subparsers",
@@ -120,12 +124,14 @@ _TOKEN_NAMES = (".bin", ".ds")
 
 
 def token_files(paths: list[str] | None) -> bool:
-    """Whether ``paths`` name files of token ids (by their names), not a text corpus.
+    """Whether ``paths`` name files of token ids (by their names: a URL's without its query
+    string, a glob pattern's), not a text corpus.
 
     Raises:
         ValueError: some do and some do not (a mixture takes each kind as a part).
     """
-    named_so = [str(p).rstrip("/").endswith(_TOKEN_NAMES) for p in paths or ()]
+    named = [urlsplit(p).path if is_url(p) else str(p) for p in paths or ()]
+    named_so = [name.rstrip("/").endswith(_TOKEN_NAMES) for name in named]
     if any(named_so) and not all(named_so):
         raise ValueError("give files of token ids (.bin, .ds) or a text corpus, not both: a "
                          "mixture takes each as a part (--mix NAME=PATH:WEIGHT)")  # fmt: skip
@@ -135,8 +141,9 @@ def token_files(paths: list[str] | None) -> bool:
 def open_corpus(args: argparse.Namespace, paths: list[str] | None = None,
                 tokens: bool = False) -> Corpus:  # fmt: skip
     """The corpus of ``paths`` (the command's; the built-in one without), with its storage
-    flags; with ``tokens``, files of token ids (``token_files``) open as a token corpus,
-    whose eot and dtype are their ``meta.json``'s (else GPT-2's, ``Corpus.open_tokens``)."""
+    flags; with ``tokens``, files of token ids (``token_files``; a local glob pattern, its
+    files in order) open as a token corpus, whose eot and dtype are their ``meta.json``'s,
+    else the eot of ``--tokenizer`` (``Corpus.open_tokens``'s default: GPT-2's)."""
     given = args.paths if paths is None else paths
     text_column = getattr(args, "text_column", "text")
     if tokens and token_files(given):
@@ -144,7 +151,15 @@ def open_corpus(args: argparse.Namespace, paths: list[str] | None = None,
         if kwargs["cache_dir"] or kwargs["cache_size"] is not None or text_column != "text":
             raise ValueError("files of token ids are read as they are: leave --cache-dir, "
                              "--cache-size and --text-column out")  # fmt: skip
-        return Corpus.open_tokens(given, storage_options=kwargs["storage_options"])
+        files: list[str] = []
+        for path in given:  # (a pattern the shell did not expand: its files, in order)
+            found = sorted(glob.glob(path)) if not is_url(path) and glob.has_magic(path) else []
+            files += found or [path]
+        spec = getattr(args, "tokenizer", None)
+        bare = spec is not None and not any(map(is_url, files)) and not any(
+            os.path.isfile(companions(f)[1]) for f in files)  # fmt: skip
+        eot = load_tokenizer(spec).eot if bare and spec else None  # (no meta.json: its own)
+        return Corpus.open_tokens(files, eot=eot, storage_options=kwargs["storage_options"])
     on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
     return Corpus.open(
         paths_or_default(given),

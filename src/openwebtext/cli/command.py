@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -18,7 +19,7 @@ from openwebtext.cli.standard import messages, open_standard_streams, stdout_gon
 from openwebtext.errors import OWTError, StateError, one_line
 from openwebtext.interrupts import EXIT_INTERRUPTED
 
-__all__ = ["build_parser", "main"]
+__all__ = ["as_flags", "build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 0
     except (OWTError, OSError) as exc:
-        print(f"owt: error: {one_line(_said(exc, getattr(args, 'resume', None)))}",
+        print(f"owt: error: {as_flags(one_line(_said(exc, getattr(args, 'resume', None))))}",
               file=sys.stderr)  # fmt: skip
         return 1
     except MemoryError:  # (the machine's limit: one line, as every error)
@@ -90,8 +91,29 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return 1
     except ValueError as exc:  # an argument refused once the command ran: as argparse's
-        print(f"owt: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"owt: error: {as_flags(one_line(str(exc)))}", file=sys.stderr)
         return 2
+
+
+#: An option as the library's messages say it (``max_errors=3``, ``split='all'``), after a
+#: space or a parenthesis (never inside a path: ``data/split=train/``): ``owt`` says its flag.
+_KEYWORD = re.compile(
+    r"(?<=[\s(])(max_errors|max_member_bytes|max_document_bytes|val_fraction|val_seed|"
+    r"world_size|shuffle_buffer|split|even|seed)=('?)([^\s,;:)'\"]+)\2"
+)
+#: The library's words that no flag rewrites: ``owt``'s for the same thing.
+_PHRASES = {
+    "give Options(tokenizer=...)": "give --tokenizer",
+    " (a mixture's part: options={NAME: {'split': 'all'}})": " (every --mix part reads with the "
+    "one --split)",
+}
+
+
+def as_flags(message: str) -> str:
+    """``message`` with the library's keywords for options said as ``owt``'s flags."""
+    for words, flags in _PHRASES.items():
+        message = message.replace(words, flags)
+    return _KEYWORD.sub(lambda m: f"--{m[1].replace('_', '-')} {m[3]}", message)
 
 
 #: What to give to resume a state refused for a field ``--resume`` does not take from it

@@ -16,7 +16,9 @@ from typing import TypeVar
 from openwebtext.errors import CorpusError
 from openwebtext.index import Corpus, file_key
 from openwebtext.loader import Mixture
+from openwebtext.source import is_url
 from openwebtext.stream import WINDOW
+from openwebtext.tokenfiles import TOKENS, companions
 
 __all__ = ["check_flags", "refuse_inputs", "refusing_stdout"]
 
@@ -75,6 +77,8 @@ def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool)
     inputs = set()
     for corpus in corpora:
         paths = [unit.path for unit in corpus.units] + [e.path for e in corpus.skipped_files]
+        paths += [other for unit in corpus.units if unit.kind == TOKENS and not is_url(unit.path)
+                  for other in companions(unit.path)]  # (an index, meta.json: read too)
         for path in dict.fromkeys(p for p in paths if p):
             with contextlib.suppress(OSError):  # (the files were just opened)
                 inputs.add(file_key(path))

@@ -156,6 +156,10 @@ def ensure_counts(
     # (the splits known stay: this count adds the one they lack)
     wanted = [NANOGPT_SPLIT, (options.val_fraction, options.val_seed)]
     splits = tuple(s for s in dict.fromkeys(wanted) if not (known and split_key(*s) in known.val))
+    if corpus.units and all(unit.kind == TOKENS for unit in corpus.units):  # (of names: at once)
+        counts = count_documents(corpus, workers=0, splits=splits)
+        counts = counts if known is None else known.joined(counts)
+        return corpus.with_counts(counts)  # (never cached: a run folder's, counted in no time)
     if not _interactive() and progress is None:  # no bar to show it: one line says the wait
         log.warning(
             "counting the documents of %d members (once: cached beside the corpus; owt index "
