@@ -189,6 +189,9 @@ FOREIGN_PRIVATES = {
     ("openwebtext.engine.child", "os._exit"),
     # The type add_subparsers() returns: argparse (and typeshed) name it only so.
     ("openwebtext.bench.cli", "argparse._SubParsersAction"),
+    # multiprocessing's registry of a process's children, which its exit handler terminates:
+    # a fork forgets the parent's workers there (there is no public way to).
+    ("openwebtext.engine.parent", "multiprocessing.process._children"),
 }
 
 

@@ -1,4 +1,5 @@
-"""Waits on workers that another thread can end at once (``Halt``).
+"""What ends a pool's reading from outside it: another thread (``Halt``), a close at the
+program's exit (``stopped``), a signal (held back while a worker starts: ``held_signals``).
 
 A thread that reads a pool for someone else (``ahead``'s, ``Loader.batches(...).start()``'s)
 may sit in the pool's wait for a worker that is stuck (a read that never returns) until hang
@@ -11,15 +12,35 @@ which unwinds the reading as an interrupt does: its pool is closed on the way ou
 workers terminated, and the states stay at the last item handed out. A halt is set only when
 what the thread reads is closed (or goes on from a state: ``Ahead.set_weights``): nothing
 the halted reading was doing goes on.
+
+A pool's close waits for the step of a run going on on another thread, which it wakes, and
+the run ends (``stopped``) before the workers and pipes go, never torn out from under it.
+
+A signal must not cut a worker's start in two (``held_signals``): its handler, which Python
+runs on the main thread at its next bytecode, raised there between the fork and the pool's
+noting of the worker (a ``KeyboardInterrupt`` left the worker's process unwaited, its pipes
+open), or inside another library's fork hook, which swallowed it. Nor may SIGCHLD be ignored
+(``check_children_waited``): the kernel would reap the workers before the pool waits for them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any, NoReturn
 
-__all__ = ["POLL", "Halt", "Halted", "check_halt", "halting_wait"]
+from openwebtext.errors import OWTError, WorkerError
+from openwebtext.interrupts import deferred
+
+__all__ = [
+    "EXITING", "POLL", "Halt", "Halted", "check_children_waited", "check_halt", "halting_wait",
+    "held_signals", "one_at_a_time", "stopped",
+]  # fmt: skip
 
 #: How often (seconds), at most, a pool's wait on a thread that watches a halt looks at it.
 POLL = 0.05
@@ -68,3 +89,108 @@ def check_halt() -> None:
     halt: Halt | None = getattr(_here, "halt", None)
     if halt is not None and halt.is_set():
         raise Halted("another thread closed what this thread was reading")
+
+
+#: Set by the program's exit as it closes the pools still open (``parent._close_open``).
+EXITING = threading.Event()
+
+
+def stopped() -> NoReturn:
+    """End a run whose pool another thread closed: with the pool-closed error; but at the
+    program's exit on a daemon thread (the exit's close), by waiting for the interpreter to
+    end the thread, as it ends every daemon thread then: an error would only print a
+    traceback, at every exit of a program that reads on such a thread."""
+    if EXITING.is_set() and threading.current_thread().daemon:
+        threading.Event().wait()
+    raise WorkerError("this worker pool is closed")
+
+
+@contextmanager
+def one_at_a_time(lock: threading.Lock | threading.RLock, ours: bool) -> Iterator[None]:
+    """Hold ``lock`` for a pool's close: a program's exit closes the pools still open while a
+    stage's thread may be closing one (two at once closed a process the other was joining),
+    or reading one (the close waits for its step). Not in a forked copy (``ours`` False),
+    which may hold the lock copied held, and only closes its pipes' copies; else not for
+    ever (5 s)."""
+    held = ours and lock.acquire(timeout=5.0)
+    try:
+        yield
+    finally:
+        if held:
+            lock.release()
+
+
+def check_children_waited() -> None:
+    """Raise ``OWTError`` where this process ignores SIGCHLD (``SIG_IGN``): the kernel reaps
+    its children then, so ``multiprocessing`` takes a worker that exited alive for ever (its
+    ``close`` fails at the end of every run). The host's signal is left as it is. Read from the
+    kernel where it says (``SigIgn``): C code (Ray's core worker) sets it past Python's view."""
+    sigchld = getattr(signal, "SIGCHLD", None)
+    if sigchld is None:
+        return
+    ignored = signal.getsignal(sigchld) == signal.SIG_IGN
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="utf-8") as f,
+    ):
+        masks = [line.split()[1] for line in f if line.startswith("SigIgn:")]
+        ignored = ignored or bool(int(masks[0], 16) >> (sigchld - 1) & 1)
+    if ignored:
+        raise OWTError("this process ignores SIGCHLD (signal.SIG_IGN): the kernel reaps its "
+                       "children, so worker processes could never be waited for; set it to "
+                       "signal.SIG_DFL, or read with workers=0")  # fmt: skip
+
+
+#: The signals whose Python handlers a worker's start holds back: the two a program is
+#: stopped by (its own handler, ``KeyboardInterrupt``'s, or ``owt``'s ``Interrupted``).
+HELD: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
+
+#: The handlers held back now, outermost first: what a process forked meanwhile gets back.
+_HELD: list[dict[int, Callable[[int, FrameType | None], Any]]] = []
+
+
+@contextmanager
+def held_signals() -> Iterator[None]:
+    """Hold back the Python handlers of ``HELD`` while the block runs (a worker started and
+    noted), then run each of those that came, once, as it would have run then (Ctrl-C's
+    raises ``KeyboardInterrupt`` after the block, even one that raised). Only the main thread
+    runs handlers: on another nothing lands in the block. A signal a handler of C (``SIG_DFL``,
+    ``SIG_IGN``) takes is left to it; ``owt``'s handler holds its own (``deferred``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    held: dict[int, Callable[[int, FrameType | None], Any]] = {}
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if signum not in came:
+            came.append(signum)
+
+    for number in HELD:
+        handler = signal.getsignal(number)
+        if callable(handler) and handler != deferred.handle:
+            held[number] = handler
+            signal.signal(number, hold)
+    _HELD.append(held)
+    try:
+        with deferred:
+            yield
+    finally:
+        _HELD.pop()
+        for number, handler in held.items():
+            signal.signal(number, handler)  # (a signal still pending is held first)
+        for number in came:
+            held[number](number, None)
+
+
+def _put_back() -> None:
+    """In a process forked while handlers are held (the worker, or any other fork meanwhile):
+    the handlers as they were, at once."""
+    if _HELD:
+        for number, handler in _HELD[0].items():
+            signal.signal(number, handler)
+        _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_put_back)

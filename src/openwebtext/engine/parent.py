@@ -12,6 +12,7 @@ import collections
 import contextlib
 import mmap
 import multiprocessing as mp
+import multiprocessing.process  # (its registry of children: a forked copy forgets ours)
 import multiprocessing.util  # (its exit handler, registered first, runs after ours)
 import os
 import selectors
@@ -24,11 +25,18 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from openwebtext.engine.child import worker_main
-from openwebtext.engine.halting import halting_wait
+from openwebtext.engine.halting import (
+    EXITING,
+    check_children_waited,
+    halting_wait,
+    held_signals,
+    one_at_a_time,
+    stopped,
+)
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
 from openwebtext.engine.receive import recv_within
 from openwebtext.engine.tasks import Done, Failed, Loaded, Request, Task, Tasks
-from openwebtext.errors import OWTError, WorkerError
+from openwebtext.errors import WorkerError
 from openwebtext.records import Unit
 from openwebtext.source import Storage
 
@@ -74,47 +82,30 @@ _OPEN: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
 def _close_open() -> None:
+    EXITING.set()  # (a run it stops on a daemon thread waits for the end: ``stopped``)
     for pool in list(_OPEN):
         with contextlib.suppress(Exception):
             pool.close()
 
 
+def _forked() -> None:
+    """In a process forked from this one (a helper, a DataLoader's worker), the workers are
+    the parent's: forget them in multiprocessing's registry, whose exit handler would
+    terminate them there as its own (the parent's next read then failed, blaming a healthy
+    member); a step a thread of the parent was in is not the fork's."""
+    for pool in list(_OPEN):
+        for w in pool._workers:
+            multiprocessing.process._children.discard(w.process)  # type: ignore[attr-defined]
+        pool._step = threading.RLock()
+
+
 atexit.register(_close_open)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
 
 
-@contextlib.contextmanager
-def _one_close(lock: threading.Lock, ours: bool) -> Iterator[None]:
-    """A pool's close, one thread at a time: a program's exit closes the pools still open
-    (``_close_open``) while a stage's thread may be closing one (the other waits for it: two
-    at once closed a process the other was joining). Not in a forked copy (``ours`` False),
-    which may hold the lock copied held, and only closes its pipes' copies; else not for ever."""
-    held = ours and lock.acquire(timeout=5.0)
-    try:
-        yield
-    finally:
-        if held:
-            lock.release()
-
-
-def _check_children_waited() -> None:
-    """Raise ``OWTError`` where this process ignores SIGCHLD (``SIG_IGN``): the kernel reaps
-    its children then, so ``multiprocessing`` takes a worker that exited alive for ever (its
-    ``close`` fails at the end of every run). The host's signal is left as it is. Read from the
-    kernel where it says (``SigIgn``): C code (Ray's core worker) sets it past Python's view."""
-    sigchld = getattr(signal, "SIGCHLD", None)
-    if sigchld is None:
-        return
-    ignored = signal.getsignal(sigchld) == signal.SIG_IGN
-    with (
-        contextlib.suppress(OSError, ValueError, IndexError),
-        open("/proc/self/status", encoding="utf-8") as f,
-    ):
-        masks = [line.split()[1] for line in f if line.startswith("SigIgn:")]
-        ignored = ignored or bool(int(masks[0], 16) >> (sigchld - 1) & 1)
-    if ignored:
-        raise OWTError("this process ignores SIGCHLD (signal.SIG_IGN): the kernel reaps its "
-                       "children, so worker processes could never be waited for; set it to "
-                       "signal.SIG_DFL, or read with workers=0")  # fmt: skip
+class _Closed(Exception):
+    """The pool was closed during a step of a run (``WorkerPool._stepping`` ends the run)."""
 
 
 class WorkerPool:
@@ -134,7 +125,7 @@ class WorkerPool:
         *,
         lanes: Sequence[Lane] | None = None,
     ):
-        _check_children_waited()
+        check_children_waited()
         self.lanes = Lanes([Lane(units, options, storage)] if lanes is None else lanes)
         self.units = self.lanes.units
         self.options = options
@@ -149,78 +140,42 @@ class WorkerPool:
         if self._ctx.get_start_method() == "fork" and (
             len(self.lanes) == 1 or size <= MAX_SHARED_BYTES
         ):
-            try:
-                self._shared = mmap.mmap(-1, size)
-            except OSError as exc:
-                raise WorkerError(
-                    f"cannot reserve {size / 2**30:.1f} GiB of shared memory: {self.slots} "
-                    f"slots of {options.slot_bytes >> 20} MiB ({self._n_workers} workers with "
-                    f"{options.prefetch + 1} each, and {options.hold} the consumer holds, per "
-                    f"lane): {exc.strerror or exc}; use fewer workers, or none (workers=0, -j 0)"
-                ) from exc
+            self._shared = _reserve(self.slots, self._n_workers, options)
         self._workers: list[_Worker] = []
         self._next_number = 0
         self.closed = False
         self._closing = threading.Lock()  # (the exit's close and a stage thread's at once)
+        self._step = threading.RLock()  # (a run's step, or a close: ``_stepping``)
         self._owner = os.getpid()  # (a forked copy's close leaves the workers to it)
         self.tasks = Tasks(self.slots)  # they live across runs
         self._runs: dict[int, _Run] = {}  # the run of each lane going on
         self._selector = selectors.DefaultSelector()  # worker pipes and exit sentinels
+        self._wake = self._ctx.Pipe(duplex=False)  # (a close wakes a run's wait)
+        self._selector.register(self._wake[0], selectors.EVENT_READ, None)
         _OPEN.add(self)
 
     # -- processes ---------------------------------------------------------
 
-    def _spawn(self) -> _Worker:
-        task_r, task_w = self._ctx.Pipe(duplex=False)
-        result_r, result_w = self._ctx.Pipe(duplex=False)
-        inherited = [c for w in self._workers for c in (w.tasks, w.results)] + [task_w, result_r]
-        process = self._ctx.Process(
-            target=worker_main,
-            args=(
-                self.lanes,
-                task_r,
-                result_w,
-                self._shared,
-                self.options,
-                inherited,
-                os.getpid(),
-                threading.current_thread() is threading.main_thread(),  # (how it dies with us)
-            ),
-            name=f"owt-worker-{self._next_number}",
-            daemon=True,
-        )
-        # SIGINT is blocked from the fork until the worker ignores it (``worker_main``): a
-        # Ctrl-C to the process group in between would kill the new worker, not reach the
-        # consumer. A signal that arrives meanwhile reaches this process once unblocked.
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            process.start()
-        except OSError as exc:
-            for conn in (task_r, task_w, result_r, result_w):
-                conn.close()
-            raise WorkerError(f"cannot start a worker process: {exc}") from exc
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        task_r.close()
-        result_w.close()
-        worker = _Worker(self._next_number, process, task_w, result_r)
-        self._next_number += 1
-        return worker
-
     def close(self) -> None:
         """Stop every worker now (they hold nothing worth finishing), one close at a time; again
         after an interrupt inside it, it goes on with the workers left. Forked with the pool (a
-        DataLoader worker), the workers are its parent's: only its pipes' copies are closed."""
+        DataLoader worker), the workers are its parent's: only its pipes' copies are closed.
+        A run on another thread (the exit's close under a reading thread) is woken, and ends
+        (``_stepping``) before the workers and pipes go."""
         self.closed, ours = True, os.getpid() == self._owner
-        with _one_close(self._closing, ours):
+        if ours and not self._wake[1].closed:
+            with contextlib.suppress(OSError):
+                self._wake[1].send_bytes(b"")
+        with one_at_a_time(self._closing, ours), one_at_a_time(self._step, ours):
             for w in self._workers if ours else ():
                 if w.process.is_alive():
                     w.process.terminate()
             deadline = time.monotonic() + 2.0
             while self._workers:
                 w = self._workers[0]
+                while ours and w.process.is_alive() and time.monotonic() < deadline:
+                    w.process.join(0.05)  # (polled: a fork on another thread may hold its pipe)
                 if ours:
-                    w.process.join(max(0.0, deadline - time.monotonic()))
                     if w.process.is_alive():
                         w.process.kill()
                         w.process.join()
@@ -228,6 +183,8 @@ class WorkerPool:
                 w.tasks.close()
                 w.results.close()
                 self._workers.pop(0)
+            for conn in self._wake:
+                conn.close()
         self._selector.close()
         if self._shared is not None:
             # A view still held by the consumer keeps the mapping until it is dropped.
@@ -261,14 +218,13 @@ class WorkerPool:
         sent for each while the workers have room, the one asked for first, and a run holds
         at most ``budget`` slots, so no lane can starve another of them.
         """
-        if self.closed:
-            raise WorkerError("this worker pool is closed")
-        if lane in self._runs:
-            raise WorkerError(f"lane {lane} is already running")
-        while len(self._workers) < self._n_workers:
-            # One at a time: each new worker must see (and close) its elders' pipes.
-            self._add_worker()
-        run = self._runs[lane] = _Run(lane, self.lanes.offsets[lane], iter(order))
+        with self._stepping():
+            if lane in self._runs:
+                raise WorkerError(f"lane {lane} is already running")
+            while len(self._workers) < self._n_workers:
+                # One at a time: each new worker must see (and close) its elders' pipes.
+                self._add_worker()
+            run = self._runs[lane] = _Run(lane, self.lanes.offsets[lane], iter(order))
         try:
             yield from self._run(run)
         finally:
@@ -322,27 +278,52 @@ class WorkerPool:
         with contextlib.suppress(BrokenPipeError, OSError):  # dead: seen by _wait
             worker.tasks.send(Request(task.seq, task.unit, slot))
 
+    @contextlib.contextmanager
+    def _stepping(self) -> Iterator[None]:
+        """A step of a run (what it does between two units handed out), never at once with a
+        close on another thread (the exit's close under a reading thread tore the pipes and
+        processes out from under it, or the run spawned workers into the closed pool): the
+        close wakes the step's wait and waits for it, and the run ends (``stopped``)."""
+        try:
+            with self._step:
+                self._check_open()
+                yield
+        except _Closed:
+            stopped()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise _Closed
+
     def _run(self, run: _Run) -> Iterator[Loaded]:
+        while True:
+            with self._stepping():
+                loaded = self._next(run)
+            if loaded is None:
+                return
+            if self.options.hold:
+                yield loaded  # the consumer releases it
+                continue
+            try:
+                yield loaded
+            finally:
+                if isinstance(loaded.data, memoryview):
+                    loaded.data.release()
+                self.tasks.release(loaded.ticket)
+
+    def _next(self, run: _Run) -> Loaded | None:
+        """The next unit of ``run``, once it arrived; None at the run's end."""
         tasks = self.tasks
         pending = run.pending
         while True:
+            self._check_open()
             self._dispatch(run)
             result = tasks.ready(pending[0]) if pending else None
             if result is not None:
                 task = tasks.hand_out(pending.popleft())
-                loaded = _loaded(task, result, run.offset, self._shared, self.options.slot_bytes)
-                if self.options.hold:
-                    yield loaded  # the consumer releases it
-                    continue
-                try:
-                    yield loaded
-                finally:
-                    if isinstance(loaded.data, memoryview):
-                        loaded.data.release()
-                    tasks.release(task.seq)
-                continue
+                return _loaded(task, result, run.offset, self._shared, self.options.slot_bytes)
             if run.exhausted and not pending:
-                return
+                return None
             if not pending and not any(w.inflight for w in self._workers):
                 # Every slot of this run is kept by the consumer: nothing could ever arrive.
                 raise WorkerError(
@@ -357,8 +338,11 @@ class WorkerPool:
         now = time.monotonic()
         deadline = min((w.last_heard + self.options.timeout for w in busy), default=now + 1.0)
         ready = self._selector.select(timeout=halting_wait(max(0.0, deadline - now)))
+        self._check_open()  # (woken by a close: nothing is read or blamed)
         dead: dict[int, tuple[_Worker, str]] = {}
         for key, _ in ready:
+            if key.data is None:  # (the close's wake)
+                continue
             w, is_results = key.data
             if w.number in dead:
                 continue
@@ -383,13 +367,20 @@ class WorkerPool:
             self._replace(w, why)
 
     def _add_worker(self) -> _Worker:
-        worker = self._spawn()
-        self._workers.append(worker)
-        self._selector.register(worker.results, selectors.EVENT_READ, (worker, True))
-        self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, False))
+        # A signal's handler runs once the worker is noted (a Ctrl-C cut a start in two).
+        with held_signals():
+            elders = [c for w in self._workers for c in (w.tasks, w.results)] + [*self._wake]
+            worker = _start(
+                self._ctx, self._next_number, self.lanes, self._shared, self.options, elders
+            )
+            self._next_number += 1
+            self._workers.append(worker)
+            self._selector.register(worker.results, selectors.EVENT_READ, (worker, True))
+            self._selector.register(worker.process.sentinel, selectors.EVENT_READ, (worker, False))
         return worker
 
     def _replace(self, w: _Worker, why: str) -> None:
+        self._check_open()  # (the close stops the workers, and starts none)
         self._selector.unregister(w.results)
         self._selector.unregister(w.process.sentinel)
         w.process.join(1.0)  # it closed its pipe: it is exiting, or about to
@@ -417,6 +408,53 @@ class WorkerPool:
             )
             if again is not None:
                 self._send(fresh, again)
+
+
+def _reserve(slots: int, workers: int, options: PoolOptions) -> mmap.mmap:
+    """The shared mapping of ``slots`` slots (made before the workers fork: nothing named)."""
+    try:
+        return mmap.mmap(-1, slots * options.slot_bytes)
+    except OSError as exc:
+        raise WorkerError(
+            f"cannot reserve {slots * options.slot_bytes / 2**30:.1f} GiB of shared memory: "
+            f"{slots} slots of {options.slot_bytes >> 20} MiB ({workers} workers with "
+            f"{options.prefetch + 1} each, and {options.hold} the consumer holds, per "
+            f"lane): {exc.strerror or exc}; use fewer workers, or none (workers=0, -j 0)"
+        ) from exc
+
+
+def _start(
+    ctx: Any, number: int, lanes: Lanes, shared: mmap.mmap | None, options: PoolOptions,
+    elders: list[Connection],
+) -> _Worker:  # fmt: skip
+    """Start worker ``number``; it closes ``elders``, the pipes it inherits and does not use."""
+    task_r, task_w = ctx.Pipe(duplex=False)
+    result_r, result_w = ctx.Pipe(duplex=False)
+    main = threading.current_thread() is threading.main_thread()  # (how it dies with us)
+    job = (lanes, task_r, result_w, shared, options, [*elders, task_w, result_r], os.getpid(), main)
+    process = ctx.Process(target=worker_main, args=job, name=f"owt-worker-{number}", daemon=True)
+    # SIGINT is blocked from the fork until the worker ignores it (``worker_main``): a Ctrl-C
+    # to the process group in between would kill the new worker, not reach the consumer. A
+    # signal that arrives meanwhile reaches this process once unblocked (and its Python
+    # handler runs once the worker is noted: ``WorkerPool._add_worker``).
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        process.start()
+    except BaseException as exc:
+        if process.pid is not None:  # (started: what failed came after the fork)
+            process.kill()
+            process.join()
+            process.close()
+        for conn in (task_r, task_w, result_r, result_w):
+            conn.close()
+        if isinstance(exc, OSError):
+            raise WorkerError(f"cannot start a worker process: {exc}") from exc
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    task_r.close()
+    result_w.close()
+    return _Worker(number, process, task_w, result_r)
 
 
 def _received(w: _Worker, timeout: float) -> Done | Failed | str:
