@@ -25,13 +25,17 @@ corpus, measured in the same run.
    members=1, docs=DOCS)``) copied into each part's folder: generating 6,400 files one by
    one costs minutes of two cores, and only the files' number and sizes matter here.
 
+3. **turns**: what choosing the part of each document costs (``Interleave.choose`` and
+   ``take``, by documents, random weights), per document, for 2 to 400 parts: as a loop over
+   the parts and as arrays (``mixing.WIDE``: from where the arrays take over), in this process.
+
 Every run is a fresh child process (``openwebtext.bench``'s runner, through ``common``),
 the page cache warm; rounds alternate the cases, the order rotated each round. Progress and
 the summary go to stderr, one line of JSON to stdout (``--json FILE``: also written there).
 
 Usage: python benchmarks/bench_mixture.py [CORPUS] [--workers 1,2] [--rounds 5]
     [--parts 64] [--files 100] [--docs 4] [--first-rounds 5] [--world-sizes 1,2]
-    [--only read|first] [--smoke] [--json FILE]
+    [--only read|first|turns] [--smoke] [--json FILE]
 
 With no CORPUS, the built-in bench corpus (3 subset tars, 70,200 documents; parts of 2 and 1
 files). ``--smoke`` writes tiny corpora into a temporary folder and runs one round of each
@@ -328,6 +332,32 @@ def measure_first(root: Path, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def measure_turns(smoke: bool) -> dict[str, Any]:
+    """µs per document of choosing a part, as a loop and as arrays, by the parts' number."""
+    import random
+
+    from openwebtext import mixing
+
+    documents = 2_000 if smoke else 40_000
+    rng = random.Random(0)
+    out: dict[str, Any] = {"wide_from": mixing.WIDE}
+    for parts in (2, 16, 48, 128, 400):
+        weights = [rng.random() + 0.01 for _ in range(parts)]
+        for how, wide in (("loop", 10**9), ("arrays", 1)):
+            saved, mixing.WIDE = mixing.WIDE, wide
+            try:
+                turns = mixing.Interleave(weights)
+                start = time.perf_counter()
+                for _ in range(documents):
+                    turns.take(turns.choose())
+                out[f"{how}_{parts}"] = (time.perf_counter() - start) / documents * 1e6
+            finally:
+                mixing.WIDE = saved
+        say(f"turns of {parts} parts: loop {out[f'loop_{parts}']:.1f} µs/document, arrays "
+            f"{out[f'arrays_{parts}']:.1f}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("corpus", nargs="?", help="a corpus folder (default: the bench corpus)")
@@ -338,7 +368,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=4, help="documents per file")
     parser.add_argument("--first-rounds", type=int, default=5)
     parser.add_argument("--world-sizes", default="1,2")
-    parser.add_argument("--only", choices=("read", "first"))
+    parser.add_argument("--only", choices=("read", "first", "turns"))
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one round (seconds)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -361,6 +391,10 @@ def main() -> None:
         args.parts, args.files, args.docs = 4, 3, 2
     results: dict[str, Any] = {"cpu": common.cpu_model(), "smoke": args.smoke}
     name = f"bench-mixture-f{args.files}-d{args.docs}"
+    if args.only == "turns":
+        results["turns"] = measure_turns(args.smoke)
+        print(json.dumps(results))
+        return
     with work_folder(args.smoke, name) as root:
         if args.only != "first":
             if args.smoke:

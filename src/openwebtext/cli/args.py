@@ -153,7 +153,8 @@ def open_corpus(args: argparse.Namespace, paths: list[str] | None = None,
                              "--cache-size and --text-column out")  # fmt: skip
         files: list[str] = []
         for path in given:  # (a pattern the shell did not expand: its files, in order)
-            found = sorted(glob.glob(path)) if not is_url(path) and glob.has_magic(path) else []
+            pattern = glob.has_magic(path) and not is_url(path)
+            found = sorted(glob.glob(path, recursive=True)) if pattern else []
             files += found or [path]
         spec = getattr(args, "tokenizer", None)
         bare = spec is not None and not any(map(is_url, files)) and not any(

@@ -197,7 +197,8 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
         before = len(found.items)
         folders = [path for path in listed if os.path.isdir(path)]  # (not read: said)
         found.ignored.extend(os.path.join(path, "") for path in folders)
-        listed = [path for path in listed if path not in folders]
+        not_read = set(folders)
+        listed = [path for path in listed if path not in not_read]
         for path in listed:
             kind, st, what = _classify(path)
             if kind == "other" and named_as_corpus_file(path):  # (a corpus file's name: said)
@@ -237,7 +238,7 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
         elif kind == "other":
             found.items.append(CorpusError(f"is {what}, not a file", path=text))
         elif glob.has_magic(text):
-            matches = sorted(glob.glob(text))
+            matches = sorted(glob.glob(text, recursive=True))  # (``**``: as fsspec's, a URL's)
             if not matches:
                 raise CorpusError("pattern matches no file", path=text)
             entries(text, matches)

@@ -164,7 +164,8 @@ class Mixture:
             raise ValueError(
                 f"{what}: a mapping of part names to weights, not {type(weights).__name__}"
             )
-        unknown = sorted((name for name in weights if name not in self.names), key=repr)
+        names = set(self.names)  # (a schedule's steps each ask: never parts x parts)
+        unknown = sorted((name for name in weights if name not in names), key=repr)
         if unknown:
             raise ValueError(f"{what}: {unknown} are not parts of the mixture {list(self.names)}")
         values = [weights.get(name, 0.0) for name in self.names]
