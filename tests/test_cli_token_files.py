@@ -178,3 +178,12 @@ def test_errors_speak_in_flags(owt: Owt, token_run: Path) -> None:
     assert "read it with --split all" in ran.stderr and "options={" not in ran.stderr
     assert as_flags("3 skipped, more than max_errors=2") == "3 skipped, more than --max-errors 2"
     assert as_flags("data/split=train/a.parquet: bad") == "data/split=train/a.parquet: bad"
+
+
+@pytest.mark.parametrize("flag", [["--max-document-bytes", "100"], ["--decode-errors", "replace"]])
+def test_a_flag_that_shapes_text_is_refused_with_token_files(
+    owt: Owt, token_run: Path, flag: list[str]
+) -> None:
+    ran = owt("stream", str(token_run / "train.bin"), "--tokenizer", "bytes", "-q", *flag)
+    assert ran.returncode == 2
+    assert f"{flag[0]} shapes text: files of token ids hold none" in ran.stderr

@@ -269,6 +269,12 @@ def run(args: argparse.Namespace) -> int:
     if _of(args) != "text" and not args.tokenizer:
         raise ValueError("files of token ids are read with the tokenizer that wrote them: give "
                          "--tokenizer (their meta.json's, e.g. gpt2)")  # fmt: skip
+    idle = [flag for flag, given in (("--max-document-bytes", args.max_document_bytes),
+                                     ("--decode-errors", args.decode_errors != "strict"))
+            if given]  # fmt: skip
+    if _of(args) == "ids" and idle:  # (a flag that would do nothing: refused, as elsewhere)
+        raise ValueError(f"{' and '.join(idle)} shape{'s' * (len(idle) == 1)} text: files of "
+                         "token ids hold none; leave them out")  # fmt: skip
     check_flags(args)
     if args.pack:
         return _run_packed(args, summary.read_state(args.resume) if args.resume else None)
