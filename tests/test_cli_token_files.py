@@ -110,7 +110,7 @@ def test_token_files_beside_a_text_corpus_are_refused(
 
 @pytest.mark.parametrize(("made", "data", "beside"), [
     ("megatron", "train.bin", "train.idx"), ("datatrove", "train.ds", "train.ds.index"),
-    (None, "train.bin", "meta.json"),
+    (None, "train.bin", "meta.json"), ("llmc", "train_000000.bin", "llmc.json"),
 ])  # fmt: skip
 def test_state_out_never_replaces_a_file_read_beside_the_ids(
     owt: Owt, token_run: Path, tmp_path: Path, made: str | None, data: str, beside: str
@@ -177,7 +177,10 @@ def test_errors_speak_in_flags(owt: Owt, token_run: Path) -> None:
     assert ran.returncode == 2
     assert "read it with --split all" in ran.stderr and "options={" not in ran.stderr
     assert as_flags("3 skipped, more than max_errors=2") == "3 skipped, more than --max-errors 2"
-    assert as_flags("data/split=train/a.parquet: bad") == "data/split=train/a.parquet: bad"
+    for untouched in ("data/split=train/a.parquet: bad", "part 'web': split=a/c.tar: bad",
+                      "c.tar[m]: not UTF-8 (document seed=1.txt)"):  # fmt: skip
+        assert as_flags(untouched) == untouched
+    assert as_flags("passes max_document_bytes=3") == "passes --max-document-bytes 3"
 
 
 @pytest.mark.parametrize("flag", [["--max-document-bytes", "100"], ["--decode-errors", "replace"]])

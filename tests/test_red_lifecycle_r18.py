@@ -343,3 +343,72 @@ def test_a_ctrl_c_under_owt_s_handler_while_a_worker_starts_is_the_command_s_int
         pool.close()
     assert _children().keys() - children.keys() == set()
     assert _fds() == fds
+
+
+# -- a reviewer's finds: the exit's close never leaves a thread waiting; a handler that
+# -- raises while the handlers are swapped leaves none swapped ----------------------------
+
+JOINED = """
+import atexit, threading, time
+reader = []
+atexit.register(lambda: (reader[0].join(), print("joined", flush=True)))  # (runs after ours)
+from openwebtext import Loader
+def read():
+    try:
+        for _ in Loader({corpus!r}, workers=1, epochs=1000):
+            time.sleep(0.001)
+    finally:
+        print("reader ends", flush=True)
+reader.append(threading.Thread(target=read, daemon=True))
+reader[0].start()
+time.sleep(1.0)
+print("main ends", flush=True)
+"""
+
+
+@pytest.mark.waits_on_workers
+def test_an_exit_handler_that_joins_the_reading_thread_returns(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    """The first fix parked the thread for ever: a handler joining it hung the exit."""
+    done = _python(JOINED.format(corpus=str(small_corpus)), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["main ends", "reader ends", "joined"]
+    assert "Traceback" not in done.stderr, done.stderr
+
+
+SWAPPED = """
+import os, signal
+from openwebtext import Loader
+class Preempted(Exception): pass
+def on_term(signum, frame): raise Preempted()
+signal.signal(signal.SIGTERM, on_term)
+real = signal.getsignal
+def getsignal(number):  # (SIGTERM lands right after SIGINT's handler was swapped)
+    if number == signal.SIGTERM and getattr(real(signal.SIGINT), "__name__", "") == "hold":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return real(number)
+signal.getsignal = getsignal
+try:
+    for doc in Loader({corpus!r}, workers=1):
+        pass
+except Preempted:
+    print("preempted", flush=True)
+signal.getsignal = real
+print("sigint", signal.getsignal(signal.SIGINT) is signal.default_int_handler, flush=True)
+try:
+    os.kill(os.getpid(), signal.SIGINT)
+    import time; time.sleep(1.0)
+    print("swallowed", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+@pytest.mark.waits_on_workers
+def test_a_handler_that_raises_while_a_worker_starts_leaves_no_handler_swapped(
+    small_corpus: Path, tmp_path: Path
+) -> None:
+    done = _python(SWAPPED.format(corpus=str(small_corpus)), tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["preempted", "sigint True", "interrupted"]

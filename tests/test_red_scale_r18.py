@@ -71,3 +71,17 @@ def test_a_local_double_star_pattern_matches_every_depth(tmp_path: Path) -> None
     assert names(f"{tmp_path}/**/*.jsonl") == ["f0.jsonl", "f1.jsonl", "f2.jsonl"]
     assert names(f"file://{tmp_path}/**/*.jsonl") == ["f0.jsonl", "f1.jsonl", "f2.jsonl"]
     assert names(f"{tmp_path}/*/*.jsonl") == ["f1.jsonl"]  # (one level: as before)
+
+
+def test_a_pattern_that_goes_down_says_no_folder_was_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "sub" / "deeper").mkdir(parents=True)
+    for k, folder in enumerate([tmp_path, tmp_path / "sub", tmp_path / "sub" / "deeper"]):
+        (folder / f"f{k}.jsonl").write_text(json.dumps({"text": f"d{k}"}) + "\n")
+    with caplog.at_level("WARNING", logger="openwebtext"):
+        assert len(Corpus.open(f"{tmp_path}/**").units) == 3
+    assert "left out" not in caplog.text
+    with caplog.at_level("WARNING", logger="openwebtext"):
+        assert len(Corpus.open(f"{tmp_path}/*").units) == 1  # (one level: its folders said)
+    assert "left out" in caplog.text

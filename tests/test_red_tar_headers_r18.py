@@ -148,3 +148,32 @@ def test_the_walk_reads_the_files_tarfile_reads(tmp_path: Path, case: str) -> No
     (tmp_path / "urlsf_subset00.tar").write_bytes(_outer(raw))  # and through the loader
     read, skipped = _read(tmp_path / "urlsf_subset00.tar")
     assert (read, skipped) == ([(n, d.decode()) for n, d in expected], 0)
+
+
+# -- a reviewer's find: no evidence of a format is not evidence of text --------------------
+
+
+@pytest.mark.parametrize("kind", ["tar", "bzip2"])
+def test_a_member_damaged_past_its_magic_is_corrupt_not_a_document(
+    tmp_path: Path, kind: str
+) -> None:
+    """The first fix read a member whose magic says a format but whose bytes past it are
+    damaged (a tar header's checksum, bzip2's first block) as no format: the outer tar became
+    a tar of documents, and the member's raw bytes one document, with no word."""
+    import bz2
+
+    inner = _tar([("a.txt", b"a document")])
+    if kind == "tar":
+        member = bytearray(inner)
+        member[136] ^= 0x01  # (its mtime: the checksum no longer holds)
+        name = "sub/0.tar"
+    else:
+        member = bytearray(bz2.compress(inner))
+        member[4] ^= 0xFF  # (the first block's magic)
+        name = "sub/0.tar.bz2"
+    (tmp_path / "c.tar").write_bytes(_tar([(name, bytes(member))]))
+    with Loader(str(tmp_path / "c.tar"), workers=0, on_error="skip").iter() as documents:
+        assert list(documents) == []
+        assert documents.stats.skipped_members == 1
+        (said,) = documents.stats.skipped
+    assert name in said and ("checksum" in said or "corrupt bzip2" in said)

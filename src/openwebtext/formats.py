@@ -33,24 +33,24 @@ MAGIC_BYTES = 512
 _MAGIC = (
     (b"\xfd7zXZ\x00", XZ),
     (b"\x1f\x8b", GZIP),
+    (b"BZh", BZIP2),
     (b"\x28\xb5\x2f\xfd", ZSTD),
     (b"PAR1", PARQUET),
 )
 #: bzip2's stream header ("BZh", a level) and what follows it, a block's magic or the end of
-#: stream's: "BZh" alone is text a document may begin with.
+#: stream's (``sure_kind``: "BZh" alone is text a document may begin with).
 _BZIP2 = re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)")
 
 
 def detect(head: bytes) -> str | None:
-    """Return the format of data starting with ``head``, or None if unknown.
+    """Return the format of data starting with ``head``, or None if unknown: by its magic
+    bytes alone, so that data damaged past them is still said as that format's (corrupt).
 
     ``tar`` means an uncompressed tar (ustar or GNU magic at byte 257).
     """
     for magic, kind in _MAGIC:
         if head.startswith(magic):
             return kind
-    if _BZIP2.match(head):
-        return BZIP2
     if head[1:4] == b"\x2a\x4d\x18" and head[0] & 0xF0 == 0x50:  # a skippable frame (pzstd's)
         return ZSTD
     if len(head) >= 262 and head[257:262] == b"ustar":
@@ -60,11 +60,12 @@ def detect(head: bytes) -> str | None:
 
 def sure_kind(head: bytes, tail: bytes) -> str | None:
     """The format of a tar's member or document that starts with ``head`` and ends with
-    ``tail``, on evidence text cannot give by chance (a document's text may begin "PAR1",
-    or hold "ustar" at byte 257): a tar's first header must hold its checksum, a parquet file
-    its magic at both ends; None: text, or no known format."""
+    ``tail``, on evidence text cannot give by chance (a document's text may begin "PAR1" or
+    "BZh", or hold "ustar" at byte 257): a tar's first header must hold its checksum, bzip2's
+    header its first block's magic, a parquet file its magic at both ends; None: text, no
+    known format, or one damaged there (``detect`` says what its magic says)."""
     kind = detect(head)
-    if kind == TAR and not _summed(head):
+    if (kind == TAR and not _summed(head)) or (kind == BZIP2 and not _BZIP2.match(head)):
         return None
     return None if kind == PARQUET and not tail.endswith(b"PAR1") else kind
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import os
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -16,7 +15,7 @@ from openwebtext.index import Corpus
 from openwebtext.options import option_type as option_type
 from openwebtext.source import add_text_column, is_url, storage_kwargs
 from openwebtext.synth import paths_or_default
-from openwebtext.tokenfiles import companions
+from openwebtext.tokenfiles import beside
 from openwebtext.tokenizer import TokenizerError, load_tokenizer, parse_spec
 
 __all__ = [
@@ -156,11 +155,8 @@ def open_corpus(args: argparse.Namespace, paths: list[str] | None = None,
             pattern = glob.has_magic(path) and not is_url(path)
             found = sorted(glob.glob(path, recursive=True)) if pattern else []
             files += found or [path]
-        spec = getattr(args, "tokenizer", None)
-        bare = spec is not None and not any(map(is_url, files)) and not any(
-            os.path.isfile(companions(f)[1]) for f in files)  # fmt: skip
-        eot = load_tokenizer(spec).eot if bare and spec else None  # (no meta.json: its own)
-        return Corpus.open_tokens(files, eot=eot, storage_options=kwargs["storage_options"])
+        return Corpus.open_tokens(files, eot=_eot(files, getattr(args, "tokenizer", None)),
+                                  storage_options=kwargs["storage_options"])  # fmt: skip
     on_error = getattr(args, "on_error", "raise")  # whole files too, under --on-error
     return Corpus.open(
         paths_or_default(given),
@@ -168,6 +164,17 @@ def open_corpus(args: argparse.Namespace, paths: list[str] | None = None,
         text_column=text_column,
         **storage_kwargs(args),
     )
+
+
+def _eot(files: list[str], spec: str | None) -> int | None:
+    """The end-of-text id of local token ``files`` read with the tokenizer ``spec``: its own,
+    unless a ``meta.json`` beside one says another (None: theirs, and that tokenizer's
+    refusal, ``WrongTokenizer``; a URL's, or no tokenizer: ``Corpus.open_tokens``'s rule)."""
+    if not spec or any(map(is_url, files)):
+        return None
+    mine = load_tokenizer(spec).eot
+    said = {run.eot for run in map(beside, files) if run is not None}
+    return mine if said <= {mine} else None
 
 
 def add_wait(parser: argparse.ArgumentParser) -> None:

@@ -95,11 +95,13 @@ def _run(args: argparse.Namespace) -> int:
         return 2
 
 
-#: An option as the library's messages say it (``max_errors=3``, ``split='all'``), after a
-#: space or a parenthesis (never inside a path: ``data/split=train/``): ``owt`` says its flag.
+#: An option as the library's messages say it (``more than max_errors=3``, ``read it with
+#: split='all'``), after the words they say it with only: never a path's or a document's name
+#: (``data/split=train/``, ``(document seed=1.txt)``, ``part 'web': split=a/c.tar``).
 _KEYWORD = re.compile(
-    r"(?<=[\s(])(max_errors|max_member_bytes|max_document_bytes|val_fraction|val_seed|"
-    r"world_size|shuffle_buffer|split|even|seed)=('?)([^\s,;:)'\"]+)\2"
+    r"(?:(?<=\bthan |\bpass |\bwith )|(?<=\bpasses ))"
+    r"(max_errors|max_member_bytes|max_document_bytes|split)="
+    r"('?)([^\s,;:)'\"]+)\2"
 )
 #: The library's words that no flag rewrites: ``owt``'s for the same thing.
 _PHRASES = {

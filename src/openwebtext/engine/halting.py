@@ -97,11 +97,13 @@ EXITING = threading.Event()
 
 def stopped() -> NoReturn:
     """End a run whose pool another thread closed: with the pool-closed error; but at the
-    program's exit on a daemon thread (the exit's close), by waiting for the interpreter to
-    end the thread, as it ends every daemon thread then: an error would only print a
-    traceback, at every exit of a program that reads on such a thread."""
+    program's exit on a daemon thread (the exit's close), with ``SystemExit`` itself, which
+    ends a thread without a word (``threading.excepthook`` ignores that type, not a subclass),
+    its ``finally`` blocks run and a ``join`` of it returning: an error would print a traceback
+    at every exit of a program that reads on such a thread, and a thread left waiting would
+    hang an exit handler that joins it."""
     if EXITING.is_set() and threading.current_thread().daemon:
-        threading.Event().wait()
+        raise SystemExit("this worker pool was closed as the program exits")
     raise WorkerError("this worker pool is closed")
 
 
@@ -166,21 +168,47 @@ def held_signals() -> Iterator[None]:
         if signum not in came:
             came.append(signum)
 
-    for number in HELD:
-        handler = signal.getsignal(number)
-        if callable(handler) and handler != deferred.handle:
-            held[number] = handler
-            signal.signal(number, hold)
     _HELD.append(held)
     try:
+        with _masked():  # (no handler runs between two swaps: none is left swapped)
+            for number in HELD:
+                handler = signal.getsignal(number)
+                if callable(handler) and handler != deferred.handle:
+                    held[number] = handler
+                    signal.signal(number, hold)
         with deferred:
             yield
     finally:
         _HELD.pop()
-        for number, handler in held.items():
-            signal.signal(number, handler)  # (a signal still pending is held first)
-        for number in came:
+        with _masked():  # (one that comes now waits for every handler put back)
+            for number, handler in held.items():
+                signal.signal(number, handler)
+        _replay(came, held)
+
+
+@contextmanager
+def _masked() -> Iterator[None]:
+    """``HELD`` blocked for this thread while the block runs (one that comes meanwhile is
+    delivered at its end, to the handler then in place)."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set(HELD))
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def _replay(came: list[int], held: dict[int, Callable[[int, FrameType | None], Any]]) -> None:
+    """Run the handler of each signal that came while held, once, in order; every one runs
+    though one raises (the first error is raised after them: a SIGTERM's handler that raises
+    leaves a Ctrl-C that came too its own)."""
+    first: BaseException | None = None
+    for number in came:
+        try:
             held[number](number, None)
+        except BaseException as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def _put_back() -> None:

@@ -196,7 +196,8 @@ def find_files(paths: Iterable[str | os.PathLike[str]]) -> Found:
     def entries(source: str, listed: list[str]) -> None:
         before = len(found.items)
         folders = [path for path in listed if os.path.isdir(path)]  # (not read: said)
-        found.ignored.extend(os.path.join(path, "") for path in folders)
+        if "**" not in source:  # (a pattern that goes down: its files in them are matched)
+            found.ignored.extend(os.path.join(path, "") for path in folders)
         not_read = set(folders)
         listed = [path for path in listed if path not in not_read]
         for path in listed:

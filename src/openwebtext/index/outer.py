@@ -176,13 +176,17 @@ def walk_outer_tar(
     if not members:
         raise damage or CorpusError("tar holds no file (only folders, links or devices)", path=name)
     units: list[Unit] = []
+    sure = 0  # (members whose format is beyond doubt)
     for i, m in enumerate(members):
         head = f.pread(min(MAGIC_BYTES, m.size), m.offset_data)
         tail = f.pread(4, m.offset_data + m.size - 4) if head[:4] == b"PAR1" else b""
-        kind = sure_kind(head, tail) or ""  # (a document's text is no evidence: "PAR1 is")
+        kind = detect(head) or ""
         units.append(Unit(name, m.name, m.offset_data, m.size, kind, subset, i))
-    if not any(u.kind for u in units):
-        # No member is compressed or a tar: the file is itself a tar of documents.
+        sure += bool(sure_kind(head, tail))
+    if not sure and all(not u.kind or u.member.endswith(".txt") for u in units):
+        # No member is compressed or a tar, but by text that begins as one may ("BZh", "PAR1
+        # is"): the file is itself a tar of documents. (A member named otherwise whose magic
+        # says a format is one, damaged past its magic: its read says so.)
         return ([], damage) if damage else ([Unit(name, base, 0, size, TAR, subset, 0)], None)
     return units, damage
 
