@@ -19,11 +19,19 @@ Two measurements, for each seq_len (1024, 2048) and packing:
   run's wall time is divided by plain concat's of the same round and worker count (median
   and range of the ratios: best fit's "time x concat", at most 1.1 asked by issue 37).
 
+- **warm-up** (with the cost, packing alone): best fit with segments over the first
+  ``--warmup-batches`` batches (300) under a ``seq_len`` warm-up from 64 to each seq_len that
+  changes every 2 batches (``Schedule.warmup(..., stages=batches // 2)``, ``batch_size`` rows
+  of seq_len ids a batch): at every change the rows of the window not handed out are packed
+  again, pieces of its documents cut at 64 ids staying cut, so the cost grows with the window.
+  Reported per batch and as a ratio to the same batches at the fixed seq_len (same round).
+
 The cost per batch is also given as a share of the end-to-end wall time per batch: how much
 of the consumer's time, on a machine whose cores the workers share, goes to packing.
 
     python benchmarks/bench_packing.py [CORPUS ...] [--workers 2|0,2] [--window 4096]
-        [--rounds 3] [--epochs 1] [--cost-rounds 5] [--only cost|e2e] [--sha256] [--json out]
+        [--rounds 3] [--epochs 1] [--cost-rounds 5] [--warmup-batches 300]
+        [--only cost|e2e] [--sha256] [--json out]
 
 With no CORPUS, a small generated corpus (``openwebtext.synth``: 1 subset x 8 members x 200
 documents) is written once into the cache folder; ``--bench-corpus`` reads the built-in bench
@@ -35,6 +43,7 @@ from __future__ import annotations
 import argparse
 import gc
 import hashlib
+import itertools
 import json
 import os
 import statistics
@@ -46,7 +55,7 @@ from typing import Any
 import common
 import numpy as np
 
-from openwebtext import Loader
+from openwebtext import Loader, Schedule
 from openwebtext.stream.batches import Batches
 from openwebtext.stream.packing import BestFitBatches
 from openwebtext.stream.schema import DocumentState
@@ -191,7 +200,38 @@ def cost_child(args: argparse.Namespace) -> None:
                 pass
             spent = time.process_time() - began
             report["runs"][str(seq_len)][run_name(packing, segments)]["cpu_s"].append(spent)
+    if args.warmup_batches:
+        report["warmup"] = {str(s): warmup_cost(laid, end, tokenizer, s, args) for s in seq_lens}
     print(json.dumps(report))
+
+
+def warmup_cost(
+    laid: tuple[list[TokenRun], list[TokenRun]], end: Mark, tokenizer: Any, seq_len: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:  # fmt: skip
+    """Best fit's consumer CPU per batch (segments) over the first ``--warmup-batches``
+    batches, under a warm-up from 64 to ``seq_len`` that changes every 2 batches and at the
+    fixed ``seq_len``, ``--cost-rounds`` rounds (the order rotated)."""
+    count = args.warmup_batches
+    tokens = seq_len * args.batch_size
+    schedules = [
+        ("fixed", Schedule([(0, seq_len, args.batch_size)])),
+        ("warmup", Schedule.warmup(64, seq_len, tokens=tokens, batches=count,
+                                   stages=max(2, count // 2), multiple=1)),
+    ]  # fmt: skip
+    out: dict[str, Any] = {"fixed": [], "warmup": [], "batches": {}}
+    for round_number in range(args.cost_rounds):
+        for name, schedule in rotated(schedules, round_number):
+            packed = BestFitBatches(
+                MemoryRuns(laid, end), schedule=schedule, seed=0, pad_id=tokenizer.eot,
+                segments=True, window=args.window,
+            )  # fmt: skip
+            gc.collect()
+            began = time.process_time()
+            made = sum(1 for _ in itertools.islice(packed, count))
+            out[name].append((time.process_time() - began) / max(made, 1))
+            out["batches"][name] = made
+    return out
 
 
 def child(args: argparse.Namespace) -> None:
@@ -237,7 +277,8 @@ def spread(values: list[float]) -> str:
 def measure_cost(paths: list[str], args: argparse.Namespace) -> dict[str, Any]:
     common_args = ["--workers", str(args.workers), "--batch-size", str(args.batch_size),
                    "--window", str(args.window), "--seq-lens", args.seq_lens,
-                   "--cost-rounds", str(args.cost_rounds)]  # fmt: skip
+                   "--cost-rounds", str(args.cost_rounds),
+                   "--warmup-batches", str(args.warmup_batches)]  # fmt: skip
     report = common.run_child(
         __file__, "cost", [*paths, *common_args, *(["--sha256"] if args.sha256 else [])]
     )
@@ -266,6 +307,16 @@ def measure_cost(paths: list[str], args: argparse.Namespace) -> dict[str, Any]:
                 f"{run['batches']} batches{shares}{sha}",
                 flush=True,
             )
+    for seq_len, warm in report.get("warmup", {}).items():
+        fixed, warmup = ([s * 1e6 for s in warm[name]] for name in ("fixed", "warmup"))
+        ratios = [w / f for w, f in zip(warmup, fixed, strict=True)]
+        print(
+            f"  warm-up 64-{seq_len}, a change every 2 batches (window {args.window}), "
+            f"bestfit+seg: {statistics.median(warmup):9.1f} us/batch "
+            f"({min(warmup):.1f}-{max(warmup):.1f}) over {warm['batches']['warmup']} batches; "
+            f"fixed seq_len {statistics.median(fixed):.1f} us/batch; x fixed {spread(ratios)}",
+            flush=True,
+        )
     return report
 
 
@@ -369,6 +420,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="end-to-end rounds")
     parser.add_argument("--epochs", type=int, default=1, help="epochs per end-to-end run")
     parser.add_argument("--cost-rounds", type=int, default=5)
+    parser.add_argument("--warmup-batches", type=int, default=300,
+                        help="batches of the warm-up cost (0: none)")  # fmt: skip
     parser.add_argument("--only", choices=("cost", "e2e"))
     parser.add_argument("--sha256", action="store_true", help="hash every packed batch")
     parser.add_argument("--json", type=Path)

@@ -3,10 +3,12 @@ made from slices of their ids (``BestFitBatches`` reads the windows and keeps th
 
 A document longer than a row is cut into row-sized pieces; the pieces are placed longest first,
 each into the open row with the least room that still holds it (``best_fit_rows``: the one
-loop in Python, per piece); the rows are put in their seeded order, and each row is a run of
-chunks (its pieces, then its padding) described by arrays, so that a block of rows is made by
-one join of the bytes of its chunks' slices (``Rows.make``; segment ids by one repeat,
-positions by one join of slices of a ramp), one slice per chunk the only Python left.
+loop in Python, per piece, but for a run of pieces of one length, placed at once: a window's
+pieces packed again at a longer row are nearly all of the old row's length); the rows are put
+in their seeded order, and each row is a run of chunks (its pieces, then its padding)
+described by arrays, so that a block of rows is made by one join of the bytes of its chunks'
+slices (``Rows.make``; segment ids by one repeat, positions by one join of slices of a ramp),
+one slice per chunk the only Python left.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
+#: Items of one length, one after another in best fit's order, that are placed at once
+#: (``_place_run``); fewer are placed one at a time (a run's array work costs what some tens
+#: of items placed one by one cost).
+RUN = 32
+
+
 def best_fit_rows(
     lengths: np.ndarray[Any, Any], capacity: int
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
@@ -53,26 +61,101 @@ def best_fit_rows(
     # the items longer than half a row after them: a row's room is then a row less an item at
     # least as long, shorter than the item. Their rooms come in order (least first).
     full = int(np.count_nonzero(lengths >= capacity))
-    rows = full + int(np.count_nonzero((lengths < capacity) & (2 * lengths > capacity)))
+    rows = full + int(np.count_nonzero((lengths < capacity) & (lengths > capacity // 2)))
     rooms = capacity - lengths[order[full:rows]]
     room: list[int] = (rooms * m + np.arange(full, rows)).tolist()
+    placed = np.empty(len(lengths), dtype=np.int64)  # each item's row, as placed
+    placed[:rows] = np.arange(rows)
+    rest, into = lengths[order[rows:]], placed[rows:]
+    # The rest one at a time, but for runs of RUN or more of one length (a window packed
+    # again: nearly all its pieces are of the old row's length), each placed at once.
+    edges = np.flatnonzero(rest[1:] != rest[:-1]) + 1
+    begins, ends = np.append(0, edges), np.append(edges, len(rest))
+    long = np.flatnonzero(ends - begins >= RUN)
+    at = 0
+    for begin, end in zip(begins[long].tolist(), ends[long].tolist(), strict=True):
+        if at < begin:
+            rows = _place_each(rest[at:begin].tolist(), room, capacity, m, rows, into[at:begin])
+        rows = _place_run(int(rest[begin]), room, capacity, m, rows, into[begin:end])
+        at = end
+    if at < len(rest):
+        _place_each(rest[at:].tolist(), room, capacity, m, rows, into[at:])
+    row_of[order] = placed
+    return row_of, order
+
+
+def _place_each(
+    lengths: list[int], room: list[int], capacity: int, m: int, rows: int,
+    into: np.ndarray[Any, Any],
+) -> int:  # fmt: skip
+    """Place ``lengths`` one at a time into the open rows ``room`` (``best_fit_rows``'), of
+    which ``rows`` are opened; their rows ``into``; the rows opened then."""
     bisect_left, insort = bisect.bisect_left, bisect.insort
-    placed = list(range(rows))
-    for n in lengths[order[rows:]].tolist():
+    out: list[int] = []
+    for n in lengths:
         at = bisect_left(room, n * m)
         if at == len(room) and not n:  # no id, every row full: the last opened holds it
-            placed.append(rows - 1)  # (-1: no row at all, a window of no id: no row)
+            out.append(rows - 1)  # (-1: no row at all, a window of no id: no row)
             continue
         if at == len(room):
             row, left, rows = rows, capacity - n, rows + 1
         else:
             left, row = divmod(room.pop(at), m)
             left -= n
-        placed.append(row)
+        out.append(row)
         if left > 0:
             insort(room, left * m + row)
-    row_of[order] = placed
-    return row_of, order
+    into[:] = out
+    return rows
+
+
+def _place_run(
+    n: int, room: list[int], capacity: int, m: int, rows: int, into: np.ndarray[Any, Any]
+) -> int:
+    """``_place_each`` of ``len(into)`` items of length ``n``, at once. One at a time, an item
+    goes into the row the one before it went into while that row holds it (its room left is
+    then the least that does: there was none between), so the rows that hold one are filled
+    in their order (least room first), each with as many as it holds, then new rows with as
+    many as a row holds; items of length 0 all go where the first goes (the least room)."""
+    count = len(into)
+    if not n:  # (the last opened, or none: -1, if no row has room)
+        into[:] = room[0] % m if room else rows - 1
+        return rows
+    at = bisect.bisect_left(room, n * m)
+    held = np.asarray(room[at : at + count], dtype=np.int64)  # (each holds one at least)
+    left = held // m
+    takes = left // n
+    taken = np.cumsum(takes)
+    last = int(np.searchsorted(taken, count))  # the row the last item goes into
+    if last < len(held):
+        held, left, takes = held[: last + 1], left[: last + 1], takes[: last + 1]
+        takes[last] = count - (int(taken[last - 1]) if last else 0)
+        more = 0
+    else:  # every row that holds one filled: new rows for the rest
+        more = count - (int(taken[-1]) if len(taken) else 0)
+    del room[at : at + len(held)]
+    those = held - left * m  # their rows
+    left -= takes * n
+    into[: count - more] = np.repeat(those, takes)
+    keys = [(left * m + those)[left > 0]]
+    if more:
+        each = capacity // n
+        opened = -(-more // each)
+        new = np.arange(rows, rows + opened)
+        takes = np.full(opened, each)
+        takes[-1] = more - (opened - 1) * each
+        into[count - more :] = np.repeat(new, takes)
+        left = capacity - takes * n
+        keys.append((left * m + new)[left > 0])
+        rows += opened
+    added = np.sort(np.concatenate(keys)).tolist()
+    if len(added) < RUN:
+        for key in added:
+            bisect.insort(room, key)
+    else:  # (one merge of two sorted runs)
+        room.extend(added)
+        room.sort()
+    return rows
 
 
 @dataclass
@@ -260,13 +343,8 @@ def fit(
         StateError: there are fewer than ``skip`` rows (a damaged state).
     """
     sources, source, start = documents
-    # A document longer than a row: row-sized pieces (one piece per shorter document).
-    pieces = np.maximum(-(-lengths // cap), 1)
-    document = np.repeat(np.arange(len(lengths)), pieces)
-    firsts = (np.arange(len(document)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * cap
-    piece_lengths = np.minimum(lengths[document] - firsts, cap)
+    document, firsts, piece_lengths, piece_cut = _split(lengths, cap, cut)
     row_of, order = best_fit_rows(piece_lengths, cap)
-    order = order[row_of[order] >= 0]  # (documents of no id in a window of none: in no row)
     rows = int(row_of.max()) + 1 if len(row_of) else 0
     if rows < skip:
         raise StateError(
@@ -274,68 +352,99 @@ def fit(
             "is not the state's (a state of a run that read on past where this one ends, "
             "resumed with fewer epochs: give the epochs it was taken with, or more)", "row"
         )
-    if rows == skip:
+    if rows == skip:  # (none left, or no row: documents of no id in a window of none)
         return None
     at = np.empty(rows, dtype=np.int64)  # each row's place in the seeded order
     at[np.asarray(seeded(rows))] = np.arange(rows)
-    # The pieces of the rows not handed out, by row, then as placed (one stable sort of
-    # the pieces in the order they were placed).
-    kept = order[at[row_of[order]] >= skip]
-    kept = kept[np.argsort(at[row_of[kept]], kind="stable")]
-    row = at[row_of[kept]] - skip  # of the rows not handed out, in their order
-    document, length, first = document[kept], piece_lengths[kept], firsts[kept]
-    # Row r's chunks: its pieces, then its padding (a chunk from the row of padding).
+    # The pieces of the rows not handed out, by row, then as placed: one sort of each
+    # piece's row's place and its own, as one int (the place of the row * pieces + its own).
+    placed = len(order)
+    keys = at[row_of][order]
+    keys *= placed
+    keys += np.arange(placed)
+    keys.sort()
+    row, kept = np.divmod(keys[np.searchsorted(keys, skip * placed) :], placed)
+    row -= skip  # of the rows not handed out, in their order
+    kept = order[kept]
+    length, piece_cut = piece_lengths[kept], piece_cut[kept]
+    if document is None or firsts is None:  # (a piece each: the document itself, from 0)
+        document, first = kept, np.zeros(len(kept), dtype=np.int64)
+    else:
+        document, first = document[kept], firsts[kept]
+    begin = first if bases is None else bases[document] + first  # in the document
     n = rows - skip
     per_row = np.bincount(row, minlength=n)
     used = np.bincount(row, weights=length, minlength=n).astype(np.int64)
-    row_chunks = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(per_row + 1, out=row_chunks[1:])
-    chunk = np.arange(len(row)) + row  # piece i: after the padding of the rows before it
-    chunks = int(row_chunks[-1])
-    sourced = np.full(chunks, len(sources) - 1, dtype=np.int64)
-    starts = np.zeros(chunks, dtype=np.int64)
-    ends = np.full(chunks, cap, dtype=np.int64)
-    numbers = np.zeros(chunks, dtype=np.int32)
-    sourced[chunk] = source[document]
-    starts[chunk] = start[document] + first
-    ends[chunk] = starts[chunk] + length
-    numbers[chunk] = chunk - row_chunks[row] + 1
-    pads = row_chunks[1:] - 1
-    ends[pads] = cap - used
-    # Where each chunk's ids lie among the rows' (the rows are cap ids each), less where they
-    # begin in the document; padding's: where its chunk ends.
-    counts = ends - starts
-    begin = first if bases is None else bases[document] + first  # in the document
-    places = np.cumsum(counts)
-    places[chunk] -= counts[chunk] + begin
+    number = np.arange(1, len(row) + 1)  # in its row, from 1
+    number -= (np.cumsum(per_row) - per_row)[row]
     # What packing did, per row: its padding, its first pieces of cut documents, its pieces
     # (a document cut before, packed again: its pieces, its first piece counted before).
-    piece_cut = pieces[document] > 1
-    if cut is not None:
-        piece_cut |= cut[document]
-    cut = np.zeros(chunks, dtype=bool)
-    cut[chunk] = piece_cut
     packed = np.zeros((3, n + 1), dtype=np.int64)
     packed[0, 1:] = cap - used
     packed[1, 1:] = np.bincount(row, weights=piece_cut & (begin == 0), minlength=n)
     packed[2, 1:] = np.bincount(row, weights=piece_cut, minlength=n)
     np.cumsum(packed, axis=1, out=packed)
-    kept = np.flatnonzero(counts)  # chunks without ids (most rows' padding) left out
-    chunk_rows = np.repeat(np.arange(n), per_row + 1)[kept]
-    row_chunks[1:] = np.cumsum(np.bincount(chunk_rows, minlength=n))
-    fitted = Rows(
-        rows, skip, sources, sourced[kept], starts[kept], ends[kept], numbers[kept],
-        places[kept], cut[kept], row_chunks, packed, labels=labels,
-    )  # fmt: skip
+    if not length.all():  # (a piece of no id, an empty document's, is in no chunk)
+        held = length > 0
+        row, document, length, first, begin, piece_cut, number = (
+            a[held] for a in (row, document, length, first, begin, piece_cut, number)
+        )
+    # Row r's chunks: its pieces, then its padding if it has any (a chunk of the row of
+    # padding); piece i after the pieces and the padding of the rows before it.
+    padded = used < cap
+    chunk: np.ndarray[Any, Any] = (np.cumsum(padded) - padded)[row]
+    chunk += np.arange(len(row))
+    row_chunks = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=n) + padded, out=row_chunks[1:])
+    chunks = int(row_chunks[-1])
+    sourced = np.full(chunks, len(sources) - 1, dtype=np.int64)
+    starts = np.zeros(chunks, dtype=np.int64)
+    ends = np.zeros(chunks, dtype=np.int64)
+    numbers = np.zeros(chunks, dtype=np.int32)
+    sourced[chunk] = source[document]
+    begins = start[document] + first
+    starts[chunk] = begins
+    begins += length
+    ends[chunk] = begins
+    ends[row_chunks[1:][padded] - 1] = (cap - used)[padded]
+    numbers[chunk] = number
+    # Where each chunk's ids lie among the rows' (the rows are cap ids each), less where they
+    # begin in the document; padding's: where its chunk ends.
+    places = ends - starts
+    np.cumsum(places, out=places)
+    places[chunk] -= length + begin
+    cuts = np.zeros(chunks, dtype=bool)
+    cuts[chunk] = piece_cut
+    fitted = Rows(rows, skip, sources, sourced, starts, ends, numbers, places, cuts, row_chunks,
+                  packed, labels=labels)  # fmt: skip
     if parts is not None:  # a mixture's: each chunk's part, and its cut chunks'
-        part_of = np.full(chunks, -1, dtype=np.int64)
-        part_of[chunk] = parts[document]
+        fitted.parts = np.full(chunks, -1, dtype=np.int64)
+        fitted.parts[chunk] = parts[document]
         first_of = np.zeros(chunks, dtype=bool)
         first_of[chunk] = piece_cut & (begin == 0)
-        fitted.parts = part_of[kept]
-        at = np.flatnonzero(fitted.cut)
-        fitted.part_cuts = (at, fitted.parts[at], first_of[kept][at])
+        at = np.flatnonzero(cuts)
+        fitted.part_cuts = (at, fitted.parts[at], first_of[at])
     return fitted
+
+
+def _split(
+    lengths: np.ndarray[Any, Any], cap: int, cut: np.ndarray[Any, Any] | None
+) -> tuple[np.ndarray[Any, Any] | None, np.ndarray[Any, Any] | None, np.ndarray[Any, Any],
+           np.ndarray[Any, Any]]:  # fmt: skip
+    """``fit``'s items as pieces: a document longer than a row cut into row-sized pieces
+    (one piece per shorter document): each piece's document and where it begins in it (None:
+    none is cut, each piece its document, as when a window's pieces are packed again at a
+    longer row), its length and whether its document is cut (now or, ``cut``, before)."""
+    if not len(lengths) or int(lengths.max()) <= cap:
+        piece_cut = np.zeros(len(lengths), dtype=bool) if cut is None else cut
+        return None, None, lengths.astype(np.int64, copy=False), piece_cut
+    pieces = np.maximum(-(-lengths // cap), 1)
+    document = np.repeat(np.arange(len(lengths)), pieces)
+    firsts = (np.arange(len(document)) - np.repeat(np.cumsum(pieces) - pieces, pieces)) * cap
+    piece_cut = pieces[document] > 1
+    if cut is not None:
+        piece_cut |= cut[document]
+    return document, firsts, np.minimum(lengths[document] - firsts, cap), piece_cut
 
 
 def fit_documents(

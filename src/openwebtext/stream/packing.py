@@ -21,8 +21,11 @@ state then lists those packings (``Scheduled.packings``) and resuming packs it t
 
 The work is a few array operations per window and per 256 rows, none per document: the stream
 hands documents out in runs (``source.TokenRun``), the bins are chosen on the pieces' lengths
-alone (``best_fit_rows``, the one loop left in Python, per piece), and the rows are made by
-one join of their pieces' slices (and of slices of a ramp for the positions).
+alone (``best_fit_rows``, the one loop left in Python, per piece, but for a run of pieces of one
+length, placed at once), and the rows are made by one join of their pieces' slices (and of
+slices of a ramp for the positions). A packing again is that array work over the pieces of the
+rows left (many: a window of long documents packed at a short row is cut into pieces that stay
+cut), once per change of ``seq_len``, and once per packing a resumed state lists.
 """
 
 from __future__ import annotations
