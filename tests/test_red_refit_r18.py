@@ -15,15 +15,14 @@ import bisect
 import hashlib
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from openwebtext import Corpus, Loader, Mixture, Schedule
+from openwebtext import Loader, Mixture, Schedule
 from openwebtext.stream.fitting import best_fit_rows
-from openwebtext.tokenfiles import megatron_index
+from test_packing_parts import _tokens  # (token files of documents of random lengths)
 
 EOT = 256
 #: ``seq_len`` from 4 to 48 in 23 steps, a change every 2 batches to batch 44: long documents
@@ -36,17 +35,6 @@ SCHEDULES = {"warmup": WARMUP, "zigzag": ZIGZAG}
 #: Batches of a run; the batches after which runs are resumed.
 BATCHES = 50
 STOPS = (1, 2, 3, 9, 20, 21, 45)
-
-
-def _tokens(folder: Path, seed: int, low: int, high: int, n: int) -> Corpus:
-    """``n`` documents of ``low`` to ``high - 1`` ids, each ending with end-of-text."""
-    folder.mkdir()
-    ends = np.cumsum(np.random.default_rng(seed).integers(low, high, size=n))
-    ids = np.random.default_rng(seed + 1).integers(0, EOT, size=int(ends[-1])).astype("<u2")
-    ids[ends - 1] = EOT
-    ids.tofile(folder / "train.bin")
-    (folder / "train.idx").write_bytes(megatron_index(ends, ids.dtype))
-    return Corpus.open_tokens(folder / "train.bin", eot=EOT, unit_tokens=600)
 
 
 @pytest.fixture(scope="module")
