@@ -6,6 +6,7 @@ one open."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,3 +76,33 @@ def test_the_reference_api_closed_from_another_thread(small_corpus: Path) -> Non
     finally:
         release.set()
         reader.join(WAIT)
+
+
+def test_a_close_after_an_interrupt_left_the_queue_s_lock_held_ends(
+    small_corpus: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Ctrl-C landing inside the consumer's take from the queue, between its lock taken and
+    its ``with`` begun, leaves the lock held (CPython raises it there): the close that follows
+    waited for that lock for ever (1 run in ~30 of ``test_red_ahead_close``'s Ctrl-C, before
+    and after session 40). It now takes the lock as held for ever after a bound, says so, and
+    ends; the thread is a daemon, left to end with the program."""
+    from openwebtext import ahead
+
+    stage = ahead(Loader(small_corpus, tokenizer="bytes", workers=0, seed=0).batches(32, 2),
+                  depth=1)  # fmt: skip
+    next(stage)
+    queued = stage._producer.ready
+    deadline = time.monotonic() + WAIT
+    while not queued.full() and time.monotonic() < deadline:  # (the thread waits for room)
+        time.sleep(0.01)
+    queued.mutex.acquire()  # (what the interrupt leaves)
+    closer = threading.Thread(target=stage.close, daemon=True)
+    try:
+        with caplog.at_level("WARNING", logger="openwebtext"):
+            closer.start()
+            closer.join(WAIT)
+        assert not closer.is_alive(), "the close waited for the queue's lock for ever"
+        assert "left to end with the program" in caplog.text
+    finally:
+        queued.mutex.release()
+        closer.join(WAIT)

@@ -36,10 +36,19 @@ import queue
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from openwebtext.engine import Halt, check_halt
 from openwebtext.options import as_int, int_at_least
+from openwebtext.stream.producer import (
+    END,
+    POLL,
+    Failed,
+    Producer,
+    Stateful,
+    called,
+    unchanged,
+)
 from openwebtext.stream.schema import DocumentState, MixtureState
 from openwebtext.stream.source import (
     AnyMark,
@@ -57,128 +66,7 @@ __all__ = ["Ahead", "Primed", "Stateful", "ahead"]
 
 log = logging.getLogger("openwebtext")
 
-#: How often (seconds) a thread waiting on a full queue checks whether it should stop.
-POLL = 0.05
-
-
-class Stateful(Protocol):
-    """What ``ahead`` reads from: batches (an iterator or an iterable) with a state."""
-
-    def __iter__(self) -> Iterator[Any]: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-
-class Made(NamedTuple):
-    """A batch (as ``move`` made it), with the source's state and ``stats`` after it (None:
-    the source has no ``stats``)."""
-
-    batch: Any
-    state: dict[str, Any]
-    stats: Any
-
-
-class Failed(NamedTuple):
-    error: BaseException
-
-
-END = object()
-
-
 A = TypeVar("A", bound="Ahead")
-
-
-def unchanged(batch: Any) -> Any:
-    return batch
-
-
-class Producer:
-    """The thread's side: owns the source from its start to its close."""
-
-    def __init__(self, source: Stateful, depth: int, move: Callable[[Any], Any]) -> None:
-        self.source = source
-        self.move = move
-        self.ready: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.stopping = threading.Event()
-        self.halt = Halt()  # set with ``stopping``: ends the thread's waits on workers at once
-        self.thread = threading.Thread(target=self.run, name="openwebtext-ahead", daemon=True)
-
-    def run(self) -> None:
-        try:
-            with self.halt.watching():
-                self.read()
-        except BaseException as error:  # handed to the consumer, raised there (not once stopping)
-            if isinstance(error, StopIteration):  # (not the source's end: that is ``END``)
-                error = stopped("the batches' iterator", error)
-            self.put(Failed(error))
-        finally:
-            try:
-                close_source(self.source)
-            except Exception as error:  # (nobody waits on the thread: said, not its traceback)
-                log.warning("closing the batches made ahead: %s: %s", type(error).__name__, error)
-
-    def read(self) -> None:
-        batches = iter(self.source)
-        while not self.stopping.is_set():  # checked before reading on: a close reads no more
-            batch = next(batches, END)
-            if batch is END:
-                self.put(END)
-                return
-            state = called("the batches' state_dict()", self.source.state_dict)
-            stats = called("the batches' stats", getattr, self.source, "stats", None)
-            self.put(Made(called("move", self.move, batch), state, stats))
-
-    def put(self, item: Any) -> bool:
-        """Queue ``item``, waiting for room; False if the stage is stopping."""
-        while not self.stopping.is_set():
-            try:
-                self.ready.put(item, timeout=POLL)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def stop(self) -> None:
-        """Ask the thread to end, and wait until it has (it closes the source): a wait for
-        the workers it is in ends at once (``Halt``)."""
-        self.stopping.set()
-        self.halt.set()
-        if self.thread.ident is None:
-            close_source(self.source)
-            return
-        while self.thread.is_alive():
-            self.drain()
-            self.thread.join(POLL)
-        self.drain()
-
-    def drain(self) -> None:
-        try:
-            while True:
-                self.ready.get_nowait()
-        except queue.Empty:
-            pass
-
-
-def close_source(source: Any) -> None:
-    close = getattr(source, "close", None)
-    if close is not None:
-        close()
-
-
-def called(what: str, function: Callable[..., Any], *args: Any) -> Any:
-    """``function(*args)``; a ``StopIteration`` it raises, a ``RuntimeError`` saying so."""
-    try:
-        return function(*args)
-    except StopIteration as stop:
-        raise stopped(what, stop) from stop
-
-
-def stopped(what: str, stop: StopIteration) -> RuntimeError:
-    """What a ``StopIteration`` out of user code is: an error, never the batches' end (which
-    would end the stage silently, the thread gone and the next ``next()`` waiting for ever)."""
-    said = f": {stop}" if str(stop) else ""
-    return RuntimeError(f"{what} raised StopIteration{said} (only the batches running out end "
-                        "them)")  # fmt: skip
 
 
 class Ahead(Closing):
