@@ -23,7 +23,7 @@ import numpy as np
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
 from openwebtext.options import Options, int_at_least, integral
-from openwebtext.stream import InsideNext
+from openwebtext.stream import InsideNext, closed
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 
@@ -118,15 +118,7 @@ class OpenWebTextLoader:
             InsideNext: another thread is inside a pass's ``next`` (that pass goes on; the
                 others are closed).
         """
-        inside = False
-        for running in list(self._passes):
-            try:
-                running.close()
-            except ValueError as exc:  # (a generator another thread is inside)
-                if "already executing" not in str(exc):
-                    raise
-                inside = True
-        if inside:
+        if not all([closed(running) for running in list(self._passes)]):  # (each one tried)
             raise InsideNext()
 
     def __enter__(self) -> OpenWebTextLoader:

@@ -44,6 +44,7 @@ from openwebtext.stream.source import (
     RunParts,
     TokenRun,
     WindowAhead,
+    closed,
 )
 from openwebtext.stream.state import (
     Mark,
@@ -93,6 +94,7 @@ __all__ = [
     "check_packing",
     "check_sizes",
     "check_state",
+    "closed",
     "config_of",
     "count_documents",
     "cu_seqlens",

@@ -36,25 +36,10 @@ from openwebtext.stream.sections import Packed
 from openwebtext.stream.state import Mark, Stats
 
 __all__ = [
-    "AnyMark",
-    "Closing",
-    "DocumentSource",
-    "InsideNext",
-    "OtherThread",
-    "OwnNext",
-    "Packer",
-    "Run",
-    "RunParts",
-    "Running",
-    "TokenRun",
-    "WindowAhead",
-    "copied",
-    "failed_earlier",
-    "failure",
-    "guarded",
-    "not_own_next",
-    "slots_at",
-]
+    "AnyMark", "Closing", "DocumentSource", "InsideNext", "OtherThread", "OwnNext", "Packer",
+    "Run", "RunParts", "Running", "TokenRun", "WindowAhead", "closed", "copied", "executing",
+    "failed_earlier", "failure", "guarded", "not_own_next", "slots_at",
+]  # fmt: skip
 
 #: A best-fit window an old rank had begun, as a resharded share hands it out first:
 #: ``(documents, number, rows handed out, packings)`` (packings: under a schedule).
@@ -393,6 +378,25 @@ class InsideNext(RuntimeError):
         super().__init__(f"{what} while another thread is inside next(): {fix}")
 
 
+def executing(exc: ValueError) -> bool:
+    """Whether ``exc`` is CPython's "generator already executing", raised by the ``next`` or
+    ``close`` call itself (no frame under the caller's: another thread is inside), not an error
+    of the generator's own code (its cleanup's) that reads the same."""
+    tb = exc.__traceback__
+    return "already executing" in str(exc) and tb is not None and tb.tb_next is None
+
+
+def closed(gen: Generator[Any, None, None]) -> bool:
+    """Close ``gen``: False, and it goes on, if another thread is inside it (``executing``)."""
+    try:
+        gen.close()
+    except ValueError as exc:
+        if not executing(exc):
+            raise
+        return False
+    return True
+
+
 def failure(exc: BaseException) -> str:
     """What ``Failing.failed`` says of an error a stream's documents ended with ("" for a
     close: ``GeneratorExit`` at a ``yield`` is no failure)."""
@@ -438,8 +442,8 @@ class Running(Closing, Generic[S]):
         except StopIteration:
             self._check()
             raise
-        except ValueError as exc:  # by next() itself (not inside the stream): two readers
-            if not exc.__traceback__ or exc.__traceback__.tb_next or "executing" not in str(exc):
+        except ValueError as exc:
+            if not executing(exc):  # (the stream's own error: as it is)
                 raise
             if on_this_thread([self._gen]):
                 raise OwnNext("next()") from None
@@ -456,12 +460,8 @@ class Running(Closing, Generic[S]):
         if any(inspect.getgeneratorstate(gen) == inspect.GEN_RUNNING for gen in generators):
             raise InsideNext()
         for gen in generators:
-            try:
-                gen.close()
-            except ValueError as exc:  # "generator already executing": entered since the look
-                if "already executing" not in str(exc):  # (its own cleanup's: as it is)
-                    raise
-                raise InsideNext() from None
+            if not closed(gen):  # (entered since the look)
+                raise InsideNext()
 
     def _steady(self, what: str, read: Callable[[], T]) -> T:
         """``read()`` of the stream (its mark, its stats) while no thread is inside ``next``:
