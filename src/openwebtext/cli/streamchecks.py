@@ -18,7 +18,7 @@ from openwebtext.index import Corpus, file_key
 from openwebtext.loader import Mixture
 from openwebtext.source import is_url
 from openwebtext.stream import WINDOW
-from openwebtext.tokenfiles import FORMATS, TOKENS, companions
+from openwebtext.tokenfiles import TOKENS, companions, markers
 
 __all__ = ["check_flags", "refuse_inputs", "refusing_stdout"]
 
@@ -78,9 +78,9 @@ def refuse_inputs(source: Corpus | Mixture, state_out: Path | None, jsonl: bool)
     for corpus in corpora:
         paths = [unit.path for unit in corpus.units] + [e.path for e in corpus.skipped_files]
         ids = sorted({u.path for u in corpus.units if u.kind == TOKENS and not is_url(u.path)})
-        paths += [other for path in ids for other in companions(path)]  # (read too: an index,
-        paths += [os.path.join(os.path.dirname(path), f"{fmt}.json")  # meta.json, a format's
-                  for path in ids for fmt in FORMATS[1:]]  # marker)
+        paths += [other for path in ids for other in companions(path)]  # (read too: the index,
+        paths += [str(marker) for path in ids for marker in markers(Path(path).parent)]  # the
+        # meta.json and the format markers beside the ids)
         for path in dict.fromkeys(p for p in paths if p):
             with contextlib.suppress(OSError):  # (the files were just opened)
                 inputs.add(file_key(path))

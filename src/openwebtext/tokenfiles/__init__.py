@@ -39,6 +39,7 @@ from openwebtext.tokenfiles.common import (
     document_names,
     document_range,
     eot_ends,
+    markers,
     recorded,
     unit_member,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "kept",
     "llmc_cuts",
     "llmc_header",
+    "markers",
     "megatron_code",
     "megatron_index",
     "open_token_file",

@@ -46,6 +46,7 @@ __all__ = [
     "document_range",
     "eot_ends",
     "local_bytes",
+    "markers",
     "recorded",
     "run_beside",
     "unit_member",
@@ -296,7 +297,7 @@ def run_beside(path: str) -> _Meta | None:
     if run is None:
         return None
     files = {key: replace(f, said_by="meta.json") for key, f in run.files.items()}
-    for marker in [] if name in files else [folder / f"{fmt}.json" for fmt in FORMATS[1:]]:
+    for marker in [] if name in files else markers(folder):
         body = _read_beside(marker)
         try:
             said = None if body is None else _Marked.from_json(parse(body)).files
@@ -310,6 +311,12 @@ def run_beside(path: str) -> _Meta | None:
             raise damaged(path, f"a file of {marker.stem}'s names that its run's {marker.name} "
                           "does not name (another run's, or copied in): not the run's")  # fmt: skip
     return replace(run, files=files)
+
+
+def markers(folder: Path) -> list[Path]:
+    """The markers a format pass writes in a run's ``folder`` (``FORMAT.json``; nanogpt's is
+    ``meta.json``), which ``run_beside`` reads for the files ``meta.json`` does not name."""
+    return [folder / f"{fmt}.json" for fmt in FORMATS[1:]]
 
 
 #: The names of the token files a format writes beside a run's (``prepare.convert``), by
