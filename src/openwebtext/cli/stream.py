@@ -261,18 +261,18 @@ def run(args: argparse.Namespace) -> int:
     """``owt stream``: read, show or write, save the state, sum up."""
     if args.jsonl and (args.tokenizer or args.pack):
         raise ValueError("--jsonl writes text: leave --tokenizer and --pack out")
-    if args.jsonl and any(token_files([where]) for _, where, _ in args.mix or ()):
-        raise ValueError("--jsonl writes text: a part of token ids holds none")
-    if args.jsonl and token_files(args.paths):
-        raise ValueError("--jsonl writes text: files of token ids hold none (read them with "
-                         "--tokenizer, or --pack, as they were written)")  # fmt: skip
-    if _of(args) != "text" and not args.tokenizer:
+    of = _of(args)  # (files of token ids, or parts of them: refused what they cannot do)
+    if args.jsonl and of != "text":
+        raise ValueError("--jsonl writes text: " + ("a part of token ids holds none" if args.mix
+                         else "files of token ids hold none (read them with --tokenizer, or "
+                         "--pack, as they were written)"))  # fmt: skip
+    if of != "text" and not args.tokenizer:
         raise ValueError("files of token ids are read with the tokenizer that wrote them: give "
                          "--tokenizer (their meta.json's, e.g. gpt2)")  # fmt: skip
     idle = [flag for flag, given in (("--max-document-bytes", args.max_document_bytes),
                                      ("--decode-errors", args.decode_errors != "strict"))
             if given]  # fmt: skip
-    if _of(args) == "ids" and idle:  # (a flag that would do nothing: refused, as elsewhere)
+    if of == "ids" and idle:  # (a flag that would do nothing: refused, as elsewhere)
         raise ValueError(f"{' and '.join(idle)} shape{'s' * (len(idle) == 1)} text: files of "
                          "token ids hold none; leave them out")  # fmt: skip
     check_flags(args)
