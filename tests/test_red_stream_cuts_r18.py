@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import json
 import lzma
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 from openwebtext import Loader
 from openwebtext.formats import BZIP2, GZIP, XZ, Truncated, decompress, detect
+from support import inner_tar
 
 _COMPRESS: dict[str, Callable[[bytes], bytes]] = {
     GZIP: gzip.compress, XZ: lzma.compress, BZIP2: bz2.compress,
@@ -58,22 +57,12 @@ def test_json_lines_cut_there_keep_their_whole_lines(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kind", [XZ, BZIP2])
 def test_a_member_cut_there_keeps_its_documents(tmp_path: Path, kind: str) -> None:
     docs = [(f"{k:04d}.txt", f"document {k}".encode()) for k in range(3)]
-    inner = _tar(docs)
+    inner = inner_tar(dict(docs))
     member = _COMPRESS[kind](inner) + _COMPRESS[kind](b"x" * 100)[: _cuts(kind)[-1]]
     (tmp_path / "urlsf_subset00.tar").write_bytes(
-        _tar([("openwebtext/urlsf_subset00-1_data.xz", member)]))  # fmt: skip
+        inner_tar({"openwebtext/urlsf_subset00-1_data.xz": member}))  # fmt: skip
     loader = Loader(str(tmp_path), shuffle=False, workers=0, on_error="skip")
     with loader.iter() as documents:
         read = [d.text for d in documents]
         assert (documents.stats.partial_members, documents.stats.skipped_members) == (1, 0)
     assert read == [text.decode() for _, text in docs]
-
-
-def _tar(files: list[tuple[str, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, data in files:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()

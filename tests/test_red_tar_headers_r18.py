@@ -22,20 +22,11 @@ import pytest
 
 from openwebtext import Loader
 from openwebtext.tarwalk import walk
-
-
-def _tar(files: list[tuple[str, bytes]]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in files:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+from support import inner_tar
 
 
 def _outer(inner: bytes) -> bytes:
-    return _tar([("openwebtext/urlsf_subset00-1_data.xz", lzma.compress(inner))])
+    return inner_tar({"openwebtext/urlsf_subset00-1_data.xz": lzma.compress(inner)})
 
 
 def _read(path: Path) -> tuple[list[tuple[str, str]], int]:
@@ -60,17 +51,17 @@ def test_a_document_that_begins_as_a_format_s_magic_is_a_document(
     docs = [("0000-a.txt", _MAGIC_TEXTS[magic]), ("0001-b.txt", b"an ordinary document")]
     docs = docs if first else docs[::-1]
     expected = sorted((name, data.decode()) for name, data in docs)
-    (tmp_path / "urlsf_subset00.tar").write_bytes(_outer(_tar(docs)))
+    (tmp_path / "urlsf_subset00.tar").write_bytes(_outer(inner_tar(dict(docs))))
     (tmp_path / "plain").mkdir()
-    (tmp_path / "plain" / "docs.tar").write_bytes(_tar(docs))  # a plain tar of documents
+    (tmp_path / "plain" / "docs.tar").write_bytes(inner_tar(dict(docs)))  # a plain tar of documents
     for path in (tmp_path / "urlsf_subset00.tar", tmp_path / "plain" / "docs.tar"):
         read, skipped = _read(path)
         assert (sorted(read), skipped) == (expected, 0), path
 
 
 def test_a_compressed_outer_tar_is_still_named_as_one(tmp_path: Path) -> None:
-    member = lzma.compress(_tar([("a.txt", b"a")]))
-    members = _tar([("openwebtext/urlsf_subset00-1_data.xz", member)])
+    member = lzma.compress(inner_tar({"a.txt": b"a"}))
+    members = inner_tar({"openwebtext/urlsf_subset00-1_data.xz": member})
     path = tmp_path / "openwebtext.tar.xz"
     path.write_bytes(lzma.compress(members))
     with pytest.raises(Exception, match="compressed outer tar"):
@@ -162,7 +153,7 @@ def test_a_member_damaged_past_its_magic_is_corrupt_not_a_document(
     a tar of documents, and the member's raw bytes one document, with no word."""
     import bz2
 
-    inner = _tar([("a.txt", b"a document")])
+    inner = inner_tar({"a.txt": b"a document"})
     if kind == "tar":
         member = bytearray(inner)
         member[136] ^= 0x01  # (its mtime: the checksum no longer holds)
@@ -171,7 +162,7 @@ def test_a_member_damaged_past_its_magic_is_corrupt_not_a_document(
         member = bytearray(bz2.compress(inner))
         member[4] ^= 0xFF  # (the first block's magic)
         name = "sub/0.tar.bz2"
-    (tmp_path / "c.tar").write_bytes(_tar([(name, bytes(member))]))
+    (tmp_path / "c.tar").write_bytes(inner_tar({name: bytes(member)}))
     with Loader(str(tmp_path / "c.tar"), workers=0, on_error="skip").iter() as documents:
         assert list(documents) == []
         assert documents.stats.skipped_members == 1
