@@ -189,15 +189,15 @@ def test_a_datatrove_pass_killed_after_its_link_leaves_no_temporary_file(
     nothing, and ``.train.ds.link`` was left beside the finished files."""
     out = tmp_path / "out"
     prepare(Corpus.open(small_corpus), out, _opts())
-    real = convert_module.hashlib.file_digest
+    real = convert_module.sha256_file
 
     def killed(*args: Any, **kwargs: Any) -> Any:
         raise KeyboardInterrupt  # (the pass's end: train.ds linked, nothing recorded)
 
-    monkeypatch.setattr(convert_module.hashlib, "file_digest", killed)
+    monkeypatch.setattr(convert_module, "sha256_file", killed)
     with pytest.raises(KeyboardInterrupt):
         write_format(out, "datatrove")
-    monkeypatch.setattr(convert_module.hashlib, "file_digest", real)
+    monkeypatch.setattr(convert_module, "sha256_file", real)
     write_format(out, "datatrove")
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
 

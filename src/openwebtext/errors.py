@@ -113,6 +113,12 @@ def carry(error: BaseException) -> None:
     error.add_note(_CARRIED + json.dumps({"message": str(error), **said}))
 
 
+def _note(error: BaseException, note: str) -> None:
+    """Add ``note`` to ``error`` (Python 3.11+; on 3.10 nothing carries one)."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+
+
 def _carried(text: str) -> dict[str, Any] | None:
     """What ``carry`` noted in ``text`` (torch's text of an error raised in a worker), each of
     its attribute's type; None: no such note."""
@@ -147,7 +153,7 @@ class _Located(OWTError):
         if said is not None:
             if "document" in said:
                 self.document = said["document"]
-            self.add_note(said["worker"])
+            _note(self, said["worker"])
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.message, self.path, self.member), {"part": self.part})
@@ -358,7 +364,7 @@ class StateError(OWTError):
         self.resume_with = resume_with
         self.mismatch = mismatch or bool(resume_with)
         if said is not None:
-            self.add_note(said["worker"])
+            _note(self, said["worker"])
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self), self.field, self.resume_with, self.mismatch))

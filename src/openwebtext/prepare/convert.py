@@ -44,7 +44,7 @@ from openwebtext.prepare.lock import confirm, hold
 from openwebtext.prepare.meta import read_meta
 from openwebtext.prepare.run import said_full, tidy
 from openwebtext.prepare.state import FileInfo, FileName, FormatPass, Marker, Meta, Sources, Split
-from openwebtext.prepare.workdir import PrepareError, Workdir
+from openwebtext.prepare.workdir import PrepareError, Workdir, sha256_file
 from openwebtext.source import Storage
 from openwebtext.tokenfiles import (
     FORMATS,
@@ -347,6 +347,4 @@ def _link(source: Path, path: Path) -> FileInfo:
             return _write(path, iter(lambda: f.read(_COPY), b""))
     os.replace(tmp, path)  # (a no-op, tmp kept, when path is a link to source already)
     tmp.unlink(missing_ok=True)
-    with os.fdopen(codec.open_regular(path), "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
-    return FileInfo(path.stat().st_size, digest)
+    return FileInfo(path.stat().st_size, sha256_file(path))

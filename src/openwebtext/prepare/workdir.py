@@ -84,6 +84,7 @@ _FORMAT_PASS = re.compile(r"\.(megatron|llmc|datatrove)\.progress\.json")
 #: A datatrove ``.ds`` being linked to its ``.bin`` (``convert``), before its rename.
 _LINKING = re.compile(r"\.(train|val)\.ds\.link")
 _PARTS = frozenset(f".{name}.part" for name in OUTPUTS)
+_HASHED = 1 << 20  # bytes of a file hashed at a time
 
 
 def _written_here(name: str) -> bool:
@@ -146,8 +147,11 @@ def _is_of(path: Path, info: FileInfo | None) -> bool:
 
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes, in hex (a regular file's: a FIFO's read would wait)."""
+    digest = hashlib.sha256()
     with os.fdopen(codec.open_regular(path), "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for chunk in iter(lambda: f.read(_HASHED), b""):  # (hashlib.file_digest: 3.11+)
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class Part:

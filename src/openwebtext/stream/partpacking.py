@@ -49,7 +49,7 @@ def add_parts(a: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> np.ndarray[An
     """The sum of two arrays of per-part counts (``NO_PARTS``' shape), of any numbers of parts."""
     if a.shape[1] < b.shape[1]:
         a, b = b, a
-    out = a.copy()
+    out: np.ndarray[Any, Any] = a.copy()
     out[:, : b.shape[1]] += b
     return out
 
