@@ -83,6 +83,10 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """What the record is called in a ``StateError``'s message (``bad state: …``)."""
 
     def __post_init__(self) -> None:
+        for name, default in _defaults(type(self)):  # (msgspec omits a default by identity)
+            value = getattr(self, name)
+            if value is not default and _same(value, default):
+                msgspec.structs.force_setattr(self, name, default)
         self.check()
 
     def check(self) -> None:
@@ -105,6 +109,25 @@ class Record(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def plus(self: R, **more: int) -> R:
         """A copy with ``more`` added to those fields (counts): ``plus(units=1)``."""
         return replace(self, **{name: getattr(self, name) + n for name, n in more.items()})
+
+
+@functools.cache
+def _defaults(cls: type[Record]) -> tuple[tuple[str, Any], ...]:
+    """The fields of a record that leaves out its defaults (``omit_defaults=True``) whose
+    default is not the only object equal to it (a tuple, a string, a float, a record), with it:
+    a record holding an equal value holds the default itself, so that it is left out as the
+    default is, whatever object made it (an empty tuple built by Python 3.10 is not ``()``)."""
+    if not cls.__struct_config__.omit_defaults:
+        return ()
+    return tuple((f.name, f.default) for f in msgspec.structs.fields(cls)
+                 if isinstance(f.default, tuple | str | float | msgspec.Struct))  # fmt: skip
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Whether ``value`` is ``default`` as JSON says it (a list of equal items: a tuple's)."""
+    if isinstance(default, tuple) and isinstance(value, list):
+        value = tuple(value)
+    return type(value) is type(default) and bool(value == default)
 
 
 class Disagree(ValueError):
