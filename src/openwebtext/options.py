@@ -267,8 +267,8 @@ def integral(value: object) -> int | None:
     anything ``operator.index`` takes) that is not a bool, else None: the one rule of what a
     door (``Options``, the reference API) takes as an int, converted before ``int_at_least``
     so that a state or a record holds Python ints only."""
-    if isinstance(value, bool):  # (numpy's bool has no ``__index__``)
-        return None
+    if isinstance(value, bool) or type(value).__name__ in ("bool", "bool_"):  # numpy's bool:
+        return None  # (its ``__index__`` took it as 0 or 1 before numpy 2.3, with a warning)
     try:
         return int(operator.index(value))  # type: ignore[arg-type]
     except TypeError:
