@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import fcntl
 import os
 import re
@@ -59,8 +60,20 @@ def written_for(name: str) -> str | None:
 
 
 def cache_root() -> Path:
-    """Where openwebtext caches things: ``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``."""
-    return Path(os.environ.get("OWT_CACHE_DIR") or Path.home() / ".cache" / "openwebtext")
+    """Where openwebtext caches things: ``$OWT_CACHE_DIR`` or ``~/.cache/openwebtext``.
+
+    Raises:
+        OSError: neither is known (no ``$OWT_CACHE_DIR``, no ``$HOME``, and a user the system
+            does not know: a container's): what a cache that cannot be written is, only a
+            slower read (a caller keeps nothing, and looks for nothing there).
+    """
+    given = os.environ.get("OWT_CACHE_DIR")
+    if given:
+        return Path(given)
+    try:
+        return Path.home() / ".cache" / "openwebtext"
+    except (RuntimeError, KeyError) as exc:  # (pathlib: "Could not determine home directory")
+        raise OSError(errno.ENOENT, "no home folder to cache in: set OWT_CACHE_DIR") from exc
 
 
 def open_to_read(path: str) -> int:

@@ -300,10 +300,13 @@ class Corpus:
     def counts_paths(self) -> list[Path]:
         """Where the counts file is looked for, in order (beside the corpus, then the cache)."""
         name = f".owt-counts-{self.fingerprint()}.json"
-        cached = cache_root() / "counts" / name[1:]
+        try:
+            cached = [cache_root() / "counts" / name[1:]]
+        except OSError:  # (no cache folder known: beside the corpus only)
+            cached = []
         if is_url(self.units[0].path):  # never written beside a remote corpus
-            return [cached]
-        return [Path(self.units[0].path).parent / name, cached]
+            return cached
+        return [Path(self.units[0].path).parent / name, *cached]
 
     def load_counts(self) -> Counts | None:
         """The cached counts, if a file holds them for this corpus as it is now (``countsfile``:

@@ -306,8 +306,8 @@ def save_footer(url: str, storage: Storage | None) -> None:
         return
     stamp = json.dumps({"url": url, "size": info.size, "identity": info.identity,
                         "sha256": hashlib.sha256(footer).hexdigest()})  # fmt: skip
-    path = _footer_path(url, store.place)
     try:
+        path = _footer_path(url, store.place)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, stamp + "\n" + footer.hex())
     except (OSError, OutputError):

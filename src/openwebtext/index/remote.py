@@ -292,8 +292,8 @@ def _save(url: str, info: FileInfo, units: list[Unit], place: str, column: str) 
     rows = _rows(units)
     subset = units[0].subset
     record = IndexCache(url, place, info.size, info.identity, subset, rows, _digest(rows, subset))
-    path = cache_path(url, place, column)
     try:
+        path = cache_path(url, place, column)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps(record.to_json()))
     except (OSError, OutputError):  # a cache that cannot be written is only a slower open
