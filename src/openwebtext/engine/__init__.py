@@ -9,7 +9,7 @@ Rule: imports the leaves, ``openwebtext.source`` and ``openwebtext.index``.
 from __future__ import annotations
 
 from openwebtext.engine.encode import encode_member, nanogpt_text
-from openwebtext.engine.halting import Halt, Halted, check_halt
+from openwebtext.engine.halting import Halt, Halted, check_halt, forking
 from openwebtext.engine.options import Lane, PoolOptions
 from openwebtext.engine.pool import LanePool, Pool, cpu_count, daemonic, open_lanes, open_pool
 from openwebtext.engine.read import Reader
@@ -41,6 +41,7 @@ __all__ = [
     "encode_member",
     "failed",
     "failure",
+    "forking",
     "nanogpt_text",
     "open_lanes",
     "open_pool",

@@ -21,6 +21,11 @@ runs on the main thread at its next bytecode, raised there between the fork and 
 noting of the worker (a ``KeyboardInterrupt`` left the worker's process unwaited, its pipes
 open), or inside another library's fork hook, which swallowed it. Nor may SIGCHLD be ignored
 (``check_children_waited``): the kernel would reap the workers before the pool waits for them.
+
+Python 3.12 warns at a fork in a process with threads (``forking``): the pool's first run
+may start its workers on the read-ahead's own thread, and a library's threads (pyarrow's
+allocator, tqdm's monitor) live on; the workers run only our code, which takes no lock of
+theirs, so the warning is silenced there, and only there.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import contextlib
 import os
 import signal
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -38,8 +44,8 @@ from openwebtext.errors import OWTError, WorkerError
 from openwebtext.interrupts import deferred
 
 __all__ = [
-    "EXITING", "POLL", "Halt", "Halted", "check_children_waited", "check_halt", "halting_wait",
-    "held_signals", "one_at_a_time", "stopped",
+    "EXITING", "POLL", "Halt", "Halted", "check_children_waited", "check_halt", "forking",
+    "halting_wait", "held_signals", "one_at_a_time", "stopped",
 ]  # fmt: skip
 
 #: How often (seconds), at most, a pool's wait on a thread that watches a halt looks at it.
@@ -222,3 +228,15 @@ def _put_back() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_put_back)
+
+
+@contextmanager
+def forking() -> Iterator[None]:
+    """Start worker processes by fork without Python's (3.12+) warning that this process has
+    threads (the module's docstring says why it does not apply), nor an error under ``-W
+    error``. (``warnings.catch_warnings`` is process-wide: a warning another thread raises
+    meanwhile is filtered as the others are, only this one message ignored.)"""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
+                                category=DeprecationWarning)  # fmt: skip
+        yield

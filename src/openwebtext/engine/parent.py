@@ -28,6 +28,7 @@ from openwebtext.engine.child import worker_main
 from openwebtext.engine.halting import (
     EXITING,
     check_children_waited,
+    forking,
     halting_wait,
     held_signals,
     one_at_a_time,
@@ -368,7 +369,7 @@ class WorkerPool:
 
     def _add_worker(self) -> _Worker:
         # A signal's handler runs once the worker is noted (a Ctrl-C cut a start in two).
-        with held_signals():
+        with held_signals(), forking():
             elders = [c for w in self._workers for c in (w.tasks, w.results)] + [*self._wake]
             worker = _start(
                 self._ctx, self._next_number, self.lanes, self._shared, self.options, elders

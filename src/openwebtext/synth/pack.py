@@ -23,7 +23,6 @@ import tarfile
 import tempfile
 import time
 import traceback
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -33,7 +32,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from openwebtext.engine import daemonic, recv_within
+from openwebtext.engine import daemonic, forking, recv_within
 from openwebtext.errors import OutputError, WorkerError, WorkerTraceback
 from openwebtext.files import umask
 from openwebtext.options import integral
@@ -165,13 +164,7 @@ class _InOrder:
             return
         context = _mp_context()
         try:
-            with warnings.catch_warnings():
-                # Python >= 3.12 warns on fork() in a process with threads (numpy's BLAS
-                # pool, idle here); the workers only run _make_member.
-                warnings.filterwarnings(
-                    "ignore", message=r".*fork\(\) may lead to deadlocks",
-                    category=DeprecationWarning,
-                )  # fmt: skip
+            with forking():  # (a fork in a process with threads: numpy's BLAS pool, idle)
                 for _ in range(min(workers, len(jobs))):
                     job_out, job_in = context.Pipe(duplex=False)
                     result_out, result_in = context.Pipe(duplex=False)
