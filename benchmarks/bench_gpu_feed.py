@@ -16,11 +16,17 @@ share of the step; tokens/s is over the measured steps (wall time, synchronized 
 counting every position of the rows (padding included: best fit pads a few per mille). On a CPU
 (``--smoke``, or no CUDA) the same with ``time.perf_counter`` in place of events.
 
+Precision: bf16 autocast on a GPU of compute capability 8 or more (Ampere and later); on an
+older GPU, where bf16 is emulated (slow), and on a CPU, fp32 (fp16 would need a GradScaler to
+be correct: fp32 is the simplest correct choice). The report says which (``precision``). The
+defaults (16 rows of 1024, a vocabulary of 50304) want a GPU of more than 12 GB; on a smaller
+one, ``--batch-size 8`` (what ``benchmarks/gpu_checks.sh`` runs, with fewer steps).
+
 The first batch: the device stage made, then ``next()`` at once (``cold``: the workers start,
 read and tokenize best fit's first window of documents, pack it), and made, ``start()``-ed,
 ``--sleep`` seconds asleep as if a checkpoint were loading, then ``next()`` (``started``).
 
-    python benchmarks/bench_gpu_feed.py [CORPUS ...] [--steps 300] [--workers N]
+    python benchmarks/bench_gpu_feed.py [CORPUS ...] [--steps N] [--batch-size N] [--workers N]
     python benchmarks/bench_gpu_feed.py CORPUS --smoke      # seconds, on a CPU (the tests)
 
 With no CORPUS, a generated corpus (``openwebtext.synth``: 1 subset x 24 members x 200
@@ -132,6 +138,13 @@ def batches_of(args: argparse.Namespace) -> Any:
                           window=args.window)  # fmt: skip
 
 
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """bf16 on a GPU with bf16 units (compute capability 8 and later); None (fp32) elsewhere."""
+    if device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8:
+        return torch.bfloat16
+    return None
+
+
 def train(args: argparse.Namespace, device: torch.device, stage: bool) -> dict[str, Any]:
     """Train a fresh model ``--warmup`` + ``--steps`` steps from one feed; its figures."""
     batches = batches_of(args)
@@ -143,7 +156,7 @@ def train(args: argparse.Namespace, device: torch.device, stage: bool) -> dict[s
     vocab = -(-load_tokenizer(args.tokenizer).n_vocab // 64) * 64
     model = GPT(vocab, args.seq_len, args.layers, args.heads, args.width).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    cuda = device.type == "cuda"
+    low = autocast_dtype(device)
     clock, marks = Clock(device), []
     total = torch.zeros((), device=device)
     try:
@@ -154,7 +167,7 @@ def train(args: argparse.Namespace, device: torch.device, stage: bool) -> dict[s
             before = clock.mark()
             batch = next(feed)
             fed = clock.mark()
-            with torch.autocast(device.type, torch.bfloat16, enabled=cuda):
+            with torch.autocast(device.type, low or torch.bfloat16, enabled=low is not None):
                 loss = model(batch)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -244,8 +257,9 @@ def main() -> None:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
         "cores": os.cpu_count(),
-        **{k: getattr(args, k) for k in ("steps", "seq_len", "batch_size", "layers", "width",
-                                         "tokenizer", "workers", "depth", "window")},
+        "precision": str(autocast_dtype(device) or torch.float32).removeprefix("torch."),
+        **{k: getattr(args, k) for k in ("steps", "warmup", "seq_len", "batch_size", "layers",
+                                         "width", "tokenizer", "workers", "depth", "window")},
     }  # fmt: skip
     report["first_batch_ms"] = {
         "cold": first_batch_ms(args, device, start=False),

@@ -293,26 +293,37 @@ def test_on_cuda_the_batches_are_the_plain_ones_on_the_device(
 
 @pytest.mark.cuda
 @needs_cuda
-def test_on_cuda_a_slow_consumer_sees_every_batch_intact() -> None:
-    """Large batches and a busy consumer: a ring slot written again before its copy ended would
-    show as a batch holding the next one's numbers."""
-    big = 1 << 22
+def test_on_cuda_a_slow_side_stream_sees_every_batch_intact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The side stream made slow (a sleep queued on it before each batch's copy): the thread
+    comes round the ring of pinned slots long before the copies that read them have run, and
+    only ``Slot.fill``'s wait on the copy's event keeps a slot from being written again first.
+    Without it a batch holds a later batch's numbers. (A slow consumer, as before, slowed no
+    copy: it passed without the wait.)"""
+    from openwebtext.torch.feed import Mover
+
+    move = Mover.move
+
+    def slow_move(self: Any, batch: Any) -> Any:
+        assert self.stream is not None
+        with torch.cuda.stream(self.stream):
+            torch.cuda._sleep(200_000_000)  # (GPU cycles: about 0.1 s before this copy runs)
+        return move(self, batch)
+
+    monkeypatch.setattr(Mover, "move", slow_move)
 
     class Numbered:
         def __iter__(self) -> Iterator[np.ndarray[Any, Any]]:
-            for k in range(40):
-                yield np.full(big, k, dtype=np.int64)
+            for k in range(16):
+                yield np.full(1 << 20, k, dtype=np.int64)
 
         def state_dict(self) -> dict[str, Any]:
             return {}
 
-    work = torch.randn(2048, 2048, device="cuda")
     with to_device(Numbered(), "cuda", depth=2) as stage:
-        for k, batch in enumerate(stage):
-            for _ in range(5):
-                work = work @ work
-                work = work / work.norm()
-            assert int(batch.min()) == int(batch.max()) == k
+        seen = [(int(batch.min()), int(batch.max())) for batch in stage]
+    assert seen == [(k, k) for k in range(16)]
 
 
 @pytest.mark.slow  # trains a tiny model twice: with the examples, in CI's slow step

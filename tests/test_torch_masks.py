@@ -2,7 +2,8 @@
 under the dense document mask (``document_mask``), on the CPU.
 
 FlexAttention runs here without ``torch.compile`` (its eager path, which materialises the
-scores and warns so): the same mask semantics as the compiled kernel of a GPU, at CPU speed."""
+scores and warns so): the same mask semantics as the compiled kernel of a GPU, at CPU speed.
+The block mask is built compiled too (``compile=True``: a slow test, inductor on the CPU)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,11 @@ from openwebtext.torch import (  # noqa: E402
 )
 
 EAGER = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+# torch.compile's first use may warn from torch's own modules (torch.utils.mkldnn's
+# torch.jit.script_method on torch >= 2.10): those only, never a warning of openwebtext's.
+COMPILING = pytest.mark.filterwarnings(
+    r"ignore::DeprecationWarning:torch(\.|$)", r"ignore::FutureWarning:torch(\.|$)"
+)
 
 
 def random_rows(rows: int, length: int, seed: int, pad: bool) -> torch.Tensor:
@@ -112,8 +118,36 @@ def test_varlen_gives_the_sequences_and_the_longest() -> None:
         assert torch.allclose(alone[0, 0], dense[row, 0, at : at + b - a], atol=1e-6)
 
 
+@pytest.mark.slow  # (compiles create_block_mask on the CPU: about 20 s)
+@COMPILING
+def test_the_compiled_block_mask_is_the_eager_one_and_compiles_a_few_times_only() -> None:
+    # It was create_block_mask(_compile=True), deprecated (a warning, an error here) since 2.6.
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    graphs = []
+    # Row counts and lengths change: a recompile or two, until the sizes are dynamic; then
+    # none, however many masks over other segment ids follow.
+    sizes = [(2, 256, 128), (2, 256, 128), (3, 256, 128), (3, 384, 128), (2, 512, 128),
+             (4, 200, 128), (3, 320, 64)]  # fmt: skip
+    for seed, (rows, length, block_size) in enumerate(sizes):
+        segment_ids = random_rows(rows, length, seed=seed, pad=True)
+        got = document_block_mask(segment_ids, block_size=block_size, compile=True)
+        want = document_block_mask(segment_ids, block_size=block_size)
+        assert torch.equal(got.to_dense(), want.to_dense())  # (the blocks, partial or full)
+        assert torch.equal(got.kv_num_blocks, want.kv_num_blocks)
+        assert (got.full_kv_num_blocks is None) == (want.full_kv_num_blocks is None)
+        if want.full_kv_num_blocks is not None:
+            assert torch.equal(got.full_kv_num_blocks, want.full_kv_num_blocks)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] == graphs[1] >= 1  # (the same sizes again: nothing compiled)
+    assert graphs[4] == graphs[5] == graphs[3], graphs
+    assert graphs[-1] <= graphs[3] + 1, graphs  # (another block size: once more at most)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the compiled kernel")
+@COMPILING
 def test_on_cuda_compiled_flex_attention_under_the_block_mask_is_sdpa_dense() -> None:
     segment_ids = random_rows(4, 512, seed=5, pad=True).cuda()
     torch.manual_seed(0)

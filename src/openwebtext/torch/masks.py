@@ -7,6 +7,7 @@ sequence of its own); either way its output is not trained on."""
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -70,8 +71,10 @@ def document_block_mask(
     Args:
         segment_ids: (B, L) ints, e.g. ``batch["segment_ids"][:, :-1]`` of the inputs.
         block_size: FlexAttention's block (128 by default, as ``create_block_mask``).
-        compile: Build the mask with ``torch.compile`` (``create_block_mask(_compile=True)``):
-            worth it on a GPU for long rows, where the eager build materialises (B, L, L).
+        compile: Build the mask with ``torch.compile(create_block_mask)`` (torch >= 2.6;
+            not ``create_block_mask(_compile=True)``, deprecated since), compiled at the first
+            call and reused: worth it on a GPU for long rows, where the eager build
+            materialises (B, L, L).
 
     Raises:
         ImportError: torch has no FlexAttention (before 2.5).
@@ -96,16 +99,18 @@ def document_block_mask(
         same = (segment == segment_ids[b, kv]) & (kv <= q)
         return same & ((segment != 0) | (q == kv))
 
-    return create_block_mask(
-        document_causal,
-        rows,
-        None,
-        length,
-        length,
-        device=segment_ids.device,
-        BLOCK_SIZE=block_size,
-        _compile=compile,
-    )
+    build = _compiled_create_block_mask() if compile else create_block_mask
+    return build(document_causal, rows, None, length, length, device=segment_ids.device,
+                 BLOCK_SIZE=block_size)  # fmt: skip
+
+
+@functools.cache
+def _compiled_create_block_mask() -> Any:
+    """``torch.compile(create_block_mask)``, wrapped once per process. The compiled graphs
+    are reused by every ``document_block_mask(compile=True)`` (a new mask function per call, of
+    one code, over other segment ids): new row counts and lengths recompile it at most a few
+    times, after which their sizes are dynamic."""
+    return torch.compile(create_block_mask)
 
 
 def document_cu_seqlens(segment_ids: torch.Tensor) -> torch.Tensor:
