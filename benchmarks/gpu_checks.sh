@@ -50,7 +50,7 @@ install() {  # not the whole `test` extra (S3, GCS, Ray, datasets servers): what
     local log status
     log=$(mktemp)
     timeout --kill-after=30 1800 "$PY" -m pip install --quiet -e '.[torch,tokenize]' \
-        'pytest>=7.4' 'pytest-timeout>=2.2' 'hypothesis>=6.80' 2>&1 | tee "$log"
+        'pytest>=7.4' 'pytest-timeout>=2.2' 'hypothesis>=6.100' 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
     if ((status == 124)); then echo "pip install: over its 1800 s"; fi
     grep -q "externally-managed-environment" "$log" && status=99

@@ -324,7 +324,7 @@ def test_a_ctrl_c_while_a_worker_starts_is_raised_once_and_leaves_nothing(
         pool.close()
     assert sigint_counted == [signal.SIGINT]
     assert _children().keys() - children.keys() == set()
-    assert _fds() == fds
+    assert _fds() - fds == set()  # (none left open: one an earlier test left may close)
 
 
 @pytest.mark.waits_on_workers
@@ -342,7 +342,7 @@ def test_a_ctrl_c_under_owt_s_handler_while_a_worker_starts_is_the_command_s_int
         monkeypatch.undo()
         pool.close()
     assert _children().keys() - children.keys() == set()
-    assert _fds() == fds
+    assert _fds() - fds == set()  # (none left open: one an earlier test left may close)
 
 
 # -- a reviewer's finds: the exit's close never leaves a thread waiting; a handler that

@@ -33,6 +33,7 @@ def _jsonl(path: Path, n: int) -> Path:
 
 def test_resharded_loader_states_go_to_their_rank_and_worker(tmp_path: Path) -> None:
     """M07: new rank r's worker w reads share r * N + w; the states were dealt round robin."""
+    pytest.importorskip("torch")
     from openwebtext.torch import reshard_loader_states
 
     corpus = _jsonl(tmp_path / "r.jsonl", 40)

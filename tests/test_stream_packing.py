@@ -321,6 +321,8 @@ def test_a_window_is_best_fits_only_and_defaults_to_window(small_corpus: Path) -
     """Concat refuses a window, as it refuses a ``pad_id`` (it would be ignored); best fit
     without one packs over ``WINDOW`` documents (its state says so)."""
     from openwebtext.stream import WINDOW
+
+    pytest.importorskip("torch")
     from openwebtext.torch import PackedBatchDataset
 
     with pytest.raises(ValueError, match=r"window is best fit's .* leave it out, or pass packing="):

@@ -183,6 +183,8 @@ def test_a_split_splintr_lacks_is_compiled_from_tiktokens_pattern(
 
     gpt2 = load_tokenizer("gpt2@tiktoken")
     ranks = load_gpt2().ranks
+    if split == "r50k_base" and not hasattr(openai_public, "r50k_pat_str"):
+        pytest.skip("tiktoken before 0.8 writes r50k's pattern inside gpt2()")
     pattern = (
         openai_public.r50k_pat_str
         if split == "r50k_base"
