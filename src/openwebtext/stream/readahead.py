@@ -312,6 +312,9 @@ class Primed:
     ``windows_ahead`` waits for it first. Until the packer has taken the runs read ahead, the
     stream's ``mark()`` is the one before them. ``close`` ends the thread at once, even one
     waiting for a stuck worker (its ``Halt``); the state stays the one before the runs it read.
+    A read the thread did not finish (an error, a close) leaves the mark where it began: the
+    stream has moved inside it (a mixture counted the documents it drew, a corpus passed its
+    epoch's end), as a packer reading itself never shows, its state taken before the read.
     """
 
     def __init__(
@@ -320,6 +323,7 @@ class Primed:
         self._docs, self._in_order = documents, in_order
         self._before = documents.mark()  # before the first run read ahead not taken
         self._runs: list[Run] = []
+        self._cut: AnyMark | None = None  # before a read the thread did not finish
         self._error: BaseException | None = None
         self._ended = False
         self._halt = Halt()  # set by ``close``: the thread's waits on workers end at once
@@ -331,16 +335,18 @@ class Primed:
 
     def _read(self, documents: int, ids: int) -> None:
         read = count = 0
+        at = self._before
         try:
             with self._halt.watching():
                 while read < documents and count < ids:
                     run = self._docs.next_run(self._in_order)
                     self._runs.append(run)
                     read, count = read + len(run), count + int(run.lengths.sum())
+                    at = self._docs.mark() if read < documents and count < ids else at
         except StopIteration:
             self._ended = True
         except BaseException as error:  # raised where the packer asks for the next run
-            self._error = error
+            self._error, self._cut = error, at
 
     def _wait(self, halting: bool = True) -> None:
         """Until the thread has ended (``halting``: or the calling thread is halted, e.g.
@@ -363,11 +369,14 @@ class Primed:
             raise error
         if self._ended:
             raise StopIteration
+        self._cut = None  # (the packer reads on itself: the stream's mark is its own)
         return self._docs.next_run(in_order)
 
     def mark(self) -> AnyMark:
         self._wait()
-        return self._before if self._runs else self._docs.mark()
+        if self._runs:
+            return self._before
+        return self._docs.mark() if self._cut is None else self._cut
 
     def state(self, mark: Any = None) -> DocumentState | MixtureState:
         return self._docs.state(self.mark() if mark is None else mark)
