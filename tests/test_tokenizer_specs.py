@@ -380,7 +380,12 @@ def test_gpt2_ranks_are_tiktokens_own(tmp_path: Path, monkeypatch: pytest.Monkey
     vocab_bpe, encoder_json = str(data / "vocab.bpe"), str(data / "encoder.json")
     ours = reference.gpt2_ranks(vocab_bpe, encoder_json)
     assert not (tmp_path / "tiktoken-cache").exists()  # no copy of the files is made
-    theirs = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe, encoder_json)
+    try:
+        theirs = tiktoken.load.data_gym_to_mergeable_bpe_ranks(vocab_bpe, encoder_json)
+    except ImportError as exc:  # (an older tiktoken reads even a local file through blobfile)
+        if "blobfile" not in str(exc):
+            raise
+        pytest.skip(f"this tiktoken reads local files through blobfile, not installed: {exc}")
     assert list(ours.items()) == list(theirs.items())  # the same ranks, in the same order
 
     changed = tmp_path / "vocab.bpe"
