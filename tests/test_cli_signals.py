@@ -86,7 +86,9 @@ if sys.argv[3] == "stream":
 # watch their parent (the kernel's PR_SET_PDEATHSIG fires when the forking thread ends).
 from openwebtext import Loader
 it = Loader(sys.argv[4], workers=2, shuffle=False, shuffle_buffer=0).iter()
-threading.Thread(target=lambda: sum(1 for _ in it)).start()
+reading = threading.Thread(target=lambda: sum(1 for _ in it))
+reading.start()
+reading.join()  # (Python 3.12+ forks no more once the main thread has ended)
 """
 
 

@@ -7,6 +7,9 @@
 - Python 3.12 warns at a fork in a process with threads: the read-ahead's thread starts the
   pool's workers, pyarrow and tqdm leave threads running. The warning named our code, and under
   ``-W error`` it was an error at the worker's start.
+- Python 3.12 forks no more once the main thread has ended: a program whose thread reads on
+  after its main thread returned got multiprocessing's raw ``RuntimeError: can't fork at
+  interpreter shutdown`` at the first worker's start (found by the suite run on 3.12).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from openwebtext import Corpus, Loader, cli
+from openwebtext import Corpus, Loader, WorkerError, cli
 from openwebtext.files import cache_root
 from openwebtext.synth import default_corpus, write_corpus
 
@@ -84,3 +87,17 @@ def test_a_fork_in_a_process_with_threads_is_no_error_under_w_error(
             assert sum(1 for _ in docs) == 120
         write_corpus(tmp_path / "made", subsets=1, members=3, docs=2, seed=0, workers=2)
     assert (tmp_path / "made" / "urlsf_subset00.tar").is_file()
+
+
+def test_a_fork_refused_at_the_program_s_exit_says_what_to_do(
+    small_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def at_shutdown() -> int:  # (CPython 3.12+, once the main thread has ended)
+        raise RuntimeError("can't fork at interpreter shutdown")
+
+    monkeypatch.setattr(os, "fork", at_shutdown)
+    with (
+        pytest.raises(WorkerError, match=r"main thread has ended.*join the thread that reads"),
+        Loader(small_corpus, workers=2, seed=1).iter() as docs,
+    ):
+        next(docs)

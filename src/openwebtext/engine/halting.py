@@ -45,7 +45,7 @@ from openwebtext.interrupts import deferred
 
 __all__ = [
     "EXITING", "POLL", "Halt", "Halted", "check_children_waited", "check_halt", "forking",
-    "halting_wait", "held_signals", "one_at_a_time", "stopped",
+    "halting_wait", "held_signals", "one_at_a_time", "start_failed", "stopped",
 ]  # fmt: skip
 
 #: How often (seconds), at most, a pool's wait on a thread that watches a halt looks at it.
@@ -240,3 +240,18 @@ def forking() -> Iterator[None]:
         warnings.filterwarnings("ignore", message=r".*fork\(\) may lead to deadlocks",
                                 category=DeprecationWarning)  # fmt: skip
         yield
+
+
+def start_failed(exc: BaseException) -> WorkerError | None:
+    """What a worker that could not start says (None: ``exc`` is no such cause: raise it): the
+    system's refusal (an ``OSError``: no memory, too many processes), or a fork at the
+    program's exit, which Python 3.12+ refuses once its main thread has ended (a thread that
+    reads on after it starts the pool then)."""
+    if isinstance(exc, RuntimeError) and "shutdown" in str(exc):
+        return WorkerError("cannot start a worker process: the program is exiting (its main "
+                           "thread has ended, and Python forks no more then): keep the main "
+                           "thread until the reading ends (join the thread that reads), or "
+                           "read with workers=0")  # fmt: skip
+    if isinstance(exc, OSError):
+        return WorkerError(f"cannot start a worker process: {exc}")
+    return None

@@ -32,6 +32,7 @@ from openwebtext.engine.halting import (
     halting_wait,
     held_signals,
     one_at_a_time,
+    start_failed,
     stopped,
 )
 from openwebtext.engine.options import Lane, Lanes, PoolOptions
@@ -448,8 +449,8 @@ def _start(
             process.close()
         for conn in (task_r, task_w, result_r, result_w):
             conn.close()
-        if isinstance(exc, OSError):
-            raise WorkerError(f"cannot start a worker process: {exc}") from exc
+        if (failed := start_failed(exc)) is not None:
+            raise failed from exc
         raise
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
