@@ -215,7 +215,7 @@ def test_encode_batch_refuses_an_item_that_is_not_a_str_as_encode_does(spec: str
 
 def test_columns_of_other_unpaired_surrogates_are_other_corpora(tmp_path: Path) -> None:
     """X1: a column's unpaired surrogate was hashed as "?" (not its own bytes): corpora read
-    from columns ``"\ud800"`` and ``"\ud801"`` had one fingerprint, a state of one taken by
+    from columns ``"\\ud800"`` and ``"\\ud801"`` had one fingerprint, a state of one taken by
     the other."""
     path = tmp_path / "c.jsonl"
     path.write_text('{"\\ud800": "one", "\\ud801": "two"}\n')
