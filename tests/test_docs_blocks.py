@@ -133,8 +133,10 @@ def environment(corpus: Path, cache: Path, bin_dir: Path) -> dict[str, str]:
     owt = bin_dir / "owt"
     owt.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m openwebtext.cli "$@"\n')
     owt.chmod(0o755)
-    python = bin_dir / "python"  # `python` in a block is this interpreter
-    python.symlink_to(sys.executable)
+    python = bin_dir / "python"  # `python` in a block is this interpreter (run by its path,
+    # not a link to it: a virtual environment's interpreter finds its pyvenv.cfg beside it)
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} "$@"\n')
+    python.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "COV_", "OWT_"))}
     env.update(
         CORPUS=str(corpus),
