@@ -169,6 +169,18 @@ def test_shard_options_nest_under_the_rank() -> None:
 
 
 @needs_datasets
+def test_take_is_the_datasets_whatever_its_shards(indexed: Path) -> None:
+    whole = [example["name"] for example in iterable_dataset(indexed, seed=2, num_shards=3)]
+    for take in (0, 1, 4, 7):  # (shards read one after another here: each its own first)
+        shards = iterable_dataset(indexed, seed=2, num_shards=3, take=take)
+        got = [example["name"] for example in shards]
+        assert len(got) == take and set(got) <= set(whole), take
+    options = Options(take=7)
+    assert [shard_options(options, k, 3).take for k in range(3)] == [3, 2, 2]
+    assert shard_options(Options(), 1, 3).take is None
+
+
+@needs_datasets
 def test_tokens_are_the_loaders_arrays(indexed: Path) -> None:
     expected = list(Loader(indexed, seed=1, tokenizer="bytes", workers=0))
     got = list(iterable_dataset(indexed, seed=1, tokenizer="bytes", workers=0))

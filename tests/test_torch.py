@@ -34,6 +34,15 @@ def test_dataloader_reads_every_document_once(
     assert again == got
 
 
+@pytest.mark.parametrize("take", [0, 1, 5, 6])
+def test_take_is_the_datasets_whatever_its_workers(indexed: Path, take: int) -> None:
+    # One take of the dataset: its workers' documents in turns are the first `take` of the
+    # same DataLoader's without a take (each worker taking `take` handed out twice as many).
+    whole = names(DataLoader(OpenWebTextDataset(indexed, seed=1), batch_size=None, num_workers=2))
+    dataset = OpenWebTextDataset(indexed, seed=1, take=take)
+    assert names(DataLoader(dataset, batch_size=None, num_workers=2)) == whole[:take]
+
+
 def test_set_epoch_changes_the_order(indexed: Path) -> None:
     dataset = OpenWebTextDataset(indexed, seed=1)
     first = names(DataLoader(dataset, batch_size=None, num_workers=2))

@@ -55,7 +55,7 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
     the ``s``-th of ``n`` intervals cut from it: share ``r * n + s`` of ``W * n``. ``even``
     is decided by the training ranks (``options.even_mode``), as a ``Loader`` of
     ``options`` decides it, and then holds across all ``W * n`` shares: every shard yields
-    the same count.
+    the same count. ``take`` is the shards' together (``Options.take_share``).
     With one shard these are ``options`` themselves (``even`` resolved).
 
     Raises:
@@ -75,6 +75,7 @@ def shard_options(options: Options, shard: int, num_shards: int) -> Options:
         rank=options.rank * num_shards + shard,
         world_size=world * num_shards,
         even=options.even_mode,
+        take=options.take_share(shard, num_shards),  # (one take of the shards together)
     )
 
 

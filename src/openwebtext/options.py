@@ -228,6 +228,12 @@ class Options:
         share is even by itself)."""
         return self.even if self.world_size > 1 else None
 
+    def take_share(self, share: int, shares: int) -> int | None:
+        """``take`` of share ``share`` of ``shares`` that one iterator is read as (a
+        DataLoader's workers, a dataset's shards), whose documents are handed out in turns:
+        together the shares hand out ``take`` (the first ``take % shares`` one more)."""
+        return None if self.take is None else self.take // shares + (share < self.take % shares)
+
     @property
     def needs_counts(self) -> bool:
         """Whether the stream needs every member's document count: to cut the epoch into

@@ -162,13 +162,16 @@ class _ShardedDataset(IterableDataset[T]):
         return replace(opts, rank=rank, world_size=world, even=even, epoch=epoch)
 
     def shard_options(self) -> Options:
-        """The options of this process's share: distributed rank, then DataLoader worker."""
+        """The options of this process's share: distributed rank, then DataLoader worker
+        (``take`` is the workers' together, ``Options.take_share``)."""
         opts = self._rank_options()
         info = get_worker_info()
         if info is None:
             return opts
         rank = opts.rank * info.num_workers + info.id
-        return replace(opts, rank=rank, world_size=opts.world_size * info.num_workers, workers=0)
+        take = opts.take_share(info.id, info.num_workers)  # (one take of the workers together)
+        return replace(opts, rank=rank, world_size=opts.world_size * info.num_workers, workers=0,
+                       take=take)  # fmt: skip
 
     def _count(self) -> None:
         """Count the documents per unit that even sharding needs, here in the main process.
