@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,44 @@ def test_stream_stops_and_continues_exactly(owt: Owt, small_corpus: Path, tmp_pa
     assert jsonl_names(first.stdout) + jsonl_names(rest.stdout) == full
     clash = owt("stream", str(small_corpus), "--resume", str(state), "--seed", "1", "-q")
     assert clash.returncode == 1 and "seed: saved 9, now 1" in clash.stderr
+
+
+def _unread(state: Any) -> Any:
+    """``state`` without its counters' ``units``."""
+    if not isinstance(state, dict):
+        return state
+    return {k: _unread(v) for k, v in state.items() if k != "units" or "documents" not in state}
+
+
+@pytest.mark.parametrize("kind", ["documents", "mixture", "batches"])
+def test_a_resume_alone_goes_on_to_the_end_of_the_run_it_resumes(
+    small_corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    # A run of 2 epochs stopped in its first, resumed with --resume alone: its second epoch
+    # too (it stopped at the first's end: --epochs was taken as its default, 1).
+    what = {
+        "documents": [str(small_corpus)],
+        "mixture": ["--mix", f"a={small_corpus}/urlsf_subset00.tar:0.5",
+                    "--mix", f"b={small_corpus}/urlsf_subset01.tar:0.5"],
+        "batches": [str(small_corpus), "--pack", "concat", "--tokenizer", "bytes",
+                    "--seq-len", "64", "--batch-size", "2"],
+    }[kind]  # fmt: skip
+    out = [] if kind == "batches" else ["--jsonl"]
+    whole_end, first_end, rest_end = (tmp_path / f"{n}.json" for n in ("whole", "first", "rest"))
+
+    def run(*argv: str | Path) -> list[str]:
+        assert main(["stream", *what, "-j", "0", "-q", *out, *map(str, argv)]) == 0
+        return jsonl_names(capsys.readouterr().out)
+
+    whole = run("--seed", "9", "--epochs", "2", "--state-out", whole_end)
+    first = run("--seed", "9", "--epochs", "2", "--take", "50", "--state-out", first_end)
+    rest = run("--resume", first_end, "--state-out", rest_end)
+    assert first + rest == whole
+    # (but the units read: a resumed run reads its block's again, reliability.md)
+    assert _unread(json.loads(rest_end.read_text())) == _unread(json.loads(whole_end.read_text()))
+    # Given, --epochs is the resumed run's own: 0 is without end, 1 ends at the first's end.
+    assert len(run("--resume", first_end, "--epochs", "0", "--take", "300")) == 300 * bool(out)
+    assert run("--resume", first_end, "--epochs", "1") == whole[50 : len(whole) // 2] * bool(out)
 
 
 def test_ctrl_c_still_writes_the_state(small_corpus: Path, tmp_path: Path) -> None:

@@ -228,6 +228,11 @@ class Options:
         share is even by itself)."""
         return self.even if self.world_size > 1 else None
 
+    @property
+    def until(self) -> int | None:
+        """The epoch the run ends before: ``epoch + epochs`` (None: without end)."""
+        return None if self.epochs is None else self.epoch + self.epochs
+
     def take_share(self, share: int, shares: int) -> int | None:
         """``take`` of share ``share`` of ``shares`` that one iterator is read as (a
         DataLoader's workers, a dataset's shards), whose documents are handed out in turns:

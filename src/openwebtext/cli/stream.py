@@ -55,11 +55,21 @@ __all__ = ["add_parser", "run"]
 _OPTION_VALUES = {"even": {"off": None}}
 
 
-def _stream_options(args: argparse.Namespace, state: DocumentState | None) -> Options:
-    """The stream command's flags as options; the library fills in the state's shaping ones.
+def _stream_options(
+    args: argparse.Namespace, state: DocumentState | None, run: Any = None
+) -> Options:
+    """The stream command's flags as options; the library fills in the state's shaping ones,
+    and without ``--epochs`` the run's end of the state resumed (``run``, a mixture's or the
+    batches' documents; else ``state``): a resumed run ends where the run it goes on would.
 
     A flag is given when it is not its parser default, None: whatever the option's value
     (``--even off`` gives ``even=None``, which must not give way to the default "drop")."""
+    until = getattr(state if run is None else run, "until", 1)  # (absent, UNSET: one epoch)
+    epochs = args.epochs
+    if epochs is None and until is None:
+        epochs = 0  # (without end)
+    elif epochs is None:
+        epochs = until - args.epoch if isinstance(until, int) and until > args.epoch else 1
     given = {}
     for name in (*SHAPING, "max_member_bytes", "timeout"):
         flag = getattr(args, name, None)
@@ -70,7 +80,7 @@ def _stream_options(args: argparse.Namespace, state: DocumentState | None) -> Op
             **given,
             "workers": args.jobs,
             "epoch": args.epoch,
-            "epochs": args.epochs or None,
+            "epochs": epochs or None,
             "take": args.take,
             "on_error": args.on_error,
             "max_errors": args.max_errors,
@@ -170,7 +180,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
         documents = None if state is None else state.documents
         if isinstance(documents, MixtureState):
             documents = next(iter(documents.parts.values()))
-        options = _stream_options(args, documents)
+        options = _stream_options(args, documents, None if state is None else state.documents)
         if isinstance(state, BatchesState):  # (said before a finished state's "nothing left")
             check_packing(state, args.pack, args.window)
         if isinstance(state, BatchesState) and isinstance(state.documents, DocumentState):
@@ -225,7 +235,7 @@ def _run_mixture(args: argparse.Namespace, state: Any) -> int:
         refuse_inputs(mixture, state_out, args.jsonl)
         opening_s = (time.perf_counter() - opening, 0.0)
         first = None if state is None else next(iter(state.parts.values()))
-        options = _stream_options(args, first)
+        options = _stream_options(args, first, state)
         iterator = MixtureIterator(mixture, options, state=state)
     start = time.perf_counter()
     before = iterator.stats
@@ -356,7 +366,8 @@ def add_parser(sub: Subparsers) -> None:
         "--epoch", type=option_type("epoch"), default=0, help="first epoch (default 0)"
     )
     stream.add_argument(
-        "--epochs", type=at_least(0), default=1, help="epochs to run (default 1; 0: without end)"
+        "--epochs", type=at_least(0), default=None,
+        help="epochs to run (default 1, or a resumed run's own; 0: without end)"
     )
     stream.add_argument("--rank", type=at_least(0), default=None, help="this rank (default 0)")
     stream.add_argument(

@@ -166,7 +166,7 @@ class MixedStream:
         self.replays: list[Replay] = [] if saved is None else list(saved.replays or ())
         self._schedule = {c.at: c.weights for c in mixture.schedule}
         self._stepped = -1  # the position whose schedule step was applied last
-        self._last = None if options.epochs is None else options.epoch + options.epochs
+        self._last = options.until
         self._taken = 0
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self.part = -1  # the part of the last document handed out
@@ -380,6 +380,7 @@ class MixedStream:
             m.pending.changes(),  # the ones before are in weights and served
             m.next,
             m.replays or UNSET,
+            self._last,
         )
 
     @property

@@ -163,7 +163,7 @@ def _reshard(
             for name in names
         }
         state = MixtureState(first.config, each, first.handed, first.weights,
-                             (0,) * len(names), first.changes)  # fmt: skip
+                             (0,) * len(names), first.changes, until=first.until)  # fmt: skip
         if batches is None:
             out.append(state.to_json())
             continue
@@ -227,7 +227,7 @@ def _reshard_best_fit(
                                 [m.parts[name] for m in parsed]) for name in names}  # fmt: skip
         dealt = tuple(replays[rank::world])
         state = MixtureState(first.config, each, handed, weights, (0,) * len(names), changes,
-                             replays=dealt or UNSET)  # fmt: skip
+                             replays=dealt or UNSET, until=first.until)  # fmt: skip
         like = BatchesState.from_json(new_parts[names[0]][k])  # (its window number: past all)
         out.append(replace(like, documents=state, window_epoch=batches[0].window_epoch).to_json())
     return out

@@ -95,7 +95,7 @@ def reshard_states(
     for new in ranks:
         config = replace(first.config, rank=new, world_size=world_size, even=rule)
         section = replace(base, share=(new, world_size), rule=rule, counted=False)
-        state = DocumentState(config, Position(base.epoch), Counters(), section)
+        state = DocumentState(config, Position(base.epoch), Counters(), section, until=first.until)
         if not batches:
             out.append(state.to_json())
             continue

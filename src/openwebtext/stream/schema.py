@@ -98,6 +98,9 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     next epoch made, ``rest.next_section``)."""
     block_skips: BlockSkips | None = None
     """Inside a block whose units counted skips: those, left out of ``counters``."""
+    until: Count | msgspec.UnsetType | None = msgspec.UNSET
+    """The epoch the run that took the state ends before (None: without end; absent: a
+    mixture's part), which ``owt stream --resume`` runs to unless given ``--epochs``."""
 
     def check(self) -> None:
         at, config, section = self.position, self.config, self.reshard
@@ -229,6 +232,8 @@ class MixtureState(Record, frozen=True, tag_field="format", tag=MIXTURE_FORMAT):
     replays: tuple[Replay, ...] | msgspec.UnsetType = msgspec.UNSET
     """Best fit after a reshard: the windows old ranks had begun that this rank hands out
     first, in order (the first may be under way); the proportions count after them."""
+    until: Count | msgspec.UnsetType | None = msgspec.UNSET
+    """The epoch the run that took the state ends before (``DocumentState.until``)."""
 
     def check(self) -> None:
         names, n = self.config.parts, len(self.config.parts)

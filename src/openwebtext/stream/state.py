@@ -152,8 +152,11 @@ class Mark(NamedTuple):
             return Position(self.epoch, self.block_end, 0, end)
         return Position(self.epoch, self.block, self.in_block, end)
 
-    def state(self, config: StreamConfig) -> DocumentState:
-        """The state at this mark, for a stream of ``config``.
+    def state(
+        self, config: StreamConfig, until: int | msgspec.UnsetType | None = msgspec.UNSET
+    ) -> DocumentState:
+        """The state at this mark, for a stream of ``config`` (of a run that ends before epoch
+        ``until``).
 
         In the rest of a resharded epoch the position is the share's document slots passed: its
         documents handed out (``counters.epoch_documents``) and ``in_block`` more, the slots of
@@ -179,8 +182,8 @@ class Mark(NamedTuple):
             counted = codec.replace(counted, **{k: getattr(before, k) for k in READ_AGAIN})
             if any(read.values()):  # (said apart: the block is read again on resume)
                 return DocumentState(config, position, counted, section, self.passed,
-                                     BlockSkips(**read))  # fmt: skip
-        return DocumentState(config, position, counted, section, self.passed)
+                                     BlockSkips(**read), until)  # fmt: skip
+        return DocumentState(config, position, counted, section, self.passed, until=until)
 
 
 def handed_sum(order: list[int] | None, first: int, end: int, values: list[int]) -> int:

@@ -206,7 +206,8 @@ class Stream(RestHandOut):
     def state(self, mark: Mark | None = None) -> DocumentState:
         """The state after the last document handed out (or at ``mark``), as its record:
         ``state_dict`` is its JSON, to resume with ``Loader.iter(state=…)``."""
-        return (self.mark() if mark is None else mark).state(self._config)
+        until = self.options.until if self.source is None else msgspec.UNSET  # (a part's: none)
+        return (self.mark() if mark is None else mark).state(self._config, until)
 
     def documents(
         self, runs: str | None = None, *, epoch_ends: bool = False
@@ -219,7 +220,7 @@ class Stream(RestHandOut):
         take = opts.take
         if take == 0 or not self.corpus.units:
             return
-        last = None if opts.epochs is None else opts.epoch + opts.epochs
+        last = opts.until
         files = self.corpus.skipped_files
         self.policy.check(self._counters, files[-1] if files else None)
         if opts.needs_counts and self.corpus.counts is not None:
