@@ -251,7 +251,7 @@ def _sizes() -> Iterator[tuple[str, str, int]]:
 #: so that a Ctrl-C anywhere leaves it exact; that loop is read whole, not across classes.
 #: Past their limit, each for the reason docs/design.md gives ("A size limit that is a guide").
 LONGER = {"openwebtext.stream.packing.BestFitBatches": 385, "openwebtext.stream.stream.Stream": 310,
-          "openwebtext.stream.schema": 525}  # fmt: skip
+          "openwebtext.stream.schema": 530}  # fmt: skip
 
 
 def test_modules_functions_and_classes_stay_readable() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import math
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
 
@@ -185,3 +186,19 @@ def add_wait(parser: argparse.ArgumentParser) -> None:
         help="if another run holds OUT's lock, wait for it to end (default: stop at once, "
         "naming its pid and host)",
     )
+
+
+def parse_mix(value: str) -> tuple[str, str, float]:
+    """``--mix NAME=PATH_OR_URL:WEIGHT`` as its three parts."""
+    name, eq, rest = value.partition("=")
+    where, colon, weight = rest.rpartition(":")
+    try:
+        number = float(weight)
+    except ValueError:
+        number = -1.0
+    if not eq or not name or not colon or not where or not 0 <= number < math.inf:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give NAME=PATH_OR_URL:WEIGHT, e.g. web=data/owt:0.7 (a finite weight "
+            ">= 0)"
+        )
+    return name, where, number

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import sys
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from openwebtext.cli.args import (
     at_least,
     open_corpus,
     option_type,
+    parse_mix,
     token_files,
     tokenizer_spec,
 )
@@ -89,22 +89,6 @@ def _stream_options(
         },
         state,
     )
-
-
-def _parse_mix(value: str) -> tuple[str, str, float]:
-    """``--mix NAME=PATH_OR_URL:WEIGHT`` as its three parts."""
-    name, eq, rest = value.partition("=")
-    where, colon, weight = rest.rpartition(":")
-    try:
-        number = float(weight)
-    except ValueError:
-        number = -1.0
-    if not eq or not name or not colon or not where or not 0 <= number < math.inf:
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: give NAME=PATH_OR_URL:WEIGHT, e.g. web=data/owt:0.7 (a finite weight "
-            ">= 0)"
-        )
-    return name, where, number
 
 
 def _mixture(args: argparse.Namespace) -> Mixture:
@@ -459,7 +443,7 @@ def _add_mix_flags(stream: argparse.ArgumentParser) -> None:
     stream.add_argument(
         "--mix",
         action="append",
-        type=_parse_mix,
+        type=parse_mix,
         default=[],
         metavar="NAME=PATH_OR_URL:WEIGHT",
         help="a part of a weighted mixture (repeat for each part; no paths then): its name, "

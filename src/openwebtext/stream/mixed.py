@@ -379,9 +379,8 @@ class MixedStream:
             m.served,
             m.pending.changes(),  # the ones before are in weights and served
             m.next,
-            m.replays or UNSET,
-            self._last,
-        )
+            m.replays or UNSET, self._last,
+        )  # fmt: skip
 
     @property
     def stats(self) -> MixtureStats:

@@ -99,8 +99,7 @@ class DocumentState(Record, frozen=True, omit_defaults=True, tag_field="format",
     block_skips: BlockSkips | None = None
     """Inside a block whose units counted skips: those, left out of ``counters``."""
     until: Count | msgspec.UnsetType | None = msgspec.UNSET
-    """The epoch the run that took the state ends before (None: without end; absent: a
-    mixture's part), which ``owt stream --resume`` runs to unless given ``--epochs``."""
+    """The epoch its run ends before (None: without end; a mixture's part: absent)."""
 
     def check(self) -> None:
         at, config, section = self.position, self.config, self.reshard
