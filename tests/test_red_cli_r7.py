@@ -11,6 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from openwebtext import Loader, Mixture
+from openwebtext.cli import main
 from openwebtext.synth import write_corpus
 from support import Owt
 
@@ -91,3 +95,39 @@ def test_a_damaged_state_gets_no_flags_to_give(owt: Owt, tmp_path: Path) -> None
     refused = owt("stream", str(corpus), *flags, "--resume", str(packed), "-q")
     assert refused.returncode == 1 and "bad batches state" in refused.stderr
     assert "to resume it" not in refused.stderr
+
+
+@pytest.mark.parametrize(("saved", "says"), [
+    ({"schedule": [(4, {"a": 0.9, "b": 0.1})]},
+     "use Python: no owt flag gives a mixture's weight schedule"),
+    ({"sampling": "random"}, "use Python: no owt flag samples a mixture at random"),
+    ({"by": "tokens"}, "give the --mix-by it was saved with"),
+    ({"weights": {"a": 0.2, "b": 0.8}}, "give each --mix part the weight it was saved with"),
+])  # fmt: skip
+def test_a_mixture_s_state_refused_says_what_to_give_or_that_no_flag_gives_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], saved: dict, says: str
+) -> None:
+    # A mixture's schedule was told the batches' --seq-len and --batch-size (keyed by its
+    # last name); a random sampling's and a by-tokens' had no word.
+    a, b, state = tmp_path / "a", tmp_path / "b", tmp_path / "mix.json"
+    write_corpus(a, subsets=1, members=2, docs=5, seed=0)
+    write_corpus(b, subsets=1, members=2, docs=5, seed=1)
+    weights = saved.pop("weights", {"a": 0.5, "b": 0.5})
+    by = {"tokenizer": "bytes"} if saved.get("by") == "tokens" else {}
+    with Loader(Mixture({"a": a, "b": b}, weights, **saved), workers=0, **by).iter() as docs:
+        next(docs)
+        state.write_text(json.dumps(docs.state_dict()))
+    mix = ["--mix", f"a={a}:0.5", "--mix", f"b={b}:0.5"]
+    assert main(["stream", *mix, "--resume", str(state), "-q", "-j", "0", *(
+        ["--tokenizer", "bytes"] if by else [])]) == 1  # fmt: skip
+    assert f"(to resume it, {says})" in capsys.readouterr().err
+
+
+def test_a_text_state_resumed_with_a_tokenizer_is_told_to_leave_it_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corpus, state = _corpus(tmp_path), tmp_path / "s.json"
+    assert main(["stream", str(corpus), "--take", "2", "--state-out", str(state), "-q"]) == 0
+    argv = ["stream", str(corpus), "--resume", str(state), "--tokenizer", "bytes", "-q"]
+    assert main(argv) == 1
+    assert "(to resume it, leave out --tokenizer: it was saved of text)" in capsys.readouterr().err

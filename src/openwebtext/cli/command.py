@@ -119,16 +119,24 @@ def as_flags(message: str) -> str:
 
 
 #: What to give to resume a state refused for a field ``--resume`` does not take from it
-#: (a state's last field, or its last two), as flags.
+#: (a state's last two fields, else its last: a batches state's own), as flags; what no flag
+#: gives (a mixture's weight schedule, its sampling), said so.
 _GIVE = {
     "config.tokenizer": "give the --tokenizer it was saved with",
     "config.corpus": "give the corpus it was saved on (a table's with the --text-column read)",
+    "config.parts": "give the --mix parts it was saved with, in that order",
+    "config.weights": "give each --mix part the weight it was saved with",
+    "config.by": "give the --mix-by it was saved with",
+    "config.sampling": "use Python: no owt flag samples a mixture at random",
+    "config.schedule": "use Python: no owt flag gives a mixture's weight schedule",
     "seq_len": "give --seq-len and --batch-size as saved",
     "batch_size": "give --seq-len and --batch-size as saved",
     "schedule": "give the --seq-len and --batch-size (or schedule) it was saved with",
     "packing": "give --pack and --window as saved",
     "window": "give --pack and --window as saved",
 }
+#: A state saved without a tokenizer (of text), refused with one.
+_TEXT_STATE = re.compile(r"\btokenizer: saved None\b")
 
 
 def _give(exc: BaseException) -> str | None:
@@ -137,6 +145,8 @@ def _give(exc: BaseException) -> str | None:
     if not isinstance(exc, StateError) or not exc.field or not exc.mismatch:
         return None
     steps = exc.field.split(".")
+    if steps[-2:] == ["config", "tokenizer"] and _TEXT_STATE.search(str(exc)):
+        return "leave out --tokenizer: it was saved of text"
     return _GIVE.get(".".join(steps[-2:])) or _GIVE.get(steps[-1])
 
 
