@@ -162,8 +162,8 @@ def ensure_counts(
         return corpus.with_counts(counts)  # (never cached: a run folder's, counted in no time)
     if not _interactive() and progress is None:  # no bar to show it: one line says the wait
         log.warning(
-            "counting the documents of %d members (once: cached beside the corpus; owt index "
-            "counts ahead of time)", len(corpus.units),
+            "counting the documents of %d member%s (once: cached beside the corpus; owt index "
+            "counts ahead of time)", len(corpus.units), "" if len(corpus.units) == 1 else "s",
         )  # fmt: skip
     from tqdm import tqdm
 

@@ -178,15 +178,15 @@ def _warn_losses(options: Options, epoch: int, dropped: int, repeated: int) -> N
     """Say what evening out leaves out or repeats (counted in ``Stats`` too)."""
     if dropped:
         log.warning(
-            "epoch %d: %d documents left out so that the %d shares are even (even='drop'; "
+            "epoch %d: %d document%s left out so that the %d shares are even (even='drop'; "
             "counted in stats.dropped_documents of rank %d)",
-            epoch, dropped, options.world_size, options.rank,
+            epoch, dropped, "" if dropped == 1 else "s", options.world_size, options.rank,
         )  # fmt: skip
     if repeated:
         log.warning(
-            "epoch %d: rank %d reads %d documents of the next rank's share again so that the "
+            "epoch %d: rank %d reads %d document%s of the next rank's share again so that the "
             "%d shares are even (even='pad'; counted in stats.repeated_documents)",
-            epoch, options.rank, repeated, options.world_size,
+            epoch, options.rank, repeated, "" if repeated == 1 else "s", options.world_size,
         )  # fmt: skip
 
 
