@@ -212,13 +212,15 @@ def test_a_file_too_large_to_be_a_state_is_refused(
 def test_an_endless_run_s_state_is_resumed_as_owt_spells_it(
     corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A state of epoch 1 (an ``--epochs 0`` run) resumed without ``--epochs``: the advice is
-    ``--epochs 2``, never the library's ``epochs=None`` (which the parser refuses)."""
+    """A state of epoch 1 (an ``--epochs 0`` run) resumed with ``--epochs 1`` (without, it goes
+    on without end, as its run did): the advice is ``--epochs 2``, never the library's
+    ``epochs=None`` (which the parser refuses)."""
     state = tmp_path / "s.json"
     ran = run_owt(capsys, "stream", str(corpus), "-j", "0", "-q", "--epochs", "0",
                   "--take", "150", "--state-out", str(state))  # fmt: skip
     assert ran.returncode == 0, ran.stderr
-    ran = run_owt(capsys, "stream", str(corpus), "-j", "0", "-q", "--resume", str(state))
+    ran = run_owt(capsys, "stream", str(corpus), "-j", "0", "-q", "--resume", str(state),
+                  "--epochs", "1")  # fmt: skip
     assert ran.returncode == 1
     assert "give --epochs 2 to read epoch 1" in ran.stderr, ran.stderr
     assert "epochs=" not in ran.stderr, ran.stderr

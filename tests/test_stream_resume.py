@@ -273,7 +273,7 @@ def test_state_is_small_versioned_json(small_corpus: Path) -> None:
     assert len(json.dumps(state)) < 2000
     assert state["counters"]["documents"] == 10
     # Saved states of format 1 carry exactly these keys: renaming one breaks them.
-    assert set(state) == {"format", "config", "position", "counters"}
+    assert set(state) == {"format", "config", "position", "counters", "until"}
     assert set(state["position"]) == {"epoch", "block", "in_block"}
     # Counters at 0 are left out (a mixture's state holds one set per part): these are not.
     assert set(state["counters"]) == {"documents", "text_bytes", "epoch_documents", "units"}
