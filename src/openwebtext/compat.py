@@ -2,17 +2,18 @@
 
 Same names, arguments and item shape as the seed's ``openwebtext.py``, so its
 ``main.py`` runs unchanged, without its defects: the order is reproducible
-(``random_state`` may be an int seed or a ``numpy.random.RandomState``), more
-workers than files is fine, worker errors raise instead of hanging, and
-per-document work stays out of NumPy.
+(``random_state`` may be an int seed or any random generator the reference took:
+numpy's, ``np.random``, ``random.Random``), more workers than files is fine, worker
+errors raise instead of hanging, and per-document work stays out of NumPy.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import sys
-import weakref
+import threading
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import islice
@@ -23,33 +24,49 @@ import numpy as np
 from openwebtext.index import Corpus
 from openwebtext.loader import DocumentIterator
 from openwebtext.options import Options, int_at_least, integral
-from openwebtext.stream import InsideNext, closed
 
 __all__ = ["OpenWebTextLoader", "shuffle", "take"]
 
 T = TypeVar("T")
-RandomState = int | np.random.RandomState | np.random.Generator | None
+RandomState = object
+"""None, an int >= 0, or a random generator: anything with ``integers``, ``getrandbits`` or
+``randint`` (numpy's ``Generator``, ``RandomState`` and ``np.random``; ``random.Random`` and
+the ``random`` module), as the reference took any object it could draw from."""
 
 Item = tuple[tuple[int, int], tuple[str, str], str]
 
 
 DEFAULT_SEED = 0
 
+#: The draw that makes a seed, by the first method a generator has (a ``Generator``'s
+#: ``integers``; ``random.Random``'s ``getrandbits``, before its ``randint``; a ``RandomState``
+#: or ``np.random``'s ``randint``, the draw a ``RandomState`` always made).
+DRAWS = (("integers", (0, 2**63 - 1)), ("getrandbits", (63,)), ("randint", (0, 2**31 - 1)))
+
 
 def _seed(random_state: RandomState) -> int:
     """An int seed from what the reference accepted; None is ``DEFAULT_SEED``."""
     if random_state is None:
         return DEFAULT_SEED
-    if isinstance(random_state, np.random.RandomState):
+    if isinstance(random_state, np.random.RandomState):  # (the draws golden orders rest on)
         return int(random_state.randint(0, 2**31 - 1))
     if isinstance(random_state, np.random.Generator):
         return int(random_state.integers(0, 2**63 - 1))
     seed = integral(random_state)  # (numpy's integers too, as the reference took them)
     if int_at_least(seed, 0):
         return seed
+    if seed is None:  # (a negative int is no generator)
+        for name, args in DRAWS:
+            draw = getattr(random_state, name, None)
+            if callable(draw):
+                drawn = integral(draw(*args))
+                if not int_at_least(drawn, 0):
+                    raise TypeError(f"random_state.{name}{args} gave no int >= 0 to seed from")
+                return drawn
     raise TypeError(
-        f"random_state must be None, an int >= 0, a numpy RandomState or Generator, "
-        f"not {random_state!r}"
+        f"random_state must be None, an int >= 0, or a random generator with integers(), "
+        f"getrandbits() or randint() (numpy's Generator, RandomState or np.random; "
+        f"random.Random or the random module), not {random_state!r}"
     )
 
 
@@ -59,15 +76,33 @@ class OpenWebTextLoader:
     Yields ``((i, j), (part_name, entry_name), text)``: ``i`` is the member's
     index in its subset tar, ``j`` the document's index in the member.
 
+    The loader is its own iterator, as the reference's was: ``iter(loader)`` is the loader,
+    with a pass running (the one under way, else a new one), and ``next(loader)`` is that
+    pass's next document (a pass begun if none was). So a peek with ``next(loader)`` and then
+    ``for item in loader`` reads every document once, ``zip(loader, loader)`` pairs each
+    document with the next, and a second ``for`` after a ``break`` goes on where the first
+    stopped. Unlike the reference, once a pass has ended (read to its end, failed, or closed)
+    the next ``iter(loader)`` (a second ``for``, a second ``list(loader)``) begins another,
+    in the same seeded order; ``next(loader)`` alone keeps raising ``StopIteration`` (or
+    saying the pass failed). A pass's workers stop at its end, at ``close()`` (the exit of a
+    ``with``), or when the loader is dropped.
+
     Args:
         subsets: Subset tars (or any input ``openwebtext.Corpus.open`` takes): a list of
             them, or one path (a str or ``os.PathLike``: one input, never its characters).
-        num_workers: Worker processes (an int, or any integral number such as numpy's).
+        num_workers: Worker processes (an int >= 0, or any integral number such as numpy's;
+            0 reads in this process).
         prefetch: Kept for compatibility; must be > 1. Memory is bounded by
             whole units in flight (see ``Options.prefetch``), not documents.
-        random_state: An int seed, a ``numpy.random.RandomState`` (one draw
-            from it makes the seed), or None for seed 0: unlike the reference,
-            every run is reproducible unless asked otherwise.
+        random_state: An int seed, a random generator (one draw from it makes the seed:
+            numpy's ``Generator``, ``RandomState`` or ``np.random``; ``random.Random`` or
+            ``random``; anything with ``integers``, ``getrandbits`` or ``randint``), or None
+            for seed 0: unlike the reference, every run is reproducible unless asked otherwise.
+
+    Raises:
+        TypeError: ``num_workers`` is not an integral number, ``random_state`` is none of
+            those, or ``subsets`` are not paths.
+        ValueError: ``num_workers`` is negative, or ``prefetch`` not > 1.
     """
 
     def __init__(
@@ -93,33 +128,86 @@ class OpenWebTextLoader:
             isinstance(p, str | os.PathLike) for p in self.subsets
         ):  # (a set's order is another in each process)
             raise TypeError(f"subsets are paths (str or os.PathLike), in a list, not {subsets!r}")
+        workers = integral(num_workers)  # (said in the reference's words, not Options')
+        if not int_at_least(workers, 0):
+            error = TypeError if workers is None else ValueError
+            raise error(f"num_workers must be an int >= 0 (numpy's integers too), not "
+                        f"{num_workers!r}")  # fmt: skip
         self.prefetch = prefetch
         self.seed = _seed(random_state)
         # Units are shuffled; documents keep their member order (the caller shuffles).
-        self.options = Options(workers=num_workers, seed=self.seed, shuffle_buffer=0)
+        self.options = Options(workers=workers, seed=self.seed, shuffle_buffer=0)
         self.num_workers = self.options.workers  # (a Python int, whatever integral it was)
         self._corpus: Corpus | None = None
-        self._passes: weakref.WeakSet[Generator[Item, None, None]] = weakref.WeakSet()
+        self._pass: DocumentIterator | None = None  # (the pass running, or the last one run)
+        self._documents: Generator[Item, None, None] | None = None  # (its generator: its state)
+        self._closed = False  # (closed before any pass: next() ends until an iter())
+        self._starting = threading.Lock()  # (two threads' first next(): one pass)
 
-    def __iter__(self) -> Iterator[Item]:
-        """A pass of its own: another pass begun meanwhile (``zip(loader, loader)``, a peek)
-        leaves this one going (each stops its workers when dropped, or at ``close``)."""
+    def __iter__(self) -> OpenWebTextLoader:
+        """The loader itself, with a pass running: the one under way, else a new one (the
+        first, or the next after one ended, failed or was closed: the same seeded order)."""
+        with self._starting:
+            documents = self._documents
+            if documents is None or inspect.getgeneratorstate(documents) == inspect.GEN_CLOSED:
+                self._start()
+        return self
+
+    def __next__(self) -> Item:
+        """The running pass's next document (a pass begun if none ever was).
+
+        Raises:
+            StopIteration: the pass ended or was closed (again at every call, until a new
+                ``iter(loader)``).
+            RuntimeError: the pass failed in an earlier ``next``.
+            InsideNext: another thread is inside ``next`` (a loader is read on one thread).
+        """
+        running = self._pass
+        if running is None:
+            running = self._first()
+        item: Item = next(running)
+        return item
+
+    def _first(self) -> DocumentIterator:
+        """The pass a ``next`` reads when none was begun: a new one, unless the loader was
+        closed (two threads' first ``next``: one pass)."""
+        with self._starting:
+            running = self._pass
+            if running is None:
+                if self._closed:
+                    raise StopIteration
+                running = self._start()
+            return running
+
+    def _start(self) -> DocumentIterator:
+        """Begin a pass (under ``_starting``); the corpus is opened at the first."""
         if self._corpus is None:
             self._corpus = Corpus.open(self.subsets)
-        iterator = DocumentIterator(self._corpus, self.options, as_tuples=True)
-        running: Generator[Item, None, None] = iter(iterator)  # (the pass: its generator)
-        self._passes.add(running)
+        running = DocumentIterator(self._corpus, self.options, as_tuples=True)
+        self._pass, self._documents, self._closed = running, iter(running), False
         return running
 
     def close(self) -> None:
-        """Stop the workers of every pass (each pass ends: a ``next()`` after is the end).
+        """Stop the running pass's workers: it ends (``next(loader)`` raises ``StopIteration``;
+        a new ``iter(loader)`` begins another pass). Safe to call twice.
 
         Raises:
-            InsideNext: another thread is inside a pass's ``next`` (that pass goes on; the
-                others are closed).
+            InsideNext: another thread is inside ``next`` (the pass goes on).
         """
-        if not all([closed(running) for running in list(self._passes)]):  # (each one tried)
-            raise InsideNext()
+        if self._pass is None:
+            self._closed = True
+        else:
+            self._pass.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled or copied as what it reads (its subsets, workers and seed): a loader of its
+        own, with no pass; refused while a pass runs (its workers are this process's)."""
+        documents = self._documents
+        if documents is not None and inspect.getgeneratorstate(documents) != inspect.GEN_CLOSED:
+            raise TypeError("an OpenWebTextLoader inside a pass does not pickle or copy (its "
+                            "workers are this process's): copy it before reading, or after "
+                            "close()")  # fmt: skip
+        return type(self), (self.subsets, self.num_workers, self.prefetch, self.seed)
 
     def __enter__(self) -> OpenWebTextLoader:
         return self
@@ -164,13 +252,21 @@ def _shuffled(it: Iterable[T], buffer_size: int, rng: random.Random) -> Iterator
     yield from buffer
 
 
-def take(it: Iterable[T], size: int) -> Iterator[T]:
-    """The first ``size`` items of ``it``.
+def take(it: Iterable[T], size: int | None) -> Generator[T, None, None]:
+    """The first ``size`` items of ``it`` (None: all of them), as a generator: ``iter(it)``
+    is called at its first ``next``, as the reference's (``take(loader, n)`` opens nothing
+    before it is read), and it has ``close``.
 
     Raises:
-        ValueError: ``size`` is not an int >= 0 (and at most ``sys.maxsize``).
+        ValueError: ``size`` is not None nor an int >= 0 (at most ``sys.maxsize``; said at
+            the call, not at the first item).
     """
-    count = integral(size)  # (numpy's integers too, as the reference took them)
-    if not (int_at_least(count, 0) and count <= sys.maxsize):
-        raise ValueError(f"size must be an int >= 0 and at most {sys.maxsize}, not {size!r}")
-    return islice(it, count)
+    count = None if size is None else integral(size)  # (numpy's integers too, as the reference)
+    if size is not None and not (int_at_least(count, 0) and count <= sys.maxsize):
+        raise ValueError(f"size must be an int >= 0 and at most {sys.maxsize} (or None: all), "
+                         f"not {size!r}")  # fmt: skip
+    return _taken(it, count)
+
+
+def _taken(it: Iterable[T], count: int | None) -> Generator[T, None, None]:
+    yield from islice(it, count)
