@@ -27,7 +27,7 @@ from openwebtext import Corpus, Loader, Mixture, ahead
 from openwebtext.prepare import PrepareOptions, prepare
 from openwebtext.stream import Ahead, readahead
 from openwebtext.stream.producer import Made
-from openwebtext.stream.source import OwnNext
+from openwebtext.stream.turns import OwnNext
 from openwebtext.synth import write_corpus
 from support import stateful_items, wait_until
 

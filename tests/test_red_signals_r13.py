@@ -16,7 +16,7 @@ import pytest
 
 from openwebtext import Loader, Mixture, ahead
 from openwebtext.engine import inline
-from openwebtext.stream.source import OwnNext
+from openwebtext.stream.turns import OwnNext
 from openwebtext.synth import write_corpus
 
 _BATCHES = {"concat": {}, "bestfit": {"packing": "bestfit", "window": 8}}

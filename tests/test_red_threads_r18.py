@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import Loader, OpenWebTextLoader
-from openwebtext.stream.source import InsideNext
+from openwebtext.stream.turns import InsideNext
 
 #: How long a test waits for a thread it started (a bound, never a wait for a race).
 WAIT = 10.0
@@ -59,23 +59,30 @@ def test_an_error_inside_the_stream_is_its_own() -> None:
 
 
 def test_the_reference_api_closed_from_another_thread(small_corpus: Path) -> None:
+    """A close, or a second thread's ``next``, while a thread is inside the loader's ``next``
+    is the library's error, and the pass goes on."""
     loader = OpenWebTextLoader([str(small_corpus)], num_workers=0)
-    first, second = iter(loader), iter(loader)
-    next(first), next(second)
+    next(loader)
+    running = loader._pass  # (the pass: its generator swapped for one that waits)
+    assert running is not None
+    running.close()
     inside, release = threading.Event(), threading.Event()
-    busy = _held(inside, release)
-    next(busy)
-    loader._passes.add(busy)  # (a pass another thread is inside)
-    reader = threading.Thread(target=next, args=(busy,))
+    running._gen = _held(inside, release)
+    next(loader)
+    reader = threading.Thread(target=next, args=(loader,))
     reader.start()
     try:
         assert inside.wait(WAIT)
         with pytest.raises(InsideNext, match=r"close\(\) while another thread"):
             loader.close()
-        assert list(first) == [] and list(second) == []  # (the others: closed)
+        with pytest.raises(InsideNext, match=r"next\(\) while another thread is inside next"):
+            next(loader)
     finally:
         release.set()
         reader.join(WAIT)
+    loader.close()  # (now no thread is inside: the pass ends)
+    with pytest.raises(StopIteration):
+        next(loader)
 
 
 def test_a_close_after_an_interrupt_left_the_queue_s_lock_held_ends(

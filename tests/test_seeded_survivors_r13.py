@@ -22,7 +22,7 @@ import pytest
 from openwebtext import Corpus, Loader, Mixture, codec, load_tokenizer
 from openwebtext.engine import inline
 from openwebtext.prepare import PrepareError, PrepareOptions, prepare, write_format
-from openwebtext.stream.source import OwnNext
+from openwebtext.stream.turns import OwnNext
 
 
 def _mixture(folder: Path, **options: Any) -> Mixture:

@@ -34,8 +34,9 @@ import contextlib
 import os
 import signal
 import threading
+import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
@@ -44,8 +45,8 @@ from openwebtext.errors import OWTError, WorkerError
 from openwebtext.interrupts import deferred
 
 __all__ = [
-    "EXITING", "POLL", "Halt", "Halted", "check_children_waited", "check_halt", "forking",
-    "halting_wait", "held_signals", "one_at_a_time", "start_failed", "stopped",
+    "EXITING", "POLL", "Halt", "Halted", "check_children_waited", "check_halt", "end_worker",
+    "forking", "halting_wait", "held_signals", "one_at_a_time", "start_failed", "stopped",
 ]  # fmt: skip
 
 #: How often (seconds), at most, a pool's wait on a thread that watches a halt looks at it.
@@ -255,3 +256,21 @@ def start_failed(exc: BaseException) -> WorkerError | None:
     if isinstance(exc, OSError):
         return WorkerError(f"cannot start a worker process: {exc}")
     return None
+
+
+def end_worker(process: Any, pipes: Sequence[Any], ours: bool, deadline: float) -> None:
+    """End a worker of a pool being closed (``WorkerPool.close``): waited for until
+    ``deadline`` (polled: a fork on another thread may hold its pipe), killed past it, then
+    its ``pipes`` closed. A forked copy's pool (``ours`` False) closes its pipes' copies only.
+    A worker whose wait a handler's exception cut before ``multiprocessing`` noted it (it
+    reads as running for ever) is left to the system, never an error."""
+    while ours and process.is_alive() and time.monotonic() < deadline:
+        process.join(0.05)
+    if ours:
+        if process.is_alive():
+            process.kill()
+            process.join()
+        with contextlib.suppress(ValueError):
+            process.close()
+    for pipe in pipes:
+        pipe.close()

@@ -28,6 +28,7 @@ from openwebtext.engine.child import worker_main
 from openwebtext.engine.halting import (
     EXITING,
     check_children_waited,
+    end_worker,
     forking,
     halting_wait,
     held_signals,
@@ -47,10 +48,7 @@ __all__ = ["WorkerPool"]
 
 class _Worker:
     def __init__(self, number: int, process: Any, tasks: Connection, results: Connection):
-        self.number = number
-        self.process = process
-        self.tasks = tasks
-        self.results = results
+        self.number, self.process, self.tasks, self.results = number, process, tasks, results
         self.pid: int = process.pid
         self.inflight: list[int] = []
         """Sequence numbers sent to it and not answered yet, in the order it reads them."""
@@ -158,10 +156,11 @@ class WorkerPool:
 
     # -- processes ---------------------------------------------------------
 
+    @held_signals()  # (a handler's exception after a worker's wait, before it is noted: lost)
     def close(self) -> None:
-        """Stop every worker now (they hold nothing worth finishing), one close at a time; again
-        after an interrupt inside it, it goes on with the workers left. Forked with the pool (a
-        DataLoader worker), the workers are its parent's: only its pipes' copies are closed.
+        """Stop every worker now (they hold nothing worth finishing), one close at a time, a
+        Ctrl-C or SIGTERM's handler held until it ends. Forked with the pool (a DataLoader
+        worker), the workers are its parent's: only its pipes' copies are closed.
         A run on another thread (the exit's close under a reading thread) is woken, and ends
         (``_stepping``) before the workers and pipes go."""
         self.closed, ours = True, os.getpid() == self._owner
@@ -175,15 +174,7 @@ class WorkerPool:
             deadline = time.monotonic() + 2.0
             while self._workers:
                 w = self._workers[0]
-                while ours and w.process.is_alive() and time.monotonic() < deadline:
-                    w.process.join(0.05)  # (polled: a fork on another thread may hold its pipe)
-                if ours:
-                    if w.process.is_alive():
-                        w.process.kill()
-                        w.process.join()
-                    w.process.close()
-                w.tasks.close()
-                w.results.close()
+                end_worker(w.process, (w.tasks, w.results), ours, deadline)
                 self._workers.pop(0)
             for conn in self._wake:
                 conn.close()

@@ -62,12 +62,13 @@ class UnitBytes:
         )
 
     def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
-        if self._remote is not None:
-            self._remote.close()
-            self._remote = None
+        """Close the files (each one out of the table before it is closed: a close cut by a
+        signal's exception and made again never closes a number the program opened since)."""
+        while self._files:
+            os.close(self._files.popitem()[1])
+        remote, self._remote = self._remote, None
+        if remote is not None:
+            remote.close()
 
     def _fd(self, path: str) -> int:
         fd = self._files.get(path)

@@ -37,15 +37,7 @@ from openwebtext.stream.schema import (
     kind_of,
 )
 from openwebtext.stream.shapes import Schedule, check_sizes, schedule_of
-from openwebtext.stream.source import (
-    DocumentSource,
-    InsideNext,
-    Running,
-    RunParts,
-    TokenRun,
-    WindowAhead,
-    closed,
-)
+from openwebtext.stream.source import DocumentSource, Running, RunParts, TokenRun, WindowAhead
 from openwebtext.stream.state import (
     Mark,
     Stats,
@@ -55,6 +47,7 @@ from openwebtext.stream.state import (
     resume_options,
 )
 from openwebtext.stream.stream import Stream
+from openwebtext.stream.turns import InsideNext, closed
 
 __all__ = [
     "WINDOW",

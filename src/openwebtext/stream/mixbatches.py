@@ -23,8 +23,9 @@ from openwebtext.errors import StateError
 from openwebtext.stream.batches import BatchIterator
 from openwebtext.stream.mixture import Mixture
 from openwebtext.stream.schema import BatchesState, Change, MixtureState
-from openwebtext.stream.source import Closing, not_own_next
+from openwebtext.stream.source import Closing, Packer
 from openwebtext.stream.state import Stats
+from openwebtext.stream.turns import not_own_next
 
 __all__ = ["MixtureBatches"]
 
@@ -123,15 +124,24 @@ class MixtureBatches(Closing, Generic[Item]):
 
     def __next__(self) -> Item:
         not_own_next(self._inside, "next()")
-        with self._turn:
-            self._inside = threading.get_ident()
-            try:
-                return next(self._batches)
-            except StopIteration:  # (ran out: closed, as ``close`` leaves them)
-                self._closed = True
-                raise
-            finally:
-                self._inside = None
+        packer = self._batches
+        if isinstance(packer, Packer):
+            packer.made = None
+        try:  # (inside until the batch is out, as ``Packer.__next__``)
+            with self._turn:
+                self._inside = threading.get_ident()
+                try:
+                    batch = next(packer)
+                except StopIteration:  # (ran out: closed, as ``close`` leaves them)
+                    self._closed = True
+                    raise
+            self._inside = None
+            return batch
+        except BaseException as exc:  # (a signal's handler raised after the batch was made)
+            self._inside = None
+            if isinstance(packer, Packer) and not isinstance(exc, StopIteration):
+                packer.put_back(exc)
+            raise
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""

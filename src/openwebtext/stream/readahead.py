@@ -58,9 +58,9 @@ from openwebtext.stream.source import (
     WindowAhead,
     failed_earlier,
     failure,
-    not_own_next,
 )
 from openwebtext.stream.state import Stats
+from openwebtext.stream.turns import not_own_next
 
 __all__ = ["Ahead", "Primed", "Stateful", "ahead"]
 
@@ -145,6 +145,7 @@ class Ahead(Closing):
             raise failed_earlier(self._failed)
         if self._ended:
             raise StopIteration
+        self._made: tuple[Any, Any] | None = None
         self.start()
         try:  # (a Ctrl-C in the wait may come after the item was taken: it is lost too)
             while not self._taking.acquire(timeout=POLL):  # (another thread is in next())
@@ -154,6 +155,9 @@ class Ahead(Closing):
             finally:
                 self._taking.release()
         except BaseException as exc:  # the stage ends here: the batch is lost with it
+            if self._made is not None:  # (made, never handed out: the state before it)
+                with self._turn:
+                    self._state, self._stats = self._made
             self._failed = failure(exc) or type(exc).__name__
             self.close()
             raise
@@ -181,7 +185,8 @@ class Ahead(Closing):
                 if isinstance(item, Failed):
                     raise item.error
                 batch = called("receive", self._receive, item.batch)
-                self._state, self._stats = item.state, item.stats
+                made = self._state, self._stats  # (``__next__`` puts them back: not handed out)
+                self._state, self._stats, self._made = item.state, item.stats, made
                 return batch
 
     def _wait(self) -> tuple[Producer, Any]:

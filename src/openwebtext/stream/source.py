@@ -34,11 +34,20 @@ from openwebtext.stream.mixschema import MixMark, MixRun
 from openwebtext.stream.schema import DocumentState, MixtureState
 from openwebtext.stream.sections import Packed
 from openwebtext.stream.state import Mark, Stats
+from openwebtext.stream.turns import (
+    STEADY,
+    InsideNext,
+    OtherThread,
+    OwnNext,
+    closed,
+    executing,
+    not_own_next,
+    on_this_thread,
+)
 
 __all__ = [
-    "AnyMark", "Closing", "DocumentSource", "InsideNext", "OtherThread", "OwnNext", "Packer",
-    "Run", "RunParts", "Running", "TokenRun", "WindowAhead", "closed", "copied", "executing",
-    "failed_earlier", "failure", "guarded", "not_own_next", "slots_at",
+    "AnyMark", "Closing", "DocumentSource", "Packer", "Run", "RunParts", "Running", "TokenRun",
+    "WindowAhead", "copied", "failed_earlier", "failure", "guarded", "slots_at",
 ]  # fmt: skip
 
 #: A best-fit window an old rank had begun, as a resharded share hands it out first:
@@ -226,6 +235,8 @@ class Packer(Closing):
     _at: AnyMark | None = None
     """Where the stream was when the packer held no document it had read (its state's)."""
     _KEPT: tuple[str, ...] = ()
+    made: dict[str, Any] | None = None
+    """The fields the last ``next``'s batch was made from (its ``put_back``), until the next."""
     _inside: int | None = None
     """The thread inside ``next`` (``not_own_next``)."""
 
@@ -237,15 +248,33 @@ class Packer(Closing):
 
     def __next__(self) -> Any:
         not_own_next(self._inside, "next()")
-        with self._turn:
-            self._inside = threading.get_ident()
-            try:
-                return self._held_next()
-            finally:
-                self._inside = None
+        self.made = None
+        try:  # (inside until the batch is out: a signal's handler asking for the state then
+            with self._turn:  # is told it runs inside next, never given the state after it)
+                self._inside = threading.get_ident()
+                batch = self._held_next()
+            self._inside = None
+            return batch
+        except BaseException as exc:  # (a signal's handler raised after the batch was made)
+            self._inside = None
+            if not isinstance(exc, StopIteration):
+                self.put_back(exc)
+            raise
+
+    def put_back(self, exc: BaseException) -> None:
+        """The batch of the last ``next`` never reached its caller (a signal's handler raised
+        in between, ``exc``): its fields put back, as if it was made in error (the packer
+        ends; its state resumes before that batch). Nothing once that ``next`` is over."""
+        made, self.made = self.made, None
+        if made is not None:
+            with self._turn:
+                self.__dict__.update(made)
+                self._failed = failure(exc)
+                self._shut()
 
     def _held_next(self) -> Any:
-        """``next``, holding the turn."""
+        """``next``, holding the turn; ``made``, once the batch is made, what puts the fields
+        back (``put_back``: an exception after, before the batch is out)."""
         if self._failed:
             raise failed_earlier(self._failed)
         if self._closed:
@@ -254,6 +283,9 @@ class Packer(Closing):
         saved.update(self._copies())
         try:
             batch = self._batch()
+            if self._closed_by_another():  # (between two reads of documents: to their end)
+                self.__dict__.update(saved)
+                raise StopIteration
         except StopIteration:
             raise
         except BaseException as exc:
@@ -263,9 +295,7 @@ class Packer(Closing):
             self._failed = failure(exc)
             self._shut()
             raise
-        if self._closed_by_another():  # (between two reads of documents: to their end)
-            self.__dict__.update(saved)
-            raise StopIteration
+        self.made = saved
         return batch
 
     def _closed_by_another(self) -> bool:
@@ -307,94 +337,6 @@ class Packer(Closing):
                 self._closed, self._closer = True, me
             self._closing = None
             settled.set()
-
-
-#: How long (seconds) a document iterator's state asked for on another thread waits for the
-#: thread inside its ``next`` to hand its document out (``Running._steady``).
-STEADY = 10.0
-
-
-class OtherThread(RuntimeError):
-    """A document iterator's state, mark or stats (or a mixture's ``set_weights``) asked for
-    while another thread stayed inside its ``next`` for ``STEADY`` seconds: they would be read
-    (or changed) while that thread changes them, a state no run was ever at."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(
-            f"{what} of a document iterator while another thread stayed inside its next() for "
-            f"{STEADY:g} s: take it on the reading thread between two documents; batches "
-            "(Loader.batches, ahead(), to_device()) give their state_dict() to any thread"
-        )
-
-
-class OwnNext(RuntimeError):
-    """A state, mark, stats, ``next``, ``close`` or ``set_weights`` asked for on the thread
-    inside the iterator's own ``next`` (a signal handler, or a callback run there): nothing is
-    whole there (a state read would be one no run was ever at), and that ``next`` cannot end
-    while it waits (a handler waiting for it hangs)."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(
-            f"{what} inside the iterator's own next() on this thread (a signal handler, or a "
-            "callback run there): no state is whole there, and that next() cannot end while "
-            "it waits; in a signal handler set a flag, and take the state after the step "
-            "(ahead() and to_device() give their state_dict() in a handler too)"
-        )
-
-
-def not_own_next(inside: int | None, what: str) -> None:
-    """Raise ``OwnNext`` for ``what`` if this thread is ``inside`` (the thread in ``next``)."""
-    if inside == threading.get_ident():
-        raise OwnNext(what)
-
-
-def on_this_thread(generators: list[Generator[Any, None, None]]) -> bool:
-    """Whether this thread is inside one of ``generators`` (its frame on this thread's stack):
-    a signal handler or a callback run inside ``next``."""
-    running = {id(getattr(g, "gi_frame", None)) for g in generators
-               if inspect.getgeneratorstate(g) == inspect.GEN_RUNNING}  # fmt: skip
-    if not running:
-        return False
-    frame = inspect.currentframe()
-    try:
-        while frame is not None:
-            if id(frame) in running:
-                return True
-            frame = frame.f_back
-        return False
-    finally:
-        del frame  # (a frame held by its own local: a cycle keeping the caller's generators)
-
-
-class InsideNext(RuntimeError):
-    """A ``close`` (or a ``next``) refused: another thread is inside the iterator's ``next``,
-    which goes on."""
-
-    def __init__(self, what: str = "close()") -> None:
-        fix = ("close an iterator on the thread that reads it (ahead() and to_device() may be "
-               "closed from any thread, and Loader.batches(...).start() while it reads ahead)"
-               if what == "close()" else "an iterator is read on one thread: hand its items to "
-               "the others (a queue), or give each thread an iterator of its own")  # fmt: skip
-        super().__init__(f"{what} while another thread is inside next(): {fix}")
-
-
-def executing(exc: ValueError) -> bool:
-    """Whether ``exc`` is CPython's "generator already executing", raised by the ``next`` or
-    ``close`` call itself (no frame under the caller's: another thread is inside), not an error
-    of the generator's own code (its cleanup's) that reads the same."""
-    tb = exc.__traceback__
-    return "already executing" in str(exc) and tb is not None and tb.tb_next is None
-
-
-def closed(gen: Generator[Any, None, None]) -> bool:
-    """Close ``gen``: False, and it goes on, if another thread is inside it (``executing``)."""
-    try:
-        gen.close()
-    except ValueError as exc:
-        if not executing(exc):
-            raise
-        return False
-    return True
 
 
 def failure(exc: BaseException) -> str:

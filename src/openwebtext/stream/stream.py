@@ -157,6 +157,10 @@ class Stream(RestHandOut):
         self.leading = False  # (``RestHandOut.leading``)
         self.failed = ""  # the error the documents ended with (they cannot go on)
         self._runs: str | None = None  # token documents handed out a block's rest at a time
+        # Between blocks, passes and epochs (fields set one at a time, calls between): the mark
+        # after the last document handed out, so that an exception a signal's handler raises
+        # there (Ctrl-C, a SIGTERM handler's SystemExit) leaves a state that resumes exactly.
+        self._steady: Mark | None = None
         self._rest = None if self._reshard is None else Rest(  # (a mixture's part: no lead)
             self._reshard, self._counts_per_unit, options, leads=source is None, part=source
         )  # fmt: skip
@@ -167,6 +171,8 @@ class Stream(RestHandOut):
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
         before every document (a tuple of references); ``state(mark)`` makes it a state."""
+        if self._steady is not None:  # (moving between blocks: where it was)
+            return self._steady
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
@@ -229,6 +235,7 @@ class Stream(RestHandOut):
         pool = self._pool = self._pool or open_pool(
             self.corpus.units, pool_options(opts, self.tokenizer), self.corpus.storage
         )
+        self._steady = self.mark()  # (until the first block's documents go out)
         try:
             while last is None or self._epoch < last:
                 whole = not (self._reshard or self._block or self._in_block)  # from its start
@@ -238,6 +245,7 @@ class Stream(RestHandOut):
                 else:
                     yield from self._epoch_documents(pool, take)
                 if take is not None and self._yielded() >= take:
+                    self._steady = None
                     return
                 # What reads ids (a packer's runs; a mixture's part: its turns by tokens or its
                 # documents packed) waits for ever on an epoch of none where no epoch holds one.
@@ -258,6 +266,8 @@ class Stream(RestHandOut):
                 self._counters = replace(self._counters, epoch_documents=0)
                 self._read_before = self._counters  # (the epoch's last block: never read again)
                 self._skipped_slots = self._tail = 0
+                self._steady = None
+                self._steady = self.mark()  # (the next epoch's start, until its documents go out)
                 if epoch_ends and (last is None or self._epoch < last):
                     yield EPOCH_END
         except BaseException as exc:
@@ -347,6 +357,7 @@ class Stream(RestHandOut):
                 handed = self._counters.epoch_documents
                 stop = block_stop(out, skip, target_left=_left(target, handed))
                 self._block_len = out if slots is not None else stop  # (target: never read again)
+                self._steady = None  # (its documents go out: the position is this block's)
                 stop = block_stop(stop, skip, take_left=_left(take, self._yielded_before))
                 # The position is set between a document made and its ``yield`` (no signal is
                 # taken between the two): exact whenever the consumer looks, a Ctrl-C included.
@@ -374,7 +385,8 @@ class Stream(RestHandOut):
                                                          source)))  # fmt: skip
                         self._in_block = at
                         yield text_made
-                self._counters = self.mark().counted()
+                self._steady = self.mark()  # (until the next block's documents go out)
+                self._counters = self._steady.counted()
                 if self._in_block >= out:  # past its last: the slots skipped after it too
                     self._skipped_slots, self._tail = self._skipped_slots + self._tail, 0
                 self._yielded_before += self._in_block - self._first_in_block
