@@ -155,8 +155,8 @@ class _Located(OWTError):
                 self.document = said["document"]
             _note(self, said["worker"])
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.message, self.path, self.member), {"part": self.part})
+    def __reduce__(self) -> tuple[object, ...]:  # (its whole state: its notes too)
+        return (type(self), (self.message, self.path, self.member), dict(self.__dict__))
 
     def in_part(self, name: str | None) -> None:
         """Say the error is of the mixture's part ``name`` (a part's stream tags what it
@@ -245,7 +245,7 @@ class CorruptDocument(CorruptMember):
 
     def __reduce__(self) -> tuple[object, ...]:
         args = (self.message, self.path, self.member, self.document)
-        return (type(self), args, {"part": self.part})
+        return (type(self), args, dict(self.__dict__))
 
     def __str__(self) -> str:
         base = super().__str__()
@@ -367,7 +367,8 @@ class StateError(OWTError):
             _note(self, said["worker"])
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (str(self), self.field, self.resume_with, self.mismatch))
+        return (type(self), (str(self), self.field, self.resume_with, self.mismatch),
+                dict(self.__dict__))  # fmt: skip
 
     def within(self, path: str, says: str = "") -> StateError:
         """This error as one of the record at ``path`` inside the record entered (a batches

@@ -184,6 +184,16 @@ class Corpus:
         versions = noted_versions(dict.fromkeys(u.path for u in units), store)
         return cls(tuple(units), Counts(tuple(counts)), (), versions, store)
 
+    def __repr__(self) -> str:
+        """A summary: its units are many (a whole corpus's repr was megabytes)."""
+        said = [f"{len(self.units)} units of {len(self.files())} files",
+                "counted" if self.counts is not None else "not counted"]  # fmt: skip
+        if self.skipped_files:
+            said.append(f"{len(self.skipped_files)} files skipped")
+        if self.text_column != TEXT_COLUMN:
+            said.append(f"text_column={self.text_column!r}")
+        return f"Corpus({', '.join(said)})"
+
     def files(self) -> list[str]:
         """The corpus's files, in order, once each."""
         return list(dict.fromkeys(u.path for u in self.units))

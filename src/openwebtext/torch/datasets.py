@@ -4,13 +4,13 @@ sharding, ``StatefulDataLoader`` states, a rank's resharded ones), and ``same_st
 
 from __future__ import annotations
 
-import multiprocessing
+import copy
 import multiprocessing.context
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 import numpy as np
 import torch  # the package's ``__init__`` says what to install when it is missing
@@ -40,6 +40,7 @@ from openwebtext.stream import (
     schedule_of,
 )
 from openwebtext.tokenizer import load_tokenizer
+from openwebtext.torch.shared import SharedEpoch, SharedFlags
 
 __all__ = ["OpenWebTextDataset", "PackedBatchDataset", "same_steps"]
 
@@ -90,33 +91,13 @@ class _Pass(Iterator[T]):
         """Stop this pass's workers now: it ends here. Safe to call twice."""
         self._running.close()
 
+    def __reduce__(self) -> NoReturn:
+        raise TypeError("a pass over a dataset does not pickle or copy (it owns its workers): "
+                        "copy the dataset, and take its state_dict()")  # fmt: skip
+
     def __del__(self) -> None:
         if hasattr(self, "_running"):  # (its __init__ ran)
             self.close()
-
-
-class _SharedEpoch:
-    """The epoch a dataset's next pass reads, in shared memory: ``set_epoch`` in the main
-    process reaches DataLoader workers that persist across passes (``persistent_workers``),
-    forked or spawned (pickled as the shared value while a process is spawned, as the
-    ``load_resharded`` flags are). Pickled otherwise (a copy of the dataset), it is a value
-    of its own."""
-
-    def __init__(self, epoch: int, shared: Any = None) -> None:
-        self._shared = multiprocessing.RawValue("q", epoch) if shared is None else shared
-
-    @property
-    def value(self) -> int:
-        return int(self._shared.value)
-
-    @value.setter
-    def value(self, epoch: int) -> None:
-        self._shared.value = epoch
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        if multiprocessing.context.get_spawning_popen() is not None:
-            return (_SharedEpoch, (0, self._shared))
-        return (_SharedEpoch, (self.value,))
 
 
 class _ShardedDataset(IterableDataset[T]):
@@ -138,7 +119,7 @@ class _ShardedDataset(IterableDataset[T]):
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
         self._taken: Any = None  # which workers started from their share (shared memory)
-        self._epoch = _SharedEpoch(self.options.epoch)  # (what persistent workers read)
+        self._epoch = SharedEpoch(self.options.epoch)  # (what persistent workers read)
         self._running: _Running | None = None  # the latest pass's (its state_dict())
         self._count()
 
@@ -148,6 +129,9 @@ class _ShardedDataset(IterableDataset[T]):
         next pass starts."""
         state = dict(self.__dict__)
         state["_running"] = None
+        if multiprocessing.context.get_spawning_popen() is None:  # (a copy: values of its own)
+            state["_epoch"] = copy.deepcopy(self._epoch)
+            state["_taken"] = copy.deepcopy(self._taken)
         return state
 
     def _rank_options(self) -> Options:
@@ -301,7 +285,7 @@ class _ShardedDataset(IterableDataset[T]):
                 raise exc.within(f"[{k}]", f"resharded state {k}: ") from None
         self._running, self._state = None, None  # (a pass or state before: the shares go on)
         self._shares = list(states)
-        self._taken = multiprocessing.RawArray("b", len(self._shares))
+        self._taken = SharedFlags([0] * len(self._shares))
         # The rest of the resharded epoch is cut with the counts: counted here, once.
         self.corpus = _counted(self.corpus, self._rank_options(), always=True)
 
