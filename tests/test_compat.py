@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -102,9 +103,10 @@ def test_a_peek_and_a_zip_read_the_one_pass(small_corpus: Path) -> None:
         peeked = next(iter(loader))
         read = [*head, peeked, *first]
         assert len(read) == len({item[1] for item in read}) == 120
-        assert sum(1 for _ in zip(loader, loader, strict=True)) == 60  # (a new pass: in pairs)
-    after = iter(loader)  # (a closed loader still begins a new pass)
-    assert len(list(after)) == 120
+        assert list(zip(loader, loader, strict=True)) == []  # (the pass ended: nothing)
+        pairs = list(zip(again := copy.copy(loader), again, strict=True))  # (another pass)
+        assert len(pairs) == 60 and pairs[0][1] != pairs[0][0]
+    assert list(iter(loader)) == []  # (closed: it never begins anew)
 
 
 def test_close_stops_the_workers_of_the_pass(small_corpus: Path) -> None:

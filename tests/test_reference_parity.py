@@ -6,6 +6,7 @@ itself runs beside ours (its order is unseeded: items are compared as multisets)
 
 from __future__ import annotations
 
+import copy
 import gc
 import importlib.util
 import multiprocessing
@@ -126,20 +127,23 @@ def test_a_second_for_after_a_break_goes_on(subsets: list[Path]) -> None:
     assert head + rest == list(OpenWebTextLoader(subsets, 0, random_state=2))
 
 
-def test_an_ended_pass_ends_until_a_new_iter(subsets: list[Path]) -> None:
-    """Read to its end, ``next`` keeps raising ``StopIteration``; a new ``iter()`` (a second
-    ``list``) is another pass in the same seeded order (the seed would give nothing)."""
+def test_an_ended_pass_stays_ended(subsets: list[Path]) -> None:
+    """Read to its end, ``next`` keeps raising ``StopIteration`` and ``iter()`` begins nothing
+    anew (``shuffle`` calls ``iter`` on it again: main.py read the corpus twice); another pass
+    is another loader, a copy's in the same seeded order."""
     loader = OpenWebTextLoader(subsets, 2, random_state=3)
     first = list(loader)
     assert len(first) == 30
     for _ in range(2):
         with pytest.raises(StopIteration):
             next(loader)
-    assert list(loader) == first
+    assert list(loader) == [] and list(shuffle(loader, 1024)) == []
+    assert list(copy.copy(loader)) == first
     assert child_pids() == []
+    assert len(list(shuffle(OpenWebTextLoader(subsets, 1), 1024))) == 30  # (main.py's chain)
 
 
-def test_close_ends_the_pass_and_a_new_iter_begins_another(subsets: list[Path]) -> None:
+def test_close_ends_the_pass(subsets: list[Path]) -> None:
     loader = OpenWebTextLoader(subsets, 2, random_state=4)
     whole = list(OpenWebTextLoader(subsets, 0, random_state=4))
     with loader:
@@ -148,12 +152,12 @@ def test_close_ends_the_pass_and_a_new_iter_begins_another(subsets: list[Path]) 
     assert child_pids() == []
     with pytest.raises(StopIteration):
         next(loader)
-    assert [next(iter(loader)), *loader] == whole
+    assert list(loader) == [] and list(copy.copy(loader)) == whole
     fresh = OpenWebTextLoader(subsets, 0)
     fresh.close()  # (before any pass)
     with pytest.raises(StopIteration):
         next(fresh)
-    assert len(list(fresh)) == 30
+    assert list(fresh) == []
 
 
 def test_a_loader_dropped_mid_pass_stops_its_workers(subsets: list[Path]) -> None:
@@ -169,7 +173,7 @@ def test_an_error_from_the_stream_propagates(
     subsets: list[Path], worker_fault: Callable[..., Path]
 ) -> None:
     """A worker's error ends the pass with it; ``next`` then says the pass failed (never a
-    silent end), and a new ``iter()`` begins another pass."""
+    silent end); another loader reads it all."""
     member = "openwebtext/urlsf_subset00-2_data.xz"
     worker_fault(member, "kill", times=1)
     loader = OpenWebTextLoader(subsets, 2)
@@ -179,7 +183,7 @@ def test_an_error_from_the_stream_propagates(
     assert child_pids() == []
     with pytest.raises(RuntimeError, match="failed inside an earlier next"):
         next(loader)
-    assert len(list(loader)) == 30  # (the member read again: killed once only)
+    assert len(list(copy.copy(loader))) == 30  # (the member read again: killed once only)
 
 
 # -- 2: random_state objects the seed draws from ---------------------------------------------

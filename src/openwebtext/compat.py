@@ -76,16 +76,15 @@ class OpenWebTextLoader:
     Yields ``((i, j), (part_name, entry_name), text)``: ``i`` is the member's
     index in its subset tar, ``j`` the document's index in the member.
 
-    The loader is its own iterator, as the reference's was: ``iter(loader)`` is the loader,
-    with a pass running (the one under way, else a new one), and ``next(loader)`` is that
-    pass's next document (a pass begun if none was). So a peek with ``next(loader)`` and then
-    ``for item in loader`` reads every document once, ``zip(loader, loader)`` pairs each
-    document with the next, and a second ``for`` after a ``break`` goes on where the first
-    stopped. Unlike the reference, once a pass has ended (read to its end, failed, or closed)
-    the next ``iter(loader)`` (a second ``for``, a second ``list(loader)``) begins another,
-    in the same seeded order; ``next(loader)`` alone keeps raising ``StopIteration`` (or
-    saying the pass failed). A pass's workers stop at its end, at ``close()`` (the exit of a
-    ``with``), or when the loader is dropped.
+    The loader is its own iterator of one pass, as the reference's was: ``iter(loader)`` is
+    the loader (its pass begun at the first ``iter`` or ``next``), and ``next(loader)`` that
+    pass's next document. So a peek with ``next(loader)`` and then ``for item in loader``
+    reads every document once, ``zip(loader, loader)`` pairs each document with the next, a
+    second ``for`` after a ``break`` goes on where the first stopped, and one after the pass
+    ended reads nothing (``shuffle`` and ``take`` call ``iter`` on it again, as ``for`` does:
+    an iterator never begins anew). For another pass, another loader (``copy.copy(loader)``
+    once the pass is over: the same seeded order). A pass's workers stop at its end, at
+    ``close()`` (the exit of a ``with``), or when the loader is dropped.
 
     Args:
         subsets: Subset tars (or any input ``openwebtext.Corpus.open`` takes): a list of
@@ -138,18 +137,16 @@ class OpenWebTextLoader:
         # Units are shuffled; documents keep their member order (the caller shuffles).
         self.options = Options(workers=workers, seed=self.seed, shuffle_buffer=0)
         self.num_workers = self.options.workers  # (a Python int, whatever integral it was)
-        self._corpus: Corpus | None = None
         self._pass: DocumentIterator | None = None  # (the pass running, or the last one run)
         self._documents: Generator[Item, None, None] | None = None  # (its generator: its state)
-        self._closed = False  # (closed before any pass: next() ends until an iter())
+        self._closed = False  # (closed before its pass: it never begins one)
         self._starting = threading.Lock()  # (two threads' first next(): one pass)
 
     def __iter__(self) -> OpenWebTextLoader:
-        """The loader itself, with a pass running: the one under way, else a new one (the
-        first, or the next after one ended, failed or was closed: the same seeded order)."""
+        """The loader itself, its pass begun if none was (never anew: ``for``, ``shuffle`` and
+        ``take`` call ``iter`` on what they are given, an ended pass's too)."""
         with self._starting:
-            documents = self._documents
-            if documents is None or inspect.getgeneratorstate(documents) == inspect.GEN_CLOSED:
+            if self._pass is None and not self._closed:
                 self._start()
         return self
 
@@ -157,8 +154,7 @@ class OpenWebTextLoader:
         """The running pass's next document (a pass begun if none ever was).
 
         Raises:
-            StopIteration: the pass ended or was closed (again at every call, until a new
-                ``iter(loader)``).
+            StopIteration: the pass ended or was closed (again at every call).
             RuntimeError: the pass failed in an earlier ``next``.
             InsideNext: another thread is inside ``next`` (a loader is read on one thread).
         """
@@ -180,16 +176,14 @@ class OpenWebTextLoader:
             return running
 
     def _start(self) -> DocumentIterator:
-        """Begin a pass (under ``_starting``); the corpus is opened at the first."""
-        if self._corpus is None:
-            self._corpus = Corpus.open(self.subsets)
-        running = DocumentIterator(self._corpus, self.options, as_tuples=True)
-        self._pass, self._documents, self._closed = running, iter(running), False
+        """Begin its pass (under ``_starting``), the corpus opened."""
+        running = DocumentIterator(Corpus.open(self.subsets), self.options, as_tuples=True)
+        self._pass, self._documents = running, iter(running)
         return running
 
     def close(self) -> None:
-        """Stop the running pass's workers: it ends (``next(loader)`` raises ``StopIteration``;
-        a new ``iter(loader)`` begins another pass). Safe to call twice.
+        """Stop the pass's workers: it ends (``next(loader)`` raises ``StopIteration``, and a
+        loader closed before its pass never begins one). Safe to call twice.
 
         Raises:
             InsideNext: another thread is inside ``next`` (the pass goes on).
