@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import openwebtext
 from openwebtext import OpenWebTextLoader, shuffle, take
 from support import child_pids
 
@@ -79,7 +80,8 @@ def test_shuffle_and_take() -> None:
 )
 def test_reference_main_runs_unchanged(small_corpus: Path, tmp_path: Path) -> None:
     shutil.copy(SEED_DIR / "main.py", tmp_path / "main.py")
-    env = {**os.environ, "PYTHONPATH": ""}
+    # (the package this test imported, whatever is installed: the tree under test)
+    env = {**os.environ, "PYTHONPATH": str(Path(openwebtext.__file__).resolve().parents[1])}
     proc = subprocess.run(
         [sys.executable, "main.py", "-j", "3", str(small_corpus)],
         cwd=tmp_path,

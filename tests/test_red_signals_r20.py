@@ -211,3 +211,23 @@ def test_a_signal_inside_a_pool_s_close_waits_for_its_end(
     assert sent
     it.close()
     assert child_pids() == []
+
+
+def test_the_stats_after_a_failure_count_what_the_error_counts(tmp_path: Path) -> None:
+    # A failure while the next block was read (between blocks: the state is the last
+    # document's) left the stats there too: the skip the error named was not in them.
+    import tarfile
+
+    write_corpus(tmp_path / "c", subsets=2, members=3, docs=5, seed=0)
+    path = tmp_path / "c" / "urlsf_subset01.tar"
+    with tarfile.open(path) as tar:
+        member = tar.getmembers()[1]
+    with open(path, "r+b") as f:  # (one member damaged)
+        f.seek(member.offset_data + member.size // 2)
+        f.write(b"\0" * 64)
+    it = owt.Loader(tmp_path / "c", workers=0, shuffle_buffer=4096, seed=2, epochs=3,
+                    on_error="skip", max_errors=1).iter()  # fmt: skip
+    with pytest.raises(owt.TooManyErrors, match="2 skipped, more than max_errors=1"):
+        for _ in it:
+            pass
+    assert len(it.stats.skipped) == 2

@@ -124,24 +124,24 @@ class MixtureBatches(Closing, Generic[Item]):
 
     def __next__(self) -> Item:
         not_own_next(self._inside, "next()")
-        packer = self._batches
-        if isinstance(packer, Packer):
-            packer.made = None
-        try:  # (inside until the batch is out, as ``Packer.__next__``)
+        packer, me = self._batches, threading.get_ident()
+        made: list[dict[str, Any]] = []
+        try:  # (inside until the batch is out, as ``Packer.next_batch``)
             with self._turn:
-                self._inside = threading.get_ident()
+                self._inside = me
                 try:
-                    batch = next(packer)
+                    batch = packer.next_batch(made) if isinstance(packer, Packer) else next(packer)
                 except StopIteration:  # (ran out: closed, as ``close`` leaves them)
                     self._closed = True
                     raise
-            self._inside = None
             return batch
         except BaseException as exc:  # (a signal's handler raised after the batch was made)
-            self._inside = None
-            if isinstance(packer, Packer) and not isinstance(exc, StopIteration):
-                packer.put_back(exc)
+            if isinstance(packer, Packer):
+                packer.put_back(made, exc)
             raise
+        finally:
+            if self._inside == me:
+                self._inside = None
 
     def state_dict(self) -> dict[str, Any]:
         """Where the next batch starts: resume with ``Loader.batches(..., state=…)``."""

@@ -145,19 +145,19 @@ class Ahead(Closing):
             raise failed_earlier(self._failed)
         if self._ended:
             raise StopIteration
-        self._made: tuple[Any, Any] | None = None
+        made: list[tuple[Any, Any]] = []  # (this call's: the state before its batch)
         self.start()
         try:  # (a Ctrl-C in the wait may come after the item was taken: it is lost too)
             while not self._taking.acquire(timeout=POLL):  # (another thread is in next())
                 check_halt()
             try:
-                batch = self._hand_out()
+                batch = self._hand_out(made)
             finally:
                 self._taking.release()
         except BaseException as exc:  # the stage ends here: the batch is lost with it
-            if self._made is not None:  # (made, never handed out: the state before it)
+            if made:  # (made, never handed out: the state before it)
                 with self._turn:
-                    self._state, self._stats = self._made
+                    self._state, self._stats = made.pop()
             self._failed = failure(exc) or type(exc).__name__
             self.close()
             raise
@@ -167,10 +167,11 @@ class Ahead(Closing):
             raise StopIteration
         return batch
 
-    def _hand_out(self) -> Any:
-        """The next batch, received, its state kept; ``END`` once the batches ran out or were
-        closed. The item is taken without the lock (``set_weights`` from another thread never
-        waits for the next batch) and handed out under it: an item of a producer replaced
+    def _hand_out(self, made: list[tuple[Any, Any]]) -> Any:
+        """The next batch, received, its state kept (the one before it in ``made``); ``END``
+        once the batches ran out or were closed. The item is taken without the lock
+        (``set_weights`` from another thread never waits for the next batch) and handed out
+        under it: an item of a producer replaced
         meanwhile was made before the change, and is dropped (the new one makes it again)."""
         while True:
             producer, item = self._wait()
@@ -185,8 +186,9 @@ class Ahead(Closing):
                 if isinstance(item, Failed):
                     raise item.error
                 batch = called("receive", self._receive, item.batch)
-                made = self._state, self._stats  # (``__next__`` puts them back: not handed out)
-                self._state, self._stats, self._made = item.state, item.stats, made
+                before = self._state, self._stats  # (``__next__`` puts them back: not handed out)
+                self._state, self._stats = item.state, item.stats
+                made.append(before)
                 return batch
 
     def _wait(self) -> tuple[Producer, Any]:

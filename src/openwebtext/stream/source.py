@@ -235,8 +235,6 @@ class Packer(Closing):
     _at: AnyMark | None = None
     """Where the stream was when the packer held no document it had read (its state's)."""
     _KEPT: tuple[str, ...] = ()
-    made: dict[str, Any] | None = None
-    """The fields the last ``next``'s batch was made from (its ``put_back``), until the next."""
     _inside: int | None = None
     """The thread inside ``next`` (``not_own_next``)."""
 
@@ -247,34 +245,40 @@ class Packer(Closing):
         for: they wait for the batch being made, and say the state after it."""
 
     def __next__(self) -> Any:
-        not_own_next(self._inside, "next()")
-        self.made = None
-        try:  # (inside until the batch is out: a signal's handler asking for the state then
-            with self._turn:  # is told it runs inside next, never given the state after it)
-                self._inside = threading.get_ident()
-                batch = self._held_next()
-            self._inside = None
-            return batch
+        made: list[dict[str, Any]] = []
+        try:
+            return self.next_batch(made)
         except BaseException as exc:  # (a signal's handler raised after the batch was made)
-            self._inside = None
-            if not isinstance(exc, StopIteration):
-                self.put_back(exc)
+            self.put_back(made, exc)
             raise
 
-    def put_back(self, exc: BaseException) -> None:
-        """The batch of the last ``next`` never reached its caller (a signal's handler raised
-        in between, ``exc``): its fields put back, as if it was made in error (the packer
-        ends; its state resumes before that batch). Nothing once that ``next`` is over."""
-        made, self.made = self.made, None
-        if made is not None:
+    def next_batch(self, made: list[dict[str, Any]]) -> Any:
+        """``next``, saying in ``made`` (this call's own) what the batch was made from, once
+        it is made: ``put_back`` puts it back if the batch never reaches the caller."""
+        not_own_next(self._inside, "next()")
+        me = threading.get_ident()
+        try:  # (inside until the batch is out: a signal's handler asking for the state then
+            with self._turn:  # is told it runs inside next, never given the state after it)
+                self._inside = me
+                batch = self._held_next(made)
+            return batch
+        finally:
+            if self._inside == me:  # (not another thread's, in since the turn was left)
+                self._inside = None
+
+    def put_back(self, made: list[dict[str, Any]], exc: BaseException) -> None:
+        """The batch a ``next_batch`` made never reached its caller (``exc``, a signal's
+        handler's, raised in between): the fields it was made from (``made``) put back, as if
+        it was made in error (the packer ends; its state resumes before that batch)."""
+        if made and not isinstance(exc, StopIteration):
             with self._turn:
-                self.__dict__.update(made)
+                self.__dict__.update(made.pop())
                 self._failed = failure(exc)
                 self._shut()
 
-    def _held_next(self) -> Any:
-        """``next``, holding the turn; ``made``, once the batch is made, what puts the fields
-        back (``put_back``: an exception after, before the batch is out)."""
+    def _held_next(self, made: list[dict[str, Any]]) -> Any:
+        """``next``, holding the turn; ``made`` says, once the batch is made, what it was made
+        from (``put_back``: an exception after it, before the batch is out)."""
         if self._failed:
             raise failed_earlier(self._failed)
         if self._closed:
@@ -295,7 +299,7 @@ class Packer(Closing):
             self._failed = failure(exc)
             self._shut()
             raise
-        self.made = saved
+        made.append(saved)
         return batch
 
     def _closed_by_another(self) -> bool:

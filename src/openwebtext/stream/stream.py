@@ -171,8 +171,10 @@ class Stream(RestHandOut):
     def mark(self) -> Mark:
         """Where the stream is now, after the last document handed out: cheap enough to take
         before every document (a tuple of references); ``state(mark)`` makes it a state."""
-        if self._steady is not None:  # (moving between blocks: where it was)
-            return self._steady
+        return self._now() if self._steady is None else self._steady  # (between blocks: where
+        # it was after its last document)
+
+    def _now(self) -> Mark:
         return Mark(
             self._epoch, self._block, self._block_end, self._block_len, self._in_block,
             self._first_in_block, self._block_order, self._block_sizes, self._block_counts,
@@ -198,8 +200,9 @@ class Stream(RestHandOut):
 
     @property
     def stats(self) -> Stats:
-        """Counts so far (including those carried over from a resumed state)."""
-        m = self.mark()
+        """Counts so far (including those carried over from a resumed state; after a failure,
+        what was read until it, as the error counts them)."""
+        m = self._now() if self.failed else self.mark()
         counted = m.counted()
         if self._finished_pass is not None:  # the state is at the next epoch's start; not Stats
             counted = replace(counted, epoch_documents=self._finished_pass)
