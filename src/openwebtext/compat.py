@@ -137,7 +137,7 @@ class OpenWebTextLoader:
         # Units are shuffled; documents keep their member order (the caller shuffles).
         self.options = Options(workers=workers, seed=self.seed, shuffle_buffer=0)
         self.num_workers = self.options.workers  # (a Python int, whatever integral it was)
-        self._pass: DocumentIterator | None = None  # (the pass running, or the last one run)
+        self._pass: DocumentIterator | None = None  # (its pass, once begun)
         self._documents: Generator[Item, None, None] | None = None  # (its generator: its state)
         self._closed = False  # (closed before its pass: it never begins one)
         self._starting = threading.Lock()  # (two threads' first next(): one pass)
@@ -145,9 +145,7 @@ class OpenWebTextLoader:
     def __iter__(self) -> OpenWebTextLoader:
         """The loader itself, its pass begun if none was (never anew: ``for``, ``shuffle`` and
         ``take`` call ``iter`` on what they are given, an ended pass's too)."""
-        with self._starting:
-            if self._pass is None and not self._closed:
-                self._start()
+        self._begun()
         return self
 
     def __next__(self) -> Item:
@@ -158,28 +156,20 @@ class OpenWebTextLoader:
             RuntimeError: the pass failed in an earlier ``next``.
             InsideNext: another thread is inside ``next`` (a loader is read on one thread).
         """
-        running = self._pass
-        if running is None:
-            running = self._first()
+        running = self._pass or self._begun()
+        if running is None:  # (closed before its pass)
+            raise StopIteration
         item: Item = next(running)
         return item
 
-    def _first(self) -> DocumentIterator:
-        """The pass a ``next`` reads when none was begun: a new one, unless the loader was
-        closed (two threads' first ``next``: one pass)."""
+    def _begun(self) -> DocumentIterator | None:
+        """Its pass, begun (the corpus opened) if none was; None: closed before one (two
+        threads' first ``next``: one pass)."""
         with self._starting:
-            running = self._pass
-            if running is None:
-                if self._closed:
-                    raise StopIteration
-                running = self._start()
-            return running
-
-    def _start(self) -> DocumentIterator:
-        """Begin its pass (under ``_starting``), the corpus opened."""
-        running = DocumentIterator(Corpus.open(self.subsets), self.options, as_tuples=True)
-        self._pass, self._documents = running, iter(running)
-        return running
+            if self._pass is None and not self._closed:
+                running = DocumentIterator(Corpus.open(self.subsets), self.options, as_tuples=True)
+                self._pass, self._documents = running, iter(running)
+            return self._pass
 
     def close(self) -> None:
         """Stop the pass's workers: it ends (``next(loader)`` raises ``StopIteration``, and a

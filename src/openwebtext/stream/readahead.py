@@ -171,8 +171,8 @@ class Ahead(Closing):
         """The next batch, received, its state kept (the one before it in ``made``); ``END``
         once the batches ran out or were closed. The item is taken without the lock
         (``set_weights`` from another thread never waits for the next batch) and handed out
-        under it: an item of a producer replaced
-        meanwhile was made before the change, and is dropped (the new one makes it again)."""
+        under it: an item of a producer replaced meanwhile was made before the change, and is
+        dropped (the new one makes it again)."""
         while True:
             producer, item = self._wait()
             with self._turning():

@@ -118,7 +118,7 @@ class _ShardedDataset(IterableDataset[T]):
         self.corpus: Corpus | Mixture = opened
         self._state: dict[str, Any] | None = None
         self._shares: list[dict[str, Any]] | None = None  # resharded, one per DataLoader worker
-        self._taken: Any = None  # which workers started from their share (shared memory)
+        self._taken: SharedFlags | None = None  # which workers started from their share
         self._epoch = SharedEpoch(self.options.epoch)  # (what persistent workers read)
         self._running: _Running | None = None  # the latest pass's (its state_dict())
         self._count()
@@ -129,9 +129,9 @@ class _ShardedDataset(IterableDataset[T]):
         next pass starts."""
         state = dict(self.__dict__)
         state["_running"] = None
-        if multiprocessing.context.get_spawning_popen() is None:  # (a copy: values of its own)
-            state["_epoch"] = copy.deepcopy(self._epoch)
-            state["_taken"] = copy.deepcopy(self._taken)
+        if multiprocessing.context.get_spawning_popen() is None:  # (a copy: values of its own;
+            state["_epoch"] = copy.deepcopy(self._epoch)  # a spawned worker's: the same memory,
+            state["_taken"] = copy.deepcopy(self._taken)  # which a deep copy would not keep)
         return state
 
     def _rank_options(self) -> Options:

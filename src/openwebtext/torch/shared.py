@@ -14,12 +14,24 @@ from typing import Any
 __all__ = ["SharedEpoch", "SharedFlags"]
 
 
-class SharedEpoch:
-    """The epoch a dataset's next pass reads, in shared memory: ``set_epoch`` in the main
-    process reaches DataLoader workers that persist across passes (``persistent_workers``),
-    forked or spawned (pickled as the shared value while a process is spawned, as the
-    ``load_resharded`` flags are). Pickled otherwise (a copy of the dataset), it is a value
-    of its own."""
+class _Shared:
+    """A value in shared memory (``_shared``): pickled as that memory while a process is
+    spawned, else (a copy of its dataset) as its plain value, which makes memory of its own."""
+
+    _shared: Any
+
+    def _plain(self) -> Any:
+        raise NotImplementedError
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        return type(self), (self._plain(), self._shared if spawning else None)
+
+
+class SharedEpoch(_Shared):
+    """The epoch a dataset's next pass reads: ``set_epoch`` in the main process reaches
+    DataLoader workers that persist across passes (``persistent_workers``), forked or
+    spawned."""
 
     def __init__(self, epoch: int, shared: Any = None) -> None:
         self._shared = multiprocessing.RawValue("q", epoch) if shared is None else shared
@@ -32,16 +44,12 @@ class SharedEpoch:
     def value(self, epoch: int) -> None:
         self._shared.value = epoch
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if multiprocessing.context.get_spawning_popen() is not None:
-            return (SharedEpoch, (0, self._shared))
-        return (SharedEpoch, (self.value,))
+    def _plain(self) -> int:
+        return self.value
 
 
-class SharedFlags:
-    """Which DataLoader workers started from their resharded share (``load_resharded``), in
-    shared memory, as ``SharedEpoch``: pickled as the shared flags while a process is
-    spawned, else (a copy of the dataset) flags of its own."""
+class SharedFlags(_Shared):
+    """Which DataLoader workers started from their resharded share (``load_resharded``)."""
 
     def __init__(self, flags: list[int], shared: Any = None) -> None:
         self._shared = multiprocessing.RawArray("b", flags) if shared is None else shared
@@ -55,7 +63,5 @@ class SharedFlags:
     def __setitem__(self, k: int, flag: int) -> None:
         self._shared[k] = flag
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        if multiprocessing.context.get_spawning_popen() is not None:
-            return (SharedFlags, ([], self._shared))
-        return (SharedFlags, (list(self._shared),))
+    def _plain(self) -> list[int]:
+        return list(self._shared)
