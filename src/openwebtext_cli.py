@@ -26,29 +26,27 @@ def main() -> int:
 
     SIGINT and SIGTERM are held (blocked) while the package imports: an interrupt inside an
     extension module's import can surface as an ``ImportError`` (numpy's), not a
-    KeyboardInterrupt. One that came meanwhile is taken here and raised by the command once
-    it can end cleanly (a resumed ``owt stream`` writes ``--state-out``, as if it came then).
+    KeyboardInterrupt. They stay held until the command's handler is in place
+    (``interrupts.hand_over``: unblocked here, a SIGTERM in between ended the process by the
+    signal itself); one that came meanwhile is raised by the command once it can end cleanly
+    (a resumed ``owt stream`` writes ``--state-out``, as if it came then).
     """
     # (one the caller ignores stays ignored: blocked, it would be pending all the same)
     held = {s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN}
     hold = hasattr(signal, "pthread_sigmask") and bool(held)
-    came: list[int] = []
     if hold:
         signal.pthread_sigmask(signal.SIG_BLOCK, held)
     try:
-        from openwebtext.cli import main as run
-    except KeyboardInterrupt:
-        return _interrupted()
-    finally:
-        if hold:
-            came = sorted(held.intersection(signal.sigpending()))
-            for signum in came:
-                signal.sigwait({signum})  # taken here, not raised at the unblock
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-    if came:
         from openwebtext import interrupts
-
-        interrupts.came_early(came[-1])  # (SIGTERM's 143 over SIGINT's 130 when both came)
+        from openwebtext.cli import main as run
+    except BaseException as exc:
+        if hold:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
+        if isinstance(exc, KeyboardInterrupt):
+            return _interrupted()
+        raise
+    if hold:
+        interrupts.hand_over(held)
     return run()
 
 

@@ -171,6 +171,32 @@ def gone(pgid: int, seconds: float = 30.0) -> list[int]:
     return group_pids(pgid)
 
 
+def hang_report(pgid: int, stderr: Any = None) -> str:
+    """What each process of group ``pgid`` was doing when a test gave up waiting for it: its
+    state, kernel wait channel and command line, then the Python stacks of every thread of
+    each (started with ``PYTHONFAULTHANDLER=1``: SIGABRT makes it print them to ``stderr``,
+    read here from the leader's pipe). The processes are killed after."""
+    lines = []
+    for pid, state, ppid, _ in sorted(p for p in _processes() if p[3] == pgid):
+        try:
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            wchan = cmd = "?"
+        lines.append(f"pid {pid} (parent {ppid}) state {state} waiting in {wchan!r}: {cmd}")
+    for pid in group_pids(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGABRT)
+    gone(pgid, 10)
+    for pid in group_pids(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    if stderr is not None:
+        with contextlib.suppress(OSError, ValueError):
+            lines.append(stderr.read().decode(errors="replace"))
+    return "\n".join(lines)
+
+
 def inner_tar(docs: dict[str, bytes], fmt: int = tarfile.GNU_FORMAT) -> bytes:
     """A tar of documents, as inside a member."""
     bio = io.BytesIO()

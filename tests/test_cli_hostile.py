@@ -74,10 +74,15 @@ def start(argv: list[str], **popen: Any) -> subprocess.Popen[bytes]:
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Kill every process of ``proc``'s group, wait for it and close its pipes (one left open
+    is reported by the garbage collector in whichever test runs then: CI's stop 72)."""
     for pid in group_pids(proc.pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 # -- 1. Ctrl-C / SIGTERM and resume through --jsonl: nothing lost, nothing repeated --------

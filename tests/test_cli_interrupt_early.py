@@ -7,6 +7,7 @@ the process by the signal until session 37, writing no state)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from openwebtext import cli
+from support import hang_report
 from test_cli_hostile import kill_group, start
 
 ENTRY = [sys.executable, "-m", "openwebtext_cli"]
@@ -48,7 +50,9 @@ SIGNALS = {signal.SIGINT: (130, "interrupted"), signal.SIGTERM: (143, "terminate
 def _signal_early(argv: list[str], library: str, delay: float, signum: int) -> tuple[int, str]:
     """Run ``owt argv``, send ``signum`` ``delay`` s after it mapped ``library``: its exit
     status and standard error."""
-    proc = start([*ENTRY, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # (a hang names where: each process's stacks, printed on SIGABRT by faulthandler)
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    proc = start([*ENTRY, *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
         deadline = time.monotonic() + 60
         while not _loading(proc.pid, library) and proc.poll() is None:
@@ -56,7 +60,12 @@ def _signal_early(argv: list[str], library: str, delay: float, signum: int) -> t
             time.sleep(0.002)
         time.sleep(delay)
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired as exc:
+            said = (exc.stderr or b"").decode(errors="replace")  # (what communicate read)
+            pytest.fail(f"no end 60 s after the signal:\n{said}"
+                        f"{hang_report(proc.pid, proc.stderr)}")
     finally:
         if proc.poll() is None:
             kill_group(proc)
@@ -90,6 +99,59 @@ def test_a_resumed_stream_signalled_as_it_loads_writes_its_state_out(
                                signum)  # fmt: skip
     assert code == SIGNALS[signum][0], text
     assert json.loads(out.read_text()) == json.loads(first.read_text())
+
+
+#: ``owt stream``, a signal sent as the command sets up (after the package loaded, before its
+#: handler is in place: the instant the entry point used to unblock the signals in). The
+#: patch is made as the package loads, inside the entry point's hold: a thread a library
+#: starts as it loads (OpenBLAS's) takes a signal its mask leaves open.
+_BETWEEN = """
+import importlib.abc, importlib.util, os, sys
+
+class Patch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "openwebtext.cli.command":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            real = module.open_standard_streams
+
+            def signalled():
+                os.kill(os.getpid(), {signum})
+                return real()
+
+            module.open_standard_streams = signalled
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, Patch())
+import openwebtext_cli
+sys.argv = ["owt", "stream", {corpus!r}, "--epochs", "0", "-q"]
+sys.exit(openwebtext_cli.main())
+"""
+
+
+@pytest.mark.parametrize("signum", list(SIGNALS))
+def test_a_signal_between_the_load_and_the_handler_ends_as_later(
+    small_corpus: Path, signum: int
+) -> None:
+    """(SIGTERM there ended the process by the signal itself: -15, no word, no state.)"""
+    proc = start([sys.executable, "-c", _BETWEEN.format(signum=int(signum),
+                                                        corpus=str(small_corpus))],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    text = err.decode(errors="replace")
+    assert (proc.returncode, "Traceback" in text) == (SIGNALS[signum][0], False), text
+    assert SIGNALS[signum][1] in text
 
 
 def test_the_entry_point_runs_the_command(small_corpus: Path) -> None:

@@ -11,6 +11,15 @@ line and noting that it was written), so that what a command reports as done is
 exactly what it did. A second signal during the section interrupts at once, and so
 does the first after ``GRACE_SECONDS`` (a write blocked on a pipe nobody reads).
 
+A raise from a handler can be swallowed: it lands wherever the main thread is, and C code
+that calls back into Python and clears what it raised (a Cython module's import registering
+its types with ``collections.abc``: numpy's random generators, imported on first use) or a
+``__del__`` takes it for its own error and goes on. So the handler notes the signal it raised
+(``_Deferral.owed``) until the command ends on it, and the readers' loops look between
+units (:func:`check`, through ``engine.halting.check_halt``), the commands' between chunks
+of their output: an endless ``owt stream`` went on for ever after such a Ctrl-C. Whatever
+a command ends with while a signal is owed, it ends as interrupted.
+
 The handler belongs to the process that installed it. A process forked from a command
 (a ``multiprocessing`` pool, a library's helper) would inherit it, and there it hangs:
 ``Pool.terminate`` sends SIGTERM to a worker that is about to block in a semaphore; a
@@ -27,14 +36,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
 __all__ = [
-    "EXIT_INTERRUPTED", "Interrupted", "came_early", "deferred", "exit_code", "interruptible",
-    "raise_early",
+    "EXIT_INTERRUPTED", "Interrupted", "came_early", "check", "deferred", "exit_code",
+    "hand_over", "interruptible", "owed", "raise_early",
 ]  # fmt: skip
 
 #: Exit status after Ctrl-C (128 + SIGINT), as shells report it.
@@ -76,6 +86,10 @@ class _Deferral:
         """The process that installed the handler; in any other, it steps aside."""
         self.previous: dict[int, Any] = {}
         """What each signal did before :func:`interruptible` took it."""
+        self.owed: int | None = None
+        """The signal raised as :class:`Interrupted` (or dropped for an exception already on
+        its way out) that the command has not ended on yet: :func:`check` raises it again
+        where something swallowed it."""
 
     def __enter__(self) -> None:
         self.depth += 1
@@ -88,9 +102,9 @@ class _Deferral:
     ) -> None:
         self.depth -= 1
         if self.depth == 0 and self.pending is not None:
-            signum = self.pending
+            signum = self.owed = self.pending
             self._clear()
-            if kind is None:  # an exception already on its way out ends the command anyway
+            if kind is None:  # an exception already on its way out ends the command (owed)
                 raise Interrupted(signum)
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
@@ -103,12 +117,12 @@ class _Deferral:
             self._alarm = signal.signal(signal.SIGALRM, self._give_up)
             signal.setitimer(signal.ITIMER_REAL, self.grace)
             return
-        signum = self.pending or signum
+        signum = self.owed = self.pending or signum
         self._clear()
         raise Interrupted(signum)
 
     def _give_up(self, alarm: int, frame: FrameType | None) -> None:
-        signum = self.pending or signal.SIGINT
+        signum = self.owed = self.pending or signal.SIGINT
         self._clear()
         raise Interrupted(signum)
 
@@ -121,7 +135,7 @@ class _Deferral:
             if self._alarm is not None:  # timers do not survive a fork; the handler does
                 signal.signal(signal.SIGALRM, self._alarm)
         self._alarm = None
-        self.owner, self.previous, self.depth, self.pending = None, {}, 0, None
+        self.owner, self.previous, self.depth, self.pending, self.owed = None, {}, 0, None, None
 
     def _clear(self) -> None:
         if self._alarm is not None:
@@ -157,19 +171,76 @@ def interruptible() -> Iterator[None]:
         yield
         return
     previous = {}
-    owner, before = deferred.owner, deferred.previous
+    owner, before, owed = deferred.owner, deferred.previous, deferred.owed
+    mask = _block()  # (the handler never runs before its owner is set)
     for signum in _SIGNALS:
         if signal.getsignal(signum) != signal.SIG_IGN:
             previous[signum] = signal.signal(signum, deferred.handle)
     taken: dict[int, Any] = {s: h for s, h in previous.items() if h != deferred.handle}  # nested
     deferred.owner, deferred.previous = os.getpid(), {**before, **taken}
     try:
+        _unblock(mask)  # (one that came meanwhile is raised here, inside the try)
         yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        deferred.owner, deferred.previous = owner, before
+        deferred.owner, deferred.previous, deferred.owed = owner, before, owed
         deferred._clear()
+
+
+#: Signals the console entry point blocked while the package loaded (``hand_over``).
+_handed: set[int] = set()
+
+
+def hand_over(held: Collection[int]) -> None:
+    """Leave ``held`` (blocked while ``owt`` loaded, by ``openwebtext_cli``) blocked until the
+    command's handler is in place: :func:`interruptible` takes one that came meanwhile
+    (:func:`came_early`) and unblocks them. (Unblocked before, a SIGTERM in between ended
+    the process by the signal itself.)"""
+    _handed.update(held)
+
+
+def _block() -> set[int] | None:
+    """Block SIGINT and SIGTERM while the handlers are set up: the mask before (None where
+    there are no masks)."""
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, set(_SIGNALS))
+
+
+def _unblock(mask: set[int] | None) -> None:
+    """Put ``mask`` back, those the console entry point handed over unblocked too; one of
+    them that came while they were held is taken first, for the command to raise as it
+    opens (``came_early``). Any other that came meanwhile is raised here."""
+    if mask is None:  # pragma: no cover - not POSIX
+        return
+    handed = set(_handed)
+    came = sorted(handed.intersection(signal.sigpending()))
+    for signum in came:
+        signal.sigwait({signum})  # (taken: not raised at the unblock)
+    _handed.difference_update(handed)
+    if came:
+        came_early(came[-1])  # (SIGTERM's 143 over SIGINT's 130 when both came)
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask - handed)
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` again for a signal the command's handler raised that
+    something swallowed (``_Deferral.owed``): called between units by the readers' loops. Not
+    while the interrupt is on its way out (its ``finally`` blocks run), inside a held section,
+    on another thread or in a forked process; nothing at all outside a command."""
+    signum = deferred.owed
+    if signum is None or deferred.depth or deferred.owner != os.getpid():
+        return
+    on_its_way_out = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+    if threading.current_thread() is threading.main_thread() and not on_its_way_out:
+        raise Interrupted(signum)
+
+
+def owed() -> int | None:
+    """The signal the command took and has not ended on (None: none): whatever the command
+    ends with then, it ends as interrupted by it."""
+    return deferred.owed if deferred.owner == os.getpid() else None
 
 
 _early: list[int] = []

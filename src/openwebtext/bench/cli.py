@@ -18,7 +18,7 @@ from openwebtext.engine import cpu_count
 from openwebtext.files import named, print_out
 from openwebtext.index import refuse_corpus_folder
 from openwebtext.interrupts import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from openwebtext.interrupts import exit_code, interruptible
+from openwebtext.interrupts import check, exit_code, interruptible
 from openwebtext.options import option_type
 from openwebtext.source import add_storage_options, add_text_column
 
@@ -184,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         try:
             code: int = args.run(args)
+            check()  # (a signal whose exception something swallowed: ``interrupts``)
             return code
         except KeyboardInterrupt as interrupt:
             print("interrupted", file=sys.stderr)

@@ -69,11 +69,26 @@ def _run(args: argparse.Namespace) -> int:
             interrupts.raise_early()
         code: int = args.run(args)
         interrupts.raise_early()  # (one that ended before it opened)
+        interrupts.check()  # (one whose exception something swallowed: ``interrupts``)
         return code
     except KeyboardInterrupt as interrupt:
-        code = interrupts.exit_code(interrupt)
-        print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
-        return code
+        return _interrupted(interrupts.exit_code(interrupt))
+    except Exception:
+        if (signum := interrupts.owed()) is not None:  # (an interrupt something turned into
+            return _interrupted(128 + signum)  # an error: numpy's import, an ImportError)
+        return _failed(args)
+
+
+def _interrupted(code: int) -> int:
+    print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
+    return code
+
+
+def _failed(args: argparse.Namespace) -> int:
+    """The exit code of the error being handled, said in one line (raised again: one that is
+    not the command's to say)."""
+    try:
+        raise
     except BrokenPipeError as exc:
         if not stdout_gone():  # (another pipe's: an error like any other)
             print(f"owt: error: {one_line(str(exc))}", file=sys.stderr)

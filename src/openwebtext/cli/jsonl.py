@@ -121,6 +121,7 @@ def write_jsonl(iterator: DocumentIterator | MixtureIterator, written: list[Any]
             marks.append(iterator.mark())
             size += len(line)
             if size >= _CHUNK:
+                interrupts.check()  # (a signal whose exception something swallowed)
                 flush()
                 size = 0
     except OWTError:

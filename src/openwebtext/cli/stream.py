@@ -188,6 +188,7 @@ def _run_packed(args: argparse.Namespace, state: Any) -> int:
             for _ in batches:
                 made += 1
                 bar.update(1)
+                interrupts.check()  # (a signal whose exception something swallowed)
         finished = True
     finally:
         if state_out is not None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from openwebtext import codec
+from openwebtext import codec, interrupts
 from openwebtext.cli.args import plural
 from openwebtext.errors import OutputError, OWTError, StateError
 from openwebtext.files import atomic_write
@@ -81,6 +81,7 @@ def show_progress(
             if pending == 2048:
                 pending = 0
                 update()
+                interrupts.check()  # (a signal whose exception something swallowed)
         update()
 
 

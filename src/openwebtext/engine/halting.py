@@ -16,6 +16,9 @@ the halted reading was doing goes on.
 A pool's close waits for the step of a run going on on another thread, which it wakes, and
 the run ends (``stopped``) before the workers and pipes go, never torn out from under it.
 
+A signal whose exception something swallowed (C code that calls back into Python and clears
+what it raised) is raised again between units (``check_halt``; ``interrupts`` says how).
+
 A signal must not cut a worker's start in two (``held_signals``): its handler, which Python
 runs on the main thread at its next bytecode, raised there between the fork and the pool's
 noting of the worker (a ``KeyboardInterrupt`` left the worker's process unwaited, its pipes
@@ -42,6 +45,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from openwebtext.errors import OWTError, WorkerError
+from openwebtext.interrupts import check as check_signal
 from openwebtext.interrupts import deferred
 
 __all__ = [
@@ -92,7 +96,10 @@ def halting_wait(seconds: float) -> float:
 
 
 def check_halt() -> None:
-    """Raise ``Halted`` if the halt the calling thread watches is set."""
+    """Raise ``Halted`` if the halt the calling thread watches is set; or ``Interrupted`` for
+    a signal an ``owt`` command took whose exception something swallowed (``interrupts.check``:
+    nothing outside a command)."""
+    check_signal()
     halt: Halt | None = getattr(_here, "halt", None)
     if halt is not None and halt.is_set():
         raise Halted("another thread closed what this thread was reading")

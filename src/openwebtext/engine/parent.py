@@ -28,6 +28,7 @@ from openwebtext.engine.child import worker_main
 from openwebtext.engine.halting import (
     EXITING,
     check_children_waited,
+    check_halt,
     end_worker,
     forking,
     halting_wait,
@@ -310,6 +311,7 @@ class WorkerPool:
         pending = run.pending
         while True:
             self._check_open()
+            check_halt()  # (at each unit, ready or not; a wait looks again: ``halting_wait``)
             self._dispatch(run)
             result = tasks.ready(pending[0]) if pending else None
             if result is not None:
