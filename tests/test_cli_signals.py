@@ -4,7 +4,6 @@ consumer dies. (Reliability, issue #5.)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -33,6 +32,7 @@ from support import (
     run,
     wait_until,
 )
+from test_cli_hostile import kill_group
 
 #: The reliability suite's leak guard: nothing a test starts or makes outlives it.
 pytestmark = pytest.mark.usefixtures("leaves_nothing_behind")
@@ -114,13 +114,6 @@ def _under_way(proc: subprocess.Popen[bytes]) -> bool:
     return ready_for_signals(proc.pid, 3) and pipe_bytes(proc.stdout.fileno()) > 0
 
 
-def _kill_group(pgid: int) -> None:
-    """SIGKILL whatever is left of a process group this test started."""
-    for pid in group_pids(pgid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 @pytest.mark.parametrize("policy", ["raise", "skip"])
 @pytest.mark.parametrize("target", ["group", "main"])
 def test_sigint_stops_owt_stream(
@@ -137,8 +130,7 @@ def test_sigint_stops_owt_stream(
         (os.killpg if target == "group" else os.kill)(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=HANG_BOUND)
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
+        kill_group(proc)  # (its pipes closed too)
     assert proc.returncode == 130
     text = err.decode()
     assert "Traceback" not in text
@@ -165,8 +157,7 @@ def test_sigint_while_a_worker_hangs(small_corpus: Path, tmp_path: Path) -> None
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=HANG_BOUND)
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
+        kill_group(proc)  # (its pipes closed too)
     assert proc.returncode == 130, err.decode()
     assert "Traceback" not in err.decode() and "interrupted" in err.decode()
     assert gone(proc.pid) == []
@@ -185,8 +176,7 @@ def test_sigterm_ends_owt_stream_and_its_workers(small_corpus: Path) -> None:
         assert proc.wait(timeout=HANG_BOUND) == 143
         assert gone(proc.pid) == []
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
+        kill_group(proc)  # (its pipes closed too)
         assert proc.stdout is not None
         proc.stdout.close()
 
@@ -217,8 +207,7 @@ def consumer_killed(
         alive = set(gone(proc.pid, HANG_BOUND))  # a bound on the wait, not a pace
         return {"hung": hung in alive, "idle": bool(alive - {hung})}
     finally:
-        _kill_group(proc.pid)
-        proc.wait()
+        kill_group(proc)  # (its pipes closed too)
         gone(proc.pid)
 
 
