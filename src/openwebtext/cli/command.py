@@ -47,9 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
             return _run(args)
     except KeyboardInterrupt as interrupt:  # before the handler was in place, or in parsing
-        code = interrupts.exit_code(interrupt)
-        print("interrupted" if code == EXIT_INTERRUPTED else "terminated", file=sys.stderr)
-        return code
+        return _interrupted(interrupts.exit_code(interrupt))
 
 
 def _own_children() -> None:
